@@ -1,0 +1,167 @@
+#include "harness.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+
+#include "loom/runtime/error.hpp"
+
+namespace loom::bench {
+namespace {
+
+// Scratch that evicts L2 when rewritten: twice the L2 size of the current device.
+struct L2Flusher {
+    void* buf = nullptr;
+    std::size_t bytes = 0;
+    explicit L2Flusher() {
+        int dev = 0, l2 = 0;
+        LOOM_CHECK_CUDA(cudaGetDevice(&dev));
+        LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+        bytes = std::max<std::size_t>(2 * static_cast<std::size_t>(l2), 64 << 20);
+        LOOM_CHECK_CUDA(cudaMalloc(&buf, bytes));
+    }
+    ~L2Flusher() { cudaFree(buf); }
+    void flush(cudaStream_t s) { LOOM_CHECK_CUDA(cudaMemsetAsync(buf, 0x5a, bytes, s)); }
+};
+
+std::string run_capture(const char* cmd) {
+    std::string out;
+    if (FILE* p = popen(cmd, "r")) {
+        char line[256];
+        while (fgets(line, sizeof line, p)) out += line;
+        pclose(p);
+    }
+    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+    return out;
+}
+
+double percentile(std::vector<double> v, double q) {
+    std::sort(v.begin(), v.end());
+    std::size_t i = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+    return v[std::min(i, v.size() - 1)];
+}
+
+}  // namespace
+
+Timing time_op(const std::function<void(cudaStream_t)>& fn, cudaStream_t stream, const TimeOptions& opts) {
+    LOOM_CHECK(opts.iters > 0, "time_op: iters must be positive, given {}", opts.iters);
+    static thread_local L2Flusher flusher;
+    cudaEvent_t start, stop;
+    LOOM_CHECK_CUDA(cudaEventCreate(&start));
+    LOOM_CHECK_CUDA(cudaEventCreate(&stop));
+    for (int i = 0; i < opts.warmup; ++i) fn(stream);
+    LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+
+    std::vector<double> us;
+    us.reserve(opts.iters);
+    for (int i = 0; i < opts.iters; ++i) {
+        if (opts.flush_l2) flusher.flush(stream);
+        if (opts.world) {
+            LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+            opts.world->barrier("bench");
+        }
+        LOOM_CHECK_CUDA(cudaEventRecord(start, stream));
+        fn(stream);
+        LOOM_CHECK_CUDA(cudaEventRecord(stop, stream));
+        LOOM_CHECK_CUDA(cudaEventSynchronize(stop));
+        float ms = 0;
+        LOOM_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+        us.push_back(ms * 1e3);
+    }
+    LOOM_CHECK_CUDA(cudaGetLastError());
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+
+    Timing t;
+    t.iters = opts.iters;
+    t.median_us = percentile(us, 0.5);
+    t.min_us = percentile(us, 0.0);
+    t.p90_us = percentile(us, 0.9);
+    if (opts.world && opts.world->world_size() > 1) {
+        // The slowest rank's figures decide; every rank returns the same Timing.
+        double mine[3] = {t.median_us, t.min_us, t.p90_us};
+        Bytes b(sizeof mine);
+        std::memcpy(b.data(), mine, sizeof mine);
+        auto all = opts.world->store().all_gather("bench-timing", b);
+        for (const auto& r : all) {
+            double other[3];
+            std::memcpy(other, r.data(), sizeof other);
+            t.median_us = std::max(t.median_us, other[0]);
+            t.min_us = std::max(t.min_us, other[1]);
+            t.p90_us = std::max(t.p90_us, other[2]);
+        }
+    }
+    return t;
+}
+
+double bus_factor(Coll c, int ranks) {
+    const double n = ranks;
+    switch (c) {
+        case Coll::AllReduce:
+            return 2.0 * (n - 1) / n;
+        case Coll::AllGather:
+        case Coll::ReduceScatter:
+        case Coll::AllToAll:
+            return (n - 1) / n;
+        case Coll::Broadcast:
+        case Coll::Point:
+            return 1.0;
+    }
+    return 1.0;
+}
+
+std::string gpu_name() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        return "none";
+    }
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceProp p{};
+    LOOM_CHECK_CUDA(cudaGetDeviceProperties(&p, dev));
+    return p.name;
+}
+
+Report::Report(std::string op, int ranks, int argc, char** argv) {
+    std::string command;
+    for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+    if (const char* c = std::getenv("LOOM_BENCH_COMMAND")) command = c;  // the full launcher line, when wrapped
+    const char* commit = std::getenv("LOOM_GIT_COMMIT");
+    char date[32];
+    std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    doc_ = {{"op", std::move(op)},
+            {"command", command},
+            {"gpu", gpu_name()},
+            {"commit", commit ? std::string(commit) : run_capture("git rev-parse --short HEAD 2>/dev/null")},
+            {"date", date},
+            {"ranks", ranks},
+            {"rows", nlohmann::json::array()}};
+}
+
+void Report::add_row(nlohmann::json row) {
+    if (!row.contains("speedup") && row.contains("baselines") && row.contains("loom_us")) {
+        nlohmann::json s = nlohmann::json::object();
+        double loom = row["loom_us"].get<double>();
+        for (auto& [name, us] : row["baselines"].items())
+            if (loom > 0 && us.is_number()) s[name] = us.get<double>() / loom;
+        row["speedup"] = s;
+    }
+    doc_["rows"].push_back(std::move(row));
+}
+
+nlohmann::json Report::to_json() const { return doc_; }
+
+void Report::write(const std::string& path) const {
+    std::ofstream f(path);
+    LOOM_CHECK(f.good(), "cannot write benchmark report {}", path);
+    f << doc_.dump(2) << "\n";
+    for (const auto& row : doc_["rows"]) std::printf("%s\n", row.dump().c_str());
+    std::printf("wrote %s\n", path.c_str());
+}
+
+}  // namespace loom::bench

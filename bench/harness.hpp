@@ -1,0 +1,59 @@
+// The one benchmark harness: warm-up, L2 flush, cross-rank barrier, CUDA events, median of many runs, and the
+// JSON report committed under docs/perf/.
+//
+// Timing contract: each timed run is [flush L2 (unless disabled)] -> [cross-rank barrier when a World is
+// given] -> event -> fn(stream) -> event. The per-rank median is reduced to the slowest rank's median over
+// the store, so every rank reports the same figure.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "loom/runtime/world.hpp"
+
+namespace loom::bench {
+
+struct TimeOptions {
+    int warmup = 5;
+    int iters = 30;
+    bool flush_l2 = true;
+    World* world = nullptr;  // barrier before each run and reduce to the slowest rank
+};
+
+struct Timing {
+    double median_us = 0;  // slowest rank's median when a world is given
+    double min_us = 0;
+    double p90_us = 0;
+    int iters = 0;
+};
+
+// Times fn (which enqueues its work on `stream`).
+Timing time_op(const std::function<void(cudaStream_t)>& fn, cudaStream_t stream, const TimeOptions& opts = {});
+
+// nccl-tests bus-bandwidth factors.
+enum class Coll { AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast, Point };
+double bus_factor(Coll c, int ranks);
+inline double gbps(double bytes, double us) { return bytes / (us * 1e3); }
+
+// Results file: docs/perf/<op>.json with op, command, gpu, commit, date, ranks, rows.
+// Each row: shape/size fields, "loom_us", "baselines": {name: us}, "speedup": {name: baseline_us / loom_us}.
+class Report {
+public:
+    Report(std::string op, int ranks, int argc, char** argv);
+    // Adds a row; fills "speedup" from "baselines" and "loom_us" when absent.
+    void add_row(nlohmann::json row);
+    nlohmann::json to_json() const;
+    // Writes the JSON (rank 0 only when ranks > 1 is the caller's business) and prints a table to stdout.
+    void write(const std::string& path) const;
+
+private:
+    nlohmann::json doc_;
+};
+
+std::string gpu_name();  // "NVIDIA H200", or "none"
+
+}  // namespace loom::bench

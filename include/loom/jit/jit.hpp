@@ -1,0 +1,85 @@
+// Loom's runtime compiler: compile a kernel template instantiation at run time, cache it, load it, launch it.
+//
+// A KernelSpec names a header (one of Loom's, embedded in the library, or a user's own file) and one
+// kernel template instantiation with literal arguments. compile() needs no GPU; get_kernel() compiles or
+// fetches from the cache and loads the cubin for the current device.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <vector>
+
+namespace loom::jit {
+
+struct KernelSpec {
+    // Header to #include: a Loom header ("loom/kernels/gemm.cuh") or a path to a user's file.
+    std::string header;
+    // Kernel template (qualified) and its literal template arguments: {"loom::kernels::gemm", {"128", "4"}}.
+    // With no template_args the kernel is a plain __global__ function.
+    std::string name;
+    std::vector<std::string> template_args;
+    std::vector<std::string> defines;       // "NAME" or "NAME=VALUE"
+    std::vector<std::string> include_dirs;  // extra -I for user kernels
+    bool needs_nvshmem = false;             // compile relocatable and link libnvshmem_device (nvcc path)
+    bool force_nvcc = false;                // skip NVRTC (also LOOM_JIT_COMPILER=nvcc)
+
+    std::string display() const;  // "loom::kernels::gemm<128, 4>"
+};
+
+// Architecture as a compute capability times ten (90 → sm_90a, 89 → sm_89, 80 → sm_80).
+int current_arch();
+
+struct CompileResult {
+    std::vector<char> cubin;
+    std::string lowered_name;  // mangled name of the instantiation in the cubin
+    std::string cache_key;
+    std::string compiler;      // "nvrtc" or "nvcc"
+    std::string log;           // compiler output (warnings); errors raise instead
+    std::string resource_report;  // registers, smem, stack, spills (from the cubin's attributes / ptxas -v)
+    bool from_cache = false;
+    double seconds = 0;        // compile (or cache read) time
+};
+
+// Compile (or read from the disk cache). Needs no GPU. Raises loom::Error with the kernel name, template
+// arguments, the generated TU's path and the compiler log when compilation fails.
+CompileResult compile(const KernelSpec& spec, int arch);
+
+struct LaunchConfig {
+    dim3 grid{1, 1, 1};
+    dim3 block{1, 1, 1};
+    std::size_t smem = 0;  // dynamic shared memory; the kernel's limit is raised when above 48 KiB
+    dim3 cluster{1, 1, 1};
+    cudaStream_t stream = nullptr;
+    bool cooperative = false;  // all blocks co-resident (grid barriers)
+};
+
+class Kernel {
+public:
+    CUfunction function() const { return function_; }
+    const std::string& name() const { return name_; }
+    int num_registers() const;
+    int local_bytes() const;     // stack/local memory per thread (spills show here)
+    int static_smem_bytes() const;
+    int max_blocks_per_sm(int block_threads, std::size_t dynamic_smem) const;
+
+    void launch(const LaunchConfig& cfg, void** args) const;
+    template <class... Args>
+    void operator()(const LaunchConfig& cfg, const Args&... args) const {
+        void* ptrs[] = {const_cast<void*>(static_cast<const void*>(&args))..., nullptr};
+        launch(cfg, ptrs);
+    }
+
+    Kernel(CUfunction f, std::string name) : function_(f), name_(std::move(name)) {}
+
+private:
+    CUfunction function_;
+    std::string name_;
+};
+
+// Compile-or-fetch and load for the current device. Thread-safe; the returned reference lives until process
+// exit (kernels are cached per device in-process).
+const Kernel& get_kernel(const KernelSpec& spec);
+
+}  // namespace loom::jit

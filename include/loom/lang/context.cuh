@@ -1,0 +1,35 @@
+// The device handle of a Loom world: what a kernel needs to address every rank it can reach by load/store.
+//
+// Host code builds it (loom::World::ctx()) and passes it to kernels by value. It is plain data so that
+// it compiles under the host compiler, nvcc and NVRTC alike.
+#pragma once
+
+#include "loom/config.hpp"
+
+namespace loom {
+
+struct Ctx {
+    int32_t rank;             // global rank
+    int32_t world;            // number of ranks
+    int32_t local_rank;       // index of this rank among the ranks of its node
+    int32_t local_world;      // ranks on this node
+    int32_t node;             // node index
+    int32_t local_base_rank;  // global rank of local rank 0 (the ranks of a node are contiguous)
+    uint64_t wait_timeout_ns; // bound on every spin-wait; 0 = unbounded (LOOM_WAIT_TIMEOUT_MS)
+    uint64_t heap_size;       // bytes of each rank's symmetric heap
+    char* heap[kMaxLocalPeers];  // heap[i]: local rank i's heap, mapped into this process
+
+    // Is `peer` reachable by load/store from this process (same node)?
+    LOOM_HOST_DEVICE bool reachable(int peer) const {
+        return peer >= local_base_rank && peer < local_base_rank + local_world;
+    }
+    // Base of `peer`'s heap in this process. Precondition: reachable(peer).
+    LOOM_HOST_DEVICE char* heap_of(int peer) const { return heap[peer - local_base_rank]; }
+    // Is `p` inside this rank's own symmetric heap?
+    LOOM_HOST_DEVICE bool is_symmetric(const void* p) const {
+        const char* c = static_cast<const char*>(p);
+        return c >= heap[local_rank] && c < heap[local_rank] + heap_size;
+    }
+};
+
+}  // namespace loom

@@ -1,0 +1,51 @@
+// Bootstrap key-value store over TCP, hosted by rank 0.
+//
+// Contract: every operation is bounded by the store timeout (LOOM_STORE_TIMEOUT_MS, default 300 s) and
+// raises loom::Error naming the key (and, for barriers and all-gathers, the ranks that never arrived)
+// when it expires. Clients retry the connection until the timeout (rank 0 may start last).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+using Bytes = std::vector<std::uint8_t>;
+
+class Store {
+public:
+    // rank 0 listens on (addr, port) and serves; every rank (0 included) is a client of that server.
+    // port 0 on rank 0 picks a free port (see port()); useful for tests.
+    Store(int rank, int world_size, const std::string& addr, int port, std::chrono::milliseconds timeout);
+    ~Store();
+    Store(const Store&) = delete;
+    Store& operator=(const Store&) = delete;
+
+    int rank() const;
+    int world_size() const;
+    int port() const;  // the port actually bound / connected
+    std::chrono::milliseconds timeout() const;
+
+    void set(const std::string& key, const Bytes& value);
+    Bytes get(const std::string& key);  // waits until the key exists
+    bool check(const std::string& key);  // exists now? never waits
+    void wait(const std::vector<std::string>& keys);
+    std::int64_t add(const std::string& key, std::int64_t delta);  // atomic; returns the new value
+
+    // Every rank calls with the same tag sequence. Raises naming the missing ranks on timeout.
+    void barrier(const std::string& tag = "");
+    std::vector<Bytes> all_gather(const std::string& tag, const Bytes& mine);
+
+    // String conveniences.
+    void set(const std::string& key, const std::string& value);
+    std::string get_string(const std::string& key);
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace loom

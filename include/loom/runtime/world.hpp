@@ -1,0 +1,70 @@
+// loom::World: one per process; rank facts, bootstrap store, device, and the symmetric heap.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <span>
+
+#include "loom/lang/context.cuh"
+#include "loom/runtime/env.hpp"
+#include "loom/runtime/store.hpp"
+
+namespace loom {
+
+class SymmetricHeap;
+
+struct WorldOptions {
+    std::size_t symmetric_size = 0;  // 0: LOOM_SYMMETRIC_SIZE, default 1 GiB
+    int device = -1;                 // -1: local_rank % visible devices
+    bool create_heap = true;         // false: store + rank facts only (CPU tests, tools)
+};
+
+class World {
+public:
+    // Everything from the environment in one call (see RankInfo for the conventions).
+    static World from_env(const WorldOptions& opts = {});
+    World(const RankInfo& info, const WorldOptions& opts);
+    ~World();  // collective when the heap exists; bounded even if a peer has died
+    World(World&&) noexcept;
+    World& operator=(World&&) noexcept;
+
+    int rank() const;
+    int world_size() const;
+    int local_rank() const;
+    int local_world_size() const;
+    int node() const;
+    int device() const;
+    const RankInfo& info() const;
+    Store& store();
+
+    void barrier(const std::string& tag = "");  // host barrier over the store
+
+    // Collective symmetric allocation: every rank calls with the same count; same offset everywhere.
+    // A rank asking for a different size gets an error (on every rank), never corruption.
+    void* alloc_bytes(std::size_t bytes, std::size_t alignment = 256);
+    template <class T>
+    T* alloc(std::size_t n) {
+        return static_cast<T*>(alloc_bytes(n * sizeof(T), alignof(T) > 256 ? alignof(T) : 256));
+    }
+    void free(void* p);  // collective; raises for a pointer not returned by alloc
+
+    bool is_symmetric(const void* p, std::size_t bytes = 1) const;
+    // Address of `p` (a symmetric pointer of this rank) in `peer`'s heap, as mapped in this process.
+    void* peer_ptr(const void* p, int peer) const;
+    template <class T>
+    T* peer_ptr(T* p, int peer) const {
+        return static_cast<T*>(peer_ptr(static_cast<const void*>(p), peer));
+    }
+
+    Ctx ctx() const;  // the device handle
+    SymmetricHeap& heap();
+
+    void shutdown();  // explicit, idempotent; the destructor calls it
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace loom

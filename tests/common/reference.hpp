@@ -1,0 +1,25 @@
+// Host-side references and comparisons for tests and benchmarks.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace loom::test {
+
+// bf16 / fp16 <-> float on the host (round to nearest even).
+std::uint16_t float_to_bf16(float f);
+float bf16_to_float(std::uint16_t h);
+std::uint16_t float_to_half(float f);
+float half_to_float(std::uint16_t h);
+
+// Fresh random values in [-1, 1) (never zeros by construction of the tests' seeds).
+std::vector<float> random_floats(std::size_t n, std::uint64_t seed);
+
+// DeepGEMM's similarity metric: 1 - 2<x,y>/(<x,x>+<y,y>), computed in double. ~0 when equal.
+double calc_diff(std::span<const double> ref, std::span<const double> got);
+// ||got - ref|| / ||ref|| in double.
+double rel_l2(std::span<const double> ref, std::span<const double> got);
+
+}  // namespace loom::test
