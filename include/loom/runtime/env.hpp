@@ -1,7 +1,19 @@
 // Rank facts from the environment: LOOM_*, torchrun's, Open MPI's or Slurm's variables.
+//
+// Conventions, in precedence order (the first whose rank variable is set supplies every fact):
+//   loom      LOOM_RANK, LOOM_WORLD_SIZE, LOOM_LOCAL_RANK, LOOM_LOCAL_WORLD_SIZE (set by loomrun)
+//   torchrun  RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
+//   openmpi   OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE
+//   slurm     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, and the tasks per node from SLURM_NTASKS_PER_NODE or
+//             SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE ("4(x2)", "4,4")
+// The rendezvous address is LOOM_MASTER_ADDR, else MASTER_ADDR, else 127.0.0.1 (allowed only on one node);
+// the port is LOOM_MASTER_PORT, else MASTER_PORT, else 29500. Without a local rank/world the job is taken to
+// be one node. Ranks must be laid out node by node: local_rank == rank % local_world_size, node = rank /
+// local_world_size.
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <functional>
 #include <optional>
 #include <string>
@@ -17,9 +29,10 @@ struct RankInfo {
     std::string master_addr = "127.0.0.1";
     int master_port = 29500;
     std::string source;  // which convention supplied the facts: "loom", "torchrun", "openmpi", "slurm", "default"
+    int device = -1;     // LOOM_DEVICE (loomrun assigns it); -1 when unset: the World picks local_rank % devices
 };
 
-// Look-up function so that tests can parse a synthetic environment.
+// Look-up function so that tests can parse a synthetic environment. An empty value counts as unset.
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 EnvLookup process_env();
 
@@ -28,11 +41,22 @@ EnvLookup process_env();
 // local world not dividing, ...).
 RankInfo rank_info_from_env(const EnvLookup& env = process_env());
 
-// Typed helpers for LOOM_* settings; errors name the variable and the value given.
+// Typed helpers for LOOM_* settings; errors name the variable and the value given. Unset or empty -> fallback.
 std::optional<std::string> env_str(const char* name);
 long long env_int(const char* name, long long fallback);
-bool env_flag(const char* name);               // "1", "true", "yes", "on" (case-insensitive)
+bool env_flag(const char* name);  // "1", "true", "yes", "on" / "0", "false", "no", "off" (case-insensitive)
 std::size_t env_bytes(const char* name, std::size_t fallback);  // accepts 1073741824, 1G, 512M, 64K, 2GiB
 std::chrono::milliseconds env_ms(const char* name, std::chrono::milliseconds fallback);
+
+// The same parsers on a given lookup (tests) ...
+long long env_int(const EnvLookup& env, const char* name, long long fallback);
+bool env_flag(const EnvLookup& env, const char* name);
+std::size_t env_bytes(const EnvLookup& env, const char* name, std::size_t fallback);
+std::chrono::milliseconds env_ms(const EnvLookup& env, const char* name, std::chrono::milliseconds fallback);
+// ... and on a bare value; `what` names the source in errors. Byte suffixes are binary (K = KiB = 1024).
+std::size_t parse_bytes(const std::string& text, const std::string& what);
+
+// LOOM_STORE_TIMEOUT_MS (default 300000): bound on every bootstrap-store wait and on connecting to it.
+std::chrono::milliseconds store_timeout();
 
 }  // namespace loom

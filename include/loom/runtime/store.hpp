@@ -2,7 +2,16 @@
 //
 // Contract: every operation is bounded by the store timeout (LOOM_STORE_TIMEOUT_MS, default 300 s) and
 // raises loom::Error naming the key (and, for barriers and all-gathers, the ranks that never arrived)
-// when it expires. Clients retry the connection until the timeout (rank 0 may start last).
+// when it expires. Clients retry the connection until the timeout (rank 0 may start last). When rank 0's
+// server goes away, pending and later operations raise instead of hanging; after any error the Store is
+// unusable (its connection may be out of step) and every later call raises.
+//
+// Threads: one Store may be shared by threads; calls are serialised on its one connection, so a get() that
+// waits blocks the others until it returns.
+//
+// Wire protocol (rank 0's server, loopback or TCP/IPv4): frames of [u32 length][body], little-endian;
+// request body = [u8 op][u32 timeout ms][fields], reply body = [u8 status][payload or error text]. The
+// server applies each waiting request's timeout itself, so it can say which keys or ranks were missing.
 #pragma once
 
 #include <chrono>
@@ -11,15 +20,19 @@
 #include <string>
 #include <vector>
 
+#include "loom/runtime/env.hpp"
+
 namespace loom {
 
 using Bytes = std::vector<std::uint8_t>;
 
 class Store {
-public:
+  public:
     // rank 0 listens on (addr, port) and serves; every rank (0 included) is a client of that server.
     // port 0 on rank 0 picks a free port (see port()); useful for tests.
     Store(int rank, int world_size, const std::string& addr, int port, std::chrono::milliseconds timeout);
+    // From the rank facts, with LOOM_STORE_TIMEOUT_MS.
+    explicit Store(const RankInfo& info);
     ~Store();
     Store(const Store&) = delete;
     Store& operator=(const Store&) = delete;
@@ -30,12 +43,13 @@ public:
     std::chrono::milliseconds timeout() const;
 
     void set(const std::string& key, const Bytes& value);
-    Bytes get(const std::string& key);  // waits until the key exists
+    Bytes get(const std::string& key);   // waits until the key exists
     bool check(const std::string& key);  // exists now? never waits
     void wait(const std::vector<std::string>& keys);
     std::int64_t add(const std::string& key, std::int64_t delta);  // atomic; returns the new value
 
-    // Every rank calls with the same tag sequence. Raises naming the missing ranks on timeout.
+    // Every rank calls with the same tag sequence (each Store counts its calls per tag, so a tag may be reused).
+    // Raises naming the missing ranks on timeout. all_gather returns the values in rank order.
     void barrier(const std::string& tag = "");
     std::vector<Bytes> all_gather(const std::string& tag, const Bytes& mine);
 
@@ -43,7 +57,7 @@ public:
     void set(const std::string& key, const std::string& value);
     std::string get_string(const std::string& key);
 
-private:
+  private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };
