@@ -38,6 +38,12 @@ struct Store::Impl {
     std::string broken;  // why the connection is unusable; empty while it is fine
     std::map<std::string, std::uint64_t> barrier_calls, gather_calls;
 
+    // Also runs when a constructor throws half-way, so a failed connect leaves no socket behind.
+    ~Impl() {
+        if (fd >= 0) ::close(fd);
+        if (server) server->stop(std::min(timeout, kMaxDrain));
+    }
+
     std::string where() const { return fmt::format("store at {}:{}", addr, port); }
 
     void connect() {
@@ -49,11 +55,12 @@ struct Store::Impl {
             ++attempts;
             fd = net::tcp_connect(addr, port, deadline, &why);
             if (fd >= 0) break;
-            LOOM_CHECK(Clock::now() + backoff < deadline,
+            auto now = Clock::now();
+            LOOM_CHECK(now < deadline,
                        "rank {} could not connect to the {} within {} ms ({} attempts, last error: {}); is rank 0 "
                        "running, and are LOOM_MASTER_ADDR/LOOM_MASTER_PORT (or MASTER_ADDR/MASTER_PORT) right?",
                        rank, where(), timeout.count(), attempts, why);
-            std::this_thread::sleep_for(backoff);
+            std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
             backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
         }
         request(fmt::format("connecting rank {}", rank), Op::Hello, net::Writer().i32(rank).i32(world), true);
@@ -138,11 +145,7 @@ Store::Store(int rank, int world_size, const std::string& addr, int port, std::c
 Store::Store(const RankInfo& info)
     : Store(info.rank, info.world_size, info.master_addr, info.master_port, store_timeout()) {}
 
-Store::~Store() {
-    if (!impl_) return;
-    if (impl_->fd >= 0) ::close(impl_->fd);
-    if (impl_->server) impl_->server->stop(std::min(impl_->timeout, kMaxDrain));
-}
+Store::~Store() = default;
 
 int Store::rank() const { return impl_->rank; }
 int Store::world_size() const { return impl_->world; }
