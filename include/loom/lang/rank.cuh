@@ -1,0 +1,45 @@
+// Rank facts and symmetric addressing from the Ctx (Triton-distributed's rank / num_ranks / symm_at).
+//
+// symm_at is base-offset arithmetic on the Ctx peer table: no library call, no memory access. A peer outside
+// this node is not load/store reachable; asking for it is a checked error (diagnostic + trap) — the place where
+// NVSHMEM routing will plug in.
+#pragma once
+
+#include "loom/config.hpp"
+#if !LOOM_NVRTC
+#include <cstdio>  // device printf (NVRTC declares it built in)
+#endif
+#include "loom/lang/context.cuh"
+
+namespace loom::lang {
+
+LOOM_DEVICE LOOM_FORCEINLINE int rank(const Ctx& ctx) { return ctx.rank; }
+LOOM_DEVICE LOOM_FORCEINLINE int num_ranks(const Ctx& ctx) { return ctx.world; }
+LOOM_DEVICE LOOM_FORCEINLINE int local_rank(const Ctx& ctx) { return ctx.local_rank; }
+LOOM_DEVICE LOOM_FORCEINLINE int local_world(const Ctx& ctx) { return ctx.local_world; }
+LOOM_DEVICE LOOM_FORCEINLINE bool reachable(const Ctx& ctx, int peer) { return ctx.reachable(peer); }
+
+namespace detail {
+__noinline__ LOOM_DEVICE inline void bad_peer(const Ctx& ctx, const void* p, int peer) {
+    printf(
+        "loom: symm_at: rank %d block (%u,%u,%u) thread %u: peer %d is not load/store reachable (local ranks "
+        "%d..%d of %d) or %p is not in this rank's symmetric heap [%p, +%llu)\n",
+        ctx.rank, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, peer, ctx.local_base_rank,
+        ctx.local_base_rank + ctx.local_world - 1, ctx.world, p, ctx.heap[ctx.local_rank],
+        static_cast<unsigned long long>(ctx.heap_size));
+    __trap();
+}
+}  // namespace detail
+
+// `p` (a pointer into this rank's symmetric heap) as seen in `peer`'s heap, mapped into this process.
+// Checked: peer reachable and p symmetric (two compares; the failing path is out of line).
+template <class T>
+LOOM_DEVICE LOOM_FORCEINLINE T* symm_at(const Ctx& ctx, T* p, int peer) {
+    const char* c = static_cast<const char*>(static_cast<const void*>(p));
+    const char* base = ctx.heap[ctx.local_rank];
+    const uint64_t offset = static_cast<uint64_t>(c - base);
+    if (!ctx.reachable(peer) || offset >= ctx.heap_size) detail::bad_peer(ctx, p, peer);
+    return static_cast<T*>(static_cast<void*>(ctx.heap[peer - ctx.local_base_rank] + offset));
+}
+
+}  // namespace loom::lang

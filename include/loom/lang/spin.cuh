@@ -1,0 +1,113 @@
+// The one bounded spin helper behind every wait in Loom, and the wrap-safe compares it uses.
+//
+// With ctx.wait_timeout_ns > 0 (LOOM_WAIT_TIMEOUT_MS on the host) a wait that does not complete in time prints
+//   loom: wait timeout: rank R block (x,y,z) thread T tag <tag> at <addr> expected <cmp> <value> observed <value>
+//   after <ms> ms
+// and traps; the launcher then tears the job down. With 0 it spins forever (production, by choice).
+#pragma once
+
+#include "loom/config.hpp"
+#if !LOOM_NVRTC
+#include <cstdio>  // device printf (NVRTC declares it built in)
+#endif
+#include "loom/lang/context.cuh"
+#include "loom/ptx/special.cuh"
+
+namespace loom::lang {
+
+// Compares of a monotonic counter against a target. Counters may wrap: compares are made on the signed
+// difference (observed - target), so GE means "at or past target" as long as the two are within 2^63.
+enum class Cmp : int { EQ, NE, GE, GT, LE, LT };
+
+LOOM_DEVICE LOOM_FORCEINLINE bool compare(uint64_t observed, Cmp cmp, uint64_t target) {
+    const int64_t d = static_cast<int64_t>(observed - target);
+    switch (cmp) {
+        case Cmp::EQ:
+            return d == 0;
+        case Cmp::NE:
+            return d != 0;
+        case Cmp::GE:
+            return d >= 0;
+        case Cmp::GT:
+            return d > 0;
+        case Cmp::LE:
+            return d <= 0;
+        case Cmp::LT:
+            return d < 0;
+    }
+    return false;
+}
+LOOM_DEVICE LOOM_FORCEINLINE bool compare(uint32_t observed, Cmp cmp, uint32_t target) {
+    const int32_t d = static_cast<int32_t>(observed - target);
+    switch (cmp) {
+        case Cmp::EQ:
+            return d == 0;
+        case Cmp::NE:
+            return d != 0;
+        case Cmp::GE:
+            return d >= 0;
+        case Cmp::GT:
+            return d > 0;
+        case Cmp::LE:
+            return d <= 0;
+        case Cmp::LT:
+            return d < 0;
+    }
+    return false;
+}
+
+LOOM_DEVICE LOOM_FORCEINLINE const char* cmp_name(Cmp cmp) {
+    switch (cmp) {
+        case Cmp::EQ:
+            return "==";
+        case Cmp::NE:
+            return "!=";
+        case Cmp::GE:
+            return ">=";
+        case Cmp::GT:
+            return ">";
+        case Cmp::LE:
+            return "<=";
+        case Cmp::LT:
+            return "<";
+    }
+    return "?";
+}
+
+namespace detail {
+// Cold path: print the diagnostic and trap. Kept out of line so the spin loop stays small.
+__noinline__ LOOM_DEVICE inline void wait_timeout(const Ctx& ctx, const char* tag, const void* addr, Cmp cmp,
+                                                  uint64_t expected, uint64_t observed, uint64_t elapsed_ns) {
+    printf(
+        "loom: wait timeout: rank %d block (%u,%u,%u) thread %u tag %s at %p expected %s %llu observed %llu "
+        "after %llu ms\n",
+        ctx.rank, blockIdx.x, blockIdx.y, blockIdx.z,
+        threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z), tag, addr, cmp_name(cmp),
+        static_cast<unsigned long long>(expected), static_cast<unsigned long long>(observed),
+        static_cast<unsigned long long>(elapsed_ns / 1000000ull));
+    __trap();
+}
+}  // namespace detail
+
+// Spin until poll(observed) returns true. `poll` performs the (acquire/volatile) load itself and stores what it
+// saw in `observed` (uint64_t&) for the diagnostic; `addr`, `cmp` and `expected` describe the wait for it.
+// Called by one thread; returns the last observed value. The first poll runs before the clock is read, so a
+// wait that is already satisfied costs one load.
+template <class Poll>
+LOOM_DEVICE LOOM_FORCEINLINE uint64_t spin_until(const Ctx& ctx, const char* tag, const void* addr, Cmp cmp,
+                                                 uint64_t expected, Poll&& poll) {
+    uint64_t observed = 0;
+    if (poll(observed)) return observed;
+    const uint64_t timeout = ctx.wait_timeout_ns;
+    const uint64_t start = timeout ? ptx::globaltimer() : 0;
+    for (uint32_t iter = 1;; ++iter) {
+        if (poll(observed)) return observed;
+        // Reading the timer every 64 polls keeps the loop at load latency.
+        if (timeout && (iter & 63) == 0) {
+            const uint64_t elapsed = ptx::globaltimer() - start;
+            if (elapsed > timeout) detail::wait_timeout(ctx, tag, addr, cmp, expected, observed, elapsed);
+        }
+    }
+}
+
+}  // namespace loom::lang
