@@ -9,6 +9,7 @@
 #include "loom/lang/context.cuh"
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/store.hpp"
+#include "loom/runtime/symmetric_heap.hpp"
 
 namespace loom {
 
@@ -16,12 +17,13 @@ class SymmetricHeap;
 
 struct WorldOptions {
     std::size_t symmetric_size = 0;  // 0: LOOM_SYMMETRIC_SIZE, default 1 GiB
-    int device = -1;                 // -1: local_rank % visible devices
+    int device = -1;                 // -1: LOOM_DEVICE, else local_rank % visible devices
     bool create_heap = true;         // false: store + rank facts only (CPU tests, tools)
+    bool bind_device = true;         // false (only with create_heap = false): never touch CUDA; device() is -1
 };
 
 class World {
-public:
+  public:
     // Everything from the environment in one call (see RankInfo for the conventions).
     static World from_env(const WorldOptions& opts = {});
     World(const RankInfo& info, const WorldOptions& opts);
@@ -60,10 +62,18 @@ public:
     Ctx ctx() const;  // the device handle
     SymmetricHeap& heap();
 
-    void shutdown();  // explicit, idempotent; the destructor calls it
+    // Explicit, idempotent; the destructor calls it. Synchronizes the device, then a bounded barrier over the
+    // store (LOOM_SHUTDOWN_TIMEOUT_MS) so rank 0 keeps serving the store until every rank is done with it; a
+    // rank that never arrives (it died) is reported on stderr and local resources are released anyway. Never
+    // throws. Every other call on a World that is shut down raises.
+    void shutdown();
+    bool is_shut_down() const;
 
-private:
     struct Impl;
+
+  private:
+    Impl& live() const;
+    void init(const RankInfo& info, const WorldOptions& opts);  // raises when moved from or shut down
     std::unique_ptr<Impl> impl_;
 };
 

@@ -1,0 +1,264 @@
+#include "loom/runtime/world.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "loom/runtime/driver.hpp"
+#include "loom/runtime/error.hpp"
+#include "runtime/heap_allocator.hpp"
+
+namespace loom {
+namespace {
+
+constexpr std::size_t kDefaultSymmetricSize = std::size_t{1} << 30;
+
+// One collective heap call as every rank reports it, so all ranks can check they made the same call.
+struct HeapCall {
+    enum Op : std::uint32_t { Alloc = 1, Free = 2 };
+    enum FreeStatus : std::uint32_t { Live = 0, NotInHeap = 1, NotAnAllocation = 2 };
+    std::uint32_t op;
+    std::uint32_t status;  // Free only
+    std::uint64_t a;       // Alloc: bytes; Free: offset (or the address when NotInHeap)
+    std::uint64_t b;       // Alloc: alignment
+    bool operator==(const HeapCall&) const = default;
+};
+
+std::string describe(const HeapCall& c) {
+    if (c.op == HeapCall::Alloc) return fmt::format("asked {} bytes (alignment {})", c.a, c.b);
+    switch (c.status) {
+        case HeapCall::Live:
+            return fmt::format("freed offset {}", c.a);
+        case HeapCall::NotInHeap:
+            return fmt::format("freed {:#x}, which is not in the symmetric heap", c.a);
+        default:
+            return fmt::format("freed offset {}, which is not a pointer returned by alloc", c.a);
+    }
+}
+
+}  // namespace
+
+struct World::Impl {
+    RankInfo info;
+    std::unique_ptr<Store> store;
+    int device = -1;
+    std::unique_ptr<SymmetricHeap> heap;
+    std::unique_ptr<detail::HeapAllocator> allocator;
+    std::uint64_t wait_timeout_ns = 0;
+    bool shut_down = false;
+    bool barrier_at_shutdown = true;
+
+    ~Impl() { shutdown(); }
+
+    // All ranks gather their call and check they agree; raises the same error on every rank otherwise.
+    void agree(const HeapCall& mine, const char* what) {
+        Bytes b(sizeof mine);
+        std::memcpy(b.data(), &mine, sizeof mine);
+        std::vector<HeapCall> all;
+        for (const auto& r : store->all_gather("loom/heap-call", b)) {
+            LOOM_CHECK(r.size() == sizeof(HeapCall), "{}: expected {} bytes from a peer, given {}", what,
+                       sizeof(HeapCall), r.size());
+            HeapCall c;
+            std::memcpy(&c, r.data(), sizeof c);
+            all.push_back(c);
+        }
+        bool same = std::all_of(all.begin(), all.end(), [&](const HeapCall& c) { return c == all[0]; });
+        std::string calls;
+        for (std::size_t r = 0; r < all.size(); ++r)
+            calls += fmt::format("{}rank {} {}", r ? ", " : "", r, describe(all[r]));
+        LOOM_CHECK(same, "{}: every rank must make the same call, given: {}", what, calls);
+        for (std::size_t r = 0; r < all.size(); ++r)
+            LOOM_CHECK(all[r].op != HeapCall::Free || all[r].status == HeapCall::Live, "{}: rank {} {}", what, r,
+                       describe(all[r]));
+    }
+
+    void shutdown() noexcept {
+        if (shut_down) return;
+        shut_down = true;
+        if (device >= 0 && cudaDeviceSynchronize() != cudaSuccess) {
+            std::fprintf(stderr, "loom: warning: rank %d: device %d reported '%s' at shutdown\n", info.rank, device,
+                         cudaGetErrorString(cudaGetLastError()));
+        }
+        if (store && info.world_size > 1 && barrier_at_shutdown) {
+            try {
+                shutdown_barrier();
+            } catch (const std::exception& e) {
+                std::fprintf(stderr,
+                             "loom: warning: rank %d: shutdown barrier failed (%s); releasing local resources\n",
+                             info.rank, e.what());
+            }
+        }
+        allocator.reset();
+        heap.reset();   // local: unmaps and releases
+        store.reset();  // rank 0: stops serving (every rank has left the barrier, or the wait gave up)
+    }
+
+    // Two phases over atomic counters, each bounded: "arrive" (every rank is done with the device work that
+    // touches peers), then "leave" (every rank has stopped polling), after which rank 0 may stop the server.
+    // A Store barrier would wait for the full store timeout; this one polls with its own bound.
+    void shutdown_barrier() {
+        const auto timeout = env_ms("LOOM_SHUTDOWN_TIMEOUT_MS", std::chrono::milliseconds(60000));
+        const auto deadline = std::chrono::steady_clock::now() + timeout;
+        auto wait_all = [&](const std::string& key) {
+            auto pause = std::chrono::milliseconds(1);
+            for (;;) {
+                std::int64_t n = store->add(key, 0);
+                if (n >= info.world_size) return true;
+                if (std::chrono::steady_clock::now() >= deadline) {
+                    std::fprintf(stderr,
+                                 "loom: warning: rank %d: only %lld of %d ranks reached shutdown within %lld ms (a "
+                                 "peer died?); releasing local resources\n",
+                                 info.rank, static_cast<long long>(n), info.world_size,
+                                 static_cast<long long>(timeout.count()));
+                    return false;
+                }
+                std::this_thread::sleep_for(pause);
+                pause = std::min(pause * 2, std::chrono::milliseconds(20));
+            }
+        };
+        store->add("loom/shutdown/arrive", 1);
+        if (!wait_all("loom/shutdown/arrive")) return;
+        store->add("loom/shutdown/leave", 1);
+        if (info.rank == 0) wait_all("loom/shutdown/leave");
+    }
+};
+
+World World::from_env(const WorldOptions& opts) { return World(rank_info_from_env(), opts); }
+
+World::World(const RankInfo& info, const WorldOptions& opts) : impl_(std::make_unique<Impl>()) {
+    try {
+        init(info, opts);
+    } catch (...) {
+        // A failed start skips the shutdown barrier: peers fail fast on the store instead of waiting for us.
+        impl_->barrier_at_shutdown = false;
+        throw;
+    }
+}
+
+void World::init(const RankInfo& info, const WorldOptions& opts) {
+    Impl& w = *impl_;
+    w.info = info;
+    LOOM_CHECK(opts.bind_device || !opts.create_heap,
+               "WorldOptions: a symmetric heap needs a device (bind_device = false with create_heap = true)");
+    // Without a GPU every rank fails here alike, before anyone waits for anyone.
+    if (opts.create_heap && !driver::available()) LOOM_FAIL("no GPU: {}", driver::unavailable_reason());
+    w.store = std::make_unique<Store>(info.rank, info.world_size, info.master_addr, info.master_port, store_timeout());
+
+    if (opts.bind_device && driver::available()) {
+        int count = 0;
+        LOOM_CHECK_CUDA(cudaGetDeviceCount(&count));
+        int dev = opts.device >= 0 ? opts.device : info.device >= 0 ? info.device : info.local_rank % count;
+        LOOM_CHECK(dev < count, "device: expected an index in [0, {}) (LOOM_DEVICE / WorldOptions::device), given {}",
+                   count, dev);
+        LOOM_CHECK_CUDA(cudaSetDevice(dev));
+        w.device = dev;
+    }
+    const auto wait_ms = env_ms("LOOM_WAIT_TIMEOUT_MS", std::chrono::milliseconds(0));
+    w.wait_timeout_ns = static_cast<std::uint64_t>(wait_ms.count()) * 1000000ull;
+
+    if (opts.create_heap) {
+        std::size_t bytes =
+            opts.symmetric_size ? opts.symmetric_size : env_bytes("LOOM_SYMMETRIC_SIZE", kDefaultSymmetricSize);
+        w.heap = std::make_unique<SymmetricHeap>(*w.store, info, w.device, bytes);
+        w.allocator = std::make_unique<detail::HeapAllocator>(w.heap->size());
+    }
+}
+
+World::~World() = default;  // Impl's destructor shuts down, never throwing
+World::World(World&&) noexcept = default;
+World& World::operator=(World&&) noexcept = default;
+
+World::Impl& World::live() const {
+    LOOM_CHECK(impl_, "World: used after it was moved from");
+    LOOM_CHECK(!impl_->shut_down, "World: used after shutdown()");
+    return *impl_;
+}
+
+int World::rank() const { return live().info.rank; }
+int World::world_size() const { return live().info.world_size; }
+int World::local_rank() const { return live().info.local_rank; }
+int World::local_world_size() const { return live().info.local_world_size; }
+int World::node() const { return live().info.node; }
+int World::device() const { return live().device; }
+const RankInfo& World::info() const { return live().info; }
+Store& World::store() { return *live().store; }
+
+void World::barrier(const std::string& tag) { live().store->barrier("loom/world/" + tag); }
+
+void* World::alloc_bytes(std::size_t bytes, std::size_t alignment) {
+    Impl& w = live();
+    w.agree(HeapCall{HeapCall::Alloc, 0, bytes, alignment}, "symmetric alloc");
+    // From here every rank holds the same request and the same allocator state: the outcome is identical.
+    LOOM_CHECK(w.heap, "symmetric alloc: this World has no symmetric heap (created with create_heap = false)");
+    LOOM_CHECK(bytes > 0, "symmetric alloc: expected a positive size, given 0 bytes");
+    LOOM_CHECK(alignment > 0 && (alignment & (alignment - 1)) == 0 && alignment <= w.heap->granularity(),
+               "symmetric alloc: expected a power-of-two alignment of at most {}, given {}", w.heap->granularity(),
+               alignment);
+    auto offset = w.allocator->allocate(bytes, alignment);
+    LOOM_CHECK(offset,
+               "symmetric heap exhausted: requested {} bytes, largest free block {} of {}; raise "
+               "LOOM_SYMMETRIC_SIZE",
+               bytes, w.allocator->largest_free_block(), w.allocator->capacity());
+    return w.heap->local_base() + *offset;
+}
+
+void World::free(void* p) {
+    Impl& w = live();
+    HeapCall mine{HeapCall::Free, HeapCall::NotInHeap, reinterpret_cast<std::uintptr_t>(p), 0};
+    if (w.heap && is_symmetric(p)) {
+        mine.a = static_cast<std::uint64_t>(static_cast<char*>(p) - w.heap->local_base());
+        mine.status = w.allocator->allocation_size(mine.a) ? HeapCall::Live : HeapCall::NotAnAllocation;
+    }
+    w.agree(mine, "symmetric free");
+    w.allocator->free(mine.a);
+}
+
+bool World::is_symmetric(const void* p, std::size_t bytes) const {
+    const Impl& w = live();
+    if (!w.heap) return false;
+    auto c = reinterpret_cast<std::uintptr_t>(p), base = reinterpret_cast<std::uintptr_t>(w.heap->local_base());
+    return c >= base && c - base < w.heap->size() && bytes <= w.heap->size() - (c - base);
+}
+
+void* World::peer_ptr(const void* p, int peer) const {
+    const Impl& w = live();
+    LOOM_CHECK(w.heap, "peer_ptr: this World has no symmetric heap");
+    const int first = w.info.node * w.info.local_world_size;
+    LOOM_CHECK(peer >= first && peer < first + w.info.local_world_size,
+               "peer_ptr: expected a peer on this node (ranks {}..{}), given rank {}", first,
+               first + w.info.local_world_size - 1, peer);
+    LOOM_CHECK(is_symmetric(p), "peer_ptr: expected a pointer into this rank's symmetric heap [{}, {}), given {}",
+               static_cast<void*>(w.heap->local_base()), static_cast<void*>(w.heap->local_base() + w.heap->size()), p);
+    return w.heap->base(peer - first) + (static_cast<const char*>(p) - w.heap->local_base());
+}
+
+Ctx World::ctx() const {
+    const Impl& w = live();
+    Ctx c{};
+    c.rank = w.info.rank;
+    c.world = w.info.world_size;
+    c.local_rank = w.info.local_rank;
+    c.local_world = w.info.local_world_size;
+    c.node = w.info.node;
+    c.local_base_rank = w.info.node * w.info.local_world_size;
+    c.wait_timeout_ns = w.wait_timeout_ns;
+    c.heap_size = w.heap ? w.heap->size() : 0;
+    for (int i = 0; i < kMaxLocalPeers; ++i)
+        c.heap[i] = w.heap && i < w.info.local_world_size ? w.heap->base(i) : nullptr;
+    return c;
+}
+
+SymmetricHeap& World::heap() {
+    Impl& w = live();
+    LOOM_CHECK(w.heap, "World::heap: this World has no symmetric heap (created with create_heap = false)");
+    return *w.heap;
+}
+
+void World::shutdown() {
+    if (impl_) impl_->shutdown();
+}
+
+bool World::is_shut_down() const { return !impl_ || impl_->shut_down; }
+
+}  // namespace loom

@@ -1,0 +1,241 @@
+// loom::World without a symmetric heap (create_heap = false, bind_device = false), over the real store, with
+// one forked process per rank: rank facts, barriers, the Ctx, collective agreement of heap calls, shutdown
+// (idempotent, bounded when a peer has died), move-only ownership.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "loom/runtime/driver.hpp"
+#include "loom/runtime/error.hpp"
+#include "loom/runtime/world.hpp"
+#include "unit/forked.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using loom::test::run_children;
+
+constexpr loom::WorldOptions kCpuOnly{.create_heap = false, .bind_device = false};
+
+// Ranks of one simulated job: rank 0's World picks a free port and tells the others through a pipe.
+class Job {
+  public:
+    Job(int world, int local_world) : world_(world), local_world_(local_world) {
+        if (::pipe(fds_) != 0) std::abort();
+    }
+    ~Job() {
+        ::close(fds_[0]);
+        ::close(fds_[1]);
+    }
+
+    // In the child of `rank`: builds its World (rank 0 first, then the others once they know the port).
+    loom::World make(int rank) {
+        loom::RankInfo info;
+        info.rank = rank;
+        info.world_size = world_;
+        info.local_world_size = local_world_;
+        info.local_rank = rank % local_world_;
+        info.node = rank / local_world_;
+        info.master_addr = "127.0.0.1";
+        info.source = "test";
+        if (rank == 0) {
+            info.master_port = 0;
+            loom::World w(info, kCpuOnly);
+            int port = w.store().port();
+            for (int i = 1; i < world_; ++i)
+                if (::write(fds_[1], &port, sizeof port) != sizeof port) std::abort();
+            return w;
+        }
+        int port = 0;
+        if (::read(fds_[0], &port, sizeof port) != sizeof port) std::abort();
+        info.master_port = port;
+        return loom::World(info, kCpuOnly);
+    }
+
+  private:
+    int world_, local_world_;
+    int fds_[2];
+};
+
+// A failed check in a child: print it and turn it into the exit status.
+#define CHILD_CHECK(cond)                                                                      \
+    do {                                                                                       \
+        if (!(cond)) {                                                                         \
+            std::fprintf(stderr, "%s:%d: rank check failed: %s\n", __FILE__, __LINE__, #cond); \
+            return 1;                                                                          \
+        }                                                                                      \
+    } while (0)
+
+bool contains(const std::string& s, const std::string& part) {
+    if (s.find(part) != std::string::npos) return true;
+    std::fprintf(stderr, "expected \"%s\" in: %s\n", part.c_str(), s.c_str());
+    return false;
+}
+
+void expect_all_zero(const std::vector<int>& status) {
+    for (std::size_t i = 0; i < status.size(); ++i) EXPECT_EQ(status[i], 0) << "rank " << i;
+}
+
+TEST(WorldCpu, RankFactsBarrierAndCtx) {
+    for (auto [world, local] : {std::pair{1, 1}, {3, 3}, {4, 2}}) {
+        Job job(world, local);
+        expect_all_zero(run_children(world, [&](int rank) {
+            loom::World w = job.make(rank);
+            CHILD_CHECK(w.rank() == rank && w.world_size() == world);
+            CHILD_CHECK(w.local_rank() == rank % local && w.local_world_size() == local);
+            CHILD_CHECK(w.node() == rank / local && w.device() == -1);
+            for (int i = 0; i < 5; ++i) w.barrier("loop");
+            w.barrier();
+            loom::Ctx c = w.ctx();
+            CHILD_CHECK(c.rank == rank && c.world == world && c.local_rank == rank % local);
+            CHILD_CHECK(c.local_world == local && c.node == rank / local);
+            CHILD_CHECK(c.local_base_rank == (rank / local) * local);
+            CHILD_CHECK(c.heap_size == 0 && c.heap[0] == nullptr);
+            CHILD_CHECK(c.reachable(c.local_base_rank) && !c.reachable(c.local_base_rank + local));
+            // The store is usable by callers, and collectives over it line up across ranks.
+            auto all = w.store().all_gather("ranks", loom::Bytes{static_cast<std::uint8_t>(rank)});
+            for (int r = 0; r < world; ++r) CHILD_CHECK(all[r] == loom::Bytes{static_cast<std::uint8_t>(r)});
+            w.shutdown();
+            w.shutdown();  // idempotent
+            CHILD_CHECK(w.is_shut_down());
+            try {
+                w.barrier();
+                return 2;
+            } catch (const loom::Error& e) {
+                CHILD_CHECK(contains(e.what(), "after shutdown"));
+            }
+            return 0;
+        }));
+    }
+}
+
+TEST(WorldCpu, WaitTimeoutReachesTheCtx) {
+    Job job(2, 2);
+    expect_all_zero(run_children(2, [&](int rank) {
+        ::setenv("LOOM_WAIT_TIMEOUT_MS", "1500", 1);
+        loom::World w = job.make(rank);
+        CHILD_CHECK(w.ctx().wait_timeout_ns == 1500ull * 1000000ull);
+        return 0;
+    }));
+}
+
+TEST(WorldCpu, DisagreeingAllocationRaisesOnEveryRank) {
+    Job job(3, 3);
+    expect_all_zero(run_children(3, [&](int rank) {
+        loom::World w = job.make(rank);
+        try {
+            w.alloc_bytes(4096 * (rank == 1 ? 1 : 2));
+            return 2;
+        } catch (const loom::Error& e) {
+            CHILD_CHECK(contains(e.what(), "rank 0 asked 8192 bytes"));
+            CHILD_CHECK(contains(e.what(), "rank 1 asked 4096 bytes"));
+            CHILD_CHECK(contains(e.what(), "rank 2 asked 8192 bytes"));
+        }
+        try {  // every rank agrees, then every rank finds there is no heap
+            w.alloc<float>(10);
+            return 3;
+        } catch (const loom::Error& e) {
+            CHILD_CHECK(contains(e.what(), "no symmetric heap"));
+        }
+        try {
+            w.alloc_bytes(64, rank == 2 ? 512 : 256);
+            return 4;
+        } catch (const loom::Error& e) {
+            CHILD_CHECK(contains(e.what(), "rank 2 asked 64 bytes (alignment 512)"));
+        }
+        try {  // an alloc on some ranks and a free on others
+            if (rank == 0) {
+                int x;
+                w.free(&x);
+            } else {
+                w.alloc_bytes(128);
+            }
+            return 5;
+        } catch (const loom::Error& e) {
+            CHILD_CHECK(contains(e.what(), "which is not in the symmetric heap"));
+            CHILD_CHECK(contains(e.what(), "rank 1 asked 128 bytes"));
+        }
+        try {  // everyone frees a foreign pointer
+            int x;
+            w.free(&x);
+            return 6;
+        } catch (const loom::Error& e) {
+            CHILD_CHECK(contains(e.what(), "not in the symmetric heap"));
+        }
+        CHILD_CHECK(!w.is_symmetric(&job));
+        try {
+            w.peer_ptr(&job, 0);
+            return 7;
+        } catch (const loom::Error& e) {
+            CHILD_CHECK(contains(e.what(), "no symmetric heap"));
+        }
+        w.barrier("after");  // the collectives stayed in step across all those errors
+        return 0;
+    }));
+}
+
+TEST(WorldCpu, ShutdownIsBoundedWhenAPeerDied) {
+    // Rank 1 dies without shutting down: rank 0 (the store host) warns and returns within the bound.
+    Job job(2, 2);
+    auto status = run_children(2, [&](int rank) {
+        ::setenv("LOOM_SHUTDOWN_TIMEOUT_MS", "500", 1);
+        loom::World w = job.make(rank);
+        w.barrier("up");
+        if (rank == 1) ::_exit(0);
+        auto t0 = std::chrono::steady_clock::now();
+        w.shutdown();
+        CHILD_CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+        return 0;
+    });
+    expect_all_zero(status);
+    // Rank 0 dies: rank 1 finds the store gone and still returns promptly.
+    Job job2(2, 2);
+    status = run_children(2, [&](int rank) {
+        ::setenv("LOOM_SHUTDOWN_TIMEOUT_MS", "3000", 1);
+        loom::World w = job2.make(rank);
+        w.barrier("up");
+        if (rank == 0) ::_exit(0);
+        std::this_thread::sleep_for(100ms);
+        auto t0 = std::chrono::steady_clock::now();
+        w.shutdown();
+        CHILD_CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+        return 0;
+    });
+    expect_all_zero(status);
+}
+
+TEST(WorldCpu, MovedWorldKeepsWorking) {
+    Job job(2, 2);
+    expect_all_zero(run_children(2, [&](int rank) {
+        loom::World a = job.make(rank);
+        loom::World b = std::move(a);
+        b.barrier("moved");
+        CHILD_CHECK(b.rank() == rank);
+        try {
+            a.rank();  // NOLINT(bugprone-use-after-move): the moved-from World must raise, not crash
+            return 2;
+        } catch (const loom::Error& e) {
+            CHILD_CHECK(contains(e.what(), "moved from"));
+        }
+        CHILD_CHECK(a.is_shut_down());
+        return 0;
+    }));
+}
+
+TEST(WorldCpu, HeapWithoutGpuSaysSo) {
+    if (loom::driver::available()) GTEST_SKIP() << "a GPU is present";
+    loom::RankInfo info;
+    try {
+        loom::World w(info, loom::WorldOptions{});
+        FAIL() << "creating a heap without a GPU did not raise";
+    } catch (const loom::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("no GPU: "), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace
