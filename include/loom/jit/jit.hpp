@@ -8,6 +8,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -35,14 +36,22 @@ struct CompileResult {
     std::vector<char> cubin;
     std::string lowered_name;  // mangled name of the instantiation in the cubin
     std::string cache_key;
-    std::string compiler;      // "nvrtc" or "nvcc"
-    std::string log;           // compiler output (warnings); errors raise instead
+    std::string compiler;         // "nvrtc" or "nvcc"
+    std::string log;              // compiler output (warnings); errors raise instead
     std::string resource_report;  // registers, smem, stack, spills (from the cubin's attributes / ptxas -v)
     bool from_cache = false;
-    double seconds = 0;        // compile (or cache read) time
+    double seconds = 0;  // compile (or cache read) time
+    // From `ptxas -v` for the entry (-1 when the assembler did not report it).
+    int registers = -1;     // per thread
+    int spill_bytes = -1;   // spill stores + spill loads per thread
+    int stack_bytes = -1;   // stack frame per thread
+    int smem_bytes = -1;    // static shared memory per block
+    std::string tu_path;    // the generated translation unit, kept beside the cubin in the cache
+    std::string cache_dir;  // the cache entry's directory
 };
 
-// Compile (or read from the disk cache). Needs no GPU. Raises loom::Error with the kernel name, template
+// Compile (or read from the disk cache). Needs no GPU. Thread- and process-safe: concurrent compiles of one
+// key leave one valid cache entry. Raises loom::Error with the kernel name, template
 // arguments, the generated TU's path and the compiler log when compilation fails.
 CompileResult compile(const KernelSpec& spec, int arch);
 
@@ -56,11 +65,11 @@ struct LaunchConfig {
 };
 
 class Kernel {
-public:
+  public:
     CUfunction function() const { return function_; }
     const std::string& name() const { return name_; }
     int num_registers() const;
-    int local_bytes() const;     // stack/local memory per thread (spills show here)
+    int local_bytes() const;  // stack/local memory per thread (spills show here)
     int static_smem_bytes() const;
     int max_blocks_per_sm(int block_threads, std::size_t dynamic_smem) const;
 
@@ -72,14 +81,28 @@ public:
     }
 
     Kernel(CUfunction f, std::string name) : function_(f), name_(std::move(name)) {}
+    // A kernel loaded by get_kernel: `library` owns the code (never unloaded), `info` is its compile record.
+    Kernel(CUfunction f, std::string name, CUlibrary library, CompileResult info);
+    Kernel(const Kernel&) = delete;
+    Kernel& operator=(const Kernel&) = delete;
 
-private:
+    CUlibrary library() const { return library_; }
+    const CompileResult& info() const { return info_; }  // cubin emptied after loading
+
+  private:
     CUfunction function_;
     std::string name_;
+    CUlibrary library_ = nullptr;
+    CompileResult info_;
+    mutable std::atomic<std::size_t> smem_raised_{48 * 1024};  // MAX_DYNAMIC_SHARED_SIZE_BYTES set so far
 };
 
 // Compile-or-fetch and load for the current device. Thread-safe; the returned reference lives until process
 // exit (kernels are cached per device in-process).
 const Kernel& get_kernel(const KernelSpec& spec);
+
+// The disk cache's root: LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, else ~/.cache/loom. Kernels are under
+// <root>/jit/<key>/, tuning results under <root>/tune/.
+std::string cache_dir();
 
 }  // namespace loom::jit

@@ -40,6 +40,7 @@ namespace loom::driver {
     X(cuFuncGetAttribute)                                                                                         \
     X(cuFuncSetAttribute)                                                                                         \
     X(cuLaunchKernelEx)                                                                                           \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                                                                \
     X(cuStreamWriteValue64)                                                                                       \
     X(cuStreamWaitValue64)                                                                                        \
     X(cuTensorMapEncodeTiled)

@@ -1,0 +1,216 @@
+// Loading (cuLibraryLoadData → cuLibraryGetKernel → cuKernelGetFunction), the in-process kernel cache, and
+// launching through cuLaunchKernelEx.
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "loom/jit/jit.hpp"
+#include "loom/runtime/driver.hpp"
+#include "loom/runtime/env.hpp"
+#include "loom/runtime/error.hpp"
+#include "loom/runtime/nvshmem.hpp"
+
+namespace loom::jit {
+namespace {
+
+int device_attr(CUdevice_attribute a, CUdevice dev) {
+    int v = 0;
+    LOOM_CU(cuDeviceGetAttribute, &v, a, dev);
+    return v;
+}
+
+// The current context, creating the runtime's primary context for the current device when none is current.
+CUcontext current_context() {
+    CUcontext ctx = nullptr;
+    LOOM_CU(cuCtxGetCurrent, &ctx);
+    if (!ctx) {
+        int dev = 0;
+        LOOM_CHECK_CUDA(cudaGetDevice(&dev));
+        LOOM_CHECK_CUDA(cudaSetDevice(dev));  // initialises and binds the primary context (CUDA >= 12)
+        LOOM_CU(cuCtxGetCurrent, &ctx);
+        LOOM_CHECK(ctx, "no CUDA context is current after cudaSetDevice({})", dev);
+    }
+    return ctx;
+}
+
+CUdevice current_device() {
+    current_context();
+    CUdevice d = 0;
+    LOOM_CU(cuCtxGetDevice, &d);
+    return d;
+}
+
+std::string spec_fingerprint(const KernelSpec& s) {
+    std::string f = s.header + '\x1f' + s.display() + '\x1f';
+    for (const auto& d : s.defines) f += d + '\x1e';
+    f += '\x1f';
+    for (const auto& d : s.include_dirs) f += d + '\x1e';
+    f += fmt::format("\x1f{}{}", int(s.needs_nvshmem), int(s.force_nvcc));
+    f += '\x1f' + env_str("LOOM_JIT_COMPILER").value_or("");
+    return f;
+}
+
+struct Registry {
+    std::mutex mu;
+    // (context, spec fingerprint) → kernel: the fast path for repeated get_kernel calls.
+    std::map<std::pair<CUcontext, std::string>, const Kernel*> by_spec;
+    // (context, cache key) → kernel: owns the kernels; two specs with one key share the load.
+    std::map<std::pair<CUcontext, std::string>, std::unique_ptr<Kernel>> by_key;
+};
+
+Registry& registry() {
+    static Registry* r = new Registry;  // never destroyed: kernels outlive static destructors
+    return *r;
+}
+
+}  // namespace
+
+int current_arch() {
+    CUdevice d = current_device();
+    int major = device_attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
+    int minor = device_attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
+    return major * 10 + minor;
+}
+
+Kernel::Kernel(CUfunction f, std::string name, CUlibrary library, CompileResult info)
+    : function_(f), name_(std::move(name)), library_(library), info_(std::move(info)) {}
+
+int Kernel::num_registers() const {
+    int v = 0;
+    LOOM_CU(cuFuncGetAttribute, &v, CU_FUNC_ATTRIBUTE_NUM_REGS, function_);
+    return v;
+}
+
+int Kernel::local_bytes() const {
+    int v = 0;
+    LOOM_CU(cuFuncGetAttribute, &v, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, function_);
+    return v;
+}
+
+int Kernel::static_smem_bytes() const {
+    int v = 0;
+    LOOM_CU(cuFuncGetAttribute, &v, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function_);
+    return v;
+}
+
+int Kernel::max_blocks_per_sm(int block_threads, std::size_t dynamic_smem) const {
+    if (dynamic_smem > smem_raised_.load()) {
+        LOOM_CU(cuFuncSetAttribute, function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                static_cast<int>(dynamic_smem));
+        smem_raised_.store(dynamic_smem);
+    }
+    int n = 0;
+    LOOM_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor, &n, function_, block_threads, dynamic_smem);
+    return n;
+}
+
+void Kernel::launch(const LaunchConfig& cfg, void** args) const {
+    const unsigned threads = cfg.block.x * cfg.block.y * cfg.block.z;
+    LOOM_CHECK(cfg.block.x > 0 && cfg.block.y > 0 && cfg.block.z > 0 && threads <= 1024,
+               "launch {}: expected 1..1024 threads per block, given block ({}, {}, {})", name_, cfg.block.x,
+               cfg.block.y, cfg.block.z);
+    LOOM_CHECK(cfg.grid.x > 0 && cfg.grid.y > 0 && cfg.grid.z > 0 && cfg.grid.y <= 65535 && cfg.grid.z <= 65535,
+               "launch {}: expected a grid with x >= 1 and y, z in 1..65535, given ({}, {}, {})", name_, cfg.grid.x,
+               cfg.grid.y, cfg.grid.z);
+    const unsigned cluster = cfg.cluster.x * cfg.cluster.y * cfg.cluster.z;
+    LOOM_CHECK(cluster >= 1 && cfg.grid.x % cfg.cluster.x == 0 && cfg.grid.y % cfg.cluster.y == 0 &&
+                   cfg.grid.z % cfg.cluster.z == 0,
+               "launch {}: expected grid ({}, {}, {}) divisible by cluster ({}, {}, {})", name_, cfg.grid.x, cfg.grid.y,
+               cfg.grid.z, cfg.cluster.x, cfg.cluster.y, cfg.cluster.z);
+    LOOM_CHECK(cluster <= 16, "launch {}: expected at most 16 blocks per cluster, given {}", name_, cluster);
+
+    CUdevice dev = current_device();
+    const std::size_t optin = device_attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev);
+    const std::size_t static_smem = static_cast<std::size_t>(static_smem_bytes());
+    LOOM_CHECK(static_smem + cfg.smem <= optin,
+               "launch {}: expected static + dynamic shared memory <= {} bytes (device opt-in limit), given {} + {}",
+               name_, optin, static_smem, cfg.smem);
+    if (cfg.smem > smem_raised_.load()) {
+        LOOM_CU(cuFuncSetAttribute, function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                static_cast<int>(cfg.smem));
+        smem_raised_.store(cfg.smem);
+    }
+    if (cluster > 8) {
+        LOOM_CU(cuFuncSetAttribute, function_, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
+    }
+    if (cfg.cooperative) {
+        const long long blocks = 1LL * cfg.grid.x * cfg.grid.y * cfg.grid.z;
+        const long long resident = 1LL * max_blocks_per_sm(static_cast<int>(threads), cfg.smem) *
+                                   device_attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+        LOOM_CHECK(blocks <= resident,
+                   "launch {}: cooperative launch needs every block resident: expected at most {} blocks, given {}",
+                   name_, resident, blocks);
+    }
+
+    CUlaunchAttribute attrs[2];
+    unsigned n = 0;
+    if (cluster > 1) {
+        attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attrs[n].value.clusterDim.x = cfg.cluster.x;
+        attrs[n].value.clusterDim.y = cfg.cluster.y;
+        attrs[n].value.clusterDim.z = cfg.cluster.z;
+        ++n;
+    }
+    if (cfg.cooperative) {
+        attrs[n].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+        attrs[n].value.cooperative = 1;
+        ++n;
+    }
+    CUlaunchConfig lc{};
+    lc.gridDimX = cfg.grid.x;
+    lc.gridDimY = cfg.grid.y;
+    lc.gridDimZ = cfg.grid.z;
+    lc.blockDimX = cfg.block.x;
+    lc.blockDimY = cfg.block.y;
+    lc.blockDimZ = cfg.block.z;
+    lc.sharedMemBytes = static_cast<unsigned>(cfg.smem);
+    lc.hStream = reinterpret_cast<CUstream>(cfg.stream);
+    lc.attrs = n ? attrs : nullptr;
+    lc.numAttrs = n;
+    LOOM_CU(cuLaunchKernelEx, &lc, function_, args, nullptr);
+}
+
+const Kernel& get_kernel(const KernelSpec& spec) {
+    LOOM_CHECK(!spec.name.empty(), "get_kernel: expected a kernel name, given a header-only spec ({})", spec.header);
+    CUcontext ctx = current_context();
+    Registry& reg = registry();
+    const std::string fp = spec_fingerprint(spec);
+    {
+        std::lock_guard lock(reg.mu);
+        if (auto it = reg.by_spec.find({ctx, fp}); it != reg.by_spec.end()) return *it->second;
+    }
+    CUdevice dev = 0;
+    LOOM_CU(cuCtxGetDevice, &dev);
+    const int arch = device_attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) * 10 +
+                     device_attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+    CompileResult r = compile(spec, arch);  // outside the lock: other kernels may load meanwhile
+
+    std::lock_guard lock(reg.mu);
+    auto& slot = reg.by_key[{ctx, r.cache_key}];
+    if (!slot) {
+        CUlibrary lib = nullptr;
+        LOOM_CU(cuLibraryLoadData, &lib, r.cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
+        CUkernel k = nullptr;
+        CUfunction f = nullptr;
+        try {
+            LOOM_CU(cuLibraryGetKernel, &k, lib, r.lowered_name.c_str());
+            LOOM_CU(cuKernelGetFunction, &f, k);
+            if (spec.needs_nvshmem) {
+                LOOM_CHECK(nvshmem::initialized(),
+                           "kernel {} needs NVSHMEM: call loom::nvshmem::init(world) before get_kernel",
+                           spec.display());
+                nvshmem::init_library(lib);
+            }
+        } catch (...) {
+            driver::api().cuLibraryUnload(lib);
+            throw;
+        }
+        r.cubin.clear();
+        r.cubin.shrink_to_fit();
+        slot = std::make_unique<Kernel>(f, spec.display(), lib, std::move(r));
+    }
+    reg.by_spec[{ctx, fp}] = slot.get();
+    return *slot;
+}
+
+}  // namespace loom::jit
