@@ -29,42 +29,35 @@ bool is_embedded(std::string_view header) {
     return false;
 }
 
-const std::string& embedded_include_dir() {
-    static std::once_flag once;
-    static std::string dir;
-    std::call_once(once, [] {
-        std::string root = cache_root() + "/headers";
-        std::string final_dir = root + "/" + embedded_set_hash().substr(0, 32);
-        if (file_exists(final_dir + "/.complete")) {
-            dir = final_dir;
-            return;
+std::string embedded_include_dir() {
+    // Re-checked on every call (one stat): the cache may be cleared, or LOOM_CACHE_DIR changed, while running.
+    static std::mutex mu;
+    std::lock_guard lock(mu);
+    const std::string root = cache_root() + "/headers";
+    const std::string final_dir = root + "/" + embedded_set_hash().substr(0, 32);
+    if (file_exists(final_dir + "/.complete")) return final_dir;
+    const std::string tmp = fmt::format("{}/.tmp-{}-{}", root, ::getpid(), std::hash<std::string>()(final_dir));
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    for (const auto& [path, text] : embedded_headers()) {
+        fs::path p = fs::path(tmp) / std::string(path);
+        make_dirs(p.parent_path().string());
+        write_file(p.string(), text);
+    }
+    write_file(tmp + "/.complete", embedded_set_hash());  // last: a directory with .complete is whole
+    fs::rename(tmp, final_dir, ec);
+    if (ec) {
+        // Another process won the race, or an incomplete copy (a crashed writer) is in the way.
+        if (!file_exists(final_dir + "/.complete")) {
+            const std::string stale = fmt::format("{}.stale-{}", final_dir, ::getpid());
+            fs::rename(final_dir, stale, ec);
+            fs::remove_all(stale, ec);
+            fs::rename(tmp, final_dir, ec);
         }
-        std::string tmp = fmt::format("{}/.tmp-{}-{}", root, ::getpid(), std::hash<std::string>()(final_dir));
-        std::error_code ec;
         fs::remove_all(tmp, ec);
-        for (const auto& [path, text] : embedded_headers()) {
-            fs::path p = fs::path(tmp) / std::string(path);
-            make_dirs(p.parent_path().string());
-            write_file(p.string(), text);
-        }
-        write_file(tmp + "/.complete", embedded_set_hash());
-        fs::rename(tmp, final_dir, ec);
-        if (ec) {
-            // Another process won the race (or an old incomplete copy is in the way): keep theirs if complete.
-            fs::remove_all(tmp, ec);
-            if (!file_exists(final_dir + "/.complete")) {
-                std::string stale = fmt::format("{}.stale-{}", final_dir, ::getpid());
-                fs::rename(final_dir, stale, ec);
-                fs::remove_all(stale, ec);
-                dir.clear();
-                LOOM_FAIL("cannot materialise Loom's headers under {} (incomplete copy in the way); remove it",
-                          final_dir);
-            }
-        }
-        dir = final_dir;
-    });
-    LOOM_CHECK(!dir.empty(), "Loom's embedded headers could not be written under {}/headers", cache_root());
-    return dir;
+    }
+    LOOM_CHECK(file_exists(final_dir + "/.complete"), "cannot write Loom's embedded headers under {}", final_dir);
+    return final_dir;
 }
 
 namespace {

@@ -22,7 +22,7 @@ bool is_embedded(std::string_view header);
 // A directory holding the embedded set as files (<dir>/loom/...), to be passed with -I. Content-addressed
 // under <cache>/headers/<hash>; written once, to a temporary directory renamed into place, so concurrent
 // processes never see a partial tree. Thread-safe.
-const std::string& embedded_include_dir();
+std::string embedded_include_dir();
 
 // SHA-256 over the user files a kernel header (transitively) includes: the header itself and every
 // `#include "x"` / `#include <x>` that resolves to a file in the header's directory or in `include_dirs`.

@@ -1,0 +1,55 @@
+#include "jit/kernel_samples.hpp"
+
+#include "jit/sources.hpp"
+
+namespace loom::jit {
+
+const std::vector<KernelSample>& kernel_samples() {
+    static const std::vector<KernelSample> samples = {
+        // ---- GEMM (h5) ----
+        {"loom/kernels/gemm.cuh",
+         "loom::kernels::gemm_sm90_tma_wgmma",
+         {"__nv_bfloat16", "__nv_bfloat16", "float", "128", "256", "4", "true", "loom::tile::GemmNoHooks"},
+         true},
+        {"loom/kernels/gemm.cuh",
+         "loom::kernels::gemm_sm90_tma_wgmma",
+         {"__half", "float", "__nv_bfloat16", "64", "128", "6", "false", "loom::tile::GemmNoHooks"},
+         true},
+        {"loom/kernels/gemm_sm80.cuh",
+         "loom::kernels::gemm_sm80_mma_sync",
+         {"__nv_bfloat16", "__nv_bfloat16", "float", "4", "true"}},
+        // ---- collectives ----
+        {"loom/kernels/coll_common.cuh", "loom::kernels::coll::coll_barrier", {}},
+        {"loom/kernels/all_gather.cuh", "loom::kernels::coll::all_gather_push", {"float", "0"}},
+        {"loom/kernels/all_gather.cuh", "loom::kernels::coll::all_gather_push", {"__nv_bfloat16", "1"}, true},
+        {"loom/kernels/all_gather.cuh", "loom::kernels::coll::all_gather_pull", {"float", "0"}},
+        {"loom/kernels/all_gather.cuh", "loom::kernels::coll::all_gather_ring", {"float", "0"}},
+        {"loom/kernels/all_reduce.cuh", "loom::kernels::coll::all_reduce_one_shot", {"__nv_bfloat16", "0"}},
+        {"loom/kernels/all_reduce.cuh", "loom::kernels::coll::all_reduce_two_shot", {"float", "0"}},
+        {"loom/kernels/all_reduce.cuh", "loom::kernels::coll::all_reduce_ll", {"float", "1"}},
+        {"loom/kernels/all_to_all.cuh", "loom::kernels::coll::all_to_all_push", {"float", "0"}},
+        {"loom/kernels/all_to_all.cuh", "loom::kernels::coll::all_to_all_v_push", {"__nv_bfloat16", "0"}},
+        {"loom/kernels/reduce_scatter.cuh", "loom::kernels::coll::reduce_scatter_pull", {"float", "0"}},
+        {"loom/kernels/reduce_scatter.cuh", "loom::kernels::coll::reduce_scatter_scatter", {"__half", "0", "0"}},
+    };
+    return samples;
+}
+
+const std::vector<std::string>& sm90_only_headers() {
+    static const std::vector<std::string> h = {};
+    return h;
+}
+
+std::vector<std::string> standalone_headers() {
+    std::vector<std::string> out;
+    for (const auto& [path, text] : detail::embedded_headers()) {
+        std::string p(path);
+        bool cuh = p.size() > 4 && p.ends_with(".cuh");
+        bool plain = p == "loom/config.hpp" || p == "loom/tensor.hpp" ||
+                     (p.starts_with("loom/kernels/") && p.ends_with("_params.hpp"));
+        if (cuh || plain) out.push_back(p);
+    }
+    return out;
+}
+
+}  // namespace loom::jit
