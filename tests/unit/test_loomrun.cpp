@@ -1,0 +1,293 @@
+// loomrun, run as a program: rank variables, output prefixes, failure propagation, timeouts, signals and the
+// MPS daemon's life cycle (with stand-in nvidia-smi / nvidia-cuda-mps-control scripts on a machine without GPU).
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+const std::string kLoomrun = LOOM_BINARY_DIR "/bin/loomrun";
+
+struct Run {
+    int code = -1;  // exit status, or 128 + signal
+    std::string out, err;
+    Clock::duration elapsed{};
+};
+
+struct RunOpts {
+    std::vector<std::pair<std::string, std::string>> set;
+    std::vector<std::string> unset = {"CUDA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY", "LOOM_RANK"};
+    std::chrono::milliseconds signal_after{0};  // send SIGTERM to loomrun after this long (0: never)
+};
+
+// Runs loomrun with `args`, capturing stdout and stderr; killed after 30 s.
+Run run_loomrun(const std::vector<std::string>& args, const RunOpts& opts = {}) {
+    int o[2], e[2];
+    if (::pipe(o) != 0 || ::pipe(e) != 0) throw std::runtime_error("pipe");
+    auto start = Clock::now();
+    pid_t pid = ::fork();
+    if (pid == 0) {
+        ::dup2(o[1], 1);
+        ::dup2(e[1], 2);
+        ::close(o[0]);
+        ::close(e[0]);
+        for (auto& name : opts.unset) ::unsetenv(name.c_str());
+        for (auto& [k, v] : opts.set) ::setenv(k.c_str(), v.c_str(), 1);
+        std::vector<char*> argv{const_cast<char*>(kLoomrun.c_str())};
+        for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+        argv.push_back(nullptr);
+        ::execv(kLoomrun.c_str(), argv.data());
+        ::_exit(127);
+    }
+    ::close(o[1]);
+    ::close(e[1]);
+    Run run;
+    bool signalled = false;
+    int open = 2;
+    pollfd fds[2] = {{o[0], POLLIN, 0}, {e[0], POLLIN, 0}};
+    std::string* bufs[2] = {&run.out, &run.err};
+    while (open > 0 && Clock::now() - start < 30s) {
+        if (!signalled && opts.signal_after.count() > 0 && Clock::now() - start >= opts.signal_after) {
+            ::kill(pid, SIGTERM);
+            signalled = true;
+        }
+        if (::poll(fds, 2, 50) <= 0) continue;
+        for (int i = 0; i < 2; ++i) {
+            if (!fds[i].revents) continue;
+            char buf[4096];
+            ssize_t k = ::read(fds[i].fd, buf, sizeof(buf));
+            if (k > 0) {
+                bufs[i]->append(buf, k);
+            } else {
+                fds[i].fd = -1;
+                --open;
+            }
+        }
+    }
+    if (open > 0) ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    run.elapsed = Clock::now() - start;
+    ::close(o[0]);
+    ::close(e[0]);
+    run.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return run;
+}
+
+std::string fmt_rank(int r) { return "[rank " + std::to_string(r) + "] "; }
+
+bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+class Loomrun : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        ASSERT_EQ(::access(kLoomrun.c_str(), X_OK), 0) << kLoomrun << " is not built (target loomrun)";
+    }
+};
+
+TEST_F(Loomrun, RanksGetTheirVariables) {
+    auto r =
+        run_loomrun({"-n", "4", "/bin/sh", "-c",
+                     "echo \"rank=$LOOM_RANK world=$LOOM_WORLD_SIZE local=$LOOM_LOCAL_RANK/$LOOM_LOCAL_WORLD_SIZE "
+                     "addr=$LOOM_MASTER_ADDR port=$LOOM_MASTER_PORT nvls=$NCCL_NVLS_ENABLE/$NVSHMEM_DISABLE_NVLS\""});
+    ASSERT_EQ(r.code, 0) << r.err;
+    std::string port;
+    for (int rank = 0; rank < 4; ++rank) {
+        std::string line = "[rank " + std::to_string(rank) + "] rank=" + std::to_string(rank) +
+                           " world=4 local=" + std::to_string(rank) + "/4 addr=127.0.0.1 port=";
+        auto at = r.out.find(line);
+        ASSERT_NE(at, std::string::npos) << r.out;
+        std::string rest = r.out.substr(at + line.size(), r.out.find('\n', at) - at - line.size());
+        std::string p = rest.substr(0, rest.find(' '));
+        EXPECT_GT(std::stoi(p), 0);
+        if (rank == 0) port = p;
+        EXPECT_EQ(p, port) << "every rank meets at the same port";
+        EXPECT_TRUE(contains(rest, "nvls=0/1")) << rest;
+    }
+    EXPECT_FALSE(contains(r.out, "[rank 4]"));
+    auto fixed = run_loomrun({"-n", "2", "--port", "23456", "/bin/sh", "-c", "echo port=$LOOM_MASTER_PORT"});
+    EXPECT_TRUE(contains(fixed.out, "[rank 1] port=23456")) << fixed.out;
+}
+
+TEST_F(Loomrun, OutputLinesCarryTheRankPrefix) {
+    auto r = run_loomrun(
+        {"-n", "2", "/bin/sh", "-c", "echo one; echo two; echo oops >&2; printf 'no newline'; printf 'tail' >&2"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    for (int rank = 0; rank < 2; ++rank) {
+        std::string p = "[rank " + std::to_string(rank) + "] ";
+        EXPECT_TRUE(contains(r.out, p + "one\n")) << r.out;
+        EXPECT_TRUE(contains(r.out, p + "two\n")) << r.out;
+        EXPECT_TRUE(contains(r.out, p + "no newline\n")) << r.out;
+        EXPECT_TRUE(contains(r.err, p + "oops\n")) << r.err;
+        EXPECT_TRUE(contains(r.err, p + "tail\n")) << r.err;
+        EXPECT_FALSE(contains(r.out, p + "oops")) << "stderr leaked into stdout";
+    }
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) EXPECT_EQ(line.rfind("[rank ", 0), 0u) << line;
+}
+
+TEST_F(Loomrun, FailingRankStopsTheOthersAndSetsTheExitCode) {
+    auto r = run_loomrun({"-n", "3", "/bin/sh", "-c", "if [ \"$LOOM_RANK\" = 1 ]; then exit 3; fi; sleep 60"});
+    EXPECT_EQ(r.code, 3) << r.err;
+    EXPECT_LT(r.elapsed, 10s) << "the sleeping ranks were not stopped";
+    EXPECT_TRUE(contains(r.err, "rank 1 exited with status 3")) << r.err;
+}
+
+TEST_F(Loomrun, RankKilledBySignal) {
+    auto r = run_loomrun({"-n", "2", "/bin/sh", "-c", "if [ \"$LOOM_RANK\" = 0 ]; then kill -KILL $$; fi; sleep 60"});
+    EXPECT_EQ(r.code, 128 + SIGKILL) << r.err;
+    EXPECT_LT(r.elapsed, 10s);
+}
+
+TEST_F(Loomrun, RankIgnoringSigtermIsKilledAfterTheGracePeriod) {
+    auto r =
+        run_loomrun({"-n", "2", "/bin/sh", "-c", "if [ \"$LOOM_RANK\" = 0 ]; then exit 2; fi; trap '' TERM; sleep 60"});
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_GE(r.elapsed, 2500ms);
+    EXPECT_LT(r.elapsed, 10s);
+    EXPECT_TRUE(contains(r.err, "SIGKILL")) << r.err;
+}
+
+TEST_F(Loomrun, TimeoutEndsAllRanks) {
+    auto r = run_loomrun({"-n", "2", "--timeout", "0.5", "/bin/sh", "-c", "sleep 60"});
+    EXPECT_EQ(r.code, 124) << r.err;
+    EXPECT_LT(r.elapsed, 8s);
+    EXPECT_TRUE(contains(r.err, "timeout")) << r.err;
+}
+
+TEST_F(Loomrun, SigtermToLoomrunStopsTheRanks) {
+    RunOpts opts;
+    opts.signal_after = 300ms;
+    auto r = run_loomrun({"-n", "2", "/bin/sh", "-c", "sleep 60"}, opts);
+    EXPECT_EQ(r.code, 128 + SIGTERM) << r.err;
+    EXPECT_LT(r.elapsed, 8s);
+}
+
+TEST_F(Loomrun, BadArguments) {
+    EXPECT_NE(run_loomrun({"/bin/true"}).code, 0);  // no -n
+    auto none = run_loomrun({"-n", "2"});
+    EXPECT_NE(none.code, 0);
+    EXPECT_TRUE(contains(none.err, "expected a program")) << none.err;
+    auto missing = run_loomrun({"-n", "1", "/no/such/program"});
+    EXPECT_EQ(missing.code, 127);
+    EXPECT_TRUE(contains(missing.err, "[rank 0] loomrun: cannot execute '/no/such/program'")) << missing.err;
+    auto gpus = run_loomrun({"-n", "1", "--gpus", "0,x", "/bin/true"});
+    EXPECT_NE(gpus.code, 0);
+    EXPECT_TRUE(contains(gpus.err, "--gpus")) << gpus.err;
+}
+
+// Stand-in tools: two GPUs from `nvidia-smi -L`, and an MPS control that records what it was asked to do.
+class LoomrunFakeGpus : public Loomrun {
+  protected:
+    void SetUp() override {
+        Loomrun::SetUp();
+        if (fs::exists("/proc/driver/nvidia/gpus")) GTEST_SKIP() << "real NVIDIA driver present: fake GPUs not used";
+        char templ[] = "/tmp/loomrun-test-XXXXXX";
+        ASSERT_NE(::mkdtemp(templ), nullptr);
+        dir_ = templ;
+        fs::create_directory(dir_ / "with_mps");
+        fs::create_directory(dir_ / "no_mps");
+        log_ = dir_ / "mps.log";
+        const std::string smi = "#!/bin/sh\necho 'GPU 0: Fake (UUID: GPU-a)'\necho 'GPU 1: Fake (UUID: GPU-b)'\n";
+        write_script(dir_ / "with_mps/nvidia-smi", smi);
+        write_script(dir_ / "no_mps/nvidia-smi", smi);
+        write_script(dir_ / "with_mps/nvidia-cuda-mps-control",
+                     "#!/bin/sh\n"
+                     "if [ \"$1\" = -d ]; then echo \"start $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY\" >> " +
+                         log_.string() +
+                         "; touch \"$CUDA_MPS_PIPE_DIRECTORY/control\"; exit 0; fi\n"
+                         "read cmd; echo \"$cmd $CUDA_MPS_PIPE_DIRECTORY\" >> " +
+                         log_.string() + "\n");
+    }
+    void TearDown() override {
+        if (!dir_.empty()) fs::remove_all(dir_);
+    }
+    static void write_script(const fs::path& p, const std::string& text) {
+        std::ofstream(p) << text;
+        fs::permissions(p, fs::perms::owner_all);
+    }
+    RunOpts with_path(const std::string& sub) const {
+        RunOpts o;
+        o.set = {{"PATH", (dir_ / sub).string() + ":/usr/bin:/bin"}};
+        return o;
+    }
+    std::string log() const {
+        std::ifstream f(log_);
+        std::stringstream s;
+        s << f.rdbuf();
+        return s.str();
+    }
+    fs::path dir_, log_;
+};
+
+TEST_F(LoomrunFakeGpus, SharedGpusStartAndStopMps) {
+    auto r =
+        run_loomrun({"-n", "4", "/bin/sh", "-c",
+                     "echo \"dev=$LOOM_DEVICE pct=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE pipe=$CUDA_MPS_PIPE_DIRECTORY\"; "
+                     "if [ \"$LOOM_RANK\" = 3 ]; then exit 4; fi; sleep 60"},
+                    with_path("with_mps"));
+    EXPECT_EQ(r.code, 4) << r.err;
+    EXPECT_TRUE(contains(r.err, "MPS started")) << r.err;
+    for (int rank = 0; rank < 4; ++rank)
+        EXPECT_TRUE(contains(r.out, fmt_rank(rank) + "dev=" + std::to_string(rank % 2) + " pct=50 pipe=/")) << r.out;
+    // Started once, with private directories, and told to quit with the same pipe directory on the failure path.
+    std::string l = log();
+    auto start = l.find("start ");
+    ASSERT_NE(start, std::string::npos) << l;
+    std::string pipe = l.substr(start + 6, l.find(' ', start + 6) - start - 6);
+    EXPECT_TRUE(contains(l, "quit " + pipe)) << l;
+    EXPECT_FALSE(fs::exists(pipe)) << "private MPS directory left behind";
+    EXPECT_TRUE(contains(r.out, "pipe=" + pipe)) << r.out;
+}
+
+TEST_F(LoomrunFakeGpus, MpsStoppedWhenLoomrunIsInterrupted) {
+    RunOpts opts = with_path("with_mps");
+    opts.signal_after = 400ms;
+    auto r = run_loomrun({"-n", "3", "/bin/sh", "-c", "sleep 60"}, opts);
+    EXPECT_EQ(r.code, 128 + SIGTERM) << r.err;
+    EXPECT_TRUE(contains(log(), "quit ")) << log();
+}
+
+TEST_F(LoomrunFakeGpus, OneRankPerGpuNeedsNoMpsAndMissingMpsOnlyWarns) {
+    auto one = run_loomrun({"-n", "2", "/bin/sh", "-c", "echo dev=$LOOM_DEVICE"}, with_path("with_mps"));
+    EXPECT_EQ(one.code, 0) << one.err;
+    EXPECT_TRUE(contains(one.err, "MPS not needed")) << one.err;
+    EXPECT_TRUE(contains(one.out, "[rank 1] dev=1")) << one.out;
+    EXPECT_EQ(log(), "");
+    auto missing = run_loomrun({"-n", "4", "/bin/true"}, with_path("no_mps"));
+    EXPECT_EQ(missing.code, 0) << missing.err;
+    EXPECT_TRUE(contains(missing.err, "warning")) << missing.err;
+    auto no_mps = run_loomrun({"-n", "4", "--no-mps", "/bin/true"}, with_path("with_mps"));
+    EXPECT_EQ(no_mps.code, 0);
+    EXPECT_EQ(log(), "");
+    // CUDA_VISIBLE_DEVICES is honoured but left unchanged; --gpus picks among the visible devices.
+    RunOpts cvd = with_path("with_mps");
+    cvd.set.emplace_back("CUDA_VISIBLE_DEVICES", "1");
+    auto one_visible =
+        run_loomrun({"-n", "1", "/bin/sh", "-c", "echo dev=$LOOM_DEVICE cvd=$CUDA_VISIBLE_DEVICES"}, cvd);
+    EXPECT_TRUE(contains(one_visible.out, "[rank 0] dev=0 cvd=1")) << one_visible.out;
+    auto listed = run_loomrun({"-n", "2", "--gpus", "1", "--no-mps", "/bin/sh", "-c", "echo dev=$LOOM_DEVICE"},
+                              with_path("with_mps"));
+    EXPECT_TRUE(contains(listed.out, "[rank 0] dev=1")) << listed.out;
+    EXPECT_TRUE(contains(listed.out, "[rank 1] dev=1")) << listed.out;
+    auto bad = run_loomrun({"-n", "1", "--gpus", "2", "/bin/true"}, with_path("with_mps"));
+    EXPECT_NE(bad.code, 0);
+    EXPECT_TRUE(contains(bad.err, "device 2 is not visible")) << bad.err;
+}
+
+}  // namespace
