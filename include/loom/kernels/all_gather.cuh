@@ -1,0 +1,87 @@
+// AllGather over the node's symmetric heap: out[r * count + i] = in of rank r [i] on every rank.
+//
+//   all_gather_push<T, kPath>  every rank writes its input into slot `me` of every peer's out (out symmetric).
+//   all_gather_pull<T, kPath>  every rank reads slot r from every peer r's in (in symmetric).
+//   all_gather_ring<T, kPath>  W-1 steps: at step s a rank forwards chunk (me - s) to the next rank's out, then
+//                              waits for chunk (me - s - 1) from the previous one (out symmetric). Each link
+//                              carries one chunk per step.
+// kPath: kPathLdSt (every thread moves 16-byte vectors) or kPathTma (the block leader streams cp.async.bulk
+// through smem staging). The copy-engine path is host-side (src/ops/all_gather.cpp) around coll_barrier.
+//
+// Block b moves bytes [lo, hi) of every rank's chunk (block_share), and synchronises with block b of the peers.
+// In-place: in == out + me * count (the own chunk is then not copied).
+#pragma once
+
+#include "loom/kernels/coll_common.cuh"
+
+namespace loom::kernels::coll {
+
+template <class T, int kPath>
+__global__ void __launch_bounds__(512) all_gather_push(Ctx ctx, Params p) {
+    const uint64_t e = begin_call(p.sync);
+    const int W = ctx.local_world, me = ctx.local_rank;
+    const uint64_t B = p.count * sizeof(T);
+    const Range r = block_share(B, 16);
+    char* const mine = static_cast<char*>(p.out) + me * B;  // my chunk, in every rank's out
+    const char* const src = static_cast<const char*>(p.in);
+    barrier_peers(ctx, p.sync, sig_value(e, 1));  // peers' out is free (they entered this call)
+    if (r.size()) {
+        with_path<kPath>(p, [&](const auto& path) {
+            for (int i = 0; i < W; ++i) {
+                const int peer = (me + i) % W;  // staggered: not every rank hits the same peer at once
+                if (peer == me && src == mine) continue;
+                lang::put_nbi(lang::block, ctx, mine + r.lo, src + r.lo, r.size(), peer_rank(ctx, peer), path);
+            }
+            lang::quiet(lang::block, ctx);
+        });
+    }
+    barrier_peers(ctx, p.sync, sig_value(e, 2));  // every peer's chunk has landed in my out
+}
+
+template <class T, int kPath>
+__global__ void __launch_bounds__(512) all_gather_pull(Ctx ctx, Params p) {
+    const uint64_t e = begin_call(p.sync);
+    const int W = ctx.local_world, me = ctx.local_rank;
+    const uint64_t B = p.count * sizeof(T);
+    const Range r = block_share(B, 16);
+    char* const out = static_cast<char*>(p.out);
+    const char* const in = static_cast<const char*>(p.in);
+    barrier_peers(ctx, p.sync, sig_value(e, 1));  // peers' inputs are written (they entered this call)
+    if (r.size()) {
+        with_path<kPath>(p, [&](const auto& path) {
+            for (int i = 0; i < W; ++i) {
+                const int peer = (me + i) % W;
+                if (peer == me && in == out + me * B) continue;
+                lang::get_nbi(lang::block, ctx, out + peer * B + r.lo, in + r.lo, r.size(), peer_rank(ctx, peer), path);
+            }
+            lang::quiet(lang::block, ctx);
+        });
+    }
+    barrier_peers(ctx, p.sync, sig_value(e, 2));  // every peer has read my input: the caller may overwrite it
+}
+
+template <class T, int kPath>
+__global__ void __launch_bounds__(512) all_gather_ring(Ctx ctx, Params p) {
+    const uint64_t e = begin_call(p.sync);
+    const int W = ctx.local_world, me = ctx.local_rank;
+    const int next = (me + 1) % W, prev = (me + W - 1) % W;
+    const uint64_t B = p.count * sizeof(T);
+    const Range r = block_share(B, 16);
+    char* const out = static_cast<char*>(p.out);
+    const char* const in = static_cast<const char*>(p.in);
+    barrier_peers(ctx, p.sync, sig_value(e, 1));  // full entry barrier (scratch/LL reuse relies on it)
+    with_path<kPath>(p, [&](const auto& path) {
+        if (r.size() && in != out + me * B)
+            lang::put(lang::block, ctx, out + me * B + r.lo, in + r.lo, r.size(), ctx.rank, path);
+        for (int s = 0; s + 1 < W; ++s) {
+            const int c = (me - s + W) % W;  // chunk forwarded at this step (s = 0: my own)
+            if (r.size())
+                lang::put(lang::block, ctx, out + c * B + r.lo, (s == 0 ? in : out + c * B) + r.lo, r.size(),
+                          peer_rank(ctx, next), path);
+            signal_peer(ctx, p.sync, next, sig_value(e, 2 + s));
+            wait_peer(ctx, p.sync, prev, sig_value(e, 2 + s));  // chunk (me - s - 1) is in my out
+        }
+    });
+}
+
+}  // namespace loom::kernels::coll

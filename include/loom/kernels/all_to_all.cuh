@@ -1,0 +1,98 @@
+// AllToAll over the node's symmetric heap (push: every rank writes straight into the peers' out, out symmetric).
+//
+//   all_to_all_push<T, kPath>    equal splits: block j of my in (p.count elements) goes to slot `me` of rank
+//                                j's out.
+//   all_to_all_v_push<T, kPath>  variable splits, counts in device memory (MoE dispatch): p.send_counts[j]
+//                                (symmetric) elements from in + send_offsets[j] (packed prefix sums when null)
+//                                go to rank j, where they land packed by source rank: rank s's block starts at
+//                                sum over s' < s of send_counts_{s'}[j]. The sender reads the other ranks'
+//                                counts after the entry barrier, so no host round trip. recv_counts[s] (local,
+//                                optional) receives what rank s sent. Out of capacity (p.count elements) is
+//                                reported and traps (never a write past out).
+// Block b moves its share of every peer's block and synchronises with block b of the peers.
+#pragma once
+
+#include "loom/kernels/coll_common.cuh"
+
+namespace loom::kernels::coll {
+
+template <class T, int kPath>
+__global__ void __launch_bounds__(512) all_to_all_push(Ctx ctx, Params p) {
+    const uint64_t e = begin_call(p.sync);
+    const int W = ctx.local_world, me = ctx.local_rank;
+    const uint64_t B = p.count * sizeof(T);
+    const Range r = block_share(B, 16);
+    char* const out = static_cast<char*>(p.out);
+    const char* const in = static_cast<const char*>(p.in);
+    barrier_peers(ctx, p.sync, sig_value(e, 1));
+    if (r.size()) {
+        with_path<kPath>(p, [&](const auto& path) {
+            for (int i = 0; i < W; ++i) {
+                const int peer = (me + i) % W;
+                lang::put_nbi(lang::block, ctx, out + me * B + r.lo, in + peer * B + r.lo, r.size(),
+                              peer_rank(ctx, peer), path);
+            }
+            lang::quiet(lang::block, ctx);
+        });
+    }
+    barrier_peers(ctx, p.sync, sig_value(e, 2));
+}
+
+namespace detail {
+__noinline__ LOOM_DEVICE inline void a2av_overflow(const Ctx& ctx, int peer, long long offset, long long count,
+                                                   unsigned long long capacity) {
+    printf(
+        "loom: all_to_all_v: rank %d: %lld elements for rank %d at offset %lld exceed its out capacity of %llu "
+        "elements (out.count must be the same on every rank and hold the sum of the counts sent to it)\n",
+        ctx.rank, count, peer, offset, capacity);
+    __trap();
+}
+__noinline__ LOOM_DEVICE inline void a2av_negative(const Ctx& ctx, int peer, long long count) {
+    printf("loom: all_to_all_v: rank %d: send_counts[%d] = %lld is negative\n", ctx.rank, peer, count);
+    __trap();
+}
+}  // namespace detail
+
+template <class T, int kPath>
+__global__ void __launch_bounds__(512) all_to_all_v_push(Ctx ctx, Params p) {
+    const uint64_t e = begin_call(p.sync);
+    const int W = ctx.local_world, me = ctx.local_rank;
+    char* const out = static_cast<char*>(p.out);
+    const char* const in = static_cast<const char*>(p.in);
+    barrier_peers(ctx, p.sync, sig_value(e, 1));  // every rank's counts and inputs are written
+    // Per destination j: where my block starts in j's out (sum of what ranks before me send to j), my count to j,
+    // and where it starts in my in.
+    __shared__ long long s_dst_off[kMaxLocalPeers], s_cnt[kMaxLocalPeers], s_src_off[kMaxLocalPeers];
+    if (threadIdx.x == 0) {
+        long long src_off = 0;
+        for (int j = 0; j < W; ++j) {
+            long long off = 0;
+            for (int s = 0; s < me; ++s) off += lang::symm_at(ctx, p.send_counts, peer_rank(ctx, s))[j];
+            const long long cnt = p.send_counts[j];
+            if (cnt < 0) detail::a2av_negative(ctx, j, cnt);
+            if (off < 0 || static_cast<unsigned long long>(off + cnt) > p.count)
+                detail::a2av_overflow(ctx, peer_rank(ctx, j), off, cnt, p.count);
+            s_dst_off[j] = off;
+            s_cnt[j] = cnt;
+            s_src_off[j] = p.send_offsets ? p.send_offsets[j] : src_off;
+            src_off += cnt;
+        }
+        if (blockIdx.x == 0 && p.recv_counts)
+            for (int s = 0; s < W; ++s) p.recv_counts[s] = lang::symm_at(ctx, p.send_counts, peer_rank(ctx, s))[me];
+    }
+    __syncthreads();
+    with_path<kPath>(p, [&](const auto& path) {
+        for (int i = 0; i < W; ++i) {
+            const int peer = (me + i) % W;
+            const uint64_t B = static_cast<uint64_t>(s_cnt[peer]) * sizeof(T);
+            const Range r = block_share(B, 16);
+            if (r.size())
+                lang::put_nbi(lang::block, ctx, out + s_dst_off[peer] * sizeof(T) + r.lo,
+                              in + s_src_off[peer] * sizeof(T) + r.lo, r.size(), peer_rank(ctx, peer), path);
+        }
+        lang::quiet(lang::block, ctx);
+    });
+    barrier_peers(ctx, p.sync, sig_value(e, 2));  // my out is complete; peers have read my counts
+}
+
+}  // namespace loom::kernels::coll

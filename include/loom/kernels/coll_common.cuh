@@ -1,0 +1,212 @@
+// Building blocks shared by the collective kernels: the per-call epoch, the per-block peer barrier, the split
+// of a range over blocks, element conversions and the multi-source / multi-destination reduce.
+//
+// Synchronisation model (see docs/collectives.md):
+//   * Block b of every rank's launch pairs with block b of every peer's launch: each block handles the same
+//     slice of the data on every rank, so blocks synchronise per block index and never across blocks.
+//   * begin_call() reads and advances this block's epoch in device memory (SyncState::epoch[b]); nothing is
+//     ever reset, so launches are stream-ordered, graph-capturable and need no host synchronisation.
+//   * Every call synchronises block b with block b of every peer at least once after the call started (the
+//     entry barrier, or for LL the packets every block exchanges with every peer). Scratch and LL buffers rely
+//     on it: a peer that is in call e+1 has finished call e (kernel boundaries are stream-ordered).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "loom/config.hpp"
+#include "loom/kernels/coll_params.hpp"
+#include "loom/lang/lang.cuh"
+#include "loom/ptx/memory.cuh"
+
+namespace loom::kernels::coll {
+
+// Dynamic shared memory of a collective launch (TMA staging).
+extern __shared__ __align__(128) char coll_smem[];
+
+LOOM_DEVICE LOOM_FORCEINLINE uint64_t sig_value(uint64_t epoch, uint32_t phase) {
+    return (epoch << kPhaseBits) + phase;
+}
+
+// Every thread of the block calls it first. Returns this launch's epoch for this block (1, 2, ...).
+LOOM_DEVICE inline uint64_t begin_call(SyncState* st) {
+    __shared__ uint64_t s_epoch;
+    if (threadIdx.x == 0) {
+        const uint64_t e = st->epoch[blockIdx.x] + 1;
+        st->epoch[blockIdx.x] = e;
+        s_epoch = e;
+    }
+    __syncthreads();
+    return s_epoch;
+}
+
+// Global rank of local rank `i` (collectives address node peers only; the host checks world == local world).
+LOOM_DEVICE LOOM_FORCEINLINE int peer_rank(const Ctx& ctx, int i) { return ctx.local_base_rank + i; }
+
+// Every thread of the block calls it. Publishes `value` to block b of every local peer (store-release at sys
+// scope, after the block synchronised: every write this block made before, local or remote, is visible to a
+// peer that observes the value) and waits until every peer's block b has published at least `value`.
+LOOM_DEVICE inline void barrier_peers(const Ctx& ctx, SyncState* st, uint64_t value) {
+    __syncthreads();
+    const int t = static_cast<int>(threadIdx.x);
+    if (t < ctx.local_world) {
+        lang::signal_op(ctx, &st->sig[blockIdx.x][ctx.local_rank], value, lang::SignalOp::Set, peer_rank(ctx, t));
+        lang::signal_wait_until(ctx, &st->sig[blockIdx.x][t], lang::Cmp::GE, value);
+    }
+    __syncthreads();
+}
+
+// Publish `value` to one peer's block b (every thread calls; release after the block synchronised).
+LOOM_DEVICE inline void signal_peer(const Ctx& ctx, SyncState* st, int peer_local, uint64_t value) {
+    lang::notify(lang::block, ctx, &st->sig[blockIdx.x][ctx.local_rank], peer_rank(ctx, peer_local), value,
+                 lang::SignalOp::Set);
+}
+// Wait until peer's block b published at least `value` (every thread calls; acquire, then the block syncs).
+LOOM_DEVICE inline void wait_peer(const Ctx& ctx, SyncState* st, int peer_local, uint64_t value) {
+    lang::wait(lang::block, ctx, &st->sig[blockIdx.x][peer_local], lang::Cmp::GE, value);
+}
+
+// This block's share [lo, hi) of [0, n), in units that keep every share start a multiple of `align`.
+struct Range {
+    uint64_t lo, hi;
+    LOOM_DEVICE LOOM_FORCEINLINE uint64_t size() const { return hi > lo ? hi - lo : 0; }
+};
+LOOM_DEVICE LOOM_FORCEINLINE Range block_share(uint64_t n, uint64_t align) {
+    const uint64_t nb = gridDim.x;
+    uint64_t per = (n + nb - 1) / nb;
+    per = (per + align - 1) / align * align;
+    uint64_t lo = per * blockIdx.x, hi = lo + per;
+    if (lo > n) lo = n;
+    if (hi > n) hi = n;
+    return Range{lo, hi};
+}
+
+// ---- elements ------------------------------------------------------------------------------------------------
+template <class T>
+LOOM_DEVICE LOOM_FORCEINLINE float to_float(T v);
+template <>
+LOOM_DEVICE LOOM_FORCEINLINE float to_float<float>(float v) {
+    return v;
+}
+template <>
+LOOM_DEVICE LOOM_FORCEINLINE float to_float<__half>(__half v) {
+    return __half2float(v);
+}
+template <>
+LOOM_DEVICE LOOM_FORCEINLINE float to_float<__nv_bfloat16>(__nv_bfloat16 v) {
+    return __bfloat162float(v);
+}
+template <class T>
+LOOM_DEVICE LOOM_FORCEINLINE T from_float(float v);
+template <>
+LOOM_DEVICE LOOM_FORCEINLINE float from_float<float>(float v) {
+    return v;
+}
+template <>
+LOOM_DEVICE LOOM_FORCEINLINE __half from_float<__half>(float v) {
+    return __float2half_rn(v);
+}
+template <>
+LOOM_DEVICE LOOM_FORCEINLINE __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+
+template <int kOp>
+LOOM_DEVICE LOOM_FORCEINLINE float combine(float a, float b) {
+    if constexpr (kOp == kOpMax) {
+        return fmaxf(a, b);
+    } else {
+        return a + b;
+    }
+}
+
+// Elements of T in a 16-byte vector.
+template <class T>
+inline constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+
+template <class T>
+LOOM_DEVICE LOOM_FORCEINLINE void unpack(const uint4& v, float (&f)[kVec<T>]) {
+    const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+    for (int k = 0; k < kVec<T>; ++k) f[k] = to_float<T>(e[k]);
+}
+template <class T, int kOp>
+LOOM_DEVICE LOOM_FORCEINLINE void unpack_combine(const uint4& v, float (&f)[kVec<T>]) {
+    const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+    for (int k = 0; k < kVec<T>; ++k) f[k] = combine<kOp>(f[k], to_float<T>(e[k]));
+}
+template <class T>
+LOOM_DEVICE LOOM_FORCEINLINE uint4 pack(const float (&f)[kVec<T>]) {
+    uint4 v;
+    T* e = reinterpret_cast<T*>(&v);
+#pragma unroll
+    for (int k = 0; k < kVec<T>; ++k) e[k] = from_float<T>(f[k]);
+    return v;
+}
+
+// dst[d][i] = op over s of src[s][i], i in [0, n), for d < ndst and s < nsrc (1 <= nsrc, ndst <= kMaxLocalPeers),
+// accumulated in fp32 in source order 0, 1, ... (the same order on every rank). Every thread of the block calls
+// it with the same arguments; thread t handles vectors t, t + blockDim.x, ...; each element is read from all
+// sources and written to all destinations by the same thread, so a destination may alias a source element by
+// element (in-place). 16-byte vectors when every pointer is 16-byte aligned, scalars otherwise and for the tail.
+template <class T, int kOp>
+LOOM_DEVICE inline void reduce_multi(const T* const (&src)[kMaxLocalPeers], int nsrc, T* const (&dst)[kMaxLocalPeers],
+                                     int ndst, uint64_t n) {
+    constexpr int E = kVec<T>;
+    uint64_t mis = 0;
+#pragma unroll
+    for (int s = 0; s < kMaxLocalPeers; ++s)
+        if (s < nsrc) mis |= reinterpret_cast<uint64_t>(src[s]);
+#pragma unroll
+    for (int d = 0; d < kMaxLocalPeers; ++d)
+        if (d < ndst) mis |= reinterpret_cast<uint64_t>(dst[d]);
+    const uint64_t nv = (mis & 15) == 0 ? n / E : 0;
+    const uint32_t tid = threadIdx.x, nt = blockDim.x;
+    for (uint64_t i = tid; i < nv; i += nt) {
+        uint4 v[kMaxLocalPeers];
+#pragma unroll
+        for (int s = 0; s < kMaxLocalPeers; ++s)
+            if (s < nsrc) v[s] = ptx::ld_v4(reinterpret_cast<const uint4*>(src[s]) + i);
+        float acc[E];
+        unpack<T>(v[0], acc);
+#pragma unroll
+        for (int s = 1; s < kMaxLocalPeers; ++s)
+            if (s < nsrc) unpack_combine<T, kOp>(v[s], acc);
+        const uint4 r = pack<T>(acc);
+#pragma unroll
+        for (int d = 0; d < kMaxLocalPeers; ++d)
+            if (d < ndst) ptx::st_v4(reinterpret_cast<uint4*>(dst[d]) + i, r);
+    }
+    for (uint64_t i = nv * E + tid; i < n; i += nt) {
+        float acc = to_float<T>(src[0][i]);
+#pragma unroll
+        for (int s = 1; s < kMaxLocalPeers; ++s)
+            if (s < nsrc) acc = combine<kOp>(acc, to_float<T>(src[s][i]));
+        const T r = from_float<T>(acc);
+#pragma unroll
+        for (int d = 0; d < kMaxLocalPeers; ++d)
+            if (d < ndst) dst[d][i] = r;
+    }
+}
+
+// Calls f(path) with the block's data path: lang::LdSt, or a TMA staging area carved from the dynamic shared
+// memory (p.stages x p.stage_bytes; the host sizes the launch's smem with lang::tma_staging_bytes).
+template <int kPath, class F>
+LOOM_DEVICE LOOM_FORCEINLINE void with_path(const Params& p, F&& f) {
+    if constexpr (kPath == kPathTma) {
+        const lang::Tma t = lang::make_tma_staging(lang::block, coll_smem, p.stages, p.stage_bytes);
+        f(t);
+    } else {
+        f(lang::LdSt{});
+    }
+}
+
+// A one-block launch that only meets every peer: the copy-engine data path puts one before and one after its
+// cudaMemcpyAsync calls (entry: peers' buffers are ready; exit: every peer's copies are complete).
+__global__ void __launch_bounds__(32) coll_barrier(Ctx ctx, Params p) {
+    const uint64_t e = begin_call(p.sync);
+    barrier_peers(ctx, p.sync, sig_value(e, 1));
+}
+
+}  // namespace loom::kernels::coll

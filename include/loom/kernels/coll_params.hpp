@@ -1,0 +1,54 @@
+// Plain data shared by the collective kernels (include/loom/kernels/{all_gather,reduce_scatter,all_reduce,
+// all_to_all}.cuh) and their host launchers (src/ops/*.cpp). Compiles under the host compiler, nvcc and NVRTC.
+#pragma once
+
+#include "loom/config.hpp"
+
+namespace loom::kernels::coll {
+
+// Most blocks one collective launch may use (the num_sms budget is clamped to it).
+inline constexpr int kMaxBlocks = 128;
+// Signal values are (epoch << kPhaseBits) + phase: a call may use phases 1 .. 2^kPhaseBits - 1.
+inline constexpr int kPhaseBits = 20;
+// LL all-reduce: packets (8 data bytes each) one block handles; the LL area holds
+// 2 parities x kMaxLLBlocks x world x kLLPacketsPerBlock packets of 16 bytes.
+inline constexpr int kMaxLLBlocks = 64;
+inline constexpr int kLLPacketsPerBlock = 512;
+
+enum : int { kPathLdSt = 0, kPathTma = 1 };
+enum : int { kOpSum = 0, kOpMax = 1 };
+
+// Per-rank synchronisation state in the symmetric heap, zeroed once when the World's collective state is
+// created and never reset afterwards.
+//   epoch[b]   how many launches block b of this rank has made (any collective). Read and advanced by block b
+//              of each launch only; stream order makes the value of launch n+1 follow launch n.
+//   sig[b][p]  last value local rank p's block b published to this rank: (epoch << kPhaseBits) + phase. Written
+//              only by rank p (store-release, monotonic), waited on with GE (wrap-safe).
+// Every rank launches the same sequence of collectives with the same grids, so block b's epoch is equal on
+// every rank for a given call.
+struct SyncState {
+    uint64_t epoch[kMaxBlocks];
+    uint64_t sig[kMaxBlocks][kMaxLocalPeers];
+};
+
+// Kernel arguments (by value). Counts are elements of the kernel's element type.
+struct Params {
+    const void* in;
+    void* out;
+    uint64_t count;   // all_gather: elements per rank (in); reduce_scatter: elements of out; all_reduce: elements;
+                      // all_to_all: elements per peer; all_to_all_v: capacity of out
+    SyncState* sync;  // symmetric
+    char* scratch;    // symmetric general scratch (one-shot / scatter staging)
+    uint64_t scratch_bytes;       // per rank
+    char* ll;                     // symmetric LL area (LL packets only: nothing else is ever written there)
+    uint64_t round_elems;         // scratch rounds: elements per peer per round
+    const int64_t* send_counts;   // all_to_all_v: symmetric, [world] elements this rank sends to each peer
+    const int64_t* send_offsets;  // all_to_all_v: local, [world] element offsets into in (null: packed)
+    int64_t* recv_counts;         // all_to_all_v: local, [world] filled with what each peer sent (may be null)
+    uint32_t stage_bytes;         // TMA staging: bytes per stage
+    uint32_t stages;              // TMA staging: stages
+    uint32_t ll_packets;          // LL: packets per block
+    uint32_t pad;
+};
+
+}  // namespace loom::kernels::coll

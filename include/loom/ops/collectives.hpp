@@ -1,0 +1,77 @@
+// Collectives on the node's symmetric heap: AllGather, ReduceScatter, AllReduce, AllToAll (equal and variable
+// splits). See docs/collectives.md for the algorithms, data paths and the automatic choice.
+//
+// Contract (every function): collective over the World — every rank calls it in the same order with the same
+// options and the same count (all_to_all_v: the same out.count). Work is enqueued on `stream`; the call returns
+// without waiting for the GPU and never synchronises the host, so back-to-back calls and CUDA-graph capture
+// work (the per-call epoch lives in device memory). Buffers are device memory of this rank; algorithms that
+// read or write a peer's buffer need it in the symmetric heap (allocate it with world.alloc): the error says
+// which buffer. In-place: all_gather with in == out + rank * in.count, reduce_scatter with out == in +
+// rank * out.count, all_reduce with out == in. Node-local worlds only (world size == local world size <= 8).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "loom/runtime/world.hpp"
+#include "loom/tensor.hpp"
+
+namespace loom {
+
+enum class CollKind { AllGather, ReduceScatter, AllReduce, AllToAll, AllToAllV };
+enum class CollAlgo { Auto, Push, Pull, Ring, Scatter, OneShot, TwoShot, LL };
+enum class DataPath { Auto, LdSt, Tma, CopyEngine };
+enum class ReduceOp { Sum, Max };
+
+struct CollOptions {
+    CollAlgo algo = CollAlgo::Auto;
+    DataPath path = DataPath::Auto;
+    ReduceOp op = ReduceOp::Sum;  // reduce_scatter / all_reduce
+    int num_sms = 0;              // block budget (one block per SM); 0: the algorithm's default
+};
+
+const char* to_string(CollKind k);
+const char* to_string(CollAlgo a);
+const char* to_string(DataPath p);
+
+// out (world * in.count elements) = every rank's in, in rank order. Push / Ring need out symmetric, Pull needs
+// in symmetric. Data paths: LdSt, Tma (sm_90), CopyEngine (push / pull only).
+void all_gather(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts = {});
+// out (in.count / world elements) = op over ranks of chunk `rank` of in. Pull needs in symmetric; Scatter
+// stages through the collective scratch (any in). fp32 accumulation for 16-bit types.
+void reduce_scatter(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts = {});
+// out = op over ranks of in (same count). LL and OneShot take any buffers; TwoShot needs in and out symmetric.
+void all_reduce(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts = {});
+// Equal splits: in and out hold world blocks of in.count / world elements; block j of in goes to rank j, where
+// it lands as block `rank`. out symmetric; not in-place.
+void all_to_all(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts = {});
+// Variable splits with counts in device memory (MoE): send_counts (int64[world], symmetric) elements go to each
+// rank, taken from in at send_offsets (int64[world], device; nullptr: packed prefix sums). Each rank's out
+// (symmetric, capacity out.count, the same on every rank) receives the blocks packed in source-rank order;
+// recv_counts (int64[world], device, may be nullptr) receives what each rank sent. Counts are read on the
+// device: no host synchronisation. A block that would not fit in out is reported and traps.
+void all_to_all_v(World& world, BufferView in, BufferView out, const int64_t* send_counts, const int64_t* send_offsets,
+                  int64_t* recv_counts, cudaStream_t stream, const CollOptions& opts = {});
+
+// The automatic choice (see src/ops/coll_algo.cpp for the table).
+struct CollChoice {
+    CollAlgo algo = CollAlgo::Auto;
+    DataPath path = DataPath::Auto;
+    int blocks = 0;
+    std::string reason;  // which table row (or constraint) decided
+};
+struct CollTopology {
+    int world = 1;
+    bool shared_gpu = false;  // ranks share one GPU (MPS)
+    int arch = 90;
+};
+// bytes: all_gather / all_to_all: the per-rank input; reduce_scatter: the per-rank output; all_reduce: the buffer.
+// in_symmetric / out_symmetric say which algorithms are feasible.
+CollChoice choose_collective(CollKind kind, std::size_t bytes, const CollTopology& topo, bool in_symmetric = true,
+                             bool out_symmetric = true);
+// The table and the choice at a few sizes, as printed by bench-collectives --explain (and loom-info).
+std::string explain_collectives(const CollTopology& topo);
+
+}  // namespace loom

@@ -1,0 +1,73 @@
+// Host launcher of include/loom/kernels/all_reduce.cuh: validate, choose, launch.
+#include "loom/runtime/error.hpp"
+#include "ops/coll_state.hpp"
+
+namespace loom {
+
+void all_reduce(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts) {
+    using kernels::coll::kLLPacketsPerBlock;
+    using kernels::coll::kMaxLLBlocks;
+    const char* op = "all_reduce";
+    coll::check_buffer(op, "in", in);
+    coll::check_buffer(op, "out", out);
+    coll::check_same_dtype(op, in, out);
+    coll::check_float_dtype(op, in);
+    LOOM_CHECK(out.count == in.count, "{}: expected out.count == in.count = {}, given {}", op, in.count, out.count);
+    LOOM_CHECK(in.data == out.data || !coll::overlaps(in.data, in.bytes(), out.data, out.bytes()),
+               "{}: in and out overlap without being the same buffer", op);
+    const int W = world.world_size();
+    const std::size_t es = dtype_size(in.dtype), bytes = in.bytes();
+    coll::CollState& st = coll::coll_state(world);
+    const bool in_sym = world.is_symmetric(in.data, bytes), out_sym = world.is_symmetric(out.data, bytes);
+    CollOptions o = opts;
+    const std::size_t ll_max = std::size_t(kMaxLLBlocks) * kLLPacketsPerBlock * 8;
+    // Auto never picks LL past its capacity.
+    if (o.algo == CollAlgo::Auto) {
+        const CollChoice a = coll::resolve(CollKind::AllReduce, bytes, world, st, o, in_sym, out_sym);
+        o.algo = a.algo == CollAlgo::LL && bytes > ll_max ? CollAlgo::OneShot : a.algo;
+        if (o.path == DataPath::Auto) o.path = a.path;
+    }
+    const CollChoice c = coll::resolve(CollKind::AllReduce, bytes, world, st, o, in_sym, out_sym);
+    coll::Launch l;
+    l.header = "loom/kernels/all_reduce.cuh";
+    l.params = coll::base_params(st);
+    l.params.in = in.data;
+    l.params.out = out.data;
+    l.params.count = in.count;
+    const std::string T = coll::cuda_type(in.dtype), kop = opts.op == ReduceOp::Max ? "1" : "0";
+    l.template_args = {T, kop};
+    if (c.algo == CollAlgo::LL) {
+        LOOM_CHECK(bytes <= ll_max, "{}: the ll algorithm holds at most {} bytes, given {}", op, ll_max, bytes);
+        const std::size_t packets = (bytes + 7) / 8;
+        // Spread the packets over blocks (>= 1 packet each: every block must exchange with every peer).
+        int blocks = coll::pick_blocks(packets, 64, kMaxLLBlocks, opts, st);
+        std::size_t per = (packets + blocks - 1) / blocks;
+        if (per > std::size_t(kLLPacketsPerBlock)) {
+            per = kLLPacketsPerBlock;
+        }
+        blocks = static_cast<int>((packets + per - 1) / per);
+        LOOM_CHECK(blocks <= kMaxLLBlocks, "{}: ll needs {} blocks of {} packets; at most {} blocks (num_sms {})", op,
+                   blocks, per, kMaxLLBlocks, opts.num_sms);
+        l.params.ll_packets = static_cast<uint32_t>(per);
+        l.name = "loom::kernels::coll::all_reduce_ll";
+        l.blocks = blocks;
+        l.threads = per < 512 ? static_cast<int>((per + 31) / 32 * 32) : 512;
+    } else if (c.algo == CollAlgo::OneShot) {
+        l.name = "loom::kernels::coll::all_reduce_one_shot";
+        std::size_t C = st.scratch_bytes / (W * es);
+        C = C / 16 * 16;
+        if (C > in.count) C = in.count;
+        l.params.round_elems = C;
+        l.blocks = coll::pick_blocks(C * es * W, 64 * 1024, 64, opts, st);
+    } else if (c.algo == CollAlgo::TwoShot) {
+        coll::check_symmetric(op, "two_shot", "in", world, in);
+        coll::check_symmetric(op, "two_shot", "out", world, out);
+        l.name = "loom::kernels::coll::all_reduce_two_shot";
+        l.blocks = coll::pick_blocks(bytes * 2, 128 * 1024, 64, opts, st);
+    } else {
+        LOOM_FAIL("{}: the {} algorithm is not offered", op, to_string(c.algo));
+    }
+    coll::launch(world, l, stream);
+}
+
+}  // namespace loom

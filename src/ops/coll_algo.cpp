@@ -1,0 +1,215 @@
+#include "ops/coll_algo.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+
+#include "loom/runtime/error.hpp"
+#include "ops/coll_state.hpp"
+
+namespace loom {
+
+const char* to_string(CollKind k) {
+    switch (k) {
+        case CollKind::AllGather:
+            return "all_gather";
+        case CollKind::ReduceScatter:
+            return "reduce_scatter";
+        case CollKind::AllReduce:
+            return "all_reduce";
+        case CollKind::AllToAll:
+            return "all_to_all";
+        case CollKind::AllToAllV:
+            return "all_to_all_v";
+    }
+    return "?";
+}
+const char* to_string(CollAlgo a) {
+    switch (a) {
+        case CollAlgo::Auto:
+            return "auto";
+        case CollAlgo::Push:
+            return "push";
+        case CollAlgo::Pull:
+            return "pull";
+        case CollAlgo::Ring:
+            return "ring";
+        case CollAlgo::Scatter:
+            return "scatter";
+        case CollAlgo::OneShot:
+            return "one_shot";
+        case CollAlgo::TwoShot:
+            return "two_shot";
+        case CollAlgo::LL:
+            return "ll";
+    }
+    return "?";
+}
+const char* to_string(DataPath p) {
+    switch (p) {
+        case DataPath::Auto:
+            return "auto";
+        case DataPath::LdSt:
+            return "ld";
+        case DataPath::Tma:
+            return "tma";
+        case DataPath::CopyEngine:
+            return "ce";
+    }
+    return "?";
+}
+
+namespace coll {
+
+namespace {
+constexpr std::size_t KiB = 1024, MiB = 1024 * KiB, kAny = SIZE_MAX;
+}
+
+// Initial rows: from the designs' known crossovers on NVLink (NCCL symmetric kernels, mscclpp), to be replaced
+// by bench-collectives measurements on the H200. Sizes are those of choose_collective's `bytes`.
+const std::vector<ChoiceRow>& choice_table() {
+    static const std::vector<ChoiceRow> rows = {
+        // AllGather (bytes per rank)
+        {CollKind::AllGather, 256 * KiB, GpuSharing::Any, CollAlgo::Push, DataPath::LdSt,
+         "small: one pass, all SMs' ld/st"},
+        {CollKind::AllGather, kAny, GpuSharing::Any, CollAlgo::Push, DataPath::Tma,
+         "large: TMA bulk copies, few threads"},
+        {CollKind::AllGather, 256 * KiB, GpuSharing::Any, CollAlgo::Pull, DataPath::LdSt, "out not symmetric: pull"},
+        {CollKind::AllGather, kAny, GpuSharing::Any, CollAlgo::Pull, DataPath::Tma, "out not symmetric: pull"},
+        // ReduceScatter (bytes of out)
+        {CollKind::ReduceScatter, kAny, GpuSharing::Any, CollAlgo::Pull, DataPath::LdSt,
+         "one pass, reduce in registers"},
+        {CollKind::ReduceScatter, 64 * KiB, GpuSharing::Any, CollAlgo::Scatter, DataPath::LdSt, "in not symmetric"},
+        {CollKind::ReduceScatter, kAny, GpuSharing::Any, CollAlgo::Scatter, DataPath::Tma, "in not symmetric"},
+        // AllReduce (bytes of the buffer)
+        {CollKind::AllReduce, 64 * KiB, GpuSharing::Any, CollAlgo::LL, DataPath::LdSt,
+         "latency: flag-in-data, no barrier"},
+        {CollKind::AllReduce, 512 * KiB, GpuSharing::Any, CollAlgo::OneShot, DataPath::LdSt, "2 barriers, one copy"},
+        {CollKind::AllReduce, kAny, GpuSharing::Any, CollAlgo::TwoShot, DataPath::LdSt,
+         "bandwidth: W reads + W writes"},
+        {CollKind::AllReduce, kAny, GpuSharing::Any, CollAlgo::OneShot, DataPath::LdSt, "buffers not symmetric"},
+        // AllToAll (bytes per rank of in)
+        {CollKind::AllToAll, 1 * MiB, GpuSharing::Any, CollAlgo::Push, DataPath::LdSt, "small"},
+        {CollKind::AllToAll, kAny, GpuSharing::Any, CollAlgo::Push, DataPath::Tma, "large"},
+        {CollKind::AllToAllV, 1 * MiB, GpuSharing::Any, CollAlgo::Push, DataPath::LdSt, "small (capacity bytes)"},
+        {CollKind::AllToAllV, kAny, GpuSharing::Any, CollAlgo::Push, DataPath::Tma, "large (capacity bytes)"},
+    };
+    return rows;
+}
+
+bool offered(CollKind kind, CollAlgo algo, DataPath path) {
+    const bool ld = path == DataPath::LdSt, tma = path == DataPath::Tma, ce = path == DataPath::CopyEngine;
+    switch (kind) {
+        case CollKind::AllGather:
+            if (algo == CollAlgo::Push || algo == CollAlgo::Pull) return ld || tma || ce;
+            return algo == CollAlgo::Ring && (ld || tma);
+        case CollKind::ReduceScatter:
+            return (algo == CollAlgo::Pull && ld) || (algo == CollAlgo::Scatter && (ld || tma));
+        case CollKind::AllReduce:
+            return (algo == CollAlgo::OneShot || algo == CollAlgo::TwoShot || algo == CollAlgo::LL) && ld;
+        case CollKind::AllToAll:
+            return algo == CollAlgo::Push && (ld || tma || ce);
+        case CollKind::AllToAllV:
+            return algo == CollAlgo::Push && (ld || tma);
+    }
+    return false;
+}
+
+bool feasible(CollKind kind, CollAlgo algo, bool in_sym, bool out_sym) {
+    switch (kind) {
+        case CollKind::AllGather:
+            return algo == CollAlgo::Pull ? in_sym : out_sym;
+        case CollKind::ReduceScatter:
+            return algo == CollAlgo::Pull ? in_sym : true;
+        case CollKind::AllReduce:
+            return algo == CollAlgo::TwoShot ? in_sym && out_sym : true;
+        case CollKind::AllToAll:
+        case CollKind::AllToAllV:
+            return out_sym;
+    }
+    return false;
+}
+
+DataPath default_path(CollKind kind, CollAlgo algo, std::size_t bytes, const CollTopology& topo) {
+    if (offered(kind, algo, DataPath::Tma) && topo.arch >= 90 && bytes > 256 * KiB) return DataPath::Tma;
+    return DataPath::LdSt;
+}
+
+namespace {
+bool sharing_matches(GpuSharing s, const CollTopology& topo) {
+    return s == GpuSharing::Any || (s == GpuSharing::Shared) == topo.shared_gpu;
+}
+}  // namespace
+
+}  // namespace coll
+
+CollChoice choose_collective(CollKind kind, std::size_t bytes, const CollTopology& topo, bool in_symmetric,
+                             bool out_symmetric) {
+    using namespace coll;
+    const auto& rows = choice_table();
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        const ChoiceRow& r = rows[i];
+        if (r.kind != kind || bytes > r.max_bytes || !sharing_matches(r.sharing, topo)) continue;
+        if (!feasible(kind, r.algo, in_symmetric, out_symmetric)) continue;
+        DataPath path = r.path;
+        if (path == DataPath::Tma && topo.arch < 90) path = DataPath::LdSt;
+        return CollChoice{r.algo, path, 0, fmt::format("table row {}: {}", i, r.why)};
+    }
+    return CollChoice{CollAlgo::Auto, DataPath::Auto, 0, "no feasible algorithm"};
+}
+
+std::string explain_collectives(const CollTopology& topo) {
+    using namespace coll;
+    std::string s = fmt::format("Loom collectives: automatic choice (world {}, {}, sm_{})\n", topo.world,
+                                topo.shared_gpu ? "ranks share a GPU" : "one GPU per rank", topo.arch);
+    s += "table (first feasible row wins; edit src/ops/coll_algo.cpp from bench-collectives results):\n";
+    const auto& rows = choice_table();
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        const ChoiceRow& r = rows[i];
+        s += fmt::format("  [{:2}] {:<15} <= {:>10}  {:<8} {:<8} {:<4} {}\n", i, to_string(r.kind),
+                         r.max_bytes == SIZE_MAX ? std::string("any") : fmt::format("{}", r.max_bytes),
+                         r.sharing == GpuSharing::Any      ? "any"
+                         : r.sharing == GpuSharing::Shared ? "shared"
+                                                           : "distinct",
+                         to_string(r.algo), to_string(r.path), r.why);
+    }
+    s += "choice with symmetric buffers:\n";
+    for (CollKind k : {CollKind::AllGather, CollKind::ReduceScatter, CollKind::AllReduce, CollKind::AllToAll}) {
+        s += fmt::format("  {:<15}", to_string(k));
+        for (std::size_t b = 1024; b <= (std::size_t(1) << 30); b *= 16) {
+            const CollChoice c = choose_collective(k, b, topo);
+            s += fmt::format(" {}:{}/{}", b >= (1u << 20) ? fmt::format("{}M", b >> 20) : fmt::format("{}K", b >> 10),
+                             to_string(c.algo), to_string(c.path));
+        }
+        s += "\n";
+    }
+    return s;
+}
+
+namespace coll {
+
+CollChoice resolve(CollKind kind, std::size_t bytes, World& world, CollState& st, const CollOptions& opts,
+                   bool in_symmetric, bool out_symmetric) {
+    const char* op = to_string(kind);
+    CollChoice c;
+    if (opts.algo == CollAlgo::Auto) {
+        c = choose_collective(kind, bytes, st.topo, in_symmetric, out_symmetric);
+        LOOM_CHECK(c.algo != CollAlgo::Auto,
+                   "{}: no algorithm can run with these buffers (in {}symmetric, out {}symmetric): allocate them "
+                   "with world.alloc",
+                   op, in_symmetric ? "" : "not ", out_symmetric ? "" : "not ");
+    } else {
+        c.algo = opts.algo;
+        c.path = default_path(kind, c.algo, bytes, st.topo);
+        c.reason = "CollOptions::algo";
+    }
+    if (opts.path != DataPath::Auto) c.path = opts.path;
+    LOOM_CHECK(offered(kind, c.algo, c.path), "{}: the {} algorithm has no {} data path", op, to_string(c.algo),
+               to_string(c.path));
+    LOOM_CHECK(c.path != DataPath::Tma || st.topo.arch >= 90, "{}: the tma data path needs sm_90, given sm_{}", op,
+               st.topo.arch);
+    return c;
+}
+
+}  // namespace coll
+}  // namespace loom

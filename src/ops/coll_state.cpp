@@ -1,0 +1,206 @@
+#include "ops/coll_state.hpp"
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "loom/jit/jit.hpp"
+#include "loom/runtime/env.hpp"
+#include "loom/runtime/error.hpp"
+
+namespace loom::coll {
+
+using kernels::coll::kLLPacketsPerBlock;
+using kernels::coll::kMaxBlocks;
+using kernels::coll::kMaxLLBlocks;
+using kernels::coll::Params;
+using kernels::coll::SyncState;
+
+namespace {
+
+struct Registry {
+    std::mutex mu;
+    // Keyed by the World and the base of its heap (a World destroyed and another created at the same address
+    // has a different heap mapping, so a stale entry is never reused).
+    std::map<std::pair<const World*, const void*>, std::unique_ptr<CollState>> states;
+};
+Registry& registry() {
+    static Registry r;
+    return r;
+}
+
+std::pair<const World*, const void*> key_of(World& world) {
+    const Ctx c = world.ctx();
+    return {&world, c.heap[c.local_rank]};
+}
+
+std::unique_ptr<CollState> create(World& world) {
+    LOOM_CHECK(world.world_size() == world.local_world_size(),
+               "collectives: expected a single-node world (world size == local world size), given world size {} "
+               "with {} ranks on this node",
+               world.world_size(), world.local_world_size());
+    LOOM_CHECK(world.local_world_size() <= kMaxLocalPeers, "collectives: expected at most {} ranks per node, given {}",
+               kMaxLocalPeers, world.local_world_size());
+    auto st = std::make_unique<CollState>();
+    const int W = world.world_size();
+    st->scratch_bytes = env_bytes("LOOM_COLL_SCRATCH", std::size_t(64) << 20);
+    LOOM_CHECK(st->scratch_bytes >= (std::size_t(1) << 20), "LOOM_COLL_SCRATCH: expected at least 1 MiB, given {}",
+               st->scratch_bytes);
+    st->ll_bytes = std::size_t(2) * kMaxLLBlocks * W * kLLPacketsPerBlock * 16;
+    st->sync = world.alloc<SyncState>(1);
+    st->scratch = world.alloc<char>(st->scratch_bytes);
+    st->ll = world.alloc<char>(st->ll_bytes);
+    LOOM_CHECK_CUDA(cudaMemset(st->sync, 0, sizeof(SyncState)));
+    LOOM_CHECK_CUDA(cudaMemset(st->ll, 0, st->ll_bytes));
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+
+    // Topology: do the ranks share a GPU? (PCI bus ids over the store.)
+    char bus[64] = {};
+    LOOM_CHECK_CUDA(cudaDeviceGetPCIBusId(bus, sizeof(bus), world.device()));
+    const std::string mine(bus);
+    const auto all = world.store().all_gather("loom/coll/busid", Bytes(mine.begin(), mine.end()));
+    st->topo.world = W;
+    st->topo.shared_gpu = false;
+    for (int r = 0; r < W; ++r)
+        if (r != world.rank() && std::string(all[r].begin(), all[r].end()) == mine) st->topo.shared_gpu = true;
+    st->topo.arch = jit::current_arch();
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&st->num_sms, cudaDevAttrMultiProcessorCount, world.device()));
+    world.barrier("loom/coll/state");  // every rank's state is zeroed before any peer signals into it
+    return st;
+}
+
+}  // namespace
+
+CollState& coll_state(World& world) {
+    auto& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto& slot = r.states[key_of(world)];
+    if (!slot) slot = create(world);
+    return *slot;
+}
+
+void release_coll_state(World& world) {
+    auto& r = registry();
+    std::unique_ptr<CollState> st;
+    {
+        std::lock_guard<std::mutex> lock(r.mu);
+        auto it = r.states.find(key_of(world));
+        if (it == r.states.end()) return;
+        st = std::move(it->second);
+        r.states.erase(it);
+    }
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+    world.free(st->ll);
+    world.free(st->scratch);
+    world.free(st->sync);
+}
+
+Params base_params(const CollState& st) {
+    Params p{};
+    p.sync = st.sync;
+    p.scratch = st.scratch;
+    p.scratch_bytes = st.scratch_bytes;
+    p.ll = st.ll;
+    return p;
+}
+
+std::size_t tma_staging(Params& p) {
+    p.stages = 4;
+    p.stage_bytes = 16 * 1024;                           // 4 x 16 KiB in flight per block
+    return 128 + std::size_t(p.stages) * p.stage_bytes;  // lang::tma_staging_bytes (device header)
+}
+
+int pick_blocks(std::size_t work_bytes, std::size_t bytes_per_block, int cap, const CollOptions& opts,
+                const CollState& st) {
+    LOOM_CHECK(opts.num_sms >= 0, "CollOptions::num_sms: expected >= 0, given {}", opts.num_sms);
+    std::size_t b = (work_bytes + bytes_per_block - 1) / bytes_per_block;
+    if (b < 1) b = 1;
+    int limit = cap;
+    if (opts.num_sms > 0 && opts.num_sms < limit) limit = opts.num_sms;
+    if (limit > kMaxBlocks) limit = kMaxBlocks;
+    if (limit > st.num_sms && st.num_sms > 0) limit = st.num_sms;
+    return static_cast<int>(b < static_cast<std::size_t>(limit) ? b : limit);
+}
+
+void launch(World& world, const Launch& l, cudaStream_t stream) {
+    jit::KernelSpec spec;
+    spec.header = l.header;
+    spec.name = l.name;
+    spec.template_args = l.template_args;
+    const jit::Kernel& k = jit::get_kernel(spec);
+    jit::LaunchConfig cfg;
+    cfg.grid = dim3(static_cast<unsigned>(l.blocks));
+    cfg.block = dim3(static_cast<unsigned>(l.threads));
+    cfg.smem = l.smem;
+    cfg.stream = stream;
+    const Ctx ctx = world.ctx();
+    k(cfg, ctx, l.params);
+}
+
+void launch_barrier(World& world, CollState& st, cudaStream_t stream) {
+    Launch l;
+    l.header = "loom/kernels/coll_common.cuh";
+    l.name = "loom::kernels::coll::coll_barrier";
+    l.blocks = 1;
+    l.threads = 32;
+    l.params = base_params(st);
+    launch(world, l, stream);
+}
+
+void check_buffer(const char* op, const char* which, const BufferView& b) {
+    LOOM_CHECK(b.count > 0, "{}: expected {} to hold at least one element, given count 0", op, which);
+    LOOM_CHECK(b.data != nullptr, "{}: expected a device pointer for {}, given nullptr", op, which);
+    const auto a = reinterpret_cast<std::uintptr_t>(b.data);
+    LOOM_CHECK(a % static_cast<std::uintptr_t>(dtype_size(b.dtype)) == 0,
+               "{}: expected {} aligned to its element size ({} bytes for {}), given address {}", op, which,
+               dtype_size(b.dtype), dtype_name(b.dtype), b.data);
+}
+
+void check_same_dtype(const char* op, const BufferView& in, const BufferView& out) {
+    LOOM_CHECK(in.dtype == out.dtype, "{}: expected in and out of the same dtype, given in {} and out {}", op,
+               dtype_name(in.dtype), dtype_name(out.dtype));
+}
+
+void check_float_dtype(const char* op, const BufferView& b) {
+    LOOM_CHECK(b.dtype == DType::F32 || b.dtype == DType::F16 || b.dtype == DType::BF16,
+               "{}: expected dtype f32, f16 or bf16, given {}", op, dtype_name(b.dtype));
+}
+
+void check_symmetric(const char* op, const char* algo, const char* which, World& world, const BufferView& b) {
+    LOOM_CHECK(world.is_symmetric(b.data, b.bytes()),
+               "{}: {} ({}, {} bytes) is not in the symmetric heap; the {} algorithm needs it there: allocate it "
+               "with world.alloc",
+               op, which, b.data, b.bytes(), algo);
+}
+
+bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) {
+    const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+    return x < y + bn && y < x + an;
+}
+
+const char* cuda_type(DType t) {
+    switch (t) {
+        case DType::F32:
+        case DType::F16:
+        case DType::BF16:
+            return dtype_cuda_name(t);
+        default:
+            break;
+    }
+    // Data movement only: any element is moved as bytes of its size.
+    switch (dtype_size(t)) {
+        case 1:
+            return "unsigned char";
+        case 2:
+            return "unsigned short";
+        case 4:
+            return "unsigned int";
+        default:
+            return "unsigned long long";
+    }
+}
+
+int path_arg(DataPath p) { return p == DataPath::Tma ? kernels::coll::kPathTma : kernels::coll::kPathLdSt; }
+
+}  // namespace loom::coll

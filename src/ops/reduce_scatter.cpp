@@ -1,0 +1,58 @@
+// Host launcher of include/loom/kernels/reduce_scatter.cuh: validate, choose, launch.
+#include "loom/runtime/error.hpp"
+#include "ops/coll_state.hpp"
+
+namespace loom {
+
+void reduce_scatter(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts) {
+    const char* op = "reduce_scatter";
+    coll::check_buffer(op, "in", in);
+    coll::check_buffer(op, "out", out);
+    coll::check_same_dtype(op, in, out);
+    coll::check_float_dtype(op, in);
+    const int W = world.world_size(), me = world.rank();
+    LOOM_CHECK(in.count % static_cast<std::size_t>(W) == 0,
+               "{}: expected in.count divisible by the world size {}, given {}", op, W, in.count);
+    LOOM_CHECK(out.count == in.count / W, "{}: expected out.count == in.count / world size = {} / {} = {}, given {}",
+               op, in.count, W, in.count / W, out.count);
+    const std::size_t es = dtype_size(in.dtype);
+    char* const my_chunk = static_cast<char*>(in.data) + me * out.count * es;
+    LOOM_CHECK(out.data == my_chunk || !coll::overlaps(in.data, in.bytes(), out.data, out.bytes()),
+               "{}: out overlaps in but is not in's chunk of this rank (in-place needs out == in + rank x out.count)",
+               op);
+    coll::CollState& st = coll::coll_state(world);
+    const bool in_sym = world.is_symmetric(in.data, in.bytes()), out_sym = world.is_symmetric(out.data, out.bytes());
+    const CollChoice c = coll::resolve(CollKind::ReduceScatter, out.bytes(), world, st, opts, in_sym, out_sym);
+    coll::Launch l;
+    l.header = "loom/kernels/reduce_scatter.cuh";
+    l.params = coll::base_params(st);
+    l.params.in = in.data;
+    l.params.out = out.data;
+    l.params.count = out.count;
+    const std::string T = coll::cuda_type(in.dtype), kop = opts.op == ReduceOp::Max ? "1" : "0";
+    if (c.algo == CollAlgo::Pull) {
+        coll::check_symmetric(op, "pull", "in", world, in);
+        l.name = "loom::kernels::coll::reduce_scatter_pull";
+        l.template_args = {T, kop};
+        l.blocks = coll::pick_blocks(out.bytes() * W, 128 * 1024, 64, opts, st);
+    } else if (c.algo == CollAlgo::Scatter) {
+        LOOM_CHECK(out.data != my_chunk,
+                   "{}: the scatter algorithm is not in-place (out == in + rank x out.count): use pull with a "
+                   "symmetric in",
+                   op);
+        l.name = "loom::kernels::coll::reduce_scatter_scatter";
+        l.template_args = {T, kop, std::to_string(coll::path_arg(c.path))};
+        // Rounds of C elements per peer: W x C fits the scratch; C a multiple of 16 bytes.
+        std::size_t C = st.scratch_bytes / (W * es);
+        C = C / 16 * 16;
+        if (C > out.count) C = out.count;
+        l.params.round_elems = C;
+        if (c.path == DataPath::Tma) l.smem = coll::tma_staging(l.params);
+        l.blocks = coll::pick_blocks(C * es * W, 128 * 1024, 64, opts, st);
+    } else {
+        LOOM_FAIL("{}: the {} algorithm is not offered", op, to_string(c.algo));
+    }
+    coll::launch(world, l, stream);
+}
+
+}  // namespace loom

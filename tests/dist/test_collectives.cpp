@@ -1,0 +1,453 @@
+// Collectives against a CPU reference on every rank: fresh random inputs, poisoned outputs, every element
+// checked (bitwise for data movement, fp64-referenced tolerance for reductions). Run under loomrun at 2, 4, 8
+// ranks (ranks may share one GPU under MPS).
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/reference.hpp"
+#include "common/test_env.hpp"
+#include "loom/ops/collectives.hpp"
+#include "loom/runtime/error.hpp"
+
+namespace loom {
+namespace {
+
+// A symmetric allocation freed (collectively) at scope exit.
+struct Sym {
+    World& w;
+    void* p;
+    Sym(World& world, std::size_t bytes) : w(world), p(world.alloc_bytes(bytes < 256 ? 256 : bytes)) {}
+    ~Sym() { w.free(p); }
+    template <class T = char>
+    T* as() const {
+        return static_cast<T*>(p);
+    }
+};
+
+// Host values of `dtype` (raw bits) from random floats; `vals` gets the exactly representable doubles.
+std::vector<char> make_input(DType t, std::size_t n, std::uint64_t seed, std::vector<double>* vals = nullptr) {
+    const auto f = test::random_floats(n, seed);
+    std::vector<char> raw(n * dtype_size(t));
+    if (vals) vals->resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        double v;
+        if (t == DType::F32) {
+            std::memcpy(raw.data() + 4 * i, &f[i], 4);
+            v = f[i];
+        } else if (t == DType::BF16) {
+            const std::uint16_t h = test::float_to_bf16(f[i]);
+            std::memcpy(raw.data() + 2 * i, &h, 2);
+            v = test::bf16_to_float(h);
+        } else {
+            const std::uint16_t h = test::float_to_half(f[i]);
+            std::memcpy(raw.data() + 2 * i, &h, 2);
+            v = test::half_to_float(h);
+        }
+        if (vals) (*vals)[i] = v;
+    }
+    return raw;
+}
+double value_at(DType t, const std::vector<char>& raw, std::size_t i) {
+    if (t == DType::F32) {
+        float f;
+        std::memcpy(&f, raw.data() + 4 * i, 4);
+        return f;
+    }
+    std::uint16_t h;
+    std::memcpy(&h, raw.data() + 2 * i, 2);
+    return t == DType::BF16 ? test::bf16_to_float(h) : test::half_to_float(h);
+}
+// Tolerance of one output element: the fp32-accumulated result rounded once to the output type.
+double tolerance(DType t, double ref, int W) {
+    const double rel = t == DType::F32 ? 1e-6 * W : t == DType::BF16 ? 1.0 / 128 : 1.0 / 1024;
+    return std::fabs(ref) * rel + (t == DType::F32 ? 1e-6 : 1e-3) * W;
+}
+std::uint64_t seed_of(int rank, int test_case, int iter = 0) {
+    return 0x9e3779b97f4a7c15ull * (rank + 1) + 1000003ull * test_case + 7919ull * iter + 12345;
+}
+
+void upload(void* dst, const std::vector<char>& src) {
+    ASSERT_EQ(cudaMemcpy(dst, src.data(), src.size(), cudaMemcpyHostToDevice), cudaSuccess);
+}
+std::vector<char> download(const void* src, std::size_t bytes) {
+    std::vector<char> v(bytes);
+    EXPECT_EQ(cudaMemcpy(v.data(), src, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+}
+void poison(void* p, std::size_t bytes) { ASSERT_EQ(cudaMemset(p, 0xA5, bytes), cudaSuccess); }
+
+struct AlgoPath {
+    CollAlgo algo;
+    DataPath path;
+};
+std::string label(const AlgoPath& a) { return std::string(to_string(a.algo)) + "/" + to_string(a.path); }
+
+class Collectives : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        LOOM_REQUIRE_GPU();
+        w = &test::world();
+        ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    }
+    void TearDown() override {
+        if (stream) cudaStreamDestroy(stream);
+    }
+    World* w = nullptr;
+    cudaStream_t stream = nullptr;
+};
+
+// ---- AllGather ---------------------------------------------------------------------------------------------------
+void check_all_gather(World& w, cudaStream_t s, DType t, std::size_t n, const CollOptions& o, int tc, bool in_place) {
+    const int W = w.world_size(), me = w.rank();
+    const std::size_t es = dtype_size(t), B = n * es;
+    Sym in(w, B), out(w, B * W);
+    std::vector<std::vector<char>> all(W);
+    for (int r = 0; r < W; ++r) all[r] = make_input(t, n, seed_of(r, tc));
+    poison(out.p, B * W);
+    void* src = in_place ? out.as() + me * B : in.p;
+    upload(src, all[me]);
+    w.barrier();
+    all_gather(w, BufferView{src, t, n}, BufferView{out.p, t, n * W}, s, o);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    const auto got = download(out.p, B * W);
+    for (int r = 0; r < W; ++r)
+        ASSERT_EQ(std::memcmp(got.data() + r * B, all[r].data(), B), 0)
+            << "all_gather " << to_string(o.algo) << "/" << to_string(o.path) << " n " << n << " chunk of rank " << r;
+    w.barrier();
+}
+
+TEST_F(Collectives, AllGatherEveryAlgorithmAndPath) {
+    const AlgoPath aps[] = {{CollAlgo::Push, DataPath::LdSt},       {CollAlgo::Push, DataPath::Tma},
+                            {CollAlgo::Push, DataPath::CopyEngine}, {CollAlgo::Pull, DataPath::LdSt},
+                            {CollAlgo::Pull, DataPath::Tma},        {CollAlgo::Pull, DataPath::CopyEngine},
+                            {CollAlgo::Ring, DataPath::LdSt},       {CollAlgo::Ring, DataPath::Tma}};
+    int tc = 0;
+    for (const auto& ap : aps)
+        for (std::size_t n : {std::size_t(1), std::size_t(1001), std::size_t(300007)})
+            for (DType t : {DType::BF16, DType::F32}) {
+                SCOPED_TRACE(label(ap) + " n " + std::to_string(n) + " " + dtype_name(t));
+                check_all_gather(*w, stream, t, n, CollOptions{ap.algo, ap.path}, ++tc, false);
+            }
+}
+
+TEST_F(Collectives, AllGatherInPlaceAutoAndLarge) {
+    check_all_gather(*w, stream, DType::F16, 4097, CollOptions{CollAlgo::Push, DataPath::LdSt}, 1, true);
+    check_all_gather(*w, stream, DType::F16, 4097, CollOptions{CollAlgo::Ring, DataPath::Tma}, 2, true);
+    check_all_gather(*w, stream, DType::F16, 4097, CollOptions{CollAlgo::Pull, DataPath::Tma}, 3, true);
+    check_all_gather(*w, stream, DType::BF16, 3, {}, 4, false);
+    // 32 MiB per rank (256 MiB gathered at 8 ranks).
+    check_all_gather(*w, stream, DType::F32, (std::size_t(32) << 20) / 4 / w->world_size() * 8 / 8, {}, 5, false);
+}
+
+// ---- ReduceScatter -------------------------------------------------------------------------------------------------
+void check_reduce_scatter(World& w, cudaStream_t s, DType t, std::size_t n, const CollOptions& o, int tc,
+                          bool in_place) {
+    const int W = w.world_size(), me = w.rank();
+    const std::size_t es = dtype_size(t);
+    Sym in(w, n * W * es), out(w, n * es);
+    std::vector<std::vector<char>> all(W);
+    for (int r = 0; r < W; ++r) all[r] = make_input(t, n * W, seed_of(r, tc));
+    upload(in.p, all[me]);
+    void* dst = in_place ? in.as() + me * n * es : out.p;
+    if (!in_place) poison(out.p, n * es);
+    w.barrier();
+    reduce_scatter(w, BufferView{in.p, t, n * W}, BufferView{dst, t, n}, s, o);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    const auto got = download(dst, n * es);
+    for (std::size_t i = 0; i < n; ++i) {
+        double ref = value_at(t, all[0], me * n + i);
+        for (int r = 1; r < W; ++r) {
+            const double v = value_at(t, all[r], me * n + i);
+            ref = o.op == ReduceOp::Max ? std::max(ref, v) : ref + v;
+        }
+        const double g = value_at(t, got, i);
+        ASSERT_LE(std::fabs(g - ref), tolerance(t, ref, W)) << "reduce_scatter element " << i << " of " << n;
+    }
+    w.barrier();
+}
+
+TEST_F(Collectives, ReduceScatterEveryAlgorithmPathDtype) {
+    const AlgoPath aps[] = {
+        {CollAlgo::Pull, DataPath::LdSt}, {CollAlgo::Scatter, DataPath::LdSt}, {CollAlgo::Scatter, DataPath::Tma}};
+    int tc = 100;
+    for (const auto& ap : aps)
+        for (DType t : {DType::F32, DType::F16, DType::BF16})
+            for (std::size_t n : {std::size_t(1), std::size_t(777), std::size_t(100003)}) {
+                SCOPED_TRACE(label(ap) + " n " + std::to_string(n) + " " + dtype_name(t));
+                check_reduce_scatter(*w, stream, t, n, CollOptions{ap.algo, ap.path}, ++tc, false);
+            }
+}
+
+TEST_F(Collectives, ReduceScatterInPlaceMaxLarge) {
+    check_reduce_scatter(*w, stream, DType::BF16, 5001, CollOptions{CollAlgo::Pull, DataPath::LdSt}, 1, true);
+    check_reduce_scatter(*w, stream, DType::F32, 4099, CollOptions{CollAlgo::Pull, DataPath::LdSt, ReduceOp::Max}, 2,
+                         false);
+    // Bigger than the scratch at 8 ranks: the scatter algorithm goes in rounds.
+    check_reduce_scatter(*w, stream, DType::BF16, (std::size_t(3) << 20) + 5,
+                         CollOptions{CollAlgo::Scatter, DataPath::Tma}, 3, false);
+    check_reduce_scatter(*w, stream, DType::F32, std::size_t(4) << 20, {}, 4, false);
+}
+
+// ---- AllReduce -----------------------------------------------------------------------------------------------------
+void check_all_reduce(World& w, cudaStream_t s, DType t, std::size_t n, const CollOptions& o, int tc, bool in_place) {
+    const int W = w.world_size(), me = w.rank();
+    const std::size_t es = dtype_size(t);
+    Sym in(w, n * es), out(w, n * es);
+    std::vector<std::vector<char>> all(W);
+    for (int r = 0; r < W; ++r) all[r] = make_input(t, n, seed_of(r, tc));
+    upload(in.p, all[me]);
+    void* dst = in_place ? in.p : out.p;
+    if (!in_place) poison(out.p, n * es);
+    w.barrier();
+    all_reduce(w, BufferView{in.p, t, n}, BufferView{dst, t, n}, s, o);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    const auto got = download(dst, n * es);
+    for (std::size_t i = 0; i < n; ++i) {
+        double ref = value_at(t, all[0], i);
+        for (int r = 1; r < W; ++r) {
+            const double v = value_at(t, all[r], i);
+            ref = o.op == ReduceOp::Max ? std::max(ref, v) : ref + v;
+        }
+        ASSERT_LE(std::fabs(value_at(t, got, i) - ref), tolerance(t, ref, W))
+            << "all_reduce element " << i << " of " << n;
+    }
+    w.barrier();
+}
+
+TEST_F(Collectives, AllReduceEveryAlgorithmDtype) {
+    int tc = 200;
+    for (CollAlgo a : {CollAlgo::LL, CollAlgo::OneShot, CollAlgo::TwoShot})
+        for (DType t : {DType::F32, DType::F16, DType::BF16})
+            for (std::size_t n : {std::size_t(1), std::size_t(3), std::size_t(1001), std::size_t(65539)}) {
+                SCOPED_TRACE(std::string(to_string(a)) + " n " + std::to_string(n) + " " + dtype_name(t));
+                check_all_reduce(*w, stream, t, n, CollOptions{a}, ++tc, false);
+            }
+}
+
+TEST_F(Collectives, AllReduceInPlaceMaxAutoLarge) {
+    for (CollAlgo a : {CollAlgo::LL, CollAlgo::OneShot, CollAlgo::TwoShot})
+        check_all_reduce(*w, stream, DType::BF16, 3001, CollOptions{a}, 1, true);
+    check_all_reduce(*w, stream, DType::F32, 999, CollOptions{CollAlgo::LL, DataPath::Auto, ReduceOp::Max}, 2, false);
+    check_all_reduce(*w, stream, DType::F16, 999, CollOptions{CollAlgo::TwoShot, DataPath::Auto, ReduceOp::Max}, 3,
+                     false);
+    for (std::size_t n : {std::size_t(5), std::size_t(20000), std::size_t(200001), std::size_t(8) << 20})
+        check_all_reduce(*w, stream, DType::BF16, n, {}, 4, false);
+    // One-shot past the scratch: rounds.
+    check_all_reduce(*w, stream, DType::F32, (std::size_t(5) << 20) + 1, CollOptions{CollAlgo::OneShot}, 5, false);
+}
+
+// ---- AllToAll ------------------------------------------------------------------------------------------------------
+TEST_F(Collectives, AllToAllEqual) {
+    const int W = w->world_size(), me = w->rank();
+    int tc = 300;
+    for (DataPath p : {DataPath::LdSt, DataPath::Tma, DataPath::CopyEngine})
+        for (std::size_t n : {std::size_t(1), std::size_t(999), std::size_t(200003)}) {
+            SCOPED_TRACE(std::string(to_string(p)) + " n " + std::to_string(n));
+            const DType t = DType::BF16;
+            const std::size_t B = n * 2;
+            Sym in(*w, B * W), out(*w, B * W);
+            ++tc;
+            std::vector<std::vector<char>> all(W);
+            for (int r = 0; r < W; ++r) all[r] = make_input(t, n * W, seed_of(r, tc));
+            upload(in.p, all[me]);
+            poison(out.p, B * W);
+            w->barrier();
+            all_to_all(*w, BufferView{in.p, t, n * W}, BufferView{out.p, t, n * W}, stream,
+                       CollOptions{CollAlgo::Push, p});
+            ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+            const auto got = download(out.p, B * W);
+            for (int r = 0; r < W; ++r)
+                ASSERT_EQ(std::memcmp(got.data() + r * B, all[r].data() + me * B, B), 0) << "block from rank " << r;
+            w->barrier();
+        }
+}
+
+TEST_F(Collectives, AllToAllVariableCountsOnDevice) {
+    const int W = w->world_size(), me = w->rank();
+    for (DataPath p : {DataPath::LdSt, DataPath::Tma})
+        for (int trial = 0; trial < 3; ++trial) {
+            // counts[s][j]: what rank s sends to rank j (every rank computes the whole matrix from the seed).
+            std::vector<std::vector<std::int64_t>> counts(W, std::vector<std::int64_t>(W));
+            std::uint64_t x = 88172645463325252ull + trial;
+            for (int s = 0; s < W; ++s)
+                for (int j = 0; j < W; ++j) {
+                    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                    counts[s][j] = trial == 0 ? static_cast<std::int64_t>(x % 3) : static_cast<std::int64_t>(x % 5000);
+                }
+            std::int64_t sent = 0;
+            for (int j = 0; j < W; ++j) sent += counts[me][j];
+            const std::size_t cap = 5000 * W + 7;
+            const DType t = DType::F32;
+            Sym in(*w, (sent + 1) * 4), out(*w, cap * 4), cnt(*w, W * 8), rcv(*w, W * 8);
+            const auto data = make_input(t, sent + 1, seed_of(me, 400 + trial));
+            upload(in.p, data);
+            ASSERT_EQ(cudaMemcpy(cnt.p, counts[me].data(), W * 8, cudaMemcpyHostToDevice), cudaSuccess);
+            poison(out.p, cap * 4);
+            w->barrier();
+            all_to_all_v(*w, BufferView{in.p, t, static_cast<std::size_t>(sent + 1)}, BufferView{out.p, t, cap},
+                         cnt.as<std::int64_t>(), nullptr, rcv.as<std::int64_t>(), stream,
+                         CollOptions{CollAlgo::Push, p});
+            ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+            const auto got = download(out.p, cap * 4);
+            std::vector<std::int64_t> rc(W);
+            ASSERT_EQ(cudaMemcpy(rc.data(), rcv.p, W * 8, cudaMemcpyDeviceToHost), cudaSuccess);
+            std::size_t off = 0;
+            for (int s = 0; s < W; ++s) {
+                ASSERT_EQ(rc[s], counts[s][me]) << "recv_counts[" << s << "]";
+                // Rank s's data for me: its input at the prefix sum of its counts before me.
+                const auto src = make_input(
+                    t,
+                    1 +
+                        [&] {
+                            std::int64_t a = 0;
+                            for (int j = 0; j < W; ++j) a += counts[s][j];
+                            return a;
+                        }(),
+                    seed_of(s, 400 + trial));
+                std::int64_t src_off = 0;
+                for (int j = 0; j < me; ++j) src_off += counts[s][j];
+                ASSERT_EQ(std::memcmp(got.data() + off * 4, src.data() + src_off * 4, counts[s][me] * 4), 0)
+                    << "block from rank " << s;
+                off += counts[s][me];
+            }
+            w->barrier();
+        }
+}
+
+// ---- back to back, graphs ----------------------------------------------------------------------------------------
+TEST_F(Collectives, TenThousandBackToBackWithChangingInputs) {
+    const int W = w->world_size(), me = w->rank();
+    const std::size_t n = 257;
+    const int kInputs = 8, kIters = 10000;
+    const DType t = DType::F32;
+    Sym in(*w, kInputs * n * 4), out(*w, 2 * n * 4), ag(*w, n * 4 * W);
+    std::vector<std::vector<std::vector<char>>> all(kInputs, std::vector<std::vector<char>>(W));
+    std::vector<char> mine;
+    for (int k = 0; k < kInputs; ++k) {
+        for (int r = 0; r < W; ++r) all[k][r] = make_input(t, n, seed_of(r, 500, k));
+        mine.insert(mine.end(), all[k][me].begin(), all[k][me].end());
+    }
+    upload(in.p, mine);
+    w->barrier();
+    auto check = [&](int it) {
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        const int k = it % kInputs;
+        const auto got = download(out.as() + (it % 2) * n * 4, n * 4);
+        for (std::size_t i = 0; i < n; ++i) {
+            double ref = 0;
+            for (int r = 0; r < W; ++r) ref += value_at(t, all[k][r], i);
+            ASSERT_LE(std::fabs(value_at(t, got, i) - ref), tolerance(t, ref, W)) << "iteration " << it;
+        }
+    };
+    const CollAlgo algos[] = {CollAlgo::LL, CollAlgo::OneShot, CollAlgo::TwoShot};
+    for (int it = 0; it < kIters; ++it) {
+        const int k = it % kInputs;
+        all_reduce(*w, BufferView{in.as() + k * n * 4, t, n}, BufferView{out.as() + (it % 2) * n * 4, t, n}, stream,
+                   CollOptions{algos[(it / 7) % 3]});
+        if (it % 1000 == 999) {
+            // Interleave another collective (different grid) to exercise the per-block epochs.
+            all_gather(*w, BufferView{in.as() + k * n * 4, t, n}, BufferView{ag.p, t, n * W}, stream,
+                       CollOptions{CollAlgo::Ring});
+        }
+        if (it == 17 || it == 4321 || it == kIters - 1) check(it);
+    }
+}
+
+TEST_F(Collectives, CudaGraphCaptureAndReplay) {
+    const int W = w->world_size(), me = w->rank();
+    const std::size_t n = 1025;
+    const DType t = DType::BF16;
+    Sym in(*w, n * 2), ar(*w, n * 2), agout(*w, n * 2 * W), ar2(*w, n * 2);
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    all_reduce(*w, BufferView{in.p, t, n}, BufferView{ar.p, t, n}, stream, CollOptions{CollAlgo::LL});
+    all_gather(*w, BufferView{in.p, t, n}, BufferView{agout.p, t, n * W}, stream,
+               CollOptions{CollAlgo::Push, DataPath::CopyEngine});
+    all_reduce(*w, BufferView{in.p, t, n}, BufferView{ar2.p, t, n}, stream, CollOptions{CollAlgo::TwoShot});
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int replay = 0; replay < 4; ++replay) {
+        std::vector<std::vector<char>> all(W);
+        for (int r = 0; r < W; ++r) all[r] = make_input(t, n, seed_of(r, 600, replay));
+        upload(in.p, all[me]);
+        poison(ar.p, n * 2);
+        poison(ar2.p, n * 2);
+        poison(agout.p, n * 2 * W);
+        w->barrier();
+        ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        const auto g1 = download(ar.p, n * 2), g2 = download(ar2.p, n * 2), g3 = download(agout.p, n * 2 * W);
+        for (std::size_t i = 0; i < n; ++i) {
+            double ref = 0;
+            for (int r = 0; r < W; ++r) ref += value_at(t, all[r], i);
+            ASSERT_LE(std::fabs(value_at(t, g1, i) - ref), tolerance(t, ref, W)) << "replay " << replay;
+            ASSERT_LE(std::fabs(value_at(t, g2, i) - ref), tolerance(t, ref, W)) << "replay " << replay;
+        }
+        for (int r = 0; r < W; ++r)
+            ASSERT_EQ(std::memcmp(g3.data() + r * n * 2, all[r].data(), n * 2), 0) << "replay " << replay;
+        w->barrier();
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+}
+
+// ---- bad input -----------------------------------------------------------------------------------------------------
+template <class F>
+std::string error_of(F&& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST_F(Collectives, BadInputGivesClearErrors) {
+    const int W = w->world_size();
+    Sym a(*w, 4096 * W * 4), b(*w, 4096 * W * 4);
+    void* plain = nullptr;
+    ASSERT_EQ(cudaMalloc(&plain, 4096 * W * 4), cudaSuccess);
+    std::string e;
+    if (W > 1) {
+        e = error_of([&] {
+            reduce_scatter(*w, BufferView{a.p, DType::F32, std::size_t(W) * 10 + 1}, BufferView{b.p, DType::F32, 10},
+                           stream);
+        });
+        EXPECT_NE(e.find("divisible"), std::string::npos) << e;
+    }
+    e = error_of([&] {
+        all_gather(*w, BufferView{a.p, DType::F32, 16}, BufferView{b.p, DType::BF16, std::size_t(16) * W}, stream);
+    });
+    EXPECT_NE(e.find("same dtype"), std::string::npos) << e;
+    e = error_of([&] {
+        all_gather(*w, BufferView{plain, DType::F32, 16}, BufferView{b.p, DType::F32, std::size_t(16) * W}, stream,
+                   CollOptions{CollAlgo::Pull});
+    });
+    EXPECT_NE(e.find("allocate it with world.alloc"), std::string::npos) << e;
+    EXPECT_NE(e.find("in ("), std::string::npos) << e;
+    e = error_of([&] {
+        all_reduce(*w, BufferView{plain, DType::F32, 100}, BufferView{b.p, DType::F32, 100}, stream,
+                   CollOptions{CollAlgo::TwoShot});
+    });
+    EXPECT_NE(e.find("allocate it with world.alloc"), std::string::npos) << e;
+    e = error_of([&] { all_gather(*w, BufferView{a.p, DType::F32, 16}, BufferView{b.p, DType::F32, 15}, stream); });
+    EXPECT_NE(e.find("out.count"), std::string::npos) << e;
+    e = error_of([&] { all_reduce(*w, BufferView{a.p, DType::I32, 16}, BufferView{b.p, DType::I32, 16}, stream); });
+    EXPECT_NE(e.find("f32, f16 or bf16"), std::string::npos) << e;
+    e = error_of([&] {
+        all_reduce(*w, BufferView{a.p, DType::F32, 16}, BufferView{b.p, DType::F32, 16}, stream,
+                   CollOptions{CollAlgo::Ring});
+    });
+    EXPECT_NE(e.find("no ld data path"), std::string::npos) << e;
+    cudaFree(plain);
+    // The world is still usable after the errors (no collective was launched by them).
+    check_all_reduce(*w, stream, DType::F32, 100, {}, 700, false);
+}
+
+}  // namespace
+}  // namespace loom
