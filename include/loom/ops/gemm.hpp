@@ -1,0 +1,76 @@
+// loom::gemm: C[M, N] = alpha * A[M, K] * B^T + beta * C + bias[N].
+//
+// A is [M, K] row-major; B is [N, K] row-major (the weight layout of a linear layer) or, with b_kn, [K, N]
+// row-major. bf16 or fp16 inputs (both the same), fp32 accumulation, bf16 / fp16 / fp32 output. M, N, K are
+// multiples of 8 (16-byte rows for TMA), tails of the tile shape are handled. Stream-ordered; the kernel is
+// compiled at first use by Loom's JIT and cached.
+//
+// On sm_90 the Hopper kernel runs (kernels/gemm.cuh: TMA + wgmma, warp-specialised, persistent); on sm_80 /
+// sm_89, or with force_sm80, the mma.sync kernel (kernels/gemm_sm80.cuh).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "loom/jit/jit.hpp"
+#include "loom/kernels/gemm_params.hpp"
+#include "loom/tensor.hpp"
+
+namespace loom {
+
+// Tile configuration of the Hopper kernel (ignored by the sm_80 path, whose tile is fixed).
+struct GemmConfig {
+    int block_m = 128;  // 64 (one consumer warpgroup) or 128 (two)
+    int block_n = 256;  // multiple of 16 in [16, 256]; multiple of 64 when B is [K, N]
+    int block_k = 64;   // fixed: one 128-byte swizzle row
+    int stages = 4;
+    int cluster_m = 1;  // TMA multicast is not implemented: 1
+    int group_m = 8;    // raster group (M-blocks swept together)
+    int grid = 0;       // persistent CTAs; 0 = min(#tiles, #SMs)
+    bool sm80 = false;  // use the mma.sync kernel
+    int consumers() const { return block_m / 64; }
+    std::string str() const;  // "sm90 128x256x64 st4 wg2 g8 grid132"
+};
+
+struct GemmOptions {
+    float alpha = 1.f;
+    float beta = 0.f;                    // 0: C is not read (may hold anything)
+    BufferView bias{};                   // [N] f32/bf16/f16; data == nullptr: no bias
+    bool b_kn = false;                   // B given as [K, N] instead of [N, K]
+    const GemmConfig* config = nullptr;  // overrides the heuristic (validated)
+    bool force_sm80 = false;             // the portable kernel even on Hopper
+};
+
+void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& opts = {},
+          cudaStream_t stream = nullptr);
+
+// The analytic choice: minimise (waves of persistent tiles) x (cost of one tile, from measured per-shape
+// efficiency of each BLOCK_N). Deterministic and printable (GemmConfig::str()).
+GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, int num_sms);
+
+// ---- building blocks for kernels that reuse the Hopper GEMM with overlap hooks (AllGather+GEMM, GEMM+RS) ----
+
+// JIT spec of gemm_sm90_tma_wgmma (or gemm_sm80_mma_sync when cfg.sm80) with literal template arguments.
+// `hooks` names the policy type (default loom::tile::GemmNoHooks); `header` the header that defines it and
+// includes loom/kernels/gemm.cuh.
+jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, DType bias, bool b_kn,
+                                 const std::string& hooks = "loom::tile::GemmNoHooks",
+                                 const std::string& header = "loom/kernels/gemm.cuh");
+
+// Everything but the hooks object to launch the Hopper kernel: kernel(launch, tmap_a, tmap_b, args, hooks).
+struct GemmSm90Launch {
+    CUtensorMap tmap_a;
+    CUtensorMap tmap_b;
+    kernels::GemmArgs args;
+    jit::LaunchConfig launch;
+};
+GemmSm90Launch gemm_sm90_launch(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& opts,
+                                const GemmConfig& cfg, int num_sms, cudaStream_t stream);
+
+// Validation shared by gemm() and the overlapped ops: raises loom::Error naming what was expected and given.
+void gemm_validate(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& opts);
+void gemm_validate_config(const GemmConfig& cfg, bool b_kn);
+
+}  // namespace loom

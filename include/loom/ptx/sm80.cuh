@@ -1,0 +1,62 @@
+// Ampere-style tensor-core path (sm_80+): cp.async global->shared copies, ldmatrix and mma.sync m16n8k16.
+//
+// Used by the portable GEMM (kernels/gemm_sm80.cuh) on sm_80 / sm_89 and as a fallback on Hopper.
+#pragma once
+
+#include "loom/config.hpp"
+
+namespace loom::ptx {
+
+// 16-byte async copy global -> shared, bypassing L1. `valid` false zero-fills the 16 destination bytes and
+// reads nothing (the source address must still be a valid pointer value; it is not dereferenced).
+LOOM_DEVICE LOOM_FORCEINLINE void cp_async_16_zfill(void* smem_dst, const void* gmem_src, bool valid) {
+    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+    const int src_bytes = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(src_bytes)
+                 : "memory");
+}
+
+LOOM_DEVICE LOOM_FORCEINLINE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// At most N committed cp.async groups of this thread are pending (their data is not yet in shared memory).
+template <int N>
+LOOM_DEVICE LOOM_FORCEINLINE void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Four 8x8 b16 matrices; lane i supplies the row address of matrix i / 8, row i % 8.
+LOOM_DEVICE LOOM_FORCEINLINE void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
+    const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+// As ldmatrix_x4, each matrix transposed.
+LOOM_DEVICE LOOM_FORCEINLINE void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
+    const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+// D[16x8] += A[16x16] * B[16x8], fp32 accumulate; kBF16 selects bf16 (else fp16) inputs. Fragment layouts as in
+// the PTX ISA (mma.m16n8k16, .row.col).
+template <bool kBF16>
+LOOM_DEVICE LOOM_FORCEINLINE void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    if constexpr (kBF16) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    } else {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+}
+
+}  // namespace loom::ptx

@@ -1,0 +1,80 @@
+// mbarrier pipelines: a ring of STAGES shared-memory slots passed between a producer (TMA) and consumers
+// (tensor cores), each slot guarded by a "full" barrier (data landed) and an "empty" barrier (slot released).
+//
+//   producer:  wait empty[s] (parity ph ^ 1) -> arrive_expect_tx full[s] -> TMA loads complete_tx full[s]
+//   consumer:  wait full[s]  (parity ph)     -> read slot s               -> arrive empty[s]
+//
+// Iteration i uses slot i % STAGES with phase parity (i / STAGES) & 1; producer and consumers walk the same
+// sequence of iterations, so their PipelineState advances in lock-step. A fresh barrier is in phase 0, so the
+// producer's first wait on empty (parity 1, "the phase before 0") succeeds at once.
+#pragma once
+
+#include "loom/config.hpp"
+#include "loom/ptx/mbarrier.cuh"
+
+namespace loom::tile {
+
+// Bound on one mbarrier wait before the kernel reports a hang and traps (~17 s at 2 GHz): a pipeline stall this
+// long is a deadlock (a missing arrive, a wrong expect_tx byte count or a TMA fault), never slowness.
+inline constexpr long long kMbarrierTimeoutCycles = 1ll << 35;
+
+// Waits for the phase of `bar` with `parity`. The fast path is a single try_wait; only a miss reads the clock.
+LOOM_DEVICE LOOM_FORCEINLINE void mbarrier_wait(uint64_t* bar, uint32_t parity, const char* tag) {
+    if (ptx::mbarrier_try_wait_parity(bar, parity)) return;
+    const long long start = clock64();
+    while (!ptx::mbarrier_try_wait_parity(bar, parity)) {
+        if (clock64() - start > kMbarrierTimeoutCycles) {
+            printf("loom: mbarrier wait '%s' timed out: block %d thread %d parity %u\n", tag, int(blockIdx.x),
+                   int(threadIdx.x), parity);
+            __trap();
+        }
+    }
+}
+
+// Position in the ring: slot index and the phase parity of the current pass.
+template <int STAGES>
+struct PipelineState {
+    uint32_t stage = 0;
+    uint32_t phase = 0;
+    LOOM_DEVICE LOOM_FORCEINLINE void advance() {
+        if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1;
+        }
+    }
+};
+
+// The barriers of a STAGES-deep TMA pipeline, placed in shared memory by the kernel.
+template <int STAGES>
+struct TmaPipeline {
+    uint64_t full[STAGES];
+    uint64_t empty[STAGES];
+
+    // One thread; then fence_mbarrier_init() and a CTA barrier before use. `consumer_arrivals`: arrivals that
+    // release a slot (one per consumer warp in Loom's kernels).
+    LOOM_DEVICE void init(uint32_t consumer_arrivals) {
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) {
+            ptx::mbarrier_init(&full[s], 1);
+            ptx::mbarrier_init(&empty[s], consumer_arrivals);
+        }
+        ptx::fence_mbarrier_init();
+    }
+
+    // Producer (one thread): wait until slot st.stage is free, then announce `bytes` of TMA traffic for it.
+    LOOM_DEVICE LOOM_FORCEINLINE uint64_t* producer_acquire(const PipelineState<STAGES>& st, uint32_t bytes) {
+        mbarrier_wait(&empty[st.stage], st.phase ^ 1, "pipeline empty");
+        ptx::mbarrier_arrive_expect_tx(&full[st.stage], bytes);
+        return &full[st.stage];
+    }
+
+    // Consumer (every thread that reads the slot): wait until its TMA bytes have landed.
+    LOOM_DEVICE LOOM_FORCEINLINE void consumer_wait(const PipelineState<STAGES>& st) {
+        mbarrier_wait(&full[st.stage], st.phase, "pipeline full");
+    }
+
+    // Consumer (one thread per arriving unit, after its reads of the slot are complete): hand the slot back.
+    LOOM_DEVICE LOOM_FORCEINLINE void consumer_release(uint32_t stage) { ptx::mbarrier_arrive(&empty[stage]); }
+};
+
+}  // namespace loom::tile

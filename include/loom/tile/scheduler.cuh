@@ -1,0 +1,96 @@
+// Persistent tile schedulers and the GEMM overlap hooks.
+//
+// A persistent kernel launches about one CTA per SM; CTA b walks the linear tile indices b, b + gridDim.x, ...
+// and a policy maps each linear index to an output tile. The default order is grouped ("swizzled") raster:
+// `group_m` consecutive M-blocks are swept across all N-blocks before the next group, so the CTAs running at
+// the same time share A rows and B columns in L2.
+//
+// Overlap hooks (template policy of the GEMM kernels; the default GemmNoHooks compiles to nothing):
+//   tile(linear, grid)   which output tile the linear index is: a custom order, e.g. rank-rotated so an
+//                        AllGather+GEMM starts with the rows this rank already holds.
+//   before_load(tile)    called by the producer thread before the first TMA load of the tile's operands; waits
+//                        (acquire) on a signal that the operands are in place. The kernel then issues
+//                        fence.proxy.async.global so the TMA (async proxy) reads what the acquire made visible.
+//   after_store(tile)    called by one consumer thread after every consumer thread stored its part of the
+//                        tile and passed a named barrier, so all the tile's stores happen-before the call;
+//                        the hook publishes with a release at its readers' scope (e.g. red.release.sys).
+// Hooks objects are kernel parameters: trivially copyable, a few words, runtime values (ranks, signal pointers).
+#pragma once
+
+#include "loom/config.hpp"
+
+namespace loom::tile {
+
+struct TileGrid {
+    int32_t num_m;    // M-blocks
+    int32_t num_n;    // N-blocks
+    int32_t group_m;  // M-blocks per raster group (>= 1)
+    LOOM_HOST_DEVICE int32_t num_tiles() const { return num_m * num_n; }
+};
+
+// An output tile: block coordinates and the element rectangle it covers (clipped to the matrix).
+struct TileCoord {
+    int32_t m_block, n_block;
+    int32_t row0, col0;  // first row / column
+    int32_t rows, cols;  // extent inside the matrix (<= BLOCK_M / BLOCK_N at the tails)
+};
+
+// Grouped raster order over a grid of num_m x num_n blocks: linear index -> (m_block, n_block).
+LOOM_HOST_DEVICE inline void grouped_order(int32_t linear, const TileGrid& g, int32_t& m_block, int32_t& n_block) {
+    const int32_t per_group = g.group_m * g.num_n;
+    const int32_t group = linear / per_group;
+    const int32_t first_m = group * g.group_m;
+    const int32_t rows_in_group = (g.num_m - first_m) < g.group_m ? (g.num_m - first_m) : g.group_m;
+    const int32_t in_group = linear - group * per_group;
+    m_block = first_m + in_group % rows_in_group;
+    n_block = in_group / rows_in_group;
+}
+
+// Rank-rotated order for AllGather+GEMM: the grouped order over M-blocks shifted by `shift_m` blocks (e.g. the
+// first block of this rank's rows), wrapping around, so the tiles whose operands are local come first.
+LOOM_HOST_DEVICE inline void rotated_order(int32_t linear, const TileGrid& g, int32_t shift_m, int32_t& m_block,
+                                           int32_t& n_block) {
+    grouped_order(linear, g, m_block, n_block);
+    m_block = (m_block + shift_m) % g.num_m;
+}
+
+// The default policy: grouped raster order, no waits, no notifications.
+struct GemmNoHooks {
+    static constexpr bool kWaitsBeforeLoad = false;
+    static constexpr bool kNotifiesAfterStore = false;
+    LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const TileGrid& g, int32_t& m_block,
+                                                 int32_t& n_block) const {
+        grouped_order(linear, g, m_block, n_block);
+    }
+    LOOM_DEVICE LOOM_FORCEINLINE void before_load(const TileCoord&) const {}
+    LOOM_DEVICE LOOM_FORCEINLINE void after_store(const TileCoord&) const {}
+};
+
+// Walks this CTA's tiles: blockIdx.x, blockIdx.x + gridDim.x, ... Producer and consumers each own a copy and
+// see the same sequence.
+template <int BLOCK_M, int BLOCK_N, class Hooks>
+struct PersistentScheduler {
+    TileGrid grid;
+    int32_t m, n;
+    int32_t next;
+
+    LOOM_DEVICE PersistentScheduler(int32_t m_, int32_t n_, int32_t group_m) : m(m_), n(n_) {
+        grid.num_m = (m + BLOCK_M - 1) / BLOCK_M;
+        grid.num_n = (n + BLOCK_N - 1) / BLOCK_N;
+        grid.group_m = group_m < 1 ? 1 : group_m;
+        next = static_cast<int32_t>(blockIdx.x);
+    }
+
+    LOOM_DEVICE LOOM_FORCEINLINE bool next_tile(const Hooks& hooks, TileCoord& t) {
+        if (next >= grid.num_tiles()) return false;
+        hooks.tile_order(next, grid, t.m_block, t.n_block);
+        next += static_cast<int32_t>(gridDim.x);
+        t.row0 = t.m_block * BLOCK_M;
+        t.col0 = t.n_block * BLOCK_N;
+        t.rows = (m - t.row0) < BLOCK_M ? (m - t.row0) : BLOCK_M;
+        t.cols = (n - t.col0) < BLOCK_N ? (n - t.col0) : BLOCK_N;
+        return true;
+    }
+};
+
+}  // namespace loom::tile

@@ -1,0 +1,224 @@
+#include "loom/ops/gemm.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+
+#include "loom/runtime/env.hpp"
+#include "loom/runtime/error.hpp"
+#include "loom/runtime/tma.hpp"
+
+namespace loom {
+namespace {
+
+constexpr uint32_t kMaxSmem = 227 * 1024;  // sm_90 opt-in dynamic shared memory per block
+
+// Measured on H200 (docs/gemm.md): relative throughput of a 128 x BLOCK_N tile, 4-6 stages, K >= 1024.
+double block_n_efficiency(int bn) {
+    if (bn >= 256) return 1.0;
+    if (bn >= 224) return 0.93;
+    if (bn >= 192) return 0.88;
+    if (bn >= 176) return 0.85;
+    if (bn >= 128) return 0.80;
+    return 0.80 - 0.15 * (128 - bn) / 64.0;  // narrower tiles: more smem traffic per flop
+}
+
+int max_stages(int bm, int bn) {
+    int s = 8;
+    while (s > 2 && kernels::gemm_sm90_smem_bytes(bm, bn, s) > kMaxSmem) --s;
+    return s;
+}
+
+
+struct DeviceInfo {
+    int arch = 0;
+    int num_sms = 0;
+};
+
+DeviceInfo device_info() {
+    static std::mutex mu;
+    static std::unordered_map<int, DeviceInfo> cache;
+    int dev = 0;
+    LOOM_CHECK_CUDA(cudaGetDevice(&dev));
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(dev);
+    if (it != cache.end()) return it->second;
+    DeviceInfo info;
+    int major = 0, minor = 0;
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&info.num_sms, cudaDevAttrMultiProcessorCount, dev));
+    info.arch = major * 10 + minor;
+    cache.emplace(dev, info);
+    return info;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+std::string GemmConfig::str() const {
+    if (sm80) return "sm80 128x128x32 st4 (mma.sync)";
+    return fmt::format("sm90 {}x{}x{} st{} wg{} cluster{} g{} grid{}", block_m, block_n, block_k, stages, consumers(),
+                       cluster_m, group_m, grid);
+}
+
+GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, int num_sms) {
+    GemmConfig cfg;
+    if (arch < 90) {
+        cfg.sm80 = true;
+        return cfg;
+    }
+    cfg.block_m = m <= 64 ? 64 : 128;
+    const int64_t num_m = ceil_div(m, cfg.block_m);
+    double best = 1e300;
+    for (int bn = 256; bn >= 64; bn -= 16) {
+        if (b_kn && bn % 64 != 0) continue;
+        const int64_t tiles = num_m * ceil_div(n, bn);
+        const int64_t waves = ceil_div(tiles, num_sms);
+        // Columns each SM sweeps, scaled by how efficiently a tile of that width runs; ties go to wider tiles.
+        const double cost = static_cast<double>(waves) * bn / block_n_efficiency(bn);
+        if (cost < best * (1 - 1e-9)) {
+            best = cost;
+            cfg.block_n = bn;
+        }
+    }
+    cfg.stages = std::min(max_stages(cfg.block_m, cfg.block_n), 6);
+    // Keep the CTAs that run together close to square in L2: group_m M-blocks x (num_sms / group_m) N-blocks.
+    cfg.group_m = static_cast<int>(std::clamp<int64_t>(
+        static_cast<int64_t>(std::lround(std::sqrt(num_sms * static_cast<double>(cfg.block_n) / cfg.block_m))), 1,
+        std::max<int64_t>(num_m, 1)));
+    cfg.grid = static_cast<int>(std::min<int64_t>(num_m * ceil_div(n, cfg.block_n), num_sms));
+    return cfg;
+}
+
+void gemm_validate_config(const GemmConfig& c, bool b_kn) {
+    if (c.sm80) return;
+    LOOM_CHECK(c.block_m == 64 || c.block_m == 128, "gemm config: expected block_m 64 or 128, given {}", c.block_m);
+    LOOM_CHECK(c.block_n % 16 == 0 && c.block_n >= 16 && c.block_n <= 256,
+               "gemm config: expected block_n a multiple of 16 in [16, 256], given {}", c.block_n);
+    LOOM_CHECK(!b_kn || c.block_n % 64 == 0, "gemm config: B as [K, N] needs block_n a multiple of 64, given {}",
+               c.block_n);
+    LOOM_CHECK(c.block_k == kernels::kGemmBlockK, "gemm config: expected block_k {}, given {}", kernels::kGemmBlockK,
+               c.block_k);
+    LOOM_CHECK(c.stages >= 2 && c.stages <= 8, "gemm config: expected stages in [2, 8], given {}", c.stages);
+    LOOM_CHECK(kernels::gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages) <= kMaxSmem,
+               "gemm config: {} needs {} B of shared memory, the limit is {}", c.str(),
+               kernels::gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages), kMaxSmem);
+    LOOM_CHECK(c.cluster_m == 1, "gemm config: expected cluster_m 1 (no TMA multicast yet), given {}", c.cluster_m);
+    LOOM_CHECK(c.group_m >= 1, "gemm config: expected group_m >= 1, given {}", c.group_m);
+    LOOM_CHECK(c.grid >= 0, "gemm config: expected grid >= 0, given {}", c.grid);
+}
+
+void gemm_validate(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o) {
+    LOOM_CHECK(a.dtype == DType::BF16 || a.dtype == DType::F16, "gemm: expected A bf16 or f16, given {}",
+               dtype_name(a.dtype));
+    LOOM_CHECK(b.dtype == a.dtype, "gemm: expected B of A's dtype {}, given {}", dtype_name(a.dtype),
+               dtype_name(b.dtype));
+    LOOM_CHECK(c.dtype == DType::BF16 || c.dtype == DType::F16 || c.dtype == DType::F32,
+               "gemm: expected C bf16, f16 or f32, given {}", dtype_name(c.dtype));
+    const int64_t m = a.rows, k = a.cols;
+    const int64_t n = o.b_kn ? b.cols : b.rows;
+    const int64_t bk = o.b_kn ? b.rows : b.cols;
+    LOOM_CHECK(m > 0 && n > 0 && k > 0, "gemm: expected non-empty shapes, given M={} N={} K={}", m, n, k);
+    LOOM_CHECK(bk == k, "gemm: expected B with K={} ({}), given {} x {}", k, o.b_kn ? "[K, N]" : "[N, K]", b.rows,
+               b.cols);
+    LOOM_CHECK(c.rows == m && c.cols == n, "gemm: expected C of {} x {}, given {} x {}", m, n, c.rows, c.cols);
+    LOOM_CHECK(n % 8 == 0 && k % 8 == 0, "gemm: expected N and K multiples of 8, given N={} K={}", n, k);
+    LOOM_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, "gemm: shapes must fit in int32, given {} {} {}", m,
+               n, k);
+    for (const auto* v : {&a, &b, &c}) {
+        const char* name = v == &a ? "A" : v == &b ? "B" : "C";
+        LOOM_CHECK(v->data != nullptr, "gemm: {} has a null data pointer", name);
+        LOOM_CHECK(reinterpret_cast<std::uintptr_t>(v->data) % 16 == 0,
+                   "gemm: expected {} 16-byte aligned, given address {}", name, v->data);
+        LOOM_CHECK(v->stride() >= v->cols, "gemm: expected {}'s ld >= cols {}, given {}", name, v->cols, v->stride());
+        LOOM_CHECK((v->stride() * dtype_size(v->dtype)) % 16 == 0,
+                   "gemm: expected {}'s row stride a multiple of 16 bytes, given ld {} ({} B)", name, v->stride(),
+                   v->stride() * dtype_size(v->dtype));
+    }
+    if (o.bias.data) {
+        LOOM_CHECK(o.bias.dtype == DType::F32 || o.bias.dtype == DType::BF16 || o.bias.dtype == DType::F16,
+                   "gemm: expected bias f32, bf16 or f16, given {}", dtype_name(o.bias.dtype));
+        LOOM_CHECK(static_cast<int64_t>(o.bias.count) == n, "gemm: expected bias of N={} elements, given {}", n,
+                   o.bias.count);
+        LOOM_CHECK(reinterpret_cast<std::uintptr_t>(o.bias.data) % 4 == 0, "gemm: expected bias 4-byte aligned");
+    }
+    LOOM_CHECK(std::isfinite(o.alpha) && std::isfinite(o.beta), "gemm: expected finite alpha/beta, given {} {}",
+               o.alpha, o.beta);
+}
+
+jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, DType bias, bool b_kn,
+                                 const std::string& hooks, const std::string& header) {
+    jit::KernelSpec spec;
+    if (cfg.sm80) {
+        spec.header = "loom/kernels/gemm_sm80.cuh";
+        spec.name = "loom::kernels::gemm_sm80_mma_sync";
+        spec.template_args = {dtype_cuda_name(in), dtype_cuda_name(out), dtype_cuda_name(bias), "4",
+                              b_kn ? "false" : "true"};
+        return spec;
+    }
+    spec.header = header;
+    spec.name = "loom::kernels::gemm_sm90_tma_wgmma";
+    spec.template_args = {
+        dtype_cuda_name(in),         dtype_cuda_name(out),       dtype_cuda_name(bias),   std::to_string(cfg.block_m),
+        std::to_string(cfg.block_n), std::to_string(cfg.stages), b_kn ? "false" : "true", hooks};
+    return spec;
+}
+
+GemmSm90Launch gemm_sm90_launch(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o,
+                                const GemmConfig& cfg, int num_sms, cudaStream_t stream) {
+    GemmSm90Launch l{};
+    const int64_t m = a.rows, k = a.cols, n = c.cols;
+    l.tmap_a = make_tma_2d(a, cfg.block_m, kernels::kGemmBlockK);
+    l.tmap_b = o.b_kn ? make_tma_2d(b, kernels::kGemmBlockK, 64) : make_tma_2d(b, cfg.block_n, kernels::kGemmBlockK);
+    l.args = kernels::GemmArgs{
+        c.data,  o.bias.data, c.stride(), static_cast<int32_t>(m), static_cast<int32_t>(n), static_cast<int32_t>(k),
+        o.alpha, o.beta,      cfg.group_m};
+    const int64_t tiles = ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n);
+    const int64_t grid = cfg.grid > 0 ? cfg.grid : std::min<int64_t>(tiles, num_sms);
+    l.launch.grid = dim3(static_cast<unsigned>(std::max<int64_t>(grid, 1)));
+    l.launch.block = dim3(static_cast<unsigned>(128 * (cfg.consumers() + 1)));
+    l.launch.smem = kernels::gemm_sm90_smem_bytes(cfg.block_m, cfg.block_n, cfg.stages);
+    l.launch.stream = stream;
+    return l;
+}
+
+void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o, cudaStream_t stream) {
+    gemm_validate(a, b, c, o);
+    const DeviceInfo dev = device_info();
+    LOOM_CHECK(dev.arch >= 80, "gemm: expected a GPU of compute capability >= 8.0, given {}.{}", dev.arch / 10,
+               dev.arch % 10);
+    const int64_t m = a.rows, k = a.cols, n = c.cols;
+    GemmConfig cfg = o.config ? *o.config : gemm_heuristic(m, n, k, o.b_kn, dev.arch, dev.num_sms);
+    if (o.force_sm80 || dev.arch < 90 || env_flag("LOOM_GEMM_FORCE_SM80")) cfg.sm80 = true;
+    gemm_validate_config(cfg, o.b_kn);
+    if (env_flag("LOOM_GEMM_DEBUG")) fmt::print(stderr, "loom::gemm M={} N={} K={}: {}\n", m, n, k, cfg.str());
+    const DType bias_t = o.bias.data ? o.bias.dtype : DType::F32;
+    const jit::Kernel& kernel = jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, bias_t, o.b_kn));
+
+    if (cfg.sm80) {
+        const kernels::GemmArgs args{
+            c.data,  o.bias.data, c.stride(), static_cast<int32_t>(m), static_cast<int32_t>(n), static_cast<int32_t>(k),
+            o.alpha, o.beta,      cfg.group_m};
+        jit::LaunchConfig lc;
+        lc.grid = dim3(static_cast<unsigned>(ceil_div(n, kernels::kSm80BlockN)),
+                       static_cast<unsigned>(ceil_div(m, kernels::kSm80BlockM)));
+        lc.block = dim3(kernels::kSm80Threads);
+        lc.smem = kernels::gemm_sm80_smem_bytes(4);
+        lc.stream = stream;
+        LOOM_CHECK(lc.grid.y <= 65535, "gemm (sm80 path): expected M <= {}, given {}", 65535 * 128, m);
+        const void* a_ptr = a.data;
+        const void* b_ptr = b.data;
+        const int64_t lda = a.stride(), ldb = b.stride();
+        kernel(lc, a_ptr, lda, b_ptr, ldb, args);
+        return;
+    }
+    GemmSm90Launch l = gemm_sm90_launch(a, b, c, o, cfg, dev.num_sms, stream);
+    struct NoHooks {
+    } hooks;  // loom::tile::GemmNoHooks: an empty object, one byte as a kernel parameter
+    kernel(l.launch, l.tmap_a, l.tmap_b, l.args, hooks);
+}
+
+}  // namespace loom
