@@ -1,0 +1,109 @@
+// Single-process autotuner: heuristic by default, timing with LOOM_AUTOTUNE=1, persistence, failures.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+
+#include "loom/jit/autotune.hpp"
+#include "loom/runtime/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+class Autotune : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        dir_ = fs::path(::testing::TempDir()) / ("loom-tune-" + std::to_string(::getpid()));
+        fs::remove_all(dir_);
+        setenv("LOOM_CACHE_DIR", dir_.c_str(), 1);
+        unsetenv("LOOM_AUTOTUNE");
+    }
+    void TearDown() override {
+        unsetenv("LOOM_CACHE_DIR");
+        unsetenv("LOOM_AUTOTUNE");
+        fs::remove_all(dir_);
+    }
+    loom::jit::TuneRequest request() {
+        loom::jit::TuneRequest r;
+        r.op = "test_op";
+        r.shape_bucket = loom::jit::shape_bucket({{"m", 1000}, {"n", 4096}});
+        r.arch = 90;
+        r.candidates = {{"a", R"({"tile": 64})"}, {"b", R"({"tile": 128})"}, {"c", R"({"tile": 256})"}};
+        r.heuristic = 0;
+        r.time_us = [this](const loom::jit::TuneCandidate& c) {
+            ++calls_;
+            if (c.name == "a") return 30.0;
+            if (c.name == "b") return 10.0;
+            throw loom::Error("test", "candidate c does not fit", __FILE__, __LINE__);
+        };
+        return r;
+    }
+    fs::path dir_;
+    int calls_ = 0;
+};
+
+TEST_F(Autotune, ShapeBucketRoundsUpToPowersOfTwo) {
+    EXPECT_EQ(loom::jit::shape_bucket({{"m", 1000}, {"n", 4096}, {"k", 1}}), "m1024_n4096_k1");
+    EXPECT_THROW(loom::jit::shape_bucket({{"m", -1}}), loom::Error);
+}
+
+TEST_F(Autotune, HeuristicWithoutTuningAndNoTiming) {
+    auto r = loom::jit::autotune(request());
+    EXPECT_EQ(r.source, "heuristic");
+    EXPECT_EQ(r.choice.name, "a");
+    EXPECT_EQ(calls_, 0);
+}
+
+TEST_F(Autotune, TunesPersistsAndReuses) {
+    setenv("LOOM_AUTOTUNE", "1", 1);
+    auto r = loom::jit::autotune(request());
+    EXPECT_EQ(r.source, "tuned");
+    EXPECT_EQ(r.choice.name, "b");
+    EXPECT_EQ(r.choice.config, R"({"tile": 128})");
+    EXPECT_DOUBLE_EQ(r.us, 10.0);
+    EXPECT_EQ(calls_, 3);
+    const std::string file = loom::jit::tune_file("test_op", "m1024_n4096", 1, 90);
+    EXPECT_TRUE(fs::exists(file)) << file;
+
+    unsetenv("LOOM_AUTOTUNE");
+    auto p = loom::jit::autotune(request());
+    EXPECT_EQ(p.source, "persisted");
+    EXPECT_EQ(p.choice.name, "b");
+    EXPECT_EQ(calls_, 3);
+    // Another world size or arch does not see this result.
+    auto other = request();
+    other.arch = 80;
+    EXPECT_EQ(loom::jit::autotune(other).source, "heuristic");
+    // A persisted winner that is no longer a candidate falls back to the heuristic.
+    auto fewer = request();
+    fewer.candidates.erase(fewer.candidates.begin() + 1);
+    EXPECT_EQ(loom::jit::autotune(fewer).source, "heuristic");
+}
+
+TEST_F(Autotune, AllCandidatesFailingRaisesWithReasons) {
+    setenv("LOOM_AUTOTUNE", "1", 1);
+    auto r = request();
+    r.time_us = [](const loom::jit::TuneCandidate& c) -> double {
+        if (c.name == "a") return std::numeric_limits<double>::quiet_NaN();
+        throw loom::Error("test", "does not fit " + c.name, __FILE__, __LINE__);
+    };
+    try {
+        loom::jit::autotune(r);
+        FAIL() << "expected loom::Error";
+    } catch (const loom::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("does not fit c"), std::string::npos) << e.what();
+    }
+}
+
+TEST_F(Autotune, RejectsBadRequests) {
+    auto r = request();
+    r.heuristic = 7;
+    EXPECT_THROW(loom::jit::autotune(r), loom::Error);
+    r.candidates.clear();
+    EXPECT_THROW(loom::jit::autotune(r), loom::Error);
+}
+
+}  // namespace
