@@ -1,0 +1,182 @@
+// Signals across ranks: message passing litmus, many notifiers on one counter, epochs across the 64-bit wrap,
+// and the bounded-wait diagnostic (in a child process).
+#include <cuda_runtime.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "common/test_env.hpp"
+#include "loom/jit/jit.hpp"
+#include "loom/runtime/env.hpp"
+#include "loom/runtime/error.hpp"
+
+namespace {
+
+using loom::Ctx;
+using loom::jit::LaunchConfig;
+
+const loom::jit::Kernel& lang_kernel(const std::string& name, std::vector<std::string> targs = {}) {
+    loom::jit::KernelSpec spec;
+    spec.header = LOOM_SOURCE_DIR "/tests/dist/kernels/lang_test.cuh";
+    spec.name = name;
+    spec.template_args = std::move(targs);
+    return loom::jit::get_kernel(spec);
+}
+
+// Mirrors loom::lang::Scope (device headers are not host-compilable; same underlying int).
+enum class Scope : int { Gpu, Sys };
+
+int partner_of(int rank, int world) { return (rank ^ 1) < world ? (rank ^ 1) : rank; }
+
+TEST(LangSignal, MessagePassingLitmus) {
+    LOOM_REQUIRE_GPU();
+    auto& w = loom::test::world();
+    const uint32_t words = 4096, rounds = 100000;
+    auto* data = w.alloc<uint32_t>(words);
+    auto* sig = w.alloc<uint64_t>(1);
+    auto* ack = w.alloc<uint64_t>(1);
+    uint32_t* errors = nullptr;
+    LOOM_CHECK_CUDA(cudaMalloc(&errors, sizeof(uint32_t)));
+    for (auto scope : {Scope::Sys, Scope::Gpu}) {
+        LOOM_CHECK_CUDA(cudaMemset(sig, 0, 8));
+        LOOM_CHECK_CUDA(cudaMemset(ack, 0, 8));
+        LOOM_CHECK_CUDA(cudaMemset(errors, 0, 4));
+        LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+        w.barrier("litmus");
+        lang_kernel("loom_test::mp_litmus")(LaunchConfig{dim3(1), dim3(256)}, w.ctx(), data, sig, ack, words, rounds,
+                                            partner_of(w.rank(), w.world_size()), scope, errors);
+        LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+        uint32_t bad = 1;
+        LOOM_CHECK_CUDA(cudaMemcpy(&bad, errors, 4, cudaMemcpyDeviceToHost));
+        EXPECT_EQ(bad, 0u) << "stale words seen after the matching wait (scope " << int(scope) << ")";
+        w.barrier("litmus-done");
+    }
+    LOOM_CHECK_CUDA(cudaFree(errors));
+    w.free(ack);
+    w.free(sig);
+    w.free(data);
+}
+
+TEST(LangSignal, ManyBlocksNotifyOneCounterExactly) {
+    LOOM_REQUIRE_GPU();
+    auto& w = loom::test::world();
+    auto* counter = w.alloc<uint64_t>(1);
+    LOOM_CHECK_CUDA(cudaMemset(counter, 0, 8));
+    uint64_t* observed = nullptr;
+    LOOM_CHECK_CUDA(cudaMalloc(&observed, 8));
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+    w.barrier("many-notify");
+    const uint32_t blocks = 64, threads = 256, adds = 10;
+    const int target = (w.rank() + 1) % w.world_size();  // each rank is the target of exactly one sender
+    lang_kernel("loom_test::many_notify")(LaunchConfig{dim3(blocks), dim3(threads)}, w.ctx(), counter, target, adds);
+    const uint64_t expected = uint64_t(blocks) * threads * adds;
+    lang_kernel("loom_test::wait_count")(LaunchConfig{dim3(1), dim3(128)}, w.ctx(), counter, expected, observed);
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+    w.barrier("many-notify-done");
+    uint64_t got = 0, final_value = 0;
+    LOOM_CHECK_CUDA(cudaMemcpy(&got, observed, 8, cudaMemcpyDeviceToHost));
+    LOOM_CHECK_CUDA(cudaMemcpy(&final_value, counter, 8, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(got, expected);
+    EXPECT_EQ(final_value, expected);
+    LOOM_CHECK_CUDA(cudaFree(observed));
+    w.free(counter);
+}
+
+TEST(LangSignal, EpochsAcrossTheWrap) {
+    LOOM_REQUIRE_GPU();
+    auto& w = loom::test::world();
+    const uint32_t iters = 1000000;
+    const uint64_t base = ~uint64_t(0) - iters / 2;  // targets wrap past 2^64 half way
+    auto* sig = w.alloc<uint64_t>(1);
+    uint32_t* errors = nullptr;
+    LOOM_CHECK_CUDA(cudaMalloc(&errors, 4));
+    LOOM_CHECK_CUDA(cudaMemset(errors, 0, 4));
+    LOOM_CHECK_CUDA(cudaMemcpy(sig, &base, 8, cudaMemcpyHostToDevice));
+    w.barrier("epochs");
+    lang_kernel("loom_test::epochs")(LaunchConfig{dim3(1), dim3(32)}, w.ctx(), sig, base, iters,
+                                     partner_of(w.rank(), w.world_size()), errors);
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+    uint32_t bad = 1;
+    uint64_t last = 0;
+    LOOM_CHECK_CUDA(cudaMemcpy(&bad, errors, 4, cudaMemcpyDeviceToHost));
+    LOOM_CHECK_CUDA(cudaMemcpy(&last, sig, 8, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(bad, 0u);
+    EXPECT_EQ(last, base + iters);
+    w.barrier("epochs-done");
+    LOOM_CHECK_CUDA(cudaFree(errors));
+    w.free(sig);
+}
+
+// Runs in the child only (LOOM_LANG_TIMEOUT_CHILD=1): a wait nobody satisfies, on a one-rank Ctx of its own.
+TEST(LangTimeoutChild, WaitForMissingNotify) {
+    if (!std::getenv("LOOM_LANG_TIMEOUT_CHILD")) GTEST_SKIP() << "runs as the child of LangSignal.MissingNotify";
+    LOOM_REQUIRE_GPU();
+    const std::size_t heap = 1 << 20;
+    char* buf = nullptr;
+    LOOM_CHECK_CUDA(cudaMalloc(&buf, heap));
+    LOOM_CHECK_CUDA(cudaMemset(buf, 0, heap));
+    Ctx ctx{};
+    ctx.rank = 0;
+    ctx.world = ctx.local_world = 1;
+    ctx.heap_size = heap;
+    ctx.heap[0] = buf;
+    ctx.wait_timeout_ns =
+        uint64_t(loom::env_ms("LOOM_WAIT_TIMEOUT_MS", std::chrono::milliseconds(300)).count()) * 1000000ull;
+    lang_kernel("loom_test::missing_notify")(LaunchConfig{dim3(1), dim3(64)}, ctx, reinterpret_cast<uint64_t*>(buf));
+    const cudaError_t e = cudaDeviceSynchronize();
+    ADD_FAILURE() << "kernel ended: " << cudaGetErrorString(e);  // the child always fails; the parent checks why
+}
+
+TEST(LangSignal, MissingNotifyEndsInTimeoutDiagnostic) {
+    LOOM_REQUIRE_GPU();
+    if (std::getenv("LOOM_LANG_TIMEOUT_CHILD")) GTEST_SKIP();
+    auto& w = loom::test::world();
+    if (w.rank() == 0) {
+        int out[2];
+        ASSERT_EQ(pipe(out), 0);
+        const pid_t pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+            dup2(out[1], 1);
+            dup2(out[1], 2);
+            close(out[0]);
+            setenv("LOOM_LANG_TIMEOUT_CHILD", "1", 1);
+            setenv("LOOM_WAIT_TIMEOUT_MS", "300", 1);
+            execl("/proc/self/exe", "loom_dist_tests", "--gtest_filter=LangTimeoutChild.*", nullptr);
+            _exit(127);
+        }
+        close(out[1]);
+        std::string output;
+        char chunk[4096];
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
+        for (;;) {
+            pollfd p{out[0], POLLIN, 0};
+            if (poll(&p, 1, 200) > 0) {
+                const ssize_t n = read(out[0], chunk, sizeof chunk);
+                if (n <= 0) break;
+                output.append(chunk, static_cast<std::size_t>(n));
+            }
+            if (std::chrono::steady_clock::now() > deadline) {
+                kill(pid, SIGKILL);
+                break;
+            }
+        }
+        close(out[0]);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output;
+        EXPECT_NE(output.find("loom: wait timeout: rank 0 block (0,0,0) thread 0 tag wait"), std::string::npos)
+            << output;
+        EXPECT_NE(output.find("expected >= 1 observed 0"), std::string::npos) << output;
+    }
+    w.barrier("timeout-child");
+}
+
+}  // namespace
