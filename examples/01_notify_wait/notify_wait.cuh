@@ -9,6 +9,8 @@
 
 namespace example {
 using namespace loom::lang;
+using loom::uint32_t;
+using loom::uint64_t;
 
 // One thread per rank. Writes the round trip time of all `rounds` (ns, globaltimer) to *elapsed_ns.
 __global__ void ping_pong(loom::Ctx ctx, uint64_t* sig, uint32_t rounds, int partner, uint64_t* elapsed_ns) {

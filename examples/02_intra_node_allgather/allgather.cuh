@@ -10,6 +10,8 @@
 
 namespace example {
 using namespace loom::lang;
+using loom::uint32_t;
+using loom::uint64_t;
 
 // grid = world blocks; any block size.
 __global__ void all_gather_push(loom::Ctx ctx, char* out, const char* in, uint64_t chunk, uint64_t* ready,

@@ -9,6 +9,8 @@
 
 namespace example {
 using namespace loom::lang;
+using loom::uint32_t;
+using loom::uint64_t;
 
 // One block; *early counts slots seen behind; *elapsed_ns the time of all rounds.
 __global__ void barrier_rounds(loom::Ctx ctx, BarrierState* st, uint64_t* slots, uint32_t rounds, uint32_t* early,
