@@ -199,7 +199,12 @@ TEST(WorldCpu, ShutdownIsBoundedWhenAPeerDied) {
         ::setenv("LOOM_SHUTDOWN_TIMEOUT_MS", "3000", 1);
         loom::World w = job2.make(rank);
         w.barrier("up");
-        if (rank == 0) ::_exit(0);
+        if (rank == 0) {
+            // Die only once rank 1 is past the barrier (its reply may still be in flight otherwise).
+            while (w.store().add("rank1-up", 0) == 0) std::this_thread::sleep_for(1ms);
+            ::_exit(0);
+        }
+        w.store().add("rank1-up", 1);
         std::this_thread::sleep_for(100ms);
         auto t0 = std::chrono::steady_clock::now();
         w.shutdown();

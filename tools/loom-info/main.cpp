@@ -1,19 +1,115 @@
-// loom-info: GPU/driver probe. `--has-gpu` exits 0 when a GPU is usable, else prints why and exits 1.
+// loom-info: what this machine offers Loom. `--has-gpu` exits 0 when a GPU is usable, else prints why and exits 1.
+// Default output: driver and runtime versions, each visible GPU (name, compute capability, SMs, memory, L2),
+// the P2P access matrix, whether an MPS control daemon is running, and where the NVSHMEM wheel is.
+#include <cuda_runtime_api.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <string>
 
 #include "loom/runtime/driver.hpp"
 
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string version(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
+
+// MPS: the control daemon listens on <pipe dir>/control (CUDA_MPS_PIPE_DIRECTORY, default /tmp/nvidia-mps).
+// A connectable socket means a daemon is running; clients of this process would then go through MPS.
+std::string mps_status() {
+    const char* env = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+    std::string dir = env && *env ? env : "/tmp/nvidia-mps";
+    std::string control = dir + "/control";
+    std::error_code ec;
+    if (!fs::exists(control, ec)) return "not running (no " + control + ")";
+    int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, control.c_str(), sizeof(addr.sun_path) - 1);
+    bool up = s >= 0 && ::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    if (s >= 0) ::close(s);
+    return up ? "active (control daemon at " + dir + ")" : "stale pipe directory " + dir + " (daemon not answering)";
+}
+
+std::string capture(const char* cmd) {
+    std::string out;
+    if (FILE* p = ::popen(cmd, "r")) {
+        char buf[512];
+        while (std::fgets(buf, sizeof buf, p)) out += buf;
+        ::pclose(p);
+    }
+    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+    return out;
+}
+
+std::string nvshmem_status() {
+    std::string home;
+    if (const char* e = std::getenv("LOOM_NVSHMEM_HOME"); e && *e) home = e;
+    if (home.empty()) home = capture("python3 -c 'import nvidia.nvshmem as n; print(list(n.__path__)[0])' 2>/dev/null");
+    if (home.empty()) return "not found (pip install nvidia-nvshmem-cu13==3.4.5, or set LOOM_NVSHMEM_HOME)";
+    std::error_code ec;
+    bool host = fs::exists(fs::path(home) / "lib/libnvshmem_host.so.3", ec);
+    bool dev = fs::exists(fs::path(home) / "lib/libnvshmem_device.a", ec);
+    return home + (host && dev ? " (host and device libraries present)"
+                   : host      ? " (libnvshmem_device.a missing)"
+                               : " (libnvshmem_host.so.3 missing)");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
     bool has_gpu_only = argc > 1 && std::strcmp(argv[1], "--has-gpu") == 0;
+    if (argc > 1 && !has_gpu_only) {
+        std::fprintf(stderr, "usage: loom-info [--has-gpu]\n");
+        return 2;
+    }
     if (!loom::driver::available()) {
         std::printf("no GPU: %s\n", loom::driver::unavailable_reason().c_str());
+        if (!has_gpu_only) std::printf("NVSHMEM: %s\n", nvshmem_status().c_str());
         return 1;
     }
     if (has_gpu_only) {
         std::printf("GPU present\n");
         return 0;
     }
-    std::printf("GPU present\n");
+    int drv = 0, rt = 0, count = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    cudaGetDeviceCount(&count);
+    std::printf("CUDA driver %s, runtime %s, %d visible GPU(s)\n", version(drv).c_str(), version(rt).c_str(), count);
+    for (int d = 0; d < count; ++d) {
+        cudaDeviceProp p{};
+        if (cudaGetDeviceProperties(&p, d) != cudaSuccess) {
+            std::printf("  GPU %d: properties unavailable\n", d);
+            continue;
+        }
+        std::printf("  GPU %d: %s, sm_%d%d, %d SMs, %.1f GiB, L2 %.1f MiB, bus %04x:%02x:%02x\n", d, p.name, p.major,
+                    p.minor, p.multiProcessorCount, p.totalGlobalMem / double(1ull << 30),
+                    p.l2CacheSize / double(1 << 20), p.pciDomainID, p.pciBusID, p.pciDeviceID);
+    }
+    if (count > 1) {
+        std::printf("P2P access (row can access column):\n     ");
+        for (int j = 0; j < count; ++j) std::printf(" %3d", j);
+        std::printf("\n");
+        for (int i = 0; i < count; ++i) {
+            std::printf("  %3d", i);
+            for (int j = 0; j < count; ++j) {
+                int can = 0;
+                if (i != j) cudaDeviceCanAccessPeer(&can, i, j);
+                std::printf(" %3s", i == j ? "-" : can ? "yes" : "no");
+            }
+            std::printf("\n");
+        }
+    } else {
+        std::printf("P2P access: one GPU (ranks sharing it reach each other's memory directly)\n");
+    }
+    std::printf("MPS: %s\n", mps_status().c_str());
+    std::printf("NVSHMEM: %s\n", nvshmem_status().c_str());
     return 0;
 }
