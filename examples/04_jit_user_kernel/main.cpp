@@ -33,8 +33,8 @@ int main() try {
     std::vector<float> x(n), y(n);
     for (int i = 0; i < n; ++i) x[i] = std::sin(0.001f * i) * 10.f;
     float *dx = nullptr, *dy = nullptr;
-    LOOM_CHECK_CUDA(cudaMalloc(&dx, n * sizeof(float)));
-    LOOM_CHECK_CUDA(cudaMalloc(&dy, n * sizeof(float)));
+    LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&dx), n * sizeof(float)));
+    LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&dy), n * sizeof(float)));
     LOOM_CHECK_CUDA(cudaMemcpy(dx, x.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     LOOM_CHECK_CUDA(cudaMemset(dy, 0xff, n * sizeof(float)));
 

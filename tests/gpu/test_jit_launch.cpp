@@ -20,7 +20,9 @@ template <class T>
 struct DeviceBuffer {
     T* p = nullptr;
     std::size_t n = 0;
-    explicit DeviceBuffer(std::size_t count) : n(count) { LOOM_CHECK_CUDA(cudaMalloc(&p, count * sizeof(T))); }
+    explicit DeviceBuffer(std::size_t count) : n(count) {
+        LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&p), count * sizeof(T)));
+    }
     ~DeviceBuffer() { cudaFree(p); }
     void upload(const std::vector<T>& h) {
         LOOM_CHECK_CUDA(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
