@@ -1,0 +1,289 @@
+// bench-lang: the device language's primitives against their references.
+//
+//   lang_signal.json  signal round trip between ranks 0 and 1 (ping-pong of --rounds rounds inside one kernel,
+//                     per-round us): Loom (sys and gpu scope) against NVSHMEM's nvshmemx_signal_op +
+//                     nvshmem_signal_wait_until, same pattern, same ranks.
+//   lang_put.json     rank 0 puts into rank 1's symmetric memory on each data path (ld/st, TMA bulk, copy engine)
+//                     from 4 KiB to --max-bytes, as a ratio to cudaMemcpy D2D of the same size on rank 0; then a
+//                     block-count sweep at the largest size: each path's peak and the fewest blocks (SMs) that
+//                     reach 90% of it.
+//
+//   loomrun -n 2 build/bench/bench-lang --out docs/perf [--rounds N] [--max-bytes 1G] [--iters N] [--no-nvshmem]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "harness.hpp"
+#include "loom/jit/jit.hpp"
+#include "loom/runtime/driver.hpp"
+#include "loom/runtime/env.hpp"
+#include "loom/runtime/error.hpp"
+#include "loom/runtime/nvshmem.hpp"
+#include "loom/runtime/stream_ops.hpp"
+#include "loom/runtime/world.hpp"
+
+namespace fs = std::filesystem;
+using loom::bench::Report;
+using loom::bench::TimeOptions;
+using loom::jit::LaunchConfig;
+using nlohmann::json;
+
+namespace {
+
+enum class Scope : int { Gpu, Sys };  // mirrors loom::lang::Scope
+
+std::string kernels_dir() {
+    std::error_code ec;
+    std::vector<fs::path> roots;
+    if (const char* s = std::getenv("LOOM_SOURCE_DIR")) roots.emplace_back(s);
+    fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) roots.push_back(exe.parent_path().parent_path().parent_path());  // <root>/<build>/bench/<exe>
+    roots.push_back(fs::current_path());
+    for (const auto& r : roots)
+        if (fs::is_regular_file(r / "bench/kernels/lang.cuh", ec)) return fs::canonical(r / "bench/kernels");
+    LOOM_FAIL("bench/kernels/lang.cuh not found (set LOOM_SOURCE_DIR to the source tree)");
+}
+
+struct Args {
+    std::string out = ".";
+    uint32_t rounds = 10000;
+    std::size_t max_bytes = std::size_t{1} << 30;
+    int iters = 20;
+    bool nvshmem = true;
+};
+
+Args parse(int argc, char** argv) {
+    Args a;
+    for (int i = 1; i < argc; ++i) {
+        std::string s = argv[i];
+        auto value = [&] {
+            LOOM_CHECK(i + 1 < argc, "{}: expected a value", s);
+            return std::string(argv[++i]);
+        };
+        if (s == "--out") {
+            a.out = value();
+        } else if (s == "--rounds") {
+            a.rounds = static_cast<uint32_t>(std::stoul(value()));
+        } else if (s == "--max-bytes") {
+            a.max_bytes = std::stoull(value());
+        } else if (s == "--iters") {
+            a.iters = std::stoi(value());
+        } else if (s == "--no-nvshmem") {
+            a.nvshmem = false;
+        } else {
+            LOOM_FAIL(
+                "bench-lang: unknown argument '{}' (expected --out DIR, --rounds N, --max-bytes N, --iters N, "
+                "--no-nvshmem)",
+                s);
+        }
+    }
+    LOOM_CHECK(a.rounds > 0 && a.iters > 0, "bench-lang: expected positive --rounds and --iters, given {} and {}",
+               a.rounds, a.iters);
+    LOOM_CHECK(a.max_bytes >= 4096, "bench-lang: expected --max-bytes >= 4096, given {}", a.max_bytes);
+    return a;
+}
+
+// ---- signal round trip -----------------------------------------------------------------------------------------
+void bench_signal(loom::World& w, const Args& args, const std::string& dir, cudaStream_t stream, int argc,
+                  char** argv) {
+    const int me = w.rank();
+    const bool active = me < 2;  // ranks 0 and 1 ping-pong; others only join the barriers
+    const int partner = 1 - me;
+    Report report("lang_signal", w.world_size(), argc, argv);
+    TimeOptions topts{.warmup = 3, .iters = args.iters, .flush_l2 = false, .world = &w};
+
+    auto* sig = w.alloc<uint64_t>(1);
+    LOOM_CHECK_CUDA(cudaMemset(sig, 0, 8));
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+    const auto& pp = loom::jit::get_kernel({.header = dir + "/lang.cuh", .name = "lang_bench::ping_pong"});
+    json baselines = json::object();
+    double loom_sys = 0, loom_gpu = 0;
+    for (Scope scope : {Scope::Sys, Scope::Gpu}) {
+        uint64_t launches = 0;
+        auto t = loom::bench::time_op(
+            [&](cudaStream_t s) {
+                const uint64_t base = launches++ * args.rounds;
+                if (active)
+                    pp(LaunchConfig{dim3(1), dim3(1), 0, {1, 1, 1}, s}, w.ctx(), sig, base, args.rounds, partner,
+                       scope);
+            },
+            stream, topts);
+        (scope == Scope::Sys ? loom_sys : loom_gpu) = t.median_us / args.rounds;
+        // Next scope starts from a fresh counter.
+        LOOM_CHECK_CUDA(cudaMemset(sig, 0, 8));
+        LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+        w.barrier("lang-signal-reset");
+    }
+    baselines["loom_gpu_scope"] = loom_gpu;
+    std::string nvshmem_note;
+    if (args.nvshmem) {
+        try {
+            loom::nvshmem::init(w);
+            auto* nsig = static_cast<uint64_t*>(loom::nvshmem::malloc(8));
+            LOOM_CHECK_CUDA(cudaMemset(nsig, 0, 8));
+            LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+            loom::nvshmem::barrier_all();
+            const auto& npp = loom::jit::get_kernel(
+                {.header = dir + "/lang_nvshmem.cuh", .name = "lang_bench::nvshmem_ping_pong", .needs_nvshmem = true});
+            uint64_t launches = 0;
+            const int initiator = me == 0;
+            auto t = loom::bench::time_op(
+                [&](cudaStream_t s) {
+                    const uint64_t base = launches++ * args.rounds;
+                    if (active)
+                        npp(LaunchConfig{dim3(1), dim3(1), 0, {1, 1, 1}, s}, nsig, base, args.rounds, partner,
+                            initiator);
+                },
+                stream, topts);
+            baselines["nvshmem"] = t.median_us / args.rounds;
+            loom::nvshmem::free(nsig);
+            loom::nvshmem::finalize();
+        } catch (const loom::Error& e) {
+            nvshmem_note = std::string("NVSHMEM baseline unavailable: ") + e.what();
+            if (me == 0) std::printf("%s\n", nvshmem_note.c_str());
+        }
+    }
+    json row = {{"metric", "signal_round_trip_us"},
+                {"rounds_per_kernel", args.rounds},
+                {"loom_us", loom_sys},
+                {"baselines", baselines}};
+    if (!nvshmem_note.empty()) row["note"] = nvshmem_note;
+    report.add_row(row);
+    if (me == 0) report.write(args.out + "/lang_signal.json");
+    w.free(sig);
+}
+
+// ---- put bandwidth ----------------------------------------------------------------------------------------------
+void bench_put(loom::World& w, const Args& args, const std::string& dir, cudaStream_t stream, int num_sms, int argc,
+               char** argv) {
+    const int me = w.rank();
+    const bool sender = me == 0;
+    const int peer = 1;
+    const std::size_t max_bytes = args.max_bytes;
+    Report report("lang_put", w.world_size(), argc, argv);
+    TimeOptions topts{.warmup = 3, .iters = args.iters, .flush_l2 = true, .world = &w};
+
+    char* dst = w.alloc<char>(max_bytes);
+    char *src = nullptr, *d2d = nullptr;
+    LOOM_CHECK_CUDA(cudaMalloc(&src, max_bytes));
+    LOOM_CHECK_CUDA(cudaMalloc(&d2d, max_bytes));
+    LOOM_CHECK_CUDA(cudaMemset(src, 0x5A, max_bytes));
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+
+    const auto& k_ldst =
+        loom::jit::get_kernel({.header = dir + "/lang.cuh", .name = "lang_bench::put_bw", .template_args = {"0"}});
+    const auto& k_tma =
+        loom::jit::get_kernel({.header = dir + "/lang.cuh", .name = "lang_bench::put_bw", .template_args = {"1"}});
+    const std::size_t tma_smem = 128 + 4 * 32 * 1024;  // tma_staging_bytes(kStages, kStageBytes)
+    const bool has_tma = loom::jit::current_arch() >= 90;
+
+    auto launch_path = [&](const std::string& path, std::size_t bytes, int blocks, cudaStream_t s) {
+        if (!sender) return;
+        if (path == "ldst") {
+            k_ldst(LaunchConfig{dim3(blocks), dim3(512), 0, {1, 1, 1}, s}, w.ctx(), dst, static_cast<const char*>(src),
+                   uint64_t(bytes), peer);
+        } else if (path == "tma") {
+            k_tma(LaunchConfig{dim3(blocks), dim3(128), tma_smem, {1, 1, 1}, s}, w.ctx(), dst,
+                  static_cast<const char*>(src), uint64_t(bytes), peer);
+        } else {
+            loom::stream_ops::put_ce(w, dst, src, bytes, peer, s);
+        }
+    };
+    auto time_path = [&](const std::string& path, std::size_t bytes, int blocks) {
+        return loom::bench::time_op([&](cudaStream_t s) { launch_path(path, bytes, blocks, s); }, stream, topts)
+            .median_us;
+    };
+    auto d2d_us = [&](std::size_t bytes) {
+        return loom::bench::time_op(
+                   [&](cudaStream_t s) {
+                       if (sender) LOOM_CHECK_CUDA(cudaMemcpyAsync(d2d, src, bytes, cudaMemcpyDeviceToDevice, s));
+                   },
+                   stream, topts)
+            .median_us;
+    };
+    std::vector<std::string> paths = {"ldst", "ce"};
+    if (has_tma) paths.insert(paths.begin() + 1, "tma");
+
+    // Size sweep: every SM for ld/st and TMA (capped at one 64 KiB share per block).
+    for (std::size_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
+        const double base = d2d_us(bytes);
+        const int blocks = static_cast<int>(std::clamp<std::size_t>(bytes / 65536, 1, std::size_t(num_sms)));
+        for (const auto& path : paths) {
+            const double us = time_path(path, bytes, blocks);
+            report.add_row({{"path", path},
+                            {"bytes", bytes},
+                            {"blocks", path == "ce" ? 0 : blocks},
+                            {"loom_us", us},
+                            {"GBps", loom::bench::gbps(double(bytes), us)},
+                            {"baselines", {{"cudaMemcpy_d2d", base}}}});
+        }
+    }
+    // SM sweep at the largest size: peak and the fewest blocks reaching 90% of it, and of cudaMemcpy D2D.
+    const std::size_t bytes = max_bytes;
+    const double base = d2d_us(bytes);
+    std::vector<int> counts = {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96};
+    counts.push_back(num_sms);
+    for (const auto& path : paths) {
+        if (path == "ce") continue;
+        std::vector<std::pair<int, double>> pts;
+        for (int b : counts) pts.emplace_back(b, time_path(path, bytes, b));
+        double best = 1e30;
+        for (auto& p : pts) best = std::min(best, p.second);
+        int blocks_90_peak = -1, blocks_90_d2d = -1;
+        for (auto& p : pts) {
+            if (blocks_90_peak < 0 && best / p.second >= 0.9) blocks_90_peak = p.first;
+            if (blocks_90_d2d < 0 && base / p.second >= 0.9) blocks_90_d2d = p.first;
+        }
+        json sweep = json::array();
+        for (auto& p : pts) sweep.push_back({{"blocks", p.first}, {"us", p.second}, {"ratio_to_d2d", base / p.second}});
+        report.add_row({{"path", path},
+                        {"metric", "sm_sweep"},
+                        {"bytes", bytes},
+                        {"loom_us", best},
+                        {"GBps", loom::bench::gbps(double(bytes), best)},
+                        {"blocks_to_90pct_of_peak", blocks_90_peak},
+                        {"blocks_to_90pct_of_d2d", blocks_90_d2d},
+                        {"sweep", sweep},
+                        {"baselines", {{"cudaMemcpy_d2d", base}}}});
+    }
+    if (me == 0) report.write(args.out + "/lang_put.json");
+    LOOM_CHECK_CUDA(cudaFree(d2d));
+    LOOM_CHECK_CUDA(cudaFree(src));
+    w.free(dst);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        const Args args = parse(argc, argv);
+        if (!loom::driver::available()) {
+            std::printf("no GPU: %s\n", loom::driver::unavailable_reason().c_str());
+            return 1;
+        }
+        loom::WorldOptions opts;
+        opts.symmetric_size =
+            std::max(loom::env_bytes("LOOM_SYMMETRIC_SIZE", 0), args.max_bytes + (std::size_t{64} << 20));
+        loom::World world = loom::World::from_env(opts);
+        LOOM_CHECK(world.world_size() >= 2, "bench-lang: expected at least 2 ranks (loomrun -n 2), given {}",
+                   world.world_size());
+        fs::create_directories(args.out);
+        const std::string dir = kernels_dir();
+        cudaStream_t stream;
+        LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        int num_sms = 0;
+        LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, world.device()));
+        bench_signal(world, args, dir, stream, argc, argv);
+        bench_put(world, args, dir, stream, num_sms, argc, argv);
+        LOOM_CHECK_CUDA(cudaStreamDestroy(stream));
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench-lang: %s\n", e.what());
+        return 1;
+    }
+}
