@@ -33,10 +33,14 @@ CUcontext current_context() {
     return ctx;
 }
 
+// Not cuCtxGetDevice: the driver's entry-point query for that name at CUDA_VERSION 13000 returns
+// cuCtxGetDevice_v2 (device, context), whose ABI differs from the one-argument declaration in cuda.h.
 CUdevice current_device() {
     current_context();
+    int ordinal = 0;
+    LOOM_CHECK_CUDA(cudaGetDevice(&ordinal));
     CUdevice d = 0;
-    LOOM_CU(cuCtxGetDevice, &d);
+    LOOM_CU(cuDeviceGet, &d, ordinal);
     return d;
 }
 
@@ -179,8 +183,7 @@ const Kernel& get_kernel(const KernelSpec& spec) {
         std::lock_guard lock(reg.mu);
         if (auto it = reg.by_spec.find({ctx, fp}); it != reg.by_spec.end()) return *it->second;
     }
-    CUdevice dev = 0;
-    LOOM_CU(cuCtxGetDevice, &dev);
+    const CUdevice dev = current_device();
     const int arch = device_attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) * 10 +
                      device_attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
     CompileResult r = compile(spec, arch);  // outside the lock: other kernels may load meanwhile

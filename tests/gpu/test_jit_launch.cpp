@@ -2,6 +2,7 @@
 // cooperative launches, and launch validation. Run: build/tests/loom_gpu_tests --gtest_filter='JitLaunch*'
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -71,9 +72,12 @@ TEST(JitLaunch, CompileLoadLaunchChecksEveryElement) {
     LOOM_CHECK_CUDA(cudaDeviceSynchronize());
     auto y = dy.download();
     int bad = 0;
-    for (int i = 0; i < n; ++i)
-        if (y[i] != x[i] * 3.f + 7.f + 5.f && bad++ < 5)
-            ADD_FAILURE() << "y[" << i << "] = " << y[i] << ", x = " << x[i];
+    // The device may contract x * 3 + 7 into one FMA: allow one rounding of difference.
+    for (int i = 0; i < n; ++i) {
+        const double want = double(x[i]) * 3.0 + 12.0;
+        if (std::abs(y[i] - want) > 1e-5 * (1.0 + std::abs(want)) && bad++ < 5)
+            ADD_FAILURE() << "y[" << i << "] = " << y[i] << ", expected " << want;
+    }
     EXPECT_EQ(bad, 0);
 }
 
