@@ -197,7 +197,8 @@ int main(int argc, char** argv) {
                 Report merged("runtime", ranks, argc, argv);
                 for (const auto& row : old["rows"])
                     if (row.value("ranks", -1) != ranks) merged.add_row(row);
-                for (const auto& row : report.to_json()["rows"]) merged.add_row(row);
+                const nlohmann::json fresh = report.to_json();
+                for (const auto& row : fresh["rows"]) merged.add_row(row);
                 merged.write(args.out);
             } else {
                 report.write(args.out);

@@ -76,7 +76,7 @@ struct World::Impl {
     void shutdown() noexcept {
         if (shut_down) return;
         shut_down = true;
-        if (device >= 0 && cudaDeviceSynchronize() != cudaSuccess) {
+        if (device >= 0 && (cudaSetDevice(device) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess)) {
             std::fprintf(stderr, "loom: warning: rank %d: device %d reported '%s' at shutdown\n", info.rank, device,
                          cudaGetErrorString(cudaGetLastError()));
         }
