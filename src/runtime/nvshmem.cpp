@@ -92,7 +92,7 @@ const Lib& lib() {
     l.handle = h;
     l.path = path;
     std::string missing;
-#define LOOM_NVSHMEM_RESOLVE(name, type)                 \
+#define LOOM_NVSHMEM_RESOLVE(name, type)                                    \
     l.name = reinterpret_cast<std::add_pointer_t<type>>(::dlsym(h, #name)); \
     if (!l.name) missing += missing.empty() ? #name : ", " #name;
     LOOM_NVSHMEM_FUNCTIONS(LOOM_NVSHMEM_RESOLVE)
