@@ -2,7 +2,8 @@
 //  (a) start-up: process start -> World ready (store, device, symmetric heap mapped) -> first 1 GiB symmetric
 //      allocation. Each rank measures; the slowest rank is reported.
 //  (b) a vectorised copy kernel writing into the next local peer's symmetric memory, 64 MiB .. 1 GiB, all SMs,
-//      against cudaMemcpy device-to-device of the same bytes in the same run (same ranks running at once).
+//      against cudaMemcpy device-to-device of the same bytes (the local HBM bound) and cudaMemcpy into the same
+//      peer mapping (the copy engine), in the same run with the same ranks running at once.
 //
 //   loomrun -n 2 build/bench/bench-runtime --out docs/perf/runtime.json [--append] [--max-bytes 1G] [--iters 20]
 // --append keeps the rows of an existing report (runs at 2, 4 and 8 ranks collect into one file).
@@ -150,7 +151,8 @@ int main(int argc, char** argv) {
         LOOM_CHECK_CUDA(cudaMemset(src, 0x3c, max_bytes));
         cudaStream_t stream;
         LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-        int sms = 0;
+        int sms = 0, gpus = 0;
+        LOOM_CHECK_CUDA(cudaGetDeviceCount(&gpus));
         LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, world.device()));
         const auto& copy =
             loom::jit::get_kernel({.header = kernels_dir() + "/peer_copy.cuh", .name = "loom_bench::copy_vec16"});
@@ -175,16 +177,31 @@ int main(int argc, char** argv) {
                     LOOM_CHECK_CUDA(cudaMemcpyAsync(local_dst, src, bytes, cudaMemcpyDeviceToDevice, s));
                 },
                 stream, topts);
+            // The copy engine writing the same bytes through the same mapping (over NVLink when the peer is on
+            // another GPU): the like-for-like baseline. cudaMemcpy_d2d is the local HBM bound.
+            auto ce_t = loom::bench::time_op(
+                [&](cudaStream_t s) {
+                    LOOM_CHECK_CUDA(cudaMemcpyAsync(peer_dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+                },
+                stream, topts);
             report.add_row(
                 {{"ranks", ranks},
+                 {"visible_gpus", gpus},
                  {"metric", "peer_write_copy_vec16"},
                  {"bytes", bytes},
                  {"loom_us", loom_t.median_us},
                  {"loom_GBps", loom::bench::gbps(static_cast<double>(bytes), loom_t.median_us)},
-                 {"baselines", {{"cudaMemcpy_d2d", memcpy_t.median_us}}},
+                 {"baselines", {{"cudaMemcpy_d2d", memcpy_t.median_us}, {"cudaMemcpy_to_peer", ce_t.median_us}}},
                  {"note", "every rank copies into the next local rank's heap at once; slowest rank's median"}});
         }
-        // The copy really landed in the peer's memory: check the last bytes of the largest size.
+        // The kernel really writes the peer's memory: clear our heap copy, let the previous rank's kernel fill it
+        // once more, and check the last bytes.
+        LOOM_CHECK_CUDA(cudaMemset(dst, 0, max_bytes));
+        LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+        world.barrier("bench-runtime/cleared");
+        copy({.grid = dim3(4 * sms), .block = dim3(512), .stream = stream}, reinterpret_cast<uint4*>(peer_dst),
+             static_cast<const uint4*>(src), static_cast<std::uint64_t>(max_bytes / 16));
+        LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
         world.barrier("bench-runtime/copied");
         std::vector<unsigned char> tail(4096);
         LOOM_CHECK_CUDA(cudaMemcpy(tail.data(), dst + max_bytes - tail.size(), tail.size(), cudaMemcpyDeviceToHost));
