@@ -20,7 +20,8 @@ const State& state() {
         int count = 0;
         cudaError_t err = cudaGetDeviceCount(&count);
         if (err != cudaSuccess) {
-            st.reason = fmt::format("no usable CUDA driver/GPU ({}: {})", cudaGetErrorName(err), cudaGetErrorString(err));
+            st.reason =
+                fmt::format("no usable CUDA driver/GPU ({}: {})", cudaGetErrorName(err), cudaGetErrorString(err));
             cudaGetLastError();
             return st;
         }
@@ -29,15 +30,15 @@ const State& state() {
             return st;
         }
         std::string missing;
-        auto resolve = [&](const char* name, void** slot) {
+        auto resolve = [&](const char* name, int version, void** slot) {
             cudaDriverEntryPointQueryResult q{};
-            cudaError_t e = cudaGetDriverEntryPointByVersion(name, slot, CUDA_VERSION, cudaEnableDefault, &q);
+            cudaError_t e = cudaGetDriverEntryPointByVersion(name, slot, version, cudaEnableDefault, &q);
             if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || *slot == nullptr) {
                 missing += missing.empty() ? name : fmt::format(", {}", name);
                 *slot = nullptr;
             }
         };
-#define LOOM_DRIVER_RESOLVE(name) resolve(#name, reinterpret_cast<void**>(&st.api.name));
+#define LOOM_DRIVER_RESOLVE(name, version) resolve(#name, version, reinterpret_cast<void**>(&st.api.name));
         LOOM_DRIVER_FUNCTIONS(LOOM_DRIVER_RESOLVE)
 #undef LOOM_DRIVER_RESOLVE
         if (!missing.empty()) st.reason = fmt::format("CUDA driver lacks entry points: {}", missing);

@@ -6,47 +6,50 @@
 #pragma once
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include <string>
 
 namespace loom::driver {
 
-// Every driver function Loom calls. The string passed to the resolver is the unversioned name; the
-// declaration (and so the ABI) is the one of the cuda.h we build against.
-#define LOOM_DRIVER_FUNCTIONS(X)                                                                                  \
-    X(cuGetErrorString)                                                                                           \
-    X(cuGetErrorName)                                                                                             \
-    X(cuDriverGetVersion)                                                                                         \
-    X(cuDeviceGet)                                                                                                \
-    X(cuDeviceGetAttribute)                                                                                       \
-    X(cuCtxGetCurrent)                                                                                            \
-    X(cuCtxGetDevice)                                                                                             \
-    X(cuMemGetAllocationGranularity)                                                                              \
-    X(cuMemCreate)                                                                                                \
-    X(cuMemRelease)                                                                                               \
-    X(cuMemExportToShareableHandle)                                                                               \
-    X(cuMemImportFromShareableHandle)                                                                             \
-    X(cuMemAddressReserve)                                                                                        \
-    X(cuMemAddressFree)                                                                                           \
-    X(cuMemMap)                                                                                                   \
-    X(cuMemUnmap)                                                                                                 \
-    X(cuMemSetAccess)                                                                                             \
-    X(cuLibraryLoadData)                                                                                          \
-    X(cuLibraryUnload)                                                                                            \
-    X(cuLibraryGetKernel)                                                                                         \
-    X(cuLibraryGetModule)                                                                                         \
-    X(cuKernelGetFunction)                                                                                        \
-    X(cuKernelSetAttribute)                                                                                       \
-    X(cuFuncGetAttribute)                                                                                         \
-    X(cuFuncSetAttribute)                                                                                         \
-    X(cuLaunchKernelEx)                                                                                           \
-    X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                                                                \
-    X(cuStreamWriteValue64)                                                                                       \
-    X(cuStreamWaitValue64)                                                                                        \
-    X(cuTensorMapEncodeTiled)
+// Every driver function Loom calls, with the ABI version whose signature Loom uses (cudaTypedefs.h's
+// PFN_<name>_v<version>); to add one, take the largest version whose PFN signature is cuda.h's declaration of the
+// unversioned name. The version matters: asking for "cuCtxGetDevice" at CUDA_VERSION 13000 returns the
+// two-argument cuCtxGetDevice_v2, not the one-argument function that cuda.h declares under that name.
+#define LOOM_DRIVER_FUNCTIONS(X)                         \
+    X(cuGetErrorString, 6000)                            \
+    X(cuGetErrorName, 6000)                              \
+    X(cuDriverGetVersion, 2020)                          \
+    X(cuDeviceGet, 2000)                                 \
+    X(cuDeviceGetAttribute, 2000)                        \
+    X(cuCtxGetCurrent, 4000)                             \
+    X(cuCtxGetDevice, 2000)                              \
+    X(cuMemGetAllocationGranularity, 10020)              \
+    X(cuMemCreate, 10020)                                \
+    X(cuMemRelease, 10020)                               \
+    X(cuMemExportToShareableHandle, 10020)               \
+    X(cuMemImportFromShareableHandle, 10020)             \
+    X(cuMemAddressReserve, 10020)                        \
+    X(cuMemAddressFree, 10020)                           \
+    X(cuMemMap, 10020)                                   \
+    X(cuMemUnmap, 10020)                                 \
+    X(cuMemSetAccess, 10020)                             \
+    X(cuLibraryLoadData, 12000)                          \
+    X(cuLibraryUnload, 12000)                            \
+    X(cuLibraryGetKernel, 12000)                         \
+    X(cuLibraryGetModule, 12000)                         \
+    X(cuKernelGetFunction, 12000)                        \
+    X(cuKernelSetAttribute, 12000)                       \
+    X(cuFuncGetAttribute, 2020)                          \
+    X(cuFuncSetAttribute, 9000)                          \
+    X(cuLaunchKernelEx, 11060)                           \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050) \
+    X(cuStreamWriteValue64, 11070)                       \
+    X(cuStreamWaitValue64, 11070)                        \
+    X(cuTensorMapEncodeTiled, 12000)
 
 struct Api {
-#define LOOM_DRIVER_DECLARE(name) decltype(&::name) name = nullptr;
+#define LOOM_DRIVER_DECLARE(name, version) PFN_##name##_v##version name = nullptr;
     LOOM_DRIVER_FUNCTIONS(LOOM_DRIVER_DECLARE)
 #undef LOOM_DRIVER_DECLARE
 };
