@@ -1,13 +1,21 @@
 // loom::gemm vs cuBLASLt (bf16 in, bf16 out, fp32 accumulate, same inputs, best heuristic algorithm), run back to
 // back: 8192^3, 4096^3 and the per-rank TP=8 MLP GEMMs at M = 8192 (AllGather+GEMM and GEMM+ReduceScatter).
 //
-//   bench-gemm [--out docs/perf/gemm.json] [--quick]
+//   bench-gemm [--out docs/perf/gemm.json] [--quick] [--sweep] [--cluster 1|2] [--iters N]
+//
+// Every timed loom config is first checked against cuBLASLt's output on the same inputs (similarity
+// calc_diff < 1e-5, no NaN; C is pre-filled with NaN so unwritten elements fail); a failing config is reported
+// and never timed. --sweep times, per shape, the heuristic config and alternatives (BLOCK_N, cluster on/off,
+// stages) and prints one line per (shape, variant). Configs without a cluster run first for every shape, then
+// the clustered ones (a deadlock traps after ~17 s and ends the process: the partial JSON, <out>.partial, keeps
+// what was measured). --cluster 1|2 restricts the sweep to one kind. docs/gemm.md says how to read the table.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -84,15 +92,86 @@ struct Shape {
     int m, n, k;
 };
 
+struct Variant {
+    std::string name;
+    loom::GemmConfig cfg;
+};
+
+constexpr uint32_t kSmemLimit = 227 * 1024;
+
+int max_stages(int bm, int bn) {
+    int st = 6;
+    while (st > 2 && loom::kernels::gemm_sm90_smem_bytes(bm, bn, st) > kSmemLimit) --st;
+    return st;
+}
+
+// The heuristic's config plus alternatives with cluster_m == `cluster` (the heuristic is listed in its own pass).
+std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int cluster, int sms) {
+    std::vector<Variant> v;
+    if (heur.cluster_m == cluster) v.push_back({"heuristic", heur});
+    auto add = [&](int bn, int stages, int group_m) {
+        loom::GemmConfig c = heur;
+        c.block_m = 128;
+        c.block_n = bn;
+        c.stages = stages;
+        c.cluster_m = cluster;
+        c.group_m = group_m;
+        c.grid = static_cast<int>(loom::gemm_sm90_grid(s.m, s.n, c, sms));
+        for (const auto& x : v)
+            if (x.cfg.str() == c.str()) return;
+        v.push_back({fmt::format("bn{}_st{}_c{}_g{}", bn, stages, cluster, group_m), c});
+    };
+    for (int bn : {256, 224, 192, 160, 128}) add(bn, max_stages(128, bn), heur.group_m);
+    add(256, 3, heur.group_m);
+    add(heur.block_n, max_stages(128, heur.block_n), 16);
+    return v;
+}
+
+// DeepGEMM's calc_diff: 1 - 2 sum(xy) / sum(x^2 + y^2); ~1e-7 for bf16 outputs of the same fp32 products.
+struct Check {
+    double diff = 1;
+    int64_t nans = 0;
+    bool ok() const { return nans == 0 && diff < 1e-5; }
+};
+
+float bf16_to_float(uint16_t v) {
+    uint32_t u = static_cast<uint32_t>(v) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+Check compare(const void* c, const std::vector<uint16_t>& ref, size_t n) {
+    std::vector<uint16_t> got(n);
+    LOOM_CHECK_CUDA(cudaMemcpy(got.data(), c, n * 2, cudaMemcpyDeviceToHost));
+    Check r;
+    double xy = 0, xx = 0;
+    for (size_t i = 0; i < n; ++i) {
+        const double x = bf16_to_float(got[i]), y = bf16_to_float(ref[i]);
+        if (std::isnan(x)) {
+            ++r.nans;
+            continue;
+        }
+        xy += x * y;
+        xx += x * x + y * y;
+    }
+    r.diff = xx > 0 ? 1 - 2 * xy / xx : (r.nans ? 1 : 0);
+    return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     std::string out;
-    bool quick = false;
+    bool quick = false, sweep = false;
+    int only_cluster = 0, iters = 30;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         if (a == "--out" && i + 1 < argc) out = argv[++i];
         if (a == "--quick") quick = true;
+        if (a == "--sweep") sweep = true;
+        if (a == "--cluster" && i + 1 < argc) only_cluster = std::atoi(argv[++i]);
+        if (a == "--iters" && i + 1 < argc) iters = std::atoi(argv[++i]);
     }
     std::vector<Shape> shapes = {{"square", 8192, 8192, 8192}, {"square", 4096, 4096, 4096}};
     for (auto [n, k] :
@@ -111,39 +190,116 @@ int main(int argc, char** argv) {
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    double log_sum = 0;
-    double worst = 1e9;
-    for (const Shape& s : shapes) {
-        void *a, *b, *c, *c_ref;
-        LOOM_CHECK_CUDA(cudaMalloc(&a, size_t(s.m) * s.k * 2));
-        LOOM_CHECK_CUDA(cudaMalloc(&b, size_t(s.n) * s.k * 2));
-        LOOM_CHECK_CUDA(cudaMalloc(&c, size_t(s.m) * s.n * 2));
-        LOOM_CHECK_CUDA(cudaMalloc(&c_ref, size_t(s.m) * s.n * 2));
-        fill_random(a, size_t(s.m) * s.k, 1);
-        fill_random(b, size_t(s.n) * s.k, 2);
-        loom::MatrixView A{a, loom::DType::BF16, s.m, s.k, 0}, B{b, loom::DType::BF16, s.n, s.k, 0};
-        loom::MatrixView C{c, loom::DType::BF16, s.m, s.n, 0};
-        const auto cfg = loom::gemm_heuristic(s.m, s.n, s.k, false, major * 10 + minor, sms);
-        LtGemm lt(s.m, s.n, s.k);
-        loom::gemm(A, B, C, {}, stream);  // compile outside the timing
-        const auto t_loom = loom::bench::time_op([&](cudaStream_t st) { loom::gemm(A, B, C, {}, st); }, stream);
-        const auto t_lt = loom::bench::time_op([&](cudaStream_t st) { lt.run(a, b, c_ref, st); }, stream);
-        const double flops = 2.0 * s.m * s.n * s.k;
-        const double ratio = t_lt.median_us / t_loom.median_us;
-        log_sum += std::log(ratio);
-        worst = std::min(worst, ratio);
-        report.add_row({{"kind", s.kind},
-                        {"m", s.m},
-                        {"n", s.n},
-                        {"k", s.k},
-                        {"config", cfg.str()},
-                        {"loom_us", t_loom.median_us},
-                        {"loom_tflops", flops / t_loom.median_us / 1e6},
-                        {"cublaslt_tflops", flops / t_lt.median_us / 1e6},
-                        {"baselines", {{"cublaslt", t_lt.median_us}}}});
-        cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(c_ref);
+    loom::bench::TimeOptions topts;
+    topts.iters = iters;
+
+    // Pass order: unclustered configs for every shape, then clustered ones (see the header comment).
+    std::vector<int> passes = sweep ? std::vector<int>{1, 2} : std::vector<int>{0};
+    if (sweep && (only_cluster == 1 || only_cluster == 2)) passes = {only_cluster};
+    double log_heur = 0, log_best = 0, worst_heur = 1e9;
+    int n_heur = 0;
+    std::vector<double> best_ratio(shapes.size(), 0);
+    std::vector<std::string> best_name(shapes.size());
+    std::printf("%-8s %-20s %-44s %10s %9s %9s %7s %s\n", "kind", "MxNxK", "variant / config", "us", "TFLOP/s",
+                "cuBLASLt", "ratio", "check");
+    for (int pass : passes) {
+        for (size_t si = 0; si < shapes.size(); ++si) {
+            const Shape& s = shapes[si];
+            void *a, *b, *c, *c_ref;
+            const size_t mn = size_t(s.m) * s.n;
+            LOOM_CHECK_CUDA(cudaMalloc(&a, size_t(s.m) * s.k * 2));
+            LOOM_CHECK_CUDA(cudaMalloc(&b, size_t(s.n) * s.k * 2));
+            LOOM_CHECK_CUDA(cudaMalloc(&c, mn * 2));
+            LOOM_CHECK_CUDA(cudaMalloc(&c_ref, mn * 2));
+            fill_random(a, size_t(s.m) * s.k, 1);
+            fill_random(b, size_t(s.n) * s.k, 2);
+            loom::MatrixView A{a, loom::DType::BF16, s.m, s.k, 0}, B{b, loom::DType::BF16, s.n, s.k, 0};
+            loom::MatrixView C{c, loom::DType::BF16, s.m, s.n, 0};
+            const auto heur = loom::gemm_heuristic(s.m, s.n, s.k, false, major * 10 + minor, sms);
+            LtGemm lt(s.m, s.n, s.k);
+            lt.run(a, b, c_ref, stream);
+            LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+            std::vector<uint16_t> ref(mn);
+            LOOM_CHECK_CUDA(cudaMemcpy(ref.data(), c_ref, mn * 2, cudaMemcpyDeviceToHost));
+            const auto t_lt = loom::bench::time_op([&](cudaStream_t st) { lt.run(a, b, c_ref, st); }, stream, topts);
+            const double flops = 2.0 * s.m * s.n * s.k;
+            std::vector<Variant> vs =
+                pass == 0 ? std::vector<Variant>{{"heuristic", heur}} : variants(s, heur, pass, sms);
+            const std::string shape_str = fmt::format("{}x{}x{}", s.m, s.n, s.k);
+            for (const Variant& v : vs) {
+                loom::GemmOptions opts;
+                opts.config = &v.cfg;
+                LOOM_CHECK_CUDA(cudaMemsetAsync(c, 0xff, mn * 2, stream));  // NaN: unwritten elements fail
+                loom::gemm(A, B, C, opts, stream);                          // also compiles outside the timing
+                LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+                const Check chk = compare(c, ref, mn);
+                const std::string label = v.name + " " + v.cfg.str();
+                if (!chk.ok()) {
+                    std::printf("%-8s %-20s %-44s %10s %9s %9.1f %7s FAIL diff=%.3g nan=%lld\n", s.kind,
+                                shape_str.c_str(), label.c_str(), "-", "-", flops / t_lt.median_us / 1e6, "-", chk.diff,
+                                static_cast<long long>(chk.nans));
+                    report.add_row({{"kind", s.kind},
+                                    {"m", s.m},
+                                    {"n", s.n},
+                                    {"k", s.k},
+                                    {"variant", v.name},
+                                    {"config", v.cfg.str()},
+                                    {"check", "FAIL"},
+                                    {"calc_diff", chk.diff},
+                                    {"nans", chk.nans}});
+                    continue;
+                }
+                const auto t =
+                    loom::bench::time_op([&](cudaStream_t st) { loom::gemm(A, B, C, opts, st); }, stream, topts);
+                const double ratio = t_lt.median_us / t.median_us;
+                std::printf("%-8s %-20s %-44s %10.1f %9.1f %9.1f %7.3f ok diff=%.2g\n", s.kind, shape_str.c_str(),
+                            label.c_str(), t.median_us, flops / t.median_us / 1e6, flops / t_lt.median_us / 1e6, ratio,
+                            chk.diff);
+                std::fflush(stdout);
+                if (v.name == "heuristic") {
+                    log_heur += std::log(ratio);
+                    worst_heur = std::min(worst_heur, ratio);
+                    ++n_heur;
+                }
+                if (ratio > best_ratio[si]) {
+                    best_ratio[si] = ratio;
+                    best_name[si] = v.cfg.str();
+                }
+                report.add_row({{"kind", s.kind},
+                                {"m", s.m},
+                                {"n", s.n},
+                                {"k", s.k},
+                                {"variant", v.name},
+                                {"config", v.cfg.str()},
+                                {"block_n", v.cfg.block_n},
+                                {"stages", v.cfg.stages},
+                                {"cluster_m", v.cfg.cluster_m},
+                                {"group_m", v.cfg.group_m},
+                                {"check", "ok"},
+                                {"calc_diff", chk.diff},
+                                {"loom_us", t.median_us},
+                                {"loom_tflops", flops / t.median_us / 1e6},
+                                {"cublaslt_tflops", flops / t_lt.median_us / 1e6},
+                                {"baselines", {{"cublaslt", t_lt.median_us}}}});
+            }
+            cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(c_ref);
+            if (!out.empty()) std::ofstream(out + ".partial") << report.to_json().dump(1) << "\n";
+        }
     }
-    std::printf("geomean ratio to cuBLASLt: %.3f, worst %.3f\n", std::exp(log_sum / shapes.size()), worst);
+    if (n_heur > 0)
+        std::printf("heuristic: geomean ratio to cuBLASLt %.3f, worst %.3f (%d shapes)\n", std::exp(log_heur / n_heur),
+                    worst_heur, n_heur);
+    if (sweep) {
+        int nb = 0;
+        for (size_t si = 0; si < shapes.size(); ++si) {
+            if (best_ratio[si] <= 0) continue;
+            log_best += std::log(best_ratio[si]);
+            ++nb;
+            std::printf("best %dx%dx%d: %.3f  %s\n", shapes[si].m, shapes[si].n, shapes[si].k, best_ratio[si],
+                        best_name[si].c_str());
+        }
+        if (nb > 0) std::printf("best per shape: geomean ratio %.3f\n", std::exp(log_best / nb));
+    }
     if (!out.empty())
         report.write(out);
     else

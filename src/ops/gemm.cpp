@@ -30,7 +30,6 @@ int max_stages(int bm, int bn) {
     return s;
 }
 
-
 struct DeviceInfo {
     int arch = 0;
     int num_sms = 0;
@@ -60,8 +59,8 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 std::string GemmConfig::str() const {
     if (sm80) return "sm80 128x128x32 st4 (mma.sync)";
-    return fmt::format("sm90 {}x{}x{} st{} wg{} cluster{} g{} grid{}", block_m, block_n, block_k, stages, consumers(),
-                       cluster_m, group_m, grid);
+    return fmt::format("sm90 {}x{}x{} st{} wg{} cluster{} g{} grid{}{}", block_m, block_n, block_k, stages, consumers(),
+                       cluster_m, group_m, grid, tma_store ? "" : " direct-store");
 }
 
 GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, int num_sms) {
@@ -85,12 +84,25 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
         }
     }
     cfg.stages = std::min(max_stages(cfg.block_m, cfg.block_n), 6);
+    // 2-CTA clusters halve the B traffic from L2 whenever there are two M-blocks to pair.
+    cfg.cluster_m = (cfg.block_m == 128 && num_m >= 2) ? 2 : 1;
+    if (const int64_t forced = env_int("LOOM_GEMM_CLUSTER", 0); forced == 1 || forced == 2) {
+        cfg.cluster_m = static_cast<int>(forced);
+    }
     // Keep the CTAs that run together close to square in L2: group_m M-blocks x (num_sms / group_m) N-blocks.
     cfg.group_m = static_cast<int>(std::clamp<int64_t>(
         static_cast<int64_t>(std::lround(std::sqrt(num_sms * static_cast<double>(cfg.block_n) / cfg.block_m))), 1,
         std::max<int64_t>(num_m, 1)));
-    cfg.grid = static_cast<int>(std::min<int64_t>(num_m * ceil_div(n, cfg.block_n), num_sms));
+    if (cfg.cluster_m > 1) cfg.group_m = std::max(cfg.cluster_m, cfg.group_m / cfg.cluster_m * cfg.cluster_m);
+    cfg.grid = static_cast<int>(gemm_sm90_grid(m, n, cfg, num_sms));
     return cfg;
+}
+
+int64_t gemm_sm90_grid(int64_t m, int64_t n, const GemmConfig& cfg, int num_sms) {
+    // Clusters of cluster_m CTAs pair adjacent M-blocks; every CTA of a cluster walks the same tiles.
+    const int64_t cm = std::max(cfg.cluster_m, 1);
+    const int64_t cluster_tiles = ceil_div(ceil_div(m, cfg.block_m), cm) * ceil_div(n, cfg.block_n);
+    return std::max<int64_t>(std::min<int64_t>(cluster_tiles, num_sms / cm), 1) * cm;
 }
 
 void gemm_validate_config(const GemmConfig& c, bool b_kn) {
@@ -106,9 +118,10 @@ void gemm_validate_config(const GemmConfig& c, bool b_kn) {
     LOOM_CHECK(kernels::gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages) <= kMaxSmem,
                "gemm config: {} needs {} B of shared memory, the limit is {}", c.str(),
                kernels::gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages), kMaxSmem);
-    LOOM_CHECK(c.cluster_m == 1, "gemm config: expected cluster_m 1 (no TMA multicast yet), given {}", c.cluster_m);
+    LOOM_CHECK(c.cluster_m == 1 || c.cluster_m == 2, "gemm config: expected cluster_m 1 or 2, given {}", c.cluster_m);
     LOOM_CHECK(c.group_m >= 1, "gemm config: expected group_m >= 1, given {}", c.group_m);
-    LOOM_CHECK(c.grid >= 0, "gemm config: expected grid >= 0, given {}", c.grid);
+    LOOM_CHECK(c.grid >= 0 && c.grid % c.cluster_m == 0,
+               "gemm config: expected grid >= 0 and a multiple of cluster_m {}, given {}", c.cluster_m, c.grid);
 }
 
 void gemm_validate(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o) {
@@ -161,24 +174,39 @@ jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, DTy
     }
     spec.header = header;
     spec.name = "loom::kernels::gemm_sm90_tma_wgmma";
-    spec.template_args = {
-        dtype_cuda_name(in),         dtype_cuda_name(out),       dtype_cuda_name(bias),   std::to_string(cfg.block_m),
-        std::to_string(cfg.block_n), std::to_string(cfg.stages), b_kn ? "false" : "true", hooks};
+    spec.template_args = {dtype_cuda_name(in),
+                          dtype_cuda_name(out),
+                          dtype_cuda_name(bias),
+                          std::to_string(cfg.block_m),
+                          std::to_string(cfg.block_n),
+                          std::to_string(cfg.stages),
+                          b_kn ? "false" : "true",
+                          std::to_string(cfg.cluster_m),
+                          cfg.tma_store ? "true" : "false",
+                          hooks};
     return spec;
 }
 
 GemmSm90Launch gemm_sm90_launch(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o,
                                 const GemmConfig& cfg, int num_sms, cudaStream_t stream) {
+    LOOM_CHECK(
+        !cfg.tma_store || o.beta == 0.f,
+        "gemm: the TMA-store epilogue does not read C: expected beta 0 or config.tma_store = false, given beta {}",
+        o.beta);
     GemmSm90Launch l{};
     const int64_t m = a.rows, k = a.cols, n = c.cols;
     l.tmap_a = make_tma_2d(a, cfg.block_m, kernels::kGemmBlockK);
-    l.tmap_b = o.b_kn ? make_tma_2d(b, kernels::kGemmBlockK, 64) : make_tma_2d(b, cfg.block_n, kernels::kGemmBlockK);
+    // A K-major B tile is loaded in cluster_m slices (each CTA of a cluster multicasts one); [K, N] B in 64-column
+    // boxes either way.
+    l.tmap_b = o.b_kn ? make_tma_2d(b, kernels::kGemmBlockK, 64)
+                      : make_tma_2d(b, cfg.block_n / cfg.cluster_m, kernels::kGemmBlockK);
+    l.tmap_d = make_tma_2d(c, 64, kernels::gemm_store_box_cols(static_cast<int>(dtype_size(c.dtype))));
     l.args = kernels::GemmArgs{
         c.data,  o.bias.data, c.stride(), static_cast<int32_t>(m), static_cast<int32_t>(n), static_cast<int32_t>(k),
         o.alpha, o.beta,      cfg.group_m};
-    const int64_t tiles = ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n);
-    const int64_t grid = cfg.grid > 0 ? cfg.grid : std::min<int64_t>(tiles, num_sms);
-    l.launch.grid = dim3(static_cast<unsigned>(std::max<int64_t>(grid, 1)));
+    const int64_t grid = cfg.grid > 0 ? cfg.grid : gemm_sm90_grid(m, n, cfg, num_sms);
+    l.launch.grid = dim3(static_cast<unsigned>(std::max<int64_t>(grid, cfg.cluster_m)));
+    l.launch.cluster = dim3(static_cast<unsigned>(cfg.cluster_m), 1, 1);
     l.launch.block = dim3(static_cast<unsigned>(128 * (cfg.consumers() + 1)));
     l.launch.smem = kernels::gemm_sm90_smem_bytes(cfg.block_m, cfg.block_n, cfg.stages);
     l.launch.stream = stream;
@@ -193,6 +221,7 @@ void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const G
     const int64_t m = a.rows, k = a.cols, n = c.cols;
     GemmConfig cfg = o.config ? *o.config : gemm_heuristic(m, n, k, o.b_kn, dev.arch, dev.num_sms);
     if (o.force_sm80 || dev.arch < 90 || env_flag("LOOM_GEMM_FORCE_SM80")) cfg.sm80 = true;
+    if (o.beta != 0.f) cfg.tma_store = false;  // only the direct-store epilogue reads C
     gemm_validate_config(cfg, o.b_kn);
     if (env_flag("LOOM_GEMM_DEBUG")) fmt::print(stderr, "loom::gemm M={} N={} K={}: {}\n", m, n, k, cfg.str());
     const DType bias_t = o.bias.data ? o.bias.dtype : DType::F32;
@@ -218,7 +247,7 @@ void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const G
     GemmSm90Launch l = gemm_sm90_launch(a, b, c, o, cfg, dev.num_sms, stream);
     struct NoHooks {
     } hooks;  // loom::tile::GemmNoHooks: an empty object, one byte as a kernel parameter
-    kernel(l.launch, l.tmap_a, l.tmap_b, l.args, hooks);
+    kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, hooks);
 }
 
 }  // namespace loom

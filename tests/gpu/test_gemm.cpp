@@ -175,11 +175,14 @@ TEST_F(Gemm, Sm80PathOnThisGpu) {
     run_case({1, 264, 72, DType::BF16, DType::BF16, true, false, 0.f, true}, 52);
 }
 TEST_F(Gemm, ExplicitConfigs) {
-    // Every BLOCK_N class the heuristic can pick, through the public config override.
-    for (int bn : {64, 128, 176, 224, 256}) {
+    // Every BLOCK_N class the heuristic can pick, with and without 2-CTA clusters (m = 200: one pair of
+    // M-blocks, the second a tail), through the public config override.
+    for (int variant = 0; variant < 10; ++variant) {
+        const int bn = std::vector<int>{64, 128, 176, 224, 256}[variant % 5];
         loom::GemmConfig cfg;
         cfg.block_n = bn;
         cfg.stages = 4;
+        cfg.cluster_m = 1 + variant / 5;
         SCOPED_TRACE(cfg.str());
         // run_case uses the heuristic; exercise the override directly on a tail shape.
         const int m = 200, n = 520, k = 328;

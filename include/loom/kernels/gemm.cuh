@@ -1,18 +1,25 @@
 // Hopper GEMM: D[M, N] = alpha * A[M, K] * B^T + beta * D + bias[N], bf16/fp16 in, fp32 accumulate.
 //
 // Data path: TMA (128B swizzle) -> STAGES-deep mbarrier ring in shared memory -> wgmma (both operands from
-// shared memory) -> registers -> vectorised global stores. Persistent: gridDim.x <= #SMs CTAs walk the output
-// tiles in the order of the Hooks policy (loom/tile/scheduler.cuh).
+// shared memory) -> registers -> 128B-swizzled staging buffers in shared memory -> TMA stores (or, when beta != 0
+// or BLOCK_N is not a multiple of the store box, vectorised global stores). Persistent: gridDim.x <= #SMs CTAs
+// walk the output tiles in the order of the Hooks policy (loom/tile/scheduler.cuh).
 //
 // Warp roles (BLOCK_M / 64 consumer warpgroups + 1 producer warpgroup, one CTA per SM):
 //   consumers  warpgroup c computes rows [64c, 64c + 64) of the tile with wgmma m64nBLOCK_Nk16, keeps one
 //              k-block of MMAs in flight, releases a slot when the MMAs that read it retired, then runs the
-//              epilogue while the producer already streams the next tile's k-blocks.
+//              epilogue while the producer already streams the next tile's k-blocks. The epilogue writes
+//              64 x (128 B) slabs into two staging buffers per warpgroup and one thread issues their TMA stores,
+//              which complete asynchronously while the warpgroup starts the next tile's MMAs.
 //   producer   one thread: per tile, hooks.before_load(), then per k-block: wait slot empty, expect_tx, TMA A
 //              (BLOCK_M x 64) and B (BLOCK_N x 64, or 64 x BLOCK_N when B is [K, N]). setmaxnreg moves its
 //              registers to the consumers (40 / 232 per thread).
-// Shared memory: STAGES x (BLOCK_M + BLOCK_N) x 128 B (+ barriers, + 1 KiB alignment slack):
-//   128 x 256, 4 stages = 192 KiB.
+// Clusters (CLUSTER_M = 2): two CTAs with adjacent M-blocks and the same N-block; each loads its own A and half
+//   of the shared B tile, multicast into both CTAs' shared memory, so L2 -> SM traffic per k-block drops from
+//   (BM + BN) to (BM + BN / 2) rows. A slot's empty barrier counts the consumer warps of both CTAs (each warp
+//   arrives locally and remotely), so neither producer overwrites a slot its peer still reads.
+// Shared memory: STAGES x (BLOCK_M + BLOCK_N) x 128 B + BLOCK_M / 64 x 2 x 8 KiB staging (+ barriers, + 1 KiB
+//   alignment slack): 128 x 256, 4 stages = 225 KiB (gemm_params.hpp: gemm_sm90_smem_bytes).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -20,6 +27,7 @@
 
 #include "loom/config.hpp"
 #include "loom/kernels/gemm_params.hpp"
+#include "loom/ptx/cluster.cuh"
 #include "loom/ptx/tma.cuh"
 #include "loom/ptx/wgmma.cuh"
 #include "loom/tile/epilogue.cuh"
@@ -29,17 +37,35 @@
 
 namespace loom::kernels {
 
+// Consumer warp: hand a ring slot back (one lane; with a cluster, one lane per CTA of the cluster).
+template <int CLUSTER_M, int STAGES>
+LOOM_DEVICE LOOM_FORCEINLINE void release_slot(tile::TmaPipeline<STAGES>* pipe, uint32_t stage, int lane) {
+    if constexpr (CLUSTER_M == 1) {
+        if (lane == 0) pipe->consumer_release(stage);
+    } else {
+        pipe->template consumer_release_cluster<CLUSTER_M>(stage, static_cast<uint32_t>(lane));
+    }
+}
+
 // TIn: __nv_bfloat16 or __half. TOut: __nv_bfloat16, __half or float. TBias: any of those (unused when
 // args.bias is null). kBKMajor: B is [N, K] row-major (K contiguous); otherwise B is [K, N] row-major.
-template <class TIn, class TOut, class TBias, int BLOCK_M, int BLOCK_N, int STAGES, bool kBKMajor,
-          class Hooks = tile::GemmNoHooks>
+// CLUSTER_M: 1, or 2 (launched with cluster dims (2, 1, 1), gridDim.x even; the host map of a K-major B then has
+// boxes of BLOCK_N / 2 rows). tmap_d: D with boxes of 64 rows x gemm_store_box_cols(sizeof(TOut)) columns, 128B
+// swizzle (read only by the TMA-store epilogue). kTmaStoreEpilogue: stage the output in shared memory and store
+// it with TMA (when BLOCK_N is a multiple of the store box; requires args.beta == 0, which the host checks);
+// false: direct global stores that also read D for beta != 0. (Two instantiations rather than a runtime branch:
+// both epilogues in one kernel exceed the 168 registers a 384-thread CTA compiles for, and spill.)
+template <class TIn, class TOut, class TBias, int BLOCK_M, int BLOCK_N, int STAGES, bool kBKMajor, int CLUSTER_M = 1,
+          bool kTmaStoreEpilogue = true, class Hooks = tile::GemmNoHooks>
 __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     gemm_sm90_tma_wgmma(const __grid_constant__ ptx::TmaDescriptor tmap_a,
-                        const __grid_constant__ ptx::TmaDescriptor tmap_b, const GemmArgs args, const Hooks hooks) {
+                        const __grid_constant__ ptx::TmaDescriptor tmap_b,
+                        const __grid_constant__ ptx::TmaDescriptor tmap_d, const GemmArgs args, const Hooks hooks) {
     static_assert(BLOCK_M == 64 || BLOCK_M == 128, "BLOCK_M is 64 (one consumer) or 128 (two consumers)");
     static_assert(BLOCK_N % 16 == 0 && BLOCK_N >= 16 && BLOCK_N <= 256, "BLOCK_N: multiple of 16 in [16, 256]");
     static_assert(kBKMajor || BLOCK_N % 64 == 0, "B as [K, N] needs BLOCK_N a multiple of 64");
     static_assert(STAGES >= 2 && STAGES <= 8, "STAGES in [2, 8]");
+    static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "CLUSTER_M is 1 or 2");
     static_assert(sizeof(TIn) == 2, "inputs are bf16 or fp16");
 #if LOOM_SM90A
     constexpr int kConsumers = BLOCK_M / 64;
@@ -48,24 +74,37 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     constexpr uint32_t kBBytes = tile::swizzled_box_bytes(BLOCK_N);  // (BLOCK_N, 64) bf16
     constexpr int kProducerRegs = 40;
     constexpr int kConsumerRegs = kConsumers == 2 ? 232 : 240;
+    // TMA-store epilogue: slabs of 64 rows x 128 bytes (kStoreCols elements of TOut).
+    constexpr int kStoreCols = gemm_store_box_cols(sizeof(TOut));
+    constexpr bool kTmaStore = kTmaStoreEpilogue && BLOCK_N % kStoreCols == 0;
+    constexpr int kSlabs = BLOCK_N / kStoreCols;
+    constexpr int kFragsPerSlab = kStoreCols / 8;  // 8-column accumulator fragments per slab
 
     extern __shared__ uint8_t smem_raw[];
     // 128B-swizzled TMA boxes and wgmma descriptors need 1024-byte aligned tiles.
     uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uint64_t>(smem_raw) + 1023) & ~uint64_t(1023));
     uint8_t* smem_a = smem;
     uint8_t* smem_b = smem + STAGES * kABytes;
-    auto* pipe = reinterpret_cast<tile::TmaPipeline<STAGES>*>(smem_b + STAGES * kBBytes);
+    uint8_t* smem_store = smem_b + STAGES * kBBytes;  // kConsumers x 2 x kGemmStoreBufBytes
+    auto* pipe = reinterpret_cast<tile::TmaPipeline<STAGES>*>(smem_store + kConsumers * 2 * kGemmStoreBufBytes);
 
     const int warpgroup = static_cast<int>(threadIdx.x) / 128;
     const int wg_thread = static_cast<int>(threadIdx.x) % 128;
+    const uint32_t cta_rank = CLUSTER_M > 1 ? ptx::cluster_ctarank() : 0u;
     if (threadIdx.x == 0) {
-        pipe->init(kConsumers * 4);  // one arrival per consumer warp releases a slot
+        pipe->init(kConsumers * 4 * CLUSTER_M);  // one arrival per consumer warp of the cluster releases a slot
         ptx::tma_prefetch_descriptor(&tmap_a);
         ptx::tma_prefetch_descriptor(&tmap_b);
+        ptx::tma_prefetch_descriptor(&tmap_d);
     }
-    __syncthreads();
+    // The peer multicasts into our slots and arrives on our barriers: their init must be visible cluster-wide.
+    if constexpr (CLUSTER_M > 1) {
+        ptx::cluster_sync();
+    } else {
+        __syncthreads();
+    }
 
-    tile::PersistentScheduler<BLOCK_M, BLOCK_N, Hooks> sched(args.m, args.n, args.group_m);
+    tile::PersistentScheduler<BLOCK_M, BLOCK_N, Hooks, CLUSTER_M> sched(args.m, args.n, args.group_m);
     const int num_k_blocks = (args.k + kGemmBlockK - 1) / kGemmBlockK;
     tile::TileCoord t;
 
@@ -76,18 +115,36 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
             tile::PipelineState<STAGES> st;
             while (sched.next_tile(hooks, t)) {
                 if constexpr (Hooks::kWaitsBeforeLoad) {
-                    hooks.before_load(t);
+                    if (t.rows > 0) hooks.before_load(t);
                     ptx::fence_proxy_async_global();
                 }
                 for (int kb = 0; kb < num_k_blocks; ++kb) {
+                    // Expect the whole B tile: our half and the peer's multicast half both land here.
                     uint64_t* full = pipe->producer_acquire(st, kABytes + kBBytes);
                     const int k0 = kb * kGemmBlockK;
+                    uint8_t* b_slot = smem_b + st.stage * kBBytes;
                     tile::tma_load_tile(smem_a + st.stage * kABytes, &tmap_a, full, k0, t.row0);
-                    if constexpr (kBKMajor) {
-                        tile::tma_load_tile(smem_b + st.stage * kBBytes, &tmap_b, full, k0, t.col0);
+                    if constexpr (CLUSTER_M == 1) {
+                        if constexpr (kBKMajor) {
+                            tile::tma_load_tile(b_slot, &tmap_b, full, k0, t.col0);
+                        } else {
+                            tile::tma_load_tile_mn<BLOCK_N, 64, kGemmBlockK>(b_slot, &tmap_b, full, t.col0, k0);
+                        }
                     } else {
-                        tile::tma_load_tile_mn<BLOCK_N, 64, kGemmBlockK>(smem_b + st.stage * kBBytes, &tmap_b, full,
-                                                                         t.col0, k0);
+                        constexpr uint16_t kMask = (1u << CLUSTER_M) - 1u;
+                        if constexpr (kBKMajor) {
+                            constexpr int kRows = BLOCK_N / CLUSTER_M;  // the host map's box rows
+                            ptx::tma_load_2d_multicast(b_slot + cta_rank * tile::swizzled_box_bytes(kRows), &tmap_b,
+                                                       full, k0, t.col0 + static_cast<int>(cta_rank) * kRows, kMask);
+                        } else {
+                            // 64-column boxes dealt round-robin over the cluster's CTAs.
+#pragma unroll
+                            for (int j = 0; j < BLOCK_N / 64; ++j) {
+                                if (j % CLUSTER_M == static_cast<int>(cta_rank))
+                                    ptx::tma_load_2d_multicast(b_slot + j * tile::swizzled_box_bytes(kGemmBlockK),
+                                                               &tmap_b, full, t.col0 + 64 * j, k0, kMask);
+                            }
+                        }
                     }
                     st.advance();
                 }
@@ -97,13 +154,8 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
         // ---- consumer warpgroups: wgmma over the ring, then the epilogue -----------------------------------
         ptx::setmaxnreg_inc<kConsumerRegs>();
         const int warp = wg_thread / 32, lane = wg_thread % 32;
-        const tile::EpilogueParams<TOut, TBias> epi{static_cast<TOut*>(args.d),
-                                                    args.ldd,
-                                                    static_cast<const TBias*>(args.bias),
-                                                    args.m,
-                                                    args.n,
-                                                    args.alpha,
-                                                    args.beta};
+        uint8_t* store_bufs = smem_store + warpgroup * 2 * kGemmStoreBufBytes;
+        uint32_t store_count = 0;  // slabs this warpgroup has stored; selects the staging buffer
         float acc[BLOCK_N / 2];
         tile::PipelineState<STAGES> st;
         while (sched.next_tile(hooks, t)) {
@@ -133,32 +185,99 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                 ptx::wgmma_fence_operands(acc);
                 // Keep this k-block's MMAs in flight; the previous k-block's have retired, so its slot is free.
                 ptx::wgmma_wait_group<1>();
-                if (kb > 0 && lane == 0) pipe->consumer_release(prev_stage);
+                if (kb > 0) release_slot<CLUSTER_M>(pipe, prev_stage, lane);
                 prev_stage = st.stage;
                 st.advance();
             }
             ptx::wgmma_wait_group<0>();
             ptx::wgmma_fence_operands(acc);
-            if (num_k_blocks > 0 && lane == 0) pipe->consumer_release(prev_stage);
+            if (num_k_blocks > 0) release_slot<CLUSTER_M>(pipe, prev_stage, lane);
             if (num_k_blocks == 0) {
 #pragma unroll
                 for (int i = 0; i < BLOCK_N / 2; ++i) acc[i] = 0.f;
             }
 
             // Epilogue: thread owns (row 16w + lane/4 (+8), cols 8j + 2(lane%4) + {0,1}) of its 64-row slab.
-            const int row = t.row0 + warpgroup * 64 + warp * 16 + lane / 4;
-            const int col = t.col0 + 2 * (lane % 4);
+            // (args stays in the constant bank: no registers held across the mainloop, whose 128 accumulators
+            // per thread leave little room under 168. One epilogue path per instantiation for the same reason.)
+            if constexpr (kTmaStore) {
+                {
+                    const int r_lo = warp * 16 + lane / 4;  // row inside the warpgroup's 64-row slab
+                    const bool leader = wg_thread == 0;
 #pragma unroll
-            for (int j = 0; j < BLOCK_N / 8; ++j) {
-                epi.store(row, col + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
-                epi.store(row + 8, col + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+                    for (int slab = 0; slab < kSlabs; ++slab) {
+                        const int slab_col0 = t.col0 + slab * kStoreCols;
+                        if (slab_col0 >= args.n) break;  // uniform: the rest of the tile is past N
+                        uint8_t* buf = store_bufs + (store_count & 1u) * kGemmStoreBufBytes;
+                        // The buffer was last read by the store issued two slabs ago (maybe in the previous tile).
+                        if (leader) ptx::tma_store_wait_read<1>();
+                        ptx::named_barrier_sync(2 + warpgroup, 128);
+#pragma unroll
+                        for (int f = 0; f < kFragsPerSlab; ++f) {
+                            const int j = slab * kFragsPerSlab + f;
+                            const int c_in = 8 * f + 2 * (lane % 4);  // column inside the slab
+                            float b0 = 0.f, b1 = 0.f;
+                            if (args.bias != nullptr && slab_col0 + c_in < args.n) {
+                                const TBias* bias = static_cast<const TBias*>(args.bias);
+                                b0 = tile::to_float(bias[slab_col0 + c_in]);
+                                b1 = tile::to_float(bias[slab_col0 + c_in + 1]);
+                            }
+                            const uint32_t byte = static_cast<uint32_t>(c_in) * sizeof(TOut);
+#pragma unroll
+                            for (int h = 0; h < 2; ++h) {
+                                const int r = r_lo + 8 * h;
+                                const float x = args.alpha * acc[4 * j + 2 * h + 0] + b0;
+                                const float y = args.alpha * acc[4 * j + 2 * h + 1] + b1;
+                                // 128B swizzle: 16-byte chunk c of row r sits at chunk c ^ (r % 8).
+                                const uint32_t off =
+                                    static_cast<uint32_t>(r) * 128u +
+                                    ((((byte >> 4) ^ static_cast<uint32_t>(r & 7)) << 4) | (byte & 15u));
+                                tile::store_pair(reinterpret_cast<TOut*>(buf + off), x, y);
+                            }
+                        }
+                        // Generic-proxy smem writes -> visible to the TMA (async proxy) store issued next.
+                        ptx::fence_proxy_async_smem();
+                        ptx::named_barrier_sync(2 + warpgroup, 128);
+                        if (leader) {
+                            ptx::tma_store_2d(&tmap_d, buf, slab_col0, t.row0 + warpgroup * 64);
+                            ptx::tma_store_commit();
+                        }
+                        ++store_count;
+                    }
+                    if constexpr (Hooks::kNotifiesAfterStore) {
+                        // The hook publishes the tile: its TMA stores must be complete, not just issued.
+                        if (leader) {
+                            ptx::tma_store_wait<0>();
+                            ptx::fence_proxy_async_global();
+                        }
+                    }
+                }
+            } else {
+                const tile::EpilogueParams<TOut, TBias> epi{static_cast<TOut*>(args.d),
+                                                            args.ldd,
+                                                            static_cast<const TBias*>(args.bias),
+                                                            args.m,
+                                                            args.n,
+                                                            args.alpha,
+                                                            args.beta};
+                const int row = t.row0 + warpgroup * 64 + warp * 16 + lane / 4;
+                const int col = t.col0 + 2 * (lane % 4);
+#pragma unroll
+                for (int j = 0; j < BLOCK_N / 8; ++j) {
+                    epi.store(row, col + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
+                    epi.store(row + 8, col + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+                }
             }
             if constexpr (Hooks::kNotifiesAfterStore) {
                 ptx::named_barrier_sync(1, kConsumers * 128);
-                if (threadIdx.x == 0) hooks.after_store(t);
+                if (threadIdx.x == 0 && t.rows > 0) hooks.after_store(t);
             }
         }
+        // The staging buffers must stay alive (and the stores land) before the CTA exits.
+        if (wg_thread == 0) ptx::tma_store_wait<0>();
     }
+    // A peer may still arrive on our empty barriers (and we on its): nobody leaves before the whole cluster is done.
+    if constexpr (CLUSTER_M > 1) ptx::cluster_sync();
 #else
     __trap();  // compiled only to keep one TU for every arch; launched only on sm_90a
 #endif

@@ -26,10 +26,11 @@ struct GemmConfig {
     int block_n = 256;  // multiple of 16 in [16, 256]; multiple of 64 when B is [K, N]
     int block_k = 64;   // fixed: one 128-byte swizzle row
     int stages = 4;
-    int cluster_m = 1;  // TMA multicast is not implemented: 1
-    int group_m = 8;    // raster group (M-blocks swept together)
-    int grid = 0;       // persistent CTAs; 0 = min(#tiles, #SMs)
-    bool sm80 = false;  // use the mma.sync kernel
+    int cluster_m = 1;      // 1, or 2: CTA pairs along M share the B tile by TMA multicast
+    int group_m = 8;        // raster group (M-blocks swept together)
+    int grid = 0;           // persistent CTAs; 0 = min(#tiles, #SMs) rounded to whole clusters
+    bool tma_store = true;  // epilogue through shared memory + TMA stores; needs beta == 0 (gemm() clears it)
+    bool sm80 = false;      // use the mma.sync kernel
     int consumers() const { return block_m / 64; }
     std::string str() const;  // "sm90 128x256x64 st4 wg2 g8 grid132"
 };
@@ -59,15 +60,20 @@ jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, DTy
                                  const std::string& hooks = "loom::tile::GemmNoHooks",
                                  const std::string& header = "loom/kernels/gemm.cuh");
 
-// Everything but the hooks object to launch the Hopper kernel: kernel(launch, tmap_a, tmap_b, args, hooks).
+// Everything but the hooks object to launch the Hopper kernel: kernel(launch, tmap_a, tmap_b, tmap_d, args, hooks).
+// The launch carries the cluster dims (cfg.cluster_m, 1, 1).
 struct GemmSm90Launch {
     CUtensorMap tmap_a;
     CUtensorMap tmap_b;
+    CUtensorMap tmap_d;  // C, for the TMA-store epilogue
     kernels::GemmArgs args;
     jit::LaunchConfig launch;
 };
 GemmSm90Launch gemm_sm90_launch(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& opts,
                                 const GemmConfig& cfg, int num_sms, cudaStream_t stream);
+
+// Persistent grid of the Hopper kernel: min(#tiles, #SMs), rounded to whole clusters.
+int64_t gemm_sm90_grid(int64_t m, int64_t n, const GemmConfig& cfg, int num_sms);
 
 // Validation shared by gemm() and the overlapped ops: raises loom::Error naming what was expected and given.
 void gemm_validate(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& opts);

@@ -44,6 +44,24 @@ LOOM_DEVICE LOOM_FORCEINLINE void tma_load_2d(void* smem_dst, const TmaDescripto
 #endif
 }
 
+// Multicast load: the box at (c0, c1) lands at the same shared-memory offset as smem_dst in every CTA of the
+// cluster whose bit is set in cta_mask, and each of those CTAs' mbarrier at bar's offset gets complete_tx of
+// the box's bytes. Issued by one thread; every destination must have initialised its barrier (cluster-wide
+// visible) and freed the slot.
+LOOM_DEVICE LOOM_FORCEINLINE void tma_load_2d_multicast(void* smem_dst, const TmaDescriptor* tmap, uint64_t* bar,
+                                                        int32_t c0, int32_t c1, uint16_t cta_mask) {
+#if LOOM_ARCH >= 900
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
+        "[%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
+        "l"(reinterpret_cast<uint64_t>(tmap)), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))), "r"(c0),
+        "r"(c1), "h"(cta_mask)
+        : "memory");
+#else
+    __trap();
+#endif
+}
+
 // Store the box at (c0, c1) from smem_src. Issued by one thread; completes with tma_store_commit/wait.
 LOOM_DEVICE LOOM_FORCEINLINE void tma_store_2d(const TmaDescriptor* tmap, const void* smem_src, int32_t c0,
                                                int32_t c1) {

@@ -10,24 +10,24 @@
 #pragma once
 
 #include "loom/config.hpp"
+#include "loom/ptx/cluster.cuh"
 #include "loom/ptx/mbarrier.cuh"
 
 namespace loom::tile {
 
-// Bound on one mbarrier wait before the kernel reports a hang and traps (~17 s at 2 GHz): a pipeline stall this
-// long is a deadlock (a missing arrive, a wrong expect_tx byte count or a TMA fault), never slowness.
+// Bound on one mbarrier wait before the kernel traps (~17 s at 2 GHz): a pipeline stall this long is a
+// deadlock (a missing arrive, a wrong expect_tx byte count or a TMA fault), never slowness. The host sees the
+// trap as cudaErrorLaunchFailure / an illegal-instruction error from the next synchronising call.
 inline constexpr long long kMbarrierTimeoutCycles = 1ll << 35;
 
 // Waits for the phase of `bar` with `parity`. The fast path is a single try_wait; only a miss reads the clock.
-LOOM_DEVICE LOOM_FORCEINLINE void mbarrier_wait(uint64_t* bar, uint32_t parity, const char* tag) {
+// No printf on the timeout path on purpose: a function call anywhere in a wgmma kernel makes ptxas serialise
+// every wgmma ("wgmma pipeline crossing function boundary", C7510), which costs ~20% of the GEMM's throughput.
+LOOM_DEVICE LOOM_FORCEINLINE void mbarrier_wait(uint64_t* bar, uint32_t parity, const char* /*tag*/) {
     if (ptx::mbarrier_try_wait_parity(bar, parity)) return;
     const long long start = clock64();
     while (!ptx::mbarrier_try_wait_parity(bar, parity)) {
-        if (clock64() - start > kMbarrierTimeoutCycles) {
-            printf("loom: mbarrier wait '%s' timed out: block %d thread %d parity %u\n", tag, int(blockIdx.x),
-                   int(threadIdx.x), parity);
-            __trap();
-        }
+        if (clock64() - start > kMbarrierTimeoutCycles) __trap();
     }
 }
 
@@ -75,6 +75,15 @@ struct TmaPipeline {
 
     // Consumer (one thread per arriving unit, after its reads of the slot are complete): hand the slot back.
     LOOM_DEVICE LOOM_FORCEINLINE void consumer_release(uint32_t stage) { ptx::mbarrier_arrive(&empty[stage]); }
+
+    // Cluster form (TMA multicast): slot s of every CTA is also written by its peers' multicasts, so a peer's
+    // producer may refill it only after this CTA's consumers are done with it too. Each arriving warp calls this
+    // with all its lanes; lane c < kCluster arrives on CTA c's empty[stage] (init with consumer_arrivals counting
+    // the consumer warps of the whole cluster).
+    template <int kCluster>
+    LOOM_DEVICE LOOM_FORCEINLINE void consumer_release_cluster(uint32_t stage, uint32_t lane) {
+        if (lane < static_cast<uint32_t>(kCluster)) ptx::mbarrier_arrive_cluster(&empty[stage], lane);
+    }
 };
 
 }  // namespace loom::tile

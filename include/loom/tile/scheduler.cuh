@@ -68,23 +68,34 @@ struct GemmNoHooks {
 
 // Walks this CTA's tiles: blockIdx.x, blockIdx.x + gridDim.x, ... Producer and consumers each own a copy and
 // see the same sequence.
-template <int BLOCK_M, int BLOCK_N, class Hooks>
+//
+// With CLUSTER_M > 1 (clusters of CLUSTER_M consecutive CTAs along x, sharing the B tile by TMA multicast) the
+// policy orders cluster tiles: a grid of ceil(num_m / CLUSTER_M) x num_n, cluster c walking c, c + #clusters,
+// ...; CTA rank r of the cluster takes M-block CLUSTER_M * m + r. Every CTA of a cluster thus walks the same
+// number of tiles (the multicast needs all of them); a rank whose M-block lies past M gets rows <= 0 (its loads
+// are zero-filled, its stores clipped, its hooks skipped).
+template <int BLOCK_M, int BLOCK_N, class Hooks, int CLUSTER_M = 1>
 struct PersistentScheduler {
     TileGrid grid;
     int32_t m, n;
     int32_t next;
+    int32_t rank;
 
     LOOM_DEVICE PersistentScheduler(int32_t m_, int32_t n_, int32_t group_m) : m(m_), n(n_) {
-        grid.num_m = (m + BLOCK_M - 1) / BLOCK_M;
+        const int32_t blocks_m = (m + BLOCK_M - 1) / BLOCK_M;
+        grid.num_m = (blocks_m + CLUSTER_M - 1) / CLUSTER_M;
         grid.num_n = (n + BLOCK_N - 1) / BLOCK_N;
-        grid.group_m = group_m < 1 ? 1 : group_m;
-        next = static_cast<int32_t>(blockIdx.x);
+        const int32_t g = group_m / CLUSTER_M;
+        grid.group_m = g < 1 ? 1 : g;
+        next = static_cast<int32_t>(blockIdx.x) / CLUSTER_M;
+        rank = static_cast<int32_t>(blockIdx.x) % CLUSTER_M;
     }
 
     LOOM_DEVICE LOOM_FORCEINLINE bool next_tile(const Hooks& hooks, TileCoord& t) {
         if (next >= grid.num_tiles()) return false;
         hooks.tile_order(next, grid, t.m_block, t.n_block);
-        next += static_cast<int32_t>(gridDim.x);
+        next += static_cast<int32_t>(gridDim.x) / CLUSTER_M;
+        t.m_block = t.m_block * CLUSTER_M + rank;
         t.row0 = t.m_block * BLOCK_M;
         t.col0 = t.n_block * BLOCK_N;
         t.rows = (m - t.row0) < BLOCK_M ? (m - t.row0) : BLOCK_M;

@@ -1,0 +1,51 @@
+// Thread-block clusters (sm_90): the CTA's rank in its cluster, the cluster-wide barrier, and arrivals on an
+// mbarrier in a peer CTA's shared memory (distributed shared memory). Used by the GEMM's 2-CTA clusters, whose
+// TMA multicast writes one operand tile into both CTAs' shared memory.
+//
+// Contracts:
+// - A peer CTA's shared memory may be touched only while that CTA is alive: a kernel that arrives remotely ends
+//   with cluster_sync() executed by every thread of every CTA of the cluster.
+// - Barrier initialisation must be visible cluster-wide (fence_mbarrier_init + cluster_sync) before a peer
+//   arrives on it or multicasts into it.
+#pragma once
+
+#include "loom/config.hpp"
+
+namespace loom::ptx {
+
+// This CTA's rank in its cluster (0 .. cluster size - 1); 0 without a cluster.
+LOOM_DEVICE LOOM_FORCEINLINE uint32_t cluster_ctarank() {
+#if LOOM_ARCH >= 900
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+#else
+    return 0;
+#endif
+}
+
+// Every non-exited thread of every CTA of the cluster, convergently per warp: release/acquire at cluster scope.
+LOOM_DEVICE LOOM_FORCEINLINE void cluster_sync() {
+#if LOOM_ARCH >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+    __syncthreads();
+#endif
+}
+
+// Arrive (release at cluster scope) on the mbarrier at the same shared-memory offset as `bar`, in the CTA of
+// cluster rank `cta` (which may be this CTA).
+LOOM_DEVICE LOOM_FORCEINLINE void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta) {
+#if LOOM_ARCH >= 900
+    const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+    asm volatile(
+        "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(local),
+        "r"(cta)
+        : "memory");
+#else
+    __trap();
+#endif
+}
+
+}  // namespace loom::ptx
