@@ -149,6 +149,10 @@ TEST(LangSignal, MissingNotifyEndsInTimeoutDiagnostic) {
             close(out[0]);
             setenv("LOOM_LANG_TIMEOUT_CHILD", "1", 1);
             setenv("LOOM_WAIT_TIMEOUT_MS", "300", 1);
+            // Outside loomrun's MPS server: a trap in an MPS client is reported to every client of the GPU
+            // (the other ranks' contexts would see 'unspecified launch failure'); a plain context keeps it to
+            // itself.
+            setenv("CUDA_MPS_PIPE_DIRECTORY", "/nonexistent/loom-timeout-child-no-mps", 1);
             execl("/proc/self/exe", "loom_dist_tests", "--gtest_filter=LangTimeoutChild.*", nullptr);
             _exit(127);
         }
