@@ -9,17 +9,20 @@ using loom::uint32_t;
 using loom::uint64_t;
 
 // `rounds` round trips with `partner` inside one kernel (one thread). Launch k continues the monotonic signal
-// from base = k * rounds, so nothing is reset between launches. The even rank of the pair starts.
-__global__ void ping_pong(loom::Ctx ctx, uint64_t* sig, uint64_t base, uint32_t rounds, int partner, Scope scope) {
+// from base = k * rounds, so nothing is reset between launches. The lower rank of the pair starts.
+// mode 0: release/acquire at sys scope (the default notify/wait); 1: at gpu scope; 2: relaxed signal_op at sys
+// scope + acquire wait — the ordering nvshmemx_signal_op + nvshmem_signal_wait_until give.
+__global__ void ping_pong(loom::Ctx ctx, uint64_t* sig, uint64_t base, uint32_t rounds, int partner, int mode) {
     const bool initiator = rank(ctx) < partner;
+    const Scope scope = mode == 1 ? Scope::Gpu : Scope::Sys;
     for (uint64_t r = base + 1; r <= base + rounds; ++r) {
-        if (initiator) {
-            signal_op(ctx, sig, r, SignalOp::Set, partner, scope);
-            signal_wait_until(ctx, sig, Cmp::GE, r, scope);
+        if (!initiator) signal_wait_until(ctx, sig, Cmp::GE, r, scope);
+        if (mode == 2) {
+            signal_op_relaxed(ctx, sig, r, SignalOp::Set, partner, scope);
         } else {
-            signal_wait_until(ctx, sig, Cmp::GE, r, scope);
             signal_op(ctx, sig, r, SignalOp::Set, partner, scope);
         }
+        if (initiator) signal_wait_until(ctx, sig, Cmp::GE, r, scope);
     }
 }
 

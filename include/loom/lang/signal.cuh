@@ -97,6 +97,12 @@ LOOM_DEVICE LOOM_FORCEINLINE void signal_op(const Ctx& ctx, uint64_t* sig, uint6
                                             Scope scope = Scope::Sys) {
     signal_release(symm_at(ctx, sig, peer), value, op, scope);
 }
+// signal_op without ordering (what nvshmemx_signal_op guarantees: earlier puts are not ordered before it unless
+// the caller fences). For flags that publish no data, or after an explicit fence/quiet.
+LOOM_DEVICE LOOM_FORCEINLINE void signal_op_relaxed(const Ctx& ctx, uint64_t* sig, uint64_t value, SignalOp op,
+                                                    int peer, Scope scope = Scope::Sys) {
+    signal_relaxed(symm_at(ctx, sig, peer), value, op, scope);
+}
 // nvshmem_signal_wait_until(sig, cmp, value): one thread; acquire; returns the value that satisfied the compare.
 LOOM_DEVICE LOOM_FORCEINLINE uint64_t signal_wait_until(const Ctx& ctx, const uint64_t* sig, Cmp cmp, uint64_t value,
                                                         Scope scope = Scope::Sys) {

@@ -91,21 +91,24 @@ __noinline__ LOOM_DEVICE inline void wait_timeout(const Ctx& ctx, const char* ta
 
 // Spin until poll(observed) returns true. `poll` performs the (acquire/volatile) load itself and stores what it
 // saw in `observed` (uint64_t&) for the diagnostic; `addr`, `cmp` and `expected` describe the wait for it.
-// Called by one thread; returns the last observed value. The first poll runs before the clock is read, so a
-// wait that is already satisfied costs one load.
+// Called by one thread; returns the last observed value. The clock (globaltimer, a slow special register) is
+// first read after 1024 unsuccessful polls and then every 1024 polls, so short waits never touch it; the
+// timeout is therefore measured from a few microseconds into the wait.
 template <class Poll>
 LOOM_DEVICE LOOM_FORCEINLINE uint64_t spin_until(const Ctx& ctx, const char* tag, const void* addr, Cmp cmp,
                                                  uint64_t expected, Poll&& poll) {
     uint64_t observed = 0;
-    if (poll(observed)) return observed;
     const uint64_t timeout = ctx.wait_timeout_ns;
-    const uint64_t start = timeout ? ptx::globaltimer() : 0;
+    uint64_t start = 0;
     for (uint32_t iter = 1;; ++iter) {
         if (poll(observed)) return observed;
-        // Reading the timer every 64 polls keeps the loop at load latency.
-        if (timeout && (iter & 63) == 0) {
-            const uint64_t elapsed = ptx::globaltimer() - start;
-            if (elapsed > timeout) detail::wait_timeout(ctx, tag, addr, cmp, expected, observed, elapsed);
+        if (timeout && (iter & 1023) == 0) {
+            const uint64_t now = ptx::globaltimer();
+            if (start == 0) {
+                start = now;
+            } else if (now - start > timeout) {
+                detail::wait_timeout(ctx, tag, addr, cmp, expected, observed, now - start);
+            }
         }
     }
 }

@@ -194,6 +194,7 @@ __global__ void instantiate_all(Ctx ctx, char* buf, uint64_t* sig, BarrierState*
     const Token t = wait(g, ctx, sig, Cmp::GE, 2, Scope::Gpu);
     buf = consume_token(buf, t);
     signal_op(ctx, sig, 1, SignalOp::Add, peer);
+    signal_op_relaxed(ctx, sig, 1, SignalOp::Add, peer, Scope::Gpu);
     const uint64_t v = signal_wait_until(ctx, sig, Cmp::NE, 0);
     barrier_all(g, ctx, st);
     barrier_all(grid, ctx, st);
