@@ -84,8 +84,10 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
         }
     }
     cfg.stages = std::min(max_stages(cfg.block_m, cfg.block_n), 6);
-    // 2-CTA clusters halve the B traffic from L2 whenever there are two M-blocks to pair.
-    cfg.cluster_m = (cfg.block_m == 128 && num_m >= 2) ? 2 : 1;
+    // No clusters by default. Measured on the H200 (docs/perf/gemm.json vs gemm_cluster2.json, same binary, same
+    // run): 2-CTA clusters with B multicast ran at 0.66x cuBLASLt (geomean over the 13 shapes), one CTA per
+    // tile at 0.98x. LOOM_GEMM_CLUSTER=2 still selects the cluster kernel.
+    cfg.cluster_m = 1;
     if (const int64_t forced = env_int("LOOM_GEMM_CLUSTER", 0); forced == 1 || forced == 2) {
         cfg.cluster_m = static_cast<int>(forced);
     }

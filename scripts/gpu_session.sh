@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# One device-machine call: GPU tests and benchmarks, each step time-boxed. The device tool returns at most 8
+# files, so every log goes into OUT/session.log and only the benchmark JSON files sit beside it.
+#   usage: scripts/gpu_session.sh <build dir> <out dir> [steps...]
+#   steps: gpu_tests dist2 dist4 dist8 demo bench_lang bench_runtime bench_gemm bench_jit (default: all)
+#   LOOM_DIST_FILTER  gtest filter for the multi-rank steps (default: all tests)
+set -u
+b=${1:?build dir}
+out=${2:?out dir}
+shift 2
+steps=${*:-gpu_tests dist2 dist4 dist8 demo bench_lang bench_runtime bench_gemm bench_jit}
+mkdir -p "$out"
+export LOOM_CACHE_DIR=${LOOM_CACHE_DIR:-/tmp/loom-cache} LOOM_WAIT_TIMEOUT_MS=${LOOM_WAIT_TIMEOUT_MS:-20000}
+export LOOM_SOURCE_DIR=$PWD NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
+export LOOM_GIT_COMMIT=${LOOM_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}
+filter=--gtest_filter=${LOOM_DIST_FILTER:-*}
+log=$out/session.log
+run() {  # run <seconds> <name> <command...>
+    local t=$1 name=$2
+    shift 2
+    local s=$SECONDS
+    echo "===== $name: $*" >>"$log"
+    timeout -k 5 "$t" "$@" >>"$log" 2>&1
+    local rc=$?
+    printf '%-14s rc=%-3s %4ss\n' "$name" "$rc" $((SECONDS - s)) | tee -a "$log"
+}
+for s in $steps; do
+    case $s in
+        gpu_tests) run 80 gpu_tests "$b/tests/loom_gpu_tests" ;;
+        dist2) run 60 dist2 "$b/bin/loomrun" -n 2 "$b/tests/loom_dist_tests" "$filter" ;;
+        dist4) run 45 dist4 "$b/bin/loomrun" -n 4 "$b/tests/loom_dist_tests" "$filter" ;;
+        dist8) run 45 dist8 "$b/bin/loomrun" -n 8 "$b/tests/loom_dist_tests" "$filter" ;;
+        demo) run 30 demo "$b/bin/loomrun" -n 2 "$b/examples/00_hello_symmetric" ;;
+        bench_lang) run 60 bench_lang "$b/bin/loomrun" -n 2 "$b/bench/bench-lang" --out "$out" ;;
+        bench_runtime)
+            for n in 2 4 8; do
+                run 30 bench_runtime$n "$b/bin/loomrun" -n $n "$b/bench/bench-runtime" --out "$out/runtime.json" --append
+            done
+            ;;
+        bench_gemm) run 80 bench_gemm "$b/bench/bench-gemm" --out "$out/gemm.json" ;;
+        bench_gemm_c1) LOOM_GEMM_CLUSTER=1 run 80 bench_gemm_c1 "$b/bench/bench-gemm" --out "$out/gemm_cluster1.json" ;;
+        bench_jit) run 20 bench_jit "$b/bench/bench-jit" --reps 2 --out "$out/jit.json" ;;
+        *) echo "unknown step $s" | tee -a "$log" ;;
+    esac
+done
