@@ -36,15 +36,7 @@ using nlohmann::json;
 namespace {
 
 std::string kernels_dir() {
-    std::error_code ec;
-    std::vector<fs::path> roots;
-    if (const char* s = std::getenv("LOOM_SOURCE_DIR")) roots.emplace_back(s);
-    fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-    if (!ec) roots.push_back(exe.parent_path().parent_path().parent_path());  // <root>/<build>/bench/<exe>
-    roots.push_back(fs::current_path());
-    for (const auto& r : roots)
-        if (fs::is_regular_file(r / "bench/kernels/lang.cuh", ec)) return fs::canonical(r / "bench/kernels");
-    LOOM_FAIL("bench/kernels/lang.cuh not found (set LOOM_SOURCE_DIR to the source tree)");
+    return std::filesystem::path(loom::bench::source_file("bench/kernels/lang.cuh")).parent_path().string();
 }
 
 struct Args {

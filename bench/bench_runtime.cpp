@@ -67,15 +67,7 @@ double max_over_ranks(loom::World& w, double mine) {
 }
 
 std::string kernels_dir() {
-    std::error_code ec;
-    std::vector<fs::path> roots;
-    if (const char* s = std::getenv("LOOM_SOURCE_DIR")) roots.emplace_back(s);
-    fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-    if (!ec) roots.push_back(exe.parent_path().parent_path().parent_path());  // <root>/<build>/bench/<exe>
-    roots.push_back(fs::current_path());
-    for (const auto& r : roots)
-        if (fs::is_regular_file(r / "bench/kernels/peer_copy.cuh", ec)) return fs::canonical(r / "bench/kernels");
-    LOOM_FAIL("bench/kernels/peer_copy.cuh not found (set LOOM_SOURCE_DIR to the source tree)");
+    return std::filesystem::path(loom::bench::source_file("bench/kernels/peer_copy.cuh")).parent_path().string();
 }
 
 struct Args {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 
 #include "loom/runtime/error.hpp"
@@ -162,6 +163,19 @@ void Report::write(const std::string& path) const {
     f << doc_.dump(2) << "\n";
     for (const auto& row : doc_["rows"]) std::printf("%s\n", row.dump().c_str());
     std::printf("wrote %s\n", path.c_str());
+}
+
+std::string source_file(const std::string& rel) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    std::vector<fs::path> roots;
+    if (const char* s = std::getenv("LOOM_SOURCE_DIR")) roots.emplace_back(s);
+    fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) roots.push_back(exe.parent_path().parent_path().parent_path());
+    roots.push_back(fs::current_path());
+    for (const auto& r : roots)
+        if (fs::is_regular_file(r / rel, ec)) return fs::canonical(r / rel).string();
+    LOOM_FAIL("{} not found (set LOOM_SOURCE_DIR to the source tree)", rel);
 }
 
 }  // namespace loom::bench

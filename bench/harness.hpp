@@ -42,7 +42,7 @@ inline double gbps(double bytes, double us) { return bytes / (us * 1e3); }
 // Results file: docs/perf/<op>.json with op, command, gpu, commit, date, ranks, rows.
 // Each row: shape/size fields, "loom_us", "baselines": {name: us}, "speedup": {name: baseline_us / loom_us}.
 class Report {
-public:
+  public:
     Report(std::string op, int ranks, int argc, char** argv);
     // Adds a row; fills "speedup" from "baselines" and "loom_us" when absent.
     void add_row(nlohmann::json row);
@@ -50,10 +50,15 @@ public:
     // Writes the JSON (rank 0 only when ranks > 1 is the caller's business) and prints a table to stdout.
     void write(const std::string& path) const;
 
-private:
+  private:
     nlohmann::json doc_;
 };
 
 std::string gpu_name();  // "NVIDIA H200", or "none"
+
+// Absolute path of `rel` (a file of the source tree, e.g. "bench/kernels/lang.cuh"), looked up under
+// $LOOM_SOURCE_DIR, then the tree the executable sits in (<root>/<build>/bench/<exe>), then the working directory.
+// Benchmarks are often run from a build carried to another machine, so the compile-time path is not enough.
+std::string source_file(const std::string& rel);
 
 }  // namespace loom::bench
