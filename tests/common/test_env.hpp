@@ -19,7 +19,7 @@ bool has_gpu();
 }  // namespace loom::test
 
 // Skip the current test when no GPU is present, saying why.
-#define LOOM_REQUIRE_GPU()                                                                     \
-    do {                                                                                       \
+#define LOOM_REQUIRE_GPU()                                                                                \
+    do {                                                                                                  \
         if (!::loom::test::has_gpu()) GTEST_SKIP() << "no GPU: " << ::loom::driver::unavailable_reason(); \
     } while (0)

@@ -31,7 +31,7 @@ void world_slot_reset();
 namespace {
 // Tears the World down after the last test, while the CUDA runtime is still alive.
 class WorldTeardown : public ::testing::Environment {
-public:
+  public:
     void TearDown() override { loom::test::world_slot_reset(); }
 };
 }  // namespace
