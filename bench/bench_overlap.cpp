@@ -1,0 +1,356 @@
+// Overlapped GEMM + collectives vs their non-overlapped sequences, on the Triton-distributed TP-MLP shapes at the
+// run's world size W (M = 8192):
+//   AG+GEMM (N, K): (11008, 4096) (14336, 4096) (28672, 8192) (53248, 16384) (29568, 8192), N_loc = N / W
+//   GEMM+RS (N, K): (4096, 11008) (4096, 14336) (3584, 14336) (4608, 36864) (8192, 28672) (8192, 29568), K_loc = K / W
+// Per shape: (a) the overlapped op (ag_gemm with the copy-engine and SM producers; gemm_rs), (b) Loom's collective
+// then Loom's GEMM (sequential), (c) NVSHMEM's collective then cuBLASLt (sequential), the collective alone and
+// the GEMM alone; overlap efficiency = t(a) / max(t(comm), t(GEMM)) (1.0 = perfect overlap), speedups vs (b)/(c).
+// Before timing, every overlapped config is checked once against (b) on the same inputs (calc_diff-style
+// similarity; NaN-poisoned output); a failing config is reported and not timed.
+//   loomrun -n 8 build/bench/bench-overlap [--out DIR] [--quick] [--iters N] [--no-nvshmem]
+// DIR/ag_gemm.json and DIR/gemm_rs.json (rank 0).
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness.hpp"
+#include "loom/ops/collectives.hpp"
+#include "loom/ops/gemm.hpp"
+#include "loom/ops/overlap.hpp"
+#include "loom/runtime/driver.hpp"
+#include "loom/runtime/error.hpp"
+#include "loom/runtime/nvshmem.hpp"
+
+namespace {
+
+#define CHECK_LT(x)                                                                      \
+    do {                                                                                 \
+        cublasStatus_t s_ = (x);                                                         \
+        if (s_ != CUBLAS_STATUS_SUCCESS) LOOM_FAIL("{} failed: status {}", #x, int(s_)); \
+    } while (0)
+
+void fill_random(void* p, size_t n, uint64_t seed) {
+    std::vector<uint16_t> h(n);
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (auto& v : h) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        const float f = static_cast<float>((x >> 40) & 0xffffff) / 16777216.f * 2.f - 1.f;
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        v = static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+    }
+    LOOM_CHECK_CUDA(cudaMemcpy(p, h.data(), n * 2, cudaMemcpyHostToDevice));
+}
+
+// Row-major C[m, n] = A[m, k] B[n, k]^T through cuBLASLt (column-major C^T = B A^T), bf16 in/out, fp32 compute.
+struct LtGemm {
+    cublasLtHandle_t h{};
+    cublasLtMatmulDesc_t op{};
+    cublasLtMatrixLayout_t la{}, lb{}, lc{};
+    cublasLtMatmulAlgo_t algo{};
+    void* ws = nullptr;
+    size_t ws_bytes = 64 << 20;
+    LtGemm(int64_t m, int64_t n, int64_t k) {
+        CHECK_LT(cublasLtCreate(&h));
+        LOOM_CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
+        CHECK_LT(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+        CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+        CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+        CHECK_LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, k, n, k));
+        CHECK_LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, m, k));
+        CHECK_LT(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, m, n));
+        cublasLtMatmulPreference_t pref;
+        CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
+        CHECK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                      sizeof ws_bytes));
+        cublasLtMatmulHeuristicResult_t res{};
+        int count = 0;
+        CHECK_LT(cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, 1, &res, &count));
+        LOOM_CHECK(count > 0, "cuBLASLt found no algorithm for {} x {} x {}", m, n, k);
+        algo = res.algo;
+        cublasLtMatmulPreferenceDestroy(pref);
+    }
+    void run(const void* a, const void* b, void* c, cudaStream_t s) {
+        const float alpha = 1.f, beta = 0.f;
+        CHECK_LT(cublasLtMatmul(h, op, &alpha, b, la, a, lb, &beta, c, lc, c, lc, &algo, ws, ws_bytes, s));
+    }
+    ~LtGemm() {
+        cublasLtMatrixLayoutDestroy(la);
+        cublasLtMatrixLayoutDestroy(lb);
+        cublasLtMatrixLayoutDestroy(lc);
+        cublasLtMatmulDescDestroy(op);
+        cublasLtDestroy(h);
+        cudaFree(ws);
+    }
+};
+
+// Largest relative difference (|x - y| / (|y| + 1)) between two bf16 buffers, NaN -> infinity.
+double max_rel_diff(const void* x, const void* y, size_t n) {
+    std::vector<uint16_t> a(n), b(n);
+    LOOM_CHECK_CUDA(cudaMemcpy(a.data(), x, n * 2, cudaMemcpyDeviceToHost));
+    LOOM_CHECK_CUDA(cudaMemcpy(b.data(), y, n * 2, cudaMemcpyDeviceToHost));
+    double worst = 0;
+    for (size_t i = 0; i < n; i += 7) {  // a sample is enough for a sanity check; the tests check every element
+        uint32_t ua = static_cast<uint32_t>(a[i]) << 16, ub = static_cast<uint32_t>(b[i]) << 16;
+        float fa, fb;
+        std::memcpy(&fa, &ua, 4);
+        std::memcpy(&fb, &ub, 4);
+        const double d = std::isnan(fa) || std::isnan(fb) ? INFINITY : std::fabs(fa - fb) / (std::fabs(fb) + 1.0);
+        worst = std::max(worst, d);
+    }
+    return worst;
+}
+
+struct Args {
+    std::string out;
+    bool quick = false;
+    bool nvshmem = true;
+    int iters = 20;
+    int argc = 0;
+    char** argv = nullptr;
+};
+
+using loom::DType;
+using loom::MatrixView;
+using loom::bench::time_op;
+using loom::bench::TimeOptions;
+
+double med(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, loom::World& w, int iters) {
+    TimeOptions o;
+    o.world = &w;
+    o.iters = iters;
+    return time_op(fn, s, o).median_us;
+}
+
+void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, cudaStream_t s) {
+    const int W = w.world_size();
+    const int64_t M = 8192;
+    std::vector<std::pair<int64_t, int64_t>> shapes = {
+        {11008, 4096}, {14336, 4096}, {28672, 8192}, {53248, 16384}, {29568, 8192}};
+    if (args.quick) shapes = {{11008, 4096}, {28672, 8192}};
+    loom::bench::Report report("ag_gemm", W, args.argc, args.argv);
+    for (auto [N, K] : shapes) {
+        const int64_t n_loc = N / W, rows = M / W;
+        void *a, *b, *c, *c_ref, *gfull;
+        LOOM_CHECK_CUDA(cudaMalloc(&a, rows * K * 2));
+        LOOM_CHECK_CUDA(cudaMalloc(&b, n_loc * K * 2));
+        LOOM_CHECK_CUDA(cudaMalloc(&c, M * n_loc * 2));
+        LOOM_CHECK_CUDA(cudaMalloc(&c_ref, M * n_loc * 2));
+        void* a_sym = w.alloc_bytes(rows * K * 2);  // Loom's all_gather input / output (symmetric)
+        void* g_sym = w.alloc_bytes(M * K * 2);
+        gfull = g_sym;
+        fill_random(a, rows * K, 1 + w.rank());
+        fill_random(b, n_loc * K, 100 + w.rank());
+        LOOM_CHECK_CUDA(cudaMemcpy(a_sym, a, rows * K * 2, cudaMemcpyDeviceToDevice));
+        const MatrixView A{a, DType::BF16, rows, K, 0}, B{b, DType::BF16, n_loc, K, 0}, C{c, DType::BF16, M, n_loc, 0};
+        auto seq_loom = [&](cudaStream_t st) {
+            loom::all_gather(w, {a_sym, DType::BF16, static_cast<size_t>(rows * K)},
+                             {g_sym, DType::BF16, static_cast<size_t>(M * K)}, st);
+            loom::gemm({gfull, DType::BF16, M, K, 0}, B, {c_ref, DType::BF16, M, n_loc, 0}, {}, st);
+        };
+        seq_loom(s);
+        LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+        nlohmann::json row{{"M", M}, {"N", N}, {"K", K}, {"N_loc", n_loc}, {"world", W}};
+        double best = INFINITY;
+        for (auto prod : {loom::AgProducer::CopyEngine, loom::AgProducer::Sm}) {
+            loom::AgGemmOptions o;
+            o.producer = prod;
+            LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, M * n_loc * 2));
+            loom::ag_gemm(w, A, B, C, s, o);
+            LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+            const double diff = max_rel_diff(c, c_ref, M * n_loc);
+            const std::string name = std::string("overlap_") + loom::to_string(prod);
+            row["check_" + name] = diff;
+            if (!(diff < 2e-2)) {
+                std::printf("FAIL ag_gemm %s N=%lld K=%lld: max rel diff %g vs all_gather + gemm\n",
+                            loom::to_string(prod), static_cast<long long>(N), static_cast<long long>(K), diff);
+                continue;
+            }
+            const double t = med([&](cudaStream_t st) { loom::ag_gemm(w, A, B, C, st, o); }, s, w, args.iters);
+            row[name + "_us"] = t;
+            best = std::min(best, t);
+        }
+        const double t_comm = med(
+            [&](cudaStream_t st) {
+                loom::all_gather(w, {a_sym, DType::BF16, static_cast<size_t>(rows * K)},
+                                 {g_sym, DType::BF16, static_cast<size_t>(M * K)}, st);
+            },
+            s, w, args.iters);
+        const double t_gemm = med(
+            [&](cudaStream_t st) {
+                loom::gemm({gfull, DType::BF16, M, K, 0}, B, {c_ref, DType::BF16, M, n_loc, 0}, {}, st);
+            },
+            s, w, args.iters);
+        const double t_seq = med(seq_loom, s, w, args.iters);
+        nlohmann::json baselines{{"loom_allgather_then_gemm", t_seq}};
+        row["allgather_us"] = t_comm;
+        row["gemm_us"] = t_gemm;
+        LtGemm lt(M, n_loc, K);
+        row["cublaslt_us"] = med([&](cudaStream_t st) { lt.run(gfull, b, c_ref, st); }, s, w, args.iters);
+        if (have_nvshmem) {
+            void* na = loom::nvshmem::malloc(rows * K * 2);
+            void* ng = loom::nvshmem::malloc(M * K * 2);
+            LOOM_CHECK_CUDA(cudaMemcpy(na, a, rows * K * 2, cudaMemcpyDeviceToDevice));
+            row["nvshmem_fcollect_us"] =
+                med([&](cudaStream_t st) { loom::nvshmem::fcollect_on_stream(ng, na, rows * K * 2, st); }, s, w,
+                    args.iters);
+            baselines["nvshmem_fcollect_then_cublaslt"] = med(
+                [&](cudaStream_t st) {
+                    loom::nvshmem::fcollect_on_stream(ng, na, rows * K * 2, st);
+                    lt.run(ng, b, c_ref, st);
+                },
+                s, w, args.iters);
+            LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+            loom::nvshmem::free(ng);
+            loom::nvshmem::free(na);
+        }
+        if (std::isfinite(best)) {
+            row["loom_us"] = best;
+            row["overlap_efficiency"] = best / std::max(t_comm, t_gemm);
+        }
+        row["baselines"] = baselines;
+        report.add_row(row);
+        LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+        w.barrier();
+        w.free(g_sym);
+        w.free(a_sym);
+        cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(c_ref);
+    }
+    if (w.rank() == 0) report.write((args.out.empty() ? std::string(".") : args.out) + "/ag_gemm.json");
+}
+
+void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, cudaStream_t s) {
+    const int W = w.world_size();
+    const int64_t M = 8192;
+    std::vector<std::pair<int64_t, int64_t>> shapes = {{4096, 11008}, {4096, 14336}, {3584, 14336},
+                                                       {4608, 36864}, {8192, 28672}, {8192, 29568}};
+    if (args.quick) shapes = {{4096, 11008}, {8192, 28672}};
+    loom::bench::Report report("gemm_rs", W, args.argc, args.argv);
+    for (auto [N, K] : shapes) {
+        const int64_t k_loc = K / W, rows = M / W;
+        void *a, *b, *c, *c_ref;
+        LOOM_CHECK_CUDA(cudaMalloc(&a, M * k_loc * 2));
+        LOOM_CHECK_CUDA(cudaMalloc(&b, N * k_loc * 2));
+        LOOM_CHECK_CUDA(cudaMalloc(&c, rows * N * 2));
+        LOOM_CHECK_CUDA(cudaMalloc(&c_ref, rows * N * 2));
+        void* partial = w.alloc_bytes(M * N * 2);
+        fill_random(a, M * k_loc, 1 + w.rank());
+        fill_random(b, N * k_loc, 100 + w.rank());
+        const MatrixView A{a, DType::BF16, M, k_loc, 0}, B{b, DType::BF16, N, k_loc, 0}, C{c, DType::BF16, rows, N, 0};
+        auto seq_loom = [&](cudaStream_t st) {
+            loom::gemm(A, B, {partial, DType::BF16, M, N, 0}, {}, st);
+            loom::reduce_scatter(w, {partial, DType::BF16, static_cast<size_t>(M * N)},
+                                 {c_ref, DType::BF16, static_cast<size_t>(rows * N)}, st);
+        };
+        seq_loom(s);
+        LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, rows * N * 2));
+        loom::gemm_rs(w, A, B, C, s);
+        LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+        nlohmann::json row{{"M", M}, {"N", N}, {"K", K}, {"K_loc", k_loc}, {"world", W}};
+        const double diff = max_rel_diff(c, c_ref, rows * N);
+        row["check"] = diff;
+        const bool ok = diff < 5e-2;
+        if (!ok)
+            std::printf("FAIL gemm_rs N=%lld K=%lld: max rel diff %g vs gemm + reduce_scatter\n",
+                        static_cast<long long>(N), static_cast<long long>(K), diff);
+        const double t = ok ? med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st); }, s, w, args.iters) : NAN;
+        const double t_gemm = med(
+            [&](cudaStream_t st) {
+                loom::gemm(A, B, {partial, DType::BF16, M, N, 0}, {}, st);
+            },
+            s, w, args.iters);
+        const double t_comm = med(
+            [&](cudaStream_t st) {
+                loom::reduce_scatter(w, {partial, DType::BF16, static_cast<size_t>(M * N)},
+                                     {c_ref, DType::BF16, static_cast<size_t>(rows * N)}, st);
+            },
+            s, w, args.iters);
+        nlohmann::json baselines{{"loom_gemm_then_reduce_scatter", med(seq_loom, s, w, args.iters)}};
+        row["gemm_us"] = t_gemm;
+        row["reduce_scatter_us"] = t_comm;
+        LtGemm lt(M, N, k_loc);
+        row["cublaslt_us"] = med([&](cudaStream_t st) { lt.run(a, b, partial, st); }, s, w, args.iters);
+        if (have_nvshmem) {
+            void* np = loom::nvshmem::malloc(M * N * 2);
+            void* no = loom::nvshmem::malloc(rows * N * 2);
+            row["nvshmem_reducescatter_us"] = med(
+                [&](cudaStream_t st) { loom::nvshmem::sum_reducescatter_on_stream(DType::BF16, no, np, rows * N, st); },
+                s, w, args.iters);
+            baselines["cublaslt_then_nvshmem_reducescatter"] = med(
+                [&](cudaStream_t st) {
+                    lt.run(a, b, np, st);
+                    loom::nvshmem::sum_reducescatter_on_stream(DType::BF16, no, np, rows * N, st);
+                },
+                s, w, args.iters);
+            LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+            loom::nvshmem::free(no);
+            loom::nvshmem::free(np);
+        }
+        if (ok) {
+            row["loom_us"] = t;
+            row["overlap_efficiency"] = t / std::max(t_comm, t_gemm);
+        }
+        row["baselines"] = baselines;
+        report.add_row(row);
+        LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+        w.barrier();
+        w.free(partial);
+        cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(c_ref);
+    }
+    if (w.rank() == 0) report.write((args.out.empty() ? std::string(".") : args.out) + "/gemm_rs.json");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Args args;
+    args.argc = argc;
+    args.argv = argv;
+    for (int i = 1; i < argc; ++i) {
+        const std::string s = argv[i];
+        if (s == "--out" && i + 1 < argc)
+            args.out = argv[++i];
+        else if (s == "--quick")
+            args.quick = true;
+        else if (s == "--no-nvshmem")
+            args.nvshmem = false;
+        else if (s == "--iters" && i + 1 < argc)
+            args.iters = std::atoi(argv[++i]);
+        else {
+            std::fprintf(stderr, "usage: bench-overlap [--out DIR] [--quick] [--iters N] [--no-nvshmem]\n");
+            return 2;
+        }
+    }
+    if (!loom::driver::available()) {
+        std::printf("no GPU: %s\n", loom::driver::unavailable_reason().c_str());
+        return 1;
+    }
+    try {
+        auto w = loom::World::from_env();
+        cudaStream_t s;
+        LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        bool have_nvshmem = false;
+        if (args.nvshmem) {
+            try {
+                loom::nvshmem::init(w);
+                have_nvshmem = true;
+            } catch (const std::exception& e) {
+                if (w.rank() == 0) std::printf("NVSHMEM baseline skipped: %s\n", e.what());
+            }
+        }
+        bench_ag(w, args, have_nvshmem, s);
+        bench_rs(w, args, have_nvshmem, s);
+        if (have_nvshmem) loom::nvshmem::finalize();
+        loom::release_overlap_state(w);
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench-overlap: %s\n", e.what());
+        return 1;
+    }
+}

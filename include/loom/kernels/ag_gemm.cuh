@@ -1,0 +1,113 @@
+// AllGather+GEMM (the first layer of a tensor-parallel MLP): C[M, N_loc] = gather(A)[M, K] * B[N_loc, K]^T, with
+// A sharded by rows ([M / W, K] per rank). Two parts run concurrently on every rank:
+//
+//   producer  moves this rank's shard into rows [me * M/W, (me + 1) * M/W) of every rank's gather buffer
+//             (symmetric [M, K]) and raises the chunk signal there. Either the copy engine (host side:
+//             src/ops/ag_gemm.cpp, cudaMemcpyAsync + cuStreamWriteValue64 on a side stream), or the SM kernel
+//             ag_gemm_push below (a few blocks on a side stream, ld/st or TMA data path).
+//   consumer  the persistent Hopper GEMM (kernels/gemm.cuh) with AgGemmHooks: tiles in rank-rotated order (this
+//             rank's own rows first, then the next rank's, ...); before a tile's operands are loaded its
+//             producer thread waits (acquire, sys scope) until the chunks holding the tile's rows have landed
+//             for this call; the GEMM then issues fence.proxy.async.global so its TMA loads see the data.
+//
+// Signals (kernels/overlap_params.hpp): chunk[r] counts the pieces of rank r's chunk that landed (cumulative
+// over calls; the host passes this call's target), ready[r] says rank r's gather buffer may be overwritten for
+// this call (its previous GEMM is done: the producer runs after it in stream order and publishes it first).
+#pragma once
+
+#ifndef LOOM_NO_DEVICE_PRINTF
+#define LOOM_NO_DEVICE_PRINTF 1  // wgmma kernel in this TU: no printf anywhere (ptxas C7510)
+#endif
+
+#include "loom/kernels/gemm.cuh"
+#include "loom/kernels/overlap_params.hpp"
+#include "loom/lang/lang.cuh"
+#include "loom/ptx/memory.cuh"
+#include "loom/ptx/special.cuh"
+
+namespace loom::kernels::overlap {
+
+// Bounded acquire-spin of one thread for `*sig >= target` (wrap-safe) that traps on timeout without printing:
+// it runs inside the wgmma kernel, where any call (printf) would make ptxas serialise the MMAs. The clock is read
+// only after 1024 missed polls. The host sees the trap as a launch failure from its next synchronising call.
+LOOM_DEVICE LOOM_FORCEINLINE void wait_ge_trap(const uint64_t* sig, uint64_t target, uint64_t timeout_ns) {
+    uint64_t start = 0;
+    for (uint32_t it = 1;; ++it) {
+        if (static_cast<int64_t>(ptx::ld_acquire_sys(sig) - target) >= 0) return;
+        if (timeout_ns != 0 && (it & 1023u) == 0) {
+            const uint64_t now = ptx::globaltimer();
+            if (start == 0) {
+                start = now;
+            } else if (now - start > timeout_ns) {
+                __trap();
+            }
+        }
+    }
+}
+
+// The GEMM policy (see tile::GemmNoHooks for the interface). before_load runs on the GEMM's producer thread
+// only, for tiles with rows inside M; the kernel adds fence.proxy.async.global after it.
+struct AgGemmHooks {
+    static constexpr bool kWaitsBeforeLoad = true;
+    static constexpr bool kNotifiesAfterStore = false;
+    AgGemmHookArgs a;
+
+    LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const tile::TileGrid& g, int32_t& m_block,
+                                                 int32_t& n_block) const {
+        tile::rotated_order(linear, g, a.shift_m, m_block, n_block);
+    }
+    LOOM_DEVICE LOOM_FORCEINLINE void before_load(const tile::TileCoord& t) const {
+        // A tile of BLOCK_M rows spans at most two ranks' chunks unless M / W < BLOCK_M; loop over them all.
+        const int32_t first = t.row0 / a.rows_per_rank;
+        const int32_t last = (t.row0 + t.rows - 1) / a.rows_per_rank;
+        for (int32_t r = first; r <= last; ++r) wait_ge_trap(a.chunk + r, a.target, a.timeout_ns);
+    }
+    LOOM_DEVICE LOOM_FORCEINLINE void after_store(const tile::TileCoord&) const {}
+};
+
+// SM producer: gridDim.x blocks (every rank the same), each moves its share of this rank's chunk to every rank
+// (this rank first, so the rank-rotated GEMM starts at once; then me + 1, me + 2, ...) and adds 1 to
+// chunk[me] there with release semantics. kPath: coll-style data path (0 ld/st, 1 TMA staging in dynamic smem).
+// Before writing into rank d's gather buffer it waits for d's ready signal of this call; it publishes its own
+// first (the host launches it after this rank's previous GEMM in stream order).
+template <int kPath>
+__global__ void __launch_bounds__(512) ag_gemm_push(Ctx ctx, AgPushParams p) {
+    extern __shared__ __align__(128) char ag_push_smem[];
+    const int W = ctx.local_world, me = ctx.local_rank;
+    const int tid = static_cast<int>(threadIdx.x);
+    // Running: the GEMM's stream waits until every producer block is resident (no deadlock behind the GEMM).
+    if (tid == 0) ptx::red_add_relaxed_sys(&p.sig->started, uint64_t(1));
+    if (blockIdx.x == 0 && tid < W)
+        lang::signal_op(ctx, &p.sig->ready[me], p.epoch, lang::SignalOp::Set, ctx.local_base_rank + tid);
+
+    // This block's share [lo, hi) of the chunk, 16-byte aligned pieces.
+    const uint64_t nb = gridDim.x;
+    uint64_t per = (p.chunk_bytes + nb - 1) / nb;
+    per = (per + 15) / 16 * 16;
+    uint64_t lo = per * blockIdx.x, hi = lo + per;
+    if (lo > p.chunk_bytes) lo = p.chunk_bytes;
+    if (hi > p.chunk_bytes) hi = p.chunk_bytes;
+    char* const dst = static_cast<char*>(p.gather) + static_cast<uint64_t>(me) * p.chunk_bytes + lo;
+    const char* const src = static_cast<const char*>(p.a_local) + lo;
+
+    auto push_all = [&](const auto& path) {
+        for (int i = 0; i < W; ++i) {
+            const int d = (me + i) % W;
+            const int peer = ctx.local_base_rank + d;
+            if (d != me) lang::wait(lang::block, ctx, &p.sig->ready[d], lang::Cmp::GE, p.epoch);
+            if (hi > lo) {
+                lang::put_signal(lang::block, ctx, dst, src, hi - lo, &p.sig->chunk[me], 1, lang::SignalOp::Add, peer,
+                                 path);
+            } else {
+                lang::notify(lang::block, ctx, &p.sig->chunk[me], peer, 1, lang::SignalOp::Add);
+            }
+        }
+    };
+    if constexpr (kPath == 1) {
+        push_all(lang::make_tma_staging(lang::block, ag_push_smem, p.stages, p.stage_bytes));
+    } else {
+        push_all(lang::LdSt{});
+    }
+}
+
+}  // namespace loom::kernels::overlap

@@ -1,0 +1,168 @@
+// GEMM+ReduceScatter (the second layer of a tensor-parallel MLP): C[M/W, N] on rank r = sum over ranks q of
+// rows [r * M/W, (r + 1) * M/W) of A_q[M, K_loc] * B_q[N, K_loc]^T, accumulated in fp32 in rank order 0..W-1.
+// Scatter-then-reduce, two kernels running concurrently on every rank:
+//
+//   GEMM      the persistent Hopper GEMM (kernels/gemm.cuh) with TileNotifyHooks writes the partial product
+//             [M, N] (local, TMA-store epilogue) in an order rotated so that the rows destined to rank me + 1
+//             come first and this rank's own rows last (they need no transfer). after_store publishes each tile
+//             (tile[m_block * num_n + n_block] = epoch, store-release at sys scope) once its TMA stores are
+//             complete (cp.async.bulk.wait_group 0 + fence.proxy.async.global, then a barrier of the consumers).
+//   scatter-  gemm_rs_scatter_reduce, a few blocks on a side stream. Phase 1: block b walks tiles b, b + P, ... in
+//   reduce    the GEMM's order, waits for each tile's signal and pushes the tile's rows that belong to rank d into
+//             slot `me` of d's scratch (ld/st over NVLink; own rows stay in place), then adds 1 to arrived[me] on
+//             every rank (itself too: that covers the own tiles it waited for). Phase 2: once every rank's blocks
+//             arrived, block b reduces rows b, b + P, ... of this rank's segment: the W slots (own rows from the
+//             partial) summed in fp32 in rank order, then adds 1 to freed[me] on every rank.
+// Write-after-read: a block pushes into rank d's scratch only after d's reduce blocks of the previous call all
+// freed it (freed[d] >= free_target). The partial buffer is local: the host orders the next call's GEMM after
+// this kernel (the side stream joins the caller's stream at the end of every call).
+#pragma once
+
+#ifndef LOOM_NO_DEVICE_PRINTF
+#define LOOM_NO_DEVICE_PRINTF 1  // wgmma kernel in this TU: no printf anywhere (ptxas C7510)
+#endif
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "loom/kernels/gemm.cuh"
+#include "loom/kernels/overlap_params.hpp"
+#include "loom/lang/lang.cuh"
+#include "loom/ptx/memory.cuh"
+
+namespace loom::kernels::overlap {
+
+// The GEMM policy of GEMM+RS and GEMM+AR: rotated grouped order, one signal per stored tile. after_store runs
+// on thread 0 after every consumer's TMA stores of the tile completed (see kernels/gemm.cuh).
+struct TileNotifyHooks {
+    static constexpr bool kWaitsBeforeLoad = false;
+    static constexpr bool kNotifiesAfterStore = true;
+    TileNotifyHookArgs a;
+
+    LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const tile::TileGrid& g, int32_t& m_block,
+                                                 int32_t& n_block) const {
+        tile::rotated_order(linear, g, a.shift_m, m_block, n_block);
+    }
+    LOOM_DEVICE LOOM_FORCEINLINE void before_load(const tile::TileCoord&) const {}
+    LOOM_DEVICE LOOM_FORCEINLINE void after_store(const tile::TileCoord& t) const {
+        ptx::st_release_sys(a.tile + (static_cast<int64_t>(t.m_block) * a.num_n + t.n_block), a.epoch);
+    }
+};
+
+// ---- element helpers (16-byte vectors of T, fp32 math) ------------------------------------------------------
+template <class T>
+inline constexpr int kVecElems = 16 / static_cast<int>(sizeof(T));
+
+template <class T>
+LOOM_DEVICE LOOM_FORCEINLINE void vec_add(const uint4& v, float (&acc)[kVecElems<T>], bool first) {
+    const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+    for (int k = 0; k < kVecElems<T>; ++k) {
+        float x;
+        if constexpr (sizeof(T) == 4) {
+            x = e[k];
+        } else {
+            x = static_cast<float>(e[k]);
+        }
+        acc[k] = first ? x : acc[k] + x;
+    }
+}
+template <class T>
+LOOM_DEVICE LOOM_FORCEINLINE uint4 vec_pack(const float (&acc)[kVecElems<T>]) {
+    uint4 v;
+    T* e = reinterpret_cast<T*>(&v);
+#pragma unroll
+    for (int k = 0; k < kVecElems<T>; ++k) {
+        if constexpr (sizeof(T) == 4) {
+            e[k] = acc[k];
+        } else {
+            e[k] = T(acc[k]);
+        }
+    }
+    return v;
+}
+
+// dst[c] = sum over q < nsrc of src[q][c] (fp32, order 0, 1, ...), c < n (a multiple of the vector width, every
+// pointer 16-byte aligned). Every thread of the block calls it; thread t handles vectors t, t + blockDim.x, ...
+template <class T>
+LOOM_DEVICE LOOM_FORCEINLINE void reduce_row(const T* const (&src)[kMaxLocalPeers], int nsrc, T* dst, int32_t n) {
+    constexpr int E = kVecElems<T>;
+    for (int32_t v = static_cast<int32_t>(threadIdx.x); v < n / E; v += static_cast<int32_t>(blockDim.x)) {
+        float acc[E];
+#pragma unroll
+        for (int q = 0; q < kMaxLocalPeers; ++q)
+            if (q < nsrc) vec_add<T>(ptx::ld_v4(reinterpret_cast<const uint4*>(src[q]) + v), acc, q == 0);
+        ptx::st_v4(reinterpret_cast<uint4*>(dst) + v, vec_pack<T>(acc));
+    }
+}
+
+// T: the partial / output element type (bf16, fp16 or fp32). gridDim.x = P blocks (the same on every rank),
+// 512 threads. See the top of the file for the protocol.
+template <class T>
+__global__ void __launch_bounds__(512) gemm_rs_scatter_reduce(Ctx ctx, RsParams p) {
+    constexpr int E = kVecElems<T>;
+    const int W = ctx.local_world, me = ctx.local_rank;
+    const int tid = static_cast<int>(threadIdx.x);
+    const T* const partial = static_cast<const T*>(p.partial);
+    T* const scratch = static_cast<T*>(p.scratch);
+    const int64_t seg_elems = static_cast<int64_t>(p.rows_seg) * p.n;
+
+    // Every peer finished reading the previous call's scratch (its slot `me` is ours to fill again).
+    if (tid < W && tid != me) lang::signal_wait_until(ctx, &p.sig->freed[tid], lang::Cmp::GE, p.free_target);
+    __syncthreads();
+
+    // ---- phase 1: push every ready tile's rows to their owner --------------------------------------------
+    const int32_t num_m = (p.m + p.block_m - 1) / p.block_m;
+    const int32_t num_n = (p.n + p.block_n - 1) / p.block_n;
+    const int32_t num_tiles = num_m * num_n;
+    for (int32_t linear = static_cast<int32_t>(blockIdx.x); linear < num_tiles;
+         linear += static_cast<int32_t>(gridDim.x)) {
+        int32_t mb, nb;
+        overlap_tile_order(linear, num_m, num_n, p.group_m, p.shift_m, mb, nb);
+        lang::wait(lang::block, ctx, &p.sig->tile[static_cast<int64_t>(mb) * num_n + nb], lang::Cmp::GE, p.epoch);
+        const int32_t row0 = mb * p.block_m, col0 = nb * p.block_n;
+        const int32_t row1 = row0 + p.block_m < p.m ? row0 + p.block_m : p.m;
+        const int32_t cols = col0 + p.block_n < p.n ? p.block_n : p.n - col0;
+        const int32_t vecs_per_row = cols / E;
+        for (int32_t r0 = row0; r0 < row1;) {
+            const int d = r0 / p.rows_seg;  // owner of rows [r0, r1)
+            const int32_t r1 = (d + 1) * p.rows_seg < row1 ? (d + 1) * p.rows_seg : row1;
+            if (d != me) {
+                T* const remote = lang::symm_at(ctx, scratch, ctx.local_base_rank + d) + me * seg_elems;
+                const int32_t total = (r1 - r0) * vecs_per_row;
+                for (int32_t i = tid; i < total; i += static_cast<int32_t>(blockDim.x)) {
+                    const int32_t r = r0 + i / vecs_per_row;
+                    const int32_t c = col0 + (i % vecs_per_row) * E;
+                    const uint4 v = ptx::ld_v4(partial + static_cast<int64_t>(r) * p.n + c);
+                    ptx::st_v4(remote + static_cast<int64_t>(r - d * p.rows_seg) * p.n + c, v);
+                }
+            }
+            r0 = r1;
+        }
+    }
+    // Publish this block's pushes (and the own tiles it waited for) to every rank, itself included.
+    for (int d = 0; d < W; ++d)
+        lang::notify(lang::block, ctx, &p.sig->arrived[me], ctx.local_base_rank + d, 1, lang::SignalOp::Add);
+
+    // ---- phase 2: reduce this rank's rows once every rank's blocks arrived ---------------------------------
+    if (tid < W) lang::signal_wait_until(ctx, &p.sig->arrived[tid], lang::Cmp::GE, p.arrive_target);
+    __syncthreads();
+    T* const out = static_cast<T*>(p.out);
+    for (int32_t i = static_cast<int32_t>(blockIdx.x); i < p.rows_seg; i += static_cast<int32_t>(gridDim.x)) {
+        const T* src[kMaxLocalPeers];
+#pragma unroll
+        for (int q = 0; q < kMaxLocalPeers; ++q) {
+            if (q == me) {
+                src[q] = partial + (static_cast<int64_t>(me) * p.rows_seg + i) * p.n;
+            } else {
+                src[q] = scratch + static_cast<int64_t>(q < W ? q : 0) * seg_elems + static_cast<int64_t>(i) * p.n;
+            }
+        }
+        reduce_row<T>(src, W, out + static_cast<int64_t>(i) * p.ldo, p.n);
+    }
+    // Done reading our scratch: every rank may push the next call's tiles into it.
+    for (int d = 0; d < W; ++d)
+        if (d != me) lang::notify(lang::block, ctx, &p.sig->freed[me], ctx.local_base_rank + d, 1, lang::SignalOp::Add);
+}
+
+}  // namespace loom::kernels::overlap

@@ -1,0 +1,108 @@
+// Plain data shared by the overlapped GEMM kernels (kernels/{ag_gemm,gemm_rs,gemm_ar}.cuh) and their host
+// launchers (src/ops/{ag_gemm,gemm_rs,gemm_ar}.cpp). Compiles under the host compiler, nvcc and NVRTC.
+//
+// Signal conventions (docs/overlap.md): every counter is a 64-bit monotonic value in the symmetric heap, zeroed
+// once when the op's state is created and never reset. Targets are computed on the host from per-op call
+// counts that are equal on every rank (the ops are collective: every rank makes the same calls in the same
+// order with the same shapes and options), and compared wrap-safely (GE).
+#pragma once
+
+#include "loom/config.hpp"
+
+namespace loom::kernels::overlap {
+
+// Tile signals per op: one per output tile (m_block * num_n + n_block) of the local GEMM.
+inline constexpr int kMaxTileSignals = 1 << 16;
+// Most blocks a communication kernel of an overlapped op may use.
+inline constexpr int kMaxCommBlocks = 64;
+
+// One per op kind and World (symmetric). Fields are written by the named producers only.
+struct Signals {
+    // AG+GEMM. chunk[r] at rank d: cumulative count of rank r's chunk pieces that landed in d's gather buffer
+    // (the SM producer adds 1 per block, the copy engine sets the new total). ready[r] at rank d: the last call
+    // for which rank r's gather buffer is free (its previous GEMM finished). started: SM producer blocks of this
+    // rank that are running (the GEMM's stream waits for them: the GEMM never occupies the SMs they need).
+    uint64_t chunk[kMaxLocalPeers];
+    uint64_t ready[kMaxLocalPeers];
+    uint64_t started;
+    // GEMM+RS. arrived[r] at rank d: cumulative count of rank r's scatter blocks whose pushes into d's scratch
+    // are complete. freed[r] at rank d: cumulative count of rank r's reduce blocks that finished reading r's
+    // scratch (d may then push the next call's tiles into it).
+    uint64_t arrived[kMaxLocalPeers];
+    uint64_t freed[kMaxLocalPeers];
+    uint64_t pad[16 - 1];
+    // GEMM+RS / GEMM+AR: tile[i] = the call number whose tile i the local GEMM has stored (TMA stores complete).
+    uint64_t tile[kMaxTileSignals];
+};
+
+// ---- GEMM hook arguments (the hooks in the .cuh files wrap them; the host passes these bytes) -----------------
+
+// AllGather+GEMM: wait for the chunks that hold a tile's rows; rank-rotated order (own rows first).
+struct AgGemmHookArgs {
+    const uint64_t* chunk;  // this rank's Signals::chunk
+    uint64_t target;        // chunk[r] >= target: rank r's rows of this call are in the gather buffer
+    uint64_t timeout_ns;    // 0: unbounded
+    int32_t rows_per_rank;  // M / world
+    int32_t shift_m;        // first M-block of this rank's rows
+};
+
+// GEMM+RS / GEMM+AR: publish each stored tile; order rotated by shift_m M-blocks.
+struct TileNotifyHookArgs {
+    uint64_t* tile;  // this rank's Signals::tile
+    uint64_t epoch;  // value stored for this call
+    int32_t num_n;   // N-blocks of the GEMM
+    int32_t shift_m;
+};
+
+// ---- communication kernels -----------------------------------------------------------------------------------
+
+// ag_gemm_push: this rank's A shard -> every rank's gather buffer (rows [me * rows_per_rank, ...)).
+struct AgPushParams {
+    const void* a_local;   // [rows_per_rank, K] dense
+    void* gather;          // symmetric [M, K] dense
+    Signals* sig;          // symmetric
+    uint64_t chunk_bytes;  // rows_per_rank * K * element size
+    uint64_t epoch;        // this call (ready signals)
+    uint32_t stage_bytes;  // TMA data path staging
+    uint32_t stages;
+};
+
+// gemm_rs_scatter_reduce: tiles of the local partial product -> the scratch of the rank that owns their rows,
+// then the fp32 reduction of this rank's rows.
+struct RsParams {
+    const void* partial;  // [m, n] dense, written by the GEMM of this call
+    void* scratch;        // symmetric [world][rows_seg][n]: slot r holds rank r's rows destined to this rank
+    void* out;            // [rows_seg, n], leading dimension ldo
+    Signals* sig;         // symmetric
+    int64_t ldo;
+    int32_t m, n, rows_seg;  // rows_seg = m / world
+    int32_t block_m, block_n, group_m, shift_m;
+    uint64_t epoch;          // tile signal value of this call
+    uint64_t arrive_target;  // arrived[r] >= arrive_target: rank r's pushes of this call landed
+    uint64_t free_target;    // freed[r] >= free_target: rank r finished reading the previous call's scratch
+};
+
+// gemm_ar_reduce: one-shot pull reduction of every rank's partial tiles as they are stored.
+struct ArParams {
+    const void* partial;   // symmetric [m, n] dense (this call's parity buffer)
+    void* out;             // [m, n], leading dimension ldo
+    const uint64_t* tile;  // this rank's Signals::tile (peers' copies are read through symm_at)
+    int64_t ldo;
+    int32_t m, n, block_m, block_n, group_m, pad;
+    uint64_t epoch;
+};
+
+// Grouped raster order rotated by shift_m M-blocks (the same as tile::rotated_order; repeated here for the
+// host and for kernels that do not include the tile layer).
+LOOM_HOST_DEVICE inline void overlap_tile_order(int32_t linear, int32_t num_m, int32_t num_n, int32_t group_m,
+                                                int32_t shift_m, int32_t& m_block, int32_t& n_block) {
+    const int32_t per_group = group_m * num_n;
+    const int32_t group = linear / per_group;
+    const int32_t first_m = group * group_m;
+    const int32_t rows_in_group = (num_m - first_m) < group_m ? (num_m - first_m) : group_m;
+    const int32_t in_group = linear - group * per_group;
+    m_block = (first_m + in_group % rows_in_group + shift_m) % num_m;
+    n_block = in_group / rows_in_group;
+}
+
+}  // namespace loom::kernels::overlap

@@ -1,0 +1,81 @@
+// Overlapped GEMM + collective ops for tensor-parallel layers on one node (docs/overlap.md):
+//
+//   ag_gemm   C[M, N_loc]   = all_gather(A)[M, K] * B[N_loc, K]^T          A: [M / W, K] per rank (row shard)
+//   gemm_rs   C[M / W, N]   = reduce_scatter over ranks of A[M, K_loc] * B[N, K_loc]^T   (rows split by rank)
+//   gemm_ar   C[M, N]       = all_reduce over ranks of A[M, K_loc] * B[N, K_loc]^T       (small M <= 128)
+//
+// Contract (every function): collective over the World — every rank calls it in the same order with the same
+// shapes, dtypes and options. Work is enqueued on `stream` (plus a side stream the op owns, joined back into
+// `stream` before the call returns): the call never synchronises the host. bf16 / fp16 inputs (A and B the
+// same), fp32 accumulation; C bf16 / fp16 / fp32 (gemm_rs / gemm_ar reduce their partial products in C's
+// type, summed in fp32). B is [N, K] row-major (a linear layer's weight). The communication buffers (gather
+// buffer, scratch, partial products, signals) are symmetric-heap memory the op allocates (world.alloc) on first
+// use and keeps per World until release_overlap_state(); A, B and C may be any device memory of this rank.
+// Needs sm_90 (the Hopper GEMM with overlap hooks) and a single-node world (world size == local world size).
+// Signals carry per-call counts computed on the host: a captured CUDA graph must not be replayed (re-run the op).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "loom/ops/collectives.hpp"
+#include "loom/ops/gemm.hpp"
+#include "loom/runtime/world.hpp"
+#include "loom/tensor.hpp"
+
+namespace loom {
+
+// Who moves A's chunks in ag_gemm.
+enum class AgProducer {
+    Auto,        // the copy engine (the GEMM keeps every SM)
+    CopyEngine,  // cudaMemcpyAsync to each peer's gather buffer + cuStreamWriteValue64 signal, on a side stream
+    Sm,          // ag_gemm_push blocks on a side stream (comm_sms of them; the GEMM gets the other SMs)
+};
+const char* to_string(AgProducer p);
+
+struct AgGemmOptions {
+    AgProducer producer = AgProducer::Auto;
+    DataPath sm_path = DataPath::Auto;  // Sm producer: LdSt or Tma (Auto: Tma)
+    int comm_sms = 0;                   // Sm producer blocks; 0: heuristic (ag_gemm_comm_sms)
+    // Optional: the gather buffer, [M, K] dense, of A's dtype, in the symmetric heap (world.alloc); it then holds
+    // all_gather(A) when the call's work completes. data == nullptr: the op's internal buffer.
+    MatrixView gathered{};
+    const GemmConfig* config = nullptr;  // GEMM tile config (cluster_m must be 1); nullptr: the heuristic
+};
+
+struct GemmRsOptions {
+    int comm_sms = 0;                    // scatter-reduce blocks; 0: heuristic (16, or fewer for small outputs)
+    const GemmConfig* config = nullptr;  // cluster_m must be 1
+};
+
+struct GemmArOptions {
+    int comm_sms = 0;                    // reduce blocks; 0: heuristic (one per tile, at most 32)
+    const GemmConfig* config = nullptr;  // cluster_m must be 1
+};
+
+// a: [M / W, K] (this rank's rows, dense), b: [N_loc, K], c: [M, N_loc]. M / W may be any size >= 1.
+void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
+             const AgGemmOptions& opts = {});
+// a: [M, K_loc], b: [N, K_loc], c: [M / W, N] (M a multiple of W).
+void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
+             const GemmRsOptions& opts = {});
+// a: [M, K_loc] with M <= 128, b: [N, K_loc], c: [M, N].
+void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
+             const GemmArOptions& opts = {});
+
+// The configs the heuristics pick (printed by LOOM_OVERLAP_DEBUG=1).
+struct OverlapPlan {
+    GemmConfig gemm;  // grid = the SMs left to the GEMM
+    int comm_blocks = 0;
+    std::string str() const;
+};
+OverlapPlan ag_gemm_plan(int64_t m, int64_t n_loc, int64_t k, int world_size, AgProducer producer, int comm_sms,
+                         int arch, int num_sms);
+OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms);
+OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms);
+
+// Frees the overlapped ops' symmetric buffers for this World (collective; synchronises the device).
+void release_overlap_state(World& world);
+
+}  // namespace loom

@@ -1,0 +1,159 @@
+// loom::ag_gemm: AllGather+GEMM with a copy-engine or SM producer and the hooked Hopper GEMM as consumer
+// (kernels/ag_gemm.cuh; docs/overlap.md).
+//
+// Per call e on every rank (W ranks, this one `me`, R = M / W rows per rank, chunk = R x K elements):
+//   stream      fork ─────────────────────────────── [Sm: wait started] ── GEMM(hooks: wait chunk[r] >= T) ── join
+//   side             ready[me] = e on every rank; for d = me, me+1, ...: [d != me: wait ready[d] >= e]
+//                    copy chunk -> d's gather rows [me R, me R + R); chunk[me] on d += pieces (target T)
+// T (chunk_total) counts pieces over all calls: the copy engine sets the new total, each SM block adds 1.
+#include <algorithm>
+
+#include "loom/kernels/overlap_params.hpp"
+#include "loom/ops/overlap.hpp"
+#include "loom/runtime/error.hpp"
+#include "loom/runtime/stream_ops.hpp"
+#include "ops/overlap_state.hpp"
+
+namespace loom {
+
+const char* to_string(AgProducer p) {
+    switch (p) {
+        case AgProducer::Auto:
+            return "auto";
+        case AgProducer::CopyEngine:
+            return "copy-engine";
+        case AgProducer::Sm:
+            return "sm";
+    }
+    return "?";
+}
+
+std::string OverlapPlan::str() const { return fmt::format("{} comm_blocks {}", gemm.str(), comm_blocks); }
+
+namespace {
+
+GemmConfig overlap_gemm_config(int64_t m, int64_t n, int64_t k, int arch, int gemm_sms) {
+    GemmConfig cfg = gemm_heuristic(m, n, k, false, arch, gemm_sms);
+    cfg.cluster_m = 1;  // hooks order single-CTA tiles
+    cfg.tma_store = true;
+    cfg.grid = static_cast<int>(gemm_sm90_grid(m, n, cfg, gemm_sms));
+    return cfg;
+}
+
+}  // namespace
+
+OverlapPlan ag_gemm_plan(int64_t m, int64_t n_loc, int64_t k, int world_size, AgProducer producer, int comm_sms,
+                         int arch, int num_sms) {
+    OverlapPlan p;
+    if (producer == AgProducer::Sm) {
+        // 8 SMs of TMA copies keep ~W - 1 chunks in flight at NVLink speed; fewer for small chunks.
+        const int64_t chunk_bytes = m / std::max(world_size, 1) * k * 2;
+        const int dflt = static_cast<int>(std::clamp<int64_t>(chunk_bytes / (256 << 10), 1, 8));
+        p.comm_blocks = comm_sms > 0 ? comm_sms : dflt;
+        p.comm_blocks = std::min({p.comm_blocks, kernels::overlap::kMaxCommBlocks, num_sms - 1});
+    }
+    p.gemm = overlap_gemm_config(m, n_loc, k, arch, num_sms - p.comm_blocks);
+    return p;
+}
+
+void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
+             const AgGemmOptions& o) {
+    constexpr const char* op = "ag_gemm";
+    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::AgGemm, op);
+    const int W = world.world_size(), me = world.local_rank();
+    overlap::check_inputs(op, a, b, c);
+    LOOM_CHECK(a.stride() == a.cols, "{}: expected this rank's A shard dense (ld == K = {}), given ld {}", op, a.cols,
+               a.stride());
+    const int64_t R = a.rows, M = R * W, K = a.cols, N = b.rows;
+    const std::size_t es = dtype_size(a.dtype);
+    const std::size_t chunk_bytes = static_cast<std::size_t>(R * K) * es;
+    LOOM_CHECK(c.rows == M && c.cols == N,
+               "{}: expected C of [M, N_loc] = [{} x {} rows, {}] (world x A's rows, B's rows), given {} x {}", op, W,
+               R, N, c.rows, c.cols);
+    LOOM_CHECK(M <= INT32_MAX, "{}: expected M to fit in int32, given {}", op, M);
+
+    void* gather = nullptr;
+    if (o.gathered.data) {
+        const MatrixView& g = o.gathered;
+        LOOM_CHECK(g.dtype == a.dtype && g.rows == M && g.cols == K && g.stride() == K,
+                   "{}: expected the gathered buffer dense [{}, {}] {}, given {} x {} (ld {}) {}", op, M, K,
+                   dtype_name(a.dtype), g.rows, g.cols, g.stride(), dtype_name(g.dtype));
+        LOOM_CHECK(world.is_symmetric(g.data, static_cast<std::size_t>(M * K) * es),
+                   "{}: the gathered buffer ({}, {} bytes) is not in the symmetric heap: allocate it with world.alloc",
+                   op, g.data, M * K * es);
+        gather = g.data;
+    } else {
+        gather = overlap::ensure_symmetric(world, st, static_cast<std::size_t>(M * K) * es);
+    }
+    const MatrixView gview{gather, a.dtype, M, K, 0};
+    gemm_validate(gview, b, c, GemmOptions{});
+
+    const AgProducer producer = o.producer == AgProducer::Auto ? AgProducer::CopyEngine : o.producer;
+    LOOM_CHECK(o.comm_sms >= 0, "{}: expected comm_sms >= 0, given {}", op, o.comm_sms);
+    OverlapPlan plan = ag_gemm_plan(M, N, K, W, producer, o.comm_sms, st.arch, st.num_sms);
+    if (o.config) {
+        plan.gemm = *o.config;
+        if (plan.gemm.grid == 0)
+            plan.gemm.grid = static_cast<int>(gemm_sm90_grid(M, N, plan.gemm, st.num_sms - plan.comm_blocks));
+    }
+    overlap::check_config(op, plan.gemm);
+    if (overlap::debug())
+        fmt::print(stderr, "loom::ag_gemm M={} N={} K={} W={} producer {}: {}\n", M, N, K, W, to_string(producer),
+                   plan.str());
+
+    const uint64_t epoch = ++st.calls;
+    auto* sig = st.sig;
+    char* const my_rows = static_cast<char*>(gather) + static_cast<std::size_t>(me) * chunk_bytes;
+    overlap::fork(st, stream);
+    if (producer == AgProducer::CopyEngine) {
+        st.chunk_total += 1;
+        for (int d = 0; d < W; ++d)
+            if (d != me) stream_ops::signal_ce(world, &sig->ready[me], epoch, d, st.side);
+        for (int i = 0; i < W; ++i) {
+            const int d = (me + i) % W;
+            if (d != me) stream_ops::wait_value(st.side, &sig->ready[d], epoch, stream_ops::WaitCmp::GEQ);
+            stream_ops::put_ce(world, my_rows, a.data, chunk_bytes, d, st.side);
+            stream_ops::signal_ce(world, &sig->chunk[me], st.chunk_total, d, st.side);
+        }
+    } else {
+        const int P = plan.comm_blocks;
+        st.chunk_total += static_cast<uint64_t>(P);
+        st.started_total += static_cast<uint64_t>(P);
+        const bool tma = o.sm_path != DataPath::LdSt;
+        LOOM_CHECK(o.sm_path == DataPath::Auto || o.sm_path == DataPath::LdSt || o.sm_path == DataPath::Tma,
+                   "{}: expected the Sm producer's data path LdSt or Tma, given {}", op, to_string(o.sm_path));
+        kernels::overlap::AgPushParams pp{};
+        pp.a_local = a.data;
+        pp.gather = gather;
+        pp.sig = sig;
+        pp.chunk_bytes = chunk_bytes;
+        pp.epoch = epoch;
+        pp.stages = 4;
+        pp.stage_bytes = 16 * 1024;
+        jit::KernelSpec spec;
+        spec.header = "loom/kernels/ag_gemm.cuh";
+        spec.name = "loom::kernels::overlap::ag_gemm_push";
+        spec.template_args = {tma ? "1" : "0"};
+        const jit::Kernel& k = jit::get_kernel(spec);
+        jit::LaunchConfig lc;
+        lc.grid = dim3(static_cast<unsigned>(P));
+        lc.block = dim3(512);
+        lc.smem = tma ? 128 + std::size_t(pp.stages) * pp.stage_bytes : 0;  // lang::tma_staging_bytes
+        lc.stream = st.side;
+        const Ctx ctx = world.ctx();
+        k(lc, ctx, pp);
+        // The GEMM takes the remaining SMs only once every producer block is resident: it can never starve them.
+        stream_ops::wait_value(stream, &sig->started, st.started_total, stream_ops::WaitCmp::GEQ);
+    }
+    kernels::overlap::AgGemmHookArgs h{};
+    h.chunk = sig->chunk;
+    h.target = st.chunk_total;
+    h.timeout_ns = world.ctx().wait_timeout_ns;
+    h.rows_per_rank = static_cast<int32_t>(R);
+    h.shift_m = static_cast<int32_t>(me * R / plan.gemm.block_m);
+    overlap::launch_gemm("loom::kernels::overlap::AgGemmHooks", "loom/kernels/ag_gemm.cuh", gview, b, c, plan.gemm,
+                         st.num_sms, stream, h);
+    overlap::join(st, stream);
+}
+
+}  // namespace loom

@@ -1,0 +1,164 @@
+#include "ops/overlap_state.hpp"
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <type_traits>
+
+#include "loom/runtime/env.hpp"
+#include "loom/runtime/error.hpp"
+
+namespace loom::overlap {
+namespace {
+
+static_assert(std::is_trivially_copyable_v<kernels::overlap::AgGemmHookArgs>);
+static_assert(std::is_trivially_copyable_v<kernels::overlap::TileNotifyHookArgs>);
+static_assert(std::is_trivially_copyable_v<kernels::overlap::RsParams>);
+
+struct Registry {
+    std::mutex mu;
+    // Keyed by the World, its heap base (a new World at the same address maps a new heap) and the op kind.
+    std::map<std::tuple<const World*, const void*, int>, std::unique_ptr<OpState>> states;
+};
+Registry& registry() {
+    static Registry r;
+    return r;
+}
+
+std::unique_ptr<OpState> create(World& world, const char* op) {
+    LOOM_CHECK(world.world_size() == world.local_world_size(),
+               "{}: expected a single-node world (world size == local world size), given world size {} with {} ranks "
+               "on this node",
+               op, world.world_size(), world.local_world_size());
+    LOOM_CHECK(world.local_world_size() <= kMaxLocalPeers, "{}: expected at most {} ranks per node, given {}", op,
+               kMaxLocalPeers, world.local_world_size());
+    auto st = std::make_unique<OpState>();
+    st->device = world.device();
+    int major = 0, minor = 0;
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, st->device));
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, st->device));
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&st->num_sms, cudaDevAttrMultiProcessorCount, st->device));
+    st->arch = major * 10 + minor;
+    LOOM_CHECK(st->arch >= 90,
+               "{}: expected a GPU of compute capability >= 9.0 (Hopper GEMM with overlap hooks), "
+               "given {}.{}",
+               op, major, minor);
+    st->sig = world.alloc<kernels::overlap::Signals>(1);
+    LOOM_CHECK_CUDA(cudaMemset(st->sig, 0, sizeof(kernels::overlap::Signals)));
+    LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&st->side, cudaStreamNonBlocking));
+    LOOM_CHECK_CUDA(cudaEventCreateWithFlags(&st->forked, cudaEventDisableTiming));
+    LOOM_CHECK_CUDA(cudaEventCreateWithFlags(&st->joined, cudaEventDisableTiming));
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+    world.barrier(std::string("loom/overlap/state/") + op);  // every rank's signals are zero before any peer writes
+    return st;
+}
+
+void destroy(World& world, OpState& st) {
+    if (st.side) cudaStreamDestroy(st.side);
+    if (st.forked) cudaEventDestroy(st.forked);
+    if (st.joined) cudaEventDestroy(st.joined);
+    if (st.local) cudaFree(st.local);
+    if (st.sym) world.free(st.sym);
+    if (st.sig) world.free(st.sig);
+}
+
+}  // namespace
+
+OpState& op_state(World& world, OpKind kind, const char* op) {
+    auto& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    const Ctx c = world.ctx();
+    auto& slot = r.states[{&world, c.heap[c.local_rank], static_cast<int>(kind)}];
+    if (!slot) slot = create(world, op);
+    return *slot;
+}
+
+void release_overlap_state(World& world) {
+    auto& r = registry();
+    std::vector<std::unique_ptr<OpState>> mine;
+    {
+        std::lock_guard<std::mutex> lock(r.mu);
+        for (auto it = r.states.begin(); it != r.states.end();) {
+            if (std::get<0>(it->first) == &world) {
+                mine.push_back(std::move(it->second));
+                it = r.states.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+    if (mine.empty()) return;
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+    world.barrier("loom/overlap/release");  // no peer still reads our buffers
+    // Map order (kind) is the same on every rank, so the collective frees match.
+    for (auto& st : mine) destroy(world, *st);
+}
+
+void* ensure_symmetric(World& world, OpState& st, std::size_t bytes) {
+    if (bytes <= st.sym_bytes) return st.sym;
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+    world.barrier("loom/overlap/grow");  // every rank's device is done with the old buffer
+    if (st.sym) world.free(st.sym);
+    st.sym = nullptr;
+    st.sym_bytes = 0;
+    st.sym = world.alloc_bytes(bytes, 1024);
+    st.sym_bytes = bytes;
+    return st.sym;
+}
+
+void* ensure_local(OpState& st, std::size_t bytes) {
+    if (bytes <= st.local_bytes) return st.local;
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+    if (st.local) LOOM_CHECK_CUDA(cudaFree(st.local));
+    st.local = nullptr;
+    st.local_bytes = 0;
+    LOOM_CHECK_CUDA(cudaMalloc(&st.local, bytes));
+    st.local_bytes = bytes;
+    return st.local;
+}
+
+void fork(OpState& st, cudaStream_t stream) {
+    LOOM_CHECK_CUDA(cudaEventRecord(st.forked, stream));
+    LOOM_CHECK_CUDA(cudaStreamWaitEvent(st.side, st.forked, 0));
+}
+
+void join(OpState& st, cudaStream_t stream) {
+    LOOM_CHECK_CUDA(cudaEventRecord(st.joined, st.side));
+    LOOM_CHECK_CUDA(cudaStreamWaitEvent(stream, st.joined, 0));
+}
+
+void check_inputs(const char* op, const MatrixView& a, const MatrixView& b, const MatrixView& c) {
+    LOOM_CHECK(a.dtype == DType::BF16 || a.dtype == DType::F16, "{}: expected A bf16 or f16, given {}", op,
+               dtype_name(a.dtype));
+    LOOM_CHECK(b.dtype == a.dtype, "{}: expected B of A's dtype {}, given {}", op, dtype_name(a.dtype),
+               dtype_name(b.dtype));
+    LOOM_CHECK(c.dtype == DType::BF16 || c.dtype == DType::F16 || c.dtype == DType::F32,
+               "{}: expected C bf16, f16 or f32, given {}", op, dtype_name(c.dtype));
+    for (const auto* v : {&a, &b, &c}) {
+        const char* name = v == &a ? "A" : v == &b ? "B" : "C";
+        LOOM_CHECK(v->data != nullptr, "{}: expected a device pointer for {}, given nullptr", op, name);
+        LOOM_CHECK(v->rows > 0 && v->cols > 0, "{}: expected a non-empty {}, given {} x {}", op, name, v->rows,
+                   v->cols);
+        LOOM_CHECK(reinterpret_cast<std::uintptr_t>(v->data) % 16 == 0,
+                   "{}: expected {} 16-byte aligned, given address {}", op, name, v->data);
+        LOOM_CHECK((v->stride() * dtype_size(v->dtype)) % 16 == 0 && v->stride() >= v->cols,
+                   "{}: expected {}'s leading dimension >= {} and a multiple of 16 bytes, given {}", op, name, v->cols,
+                   v->stride());
+    }
+    LOOM_CHECK(a.cols % 8 == 0 && b.rows % 8 == 0, "{}: expected K and N multiples of 8, given K={} N={}", op, a.cols,
+               b.rows);
+    LOOM_CHECK(b.cols == a.cols, "{}: expected B as [N, K] with K = {} (A's columns), given {} x {}", op, a.cols,
+               b.rows, b.cols);
+}
+
+void check_config(const char* op, const GemmConfig& cfg) {
+    LOOM_CHECK(!cfg.sm80, "{}: expected the Hopper GEMM config (sm80 = false)", op);
+    LOOM_CHECK(cfg.cluster_m == 1, "{}: expected cluster_m 1 (the overlap hooks order single-CTA tiles), given {}", op,
+               cfg.cluster_m);
+    LOOM_CHECK(cfg.tma_store, "{}: expected tma_store = true (after_store publishes completed TMA stores)", op);
+    gemm_validate_config(cfg, false);
+}
+
+bool debug() { return env_flag("LOOM_OVERLAP_DEBUG"); }
+
+}  // namespace loom::overlap

@@ -1,0 +1,75 @@
+// Per-World state of the overlapped ops (ag_gemm, gemm_rs, gemm_ar): one OpState per op kind holding the
+// symmetric signal block, the op's symmetric and local buffers, a side stream with its fork / join events and
+// the host-side call counters from which every signal target is computed.
+//
+// Created on the first call of an op on a World (collective: every rank makes the same first call) and kept until
+// release_overlap_state(world). Calls on one World must come from one thread at a time (as for collectives).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "loom/kernels/overlap_params.hpp"
+#include "loom/ops/overlap.hpp"
+
+namespace loom::overlap {
+
+enum class OpKind : int { AgGemm = 0, GemmRs = 1, GemmAr = 2 };
+
+struct OpState {
+    kernels::overlap::Signals* sig = nullptr;  // symmetric, zeroed once
+    void* sym = nullptr;                       // op buffer in the symmetric heap (gather / scratch / partials)
+    std::size_t sym_bytes = 0;
+    void* local = nullptr;  // local buffer (gemm_rs: the partial product)
+    std::size_t local_bytes = 0;
+    cudaStream_t side = nullptr;
+    cudaEvent_t forked = nullptr, joined = nullptr;
+    std::uint64_t calls = 0;          // this op's calls on this World (the epoch of the current call)
+    std::uint64_t chunk_total = 0;    // ag_gemm: target of Signals::chunk after the current call
+    std::uint64_t started_total = 0;  // ag_gemm (Sm producer): target of Signals::started
+    std::uint64_t arrive_total = 0;   // gemm_rs: target of Signals::arrived after the current call
+    int arch = 0;
+    int num_sms = 0;
+    int device = 0;
+};
+
+// The op's state, created (collectively) on first use; raises for a World the overlapped ops do not support.
+OpState& op_state(World& world, OpKind kind, const char* op);
+
+// st.sym with at least `bytes` (collective: every rank asks for the same sizes in the same calls). Growing
+// synchronises the device and meets every rank first (peers may still read the old buffer), then reallocates.
+void* ensure_symmetric(World& world, OpState& st, std::size_t bytes);
+// st.local with at least `bytes` (cudaMalloc; the device is synchronised before a reallocation).
+void* ensure_local(OpState& st, std::size_t bytes);
+
+// The side stream starts after everything enqueued on `stream` so far (fork) and `stream` continues after
+// everything enqueued on the side stream (join).
+void fork(OpState& st, cudaStream_t stream);
+void join(OpState& st, cudaStream_t stream);
+
+// Shared validation: raises loom::Error naming what was expected and given.
+void check_inputs(const char* op, const MatrixView& a, const MatrixView& b, const MatrixView& c);
+void check_config(const char* op, const GemmConfig& cfg);
+// Launch the Hopper GEMM with a hooks policy; `hook_args` are the hooks' bytes (trivially copyable).
+template <class HookArgs>
+void launch_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& b, const MatrixView& c,
+                 const GemmConfig& cfg, int num_sms, cudaStream_t stream, const HookArgs& hook_args);
+
+bool debug();  // LOOM_OVERLAP_DEBUG
+
+}  // namespace loom::overlap
+
+#include "loom/jit/jit.hpp"
+
+namespace loom::overlap {
+template <class HookArgs>
+void launch_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& b, const MatrixView& c,
+                 const GemmConfig& cfg, int num_sms, cudaStream_t stream, const HookArgs& hook_args) {
+    const jit::Kernel& kernel =
+        jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, DType::F32, false, hooks, header));
+    GemmSm90Launch l = gemm_sm90_launch(a, b, c, GemmOptions{}, cfg, num_sms, stream);
+    kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, hook_args);
+}
+}  // namespace loom::overlap

@@ -1,0 +1,375 @@
+// Overlapped GEMM + collectives (ag_gemm, gemm_rs, gemm_ar) against an fp64 CPU reference on every rank: fresh
+// random inputs per rank (every rank regenerates its peers' inputs from their seeds), outputs poisoned with NaN,
+// every element checked; rows per rank not a multiple of the tile; both AllGather producers (copy engine, SM
+// with ld/st and TMA paths); 1000 back-to-back calls with inputs changing between calls, checked at a few
+// points. A rank's verdict is all-gathered through the store so that every rank fails together (never a hang).
+// Run under loomrun at 2, 4 and 8 ranks (ranks may share one GPU under MPS).
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/reference.hpp"
+#include "common/test_env.hpp"
+#include "loom/ops/collectives.hpp"
+#include "loom/ops/gemm.hpp"
+#include "loom/ops/overlap.hpp"
+#include "loom/runtime/error.hpp"
+
+namespace loom {
+namespace {
+
+std::uint64_t seed_of(int rank, int tc, int what, int set = 0) {
+    return 0x9e3779b97f4a7c15ull * (rank + 1) + 1000003ull * tc + 7919ull * what + 104729ull * set + 77;
+}
+
+// bf16 matrix: raw bits for upload, exact values for the reference.
+struct HostMat {
+    std::vector<std::uint16_t> bits;
+    std::vector<double> val;
+};
+HostMat make_bf16(std::size_t n, std::uint64_t seed) {
+    const auto f = test::random_floats(n, seed);
+    HostMat m;
+    m.bits.resize(n);
+    m.val.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        m.bits[i] = test::float_to_bf16(f[i]);
+        m.val[i] = test::bf16_to_float(m.bits[i]);
+    }
+    return m;
+}
+
+// out[i, j] = sum_k a[i, k] * b[j, k] (row-major [m, k] x [n, k]), fp64; abs_out gets sum_k |a b| (for tolerances).
+void ref_gemm(const double* a, const double* b, int64_t m, int64_t n, int64_t k, double* out, double* abs_out) {
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+            double s = 0, sa = 0;
+            for (int64_t x = 0; x < k; ++x) {
+                const double p = a[i * k + x] * b[j * k + x];
+                s += p;
+                sa += std::fabs(p);
+            }
+            out[i * n + j] += s;
+            abs_out[i * n + j] += sa;
+        }
+}
+
+struct DevBuf {
+    void* p = nullptr;
+    explicit DevBuf(std::size_t bytes) { EXPECT_EQ(cudaMalloc(&p, bytes < 256 ? 256 : bytes), cudaSuccess); }
+    ~DevBuf() { cudaFree(p); }
+};
+void upload(void* dst, const std::vector<std::uint16_t>& v) {
+    ASSERT_EQ(cudaMemcpy(dst, v.data(), v.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+}
+std::vector<double> download_bf16(const void* src, std::size_t n) {
+    std::vector<std::uint16_t> h(n);
+    EXPECT_EQ(cudaMemcpy(h.data(), src, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    std::vector<double> out(n);
+    for (std::size_t i = 0; i < n; ++i) out[i] = test::bf16_to_float(h[i]);
+    return out;
+}
+void poison(void* p, std::size_t bytes) { ASSERT_EQ(cudaMemset(p, 0xFF, bytes), cudaSuccess); }  // NaN in bf16
+
+// Every element within tolerance: fp32 accumulation, partial products rounded to bf16 `roundings` times.
+// Returns "" or the first mismatch.
+std::string compare(const std::vector<double>& got, const std::vector<double>& ref, const std::vector<double>& abs,
+                    int roundings, int64_t cols) {
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+        const double tol = std::fabs(ref[i]) / 128.0 + roundings * abs[i] / 256.0 + 1e-3;
+        if (!(std::fabs(got[i] - ref[i]) <= tol))
+            return "element (" + std::to_string(i / cols) + ", " + std::to_string(i % cols) + "): got " +
+                   std::to_string(got[i]) + " expected " + std::to_string(ref[i]) + " (tol " + std::to_string(tol) +
+                   ")";
+    }
+    return "";
+}
+
+// Every rank's verdict; the test fails on every rank when any rank failed.
+void agree(World& w, const std::string& mine, const std::string& what) {
+    const auto all = w.store().all_gather("test/overlap/" + what, Bytes(mine.begin(), mine.end()));
+    for (int r = 0; r < w.world_size(); ++r)
+        EXPECT_TRUE(all[r].empty()) << what << ": rank " << r << ": " << std::string(all[r].begin(), all[r].end());
+}
+
+class Overlap : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        LOOM_REQUIRE_GPU();
+        w = &test::world();
+        ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    }
+    void TearDown() override {
+        if (stream) cudaStreamDestroy(stream);
+    }
+    World* w = nullptr;
+    cudaStream_t stream = nullptr;
+};
+
+// ---- AllGather+GEMM ----------------------------------------------------------------------------------------------
+struct AgCase {
+    int64_t rows, n, k;
+    std::vector<HostMat> a;  // every rank's shard
+    HostMat b;               // this rank's B
+    std::vector<double> ref, abs;
+};
+AgCase ag_case(World& w, int64_t rows, int64_t n, int64_t k, int tc, int set) {
+    const int W = w.world_size();
+    AgCase c{rows, n, k, {}, {}, {}, {}};
+    for (int r = 0; r < W; ++r) c.a.push_back(make_bf16(rows * k, seed_of(r, tc, 1, set)));
+    c.b = make_bf16(n * k, seed_of(w.rank(), tc, 2, set));
+    c.ref.assign(rows * W * n, 0.0);
+    c.abs.assign(rows * W * n, 0.0);
+    for (int r = 0; r < W; ++r)
+        ref_gemm(c.a[r].val.data(), c.b.val.data(), rows, n, k, c.ref.data() + r * rows * n,
+                 c.abs.data() + r * rows * n);
+    return c;
+}
+
+void run_ag(World& w, cudaStream_t s, const AgGemmOptions& o, int64_t rows, int64_t n, int64_t k, int tc,
+            const std::string& label) {
+    const int W = w.world_size(), me = w.rank();
+    const AgCase c = ag_case(w, rows, n, k, tc, 0);
+    DevBuf a(rows * k * 2), b(n * k * 2), out(rows * W * n * 2);
+    upload(a.p, c.a[me].bits);
+    upload(b.p, c.b.bits);
+    poison(out.p, rows * W * n * 2);
+    void* gathered = w.alloc_bytes(rows * W * k * 2);
+    poison(gathered, rows * W * k * 2);
+    AgGemmOptions opts = o;
+    opts.gathered = MatrixView{gathered, DType::BF16, rows * W, k, 0};
+    w.barrier();
+    std::string err;
+    try {
+        ag_gemm(w, MatrixView{a.p, DType::BF16, rows, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
+                MatrixView{out.p, DType::BF16, rows * W, n, 0}, s, opts);
+        if (cudaStreamSynchronize(s) != cudaSuccess) err = "stream failed";
+    } catch (const std::exception& e) {
+        err = e.what();
+    }
+    if (err.empty()) err = compare(download_bf16(out.p, rows * W * n), c.ref, c.abs, 0, n);
+    if (err.empty()) {
+        std::vector<std::uint16_t> g(rows * W * k);
+        EXPECT_EQ(cudaMemcpy(g.data(), gathered, g.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+        for (int r = 0; r < W && err.empty(); ++r)
+            if (std::memcmp(g.data() + r * rows * k, c.a[r].bits.data(), rows * k * 2) != 0)
+                err = "gathered rows of rank " + std::to_string(r) + " differ";
+    }
+    agree(w, err, label);
+    w.barrier();
+    w.free(gathered);
+}
+
+TEST_F(Overlap, AgGemmCopyEngine) {
+    run_ag(*w, stream, AgGemmOptions{AgProducer::CopyEngine}, 200, 192, 256, 1, "ag_ce_200");
+    run_ag(*w, stream, AgGemmOptions{AgProducer::CopyEngine}, 256, 256, 512, 2, "ag_ce_256");
+    run_ag(*w, stream, AgGemmOptions{AgProducer::CopyEngine}, 40, 136, 128, 3, "ag_ce_40");  // tile spans ranks
+}
+TEST_F(Overlap, AgGemmSmProducer) {
+    AgGemmOptions ld{AgProducer::Sm, DataPath::LdSt, 3};
+    AgGemmOptions tma{AgProducer::Sm, DataPath::Tma, 0};
+    run_ag(*w, stream, ld, 200, 192, 256, 4, "ag_sm_ldst_200");
+    run_ag(*w, stream, tma, 200, 192, 256, 5, "ag_sm_tma_200");
+    run_ag(*w, stream, tma, 40, 136, 128, 6, "ag_sm_tma_40");
+}
+
+// ---- GEMM+RS / GEMM+AR: references summed over every rank's partial product -----------------------------------
+struct SumCase {
+    std::vector<HostMat> a, b;
+    std::vector<double> ref, abs;  // [m, n]
+};
+SumCase sum_case(World& w, int64_t m, int64_t n, int64_t k, int tc, int set) {
+    SumCase c;
+    c.ref.assign(m * n, 0.0);
+    c.abs.assign(m * n, 0.0);
+    for (int r = 0; r < w.world_size(); ++r) {
+        c.a.push_back(make_bf16(m * k, seed_of(r, tc, 3, set)));
+        c.b.push_back(make_bf16(n * k, seed_of(r, tc, 4, set)));
+        ref_gemm(c.a[r].val.data(), c.b[r].val.data(), m, n, k, c.ref.data(), c.abs.data());
+    }
+    return c;
+}
+
+void run_rs(World& w, cudaStream_t s, int64_t rows_seg, int64_t n, int64_t k, int tc, const GemmRsOptions& o,
+            const std::string& label) {
+    const int W = w.world_size(), me = w.rank();
+    const int64_t m = rows_seg * W;
+    const SumCase c = sum_case(w, m, n, k, tc, 0);
+    DevBuf a(m * k * 2), b(n * k * 2), out(rows_seg * n * 2);
+    upload(a.p, c.a[me].bits);
+    upload(b.p, c.b[me].bits);
+    poison(out.p, rows_seg * n * 2);
+    w.barrier();
+    std::string err;
+    try {
+        gemm_rs(w, MatrixView{a.p, DType::BF16, m, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
+                MatrixView{out.p, DType::BF16, rows_seg, n, 0}, s, o);
+        if (cudaStreamSynchronize(s) != cudaSuccess) err = "stream failed";
+    } catch (const std::exception& e) {
+        err = e.what();
+    }
+    if (err.empty()) {
+        const std::vector<double> ref(c.ref.begin() + me * rows_seg * n, c.ref.begin() + (me + 1) * rows_seg * n);
+        const std::vector<double> abs(c.abs.begin() + me * rows_seg * n, c.abs.begin() + (me + 1) * rows_seg * n);
+        err = compare(download_bf16(out.p, rows_seg * n), ref, abs, 1, n);
+    }
+    agree(w, err, label);
+}
+
+TEST_F(Overlap, GemmRs) {
+    run_rs(*w, stream, 136, 256, 256, 10, {}, "rs_136");  // segments not a multiple of the tile
+    run_rs(*w, stream, 256, 512, 512, 11, {}, "rs_256");
+    run_rs(*w, stream, 24, 136, 128, 12, {3, nullptr}, "rs_24");  // several segments per tile, 3 blocks
+}
+
+void run_ar(World& w, cudaStream_t s, int64_t m, int64_t n, int64_t k, int tc, const std::string& label) {
+    const int me = w.rank();
+    const SumCase c = sum_case(w, m, n, k, tc, 0);
+    DevBuf a(m * k * 2), b(n * k * 2), out(m * n * 2);
+    upload(a.p, c.a[me].bits);
+    upload(b.p, c.b[me].bits);
+    poison(out.p, m * n * 2);
+    // The non-overlapped sequence the fused op must agree with: loom::gemm (fp32 out), then all_reduce (fp32).
+    void* part32 = w.alloc_bytes(m * n * 4);
+    void* sum32 = w.alloc_bytes(m * n * 4);
+    w.barrier();
+    std::string err;
+    try {
+        gemm_ar(w, MatrixView{a.p, DType::BF16, m, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
+                MatrixView{out.p, DType::BF16, m, n, 0}, s);
+        gemm(MatrixView{a.p, DType::BF16, m, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
+             MatrixView{part32, DType::F32, m, n, 0}, {}, s);
+        all_reduce(w, BufferView{part32, DType::F32, static_cast<std::size_t>(m * n)},
+                   BufferView{sum32, DType::F32, static_cast<std::size_t>(m * n)}, s);
+        if (cudaStreamSynchronize(s) != cudaSuccess) err = "stream failed";
+    } catch (const std::exception& e) {
+        err = e.what();
+    }
+    const auto got = download_bf16(out.p, m * n);
+    if (err.empty()) err = compare(got, c.ref, c.abs, 1, n);
+    if (err.empty()) {
+        std::vector<float> seq(m * n);
+        EXPECT_EQ(cudaMemcpy(seq.data(), sum32, m * n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        for (int64_t i = 0; i < m * n && err.empty(); ++i) {
+            const double tol = std::fabs(seq[i]) / 128.0 + w.world_size() * c.abs[i] / 256.0 + 1e-3;
+            if (!(std::fabs(got[i] - seq[i]) <= tol))
+                err = "vs gemm + all_reduce at " + std::to_string(i) + ": " + std::to_string(got[i]) + " vs " +
+                      std::to_string(seq[i]);
+        }
+    }
+    agree(w, err, label);
+    w.barrier();
+    w.free(sum32);
+    w.free(part32);
+}
+
+TEST_F(Overlap, GemmAr) {
+    run_ar(*w, stream, 1, 256, 256, 20, "ar_1");
+    run_ar(*w, stream, 40, 384, 512, 21, "ar_40");
+    run_ar(*w, stream, 128, 512, 256, 22, "ar_128");
+}
+
+// ---- 1000 back-to-back calls, inputs changing every call (two input sets alternate) ------------------------------
+TEST_F(Overlap, BackToBack) {
+    World& W_ = *w;
+    const int W = W_.world_size(), me = W_.rank();
+    const int64_t rows = 72, n = 128, k = 128, m = rows * W;
+    const int kCalls = 1000;
+    const int checks[] = {0, 1, 499, kCalls - 1};
+    // AG: sets 0/1 of A and B; RS and AR: sets 0/1 of A and B.
+    const AgCase ag[2] = {ag_case(W_, rows, n, k, 30, 0), ag_case(W_, rows, n, k, 30, 1)};
+    const SumCase rs[2] = {sum_case(W_, m, n, k, 31, 0), sum_case(W_, m, n, k, 31, 1)};
+    const SumCase ar[2] = {sum_case(W_, 16, n, k, 32, 0), sum_case(W_, 16, n, k, 32, 1)};
+    DevBuf ag_src[2] = {DevBuf(rows * k * 2), DevBuf(rows * k * 2)},
+           ag_bsrc[2] = {DevBuf(n * k * 2), DevBuf(n * k * 2)};
+    DevBuf rs_src[2] = {DevBuf(m * k * 2), DevBuf(m * k * 2)}, rs_bsrc[2] = {DevBuf(n * k * 2), DevBuf(n * k * 2)};
+    DevBuf ar_src[2] = {DevBuf(16 * k * 2), DevBuf(16 * k * 2)}, ar_bsrc[2] = {DevBuf(n * k * 2), DevBuf(n * k * 2)};
+    for (int s = 0; s < 2; ++s) {
+        upload(ag_src[s].p, ag[s].a[me].bits);
+        upload(ag_bsrc[s].p, ag[s].b.bits);
+        upload(rs_src[s].p, rs[s].a[me].bits);
+        upload(rs_bsrc[s].p, rs[s].b[me].bits);
+        upload(ar_src[s].p, ar[s].a[me].bits);
+        upload(ar_bsrc[s].p, ar[s].b[me].bits);
+    }
+    DevBuf a_ag(rows * k * 2), b_ag(n * k * 2), c_ag(m * n * 2);
+    DevBuf a_rs(m * k * 2), b_rs(n * k * 2), c_rs(rows * n * 2);
+    DevBuf a_ar(16 * k * 2), b_ar(n * k * 2), c_ar(16 * n * 2);
+    W_.barrier();
+    std::string err;
+    int next_check = 0;
+    try {
+        for (int i = 0; i < kCalls && err.empty(); ++i) {
+            const int s = i % 2;
+            const bool check = next_check < 4 && checks[next_check] == i;
+            auto cp = [&](void* d, const void* src, std::size_t bytes) {
+                LOOM_CHECK_CUDA(cudaMemcpyAsync(d, src, bytes, cudaMemcpyDeviceToDevice, stream));
+            };
+            cp(a_ag.p, ag_src[s].p, rows * k * 2);
+            cp(b_ag.p, ag_bsrc[s].p, n * k * 2);
+            cp(a_rs.p, rs_src[s].p, m * k * 2);
+            cp(b_rs.p, rs_bsrc[s].p, n * k * 2);
+            cp(a_ar.p, ar_src[s].p, 16 * k * 2);
+            cp(b_ar.p, ar_bsrc[s].p, n * k * 2);
+            if (check) {
+                poison(c_ag.p, m * n * 2);
+                poison(c_rs.p, rows * n * 2);
+                poison(c_ar.p, 16 * n * 2);
+            }
+            AgGemmOptions ao;
+            ao.producer = i % 3 == 2 ? AgProducer::Sm : AgProducer::CopyEngine;  // both producers, interleaved
+            ag_gemm(W_, MatrixView{a_ag.p, DType::BF16, rows, k, 0}, MatrixView{b_ag.p, DType::BF16, n, k, 0},
+                    MatrixView{c_ag.p, DType::BF16, m, n, 0}, stream, ao);
+            gemm_rs(W_, MatrixView{a_rs.p, DType::BF16, m, k, 0}, MatrixView{b_rs.p, DType::BF16, n, k, 0},
+                    MatrixView{c_rs.p, DType::BF16, rows, n, 0}, stream);
+            gemm_ar(W_, MatrixView{a_ar.p, DType::BF16, 16, k, 0}, MatrixView{b_ar.p, DType::BF16, n, k, 0},
+                    MatrixView{c_ar.p, DType::BF16, 16, n, 0}, stream);
+            if (!check) continue;
+            ++next_check;
+            if (cudaStreamSynchronize(stream) != cudaSuccess) {
+                err = "stream failed at call " + std::to_string(i);
+                break;
+            }
+            const std::string at = " at call " + std::to_string(i);
+            std::string e = compare(download_bf16(c_ag.p, m * n), ag[s].ref, ag[s].abs, 0, n);
+            if (!e.empty()) err = "ag_gemm" + at + ": " + e;
+            const std::vector<double> rref(rs[s].ref.begin() + me * rows * n, rs[s].ref.begin() + (me + 1) * rows * n);
+            const std::vector<double> rabs(rs[s].abs.begin() + me * rows * n, rs[s].abs.begin() + (me + 1) * rows * n);
+            e = compare(download_bf16(c_rs.p, rows * n), rref, rabs, 1, n);
+            if (!e.empty() && err.empty()) err = "gemm_rs" + at + ": " + e;
+            e = compare(download_bf16(c_ar.p, 16 * n), ar[s].ref, ar[s].abs, 1, n);
+            if (!e.empty() && err.empty()) err = "gemm_ar" + at + ": " + e;
+        }
+        if (cudaStreamSynchronize(stream) != cudaSuccess && err.empty()) err = "stream failed";
+    } catch (const std::exception& e) {
+        err = e.what();
+    }
+    agree(W_, err, "back_to_back");
+}
+
+// ---- input validation: clear errors, raised identically on every rank (no collective step is reached) -----------
+TEST_F(Overlap, RejectsBadInputs) {
+    const int W = w->world_size();
+    DevBuf a(64 * 64 * 2), b(64 * 64 * 2), c(64 * 64 * W * 2);
+    EXPECT_THROW(gemm_rs(*w, MatrixView{a.p, DType::BF16, 8 * W + 1, 64, 0}, MatrixView{b.p, DType::BF16, 64, 64, 0},
+                         MatrixView{c.p, DType::BF16, 8, 64, 0}, stream),
+                 Error);  // M not a multiple of W (W > 1) or C's shape wrong (W == 1)
+    EXPECT_THROW(ag_gemm(*w, MatrixView{a.p, DType::F32, 8, 64, 0}, MatrixView{b.p, DType::BF16, 64, 64, 0},
+                         MatrixView{c.p, DType::BF16, 8 * W, 64, 0}, stream),
+                 Error);  // fp32 A
+    AgGemmOptions o;
+    o.gathered = MatrixView{c.p, DType::BF16, 8 * W, 64, 0};  // not symmetric
+    EXPECT_THROW(ag_gemm(*w, MatrixView{a.p, DType::BF16, 8, 64, 0}, MatrixView{b.p, DType::BF16, 64, 64, 0},
+                         MatrixView{c.p, DType::BF16, 8 * W, 64, 0}, stream, o),
+                 Error);
+    EXPECT_THROW(gemm_ar(*w, MatrixView{a.p, DType::BF16, 200, 64, 0}, MatrixView{b.p, DType::BF16, 64, 64, 0},
+                         MatrixView{c.p, DType::BF16, 200, 64, 0}, stream),
+                 Error);  // M > 128
+    w->barrier();
+}
+
+}  // namespace
+}  // namespace loom
