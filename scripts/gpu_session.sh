@@ -3,6 +3,7 @@
 # files, so every log goes into OUT/session.log and only the benchmark JSON files sit beside it.
 #   usage: scripts/gpu_session.sh <build dir> <out dir> [steps...]
 #   steps: gpu_tests dist2 dist4 dist8 demo bench_lang bench_runtime bench_gemm bench_jit (default: all)
+#          overlap (test_overlap at 2/4/8 ranks + examples 07/08), bench_overlap, bench_overlap_quick (not default)
 #   LOOM_DIST_FILTER  gtest filter for the multi-rank steps (default: all tests)
 set -u
 b=${1:?build dir}
@@ -40,6 +41,18 @@ for s in $steps; do
         bench_gemm) run 80 bench_gemm "$b/bench/bench-gemm" --out "$out/gemm.json" ;;
         bench_gemm_c1) LOOM_GEMM_CLUSTER=1 run 80 bench_gemm_c1 "$b/bench/bench-gemm" --out "$out/gemm_cluster1.json" ;;
         bench_jit) run 20 bench_jit "$b/bench/bench-jit" --reps 2 --out "$out/jit.json" ;;
+        overlap)
+            for n in 2 4 8; do
+                run 120 overlap$n "$b/bin/loomrun" -n $n "$b/tests/loom_dist_tests" --gtest_filter='Overlap.*'
+            done
+            run 60 example07 "$b/bin/loomrun" -n 4 "$b/examples/07_overlapping_allgather_gemm"
+            run 60 example07sm "$b/bin/loomrun" -n 4 "$b/examples/07_overlapping_allgather_gemm" 1000 1024 2048 sm
+            run 60 example08 "$b/bin/loomrun" -n 4 "$b/examples/08_overlapping_gemm_reduce_scatter"
+            ;;
+        bench_overlap) run 300 bench_overlap "$b/bin/loomrun" -n ${LOOM_OVERLAP_RANKS:-8} "$b/bench/bench-overlap" --out "$out" ;;
+        bench_overlap_quick)
+            run 120 bench_overlap_quick "$b/bin/loomrun" -n ${LOOM_OVERLAP_RANKS:-8} "$b/bench/bench-overlap" --quick --iters 10 --out "$out"
+            ;;
         *) echo "unknown step $s" | tee -a "$log" ;;
     esac
 done
