@@ -37,8 +37,10 @@ void all_gather(World& world, BufferView in, BufferView out, cudaStream_t stream
                 LOOM_CHECK_CUDA(cudaMemcpyAsync(world.peer_ptr(mine, peer), in.data, B, cudaMemcpyDefault, stream));
             } else {
                 char* dst = static_cast<char*>(out.data) + peer * B;
-                if (peer == me && in.data == dst) continue;
-                LOOM_CHECK_CUDA(cudaMemcpyAsync(dst, world.peer_ptr(in.data, peer), B, cudaMemcpyDefault, stream));
+                if (peer == me && in.data == mine) continue;
+                // In place, the peer's input is slot `peer` of its out (my in is slot `me`: not a symmetric offset).
+                const void* src = world.peer_ptr(in.data == mine ? static_cast<const void*>(dst) : in.data, peer);
+                LOOM_CHECK_CUDA(cudaMemcpyAsync(dst, src, B, cudaMemcpyDefault, stream));
             }
         }
         coll::launch_barrier(world, st, stream);

@@ -36,8 +36,12 @@ void all_reduce(World& world, BufferView in, BufferView out, cudaStream_t stream
     l.params.count = in.count;
     const std::string T = coll::cuda_type(in.dtype), kop = opts.op == ReduceOp::Max ? "1" : "0";
     l.template_args = {T, kop};
+    // An explicit LL request over the capacity is the caller's error (Auto fell back above): say what fits.
+    LOOM_CHECK(c.algo != CollAlgo::LL || bytes <= ll_max,
+               "{}: the ll algorithm holds at most {} bytes ({} blocks x {} packets x 8 bytes), given {}: use "
+               "one_shot, two_shot or CollAlgo::Auto",
+               op, ll_max, kMaxLLBlocks, kLLPacketsPerBlock, bytes);
     if (c.algo == CollAlgo::LL) {
-        LOOM_CHECK(bytes <= ll_max, "{}: the ll algorithm holds at most {} bytes, given {}", op, ll_max, bytes);
         const std::size_t packets = (bytes + 7) / 8;
         // Spread the packets over blocks (>= 1 packet each: every block must exchange with every peer).
         int blocks = coll::pick_blocks(packets, 64, kMaxLLBlocks, opts, st);
@@ -54,6 +58,8 @@ void all_reduce(World& world, BufferView in, BufferView out, cudaStream_t stream
         l.threads = per < 512 ? static_cast<int>((per + 31) / 32 * 32) : 512;
     } else if (c.algo == CollAlgo::OneShot) {
         l.name = "loom::kernels::coll::all_reduce_one_shot";
+        l.template_args.push_back(std::to_string(coll::path_arg(c.path)));
+        if (c.path == DataPath::Tma) l.smem = coll::tma_staging(l.params);
         std::size_t C = st.scratch_bytes / (W * es);
         C = C / 16 * 16;
         if (C > in.count) C = in.count;

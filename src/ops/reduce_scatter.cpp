@@ -49,6 +49,16 @@ void reduce_scatter(World& world, BufferView in, BufferView out, cudaStream_t st
         l.params.round_elems = C;
         if (c.path == DataPath::Tma) l.smem = coll::tma_staging(l.params);
         l.blocks = coll::pick_blocks(C * es * W, 128 * 1024, 64, opts, st);
+    } else if (c.algo == CollAlgo::Ring) {
+        l.name = "loom::kernels::coll::reduce_scatter_ring";
+        l.template_args = {T, kop};
+        // Rounds of C elements: W-1 slots of C fit the scratch; C a multiple of 16 elements.
+        std::size_t C = st.scratch_bytes / (static_cast<std::size_t>(W > 1 ? W - 1 : 1) * es);
+        C = C / 16 * 16;
+        if (C > out.count) C = out.count;
+        l.params.round_elems = C;
+        // Each block moves its share of one chunk per step: W-1 sequential steps, so fewer bytes per block.
+        l.blocks = coll::pick_blocks(C * es, 64 * 1024, 64, opts, st);
     } else {
         LOOM_FAIL("{}: the {} algorithm is not offered", op, to_string(c.algo));
     }

@@ -1,7 +1,9 @@
 // AllGather over the node's symmetric heap: out[r * count + i] = in of rank r [i] on every rank.
 //
 //   all_gather_push<T, kPath>  every rank writes its input into slot `me` of every peer's out (out symmetric).
-//   all_gather_pull<T, kPath>  every rank reads slot r from every peer r's in (in symmetric).
+//   all_gather_pull<T, kPath>  every rank reads slot r from every peer r's in (in symmetric). In place, rank r's
+//                              input is slot r of r's out: the source is addressed there, not at this rank's in
+//                              (in = out + me * count differs between ranks, so it is not a symmetric offset).
 //   all_gather_ring<T, kPath>  W-1 steps: at step s a rank forwards chunk (me - s) to the next rank's out, then
 //                              waits for chunk (me - s - 1) from the previous one (out symmetric). Each link
 //                              carries one chunk per step.
@@ -46,13 +48,18 @@ __global__ void __launch_bounds__(512) all_gather_pull(Ctx ctx, Params p) {
     const Range r = block_share(B, 16);
     char* const out = static_cast<char*>(p.out);
     const char* const in = static_cast<const char*>(p.in);
+    const bool in_place = in == out + me * B;     // then every rank is in place (same options on every rank)
     barrier_peers(ctx, p.sync, sig_value(e, 1));  // peers' inputs are written (they entered this call)
     if (r.size()) {
         with_path<kPath>(p, [&](const auto& path) {
             for (int i = 0; i < W; ++i) {
                 const int peer = (me + i) % W;
-                if (peer == me && in == out + me * B) continue;
-                lang::get_nbi(lang::block, ctx, out + peer * B + r.lo, in + r.lo, r.size(), peer_rank(ctx, peer), path);
+                if (peer == me && in_place) continue;
+                // Rank `peer`'s input, as a pointer of mine that symm_at maps to it: in place, it sits in the
+                // peer's out at slot `peer` (not at my `in`, which is slot `me`); otherwise at my `in` (same offset).
+                const char* const src = in_place ? out + peer * B : in;
+                lang::get_nbi(lang::block, ctx, out + peer * B + r.lo, src + r.lo, r.size(), peer_rank(ctx, peer),
+                              path);
             }
             lang::quiet(lang::block, ctx);
         });

@@ -4,6 +4,8 @@
 //   all_reduce_one_shot<T, kOp>  push the whole input into slot `me` of every peer's scratch, meet, reduce the
 //                                W slots locally (rounds of p.round_elems when the input exceeds the scratch).
 //                                Any in/out (not symmetric), in-place allowed. Latency: 2 barriers + W copies.
+//                                kPath: the push goes through ld/st or TMA bulk copies (kPathTma: the block
+//                                leader streams W copies while the SM's other threads idle until the reduce).
 //   all_reduce_two_shot<T, kOp>  each rank reduces shard `me` from every peer's in and stores the result into
 //                                shard `me` of every peer's out in the same pass (reduce-scatter + all-gather
 //                                fused, NCCL's RSxLD/AGxST). in and out symmetric; in-place allowed (shard me of
@@ -12,18 +14,26 @@
 //                                rank writes its input as 16-byte packets {data, flag, data, flag} into the LL
 //                                area of every peer; receivers poll their packets and reduce. Small messages.
 //
-// LL area (per rank): [parity 2][block kMaxLLBlocks][source W][p.ll_packets]. Block b of a launch uses the
-// parity of its own epoch, so two consecutive uses of one block's region alternate parities; the flag is the
-// epoch, so stale packets (epoch - 2) never match. Reuse is safe because between two uses of one parity, block
-// b exchanged packets (or a barrier) with every peer in a later call, and a peer in a later call has finished
-// the earlier kernel.
+// LL area (per rank): [parity 2][block kMaxLLBlocks][source W][kLLPacketsPerBlock] — a fixed layout: the region
+// of (parity, block b, source q) does not depend on the launch's packets per block (p.ll_packets <= the stride),
+// so it is only ever written by block b of rank q, whose flags are block b's epochs. Block b's epoch is monotonic,
+// hence every stale packet there carries a flag < the current epoch and never matches (flags are the low 32
+// bits of the epoch: a match would need 2^32 launches of one block). (Until 2026-11 the stride was
+// p.ll_packets: a launch with another packet count read packets left by *another* block, whose epoch may equal
+// this block's current one — block epochs differ, e.g. the copy-engine barriers advance only block 0 — and
+// accepted stale data: the graph-replay failure.)
+// Parity: block b of a launch uses the parity of its epoch. Overwriting is safe: a peer writes parity p of my
+// region in its call e only after receiving my block b's packets of call e-1 (or passing a barrier with my
+// block b in a call between), so my block b has finished every call <= e-2, the last one that used parity p
+// before e. (Consecutive LL calls alternate parities; with other collectives in between, parities may repeat,
+// and the barrier of the call in between gives the same guarantee.)
 #pragma once
 
 #include "loom/kernels/coll_common.cuh"
 
 namespace loom::kernels::coll {
 
-template <class T, int kOp>
+template <class T, int kOp, int kPath>
 __global__ void __launch_bounds__(512) all_reduce_one_shot(Ctx ctx, Params p) {
     const uint64_t e = begin_call(p.sync);
     const int W = ctx.local_world, me = ctx.local_rank;
@@ -32,29 +42,32 @@ __global__ void __launch_bounds__(512) all_reduce_one_shot(Ctx ctx, Params p) {
     T* const scratch = reinterpret_cast<T*>(p.scratch);
     barrier_peers(ctx, p.sync, sig_value(e, 1));
     uint32_t phase = 2;
-    for (uint64_t base = 0; base < p.count; base += C) {
-        const uint64_t n = p.count - base < C ? p.count - base : C;
-        const Range r = block_share(n, kVec<T>);
-        if (r.size()) {
-            for (int i = 0; i < W; ++i) {
-                const int peer = (me + i) % W;
-                lang::put_nbi(lang::block, ctx, scratch + me * C + r.lo, in + base + r.lo, r.size() * sizeof(T),
-                              peer_rank(ctx, peer));
+    // The data path (TMA staging: mbarriers initialised once per launch) spans every round.
+    with_path<kPath>(p, [&](const auto& path) {
+        for (uint64_t base = 0; base < p.count; base += C) {
+            const uint64_t n = p.count - base < C ? p.count - base : C;
+            const Range r = block_share(n, kVec<T>);
+            if (r.size()) {
+                for (int i = 0; i < W; ++i) {
+                    const int peer = (me + i) % W;
+                    lang::put_nbi(lang::block, ctx, scratch + me * C + r.lo, in + base + r.lo, r.size() * sizeof(T),
+                                  peer_rank(ctx, peer), path);
+                }
+                lang::quiet(lang::block, ctx);
             }
-            lang::quiet(lang::block, ctx);
-        }
-        barrier_peers(ctx, p.sync, sig_value(e, phase++));
-        if (r.size()) {
-            const T* src[kMaxLocalPeers];
-            T* dst[kMaxLocalPeers];
-            for (int q = 0; q < kMaxLocalPeers; ++q) {
-                src[q] = scratch + (q < W ? q : 0) * C + r.lo;
-                dst[q] = static_cast<T*>(p.out) + base + r.lo;
+            barrier_peers(ctx, p.sync, sig_value(e, phase++));
+            if (r.size()) {
+                const T* src[kMaxLocalPeers];
+                T* dst[kMaxLocalPeers];
+                for (int q = 0; q < kMaxLocalPeers; ++q) {
+                    src[q] = scratch + (q < W ? q : 0) * C + r.lo;
+                    dst[q] = static_cast<T*>(p.out) + base + r.lo;
+                }
+                reduce_multi<T, kOp>(src, W, dst, 1, r.size());
             }
-            reduce_multi<T, kOp>(src, W, dst, 1, r.size());
+            if (base + C < p.count) barrier_peers(ctx, p.sync, sig_value(e, phase++));
         }
-        if (base + C < p.count) barrier_peers(ctx, p.sync, sig_value(e, phase++));
-    }
+    });
 }
 
 template <class T, int kOp>
@@ -92,8 +105,9 @@ __global__ void __launch_bounds__(512) all_reduce_ll(Ctx ctx, Params p) {
     const uint64_t first = static_cast<uint64_t>(blockIdx.x) * P;
     const uint64_t total = (p.count + E - 1) / E;
     const uint64_t mine = total > first ? (total - first < P ? total - first : P) : 0;
+    constexpr uint64_t S = kLLPacketsPerBlock;  // fixed stride of one (block, source) region
     lang::LL16* const region =
-        reinterpret_cast<lang::LL16*>(p.ll) + ((e & 1) * kMaxLLBlocks + blockIdx.x) * static_cast<uint64_t>(W) * P;
+        reinterpret_cast<lang::LL16*>(p.ll) + ((e & 1) * kMaxLLBlocks + blockIdx.x) * static_cast<uint64_t>(W) * S;
     const T* const in = static_cast<const T*>(p.in);
     T* const out = static_cast<T*>(p.out);
     // Send: packet i carries elements [(first + i) * E, +E) (zero-padded past count).
@@ -106,14 +120,14 @@ __global__ void __launch_bounds__(512) all_reduce_ll(Ctx ctx, Params p) {
         const uint4 pkt = make_uint4(w[0], flag, w[1], flag);
         for (int j = 0; j < W; ++j) {
             const int peer = (me + j) % W;
-            ptx::st_volatile_v4(lang::symm_at(ctx, region + me * P + i, peer_rank(ctx, peer)), pkt);
+            ptx::st_volatile_v4(lang::symm_at(ctx, region + me * S + i, peer_rank(ctx, peer)), pkt);
         }
     }
     // Receive and reduce in source order.
     for (uint64_t i = threadIdx.x; i < mine; i += blockDim.x) {
         float acc[E];
         for (int q = 0; q < W; ++q) {
-            const lang::LL16* pk = region + q * P + i;
+            const lang::LL16* pk = region + q * S + i;
             uint4 v;
             lang::spin_until(ctx, "all_reduce_ll", pk, lang::Cmp::EQ, flag, [&](uint64_t& observed) {
                 v = ptx::ld_volatile_v4(pk);

@@ -7,6 +7,17 @@
 //                                        slot `me` of rank j's scratch, then reduces its W slots locally. Any in
 //                                        (not symmetric); large counts go through scratch in rounds of
 //                                        p.round_elems elements per peer.
+//   reduce_scatter_ring<T, kOp>          W-1 steps around the ring (NCCL's ring): at step s a rank reduces
+//                                        the partial of chunk (me - s - 1) it received at step s-1 with its own
+//                                        input chunk and stores the result straight into slot s of the next
+//                                        rank's scratch; after the last step it adds its own chunk `me` to what
+//                                        arrived and writes out. Each link carries one chunk per step (bandwidth
+//                                        optimal); any in (not symmetric), in-place allowed; rounds of
+//                                        p.round_elems elements when a chunk exceeds scratch / (W - 1). Partial
+//                                        sums travel in T, so 16-bit results are rounded at every hop and the
+//                                        sources are combined in ring order (c+1, ..., c-1, c) for chunk c: the
+//                                        result is the same on every rank (one owner per chunk) but not bitwise
+//                                        that of pull / scatter.
 // Block b handles elements [lo, hi) of the chunk (block_share) and synchronises with block b of the peers.
 // In-place: out == in + me * count.
 #pragma once
@@ -43,31 +54,79 @@ __global__ void __launch_bounds__(512) reduce_scatter_scatter(Ctx ctx, Params p)
     T* const scratch = reinterpret_cast<T*>(p.scratch);
     barrier_peers(ctx, p.sync, sig_value(e, 1));
     uint32_t phase = 2;
-    for (uint64_t base = 0; base < p.count; base += C) {
-        const uint64_t n = p.count - base < C ? p.count - base : C;
-        const Range r = block_share(n, kVec<T>);
-        if (r.size()) {
-            with_path<kPath>(p, [&](const auto& path) {
+    // The data path (TMA staging: mbarriers initialised once per launch) spans every round.
+    with_path<kPath>(p, [&](const auto& path) {
+        for (uint64_t base = 0; base < p.count; base += C) {
+            const uint64_t n = p.count - base < C ? p.count - base : C;
+            const Range r = block_share(n, kVec<T>);
+            if (r.size()) {
                 for (int i = 0; i < W; ++i) {
                     const int peer = (me + i) % W;
                     lang::put_nbi(lang::block, ctx, scratch + me * C + r.lo, in + peer * p.count + base + r.lo,
                                   r.size() * sizeof(T), peer_rank(ctx, peer), path);
                 }
                 lang::quiet(lang::block, ctx);
-            });
+            }
+            barrier_peers(ctx, p.sync, sig_value(e, phase++));  // every contribution of this round has landed
+            if (r.size()) {
+                const T* src[kMaxLocalPeers];
+                T* dst[kMaxLocalPeers];
+                for (int q = 0; q < kMaxLocalPeers; ++q) {
+                    src[q] = scratch + (q < W ? q : 0) * C + r.lo;
+                    dst[q] = static_cast<T*>(p.out) + base + r.lo;
+                }
+                reduce_multi<T, kOp>(src, W, dst, 1, r.size());
+            }
+            // Before the next round overwrites the peers' scratch, they must have reduced this one. After the last
+            // round the next call's entry barrier gives the same guarantee.
+            if (base + C < p.count) barrier_peers(ctx, p.sync, sig_value(e, phase++));
         }
-        barrier_peers(ctx, p.sync, sig_value(e, phase++));  // every contribution of this round has landed
+    });
+}
+
+template <class T, int kOp>
+__global__ void __launch_bounds__(512) reduce_scatter_ring(Ctx ctx, Params p) {
+    const uint64_t e = begin_call(p.sync);
+    const int W = ctx.local_world, me = ctx.local_rank;
+    const int next = (me + 1) % W, prev = (me + W - 1) % W;
+    const uint64_t C = p.round_elems;  // per step slot per round; scratch holds (W - 1) x C elements
+    const T* const in = static_cast<const T*>(p.in);
+    T* const scratch = reinterpret_cast<T*>(p.scratch);
+    T* const out = static_cast<T*>(p.out);
+    // Entry barrier: every peer finished its previous collective, so its scratch (my `next`'s slots) is free.
+    barrier_peers(ctx, p.sync, sig_value(e, 1));
+    uint32_t phase = 2;  // one counter for ring signals and barriers: what a peer publishes to me only grows
+    for (uint64_t base = 0; base < p.count; base += C) {
+        const uint64_t n = p.count - base < C ? p.count - base : C;
+        const Range r = block_share(n, kVec<T>);
+        for (int s = 0; s + 1 < W; ++s) {
+            const int c = (me - s - 1 + 2 * W) % W;  // chunk whose partial I extend and forward at this step
+            if (r.size()) {
+                // sources: my input chunk c, and (s > 0) the partial of chunk c that prev stored in my slot s-1.
+                const T* src[kMaxLocalPeers];
+                T* dst[kMaxLocalPeers];
+                for (int q = 0; q < kMaxLocalPeers; ++q) {
+                    src[q] = q == 0 && s > 0 ? scratch + (s - 1) * C + r.lo : in + c * p.count + base + r.lo;
+                    dst[q] = lang::symm_at(ctx, scratch + s * C + r.lo, peer_rank(ctx, next));
+                }
+                reduce_multi<T, kOp>(src, s > 0 ? 2 : 1, dst, 1, r.size());
+                ptx::fence_acq_rel_sys();  // this thread's remote stores, before the block's release below
+            }
+            signal_peer(ctx, p.sync, next, sig_value(e, phase));  // slot s of next is written
+            wait_peer(ctx, p.sync, prev, sig_value(e, phase));    // my slot s is written
+            ++phase;
+        }
         if (r.size()) {
             const T* src[kMaxLocalPeers];
             T* dst[kMaxLocalPeers];
             for (int q = 0; q < kMaxLocalPeers; ++q) {
-                src[q] = scratch + (q < W ? q : 0) * C + r.lo;
-                dst[q] = static_cast<T*>(p.out) + base + r.lo;
+                src[q] = q == 0 && W > 1 ? scratch + (W - 2) * C + r.lo : in + me * p.count + base + r.lo;
+                dst[q] = out + base + r.lo;  // may alias in's chunk me: same element, same thread
             }
-            reduce_multi<T, kOp>(src, W, dst, 1, r.size());
+            reduce_multi<T, kOp>(src, W > 1 ? 2 : 1, dst, 1, r.size());
         }
-        // Before the next round overwrites the peers' scratch, they must have reduced this one. After the last
-        // round the next call's entry barrier gives the same guarantee.
+        // Before the next round prev overwrites my slots, I must have consumed them (and every rank its own):
+        // a barrier. After the last round the next call's entry barrier gives the same guarantee.
         if (base + C < p.count) barrier_peers(ctx, p.sync, sig_value(e, phase++));
     }
 }
