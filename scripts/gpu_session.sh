@@ -4,6 +4,7 @@
 #   usage: scripts/gpu_session.sh <build dir> <out dir> [steps...]
 #   steps: gpu_tests dist2 dist4 dist8 demo bench_lang bench_runtime bench_gemm bench_jit (default: all)
 #          overlap (test_overlap at 2/4/8 ranks + examples 07/08), bench_overlap, bench_overlap_quick (not default)
+#          bench_coll (not default; 4 files: run it in a call of its own, or with steps that write few files)
 #   LOOM_DIST_FILTER  gtest filter for the multi-rank steps (default: all tests)
 set -u
 b=${1:?build dir}
@@ -41,6 +42,10 @@ for s in $steps; do
         bench_gemm) run 80 bench_gemm "$b/bench/bench-gemm" --out "$out/gemm.json" ;;
         bench_gemm_c1) LOOM_GEMM_CLUSTER=1 run 80 bench_gemm_c1 "$b/bench/bench-gemm" --out "$out/gemm_cluster1.json" ;;
         bench_jit) run 20 bench_jit "$b/bench/bench-jit" --reps 2 --out "$out/jit.json" ;;
+        bench_coll)  # 4 files (all_gather/reduce_scatter/all_reduce/all_to_all.json), rows of both rank counts
+            run 60 bench_coll2 "$b/bin/loomrun" -n 2 "$b/bench/bench-collectives" --out "$out" --append --max-bytes 256M --explain
+            run 60 bench_coll8 "$b/bin/loomrun" -n 8 "$b/bench/bench-collectives" --out "$out" --append --max-bytes 16M
+            ;;
         overlap)
             for n in 2 4 8; do
                 run 120 overlap$n "$b/bin/loomrun" -n $n "$b/tests/loom_dist_tests" --gtest_filter='Overlap.*'

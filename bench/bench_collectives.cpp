@@ -1,0 +1,557 @@
+// bench-collectives: Loom's collectives, every algorithm / data path and the automatic choice, against NVSHMEM's
+// on-stream collectives and NCCL on the same ranks.
+//
+//   all_gather.json, reduce_scatter.json, all_reduce.json, all_to_all.json (under --out DIR): one row per
+//   (ranks, size, loom variant): latency (slowest rank's median), algBW and busBW (nccl-tests conventions:
+//   size = the larger buffer — all_gather: out, reduce_scatter: in, all_reduce / all_to_all: the buffer;
+//   busBW = algBW x bench::bus_factor), the baselines' us and the automatic choice at that size.
+//   Every variant's output is checked once after timing (exact sums of small integers in bf16, byte patterns for
+//   data movement): a row says "checked": true, and a wrong result stops the benchmark with an error.
+//
+//   loomrun -n 2 build/bench/bench-collectives --out docs/perf [--min-bytes 1K] [--max-bytes 1G] [--iters N]
+//            [--ops all_gather,reduce_scatter,all_reduce,all_to_all] [--append] [--no-nvshmem] [--no-nccl]
+//   build/bench/bench-collectives --explain      the automatic choice table (no GPU needed: then for 2/4/8 ranks)
+//
+// Baselines: NVSHMEM fcollect / reducescatter / sum_reduce / alltoall (on-stream, NVSHMEM_TEAM_WORLD, bf16 sum),
+// NCCL's C API (one communicator over the same ranks; NCCL needs one GPU per rank, so it is skipped with a note
+// when ranks share a GPU). --append keeps an existing file's rows of other rank counts (runs at 2 and 8 ranks
+// collect into the same four files).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "harness.hpp"
+#include "loom/jit/jit.hpp"
+#include "loom/ops/collectives.hpp"
+#include "loom/runtime/driver.hpp"
+#include "loom/runtime/env.hpp"
+#include "loom/runtime/error.hpp"
+#include "loom/runtime/nvshmem.hpp"
+#include "loom/runtime/world.hpp"
+
+#if LOOM_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+namespace fs = std::filesystem;
+using loom::BufferView;
+using loom::CollAlgo;
+using loom::CollKind;
+using loom::CollOptions;
+using loom::DataPath;
+using loom::DType;
+using loom::bench::Report;
+using loom::bench::TimeOptions;
+using nlohmann::json;
+
+namespace {
+
+constexpr std::size_t KiB = 1024, MiB = 1024 * KiB, GiB = 1024 * MiB;
+// The LL all-reduce's capacity (kernels/coll_params.hpp: kMaxLLBlocks x kLLPacketsPerBlock x 8 bytes).
+constexpr std::size_t kLLMaxBytes = std::size_t(64) * 512 * 8;
+
+struct Args {
+    std::string out = ".";
+    std::size_t min_bytes = KiB;
+    std::size_t max_bytes = GiB;
+    int iters = 0;  // 0: by size (20 up to 1 MiB, 10 up to 64 MiB, 5 beyond)
+    std::vector<std::string> ops = {"all_gather", "reduce_scatter", "all_reduce", "all_to_all"};
+    bool append = false, nvshmem = true, nccl = true, explain = false;
+};
+
+std::size_t parse_bytes(const std::string& s) {
+    std::size_t pos = 0;
+    const unsigned long long v = std::stoull(s, &pos);
+    std::string unit = s.substr(pos);
+    std::size_t mul = 1;
+    if (unit == "K" || unit == "k" || unit == "KiB")
+        mul = KiB;
+    else if (unit == "M" || unit == "MiB")
+        mul = MiB;
+    else if (unit == "G" || unit == "GiB")
+        mul = GiB;
+    else
+        LOOM_CHECK(unit.empty(), "bench-collectives: expected a size like 4096, 64K, 16M or 1G, given '{}'", s);
+    return static_cast<std::size_t>(v) * mul;
+}
+
+Args parse(int argc, char** argv) {
+    Args a;
+    for (int i = 1; i < argc; ++i) {
+        const std::string s = argv[i];
+        auto value = [&] {
+            LOOM_CHECK(i + 1 < argc, "bench-collectives: {} expects a value", s);
+            return std::string(argv[++i]);
+        };
+        if (s == "--out") {
+            a.out = value();
+        } else if (s == "--min-bytes") {
+            a.min_bytes = parse_bytes(value());
+        } else if (s == "--max-bytes") {
+            a.max_bytes = parse_bytes(value());
+        } else if (s == "--iters") {
+            a.iters = std::stoi(value());
+        } else if (s == "--ops") {
+            a.ops.clear();
+            std::stringstream ss(value());
+            for (std::string op; std::getline(ss, op, ',');) {
+                LOOM_CHECK(op == "all_gather" || op == "reduce_scatter" || op == "all_reduce" || op == "all_to_all",
+                           "bench-collectives: --ops expects all_gather, reduce_scatter, all_reduce, all_to_all; "
+                           "given '{}'",
+                           op);
+                a.ops.push_back(op);
+            }
+        } else if (s == "--append") {
+            a.append = true;
+        } else if (s == "--no-nvshmem") {
+            a.nvshmem = false;
+        } else if (s == "--no-nccl") {
+            a.nccl = false;
+        } else if (s == "--explain") {
+            a.explain = true;
+        } else {
+            LOOM_FAIL(
+                "bench-collectives: unknown argument '{}' (expected --out DIR, --min-bytes N, --max-bytes N, --iters "
+                "N, "
+                "--ops LIST, --append, --no-nvshmem, --no-nccl, --explain)",
+                s);
+        }
+    }
+    LOOM_CHECK(a.min_bytes >= 1 && a.min_bytes <= a.max_bytes,
+               "bench-collectives: expected 1 <= --min-bytes <= --max-bytes, given {} and {}", a.min_bytes,
+               a.max_bytes);
+    LOOM_CHECK(a.iters >= 0, "bench-collectives: expected --iters >= 0, given {}", a.iters);
+    return a;
+}
+
+int iters_for(const Args& a, std::size_t bytes) {
+    if (a.iters > 0) return a.iters;
+    return bytes <= MiB ? 20 : bytes <= 64 * MiB ? 10 : 5;
+}
+
+std::string human(std::size_t b) {
+    if (b >= GiB && b % GiB == 0) return std::to_string(b / GiB) + "G";
+    if (b >= MiB && b % MiB == 0) return std::to_string(b / MiB) + "M";
+    if (b >= KiB && b % KiB == 0) return std::to_string(b / KiB) + "K";
+    return std::to_string(b);
+}
+
+loom::bench::Coll harness_coll(CollKind k) {
+    switch (k) {
+        case CollKind::AllGather:
+            return loom::bench::Coll::AllGather;
+        case CollKind::ReduceScatter:
+            return loom::bench::Coll::ReduceScatter;
+        case CollKind::AllReduce:
+            return loom::bench::Coll::AllReduce;
+        default:
+            return loom::bench::Coll::AllToAll;
+    }
+}
+
+// ---- topology (for --explain and the auto column; the ops compute the same facts internally) -------------------
+loom::CollTopology topology(loom::World& w) {
+    char bus[64] = {};
+    LOOM_CHECK_CUDA(cudaDeviceGetPCIBusId(bus, sizeof(bus), w.device()));
+    const std::string mine(bus);
+    const auto all = w.store().all_gather("bench-coll/busid", loom::Bytes(mine.begin(), mine.end()));
+    loom::CollTopology t;
+    t.world = w.world_size();
+    for (int r = 0; r < w.world_size(); ++r)
+        if (r != w.rank() && std::string(all[r].begin(), all[r].end()) == mine) t.shared_gpu = true;
+    t.arch = loom::jit::current_arch();
+    return t;
+}
+
+// ---- device fills and checks -------------------------------------------------------------------------------------
+uint16_t bf16_of_small_int(int v) {  // exact: small integers have short mantissas
+    const float f = static_cast<float>(v);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return static_cast<uint16_t>(u >> 16);
+}
+float float_of_bf16(uint16_t h) {
+    const uint32_t u = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+// count bf16 elements = v: a 64 Ki-element pattern, then doubling device-to-device copies.
+void fill_bf16(void* dst, std::size_t count, int v, cudaStream_t s) {
+    const std::size_t first = std::min<std::size_t>(count, 64 * 1024);
+    std::vector<uint16_t> h(first, bf16_of_small_int(v));
+    LOOM_CHECK_CUDA(cudaMemcpyAsync(dst, h.data(), first * 2, cudaMemcpyHostToDevice, s));
+    char* d = static_cast<char*>(dst);
+    for (std::size_t done = first; done < count;) {
+        const std::size_t n = std::min(done, count - done);
+        LOOM_CHECK_CUDA(cudaMemcpyAsync(d + done * 2, d, n * 2, cudaMemcpyDeviceToDevice, s));
+        done += n;
+    }
+    LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+}
+uint16_t bf16_at(const void* base, std::size_t i) {
+    uint16_t h = 0;
+    LOOM_CHECK_CUDA(cudaMemcpy(&h, static_cast<const char*>(base) + 2 * i, 2, cudaMemcpyDeviceToHost));
+    return h;
+}
+unsigned char byte_at(const void* base, std::size_t i) {
+    unsigned char c = 0;
+    LOOM_CHECK_CUDA(cudaMemcpy(&c, static_cast<const char*>(base) + i, 1, cudaMemcpyDeviceToHost));
+    return c;
+}
+
+// ---- baselines ----------------------------------------------------------------------------------------------------
+#if LOOM_HAVE_NCCL
+#define BENCH_NCCL(call)                                                                     \
+    do {                                                                                     \
+        const ncclResult_t r_ = (call);                                                      \
+        LOOM_CHECK(r_ == ncclSuccess, "NCCL: {} failed: {}", #call, ncclGetErrorString(r_)); \
+    } while (0)
+#endif
+
+struct Nccl {
+#if LOOM_HAVE_NCCL
+    ncclComm_t comm = nullptr;
+#endif
+    bool ok = false;
+    std::string note;
+};
+
+Nccl nccl_init(loom::World& w, const Args& args, bool shared_gpu) {
+    Nccl n;
+#if LOOM_HAVE_NCCL
+    if (!args.nccl) {
+        n.note = "NCCL baseline disabled (--no-nccl)";
+    } else if (shared_gpu) {
+        n.note = "NCCL baseline skipped: ranks share a GPU (NCCL needs one GPU per rank)";
+    } else {
+        ncclUniqueId id{};
+        if (w.rank() == 0) BENCH_NCCL(ncclGetUniqueId(&id));
+        loom::Bytes b(sizeof id);
+        std::memcpy(b.data(), &id, sizeof id);
+        const auto all = w.store().all_gather("bench-coll/nccl-id", b);
+        std::memcpy(&id, all[0].data(), sizeof id);
+        BENCH_NCCL(ncclCommInitRank(&n.comm, w.world_size(), id, w.rank()));
+        n.ok = true;
+    }
+#else
+    (void)w;
+    (void)args;
+    (void)shared_gpu;
+    n.note = "NCCL baseline unavailable: bench-collectives was built without nccl.h / libnccl";
+#endif
+    return n;
+}
+
+struct Nvshmem {
+    bool ok = false;
+    std::string note;
+    void* in = nullptr;
+    void* out = nullptr;
+};
+
+Nvshmem nvshmem_init(loom::World& w, const Args& args, std::size_t in_bytes, std::size_t out_bytes) {
+    Nvshmem n;
+    if (!args.nvshmem) {
+        n.note = "NVSHMEM baseline disabled (--no-nvshmem)";
+        return n;
+    }
+    try {
+        // NVSHMEM's own heap must hold both buffers (its default is 1 GiB).
+        if (!std::getenv("NVSHMEM_SYMMETRIC_SIZE"))
+            ::setenv("NVSHMEM_SYMMETRIC_SIZE", std::to_string(in_bytes + out_bytes + 256 * MiB).c_str(), 1);
+        loom::nvshmem::init(w);
+        n.in = loom::nvshmem::malloc(in_bytes);
+        n.out = loom::nvshmem::malloc(out_bytes);
+        n.ok = true;
+    } catch (const loom::Error& e) {
+        n.note = std::string("NVSHMEM baseline unavailable: ") + e.what();
+    }
+    return n;
+}
+
+// ---- one op ---------------------------------------------------------------------------------------------------------
+struct Variant {
+    CollAlgo algo;
+    DataPath path;
+};
+
+std::vector<Variant> variants(CollKind k) {
+    switch (k) {
+        case CollKind::AllGather:
+            return {{CollAlgo::Push, DataPath::LdSt},       {CollAlgo::Push, DataPath::Tma},
+                    {CollAlgo::Push, DataPath::CopyEngine}, {CollAlgo::Pull, DataPath::LdSt},
+                    {CollAlgo::Pull, DataPath::Tma},        {CollAlgo::Pull, DataPath::CopyEngine},
+                    {CollAlgo::Ring, DataPath::LdSt},       {CollAlgo::Ring, DataPath::Tma},
+                    {CollAlgo::Auto, DataPath::Auto}};
+        case CollKind::ReduceScatter:
+            return {{CollAlgo::Pull, DataPath::LdSt},
+                    {CollAlgo::Scatter, DataPath::LdSt},
+                    {CollAlgo::Scatter, DataPath::Tma},
+                    {CollAlgo::Ring, DataPath::LdSt},
+                    {CollAlgo::Auto, DataPath::Auto}};
+        case CollKind::AllReduce:
+            return {{CollAlgo::LL, DataPath::LdSt},
+                    {CollAlgo::OneShot, DataPath::LdSt},
+                    {CollAlgo::OneShot, DataPath::Tma},
+                    {CollAlgo::TwoShot, DataPath::LdSt},
+                    {CollAlgo::Auto, DataPath::Auto}};
+        default:
+            return {{CollAlgo::Push, DataPath::LdSt},
+                    {CollAlgo::Push, DataPath::Tma},
+                    {CollAlgo::Push, DataPath::CopyEngine},
+                    {CollAlgo::Auto, DataPath::Auto}};
+    }
+}
+
+CollKind kind_of(const std::string& op) {
+    if (op == "all_gather") return CollKind::AllGather;
+    if (op == "reduce_scatter") return CollKind::ReduceScatter;
+    if (op == "all_reduce") return CollKind::AllReduce;
+    return CollKind::AllToAll;
+}
+
+// Buffers of one op at one size (bf16 elements). in_count / out_count per rank; choice_bytes as choose_collective
+// takes it.
+struct Shape {
+    std::size_t size;  // nccl-tests size (bytes of the larger buffer)
+    std::size_t in_count, out_count, choice_bytes;
+};
+Shape shape_of(CollKind k, std::size_t size, int W) {
+    const std::size_t es = 2;
+    std::size_t per = std::max<std::size_t>(1, size / (std::size_t(W) * es));  // elements per rank-chunk
+    switch (k) {
+        case CollKind::AllGather:
+            return {per * W * es, per, per * W, per * es};
+        case CollKind::ReduceScatter:
+            return {per * W * es, per * W, per, per * es};
+        case CollKind::AllReduce: {
+            const std::size_t n = std::max<std::size_t>(1, size / es);
+            return {n * es, n, n, n * es};
+        }
+        default:
+            return {per * W * es, per * W, per * W, per * es};
+    }
+}
+
+void bench_op(loom::World& w, const Args& args, const std::string& op, const loom::CollTopology& topo, Nvshmem& nv,
+              Nccl& nccl, void* sin, void* sout, cudaStream_t stream, int argc, char** argv) {
+    const CollKind k = kind_of(op);
+    const int W = w.world_size(), me = w.rank();
+    Report report(op, W, argc, argv);
+    const double factor = loom::bench::bus_factor(harness_coll(k), W);
+    for (std::size_t size = args.min_bytes; size <= args.max_bytes; size *= 4) {
+        const Shape sh = shape_of(k, size, W);
+        const std::size_t in_bytes = sh.in_count * 2, out_bytes = sh.out_count * 2;
+        const TimeOptions topts{.warmup = 2, .iters = iters_for(args, sh.size), .flush_l2 = true, .world = &w};
+        // Inputs: reductions sum bf16 (rank + 1) (exact: the sum W(W+1)/2 <= 36 is a short mantissa); data
+        // movement moves bf16 (rank + 1) too, so the check can name the source rank of every chunk.
+        fill_bf16(sin, sh.in_count, me + 1, stream);
+        w.barrier("bench-coll/filled");
+
+        // Baselines first (same buffers' sizes, same stream).
+        json baselines = json::object();
+        if (nv.ok) {
+            fill_bf16(nv.in, sh.in_count, me + 1, stream);
+            loom::nvshmem::barrier_all();
+            auto run = [&](cudaStream_t s) {
+                switch (k) {
+                    case CollKind::AllGather:
+                        loom::nvshmem::fcollect_on_stream(nv.out, nv.in, in_bytes, s);
+                        break;
+                    case CollKind::ReduceScatter:
+                        loom::nvshmem::sum_reducescatter_on_stream(DType::BF16, nv.out, nv.in, sh.out_count, s);
+                        break;
+                    case CollKind::AllReduce:
+                        loom::nvshmem::sum_reduce_on_stream(DType::BF16, nv.out, nv.in, sh.in_count, s);
+                        break;
+                    default:
+                        loom::nvshmem::alltoall_on_stream(nv.out, nv.in, in_bytes / W, s);
+                        break;
+                }
+            };
+            baselines["nvshmem"] = loom::bench::time_op(run, stream, topts).median_us;
+        }
+#if LOOM_HAVE_NCCL
+        if (nccl.ok) {
+            auto run = [&](cudaStream_t s) {
+                switch (k) {
+                    case CollKind::AllGather:
+                        BENCH_NCCL(ncclAllGather(sin, sout, sh.in_count, ncclBfloat16, nccl.comm, s));
+                        break;
+                    case CollKind::ReduceScatter:
+                        BENCH_NCCL(ncclReduceScatter(sin, sout, sh.out_count, ncclBfloat16, ncclSum, nccl.comm, s));
+                        break;
+                    case CollKind::AllReduce:
+                        BENCH_NCCL(ncclAllReduce(sin, sout, sh.in_count, ncclBfloat16, ncclSum, nccl.comm, s));
+                        break;
+                    default:
+                        BENCH_NCCL(ncclAlltoAll(sin, sout, sh.in_count / W, ncclBfloat16, nccl.comm, s));
+                        break;
+                }
+            };
+            baselines["nccl"] = loom::bench::time_op(run, stream, topts).median_us;
+        }
+#endif
+        const loom::CollChoice autoc = loom::choose_collective(k, sh.choice_bytes, topo);
+        for (const Variant& v : variants(k)) {
+            if (v.algo == CollAlgo::LL && in_bytes > kLLMaxBytes) continue;  // LL's capacity (an error past it)
+            if (v.path == DataPath::Tma && topo.arch < 90) continue;
+            const CollOptions o{v.algo, v.path};
+            const BufferView in{sin, DType::BF16, sh.in_count}, out{sout, DType::BF16, sh.out_count};
+            auto run = [&](cudaStream_t s) {
+                switch (k) {
+                    case CollKind::AllGather:
+                        loom::all_gather(w, in, out, s, o);
+                        break;
+                    case CollKind::ReduceScatter:
+                        loom::reduce_scatter(w, in, out, s, o);
+                        break;
+                    case CollKind::AllReduce:
+                        loom::all_reduce(w, in, out, s, o);
+                        break;
+                    default:
+                        loom::all_to_all(w, in, out, s, o);
+                        break;
+                }
+            };
+            LOOM_CHECK_CUDA(cudaMemsetAsync(sout, 0, out_bytes, stream));
+            LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+            w.barrier("bench-coll/variant");
+            const loom::bench::Timing t = loom::bench::time_op(run, stream, topts);
+            LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+            w.barrier("bench-coll/checked");
+            // Check the first and last element of every chunk (data movement) or of the result (reductions).
+            const std::string name = std::string(loom::to_string(v.algo)) + "/" + loom::to_string(v.path);
+            auto expect = [&](std::size_t i, int want) {
+                const uint16_t h = bf16_at(sout, i);
+                LOOM_CHECK(h == bf16_of_small_int(want),
+                           "bench-collectives: {} {} size {} rank {}: element {} is {}, expected {} (wrong result)", op,
+                           name, sh.size, me, i, float_of_bf16(h), want);
+            };
+            if (k == CollKind::AllGather || k == CollKind::AllToAll) {
+                const std::size_t chunk = sh.out_count / W;
+                for (int r = 0; r < W; ++r) {
+                    expect(r * chunk, r + 1);
+                    expect(r * chunk + chunk - 1, r + 1);
+                }
+            } else {
+                expect(0, W * (W + 1) / 2);
+                expect(sh.out_count - 1, W * (W + 1) / 2);
+            }
+            const double alg = loom::bench::gbps(double(sh.size), t.median_us);
+            json row = {{"ranks", W},
+                        {"size_bytes", sh.size},
+                        {"size", human(sh.size)},
+                        {"dtype", "bf16"},
+                        {"algo", loom::to_string(v.algo)},
+                        {"path", loom::to_string(v.path)},
+                        {"loom_us", t.median_us},
+                        {"min_us", t.min_us},
+                        {"p90_us", t.p90_us},
+                        {"iters", t.iters},
+                        {"algBW_GBps", alg},
+                        {"busBW_GBps", alg * factor},
+                        {"auto_choice", std::string(loom::to_string(autoc.algo)) + "/" + loom::to_string(autoc.path)},
+                        {"shared_gpu", topo.shared_gpu},
+                        {"checked", true},
+                        {"baselines", baselines}};
+            for (auto& [bname, us] : baselines.items())
+                row["baseline_busBW_GBps"][bname] = loom::bench::gbps(double(sh.size), us.get<double>()) * factor;
+            if (!nv.note.empty()) row["nvshmem_note"] = nv.note;
+            if (!nccl.note.empty()) row["nccl_note"] = nccl.note;
+            report.add_row(row);
+            if (me == 0)
+                std::printf("%-15s %6s %-14s %10.2f us  busBW %8.2f GB/s\n", op.c_str(), human(sh.size).c_str(),
+                            name.c_str(), t.median_us, alg * factor);
+        }
+    }
+    if (me == 0) {
+        const std::string path = args.out + "/" + op + ".json";
+        if (args.append && fs::exists(path)) {
+            std::ifstream f(path);
+            const json old = json::parse(f);
+            Report merged(op, W, argc, argv);
+            for (const auto& row : old["rows"])
+                if (row.value("ranks", -1) != W) merged.add_row(row);
+            for (const auto& row : report.to_json()["rows"]) merged.add_row(row);
+            merged.write(path);
+        } else {
+            report.write(path);
+        }
+    }
+    w.barrier("bench-coll/op-done");
+}
+
+void explain_offline() {
+    for (int world : {2, 4, 8})
+        for (bool shared : {true, false}) {
+            loom::CollTopology t;
+            t.world = world;
+            t.shared_gpu = shared;
+            t.arch = 90;
+            std::printf("%s\n", loom::explain_collectives(t).c_str());
+        }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        const Args args = parse(argc, argv);
+        if (!loom::driver::available()) {
+            if (args.explain) {
+                std::printf("no GPU (%s): the choice for sm_90 at 2, 4 and 8 ranks\n",
+                            loom::driver::unavailable_reason().c_str());
+                explain_offline();
+                return 0;
+            }
+            std::printf("no GPU: %s\n", loom::driver::unavailable_reason().c_str());
+            return 1;
+        }
+        // Per-rank symmetric heap: in + out of the largest size (all_gather's out is the size itself, its in a
+        // W-th of it; all_to_all's both the size), plus the collectives' scratch and LL area.
+        const std::size_t need = 2 * args.max_bytes + 160 * MiB;
+        loom::WorldOptions opts;
+        opts.symmetric_size = std::max(loom::env_bytes("LOOM_SYMMETRIC_SIZE", 0), need);
+        loom::World w = loom::World::from_env(opts);
+        const loom::CollTopology topo = topology(w);
+        if (args.explain && w.rank() == 0) std::printf("%s\n", loom::explain_collectives(topo).c_str());
+        fs::create_directories(args.out);
+        cudaStream_t stream;
+        LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        const std::size_t buf = std::max<std::size_t>(args.max_bytes, 4 * KiB);
+        void* sin = w.alloc_bytes(buf);
+        void* sout = w.alloc_bytes(buf);
+        Nvshmem nv = nvshmem_init(w, args, buf, buf);
+        if (w.rank() == 0 && !nv.note.empty()) std::printf("%s\n", nv.note.c_str());
+        Nccl nccl = nccl_init(w, args, topo.shared_gpu);
+        if (w.rank() == 0 && !nccl.note.empty()) std::printf("%s\n", nccl.note.c_str());
+        for (const auto& op : args.ops) bench_op(w, args, op, topo, nv, nccl, sin, sout, stream, argc, argv);
+#if LOOM_HAVE_NCCL
+        if (nccl.ok) ncclCommDestroy(nccl.comm);
+#endif
+        if (nv.ok) {
+            loom::nvshmem::free(nv.out);
+            loom::nvshmem::free(nv.in);
+            loom::nvshmem::finalize();
+        }
+        w.free(sout);
+        w.free(sin);
+        LOOM_CHECK_CUDA(cudaStreamDestroy(stream));
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench-collectives: %s\n", e.what());
+        return 1;
+    }
+}
