@@ -10,7 +10,7 @@ set -u
 b=${1:?build dir}
 out=${2:?out dir}
 shift 2
-steps=${*:-gpu_tests dist2 dist4 dist8 demo bench_lang bench_runtime bench_gemm bench_jit}
+steps=${*:-gpu_tests dist2 dist4 dist8 demo bench_lang bench_runtime bench_gemm bench_jit diag}
 mkdir -p "$out"
 export LOOM_CACHE_DIR=${LOOM_CACHE_DIR:-/tmp/loom-cache} LOOM_WAIT_TIMEOUT_MS=${LOOM_WAIT_TIMEOUT_MS:-20000}
 export LOOM_SOURCE_DIR=$PWD NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
@@ -41,6 +41,10 @@ for s in $steps; do
             ;;
         bench_gemm) run 80 bench_gemm "$b/bench/bench-gemm" --out "$out/gemm.json" ;;
         bench_gemm_c1) LOOM_GEMM_CLUSTER=1 run 80 bench_gemm_c1 "$b/bench/bench-gemm" --out "$out/gemm_cluster1.json" ;;
+        diag)  # the mailbox: no-printf missing notify (~5 s) and a stalled tile pipeline (~17 s cycle bound)
+            LOOM_DIAG_SLOW_TESTS=1 run 90 diag "$b/bin/loomrun" -n 2 "$b/tests/loom_dist_tests" \
+                --gtest_filter='DiagMailboxGpu.*:LangSignal.MissingNotifyEndsInTimeoutDiagnostic'
+            ;;
         bench_jit) run 20 bench_jit "$b/bench/bench-jit" --reps 2 --out "$out/jit.json" ;;
         bench_coll)  # 4 files (all_gather/reduce_scatter/all_reduce/all_to_all.json), rows of both rank counts
             run 60 bench_coll2 "$b/bin/loomrun" -n 2 "$b/bench/bench-collectives" --out "$out" --append --max-bytes 256M --explain

@@ -9,6 +9,7 @@
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/nvshmem.hpp"
+#include "runtime/diag_mailbox.hpp"
 
 namespace loom::jit {
 namespace {
@@ -198,6 +199,7 @@ const Kernel& get_kernel(const KernelSpec& spec) {
         try {
             LOOM_CU(cuLibraryGetKernel, &k, lib, r.lowered_name.c_str());
             LOOM_CU(cuKernelGetFunction, &f, k);
+            diag::bind_library(lib);  // timed-out waits without a Ctx report through the module's mailbox global
             if (spec.needs_nvshmem) {
                 LOOM_CHECK(nvshmem::initialized(),
                            "kernel {} needs NVSHMEM: call loom::nvshmem::init(world) before get_kernel",

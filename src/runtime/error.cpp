@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "loom/runtime/driver.hpp"
+#include "runtime/diag_mailbox.hpp"
 
 namespace loom {
 
@@ -21,7 +22,10 @@ namespace detail {
 
 void throw_cuda(int err, const char* expr, const char* file, int line) {
     auto e = static_cast<cudaError_t>(err);
-    throw Error("cuda-runtime", fmt::format("{} failed: {} ({})", expr, cudaGetErrorName(e), cudaGetErrorString(e)),
+    // A sticky device error may come from a kernel that timed out in a bounded wait: append its mailbox record.
+    throw Error("cuda-runtime",
+                fmt::format("{} failed: {} ({}){}", expr, cudaGetErrorName(e), cudaGetErrorString(e),
+                            diag::report_for_error(err)),
                 file, line);
 }
 
@@ -33,14 +37,14 @@ void throw_cu(int err, const char* expr, const char* file, int line) {
         driver::api().cuGetErrorString(static_cast<CUresult>(err), &text);
     }
     throw Error("cuda-driver",
-                fmt::format("{} failed: {} ({})", expr, name ? name : fmt::format("CUresult {}", err),
-                            text ? text : "no description"),
+                fmt::format("{} failed: {} ({}){}", expr, name ? name : fmt::format("CUresult {}", err),
+                            text ? text : "no description", diag::report_for_error(err)),
                 file, line);
 }
 
 void throw_nvrtc(int err, const char* expr, const char* file, int line) {
-    throw Error("nvrtc", fmt::format("{} failed: {}", expr, nvrtcGetErrorString(static_cast<nvrtcResult>(err))),
-                file, line);
+    throw Error("nvrtc", fmt::format("{} failed: {}", expr, nvrtcGetErrorString(static_cast<nvrtcResult>(err))), file,
+                line);
 }
 
 void throw_nvjitlink(int err, const char* expr, const char* file, int line) {

@@ -7,6 +7,7 @@
 
 #include "loom/runtime/driver.hpp"
 #include "loom/runtime/error.hpp"
+#include "runtime/diag_mailbox.hpp"
 #include "runtime/heap_allocator.hpp"
 
 namespace loom {
@@ -46,6 +47,7 @@ struct World::Impl {
     std::unique_ptr<SymmetricHeap> heap;
     std::unique_ptr<detail::HeapAllocator> allocator;
     std::uint64_t wait_timeout_ns = 0;
+    DiagMailbox* diag = nullptr;  // device address of the process's diagnostic mailbox (runtime/diag_mailbox.hpp)
     bool shut_down = false;
     bool barrier_at_shutdown = true;
 
@@ -77,8 +79,9 @@ struct World::Impl {
         if (shut_down) return;
         shut_down = true;
         if (device >= 0 && (cudaSetDevice(device) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess)) {
-            std::fprintf(stderr, "loom: warning: rank %d: device %d reported '%s' at shutdown\n", info.rank, device,
-                         cudaGetErrorString(cudaGetLastError()));
+            const cudaError_t e = cudaGetLastError();
+            std::fprintf(stderr, "loom: warning: rank %d: device %d reported '%s' at shutdown%s\n", info.rank, device,
+                         cudaGetErrorString(e), diag::report_for_error(e).c_str());
         }
         if (store && info.world_size > 1 && barrier_at_shutdown) {
             try {
@@ -153,6 +156,7 @@ void World::init(const RankInfo& info, const WorldOptions& opts) {
                    count, dev);
         LOOM_CHECK_CUDA(cudaSetDevice(dev));
         w.device = dev;
+        w.diag = diag::attach(info.rank);
     }
     const auto wait_ms = env_ms("LOOM_WAIT_TIMEOUT_MS", std::chrono::milliseconds(0));
     w.wait_timeout_ns = static_cast<std::uint64_t>(wait_ms.count()) * 1000000ull;
@@ -244,6 +248,7 @@ Ctx World::ctx() const {
     c.local_base_rank = w.info.node * w.info.local_world_size;
     c.wait_timeout_ns = w.wait_timeout_ns;
     c.heap_size = w.heap ? w.heap->size() : 0;
+    c.diag = w.diag;
     for (int i = 0; i < kMaxLocalPeers; ++i)
         c.heap[i] = w.heap && i < w.info.local_world_size ? w.heap->base(i) : nullptr;
     return c;

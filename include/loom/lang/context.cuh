@@ -5,19 +5,25 @@
 #pragma once
 
 #include "loom/config.hpp"
+#if LOOM_HOST_COMPILE
+#include <type_traits>
+#endif
 
 namespace loom {
 
+struct DiagMailbox;  // loom/lang/diag.cuh
+
 struct Ctx {
-    int32_t rank;             // global rank
-    int32_t world;            // number of ranks
-    int32_t local_rank;       // index of this rank among the ranks of its node
-    int32_t local_world;      // ranks on this node
-    int32_t node;             // node index
-    int32_t local_base_rank;  // global rank of local rank 0 (the ranks of a node are contiguous)
-    uint64_t wait_timeout_ns; // bound on every spin-wait; 0 = unbounded (LOOM_WAIT_TIMEOUT_MS)
-    uint64_t heap_size;       // bytes of each rank's symmetric heap
+    int32_t rank;                // global rank
+    int32_t world;               // number of ranks
+    int32_t local_rank;          // index of this rank among the ranks of its node
+    int32_t local_world;         // ranks on this node
+    int32_t node;                // node index
+    int32_t local_base_rank;     // global rank of local rank 0 (the ranks of a node are contiguous)
+    uint64_t wait_timeout_ns;    // bound on every spin-wait; 0 = unbounded (LOOM_WAIT_TIMEOUT_MS)
+    uint64_t heap_size;          // bytes of each rank's symmetric heap
     char* heap[kMaxLocalPeers];  // heap[i]: local rank i's heap, mapped into this process
+    DiagMailbox* diag;           // timed-out waits report here (lang/diag.cuh); null: the module's global
 
     // Is `peer` reachable by load/store from this process (same node)?
     LOOM_HOST_DEVICE bool reachable(int peer) const {
@@ -31,5 +37,12 @@ struct Ctx {
         return c >= heap[local_rank] && c < heap[local_rank] + heap_size;
     }
 };
+
+// Passed by value to every kernel and compiled from this header on both sides: the layout must not drift.
+static_assert(sizeof(Ctx) == 6 * 4 + 2 * 8 + kMaxLocalPeers * sizeof(char*) + sizeof(DiagMailbox*),
+              "Ctx layout changed: update this assert and every host-built Ctx");
+#if LOOM_HOST_COMPILE
+static_assert(std::is_trivially_copyable_v<Ctx> && std::is_standard_layout_v<Ctx>, "Ctx is passed by value");
+#endif
 
 }  // namespace loom

@@ -6,7 +6,8 @@
 #pragma once
 
 #include "loom/config.hpp"
-#if !LOOM_NVRTC
+#include "loom/lang/diag.cuh"  // LOOM_NO_DEVICE_PRINTF, the mailbox record
+#if !LOOM_NVRTC && !LOOM_NO_DEVICE_PRINTF
 #include <cstdio>  // device printf (NVRTC declares it built in)
 #endif
 #include "loom/lang/context.cuh"
@@ -20,7 +21,17 @@ LOOM_DEVICE LOOM_FORCEINLINE int local_world(const Ctx& ctx) { return ctx.local_
 LOOM_DEVICE LOOM_FORCEINLINE bool reachable(const Ctx& ctx, int peer) { return ctx.reachable(peer); }
 
 namespace detail {
+#if LOOM_NO_DEVICE_PRINTF
+// Mailbox record only (lang/diag.cuh), inlined: a call would serialise wgmma.
+LOOM_DEVICE LOOM_FORCEINLINE void bad_peer(const Ctx& ctx, const void* p, int peer) {
+    diag_post(ctx.diag, DiagKind::BadPeer, ctx.rank, "symm_at", p, 0, static_cast<uint64_t>(peer),
+              static_cast<uint64_t>(ctx.local_base_rank) | (static_cast<uint64_t>(ctx.local_world) << 32), 0);
+    __trap();
+}
+#else
 __noinline__ LOOM_DEVICE inline void bad_peer(const Ctx& ctx, const void* p, int peer) {
+    diag_post(ctx.diag, DiagKind::BadPeer, ctx.rank, "symm_at", p, 0, static_cast<uint64_t>(peer),
+              static_cast<uint64_t>(ctx.local_base_rank) | (static_cast<uint64_t>(ctx.local_world) << 32), 0);
     printf(
         "loom: symm_at: rank %d block (%u,%u,%u) thread %u: peer %d is not load/store reachable (local ranks "
         "%d..%d of %d) or %p is not in this rank's symmetric heap [%p, +%llu)\n",
@@ -29,6 +40,7 @@ __noinline__ LOOM_DEVICE inline void bad_peer(const Ctx& ctx, const void* p, int
         static_cast<unsigned long long>(ctx.heap_size));
     __trap();
 }
+#endif
 }  // namespace detail
 
 // `p` (a pointer into this rank's symmetric heap) as seen in `peer`'s heap, mapped into this process.

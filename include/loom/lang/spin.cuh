@@ -1,13 +1,19 @@
 // The one bounded spin helper behind every wait in Loom, and the wrap-safe compares it uses.
 //
-// With ctx.wait_timeout_ns > 0 (LOOM_WAIT_TIMEOUT_MS on the host) a wait that does not complete in time prints
-//   loom: wait timeout: rank R block (x,y,z) thread T tag <tag> at <addr> expected <cmp> <value> observed <value>
-//   after <ms> ms
-// and traps; the launcher then tears the job down. With 0 it spins forever (production, by choice).
+// With ctx.wait_timeout_ns > 0 (LOOM_WAIT_TIMEOUT_MS on the host) a wait that does not complete in time
+//   1. writes a DiagRecord into the process's diagnostic mailbox (lang/diag.cuh), which the host decodes into the
+//      loom::Error of the next CUDA call that reports the sticky error;
+//   2. unless the kernel defines LOOM_NO_DEVICE_PRINTF 1 (every wgmma kernel must: a printf call serialises
+//      wgmma), prints
+//        loom: wait timeout: rank R block (x,y,z) thread T tag <tag> at <addr> expected <cmp> <value> observed
+//        <value> after <ms> ms
+//   3. traps; the launcher then tears the job down.
+// With 0 it spins forever (production, by choice). Without a World (no mailbox) step 1 writes nothing.
 #pragma once
 
 #include "loom/config.hpp"
-#if !LOOM_NVRTC
+#include "loom/lang/diag.cuh"  // defines LOOM_NO_DEVICE_PRINTF (0) when the kernel did not
+#if !LOOM_NVRTC && !LOOM_NO_DEVICE_PRINTF
 #include <cstdio>  // device printf (NVRTC declares it built in)
 #endif
 #include "loom/lang/context.cuh"
@@ -75,9 +81,20 @@ LOOM_DEVICE LOOM_FORCEINLINE const char* cmp_name(Cmp cmp) {
 }
 
 namespace detail {
-// Cold path: print the diagnostic and trap. Kept out of line so the spin loop stays small.
+#if LOOM_NO_DEVICE_PRINTF
+// Cold path, mailbox only. Inlined: an out-of-line call would itself serialise wgmma.
+LOOM_DEVICE LOOM_FORCEINLINE void wait_timeout(const Ctx& ctx, const char* tag, const void* addr, Cmp cmp,
+                                               uint64_t expected, uint64_t observed, uint64_t elapsed_ns) {
+    diag_post(ctx.diag, DiagKind::Signal, ctx.rank, tag, addr, static_cast<uint32_t>(cmp), expected, observed,
+              elapsed_ns);
+    __trap();
+}
+#else
+// Cold path: mailbox record, then the printed diagnostic, then trap. Kept out of line so the spin loop stays small.
 __noinline__ LOOM_DEVICE inline void wait_timeout(const Ctx& ctx, const char* tag, const void* addr, Cmp cmp,
                                                   uint64_t expected, uint64_t observed, uint64_t elapsed_ns) {
+    diag_post(ctx.diag, DiagKind::Signal, ctx.rank, tag, addr, static_cast<uint32_t>(cmp), expected, observed,
+              elapsed_ns);
     printf(
         "loom: wait timeout: rank %d block (%u,%u,%u) thread %u tag %s at %p expected %s %llu observed %llu "
         "after %llu ms\n",
@@ -87,6 +104,7 @@ __noinline__ LOOM_DEVICE inline void wait_timeout(const Ctx& ctx, const char* ta
         static_cast<unsigned long long>(elapsed_ns / 1000000ull));
     __trap();
 }
+#endif
 }  // namespace detail
 
 // Spin until poll(observed) returns true. `poll` performs the (acquire/volatile) load itself and stores what it

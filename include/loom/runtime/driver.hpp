@@ -36,6 +36,7 @@ namespace loom::driver {
     X(cuMemSetAccess, 10020)                             \
     X(cuLibraryLoadData, 12000)                          \
     X(cuLibraryUnload, 12000)                            \
+    X(cuLibraryGetGlobal, 12000)                         \
     X(cuLibraryGetKernel, 12000)                         \
     X(cuLibraryGetModule, 12000)                         \
     X(cuKernelGetFunction, 12000)                        \

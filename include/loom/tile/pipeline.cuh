@@ -10,24 +10,35 @@
 #pragma once
 
 #include "loom/config.hpp"
+#include "loom/lang/diag.cuh"
 #include "loom/ptx/cluster.cuh"
 #include "loom/ptx/mbarrier.cuh"
 
 namespace loom::tile {
 
-// Bound on one mbarrier wait before the kernel traps (~17 s at 2 GHz): a pipeline stall this long is a
+// Bound on one mbarrier wait before the kernel reports and traps (~17 s at 2 GHz): a pipeline stall this long is a
 // deadlock (a missing arrive, a wrong expect_tx byte count or a TMA fault), never slowness. The host sees the
 // trap as cudaErrorLaunchFailure / an illegal-instruction error from the next synchronising call.
 inline constexpr long long kMbarrierTimeoutCycles = 1ll << 35;
 
 // Waits for the phase of `bar` with `parity`. The fast path is a single try_wait; only a miss reads the clock.
-// No printf on the timeout path on purpose: a function call anywhere in a wgmma kernel makes ptxas serialise
-// every wgmma ("wgmma pipeline crossing function boundary", C7510), which costs ~20% of the GEMM's throughput.
-LOOM_DEVICE LOOM_FORCEINLINE void mbarrier_wait(uint64_t* bar, uint32_t parity, const char* /*tag*/) {
+// On timeout: a DiagRecord (kind Mbarrier: tag, barrier address, expected parity, the raw barrier word, cycles
+// waited) goes to the process's diagnostic mailbox, found through the module global loom_diag_mailbox that the
+// JIT sets at load (these waits have no Ctx, and the GEMM's parameters stay as they are); then trap. No printf,
+// on purpose: a function call anywhere in a wgmma kernel makes ptxas serialise every wgmma ("wgmma pipeline
+// crossing function boundary", C7510), which costs ~20% of the GEMM's throughput; the record is written inline.
+// Without a mailbox (a module not loaded by Loom's JIT, or no World) it only traps.
+LOOM_DEVICE LOOM_FORCEINLINE void mbarrier_wait(uint64_t* bar, uint32_t parity, const char* tag) {
     if (ptx::mbarrier_try_wait_parity(bar, parity)) return;
     const long long start = clock64();
     while (!ptx::mbarrier_try_wait_parity(bar, parity)) {
-        if (clock64() - start > kMbarrierTimeoutCycles) __trap();
+        const long long waited = clock64() - start;
+        if (waited > kMbarrierTimeoutCycles) {
+            const uint64_t word = *static_cast<volatile uint64_t*>(bar);  // opaque state, for the report only
+            lang::detail::diag_post(nullptr, DiagKind::Mbarrier, -1, tag, bar, 0, parity, word,
+                                    static_cast<uint64_t>(waited));
+            __trap();
+        }
     }
 }
 
