@@ -73,7 +73,11 @@ OpState& op_state(World& world, OpKind kind, const char* op) {
     return *slot;
 }
 
-void release_overlap_state(World& world) {
+}  // namespace loom::overlap
+
+// Declared in loom/ops/overlap.hpp (namespace loom).
+void loom::release_overlap_state(World& world) {
+    using namespace loom::overlap;
     auto& r = registry();
     std::vector<std::unique_ptr<OpState>> mine;
     {
@@ -93,6 +97,8 @@ void release_overlap_state(World& world) {
     // Map order (kind) is the same on every rank, so the collective frees match.
     for (auto& st : mine) destroy(world, *st);
 }
+
+namespace loom::overlap {
 
 void* ensure_symmetric(World& world, OpState& st, std::size_t bytes) {
     if (bytes <= st.sym_bytes) return st.sym;
