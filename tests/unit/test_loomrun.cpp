@@ -239,7 +239,15 @@ TEST_F(LoomrunFakeGpus, SharedGpusStartAndStopMps) {
     auto r =
         run_loomrun({"-n", "4", "/bin/sh", "-c",
                      "echo \"dev=$LOOM_DEVICE pct=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE pipe=$CUDA_MPS_PIPE_DIRECTORY\"; "
-                     "if [ \"$LOOM_RANK\" = 3 ]; then exit 4; fi; sleep 60"},
+                     // Rank 3 fails only once every rank has printed (bounded), so no line is lost to the teardown.
+                     "touch " +
+                         (dir_ / "printed.").string() +
+                         "$LOOM_RANK; "
+                         "if [ \"$LOOM_RANK\" = 3 ]; then for i in $(seq 100); do "
+                         "[ $(ls " +
+                         (dir_ / "printed.").string() +
+                         "* | wc -l) -ge 4 ] && break; sleep 0.1; done; exit 4; fi; "
+                         "sleep 60"},
                     with_path("with_mps"));
     EXPECT_EQ(r.code, 4) << r.err;
     EXPECT_TRUE(contains(r.err, "MPS started")) << r.err;
