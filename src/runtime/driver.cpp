@@ -1,6 +1,7 @@
 #include "loom/runtime/driver.hpp"
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <mutex>
 
@@ -20,8 +21,12 @@ const State& state() {
         int count = 0;
         cudaError_t err = cudaGetDeviceCount(&count);
         if (err != cudaSuccess) {
-            st.reason =
-                fmt::format("no usable CUDA driver/GPU ({}: {})", cudaGetErrorName(err), cudaGetErrorString(err));
+            // Say plainly whether the driver library is missing (CI, containers without GPUs) or present but unusable.
+            void* lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+            if (lib) dlclose(lib);
+            st.reason = lib ? fmt::format("CUDA driver present but unusable ({}: {})", cudaGetErrorName(err),
+                                          cudaGetErrorString(err))
+                            : std::string("no CUDA driver on this machine (libcuda.so.1 not found)");
             cudaGetLastError();
             return st;
         }
