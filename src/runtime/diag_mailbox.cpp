@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "loom/runtime/driver.hpp"
+#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 
 namespace loom::diag {
@@ -186,7 +187,13 @@ DiagMailbox* create_mailbox(DiagMailbox*& device) {
 
 }  // namespace
 
+bool enabled() {
+    static const bool on = env_flag("LOOM_DIAG_MAILBOX");
+    return on;
+}
+
 DiagMailbox* attach(int rank) {
+    if (!enabled()) return nullptr;
     State& s = state();
     std::lock_guard lock(s.mu);
     DiagMailbox* host = s.host.load();
@@ -215,6 +222,7 @@ DiagMailbox* attach(int rank) {
 }
 
 void bind_library(CUlibrary library) {
+    if (!enabled()) return;
     CUdeviceptr global = 0;
     std::size_t bytes = 0;
     const CUresult r = driver::api().cuLibraryGetGlobal(&global, &bytes, library, "loom_diag_mailbox");

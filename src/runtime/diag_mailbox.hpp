@@ -14,6 +14,10 @@
 
 namespace loom::diag {
 
+// The mailbox is opt-in (LOOM_DIAG_MAILBOX=1) until it has run on a GPU: without it attach() returns null,
+// bind_library() does nothing, and timed-out waits print (where allowed) and trap as before.
+bool enabled();
+
 // World creation (after the device is bound): create the mailbox on first use (pinned host memory, registered
 // mapped + portable) and point the module globals bound before it at it; clear it; remember `rank` for records
 // that carry none. Returns the device address for Ctx::diag. Thread-safe. A mailbox that cannot be created is

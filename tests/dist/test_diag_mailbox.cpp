@@ -87,6 +87,7 @@ int run_child(const std::string& test, std::string& output) {
         dup2(out[1], 2);
         close(out[0]);
         setenv("LOOM_DIAG_CHILD", "1", 1);
+        setenv("LOOM_DIAG_MAILBOX", "1", 1);
         setenv("LOOM_WAIT_TIMEOUT_MS", "300", 1);
         // Outside loomrun's MPS server: a trap in an MPS client would fault every client of the GPU.
         setenv("CUDA_MPS_PIPE_DIRECTORY", "/nonexistent/loom-diag-child-no-mps", 1);
