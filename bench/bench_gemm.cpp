@@ -19,73 +19,12 @@
 #include <string>
 #include <vector>
 
+#include "cublaslt.hpp"
 #include "harness.hpp"
 #include "loom/ops/gemm.hpp"
 #include "loom/runtime/error.hpp"
 
 namespace {
-
-#define CHECK_LT(x)                                                                      \
-    do {                                                                                 \
-        cublasStatus_t s_ = (x);                                                         \
-        if (s_ != CUBLAS_STATUS_SUCCESS) LOOM_FAIL("{} failed: status {}", #x, int(s_)); \
-    } while (0)
-
-__attribute__((unused)) void fill_random(void* p, size_t n, uint64_t seed) {
-    std::vector<uint16_t> h(n);
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (auto& v : h) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        const float f = static_cast<float>((x >> 40) & 0xffffff) / 16777216.f * 2.f - 1.f;
-        uint32_t u;
-        std::memcpy(&u, &f, 4);
-        v = static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-    }
-    LOOM_CHECK_CUDA(cudaMemcpy(p, h.data(), n * 2, cudaMemcpyHostToDevice));
-}
-
-// Row-major C[m, n] = A[m, k] B[n, k]^T is column-major C^T[n, m] = (B as k x n col-major)^T * (A as k x m).
-struct LtGemm {
-    cublasLtHandle_t h{};
-    cublasLtMatmulDesc_t op{};
-    cublasLtMatrixLayout_t la{}, lb{}, lc{};
-    cublasLtMatmulAlgo_t algo{};
-    void* ws = nullptr;
-    size_t ws_bytes = 64 << 20;
-    LtGemm(int m, int n, int k) {
-        CHECK_LT(cublasLtCreate(&h));
-        LOOM_CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
-        CHECK_LT(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-        cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-        CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-        CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-        CHECK_LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, k, n, k));
-        CHECK_LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, m, k));
-        CHECK_LT(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, m, n));
-        cublasLtMatmulPreference_t pref;
-        CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
-        CHECK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                                      sizeof ws_bytes));
-        cublasLtMatmulHeuristicResult_t res{};
-        int count = 0;
-        CHECK_LT(cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, 1, &res, &count));
-        LOOM_CHECK(count > 0, "cuBLASLt found no algorithm for {} x {} x {}", m, n, k);
-        algo = res.algo;
-        cublasLtMatmulPreferenceDestroy(pref);
-    }
-    void run(const void* a, const void* b, void* c, cudaStream_t s) {
-        const float alpha = 1.f, beta = 0.f;
-        CHECK_LT(cublasLtMatmul(h, op, &alpha, b, la, a, lb, &beta, c, lc, c, lc, &algo, ws, ws_bytes, s));
-    }
-    ~LtGemm() {
-        cublasLtMatrixLayoutDestroy(la);
-        cublasLtMatrixLayoutDestroy(lb);
-        cublasLtMatrixLayoutDestroy(lc);
-        cublasLtMatmulDescDestroy(op);
-        cublasLtDestroy(h);
-        cudaFree(ws);
-    }
-};
 
 struct Shape {
     const char* kind;
@@ -211,12 +150,12 @@ int main(int argc, char** argv) {
             LOOM_CHECK_CUDA(cudaMalloc(&b, size_t(s.n) * s.k * 2));
             LOOM_CHECK_CUDA(cudaMalloc(&c, mn * 2));
             LOOM_CHECK_CUDA(cudaMalloc(&c_ref, mn * 2));
-            fill_random(a, size_t(s.m) * s.k, 1);
-            fill_random(b, size_t(s.n) * s.k, 2);
+            loom::bench::fill_random_bf16(a, size_t(s.m) * s.k, 1);
+            loom::bench::fill_random_bf16(b, size_t(s.n) * s.k, 2);
             loom::MatrixView A{a, loom::DType::BF16, s.m, s.k, 0}, B{b, loom::DType::BF16, s.n, s.k, 0};
             loom::MatrixView C{c, loom::DType::BF16, s.m, s.n, 0};
             const auto heur = loom::gemm_heuristic(s.m, s.n, s.k, false, major * 10 + minor, sms);
-            LtGemm lt(s.m, s.n, s.k);
+            loom::bench::LtGemm lt(s.m, s.n, s.k);
             lt.run(a, b, c_ref, stream);
             LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
             std::vector<uint16_t> ref(mn);

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cublaslt.hpp"
 #include "harness.hpp"
 #include "loom/ops/collectives.hpp"
 #include "loom/ops/gemm.hpp"
@@ -27,68 +28,6 @@
 #include "loom/runtime/nvshmem.hpp"
 
 namespace {
-
-#define CHECK_LT(x)                                                                      \
-    do {                                                                                 \
-        cublasStatus_t s_ = (x);                                                         \
-        if (s_ != CUBLAS_STATUS_SUCCESS) LOOM_FAIL("{} failed: status {}", #x, int(s_)); \
-    } while (0)
-
-void fill_random(void* p, size_t n, uint64_t seed) {
-    std::vector<uint16_t> h(n);
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (auto& v : h) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        const float f = static_cast<float>((x >> 40) & 0xffffff) / 16777216.f * 2.f - 1.f;
-        uint32_t u;
-        std::memcpy(&u, &f, 4);
-        v = static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-    }
-    LOOM_CHECK_CUDA(cudaMemcpy(p, h.data(), n * 2, cudaMemcpyHostToDevice));
-}
-
-// Row-major C[m, n] = A[m, k] B[n, k]^T through cuBLASLt (column-major C^T = B A^T), bf16 in/out, fp32 compute.
-struct LtGemm {
-    cublasLtHandle_t h{};
-    cublasLtMatmulDesc_t op{};
-    cublasLtMatrixLayout_t la{}, lb{}, lc{};
-    cublasLtMatmulAlgo_t algo{};
-    void* ws = nullptr;
-    size_t ws_bytes = 64 << 20;
-    LtGemm(int64_t m, int64_t n, int64_t k) {
-        CHECK_LT(cublasLtCreate(&h));
-        LOOM_CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
-        CHECK_LT(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-        cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-        CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-        CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-        CHECK_LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, k, n, k));
-        CHECK_LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, m, k));
-        CHECK_LT(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, m, n));
-        cublasLtMatmulPreference_t pref;
-        CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
-        CHECK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                                      sizeof ws_bytes));
-        cublasLtMatmulHeuristicResult_t res{};
-        int count = 0;
-        CHECK_LT(cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, 1, &res, &count));
-        LOOM_CHECK(count > 0, "cuBLASLt found no algorithm for {} x {} x {}", m, n, k);
-        algo = res.algo;
-        cublasLtMatmulPreferenceDestroy(pref);
-    }
-    void run(const void* a, const void* b, void* c, cudaStream_t s) {
-        const float alpha = 1.f, beta = 0.f;
-        CHECK_LT(cublasLtMatmul(h, op, &alpha, b, la, a, lb, &beta, c, lc, c, lc, &algo, ws, ws_bytes, s));
-    }
-    ~LtGemm() {
-        cublasLtMatrixLayoutDestroy(la);
-        cublasLtMatrixLayoutDestroy(lb);
-        cublasLtMatrixLayoutDestroy(lc);
-        cublasLtMatmulDescDestroy(op);
-        cublasLtDestroy(h);
-        cudaFree(ws);
-    }
-};
 
 // Largest relative difference (|x - y| / (|y| + 1)) between two bf16 buffers, NaN -> infinity.
 double max_rel_diff(const void* x, const void* y, size_t n) {
@@ -145,8 +84,8 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, cudaStream_t 
         void* a_sym = w.alloc_bytes(rows * K * 2);  // Loom's all_gather input / output (symmetric)
         void* g_sym = w.alloc_bytes(M * K * 2);
         gfull = g_sym;
-        fill_random(a, rows * K, 1 + w.rank());
-        fill_random(b, n_loc * K, 100 + w.rank());
+        loom::bench::fill_random_bf16(a, rows * K, 1 + w.rank());
+        loom::bench::fill_random_bf16(b, n_loc * K, 100 + w.rank());
         LOOM_CHECK_CUDA(cudaMemcpy(a_sym, a, rows * K * 2, cudaMemcpyDeviceToDevice));
         const MatrixView A{a, DType::BF16, rows, K, 0}, B{b, DType::BF16, n_loc, K, 0}, C{c, DType::BF16, M, n_loc, 0};
         auto seq_loom = [&](cudaStream_t st) {
@@ -191,7 +130,7 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, cudaStream_t 
         nlohmann::json baselines{{"loom_allgather_then_gemm", t_seq}};
         row["allgather_us"] = t_comm;
         row["gemm_us"] = t_gemm;
-        LtGemm lt(M, n_loc, K);
+        loom::bench::LtGemm lt(M, n_loc, K);
         row["cublaslt_us"] = med([&](cudaStream_t st) { lt.run(gfull, b, c_ref, st); }, s, w, args.iters);
         if (have_nvshmem) {
             void* na = loom::nvshmem::malloc(rows * K * 2);
@@ -240,8 +179,8 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, cudaStream_t 
         LOOM_CHECK_CUDA(cudaMalloc(&c, rows * N * 2));
         LOOM_CHECK_CUDA(cudaMalloc(&c_ref, rows * N * 2));
         void* partial = w.alloc_bytes(M * N * 2);
-        fill_random(a, M * k_loc, 1 + w.rank());
-        fill_random(b, N * k_loc, 100 + w.rank());
+        loom::bench::fill_random_bf16(a, M * k_loc, 1 + w.rank());
+        loom::bench::fill_random_bf16(b, N * k_loc, 100 + w.rank());
         const MatrixView A{a, DType::BF16, M, k_loc, 0}, B{b, DType::BF16, N, k_loc, 0}, C{c, DType::BF16, rows, N, 0};
         auto seq_loom = [&](cudaStream_t st) {
             loom::gemm(A, B, {partial, DType::BF16, M, N, 0}, {}, st);
@@ -274,7 +213,7 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, cudaStream_t 
         nlohmann::json baselines{{"loom_gemm_then_reduce_scatter", med(seq_loom, s, w, args.iters)}};
         row["gemm_us"] = t_gemm;
         row["reduce_scatter_us"] = t_comm;
-        LtGemm lt(M, N, k_loc);
+        loom::bench::LtGemm lt(M, N, k_loc);
         row["cublaslt_us"] = med([&](cudaStream_t st) { lt.run(a, b, partial, st); }, s, w, args.iters);
         if (have_nvshmem) {
             void* np = loom::nvshmem::malloc(M * N * 2);

@@ -1,0 +1,65 @@
+#include "cublaslt.hpp"
+
+#include <cstring>
+#include <vector>
+
+#include "loom/runtime/error.hpp"
+
+#define CHECK_LT(x)                                                                      \
+    do {                                                                                 \
+        cublasStatus_t s_ = (x);                                                         \
+        if (s_ != CUBLAS_STATUS_SUCCESS) LOOM_FAIL("{} failed: status {}", #x, int(s_)); \
+    } while (0)
+
+namespace loom::bench {
+
+void fill_random_bf16(void* p, std::size_t n, std::uint64_t seed) {
+    std::vector<uint16_t> h(n);
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (auto& v : h) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        const float f = static_cast<float>((x >> 40) & 0xffffff) / 16777216.f * 2.f - 1.f;
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        v = static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+    }
+    LOOM_CHECK_CUDA(cudaMemcpy(p, h.data(), n * 2, cudaMemcpyHostToDevice));
+}
+
+LtGemm::LtGemm(int64_t m, int64_t n, int64_t k) {
+    CHECK_LT(cublasLtCreate(&h));
+    LOOM_CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
+    CHECK_LT(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    CHECK_LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, k, n, k));
+    CHECK_LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, m, k));
+    CHECK_LT(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, m, n));
+    cublasLtMatmulPreference_t pref;
+    CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
+    CHECK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                  sizeof ws_bytes));
+    cublasLtMatmulHeuristicResult_t res{};
+    int count = 0;
+    CHECK_LT(cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, 1, &res, &count));
+    LOOM_CHECK(count > 0, "cuBLASLt found no algorithm for {} x {} x {}", m, n, k);
+    algo = res.algo;
+    cublasLtMatmulPreferenceDestroy(pref);
+}
+
+void LtGemm::run(const void* a, const void* b, void* c, cudaStream_t s) {
+    const float alpha = 1.f, beta = 0.f;
+    CHECK_LT(cublasLtMatmul(h, op, &alpha, b, la, a, lb, &beta, c, lc, c, lc, &algo, ws, ws_bytes, s));
+}
+
+LtGemm::~LtGemm() {
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(op);
+    cublasLtDestroy(h);
+    cudaFree(ws);
+}
+
+}  // namespace loom::bench
