@@ -239,9 +239,11 @@ int main(int argc, char** argv) {
         }
         if (nb > 0) std::printf("best per shape: geomean ratio %.3f\n", std::exp(log_best / nb));
     }
-    if (!out.empty())
+    if (!out.empty()) {
         report.write(out);
-    else
+        std::remove((out + ".partial").c_str());  // complete: the partial copy is only for a run that dies
+    } else {
         report.write("/dev/stdout");
+    }
     return 0;
 }
