@@ -155,8 +155,14 @@ TEST_F(Loomrun, RankKilledBySignal) {
 }
 
 TEST_F(Loomrun, RankIgnoringSigtermIsKilledAfterTheGracePeriod) {
-    auto r =
-        run_loomrun({"-n", "2", "/bin/sh", "-c", "if [ \"$LOOM_RANK\" = 0 ]; then exit 2; fi; trap '' TERM; sleep 60"});
+    // Rank 0 fails only once rank 1 ignores SIGTERM (bounded wait on a marker file), so the test cannot race.
+    char dir[] = "/tmp/loomrun-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(dir), nullptr);
+    const std::string ready = std::string(dir) + "/ignoring-term";
+    auto r = run_loomrun({"-n", "2", "/bin/sh", "-c",
+                          "if [ \"$LOOM_RANK\" = 0 ]; then for i in $(seq 100); do [ -e " + ready +
+                              " ] && break; sleep 0.1; done; exit 2; fi; trap '' TERM; touch " + ready + "; sleep 60"});
+    std::filesystem::remove_all(dir);
     EXPECT_EQ(r.code, 2) << r.err;
     EXPECT_GE(r.elapsed, 2500ms);
     EXPECT_LT(r.elapsed, 10s);
