@@ -25,8 +25,9 @@ namespace loom::lang {
 // difference (observed - target), so GE means "at or past target" as long as the two are within 2^63.
 enum class Cmp : int { EQ, NE, GE, GT, LE, LT };
 
-LOOM_DEVICE LOOM_FORCEINLINE bool compare(uint64_t observed, Cmp cmp, uint64_t target) {
-    const int64_t d = static_cast<int64_t>(observed - target);
+// `d` is the signed difference observed - target, taken in the counter's own width.
+template <class Signed>
+LOOM_DEVICE LOOM_FORCEINLINE bool compare_difference(Signed d, Cmp cmp) {
     switch (cmp) {
         case Cmp::EQ:
             return d == 0;
@@ -43,23 +44,11 @@ LOOM_DEVICE LOOM_FORCEINLINE bool compare(uint64_t observed, Cmp cmp, uint64_t t
     }
     return false;
 }
+LOOM_DEVICE LOOM_FORCEINLINE bool compare(uint64_t observed, Cmp cmp, uint64_t target) {
+    return compare_difference(static_cast<int64_t>(observed - target), cmp);
+}
 LOOM_DEVICE LOOM_FORCEINLINE bool compare(uint32_t observed, Cmp cmp, uint32_t target) {
-    const int32_t d = static_cast<int32_t>(observed - target);
-    switch (cmp) {
-        case Cmp::EQ:
-            return d == 0;
-        case Cmp::NE:
-            return d != 0;
-        case Cmp::GE:
-            return d >= 0;
-        case Cmp::GT:
-            return d > 0;
-        case Cmp::LE:
-            return d <= 0;
-        case Cmp::LT:
-            return d < 0;
-    }
-    return false;
+    return compare_difference(static_cast<int32_t>(observed - target), cmp);
 }
 
 LOOM_DEVICE LOOM_FORCEINLINE const char* cmp_name(Cmp cmp) {
