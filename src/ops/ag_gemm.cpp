@@ -32,6 +32,9 @@ std::string OverlapPlan::str() const { return fmt::format("{} comm_blocks {}", g
 
 namespace {
 
+constexpr const char* kHooks = "loom::kernels::overlap::AgGemmHooks";
+constexpr const char* kHeader = "loom/kernels/ag_gemm.cuh";
+
 GemmConfig overlap_gemm_config(int64_t m, int64_t n, int64_t k, int arch, int gemm_sms) {
     GemmConfig cfg = gemm_heuristic(m, n, k, false, arch, gemm_sms);
     cfg.cluster_m = 1;  // hooks order single-CTA tiles
@@ -49,8 +52,7 @@ OverlapPlan ag_gemm_plan(int64_t m, int64_t n_loc, int64_t k, int world_size, Ag
         // 8 SMs of TMA copies keep ~W - 1 chunks in flight at NVLink speed; fewer for small chunks.
         const int64_t chunk_bytes = m / std::max(world_size, 1) * k * 2;
         const int dflt = static_cast<int>(std::clamp<int64_t>(chunk_bytes / (256 << 10), 1, 8));
-        p.comm_blocks = comm_sms > 0 ? comm_sms : dflt;
-        p.comm_blocks = std::min({p.comm_blocks, kernels::overlap::kMaxCommBlocks, num_sms - 1});
+        p.comm_blocks = overlap::comm_blocks(comm_sms, dflt, num_sms);
     }
     p.gemm = overlap_gemm_config(m, n_loc, k, arch, num_sms - p.comm_blocks);
     return p;
@@ -98,8 +100,22 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
     }
     overlap::check_config(op, plan.gemm);
     if (overlap::debug())
-        fmt::print(stderr, "loom::ag_gemm M={} N={} K={} W={} producer {}: {}\n", M, N, K, W, to_string(producer),
-                   plan.str());
+        fmt::print(stderr, "loom::ag_gemm M={} N={} K={} W={} producer {} SMs {} of {}: {}\n", M, N, K, W,
+                   to_string(producer), st.num_sms, st.device_sms, plan.str());
+
+    // Both kernels compiled before the counters advance (a JIT error leaves them as they were).
+    const bool tma = o.sm_path != DataPath::LdSt;
+    LOOM_CHECK(o.sm_path == DataPath::Auto || o.sm_path == DataPath::LdSt || o.sm_path == DataPath::Tma,
+               "{}: expected the Sm producer's data path LdSt or Tma, given {}", op, to_string(o.sm_path));
+    const jit::Kernel* push_kernel = nullptr;
+    if (producer == AgProducer::Sm) {
+        jit::KernelSpec spec;
+        spec.header = kHeader;
+        spec.name = "loom::kernels::overlap::ag_gemm_push";
+        spec.template_args = {tma ? "1" : "0"};
+        push_kernel = &jit::get_kernel(spec);
+    }
+    overlap::prepare_gemm(kHooks, kHeader, gview, c, plan.gemm);
 
     const uint64_t epoch = ++st.calls;
     auto* sig = st.sig;
@@ -119,9 +135,6 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
         const int P = plan.comm_blocks;
         st.chunk_total += static_cast<uint64_t>(P);
         st.started_total += static_cast<uint64_t>(P);
-        const bool tma = o.sm_path != DataPath::LdSt;
-        LOOM_CHECK(o.sm_path == DataPath::Auto || o.sm_path == DataPath::LdSt || o.sm_path == DataPath::Tma,
-                   "{}: expected the Sm producer's data path LdSt or Tma, given {}", op, to_string(o.sm_path));
         kernels::overlap::AgPushParams pp{};
         pp.a_local = a.data;
         pp.gather = gather;
@@ -130,18 +143,13 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
         pp.epoch = epoch;
         pp.stages = 4;
         pp.stage_bytes = 16 * 1024;
-        jit::KernelSpec spec;
-        spec.header = "loom/kernels/ag_gemm.cuh";
-        spec.name = "loom::kernels::overlap::ag_gemm_push";
-        spec.template_args = {tma ? "1" : "0"};
-        const jit::Kernel& k = jit::get_kernel(spec);
         jit::LaunchConfig lc;
         lc.grid = dim3(static_cast<unsigned>(P));
         lc.block = dim3(512);
         lc.smem = tma ? 128 + std::size_t(pp.stages) * pp.stage_bytes : 0;  // lang::tma_staging_bytes
         lc.stream = st.side;
         const Ctx ctx = world.ctx();
-        k(lc, ctx, pp);
+        (*push_kernel)(lc, ctx, pp);
         // The GEMM takes the remaining SMs only once every producer block is resident: it can never starve them.
         stream_ops::wait_value(stream, &sig->started, st.started_total, stream_ops::WaitCmp::GEQ);
     }
@@ -151,8 +159,7 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
     h.timeout_ns = world.ctx().wait_timeout_ns;
     h.rows_per_rank = static_cast<int32_t>(R);
     h.shift_m = static_cast<int32_t>(me * R / plan.gemm.block_m);
-    overlap::launch_gemm("loom::kernels::overlap::AgGemmHooks", "loom/kernels/ag_gemm.cuh", gview, b, c, plan.gemm,
-                         st.num_sms, stream, h);
+    overlap::launch_gemm(kHooks, kHeader, gview, b, c, plan.gemm, st.num_sms, stream, h);
     overlap::join(st, stream);
 }
 

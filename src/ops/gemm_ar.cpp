@@ -16,7 +16,9 @@ namespace loom {
 
 namespace {
 constexpr int64_t kMaxM = 128;
-}
+constexpr const char* kHooks = "loom::kernels::overlap::TileNotifyHooks";
+constexpr const char* kHeader = "loom/kernels/gemm_ar.cuh";
+}  // namespace
 
 OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms) {
     (void)world_size;
@@ -26,8 +28,7 @@ OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, in
     cfg.tma_store = true;
     const int64_t tiles = ((m + cfg.block_m - 1) / cfg.block_m) * ((n + cfg.block_n - 1) / cfg.block_n);
     // One reduce block per tile (a tile's pull is ~W x 16-64 KiB), at most 32; the GEMM keeps the rest.
-    p.comm_blocks = comm_sms > 0 ? comm_sms : static_cast<int>(std::clamp<int64_t>(tiles, 1, 32));
-    p.comm_blocks = std::min({p.comm_blocks, kernels::overlap::kMaxCommBlocks, num_sms - 1});
+    p.comm_blocks = overlap::comm_blocks(comm_sms, static_cast<int>(std::clamp<int64_t>(tiles, 1, 32)), num_sms);
     cfg.grid = static_cast<int>(gemm_sm90_grid(m, n, cfg, num_sms - p.comm_blocks));
     p.gemm = cfg;
     return p;
@@ -61,11 +62,28 @@ void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const Matri
     const int64_t num_m = (M + plan.gemm.block_m - 1) / plan.gemm.block_m;
     LOOM_CHECK(num_m * num_n <= kernels::overlap::kMaxTileSignals, "{}: expected at most {} output tiles, given {}", op,
                kernels::overlap::kMaxTileSignals, num_m * num_n);
-    if (overlap::debug()) fmt::print(stderr, "loom::gemm_ar M={} N={} K_loc={} W={}: {}\n", M, N, K, W, plan.str());
+    if (overlap::debug())
+        fmt::print(stderr, "loom::gemm_ar M={} N={} K_loc={} W={} SMs {} of {}: {}\n", M, N, K, W, st.num_sms,
+                   st.device_sms, plan.str());
 
     char* const partials = static_cast<char*>(overlap::ensure_symmetric(world, st, 2 * half_bytes));
+    // The parity halves sit at a fixed offset, half of the allocation, not at this call's size: a smaller call
+    // right after a larger one would otherwise write its half inside the previous call's half, which peers may
+    // still be reading (nothing orders a peer's reads of call e - 1 before our GEMM of call e). The allocation
+    // only changes in ensure_symmetric's synchronised growth, so the halves are stable between growths.
+    const std::size_t half_stride = st.sym_bytes / 2 / 1024 * 1024;
+    LOOM_CHECK(half_stride >= half_bytes, "{}: internal: parity half {} B < {} B", op, half_stride, half_bytes);
+
+    jit::KernelSpec spec;
+    spec.header = "loom/kernels/gemm_ar.cuh";
+    spec.name = "loom::kernels::overlap::gemm_ar_reduce";
+    spec.template_args = {dtype_cuda_name(c.dtype)};
+    // Compile (or fetch) both kernels before the call number advances: a JIT error must leave every counter as
+    // it was, or the next call would wait for targets its peers never reach.
+    const jit::Kernel& reduce_kernel = jit::get_kernel(spec);
+    overlap::prepare_gemm(kHooks, kHeader, a, c, plan.gemm);
     const uint64_t epoch = ++st.calls;
-    void* const partial = partials + (epoch % 2) * half_bytes;
+    void* const partial = partials + (epoch % 2) * half_stride;
     const MatrixView pview{partial, c.dtype, M, N, 0};
     gemm_validate(a, b, pview, GemmOptions{});
 
@@ -83,25 +101,19 @@ void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const Matri
 
     overlap::fork(st, stream);
     {
-        jit::KernelSpec spec;
-        spec.header = "loom/kernels/gemm_ar.cuh";
-        spec.name = "loom::kernels::overlap::gemm_ar_reduce";
-        spec.template_args = {dtype_cuda_name(c.dtype)};
-        const jit::Kernel& k = jit::get_kernel(spec);
         jit::LaunchConfig lc;
         lc.grid = dim3(static_cast<unsigned>(plan.comm_blocks));
         lc.block = dim3(256);
         lc.stream = st.side;
         const Ctx ctx = world.ctx();
-        k(lc, ctx, ap);
+        reduce_kernel(lc, ctx, ap);
     }
     kernels::overlap::TileNotifyHookArgs h{};
     h.tile = st.sig->tile;
     h.epoch = epoch;
     h.num_n = static_cast<int32_t>(num_n);
     h.shift_m = 0;
-    overlap::launch_gemm("loom::kernels::overlap::TileNotifyHooks", "loom/kernels/gemm_ar.cuh", a, b, pview, plan.gemm,
-                         st.num_sms, stream, h);
+    overlap::launch_gemm(kHooks, kHeader, a, b, pview, plan.gemm, st.num_sms, stream, h);
     overlap::join(st, stream);
 }
 

@@ -14,13 +14,16 @@
 
 namespace loom {
 
+namespace {
+constexpr const char* kHooks = "loom::kernels::overlap::TileNotifyHooks";
+}
+
 OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms) {
     OverlapPlan p;
     // 16 blocks of ld/st pushes (~20-30 GB/s each over NVLink) keep up with the GEMM's output rate on the
     // Triton-distributed shapes; small outputs need fewer (each block reduces at least one row).
     const int64_t rows_seg = m / std::max(world_size, 1);
-    p.comm_blocks = comm_sms > 0 ? comm_sms : static_cast<int>(std::clamp<int64_t>(rows_seg, 1, 16));
-    p.comm_blocks = std::min({p.comm_blocks, kernels::overlap::kMaxCommBlocks, num_sms - 1});
+    p.comm_blocks = overlap::comm_blocks(comm_sms, static_cast<int>(std::clamp<int64_t>(rows_seg, 1, 16)), num_sms);
     GemmConfig cfg = gemm_heuristic(m, n, k_loc, false, arch, num_sms - p.comm_blocks);
     cfg.cluster_m = 1;
     cfg.tma_store = true;
@@ -58,12 +61,22 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
     LOOM_CHECK(num_m * num_n <= kernels::overlap::kMaxTileSignals,
                "{}: expected at most {} output tiles, given {} x {} (M={} N={} with {})", op,
                kernels::overlap::kMaxTileSignals, num_m, num_n, M, N, plan.gemm.str());
-    if (overlap::debug()) fmt::print(stderr, "loom::gemm_rs M={} N={} K_loc={} W={}: {}\n", M, N, K, W, plan.str());
+    if (overlap::debug())
+        fmt::print(stderr, "loom::gemm_rs M={} N={} K_loc={} W={} SMs {} of {}: {}\n", M, N, K, W, st.num_sms,
+                   st.device_sms, plan.str());
 
     void* scratch = overlap::ensure_symmetric(world, st, full_bytes);  // [W][M / W][N]
     void* partial = overlap::ensure_local(st, full_bytes);             // [M, N]
     const MatrixView pview{partial, c.dtype, M, N, 0};
     gemm_validate(a, b, pview, GemmOptions{});
+
+    jit::KernelSpec spec;
+    spec.header = "loom/kernels/gemm_rs.cuh";
+    spec.name = "loom::kernels::overlap::gemm_rs_scatter_reduce";
+    spec.template_args = {dtype_cuda_name(c.dtype)};
+    // Both kernels compiled before the counters advance (a JIT error leaves them as they were).
+    const jit::Kernel& scatter_kernel = jit::get_kernel(spec);
+    overlap::prepare_gemm(kHooks, "loom/kernels/gemm_rs.cuh", a, pview, plan.gemm);
 
     const uint64_t epoch = ++st.calls;
     const int P = plan.comm_blocks;
@@ -88,25 +101,19 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
 
     overlap::fork(st, stream);
     {
-        jit::KernelSpec spec;
-        spec.header = "loom/kernels/gemm_rs.cuh";
-        spec.name = "loom::kernels::overlap::gemm_rs_scatter_reduce";
-        spec.template_args = {dtype_cuda_name(c.dtype)};
-        const jit::Kernel& k = jit::get_kernel(spec);
         jit::LaunchConfig lc;
         lc.grid = dim3(static_cast<unsigned>(P));
         lc.block = dim3(512);
         lc.stream = st.side;
         const Ctx ctx = world.ctx();
-        k(lc, ctx, rp);
+        scatter_kernel(lc, ctx, rp);
     }
     kernels::overlap::TileNotifyHookArgs h{};
     h.tile = st.sig->tile;
     h.epoch = epoch;
     h.num_n = static_cast<int32_t>(num_n);
     h.shift_m = rp.shift_m;
-    overlap::launch_gemm("loom::kernels::overlap::TileNotifyHooks", "loom/kernels/gemm_rs.cuh", a, b, pview, plan.gemm,
-                         st.num_sms, stream, h);
+    overlap::launch_gemm(kHooks, "loom/kernels/gemm_rs.cuh", a, b, pview, plan.gemm, st.num_sms, stream, h);
     overlap::join(st, stream);
 }
 

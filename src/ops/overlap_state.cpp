@@ -1,5 +1,8 @@
 #include "ops/overlap_state.hpp"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,7 +40,14 @@ std::unique_ptr<OpState> create(World& world, const char* op) {
     int major = 0, minor = 0;
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, st->device));
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, st->device));
-    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&st->num_sms, cudaDevAttrMultiProcessorCount, st->device));
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&st->device_sms, cudaDevAttrMultiProcessorCount, st->device));
+    // Under MPS the attribute still reports every SM; the GEMM grids and comm-block counts are planned on the
+    // share this process can occupy (see overlap_usable_sms and docs/overlap.md "Deadlock freedom").
+    st->num_sms = overlap_usable_sms(st->device_sms);
+    LOOM_CHECK(st->num_sms >= 2,
+               "{}: expected at least 2 usable SMs (one for the GEMM, one for the communication blocks), given {} "
+               "(device {} SMs; CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / LOOM_OVERLAP_SMS)",
+               op, st->num_sms, st->device_sms);
     st->arch = major * 10 + minor;
     LOOM_CHECK(st->arch >= 90,
                "{}: expected a GPU of compute capability >= 9.0 (Hopper GEMM with overlap hooks), "
@@ -167,4 +177,32 @@ void check_config(const char* op, const GemmConfig& cfg) {
 
 bool debug() { return env_flag("LOOM_OVERLAP_DEBUG"); }
 
+void prepare_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& c,
+                  const GemmConfig& cfg) {
+    (void)jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, DType::F32, false, hooks, header));
+}
+
+int comm_blocks(int requested, int dflt, int num_sms) {
+    const int p = requested > 0 ? requested : std::min(dflt, std::max(1, num_sms / 4));
+    return std::max(1, std::min({p, kernels::overlap::kMaxCommBlocks, num_sms - 1}));
+}
+
 }  // namespace loom::overlap
+
+// Declared in loom/ops/overlap.hpp (namespace loom).
+int loom::overlap_usable_sms(int device_sms, const EnvLookup& env) {
+    LOOM_CHECK(device_sms >= 1, "overlap_usable_sms: expected the device's SM count >= 1, given {}", device_sms);
+    const long long forced = env_int(env, "LOOM_OVERLAP_SMS", 0);
+    LOOM_CHECK(forced >= 0, "LOOM_OVERLAP_SMS: expected a number of SMs >= 0 (0: derive it), given {}", forced);
+    if (forced > 0) return static_cast<int>(std::min<long long>(forced, device_sms));
+    const auto pct_str = env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+    if (!pct_str || pct_str->empty()) return device_sms;
+    char* end = nullptr;
+    const double pct = std::strtod(pct_str->c_str(), &end);
+    LOOM_CHECK(end != pct_str->c_str() && pct > 0 && pct <= 100,
+               "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: expected a percentage in (0, 100], given \"{}\"", *pct_str);
+    // Conservative: round the share down, and to whole TPCs (2 SMs) where MPS may allocate by TPC.
+    int sms = static_cast<int>(std::floor(device_sms * pct / 100.0 + 1e-9));
+    if (sms >= 2) sms -= sms % 2;
+    return std::clamp(sms, 1, device_sms);
+}

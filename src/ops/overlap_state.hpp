@@ -31,7 +31,8 @@ struct OpState {
     std::uint64_t started_total = 0;  // ag_gemm (Sm producer): target of Signals::started
     std::uint64_t arrive_total = 0;   // gemm_rs: target of Signals::arrived after the current call
     int arch = 0;
-    int num_sms = 0;
+    int device_sms = 0;  // cudaDevAttrMultiProcessorCount (every SM, also under MPS)
+    int num_sms = 0;     // the SMs this process can occupy (overlap_usable_sms): what the plans divide
     int device = 0;
 };
 
@@ -57,7 +58,19 @@ template <class HookArgs>
 void launch_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& b, const MatrixView& c,
                  const GemmConfig& cfg, int num_sms, cudaStream_t stream, const HookArgs& hook_args);
 
+// Compile (or fetch from the JIT cache) the hooked GEMM that launch_gemm will launch for these operands, so that a
+// JIT error is raised before the op advances its call counters.
+void prepare_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& c,
+                  const GemmConfig& cfg);
+
 bool debug();  // LOOM_OVERLAP_DEBUG
+
+// Communication blocks of an op on `num_sms` usable SMs (overlap_usable_sms): `requested` (> 0, the caller's
+// comm_sms) or the op's default `dflt` capped at a quarter of the SMs; never more than num_sms - 1 nor
+// kMaxCommBlocks. Deadlock freedom rests on the cap: the comm kernel starts concurrently with the GEMM and its
+// blocks spin (waiting for tiles, or for each other in gemm_rs's phase 2), so they must leave at least one SM to
+// the GEMM (whose CTAs never wait in gemm_rs / gemm_ar), and all P of them must fit at once once the GEMM is done.
+int comm_blocks(int requested, int dflt, int num_sms);
 
 }  // namespace loom::overlap
 

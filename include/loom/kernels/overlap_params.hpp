@@ -92,8 +92,9 @@ struct ArParams {
     uint64_t epoch;
 };
 
-// Grouped raster order rotated by shift_m M-blocks (the same as tile::rotated_order; repeated here for the
-// host and for kernels that do not include the tile layer).
+// Grouped raster order rotated by shift_m M-blocks: the order of the GEMM hooks (AgGemmHooks, TileNotifyHooks),
+// repeated here for the host and the communication kernels. Contract: 0 <= shift_m < num_m (the hosts compute it
+// as the first M-block of a rank's rows), so the rotation is one compare and subtract.
 LOOM_HOST_DEVICE inline void overlap_tile_order(int32_t linear, int32_t num_m, int32_t num_n, int32_t group_m,
                                                 int32_t shift_m, int32_t& m_block, int32_t& n_block) {
     const int32_t per_group = group_m * num_n;
@@ -101,7 +102,8 @@ LOOM_HOST_DEVICE inline void overlap_tile_order(int32_t linear, int32_t num_m, i
     const int32_t first_m = group * group_m;
     const int32_t rows_in_group = (num_m - first_m) < group_m ? (num_m - first_m) : group_m;
     const int32_t in_group = linear - group * per_group;
-    m_block = (first_m + in_group % rows_in_group + shift_m) % num_m;
+    m_block = first_m + in_group % rows_in_group + shift_m;
+    if (m_block >= num_m) m_block -= num_m;
     n_block = in_group / rows_in_group;
 }
 
