@@ -3,16 +3,14 @@
 // runs in a child process of rank 0 (a trap leaves the context unusable), with a one-rank World of its own and
 // outside loomrun's MPS server, like LangSignal.MissingNotifyEndsInTimeoutDiagnostic.
 #include <cuda_runtime.h>
-#include <poll.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "common/child_process.hpp"
 #include "common/test_env.hpp"
 #include "loom/jit/jit.hpp"
 #include "loom/runtime/error.hpp"
@@ -78,43 +76,11 @@ TEST(DiagTimeoutChild, PipelineStall) {
 
 // Rank 0 runs `test` (one DiagTimeoutChild case) in a child and returns its exit status and output.
 int run_child(const std::string& test, std::string& output) {
-    int out[2];
-    if (pipe(out) != 0) return -1;
-    const pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        dup2(out[1], 1);
-        dup2(out[1], 2);
-        close(out[0]);
-        setenv("LOOM_DIAG_CHILD", "1", 1);
-        setenv("LOOM_DIAG_MAILBOX", "1", 1);
-        setenv("LOOM_WAIT_TIMEOUT_MS", "300", 1);
-        // Outside loomrun's MPS server: a trap in an MPS client would fault every client of the GPU.
-        setenv("CUDA_MPS_PIPE_DIRECTORY", "/nonexistent/loom-diag-child-no-mps", 1);
-        const std::string filter = "--gtest_filter=DiagTimeoutChild." + test;
-        execl("/proc/self/exe", "loom_dist_tests", filter.c_str(), nullptr);
-        _exit(127);
-    }
-    close(out[1]);
-    char chunk[4096];
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
-    for (;;) {
-        pollfd p{out[0], POLLIN, 0};
-        if (poll(&p, 1, 200) > 0) {
-            const ssize_t n = read(out[0], chunk, sizeof chunk);
-            if (n <= 0) break;
-            output.append(chunk, static_cast<std::size_t>(n));
-        }
-        if (std::chrono::steady_clock::now() > deadline) {
-            kill(pid, SIGKILL);
-            output += "\n(parent: child killed after 180 s)";
-            break;
-        }
-    }
-    close(out[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    auto r = loom::test::run_test_child(
+        "DiagTimeoutChild." + test,
+        {{"LOOM_DIAG_CHILD", "1"}, {"LOOM_DIAG_MAILBOX", "1"}, {"LOOM_WAIT_TIMEOUT_MS", "300"}});
+    output = std::move(r.output);
+    return r.status;
 }
 
 std::size_t count(const std::string& s, const std::string& part) {

@@ -2,16 +2,14 @@
 // and the bounded-wait diagnostic (in a child process).
 #include <cuda_runtime.h>
 #include <fcntl.h>
-#include <poll.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <csignal>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "common/child_process.hpp"
 #include "common/test_env.hpp"
 #include "loom/jit/jit.hpp"
 #include "loom/runtime/env.hpp"
@@ -139,43 +137,10 @@ TEST(LangSignal, MissingNotifyEndsInTimeoutDiagnostic) {
     if (std::getenv("LOOM_LANG_TIMEOUT_CHILD")) GTEST_SKIP();
     auto& w = loom::test::world();
     if (w.rank() == 0) {
-        int out[2];
-        ASSERT_EQ(pipe(out), 0);
-        const pid_t pid = fork();
-        ASSERT_GE(pid, 0);
-        if (pid == 0) {
-            dup2(out[1], 1);
-            dup2(out[1], 2);
-            close(out[0]);
-            setenv("LOOM_LANG_TIMEOUT_CHILD", "1", 1);
-            setenv("LOOM_WAIT_TIMEOUT_MS", "300", 1);
-            // Outside loomrun's MPS server: a trap in an MPS client is reported to every client of the GPU
-            // (the other ranks' contexts would see 'unspecified launch failure'); a plain context keeps it to
-            // itself.
-            setenv("CUDA_MPS_PIPE_DIRECTORY", "/nonexistent/loom-timeout-child-no-mps", 1);
-            execl("/proc/self/exe", "loom_dist_tests", "--gtest_filter=LangTimeoutChild.*", nullptr);
-            _exit(127);
-        }
-        close(out[1]);
-        std::string output;
-        char chunk[4096];
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
-        for (;;) {
-            pollfd p{out[0], POLLIN, 0};
-            if (poll(&p, 1, 200) > 0) {
-                const ssize_t n = read(out[0], chunk, sizeof chunk);
-                if (n <= 0) break;
-                output.append(chunk, static_cast<std::size_t>(n));
-            }
-            if (std::chrono::steady_clock::now() > deadline) {
-                kill(pid, SIGKILL);
-                break;
-            }
-        }
-        close(out[0]);
-        int status = 0;
-        waitpid(pid, &status, 0);
-        EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output;
+        // The child traps; it runs outside loomrun's MPS server so the trap stays in its own context.
+        auto [status, output] = loom::test::run_test_child(
+            "LangTimeoutChild.*", {{"LOOM_LANG_TIMEOUT_CHILD", "1"}, {"LOOM_WAIT_TIMEOUT_MS", "300"}});
+        EXPECT_NE(status, 0) << output;
         EXPECT_NE(output.find("loom: wait timeout: rank 0 block (0,0,0) thread 0 tag wait"), std::string::npos)
             << output;
         EXPECT_NE(output.find("expected >= 1 observed 0"), std::string::npos) << output;

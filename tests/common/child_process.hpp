@@ -1,0 +1,21 @@
+// Runs this test binary again as a child process, for tests whose subject ends the process (a trapped kernel).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace loom::test {
+
+struct ChildResult {
+    int status = -1;     // exit code, or 128 + signal
+    std::string output;  // stdout and stderr, interleaved
+};
+
+// fork + exec of /proc/self/exe with `--gtest_filter=<filter>` and `env` added to the environment. The child runs
+// outside loomrun's MPS server (a trap in an MPS client would fault every client of the GPU). Bounded: a child
+// still running after `timeout_s` is killed and the output says so.
+ChildResult run_test_child(const std::string& filter, const std::vector<std::pair<std::string, std::string>>& env,
+                           int timeout_s = 180);
+
+}  // namespace loom::test
