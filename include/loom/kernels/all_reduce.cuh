@@ -35,39 +35,7 @@ namespace loom::kernels::coll {
 
 template <class T, int kOp, int kPath>
 __global__ void __launch_bounds__(512) all_reduce_one_shot(Ctx ctx, Params p) {
-    const uint64_t e = begin_call(p.sync);
-    const int W = ctx.local_world, me = ctx.local_rank;
-    const uint64_t C = p.round_elems;
-    const T* const in = static_cast<const T*>(p.in);
-    T* const scratch = reinterpret_cast<T*>(p.scratch);
-    barrier_peers(ctx, p.sync, sig_value(e, 1));
-    uint32_t phase = 2;
-    // The data path (TMA staging: mbarriers initialised once per launch) spans every round.
-    with_path<kPath>(p, [&](const auto& path) {
-        for (uint64_t base = 0; base < p.count; base += C) {
-            const uint64_t n = p.count - base < C ? p.count - base : C;
-            const Range r = block_share(n, kVec<T>);
-            if (r.size()) {
-                for (int i = 0; i < W; ++i) {
-                    const int peer = (me + i) % W;
-                    lang::put_nbi(lang::block, ctx, scratch + me * C + r.lo, in + base + r.lo, r.size() * sizeof(T),
-                                  peer_rank(ctx, peer), path);
-                }
-                lang::quiet(lang::block, ctx);
-            }
-            barrier_peers(ctx, p.sync, sig_value(e, phase++));
-            if (r.size()) {
-                const T* src[kMaxLocalPeers];
-                T* dst[kMaxLocalPeers];
-                for (int q = 0; q < kMaxLocalPeers; ++q) {
-                    src[q] = scratch + (q < W ? q : 0) * C + r.lo;
-                    dst[q] = static_cast<T*>(p.out) + base + r.lo;
-                }
-                reduce_multi<T, kOp>(src, W, dst, 1, r.size());
-            }
-            if (base + C < p.count) barrier_peers(ctx, p.sync, sig_value(e, phase++));
-        }
-    });
+    scatter_reduce_rounds<T, kOp, kPath>(ctx, p, /*peer_stride=*/0);  // every peer gets the whole input
 }
 
 template <class T, int kOp>
