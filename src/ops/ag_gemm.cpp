@@ -35,14 +35,6 @@ namespace {
 constexpr const char* kHooks = "loom::kernels::overlap::AgGemmHooks";
 constexpr const char* kHeader = "loom/kernels/ag_gemm.cuh";
 
-GemmConfig overlap_gemm_config(int64_t m, int64_t n, int64_t k, int arch, int gemm_sms) {
-    GemmConfig cfg = gemm_heuristic(m, n, k, false, arch, gemm_sms);
-    cfg.cluster_m = 1;  // hooks order single-CTA tiles
-    cfg.tma_store = true;
-    cfg.grid = static_cast<int>(gemm_sm90_grid(m, n, cfg, gemm_sms));
-    return cfg;
-}
-
 }  // namespace
 
 OverlapPlan ag_gemm_plan(int64_t m, int64_t n_loc, int64_t k, int world_size, AgProducer producer, int comm_sms,
@@ -54,7 +46,7 @@ OverlapPlan ag_gemm_plan(int64_t m, int64_t n_loc, int64_t k, int world_size, Ag
         const int dflt = static_cast<int>(std::clamp<int64_t>(chunk_bytes / (256 << 10), 1, 8));
         p.comm_blocks = overlap::comm_blocks(comm_sms, dflt, num_sms);
     }
-    p.gemm = overlap_gemm_config(m, n_loc, k, arch, num_sms - p.comm_blocks);
+    p.gemm = overlap::gemm_config(m, n_loc, k, arch, num_sms - p.comm_blocks);
     return p;
 }
 

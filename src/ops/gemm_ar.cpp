@@ -23,14 +23,11 @@ constexpr const char* kHeader = "loom/kernels/gemm_ar.cuh";
 OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms) {
     (void)world_size;
     OverlapPlan p;
-    GemmConfig cfg = gemm_heuristic(m, n, k_loc, false, arch, num_sms);
-    cfg.cluster_m = 1;
-    cfg.tma_store = true;
-    const int64_t tiles = ((m + cfg.block_m - 1) / cfg.block_m) * ((n + cfg.block_n - 1) / cfg.block_n);
+    const GemmConfig all = gemm_heuristic(m, n, k_loc, false, arch, num_sms);
+    const int64_t tiles = ((m + all.block_m - 1) / all.block_m) * ((n + all.block_n - 1) / all.block_n);
     // One reduce block per tile (a tile's pull is ~W x 16-64 KiB), at most 32; the GEMM keeps the rest.
     p.comm_blocks = overlap::comm_blocks(comm_sms, static_cast<int>(std::clamp<int64_t>(tiles, 1, 32)), num_sms);
-    cfg.grid = static_cast<int>(gemm_sm90_grid(m, n, cfg, num_sms - p.comm_blocks));
-    p.gemm = cfg;
+    p.gemm = overlap::gemm_config(m, n, k_loc, arch, num_sms - p.comm_blocks);
     return p;
 }
 

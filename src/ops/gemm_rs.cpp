@@ -24,11 +24,7 @@ OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, in
     // Triton-distributed shapes; small outputs need fewer (each block reduces at least one row).
     const int64_t rows_seg = m / std::max(world_size, 1);
     p.comm_blocks = overlap::comm_blocks(comm_sms, static_cast<int>(std::clamp<int64_t>(rows_seg, 1, 16)), num_sms);
-    GemmConfig cfg = gemm_heuristic(m, n, k_loc, false, arch, num_sms - p.comm_blocks);
-    cfg.cluster_m = 1;
-    cfg.tma_store = true;
-    cfg.grid = static_cast<int>(gemm_sm90_grid(m, n, cfg, num_sms - p.comm_blocks));
-    p.gemm = cfg;
+    p.gemm = overlap::gemm_config(m, n, k_loc, arch, num_sms - p.comm_blocks);
     return p;
 }
 

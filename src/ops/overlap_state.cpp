@@ -182,6 +182,14 @@ void prepare_gemm(const char* hooks, const char* header, const MatrixView& a, co
     (void)jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, DType::F32, false, hooks, header));
 }
 
+GemmConfig gemm_config(int64_t m, int64_t n, int64_t k, int arch, int gemm_sms) {
+    GemmConfig cfg = gemm_heuristic(m, n, k, false, arch, gemm_sms);
+    cfg.cluster_m = 1;
+    cfg.tma_store = true;
+    cfg.grid = static_cast<int>(gemm_sm90_grid(m, n, cfg, gemm_sms));
+    return cfg;
+}
+
 int comm_blocks(int requested, int dflt, int num_sms) {
     const int p = requested > 0 ? requested : std::min(dflt, std::max(1, num_sms / 4));
     return std::max(1, std::min({p, kernels::overlap::kMaxCommBlocks, num_sms - 1}));

@@ -72,6 +72,10 @@ bool debug();  // LOOM_OVERLAP_DEBUG
 // the GEMM (whose CTAs never wait in gemm_rs / gemm_ar), and all P of them must fit at once once the GEMM is done.
 int comm_blocks(int requested, int dflt, int num_sms);
 
+// The GEMM of an overlapped op on `gemm_sms` SMs: the plain heuristic, one CTA per tile (the hooks order single
+// tiles), TMA-store epilogue (after_store publishes completed bulk stores), grid sized to those SMs.
+GemmConfig gemm_config(int64_t m, int64_t n, int64_t k, int arch, int gemm_sms);
+
 }  // namespace loom::overlap
 
 #include "loom/jit/jit.hpp"
