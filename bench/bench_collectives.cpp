@@ -353,7 +353,11 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
     for (std::size_t size = args.min_bytes; size <= args.max_bytes; size *= 4) {
         const Shape sh = shape_of(k, size, W);
         const std::size_t in_bytes = sh.in_count * 2, out_bytes = sh.out_count * 2;
-        const TimeOptions topts{.warmup = 2, .iters = iters_for(args, sh.size), .flush_l2 = true, .world = &w};
+        const TimeOptions topts{.warmup = 2,
+                                .iters = iters_for(args, sh.size),
+                                .flush_l2 = true,
+                                .world = &w,
+                                .align = [&w](cudaStream_t st) { loom::barrier_on_stream(w, st); }};
         // Inputs: reductions sum bf16 (rank + 1) (exact: the sum W(W+1)/2 <= 36 is a short mantissa); data
         // movement moves bf16 (rank + 1) too, so the check can name the source rank of every chunk.
         fill_bf16(sin, sh.in_count, me + 1, stream);

@@ -64,6 +64,7 @@ double med(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, loom::Wo
     TimeOptions o;
     o.world = &w;
     o.iters = iters;
+    o.align = [&w](cudaStream_t st) { loom::barrier_on_stream(w, st); };  // ranks start together on the device
     return time_op(fn, s, o).median_us;
 }
 

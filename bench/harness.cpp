@@ -64,6 +64,7 @@ Timing time_op(const std::function<void(cudaStream_t)>& fn, cudaStream_t stream,
             LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
             opts.world->barrier("bench");
         }
+        if (opts.align) opts.align(stream);
         LOOM_CHECK_CUDA(cudaEventRecord(start, stream));
         fn(stream);
         LOOM_CHECK_CUDA(cudaEventRecord(stop, stream));

@@ -22,6 +22,9 @@ struct TimeOptions {
     int iters = 30;
     bool flush_l2 = true;
     World* world = nullptr;  // barrier before each run and reduce to the slowest rank
+    // Enqueued after the L2 flush and before the start event (e.g. loom::barrier_on_stream): starts the ranks'
+    // timed regions together on the device, so the host barrier's skew is not timed.
+    std::function<void(cudaStream_t)> align;
 };
 
 struct Timing {

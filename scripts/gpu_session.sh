@@ -3,6 +3,7 @@
 # files, so every log goes into OUT/session.log and only the benchmark JSON files sit beside it.
 #   usage: scripts/gpu_session.sh <build dir> <out dir> [steps...]
 #   steps: gpu_tests dist2 dist4 dist8 demo bench_lang bench_runtime bench_gemm bench_jit (default: all)
+#          dist_small_scratch (Collectives.* at 8 ranks, LOOM_COLL_SCRATCH=1M)
 #          overlap (test_overlap at 2/4/8 ranks + examples 07/08), bench_overlap, bench_overlap_quick (not default)
 #          bench_coll (not default; 4 files: run it in a call of its own, or with steps that write few files)
 #   LOOM_DIST_FILTER  gtest filter for the multi-rank steps (default: all tests)
@@ -32,6 +33,10 @@ for s in $steps; do
         dist2) run 60 dist2 "$b/bin/loomrun" -n 2 "$b/tests/loom_dist_tests" "$filter" ;;
         dist4) run 45 dist4 "$b/bin/loomrun" -n 4 "$b/tests/loom_dist_tests" "$filter" ;;
         dist8) run 45 dist8 "$b/bin/loomrun" -n 8 "$b/tests/loom_dist_tests" "$filter" ;;
+        dist_small_scratch)  # 1 MiB collective scratch: every round loop runs many rounds, at 8 ranks
+            LOOM_COLL_SCRATCH=1M run 90 dist_small_scratch "$b/bin/loomrun" -n 8 "$b/tests/loom_dist_tests" \
+                --gtest_filter='Collectives.*'
+            ;;
         demo) run 30 demo "$b/bin/loomrun" -n 2 "$b/examples/00_hello_symmetric" ;;
         bench_lang) run 60 bench_lang "$b/bin/loomrun" -n 2 "$b/bench/bench-lang" --out "$out" ;;
         bench_runtime)
@@ -47,8 +52,8 @@ for s in $steps; do
             ;;
         bench_jit) run 20 bench_jit "$b/bench/bench-jit" --reps 2 --out "$out/jit.json" ;;
         bench_coll)  # 4 files (all_gather/reduce_scatter/all_reduce/all_to_all.json), rows of both rank counts
-            run 60 bench_coll2 "$b/bin/loomrun" -n 2 "$b/bench/bench-collectives" --out "$out" --append --max-bytes 256M --explain
-            run 60 bench_coll8 "$b/bin/loomrun" -n 8 "$b/bench/bench-collectives" --out "$out" --append --max-bytes 16M
+            run 200 bench_coll2 "$b/bin/loomrun" -n 2 "$b/bench/bench-collectives" --out "$out" --append --max-bytes 256M --explain
+            run 120 bench_coll8 "$b/bin/loomrun" -n 8 "$b/bench/bench-collectives" --out "$out" --append --max-bytes 16M
             ;;
         overlap)
             for n in 2 4 8; do

@@ -41,8 +41,8 @@ std::unique_ptr<OpState> create(World& world, const char* op) {
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, st->device));
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, st->device));
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&st->device_sms, cudaDevAttrMultiProcessorCount, st->device));
-    // Under MPS the attribute still reports every SM; the GEMM grids and comm-block counts are planned on the
-    // share this process can occupy (see overlap_usable_sms and docs/overlap.md "Deadlock freedom").
+    // Under MPS the attribute reports this client's share of the SMs; the GEMM grids and comm-block counts are
+    // planned on it (see overlap_usable_sms and docs/overlap.md "Deadlock freedom").
     st->num_sms = overlap_usable_sms(st->device_sms);
     LOOM_CHECK(st->num_sms >= 2,
                "{}: expected at least 2 usable SMs (one for the GEMM, one for the communication blocks), given {} "
@@ -203,14 +203,7 @@ int loom::overlap_usable_sms(int device_sms, const EnvLookup& env) {
     const long long forced = env_int(env, "LOOM_OVERLAP_SMS", 0);
     LOOM_CHECK(forced >= 0, "LOOM_OVERLAP_SMS: expected a number of SMs >= 0 (0: derive it), given {}", forced);
     if (forced > 0) return static_cast<int>(std::min<long long>(forced, device_sms));
-    const auto pct_str = env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
-    if (!pct_str || pct_str->empty()) return device_sms;
-    char* end = nullptr;
-    const double pct = std::strtod(pct_str->c_str(), &end);
-    LOOM_CHECK(end != pct_str->c_str() && pct > 0 && pct <= 100,
-               "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: expected a percentage in (0, 100], given \"{}\"", *pct_str);
-    // Conservative: round the share down, and to whole TPCs (2 SMs) where MPS may allocate by TPC.
-    int sms = static_cast<int>(std::floor(device_sms * pct / 100.0 + 1e-9));
-    if (sms >= 2) sms -= sms % 2;
-    return std::clamp(sms, 1, device_sms);
+    // Under MPS the attribute already reports the client's share (seen on the H200: 14 SMs at
+    // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=12), so it is used as is.
+    return device_sms;
 }

@@ -21,6 +21,7 @@
 #include "common/reference.hpp"
 #include "common/test_env.hpp"
 #include "loom/ops/collectives.hpp"
+#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/store.hpp"
 
@@ -342,6 +343,40 @@ TEST_F(Collectives, AllReduceInPlaceMaxAutoLarge) {
         check_all_reduce(*w, stream, DType::BF16, n, {}, 4, false);
     // One-shot past the scratch: rounds.
     check_all_reduce(*w, stream, DType::F32, (std::size_t(5) << 20) + 1, CollOptions{CollAlgo::OneShot}, 5, false);
+}
+
+// ---- scratch rounds: three rounds, the last one short, at every world size -------------------------------------
+// Elements per peer per round for a scratch of `slots` x C elements (mirrors src/ops: multiples of 16).
+std::size_t round_elems(std::size_t slots, std::size_t es) {
+    const std::size_t scratch = env_bytes("LOOM_COLL_SCRATCH", std::size_t(64) << 20);
+    return scratch / (slots * es) / 16 * 16;
+}
+
+// A round loop with a shorter last round must keep each block on the same scratch addresses in every round (its
+// barrier frees only its own range): these counts give rounds of C, C and C/3 + 5 elements. Host memory per rank
+// is W x the input (every rank builds every rank's input for the reference), so the reduce-scatter cases shrink
+// the scratch's share when W x in would pass 1 GiB (LOOM_COLL_SCRATCH=1M runs them at full size; see
+// scripts/gpu_session.sh dist_small_scratch).
+TEST_F(Collectives, ScratchRoundsKeepTheirAddresses) {
+    const int W = w->world_size();
+    auto three_rounds = [](std::size_t C) { return 2 * C + C / 3 + 5; };
+    check_all_reduce(*w, stream, DType::F32, three_rounds(round_elems(W, 4)), CollOptions{CollAlgo::OneShot}, 40,
+                     false);
+    check_all_reduce(*w, stream, DType::BF16, three_rounds(round_elems(W, 2)), CollOptions{CollAlgo::OneShot}, 41,
+                     true);
+    const std::size_t host_budget = std::size_t(1) << 30;
+    for (CollAlgo a : {CollAlgo::Scatter, CollAlgo::Ring}) {
+        const std::size_t C = round_elems(a == CollAlgo::Ring ? std::max(W - 1, 1) : W, 2);
+        const std::size_t n = three_rounds(C);
+        if (std::size_t(W) * W * n * 2 > host_budget) {
+            std::printf(
+                "[ rounds   ] %s: %zu elements x %d ranks exceed the host reference budget; run with "
+                "LOOM_COLL_SCRATCH=1M for this case\n",
+                to_string(a), n, W);
+            continue;
+        }
+        check_reduce_scatter(*w, stream, DType::BF16, n, CollOptions{a}, 42 + static_cast<int>(a), false);
+    }
 }
 
 // ---- AllToAll ------------------------------------------------------------------------------------------------------

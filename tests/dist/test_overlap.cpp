@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -355,6 +356,22 @@ TEST_F(Overlap, BackToBack) {
         err = e.what();
     }
     agree(W_, err, "back_to_back");
+}
+
+// ---- the SM share under MPS: overlap_usable_sms trusts cudaDevAttrMultiProcessorCount to be the client's share ----
+TEST_F(Overlap, MpsShareIsTheAttribute) {
+    const char* pct = std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+    if (!pct) GTEST_SKIP() << "not an MPS client with an active thread percentage";
+    int sms = 0;
+    ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, w->device()), cudaSuccess);
+    cudaDeviceProp prop{};
+    ASSERT_EQ(cudaGetDeviceProperties(&prop, w->device()), cudaSuccess);
+    const double share = std::atof(pct) / 100.0;
+    // MPS rounds the share to whole TPCs; allow a TPC either way of p % of the H200's 132 SMs when the GPU is one.
+    if (std::string(prop.name).find("H200") != std::string::npos) {
+        EXPECT_NEAR(sms, 132 * share, 2.0 + 1e-9) << "attribute " << sms << " at " << pct << " %";
+    }
+    if (!std::getenv("LOOM_OVERLAP_SMS")) EXPECT_EQ(overlap_usable_sms(sms), sms);
 }
 
 // ---- input validation: clear errors, raised identically on every rank (no collective step is reached) -----------

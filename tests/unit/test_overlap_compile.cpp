@@ -81,20 +81,15 @@ TEST(OverlapCompile, CommKernelsCompile) {
     }
 }
 
-TEST(OverlapPlan, UsableSmsFollowMps) {
+TEST(OverlapPlan, UsableSmsAreTheAttributeOrTheOverride) {
+    // Under MPS the attribute already is the client's share (checked on the GPU by Overlap.MpsShareIsTheAttribute),
+    // so the percentage is not applied a second time.
     EXPECT_EQ(loom::overlap_usable_sms(132, env_of({})), 132);
-    EXPECT_EQ(loom::overlap_usable_sms(132, env_of({{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "50"}})), 66);
-    EXPECT_EQ(loom::overlap_usable_sms(132, env_of({{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "25"}})), 32);  // 33 -> TPC
-    EXPECT_EQ(loom::overlap_usable_sms(132, env_of({{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "12"}})), 14);  // 15.8
-    EXPECT_EQ(loom::overlap_usable_sms(132, env_of({{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "100"}})), 132);
-    EXPECT_EQ(loom::overlap_usable_sms(132, env_of({{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "1"}})), 1);
-    EXPECT_EQ(loom::overlap_usable_sms(
-                  132, env_of({{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "12"}, {"LOOM_OVERLAP_SMS", "40"}})),
-              40);  // the override wins
+    EXPECT_EQ(loom::overlap_usable_sms(14, env_of({{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "12"}})), 14);
+    EXPECT_EQ(loom::overlap_usable_sms(66, env_of({{"LOOM_OVERLAP_SMS", "40"}})), 40);  // the override wins
     EXPECT_EQ(loom::overlap_usable_sms(132, env_of({{"LOOM_OVERLAP_SMS", "500"}})), 132);
-    EXPECT_THROW(loom::overlap_usable_sms(132, env_of({{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "abc"}})), loom::Error);
-    EXPECT_THROW(loom::overlap_usable_sms(132, env_of({{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "150"}})), loom::Error);
     EXPECT_THROW(loom::overlap_usable_sms(132, env_of({{"LOOM_OVERLAP_SMS", "-3"}})), loom::Error);
+    EXPECT_THROW(loom::overlap_usable_sms(0, env_of({})), loom::Error);
 }
 
 // The comm kernel runs concurrently with the persistent GEMM and its blocks spin: they must leave SMs to the GEMM

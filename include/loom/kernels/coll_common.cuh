@@ -81,6 +81,18 @@ LOOM_DEVICE LOOM_FORCEINLINE Range block_share(uint64_t n, uint64_t align) {
     return Range{lo, hi};
 }
 
+// Block b's share of one round of a scratch loop: its share of a full round of C elements, clipped to the n
+// elements of this round. Block b must own the same scratch addresses in every round, the last (shorter) one
+// included: the barrier that frees a round's scratch is per block (block b with block b of each peer), so a
+// block writing a range another block reduced in the previous round would race with that block (seen at 8 ranks:
+// block_share(n) of the last round overlapped the previous round's range of a lower block).
+LOOM_DEVICE LOOM_FORCEINLINE Range round_share(uint64_t C, uint64_t n, uint64_t align) {
+    Range r = block_share(C, align);
+    if (r.lo > n) r.lo = n;
+    if (r.hi > n) r.hi = n;
+    return r;
+}
+
 // ---- elements ------------------------------------------------------------------------------------------------
 template <class T>
 LOOM_DEVICE LOOM_FORCEINLINE float to_float(T v);
@@ -226,7 +238,7 @@ LOOM_DEVICE inline void scatter_reduce_rounds(const Ctx& ctx, const Params& p, u
     with_path<kPath>(p, [&](const auto& path) {
         for (uint64_t base = 0; base < p.count; base += C) {
             const uint64_t n = p.count - base < C ? p.count - base : C;
-            const Range r = block_share(n, kVec<T>);
+            const Range r = round_share(C, n, kVec<T>);
             if (r.size()) {
                 for (int i = 0; i < W; ++i) {
                     const int peer = (me + i) % W;

@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(512) reduce_scatter_ring(Ctx ctx, Params p) {
     uint32_t phase = 2;  // one counter for ring signals and barriers: what a peer publishes to me only grows
     for (uint64_t base = 0; base < p.count; base += C) {
         const uint64_t n = p.count - base < C ? p.count - base : C;
-        const Range r = block_share(n, kVec<T>);
+        const Range r = round_share(C, n, kVec<T>);  // same addresses every round (see round_share)
         for (int s = 0; s + 1 < W; ++s) {
             const int c = (me - s - 1 + 2 * W) % W;  // chunk whose partial I extend and forward at this step
             if (r.size()) {

@@ -55,6 +55,11 @@ void all_to_all(World& world, BufferView in, BufferView out, cudaStream_t stream
 void all_to_all_v(World& world, BufferView in, BufferView out, const int64_t* send_counts, const int64_t* send_offsets,
                   int64_t* recv_counts, cudaStream_t stream, const CollOptions& opts = {});
 
+// Stream-ordered barrier over the node's ranks (nvshmemx_barrier_all_on_stream): a one-block kernel on `stream`
+// that no rank passes before every rank's stream has reached it. Also how benchmarks start every rank's timed
+// region together (a host barrier leaves the ranks tens of microseconds apart).
+void barrier_on_stream(World& world, cudaStream_t stream);
+
 // The automatic choice (see src/ops/coll_algo.cpp for the table).
 struct CollChoice {
     CollAlgo algo = CollAlgo::Auto;

@@ -77,9 +77,9 @@ OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, in
 OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms);
 
 // The SMs this process can occupy at once, which the plans divide between the GEMM and the communication blocks:
-// LOOM_OVERLAP_SMS when set (> 0, at most device_sms); else, under MPS with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = p,
-// floor(device_sms * p / 100) rounded down to an even count (whole TPCs), at least 1; else device_sms. (Under MPS
-// cudaDevAttrMultiProcessorCount still reports every SM.) Raises for a malformed value.
+// LOOM_OVERLAP_SMS when set (> 0, at most device_sms), else device_sms. Under MPS, cudaDevAttrMultiProcessorCount
+// already reports the client's share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; on the H200 8 ranks at 12 % see 14 SMs),
+// so device_sms is that attribute. Raises for a malformed value.
 int overlap_usable_sms(int device_sms, const EnvLookup& env = process_env());
 
 // Frees the overlapped ops' symmetric buffers for this World (collective; synchronises the device).
