@@ -31,8 +31,8 @@ for s in $steps; do
     case $s in
         gpu_tests) run 80 gpu_tests "$b/tests/loom_gpu_tests" ;;
         dist2) run 60 dist2 "$b/bin/loomrun" -n 2 "$b/tests/loom_dist_tests" "$filter" ;;
-        dist4) run 45 dist4 "$b/bin/loomrun" -n 4 "$b/tests/loom_dist_tests" "$filter" ;;
-        dist8) run 45 dist8 "$b/bin/loomrun" -n 8 "$b/tests/loom_dist_tests" "$filter" ;;
+        dist4) run 90 dist4 "$b/bin/loomrun" -n 4 "$b/tests/loom_dist_tests" "$filter" ;;
+        dist8) run 120 dist8 "$b/bin/loomrun" -n 8 "$b/tests/loom_dist_tests" "$filter" ;;
         dist_small_scratch)  # 1 MiB collective scratch: every round loop runs many rounds, at 8 ranks
             LOOM_COLL_SCRATCH=1M run 90 dist_small_scratch "$b/bin/loomrun" -n 8 "$b/tests/loom_dist_tests" \
                 --gtest_filter='Collectives.*'
@@ -52,7 +52,7 @@ for s in $steps; do
             ;;
         bench_jit) run 20 bench_jit "$b/bench/bench-jit" --reps 2 --out "$out/jit.json" ;;
         bench_coll)  # 4 files (all_gather/reduce_scatter/all_reduce/all_to_all.json), rows of both rank counts
-            run 200 bench_coll2 "$b/bin/loomrun" -n 2 "$b/bench/bench-collectives" --out "$out" --append --max-bytes 256M --explain
+            run 240 bench_coll2 "$b/bin/loomrun" -n 2 "$b/bench/bench-collectives" --out "$out" --append --max-bytes 256M --explain
             run 120 bench_coll8 "$b/bin/loomrun" -n 8 "$b/bench/bench-collectives" --out "$out" --append --max-bytes 16M
             ;;
         overlap)
