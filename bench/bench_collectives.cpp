@@ -357,8 +357,7 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
                                 .iters = iters_for(args, sh.size),
                                 .flush_l2 = true,
                                 .world = &w,
-                                .align = [&w](cudaStream_t st) { loom::barrier_on_stream(w, st); },
-                                .host_gate = true};
+                                .align = [&w](cudaStream_t st) { loom::barrier_on_stream(w, st); }};
         // Inputs: reductions sum bf16 (rank + 1) (exact: the sum W(W+1)/2 <= 36 is a short mantissa); data
         // movement moves bf16 (rank + 1) too, so the check can name the source rank of every chunk.
         fill_bf16(sin, sh.in_count, me + 1, stream);

@@ -1,7 +1,6 @@
 #include "harness.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -10,7 +9,6 @@
 #include <fstream>
 
 #include "loom/runtime/error.hpp"
-#include "loom/runtime/stream_ops.hpp"
 
 namespace loom::bench {
 namespace {
@@ -28,23 +26,6 @@ struct L2Flusher {
     }
     ~L2Flusher() { cudaFree(buf); }
     void flush(cudaStream_t s) { LOOM_CHECK_CUDA(cudaMemsetAsync(buf, 0x5a, bytes, s)); }
-};
-
-// A host-released gate in front of the timed region: the stream waits (cuStreamWaitValue64 on mapped pinned
-// memory) until the host has enqueued the whole iteration, so host-side launch cost never shows up as GPU time
-// between the start and stop events.
-struct HostGate {
-    std::uint64_t* host = nullptr;
-    std::uint64_t* dev = nullptr;
-    std::uint64_t n = 0;
-    HostGate() {
-        LOOM_CHECK_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&host), sizeof(std::uint64_t), cudaHostAllocMapped));
-        *host = 0;
-        LOOM_CHECK_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev), host, 0));
-    }
-    ~HostGate() { cudaFreeHost(host); }
-    void close(cudaStream_t s) { stream_ops::wait_value(s, dev, ++n); }
-    void open() { std::atomic_ref<std::uint64_t>(*host).store(n, std::memory_order_release); }
 };
 
 std::string run_capture(const char* cmd) {
@@ -69,7 +50,6 @@ double percentile(std::vector<double> v, double q) {
 Timing time_op(const std::function<void(cudaStream_t)>& fn, cudaStream_t stream, const TimeOptions& opts) {
     LOOM_CHECK(opts.iters > 0, "time_op: iters must be positive, given {}", opts.iters);
     static thread_local L2Flusher flusher;
-    static thread_local HostGate gate;
     cudaEvent_t start, stop;
     LOOM_CHECK_CUDA(cudaEventCreate(&start));
     LOOM_CHECK_CUDA(cudaEventCreate(&stop));
@@ -84,12 +64,10 @@ Timing time_op(const std::function<void(cudaStream_t)>& fn, cudaStream_t stream,
             LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
             opts.world->barrier("bench");
         }
-        if (opts.host_gate) gate.close(stream);
         if (opts.align) opts.align(stream);
         LOOM_CHECK_CUDA(cudaEventRecord(start, stream));
         fn(stream);
         LOOM_CHECK_CUDA(cudaEventRecord(stop, stream));
-        if (opts.host_gate) gate.open();
         LOOM_CHECK_CUDA(cudaEventSynchronize(stop));
         float ms = 0;
         LOOM_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));

@@ -25,9 +25,6 @@ struct TimeOptions {
     // Enqueued after the L2 flush and before the start event (e.g. loom::barrier_on_stream): starts the ranks'
     // timed regions together on the device, so the host barrier's skew is not timed.
     std::function<void(cudaStream_t)> align;
-    // The stream waits at the start of each iteration until the host has enqueued all of it, so host launch cost
-    // is not timed (GPU time only). fn must not synchronise the host with the stream (it would wait forever).
-    bool host_gate = false;
 };
 
 struct Timing {
