@@ -65,17 +65,23 @@ namespace {
 constexpr std::size_t KiB = 1024, MiB = 1024 * KiB, kAny = SIZE_MAX;
 }
 
-// Initial rows: from the designs' known crossovers on NVLink (NCCL symmetric kernels, mscclpp), to be replaced
-// by bench-collectives measurements on the H200. Sizes are those of choose_collective's `bytes`.
+// Rows from bench-collectives on one H200 with the ranks sharing it under MPS (docs/perf/{all_gather,
+// reduce_scatter,all_reduce,all_to_all}.json, W = 2 and 8): ld/st beats the TMA path from 1 MiB to 16 MiB
+// (e.g. all_gather 1 MiB at W = 2: 15 us vs 40 us), the copy engine wins past that, and two-shot beats one-shot
+// AllReduce at 256 KiB (W = 2: 15.5 vs 16.5 us; W = 8: 33 vs 55 us). Rows marked `distinct` (one GPU per rank) are
+// not measured yet: they keep the design's choice (TMA for large transfers). Sizes are choose_collective's `bytes`.
 const std::vector<ChoiceRow>& choice_table() {
     static const std::vector<ChoiceRow> rows = {
         // AllGather (bytes per rank)
-        {CollKind::AllGather, 256 * KiB, GpuSharing::Any, CollAlgo::Push, DataPath::LdSt,
-         "small: one pass, all SMs' ld/st"},
-        {CollKind::AllGather, kAny, GpuSharing::Any, CollAlgo::Push, DataPath::Tma,
-         "large: TMA bulk copies, few threads"},
-        {CollKind::AllGather, 256 * KiB, GpuSharing::Any, CollAlgo::Pull, DataPath::LdSt, "out not symmetric: pull"},
-        {CollKind::AllGather, kAny, GpuSharing::Any, CollAlgo::Pull, DataPath::Tma, "out not symmetric: pull"},
+        {CollKind::AllGather, 8 * MiB, GpuSharing::Any, CollAlgo::Push, DataPath::LdSt, "one pass, all SMs' ld/st"},
+        {CollKind::AllGather, kAny, GpuSharing::Shared, CollAlgo::Push, DataPath::CopyEngine,
+         "large, shared GPU: copy engine (measured)"},
+        {CollKind::AllGather, kAny, GpuSharing::Distinct, CollAlgo::Push, DataPath::Tma,
+         "large: TMA bulk copies (not measured)"},
+        {CollKind::AllGather, 8 * MiB, GpuSharing::Any, CollAlgo::Pull, DataPath::LdSt, "out not symmetric: pull"},
+        {CollKind::AllGather, kAny, GpuSharing::Shared, CollAlgo::Pull, DataPath::CopyEngine,
+         "out not symmetric: pull, copy engine"},
+        {CollKind::AllGather, kAny, GpuSharing::Distinct, CollAlgo::Pull, DataPath::Tma, "out not symmetric: pull"},
         // ReduceScatter (bytes of out)
         {CollKind::ReduceScatter, kAny, GpuSharing::Any, CollAlgo::Pull, DataPath::LdSt,
          "one pass, reduce in registers"},
@@ -84,14 +90,15 @@ const std::vector<ChoiceRow>& choice_table() {
         // AllReduce (bytes of the buffer)
         {CollKind::AllReduce, 64 * KiB, GpuSharing::Any, CollAlgo::LL, DataPath::LdSt,
          "latency: flag-in-data, no barrier"},
-        {CollKind::AllReduce, 512 * KiB, GpuSharing::Any, CollAlgo::OneShot, DataPath::LdSt, "2 barriers, one copy"},
         {CollKind::AllReduce, kAny, GpuSharing::Any, CollAlgo::TwoShot, DataPath::LdSt,
          "bandwidth: W reads + W writes"},
         {CollKind::AllReduce, kAny, GpuSharing::Any, CollAlgo::OneShot, DataPath::LdSt, "buffers not symmetric"},
         // AllToAll (bytes per rank of in)
-        {CollKind::AllToAll, 1 * MiB, GpuSharing::Any, CollAlgo::Push, DataPath::LdSt, "small"},
-        {CollKind::AllToAll, kAny, GpuSharing::Any, CollAlgo::Push, DataPath::Tma, "large"},
-        {CollKind::AllToAllV, 1 * MiB, GpuSharing::Any, CollAlgo::Push, DataPath::LdSt, "small (capacity bytes)"},
+        {CollKind::AllToAll, 16 * MiB, GpuSharing::Any, CollAlgo::Push, DataPath::LdSt, "ld/st"},
+        {CollKind::AllToAll, kAny, GpuSharing::Shared, CollAlgo::Push, DataPath::CopyEngine,
+         "large, shared GPU: copy engine (measured)"},
+        {CollKind::AllToAll, kAny, GpuSharing::Distinct, CollAlgo::Push, DataPath::Tma, "large (not measured)"},
+        {CollKind::AllToAllV, 16 * MiB, GpuSharing::Any, CollAlgo::Push, DataPath::LdSt, "ld/st (capacity bytes)"},
         {CollKind::AllToAllV, kAny, GpuSharing::Any, CollAlgo::Push, DataPath::Tma, "large (capacity bytes)"},
     };
     return rows;

@@ -1,0 +1,59 @@
+// The automatic collective choice (src/ops/coll_algo.cpp): the rows follow the H200 measurements in
+// docs/perf/*.json, and infeasible algorithms (buffers outside the symmetric heap) are never chosen.
+#include <gtest/gtest.h>
+
+#include "loom/ops/collectives.hpp"
+
+namespace loom {
+namespace {
+
+constexpr std::size_t KiB = 1024, MiB = 1024 * KiB;
+
+CollTopology shared(int w) { return CollTopology{w, true, 90}; }
+CollTopology distinct(int w) { return CollTopology{w, false, 90}; }
+
+void expect(const CollChoice& c, CollAlgo a, DataPath p) {
+    EXPECT_EQ(c.algo, a) << to_string(c.algo) << "/" << to_string(c.path) << " (" << c.reason << ")";
+    EXPECT_EQ(c.path, p) << to_string(c.algo) << "/" << to_string(c.path) << " (" << c.reason << ")";
+}
+
+TEST(CollChoice, AllGatherLdStThenCopyEngineOnASharedGpu) {
+    expect(choose_collective(CollKind::AllGather, 4 * KiB, shared(2)), CollAlgo::Push, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllGather, 8 * MiB, shared(8)), CollAlgo::Push, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllGather, 32 * MiB, shared(2)), CollAlgo::Push, DataPath::CopyEngine);
+    expect(choose_collective(CollKind::AllGather, 32 * MiB, distinct(2)), CollAlgo::Push, DataPath::Tma);
+    // out outside the heap: only pull is feasible.
+    expect(choose_collective(CollKind::AllGather, 4 * KiB, shared(2), true, false), CollAlgo::Pull, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllGather, 32 * MiB, shared(2), true, false), CollAlgo::Pull,
+           DataPath::CopyEngine);
+}
+
+TEST(CollChoice, AllReduceLLThenTwoShotOneShotWhenNotSymmetric) {
+    expect(choose_collective(CollKind::AllReduce, 64 * KiB, shared(8)), CollAlgo::LL, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllReduce, 256 * KiB, shared(8)), CollAlgo::TwoShot, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllReduce, 256 * KiB, shared(8), false, false), CollAlgo::OneShot,
+           DataPath::LdSt);
+}
+
+TEST(CollChoice, ReduceScatterAndAllToAll) {
+    expect(choose_collective(CollKind::ReduceScatter, 64 * MiB, shared(2)), CollAlgo::Pull, DataPath::LdSt);
+    expect(choose_collective(CollKind::ReduceScatter, 1 * MiB, shared(2), false, true), CollAlgo::Scatter,
+           DataPath::Tma);
+    expect(choose_collective(CollKind::AllToAll, 16 * MiB, shared(8)), CollAlgo::Push, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllToAll, 64 * MiB, shared(2)), CollAlgo::Push, DataPath::CopyEngine);
+    expect(choose_collective(CollKind::AllToAll, 64 * MiB, distinct(2)), CollAlgo::Push, DataPath::Tma);
+}
+
+TEST(CollChoice, PreHopperNeverGetsTma) {
+    const CollChoice c = choose_collective(CollKind::AllGather, 32 * MiB, CollTopology{2, false, 80});
+    EXPECT_NE(c.path, DataPath::Tma);
+}
+
+TEST(CollChoice, ExplainPrintsTheTable) {
+    const std::string s = explain_collectives(shared(4));
+    EXPECT_NE(s.find("ranks share a GPU"), std::string::npos) << s;
+    EXPECT_NE(s.find("copy engine (measured)"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace loom
