@@ -488,7 +488,10 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
             Report merged(op, W, argc, argv);
             for (const auto& row : old["rows"])
                 if (row.value("ranks", -1) != W) merged.add_row(row);
-            for (const auto& row : report.to_json()["rows"]) merged.add_row(row);
+            // Hold the json: a range-for over to_json()["rows"] would iterate a destroyed temporary (this lost
+            // every appended row once).
+            const json mine = report.to_json();
+            for (const auto& row : mine["rows"]) merged.add_row(row);
             merged.write(path);
         } else {
             report.write(path);
