@@ -28,7 +28,9 @@ const char* to_string(AgProducer p) {
     return "?";
 }
 
-std::string OverlapPlan::str() const { return fmt::format("{} comm_blocks {}", gemm.str(), comm_blocks); }
+std::string OverlapPlan::str() const {
+    return fmt::format("{} comm_blocks {} reserved_sms {}", gemm.str(), comm_blocks, reserved_sms);
+}
 
 namespace {
 
@@ -38,7 +40,7 @@ constexpr const char* kHeader = "loom/kernels/ag_gemm.cuh";
 }  // namespace
 
 OverlapPlan ag_gemm_plan(int64_t m, int64_t n_loc, int64_t k, int world_size, AgProducer producer, int comm_sms,
-                         int arch, int num_sms) {
+                         int arch, int num_sms, bool ranks_share_gpu) {
     OverlapPlan p;
     if (producer == AgProducer::Sm) {
         // 8 SMs of TMA copies keep ~W - 1 chunks in flight at NVLink speed; fewer for small chunks.
@@ -46,7 +48,10 @@ OverlapPlan ag_gemm_plan(int64_t m, int64_t n_loc, int64_t k, int world_size, Ag
         const int dflt = static_cast<int>(std::clamp<int64_t>(chunk_bytes / (256 << 10), 1, 8));
         p.comm_blocks = overlap::comm_blocks(comm_sms, dflt, num_sms);
     }
-    p.gemm = overlap::gemm_config(m, n_loc, k, arch, num_sms - p.comm_blocks);
+    // Copy engine with peers on this GPU: their copies into this rank's gather buffer (and this rank's into
+    // theirs) are runtime copy kernels; one TPC stays free for them.
+    if (producer == AgProducer::CopyEngine && ranks_share_gpu && num_sms > 3) p.reserved_sms = 2;
+    p.gemm = overlap::gemm_config(m, n_loc, k, arch, num_sms - p.comm_blocks - p.reserved_sms);
     return p;
 }
 
@@ -84,11 +89,12 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
 
     const AgProducer producer = o.producer == AgProducer::Auto ? AgProducer::CopyEngine : o.producer;
     LOOM_CHECK(o.comm_sms >= 0, "{}: expected comm_sms >= 0, given {}", op, o.comm_sms);
-    OverlapPlan plan = ag_gemm_plan(M, N, K, W, producer, o.comm_sms, st.arch, st.num_sms);
+    OverlapPlan plan = ag_gemm_plan(M, N, K, W, producer, o.comm_sms, st.arch, st.num_sms, st.shared_gpu);
     if (o.config) {
         plan.gemm = *o.config;
         if (plan.gemm.grid == 0)
-            plan.gemm.grid = static_cast<int>(gemm_sm90_grid(M, N, plan.gemm, st.num_sms - plan.comm_blocks));
+            plan.gemm.grid =
+                static_cast<int>(gemm_sm90_grid(M, N, plan.gemm, st.num_sms - plan.comm_blocks - plan.reserved_sms));
     }
     overlap::check_config(op, plan.gemm);
     if (overlap::debug())
@@ -117,12 +123,17 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
         st.chunk_total += 1;
         for (int d = 0; d < W; ++d)
             if (d != me) stream_ops::signal_ce(world, &sig->ready[me], epoch, d, st.side);
-        for (int i = 0; i < W; ++i) {
+        for (int i = 1; i < W; ++i) {
             const int d = (me + i) % W;
-            if (d != me) stream_ops::wait_value(st.side, &sig->ready[d], epoch, stream_ops::WaitCmp::GEQ);
+            stream_ops::wait_value(st.side, &sig->ready[d], epoch, stream_ops::WaitCmp::GEQ);
             stream_ops::put_ce(world, my_rows, a.data, chunk_bytes, d, st.side);
             stream_ops::signal_ce(world, &sig->chunk[me], st.chunk_total, d, st.side);
         }
+        // This rank's own rows: a copy within one GPU is a runtime copy kernel, which the persistent GEMM (every
+        // SM when no other rank shares the GPU) would starve if both were queued at once. In stream order before
+        // the GEMM it never competes (and the GEMM starts on these rows anyway).
+        stream_ops::put_ce(world, my_rows, a.data, chunk_bytes, me, stream);
+        stream_ops::signal_ce(world, &sig->chunk[me], st.chunk_total, me, stream);
     } else {
         const int P = plan.comm_blocks;
         st.chunk_total += static_cast<uint64_t>(P);

@@ -55,15 +55,8 @@ std::unique_ptr<CollState> create(World& world) {
     LOOM_CHECK_CUDA(cudaMemset(st->ll, 0, st->ll_bytes));
     LOOM_CHECK_CUDA(cudaDeviceSynchronize());
 
-    // Topology: do the ranks share a GPU? (PCI bus ids over the store.)
-    char bus[64] = {};
-    LOOM_CHECK_CUDA(cudaDeviceGetPCIBusId(bus, sizeof(bus), world.device()));
-    const std::string mine(bus);
-    const auto all = world.store().all_gather("loom/coll/busid", Bytes(mine.begin(), mine.end()));
     st->topo.world = W;
-    st->topo.shared_gpu = false;
-    for (int r = 0; r < W; ++r)
-        if (r != world.rank() && std::string(all[r].begin(), all[r].end()) == mine) st->topo.shared_gpu = true;
+    st->topo.shared_gpu = ranks_share_gpu(world, "loom/coll/busid");
     st->topo.arch = jit::current_arch();
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&st->num_sms, cudaDevAttrMultiProcessorCount, world.device()));
     world.barrier("loom/coll/state");  // every rank's state is zeroed before any peer signals into it
@@ -136,6 +129,17 @@ void launch(World& world, const Launch& l, cudaStream_t stream) {
     cfg.stream = stream;
     const Ctx ctx = world.ctx();
     k(cfg, ctx, l.params);
+}
+
+bool ranks_share_gpu(World& world, const std::string& key) {
+    // PCI bus ids over the store: another rank on this rank's GPU means the ranks share it (MPS).
+    char bus[64] = {};
+    LOOM_CHECK_CUDA(cudaDeviceGetPCIBusId(bus, sizeof(bus), world.device()));
+    const std::string mine(bus);
+    const auto all = world.store().all_gather(key, Bytes(mine.begin(), mine.end()));
+    for (int r = 0; r < world.world_size(); ++r)
+        if (r != world.rank() && std::string(all[r].begin(), all[r].end()) == mine) return true;
+    return false;
 }
 
 void launch_barrier(World& world, CollState& st, cudaStream_t stream) {

@@ -31,8 +31,9 @@ struct OpState {
     std::uint64_t started_total = 0;  // ag_gemm (Sm producer): target of Signals::started
     std::uint64_t arrive_total = 0;   // gemm_rs: target of Signals::arrived after the current call
     int arch = 0;
-    int device_sms = 0;  // cudaDevAttrMultiProcessorCount (every SM, also under MPS)
-    int num_sms = 0;     // the SMs this process can occupy (overlap_usable_sms): what the plans divide
+    int device_sms = 0;       // cudaDevAttrMultiProcessorCount (under MPS: this client's share)
+    bool shared_gpu = false;  // another rank runs on this GPU (ranks_share_gpu)
+    int num_sms = 0;          // the SMs this process can occupy (overlap_usable_sms): what the plans divide
     int device = 0;
 };
 

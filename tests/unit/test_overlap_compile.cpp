@@ -100,6 +100,7 @@ TEST(OverlapPlan, CommBlocksLeaveTheGemmItsSms) {
             const loom::OverlapPlan plans[] = {
                 loom::ag_gemm_plan(8192, 3584, 8192, world, loom::AgProducer::Sm, 0, 90, sms),
                 loom::ag_gemm_plan(8192, 3584, 8192, world, loom::AgProducer::CopyEngine, 0, 90, sms),
+                loom::ag_gemm_plan(8192, 3584, 8192, world, loom::AgProducer::CopyEngine, 0, 90, sms, true),
                 loom::gemm_rs_plan(8192, 4096, 1792, world, 0, 90, sms),
                 loom::gemm_ar_plan(128, 8192, 4096, world, 0, 90, sms),
                 loom::gemm_rs_plan(8192, 4096, 1792, world, 64, 90, sms),  // requested: still capped
@@ -108,9 +109,14 @@ TEST(OverlapPlan, CommBlocksLeaveTheGemmItsSms) {
                 EXPECT_GE(p.comm_blocks, 0) << sms << " " << p.str();
                 EXPECT_LE(p.comm_blocks, sms - 1) << sms << " " << p.str();
                 EXPECT_GE(p.gemm.grid, 1) << sms << " " << p.str();
-                EXPECT_LE(p.gemm.grid + p.comm_blocks, sms) << sms << " " << p.str();
+                EXPECT_LE(p.gemm.grid + p.comm_blocks + p.reserved_sms, sms) << sms << " " << p.str();
                 EXPECT_EQ(p.gemm.cluster_m, 1) << p.str();
             }
+            // Copy engine with peers on this GPU: a TPC stays free for the runtime's copy kernels (no starvation).
+            if (sms > 3)
+                EXPECT_EQ(loom::ag_gemm_plan(8192, 3584, 8192, world, loom::AgProducer::CopyEngine, 0, 90, sms, true)
+                              .reserved_sms,
+                          2);
             // Defaults keep at least three quarters of the SMs for the GEMM.
             EXPECT_LE(loom::gemm_rs_plan(8192, 4096, 1792, world, 0, 90, sms).comm_blocks, std::max(1, sms / 4));
             EXPECT_LE(loom::gemm_ar_plan(128, 8192, 4096, world, 0, 90, sms).comm_blocks, std::max(1, sms / 4));

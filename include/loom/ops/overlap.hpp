@@ -69,10 +69,14 @@ void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const Matri
 struct OverlapPlan {
     GemmConfig gemm;  // grid = the SMs left to the GEMM
     int comm_blocks = 0;
+    // SMs left free for work the CUDA runtime runs on SMs behind the op's back: a cudaMemcpyAsync between two
+    // allocations of one GPU (ranks sharing it) is a copy kernel, which a persistent GEMM spinning on that very
+    // copy's signal would otherwise starve (seen on the H200: ag_gemm's copy-engine producer trapped there).
+    int reserved_sms = 0;
     std::string str() const;
 };
 OverlapPlan ag_gemm_plan(int64_t m, int64_t n_loc, int64_t k, int world_size, AgProducer producer, int comm_sms,
-                         int arch, int num_sms);
+                         int arch, int num_sms, bool ranks_share_gpu = false);
 OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms);
 OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms);
 
