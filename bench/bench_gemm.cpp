@@ -14,13 +14,13 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "cublaslt.hpp"
 #include "harness.hpp"
+#include "loom/bf16.hpp"
 #include "loom/ops/gemm.hpp"
 #include "loom/runtime/error.hpp"
 
@@ -73,20 +73,13 @@ struct Check {
     bool ok() const { return nans == 0 && diff < 1e-5; }
 };
 
-float bf16_to_float(uint16_t v) {
-    uint32_t u = static_cast<uint32_t>(v) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
-
 Check compare(const void* c, const std::vector<uint16_t>& ref, size_t n) {
     std::vector<uint16_t> got(n);
     LOOM_CHECK_CUDA(cudaMemcpy(got.data(), c, n * 2, cudaMemcpyDeviceToHost));
     Check r;
     double xy = 0, xx = 0;
     for (size_t i = 0; i < n; ++i) {
-        const double x = bf16_to_float(got[i]), y = bf16_to_float(ref[i]);
+        const double x = loom::bf16_to_float(got[i]), y = loom::bf16_to_float(ref[i]);
         if (std::isnan(x)) {
             ++r.nans;
             continue;

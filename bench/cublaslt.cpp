@@ -1,8 +1,8 @@
 #include "cublaslt.hpp"
 
-#include <cstring>
 #include <vector>
 
+#include "loom/bf16.hpp"
 #include "loom/runtime/error.hpp"
 
 #define CHECK_LT(x)                                                                      \
@@ -18,10 +18,7 @@ void fill_random_bf16(void* p, std::size_t n, std::uint64_t seed) {
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
     for (auto& v : h) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        const float f = static_cast<float>((x >> 40) & 0xffffff) / 16777216.f * 2.f - 1.f;
-        uint32_t u;
-        std::memcpy(&u, &f, 4);
-        v = static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+        v = loom::float_to_bf16(static_cast<float>((x >> 40) & 0xffffff) / 16777216.f * 2.f - 1.f);
     }
     LOOM_CHECK_CUDA(cudaMemcpy(p, h.data(), n * 2, cudaMemcpyHostToDevice));
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/bf16.hpp"
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/driver.hpp"
@@ -25,18 +26,9 @@ std::vector<uint16_t> random_bf16(std::size_t n, uint64_t seed) {
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
     for (auto& v : h) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        const float f = static_cast<float>((x >> 40) & 0xffffff) / 16777216.f * 2.f - 1.f;
-        uint32_t u;
-        std::memcpy(&u, &f, 4);
-        v = static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+        v = loom::float_to_bf16(static_cast<float>((x >> 40) & 0xffffff) / 16777216.f * 2.f - 1.f);
     }
     return h;
-}
-float bf16(uint16_t h) {
-    const uint32_t u = static_cast<uint32_t>(h) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
 }
 }  // namespace
 
@@ -88,7 +80,7 @@ int main(int argc, char** argv) {
         LOOM_CHECK_CUDA(cudaMemcpy(ref.data(), c_ref, ref.size() * 2, cudaMemcpyDeviceToHost));
         int64_t bad = 0;
         for (int64_t i = 0; i < m * n; ++i) {
-            const float x = bf16(got[i]), y = bf16(ref[i]);
+            const float x = loom::bf16_to_float(got[i]), y = loom::bf16_to_float(ref[i]);
             if (!(std::fabs(x - y) <= std::fabs(y) / 64.f + 1e-2f)) ++bad;
         }
         if (bad)

@@ -9,9 +9,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <vector>
 
+#include "loom/bf16.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/driver.hpp"
 #include "loom/runtime/error.hpp"
@@ -23,18 +23,9 @@ std::vector<uint16_t> random_bf16(std::size_t n, uint64_t seed) {
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
     for (auto& v : h) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        const float f = static_cast<float>((x >> 40) & 0xffffff) / 16777216.f * 2.f - 1.f;
-        uint32_t u;
-        std::memcpy(&u, &f, 4);
-        v = static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+        v = loom::float_to_bf16(static_cast<float>((x >> 40) & 0xffffff) / 16777216.f * 2.f - 1.f);
     }
     return h;
-}
-double bf16(uint16_t h) {
-    const uint32_t u = static_cast<uint32_t>(h) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
 }
 }  // namespace
 
@@ -72,7 +63,8 @@ int main(int argc, char** argv) {
                 for (int64_t j = 0; j < n; ++j) {
                     double acc = 0, am = 0;
                     for (int64_t x = 0; x < k; ++x) {
-                        const double p = bf16(qa[(me * rows + i) * k + x]) * bf16(qb[j * k + x]);
+                        const double p =
+                            loom::bf16_to_float(qa[(me * rows + i) * k + x]) * loom::bf16_to_float(qb[j * k + x]);
                         acc += p;
                         am += std::fabs(p);
                     }
@@ -84,7 +76,8 @@ int main(int argc, char** argv) {
         LOOM_CHECK_CUDA(cudaMemcpy(got.data(), c, got.size() * 2, cudaMemcpyDeviceToHost));
         int64_t bad = 0;
         for (int64_t i = 0; i < rows * n; ++i)
-            if (!(std::fabs(bf16(got[i]) - ref[i]) <= std::fabs(ref[i]) / 128 + mag[i] / 256 + 1e-3)) ++bad;
+            if (!(std::fabs(loom::bf16_to_float(got[i]) - ref[i]) <= std::fabs(ref[i]) / 128 + mag[i] / 256 + 1e-3))
+                ++bad;
         std::printf("rank %d: gemm_rs M=%lld N=%lld K_loc=%lld: %s (%lld bad elements)\n", me,
                     static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
                     bad ? "FAILED" : "OK", static_cast<long long>(bad));

@@ -6,11 +6,13 @@
 #include <span>
 #include <vector>
 
+#include "loom/bf16.hpp"
+
 namespace loom::test {
 
-// bf16 / fp16 <-> float on the host (round to nearest even).
-std::uint16_t float_to_bf16(float f);
-float bf16_to_float(std::uint16_t h);
+// bf16 / fp16 <-> float on the host (round to nearest even). The bf16 pair is the public one (loom/bf16.hpp).
+using loom::bf16_to_float;
+using loom::float_to_bf16;
 std::uint16_t float_to_half(float f);
 float half_to_float(std::uint16_t h);
 

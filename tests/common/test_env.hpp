@@ -4,9 +4,13 @@
 // and only rank 0 prints GoogleTest's output. Fixtures skip with a clear message when there is no GPU.
 #pragma once
 
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "loom/runtime/driver.hpp"
+#include "loom/runtime/store.hpp"
 #include "loom/runtime/world.hpp"
 
 namespace loom::test {
@@ -16,6 +20,17 @@ World& world();
 // True when a GPU and driver are present.
 bool has_gpu();
 
+// Every rank's verdict (`mine`: "" = passed), gathered through the store under `tag`: "" when every rank passed,
+// else one line per failing rank. Every rank calls it at the same point; assert on the result, so that all ranks
+// fail together and the next collective step still finds every peer (no hang until loomrun's timeout).
+inline std::string agree(World& w, const std::string& mine, const std::string& tag) {
+    const auto all = w.store().all_gather(tag, Bytes(mine.begin(), mine.end()));
+    std::string s;
+    for (std::size_t r = 0; r < all.size(); ++r)
+        if (!all[r].empty()) s += "rank " + std::to_string(r) + ": " + std::string(all[r].begin(), all[r].end()) + "\n";
+    return s;
+}
+
 }  // namespace loom::test
 
 // Skip the current test when no GPU is present, saying why.
@@ -23,3 +38,18 @@ bool has_gpu();
     do {                                                                                                  \
         if (!::loom::test::has_gpu()) GTEST_SKIP() << "no GPU: " << ::loom::driver::unavailable_reason(); \
     } while (0)
+
+// Fixture of multi-rank GPU tests: the World and a non-blocking stream (skipped without a GPU).
+class WorldStreamTest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        LOOM_REQUIRE_GPU();
+        w = &::loom::test::world();
+        ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    }
+    void TearDown() override {
+        if (stream) cudaStreamDestroy(stream);
+    }
+    ::loom::World* w = nullptr;
+    cudaStream_t stream = nullptr;
+};

@@ -110,15 +110,7 @@ void poison(void* p, std::size_t bytes) {
 }
 void sync_or_die(cudaStream_t s) { cuda_or_die(cudaStreamSynchronize(s), "stream sync"); }
 
-// Every rank's verdict ("" = passed), gathered through the store: "" when every rank passed, else one line
-// per failing rank. Every rank calls it at the same point; assert on the result so all ranks fail together.
-std::string agree(World& w, const std::string& mine) {
-    const auto all = w.store().all_gather("test/collectives/verdict", Bytes(mine.begin(), mine.end()));
-    std::string s;
-    for (std::size_t r = 0; r < all.size(); ++r)
-        if (!all[r].empty()) s += "rank " + std::to_string(r) + ": " + std::string(all[r].begin(), all[r].end()) + "\n";
-    return s;
-}
+std::string agree(World& w, const std::string& mine) { return test::agree(w, mine, "test/collectives/verdict"); }
 
 struct AlgoPath {
     CollAlgo algo;
@@ -126,19 +118,7 @@ struct AlgoPath {
 };
 std::string label(const AlgoPath& a) { return std::string(to_string(a.algo)) + "/" + to_string(a.path); }
 
-class Collectives : public ::testing::Test {
-  protected:
-    void SetUp() override {
-        LOOM_REQUIRE_GPU();
-        w = &test::world();
-        ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-    }
-    void TearDown() override {
-        if (stream) cudaStreamDestroy(stream);
-    }
-    World* w = nullptr;
-    cudaStream_t stream = nullptr;
-};
+class Collectives : public WorldStreamTest {};
 
 // ---- AllGather ---------------------------------------------------------------------------------------------------
 void check_all_gather(World& w, cudaStream_t s, DType t, std::size_t n, const CollOptions& o, int tc, bool in_place) {

@@ -91,24 +91,11 @@ std::string compare(const std::vector<double>& got, const std::vector<double>& r
 
 // Every rank's verdict; the test fails on every rank when any rank failed.
 void agree(World& w, const std::string& mine, const std::string& what) {
-    const auto all = w.store().all_gather("test/overlap/" + what, Bytes(mine.begin(), mine.end()));
-    for (int r = 0; r < w.world_size(); ++r)
-        EXPECT_TRUE(all[r].empty()) << what << ": rank " << r << ": " << std::string(all[r].begin(), all[r].end());
+    const std::string v = test::agree(w, mine, "test/overlap/" + what);
+    EXPECT_TRUE(v.empty()) << what << ":\n" << v;
 }
 
-class Overlap : public ::testing::Test {
-  protected:
-    void SetUp() override {
-        LOOM_REQUIRE_GPU();
-        w = &test::world();
-        ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-    }
-    void TearDown() override {
-        if (stream) cudaStreamDestroy(stream);
-    }
-    World* w = nullptr;
-    cudaStream_t stream = nullptr;
-};
+class Overlap : public WorldStreamTest {};
 
 // ---- AllGather+GEMM ----------------------------------------------------------------------------------------------
 struct AgCase {

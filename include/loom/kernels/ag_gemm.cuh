@@ -54,13 +54,7 @@ struct AgGemmHooks {
 
     LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const tile::TileGrid& g, int32_t& m_block,
                                                  int32_t& n_block) const {
-        // tile::grouped_order, then the rotation as a compare and subtract (0 <= shift_m < num_m, the host's
-        // contract): tile::rotated_order's `% num_m` in the consumers' tile loop, next to 128 live accumulators,
-        // made the 128 x 256 instantiation spill (48 / 12 bytes); this form has none
-        // (tests/unit/test_overlap_compile.cpp).
-        tile::grouped_order(linear, g, m_block, n_block);
-        m_block += a.shift_m;
-        if (m_block >= g.num_m) m_block -= g.num_m;
+        tile::rotated_order(linear, g, a.shift_m, m_block, n_block);
     }
     LOOM_DEVICE LOOM_FORCEINLINE void before_load(const tile::TileCoord& t) const {
         // A tile of BLOCK_M rows spans at most two ranks' chunks unless M / W < BLOCK_M; loop over them all.

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "loom/config.hpp"
+#include "loom/tile/tile_order.hpp"
 
 namespace loom::kernels::overlap {
 
@@ -92,19 +93,11 @@ struct ArParams {
     uint64_t epoch;
 };
 
-// Grouped raster order rotated by shift_m M-blocks: the order of the GEMM hooks (AgGemmHooks, TileNotifyHooks),
-// repeated here for the host and the communication kernels. Contract: 0 <= shift_m < num_m (the hosts compute it
-// as the first M-block of a rank's rows), so the rotation is one compare and subtract.
+// The GEMM hooks' tile order (tile::rotated_order: grouped raster rotated by shift_m M-blocks, 0 <= shift_m <
+// num_m), for the host and the communication kernels that follow the GEMM tile by tile.
 LOOM_HOST_DEVICE inline void overlap_tile_order(int32_t linear, int32_t num_m, int32_t num_n, int32_t group_m,
                                                 int32_t shift_m, int32_t& m_block, int32_t& n_block) {
-    const int32_t per_group = group_m * num_n;
-    const int32_t group = linear / per_group;
-    const int32_t first_m = group * group_m;
-    const int32_t rows_in_group = (num_m - first_m) < group_m ? (num_m - first_m) : group_m;
-    const int32_t in_group = linear - group * per_group;
-    m_block = first_m + in_group % rows_in_group + shift_m;
-    if (m_block >= num_m) m_block -= num_m;
-    n_block = in_group / rows_in_group;
+    tile::rotated_order(linear, tile::TileGrid{num_m, num_n, group_m}, shift_m, m_block, n_block);
 }
 
 }  // namespace loom::kernels::overlap
