@@ -26,11 +26,11 @@
 #include <fstream>
 #include <functional>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "harness.hpp"
+#include "loom/bf16.hpp"
 #include "loom/jit/jit.hpp"
 #include "loom/ops/collectives.hpp"
 #include "loom/runtime/driver.hpp"
@@ -69,68 +69,29 @@ struct Args {
     bool append = false, nvshmem = true, nccl = true, explain = false;
 };
 
-std::size_t parse_bytes(const std::string& s) {
-    std::size_t pos = 0;
-    const unsigned long long v = std::stoull(s, &pos);
-    std::string unit = s.substr(pos);
-    std::size_t mul = 1;
-    if (unit == "K" || unit == "k" || unit == "KiB")
-        mul = KiB;
-    else if (unit == "M" || unit == "MiB")
-        mul = MiB;
-    else if (unit == "G" || unit == "GiB")
-        mul = GiB;
-    else
-        LOOM_CHECK(unit.empty(), "bench-collectives: expected a size like 4096, 64K, 16M or 1G, given '{}'", s);
-    return static_cast<std::size_t>(v) * mul;
-}
-
 Args parse(int argc, char** argv) {
     Args a;
-    for (int i = 1; i < argc; ++i) {
-        const std::string s = argv[i];
-        auto value = [&] {
-            LOOM_CHECK(i + 1 < argc, "bench-collectives: {} expects a value", s);
-            return std::string(argv[++i]);
-        };
-        if (s == "--out") {
-            a.out = value();
-        } else if (s == "--min-bytes") {
-            a.min_bytes = parse_bytes(value());
-        } else if (s == "--max-bytes") {
-            a.max_bytes = parse_bytes(value());
-        } else if (s == "--iters") {
-            a.iters = std::stoi(value());
-        } else if (s == "--ops") {
-            a.ops.clear();
-            std::stringstream ss(value());
-            for (std::string op; std::getline(ss, op, ',');) {
-                LOOM_CHECK(op == "all_gather" || op == "reduce_scatter" || op == "all_reduce" || op == "all_to_all",
-                           "bench-collectives: --ops expects all_gather, reduce_scatter, all_reduce, all_to_all; "
-                           "given '{}'",
-                           op);
-                a.ops.push_back(op);
-            }
-        } else if (s == "--append") {
-            a.append = true;
-        } else if (s == "--no-nvshmem") {
-            a.nvshmem = false;
-        } else if (s == "--no-nccl") {
-            a.nccl = false;
-        } else if (s == "--explain") {
-            a.explain = true;
-        } else {
-            LOOM_FAIL(
-                "bench-collectives: unknown argument '{}' (expected --out DIR, --min-bytes N, --max-bytes N, --iters "
-                "N, "
-                "--ops LIST, --append, --no-nvshmem, --no-nccl, --explain)",
-                s);
-        }
-    }
+    bool no_nvshmem = false, no_nccl = false;
+    CLI::App app{"bench-collectives: every Loom algorithm and data path against NVSHMEM / NCCL (docs/perf/*.json)"};
+    app.add_option("--out", a.out, "output directory")->capture_default_str();
+    loom::bench::add_bytes_option(app, "--min-bytes", a.min_bytes, "smallest size (default 1K)");
+    loom::bench::add_bytes_option(app, "--max-bytes", a.max_bytes, "largest size (default 1G)");
+    app.add_option("--iters", a.iters, "timed runs per point (0: 20 up to 1 MiB, 10 up to 64 MiB, 5 beyond)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--ops", a.ops, "comma-separated subset")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"all_gather", "reduce_scatter", "all_reduce", "all_to_all"}));
+    app.add_flag("--append", a.append, "keep the files' rows of other rank counts");
+    app.add_flag("--no-nvshmem", no_nvshmem, "skip the NVSHMEM baseline");
+    app.add_flag("--no-nccl", no_nccl, "skip the NCCL baseline");
+    app.add_flag("--explain", a.explain, "print the automatic choice table");
+    loom::bench::parse_or_exit(app, argc, argv);
+    a.nvshmem = !no_nvshmem;
+    a.nccl = !no_nccl;
     LOOM_CHECK(a.min_bytes >= 1 && a.min_bytes <= a.max_bytes,
                "bench-collectives: expected 1 <= --min-bytes <= --max-bytes, given {} and {}", a.min_bytes,
                a.max_bytes);
-    LOOM_CHECK(a.iters >= 0, "bench-collectives: expected --iters >= 0, given {}", a.iters);
     return a;
 }
 
@@ -159,37 +120,11 @@ loom::bench::Coll harness_coll(CollKind k) {
     }
 }
 
-// ---- topology (for --explain and the auto column; the ops compute the same facts internally) -------------------
-loom::CollTopology topology(loom::World& w) {
-    char bus[64] = {};
-    LOOM_CHECK_CUDA(cudaDeviceGetPCIBusId(bus, sizeof(bus), w.device()));
-    const std::string mine(bus);
-    const auto all = w.store().all_gather("bench-coll/busid", loom::Bytes(mine.begin(), mine.end()));
-    loom::CollTopology t;
-    t.world = w.world_size();
-    for (int r = 0; r < w.world_size(); ++r)
-        if (r != w.rank() && std::string(all[r].begin(), all[r].end()) == mine) t.shared_gpu = true;
-    t.arch = loom::jit::current_arch();
-    return t;
-}
-
 // ---- device fills and checks -------------------------------------------------------------------------------------
-uint16_t bf16_of_small_int(int v) {  // exact: small integers have short mantissas
-    const float f = static_cast<float>(v);
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    return static_cast<uint16_t>(u >> 16);
-}
-float float_of_bf16(uint16_t h) {
-    const uint32_t u = static_cast<uint32_t>(h) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
 // count bf16 elements = v: a 64 Ki-element pattern, then doubling device-to-device copies.
 void fill_bf16(void* dst, std::size_t count, int v, cudaStream_t s) {
     const std::size_t first = std::min<std::size_t>(count, 64 * 1024);
-    std::vector<uint16_t> h(first, bf16_of_small_int(v));
+    std::vector<uint16_t> h(first, loom::float_to_bf16(static_cast<float>(v)));
     LOOM_CHECK_CUDA(cudaMemcpyAsync(dst, h.data(), first * 2, cudaMemcpyHostToDevice, s));
     char* d = static_cast<char*>(dst);
     for (std::size_t done = first; done < count;) {
@@ -439,9 +374,9 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
             const std::string name = std::string(loom::to_string(v.algo)) + "/" + loom::to_string(v.path);
             auto expect = [&](std::size_t i, int want) {
                 const uint16_t h = bf16_at(sout, i);
-                LOOM_CHECK(h == bf16_of_small_int(want),
+                LOOM_CHECK(h == loom::float_to_bf16(static_cast<float>(want)),
                            "bench-collectives: {} {} size {} rank {}: element {} is {}, expected {} (wrong result)", op,
-                           name, sh.size, me, i, float_of_bf16(h), want);
+                           name, sh.size, me, i, loom::bf16_to_float(h), want);
             };
             if (k == CollKind::AllGather || k == CollKind::AllToAll) {
                 const std::size_t chunk = sh.out_count / W;
@@ -532,7 +467,7 @@ int main(int argc, char** argv) {
         loom::WorldOptions opts;
         opts.symmetric_size = std::max(loom::env_bytes("LOOM_SYMMETRIC_SIZE", 0), need);
         loom::World w = loom::World::from_env(opts);
-        const loom::CollTopology topo = topology(w);
+        const loom::CollTopology topo = loom::collective_topology(w);
         if (args.explain && w.rank() == 0) std::printf("%s\n", loom::explain_collectives(topo).c_str());
         fs::create_directories(args.out);
         cudaStream_t stream;

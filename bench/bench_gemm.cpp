@@ -97,14 +97,13 @@ int main(int argc, char** argv) {
     std::string out;
     bool quick = false, sweep = false;
     int only_cluster = 0, iters = 30;
-    for (int i = 1; i < argc; ++i) {
-        std::string a = argv[i];
-        if (a == "--out" && i + 1 < argc) out = argv[++i];
-        if (a == "--quick") quick = true;
-        if (a == "--sweep") sweep = true;
-        if (a == "--cluster" && i + 1 < argc) only_cluster = std::atoi(argv[++i]);
-        if (a == "--iters" && i + 1 < argc) iters = std::atoi(argv[++i]);
-    }
+    CLI::App app{"bench-gemm: Loom's GEMM against cuBLASLt on the issue's shapes (docs/perf/gemm.json)"};
+    app.add_option("--out", out, "output file (default: print only)");
+    app.add_flag("--quick", quick, "the two square shapes only");
+    app.add_flag("--sweep", sweep, "also time every BLOCK_N / stage config per shape");
+    app.add_option("--cluster", only_cluster, "only this cluster_m (0: the heuristic's)")->check(CLI::Range(0, 2));
+    app.add_option("--iters", iters, "timed runs per shape")->capture_default_str()->check(CLI::PositiveNumber);
+    loom::bench::parse_or_exit(app, argc, argv);
     std::vector<Shape> shapes = {{"square", 8192, 8192, 8192}, {"square", 4096, 4096, 4096}};
     for (auto [n, k] :
          std::vector<std::pair<int, int>>{{11008, 4096}, {14336, 4096}, {28672, 8192}, {53248, 16384}, {29568, 8192}})

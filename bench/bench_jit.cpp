@@ -46,10 +46,10 @@ loom::jit::KernelSpec gemm_spec(bool nvcc) {
 int main(int argc, char** argv) {
     int reps = 3;
     std::string out;
-    for (int i = 1; i < argc; ++i) {
-        if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
-        if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
-    }
+    CLI::App app{"bench-jit: cold and warm JIT compile / load times (docs/perf/jit.json)"};
+    app.add_option("--reps", reps, "repetitions per measurement")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--out", out, "output file (default: print only)");
+    loom::bench::parse_or_exit(app, argc, argv);
     const fs::path cache = fs::temp_directory_path() / ("loom-bench-jit-" + std::to_string(::getpid()));
     setenv("LOOM_CACHE_DIR", cache.c_str(), 1);
     loom::bench::Report report("jit", 1, argc, argv);

@@ -49,31 +49,17 @@ struct Args {
 
 Args parse(int argc, char** argv) {
     Args a;
-    for (int i = 1; i < argc; ++i) {
-        std::string s = argv[i];
-        auto value = [&] {
-            LOOM_CHECK(i + 1 < argc, "{}: expected a value", s);
-            return std::string(argv[++i]);
-        };
-        if (s == "--out") {
-            a.out = value();
-        } else if (s == "--rounds") {
-            a.rounds = static_cast<uint32_t>(std::stoul(value()));
-        } else if (s == "--max-bytes") {
-            a.max_bytes = std::stoull(value());
-        } else if (s == "--iters") {
-            a.iters = std::stoi(value());
-        } else if (s == "--no-nvshmem") {
-            a.nvshmem = false;
-        } else {
-            LOOM_FAIL(
-                "bench-lang: unknown argument '{}' (expected --out DIR, --rounds N, --max-bytes N, --iters N, "
-                "--no-nvshmem)",
-                s);
-        }
-    }
-    LOOM_CHECK(a.rounds > 0 && a.iters > 0, "bench-lang: expected positive --rounds and --iters, given {} and {}",
-               a.rounds, a.iters);
+    bool no_nvshmem = false;
+    CLI::App app{"bench-lang: signal round trip and put bandwidth per data path (docs/perf/lang_*.json)"};
+    app.add_option("--out", a.out, "output directory")->capture_default_str();
+    app.add_option("--rounds", a.rounds, "ping-pong rounds per timed run")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    loom::bench::add_bytes_option(app, "--max-bytes", a.max_bytes, "largest put (>= 4K; default 1G)");
+    app.add_option("--iters", a.iters, "timed runs per point")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_flag("--no-nvshmem", no_nvshmem, "skip the NVSHMEM ping-pong baseline");
+    loom::bench::parse_or_exit(app, argc, argv);
+    a.nvshmem = !no_nvshmem;
     LOOM_CHECK(a.max_bytes >= 4096, "bench-lang: expected --max-bytes >= 4096, given {}", a.max_bytes);
     return a;
 }

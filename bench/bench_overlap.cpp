@@ -252,21 +252,14 @@ int main(int argc, char** argv) {
     Args args;
     args.argc = argc;
     args.argv = argv;
-    for (int i = 1; i < argc; ++i) {
-        const std::string s = argv[i];
-        if (s == "--out" && i + 1 < argc)
-            args.out = argv[++i];
-        else if (s == "--quick")
-            args.quick = true;
-        else if (s == "--no-nvshmem")
-            args.nvshmem = false;
-        else if (s == "--iters" && i + 1 < argc)
-            args.iters = std::atoi(argv[++i]);
-        else {
-            std::fprintf(stderr, "usage: bench-overlap [--out DIR] [--quick] [--iters N] [--no-nvshmem]\n");
-            return 2;
-        }
-    }
+    bool no_nvshmem = false;
+    CLI::App app{"bench-overlap: ag_gemm / gemm_rs against the sequential and library baselines"};
+    app.add_option("--out", args.out, "output directory");
+    app.add_flag("--quick", args.quick, "two shapes per op");
+    app.add_option("--iters", args.iters, "timed runs per point")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_flag("--no-nvshmem", no_nvshmem, "skip the NVSHMEM baselines");
+    loom::bench::parse_or_exit(app, argc, argv);
+    args.nvshmem = !no_nvshmem;
     if (!loom::driver::available()) {
         std::printf("no GPU: %s\n", loom::driver::unavailable_reason().c_str());
         return 1;

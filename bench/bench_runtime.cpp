@@ -79,25 +79,12 @@ struct Args {
 
 Args parse(int argc, char** argv) {
     Args a;
-    for (int i = 1; i < argc; ++i) {
-        std::string s = argv[i];
-        auto value = [&] {
-            LOOM_CHECK(i + 1 < argc, "{}: expected a value", s);
-            return std::string(argv[++i]);
-        };
-        if (s == "--out") {
-            a.out = value();
-        } else if (s == "--append") {
-            a.append = true;
-        } else if (s == "--max-bytes") {
-            a.max_bytes = loom::parse_bytes(value(), "--max-bytes");
-        } else if (s == "--iters") {
-            a.iters = std::stoi(value());
-        } else {
-            LOOM_FAIL("bench-runtime: unknown argument '{}' (expected --out PATH, --append, --max-bytes N, --iters N)",
-                      s);
-        }
-    }
+    CLI::App app{"bench-runtime: start-up, symmetric allocation and peer-copy figures (docs/perf/runtime.json)"};
+    app.add_option("--out", a.out, "output file")->capture_default_str();
+    app.add_flag("--append", a.append, "keep the file's rows of other rank counts");
+    loom::bench::add_bytes_option(app, "--max-bytes", a.max_bytes, "largest copy (default 1G)");
+    app.add_option("--iters", a.iters, "timed runs per point")->capture_default_str()->check(CLI::PositiveNumber);
+    loom::bench::parse_or_exit(app, argc, argv);
     return a;
 }
 

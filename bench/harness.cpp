@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 
 namespace loom::bench {
@@ -177,6 +178,27 @@ std::string source_file(const std::string& rel) {
     for (const auto& r : roots)
         if (fs::is_regular_file(r / rel, ec)) return fs::canonical(r / rel).string();
     LOOM_FAIL("{} not found (set LOOM_SOURCE_DIR to the source tree)", rel);
+}
+
+CLI::Option* add_bytes_option(CLI::App& app, const std::string& name, std::size_t& target, const std::string& help) {
+    return app.add_option_function<std::string>(
+        name,
+        [&target, name](const std::string& text) {
+            try {
+                target = loom::parse_bytes(text, name);
+            } catch (const loom::Error& e) {
+                throw CLI::ValidationError(name, e.what());
+            }
+        },
+        help);
+}
+
+void parse_or_exit(CLI::App& app, int argc, char** argv) {
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        std::exit(app.exit(e));
+    }
 }
 
 }  // namespace loom::bench

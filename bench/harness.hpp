@@ -1,13 +1,14 @@
 // The one benchmark harness: warm-up, L2 flush, cross-rank barrier, CUDA events, median of many runs, and the
 // JSON report committed under docs/perf/.
 //
-// Timing contract: each timed run is [flush L2 (unless disabled)] -> [cross-rank barrier when a World is
-// given] -> event -> fn(stream) -> event. The per-rank median is reduced to the slowest rank's median over
-// the store, so every rank reports the same figure.
+// Timing contract: each timed run is [flush L2 (unless disabled)] -> [cross-rank host barrier when a World is
+// given] -> [align(stream), e.g. loom::barrier_on_stream] -> event -> fn(stream) -> event. The per-rank median is
+// reduced to the slowest rank's median over the store, so every rank reports the same figure.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <CLI/CLI.hpp>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -58,6 +59,11 @@ class Report {
 };
 
 std::string gpu_name();  // "NVIDIA H200", or "none"
+
+// Command lines (CLI11). A byte-count option takes 4096, 64K, 16M, 1G or 2GiB (loom::parse_bytes).
+CLI::Option* add_bytes_option(CLI::App& app, const std::string& name, std::size_t& target, const std::string& help);
+// Parses argv: --help prints the usage and exits 0; a bad or unknown argument prints why and exits non-zero.
+void parse_or_exit(CLI::App& app, int argc, char** argv);
 
 // Absolute path of `rel` (a file of the source tree, e.g. "bench/kernels/lang.cuh"), looked up under
 // $LOOM_SOURCE_DIR, then the tree the executable sits in (<root>/<build>/bench/<exe>), then the working directory.

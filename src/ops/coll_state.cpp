@@ -55,9 +55,7 @@ std::unique_ptr<CollState> create(World& world) {
     LOOM_CHECK_CUDA(cudaMemset(st->ll, 0, st->ll_bytes));
     LOOM_CHECK_CUDA(cudaDeviceSynchronize());
 
-    st->topo.world = W;
-    st->topo.shared_gpu = ranks_share_gpu(world, "loom/coll/busid");
-    st->topo.arch = jit::current_arch();
+    st->topo = collective_topology(world);
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&st->num_sms, cudaDevAttrMultiProcessorCount, world.device()));
     world.barrier("loom/coll/state");  // every rank's state is zeroed before any peer signals into it
     return st;
@@ -141,6 +139,15 @@ bool ranks_share_gpu(World& world, const std::string& key) {
         if (r != world.rank() && std::string(all[r].begin(), all[r].end()) == mine) return true;
     return false;
 }
+
+}  // namespace loom::coll
+
+// Declared in loom/ops/collectives.hpp.
+loom::CollTopology loom::collective_topology(World& world) {
+    return CollTopology{world.world_size(), coll::ranks_share_gpu(world, "loom/coll/busid"), jit::current_arch()};
+}
+
+namespace loom::coll {
 
 void launch_barrier(World& world, CollState& st, cudaStream_t stream) {
     Launch l;

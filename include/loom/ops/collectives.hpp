@@ -72,6 +72,8 @@ struct CollTopology {
     bool shared_gpu = false;  // ranks share one GPU (MPS)
     int arch = 90;
 };
+// This world's topology as the choice sees it (collective: every rank calls it; the ops compute it once per World).
+CollTopology collective_topology(World& world);
 // bytes: all_gather / all_to_all: the per-rank input; reduce_scatter: the per-rank output; all_reduce: the buffer.
 // in_symmetric / out_symmetric say which algorithms are feasible.
 CollChoice choose_collective(CollKind kind, std::size_t bytes, const CollTopology& topo, bool in_symmetric = true,
