@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "loom/runtime/error.hpp"
+#include "runtime/socket_util.hpp"
 
 namespace loom::detail {
 namespace {
@@ -33,16 +34,11 @@ socklen_t abstract_address(const std::string& name, sockaddr_un& addr) {
     return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
 }
 
-int remaining_ms(Deadline deadline) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    return left.count() <= 0 ? 0 : static_cast<int>(std::min<long long>(left.count(), 1 << 30));
-}
-
 // Waits for `events` on `fd` until the deadline; false on timeout.
 bool wait_for(int fd, short events, Deadline deadline) {
     for (;;) {
         pollfd p{fd, events, 0};
-        int r = ::poll(&p, 1, remaining_ms(deadline));
+        int r = ::poll(&p, 1, net::ms_left(deadline));
         if (r > 0) return true;
         if (r == 0) return false;
         if (errno != EINTR) LOOM_CHECK_ERRNO(r);

@@ -25,6 +25,23 @@ int ms_left(Clock::time_point deadline) {
 
 namespace {
 
+// Waits until `fd` is ready for `events` (EINTR retried); false with `why` set on timeout or error.
+bool wait_ready(int fd, short events, Clock::time_point deadline, std::string* why) {
+    for (;;) {
+        pollfd pfd{fd, events, 0};
+        const int rc = ::poll(&pfd, 1, ms_left(deadline));
+        if (rc > 0) return true;
+        if (rc == 0) {
+            *why = "timeout";
+            return false;
+        }
+        if (errno != EINTR) {
+            *why = std::strerror(errno);
+            return false;
+        }
+    }
+}
+
 // IPv4 address of `addr` (a dotted quad or a host name).
 bool resolve(const std::string& addr, int port, sockaddr_in* out, std::string* why) {
     std::memset(out, 0, sizeof(*out));
@@ -113,17 +130,7 @@ int tcp_connect(const std::string& addr, int port, Clock::time_point deadline, s
 bool send_all(int fd, const void* data, std::size_t n, Clock::time_point deadline, std::string* why) {
     auto* p = static_cast<const char*>(data);
     while (n > 0) {
-        pollfd pfd{fd, POLLOUT, 0};
-        int rc = ::poll(&pfd, 1, ms_left(deadline));
-        if (rc == 0) {
-            *why = "timeout";
-            return false;
-        }
-        if (rc < 0) {
-            if (errno == EINTR) continue;
-            *why = std::strerror(errno);
-            return false;
-        }
+        if (!wait_ready(fd, POLLOUT, deadline, why)) return false;
         ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0) {
             if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
@@ -139,17 +146,7 @@ bool send_all(int fd, const void* data, std::size_t n, Clock::time_point deadlin
 bool recv_all(int fd, void* data, std::size_t n, Clock::time_point deadline, std::string* why) {
     auto* p = static_cast<char*>(data);
     while (n > 0) {
-        pollfd pfd{fd, POLLIN, 0};
-        int rc = ::poll(&pfd, 1, ms_left(deadline));
-        if (rc == 0) {
-            *why = "timeout";
-            return false;
-        }
-        if (rc < 0) {
-            if (errno == EINTR) continue;
-            *why = std::strerror(errno);
-            return false;
-        }
+        if (!wait_ready(fd, POLLIN, deadline, why)) return false;
         ssize_t r = ::recv(fd, p, n, MSG_DONTWAIT);
         if (r == 0) {
             *why = "closed";
