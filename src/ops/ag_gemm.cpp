@@ -2,9 +2,11 @@
 // (kernels/ag_gemm.cuh; docs/overlap.md).
 //
 // Per call e on every rank (W ranks, this one `me`, R = M / W rows per rank, chunk = R x K elements):
-//   stream      fork ─────────────────────────────── [Sm: wait started] ── GEMM(hooks: wait chunk[r] >= T) ── join
-//   side             ready[me] = e on every rank; for d = me, me+1, ...: [d != me: wait ready[d] >= e]
-//                    copy chunk -> d's gather rows [me R, me R + R); chunk[me] on d += pieces (target T)
+//   stream      fork ── [CE: own rows, chunk[me] = T] ── [Sm: wait started] ── GEMM(hooks: wait chunk[r] >= T) ── join
+//   side             ready[me] = e on every rank; for d = me+1, me+2, ... (Sm: from d = me): [d != me: wait
+//                    ready[d] >= e]; copy chunk -> d's gather rows [me R, me R + R); chunk[me] on d += pieces
+//                    (target T). The copy engine's own rows go on the stream, before the GEMM: a copy within one
+//                    GPU is a runtime copy kernel, which the persistent GEMM would starve (docs/overlap.md).
 // T (chunk_total) counts pieces over all calls: the copy engine sets the new total, each SM block adds 1.
 #include <algorithm>
 
