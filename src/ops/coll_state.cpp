@@ -129,22 +129,19 @@ void launch(World& world, const Launch& l, cudaStream_t stream) {
     k(cfg, ctx, l.params);
 }
 
-bool ranks_share_gpu(World& world, const std::string& key) {
-    // PCI bus ids over the store: another rank on this rank's GPU means the ranks share it (MPS).
-    char bus[64] = {};
-    LOOM_CHECK_CUDA(cudaDeviceGetPCIBusId(bus, sizeof(bus), world.device()));
-    const std::string mine(bus);
-    const auto all = world.store().all_gather(key, Bytes(mine.begin(), mine.end()));
-    for (int r = 0; r < world.world_size(); ++r)
-        if (r != world.rank() && std::string(all[r].begin(), all[r].end()) == mine) return true;
-    return false;
-}
-
 }  // namespace loom::coll
 
 // Declared in loom/ops/collectives.hpp.
 loom::CollTopology loom::collective_topology(World& world) {
-    return CollTopology{world.world_size(), coll::ranks_share_gpu(world, "loom/coll/busid"), jit::current_arch()};
+    // Shared GPU: another rank reports this rank's PCI bus id (through the store).
+    char bus[64] = {};
+    LOOM_CHECK_CUDA(cudaDeviceGetPCIBusId(bus, sizeof(bus), world.device()));
+    const std::string mine(bus);
+    const auto all = world.store().all_gather("loom/coll/busid", Bytes(mine.begin(), mine.end()));
+    CollTopology t{world.world_size(), false, jit::current_arch()};
+    for (int r = 0; r < world.world_size(); ++r)
+        if (r != world.rank() && std::string(all[r].begin(), all[r].end()) == mine) t.shared_gpu = true;
+    return t;
 }
 
 namespace loom::coll {

@@ -45,9 +45,6 @@ struct Launch {
 void launch(World& world, const Launch& l, cudaStream_t stream);
 // The one-block peer barrier (copy-engine path).
 void launch_barrier(World& world, CollState& st, cudaStream_t stream);
-// Collective: true when another rank of the world runs on this rank's GPU (PCI bus ids through the store, under
-// `key`). The overlapped ops use it too.
-bool ranks_share_gpu(World& world, const std::string& key);
 
 // Params with the state's pointers filled in.
 kernels::coll::Params base_params(const CollState& st);

@@ -1,16 +1,14 @@
 #include "ops/overlap_state.hpp"
 
 #include <algorithm>
-#include <cmath>
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <type_traits>
 
+#include "loom/ops/collectives.hpp"
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
-#include "ops/coll_state.hpp"
 
 namespace loom::overlap {
 namespace {
@@ -49,7 +47,7 @@ std::unique_ptr<OpState> create(World& world, const char* op) {
                "{}: expected at least 2 usable SMs (one for the GEMM, one for the communication blocks), given {} "
                "(device {} SMs; CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / LOOM_OVERLAP_SMS)",
                op, st->num_sms, st->device_sms);
-    st->shared_gpu = coll::ranks_share_gpu(world, std::string("loom/overlap/busid/") + op);
+    st->shared_gpu = collective_topology(world).shared_gpu;
     st->arch = major * 10 + minor;
     LOOM_CHECK(st->arch >= 90,
                "{}: expected a GPU of compute capability >= 9.0 (Hopper GEMM with overlap hooks), "
