@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "harness.hpp"
+#include "nccl.hpp"
 #include "loom/bf16.hpp"
 #include "loom/jit/jit.hpp"
 #include "loom/ops/collectives.hpp"
@@ -39,9 +40,6 @@
 #include "loom/runtime/nvshmem.hpp"
 #include "loom/runtime/world.hpp"
 
-#if LOOM_HAVE_NCCL
-#include <nccl.h>
-#endif
 
 namespace fs = std::filesystem;
 using loom::BufferView;
@@ -146,48 +144,6 @@ unsigned char byte_at(const void* base, std::size_t i) {
 }
 
 // ---- baselines ----------------------------------------------------------------------------------------------------
-#if LOOM_HAVE_NCCL
-#define BENCH_NCCL(call)                                                                     \
-    do {                                                                                     \
-        const ncclResult_t r_ = (call);                                                      \
-        LOOM_CHECK(r_ == ncclSuccess, "NCCL: {} failed: {}", #call, ncclGetErrorString(r_)); \
-    } while (0)
-#endif
-
-struct Nccl {
-#if LOOM_HAVE_NCCL
-    ncclComm_t comm = nullptr;
-#endif
-    bool ok = false;
-    std::string note;
-};
-
-Nccl nccl_init(loom::World& w, const Args& args, bool shared_gpu) {
-    Nccl n;
-#if LOOM_HAVE_NCCL
-    if (!args.nccl) {
-        n.note = "NCCL baseline disabled (--no-nccl)";
-    } else if (shared_gpu) {
-        n.note = "NCCL baseline skipped: ranks share a GPU (NCCL needs one GPU per rank)";
-    } else {
-        ncclUniqueId id{};
-        if (w.rank() == 0) BENCH_NCCL(ncclGetUniqueId(&id));
-        loom::Bytes b(sizeof id);
-        std::memcpy(b.data(), &id, sizeof id);
-        const auto all = w.store().all_gather("bench-coll/nccl-id", b);
-        std::memcpy(&id, all[0].data(), sizeof id);
-        BENCH_NCCL(ncclCommInitRank(&n.comm, w.world_size(), id, w.rank()));
-        n.ok = true;
-    }
-#else
-    (void)w;
-    (void)args;
-    (void)shared_gpu;
-    n.note = "NCCL baseline unavailable: bench-collectives was built without nccl.h / libnccl";
-#endif
-    return n;
-}
-
 struct Nvshmem {
     bool ok = false;
     std::string note;
@@ -280,7 +236,7 @@ Shape shape_of(CollKind k, std::size_t size, int W) {
 }
 
 void bench_op(loom::World& w, const Args& args, const std::string& op, const loom::CollTopology& topo, Nvshmem& nv,
-              Nccl& nccl, void* sin, void* sout, cudaStream_t stream, int argc, char** argv) {
+              loom::bench::NcclBaseline& nccl, void* sin, void* sout, cudaStream_t stream, int argc, char** argv) {
     const CollKind k = kind_of(op);
     const int W = w.world_size(), me = w.rank();
     Report report(op, W, argc, argv);
@@ -321,27 +277,25 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
             };
             baselines["nvshmem"] = loom::bench::time_op(run, stream, topts).median_us;
         }
-#if LOOM_HAVE_NCCL
-        if (nccl.ok) {
+        if (nccl.ok()) {
             auto run = [&](cudaStream_t s) {
                 switch (k) {
                     case CollKind::AllGather:
-                        BENCH_NCCL(ncclAllGather(sin, sout, sh.in_count, ncclBfloat16, nccl.comm, s));
+                        nccl.all_gather(sin, sout, sh.in_count, DType::BF16, s);
                         break;
                     case CollKind::ReduceScatter:
-                        BENCH_NCCL(ncclReduceScatter(sin, sout, sh.out_count, ncclBfloat16, ncclSum, nccl.comm, s));
+                        nccl.reduce_scatter(sin, sout, sh.out_count, DType::BF16, s);
                         break;
                     case CollKind::AllReduce:
-                        BENCH_NCCL(ncclAllReduce(sin, sout, sh.in_count, ncclBfloat16, ncclSum, nccl.comm, s));
+                        nccl.all_reduce(sin, sout, sh.in_count, DType::BF16, s);
                         break;
                     default:
-                        BENCH_NCCL(ncclAlltoAll(sin, sout, sh.in_count / W, ncclBfloat16, nccl.comm, s));
+                        nccl.all_to_all(sin, sout, sh.in_count / W, DType::BF16, s);
                         break;
                 }
             };
             baselines["nccl"] = loom::bench::time_op(run, stream, topts).median_us;
         }
-#endif
         const loom::CollChoice autoc = loom::choose_collective(k, sh.choice_bytes, topo);
         for (const Variant& v : variants(k)) {
             if (v.algo == CollAlgo::LL && in_bytes > kLLMaxBytes) continue;  // LL's capacity (an error past it)
@@ -408,7 +362,7 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
             for (auto& [bname, us] : baselines.items())
                 row["baseline_busBW_GBps"][bname] = loom::bench::gbps(double(sh.size), us.get<double>()) * factor;
             if (!nv.note.empty()) row["nvshmem_note"] = nv.note;
-            if (!nccl.note.empty()) row["nccl_note"] = nccl.note;
+            if (!nccl.note().empty()) row["nccl_note"] = nccl.note();
             report.add_row(row);
             if (me == 0)
                 std::printf("%-15s %6s %-14s %10.2f us  busBW %8.2f GB/s\n", op.c_str(), human(sh.size).c_str(),
@@ -477,12 +431,9 @@ int main(int argc, char** argv) {
         void* sout = w.alloc_bytes(buf);
         Nvshmem nv = nvshmem_init(w, args, buf, buf);
         if (w.rank() == 0 && !nv.note.empty()) std::printf("%s\n", nv.note.c_str());
-        Nccl nccl = nccl_init(w, args, topo.shared_gpu);
-        if (w.rank() == 0 && !nccl.note.empty()) std::printf("%s\n", nccl.note.c_str());
+        loom::bench::NcclBaseline nccl(w, args.nccl, topo.shared_gpu);
+        if (w.rank() == 0 && !nccl.note().empty()) std::printf("%s\n", nccl.note().c_str());
         for (const auto& op : args.ops) bench_op(w, args, op, topo, nv, nccl, sin, sout, stream, argc, argv);
-#if LOOM_HAVE_NCCL
-        if (nccl.ok) ncclCommDestroy(nccl.comm);
-#endif
         if (nv.ok) {
             loom::nvshmem::free(nv.out);
             loom::nvshmem::free(nv.in);

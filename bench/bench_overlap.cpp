@@ -3,11 +3,14 @@
 //   AG+GEMM (N, K): (11008, 4096) (14336, 4096) (28672, 8192) (53248, 16384) (29568, 8192), N_loc = N / W
 //   GEMM+RS (N, K): (4096, 11008) (4096, 14336) (3584, 14336) (4608, 36864) (8192, 28672) (8192, 29568), K_loc = K / W
 // Per shape: (a) the overlapped op (ag_gemm with the copy-engine and SM producers; gemm_rs), (b) Loom's collective
-// then Loom's GEMM (sequential), (c) NVSHMEM's collective then cuBLASLt (sequential), the collective alone and
-// the GEMM alone; overlap efficiency = t(a) / max(t(comm), t(GEMM)) (1.0 = perfect overlap), speedups vs (b)/(c).
+// then Loom's GEMM (sequential), (c) NVSHMEM's collective then cuBLASLt (sequential), and NCCL's then cuBLASLt when
+// every rank has its own GPU, the collective alone and the GEMM alone; overlap efficiency =
+// t(a) / max(t(comm), t(GEMM)) (1.0 = perfect overlap), speedups vs each baseline. --torch FILE folds in the
+// PyTorch figures bench/torch_async_tp.py measured on the same machine (async TP, PyTorch + NCCL sequential).
 // Before timing, every overlapped config is checked once against (b) on the same inputs (calc_diff-style
 // similarity; NaN-poisoned output); a failing config is reported and not timed.
-//   loomrun -n 8 build/bench/bench-overlap [--out DIR] [--quick] [--iters N] [--no-nvshmem]
+//   loomrun -n 8 build/bench/bench-overlap [--out DIR] [--quick] [--iters N] [--no-nvshmem] [--no-nccl]
+//                                          [--torch DIR/torch_tp.json]
 // DIR/ag_gemm.json and DIR/gemm_rs.json (rank 0).
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -15,11 +18,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "cublaslt.hpp"
 #include "harness.hpp"
+#include "nccl.hpp"
 #include "loom/ops/collectives.hpp"
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"
@@ -48,8 +53,10 @@ double max_rel_diff(const void* x, const void* y, size_t n) {
 
 struct Args {
     std::string out;
+    std::string torch;  // bench/torch_async_tp.py's JSON, or ""
     bool quick = false;
     bool nvshmem = true;
+    bool nccl = true;
     int iters = 20;
     int argc = 0;
     char** argv = nullptr;
@@ -68,7 +75,23 @@ double med(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, loom::Wo
     return time_op(fn, s, o).median_us;
 }
 
-void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, cudaStream_t s) {
+// The PyTorch row for (op, N, K, world) in bench/torch_async_tp.py's output, folded into a bench-overlap row:
+// async TP and PyTorch + NCCL sequential become baselines, the collective and matmul alone plain fields.
+void add_torch(const nlohmann::json& torch, const char* op, int64_t N, int64_t K, int W, nlohmann::json& row,
+               nlohmann::json& baselines) {
+    if (torch.is_null()) return;
+    for (const auto& t : torch.at("rows")) {
+        if (t.at("op") != op || t.at("N") != N || t.at("K") != K || t.at("world") != W) continue;
+        baselines["torch_async_tp"] = t.at("torch_async_tp_us");
+        baselines["torch_nccl_sequential"] = t.at("torch_nccl_sequential_us");
+        row["torch_collective_us"] = t.at("torch_collective_us");
+        row["torch_matmul_us"] = t.at("torch_matmul_us");
+        row["torch_version"] = torch.value("torch", "");
+    }
+}
+
+void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::NcclBaseline& nccl,
+              const nlohmann::json& torch, cudaStream_t s) {
     const int W = w.world_size();
     const int64_t M = 8192;
     std::vector<std::pair<int64_t, int64_t>> shapes = {
@@ -150,6 +173,17 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, cudaStream_t 
             loom::nvshmem::free(ng);
             loom::nvshmem::free(na);
         }
+        if (nccl.ok()) {  // plain (cudaMalloc) input, the gather buffer as NCCL's output
+            row["nccl_allgather_us"] =
+                med([&](cudaStream_t st) { nccl.all_gather(a, gfull, rows * K, DType::BF16, st); }, s, w, args.iters);
+            baselines["nccl_allgather_then_cublaslt"] = med(
+                [&](cudaStream_t st) {
+                    nccl.all_gather(a, gfull, rows * K, DType::BF16, st);
+                    lt.run(gfull, b, c_ref, st);
+                },
+                s, w, args.iters);
+        }
+        add_torch(torch, "ag_gemm", N, K, W, row, baselines);
         if (std::isfinite(best)) {
             row["loom_us"] = best;
             row["overlap_efficiency"] = best / std::max(t_comm, t_gemm);
@@ -165,7 +199,8 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, cudaStream_t 
     if (w.rank() == 0) report.write((args.out.empty() ? std::string(".") : args.out) + "/ag_gemm.json");
 }
 
-void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, cudaStream_t s) {
+void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::NcclBaseline& nccl,
+              const nlohmann::json& torch, cudaStream_t s) {
     const int W = w.world_size();
     const int64_t M = 8192;
     std::vector<std::pair<int64_t, int64_t>> shapes = {{4096, 11008}, {4096, 14336}, {3584, 14336},
@@ -232,6 +267,18 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, cudaStream_t 
             loom::nvshmem::free(no);
             loom::nvshmem::free(np);
         }
+        if (nccl.ok()) {
+            row["nccl_reducescatter_us"] = med(
+                [&](cudaStream_t st) { nccl.reduce_scatter(partial, c_ref, rows * N, DType::BF16, st); }, s, w,
+                args.iters);
+            baselines["cublaslt_then_nccl_reducescatter"] = med(
+                [&](cudaStream_t st) {
+                    lt.run(a, b, partial, st);
+                    nccl.reduce_scatter(partial, c_ref, rows * N, DType::BF16, st);
+                },
+                s, w, args.iters);
+        }
+        add_torch(torch, "gemm_rs", N, K, W, row, baselines);
         if (ok) {
             row["loom_us"] = t;
             row["overlap_efficiency"] = t / std::max(t_comm, t_gemm);
@@ -252,14 +299,20 @@ int main(int argc, char** argv) {
     Args args;
     args.argc = argc;
     args.argv = argv;
-    bool no_nvshmem = false;
+    bool no_nvshmem = false, no_nccl = false;
     CLI::App app{"bench-overlap: ag_gemm / gemm_rs against the sequential and library baselines"};
     app.add_option("--out", args.out, "output directory");
     app.add_flag("--quick", args.quick, "two shapes per op");
     app.add_option("--iters", args.iters, "timed runs per point")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_flag("--no-nvshmem", no_nvshmem, "skip the NVSHMEM baselines");
+    app.add_flag("--no-nccl", no_nccl, "skip the NCCL baselines (absent anyway when ranks share a GPU)");
+    app.add_option("--torch", args.torch, "bench/torch_async_tp.py's torch_tp.json: PyTorch baselines to fold in")
+        ->check(CLI::ExistingFile);
     loom::bench::parse_or_exit(app, argc, argv);
     args.nvshmem = !no_nvshmem;
+    args.nccl = !no_nccl;
+    nlohmann::json torch;
+    if (!args.torch.empty()) torch = nlohmann::json::parse(std::ifstream(args.torch));
     if (!loom::driver::available()) {
         std::printf("no GPU: %s\n", loom::driver::unavailable_reason().c_str());
         return 1;
@@ -277,8 +330,10 @@ int main(int argc, char** argv) {
                 if (w.rank() == 0) std::printf("NVSHMEM baseline skipped: %s\n", e.what());
             }
         }
-        bench_ag(w, args, have_nvshmem, s);
-        bench_rs(w, args, have_nvshmem, s);
+        loom::bench::NcclBaseline nccl(w, args.nccl, loom::collective_topology(w).shared_gpu);
+        if (w.rank() == 0 && !nccl.note().empty()) std::printf("%s\n", nccl.note().c_str());
+        bench_ag(w, args, have_nvshmem, nccl, torch, s);
+        bench_rs(w, args, have_nvshmem, nccl, torch, s);
         if (have_nvshmem) loom::nvshmem::finalize();
         loom::release_overlap_state(w);
         return 0;

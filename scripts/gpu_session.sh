@@ -6,7 +6,12 @@
 #          dist_small_scratch (Collectives.* at 8 ranks, LOOM_COLL_SCRATCH=1M)
 #          overlap (test_overlap at 2/4/8 ranks + examples 07/08), bench_overlap, bench_overlap_quick (not default)
 #          bench_coll (not default; 4 files: run it in a call of its own, or with steps that write few files)
+#          bench_coll2 (bench_coll at 2 ranks only: on a two-GPU machine, one rank per GPU with NCCL beside)
+#          topo (GPUs, links, PyTorch's view), torch_tp (bench/torch_async_tp.py on every GPU: torch_tp.json, which
+#          bench_overlap then folds in as the PyTorch baselines)
 #   LOOM_DIST_FILTER  gtest filter for the multi-rank steps (default: all tests)
+#   LOOM_OVERLAP_RANKS  ranks for bench_overlap* (default 8); LOOM_BENCH_ARGS  extra arguments for bench_overlap and
+#   torch_tp (e.g. "--quick --iters 5")
 set -u
 b=${1:?build dir}
 out=${2:?out dir}
@@ -14,7 +19,12 @@ shift 2
 steps=${*:-gpu_tests dist2 dist4 dist8 demo bench_lang bench_runtime bench_gemm bench_jit diag}
 mkdir -p "$out"
 export LOOM_CACHE_DIR=${LOOM_CACHE_DIR:-/tmp/loom-cache} LOOM_WAIT_TIMEOUT_MS=${LOOM_WAIT_TIMEOUT_MS:-20000}
-export LOOM_SOURCE_DIR=$PWD NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
+export LOOM_SOURCE_DIR=$PWD NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+# The benchmarks link the toolkit's libnccl.so.2; where the image has none there, PyTorch's wheel has one.
+if ldd "$b/bench/bench-collectives" 2>/dev/null | grep -q 'libnccl.*not found'; then
+    nccl_dir=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)/lib
+    export LD_LIBRARY_PATH=$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 export LOOM_GIT_COMMIT=${LOOM_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}
 filter=--gtest_filter=${LOOM_DIST_FILTER:-*}
 log=$out/session.log
@@ -55,6 +65,10 @@ for s in $steps; do
             run 240 bench_coll2 "$b/bin/loomrun" -n 2 "$b/bench/bench-collectives" --out "$out" --append --max-bytes 256M --explain
             run 120 bench_coll8 "$b/bin/loomrun" -n 8 "$b/bench/bench-collectives" --out "$out" --append --max-bytes 16M
             ;;
+        bench_coll2)
+            run 400 bench_coll2 "$b/bin/loomrun" -n 2 "$b/bench/bench-collectives" --out "$out" --append \
+                --max-bytes "${LOOM_COLL_MAX:-1G}" --explain
+            ;;
         overlap)
             for n in 2 4 8; do
                 run 120 overlap$n "$b/bin/loomrun" -n $n "$b/tests/loom_dist_tests" --gtest_filter='Overlap.*'
@@ -63,7 +77,21 @@ for s in $steps; do
             run 60 example07sm "$b/bin/loomrun" -n 4 "$b/examples/07_overlapping_allgather_gemm" 1000 1024 2048 sm
             run 60 example08 "$b/bin/loomrun" -n 4 "$b/examples/08_overlapping_gemm_reduce_scatter"
             ;;
-        bench_overlap) run 300 bench_overlap "$b/bin/loomrun" -n ${LOOM_OVERLAP_RANKS:-8} "$b/bench/bench-overlap" --out "$out" ;;
+        topo)
+            run 30 topo bash -c 'nvidia-smi -L; nvidia-smi topo -m; python3 -c "import torch; print(torch.__version__, torch.cuda.device_count())"; ldd '"$b"'/bench/bench-collectives | grep -i nccl'
+            ;;
+        torch_tp)
+            # shellcheck disable=SC2086
+            run 300 torch_tp torchrun --nproc-per-node "$(nvidia-smi -L | wc -l)" bench/torch_async_tp.py --out "$out" \
+                ${LOOM_BENCH_ARGS:-}
+            ;;
+        bench_overlap)
+            torch_arg=()
+            [ -f "$out/torch_tp.json" ] && torch_arg=(--torch "$out/torch_tp.json")
+            # shellcheck disable=SC2086
+            run 420 bench_overlap "$b/bin/loomrun" -n ${LOOM_OVERLAP_RANKS:-8} "$b/bench/bench-overlap" --out "$out" \
+                "${torch_arg[@]}" ${LOOM_BENCH_ARGS:-}
+            ;;
         bench_overlap_quick)
             run 120 bench_overlap_quick "$b/bin/loomrun" -n ${LOOM_OVERLAP_RANKS:-8} "$b/bench/bench-overlap" --quick --iters 10 --out "$out"
             ;;
