@@ -9,6 +9,7 @@
 #          bench_coll2 (bench_coll at 2 ranks only: on a two-GPU machine, one rank per GPU with NCCL beside)
 #          topo (GPUs, links, PyTorch's view), torch_tp (bench/torch_async_tp.py on every GPU: torch_tp.json, which
 #          bench_overlap then folds in as the PyTorch baselines)
+#          save_cache (LOOM_CACHE_DIR as OUT/jit-cache.tgz)
 #   LOOM_DIST_FILTER  gtest filter for the multi-rank steps (default: all tests)
 #   LOOM_OVERLAP_RANKS  ranks for bench_overlap* (default 8); LOOM_BENCH_ARGS  extra arguments for bench_overlap and
 #   torch_tp (e.g. "--quick --iters 5")
@@ -40,7 +41,7 @@ run() {  # run <seconds> <name> <command...>
 for s in $steps; do
     case $s in
         gpu_tests) run 80 gpu_tests "$b/tests/loom_gpu_tests" ;;
-        dist2) run 60 dist2 "$b/bin/loomrun" -n 2 "$b/tests/loom_dist_tests" "$filter" ;;
+        dist2) run "${LOOM_DIST2_SECONDS:-60}" dist2 "$b/bin/loomrun" -n 2 "$b/tests/loom_dist_tests" "$filter" ;;
         dist4) run 90 dist4 "$b/bin/loomrun" -n 4 "$b/tests/loom_dist_tests" "$filter" ;;
         dist8) run 120 dist8 "$b/bin/loomrun" -n 8 "$b/tests/loom_dist_tests" "$filter" ;;
         dist_small_scratch)  # 1 MiB collective scratch: every round loop runs many rounds, at 8 ranks
@@ -94,6 +95,9 @@ for s in $steps; do
             ;;
         bench_overlap_quick)
             run 120 bench_overlap_quick "$b/bin/loomrun" -n ${LOOM_OVERLAP_RANKS:-8} "$b/bench/bench-overlap" --quick --iters 10 --out "$out"
+            ;;
+        save_cache)  # the JIT cache, back to the caller (unpack into build/jit-cache to carry it next time)
+            run 60 save_cache tar czf "$out/jit-cache.tgz" -C "$(dirname "$LOOM_CACHE_DIR")" "$(basename "$LOOM_CACHE_DIR")"
             ;;
         *) echo "unknown step $s" | tee -a "$log" ;;
     esac

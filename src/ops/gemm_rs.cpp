@@ -2,9 +2,10 @@
 //
 // Per call e on every rank (P scatter-reduce blocks, the same on every rank):
 //   stream  fork ── GEMM(partial [M, N], tiles rows-of-rank-(me+1) first, own rows last; tile[i] = e) ── join
-//   side         gemm_rs_scatter_reduce: wait freed[d] >= F; push ready tiles to their owners' scratch;
-//                arrived[me] += 1 on every rank; wait arrived[q] >= A for every q; reduce own rows; freed[me] += 1
-// F = P x (calls before e), A = P x e (arrive_total before / after the call).
+//   side         gemm_rs_scatter_reduce: wait freed[d] >= F; per ready tile: push its rows to their owners'
+//                scratch, tile_in[tile] += 1 there; reduce its own rows once tile_in[tile] >= (W - 1) x e;
+//                freed[me] += 1 on every peer at the end
+// F = P x (calls before e) (freed_total before the call).
 #include <algorithm>
 
 #include "loom/kernels/overlap_params.hpp"
@@ -91,9 +92,8 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
     // Rows destined to rank me + 1 first, own rows last (they need no transfer).
     rp.shift_m = static_cast<int32_t>(((me + 1) % W) * rows_seg / plan.gemm.block_m);
     rp.epoch = epoch;
-    rp.free_target = st.arrive_total;
-    st.arrive_total += static_cast<uint64_t>(P);
-    rp.arrive_target = st.arrive_total;
+    rp.free_target = st.freed_total;
+    st.freed_total += static_cast<uint64_t>(P);
 
     overlap::fork(st, stream);
     {

@@ -29,7 +29,7 @@ struct OpState {
     std::uint64_t calls = 0;          // this op's calls on this World (the epoch of the current call)
     std::uint64_t chunk_total = 0;    // ag_gemm: target of Signals::chunk after the current call
     std::uint64_t started_total = 0;  // ag_gemm (Sm producer): target of Signals::started
-    std::uint64_t arrive_total = 0;   // gemm_rs: target of Signals::arrived after the current call
+    std::uint64_t freed_total = 0;    // gemm_rs: Signals::freed a peer reaches once it finished the last call
     int arch = 0;
     int device_sms = 0;       // cudaDevAttrMultiProcessorCount (under MPS: this client's share)
     bool shared_gpu = false;  // another rank runs on this GPU (ranks_share_gpu)

@@ -7,15 +7,17 @@
 //             come first and this rank's own rows last (they need no transfer). after_store publishes each tile
 //             (tile[m_block * num_n + n_block] = epoch, store-release at sys scope) once its TMA stores are
 //             complete (cp.async.bulk.wait_group 0 + fence.proxy.async.global, then a barrier of the consumers).
-//   scatter-  gemm_rs_scatter_reduce, a few blocks on a side stream. Phase 1: block b walks tiles b, b + P, ... in
-//   reduce    the GEMM's order, waits for each tile's signal and pushes the tile's rows that belong to rank d into
-//             slot `me` of d's scratch (ld/st over NVLink; own rows stay in place), then adds 1 to arrived[me] on
-//             every rank (itself too: that covers the own tiles it waited for). Phase 2: once every rank's blocks
-//             arrived, block b reduces rows b, b + P, ... of this rank's segment: the W slots (own rows from the
-//             partial) summed in fp32 in rank order, then adds 1 to freed[me] on every rank.
-// Write-after-read: a block pushes into rank d's scratch only after d's reduce blocks of the previous call all
-// freed it (freed[d] >= free_target). The partial buffer is local: the host orders the next call's GEMM after
-// this kernel (the side stream joins the caller's stream at the end of every call).
+//   scatter-  gemm_rs_scatter_reduce, a few blocks on a side stream. Block b walks tiles b, b + P, ... in the
+//   reduce    GEMM's order and waits for each tile's signal. The tile's rows owned by a peer d are pushed into
+//             slot `me` of d's scratch (ld/st over NVLink), then tile_in[tile] at d gets + 1. The rows this rank
+//             owns are reduced in place of the push: once tile_in[tile] here reached (W - 1) x epoch (every peer's
+//             copy landed) the W copies (own rows from the partial) are summed in fp32 in rank order 0..W-1 into
+//             C. Own rows come last in the GEMM's order and every peer made them earlier in its own order, so
+//             the reduction runs under the rest of the GEMM and only the last tiles' sums trail it.
+// Write-after-read: a block pushes into rank d's scratch only after every scatter-reduce block of d finished
+// the previous call (freed[d] >= free_target; each block adds 1 to freed[me] on every peer when its walk is
+// done). The partial buffer is local: the host orders the next call's GEMM after this kernel (the side stream
+// joins the caller's stream at the end of every call).
 #pragma once
 
 #ifndef LOOM_NO_DEVICE_PRINTF
@@ -82,17 +84,30 @@ LOOM_DEVICE LOOM_FORCEINLINE uint4 vec_pack(const float (&acc)[kVecElems<T>]) {
     return v;
 }
 
-// dst[c] = sum over q < nsrc of src[q][c] (fp32, order 0, 1, ...), c < n (a multiple of the vector width, every
-// pointer 16-byte aligned). Every thread of the block calls it; thread t handles vectors t, t + blockDim.x, ...
+// Rows [r0, r1) x columns [c0, c0 + cols) of this rank's segment: out = sum over q < W of the rows' copy from
+// rank q (q == me: the local partial; else slot q of the scratch), fp32, rank order. cols is a multiple of the
+// vector width; every thread of the block calls it.
 template <class T>
-LOOM_DEVICE LOOM_FORCEINLINE void reduce_row(const T* const (&src)[kMaxLocalPeers], int nsrc, T* dst, int32_t n) {
+LOOM_DEVICE LOOM_FORCEINLINE void reduce_rows(const RsParams& p, int W, int me, int32_t r0, int32_t r1, int32_t c0,
+                                              int32_t cols) {
     constexpr int E = kVecElems<T>;
-    for (int32_t v = static_cast<int32_t>(threadIdx.x); v < n / E; v += static_cast<int32_t>(blockDim.x)) {
+    const T* const partial = static_cast<const T*>(p.partial);
+    const T* const scratch = static_cast<const T*>(p.scratch);
+    T* const out = static_cast<T*>(p.out);
+    const int64_t seg_elems = static_cast<int64_t>(p.rows_seg) * p.n;
+    const int32_t vecs_per_row = cols / E, total = (r1 - r0) * vecs_per_row;
+    for (int32_t i = static_cast<int32_t>(threadIdx.x); i < total; i += static_cast<int32_t>(blockDim.x)) {
+        const int32_t r = r0 + i / vecs_per_row - me * p.rows_seg;  // row within the segment
+        const int32_t c = c0 + (i % vecs_per_row) * E;
         float acc[E];
 #pragma unroll
-        for (int q = 0; q < kMaxLocalPeers; ++q)
-            if (q < nsrc) vec_add<T>(ptx::ld_v4(reinterpret_cast<const uint4*>(src[q]) + v), acc, q == 0);
-        ptx::st_v4(reinterpret_cast<uint4*>(dst) + v, vec_pack<T>(acc));
+        for (int q = 0; q < kMaxLocalPeers; ++q) {
+            if (q >= W) break;
+            const T* src = q == me ? partial + (static_cast<int64_t>(me) * p.rows_seg + r) * p.n + c
+                                   : scratch + q * seg_elems + static_cast<int64_t>(r) * p.n + c;
+            vec_add<T>(ptx::ld_v4(src), acc, q == 0);
+        }
+        ptx::st_v4(out + static_cast<int64_t>(r) * p.ldo + c, vec_pack<T>(acc));
     }
 }
 
@@ -106,12 +121,12 @@ __global__ void __launch_bounds__(512) gemm_rs_scatter_reduce(Ctx ctx, RsParams 
     const T* const partial = static_cast<const T*>(p.partial);
     T* const scratch = static_cast<T*>(p.scratch);
     const int64_t seg_elems = static_cast<int64_t>(p.rows_seg) * p.n;
+    const uint64_t in_target = static_cast<uint64_t>(W - 1) * p.epoch;
 
     // Every peer finished reading the previous call's scratch (its slot `me` is ours to fill again).
     if (tid < W && tid != me) lang::signal_wait_until(ctx, &p.sig->freed[tid], lang::Cmp::GE, p.free_target);
     __syncthreads();
 
-    // ---- phase 1: push every ready tile's rows to their owner --------------------------------------------
     const int32_t num_m = (p.m + p.block_m - 1) / p.block_m;
     const int32_t num_n = (p.n + p.block_n - 1) / p.block_n;
     const int32_t num_tiles = num_m * num_n;
@@ -119,7 +134,8 @@ __global__ void __launch_bounds__(512) gemm_rs_scatter_reduce(Ctx ctx, RsParams 
          linear += static_cast<int32_t>(gridDim.x)) {
         int32_t mb, nb;
         overlap_tile_order(linear, num_m, num_n, p.group_m, p.shift_m, mb, nb);
-        lang::wait(lang::block, ctx, &p.sig->tile[static_cast<int64_t>(mb) * num_n + nb], lang::Cmp::GE, p.epoch);
+        const int64_t t = static_cast<int64_t>(mb) * num_n + nb;
+        lang::wait(lang::block, ctx, &p.sig->tile[t], lang::Cmp::GE, p.epoch);
         const int32_t row0 = mb * p.block_m, col0 = nb * p.block_n;
         const int32_t row1 = row0 + p.block_m < p.m ? row0 + p.block_m : p.m;
         const int32_t cols = col0 + p.block_n < p.n ? p.block_n : p.n - col0;
@@ -136,31 +152,17 @@ __global__ void __launch_bounds__(512) gemm_rs_scatter_reduce(Ctx ctx, RsParams 
                     const uint4 v = ptx::ld_v4(partial + static_cast<int64_t>(r) * p.n + c);
                     ptx::st_v4(remote + static_cast<int64_t>(r - d * p.rows_seg) * p.n + c, v);
                 }
+                // The block's stores, then + 1 at d (block scope: barrier, release at sys scope).
+                lang::notify(lang::block, ctx, &p.sig->tile_in[t], ctx.local_base_rank + d, 1, lang::SignalOp::Add);
+            } else {
+                lang::wait(lang::block, ctx, &p.sig->tile_in[t], lang::Cmp::GE, in_target);
+                reduce_rows<T>(p, W, me, r0, r1, col0, cols);
             }
             r0 = r1;
         }
     }
-    // Publish this block's pushes (and the own tiles it waited for) to every rank, itself included.
-    for (int d = 0; d < W; ++d)
-        lang::notify(lang::block, ctx, &p.sig->arrived[me], ctx.local_base_rank + d, 1, lang::SignalOp::Add);
-
-    // ---- phase 2: reduce this rank's rows once every rank's blocks arrived ---------------------------------
-    if (tid < W) lang::signal_wait_until(ctx, &p.sig->arrived[tid], lang::Cmp::GE, p.arrive_target);
-    __syncthreads();
-    T* const out = static_cast<T*>(p.out);
-    for (int32_t i = static_cast<int32_t>(blockIdx.x); i < p.rows_seg; i += static_cast<int32_t>(gridDim.x)) {
-        const T* src[kMaxLocalPeers];
-#pragma unroll
-        for (int q = 0; q < kMaxLocalPeers; ++q) {
-            if (q == me) {
-                src[q] = partial + (static_cast<int64_t>(me) * p.rows_seg + i) * p.n;
-            } else {
-                src[q] = scratch + static_cast<int64_t>(q < W ? q : 0) * seg_elems + static_cast<int64_t>(i) * p.n;
-            }
-        }
-        reduce_row<T>(src, W, out + static_cast<int64_t>(i) * p.ldo, p.n);
-    }
     // Done reading our scratch: every rank may push the next call's tiles into it.
+    __syncthreads();
     for (int d = 0; d < W; ++d)
         if (d != me) lang::notify(lang::block, ctx, &p.sig->freed[me], ctx.local_base_rank + d, 1, lang::SignalOp::Add);
 }

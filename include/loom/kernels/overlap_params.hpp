@@ -26,14 +26,15 @@ struct Signals {
     uint64_t chunk[kMaxLocalPeers];
     uint64_t ready[kMaxLocalPeers];
     uint64_t started;
-    // GEMM+RS. arrived[r] at rank d: cumulative count of rank r's scatter blocks whose pushes into d's scratch
-    // are complete. freed[r] at rank d: cumulative count of rank r's reduce blocks that finished reading r's
+    // GEMM+RS. freed[r] at rank d: cumulative count of rank r's scatter-reduce blocks that finished reading r's
     // scratch (d may then push the next call's tiles into it).
-    uint64_t arrived[kMaxLocalPeers];
     uint64_t freed[kMaxLocalPeers];
-    uint64_t pad[16 - 1];
+    uint64_t pad[16 - 1 + kMaxLocalPeers];
     // GEMM+RS / GEMM+AR: tile[i] = the call number whose tile i the local GEMM has stored (TMA stores complete).
     uint64_t tile[kMaxTileSignals];
+    // GEMM+RS: tile_in[i] at rank d = cumulative count of peers' pushes of output tile i's rows owned by d into
+    // d's scratch (one per peer and call: d reduces those rows once it reaches (world - 1) x call).
+    uint64_t tile_in[kMaxTileSignals];
 };
 
 // ---- GEMM hook arguments (the hooks in the .cuh files wrap them; the host passes these bytes) -----------------
@@ -68,8 +69,8 @@ struct AgPushParams {
     uint32_t stages;
 };
 
-// gemm_rs_scatter_reduce: tiles of the local partial product -> the scratch of the rank that owns their rows,
-// then the fp32 reduction of this rank's rows.
+// gemm_rs_scatter_reduce: tiles of the local partial product -> the scratch of the rank that owns their rows;
+// this rank's own tiles reduced (fp32) as soon as every peer's copy of them landed.
 struct RsParams {
     const void* partial;  // [m, n] dense, written by the GEMM of this call
     void* scratch;        // symmetric [world][rows_seg][n]: slot r holds rank r's rows destined to this rank
@@ -78,9 +79,8 @@ struct RsParams {
     int64_t ldo;
     int32_t m, n, rows_seg;  // rows_seg = m / world
     int32_t block_m, block_n, group_m, shift_m;
-    uint64_t epoch;          // tile signal value of this call
-    uint64_t arrive_target;  // arrived[r] >= arrive_target: rank r's pushes of this call landed
-    uint64_t free_target;    // freed[r] >= free_target: rank r finished reading the previous call's scratch
+    uint64_t epoch;        // this call's number: tile signal value; tile_in target = (world - 1) x epoch
+    uint64_t free_target;  // freed[r] >= free_target: rank r finished reading the previous call's scratch
 };
 
 // gemm_ar_reduce: one-shot pull reduction of every rank's partial tiles as they are stored.
