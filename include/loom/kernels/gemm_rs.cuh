@@ -8,12 +8,12 @@
 //             (tile[m_block * num_n + n_block] = epoch, store-release at sys scope) once its TMA stores are
 //             complete (cp.async.bulk.wait_group 0 + fence.proxy.async.global, then a barrier of the consumers).
 //   scatter-  gemm_rs_scatter_reduce, a few blocks on a side stream. Block b walks tiles b, b + P, ... in the
-//   reduce    GEMM's order and waits for each tile's signal. The tile's rows owned by a peer d are pushed into
-//             slot `me` of d's scratch (ld/st over NVLink), then tile_in[tile] at d gets + 1. The rows this rank
-//             owns are reduced in place of the push: once tile_in[tile] here reached (W - 1) x epoch (every peer's
-//             copy landed) the W copies (own rows from the partial) are summed in fp32 in rank order 0..W-1 into
-//             C. Own rows come last in the GEMM's order and every peer made them earlier in its own order, so
-//             the reduction runs under the rest of the GEMM and only the last tiles' sums trail it.
+//   reduce    GEMM's order twice. First walk: wait for each tile's signal, push the tile's rows owned by a peer d
+//             into slot `me` of d's scratch (ld/st over NVLink), then tile_in[tile] at d gets + 1. Second walk:
+//             the rows this rank owns, once tile_in[tile] here reached (W - 1) x epoch (every peer's copy landed):
+//             the W copies (own rows from the partial) summed in fp32 in rank order 0..W-1 into C. Own rows come
+//             last in the GEMM's order and every peer made them earlier in its own order, so the reduction runs
+//             under the rest of the GEMM and only the last tiles' sums trail it.
 // Write-after-read: a block pushes into rank d's scratch only after every scatter-reduce block of d finished
 // the previous call (freed[d] >= free_target; each block adds 1 to freed[me] on every peer when its walk is
 // done). The partial buffer is local: the host orders the next call's GEMM after this kernel (the side stream
@@ -127,38 +127,51 @@ __global__ void __launch_bounds__(512) gemm_rs_scatter_reduce(Ctx ctx, RsParams 
     if (tid < W && tid != me) lang::signal_wait_until(ctx, &p.sig->freed[tid], lang::Cmp::GE, p.free_target);
     __syncthreads();
 
+    // Two walks over the block's tiles: every push first, then the own rows' sums. A push waits only for this
+    // rank's GEMM, so pushes always progress; a sum waits for peers' pushes. Were they interleaved in one walk, a
+    // block could wait for a peer's push that sits behind a sum in the peer block's walk while that sum waits
+    // for a push behind ours (the grouped order mixes owners inside a group): a cycle. Own rows come last in
+    // the GEMM's order, so the second walk still runs under the GEMM.
     const int32_t num_m = (p.m + p.block_m - 1) / p.block_m;
     const int32_t num_n = (p.n + p.block_n - 1) / p.block_n;
     const int32_t num_tiles = num_m * num_n;
-    for (int32_t linear = static_cast<int32_t>(blockIdx.x); linear < num_tiles;
-         linear += static_cast<int32_t>(gridDim.x)) {
-        int32_t mb, nb;
-        overlap_tile_order(linear, num_m, num_n, p.group_m, p.shift_m, mb, nb);
-        const int64_t t = static_cast<int64_t>(mb) * num_n + nb;
-        lang::wait(lang::block, ctx, &p.sig->tile[t], lang::Cmp::GE, p.epoch);
-        const int32_t row0 = mb * p.block_m, col0 = nb * p.block_n;
-        const int32_t row1 = row0 + p.block_m < p.m ? row0 + p.block_m : p.m;
-        const int32_t cols = col0 + p.block_n < p.n ? p.block_n : p.n - col0;
-        const int32_t vecs_per_row = cols / E;
-        for (int32_t r0 = row0; r0 < row1;) {
-            const int d = r0 / p.rows_seg;  // owner of rows [r0, r1)
-            const int32_t r1 = (d + 1) * p.rows_seg < row1 ? (d + 1) * p.rows_seg : row1;
-            if (d != me) {
-                T* const remote = lang::symm_at(ctx, scratch, ctx.local_base_rank + d) + me * seg_elems;
-                const int32_t total = (r1 - r0) * vecs_per_row;
-                for (int32_t i = tid; i < total; i += static_cast<int32_t>(blockDim.x)) {
-                    const int32_t r = r0 + i / vecs_per_row;
-                    const int32_t c = col0 + (i % vecs_per_row) * E;
-                    const uint4 v = ptx::ld_v4(partial + static_cast<int64_t>(r) * p.n + c);
-                    ptx::st_v4(remote + static_cast<int64_t>(r - d * p.rows_seg) * p.n + c, v);
+    for (int walk = 0; walk < 2; ++walk) {
+        const bool pushing = walk == 0;
+        for (int32_t linear = static_cast<int32_t>(blockIdx.x); linear < num_tiles;
+             linear += static_cast<int32_t>(gridDim.x)) {
+            int32_t mb, nb;
+            overlap_tile_order(linear, num_m, num_n, p.group_m, p.shift_m, mb, nb);
+            const int64_t t = static_cast<int64_t>(mb) * num_n + nb;
+            const int32_t row0 = mb * p.block_m, col0 = nb * p.block_n;
+            const int32_t row1 = row0 + p.block_m < p.m ? row0 + p.block_m : p.m;
+            const int32_t cols = col0 + p.block_n < p.n ? p.block_n : p.n - col0;
+            const int32_t vecs_per_row = cols / E;
+            const int own0 = me * p.rows_seg, own1 = own0 + p.rows_seg;
+            const bool has_own = row0 < own1 && row1 > own0;
+            const bool has_peer_rows = row0 < own0 || row1 > own1;
+            if (pushing ? !has_peer_rows : !has_own) continue;
+            lang::wait(lang::block, ctx, &p.sig->tile[t], lang::Cmp::GE, p.epoch);
+            for (int32_t r0 = row0; r0 < row1;) {
+                const int d = r0 / p.rows_seg;  // owner of rows [r0, r1)
+                const int32_t r1 = (d + 1) * p.rows_seg < row1 ? (d + 1) * p.rows_seg : row1;
+                if (pushing && d != me) {
+                    T* const remote = lang::symm_at(ctx, scratch, ctx.local_base_rank + d) + me * seg_elems;
+                    const int32_t total = (r1 - r0) * vecs_per_row;
+                    for (int32_t i = tid; i < total; i += static_cast<int32_t>(blockDim.x)) {
+                        const int32_t r = r0 + i / vecs_per_row;
+                        const int32_t c = col0 + (i % vecs_per_row) * E;
+                        const uint4 v = ptx::ld_v4(partial + static_cast<int64_t>(r) * p.n + c);
+                        ptx::st_v4(remote + static_cast<int64_t>(r - d * p.rows_seg) * p.n + c, v);
+                    }
+                    // The block's stores, then + 1 at d (block scope: barrier, release at sys scope).
+                    lang::notify(lang::block, ctx, &p.sig->tile_in[t], ctx.local_base_rank + d, 1,
+                                 lang::SignalOp::Add);
+                } else if (!pushing && d == me) {
+                    lang::wait(lang::block, ctx, &p.sig->tile_in[t], lang::Cmp::GE, in_target);
+                    reduce_rows<T>(p, W, me, r0, r1, col0, cols);
                 }
-                // The block's stores, then + 1 at d (block scope: barrier, release at sys scope).
-                lang::notify(lang::block, ctx, &p.sig->tile_in[t], ctx.local_base_rank + d, 1, lang::SignalOp::Add);
-            } else {
-                lang::wait(lang::block, ctx, &p.sig->tile_in[t], lang::Cmp::GE, in_target);
-                reduce_rows<T>(p, W, me, r0, r1, col0, cols);
+                r0 = r1;
             }
-            r0 = r1;
         }
     }
     // Done reading our scratch: every rank may push the next call's tiles into it.
