@@ -3,8 +3,8 @@
 // Per call e on every rank (P scatter-reduce blocks, the same on every rank):
 //   stream  fork ── GEMM(partial [M, N], tiles rows-of-rank-(me+1) first, own rows last; tile[i] = e) ── join
 //   side         gemm_rs_scatter_reduce: wait freed[d] >= F; per ready tile: push its rows to their owners'
-//                scratch, tile_in[tile] += 1 there; reduce its own rows once tile_in[tile] >= (W - 1) x e;
-//                freed[me] += 1 on every peer at the end
+//                scratch, tile_in[me][tile] := e there; then (second walk) reduce its own rows once
+//                tile_in[q][tile] >= e for every peer q; freed[me] += 1 on every peer at the end
 // F = P x (calls before e) (freed_total before the call).
 #include <algorithm>
 

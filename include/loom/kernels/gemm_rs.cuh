@@ -9,8 +9,8 @@
 //             complete (cp.async.bulk.wait_group 0 + fence.proxy.async.global, then a barrier of the consumers).
 //   scatter-  gemm_rs_scatter_reduce, a few blocks on a side stream. Block b walks tiles b, b + P, ... in the
 //   reduce    GEMM's order twice. First walk: wait for each tile's signal, push the tile's rows owned by a peer d
-//             into slot `me` of d's scratch (ld/st over NVLink), then tile_in[tile] at d gets + 1. Second walk:
-//             the rows this rank owns, once tile_in[tile] here reached (W - 1) x epoch (every peer's copy landed):
+//             into slot `me` of d's scratch (ld/st over NVLink), then tile_in[me][tile] := epoch at d. Second
+//             walk: the rows this rank owns, once tile_in[q][tile] >= epoch here for every peer q (copies landed):
 //             the W copies (own rows from the partial) summed in fp32 in rank order 0..W-1 into C. Own rows come
 //             last in the GEMM's order and every peer made them earlier in its own order, so the reduction runs
 //             under the rest of the GEMM and only the last tiles' sums trail it.
@@ -121,7 +121,6 @@ __global__ void __launch_bounds__(512) gemm_rs_scatter_reduce(Ctx ctx, RsParams 
     const T* const partial = static_cast<const T*>(p.partial);
     T* const scratch = static_cast<T*>(p.scratch);
     const int64_t seg_elems = static_cast<int64_t>(p.rows_seg) * p.n;
-    const uint64_t in_target = static_cast<uint64_t>(W - 1) * p.epoch;
 
     // Every peer finished reading the previous call's scratch (its slot `me` is ours to fill again).
     if (tid < W && tid != me) lang::signal_wait_until(ctx, &p.sig->freed[tid], lang::Cmp::GE, p.free_target);
@@ -163,11 +162,14 @@ __global__ void __launch_bounds__(512) gemm_rs_scatter_reduce(Ctx ctx, RsParams 
                         const uint4 v = ptx::ld_v4(partial + static_cast<int64_t>(r) * p.n + c);
                         ptx::st_v4(remote + static_cast<int64_t>(r - d * p.rows_seg) * p.n + c, v);
                     }
-                    // The block's stores, then + 1 at d (block scope: barrier, release at sys scope).
-                    lang::notify(lang::block, ctx, &p.sig->tile_in[t], ctx.local_base_rank + d, 1,
-                                 lang::SignalOp::Add);
+                    // The block's stores, then tile_in[me][t] := epoch at d (barrier, release at sys scope).
+                    lang::notify(lang::block, ctx, &p.sig->tile_in[me][t], ctx.local_base_rank + d, p.epoch,
+                                 lang::SignalOp::Set);
                 } else if (!pushing && d == me) {
-                    lang::wait(lang::block, ctx, &p.sig->tile_in[t], lang::Cmp::GE, in_target);
+                    // Thread q waits for rank q's copy (acquire), then the block's barrier orders the reads.
+                    if (tid < W && tid != me)
+                        lang::signal_wait_until(ctx, &p.sig->tile_in[tid][t], lang::Cmp::GE, p.epoch);
+                    __syncthreads();
                     reduce_rows<T>(p, W, me, r0, r1, col0, cols);
                 }
                 r0 = r1;

@@ -32,9 +32,10 @@ struct Signals {
     uint64_t pad[16 - 1 + kMaxLocalPeers];
     // GEMM+RS / GEMM+AR: tile[i] = the call number whose tile i the local GEMM has stored (TMA stores complete).
     uint64_t tile[kMaxTileSignals];
-    // GEMM+RS: tile_in[i] at rank d = cumulative count of peers' pushes of output tile i's rows owned by d into
-    // d's scratch (one per peer and call: d reduces those rows once it reaches (world - 1) x call).
-    uint64_t tile_in[kMaxTileSignals];
+    // GEMM+RS: tile_in[r][i] at rank d = the last call whose rows of output tile i owned by d rank r pushed into
+    // d's scratch (set, not added: a tile index that gets no push in some call, because that call's shape made
+    // different tiles, must not fall behind).
+    uint64_t tile_in[kMaxLocalPeers][kMaxTileSignals];
 };
 
 // ---- GEMM hook arguments (the hooks in the .cuh files wrap them; the host passes these bytes) -----------------
@@ -79,7 +80,7 @@ struct RsParams {
     int64_t ldo;
     int32_t m, n, rows_seg;  // rows_seg = m / world
     int32_t block_m, block_n, group_m, shift_m;
-    uint64_t epoch;        // this call's number: tile signal value; tile_in target = (world - 1) x epoch
+    uint64_t epoch;        // this call's number: the value of tile and tile_in signals
     uint64_t free_target;  // freed[r] >= free_target: rank r finished reading the previous call's scratch
 };
 
