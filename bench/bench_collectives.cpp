@@ -30,7 +30,6 @@
 #include <vector>
 
 #include "harness.hpp"
-#include "nccl.hpp"
 #include "loom/bf16.hpp"
 #include "loom/jit/jit.hpp"
 #include "loom/ops/collectives.hpp"
@@ -39,7 +38,7 @@
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/nvshmem.hpp"
 #include "loom/runtime/world.hpp"
-
+#include "nccl.hpp"
 
 namespace fs = std::filesystem;
 using loom::BufferView;

@@ -24,13 +24,13 @@
 
 #include "cublaslt.hpp"
 #include "harness.hpp"
-#include "nccl.hpp"
 #include "loom/ops/collectives.hpp"
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/driver.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/nvshmem.hpp"
+#include "nccl.hpp"
 
 namespace {
 
@@ -268,9 +268,9 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             loom::nvshmem::free(np);
         }
         if (nccl.ok()) {
-            row["nccl_reducescatter_us"] = med(
-                [&](cudaStream_t st) { nccl.reduce_scatter(partial, c_ref, rows * N, DType::BF16, st); }, s, w,
-                args.iters);
+            row["nccl_reducescatter_us"] =
+                med([&](cudaStream_t st) { nccl.reduce_scatter(partial, c_ref, rows * N, DType::BF16, st); }, s, w,
+                    args.iters);
             baselines["cublaslt_then_nccl_reducescatter"] = med(
                 [&](cudaStream_t st) {
                     lt.run(a, b, partial, st);

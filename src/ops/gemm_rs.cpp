@@ -99,7 +99,7 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
     {
         jit::LaunchConfig lc;
         lc.grid = dim3(static_cast<unsigned>(P));
-        lc.block = dim3(512);
+        lc.block = dim3(kernels::overlap::kScatterReduceThreads);
         lc.stream = st.side;
         const Ctx ctx = world.ctx();
         scatter_kernel(lc, ctx, rp);

@@ -62,12 +62,14 @@ TEST(OverlapCompile, CommKernelsCompile) {
         const char* header;
         const char* name;
         const char* arg;
-    } kernels[] = {{"loom/kernels/ag_gemm.cuh", "loom::kernels::overlap::ag_gemm_push", "0"},
-                   {"loom/kernels/ag_gemm.cuh", "loom::kernels::overlap::ag_gemm_push", "1"},
-                   {"loom/kernels/gemm_rs.cuh", "loom::kernels::overlap::gemm_rs_scatter_reduce", "__nv_bfloat16"},
-                   {"loom/kernels/gemm_rs.cuh", "loom::kernels::overlap::gemm_rs_scatter_reduce", "float"},
-                   {"loom/kernels/gemm_ar.cuh", "loom::kernels::overlap::gemm_ar_reduce", "__half"},
-                   {"loom/kernels/gemm_ar.cuh", "loom::kernels::overlap::gemm_ar_reduce", "float"}};
+        bool no_spills;
+    } kernels[] = {
+        {"loom/kernels/ag_gemm.cuh", "loom::kernels::overlap::ag_gemm_push", "0", false},
+        {"loom/kernels/ag_gemm.cuh", "loom::kernels::overlap::ag_gemm_push", "1", false},
+        {"loom/kernels/gemm_rs.cuh", "loom::kernels::overlap::gemm_rs_scatter_reduce", "__nv_bfloat16", true},
+        {"loom/kernels/gemm_rs.cuh", "loom::kernels::overlap::gemm_rs_scatter_reduce", "float", true},
+        {"loom/kernels/gemm_ar.cuh", "loom::kernels::overlap::gemm_ar_reduce", "__half", true},
+        {"loom/kernels/gemm_ar.cuh", "loom::kernels::overlap::gemm_ar_reduce", "float", true}};
     for (const auto& k : kernels) {
         loom::jit::KernelSpec spec;
         spec.header = k.header;
@@ -75,9 +77,9 @@ TEST(OverlapCompile, CommKernelsCompile) {
         spec.template_args = {k.arg};
         const auto r = loom::jit::compile(spec, 90);
         EXPECT_FALSE(r.cubin.empty()) << spec.display();
-        // Spills are not asserted here: gemm_rs_scatter_reduce<float> spills 16 bytes outside its copy loops
-        // (512 threads: 128 registers), which costs nothing measurable; the GEMM instantiations above must not.
-        EXPECT_GE(r.spill_bytes, 0) << spec.display() << "\n" << r.resource_report;
+        // ag_gemm_push spills 8-16 bytes outside its copy loops, which costs nothing measurable. The scatter-reduce
+        // keeps U vectors per thread in flight (384 threads: up to 170 registers) and must not spill.
+        if (k.no_spills) EXPECT_EQ(r.spill_bytes, 0) << spec.display() << "\n" << r.resource_report;
     }
 }
 

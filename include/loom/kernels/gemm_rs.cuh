@@ -91,30 +91,69 @@ template <class T>
 LOOM_DEVICE LOOM_FORCEINLINE void reduce_rows(const RsParams& p, int W, int me, int32_t r0, int32_t r1, int32_t c0,
                                               int32_t cols) {
     constexpr int E = kVecElems<T>;
+    // U vectors per thread in flight per source: one 16-byte load at a time per thread leaves a 512-thread
+    // block latency-bound at ~8 GB/s, too slow for a few blocks to keep up with the GEMM's output.
+    constexpr int U = 4;
     const T* const partial = static_cast<const T*>(p.partial);
     const T* const scratch = static_cast<const T*>(p.scratch);
     T* const out = static_cast<T*>(p.out);
     const int64_t seg_elems = static_cast<int64_t>(p.rows_seg) * p.n;
     const int32_t vecs_per_row = cols / E, total = (r1 - r0) * vecs_per_row;
-    for (int32_t i = static_cast<int32_t>(threadIdx.x); i < total; i += static_cast<int32_t>(blockDim.x)) {
-        const int32_t r = r0 + i / vecs_per_row - me * p.rows_seg;  // row within the segment
-        const int32_t c = c0 + (i % vecs_per_row) * E;
-        float acc[E];
+    const int32_t step = static_cast<int32_t>(blockDim.x);
+    for (int32_t base = static_cast<int32_t>(threadIdx.x); base < total; base += U * step) {
+        int64_t off[U];  // element offset of the vector within the segment's [rows_seg, n] layout
+        int32_t orow[U], ocol[U];
 #pragma unroll
-        for (int q = 0; q < kMaxLocalPeers; ++q) {
-            if (q >= W) break;
-            const T* src = q == me ? partial + (static_cast<int64_t>(me) * p.rows_seg + r) * p.n + c
-                                   : scratch + q * seg_elems + static_cast<int64_t>(r) * p.n + c;
-            vec_add<T>(ptx::ld_v4(src), acc, q == 0);
+        for (int u = 0; u < U; ++u) {
+            const int32_t i = base + u * step < total ? base + u * step : base;  // past the end: redo `base`
+            orow[u] = r0 + i / vecs_per_row - me * p.rows_seg;
+            ocol[u] = c0 + (i % vecs_per_row) * E;
+            off[u] = static_cast<int64_t>(orow[u]) * p.n + ocol[u];
         }
-        ptx::st_v4(out + static_cast<int64_t>(r) * p.ldo + c, vec_pack<T>(acc));
+        float acc[U][E];
+#pragma unroll 1
+        for (int q = 0; q < W; ++q) {
+            const T* src = q == me ? partial + static_cast<int64_t>(me) * seg_elems : scratch + q * seg_elems;
+            uint4 v[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) v[u] = ptx::ld_v4_na(src + off[u]);
+#pragma unroll
+            for (int u = 0; u < U; ++u) vec_add<T>(v[u], acc[u], q == 0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (base + u * step < total)
+                ptx::st_v4(out + static_cast<int64_t>(orow[u]) * p.ldo + ocol[u], vec_pack<T>(acc[u]));
+    }
+}
+
+// Rows [r0, r1) x columns [c0, c0 + vecs_per_row * E) of the partial -> rows [r0 - row_shift, ...) of `dst`
+// (leading dimension n), U 16-byte vectors in flight per thread. Every thread of the block calls it.
+template <class T>
+LOOM_DEVICE LOOM_FORCEINLINE void copy_rows(const T* partial, T* dst, int32_t n, int32_t r0, int32_t r1, int32_t c0,
+                                            int32_t vecs_per_row, int32_t row_shift) {
+    constexpr int E = kVecElems<T>, U = 8;
+    const int32_t total = (r1 - r0) * vecs_per_row, step = static_cast<int32_t>(blockDim.x);
+    for (int32_t base = static_cast<int32_t>(threadIdx.x); base < total; base += U * step) {
+        uint4 v[U];
+        int64_t off[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int32_t i = base + u * step < total ? base + u * step : base;
+            off[u] = static_cast<int64_t>(r0 + i / vecs_per_row) * n + c0 + (i % vecs_per_row) * E;
+            v[u] = ptx::ld_v4_na(partial + off[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (base + u * step < total) ptx::st_v4(dst + off[u] - static_cast<int64_t>(row_shift) * n, v[u]);
     }
 }
 
 // T: the partial / output element type (bf16, fp16 or fp32). gridDim.x = P blocks (the same on every rank),
-// 512 threads. See the top of the file for the protocol.
+// kScatterReduceThreads threads (384: up to 170 registers, room for the vectors in flight). See the top of the file for
+// the protocol.
 template <class T>
-__global__ void __launch_bounds__(512) gemm_rs_scatter_reduce(Ctx ctx, RsParams p) {
+__global__ void __launch_bounds__(kScatterReduceThreads) gemm_rs_scatter_reduce(Ctx ctx, RsParams p) {
     constexpr int E = kVecElems<T>;
     const int W = ctx.local_world, me = ctx.local_rank;
     const int tid = static_cast<int>(threadIdx.x);
@@ -155,13 +194,7 @@ __global__ void __launch_bounds__(512) gemm_rs_scatter_reduce(Ctx ctx, RsParams 
                 const int32_t r1 = (d + 1) * p.rows_seg < row1 ? (d + 1) * p.rows_seg : row1;
                 if (pushing && d != me) {
                     T* const remote = lang::symm_at(ctx, scratch, ctx.local_base_rank + d) + me * seg_elems;
-                    const int32_t total = (r1 - r0) * vecs_per_row;
-                    for (int32_t i = tid; i < total; i += static_cast<int32_t>(blockDim.x)) {
-                        const int32_t r = r0 + i / vecs_per_row;
-                        const int32_t c = col0 + (i % vecs_per_row) * E;
-                        const uint4 v = ptx::ld_v4(partial + static_cast<int64_t>(r) * p.n + c);
-                        ptx::st_v4(remote + static_cast<int64_t>(r - d * p.rows_seg) * p.n + c, v);
-                    }
+                    copy_rows<T>(partial, remote, p.n, r0, r1, col0, vecs_per_row, d * p.rows_seg);
                     // The block's stores, then tile_in[me][t] := epoch at d (barrier, release at sys scope).
                     lang::notify(lang::block, ctx, &p.sig->tile_in[me][t], ctx.local_base_rank + d, p.epoch,
                                  lang::SignalOp::Set);

@@ -16,6 +16,8 @@ namespace loom::kernels::overlap {
 inline constexpr int kMaxTileSignals = 1 << 16;
 // Most blocks a communication kernel of an overlapped op may use.
 inline constexpr int kMaxCommBlocks = 64;
+// Threads of a gemm_rs_scatter_reduce block.
+inline constexpr int kScatterReduceThreads = 384;
 
 // One per op kind and World (symmetric). Fields are written by the named producers only.
 struct Signals {
