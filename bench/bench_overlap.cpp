@@ -10,7 +10,7 @@
 // Before timing, every overlapped config is checked once against (b) on the same inputs (calc_diff-style
 // similarity; NaN-poisoned output); a failing config is reported and not timed.
 //   loomrun -n 8 build/bench/bench-overlap [--out DIR] [--quick] [--iters N] [--no-nvshmem] [--no-nccl]
-//                                          [--torch DIR/torch_tp.json]
+//                                          [--torch DIR/torch_tp.json] [--rs-comm-sms 4,8,16,24]
 // DIR/ag_gemm.json and DIR/gemm_rs.json (rank 0).
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -57,6 +57,7 @@ struct Args {
     bool quick = false;
     bool nvshmem = true;
     bool nccl = true;
+    std::vector<int> rs_comm_sms;  // gemm_rs timed again at each of these comm_sms
     int iters = 20;
     int argc = 0;
     char** argv = nullptr;
@@ -235,6 +236,16 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             std::printf("FAIL gemm_rs N=%lld K=%lld: max rel diff %g vs gemm + reduce_scatter\n",
                         static_cast<long long>(N), static_cast<long long>(K), diff);
         const double t = ok ? med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st); }, s, w, args.iters) : NAN;
+        if (ok && !args.rs_comm_sms.empty()) {  // the scatter-reduce's SM budget, for the heuristic's table
+            nlohmann::json sweep;
+            for (int p : args.rs_comm_sms) {
+                loom::GemmRsOptions o;
+                o.comm_sms = p;
+                sweep[std::to_string(p)] =
+                    med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w, args.iters);
+            }
+            row["comm_sms_sweep_us"] = sweep;
+        }
         const double t_gemm = med(
             [&](cudaStream_t st) {
                 loom::gemm(A, B, {partial, DType::BF16, M, N, 0}, {}, st);
@@ -306,6 +317,8 @@ int main(int argc, char** argv) {
     app.add_option("--iters", args.iters, "timed runs per point")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_flag("--no-nvshmem", no_nvshmem, "skip the NVSHMEM baselines");
     app.add_flag("--no-nccl", no_nccl, "skip the NCCL baselines (absent anyway when ranks share a GPU)");
+    app.add_option("--rs-comm-sms", args.rs_comm_sms, "also time gemm_rs at each of these comm_sms (e.g. 4,8,16,24)")
+        ->delimiter(',');
     app.add_option("--torch", args.torch, "bench/torch_async_tp.py's torch_tp.json: PyTorch baselines to fold in")
         ->check(CLI::ExistingFile);
     loom::bench::parse_or_exit(app, argc, argv);

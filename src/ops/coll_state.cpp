@@ -82,6 +82,7 @@ void release_coll_state(World& world) {
         r.states.erase(it);
     }
     LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+    world.barrier("loom/coll/release");  // no peer still signals into our state
     world.free(st->ll);
     world.free(st->scratch);
     world.free(st->sync);
@@ -132,6 +133,8 @@ void launch(World& world, const Launch& l, cudaStream_t stream) {
 }  // namespace loom::coll
 
 // Declared in loom/ops/collectives.hpp.
+void loom::release_collective_state(World& world) { coll::release_coll_state(world); }
+
 loom::CollTopology loom::collective_topology(World& world) {
     // Shared GPU: another rank reports this rank's PCI bus id (through the store).
     char bus[64] = {};

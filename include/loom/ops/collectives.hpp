@@ -60,6 +60,11 @@ void all_to_all_v(World& world, BufferView in, BufferView out, const int64_t* se
 // region together (a host barrier leaves the ranks tens of microseconds apart).
 void barrier_on_stream(World& world, cudaStream_t stream);
 
+// Frees the symmetric state the collectives keep per World (scratch, LL packets, signals; ~70 MiB at the default
+// LOOM_COLL_SCRATCH). Collective: every rank calls it, with no collective of this World in flight. The next
+// collective call creates the state again.
+void release_collective_state(World& world);
+
 // The automatic choice (see src/ops/coll_algo.cpp for the table).
 struct CollChoice {
     CollAlgo algo = CollAlgo::Auto;
