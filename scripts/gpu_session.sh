@@ -11,8 +11,8 @@
 #          bench_overlap then folds in as the PyTorch baselines)
 #          save_cache (LOOM_CACHE_DIR as OUT/jit-cache.tgz)
 #   LOOM_DIST_FILTER  gtest filter for the multi-rank steps (default: all tests)
-#   LOOM_OVERLAP_RANKS  ranks for bench_overlap* (default 8); LOOM_BENCH_ARGS  extra arguments for bench_overlap and
-#   torch_tp (e.g. "--quick --iters 5")
+#   LOOM_OVERLAP_RANKS  ranks for bench_overlap* (default 8); LOOM_BENCH_ARGS  extra arguments for bench_overlap
+#   (e.g. "--quick --iters 5 --rs-comm-sms 8,24"); LOOM_TORCH_ARGS  for torch_tp (e.g. "--quick --iters 5")
 set -u
 b=${1:?build dir}
 out=${2:?out dir}
@@ -84,7 +84,7 @@ for s in $steps; do
         torch_tp)
             # shellcheck disable=SC2086
             run 300 torch_tp torchrun --nproc-per-node "$(nvidia-smi -L | wc -l)" bench/torch_async_tp.py --out "$out" \
-                ${LOOM_BENCH_ARGS:-}
+                ${LOOM_TORCH_ARGS:-}
             ;;
         bench_overlap)
             torch_arg=()

@@ -7,8 +7,9 @@
 //             come first and this rank's own rows last (they need no transfer). after_store publishes each tile
 //             (tile[m_block * num_n + n_block] = epoch, store-release at sys scope) once its TMA stores are
 //             complete (cp.async.bulk.wait_group 0 + fence.proxy.async.global, then a barrier of the consumers).
-//   scatter-  gemm_rs_scatter_reduce, a few blocks on a side stream. Block b walks tiles b, b + P, ... in the
-//   reduce    GEMM's order twice. First walk: wait for each tile's signal, push the tile's rows owned by a peer d
+//   scatter-  gemm_rs_scatter_reduce, a few blocks on a side stream; each warp w of them walks tiles w,
+//   reduce    w + (P x warps), ... in the GEMM's order twice. First walk: wait for each tile's signal, push the tile's
+//   rows owned by a peer d
 //             into slot `me` of d's scratch (ld/st over NVLink), then tile_in[me][tile] := epoch at d. Second
 //             walk: the rows this rank owns, once tile_in[q][tile] >= epoch here for every peer q (copies landed):
 //             the W copies (own rows from the partial) summed in fp32 in rank order 0..W-1 into C. Own rows come
@@ -86,10 +87,10 @@ LOOM_DEVICE LOOM_FORCEINLINE uint4 vec_pack(const float (&acc)[kVecElems<T>]) {
 
 // Rows [r0, r1) x columns [c0, c0 + cols) of this rank's segment: out = sum over q < W of the rows' copy from
 // rank q (q == me: the local partial; else slot q of the scratch), fp32, rank order. cols is a multiple of the
-// vector width; every thread of the block calls it.
+// vector width; threads t = 0..nthreads-1 of the calling group (a warp) call it.
 template <class T>
 LOOM_DEVICE LOOM_FORCEINLINE void reduce_rows(const RsParams& p, int W, int me, int32_t r0, int32_t r1, int32_t c0,
-                                              int32_t cols) {
+                                              int32_t cols, int32_t t, int32_t nthreads) {
     constexpr int E = kVecElems<T>;
     // U vectors per thread in flight per source: one 16-byte load at a time per thread leaves a 512-thread
     // block latency-bound at ~8 GB/s, too slow for a few blocks to keep up with the GEMM's output.
@@ -99,8 +100,8 @@ LOOM_DEVICE LOOM_FORCEINLINE void reduce_rows(const RsParams& p, int W, int me, 
     T* const out = static_cast<T*>(p.out);
     const int64_t seg_elems = static_cast<int64_t>(p.rows_seg) * p.n;
     const int32_t vecs_per_row = cols / E, total = (r1 - r0) * vecs_per_row;
-    const int32_t step = static_cast<int32_t>(blockDim.x);
-    for (int32_t base = static_cast<int32_t>(threadIdx.x); base < total; base += U * step) {
+    const int32_t step = nthreads;
+    for (int32_t base = t; base < total; base += U * step) {
         int64_t off[U];  // element offset of the vector within the segment's [rows_seg, n] layout
         int32_t orow[U], ocol[U];
 #pragma unroll
@@ -128,13 +129,13 @@ LOOM_DEVICE LOOM_FORCEINLINE void reduce_rows(const RsParams& p, int W, int me, 
 }
 
 // Rows [r0, r1) x columns [c0, c0 + vecs_per_row * E) of the partial -> rows [r0 - row_shift, ...) of `dst`
-// (leading dimension n), U 16-byte vectors in flight per thread. Every thread of the block calls it.
+// (leading dimension n), U 16-byte vectors in flight per thread; threads t = 0..nthreads-1 of the group call it.
 template <class T>
 LOOM_DEVICE LOOM_FORCEINLINE void copy_rows(const T* partial, T* dst, int32_t n, int32_t r0, int32_t r1, int32_t c0,
-                                            int32_t vecs_per_row, int32_t row_shift) {
+                                            int32_t vecs_per_row, int32_t row_shift, int32_t t, int32_t nthreads) {
     constexpr int E = kVecElems<T>, U = 8;
-    const int32_t total = (r1 - r0) * vecs_per_row, step = static_cast<int32_t>(blockDim.x);
-    for (int32_t base = static_cast<int32_t>(threadIdx.x); base < total; base += U * step) {
+    const int32_t total = (r1 - r0) * vecs_per_row, step = nthreads;
+    for (int32_t base = t; base < total; base += U * step) {
         uint4 v[U];
         int64_t off[U];
 #pragma unroll
@@ -165,18 +166,22 @@ __global__ void __launch_bounds__(kScatterReduceThreads) gemm_rs_scatter_reduce(
     if (tid < W && tid != me) lang::signal_wait_until(ctx, &p.sig->freed[tid], lang::Cmp::GE, p.free_target);
     __syncthreads();
 
-    // Two walks over the block's tiles: every push first, then the own rows' sums. A push waits only for this
-    // rank's GEMM, so pushes always progress; a sum waits for peers' pushes. Were they interleaved in one walk, a
-    // block could wait for a peer's push that sits behind a sum in the peer block's walk while that sum waits
-    // for a push behind ours (the grouped order mixes owners inside a group): a cycle. Own rows come last in
-    // the GEMM's order, so the second walk still runs under the GEMM.
+    // Each warp is a worker with its own walk over tiles worker, worker + workers, ...: a warp's waits and its
+    // release fence (which holds until its NVLink stores are acknowledged) stall only that warp, not the block.
+    // Two walks: every push first, then the own rows' sums. A push waits only for this rank's GEMM, so pushes
+    // always progress; a sum waits for peers' pushes. Were they interleaved in one walk, a worker could wait for
+    // a peer's push that sits behind a sum in the peer worker's walk while that sum waits for a push behind
+    // ours (the grouped order mixes owners inside a group): a cycle. Own rows come last in the GEMM's order, so
+    // the second walk still runs under the GEMM.
+    const int lane = tid % 32, warps = static_cast<int>(blockDim.x) / 32;
+    const int32_t worker = static_cast<int32_t>(blockIdx.x) * warps + tid / 32;
+    const int32_t workers = static_cast<int32_t>(gridDim.x) * warps;
     const int32_t num_m = (p.m + p.block_m - 1) / p.block_m;
     const int32_t num_n = (p.n + p.block_n - 1) / p.block_n;
     const int32_t num_tiles = num_m * num_n;
     for (int walk = 0; walk < 2; ++walk) {
         const bool pushing = walk == 0;
-        for (int32_t linear = static_cast<int32_t>(blockIdx.x); linear < num_tiles;
-             linear += static_cast<int32_t>(gridDim.x)) {
+        for (int32_t linear = worker; linear < num_tiles; linear += workers) {
             int32_t mb, nb;
             overlap_tile_order(linear, num_m, num_n, p.group_m, p.shift_m, mb, nb);
             const int64_t t = static_cast<int64_t>(mb) * num_n + nb;
@@ -188,22 +193,22 @@ __global__ void __launch_bounds__(kScatterReduceThreads) gemm_rs_scatter_reduce(
             const bool has_own = row0 < own1 && row1 > own0;
             const bool has_peer_rows = row0 < own0 || row1 > own1;
             if (pushing ? !has_peer_rows : !has_own) continue;
-            lang::wait(lang::block, ctx, &p.sig->tile[t], lang::Cmp::GE, p.epoch);
+            lang::wait(lang::warp, ctx, &p.sig->tile[t], lang::Cmp::GE, p.epoch);
             for (int32_t r0 = row0; r0 < row1;) {
                 const int d = r0 / p.rows_seg;  // owner of rows [r0, r1)
                 const int32_t r1 = (d + 1) * p.rows_seg < row1 ? (d + 1) * p.rows_seg : row1;
                 if (pushing && d != me) {
                     T* const remote = lang::symm_at(ctx, scratch, ctx.local_base_rank + d) + me * seg_elems;
-                    copy_rows<T>(partial, remote, p.n, r0, r1, col0, vecs_per_row, d * p.rows_seg);
-                    // The block's stores, then tile_in[me][t] := epoch at d (barrier, release at sys scope).
-                    lang::notify(lang::block, ctx, &p.sig->tile_in[me][t], ctx.local_base_rank + d, p.epoch,
+                    copy_rows<T>(partial, remote, p.n, r0, r1, col0, vecs_per_row, d * p.rows_seg, lane, 32);
+                    // The warp's stores, then tile_in[me][t] := epoch at d (__syncwarp, release at sys scope).
+                    lang::notify(lang::warp, ctx, &p.sig->tile_in[me][t], ctx.local_base_rank + d, p.epoch,
                                  lang::SignalOp::Set);
                 } else if (!pushing && d == me) {
-                    // Thread q waits for rank q's copy (acquire), then the block's barrier orders the reads.
-                    if (tid < W && tid != me)
-                        lang::signal_wait_until(ctx, &p.sig->tile_in[tid][t], lang::Cmp::GE, p.epoch);
-                    __syncthreads();
-                    reduce_rows<T>(p, W, me, r0, r1, col0, cols);
+                    // Lane q waits for rank q's copy (acquire), then __syncwarp orders the warp's reads after it.
+                    if (lane < W && lane != me)
+                        lang::signal_wait_until(ctx, &p.sig->tile_in[lane][t], lang::Cmp::GE, p.epoch);
+                    __syncwarp();
+                    reduce_rows<T>(p, W, me, r0, r1, col0, cols, lane, 32);
                 }
                 r0 = r1;
             }
