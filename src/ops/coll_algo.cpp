@@ -65,29 +65,37 @@ namespace {
 constexpr std::size_t KiB = 1024, MiB = 1024 * KiB, kAny = SIZE_MAX;
 }
 
-// Rows from bench-collectives on one H200 with the ranks sharing it under MPS (docs/perf/{all_gather,
-// reduce_scatter,all_reduce,all_to_all}.json, W = 2 and 8): ld/st beats the TMA path from 1 MiB to 16 MiB
-// (e.g. all_gather 1 MiB at W = 2: 15 us vs 40 us), the copy engine wins past that, and two-shot beats one-shot
-// AllReduce at 256 KiB (W = 2: 15.5 vs 16.5 us; W = 8: 33 vs 55 us). Rows marked `distinct` (one GPU per rank) are
-// not measured yet: they keep the design's choice (TMA for large transfers). Sizes are choose_collective's `bytes`.
+// Rows from bench-collectives (docs/perf/{all_gather,reduce_scatter,all_reduce,all_to_all}.json).
+// Shared GPU: one H200 with the ranks sharing it under MPS, W = 2 and 8: ld/st beats the TMA path from 1 MiB to
+// 16 MiB (e.g. all_gather 1 MiB at W = 2: 15 us vs 40 us), the copy engine wins past that, and two-shot beats
+// one-shot AllReduce at 256 KiB (W = 2: 15.5 vs 16.5 us; W = 8: 33 vs 55 us).
+// Distinct GPUs: two H200s joined by NVLink (18 links), W = 2: ring beats push by 0.5-1.5 us up to 16 MiB, ld/st
+// wins to 64 MiB, the copy engine past that (all_gather 1 GiB: 1658 us vs 1802 ld/st and 2004 TMA; all_to_all
+// 1 GiB: 1661 vs 1803 and 2019), and LL AllReduce beats two-shot at 256 KiB (12.0 vs 17.8 us). TMA bulk copies
+// lost at every size on both machines. Sizes are choose_collective's `bytes`.
 const std::vector<ChoiceRow>& choice_table() {
     static const std::vector<ChoiceRow> rows = {
         // AllGather (bytes per rank)
+        {CollKind::AllGather, 16 * MiB, GpuSharing::Distinct, CollAlgo::Ring, DataPath::LdSt,
+         "one GPU per rank, two ranks: ring (measured)", 2},
         {CollKind::AllGather, 8 * MiB, GpuSharing::Any, CollAlgo::Push, DataPath::LdSt, "one pass, all SMs' ld/st"},
-        {CollKind::AllGather, kAny, GpuSharing::Shared, CollAlgo::Push, DataPath::CopyEngine,
-         "large, shared GPU: copy engine (measured)"},
-        {CollKind::AllGather, kAny, GpuSharing::Distinct, CollAlgo::Push, DataPath::Tma,
-         "large: TMA bulk copies (not measured)"},
+        {CollKind::AllGather, 64 * MiB, GpuSharing::Distinct, CollAlgo::Push, DataPath::LdSt,
+         "one GPU per rank: ld/st to 64 MiB (measured)"},
+        {CollKind::AllGather, kAny, GpuSharing::Any, CollAlgo::Push, DataPath::CopyEngine,
+         "large: copy engine (measured)"},
         {CollKind::AllGather, 8 * MiB, GpuSharing::Any, CollAlgo::Pull, DataPath::LdSt, "out not symmetric: pull"},
-        {CollKind::AllGather, kAny, GpuSharing::Shared, CollAlgo::Pull, DataPath::CopyEngine,
+        {CollKind::AllGather, 64 * MiB, GpuSharing::Distinct, CollAlgo::Pull, DataPath::LdSt,
+         "out not symmetric: pull"},
+        {CollKind::AllGather, kAny, GpuSharing::Any, CollAlgo::Pull, DataPath::CopyEngine,
          "out not symmetric: pull, copy engine"},
-        {CollKind::AllGather, kAny, GpuSharing::Distinct, CollAlgo::Pull, DataPath::Tma, "out not symmetric: pull"},
         // ReduceScatter (bytes of out)
         {CollKind::ReduceScatter, kAny, GpuSharing::Any, CollAlgo::Pull, DataPath::LdSt,
          "one pass, reduce in registers"},
         {CollKind::ReduceScatter, 64 * KiB, GpuSharing::Any, CollAlgo::Scatter, DataPath::LdSt, "in not symmetric"},
         {CollKind::ReduceScatter, kAny, GpuSharing::Any, CollAlgo::Scatter, DataPath::Tma, "in not symmetric"},
         // AllReduce (bytes of the buffer)
+        {CollKind::AllReduce, 256 * KiB, GpuSharing::Distinct, CollAlgo::LL, DataPath::LdSt,
+         "latency, one GPU per rank: flag-in-data to 256 KiB (measured)"},
         {CollKind::AllReduce, 64 * KiB, GpuSharing::Any, CollAlgo::LL, DataPath::LdSt,
          "latency: flag-in-data, no barrier"},
         {CollKind::AllReduce, kAny, GpuSharing::Any, CollAlgo::TwoShot, DataPath::LdSt,
@@ -95,11 +103,13 @@ const std::vector<ChoiceRow>& choice_table() {
         {CollKind::AllReduce, kAny, GpuSharing::Any, CollAlgo::OneShot, DataPath::LdSt, "buffers not symmetric"},
         // AllToAll (bytes per rank of in)
         {CollKind::AllToAll, 16 * MiB, GpuSharing::Any, CollAlgo::Push, DataPath::LdSt, "ld/st"},
-        {CollKind::AllToAll, kAny, GpuSharing::Shared, CollAlgo::Push, DataPath::CopyEngine,
-         "large, shared GPU: copy engine (measured)"},
-        {CollKind::AllToAll, kAny, GpuSharing::Distinct, CollAlgo::Push, DataPath::Tma, "large (not measured)"},
+        {CollKind::AllToAll, 64 * MiB, GpuSharing::Distinct, CollAlgo::Push, DataPath::LdSt,
+         "one GPU per rank: ld/st to 64 MiB (measured)"},
+        {CollKind::AllToAll, kAny, GpuSharing::Any, CollAlgo::Push, DataPath::CopyEngine,
+         "large: copy engine (measured)"},
         {CollKind::AllToAllV, 16 * MiB, GpuSharing::Any, CollAlgo::Push, DataPath::LdSt, "ld/st (capacity bytes)"},
-        {CollKind::AllToAllV, kAny, GpuSharing::Any, CollAlgo::Push, DataPath::Tma, "large (capacity bytes)"},
+        {CollKind::AllToAllV, kAny, GpuSharing::Any, CollAlgo::Push, DataPath::Tma,
+         "large (capacity bytes; no copy-engine path)"},
     };
     return rows;
 }
@@ -162,6 +172,7 @@ CollChoice choose_collective(CollKind kind, std::size_t bytes, const CollTopolog
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const ChoiceRow& r = rows[i];
         if (r.kind != kind || bytes > r.max_bytes || !sharing_matches(r.sharing, topo)) continue;
+        if (r.max_world > 0 && topo.world > r.max_world) continue;
         if (!feasible(kind, r.algo, in_symmetric, out_symmetric)) continue;
         DataPath path = r.path;
         if (path == DataPath::Tma && topo.arch < 90) path = DataPath::LdSt;
@@ -178,12 +189,13 @@ std::string explain_collectives(const CollTopology& topo) {
     const auto& rows = choice_table();
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const ChoiceRow& r = rows[i];
-        s += fmt::format("  [{:2}] {:<15} <= {:>10}  {:<8} {:<8} {:<4} {}\n", i, to_string(r.kind),
+        s += fmt::format("  [{:2}] {:<15} <= {:>10}  {:<8} {:<5} {:<8} {:<4} {}\n", i, to_string(r.kind),
                          r.max_bytes == SIZE_MAX ? std::string("any") : fmt::format("{}", r.max_bytes),
                          r.sharing == GpuSharing::Any      ? "any"
                          : r.sharing == GpuSharing::Shared ? "shared"
                                                            : "distinct",
-                         to_string(r.algo), to_string(r.path), r.why);
+                         r.max_world > 0 ? fmt::format("W<={}", r.max_world) : std::string("any W"), to_string(r.algo),
+                         to_string(r.path), r.why);
     }
     s += "choice with symmetric buffers:\n";
     for (CollKind k : {CollKind::AllGather, CollKind::ReduceScatter, CollKind::AllReduce, CollKind::AllToAll}) {

@@ -18,6 +18,7 @@ struct ChoiceRow {
     CollAlgo algo;
     DataPath path;
     const char* why;
+    int max_world = 0;  // the row applies up to this world size; 0: any
 };
 
 const std::vector<ChoiceRow>& choice_table();

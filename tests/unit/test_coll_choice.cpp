@@ -21,7 +21,11 @@ TEST(CollChoice, AllGatherLdStThenCopyEngineOnASharedGpu) {
     expect(choose_collective(CollKind::AllGather, 4 * KiB, shared(2)), CollAlgo::Push, DataPath::LdSt);
     expect(choose_collective(CollKind::AllGather, 8 * MiB, shared(8)), CollAlgo::Push, DataPath::LdSt);
     expect(choose_collective(CollKind::AllGather, 32 * MiB, shared(2)), CollAlgo::Push, DataPath::CopyEngine);
-    expect(choose_collective(CollKind::AllGather, 32 * MiB, distinct(2)), CollAlgo::Push, DataPath::Tma);
+    // One GPU per rank (two H200s over NVLink): ring at two ranks, ld/st to 64 MiB, the copy engine beyond.
+    expect(choose_collective(CollKind::AllGather, 4 * KiB, distinct(2)), CollAlgo::Ring, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllGather, 4 * KiB, distinct(8)), CollAlgo::Push, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllGather, 32 * MiB, distinct(2)), CollAlgo::Push, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllGather, 256 * MiB, distinct(2)), CollAlgo::Push, DataPath::CopyEngine);
     // out outside the heap: only pull is feasible.
     expect(choose_collective(CollKind::AllGather, 4 * KiB, shared(2), true, false), CollAlgo::Pull, DataPath::LdSt);
     expect(choose_collective(CollKind::AllGather, 32 * MiB, shared(2), true, false), CollAlgo::Pull,
@@ -31,6 +35,8 @@ TEST(CollChoice, AllGatherLdStThenCopyEngineOnASharedGpu) {
 TEST(CollChoice, AllReduceLLThenTwoShotOneShotWhenNotSymmetric) {
     expect(choose_collective(CollKind::AllReduce, 64 * KiB, shared(8)), CollAlgo::LL, DataPath::LdSt);
     expect(choose_collective(CollKind::AllReduce, 256 * KiB, shared(8)), CollAlgo::TwoShot, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllReduce, 256 * KiB, distinct(2)), CollAlgo::LL, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllReduce, 1 * MiB, distinct(2)), CollAlgo::TwoShot, DataPath::LdSt);
     expect(choose_collective(CollKind::AllReduce, 256 * KiB, shared(8), false, false), CollAlgo::OneShot,
            DataPath::LdSt);
 }
@@ -41,12 +47,15 @@ TEST(CollChoice, ReduceScatterAndAllToAll) {
            DataPath::Tma);
     expect(choose_collective(CollKind::AllToAll, 16 * MiB, shared(8)), CollAlgo::Push, DataPath::LdSt);
     expect(choose_collective(CollKind::AllToAll, 64 * MiB, shared(2)), CollAlgo::Push, DataPath::CopyEngine);
-    expect(choose_collective(CollKind::AllToAll, 64 * MiB, distinct(2)), CollAlgo::Push, DataPath::Tma);
+    expect(choose_collective(CollKind::AllToAll, 64 * MiB, distinct(2)), CollAlgo::Push, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllToAll, 256 * MiB, distinct(2)), CollAlgo::Push, DataPath::CopyEngine);
 }
 
 TEST(CollChoice, PreHopperNeverGetsTma) {
-    const CollChoice c = choose_collective(CollKind::AllGather, 32 * MiB, CollTopology{2, false, 80});
-    EXPECT_NE(c.path, DataPath::Tma);
+    for (CollKind k : {CollKind::AllGather, CollKind::AllToAllV, CollKind::ReduceScatter}) {
+        const CollChoice c = choose_collective(k, 256 * MiB, CollTopology{2, false, 80}, false, true);
+        EXPECT_NE(c.path, DataPath::Tma) << to_string(k);
+    }
 }
 
 TEST(CollChoice, ExplainPrintsTheTable) {
