@@ -37,6 +37,7 @@
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/nvshmem.hpp"
+#include "loom/runtime/stream_ops.hpp"
 #include "loom/runtime/world.hpp"
 #include "nccl.hpp"
 
@@ -294,6 +295,21 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
                 }
             };
             baselines["nccl"] = loom::bench::time_op(run, stream, topts).median_us;
+        }
+        // The raw copy-engine rate of the same traffic: every rank puts its per-peer chunk to every peer at once
+        // (cudaMemcpyAsync through stream_ops::put_ce, no signals), the reference for the "85 % of the path's copy
+        // bandwidth" goal. Its "speedup" is the fraction of that bandwidth a variant reaches.
+        const std::size_t ce_chunk = k == CollKind::AllGather       ? in_bytes
+                                     : k == CollKind::AllToAll      ? in_bytes / W
+                                     : k == CollKind::ReduceScatter ? out_bytes
+                                                                    : 0;
+        if (W > 1 && ce_chunk > 0 && sh.size >= (std::size_t(1) << 20)) {
+            auto run = [&](cudaStream_t s) {
+                for (int i = 1; i < W; ++i)
+                    loom::stream_ops::put_ce(w, static_cast<char*>(sout) + me * ce_chunk, sin, ce_chunk, (me + i) % W,
+                                             s);
+            };
+            baselines["copy_engine_puts"] = loom::bench::time_op(run, stream, topts).median_us;
         }
         const loom::CollChoice autoc = loom::choose_collective(k, sh.choice_bytes, topo);
         for (const Variant& v : variants(k)) {
