@@ -29,7 +29,9 @@ namespace loom::kernels::overlap {
 
 // Bounded acquire-spin of one thread for `*sig >= target` (wrap-safe) that traps on timeout without printing:
 // it runs inside the wgmma kernel, where any call (printf) would make ptxas serialise the MMAs. The clock is read
-// only after 1024 missed polls. The host sees the trap as a launch failure from its next synchronising call.
+// only after 1024 missed polls. The host sees the trap as a launch failure from its next synchronising call; with
+// LOOM_DIAG_MAILBOX=1 the error names this wait (the record's rank is filled in by the host: the hooks have no
+// Ctx).
 LOOM_DEVICE LOOM_FORCEINLINE void wait_ge_trap(const uint64_t* sig, uint64_t target, uint64_t timeout_ns) {
     uint64_t start = 0;
     for (uint32_t it = 1;; ++it) {
@@ -39,6 +41,9 @@ LOOM_DEVICE LOOM_FORCEINLINE void wait_ge_trap(const uint64_t* sig, uint64_t tar
             if (start == 0) {
                 start = now;
             } else if (now - start > timeout_ns) {
+                lang::detail::diag_post(nullptr, DiagKind::Signal, -1, "ag_gemm: GEMM waits for a chunk", sig,
+                                        static_cast<uint32_t>(lang::Cmp::GE), target, ptx::ld_acquire_sys(sig),
+                                        now - start);
                 __trap();
             }
         }
