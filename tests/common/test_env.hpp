@@ -9,6 +9,8 @@
 
 #include <string>
 
+#include "loom/ops/collectives.hpp"
+#include "loom/ops/overlap.hpp"
 #include "loom/runtime/driver.hpp"
 #include "loom/runtime/store.hpp"
 #include "loom/runtime/world.hpp"
@@ -39,7 +41,10 @@ inline std::string agree(World& w, const std::string& mine, const std::string& t
         if (!::loom::test::has_gpu()) GTEST_SKIP() << "no GPU: " << ::loom::driver::unavailable_reason(); \
     } while (0)
 
-// Fixture of multi-rank GPU tests: the World and a non-blocking stream (skipped without a GPU).
+// Fixture of multi-rank GPU tests: the World and a non-blocking stream (skipped without a GPU). TearDown hands
+// back the symmetric state the ops keep per World (collectives' scratch, overlapped ops' signals and buffers), so
+// every suite starts from an empty heap (SymmetricHeap checks exactly that); both calls are collective and no-ops
+// when nothing is held.
 class WorldStreamTest : public ::testing::Test {
   protected:
     void SetUp() override {
@@ -48,6 +53,10 @@ class WorldStreamTest : public ::testing::Test {
         ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
     }
     void TearDown() override {
+        if (w && stream) {
+            ::loom::release_overlap_state(*w);
+            ::loom::release_collective_state(*w);
+        }
         if (stream) cudaStreamDestroy(stream);
     }
     ::loom::World* w = nullptr;

@@ -118,17 +118,7 @@ struct AlgoPath {
 };
 std::string label(const AlgoPath& a) { return std::string(to_string(a.algo)) + "/" + to_string(a.path); }
 
-// Each test hands the collectives' symmetric state back: later suites start from an empty heap.
-class Collectives : public WorldStreamTest {
-  protected:
-    void TearDown() override {
-        if (w && stream) {
-            cudaStreamSynchronize(stream);
-            release_collective_state(*w);
-        }
-        WorldStreamTest::TearDown();
-    }
-};
+class Collectives : public WorldStreamTest {};
 
 // ---- AllGather ---------------------------------------------------------------------------------------------------
 void check_all_gather(World& w, cudaStream_t s, DType t, std::size_t n, const CollOptions& o, int tc, bool in_place) {

@@ -95,19 +95,7 @@ void agree(World& w, const std::string& mine, const std::string& what) {
     EXPECT_TRUE(v.empty()) << what << ":\n" << v;
 }
 
-// Each test hands the ops' symmetric state back (signals, gather / scratch buffers, the collectives' state), so
-// suites after this one start from an empty heap (SymmetricHeap checks exactly that).
-class Overlap : public WorldStreamTest {
-  protected:
-    void TearDown() override {
-        if (w && stream) {
-            cudaStreamSynchronize(stream);
-            release_overlap_state(*w);
-            release_collective_state(*w);
-        }
-        WorldStreamTest::TearDown();
-    }
-};
+class Overlap : public WorldStreamTest {};
 
 // ---- AllGather+GEMM ----------------------------------------------------------------------------------------------
 struct AgCase {

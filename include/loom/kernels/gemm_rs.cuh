@@ -8,13 +8,12 @@
 //             (tile[m_block * num_n + n_block] = epoch, store-release at sys scope) once its TMA stores are
 //             complete (cp.async.bulk.wait_group 0 + fence.proxy.async.global, then a barrier of the consumers).
 //   scatter-  gemm_rs_scatter_reduce, a few blocks on a side stream; each warp w of them walks tiles w,
-//   reduce    w + (P x warps), ... in the GEMM's order twice. First walk: wait for each tile's signal, push the tile's
-//   rows owned by a peer d
-//             into slot `me` of d's scratch (ld/st over NVLink), then tile_in[me][tile] := epoch at d. Second
-//             walk: the rows this rank owns, once tile_in[q][tile] >= epoch here for every peer q (copies landed):
-//             the W copies (own rows from the partial) summed in fp32 in rank order 0..W-1 into C. Own rows come
-//             last in the GEMM's order and every peer made them earlier in its own order, so the reduction runs
-//             under the rest of the GEMM and only the last tiles' sums trail it.
+//   reduce    w + (P x warps), ... in the GEMM's order twice. First walk: wait for each tile's signal, push the
+//             tile's rows owned by a peer d into slot `me` of d's scratch (ld/st over NVLink), then
+//             tile_in[me][tile] := epoch at d. Second walk: the rows this rank owns, once tile_in[q][tile] >= epoch
+//             here for every peer q (copies landed): the W copies (own rows from the partial) summed in fp32 in
+//             rank order 0..W-1 into C. Own rows come last in the GEMM's order and every peer made them earlier in
+//             its own order, so the reduction runs under the rest of the GEMM and only the last tiles' sums trail.
 // Write-after-read: a block pushes into rank d's scratch only after every scatter-reduce block of d finished
 // the previous call (freed[d] >= free_target; each block adds 1 to freed[me] on every peer when its walk is
 // done). The partial buffer is local: the host orders the next call's GEMM after this kernel (the side stream
@@ -214,8 +213,8 @@ __global__ void __launch_bounds__(kScatterReduceThreads) gemm_rs_scatter_reduce(
             }
         }
     }
-    // Done reading our scratch: every rank may push the next call's tiles into it.
-    __syncthreads();
+    // Done reading our scratch: every rank may push the next call's tiles into it (notify's block barrier waits
+    // for every warp of this block first).
     for (int d = 0; d < W; ++d)
         if (d != me) lang::notify(lang::block, ctx, &p.sig->freed[me], ctx.local_base_rank + d, 1, lang::SignalOp::Add);
 }
