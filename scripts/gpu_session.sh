@@ -9,6 +9,8 @@
 #          bench_coll2 (bench_coll at 2 ranks only: on a two-GPU machine, one rank per GPU with NCCL beside)
 #          topo (GPUs, links, PyTorch's view), torch_tp (bench/torch_async_tp.py on every GPU: torch_tp.json, which
 #          bench_overlap then folds in as the PyTorch baselines)
+#          bench_lang_shared (bench_lang with both ranks on GPU 0, into OUT/shared: the shared-GPU figures on a
+#          machine with several GPUs)
 #          save_cache (LOOM_CACHE_DIR as OUT/jit-cache.tgz)
 #   LOOM_DIST_FILTER  gtest filter for the multi-rank steps (default: all tests)
 #   LOOM_OVERLAP_RANKS  ranks for bench_overlap* (default 8); LOOM_BENCH_ARGS  extra arguments for bench_overlap
@@ -49,7 +51,11 @@ for s in $steps; do
                 --gtest_filter='Collectives.*'
             ;;
         demo) run 30 demo "$b/bin/loomrun" -n 2 "$b/examples/00_hello_symmetric" ;;
-        bench_lang) run 60 bench_lang "$b/bin/loomrun" -n 2 "$b/bench/bench-lang" --out "$out" ;;
+        bench_lang) run 150 bench_lang "$b/bin/loomrun" -n 2 "$b/bench/bench-lang" --out "$out" ;;
+        bench_lang_shared)  # on a machine with several GPUs: both ranks on GPU 0 (MPS), into OUT/shared
+            mkdir -p "$out/shared"
+            CUDA_VISIBLE_DEVICES=0 run 150 bench_lang_shared "$b/bin/loomrun" -n 2 "$b/bench/bench-lang" --out "$out/shared"
+            ;;
         bench_runtime)
             for n in 2 4 8; do
                 run 30 bench_runtime$n "$b/bin/loomrun" -n $n "$b/bench/bench-runtime" --out "$out/runtime.json" --append

@@ -11,27 +11,34 @@ using loom::uint64_t;
 // `rounds` round trips with `partner` inside one kernel (one thread). Launch k continues the monotonic signal
 // from base = k * rounds, so nothing is reset between launches. The lower rank of the pair starts.
 // mode 0: release/acquire at sys scope (the default notify/wait); 1: at gpu scope; 2: relaxed signal_op at sys
-// scope + acquire wait — the ordering nvshmemx_signal_op + nvshmem_signal_wait_until give.
+// scope + acquire wait — the ordering nvshmemx_signal_op + nvshmem_signal_wait_until give; 3: as 2 with the
+// previous wait (an acquire load per poll), for the before/after comparison.
+__device__ __forceinline__ void ping_pong_wait(const loom::Ctx& ctx, uint64_t* sig, uint64_t r, Scope scope, int mode) {
+    if (mode == 3) {
+        spin_wait_acquire_poll(ctx, "ping_pong", sig, Cmp::GE, r, scope);
+    } else {
+        signal_wait_until(ctx, sig, Cmp::GE, r, scope);
+    }
+}
 __global__ void ping_pong(loom::Ctx ctx, uint64_t* sig, uint64_t base, uint32_t rounds, int partner, int mode) {
     const bool initiator = rank(ctx) < partner;
     const Scope scope = mode == 1 ? Scope::Gpu : Scope::Sys;
     for (uint64_t r = base + 1; r <= base + rounds; ++r) {
-        if (!initiator) signal_wait_until(ctx, sig, Cmp::GE, r, scope);
-        if (mode == 2) {
+        if (!initiator) ping_pong_wait(ctx, sig, r, scope, mode);
+        if (mode >= 2) {
             signal_op_relaxed(ctx, sig, r, SignalOp::Set, partner, scope);
         } else {
             signal_op(ctx, sig, r, SignalOp::Set, partner, scope);
         }
-        if (initiator) signal_wait_until(ctx, sig, Cmp::GE, r, scope);
+        if (initiator) ping_pong_wait(ctx, sig, r, scope, mode);
     }
 }
 
 // Each block puts its contiguous, 16-byte aligned share of [0, bytes) into `peer`'s dst. P: 0 ld/st, 1 TMA
-// (dynamic smem = tma_staging_bytes(kStages, kStageBytes)).
-inline constexpr uint32_t kStages = 4;
+// (dynamic smem = tma_staging_bytes(STAGES, kStageBytes)).
 inline constexpr uint32_t kStageBytes = 32 * 1024;
 
-template <int P>
+template <int P, int STAGES = 4>
 __global__ void put_bw(loom::Ctx ctx, char* dst, const char* src, uint64_t bytes, int peer) {
     extern __shared__ __align__(128) char smem[];
     const uint64_t per_block = ((bytes + gridDim.x - 1) / gridDim.x + 15) & ~uint64_t(15);
@@ -39,7 +46,7 @@ __global__ void put_bw(loom::Ctx ctx, char* dst, const char* src, uint64_t bytes
     if (begin >= bytes) return;
     const uint64_t len = bytes - begin < per_block ? bytes - begin : per_block;
     if constexpr (P == 1) {
-        put_nbi(block, ctx, dst + begin, src + begin, len, peer, make_tma_staging(block, smem, kStages, kStageBytes));
+        put_nbi(block, ctx, dst + begin, src + begin, len, peer, make_tma_staging(block, smem, STAGES, kStageBytes));
     } else {
         put_nbi(block, ctx, dst + begin, src + begin, len, peer, LdSt{});
     }
