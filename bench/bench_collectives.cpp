@@ -5,6 +5,8 @@
 //   (ranks, size, loom variant): latency (slowest rank's median), algBW and busBW (nccl-tests conventions:
 //   size = the larger buffer — all_gather: out, reduce_scatter: in, all_reduce / all_to_all: the buffer;
 //   busBW = algBW x bench::bus_factor), the baselines' us and the automatic choice at that size.
+//   Sizes up to --b2b-max (1M) also get a row timed back to back (--b2b-reps calls per timed run, nccl-tests'
+//   latency method) for the automatic choice and the baselines: "timing": "back_to_back xN".
 //   Every variant's output is checked once after timing (exact sums of small integers in bf16, byte patterns for
 //   data movement): a row says "checked": true, and a wrong result stops the benchmark with an error.
 //
@@ -55,7 +57,7 @@ using nlohmann::json;
 namespace {
 
 constexpr std::size_t KiB = 1024, MiB = 1024 * KiB, GiB = 1024 * MiB;
-// The LL all-reduce's capacity (kernels/coll_params.hpp: kMaxLLBlocks x kLLPacketsPerBlock x 8 bytes).
+// The LL collectives' capacity per chunk (kernels/coll_params.hpp: kMaxLLBlocks x kLLPacketsPerBlock x 8 bytes).
 constexpr std::size_t kLLMaxBytes = std::size_t(64) * 512 * 8;
 
 struct Args {
@@ -65,6 +67,8 @@ struct Args {
     int iters = 0;  // 0: by size (20 up to 1 MiB, 10 up to 64 MiB, 5 beyond)
     std::vector<std::string> ops = {"all_gather", "reduce_scatter", "all_reduce", "all_to_all"};
     bool append = false, nvshmem = true, nccl = true, explain = false;
+    std::size_t b2b_max = MiB;  // sizes up to this also get a back-to-back latency row
+    int b2b_reps = 20;
 };
 
 Args parse(int argc, char** argv) {
@@ -84,6 +88,11 @@ Args parse(int argc, char** argv) {
     app.add_flag("--no-nvshmem", no_nvshmem, "skip the NVSHMEM baseline");
     app.add_flag("--no-nccl", no_nccl, "skip the NCCL baseline");
     app.add_flag("--explain", a.explain, "print the automatic choice table");
+    loom::bench::add_bytes_option(app, "--b2b-max", a.b2b_max,
+                                  "sizes up to this (default 1M; 0: none) also get a back-to-back latency row");
+    app.add_option("--b2b-reps", a.b2b_reps, "calls per timed run in the back-to-back rows")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
     loom::bench::parse_or_exit(app, argc, argv);
     a.nvshmem = !no_nvshmem;
     a.nccl = !no_nccl;
@@ -184,12 +193,13 @@ std::vector<Variant> variants(CollKind k) {
                     {CollAlgo::Push, DataPath::CopyEngine}, {CollAlgo::Pull, DataPath::LdSt},
                     {CollAlgo::Pull, DataPath::Tma},        {CollAlgo::Pull, DataPath::CopyEngine},
                     {CollAlgo::Ring, DataPath::LdSt},       {CollAlgo::Ring, DataPath::Tma},
-                    {CollAlgo::Auto, DataPath::Auto}};
+                    {CollAlgo::LL, DataPath::LdSt},         {CollAlgo::Auto, DataPath::Auto}};
         case CollKind::ReduceScatter:
             return {{CollAlgo::Pull, DataPath::LdSt},
                     {CollAlgo::Scatter, DataPath::LdSt},
                     {CollAlgo::Scatter, DataPath::Tma},
                     {CollAlgo::Ring, DataPath::LdSt},
+                    {CollAlgo::LL, DataPath::LdSt},
                     {CollAlgo::Auto, DataPath::Auto}};
         case CollKind::AllReduce:
             return {{CollAlgo::LL, DataPath::LdSt},
@@ -201,6 +211,7 @@ std::vector<Variant> variants(CollKind k) {
             return {{CollAlgo::Push, DataPath::LdSt},
                     {CollAlgo::Push, DataPath::Tma},
                     {CollAlgo::Push, DataPath::CopyEngine},
+                    {CollAlgo::LL, DataPath::LdSt},
                     {CollAlgo::Auto, DataPath::Auto}};
     }
 }
@@ -256,10 +267,11 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
 
         // Baselines first (same buffers' sizes, same stream).
         json baselines = json::object();
+        std::function<void(cudaStream_t)> nv_run, nccl_run;
         if (nv.ok) {
             fill_bf16(nv.in, sh.in_count, me + 1, stream);
             loom::nvshmem::barrier_all();
-            auto run = [&](cudaStream_t s) {
+            nv_run = [&](cudaStream_t s) {
                 switch (k) {
                     case CollKind::AllGather:
                         loom::nvshmem::fcollect_on_stream(nv.out, nv.in, in_bytes, s);
@@ -275,10 +287,10 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
                         break;
                 }
             };
-            baselines["nvshmem"] = loom::bench::time_op(run, stream, topts).median_us;
+            baselines["nvshmem"] = loom::bench::time_op(nv_run, stream, topts).median_us;
         }
         if (nccl.ok()) {
-            auto run = [&](cudaStream_t s) {
+            nccl_run = [&](cudaStream_t s) {
                 switch (k) {
                     case CollKind::AllGather:
                         nccl.all_gather(sin, sout, sh.in_count, DType::BF16, s);
@@ -294,7 +306,7 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
                         break;
                 }
             };
-            baselines["nccl"] = loom::bench::time_op(run, stream, topts).median_us;
+            baselines["nccl"] = loom::bench::time_op(nccl_run, stream, topts).median_us;
         }
         // The raw copy-engine rate of the same traffic: every rank puts its per-peer chunk to every peer at once
         // (cudaMemcpyAsync through stream_ops::put_ce, no signals), the reference for the "85 % of the path's copy
@@ -313,7 +325,11 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
         }
         const loom::CollChoice autoc = loom::choose_collective(k, sh.choice_bytes, topo);
         for (const Variant& v : variants(k)) {
-            if (v.algo == CollAlgo::LL && in_bytes > kLLMaxBytes) continue;  // LL's capacity (an error past it)
+            // LL's capacity per chunk (an error past it).
+            const std::size_t chunk_bytes = k == CollKind::ReduceScatter ? out_bytes
+                                            : k == CollKind::AllToAll    ? in_bytes / W
+                                                                         : in_bytes;
+            if (v.algo == CollAlgo::LL && chunk_bytes > kLLMaxBytes) continue;
             if (v.path == DataPath::Tma && topo.arch < 90) continue;
             const CollOptions o{v.algo, v.path};
             const BufferView in{sin, DType::BF16, sh.in_count}, out{sout, DType::BF16, sh.out_count};
@@ -382,6 +398,48 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
             if (me == 0)
                 std::printf("%-15s %6s %-14s %10.2f us  busBW %8.2f GB/s\n", op.c_str(), human(sh.size).c_str(),
                             name.c_str(), t.median_us, alg * factor);
+        }
+        // Latency the nccl-tests way: b2b_reps calls back to back per timed run (L2 flushed before each run), for
+        // the automatic choice and each baseline. Per-call timing above carries a floor of launch and event
+        // overhead of several us that hides small-message latency; here consecutive launches overlap.
+        if (sh.size <= args.b2b_max) {
+            TimeOptions b2b = topts;
+            b2b.reps = args.b2b_reps;
+            const BufferView in{sin, DType::BF16, sh.in_count}, out{sout, DType::BF16, sh.out_count};
+            auto loom_run = [&](cudaStream_t s) {
+                switch (k) {
+                    case CollKind::AllGather:
+                        loom::all_gather(w, in, out, s);
+                        break;
+                    case CollKind::ReduceScatter:
+                        loom::reduce_scatter(w, in, out, s);
+                        break;
+                    case CollKind::AllReduce:
+                        loom::all_reduce(w, in, out, s);
+                        break;
+                    default:
+                        loom::all_to_all(w, in, out, s);
+                        break;
+                }
+            };
+            json bb = json::object();
+            if (nv_run) bb["nvshmem"] = loom::bench::time_op(nv_run, stream, b2b).median_us;
+            if (nccl_run) bb["nccl"] = loom::bench::time_op(nccl_run, stream, b2b).median_us;
+            const double us = loom::bench::time_op(loom_run, stream, b2b).median_us;
+            report.add_row({{"ranks", W},
+                            {"size_bytes", sh.size},
+                            {"size", human(sh.size)},
+                            {"dtype", "bf16"},
+                            {"algo", "auto"},
+                            {"path", "auto"},
+                            {"timing", "back_to_back x" + std::to_string(args.b2b_reps)},
+                            {"loom_us", us},
+                            {"auto_choice", std::string(loom::to_string(autoc.algo)) + "/" + loom::to_string(autoc.path)},
+                            {"shared_gpu", topo.shared_gpu},
+                            {"baselines", bb}});
+            if (me == 0)
+                std::printf("%-15s %6s %-14s %10.2f us  (back to back x%d)\n", op.c_str(), human(sh.size).c_str(),
+                            "auto", us, args.b2b_reps);
         }
     }
     if (me == 0) {

@@ -50,6 +50,7 @@ double percentile(std::vector<double> v, double q) {
 
 Timing time_op(const std::function<void(cudaStream_t)>& fn, cudaStream_t stream, const TimeOptions& opts) {
     LOOM_CHECK(opts.iters > 0, "time_op: iters must be positive, given {}", opts.iters);
+    LOOM_CHECK(opts.reps > 0, "time_op: reps must be positive, given {}", opts.reps);
     static thread_local L2Flusher flusher;
     cudaEvent_t start, stop;
     LOOM_CHECK_CUDA(cudaEventCreate(&start));
@@ -67,12 +68,12 @@ Timing time_op(const std::function<void(cudaStream_t)>& fn, cudaStream_t stream,
         }
         if (opts.align) opts.align(stream);
         LOOM_CHECK_CUDA(cudaEventRecord(start, stream));
-        fn(stream);
+        for (int r = 0; r < opts.reps; ++r) fn(stream);
         LOOM_CHECK_CUDA(cudaEventRecord(stop, stream));
         LOOM_CHECK_CUDA(cudaEventSynchronize(stop));
         float ms = 0;
         LOOM_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-        us.push_back(ms * 1e3);
+        us.push_back(ms * 1e3 / opts.reps);
     }
     LOOM_CHECK_CUDA(cudaGetLastError());
     cudaEventDestroy(start);

@@ -2,7 +2,7 @@
 // JSON report committed under docs/perf/.
 //
 // Timing contract: each timed run is [flush L2 (unless disabled)] -> [cross-rank host barrier when a World is
-// given] -> [align(stream), e.g. loom::barrier_on_stream] -> event -> fn(stream) -> event. The per-rank median is
+// given] -> [align(stream), e.g. loom::barrier_on_stream] -> event -> fn(stream) x reps -> event, divided by reps. The per-rank median is
 // reduced to the slowest rank's median over the store, so every rank reports the same figure.
 #pragma once
 
@@ -26,6 +26,9 @@ struct TimeOptions {
     // Enqueued after the L2 flush and before the start event (e.g. loom::barrier_on_stream): starts the ranks'
     // timed regions together on the device, so the host barrier's skew is not timed.
     std::function<void(cudaStream_t)> align;
+    // fn is enqueued `reps` times back to back between the two events and the figure is per call (nccl-tests'
+    // way of timing latency: the launch gaps of consecutive calls overlap). 1 = one call per timed run.
+    int reps = 1;
 };
 
 struct Timing {

@@ -5,8 +5,6 @@
 namespace loom {
 
 void all_reduce(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts) {
-    using kernels::coll::kLLPacketsPerBlock;
-    using kernels::coll::kMaxLLBlocks;
     const char* op = "all_reduce";
     coll::check_buffer(op, "in", in);
     coll::check_buffer(op, "out", out);
@@ -20,7 +18,7 @@ void all_reduce(World& world, BufferView in, BufferView out, cudaStream_t stream
     coll::CollState& st = coll::coll_state(world);
     const bool in_sym = world.is_symmetric(in.data, bytes), out_sym = world.is_symmetric(out.data, bytes);
     CollOptions o = opts;
-    const std::size_t ll_max = std::size_t(kMaxLLBlocks) * kLLPacketsPerBlock * 8;
+    const std::size_t ll_max = coll::ll_capacity_bytes();
     // Auto never picks LL past its capacity.
     if (o.algo == CollAlgo::Auto) {
         const CollChoice a = coll::resolve(CollKind::AllReduce, bytes, world, st, o, in_sym, out_sym);
@@ -36,26 +34,8 @@ void all_reduce(World& world, BufferView in, BufferView out, cudaStream_t stream
     l.params.count = in.count;
     const std::string T = coll::cuda_type(in.dtype), kop = opts.op == ReduceOp::Max ? "1" : "0";
     l.template_args = {T, kop};
-    // An explicit LL request over the capacity is the caller's error (Auto fell back above): say what fits.
-    LOOM_CHECK(c.algo != CollAlgo::LL || bytes <= ll_max,
-               "{}: the ll algorithm holds at most {} bytes ({} blocks x {} packets x 8 bytes), given {}: use "
-               "one_shot, two_shot or CollAlgo::Auto",
-               op, ll_max, kMaxLLBlocks, kLLPacketsPerBlock, bytes);
     if (c.algo == CollAlgo::LL) {
-        const std::size_t packets = (bytes + 7) / 8;
-        // Spread the packets over blocks (>= 1 packet each: every block must exchange with every peer).
-        int blocks = coll::pick_blocks(packets, 64, kMaxLLBlocks, opts, st);
-        std::size_t per = (packets + blocks - 1) / blocks;
-        if (per > std::size_t(kLLPacketsPerBlock)) {
-            per = kLLPacketsPerBlock;
-        }
-        blocks = static_cast<int>((packets + per - 1) / per);
-        LOOM_CHECK(blocks <= kMaxLLBlocks, "{}: ll needs {} blocks of {} packets; at most {} blocks (num_sms {})", op,
-                   blocks, per, kMaxLLBlocks, opts.num_sms);
-        l.params.ll_packets = static_cast<uint32_t>(per);
-        l.name = "loom::kernels::coll::all_reduce_ll";
-        l.blocks = blocks;
-        l.threads = per < 512 ? static_cast<int>((per + 31) / 32 * 32) : 512;
+        coll::setup_ll(l, op, bytes, opts, st);
     } else if (c.algo == CollAlgo::OneShot) {
         l.name = "loom::kernels::coll::all_reduce_one_shot";
         l.template_args.push_back(std::to_string(coll::path_arg(c.path)));

@@ -76,6 +76,8 @@ constexpr std::size_t KiB = 1024, MiB = 1024 * KiB, kAny = SIZE_MAX;
 const std::vector<ChoiceRow>& choice_table() {
     static const std::vector<ChoiceRow> rows = {
         // AllGather (bytes per rank)
+        {CollKind::AllGather, 64 * KiB, GpuSharing::Any, CollAlgo::LL, DataPath::LdSt,
+         "latency: flag-in-data, no barrier"},
         {CollKind::AllGather, 16 * MiB, GpuSharing::Distinct, CollAlgo::Ring, DataPath::LdSt,
          "one GPU per rank, two ranks: ring (measured)", 2},
         {CollKind::AllGather, 8 * MiB, GpuSharing::Any, CollAlgo::Push, DataPath::LdSt, "one pass, all SMs' ld/st"},
@@ -89,6 +91,8 @@ const std::vector<ChoiceRow>& choice_table() {
         {CollKind::AllGather, kAny, GpuSharing::Any, CollAlgo::Pull, DataPath::CopyEngine,
          "out not symmetric: pull, copy engine"},
         // ReduceScatter (bytes of out)
+        {CollKind::ReduceScatter, 64 * KiB, GpuSharing::Any, CollAlgo::LL, DataPath::LdSt,
+         "latency: flag-in-data, no barrier"},
         {CollKind::ReduceScatter, kAny, GpuSharing::Any, CollAlgo::Pull, DataPath::LdSt,
          "one pass, reduce in registers"},
         {CollKind::ReduceScatter, 64 * KiB, GpuSharing::Any, CollAlgo::Scatter, DataPath::LdSt, "in not symmetric"},
@@ -101,7 +105,9 @@ const std::vector<ChoiceRow>& choice_table() {
         {CollKind::AllReduce, kAny, GpuSharing::Any, CollAlgo::TwoShot, DataPath::LdSt,
          "bandwidth: W reads + W writes"},
         {CollKind::AllReduce, kAny, GpuSharing::Any, CollAlgo::OneShot, DataPath::LdSt, "buffers not symmetric"},
-        // AllToAll (bytes per rank of in)
+        // AllToAll (bytes per peer)
+        {CollKind::AllToAll, 64 * KiB, GpuSharing::Any, CollAlgo::LL, DataPath::LdSt,
+         "latency: flag-in-data, no barrier"},
         {CollKind::AllToAll, 16 * MiB, GpuSharing::Any, CollAlgo::Push, DataPath::LdSt, "ld/st"},
         {CollKind::AllToAll, 64 * MiB, GpuSharing::Distinct, CollAlgo::Push, DataPath::LdSt,
          "one GPU per rank: ld/st to 64 MiB (measured)"},
@@ -119,15 +125,15 @@ bool offered(CollKind kind, CollAlgo algo, DataPath path) {
     switch (kind) {
         case CollKind::AllGather:
             if (algo == CollAlgo::Push || algo == CollAlgo::Pull) return ld || tma || ce;
-            return algo == CollAlgo::Ring && (ld || tma);
+            return (algo == CollAlgo::Ring && (ld || tma)) || (algo == CollAlgo::LL && ld);
         case CollKind::ReduceScatter:
-            return ((algo == CollAlgo::Pull || algo == CollAlgo::Ring) && ld) ||
+            return ((algo == CollAlgo::Pull || algo == CollAlgo::Ring || algo == CollAlgo::LL) && ld) ||
                    (algo == CollAlgo::Scatter && (ld || tma));
         case CollKind::AllReduce:
             return ((algo == CollAlgo::TwoShot || algo == CollAlgo::LL) && ld) ||
                    (algo == CollAlgo::OneShot && (ld || tma));
         case CollKind::AllToAll:
-            return algo == CollAlgo::Push && (ld || tma || ce);
+            return (algo == CollAlgo::Push && (ld || tma || ce)) || (algo == CollAlgo::LL && ld);
         case CollKind::AllToAllV:
             return algo == CollAlgo::Push && (ld || tma);
     }
@@ -135,6 +141,7 @@ bool offered(CollKind kind, CollAlgo algo, DataPath path) {
 }
 
 bool feasible(CollKind kind, CollAlgo algo, bool in_sym, bool out_sym) {
+    if (algo == CollAlgo::LL) return true;  // only the LL area is symmetric
     switch (kind) {
         case CollKind::AllGather:
             return algo == CollAlgo::Pull ? in_sym : out_sym;

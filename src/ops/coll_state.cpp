@@ -1,5 +1,6 @@
 #include "ops/coll_state.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -113,6 +114,28 @@ int pick_blocks(std::size_t work_bytes, std::size_t bytes_per_block, int cap, co
     if (limit > kMaxBlocks) limit = kMaxBlocks;
     if (limit > st.num_sms && st.num_sms > 0) limit = st.num_sms;
     return static_cast<int>(b < static_cast<std::size_t>(limit) ? b : limit);
+}
+
+void setup_ll(Launch& l, const char* op, std::size_t chunk_bytes, const CollOptions& opts, const CollState& st) {
+    using kernels::coll::kLLPacketsPerBlock;
+    using kernels::coll::kMaxLLBlocks;
+    LOOM_CHECK(chunk_bytes <= ll_capacity_bytes(),
+               "{}: the ll algorithm holds at most {} bytes per chunk ({} blocks x {} packets x 8 bytes), given {}: "
+               "use CollAlgo::Auto or another algorithm",
+               op, ll_capacity_bytes(), kMaxLLBlocks, kLLPacketsPerBlock, chunk_bytes);
+    const std::size_t packets = std::max<std::size_t>(1, (chunk_bytes + 7) / 8);
+    // Spread the packets over blocks (>= 1 packet each: every block must exchange with every peer).
+    int blocks = pick_blocks(packets, 64, kMaxLLBlocks, opts, st);
+    std::size_t per = (packets + blocks - 1) / blocks;
+    if (per > std::size_t(kLLPacketsPerBlock)) per = kLLPacketsPerBlock;
+    blocks = static_cast<int>((packets + per - 1) / per);
+    LOOM_CHECK(blocks <= kMaxLLBlocks, "{}: ll needs {} blocks of {} packets; at most {} blocks (num_sms {})", op,
+               blocks, per, kMaxLLBlocks, opts.num_sms);
+    l.header = "loom/kernels/coll_ll.cuh";
+    l.name = std::string("loom::kernels::coll::") + op + "_ll";
+    l.params.ll_packets = static_cast<uint32_t>(per);
+    l.blocks = blocks;
+    l.threads = per < 512 ? static_cast<int>((per + 31) / 32 * 32) : 512;
 }
 
 void launch(World& world, const Launch& l, cudaStream_t stream) {

@@ -54,6 +54,14 @@ std::size_t tma_staging(kernels::coll::Params& p);
 int pick_blocks(std::size_t work_bytes, std::size_t bytes_per_block, int cap, const CollOptions& opts,
                 const CollState& st);
 
+// The LL kernels of kernels/coll_ll.cuh: sets l.header, l.name ("loom::kernels::coll::<op>_ll"), grid, threads
+// and packets per block for chunks of `chunk_bytes` (see Params::count). Raises when a chunk is over the LL
+// area's capacity (ll_capacity_bytes()), naming the algorithms that fit.
+void setup_ll(Launch& l, const char* op, std::size_t chunk_bytes, const CollOptions& opts, const CollState& st);
+constexpr std::size_t ll_capacity_bytes() {
+    return std::size_t(kernels::coll::kMaxLLBlocks) * kernels::coll::kLLPacketsPerBlock * 8;
+}
+
 // ---- validation shared by the ops ------------------------------------------------------------------------------
 void check_buffer(const char* op, const char* which, const BufferView& b);
 void check_same_dtype(const char* op, const BufferView& in, const BufferView& out);

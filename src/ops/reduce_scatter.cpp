@@ -30,7 +30,10 @@ void reduce_scatter(World& world, BufferView in, BufferView out, cudaStream_t st
     l.params.out = out.data;
     l.params.count = out.count;
     const std::string T = coll::cuda_type(in.dtype), kop = opts.op == ReduceOp::Max ? "1" : "0";
-    if (c.algo == CollAlgo::Pull) {
+    if (c.algo == CollAlgo::LL) {
+        l.template_args = {T, kop};
+        coll::setup_ll(l, op, out.bytes(), opts, st);
+    } else if (c.algo == CollAlgo::Pull) {
         coll::check_symmetric(op, "pull", "in", world, in);
         l.name = "loom::kernels::coll::reduce_scatter_pull";
         l.template_args = {T, kop};

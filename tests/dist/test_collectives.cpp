@@ -149,10 +149,12 @@ TEST_F(Collectives, AllGatherEveryAlgorithmAndPath) {
     const AlgoPath aps[] = {{CollAlgo::Push, DataPath::LdSt},       {CollAlgo::Push, DataPath::Tma},
                             {CollAlgo::Push, DataPath::CopyEngine}, {CollAlgo::Pull, DataPath::LdSt},
                             {CollAlgo::Pull, DataPath::Tma},        {CollAlgo::Pull, DataPath::CopyEngine},
-                            {CollAlgo::Ring, DataPath::LdSt},       {CollAlgo::Ring, DataPath::Tma}};
+                            {CollAlgo::Ring, DataPath::LdSt},       {CollAlgo::Ring, DataPath::Tma},
+                            {CollAlgo::LL, DataPath::LdSt}};
     int tc = 0;
     for (const auto& ap : aps)
-        for (std::size_t n : {std::size_t(1), std::size_t(1001), std::size_t(300007)})
+        // LL's largest: 60001 f32 = 240004 bytes per rank, under its 256 KiB capacity, 469 blocks' worth of packets.
+        for (std::size_t n : {std::size_t(1), std::size_t(1001), ap.algo == CollAlgo::LL ? 60001 : std::size_t(300007)})
             for (DType t : {DType::BF16, DType::F32}) {
                 SCOPED_TRACE(label(ap) + " n " + std::to_string(n) + " " + dtype_name(t));
                 check_all_gather(*w, stream, t, n, CollOptions{ap.algo, ap.path}, ++tc, false);
@@ -166,7 +168,8 @@ TEST_F(Collectives, AllGatherInPlaceAutoAndLarge) {
     const AlgoPath aps[] = {{CollAlgo::Push, DataPath::LdSt},       {CollAlgo::Push, DataPath::Tma},
                             {CollAlgo::Push, DataPath::CopyEngine}, {CollAlgo::Pull, DataPath::LdSt},
                             {CollAlgo::Pull, DataPath::Tma},        {CollAlgo::Pull, DataPath::CopyEngine},
-                            {CollAlgo::Ring, DataPath::LdSt},       {CollAlgo::Ring, DataPath::Tma}};
+                            {CollAlgo::Ring, DataPath::LdSt},       {CollAlgo::Ring, DataPath::Tma},
+                            {CollAlgo::LL, DataPath::LdSt}};
     int tc = 10;
     for (const auto& ap : aps)
         check_all_gather(*w, stream, DType::F16, 4097, CollOptions{ap.algo, ap.path}, ++tc, true);
@@ -217,11 +220,13 @@ TEST_F(Collectives, ReduceScatterEveryAlgorithmPathDtype) {
     const AlgoPath aps[] = {{CollAlgo::Pull, DataPath::LdSt},
                             {CollAlgo::Scatter, DataPath::LdSt},
                             {CollAlgo::Scatter, DataPath::Tma},
-                            {CollAlgo::Ring, DataPath::LdSt}};
+                            {CollAlgo::Ring, DataPath::LdSt},
+                            {CollAlgo::LL, DataPath::LdSt}};
     int tc = 100;
     for (const auto& ap : aps)
         for (DType t : {DType::F32, DType::F16, DType::BF16})
-            for (std::size_t n : {std::size_t(1), std::size_t(777), std::size_t(100003)}) {
+            for (std::size_t n :
+                 {std::size_t(1), std::size_t(777), ap.algo == CollAlgo::LL ? 50001 : std::size_t(100003)}) {
                 SCOPED_TRACE(label(ap) + " n " + std::to_string(n) + " " + dtype_name(t));
                 check_reduce_scatter(*w, stream, t, n, CollOptions{ap.algo, ap.path}, ++tc, false);
             }
@@ -240,6 +245,10 @@ TEST_F(Collectives, ReduceScatterInPlaceMaxLarge) {
     check_reduce_scatter(*w, stream, DType::F16, 4099, CollOptions{CollAlgo::Ring, DataPath::LdSt, ReduceOp::Max}, 6,
                          false);
     check_reduce_scatter(*w, stream, DType::BF16, (std::size_t(5) << 20) + 3, CollOptions{CollAlgo::Ring}, 7, false);
+    // LL: in place, max, odd count (packets straddle the chunk ends).
+    check_reduce_scatter(*w, stream, DType::BF16, 5001, CollOptions{CollAlgo::LL}, 8, true);
+    check_reduce_scatter(*w, stream, DType::F16, 4099, CollOptions{CollAlgo::LL, DataPath::Auto, ReduceOp::Max}, 9,
+                         false);
 }
 
 // ---- AllReduce -----------------------------------------------------------------------------------------------------
@@ -363,9 +372,14 @@ TEST_F(Collectives, ScratchRoundsKeepTheirAddresses) {
 TEST_F(Collectives, AllToAllEqual) {
     const int W = w->world_size(), me = w->rank();
     int tc = 300;
-    for (DataPath p : {DataPath::LdSt, DataPath::Tma, DataPath::CopyEngine})
-        for (std::size_t n : {std::size_t(1), std::size_t(999), std::size_t(200003)}) {
-            SCOPED_TRACE(std::string(to_string(p)) + " n " + std::to_string(n));
+    const AlgoPath aps[] = {{CollAlgo::Push, DataPath::LdSt},
+                            {CollAlgo::Push, DataPath::Tma},
+                            {CollAlgo::Push, DataPath::CopyEngine},
+                            {CollAlgo::LL, DataPath::LdSt}};
+    for (const auto& ap : aps)
+        // LL's largest: 100001 bf16 = 200002 bytes per peer, under its 256 KiB capacity.
+        for (std::size_t n : {std::size_t(1), std::size_t(999), ap.algo == CollAlgo::LL ? 100001 : std::size_t(200003)}) {
+            SCOPED_TRACE(label(ap) + " n " + std::to_string(n));
             const DType t = DType::BF16;
             const std::size_t B = n * 2;
             Sym in(*w, B * W), out(*w, B * W);
@@ -376,13 +390,13 @@ TEST_F(Collectives, AllToAllEqual) {
             poison(out.p, B * W);
             w->barrier();
             all_to_all(*w, BufferView{in.p, t, n * W}, BufferView{out.p, t, n * W}, stream,
-                       CollOptions{CollAlgo::Push, p});
+                       CollOptions{ap.algo, ap.path});
             sync_or_die(stream);
             const auto got = download(out.p, B * W);
             std::string err;
             for (int r = 0; r < W && err.empty(); ++r)
                 if (std::memcmp(got.data() + r * B, all[r].data() + me * B, B) != 0)
-                    err = "all_to_all " + std::string(to_string(p)) + " n " + std::to_string(n) + ": block from rank " +
+                    err = "all_to_all " + label(ap) + " n " + std::to_string(n) + ": block from rank " +
                           std::to_string(r) + " differs";
             const std::string v = agree(*w, err);
             ASSERT_TRUE(v.empty()) << v;
@@ -574,6 +588,38 @@ TEST_F(Collectives, CudaGraphCaptureAndReplay) {
     ASSERT_TRUE(err.empty()) << err;
 }
 
+// LL needs no symmetric buffer (only its LL area is): all_gather and all_to_all between plain cudaMalloc buffers.
+TEST_F(Collectives, LLWithPlainBuffers) {
+    const int W = w->world_size(), me = w->rank();
+    const DType t = DType::BF16;
+    const std::size_t n = 3001, B = n * 2;
+    char *in = nullptr, *out = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&in), B * W), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&out), B * W), cudaSuccess);
+    std::vector<std::vector<char>> all(W);
+    for (int r = 0; r < W; ++r) all[r] = make_input(t, n * W, seed_of(r, 800));
+    upload(in, all[me]);
+    std::string err;
+    poison(out, B * W);
+    all_gather(*w, BufferView{in, t, n}, BufferView{out, t, n * W}, stream, CollOptions{CollAlgo::LL});
+    sync_or_die(stream);
+    auto got = download(out, B * W);
+    for (int r = 0; r < W && err.empty(); ++r)
+        if (std::memcmp(got.data() + r * B, all[r].data(), B) != 0)
+            err = "all_gather ll (plain buffers): chunk of rank " + std::to_string(r) + " differs";
+    poison(out, B * W);
+    all_to_all(*w, BufferView{in, t, n * W}, BufferView{out, t, n * W}, stream, CollOptions{CollAlgo::LL});
+    sync_or_die(stream);
+    got = download(out, B * W);
+    for (int r = 0; r < W && err.empty(); ++r)
+        if (std::memcmp(got.data() + r * B, all[r].data() + me * B, B) != 0)
+            err = "all_to_all ll (plain buffers): block from rank " + std::to_string(r) + " differs";
+    cudaFree(in);
+    cudaFree(out);
+    const std::string v = agree(*w, err);
+    ASSERT_TRUE(v.empty()) << v;
+}
+
 // ---- bad input -----------------------------------------------------------------------------------------------------
 template <class F>
 std::string error_of(F&& f) {
@@ -622,6 +668,14 @@ TEST_F(Collectives, BadInputGivesClearErrors) {
                    CollOptions{CollAlgo::Ring});
     });
     EXPECT_NE(e.find("no ld data path"), std::string::npos) << e;
+    // LL over its capacity: an explicit request is refused with the capacity named.
+    const std::size_t over = kLLMaxBytes / 4 + 1;
+    Sym big_in(*w, over * 4), big_out(*w, over * 4 * W);
+    e = error_of([&] {
+        all_gather(*w, BufferView{big_in.p, DType::F32, over}, BufferView{big_out.p, DType::F32, over * W}, stream,
+                   CollOptions{CollAlgo::LL});
+    });
+    EXPECT_NE(e.find("the ll algorithm holds at most 262144 bytes per chunk"), std::string::npos) << e;
     cudaFree(plain);
     // The world is still usable after the errors (no collective was launched by them).
     check_all_reduce(*w, stream, DType::F32, 100, {}, 700, false);

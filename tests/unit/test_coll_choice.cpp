@@ -18,18 +18,25 @@ void expect(const CollChoice& c, CollAlgo a, DataPath p) {
 }
 
 TEST(CollChoice, AllGatherLdStThenCopyEngineOnASharedGpu) {
-    expect(choose_collective(CollKind::AllGather, 4 * KiB, shared(2)), CollAlgo::Push, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllGather, 128 * KiB, shared(2)), CollAlgo::Push, DataPath::LdSt);
     expect(choose_collective(CollKind::AllGather, 8 * MiB, shared(8)), CollAlgo::Push, DataPath::LdSt);
     expect(choose_collective(CollKind::AllGather, 32 * MiB, shared(2)), CollAlgo::Push, DataPath::CopyEngine);
     // One GPU per rank (two H200s over NVLink): ring at two ranks, ld/st to 64 MiB, the copy engine beyond.
-    expect(choose_collective(CollKind::AllGather, 4 * KiB, distinct(2)), CollAlgo::Ring, DataPath::LdSt);
-    expect(choose_collective(CollKind::AllGather, 4 * KiB, distinct(8)), CollAlgo::Push, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllGather, 128 * KiB, distinct(2)), CollAlgo::Ring, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllGather, 128 * KiB, distinct(8)), CollAlgo::Push, DataPath::LdSt);
     expect(choose_collective(CollKind::AllGather, 32 * MiB, distinct(2)), CollAlgo::Push, DataPath::LdSt);
     expect(choose_collective(CollKind::AllGather, 256 * MiB, distinct(2)), CollAlgo::Push, DataPath::CopyEngine);
-    // out outside the heap: only pull is feasible.
-    expect(choose_collective(CollKind::AllGather, 4 * KiB, shared(2), true, false), CollAlgo::Pull, DataPath::LdSt);
+    // out outside the heap: pull, or LL (which needs no symmetric buffer) while it is chosen anyway.
+    expect(choose_collective(CollKind::AllGather, 128 * KiB, shared(2), true, false), CollAlgo::Pull, DataPath::LdSt);
     expect(choose_collective(CollKind::AllGather, 32 * MiB, shared(2), true, false), CollAlgo::Pull,
            DataPath::CopyEngine);
+    expect(choose_collective(CollKind::AllGather, 4 * KiB, shared(2), false, false), CollAlgo::LL, DataPath::LdSt);
+}
+
+TEST(CollChoice, SmallMessagesGoLowLatency) {
+    for (CollKind k : {CollKind::AllGather, CollKind::ReduceScatter, CollKind::AllToAll, CollKind::AllReduce})
+        for (const CollTopology& t : {shared(2), shared(8), distinct(2), distinct(8)})
+            expect(choose_collective(k, 4 * KiB, t), CollAlgo::LL, DataPath::LdSt);
 }
 
 TEST(CollChoice, AllReduceLLThenTwoShotOneShotWhenNotSymmetric) {
