@@ -34,6 +34,7 @@
 #include "harness.hpp"
 #include "loom/bf16.hpp"
 #include "loom/jit/jit.hpp"
+#include "loom/kernels/coll_params.hpp"
 #include "loom/ops/collectives.hpp"
 #include "loom/runtime/driver.hpp"
 #include "loom/runtime/env.hpp"
@@ -58,7 +59,7 @@ namespace {
 
 constexpr std::size_t KiB = 1024, MiB = 1024 * KiB, GiB = 1024 * MiB;
 // The LL collectives' capacity per chunk (kernels/coll_params.hpp: kMaxLLBlocks x kLLPacketsPerBlock x 8 bytes).
-constexpr std::size_t kLLMaxBytes = std::size_t(64) * 512 * 8;
+constexpr std::size_t kLLMaxBytes = std::size_t(loom::kernels::coll::kMaxLLBlocks) * loom::kernels::coll::kLLPacketsPerBlock * 8;
 
 struct Args {
     std::string out = ".";

@@ -11,11 +11,18 @@ using loom::uint64_t;
 // `rounds` round trips with `partner` inside one kernel (one thread). Launch k continues the monotonic signal
 // from base = k * rounds, so nothing is reset between launches. The lower rank of the pair starts.
 // mode 0: release/acquire at sys scope (the default notify/wait); 1: at gpu scope; 2: relaxed signal_op at sys
-// scope + acquire wait — the ordering nvshmemx_signal_op + nvshmem_signal_wait_until give; 3: as 2 with the
-// previous wait (an acquire load per poll), for the before/after comparison.
+// scope + the default (acquire) wait; 3: as 2 with an acquire load per poll (the wait before 2026-11-29);
+// 4: relaxed signal + relaxed poll with no acquire at all — exactly what nvshmemx_signal_op +
+// nvshmem_signal_wait_until do (a volatile store, a volatile poll); 5: release as fence.release.sys + relaxed
+// store (a candidate for notify's release) + the default wait.
 __device__ __forceinline__ void ping_pong_wait(const loom::Ctx& ctx, uint64_t* sig, uint64_t r, Scope scope, int mode) {
     if (mode == 3) {
         spin_wait_acquire_poll(ctx, "ping_pong", sig, Cmp::GE, r, scope);
+    } else if (mode == 4) {
+        spin_until(ctx, "ping_pong", sig, Cmp::GE, r, [&](uint64_t& observed) {
+            observed = load_relaxed(sig, scope);
+            return compare(observed, Cmp::GE, r);
+        });
     } else {
         signal_wait_until(ctx, sig, Cmp::GE, r, scope);
     }
@@ -25,7 +32,10 @@ __global__ void ping_pong(loom::Ctx ctx, uint64_t* sig, uint64_t base, uint32_t 
     const Scope scope = mode == 1 ? Scope::Gpu : Scope::Sys;
     for (uint64_t r = base + 1; r <= base + rounds; ++r) {
         if (!initiator) ping_pong_wait(ctx, sig, r, scope, mode);
-        if (mode >= 2) {
+        if (mode == 5) {
+            loom::ptx::fence_release_sys();
+            loom::ptx::st_relaxed_sys(symm_at(ctx, sig, partner), r);
+        } else if (mode >= 2) {
             signal_op_relaxed(ctx, sig, r, SignalOp::Set, partner, scope);
         } else {
             signal_op(ctx, sig, r, SignalOp::Set, partner, scope);

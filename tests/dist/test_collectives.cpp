@@ -20,6 +20,7 @@
 
 #include "common/reference.hpp"
 #include "common/test_env.hpp"
+#include "loom/kernels/coll_params.hpp"
 #include "loom/ops/collectives.hpp"
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
@@ -282,10 +283,11 @@ void check_all_reduce(World& w, cudaStream_t s, DType t, std::size_t n, const Co
     ASSERT_TRUE(v.empty()) << v;
 }
 
-// LL holds at most kMaxLLBlocks x kLLPacketsPerBlock x 8 bytes (256 KiB): an explicit LL request stays within it
-// (the largest size here fills it exactly, with a partial last packet for 16-bit types); past it, see
+// LL holds at most kMaxLLBlocks x kLLPacketsPerBlock x 8 bytes per chunk (512 KiB): an explicit LL request stays
+// within it (the largest size here fills it exactly, with a partial last packet for 16-bit types); past it, see
 // AllReduceLLOverCapacity.
-constexpr std::size_t kLLMaxBytes = std::size_t(64) * 512 * 8;
+constexpr std::size_t kLLMaxBytes =
+    std::size_t(kernels::coll::kMaxLLBlocks) * kernels::coll::kLLPacketsPerBlock * 8;
 
 TEST_F(Collectives, AllReduceEveryAlgorithmDtype) {
     int tc = 200;
@@ -315,8 +317,9 @@ TEST_F(Collectives, AllReduceLLOverCapacity) {
     } catch (const Error& err) {
         e = err.what();
     }
-    EXPECT_NE(e.find("the ll algorithm holds at most 262144 bytes"), std::string::npos) << e;
-    EXPECT_NE(e.find("given 262148"), std::string::npos) << e;
+    EXPECT_NE(e.find("the ll algorithm holds at most " + std::to_string(kLLMaxBytes) + " bytes"), std::string::npos)
+        << e;
+    EXPECT_NE(e.find("given " + std::to_string(kLLMaxBytes + 4)), std::string::npos) << e;
     // Auto at the same size never picks LL past its capacity, and at the capacity LL still works.
     check_all_reduce(*w, stream, DType::F32, n, {}, 250, false);
     check_all_reduce(*w, stream, DType::F32, kLLMaxBytes / 4, CollOptions{CollAlgo::LL}, 251, false);
@@ -675,7 +678,9 @@ TEST_F(Collectives, BadInputGivesClearErrors) {
         all_gather(*w, BufferView{big_in.p, DType::F32, over}, BufferView{big_out.p, DType::F32, over * W}, stream,
                    CollOptions{CollAlgo::LL});
     });
-    EXPECT_NE(e.find("the ll algorithm holds at most 262144 bytes per chunk"), std::string::npos) << e;
+    EXPECT_NE(e.find("the ll algorithm holds at most " + std::to_string(kLLMaxBytes) + " bytes per chunk"),
+              std::string::npos)
+        << e;
     cudaFree(plain);
     // The world is still usable after the errors (no collective was launched by them).
     check_all_reduce(*w, stream, DType::F32, 100, {}, 700, false);

@@ -78,23 +78,26 @@ LOOM_DEVICE inline void ll_exchange(const Ctx& ctx, const Params& p) {
     constexpr int E = 8 / static_cast<int>(sizeof(T));  // elements per packet
     constexpr bool kChunkPerPeer = kMode == kLLReduceScatter || kMode == kLLAllToAll;
     constexpr bool kReduce = kMode == kLLAllReduce || kMode == kLLReduceScatter;
-    const uint64_t e = begin_call(p.sync);
     const int W = ctx.local_world, me = ctx.local_rank;
-    const uint32_t flag = static_cast<uint32_t>(e);
     const uint64_t n = p.count, P = p.ll_packets;
     const uint64_t first = static_cast<uint64_t>(blockIdx.x) * P;
     const uint64_t total = (n + E - 1) / E;
     const uint64_t mine = total > first ? (total - first < P ? total - first : P) : 0;
-    constexpr uint64_t S = kLLPacketsPerBlock;  // fixed stride of one (block, source) region
-    lang::LL16* const region =
-        reinterpret_cast<lang::LL16*>(p.ll) + ((e & 1) * kMaxLLBlocks + blockIdx.x) * static_cast<uint64_t>(W) * S;
     const T* const in = static_cast<const T*>(p.in);
     T* const out = static_cast<T*>(p.out);
     const T* const own = in + (kChunkPerPeer ? me * n : 0);  // what this rank contributes to itself
+    // The first packet's data is loaded before the epoch (begin_call's load and block barrier), so the two
+    // global-memory latencies overlap: small messages have one packet per thread.
+    const uint64_t v0 = !kChunkPerPeer && threadIdx.x < mine ? ll_pack(in, (first + threadIdx.x) * E, n) : 0;
+    const uint64_t e = begin_call(p.sync);
+    const uint32_t flag = static_cast<uint32_t>(e);
+    constexpr uint64_t S = kLLPacketsPerBlock;  // fixed stride of one (block, source) region
+    lang::LL16* const region =
+        reinterpret_cast<lang::LL16*>(p.ll) + ((e & 1) * kMaxLLBlocks + blockIdx.x) * static_cast<uint64_t>(W) * S;
     // Send packet i of the chunk for each peer (not to myself).
     for (uint64_t i = threadIdx.x; i < mine; i += blockDim.x) {
         const uint64_t el = (first + i) * E;
-        uint64_t v = kChunkPerPeer ? 0 : ll_pack(in, el, n);
+        uint64_t v = kChunkPerPeer ? 0 : i == threadIdx.x ? v0 : ll_pack(in, el, n);
         for (int j = 1; j < W; ++j) {
             const int peer = (me + j) % W;
             if (kChunkPerPeer) v = ll_pack(in + peer * n, el, n);

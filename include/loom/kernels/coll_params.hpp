@@ -10,9 +10,10 @@ namespace loom::kernels::coll {
 inline constexpr int kMaxBlocks = 128;
 // Signal values are (epoch << kPhaseBits) + phase: a call may use phases 1 .. 2^kPhaseBits - 1.
 inline constexpr int kPhaseBits = 20;
-// LL all-reduce: packets (8 data bytes each) one block handles; the LL area holds
-// 2 parities x kMaxLLBlocks x world x kLLPacketsPerBlock packets of 16 bytes.
-inline constexpr int kMaxLLBlocks = 64;
+// LL collectives (kernels/coll_ll.cuh): packets (8 data bytes each) one block handles, so a chunk holds at most
+// kMaxLLBlocks x kLLPacketsPerBlock x 8 bytes (512 KiB); the LL area holds 2 parities x kMaxLLBlocks x world x
+// kLLPacketsPerBlock packets of 16 bytes (2 MiB per peer).
+inline constexpr int kMaxLLBlocks = 128;
 inline constexpr int kLLPacketsPerBlock = 512;
 
 enum : int { kPathLdSt = 0, kPathTma = 1 };

@@ -48,21 +48,7 @@ LOOM_DEVICE LOOM_FORCEINLINE uint64_t load_acquire(const uint64_t* addr, Scope s
 LOOM_DEVICE LOOM_FORCEINLINE uint64_t load_relaxed(const uint64_t* addr, Scope scope) {
     return scope == Scope::Sys ? ptx::ld_relaxed_sys(addr) : ptx::ld_relaxed_gpu(addr);
 }
-// The bounded spin of one thread; returns the observed value, read by an acquire load that satisfied the
-// compare. It polls with relaxed loads (what NVSHMEM's volatile poll costs) and confirms a satisfying value with
-// one acquire load, which is what orders the caller's later accesses; a confirm that no longer satisfies the
-// compare (possible for EQ/LT/LE/NE) goes back to polling. Measured on the H200 (bench-lang, lang_signal.json):
-// an acquire load per poll cost ~0.1 us per round trip more than this.
-LOOM_DEVICE LOOM_FORCEINLINE uint64_t spin_wait(const Ctx& ctx, const char* tag, const uint64_t* sig, Cmp cmp,
-                                                uint64_t value, Scope scope) {
-    return spin_until(ctx, tag, sig, cmp, value, [&](uint64_t& observed) {
-        observed = load_relaxed(sig, scope);
-        if (!compare(observed, cmp, value)) return false;
-        observed = load_acquire(sig, scope);
-        return compare(observed, cmp, value);
-    });
-}
-// The previous form, an acquire load per poll; kept for bench-lang's before/after row.
+// An acquire load per poll (spin_wait below sm_90; bench-lang's before/after row).
 LOOM_DEVICE LOOM_FORCEINLINE uint64_t spin_wait_acquire_poll(const Ctx& ctx, const char* tag, const uint64_t* sig,
                                                              Cmp cmp, uint64_t value, Scope scope) {
     return spin_until(ctx, tag, sig, cmp, value, [&](uint64_t& observed) {
@@ -71,6 +57,23 @@ LOOM_DEVICE LOOM_FORCEINLINE uint64_t spin_wait_acquire_poll(const Ctx& ctx, con
     });
 }
 
+// The bounded spin of one thread; returns the observed value that satisfied the compare, with acquire semantics
+// at `scope`. On sm_90 it polls with relaxed loads (what NVSHMEM's volatile poll costs) and ends with one
+// fence.acquire, which with the satisfying read forms an acquire pattern; below sm_90 (no acquire-only fence)
+// every poll is an acquire load.
+LOOM_DEVICE LOOM_FORCEINLINE uint64_t spin_wait(const Ctx& ctx, const char* tag, const uint64_t* sig, Cmp cmp,
+                                                uint64_t value, Scope scope) {
+#if LOOM_ARCH >= 900
+    const uint64_t v = spin_until(ctx, tag, sig, cmp, value, [&](uint64_t& observed) {
+        observed = load_relaxed(sig, scope);
+        return compare(observed, cmp, value);
+    });
+    scope == Scope::Sys ? ptx::fence_acquire_sys() : ptx::fence_acquire_gpu();
+    return v;
+#else
+    return spin_wait_acquire_poll(ctx, tag, sig, cmp, value, scope);
+#endif
+}
 // ---- group primitives ----------------------------------------------------------------------------------------
 // notify: every thread of `g` calls; the group synchronises (so the writes of all its threads are ordered
 // before), then its leader applies `op value` to `peer`'s copy of `sig` with release semantics at `scope`.

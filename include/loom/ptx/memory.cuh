@@ -114,6 +114,30 @@ LOOM_PTX_RED(relaxed, sys, uint64_t, "u64", "l")
 LOOM_DEVICE LOOM_FORCEINLINE void fence_acq_rel_cta() { asm volatile("fence.acq_rel.cta;" ::: "memory"); }
 LOOM_DEVICE LOOM_FORCEINLINE void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 LOOM_DEVICE LOOM_FORCEINLINE void fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+// acquire / release only (PTX ISA 8.6, sm_90; acq_rel below): after a strong read, fence.acquire forms an acquire
+// pattern (later accesses are ordered after the read); before a strong write, fence.release forms a release
+// pattern. Lighter than acq_rel, which orders both ways.
+LOOM_DEVICE LOOM_FORCEINLINE void fence_acquire_gpu() {
+#if LOOM_ARCH >= 900
+    asm volatile("fence.acquire.gpu;" ::: "memory");
+#else
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#endif
+}
+LOOM_DEVICE LOOM_FORCEINLINE void fence_acquire_sys() {
+#if LOOM_ARCH >= 900
+    asm volatile("fence.acquire.sys;" ::: "memory");
+#else
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
+#endif
+}
+LOOM_DEVICE LOOM_FORCEINLINE void fence_release_sys() {
+#if LOOM_ARCH >= 900
+    asm volatile("fence.release.sys;" ::: "memory");
+#else
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
+#endif
+}
 LOOM_DEVICE LOOM_FORCEINLINE void fence_sc_gpu() { asm volatile("fence.sc.gpu;" ::: "memory"); }
 LOOM_DEVICE LOOM_FORCEINLINE void fence_sc_sys() { asm volatile("fence.sc.sys;" ::: "memory"); }
 
