@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -427,6 +428,19 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
             if (nv_run) bb["nvshmem"] = loom::bench::time_op(nv_run, stream, b2b).median_us;
             if (nccl_run) bb["nccl"] = loom::bench::time_op(nccl_run, stream, b2b).median_us;
             const double us = loom::bench::time_op(loom_run, stream, b2b).median_us;
+            // Host cost of enqueueing one call (wall clock over b2b_reps calls, then one sync): when it exceeds
+            // the device time, back-to-back calls are host-bound.
+            auto host_us = [&](const std::function<void(cudaStream_t)>& f) {
+                LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+                w.barrier("bench-coll/host");
+                const auto t0 = std::chrono::steady_clock::now();
+                for (int r = 0; r < args.b2b_reps; ++r) f(stream);
+                const auto t1 = std::chrono::steady_clock::now();
+                LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+                return std::chrono::duration<double, std::micro>(t1 - t0).count() / args.b2b_reps;
+            };
+            json host = {{"loom", host_us(loom_run)}};
+            if (nccl_run) host["nccl"] = host_us(nccl_run);
             report.add_row({{"ranks", W},
                             {"size_bytes", sh.size},
                             {"size", human(sh.size)},
@@ -434,6 +448,7 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
                             {"algo", "auto"},
                             {"path", "auto"},
                             {"timing", "back_to_back x" + std::to_string(args.b2b_reps)},
+                            {"host_enqueue_us", host},
                             {"loom_us", us},
                             {"auto_choice", std::string(loom::to_string(autoc.algo)) + "/" + loom::to_string(autoc.path)},
                             {"shared_gpu", topo.shared_gpu},

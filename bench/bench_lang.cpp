@@ -80,14 +80,21 @@ void bench_signal(loom::World& w, const Args& args, const std::string& dir, cuda
     LOOM_CHECK_CUDA(cudaDeviceSynchronize());
     const auto& pp = loom::jit::get_kernel({.header = dir + "/lang.cuh", .name = "lang_bench::ping_pong"});
     json baselines = json::object();
-    double per_mode[6] = {0, 0, 0, 0, 0, 0};
-    for (int mode : {0, 1, 2, 3, 4, 5}) {
+    const auto& ppg =
+        loom::jit::get_kernel({.header = dir + "/lang.cuh", .name = "lang_bench::ping_pong_grid_constant"});
+    double per_mode[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int mode : {0, 1, 2, 3, 4, 5, 6, 7}) {  // 7: ping_pong_grid_constant
         uint64_t launches = 0;
         auto t = loom::bench::time_op(
             [&](cudaStream_t s) {
                 const uint64_t base = launches++ * args.rounds;
-                if (active)
-                    pp(LaunchConfig{dim3(1), dim3(1), 0, {1, 1, 1}, s}, w.ctx(), sig, base, args.rounds, partner, mode);
+                if (!active) return;
+                const LaunchConfig lc{dim3(1), dim3(1), 0, {1, 1, 1}, s};
+                if (mode == 7) {
+                    ppg(lc, w.ctx(), sig, base, args.rounds, partner);
+                } else {
+                    pp(lc, w.ctx(), sig, base, args.rounds, partner, mode);
+                }
             },
             stream, topts);
         per_mode[mode] = t.median_us / args.rounds;
@@ -130,6 +137,8 @@ void bench_signal(loom::World& w, const Args& args, const std::string& dir, cuda
     json equal = baselines;
     equal["loom_acquire_per_poll_wait"] = per_mode[3];
     equal["loom_relaxed_wait"] = per_mode[4];  // NVSHMEM's exact semantics: no acquire on either side
+    equal["hand_written_bare_loop"] = per_mode[6];
+    equal["loom_ctx_grid_constant"] = per_mode[7];
     json row = {{"metric", "signal_round_trip_us"},
                 {"rounds_per_kernel", args.rounds},
                 {"loom", "signal_op_relaxed + signal_wait_until (sys scope): the semantics of nvshmemx_signal_op + "

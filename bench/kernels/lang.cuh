@@ -27,8 +27,26 @@ __device__ __forceinline__ void ping_pong_wait(const loom::Ctx& ctx, uint64_t* s
         signal_wait_until(ctx, sig, Cmp::GE, r, scope);
     }
 }
+// mode 6: as 4 with the peer's signal address computed once before the loop and a bare poll loop (no bound):
+// NVSHMEM's ping-pong written by hand, to tell the primitives' overhead from the hardware's.
+__device__ __forceinline__ void ping_pong_bare(uint64_t* sig, uint64_t* remote, uint64_t base, uint32_t rounds,
+                                               bool initiator) {
+    for (uint64_t r = base + 1; r <= base + rounds; ++r) {
+        if (!initiator)
+            while (loom::ptx::ld_relaxed_sys(sig) < r) {
+            }
+        loom::ptx::st_relaxed_sys(remote, r);
+        if (initiator)
+            while (loom::ptx::ld_relaxed_sys(sig) < r) {
+            }
+    }
+}
 __global__ void ping_pong(loom::Ctx ctx, uint64_t* sig, uint64_t base, uint32_t rounds, int partner, int mode) {
     const bool initiator = rank(ctx) < partner;
+    if (mode == 6) {
+        ping_pong_bare(sig, symm_at(ctx, sig, partner), base, rounds, initiator);
+        return;
+    }
     const Scope scope = mode == 1 ? Scope::Gpu : Scope::Sys;
     for (uint64_t r = base + 1; r <= base + rounds; ++r) {
         if (!initiator) ping_pong_wait(ctx, sig, r, scope, mode);
@@ -41,6 +59,18 @@ __global__ void ping_pong(loom::Ctx ctx, uint64_t* sig, uint64_t base, uint32_t 
             signal_op(ctx, sig, r, SignalOp::Set, partner, scope);
         }
         if (initiator) ping_pong_wait(ctx, sig, r, scope, mode);
+    }
+}
+
+// As ping_pong mode 2 (relaxed signal, default wait) with the Ctx a __grid_constant__ parameter: symm_at's
+// dynamic index into ctx.heap then reads the parameter bank instead of a local-memory copy of the Ctx.
+__global__ void ping_pong_grid_constant(const __grid_constant__ loom::Ctx ctx, uint64_t* sig, uint64_t base,
+                                        uint32_t rounds, int partner) {
+    const bool initiator = rank(ctx) < partner;
+    for (uint64_t r = base + 1; r <= base + rounds; ++r) {
+        if (!initiator) signal_wait_until(ctx, sig, Cmp::GE, r);
+        signal_op_relaxed(ctx, sig, r, SignalOp::Set, partner);
+        if (initiator) signal_wait_until(ctx, sig, Cmp::GE, r);
     }
 }
 

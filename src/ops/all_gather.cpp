@@ -1,4 +1,6 @@
 // Host launcher of include/loom/kernels/all_gather.cuh: validate, choose, launch.
+#include <vector>
+
 #include "loom/runtime/error.hpp"
 #include "ops/coll_state.hpp"
 
@@ -6,6 +8,9 @@ namespace loom {
 
 void all_gather(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts) {
     const char* op = "all_gather";
+    coll::CollState& st = coll::coll_state(world);
+    const coll::PlanKey key = coll::plan_key(CollKind::AllGather, in, out, opts);
+    if (coll::launch_cached(world, st, key, stream)) return;  // this exact call was validated and resolved before
     coll::check_buffer(op, "in", in);
     coll::check_buffer(op, "out", out);
     coll::check_same_dtype(op, in, out);
@@ -18,7 +23,6 @@ void all_gather(World& world, BufferView in, BufferView out, cudaStream_t stream
     LOOM_CHECK(in.data == mine || !coll::overlaps(in.data, B, out.data, out.bytes()),
                "{}: in overlaps out but is not out's chunk of this rank (in-place needs in == out + rank x in.count)",
                op);
-    coll::CollState& st = coll::coll_state(world);
     const bool in_sym = world.is_symmetric(in.data, B), out_sym = world.is_symmetric(out.data, out.bytes());
     const CollChoice c = coll::resolve(CollKind::AllGather, B, world, st, opts, in_sym, out_sym);
     if (c.algo == CollAlgo::LL) {
@@ -29,7 +33,7 @@ void all_gather(World& world, BufferView in, BufferView out, cudaStream_t stream
         l.params.count = B;  // moved as bytes
         l.template_args = {"unsigned char"};
         coll::setup_ll(l, op, B, opts, st);
-        coll::launch(world, l, stream);
+        coll::launch(world, st, key, l, stream);
         return;
     }
     if (c.algo == CollAlgo::Pull) {
@@ -39,21 +43,23 @@ void all_gather(World& world, BufferView in, BufferView out, cudaStream_t stream
     }
 
     if (c.path == DataPath::CopyEngine) {
-        // Entry barrier, W-1 copy-engine copies (+ the own chunk), exit barrier: all on `stream`.
+        // Entry barrier, the W-1 peer copies and the own chunk's copy at once (side streams), exit barrier: all
+        // ordered on `stream`.
         coll::launch_barrier(world, st, stream);
+        std::vector<coll::CopyJob> jobs;
         for (int i = 0; i < W; ++i) {
             const int peer = (me + i) % W;
+            if (peer == me && in.data == mine) continue;
             if (c.algo == CollAlgo::Push) {
-                if (peer == me && in.data == mine) continue;
-                LOOM_CHECK_CUDA(cudaMemcpyAsync(world.peer_ptr(mine, peer), in.data, B, cudaMemcpyDefault, stream));
+                jobs.push_back({world.peer_ptr(mine, peer), in.data, B});
             } else {
                 char* dst = static_cast<char*>(out.data) + peer * B;
-                if (peer == me && in.data == mine) continue;
                 // In place, the peer's input is slot `peer` of its out (my in is slot `me`: not a symmetric offset).
                 const void* src = world.peer_ptr(in.data == mine ? static_cast<const void*>(dst) : in.data, peer);
-                LOOM_CHECK_CUDA(cudaMemcpyAsync(dst, src, B, cudaMemcpyDefault, stream));
+                jobs.push_back({dst, src, B});
             }
         }
+        coll::copy_engine_fanout(st, stream, jobs);
         coll::launch_barrier(world, st, stream);
         return;
     }
@@ -73,7 +79,7 @@ void all_gather(World& world, BufferView in, BufferView out, cudaStream_t stream
     // ~64 KiB per block per peer keeps enough bytes in flight; TMA needs fewer blocks (one thread drives each).
     l.blocks = coll::pick_blocks(B, c.path == DataPath::Tma ? 512 * 1024 : 64 * 1024, c.path == DataPath::Tma ? 32 : 64,
                                  opts, st);
-    coll::launch(world, l, stream);
+    coll::launch(world, st, key, l, stream);
 }
 
 }  // namespace loom

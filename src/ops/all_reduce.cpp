@@ -6,6 +6,9 @@ namespace loom {
 
 void all_reduce(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts) {
     const char* op = "all_reduce";
+    coll::CollState& st = coll::coll_state(world);
+    const coll::PlanKey key = coll::plan_key(CollKind::AllReduce, in, out, opts);
+    if (coll::launch_cached(world, st, key, stream)) return;  // this exact call was validated and resolved before
     coll::check_buffer(op, "in", in);
     coll::check_buffer(op, "out", out);
     coll::check_same_dtype(op, in, out);
@@ -15,7 +18,6 @@ void all_reduce(World& world, BufferView in, BufferView out, cudaStream_t stream
                "{}: in and out overlap without being the same buffer", op);
     const int W = world.world_size();
     const std::size_t es = dtype_size(in.dtype), bytes = in.bytes();
-    coll::CollState& st = coll::coll_state(world);
     const bool in_sym = world.is_symmetric(in.data, bytes), out_sym = world.is_symmetric(out.data, bytes);
     CollOptions o = opts;
     const std::size_t ll_max = coll::ll_capacity_bytes();
@@ -53,7 +55,7 @@ void all_reduce(World& world, BufferView in, BufferView out, cudaStream_t stream
     } else {
         LOOM_FAIL("{}: the {} algorithm is not offered", op, to_string(c.algo));
     }
-    coll::launch(world, l, stream);
+    coll::launch(world, st, key, l, stream);
 }
 
 }  // namespace loom

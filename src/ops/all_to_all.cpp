@@ -1,4 +1,6 @@
 // Host launcher of include/loom/kernels/all_to_all.cuh: validate, choose, launch.
+#include <vector>
+
 #include "loom/runtime/error.hpp"
 #include "ops/coll_state.hpp"
 
@@ -6,6 +8,9 @@ namespace loom {
 
 void all_to_all(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts) {
     const char* op = "all_to_all";
+    coll::CollState& st = coll::coll_state(world);
+    const coll::PlanKey key = coll::plan_key(CollKind::AllToAll, in, out, opts);
+    if (coll::launch_cached(world, st, key, stream)) return;  // this exact call was validated and resolved before
     coll::check_buffer(op, "in", in);
     coll::check_buffer(op, "out", out);
     coll::check_same_dtype(op, in, out);
@@ -16,7 +21,6 @@ void all_to_all(World& world, BufferView in, BufferView out, cudaStream_t stream
     LOOM_CHECK(!coll::overlaps(in.data, in.bytes(), out.data, out.bytes()),
                "{}: in and out overlap (all_to_all is not in-place)", op);
     const std::size_t B = in.bytes() / W;  // per peer
-    coll::CollState& st = coll::coll_state(world);
     const bool out_sym = world.is_symmetric(out.data, out.bytes());
     const CollChoice c =
         coll::resolve(CollKind::AllToAll, B, world, st, opts, world.is_symmetric(in.data, in.bytes()), out_sym);
@@ -28,18 +32,19 @@ void all_to_all(World& world, BufferView in, BufferView out, cudaStream_t stream
         l.params.count = B;  // moved as bytes
         l.template_args = {"unsigned char"};
         coll::setup_ll(l, op, B, opts, st);
-        coll::launch(world, l, stream);
+        coll::launch(world, st, key, l, stream);
         return;
     }
     coll::check_symmetric(op, "push", "out", world, out);
     if (c.path == DataPath::CopyEngine) {
         coll::launch_barrier(world, st, stream);
+        std::vector<coll::CopyJob> jobs;
         for (int i = 0; i < W; ++i) {
             const int peer = (me + i) % W;
-            LOOM_CHECK_CUDA(cudaMemcpyAsync(world.peer_ptr(static_cast<char*>(out.data) + me * B, peer),
-                                            static_cast<const char*>(in.data) + peer * B, B, cudaMemcpyDefault,
-                                            stream));
+            jobs.push_back({world.peer_ptr(static_cast<char*>(out.data) + me * B, peer),
+                            static_cast<const char*>(in.data) + peer * B, B});
         }
+        coll::copy_engine_fanout(st, stream, jobs);
         coll::launch_barrier(world, st, stream);
         return;
     }
@@ -54,7 +59,7 @@ void all_to_all(World& world, BufferView in, BufferView out, cudaStream_t stream
     if (c.path == DataPath::Tma) l.smem = coll::tma_staging(l.params);
     l.blocks = coll::pick_blocks(B, c.path == DataPath::Tma ? 512 * 1024 : 64 * 1024, c.path == DataPath::Tma ? 32 : 64,
                                  opts, st);
-    coll::launch(world, l, stream);
+    coll::launch(world, st, key, l, stream);
 }
 
 void all_to_all_v(World& world, BufferView in, BufferView out, const int64_t* send_counts, const int64_t* send_offsets,

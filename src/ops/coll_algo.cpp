@@ -74,14 +74,17 @@ constexpr std::size_t KiB = 1024, MiB = 1024 * KiB, kAny = SIZE_MAX;
 // 1 GiB: 1661 vs 1803 and 2019), and LL AllReduce beats two-shot at 256 KiB (12.0 vs 17.8 us). TMA bulk copies
 // lost at every size on both machines. LL all_gather / reduce_scatter / all_to_all (3105597, two H200s, W = 2):
 // 7.6-10.1 us per call up to 128 KiB chunks against 12.7-22.4 for the best other algorithm (e.g. reduce_scatter,
-// 128 KiB out: 9.4 vs 21.0 scatter, NCCL 15.6). Sizes are choose_collective's `bytes`.
+// 128 KiB out: 9.4 vs 21.0 scatter, NCCL 15.6), and at 512 KiB chunks (9688a01) 12.7-13.8 against 15.4-21.4.
+// Shared GPU (9688a01): LL wins to 128 KiB chunks at W = 2 and 8 (all_gather W = 8, 128 KiB per rank: 40.6 us vs
+// 52.6 pull) and ties the others at 512 KiB; LL all_reduce wins to 256 KiB at W = 2 (14.3 vs 16.9 two-shot) but
+// only to 64 KiB at W = 8 (256 KiB: 55 vs 41). Sizes are choose_collective's `bytes`.
 const std::vector<ChoiceRow>& choice_table() {
     static const std::vector<ChoiceRow> rows = {
         // AllGather (bytes per rank)
-        {CollKind::AllGather, 128 * KiB, GpuSharing::Distinct, CollAlgo::LL, DataPath::LdSt,
-         "latency, one GPU per rank: flag-in-data (measured)"},
-        {CollKind::AllGather, 64 * KiB, GpuSharing::Any, CollAlgo::LL, DataPath::LdSt,
-         "latency: flag-in-data, no barrier"},
+        {CollKind::AllGather, 512 * KiB, GpuSharing::Distinct, CollAlgo::LL, DataPath::LdSt,
+         "latency, one GPU per rank: flag-in-data to its capacity (measured)"},
+        {CollKind::AllGather, 128 * KiB, GpuSharing::Any, CollAlgo::LL, DataPath::LdSt,
+         "latency: flag-in-data, no barrier (measured)"},
         {CollKind::AllGather, 16 * MiB, GpuSharing::Distinct, CollAlgo::Ring, DataPath::LdSt,
          "one GPU per rank, two ranks: ring (measured)", 2},
         {CollKind::AllGather, 8 * MiB, GpuSharing::Any, CollAlgo::Push, DataPath::LdSt, "one pass, all SMs' ld/st"},
@@ -95,10 +98,10 @@ const std::vector<ChoiceRow>& choice_table() {
         {CollKind::AllGather, kAny, GpuSharing::Any, CollAlgo::Pull, DataPath::CopyEngine,
          "out not symmetric: pull, copy engine"},
         // ReduceScatter (bytes of out)
-        {CollKind::ReduceScatter, 128 * KiB, GpuSharing::Distinct, CollAlgo::LL, DataPath::LdSt,
-         "latency, one GPU per rank: flag-in-data (measured)"},
-        {CollKind::ReduceScatter, 64 * KiB, GpuSharing::Any, CollAlgo::LL, DataPath::LdSt,
-         "latency: flag-in-data, no barrier"},
+        {CollKind::ReduceScatter, 512 * KiB, GpuSharing::Distinct, CollAlgo::LL, DataPath::LdSt,
+         "latency, one GPU per rank: flag-in-data to its capacity (measured)"},
+        {CollKind::ReduceScatter, 128 * KiB, GpuSharing::Any, CollAlgo::LL, DataPath::LdSt,
+         "latency: flag-in-data, no barrier (measured)"},
         {CollKind::ReduceScatter, kAny, GpuSharing::Any, CollAlgo::Pull, DataPath::LdSt,
          "one pass, reduce in registers"},
         {CollKind::ReduceScatter, 64 * KiB, GpuSharing::Any, CollAlgo::Scatter, DataPath::LdSt, "in not symmetric"},
@@ -106,16 +109,18 @@ const std::vector<ChoiceRow>& choice_table() {
         // AllReduce (bytes of the buffer)
         {CollKind::AllReduce, 256 * KiB, GpuSharing::Distinct, CollAlgo::LL, DataPath::LdSt,
          "latency, one GPU per rank: flag-in-data to 256 KiB (measured)"},
+        {CollKind::AllReduce, 256 * KiB, GpuSharing::Any, CollAlgo::LL, DataPath::LdSt,
+         "latency, two ranks: flag-in-data to 256 KiB (measured)", 2},
         {CollKind::AllReduce, 64 * KiB, GpuSharing::Any, CollAlgo::LL, DataPath::LdSt,
          "latency: flag-in-data, no barrier"},
         {CollKind::AllReduce, kAny, GpuSharing::Any, CollAlgo::TwoShot, DataPath::LdSt,
          "bandwidth: W reads + W writes"},
         {CollKind::AllReduce, kAny, GpuSharing::Any, CollAlgo::OneShot, DataPath::LdSt, "buffers not symmetric"},
         // AllToAll (bytes per peer)
-        {CollKind::AllToAll, 128 * KiB, GpuSharing::Distinct, CollAlgo::LL, DataPath::LdSt,
-         "latency, one GPU per rank: flag-in-data (measured)"},
-        {CollKind::AllToAll, 64 * KiB, GpuSharing::Any, CollAlgo::LL, DataPath::LdSt,
-         "latency: flag-in-data, no barrier"},
+        {CollKind::AllToAll, 512 * KiB, GpuSharing::Distinct, CollAlgo::LL, DataPath::LdSt,
+         "latency, one GPU per rank: flag-in-data to its capacity (measured)"},
+        {CollKind::AllToAll, 128 * KiB, GpuSharing::Any, CollAlgo::LL, DataPath::LdSt,
+         "latency: flag-in-data, no barrier (measured)"},
         {CollKind::AllToAll, 16 * MiB, GpuSharing::Any, CollAlgo::Push, DataPath::LdSt, "ld/st"},
         {CollKind::AllToAll, 64 * MiB, GpuSharing::Distinct, CollAlgo::Push, DataPath::LdSt,
          "one GPU per rank: ld/st to 64 MiB (measured)"},

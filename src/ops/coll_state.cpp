@@ -84,9 +84,32 @@ void release_coll_state(World& world) {
     }
     LOOM_CHECK_CUDA(cudaDeviceSynchronize());
     world.barrier("loom/coll/release");  // no peer still signals into our state
+    for (cudaStream_t s : st->ce_streams) cudaStreamDestroy(s);
+    for (cudaEvent_t e : st->ce_done) cudaEventDestroy(e);
+    if (st->ce_fork) cudaEventDestroy(st->ce_fork);
     world.free(st->ll);
     world.free(st->scratch);
     world.free(st->sync);
+}
+
+void copy_engine_fanout(CollState& st, cudaStream_t stream, const std::vector<CopyJob>& jobs) {
+    if (!st.ce_fork) LOOM_CHECK_CUDA(cudaEventCreateWithFlags(&st.ce_fork, cudaEventDisableTiming));
+    while (st.ce_streams.size() < jobs.size()) {
+        cudaStream_t s = nullptr;
+        cudaEvent_t e = nullptr;
+        LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        LOOM_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        st.ce_streams.push_back(s);
+        st.ce_done.push_back(e);
+    }
+    LOOM_CHECK_CUDA(cudaEventRecord(st.ce_fork, stream));
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+        cudaStream_t side = st.ce_streams[i];
+        LOOM_CHECK_CUDA(cudaStreamWaitEvent(side, st.ce_fork, 0));
+        LOOM_CHECK_CUDA(cudaMemcpyAsync(jobs[i].dst, jobs[i].src, jobs[i].bytes, cudaMemcpyDefault, side));
+        LOOM_CHECK_CUDA(cudaEventRecord(st.ce_done[i], side));
+        LOOM_CHECK_CUDA(cudaStreamWaitEvent(stream, st.ce_done[i], 0));
+    }
 }
 
 Params base_params(const CollState& st) {
@@ -138,19 +161,72 @@ void setup_ll(Launch& l, const char* op, std::size_t chunk_bytes, const CollOpti
     l.threads = per < 512 ? static_cast<int>((per + 31) / 32 * 32) : 512;
 }
 
-void launch(World& world, const Launch& l, cudaStream_t stream) {
+namespace {
+const jit::Kernel& kernel_of(const Launch& l) {
     jit::KernelSpec spec;
     spec.header = l.header;
     spec.name = l.name;
     spec.template_args = l.template_args;
-    const jit::Kernel& k = jit::get_kernel(spec);
+    return jit::get_kernel(spec);
+}
+void launch_kernel(World& world, const jit::Kernel& k, int blocks, int threads, std::size_t smem, const Params& p,
+                   cudaStream_t stream) {
     jit::LaunchConfig cfg;
-    cfg.grid = dim3(static_cast<unsigned>(l.blocks));
-    cfg.block = dim3(static_cast<unsigned>(l.threads));
-    cfg.smem = l.smem;
+    cfg.grid = dim3(static_cast<unsigned>(blocks));
+    cfg.block = dim3(static_cast<unsigned>(threads));
+    cfg.smem = smem;
     cfg.stream = stream;
     const Ctx ctx = world.ctx();
-    k(cfg, ctx, l.params);
+    k(cfg, ctx, p);
+}
+}  // namespace
+
+void launch(World& world, const Launch& l, cudaStream_t stream) {
+    launch_kernel(world, kernel_of(l), l.blocks, l.threads, l.smem, l.params, stream);
+}
+
+void launch(World& world, CollState& st, const PlanKey& key, const Launch& l, cudaStream_t stream) {
+    const jit::Kernel& k = kernel_of(l);
+    launch_kernel(world, k, l.blocks, l.threads, l.smem, l.params, stream);
+    if (st.plans.size() >= CollState::kMaxPlans) st.plans.clear();
+    st.plans[key] = Plan{&k, l.blocks, l.threads, l.smem, l.params};
+}
+
+bool launch_cached(World& world, CollState& st, const PlanKey& key, cudaStream_t stream) {
+    const auto it = st.plans.find(key);
+    if (it == st.plans.end()) return false;
+    const Plan& p = it->second;
+    launch_kernel(world, *p.kernel, p.blocks, p.threads, p.smem, p.params, stream);
+    return true;
+}
+
+PlanKey plan_key(CollKind kind, const BufferView& in, const BufferView& out, const CollOptions& opts) {
+    return PlanKey{static_cast<int>(kind),
+                   in.data,
+                   out.data,
+                   in.count,
+                   out.count,
+                   static_cast<int>(in.dtype),
+                   static_cast<int>(opts.algo),
+                   static_cast<int>(opts.path),
+                   static_cast<int>(opts.op),
+                   opts.num_sms};
+}
+
+std::size_t PlanKeyHash::operator()(const PlanKey& k) const {
+    std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
+    auto mix = [&h](std::uint64_t v) {
+        for (int i = 0; i < 8; ++i, v >>= 8) h = (h ^ (v & 0xff)) * 1099511628211ull;
+    };
+    mix(static_cast<std::uint64_t>(k.op));
+    mix(reinterpret_cast<std::uintptr_t>(k.in));
+    mix(reinterpret_cast<std::uintptr_t>(k.out));
+    mix(k.in_count);
+    mix(k.out_count);
+    mix((static_cast<std::uint64_t>(k.dtype) << 32) | static_cast<std::uint32_t>(k.algo));
+    mix((static_cast<std::uint64_t>(k.path) << 32) | static_cast<std::uint32_t>(k.reduce_op));
+    mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.num_sms)));
+    return static_cast<std::size_t>(h);
 }
 
 }  // namespace loom::coll

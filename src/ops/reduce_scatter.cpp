@@ -6,6 +6,9 @@ namespace loom {
 
 void reduce_scatter(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts) {
     const char* op = "reduce_scatter";
+    coll::CollState& st = coll::coll_state(world);
+    const coll::PlanKey key = coll::plan_key(CollKind::ReduceScatter, in, out, opts);
+    if (coll::launch_cached(world, st, key, stream)) return;  // this exact call was validated and resolved before
     coll::check_buffer(op, "in", in);
     coll::check_buffer(op, "out", out);
     coll::check_same_dtype(op, in, out);
@@ -20,7 +23,6 @@ void reduce_scatter(World& world, BufferView in, BufferView out, cudaStream_t st
     LOOM_CHECK(out.data == my_chunk || !coll::overlaps(in.data, in.bytes(), out.data, out.bytes()),
                "{}: out overlaps in but is not in's chunk of this rank (in-place needs out == in + rank x out.count)",
                op);
-    coll::CollState& st = coll::coll_state(world);
     const bool in_sym = world.is_symmetric(in.data, in.bytes()), out_sym = world.is_symmetric(out.data, out.bytes());
     const CollChoice c = coll::resolve(CollKind::ReduceScatter, out.bytes(), world, st, opts, in_sym, out_sym);
     coll::Launch l;
@@ -65,7 +67,7 @@ void reduce_scatter(World& world, BufferView in, BufferView out, cudaStream_t st
     } else {
         LOOM_FAIL("{}: the {} algorithm is not offered", op, to_string(c.algo));
     }
-    coll::launch(world, l, stream);
+    coll::launch(world, st, key, l, stream);
 }
 
 }  // namespace loom

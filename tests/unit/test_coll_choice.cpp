@@ -18,7 +18,7 @@ void expect(const CollChoice& c, CollAlgo a, DataPath p) {
 }
 
 TEST(CollChoice, AllGatherLdStThenCopyEngineOnASharedGpu) {
-    expect(choose_collective(CollKind::AllGather, 128 * KiB, shared(2)), CollAlgo::Push, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllGather, 1 * MiB, shared(2)), CollAlgo::Push, DataPath::LdSt);
     expect(choose_collective(CollKind::AllGather, 8 * MiB, shared(8)), CollAlgo::Push, DataPath::LdSt);
     expect(choose_collective(CollKind::AllGather, 32 * MiB, shared(2)), CollAlgo::Push, DataPath::CopyEngine);
     // One GPU per rank (two H200s over NVLink): ring at two ranks, ld/st to 64 MiB, the copy engine beyond.
@@ -27,7 +27,7 @@ TEST(CollChoice, AllGatherLdStThenCopyEngineOnASharedGpu) {
     expect(choose_collective(CollKind::AllGather, 32 * MiB, distinct(2)), CollAlgo::Push, DataPath::LdSt);
     expect(choose_collective(CollKind::AllGather, 256 * MiB, distinct(2)), CollAlgo::Push, DataPath::CopyEngine);
     // out outside the heap: pull, or LL (which needs no symmetric buffer) while it is chosen anyway.
-    expect(choose_collective(CollKind::AllGather, 128 * KiB, shared(2), true, false), CollAlgo::Pull, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllGather, 1 * MiB, shared(2), true, false), CollAlgo::Pull, DataPath::LdSt);
     expect(choose_collective(CollKind::AllGather, 32 * MiB, shared(2), true, false), CollAlgo::Pull,
            DataPath::CopyEngine);
     expect(choose_collective(CollKind::AllGather, 4 * KiB, shared(2), false, false), CollAlgo::LL, DataPath::LdSt);
@@ -35,13 +35,18 @@ TEST(CollChoice, AllGatherLdStThenCopyEngineOnASharedGpu) {
 
 TEST(CollChoice, SmallMessagesGoLowLatency) {
     for (CollKind k : {CollKind::AllGather, CollKind::ReduceScatter, CollKind::AllToAll, CollKind::AllReduce})
-        for (const CollTopology& t : {shared(2), shared(8), distinct(2), distinct(8)})
+        for (const CollTopology& t : {shared(2), shared(8), distinct(2), distinct(8)}) {
             expect(choose_collective(k, 4 * KiB, t), CollAlgo::LL, DataPath::LdSt);
+            // Up to the LL capacity on distinct GPUs (not all_reduce: its chunk is the whole buffer).
+            if (!t.shared_gpu && k != CollKind::AllReduce)
+                expect(choose_collective(k, 512 * KiB, t), CollAlgo::LL, DataPath::LdSt);
+        }
 }
 
 TEST(CollChoice, AllReduceLLThenTwoShotOneShotWhenNotSymmetric) {
     expect(choose_collective(CollKind::AllReduce, 64 * KiB, shared(8)), CollAlgo::LL, DataPath::LdSt);
     expect(choose_collective(CollKind::AllReduce, 256 * KiB, shared(8)), CollAlgo::TwoShot, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllReduce, 256 * KiB, shared(2)), CollAlgo::LL, DataPath::LdSt);
     expect(choose_collective(CollKind::AllReduce, 256 * KiB, distinct(2)), CollAlgo::LL, DataPath::LdSt);
     expect(choose_collective(CollKind::AllReduce, 1 * MiB, distinct(2)), CollAlgo::TwoShot, DataPath::LdSt);
     expect(choose_collective(CollKind::AllReduce, 256 * KiB, shared(8), false, false), CollAlgo::OneShot,
