@@ -82,8 +82,9 @@ void bench_signal(loom::World& w, const Args& args, const std::string& dir, cuda
     json baselines = json::object();
     const auto& ppg =
         loom::jit::get_kernel({.header = dir + "/lang.cuh", .name = "lang_bench::ping_pong_grid_constant"});
-    double per_mode[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int mode : {0, 1, 2, 3, 4, 5, 6, 7}) {  // 7: ping_pong_grid_constant
+    double per_mode[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+    // 7: ping_pong_grid_constant; 8: mode 4 with the wait bound off (Ctx::wait_timeout_ns = 0)
+    for (int mode : {0, 1, 2, 3, 4, 5, 6, 7, 8}) {
         uint64_t launches = 0;
         auto t = loom::bench::time_op(
             [&](cudaStream_t s) {
@@ -92,6 +93,10 @@ void bench_signal(loom::World& w, const Args& args, const std::string& dir, cuda
                 const LaunchConfig lc{dim3(1), dim3(1), 0, {1, 1, 1}, s};
                 if (mode == 7) {
                     ppg(lc, w.ctx(), sig, base, args.rounds, partner);
+                } else if (mode == 8) {
+                    loom::Ctx unbounded = w.ctx();
+                    unbounded.wait_timeout_ns = 0;
+                    pp(lc, unbounded, sig, base, args.rounds, partner, 4);
                 } else {
                     pp(lc, w.ctx(), sig, base, args.rounds, partner, mode);
                 }
@@ -139,6 +144,7 @@ void bench_signal(loom::World& w, const Args& args, const std::string& dir, cuda
     equal["loom_relaxed_wait"] = per_mode[4];  // NVSHMEM's exact semantics: no acquire on either side
     equal["hand_written_bare_loop"] = per_mode[6];
     equal["loom_ctx_grid_constant"] = per_mode[7];
+    equal["loom_relaxed_wait_unbounded"] = per_mode[8];
     json row = {{"metric", "signal_round_trip_us"},
                 {"rounds_per_kernel", args.rounds},
                 {"loom", "signal_op_relaxed + signal_wait_until (sys scope): the semantics of nvshmemx_signal_op + "

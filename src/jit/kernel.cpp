@@ -124,12 +124,20 @@ void Kernel::launch(const LaunchConfig& cfg, void** args) const {
                cfg.grid.z, cfg.cluster.x, cfg.cluster.y, cfg.cluster.z);
     LOOM_CHECK(cluster <= 16, "launch {}: expected at most 16 blocks per cluster, given {}", name_, cluster);
 
-    CUdevice dev = current_device();
-    const std::size_t optin = device_attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev);
-    const std::size_t static_smem = static_cast<std::size_t>(static_smem_bytes());
-    LOOM_CHECK(static_smem + cfg.smem <= optin,
-               "launch {}: expected static + dynamic shared memory <= {} bytes (device opt-in limit), given {} + {}",
-               name_, optin, static_smem, cfg.smem);
+    // The dynamic shared memory this kernel may take (opt-in limit minus its static smem): two driver queries,
+    // made on the first launch only (a CUfunction lives in one context, so one device). Small collectives are
+    // host-bound, so every launch-path query counts.
+    long long budget = smem_budget_.load(std::memory_order_relaxed);
+    if (budget < 0) {
+        const std::size_t optin =
+            device_attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, current_device());
+        budget = static_cast<long long>(optin) - static_smem_bytes();
+        smem_budget_.store(budget, std::memory_order_relaxed);
+    }
+    LOOM_CHECK(static_cast<long long>(cfg.smem) <= budget,
+               "launch {}: expected static + dynamic shared memory <= the device opt-in limit: at most {} dynamic "
+               "bytes besides its {} static, given {}",
+               name_, budget, static_smem_bytes(), cfg.smem);
     if (cfg.smem > smem_raised_.load()) {
         LOOM_CU(cuFuncSetAttribute, function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 static_cast<int>(cfg.smem));
@@ -141,7 +149,7 @@ void Kernel::launch(const LaunchConfig& cfg, void** args) const {
     if (cfg.cooperative) {
         const long long blocks = 1LL * cfg.grid.x * cfg.grid.y * cfg.grid.z;
         const long long resident = 1LL * max_blocks_per_sm(static_cast<int>(threads), cfg.smem) *
-                                   device_attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+                                   device_attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, current_device());
         LOOM_CHECK(blocks <= resident,
                    "launch {}: cooperative launch needs every block resident: expected at most {} blocks, given {}",
                    name_, resident, blocks);

@@ -169,34 +169,34 @@ const jit::Kernel& kernel_of(const Launch& l) {
     spec.template_args = l.template_args;
     return jit::get_kernel(spec);
 }
-void launch_kernel(World& world, const jit::Kernel& k, int blocks, int threads, std::size_t smem, const Params& p,
+void launch_kernel(const Ctx& ctx, const jit::Kernel& k, int blocks, int threads, std::size_t smem, const Params& p,
                    cudaStream_t stream) {
     jit::LaunchConfig cfg;
     cfg.grid = dim3(static_cast<unsigned>(blocks));
     cfg.block = dim3(static_cast<unsigned>(threads));
     cfg.smem = smem;
     cfg.stream = stream;
-    const Ctx ctx = world.ctx();
     k(cfg, ctx, p);
 }
 }  // namespace
 
 void launch(World& world, const Launch& l, cudaStream_t stream) {
-    launch_kernel(world, kernel_of(l), l.blocks, l.threads, l.smem, l.params, stream);
+    launch_kernel(world.ctx(), kernel_of(l), l.blocks, l.threads, l.smem, l.params, stream);
 }
 
 void launch(World& world, CollState& st, const PlanKey& key, const Launch& l, cudaStream_t stream) {
     const jit::Kernel& k = kernel_of(l);
-    launch_kernel(world, k, l.blocks, l.threads, l.smem, l.params, stream);
+    const Ctx ctx = world.ctx();
+    launch_kernel(ctx, k, l.blocks, l.threads, l.smem, l.params, stream);
     if (st.plans.size() >= CollState::kMaxPlans) st.plans.clear();
-    st.plans[key] = Plan{&k, l.blocks, l.threads, l.smem, l.params};
+    st.plans[key] = Plan{&k, ctx, l.blocks, l.threads, l.smem, l.params};
 }
 
-bool launch_cached(World& world, CollState& st, const PlanKey& key, cudaStream_t stream) {
+bool launch_cached(World&, CollState& st, const PlanKey& key, cudaStream_t stream) {
     const auto it = st.plans.find(key);
     if (it == st.plans.end()) return false;
     const Plan& p = it->second;
-    launch_kernel(world, *p.kernel, p.blocks, p.threads, p.smem, p.params, stream);
+    launch_kernel(p.ctx, *p.kernel, p.blocks, p.threads, p.smem, p.params, stream);
     return true;
 }
 

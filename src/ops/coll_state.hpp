@@ -40,6 +40,7 @@ struct PlanKeyHash {
 // A resolved single-kernel launch (copy-engine paths and all_to_all_v are not cached).
 struct Plan {
     const loom::jit::Kernel* kernel = nullptr;
+    Ctx ctx{};  // the World's (fixed for its lifetime)
     int blocks = 1, threads = 512;
     std::size_t smem = 0;
     kernels::coll::Params params{};

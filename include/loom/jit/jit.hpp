@@ -95,6 +95,7 @@ class Kernel {
     CUlibrary library_ = nullptr;
     CompileResult info_;
     mutable std::atomic<std::size_t> smem_raised_{48 * 1024};  // MAX_DYNAMIC_SHARED_SIZE_BYTES set so far
+    mutable std::atomic<long long> smem_budget_{-1};           // opt-in limit - static smem; -1: not yet asked
 };
 
 // Compile-or-fetch and load for the current device. Thread-safe; the returned reference lives until process

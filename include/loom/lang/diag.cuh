@@ -96,7 +96,15 @@ LOOM_DEVICE LOOM_FORCEINLINE void diag_post(DiagMailbox* mb, DiagKind kind, int3
     if (mb == nullptr) mb = loom_diag_mailbox;
     if (mb == nullptr) return;
     const uint32_t slot = ptx::atom_add_relaxed_gpu(&mb->claimed, 1u);
-    if (slot >= kDiagRecords) return;
+    if (slot >= kDiagRecords) {
+        // Mailbox full: give the record writers (each some dozens of stores to mapped host memory) 50 ms to
+        // finish before this thread's trap ends the kernel. Without it, thousands of waiters timing out together
+        // trapped first and left every record half-written (the W = 8 bench-overlap failure, 2026-11-29).
+        const uint64_t t0 = ptx::globaltimer();
+        while (ptx::globaltimer() - t0 < 50000000ull) {
+        }
+        return;
+    }
     DiagRecord* r = &mb->records[slot];
     ptx::st_relaxed_sys(reinterpret_cast<uint32_t*>(&r->rank), static_cast<uint32_t>(rank));
     ptx::st_relaxed_sys(&r->block[0], static_cast<uint32_t>(blockIdx.x));
