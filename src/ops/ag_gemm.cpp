@@ -89,14 +89,7 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
     const MatrixView gview{gather, a.dtype, M, K, 0};
     gemm_validate(gview, b, c, GemmOptions{});
 
-    // Auto: the copy engine, except when ranks share this GPU. Their "copy-engine" copies are then runtime copy
-    // kernels that need SMs while every rank's persistent GEMM holds its own: at 8 ranks on one H200 the GEMMs
-    // waited for chunks whose copies never got an SM (bench-overlap, 23479fe: the GEMM consumers' "pipeline full"
-    // mbarrier timed out, the producer stuck in its chunk wait). The SM producer's blocks are resident before the
-    // GEMM starts (the `started` wait), so they cannot be starved.
-    const AgProducer producer = o.producer != AgProducer::Auto ? o.producer
-                                : st.shared_gpu                ? AgProducer::Sm
-                                                               : AgProducer::CopyEngine;
+    const AgProducer producer = o.producer == AgProducer::Auto ? AgProducer::CopyEngine : o.producer;
     LOOM_CHECK(o.comm_sms >= 0, "{}: expected comm_sms >= 0, given {}", op, o.comm_sms);
     OverlapPlan plan = ag_gemm_plan(M, N, K, W, producer, o.comm_sms, st.arch, st.num_sms, st.shared_gpu);
     if (o.config) {
