@@ -60,7 +60,8 @@ namespace {
 
 constexpr std::size_t KiB = 1024, MiB = 1024 * KiB, GiB = 1024 * MiB;
 // The LL collectives' capacity per chunk (kernels/coll_params.hpp: kMaxLLBlocks x kLLPacketsPerBlock x 8 bytes).
-constexpr std::size_t kLLMaxBytes = std::size_t(loom::kernels::coll::kMaxLLBlocks) * loom::kernels::coll::kLLPacketsPerBlock * 8;
+constexpr std::size_t kLLMaxBytes =
+    std::size_t(loom::kernels::coll::kMaxLLBlocks) * loom::kernels::coll::kLLPacketsPerBlock * 8;
 
 struct Args {
     std::string out = ".";
@@ -197,12 +198,9 @@ std::vector<Variant> variants(CollKind k) {
                     {CollAlgo::Ring, DataPath::LdSt},       {CollAlgo::Ring, DataPath::Tma},
                     {CollAlgo::LL, DataPath::LdSt},         {CollAlgo::Auto, DataPath::Auto}};
         case CollKind::ReduceScatter:
-            return {{CollAlgo::Pull, DataPath::LdSt},
-                    {CollAlgo::Scatter, DataPath::LdSt},
-                    {CollAlgo::Scatter, DataPath::Tma},
-                    {CollAlgo::Ring, DataPath::LdSt},
-                    {CollAlgo::LL, DataPath::LdSt},
-                    {CollAlgo::Auto, DataPath::Auto}};
+            return {{CollAlgo::Pull, DataPath::LdSt},   {CollAlgo::Scatter, DataPath::LdSt},
+                    {CollAlgo::Scatter, DataPath::Tma}, {CollAlgo::Ring, DataPath::LdSt},
+                    {CollAlgo::LL, DataPath::LdSt},     {CollAlgo::Auto, DataPath::Auto}};
         case CollKind::AllReduce:
             return {{CollAlgo::LL, DataPath::LdSt},
                     {CollAlgo::OneShot, DataPath::LdSt},
@@ -441,18 +439,19 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
             };
             json host = {{"loom", host_us(loom_run)}};
             if (nccl_run) host["nccl"] = host_us(nccl_run);
-            report.add_row({{"ranks", W},
-                            {"size_bytes", sh.size},
-                            {"size", human(sh.size)},
-                            {"dtype", "bf16"},
-                            {"algo", "auto"},
-                            {"path", "auto"},
-                            {"timing", "back_to_back x" + std::to_string(args.b2b_reps)},
-                            {"host_enqueue_us", host},
-                            {"loom_us", us},
-                            {"auto_choice", std::string(loom::to_string(autoc.algo)) + "/" + loom::to_string(autoc.path)},
-                            {"shared_gpu", topo.shared_gpu},
-                            {"baselines", bb}});
+            report.add_row(
+                {{"ranks", W},
+                 {"size_bytes", sh.size},
+                 {"size", human(sh.size)},
+                 {"dtype", "bf16"},
+                 {"algo", "auto"},
+                 {"path", "auto"},
+                 {"timing", "back_to_back x" + std::to_string(args.b2b_reps)},
+                 {"host_enqueue_us", host},
+                 {"loom_us", us},
+                 {"auto_choice", std::string(loom::to_string(autoc.algo)) + "/" + loom::to_string(autoc.path)},
+                 {"shared_gpu", topo.shared_gpu},
+                 {"baselines", bb}});
             if (me == 0)
                 std::printf("%-15s %6s %-14s %10.2f us  (back to back x%d)\n", op.c_str(), human(sh.size).c_str(),
                             "auto", us, args.b2b_reps);

@@ -147,8 +147,9 @@ void bench_signal(loom::World& w, const Args& args, const std::string& dir, cuda
     equal["loom_relaxed_wait_unbounded"] = per_mode[8];
     json row = {{"metric", "signal_round_trip_us"},
                 {"rounds_per_kernel", args.rounds},
-                {"loom", "signal_op_relaxed + signal_wait_until (sys scope): the semantics of nvshmemx_signal_op + "
-                         "nvshmem_signal_wait_until"},
+                {"loom",
+                 "signal_op_relaxed + signal_wait_until (sys scope): the semantics of nvshmemx_signal_op + "
+                 "nvshmem_signal_wait_until"},
                 {"loom_us", per_mode[2]},
                 {"baselines", equal}};
     if (!nvshmem_note.empty()) row["note"] = nvshmem_note;
@@ -186,10 +187,10 @@ void bench_put(loom::World& w, const Args& args, const std::string& dir, cudaStr
     const auto& k_ldst =
         loom::jit::get_kernel({.header = dir + "/lang.cuh", .name = "lang_bench::put_bw", .template_args = {"0"}});
     // TMA with 4 stages of 32 KiB (the size sweep) and with 6 (more bytes in flight per SM, for the SM sweep).
-    const auto& k_tma = loom::jit::get_kernel(
-        {.header = dir + "/lang.cuh", .name = "lang_bench::put_bw", .template_args = {"1", "4"}});
-    const auto& k_tma6 = loom::jit::get_kernel(
-        {.header = dir + "/lang.cuh", .name = "lang_bench::put_bw", .template_args = {"1", "6"}});
+    const auto& k_tma =
+        loom::jit::get_kernel({.header = dir + "/lang.cuh", .name = "lang_bench::put_bw", .template_args = {"1", "4"}});
+    const auto& k_tma6 =
+        loom::jit::get_kernel({.header = dir + "/lang.cuh", .name = "lang_bench::put_bw", .template_args = {"1", "6"}});
     auto tma_smem = [](std::size_t stages) { return 128 + stages * 32 * 1024; };  // tma_staging_bytes
     const bool has_tma = loom::jit::current_arch() >= 90;
 
@@ -265,7 +266,9 @@ void bench_put(loom::World& w, const Args& args, const std::string& dir, cudaStr
                              {"ratio_to_peer_copy", to_peer / p.second}});
         report.add_row({{"path", path},
                         {"metric", "sm_sweep"},
-                        {"stages", path == "tma6" ? 6 : path == "tma" ? 4 : 0},
+                        {"stages", path == "tma6"  ? 6
+                                   : path == "tma" ? 4
+                                                   : 0},
                         {"bytes", bytes},
                         {"loom_us", best},
                         {"GBps", loom::bench::gbps(double(bytes), best)},

@@ -2,8 +2,8 @@
 // JSON report committed under docs/perf/.
 //
 // Timing contract: each timed run is [flush L2 (unless disabled)] -> [cross-rank host barrier when a World is
-// given] -> [align(stream), e.g. loom::barrier_on_stream] -> event -> fn(stream) x reps -> event, divided by reps. The per-rank median is
-// reduced to the slowest rank's median over the store, so every rank reports the same figure.
+// given] -> [align(stream), e.g. loom::barrier_on_stream] -> event -> fn(stream) x reps -> event, divided by reps. The
+// per-rank median is reduced to the slowest rank's median over the store, so every rank reports the same figure.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -129,8 +129,7 @@ void Kernel::launch(const LaunchConfig& cfg, void** args) const {
     // host-bound, so every launch-path query counts.
     long long budget = smem_budget_.load(std::memory_order_relaxed);
     if (budget < 0) {
-        const std::size_t optin =
-            device_attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, current_device());
+        const std::size_t optin = device_attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, current_device());
         budget = static_cast<long long>(optin) - static_smem_bytes();
         smem_budget_.store(budget, std::memory_order_relaxed);
     }

@@ -147,11 +147,10 @@ void check_all_gather(World& w, cudaStream_t s, DType t, std::size_t n, const Co
 }
 
 TEST_F(Collectives, AllGatherEveryAlgorithmAndPath) {
-    const AlgoPath aps[] = {{CollAlgo::Push, DataPath::LdSt},       {CollAlgo::Push, DataPath::Tma},
-                            {CollAlgo::Push, DataPath::CopyEngine}, {CollAlgo::Pull, DataPath::LdSt},
-                            {CollAlgo::Pull, DataPath::Tma},        {CollAlgo::Pull, DataPath::CopyEngine},
-                            {CollAlgo::Ring, DataPath::LdSt},       {CollAlgo::Ring, DataPath::Tma},
-                            {CollAlgo::LL, DataPath::LdSt}};
+    const AlgoPath aps[] = {
+        {CollAlgo::Push, DataPath::LdSt}, {CollAlgo::Push, DataPath::Tma}, {CollAlgo::Push, DataPath::CopyEngine},
+        {CollAlgo::Pull, DataPath::LdSt}, {CollAlgo::Pull, DataPath::Tma}, {CollAlgo::Pull, DataPath::CopyEngine},
+        {CollAlgo::Ring, DataPath::LdSt}, {CollAlgo::Ring, DataPath::Tma}, {CollAlgo::LL, DataPath::LdSt}};
     int tc = 0;
     for (const auto& ap : aps)
         // LL's largest: 60001 f32 = 240004 bytes per rank, under its 256 KiB capacity, 469 blocks' worth of packets.
@@ -166,11 +165,10 @@ TEST_F(Collectives, AllGatherInPlaceAutoAndLarge) {
     // In place on every algorithm and path. Chunks of 8194 bytes start 2 bytes past a 16-byte boundary, so the
     // TMA paths move a byte head, a bulk body and a byte tail; pull must read each peer's input from the peer's
     // own slot of its out (the H200 run failed here: it read slot `me`, poison).
-    const AlgoPath aps[] = {{CollAlgo::Push, DataPath::LdSt},       {CollAlgo::Push, DataPath::Tma},
-                            {CollAlgo::Push, DataPath::CopyEngine}, {CollAlgo::Pull, DataPath::LdSt},
-                            {CollAlgo::Pull, DataPath::Tma},        {CollAlgo::Pull, DataPath::CopyEngine},
-                            {CollAlgo::Ring, DataPath::LdSt},       {CollAlgo::Ring, DataPath::Tma},
-                            {CollAlgo::LL, DataPath::LdSt}};
+    const AlgoPath aps[] = {
+        {CollAlgo::Push, DataPath::LdSt}, {CollAlgo::Push, DataPath::Tma}, {CollAlgo::Push, DataPath::CopyEngine},
+        {CollAlgo::Pull, DataPath::LdSt}, {CollAlgo::Pull, DataPath::Tma}, {CollAlgo::Pull, DataPath::CopyEngine},
+        {CollAlgo::Ring, DataPath::LdSt}, {CollAlgo::Ring, DataPath::Tma}, {CollAlgo::LL, DataPath::LdSt}};
     int tc = 10;
     for (const auto& ap : aps)
         check_all_gather(*w, stream, DType::F16, 4097, CollOptions{ap.algo, ap.path}, ++tc, true);
@@ -286,8 +284,7 @@ void check_all_reduce(World& w, cudaStream_t s, DType t, std::size_t n, const Co
 // LL holds at most kMaxLLBlocks x kLLPacketsPerBlock x 8 bytes per chunk (512 KiB): an explicit LL request stays
 // within it (the largest size here fills it exactly, with a partial last packet for 16-bit types); past it, see
 // AllReduceLLOverCapacity.
-constexpr std::size_t kLLMaxBytes =
-    std::size_t(kernels::coll::kMaxLLBlocks) * kernels::coll::kLLPacketsPerBlock * 8;
+constexpr std::size_t kLLMaxBytes = std::size_t(kernels::coll::kMaxLLBlocks) * kernels::coll::kLLPacketsPerBlock * 8;
 
 TEST_F(Collectives, AllReduceEveryAlgorithmDtype) {
     int tc = 200;
@@ -381,7 +378,8 @@ TEST_F(Collectives, AllToAllEqual) {
                             {CollAlgo::LL, DataPath::LdSt}};
     for (const auto& ap : aps)
         // LL's largest: 100001 bf16 = 200002 bytes per peer, under its 256 KiB capacity.
-        for (std::size_t n : {std::size_t(1), std::size_t(999), ap.algo == CollAlgo::LL ? 100001 : std::size_t(200003)}) {
+        for (std::size_t n :
+             {std::size_t(1), std::size_t(999), ap.algo == CollAlgo::LL ? 100001 : std::size_t(200003)}) {
             SCOPED_TRACE(label(ap) + " n " + std::to_string(n));
             const DType t = DType::BF16;
             const std::size_t B = n * 2;
