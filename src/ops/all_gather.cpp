@@ -26,14 +26,7 @@ void all_gather(World& world, BufferView in, BufferView out, cudaStream_t stream
     const bool in_sym = world.is_symmetric(in.data, B), out_sym = world.is_symmetric(out.data, out.bytes());
     const CollChoice c = coll::resolve(CollKind::AllGather, B, world, st, opts, in_sym, out_sym);
     if (c.algo == CollAlgo::LL) {
-        coll::Launch l;
-        l.params = coll::base_params(st);
-        l.params.in = in.data;
-        l.params.out = out.data;
-        l.params.count = B;  // moved as bytes
-        l.template_args = {"unsigned char"};
-        coll::setup_ll(l, op, B, opts, st);
-        coll::launch(world, st, key, l, stream);
+        coll::launch_ll_bytes(world, st, key, op, in.data, out.data, B, opts, stream);
         return;
     }
     if (c.algo == CollAlgo::Pull) {

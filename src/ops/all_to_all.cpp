@@ -25,14 +25,7 @@ void all_to_all(World& world, BufferView in, BufferView out, cudaStream_t stream
     const CollChoice c =
         coll::resolve(CollKind::AllToAll, B, world, st, opts, world.is_symmetric(in.data, in.bytes()), out_sym);
     if (c.algo == CollAlgo::LL) {
-        coll::Launch l;
-        l.params = coll::base_params(st);
-        l.params.in = in.data;
-        l.params.out = out.data;
-        l.params.count = B;  // moved as bytes
-        l.template_args = {"unsigned char"};
-        coll::setup_ll(l, op, B, opts, st);
-        coll::launch(world, st, key, l, stream);
+        coll::launch_ll_bytes(world, st, key, op, in.data, out.data, B, opts, stream);
         return;
     }
     coll::check_symmetric(op, "push", "out", world, out);

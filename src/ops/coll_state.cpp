@@ -200,6 +200,18 @@ bool launch_cached(World&, CollState& st, const PlanKey& key, cudaStream_t strea
     return true;
 }
 
+void launch_ll_bytes(World& world, CollState& st, const PlanKey& key, const char* op, const void* in, void* out,
+                     std::size_t chunk_bytes, const CollOptions& opts, cudaStream_t stream) {
+    Launch l;
+    l.params = base_params(st);
+    l.params.in = in;
+    l.params.out = out;
+    l.params.count = chunk_bytes;
+    l.template_args = {"unsigned char"};
+    setup_ll(l, op, chunk_bytes, opts, st);
+    launch(world, st, key, l, stream);
+}
+
 PlanKey plan_key(CollKind kind, const BufferView& in, const BufferView& out, const CollOptions& opts) {
     return PlanKey{static_cast<int>(kind),
                    in.data,

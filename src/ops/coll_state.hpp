@@ -110,6 +110,10 @@ int pick_blocks(std::size_t work_bytes, std::size_t bytes_per_block, int cap, co
 // and packets per block for chunks of `chunk_bytes` (see Params::count). Raises when a chunk is over the LL
 // area's capacity (ll_capacity_bytes()), naming the algorithms that fit.
 void setup_ll(Launch& l, const char* op, std::size_t chunk_bytes, const CollOptions& opts, const CollState& st);
+// The LL data-movement ops (all_gather, all_to_all): chunks of `chunk_bytes` moved as bytes; launched and
+// remembered as the plan of `key`.
+void launch_ll_bytes(World& world, CollState& st, const PlanKey& key, const char* op, const void* in, void* out,
+                     std::size_t chunk_bytes, const CollOptions& opts, cudaStream_t stream);
 constexpr std::size_t ll_capacity_bytes() {
     return std::size_t(kernels::coll::kMaxLLBlocks) * kernels::coll::kLLPacketsPerBlock * 8;
 }
