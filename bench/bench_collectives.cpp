@@ -199,13 +199,15 @@ std::vector<Variant> variants(CollKind k) {
                     {CollAlgo::LL, DataPath::LdSt},         {CollAlgo::Auto, DataPath::Auto}};
         case CollKind::ReduceScatter:
             return {{CollAlgo::Pull, DataPath::LdSt},   {CollAlgo::Scatter, DataPath::LdSt},
-                    {CollAlgo::Scatter, DataPath::Tma}, {CollAlgo::Ring, DataPath::LdSt},
-                    {CollAlgo::LL, DataPath::LdSt},     {CollAlgo::Auto, DataPath::Auto}};
+                    {CollAlgo::Scatter, DataPath::Tma}, {CollAlgo::Scatter, DataPath::CopyEngine},
+                    {CollAlgo::Ring, DataPath::LdSt},   {CollAlgo::LL, DataPath::LdSt},
+                    {CollAlgo::Auto, DataPath::Auto}};
         case CollKind::AllReduce:
             return {{CollAlgo::LL, DataPath::LdSt},
                     {CollAlgo::OneShot, DataPath::LdSt},
                     {CollAlgo::OneShot, DataPath::Tma},
                     {CollAlgo::TwoShot, DataPath::LdSt},
+                    {CollAlgo::TwoShot, DataPath::CopyEngine},
                     {CollAlgo::Auto, DataPath::Auto}};
         default:
             return {{CollAlgo::Push, DataPath::LdSt},

@@ -64,6 +64,7 @@ const std::vector<KernelSample>& kernel_samples() {
         {"loom/kernels/reduce_scatter.cuh", "loom::kernels::coll::reduce_scatter_pull", {"float", "0"}},
         {"loom/kernels/reduce_scatter.cuh", "loom::kernels::coll::reduce_scatter_scatter", {"__half", "0", "0"}},
         {"loom/kernels/reduce_scatter.cuh", "loom::kernels::coll::reduce_scatter_ring", {"__nv_bfloat16", "0"}},
+        {"loom/kernels/reduce_scatter.cuh", "loom::kernels::coll::reduce_scatter_ce_reduce", {"__nv_bfloat16", "0"}},
     };
     return samples;
 }

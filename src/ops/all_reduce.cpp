@@ -27,7 +27,24 @@ void all_reduce(World& world, BufferView in, BufferView out, cudaStream_t stream
         o.algo = a.algo == CollAlgo::LL && bytes > ll_max ? CollAlgo::OneShot : a.algo;
         if (o.path == DataPath::Auto) o.path = a.path;
     }
-    const CollChoice c = coll::resolve(CollKind::AllReduce, bytes, world, st, o, in_sym, out_sym);
+    CollChoice c = coll::resolve(CollKind::AllReduce, bytes, world, st, o, in_sym, out_sym);
+    if (c.algo == CollAlgo::TwoShot && c.path == DataPath::CopyEngine) {
+        // Two-shot with a copy-engine second half: reduce_scatter (pull, ld/st) of every rank's shard into this
+        // rank's shard of out, then an in-place all_gather of the shards through the copy engine. Shards must
+        // split evenly and keep 16-byte alignment; otherwise the one-kernel two-shot (same buffer needs).
+        coll::check_symmetric(op, "two_shot", "in", world, in);
+        coll::check_symmetric(op, "two_shot", "out", world, out);
+        const std::size_t S = in.count / W;
+        if (in.count % W == 0 && (S * es) % 16 == 0) {
+            const int me = world.rank();
+            const BufferView shard{static_cast<char*>(out.data) + me * S * es, in.dtype, S};
+            reduce_scatter(world, in, shard, stream,
+                           CollOptions{CollAlgo::Pull, DataPath::LdSt, opts.op, opts.num_sms});
+            all_gather(world, shard, out, stream, CollOptions{CollAlgo::Push, DataPath::CopyEngine});
+            return;
+        }
+        c.path = DataPath::LdSt;
+    }
     coll::Launch l;
     l.header = "loom/kernels/all_reduce.cuh";
     l.params = coll::base_params(st);

@@ -113,6 +113,10 @@ const std::vector<ChoiceRow>& choice_table() {
          "latency, two ranks: flag-in-data to 256 KiB (measured)", 2},
         {CollKind::AllReduce, 64 * KiB, GpuSharing::Any, CollAlgo::LL, DataPath::LdSt,
          "latency: flag-in-data, no barrier"},
+        {CollKind::AllReduce, 64 * MiB, GpuSharing::Distinct, CollAlgo::TwoShot, DataPath::LdSt,
+         "bandwidth: W reads + W writes"},
+        {CollKind::AllReduce, kAny, GpuSharing::Distinct, CollAlgo::TwoShot, DataPath::CopyEngine,
+         "large, one GPU per rank: reduce_scatter (pull) then a copy-engine all_gather"},
         {CollKind::AllReduce, kAny, GpuSharing::Any, CollAlgo::TwoShot, DataPath::LdSt,
          "bandwidth: W reads + W writes"},
         {CollKind::AllReduce, kAny, GpuSharing::Any, CollAlgo::OneShot, DataPath::LdSt, "buffers not symmetric"},
@@ -141,9 +145,9 @@ bool offered(CollKind kind, CollAlgo algo, DataPath path) {
             return (algo == CollAlgo::Ring && (ld || tma)) || (algo == CollAlgo::LL && ld);
         case CollKind::ReduceScatter:
             return ((algo == CollAlgo::Pull || algo == CollAlgo::Ring || algo == CollAlgo::LL) && ld) ||
-                   (algo == CollAlgo::Scatter && (ld || tma));
+                   (algo == CollAlgo::Scatter && (ld || tma || ce));
         case CollKind::AllReduce:
-            return ((algo == CollAlgo::TwoShot || algo == CollAlgo::LL) && ld) ||
+            return ((algo == CollAlgo::TwoShot || algo == CollAlgo::LL) && ld) || (algo == CollAlgo::TwoShot && ce) ||
                    (algo == CollAlgo::OneShot && (ld || tma));
         case CollKind::AllToAll:
             return (algo == CollAlgo::Push && (ld || tma || ce)) || (algo == CollAlgo::LL && ld);

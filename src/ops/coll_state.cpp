@@ -52,6 +52,8 @@ std::unique_ptr<CollState> create(World& world) {
     st->sync = world.alloc<SyncState>(1);
     st->scratch = world.alloc<char>(st->scratch_bytes);
     st->ll = world.alloc<char>(st->ll_bytes);
+    st->ce_sig = world.alloc<std::uint64_t>(2 * kMaxLocalPeers);
+    LOOM_CHECK_CUDA(cudaMemset(st->ce_sig, 0, 2 * kMaxLocalPeers * sizeof(std::uint64_t)));
     LOOM_CHECK_CUDA(cudaMemset(st->sync, 0, sizeof(SyncState)));
     LOOM_CHECK_CUDA(cudaMemset(st->ll, 0, st->ll_bytes));
     LOOM_CHECK_CUDA(cudaDeviceSynchronize());
@@ -87,14 +89,14 @@ void release_coll_state(World& world) {
     for (cudaStream_t s : st->ce_streams) cudaStreamDestroy(s);
     for (cudaEvent_t e : st->ce_done) cudaEventDestroy(e);
     if (st->ce_fork) cudaEventDestroy(st->ce_fork);
+    world.free(st->ce_sig);
     world.free(st->ll);
     world.free(st->scratch);
     world.free(st->sync);
 }
 
-void copy_engine_fanout(CollState& st, cudaStream_t stream, const std::vector<CopyJob>& jobs) {
-    if (!st.ce_fork) LOOM_CHECK_CUDA(cudaEventCreateWithFlags(&st.ce_fork, cudaEventDisableTiming));
-    while (st.ce_streams.size() < jobs.size()) {
+cudaStream_t ce_stream(CollState& st, std::size_t i) {
+    while (st.ce_streams.size() <= i) {
         cudaStream_t s = nullptr;
         cudaEvent_t e = nullptr;
         LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -102,9 +104,14 @@ void copy_engine_fanout(CollState& st, cudaStream_t stream, const std::vector<Co
         st.ce_streams.push_back(s);
         st.ce_done.push_back(e);
     }
+    return st.ce_streams[i];
+}
+
+void copy_engine_fanout(CollState& st, cudaStream_t stream, const std::vector<CopyJob>& jobs) {
+    if (!st.ce_fork) LOOM_CHECK_CUDA(cudaEventCreateWithFlags(&st.ce_fork, cudaEventDisableTiming));
     LOOM_CHECK_CUDA(cudaEventRecord(st.ce_fork, stream));
     for (std::size_t i = 0; i < jobs.size(); ++i) {
-        cudaStream_t side = st.ce_streams[i];
+        cudaStream_t side = ce_stream(st, i);
         LOOM_CHECK_CUDA(cudaStreamWaitEvent(side, st.ce_fork, 0));
         LOOM_CHECK_CUDA(cudaMemcpyAsync(jobs[i].dst, jobs[i].src, jobs[i].bytes, cudaMemcpyDefault, side));
         LOOM_CHECK_CUDA(cudaEventRecord(st.ce_done[i], side));

@@ -58,6 +58,11 @@ struct CollState {
     // kernel launch, which is most of a small collective's latency. Bounded: cleared past kMaxPlans entries.
     std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
     static constexpr std::size_t kMaxPlans = 4096;
+    // Copy-engine reduce_scatter (scatter / ce): symmetric [2][kMaxLocalPeers] signals — ready[q]: rank q's push of
+    // round r landed here; freed[q]: rank q reduced round r, so its buffers may be refilled — and the round count
+    // (same on every rank: every rank makes the same calls).
+    std::uint64_t* ce_sig = nullptr;
+    std::uint64_t ce_round = 0;
     // Side streams of the copy-engine path (copy_engine_fanout), created on first use.
     std::vector<cudaStream_t> ce_streams;
     std::vector<cudaEvent_t> ce_done;
@@ -95,6 +100,8 @@ struct CopyJob {
     std::size_t bytes;
 };
 void copy_engine_fanout(CollState& st, cudaStream_t stream, const std::vector<CopyJob>& jobs);
+// Side stream i of the copy-engine path (created on first use).
+cudaStream_t ce_stream(CollState& st, std::size_t i);
 // The one-block peer barrier (copy-engine path).
 void launch_barrier(World& world, CollState& st, cudaStream_t stream);
 

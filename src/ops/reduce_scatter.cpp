@@ -1,8 +1,70 @@
 // Host launcher of include/loom/kernels/reduce_scatter.cuh: validate, choose, launch.
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/stream_ops.hpp"
 #include "ops/coll_state.hpp"
 
 namespace loom {
+
+namespace {
+
+// Scatter through the copy engine, reduce locally, in rounds (no SM moves data between GPUs): round r pushes, for
+// every peer d, elements [off, off + n) of in's chunk d into slot `me` of buffer r % 2 of d's scratch
+// (cudaMemcpyAsync on side stream d, after d freed that buffer: freed[d] >= r - 2) and raises ready[me] = r at
+// d; the caller's stream waits for ready[q] >= r from every peer, reduces the round into out[off, off + n)
+// (reduce_scatter_ce_reduce) and raises freed[me] = r at every peer. Two buffers, so the pushes of round r + 1
+// run under the reduce of round r. Any in and out; only the scratch is symmetric.
+void reduce_scatter_copy_engine(World& world, coll::CollState& st, const BufferView& in, const BufferView& out,
+                                cudaStream_t stream, const CollOptions& opts) {
+    const int W = world.world_size(), me = world.rank();
+    const std::size_t es = dtype_size(in.dtype), S = out.count;
+    std::size_t C = st.scratch_bytes / (2 * static_cast<std::size_t>(W) * es) / 16 * 16;  // per slot per buffer
+    if (C > S) C = S;
+    std::uint64_t* const ready = st.ce_sig;
+    std::uint64_t* const freed = st.ce_sig + kMaxLocalPeers;
+    const char* const src = static_cast<const char*>(in.data);
+    char* const dst = static_cast<char*>(out.data);
+    // Entry barrier: every peer finished its earlier collectives, whose kernels may still have used the scratch.
+    coll::launch_barrier(world, st, stream);
+    if (!st.ce_fork) LOOM_CHECK_CUDA(cudaEventCreateWithFlags(&st.ce_fork, cudaEventDisableTiming));
+    LOOM_CHECK_CUDA(cudaEventRecord(st.ce_fork, stream));
+    for (int i = 1; i < W; ++i) LOOM_CHECK_CUDA(cudaStreamWaitEvent(coll::ce_stream(st, i - 1), st.ce_fork, 0));
+    coll::Launch l;
+    l.header = "loom/kernels/reduce_scatter.cuh";
+    l.name = "loom::kernels::coll::reduce_scatter_ce_reduce";
+    l.template_args = {coll::cuda_type(in.dtype), opts.op == ReduceOp::Max ? "1" : "0"};
+    l.params = coll::base_params(st);
+    l.params.round_elems = C;
+    for (std::size_t off = 0; off < S; off += C) {
+        const std::size_t n = S - off < C ? S - off : C;
+        const std::uint64_t r = ++st.ce_round;
+        char* const buf = st.scratch + (r % 2) * static_cast<std::size_t>(W) * C * es;
+        for (int i = 1; i < W; ++i) {
+            const int d = (me + i) % W;
+            cudaStream_t side = coll::ce_stream(st, i - 1);
+            if (r > 2) stream_ops::wait_value(side, &freed[d], r - 2);
+            stream_ops::put_ce(world, buf + static_cast<std::size_t>(me) * C * es, src + (d * S + off) * es, n * es, d,
+                               side);
+            stream_ops::signal_ce(world, &ready[me], r, d, side);
+        }
+        for (int q = 0; q < W; ++q)
+            if (q != me) stream_ops::wait_value(stream, &ready[q], r);
+        l.params.in = src + (me * S + off) * es;
+        l.params.out = dst + off * es;
+        l.params.count = n;
+        l.params.scratch = buf;
+        l.blocks = coll::pick_blocks(n * es * W, 256 * 1024, 64, opts, st);
+        coll::launch(world, l, stream);
+        for (int d = 0; d < W; ++d)
+            if (d != me) stream_ops::signal_ce(world, &freed[me], r, d, stream);
+    }
+    // Join the side streams (their last signals are in stream order before everything later on `stream`).
+    for (int i = 1; i < W; ++i) {
+        LOOM_CHECK_CUDA(cudaEventRecord(st.ce_done[i - 1], coll::ce_stream(st, i - 1)));
+        LOOM_CHECK_CUDA(cudaStreamWaitEvent(stream, st.ce_done[i - 1], 0));
+    }
+}
+
+}  // namespace
 
 void reduce_scatter(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts) {
     const char* op = "reduce_scatter";
@@ -25,6 +87,10 @@ void reduce_scatter(World& world, BufferView in, BufferView out, cudaStream_t st
                op);
     const bool in_sym = world.is_symmetric(in.data, in.bytes()), out_sym = world.is_symmetric(out.data, out.bytes());
     const CollChoice c = coll::resolve(CollKind::ReduceScatter, out.bytes(), world, st, opts, in_sym, out_sym);
+    if (c.algo == CollAlgo::Scatter && c.path == DataPath::CopyEngine) {
+        reduce_scatter_copy_engine(world, st, in, out, stream, opts);
+        return;
+    }
     coll::Launch l;
     l.header = "loom/kernels/reduce_scatter.cuh";
     l.params = coll::base_params(st);

@@ -216,11 +216,9 @@ void check_reduce_scatter(World& w, cudaStream_t s, DType t, std::size_t n, cons
 }
 
 TEST_F(Collectives, ReduceScatterEveryAlgorithmPathDtype) {
-    const AlgoPath aps[] = {{CollAlgo::Pull, DataPath::LdSt},
-                            {CollAlgo::Scatter, DataPath::LdSt},
-                            {CollAlgo::Scatter, DataPath::Tma},
-                            {CollAlgo::Ring, DataPath::LdSt},
-                            {CollAlgo::LL, DataPath::LdSt}};
+    const AlgoPath aps[] = {{CollAlgo::Pull, DataPath::LdSt},   {CollAlgo::Scatter, DataPath::LdSt},
+                            {CollAlgo::Scatter, DataPath::Tma}, {CollAlgo::Ring, DataPath::LdSt},
+                            {CollAlgo::LL, DataPath::LdSt},     {CollAlgo::Scatter, DataPath::CopyEngine}};
     int tc = 100;
     for (const auto& ap : aps)
         for (DType t : {DType::F32, DType::F16, DType::BF16})
@@ -244,6 +242,13 @@ TEST_F(Collectives, ReduceScatterInPlaceMaxLarge) {
     check_reduce_scatter(*w, stream, DType::F16, 4099, CollOptions{CollAlgo::Ring, DataPath::LdSt, ReduceOp::Max}, 6,
                          false);
     check_reduce_scatter(*w, stream, DType::BF16, (std::size_t(5) << 20) + 3, CollOptions{CollAlgo::Ring}, 7, false);
+    // Copy-engine scatter: in place, max, and rounds (4 M + 3 elements: 3 rounds at 8 ranks with the default
+    // scratch; the dist_small_scratch step runs many).
+    check_reduce_scatter(*w, stream, DType::BF16, 5001, CollOptions{CollAlgo::Scatter, DataPath::CopyEngine}, 10, true);
+    check_reduce_scatter(*w, stream, DType::F32, 4099,
+                         CollOptions{CollAlgo::Scatter, DataPath::CopyEngine, ReduceOp::Max}, 11, false);
+    check_reduce_scatter(*w, stream, DType::BF16, (std::size_t(4) << 20) + 3,
+                         CollOptions{CollAlgo::Scatter, DataPath::CopyEngine}, 12, false);
     // LL: in place, max, odd count (packets straddle the chunk ends).
     check_reduce_scatter(*w, stream, DType::BF16, 5001, CollOptions{CollAlgo::LL}, 8, true);
     check_reduce_scatter(*w, stream, DType::F16, 4099, CollOptions{CollAlgo::LL, DataPath::Auto, ReduceOp::Max}, 9,
@@ -332,6 +337,14 @@ TEST_F(Collectives, AllReduceInPlaceMaxAutoLarge) {
         check_all_reduce(*w, stream, DType::BF16, n, {}, 4, false);
     // One-shot past the scratch: rounds.
     check_all_reduce(*w, stream, DType::F32, (std::size_t(5) << 20) + 1, CollOptions{CollAlgo::OneShot}, 5, false);
+    // Two-shot through the copy engine (reduce_scatter pull + copy-engine all_gather): even shards in place, out
+    // of place with max, and a count that does not split evenly (falls back to the one-kernel two-shot).
+    const std::size_t W = w->world_size();
+    const CollOptions ce{CollAlgo::TwoShot, DataPath::CopyEngine};
+    check_all_reduce(*w, stream, DType::BF16, W * 65536, ce, 6, true);
+    check_all_reduce(*w, stream, DType::F32, W * 1000,
+                     CollOptions{CollAlgo::TwoShot, DataPath::CopyEngine, ReduceOp::Max}, 7, false);
+    check_all_reduce(*w, stream, DType::F16, W * 1000 + 1, ce, 8, false);
 }
 
 // ---- scratch rounds: three rounds, the last one short, at every world size -------------------------------------

@@ -49,6 +49,8 @@ TEST(CollChoice, AllReduceLLThenTwoShotOneShotWhenNotSymmetric) {
     expect(choose_collective(CollKind::AllReduce, 256 * KiB, shared(2)), CollAlgo::LL, DataPath::LdSt);
     expect(choose_collective(CollKind::AllReduce, 256 * KiB, distinct(2)), CollAlgo::LL, DataPath::LdSt);
     expect(choose_collective(CollKind::AllReduce, 1 * MiB, distinct(2)), CollAlgo::TwoShot, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllReduce, 256 * MiB, distinct(2)), CollAlgo::TwoShot, DataPath::CopyEngine);
+    expect(choose_collective(CollKind::AllReduce, 256 * MiB, shared(2)), CollAlgo::TwoShot, DataPath::LdSt);
     expect(choose_collective(CollKind::AllReduce, 256 * KiB, shared(8), false, false), CollAlgo::OneShot,
            DataPath::LdSt);
 }

@@ -18,6 +18,9 @@
 //                                        sources are combined in ring order (c+1, ..., c-1, c) for chunk c: the
 //                                        result is the same on every rank (one owner per chunk) but not bitwise
 //                                        that of pull / scatter.
+//   reduce_scatter_ce_reduce<T, kOp>     one round's local reduce of the copy-engine scatter (the pushes are
+//                                        cudaMemcpyAsync on side streams; src/ops/reduce_scatter.cpp pipelines
+//                                        the rounds).
 // Block b handles elements [lo, hi) of the chunk (block_share) and synchronises with block b of the peers.
 // In-place: out == in + me * count.
 #pragma once
@@ -95,6 +98,26 @@ __global__ void __launch_bounds__(512) reduce_scatter_ring(Ctx ctx, Params p) {
         // a barrier. After the last round the next call's entry barrier gives the same guarantee.
         if (base + C < p.count) barrier_peers(ctx, p.sync, sig_value(e, phase++));
     }
+}
+
+// One round of the copy-engine reduce_scatter (src/ops/reduce_scatter.cpp: every rank pushes its part for rank q
+// into slot `me` of q's scratch with the copy engine, round by round, double-buffered): out[0, count) = op over
+// sources in rank order of (q == me ? in : scratch + q * round_elems), each [0, count). The host orders it after
+// every peer's push of the round (stream waits) and signals the peers after it.
+template <class T, int kOp>
+__global__ void __launch_bounds__(512) reduce_scatter_ce_reduce(Ctx ctx, Params p) {
+    const int W = ctx.local_world, me = ctx.local_rank;
+    const Range r = block_share(p.count, kVec<T>);
+    if (!r.size()) return;
+    const T* src[kMaxLocalPeers];
+    T* dst[kMaxLocalPeers];
+#pragma unroll
+    for (int q = 0; q < kMaxLocalPeers; ++q) {
+        src[q] = q < W && q != me ? reinterpret_cast<const T*>(p.scratch) + q * p.round_elems + r.lo
+                                  : static_cast<const T*>(p.in) + r.lo;
+        dst[q] = static_cast<T*>(p.out) + r.lo;
+    }
+    reduce_multi<T, kOp>(src, W, dst, 1, r.size());
 }
 
 }  // namespace loom::kernels::coll
