@@ -77,7 +77,10 @@ constexpr std::size_t KiB = 1024, MiB = 1024 * KiB, kAny = SIZE_MAX;
 // 128 KiB out: 9.4 vs 21.0 scatter, NCCL 15.6), and at 512 KiB chunks (9688a01) 12.7-13.8 against 15.4-21.4.
 // Shared GPU (9688a01): LL wins to 128 KiB chunks at W = 2 and 8 (all_gather W = 8, 128 KiB per rank: 40.6 us vs
 // 52.6 pull) and ties the others at 512 KiB; LL all_reduce wins to 256 KiB at W = 2 (14.3 vs 16.9 two-shot) but
-// only to 64 KiB at W = 8 (256 KiB: 55 vs 41). Sizes are choose_collective's `bytes`.
+// only to 64 KiB at W = 8 (256 KiB: 55 vs 41). AllReduce past 64 MiB on distinct GPUs (c1fb602): reduce_scatter
+// pull + copy-engine all_gather beats the one-kernel two-shot (1 GiB: 3061 vs 3434 us, NCCL 3262; 256 MiB: 796
+// vs 879; 64 MiB: a tie, 230 vs 232). The copy-engine reduce_scatter (scatter / ce) is offered but lost to pull at
+// every size (1 GiB: 1748 vs 1661 us), so no row picks it. Sizes are choose_collective's `bytes`.
 const std::vector<ChoiceRow>& choice_table() {
     static const std::vector<ChoiceRow> rows = {
         // AllGather (bytes per rank)
