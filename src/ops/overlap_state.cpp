@@ -42,12 +42,12 @@ std::unique_ptr<OpState> create(World& world, const char* op) {
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&st->device_sms, cudaDevAttrMultiProcessorCount, st->device));
     // Under MPS the attribute reports this client's share of the SMs; the GEMM grids and comm-block counts are
     // planned on it (see overlap_usable_sms and docs/overlap.md "Deadlock freedom").
-    st->shared_gpu = collective_topology(world).shared_gpu;
-    st->num_sms = overlap_usable_sms(st->device_sms, process_env(), st->shared_gpu);
+    st->num_sms = overlap_usable_sms(st->device_sms);
     LOOM_CHECK(st->num_sms >= 2,
                "{}: expected at least 2 usable SMs (one for the GEMM, one for the communication blocks), given {} "
                "(device {} SMs; CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / LOOM_OVERLAP_SMS)",
                op, st->num_sms, st->device_sms);
+    st->shared_gpu = collective_topology(world).shared_gpu;
     st->arch = major * 10 + minor;
     LOOM_CHECK(st->arch >= 90,
                "{}: expected a GPU of compute capability >= 9.0 (Hopper GEMM with overlap hooks), "
@@ -198,12 +198,12 @@ int comm_blocks(int requested, int dflt, int num_sms) {
 }  // namespace loom::overlap
 
 // Declared in loom/ops/overlap.hpp (namespace loom).
-int loom::overlap_usable_sms(int device_sms, const EnvLookup& env, bool ranks_share_gpu) {
+int loom::overlap_usable_sms(int device_sms, const EnvLookup& env) {
     LOOM_CHECK(device_sms >= 1, "overlap_usable_sms: expected the device's SM count >= 1, given {}", device_sms);
     const long long forced = env_int(env, "LOOM_OVERLAP_SMS", 0);
     LOOM_CHECK(forced >= 0, "LOOM_OVERLAP_SMS: expected a number of SMs >= 0 (0: derive it), given {}", forced);
     if (forced > 0) return static_cast<int>(std::min<long long>(forced, device_sms));
     // Under MPS the attribute already reports the client's share (seen on the H200: 14 SMs at
-    // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=12), so it is used as is, less 2 SMs when ranks share the GPU.
-    return ranks_share_gpu && device_sms > 4 ? device_sms - 2 : device_sms;
+    // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=12), so it is used as is.
+    return device_sms;
 }

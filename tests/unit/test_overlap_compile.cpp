@@ -92,10 +92,6 @@ TEST(OverlapPlan, UsableSmsAreTheAttributeOrTheOverride) {
     EXPECT_EQ(loom::overlap_usable_sms(132, env_of({{"LOOM_OVERLAP_SMS", "500"}})), 132);
     EXPECT_THROW(loom::overlap_usable_sms(132, env_of({{"LOOM_OVERLAP_SMS", "-3"}})), loom::Error);
     EXPECT_THROW(loom::overlap_usable_sms(0, env_of({})), loom::Error);
-    // Ranks sharing the GPU: 2 SMs stay free for the other kernels of the client (8 ranks hung on all 14).
-    EXPECT_EQ(loom::overlap_usable_sms(14, env_of({}), true), 12);
-    EXPECT_EQ(loom::overlap_usable_sms(4, env_of({}), true), 4);
-    EXPECT_EQ(loom::overlap_usable_sms(14, env_of({{"LOOM_OVERLAP_SMS", "10"}}), true), 10);  // the override wins
 }
 
 // The comm kernel runs concurrently with the persistent GEMM and its blocks spin: they must leave SMs to the GEMM

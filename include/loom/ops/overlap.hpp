@@ -81,13 +81,10 @@ OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, in
 OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms);
 
 // The SMs this process can occupy at once, which the plans divide between the GEMM and the communication blocks:
-// LOOM_OVERLAP_SMS when set (> 0, at most device_sms), else device_sms, less 2 when ranks share the GPU (and
-// device_sms > 4). Under MPS, cudaDevAttrMultiProcessorCount already reports the client's share
-// (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; on the H200 8 ranks at 12 % see 14 SMs), so device_sms is that attribute.
-// The 2 SMs left free when sharing: at 8 ranks on one H200 the overlapped ops planned on all 14 SMs hung (a GEMM
-// waited for a chunk that never landed) and ran correctly on 12 or fewer (bench-overlap, 2026-11-29). Raises
-// for a malformed value.
-int overlap_usable_sms(int device_sms, const EnvLookup& env = process_env(), bool ranks_share_gpu = false);
+// LOOM_OVERLAP_SMS when set (> 0, at most device_sms), else device_sms. Under MPS, cudaDevAttrMultiProcessorCount
+// already reports the client's share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; on the H200 8 ranks at 12 % see 14 SMs),
+// so device_sms is that attribute. Raises for a malformed value.
+int overlap_usable_sms(int device_sms, const EnvLookup& env = process_env());
 
 // Frees the overlapped ops' symmetric buffers for this World (collective; synchronises the device).
 void release_overlap_state(World& world);
