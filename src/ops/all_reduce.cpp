@@ -8,7 +8,7 @@ void all_reduce(World& world, BufferView in, BufferView out, cudaStream_t stream
     const char* op = "all_reduce";
     coll::CollState& st = coll::coll_state(world);
     const coll::PlanKey key = coll::plan_key(CollKind::AllReduce, in, out, opts);
-    if (coll::launch_cached(world, st, key, stream)) return;  // this exact call was validated and resolved before
+    if (coll::launch_cached(st, key, stream)) return;  // this exact call was validated and resolved before
     coll::check_buffer(op, "in", in);
     coll::check_buffer(op, "out", out);
     coll::check_same_dtype(op, in, out);

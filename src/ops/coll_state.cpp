@@ -107,16 +107,24 @@ cudaStream_t ce_stream(CollState& st, std::size_t i) {
     return st.ce_streams[i];
 }
 
-void copy_engine_fanout(CollState& st, cudaStream_t stream, const std::vector<CopyJob>& jobs) {
+void ce_fork(CollState& st, cudaStream_t stream, std::size_t n) {
     if (!st.ce_fork) LOOM_CHECK_CUDA(cudaEventCreateWithFlags(&st.ce_fork, cudaEventDisableTiming));
     LOOM_CHECK_CUDA(cudaEventRecord(st.ce_fork, stream));
-    for (std::size_t i = 0; i < jobs.size(); ++i) {
-        cudaStream_t side = ce_stream(st, i);
-        LOOM_CHECK_CUDA(cudaStreamWaitEvent(side, st.ce_fork, 0));
-        LOOM_CHECK_CUDA(cudaMemcpyAsync(jobs[i].dst, jobs[i].src, jobs[i].bytes, cudaMemcpyDefault, side));
-        LOOM_CHECK_CUDA(cudaEventRecord(st.ce_done[i], side));
+    for (std::size_t i = 0; i < n; ++i) LOOM_CHECK_CUDA(cudaStreamWaitEvent(ce_stream(st, i), st.ce_fork, 0));
+}
+
+void ce_join(CollState& st, cudaStream_t stream, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+        LOOM_CHECK_CUDA(cudaEventRecord(st.ce_done[i], ce_stream(st, i)));
         LOOM_CHECK_CUDA(cudaStreamWaitEvent(stream, st.ce_done[i], 0));
     }
+}
+
+void copy_engine_fanout(CollState& st, cudaStream_t stream, const std::vector<CopyJob>& jobs) {
+    ce_fork(st, stream, jobs.size());
+    for (std::size_t i = 0; i < jobs.size(); ++i)
+        LOOM_CHECK_CUDA(cudaMemcpyAsync(jobs[i].dst, jobs[i].src, jobs[i].bytes, cudaMemcpyDefault, ce_stream(st, i)));
+    ce_join(st, stream, jobs.size());
 }
 
 Params base_params(const CollState& st) {
@@ -199,7 +207,7 @@ void launch(World& world, CollState& st, const PlanKey& key, const Launch& l, cu
     st.plans[key] = Plan{&k, ctx, l.blocks, l.threads, l.smem, l.params};
 }
 
-bool launch_cached(World&, CollState& st, const PlanKey& key, cudaStream_t stream) {
+bool launch_cached(CollState& st, const PlanKey& key, cudaStream_t stream) {
     const auto it = st.plans.find(key);
     if (it == st.plans.end()) return false;
     const Plan& p = it->second;

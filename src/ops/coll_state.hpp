@@ -88,7 +88,7 @@ void launch(World& world, const Launch& l, cudaStream_t stream);
 // launch(), and remember the launch as the plan of `key` for launch_cached.
 void launch(World& world, CollState& st, const PlanKey& key, const Launch& l, cudaStream_t stream);
 // Replays the plan of `key` when one exists (returns true); otherwise the caller validates and resolves.
-bool launch_cached(World& world, CollState& st, const PlanKey& key, cudaStream_t stream);
+bool launch_cached(CollState& st, const PlanKey& key, cudaStream_t stream);
 PlanKey plan_key(CollKind kind, const BufferView& in, const BufferView& out, const CollOptions& opts);
 // The copy-engine data path: each job runs on its own side stream, so the copies to different peers and the own
 // chunk's local copy run on different copy engines at once (one stream would serialise them: at 1 GiB, W = 2 the
@@ -102,6 +102,10 @@ struct CopyJob {
 void copy_engine_fanout(CollState& st, cudaStream_t stream, const std::vector<CopyJob>& jobs);
 // Side stream i of the copy-engine path (created on first use).
 cudaStream_t ce_stream(CollState& st, std::size_t i);
+// Side streams 0..n-1 start after `stream`'s work so far (ce_fork); `stream`'s later work starts after theirs
+// (ce_join). Events only: capturable in a CUDA graph.
+void ce_fork(CollState& st, cudaStream_t stream, std::size_t n);
+void ce_join(CollState& st, cudaStream_t stream, std::size_t n);
 // The one-block peer barrier (copy-engine path).
 void launch_barrier(World& world, CollState& st, cudaStream_t stream);
 

@@ -25,9 +25,7 @@ void reduce_scatter_copy_engine(World& world, coll::CollState& st, const BufferV
     char* const dst = static_cast<char*>(out.data);
     // Entry barrier: every peer finished its earlier collectives, whose kernels may still have used the scratch.
     coll::launch_barrier(world, st, stream);
-    if (!st.ce_fork) LOOM_CHECK_CUDA(cudaEventCreateWithFlags(&st.ce_fork, cudaEventDisableTiming));
-    LOOM_CHECK_CUDA(cudaEventRecord(st.ce_fork, stream));
-    for (int i = 1; i < W; ++i) LOOM_CHECK_CUDA(cudaStreamWaitEvent(coll::ce_stream(st, i - 1), st.ce_fork, 0));
+    coll::ce_fork(st, stream, static_cast<std::size_t>(W - 1));
     coll::Launch l;
     l.header = "loom/kernels/reduce_scatter.cuh";
     l.name = "loom::kernels::coll::reduce_scatter_ce_reduce";
@@ -58,10 +56,7 @@ void reduce_scatter_copy_engine(World& world, coll::CollState& st, const BufferV
             if (d != me) stream_ops::signal_ce(world, &freed[me], r, d, stream);
     }
     // Join the side streams (their last signals are in stream order before everything later on `stream`).
-    for (int i = 1; i < W; ++i) {
-        LOOM_CHECK_CUDA(cudaEventRecord(st.ce_done[i - 1], coll::ce_stream(st, i - 1)));
-        LOOM_CHECK_CUDA(cudaStreamWaitEvent(stream, st.ce_done[i - 1], 0));
-    }
+    coll::ce_join(st, stream, static_cast<std::size_t>(W - 1));
 }
 
 }  // namespace
@@ -70,7 +65,7 @@ void reduce_scatter(World& world, BufferView in, BufferView out, cudaStream_t st
     const char* op = "reduce_scatter";
     coll::CollState& st = coll::coll_state(world);
     const coll::PlanKey key = coll::plan_key(CollKind::ReduceScatter, in, out, opts);
-    if (coll::launch_cached(world, st, key, stream)) return;  // this exact call was validated and resolved before
+    if (coll::launch_cached(st, key, stream)) return;  // this exact call was validated and resolved before
     coll::check_buffer(op, "in", in);
     coll::check_buffer(op, "out", out);
     coll::check_same_dtype(op, in, out);
