@@ -132,7 +132,7 @@ LOOM_DEVICE LOOM_FORCEINLINE void reduce_rows(const RsParams& p, int W, int me, 
 template <class T>
 LOOM_DEVICE LOOM_FORCEINLINE void copy_rows(const T* partial, T* dst, int32_t n, int32_t r0, int32_t r1, int32_t c0,
                                             int32_t vecs_per_row, int32_t row_shift, int32_t t, int32_t nthreads) {
-    constexpr int E = kVecElems<T>, U = 8;
+    constexpr int E = kVecElems<T>, U = 6;  // 8 spills under the 168-register cap
     const int32_t total = (r1 - r0) * vecs_per_row, step = nthreads;
     for (int32_t base = t; base < total; base += U * step) {
         uint4 v[U];

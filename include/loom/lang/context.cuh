@@ -22,20 +22,27 @@ struct Ctx {
     int32_t local_base_rank;     // global rank of local rank 0 (the ranks of a node are contiguous)
     uint64_t wait_timeout_ns;    // bound on every spin-wait; 0 = unbounded (LOOM_WAIT_TIMEOUT_MS)
     uint64_t heap_size;          // bytes of each rank's symmetric heap
-    char* heap[kMaxLocalPeers];  // heap[i]: local rank i's heap, mapped into this process
+    char* heap[kMaxLocalPeers];  // heap[i]: local rank i's heap, mapped into this process; back to back:
+                                 // heap[i] == heap[0] + i * heap_size (the runtime maps them in one VA range)
     DiagMailbox* diag;           // timed-out waits report here (lang/diag.cuh); null: the module's global
 
     // Is `peer` reachable by load/store from this process (same node)?
     LOOM_HOST_DEVICE bool reachable(int peer) const {
         return peer >= local_base_rank && peer < local_base_rank + local_world;
     }
-    // Base of `peer`'s heap in this process. Precondition: reachable(peer).
-    LOOM_HOST_DEVICE char* heap_of(int peer) const { return heap[peer - local_base_rank]; }
-    // Is `p` inside this rank's own symmetric heap?
-    LOOM_HOST_DEVICE bool is_symmetric(const void* p) const {
-        const char* c = static_cast<const char*>(p);
-        return c >= heap[local_rank] && c < heap[local_rank] + heap_size;
+    // Base of `peer`'s heap in this process. Precondition: reachable(peer). Arithmetic on heap[0] rather than
+    // heap[peer - local_base_rank]: a runtime index into a by-value kernel parameter makes the compiler copy the
+    // whole Ctx to local memory, and every symm_at would then pay a local-memory load.
+    LOOM_HOST_DEVICE char* heap_of(int peer) const {
+        return heap[0] + static_cast<int64_t>(peer - local_base_rank) * static_cast<int64_t>(heap_size);
     }
+    // Byte offset of `p` from the start of this rank's own heap (as unsigned: below the heap wraps to huge).
+    LOOM_HOST_DEVICE uint64_t own_offset(const void* p) const {
+        return static_cast<uint64_t>(static_cast<const char*>(p) - heap[0]) -
+               static_cast<uint64_t>(local_rank) * heap_size;
+    }
+    // Is `p` inside this rank's own symmetric heap?
+    LOOM_HOST_DEVICE bool is_symmetric(const void* p) const { return own_offset(p) < heap_size; }
 };
 
 // Passed by value to every kernel and compiled from this header on both sides: the layout must not drift.

@@ -36,7 +36,7 @@ __noinline__ LOOM_DEVICE inline void bad_peer(const Ctx& ctx, const void* p, int
         "loom: symm_at: rank %d block (%u,%u,%u) thread %u: peer %d is not load/store reachable (local ranks "
         "%d..%d of %d) or %p is not in this rank's symmetric heap [%p, +%llu)\n",
         ctx.rank, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, peer, ctx.local_base_rank,
-        ctx.local_base_rank + ctx.local_world - 1, ctx.world, p, ctx.heap[ctx.local_rank],
+        ctx.local_base_rank + ctx.local_world - 1, ctx.world, p, ctx.heap_of(ctx.rank),
         static_cast<unsigned long long>(ctx.heap_size));
     __trap();
 }
@@ -44,14 +44,14 @@ __noinline__ LOOM_DEVICE inline void bad_peer(const Ctx& ctx, const void* p, int
 }  // namespace detail
 
 // `p` (a pointer into this rank's symmetric heap) as seen in `peer`'s heap, mapped into this process.
-// Checked: peer reachable and p symmetric (two compares; the failing path is out of line).
+// Checked: peer reachable and p symmetric (two compares; the failing path is out of line). The heaps are back to
+// back (Ctx::heap), so the answer is p + (peer - rank) * heap_size: no table lookup, no memory access.
 template <class T>
 LOOM_DEVICE LOOM_FORCEINLINE T* symm_at(const Ctx& ctx, T* p, int peer) {
-    const char* c = static_cast<const char*>(static_cast<const void*>(p));
-    const char* base = ctx.heap[ctx.local_rank];
-    const uint64_t offset = static_cast<uint64_t>(c - base);
-    if (!ctx.reachable(peer) || offset >= ctx.heap_size) detail::bad_peer(ctx, p, peer);
-    return static_cast<T*>(static_cast<void*>(ctx.heap[peer - ctx.local_base_rank] + offset));
+    if (!ctx.reachable(peer) || ctx.own_offset(p) >= ctx.heap_size) detail::bad_peer(ctx, p, peer);
+    char* c = const_cast<char*>(static_cast<const char*>(static_cast<const void*>(p)));
+    return static_cast<T*>(
+        static_cast<void*>(c + static_cast<int64_t>(peer - ctx.rank) * static_cast<int64_t>(ctx.heap_size)));
 }
 
 }  // namespace loom::lang
