@@ -6,7 +6,8 @@
 //   side             ready[me] = e on every rank; for d = me+1, me+2, ... (Sm: from d = me): [d != me: wait
 //                    ready[d] >= e]; copy chunk -> d's gather rows [me R, me R + R); chunk[me] on d += pieces
 //                    (target T). The copy engine's own rows go on the stream, before the GEMM: a copy within one
-//                    GPU is a runtime copy kernel, which the persistent GEMM would starve (docs/overlap.md).
+//                    GPU is a runtime copy kernel, which the persistent GEMM would starve (docs/overlap.md). With
+//                    ranks sharing a GPU every copy is such a kernel: the stream joins the side before the GEMM.
 // T (chunk_total) counts pieces over all calls: the copy engine sets the new total, each SM block adds 1.
 #include <algorithm>
 
@@ -50,9 +51,10 @@ OverlapPlan ag_gemm_plan(int64_t m, int64_t n_loc, int64_t k, int world_size, Ag
         const int dflt = static_cast<int>(std::clamp<int64_t>(chunk_bytes / (256 << 10), 1, 8));
         p.comm_blocks = overlap::comm_blocks(comm_sms, dflt, num_sms);
     }
-    // Copy engine with peers on this GPU: their copies into this rank's gather buffer (and this rank's into
-    // theirs) are runtime copy kernels; one TPC stays free for them.
-    if (producer == AgProducer::CopyEngine && ranks_share_gpu && num_sms > 3) p.reserved_sms = 2;
+    // Copy engine with peers on this GPU: the copies are runtime copy kernels, and ag_gemm runs them before the
+    // GEMM (see ag_gemm), so the GEMM keeps every SM. (ranks_share_gpu stays a parameter: the plan is the place
+    // where sharing would change the split.)
+    (void)ranks_share_gpu;
     p.gemm = overlap::gemm_config(m, n_loc, k, arch, num_sms - p.comm_blocks - p.reserved_sms);
     return p;
 }
@@ -89,7 +91,11 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
     const MatrixView gview{gather, a.dtype, M, K, 0};
     gemm_validate(gview, b, c, GemmOptions{});
 
-    const AgProducer producer = o.producer == AgProducer::Auto ? AgProducer::CopyEngine : o.producer;
+    // Auto: the copy engine when every rank has its own GPU (the GEMM keeps every SM); the SM producer when
+    // ranks share one, where the "copy engine" path is runtime copy kernels and cannot overlap (below).
+    const AgProducer producer = o.producer != AgProducer::Auto ? o.producer
+                                : st.shared_gpu                ? AgProducer::Sm
+                                                               : AgProducer::CopyEngine;
     LOOM_CHECK(o.comm_sms >= 0, "{}: expected comm_sms >= 0, given {}", op, o.comm_sms);
     OverlapPlan plan = ag_gemm_plan(M, N, K, W, producer, o.comm_sms, st.arch, st.num_sms, st.shared_gpu);
     if (o.config) {
@@ -100,8 +106,9 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
     }
     overlap::check_config(op, plan.gemm);
     if (overlap::debug())
-        fmt::print(stderr, "loom::ag_gemm M={} N={} K={} W={} producer {} SMs {} of {}: {}\n", M, N, K, W,
-                   to_string(producer), st.num_sms, st.device_sms, plan.str());
+        fmt::print(stderr, "loom::ag_gemm M={} N={} K={} W={} producer {} SMs {} of {}: {} (call {}, signals at {})\n",
+                   M, N, K, W, to_string(producer), st.num_sms, st.device_sms, plan.str(), st.calls + 1,
+                   static_cast<void*>(st.sig));
 
     // Both kernels compiled before the counters advance (a JIT error leaves them as they were).
     const bool tma = o.sm_path != DataPath::LdSt;
@@ -136,6 +143,13 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
         // the GEMM it never competes (and the GEMM starts on these rows anyway).
         stream_ops::put_ce(world, my_rows, a.data, chunk_bytes, me, stream);
         stream_ops::signal_ce(world, &sig->chunk[me], st.chunk_total, me, stream);
+        // Ranks sharing a GPU: every copy above is a runtime copy kernel, which needs SMs of this rank's MPS share.
+        // Next to the persistent GEMM (all but two SMs of the share, spinning on the peers' chunks) 8 ranks on one
+        // H200 hung in bench-overlap within a few back-to-back calls: each time a sender's copy never landed, and
+        // always the sender's last one (the likeliest to be issued while its own GEMM already held the share).
+        // Here the GEMM starts after this rank's copies, so the copies of a rank never compete with its GEMM.
+        // No overlap on shared GPUs with this producer; Auto picks the SM producer there.
+        if (st.shared_gpu) overlap::join(st, stream);
     } else {
         const int P = plan.comm_blocks;
         st.chunk_total += static_cast<uint64_t>(P);

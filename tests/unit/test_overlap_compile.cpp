@@ -114,11 +114,10 @@ TEST(OverlapPlan, CommBlocksLeaveTheGemmItsSms) {
                 EXPECT_LE(p.gemm.grid + p.comm_blocks + p.reserved_sms, sms) << sms << " " << p.str();
                 EXPECT_EQ(p.gemm.cluster_m, 1) << p.str();
             }
-            // Copy engine with peers on this GPU: a TPC stays free for the runtime's copy kernels (no starvation).
-            if (sms > 3)
-                EXPECT_EQ(loom::ag_gemm_plan(8192, 3584, 8192, world, loom::AgProducer::CopyEngine, 0, 90, sms, true)
-                              .reserved_sms,
-                          2);
+            // Copy engine with peers on this GPU: the copies run before the GEMM (ag_gemm), which keeps every SM.
+            EXPECT_EQ(loom::ag_gemm_plan(8192, 3584, 8192, world, loom::AgProducer::CopyEngine, 0, 90, sms, true)
+                          .reserved_sms,
+                      0);
             // Defaults keep at least three quarters of the SMs for the GEMM.
             EXPECT_LE(loom::gemm_rs_plan(8192, 4096, 1792, world, 0, 90, sms).comm_blocks, std::max(1, sms / 4));
             EXPECT_LE(loom::gemm_ar_plan(128, 8192, 4096, world, 0, 90, sms).comm_blocks, std::max(1, sms / 4));
