@@ -57,6 +57,7 @@ struct Args {
     bool quick = false;
     bool nvshmem = true;
     bool nccl = true;
+    bool align = true;             // start every timed run with a device barrier across the ranks
     std::vector<int> rs_comm_sms;  // gemm_rs timed again at each of these comm_sms
     int iters = 20;
     int argc = 0;
@@ -68,11 +69,13 @@ using loom::MatrixView;
 using loom::bench::time_op;
 using loom::bench::TimeOptions;
 
+bool g_align = true;  // Args::align, for med()
+
 double med(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, loom::World& w, int iters) {
     TimeOptions o;
     o.world = &w;
     o.iters = iters;
-    o.align = [&w](cudaStream_t st) { loom::barrier_on_stream(w, st); };  // ranks start together on the device
+    if (g_align) o.align = [&w](cudaStream_t st) { loom::barrier_on_stream(w, st); };  // ranks start together
     return time_op(fn, s, o).median_us;
 }
 
@@ -316,6 +319,8 @@ int main(int argc, char** argv) {
     app.add_flag("--quick", args.quick, "two shapes per op");
     app.add_option("--iters", args.iters, "timed runs per point")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_flag("--no-nvshmem", no_nvshmem, "skip the NVSHMEM baselines");
+    bool no_align = false;
+    app.add_flag("--no-align", no_align, "no device barrier before each timed run (the host barrier stays)");
     app.add_flag("--no-nccl", no_nccl, "skip the NCCL baselines (absent anyway when ranks share a GPU)");
     app.add_option("--rs-comm-sms", args.rs_comm_sms, "also time gemm_rs at each of these comm_sms (e.g. 4,8,16,24)")
         ->delimiter(',');
@@ -324,6 +329,7 @@ int main(int argc, char** argv) {
     loom::bench::parse_or_exit(app, argc, argv);
     args.nvshmem = !no_nvshmem;
     args.nccl = !no_nccl;
+    args.align = g_align = !no_align;
     nlohmann::json torch;
     if (!args.torch.empty()) torch = nlohmann::json::parse(std::ifstream(args.torch));
     if (!loom::driver::available()) {
