@@ -107,13 +107,8 @@ LOOM_DEVICE LOOM_FORCEINLINE uint64_t spin_until(const Ctx& ctx, const char* tag
     uint64_t observed = 0;
     const uint64_t timeout = ctx.wait_timeout_ns;
     uint64_t start = 0;
-    // kUnroll polls back to back between two visits of the bookkeeping: the poll period (load, compare, branch)
-    // is what a waiter adds to the latency of a notify, and the counter / bound tests would otherwise sit in it.
-    constexpr uint32_t kUnroll = 4;
-    for (uint32_t iter = kUnroll;; iter += kUnroll) {
-#pragma unroll
-        for (uint32_t u = 0; u < kUnroll; ++u)
-            if (poll(observed)) return observed;
+    for (uint32_t iter = 1;; ++iter) {
+        if (poll(observed)) return observed;
         if (timeout && (iter & 1023) == 0) {
             const uint64_t now = ptx::globaltimer();
             if (start == 0) {
