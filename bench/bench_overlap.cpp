@@ -320,6 +320,8 @@ int main(int argc, char** argv) {
     app.add_option("--iters", args.iters, "timed runs per point")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_flag("--no-nvshmem", no_nvshmem, "skip the NVSHMEM baselines");
     bool no_align = false;
+    std::string ops = "all";
+    app.add_option("--ops", ops, "which ops to time")->check(CLI::IsMember({"all", "ag", "rs"}))->capture_default_str();
     app.add_flag("--no-align", no_align, "no device barrier before each timed run (the host barrier stays)");
     app.add_flag("--no-nccl", no_nccl, "skip the NCCL baselines (absent anyway when ranks share a GPU)");
     app.add_option("--rs-comm-sms", args.rs_comm_sms, "also time gemm_rs at each of these comm_sms (e.g. 4,8,16,24)")
@@ -351,8 +353,8 @@ int main(int argc, char** argv) {
         }
         loom::bench::NcclBaseline nccl(w, args.nccl, loom::collective_topology(w).shared_gpu);
         if (w.rank() == 0 && !nccl.note().empty()) std::printf("%s\n", nccl.note().c_str());
-        bench_ag(w, args, have_nvshmem, nccl, torch, s);
-        bench_rs(w, args, have_nvshmem, nccl, torch, s);
+        if (ops != "rs") bench_ag(w, args, have_nvshmem, nccl, torch, s);
+        if (ops != "ag") bench_rs(w, args, have_nvshmem, nccl, torch, s);
         if (have_nvshmem) loom::nvshmem::finalize();
         loom::release_overlap_state(w);
         return 0;

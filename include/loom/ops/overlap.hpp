@@ -29,7 +29,7 @@ namespace loom {
 
 // Who moves A's chunks in ag_gemm.
 enum class AgProducer {
-    Auto,        // the copy engine (the GEMM keeps every SM); the SM producer when ranks share a GPU
+    Auto,        // the copy engine (the GEMM keeps every SM)
     CopyEngine,  // cudaMemcpyAsync to each peer's gather buffer + cuStreamWriteValue64 signal, on a side stream
     Sm,          // ag_gemm_push blocks on a side stream (comm_sms of them; the GEMM gets the other SMs)
 };
