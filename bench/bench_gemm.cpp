@@ -6,9 +6,11 @@
 // Every timed loom config is first checked against cuBLASLt's output on the same inputs (similarity
 // calc_diff < 1e-5, no NaN; C is pre-filled with NaN so unwritten elements fail); a failing config is reported
 // and never timed. --sweep times, per shape, the heuristic config and alternatives (BLOCK_N, cluster on/off,
-// stages) and prints one line per (shape, variant). Configs without a cluster run first for every shape, then
-// the clustered ones (a deadlock traps after ~17 s and ends the process: the partial JSON, <out>.partial, keeps
-// what was measured). --cluster 1|2 restricts the sweep to one kind. docs/gemm.md says how to read the table.
+// stages, and the heuristic's BLOCK_N with the split-K tail toggled: off where the heuristic splits, 2 splits
+// where it does not but the grid leaves a tail) and prints one line per (shape, variant). Configs without a cluster run
+// first for every shape, then the clustered ones (a deadlock traps after ~17 s and ends the process: the partial JSON,
+// <out>.partial, keeps what was measured). --cluster 1|2 restricts the sweep to one kind. docs/gemm.md says how to read
+// the table.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -47,7 +49,23 @@ int max_stages(int bm, int bn) {
 // The heuristic's config plus alternatives with cluster_m == `cluster` (the heuristic is listed in its own pass).
 std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int cluster, int sms) {
     std::vector<Variant> v;
+    auto push = [&](const std::string& name, const loom::GemmConfig& c) {
+        for (const auto& x : v)
+            if (x.cfg.str() == c.str()) return;
+        v.push_back({name, c});
+    };
     if (heur.cluster_m == cluster) v.push_back({"heuristic", heur});
+    // The split-K tail on / off at the heuristic's BLOCK_N (single-CTA tiles only).
+    if (heur.cluster_m == cluster && cluster == 1) {
+        loom::GemmConfig c = heur;
+        if (heur.tail_splits >= 2) {
+            c.tail_splits = 1;
+            push("heuristic_nosplit", c);
+        } else if (const auto plan = loom::gemm_tail_plan(s.m, s.n, s.k, heur, heur.grid, 2); plan.splits >= 2) {
+            c.tail_splits = plan.splits;
+            push("heuristic_tail2", c);
+        }
+    }
     auto add = [&](int bn, int stages, int group_m) {
         loom::GemmConfig c = heur;
         c.block_m = 128;
@@ -55,10 +73,9 @@ std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int 
         c.stages = stages;
         c.cluster_m = cluster;
         c.group_m = group_m;
+        c.tail_splits = 1;  // the BLOCK_N / stage / group alternatives run every tile whole
         c.grid = static_cast<int>(loom::gemm_sm90_grid(s.m, s.n, c, sms));
-        for (const auto& x : v)
-            if (x.cfg.str() == c.str()) return;
-        v.push_back({fmt::format("bn{}_st{}_c{}_g{}", bn, stages, cluster, group_m), c});
+        push(fmt::format("bn{}_st{}_c{}_g{}", bn, stages, cluster, group_m), c);
     };
     for (int bn : {256, 224, 192, 160, 128}) add(bn, max_stages(128, bn), heur.group_m);
     add(256, 3, heur.group_m);
@@ -206,6 +223,7 @@ int main(int argc, char** argv) {
                                 {"stages", v.cfg.stages},
                                 {"cluster_m", v.cfg.cluster_m},
                                 {"group_m", v.cfg.group_m},
+                                {"tail_splits", v.cfg.tail_splits},
                                 {"check", "ok"},
                                 {"calc_diff", chk.diff},
                                 {"loom_us", t.median_us},

@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
@@ -55,35 +57,88 @@ DeviceInfo device_info() {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+constexpr int kMaxTailSplits = 256;
+
+// Split-tail workspace of one (device, stream): fp32 partial slots and one arrival counter per tail tile, grown on
+// demand and kept for the life of the process. The counters are zeroed once, when allocated (stream-ordered before
+// the first launch that uses them); every launch leaves them zero again. Launches on one stream are ordered, so
+// they can share it; other streams get their own.
+struct TailWorkspace {
+    float* partials = nullptr;
+    size_t partial_floats = 0;
+    uint32_t* counters = nullptr;
+    size_t num_counters = 0;
+};
+
+std::mutex& tail_workspace_mutex() {
+    static std::mutex mu;
+    return mu;
+}
+
+// The workspace of (device, stream) with room for `partial_floats` and `num_counters`. The caller holds
+// tail_workspace_mutex() from here until its launch is enqueued: growing one synchronises the stream and frees the
+// old buffers. nullptr when it would have to grow while the stream captures a graph (no allocation, no sync then).
+TailWorkspace* tail_workspace(int device, cudaStream_t stream, size_t partial_floats, size_t num_counters) {
+    static std::map<std::pair<int, cudaStream_t>, TailWorkspace> cache;
+    TailWorkspace& ws = cache[{device, stream}];
+    if (ws.partial_floats >= partial_floats && ws.num_counters >= num_counters) return &ws;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    LOOM_CHECK_CUDA(cudaStreamIsCapturing(stream, &capture));
+    if (capture != cudaStreamCaptureStatusNone) return nullptr;
+    LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));  // earlier launches on this stream may still use the old ones
+    if (ws.partial_floats < partial_floats) {
+        LOOM_CHECK_CUDA(cudaFree(ws.partials));
+        ws.partials = nullptr;
+        ws.partial_floats = 0;
+        const size_t floats = (partial_floats + (1u << 18) - 1) / (1u << 18) * (1u << 18);  // whole MiB
+        LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&ws.partials), floats * sizeof(float)));
+        ws.partial_floats = floats;
+    }
+    if (ws.num_counters < num_counters) {
+        LOOM_CHECK_CUDA(cudaFree(ws.counters));
+        ws.counters = nullptr;
+        ws.num_counters = 0;
+        const size_t count = std::max<size_t>(num_counters, 1024);
+        LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&ws.counters), count * sizeof(uint32_t)));
+        LOOM_CHECK_CUDA(cudaMemsetAsync(ws.counters, 0, count * sizeof(uint32_t), stream));
+        ws.num_counters = count;
+    }
+    return &ws;
+}
+
 }  // namespace
 
 std::string GemmConfig::str() const {
     if (sm80) return "sm80 128x128x32 st4 (mma.sync)";
-    return fmt::format("sm90 {}x{}x{} st{} wg{} cluster{} g{} grid{}{}", block_m, block_n, block_k, stages, consumers(),
-                       cluster_m, group_m, grid, tma_store ? "" : " direct-store");
+    return fmt::format("sm90 {}x{}x{} st{} wg{} cluster{} g{} grid{}{}{}", block_m, block_n, block_k, stages,
+                       consumers(), cluster_m, group_m, grid,
+                       tail_splits > 1 ? fmt::format(" tail{}", tail_splits) : "", tma_store ? "" : " direct-store");
 }
 
-GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, int num_sms) {
+GemmTailPlan gemm_tail_plan(int64_t m, int64_t n, int64_t k, const GemmConfig& cfg, int64_t grid, int requested) {
+    GemmTailPlan p;
+    p.tiles = ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n);
+    p.dp_tiles = p.tiles;
+    grid = std::max<int64_t>(grid, 1);
+    const int64_t tail = p.tiles % grid;
+    if (cfg.sm80 || cfg.cluster_m != 1 || tail == 0 || requested == 1) return p;
+    const int64_t num_k_blocks = ceil_div(k, kernels::kGemmBlockK);
+    const int64_t s =
+        requested > 0 ? std::min<int64_t>(requested, num_k_blocks) : std::min<int64_t>(grid / tail, num_k_blocks / 4);
+    if (s < 2) return p;
+    p.dp_tiles = p.tiles - tail;
+    p.tail_tiles = tail;
+    p.splits = static_cast<int>(std::min<int64_t>(s, kMaxTailSplits));
+    return p;
+}
+
+GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, int num_sms, bool split_tail) {
     GemmConfig cfg;
     if (arch < 90) {
         cfg.sm80 = true;
         return cfg;
     }
     cfg.block_m = m <= 64 ? 64 : 128;
-    const int64_t num_m = ceil_div(m, cfg.block_m);
-    double best = 1e300;
-    for (int bn = 256; bn >= 64; bn -= 16) {
-        if (b_kn && bn % 64 != 0) continue;
-        const int64_t tiles = num_m * ceil_div(n, bn);
-        const int64_t waves = ceil_div(tiles, num_sms);
-        // Columns each SM sweeps, scaled by how efficiently a tile of that width runs; ties go to wider tiles.
-        const double cost = static_cast<double>(waves) * bn / block_n_efficiency(bn);
-        if (cost < best * (1 - 1e-9)) {
-            best = cost;
-            cfg.block_n = bn;
-        }
-    }
-    cfg.stages = std::min(max_stages(cfg.block_m, cfg.block_n), 6);
     // No clusters by default. Measured on the H200 (docs/perf/gemm.json vs gemm_cluster2.json, same binary, same
     // run): 2-CTA clusters with B multicast ran at 0.66x cuBLASLt (geomean over the 13 shapes), one CTA per
     // tile at 0.98x. LOOM_GEMM_CLUSTER=2 still selects the cluster kernel.
@@ -91,12 +146,42 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
     if (const int64_t forced = env_int("LOOM_GEMM_CLUSTER", 0); forced == 1 || forced == 2) {
         cfg.cluster_m = static_cast<int>(forced);
     }
+    // Split-K tail (single-CTA tiles only): automatic (0), off (LOOM_GEMM_TAIL_SPLITS=0 or 1) or forced (n >= 2).
+    const int64_t forced_splits = env_int("LOOM_GEMM_TAIL_SPLITS", -1);
+    const bool may_split = split_tail && cfg.cluster_m == 1 && forced_splits != 0 && forced_splits != 1;
+    const int requested = forced_splits >= 2 ? static_cast<int>(std::min<int64_t>(forced_splits, kMaxTailSplits)) : 0;
+    const int64_t num_m = ceil_div(m, cfg.block_m);
+    double best = 1e300;
+    for (int bn = 256; bn >= 64; bn -= 16) {
+        if (b_kn && bn % 64 != 0) continue;
+        const int64_t tiles = num_m * ceil_div(n, bn);
+        // Waves of the persistent grid; a split tail's last wave costs 1 / s of a tile per split (more when
+        // forced splits outnumber the grid) plus the fix-up.
+        double waves = static_cast<double>(ceil_div(tiles, num_sms));
+        if (may_split) {
+            GemmConfig c = cfg;
+            c.block_n = bn;
+            const int64_t grid = std::min<int64_t>(tiles, num_sms);
+            const GemmTailPlan p = gemm_tail_plan(m, n, k, c, grid, requested);
+            if (p.splits >= 2)
+                waves = static_cast<double>(p.dp_tiles / grid) +
+                        static_cast<double>(ceil_div(p.tail_tiles * p.splits, grid)) / p.splits + kGemmTailFixupCost;
+        }
+        // Columns each SM sweeps, scaled by how efficiently a tile of that width runs; ties go to wider tiles.
+        const double cost = waves * bn / block_n_efficiency(bn);
+        if (cost < best * (1 - 1e-9)) {
+            best = cost;
+            cfg.block_n = bn;
+        }
+    }
+    cfg.stages = std::min(max_stages(cfg.block_m, cfg.block_n), 6);
     // Keep the CTAs that run together close to square in L2: group_m M-blocks x (num_sms / group_m) N-blocks.
     cfg.group_m = static_cast<int>(std::clamp<int64_t>(
         static_cast<int64_t>(std::lround(std::sqrt(num_sms * static_cast<double>(cfg.block_n) / cfg.block_m))), 1,
         std::max<int64_t>(num_m, 1)));
     if (cfg.cluster_m > 1) cfg.group_m = std::max(cfg.cluster_m, cfg.group_m / cfg.cluster_m * cfg.cluster_m);
     cfg.grid = static_cast<int>(gemm_sm90_grid(m, n, cfg, num_sms));
+    if (may_split) cfg.tail_splits = gemm_tail_plan(m, n, k, cfg, cfg.grid, requested).splits;
     return cfg;
 }
 
@@ -124,6 +209,12 @@ void gemm_validate_config(const GemmConfig& c, bool b_kn) {
     LOOM_CHECK(c.group_m >= 1, "gemm config: expected group_m >= 1, given {}", c.group_m);
     LOOM_CHECK(c.grid >= 0 && c.grid % c.cluster_m == 0,
                "gemm config: expected grid >= 0 and a multiple of cluster_m {}, given {}", c.cluster_m, c.grid);
+    LOOM_CHECK(c.tail_splits >= 1 && c.tail_splits <= kMaxTailSplits,
+               "gemm config: expected tail_splits in [1, {}] (1: no split tail), given {}", kMaxTailSplits,
+               c.tail_splits);
+    LOOM_CHECK(c.tail_splits == 1 || c.cluster_m == 1,
+               "gemm config: the split tail needs cluster_m 1, given tail_splits {} with cluster_m {}", c.tail_splits,
+               c.cluster_m);
 }
 
 void gemm_validate(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o) {
@@ -186,6 +277,12 @@ jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, DTy
                           std::to_string(cfg.cluster_m),
                           cfg.tma_store ? "true" : "false",
                           hooks};
+    if (cfg.tail_splits >= 2) {
+        LOOM_CHECK(hooks == "loom::tile::GemmNoHooks" && cfg.cluster_m == 1,
+                   "gemm: the split tail is for the plain GEMM (no hooks, cluster_m 1), given hooks {}, cluster_m {}",
+                   hooks, cfg.cluster_m);
+        spec.template_args.push_back("true");  // kSplitTail
+    }
     return spec;
 }
 
@@ -203,9 +300,23 @@ GemmSm90Launch gemm_sm90_launch(const MatrixView& a, const MatrixView& b, const 
     l.tmap_b = o.b_kn ? make_tma_2d(b, kernels::kGemmBlockK, 64)
                       : make_tma_2d(b, cfg.block_n / cfg.cluster_m, kernels::kGemmBlockK);
     l.tmap_d = make_tma_2d(c, 64, kernels::gemm_store_box_cols(static_cast<int>(dtype_size(c.dtype))));
-    l.args = kernels::GemmArgs{
-        c.data,  o.bias.data, c.stride(), static_cast<int32_t>(m), static_cast<int32_t>(n), static_cast<int32_t>(k),
-        o.alpha, o.beta,      cfg.group_m};
+    l.args = kernels::GemmArgs{c.data,
+                               o.bias.data,
+                               c.stride(),
+                               static_cast<int32_t>(m),
+                               static_cast<int32_t>(n),
+                               static_cast<int32_t>(k),
+                               o.alpha,
+                               o.beta,
+                               cfg.group_m,
+                               /*partials=*/nullptr,
+                               /*tile_counters=*/nullptr,
+                               /*dp_tiles=*/0,
+                               /*tail_splits=*/1,
+                               /*work_units=*/0,
+                               /*num_k_blocks=*/0,
+                               /*tiles_m=*/0,
+                               /*tiles_n=*/0};
     const int64_t grid = cfg.grid > 0 ? cfg.grid : gemm_sm90_grid(m, n, cfg, num_sms);
     l.launch.grid = dim3(static_cast<unsigned>(std::max<int64_t>(grid, cfg.cluster_m)));
     l.launch.cluster = dim3(static_cast<unsigned>(cfg.cluster_m), 1, 1);
@@ -225,14 +336,54 @@ void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const G
     if (o.force_sm80 || dev.arch < 90 || env_flag("LOOM_GEMM_FORCE_SM80")) cfg.sm80 = true;
     if (o.beta != 0.f) cfg.tma_store = false;  // only the direct-store epilogue reads C
     gemm_validate_config(cfg, o.b_kn);
-    if (env_flag("LOOM_GEMM_DEBUG")) fmt::print(stderr, "loom::gemm M={} N={} K={}: {}\n", m, n, k, cfg.str());
+    // The split tail as this launch runs it: none without a tail at this grid; splits capped at the k-blocks.
+    GemmTailPlan tail;
+    if (!cfg.sm80 && cfg.tail_splits >= 2) {
+        const int64_t grid = cfg.grid > 0 ? cfg.grid : gemm_sm90_grid(m, n, cfg, dev.num_sms);
+        tail = gemm_tail_plan(m, n, k, cfg, grid, cfg.tail_splits);
+        // The kernel packs (tail tile << 8) | split into an int32 (splits <= 256).
+        LOOM_CHECK(tail.units() <= INT32_MAX && tail.tail_tiles < (int64_t{1} << 23),
+                   "gemm: {} split-tail work units ({} tail tiles) are too many for {}", tail.units(), tail.tail_tiles,
+                   cfg.str());
+        cfg.tail_splits = tail.splits;
+    }
     const DType bias_t = o.bias.data ? o.bias.dtype : DType::F32;
-    const jit::Kernel& kernel = jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, bias_t, o.b_kn));
+    const jit::Kernel* kernel = &jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, bias_t, o.b_kn));
+    std::unique_lock<std::mutex> ws_lock;  // held from reserving the workspace until the launch is enqueued
+    TailWorkspace* ws = nullptr;
+    if (!cfg.sm80 && cfg.tail_splits >= 2) {
+        int device = 0;
+        LOOM_CHECK_CUDA(cudaGetDevice(&device));
+        ws_lock = std::unique_lock<std::mutex>(tail_workspace_mutex());
+        const size_t slot = static_cast<size_t>(kernels::gemm_split_tail_slot_floats(cfg.block_m, cfg.block_n));
+        ws = tail_workspace(device, stream, static_cast<size_t>(tail.tail_tiles * tail.splits) * slot,
+                            static_cast<size_t>(tail.tail_tiles));
+        if (ws == nullptr) {  // capturing a graph with too small a workspace: this launch runs without the split
+            ws_lock.unlock();
+            cfg.tail_splits = 1;
+            kernel = &jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, bias_t, o.b_kn));
+        }
+    }
+    if (env_flag("LOOM_GEMM_DEBUG")) fmt::print(stderr, "loom::gemm M={} N={} K={}: {}\n", m, n, k, cfg.str());
 
     if (cfg.sm80) {
-        const kernels::GemmArgs args{
-            c.data,  o.bias.data, c.stride(), static_cast<int32_t>(m), static_cast<int32_t>(n), static_cast<int32_t>(k),
-            o.alpha, o.beta,      cfg.group_m};
+        const kernels::GemmArgs args{c.data,
+                                     o.bias.data,
+                                     c.stride(),
+                                     static_cast<int32_t>(m),
+                                     static_cast<int32_t>(n),
+                                     static_cast<int32_t>(k),
+                                     o.alpha,
+                                     o.beta,
+                                     cfg.group_m,
+                                     /*partials=*/nullptr,
+                                     /*tile_counters=*/nullptr,
+                                     /*dp_tiles=*/0,
+                                     /*tail_splits=*/1,
+                                     /*work_units=*/0,
+                                     /*num_k_blocks=*/0,
+                                     /*tiles_m=*/0,
+                                     /*tiles_n=*/0};
         jit::LaunchConfig lc;
         lc.grid = dim3(static_cast<unsigned>(ceil_div(n, kernels::kSm80BlockN)),
                        static_cast<unsigned>(ceil_div(m, kernels::kSm80BlockM)));
@@ -243,13 +394,23 @@ void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const G
         const void* a_ptr = a.data;
         const void* b_ptr = b.data;
         const int64_t lda = a.stride(), ldb = b.stride();
-        kernel(lc, a_ptr, lda, b_ptr, ldb, args);
+        (*kernel)(lc, a_ptr, lda, b_ptr, ldb, args);
         return;
     }
     GemmSm90Launch l = gemm_sm90_launch(a, b, c, o, cfg, dev.num_sms, stream);
+    if (cfg.tail_splits >= 2) {
+        l.args.partials = ws->partials;
+        l.args.tile_counters = ws->counters;
+        l.args.dp_tiles = static_cast<int32_t>(tail.dp_tiles);
+        l.args.tail_splits = tail.splits;
+        l.args.work_units = static_cast<int32_t>(tail.units());
+        l.args.num_k_blocks = static_cast<int32_t>(ceil_div(k, kernels::kGemmBlockK));
+        l.args.tiles_m = static_cast<int32_t>(ceil_div(m, cfg.block_m));
+        l.args.tiles_n = static_cast<int32_t>(ceil_div(n, cfg.block_n));
+    }
     struct NoHooks {
     } hooks;  // loom::tile::GemmNoHooks: an empty object, one byte as a kernel parameter
-    kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, hooks);
+    (*kernel)(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, hooks);
 }
 
 }  // namespace loom

@@ -23,7 +23,7 @@ constexpr const char* kHeader = "loom/kernels/gemm_ar.cuh";
 OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms) {
     (void)world_size;
     OverlapPlan p;
-    const GemmConfig all = gemm_heuristic(m, n, k_loc, false, arch, num_sms);
+    const GemmConfig all = gemm_heuristic(m, n, k_loc, false, arch, num_sms, /*split_tail=*/false);
     const int64_t tiles = ((m + all.block_m - 1) / all.block_m) * ((n + all.block_n - 1) / all.block_n);
     // One reduce block per tile (a tile's pull is ~W x 16-64 KiB), at most 32; the GEMM keeps the rest.
     p.comm_blocks = overlap::comm_blocks(comm_sms, static_cast<int>(std::clamp<int64_t>(tiles, 1, 32)), num_sms);

@@ -1,10 +1,13 @@
 // loom::gemm against an fp64 CPU reference (sizes <= ~1024) on fresh random inputs, outputs poisoned with NaN
-// first, every element checked (similarity + per-element tolerance).
+// first, every element checked (similarity + per-element tolerance). The split-K tail (GemmConfig::tail_splits)
+// is forced on small shapes against the same reference, and on the large shape that motivated it against the
+// sm_80 kernel, with bitwise determinism and back-to-back launches (self-resetting tile counters).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "common/reference.hpp"
@@ -22,7 +25,24 @@ struct Case {
     bool b_kn = false, bias = false;
     float beta = 0.f;
     bool sm80 = false;
+    // Forced Hopper config (tail_splits > 0): BLOCK_M x BLOCK_N (0: 128 x 256), persistent grid (0: the default),
+    // split-K tail splits (gemm() runs whole tiles where this grid leaves no tail).
+    int tail_splits = 0, grid = 0, block_m = 0, block_n = 0;
 };
+
+// The Hopper config of a forced case: the most stages that fit (at most 6).
+loom::GemmConfig forced_config(int block_m, int block_n, int grid, int tail_splits) {
+    loom::GemmConfig cfg;
+    cfg.block_m = block_m;
+    cfg.block_n = block_n;
+    cfg.stages = 6;
+    while (cfg.stages > 2 && loom::kernels::gemm_sm90_smem_bytes(block_m, block_n, cfg.stages) > 227 * 1024)
+        --cfg.stages;
+    cfg.grid = grid;
+    cfg.tail_splits = tail_splits;
+    cfg.group_m = 4;
+    return cfg;
+}
 
 uint16_t to_half_bits(float f, DType t) {
     return t == DType::BF16 ? loom::test::float_to_bf16(f) : loom::test::float_to_half(f);
@@ -38,7 +58,8 @@ struct DevBuf {
     ~DevBuf() { cudaFree(p); }
 };
 
-void run_case(const Case& cs, uint64_t seed) {
+// Runs the case, checks it against the fp64 reference and returns C's bytes.
+std::vector<unsigned char> run_case(const Case& cs, uint64_t seed, cudaStream_t stream = nullptr) {
     const int m = cs.m, n = cs.n, k = cs.k;
     // Inputs rounded to the input type, kept as float for the reference.
     auto fa = loom::test::random_floats(size_t(m) * k, seed);
@@ -106,7 +127,13 @@ void run_case(const Case& cs, uint64_t seed) {
     opts.b_kn = cs.b_kn;
     opts.force_sm80 = cs.sm80;
     if (cs.bias) opts.bias = loom::BufferView{dbias.p, DType::F32, size_t(n)};
-    loom::gemm(A, B, C, opts, nullptr);
+    std::optional<loom::GemmConfig> cfg;
+    if (cs.tail_splits > 0) {
+        cfg = forced_config(cs.block_m ? cs.block_m : 128, cs.block_n ? cs.block_n : 256, cs.grid, cs.tail_splits);
+        opts.config = &*cfg;
+    }
+    SCOPED_TRACE(cfg ? cfg->str() : std::string("heuristic"));
+    loom::gemm(A, B, C, opts, stream);
     LOOM_CHECK_CUDA(cudaDeviceSynchronize());
     LOOM_CHECK_CUDA(cudaMemcpy(hc.data(), dc.p, hc.size(), cudaMemcpyDeviceToHost));
 
@@ -138,6 +165,7 @@ void run_case(const Case& cs, uint64_t seed) {
     const double diff = loom::test::calc_diff(ref, got);
     EXPECT_EQ(bad, 0u) << "m=" << m << " n=" << n << " k=" << k;
     EXPECT_LT(diff, out32 ? 1e-9 : 1e-5) << "m=" << m << " n=" << n << " k=" << k;
+    return hc;
 }
 
 class Gemm : public ::testing::Test {
@@ -213,6 +241,130 @@ TEST_F(Gemm, ExplicitConfigs) {
         EXPECT_LT(loom::test::calc_diff(ed, gd), 1e-5);
     }
 }
+// ---- split-K tail ------------------------------------------------------------------------------------------------
+
+// Small shapes with forced splits against the fp64 reference. 1000 x 1000 at 128 x 256 is 8 x 4 = 32 tiles; on a
+// grid of 12 CTAs that is 24 whole tiles + 8 split ones (M, N and K tails: K = 2000 is 31.25 k-blocks).
+TEST_F(Gemm, SplitTailSmall) {
+    // Fields: m, n, k, in, out, b_kn, bias, beta, sm80, tail_splits, grid[, block_m, block_n].
+    run_case({1000, 1000, 2000, DType::BF16, DType::BF16, false, false, 0.f, false, 2, 12}, 100);
+    run_case({1000, 1000, 2000, DType::BF16, DType::F32, true, true, 0.f, false, 3, 12}, 101);
+    run_case({1000, 1000, 2000, DType::F16, DType::F16, false, true, 0.f, false, 5, 12}, 102);
+    // 56 split units on 12 CTAs (each walks several), uneven K ranges (32 k-blocks in 7 splits: 5 5 5 5 4 4 4).
+    run_case({1000, 1000, 2000, DType::BF16, DType::BF16, false, true, 0.f, false, 7, 12}, 103);
+    // A grid larger than the tiles: no whole tiles at all, every tile split (dp_tiles = 0).
+    run_case({333, 520, 1032, DType::BF16, DType::F32, false, true, 0.f, false, 4, 16}, 104);
+    // K = 72: two k-blocks, the second 8 wide; 4 forced splits are capped at 2 (one k-block each).
+    run_case({333, 520, 72, DType::BF16, DType::BF16, false, false, 0.f, false, 4, 5}, 105);
+    // beta != 0: the direct-store epilogue (reads C once, in the completing CTA only).
+    run_case({300, 264, 1024, DType::BF16, DType::BF16, false, true, 0.5f, false, 3, 4}, 106);
+    run_case({300, 264, 1024, DType::F16, DType::F32, true, false, -1.0f, false, 2, 4, 128, 128}, 107);
+    // BLOCK_N without a TMA-store slab multiple (224: direct stores), one consumer warpgroup (64 x 176).
+    run_case({1000, 1000, 2000, DType::BF16, DType::BF16, false, true, 0.f, false, 3, 12, 128, 224}, 108);
+    run_case({200, 1000, 1500, DType::BF16, DType::F32, false, true, 0.f, false, 2, 9, 64, 176}, 109);
+    run_case({200, 1000, 1500, DType::F16, DType::BF16, true, false, 0.f, false, 3, 7, 64, 128}, 110);
+}
+
+// The forced config matches the tail the launch sees (no tail at this grid: whole tiles, the plain kernel).
+TEST_F(Gemm, SplitTailWithoutTailRunsWhole) {
+    run_case({1024, 1024, 1024, DType::BF16, DType::BF16, false, false, 0.f, false, 4, 8}, 120);  // 32 = 4 x 8
+}
+
+// Bitwise reproducible: the completing CTA sums the partials in split order, whoever arrives last.
+TEST_F(Gemm, SplitTailIsDeterministic) {
+    const Case cs{1000, 1000, 2000, DType::BF16, DType::F32, false, true, 0.f, false, 3, 12};
+    const auto first = run_case(cs, 130);
+    for (int rep = 0; rep < 3; ++rep) EXPECT_EQ(run_case(cs, 130), first) << "run " << rep + 2;
+}
+
+// Back-to-back launches with different tails on one stream share the workspace: each launch must leave its
+// counters at zero for the next. Then the same on two non-blocking streams (a workspace each, zeroed on them).
+TEST_F(Gemm, SplitTailBackToBackAndStreams) {
+    const Case a{1000, 1000, 2000, DType::BF16, DType::BF16, false, false, 0.f, false, 2, 12};
+    const Case b{777, 1000, 1600, DType::BF16, DType::BF16, false, true, 0.f, false, 5, 9};
+    const auto ra = run_case(a, 140);
+    run_case(b, 141);
+    EXPECT_EQ(run_case(a, 140), ra);
+    cudaStream_t s1, s2;
+    LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    EXPECT_EQ(run_case(a, 140, s1), ra);
+    run_case(b, 141, s2);
+    EXPECT_EQ(run_case(a, 140, s2), ra);
+    LOOM_CHECK_CUDA(cudaStreamDestroy(s1));
+    LOOM_CHECK_CUDA(cudaStreamDestroy(s2));
+}
+
+// The shape that motivated the split tail: 8192 x 3696 x 8192 at 128 x 256 is 960 tiles = 7 waves + 36 tiles on
+// 132 SMs; the heuristic splits the 36 three ways. Against the sm_80 kernel (fp32 out: tight), with B either way,
+// bias and alpha, forced split counts on a non-default grid too, determinism and back-to-back launches.
+TEST_F(Gemm, SplitTailLarge) {
+    int dev = 0, sms = 0, major = 0;
+    LOOM_CHECK_CUDA(cudaGetDevice(&dev));
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    const int m = 8192, n = 3696, k = 8192;
+    if (major == 9 && sms == 132) EXPECT_EQ(loom::gemm_heuristic(m, n, k, false, 90, sms).tail_splits, 3);
+    std::vector<uint16_t> ha(size_t(m) * k), hb(size_t(n) * k);
+    const auto fa = loom::test::random_floats(ha.size(), 150), fb = loom::test::random_floats(hb.size(), 151);
+    for (size_t i = 0; i < ha.size(); ++i) ha[i] = loom::test::float_to_bf16(fa[i]);
+    for (size_t i = 0; i < hb.size(); ++i) hb[i] = loom::test::float_to_bf16(fb[i]);
+    std::vector<uint16_t> hb_kn(hb.size());  // [K, N]
+    for (int r = 0; r < n; ++r)
+        for (int c = 0; c < k; ++c) hb_kn[size_t(c) * n + r] = hb[size_t(r) * k + c];
+    const auto fbias = loom::test::random_floats(n, 152);
+    DevBuf<uint16_t> da(ha.size()), db(hb.size()), db_kn(hb.size());
+    DevBuf<float> dbias(n), dc(size_t(m) * n), dref(size_t(m) * n);
+    LOOM_CHECK_CUDA(cudaMemcpy(da.p, ha.data(), ha.size() * 2, cudaMemcpyHostToDevice));
+    LOOM_CHECK_CUDA(cudaMemcpy(db.p, hb.data(), hb.size() * 2, cudaMemcpyHostToDevice));
+    LOOM_CHECK_CUDA(cudaMemcpy(db_kn.p, hb_kn.data(), hb.size() * 2, cudaMemcpyHostToDevice));
+    LOOM_CHECK_CUDA(cudaMemcpy(dbias.p, fbias.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
+    loom::MatrixView A{da.p, DType::BF16, m, k, 0};
+    loom::MatrixView B{db.p, DType::BF16, n, k, 0}, Bkn{db_kn.p, DType::BF16, k, n, 0};
+    loom::MatrixView C{dc.p, DType::F32, m, n, 0}, R{dref.p, DType::F32, m, n, 0};
+    loom::GemmOptions ro;
+    ro.alpha = 0.5f;
+    ro.bias = loom::BufferView{dbias.p, DType::F32, size_t(n)};
+    ro.force_sm80 = true;
+    loom::gemm(A, B, R, ro);
+    std::vector<float> ref(size_t(m) * n);
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+    LOOM_CHECK_CUDA(cudaMemcpy(ref.data(), dref.p, ref.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<double> refd(ref.begin(), ref.end());
+    auto run = [&](const loom::GemmConfig* cfg, bool b_kn) {
+        loom::GemmOptions o;
+        o.alpha = 0.5f;
+        o.bias = loom::BufferView{dbias.p, DType::F32, size_t(n)};
+        o.b_kn = b_kn;
+        o.config = cfg;
+        LOOM_CHECK_CUDA(cudaMemset(dc.p, 0xff, size_t(m) * n * 4));  // NaN: unwritten elements fail
+        loom::gemm(A, b_kn ? Bkn : B, C, o);
+        std::vector<float> got(size_t(m) * n);
+        LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+        LOOM_CHECK_CUDA(cudaMemcpy(got.data(), dc.p, got.size() * 4, cudaMemcpyDeviceToHost));
+        size_t nans = 0;
+        for (float x : got) nans += std::isnan(x) ? 1 : 0;
+        EXPECT_EQ(nans, 0u);
+        std::vector<double> gd(got.begin(), got.end());
+        EXPECT_LT(loom::test::calc_diff(refd, gd), 1e-9);
+        return got;
+    };
+    loom::GemmConfig heur = loom::gemm_heuristic(m, n, k, false, major * 10, sms);
+    SCOPED_TRACE(heur.str());
+    const auto first = run(&heur, false);
+    EXPECT_EQ(run(&heur, false), first);  // bitwise, and the counters were reset by the first launch
+    loom::GemmConfig whole = heur;
+    whole.tail_splits = 1;
+    run(&whole, false);
+    for (int splits : {2, 4, 8}) {
+        loom::GemmConfig c = forced_config(128, 256, 100, splits);  // 960 = 9 x 100 + 60 tail tiles
+        SCOPED_TRACE(c.str());
+        run(&c, false);
+        run(&c, true);
+    }
+    EXPECT_EQ(run(&heur, false), first);
+}
+
 TEST_F(Gemm, RejectsBadInput) {
     DevBuf<uint16_t> buf(64 * 64);
     loom::MatrixView A{buf.p, DType::BF16, 64, 64, 0}, B{buf.p, DType::BF16, 64, 60, 0};

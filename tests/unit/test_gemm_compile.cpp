@@ -10,7 +10,9 @@
 
 #include "loom/jit/jit.hpp"
 #include "loom/ops/gemm.hpp"
+#include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/tile/tile_order.hpp"
 
 namespace {
 
@@ -28,8 +30,13 @@ TEST(GemmHeuristic, PicksWideTilesAndFitsSharedMemory) {
     EXPECT_EQ(loom::gemm_heuristic(8192, 8192, 8192, false, 90, 132).cluster_m, 2);  // forced
     unsetenv("LOOM_GEMM_CLUSTER");
     EXPECT_NO_THROW(loom::gemm_validate_config(c, false));
-    // N = 1792: 7 x 256 columns leave a 4th wave at 448 tiles; 224 fills 8 x 64 = 512 tiles in 4 waves.
-    EXPECT_EQ(loom::gemm_heuristic(8192, 1792, 4096, false, 90, 132).block_n, 224);
+    // N = 1792: 7 x 256 columns leave a 4th wave of 52 tiles at 448 tiles; 224 fills 8 x 64 = 512 tiles in 4
+    // waves. Without the split tail 224 wins (4 x 224 / 0.93 < 4 x 256); with it the 52 tail tiles split 2 ways
+    // cost 3 + 1/2 + 0.1 waves of 256 columns, which wins.
+    const auto n1792 = loom::gemm_heuristic(8192, 1792, 4096, false, 90, 132);
+    EXPECT_EQ(n1792.block_n, 256);
+    EXPECT_EQ(n1792.tail_splits, 2);
+    EXPECT_EQ(loom::gemm_heuristic(8192, 1792, 4096, false, 90, 132, /*split_tail=*/false).block_n, 224);
     // Skinny M uses one consumer warpgroup.
     EXPECT_EQ(loom::gemm_heuristic(16, 4096, 4096, false, 90, 132).block_m, 64);
     // B as [K, N] restricts BLOCK_N to multiples of 64.
@@ -37,6 +44,125 @@ TEST(GemmHeuristic, PicksWideTilesAndFitsSharedMemory) {
         EXPECT_EQ(loom::gemm_heuristic(8192, n, 4096, true, 90, 132).block_n % 64, 0) << n;
     EXPECT_TRUE(loom::gemm_heuristic(1024, 1024, 1024, false, 80, 108).sm80);
     EXPECT_FALSE(c.str().empty());
+}
+
+// Split-K tail: 8192 x 3696 x 8192 at 128 x 256 has 64 x 15 = 960 tiles = 7 full waves + 36 on 132 SMs; the 36
+// split 3 ways (132 / 36 = 3, K = 128 k-blocks) cost 7 + 1/3 + 0.1 waves instead of 8. 8192^3: 2048 tiles leave a
+// tail of 68, which 132 SMs cannot split twice: no split.
+TEST(GemmHeuristic, SplitsTheTailWave) {
+    const auto c = loom::gemm_heuristic(8192, 3696, 8192, false, 90, 132);
+    EXPECT_EQ(c.block_n, 256);
+    EXPECT_EQ(c.grid, 132);
+    EXPECT_EQ(c.tail_splits, 3);
+    EXPECT_NE(c.str().find("tail3"), std::string::npos) << c.str();
+    EXPECT_NO_THROW(loom::gemm_validate_config(c, false));
+    EXPECT_EQ(loom::gemm_heuristic(8192, 8192, 8192, false, 90, 132).tail_splits, 1);
+    EXPECT_EQ(loom::gemm_heuristic(8192, 8192, 8192, false, 90, 132).str().find("tail"), std::string::npos);
+    // Exact waves: 4096^3 at 128 x 256 is 512 tiles = 3 x 132 + 116: 132 / 116 = 1, no split.
+    EXPECT_EQ(loom::gemm_heuristic(4096, 4096, 4096, false, 90, 132).tail_splits, 1);
+    // Too few k-blocks to split (K = 256: 4 k-blocks, at most 4 / 4 = 1 split).
+    EXPECT_EQ(loom::gemm_heuristic(8192, 3696, 256, false, 90, 132).tail_splits, 1);
+    // B as [K, N] too.
+    EXPECT_EQ(loom::gemm_heuristic(8192, 3696, 8192, true, 90, 132).tail_splits, 3);
+    // Off for the overlapped ops' GEMM (no split tail in the hooked kernels) and with clusters.
+    EXPECT_EQ(loom::gemm_heuristic(8192, 3696, 8192, false, 90, 132, /*split_tail=*/false).tail_splits, 1);
+    setenv("LOOM_GEMM_CLUSTER", "2", 1);
+    EXPECT_EQ(loom::gemm_heuristic(8192, 3696, 8192, false, 90, 132).tail_splits, 1);
+    unsetenv("LOOM_GEMM_CLUSTER");
+    for (int sms : {132, 114, 14}) {
+        const auto plan = loom::gemm_rs_plan(8192, 3696, 8192, 8, 0, 90, sms);
+        EXPECT_EQ(plan.gemm.tail_splits, 1) << sms;
+        const auto ag = loom::ag_gemm_plan(8192, 3696, 8192, 8, loom::AgProducer::CopyEngine, 0, 90, sms);
+        EXPECT_EQ(ag.gemm.tail_splits, 1) << sms;
+    }
+    // LOOM_GEMM_TAIL_SPLITS: 0 (or 1) off, n forced.
+    setenv("LOOM_GEMM_TAIL_SPLITS", "0", 1);
+    EXPECT_EQ(loom::gemm_heuristic(8192, 3696, 8192, false, 90, 132).tail_splits, 1);
+    setenv("LOOM_GEMM_TAIL_SPLITS", "1", 1);
+    EXPECT_EQ(loom::gemm_heuristic(8192, 3696, 8192, false, 90, 132).tail_splits, 1);
+    setenv("LOOM_GEMM_TAIL_SPLITS", "2", 1);
+    EXPECT_EQ(loom::gemm_heuristic(8192, 3696, 8192, false, 90, 132).tail_splits, 2);
+    EXPECT_EQ(loom::gemm_heuristic(8192, 8192, 8192, false, 90, 132).tail_splits, 2);  // forced where there is a tail
+    EXPECT_EQ(loom::gemm_heuristic(16, 4096, 4096, false, 90, 132).tail_splits, 1);    // 16 tiles: no tail
+    unsetenv("LOOM_GEMM_TAIL_SPLITS");
+}
+
+TEST(GemmHeuristic, TailPlan) {
+    loom::GemmConfig c;  // 128 x 256
+    auto p = loom::gemm_tail_plan(8192, 3696, 8192, c, 132, 0);
+    EXPECT_EQ(p.tiles, 960);
+    EXPECT_EQ(p.dp_tiles, 924);
+    EXPECT_EQ(p.tail_tiles, 36);
+    EXPECT_EQ(p.splits, 3);
+    EXPECT_EQ(p.units(), 924 + 108);
+    // Forced: any count >= 2, capped at the k-blocks; 1 is off; no tail, nothing to split.
+    EXPECT_EQ(loom::gemm_tail_plan(8192, 3696, 8192, c, 132, 8).splits, 8);
+    EXPECT_EQ(loom::gemm_tail_plan(8192, 3696, 256, c, 132, 8).splits, 4);
+    p = loom::gemm_tail_plan(8192, 3696, 8192, c, 132, 1);
+    EXPECT_EQ(p.splits, 1);
+    EXPECT_EQ(p.dp_tiles, 960);
+    EXPECT_EQ(p.tail_tiles, 0);
+    EXPECT_EQ(loom::gemm_tail_plan(8192, 8192, 8192, c, 128, 4).splits, 1);  // 2048 = 16 x 128
+    // A grid larger than the tiles: no whole tiles, every tile split (1000 x 1000: 8 x 4 = 32 tiles).
+    p = loom::gemm_tail_plan(1000, 1000, 2000, c, 132, 0);
+    EXPECT_EQ(p.dp_tiles, 0);
+    EXPECT_EQ(p.tail_tiles, 32);
+    EXPECT_EQ(p.splits, 4);  // min(132 / 32, 32 k-blocks / 4)
+    // A small forced grid: 32 tiles on 12 CTAs = 24 whole + 8 split.
+    p = loom::gemm_tail_plan(1000, 1000, 2000, c, 12, 3);
+    EXPECT_EQ(p.dp_tiles, 24);
+    EXPECT_EQ(p.tail_tiles, 8);
+    EXPECT_EQ(p.splits, 3);
+    c.cluster_m = 2;
+    EXPECT_EQ(loom::gemm_tail_plan(8192, 3696, 8192, c, 132, 0).splits, 1);
+    // Validation.
+    loom::GemmConfig v;
+    v.tail_splits = 0;
+    EXPECT_THROW(loom::gemm_validate_config(v, false), loom::Error);
+    v.tail_splits = 3;
+    EXPECT_NO_THROW(loom::gemm_validate_config(v, false));
+    v.cluster_m = 2;
+    EXPECT_THROW(loom::gemm_validate_config(v, false), loom::Error);
+    v.cluster_m = 1;
+    EXPECT_THROW(loom::gemm_kernel_spec(v, DType::BF16, DType::BF16, DType::F32, false,
+                                        "loom::kernels::overlap::TileNotifyHooks", "loom/kernels/gemm_rs.cuh"),
+                 loom::Error);
+}
+
+// The work units as the kernel's CTAs walk them (tile_order.hpp: split_tail_unit): every (tile, k-block) exactly
+// once, whole tiles first, each tail tile's splits contiguous in K, in split order, none empty.
+TEST(GemmHeuristic, SplitTailUnitsCoverEveryKBlockOnce) {
+    const struct {
+        int tiles, grid, splits, kblocks;
+    } cases[] = {{960, 132, 3, 128}, {32, 12, 3, 32}, {32, 132, 4, 32}, {7, 3, 2, 5}, {100, 33, 8, 8}, {5, 4, 3, 7}};
+    for (const auto& cs : cases) {
+        SCOPED_TRACE(testing::Message() << cs.tiles << " tiles, grid " << cs.grid << ", " << cs.splits << " splits, "
+                                        << cs.kblocks << " k-blocks");
+        const int dp = cs.tiles / cs.grid * cs.grid;
+        const int units = loom::tile::split_tail_units(cs.tiles, dp, cs.splits);
+        EXPECT_EQ(units, dp + (cs.tiles - dp) * cs.splits);
+        std::vector<int> seen(size_t(cs.tiles) * cs.kblocks, 0);
+        std::vector<int> next_kb(cs.tiles, 0), next_split(cs.tiles, 0);
+        for (int b = 0; b < cs.grid; ++b) {
+            for (int u = b; u < units; u += cs.grid) {
+                const auto w = loom::tile::split_tail_unit(u, dp, cs.splits, cs.kblocks);
+                ASSERT_GE(w.linear, 0);
+                ASSERT_LT(w.linear, cs.tiles);
+                EXPECT_EQ(w.split >= 0, w.linear >= dp);
+                EXPECT_GE(w.kb_count, 1);
+                for (int kb = w.kb_begin; kb < w.kb_begin + w.kb_count; ++kb)
+                    ++seen[size_t(w.linear) * cs.kblocks + kb];
+            }
+        }
+        for (int u = dp; u < units; ++u) {  // in unit order: splits 0..s-1 of a tile, adjacent in K
+            const auto w = loom::tile::split_tail_unit(u, dp, cs.splits, cs.kblocks);
+            EXPECT_EQ(w.split, next_split[w.linear]++);
+            EXPECT_EQ(w.kb_begin, next_kb[w.linear]);
+            next_kb[w.linear] = w.kb_begin + w.kb_count;
+        }
+        for (size_t i = 0; i < seen.size(); ++i)
+            ASSERT_EQ(seen[i], 1) << "tile " << i / cs.kblocks << " k-block " << i % cs.kblocks;
+    }
 }
 
 TEST(GemmHeuristic, RejectsBadConfigs) {
@@ -137,6 +263,44 @@ TEST(GemmCompile, HopperKernelHasNoSpills) {
     f32out.stages = 5;
     expect_clean(loom::jit::compile(loom::gemm_kernel_spec(f32out, DType::BF16, DType::F32, DType::BF16, true), 90),
                  f32out.str());
+}
+
+// The split-tail instantiations (kSplitTail = true): both epilogues, both B layouts, fp32 / bf16 out, one and two
+// consumer warpgroups. The fix-up (slot stores, counter, the summing loads) must fit beside the mainloop's
+// accumulators without spills or wgmma serialisation.
+TEST(GemmCompile, SplitTailKernelHasNoSpills) {
+    struct Cfg {
+        int bm, bn, stages;
+        bool tma_store;
+        DType out;
+    };
+    for (const Cfg& x :
+         {Cfg{128, 256, 4, true, DType::BF16}, Cfg{128, 256, 4, true, DType::F32}, Cfg{128, 256, 4, false, DType::BF16},
+          Cfg{128, 224, 4, true, DType::BF16}, Cfg{128, 192, 4, true, DType::F16}, Cfg{128, 128, 6, true, DType::F32},
+          Cfg{64, 176, 6, true, DType::F32}, Cfg{64, 256, 5, true, DType::BF16}}) {
+        for (bool b_kn : {false, true}) {
+            loom::GemmConfig c;
+            c.block_m = x.bm;
+            c.block_n = x.bn;
+            c.stages = x.stages;
+            c.tma_store = x.tma_store;
+            c.tail_splits = 2;
+            if (b_kn && c.block_n % 64 != 0) continue;
+            EXPECT_NO_THROW(loom::gemm_validate_config(c, b_kn)) << c.str();
+            const auto spec = loom::gemm_kernel_spec(c, DType::BF16, x.out, DType::F32, b_kn);
+            ASSERT_EQ(spec.template_args.size(), 11u);
+            EXPECT_EQ(spec.template_args.back(), "true");
+            const auto r = loom::jit::compile(spec, 90);
+            expect_clean(r, spec.display());
+            EXPECT_EQ(r.resource_report.find("C7510"), std::string::npos)
+                << "wgmma serialised in " << spec.display() << "\n"
+                << r.resource_report;
+        }
+    }
+    // Without the split the spec (and so the kernel and its JIT cache entry) is the one it was before.
+    EXPECT_EQ(
+        loom::gemm_kernel_spec(loom::GemmConfig{}, DType::BF16, DType::BF16, DType::F32, false).template_args.size(),
+        10u);
 }
 
 TEST(GemmCompile, Sm80KernelCompilesForAmpereAndAda) {

@@ -20,6 +20,11 @@
 //   arrives locally and remotely), so neither producer overwrites a slot its peer still reads.
 // Shared memory: STAGES x (BLOCK_M + BLOCK_N) x 128 B + BLOCK_M / 64 x 2 x 8 KiB staging (+ barriers, + 1 KiB
 //   alignment slack): 128 x 256, 4 stages = 225 KiB (gemm_params.hpp: gemm_sm90_smem_bytes).
+// Split-K tail (kSplitTail; plain GEMM, CLUSTER_M = 1, no hooks): the CTAs walk work units instead of tiles
+//   (tile_order.hpp: split_tail_unit): whole tiles for the full waves, then each tail tile as args.tail_splits
+//   K-ranges. A split unit's consumers hand their fp32 partial to a workspace slot and count themselves in on the
+//   tile's counter; the last of the splits to arrive sums the slots in split order and runs the epilogue
+//   (split_tail_fixup below). No CTA ever waits for another, so any residency (MPS, few SMs) is deadlock-free.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -28,6 +33,8 @@
 #include "loom/config.hpp"
 #include "loom/kernels/gemm_params.hpp"
 #include "loom/ptx/cluster.cuh"
+#include "loom/ptx/memory.cuh"
+#include "loom/ptx/special.cuh"
 #include "loom/ptx/tma.cuh"
 #include "loom/ptx/wgmma.cuh"
 #include "loom/tile/epilogue.cuh"
@@ -36,6 +43,81 @@
 #include "loom/tile/tma.cuh"
 
 namespace loom::kernels {
+
+// The next tile (kSplitTail = false: whole tiles, w.kb_* = the full K) or split-tail work unit of this CTA; the
+// producer and the consumers call it with the same arguments and so see the same sequence.
+template <bool kSplitTail, class Sched, class Hooks>
+LOOM_DEVICE LOOM_FORCEINLINE bool next_work(Sched& sched, const Hooks& hooks, const GemmArgs& args,
+                                            int32_t num_k_blocks, tile::TileCoord& t, tile::WorkUnit& w) {
+    if constexpr (kSplitTail) {
+        return sched.next_unit(hooks, args.work_units, args.dp_tiles, args.tail_splits, num_k_blocks, t, w);
+    } else {
+        w.split = -1;
+        w.kb_begin = 0;
+        w.kb_count = num_k_blocks;
+        return sched.next_tile(hooks, t);
+    }
+}
+
+// Split-tail fix-up. Called by every consumer thread (BLOCK_M / 64 warpgroups, convergent) after a split unit's
+// mainloop, with the unit's partial sum in `acc` and tail_id = (tail tile << 8) | split. Returns true in the CTA that
+// completes the tail tile, with the tile's full sum in `acc` (it then runs the epilogue); false elsewhere (the unit
+// is done). No CTA waits for another.
+//   1. acc -> workspace slot [tail tile][split] in fragment order: float4 chunk c of warpgroup thread i at float
+//      4 (128 c + i) of the warpgroup's 64 x BLOCK_N part, so one warp store covers 512 contiguous bytes (L2 only).
+//   2. Named barrier over the consumers, then thread 0 counts the CTA in on the tile's counter with
+//      atom.inc.acq_rel.gpu (limit splits - 1): the release is cumulative over every consumer's slot stores
+//      (ordered before it by the barrier).
+//   3. The thread that reads splits - 1 saw every other split's release (the acquire half): this CTA is last, and
+//      the inc wrapped the counter back to 0 for the next launch. "Last" goes to every consumer thread through the
+//      barrier's OR reduction, which also orders their slot loads after the acquire.
+//   4. The last CTA sums the slots in split order 0..splits-1, its own read back like the others: the rounding
+//      does not depend on which CTA came last, so the result is bitwise reproducible.
+// The thread's slot offset comes from an unhoisted %tid.x: nothing of the fix-up stays live across the mainloop.
+template <int BLOCK_M, int BLOCK_N>
+LOOM_DEVICE LOOM_FORCEINLINE bool split_tail_fixup(float (&acc)[BLOCK_N / 2], const GemmArgs& args, int32_t tail_id) {
+    constexpr uint32_t kConsumerThreads = BLOCK_M / 64 * 128;
+    constexpr int kChunks = BLOCK_N / 8;  // float4 chunks of acc
+    constexpr int64_t kSlot = gemm_split_tail_slot_floats(BLOCK_M, BLOCK_N);
+    const int32_t splits = args.tail_splits;
+    const int32_t tail_tile = tail_id >> 8, split = tail_id & 255;
+    const uint32_t tid = ptx::tid_x_unhoisted();  // consumer threads: [0, kConsumerThreads)
+    float* tile_slots =
+        args.partials + static_cast<int64_t>(tail_tile) * splits * kSlot + (tid / 128) * 64 * BLOCK_N + 4 * (tid % 128);
+    float* mine = tile_slots + split * kSlot;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+        __stcg(reinterpret_cast<float4*>(mine + 512 * c),
+               make_float4(acc[4 * c + 0], acc[4 * c + 1], acc[4 * c + 2], acc[4 * c + 3]));
+    }
+    ptx::named_barrier_sync(1, kConsumerThreads);
+    bool last = false;
+    if (tid == 0) {
+        const uint32_t limit = static_cast<uint32_t>(splits - 1);
+        last = ptx::atom_inc_acq_rel_gpu(args.tile_counters + tail_tile, limit) == limit;
+    }
+    if (!ptx::named_barrier_sync_or(1, kConsumerThreads, last)) return false;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(tile_slots + 512 * c));
+        acc[4 * c + 0] = v.x;
+        acc[4 * c + 1] = v.y;
+        acc[4 * c + 2] = v.z;
+        acc[4 * c + 3] = v.w;
+    }
+    for (int j = 1; j < splits; ++j) {
+        const float* slot = tile_slots + j * kSlot;
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+            const float4 v = __ldcg(reinterpret_cast<const float4*>(slot + 512 * c));
+            acc[4 * c + 0] += v.x;
+            acc[4 * c + 1] += v.y;
+            acc[4 * c + 2] += v.z;
+            acc[4 * c + 3] += v.w;
+        }
+    }
+    return true;
+}
 
 // Consumer warp: hand a ring slot back (one lane; with a cluster, one lane per CTA of the cluster).
 template <int CLUSTER_M, int STAGES>
@@ -55,8 +137,11 @@ LOOM_DEVICE LOOM_FORCEINLINE void release_slot(tile::TmaPipeline<STAGES>* pipe, 
 // it with TMA (when BLOCK_N is a multiple of the store box; requires args.beta == 0, which the host checks);
 // false: direct global stores that also read D for beta != 0. (Two instantiations rather than a runtime branch:
 // both epilogues in one kernel exceed the 168 registers a 384-thread CTA compiles for, and spill.)
+// kSplitTail: walk the split-K tail's work units (args.dp_tiles, args.tail_splits, args.partials,
+// args.tile_counters; see the top of this file); only with CLUSTER_M = 1 and the default hooks. A separate
+// instantiation, chosen by the host when the tail is split, so the plain kernel is the same as without it.
 template <class TIn, class TOut, class TBias, int BLOCK_M, int BLOCK_N, int STAGES, bool kBKMajor, int CLUSTER_M = 1,
-          bool kTmaStoreEpilogue = true, class Hooks = tile::GemmNoHooks>
+          bool kTmaStoreEpilogue = true, class Hooks = tile::GemmNoHooks, bool kSplitTail = false>
 __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     gemm_sm90_tma_wgmma(const __grid_constant__ ptx::TmaDescriptor tmap_a,
                         const __grid_constant__ ptx::TmaDescriptor tmap_b,
@@ -67,6 +152,8 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     static_assert(STAGES >= 2 && STAGES <= 8, "STAGES in [2, 8]");
     static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "CLUSTER_M is 1 or 2");
     static_assert(sizeof(TIn) == 2, "inputs are bf16 or fp16");
+    static_assert(!kSplitTail || (CLUSTER_M == 1 && tile::kSameType<Hooks, tile::GemmNoHooks>),
+                  "the split tail is for the plain GEMM: single-CTA tiles, no overlap hooks");
 #if LOOM_SM90A
     constexpr int kConsumers = BLOCK_M / 64;
     constexpr bool kBF16 = tile::kSameType<TIn, __nv_bfloat16>;
@@ -104,24 +191,29 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
         __syncthreads();
     }
 
-    tile::PersistentScheduler<BLOCK_M, BLOCK_N, Hooks, CLUSTER_M> sched(args.m, args.n, args.group_m);
-    const int num_k_blocks = (args.k + kGemmBlockK - 1) / kGemmBlockK;
+    // The split-tail kernel takes the tile grid and the k-blocks from the host: read from the constant bank where used
+    // rather than computed once and held in registers.
+    using Scheduler = tile::PersistentScheduler<BLOCK_M, BLOCK_N, Hooks, CLUSTER_M>;
+    Scheduler sched = kSplitTail ? Scheduler(args.m, args.n, tile::TileGrid{args.tiles_m, args.tiles_n, args.group_m})
+                                 : Scheduler(args.m, args.n, args.group_m);
+    const int num_k_blocks = kSplitTail ? args.num_k_blocks : (args.k + kGemmBlockK - 1) / kGemmBlockK;
     tile::TileCoord t;
+    tile::WorkUnit w;  // k-blocks [w.kb_begin, w.kb_begin + w.kb_count) of tile t; w.split >= 0: a split-tail unit
 
     if (warpgroup == kConsumers) {
         // ---- producer warpgroup: one thread issues every TMA ------------------------------------------------
         ptx::setmaxnreg_dec<kProducerRegs>();
         if (wg_thread == 0) {
             tile::PipelineState<STAGES> st;
-            while (sched.next_tile(hooks, t)) {
+            while (next_work<kSplitTail>(sched, hooks, args, num_k_blocks, t, w)) {
                 if constexpr (Hooks::kWaitsBeforeLoad) {
                     if (t.rows > 0) hooks.before_load(t);
                     ptx::fence_proxy_async_global();
                 }
-                for (int kb = 0; kb < num_k_blocks; ++kb) {
+                for (int kb = 0; kb < w.kb_count; ++kb) {
                     // Expect the whole B tile: our half and the peer's multicast half both land here.
                     uint64_t* full = pipe->producer_acquire(st, kABytes + kBBytes);
-                    const int k0 = kb * kGemmBlockK;
+                    const int k0 = (w.kb_begin + kb) * kGemmBlockK;
                     uint8_t* b_slot = smem_b + st.stage * kBBytes;
                     tile::tma_load_tile(smem_a + st.stage * kABytes, &tmap_a, full, k0, t.row0);
                     if constexpr (CLUSTER_M == 1) {
@@ -158,9 +250,19 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
         uint32_t store_count = 0;  // slabs this warpgroup has stored; selects the staging buffer
         float acc[BLOCK_N / 2];
         tile::PipelineState<STAGES> st;
-        while (sched.next_tile(hooks, t)) {
+        while (next_work<kSplitTail>(sched, hooks, args, num_k_blocks, t, w)) {
+            // The split unit's (tail tile << 8) | split, -1 for a whole tile: one register across the mainloop.
+            const int32_t tail_id = w.split < 0 ? -1 : ((w.linear - args.dp_tiles) << 8) | w.split;
+            if constexpr (kSplitTail) {
+                // Written here (64 register moves per unit), the accumulators are dead from their last read in the
+                // previous unit's epilogue or fix-up on, rather than live into this unit's first wgmma (which
+                // ignores them): the registers of the slabs already stored are free for the rest of the epilogue.
+#pragma unroll
+                for (int i = 0; i < BLOCK_N / 2; ++i) acc[i] = 0.f;
+            }
             uint32_t prev_stage = 0;
-            for (int kb = 0; kb < num_k_blocks; ++kb) {
+            // kb counts the unit's k-blocks: its first one (kb = 0, kk = 0) overwrites the accumulators.
+            for (int kb = 0; kb < w.kb_count; ++kb) {
                 pipe->consumer_wait(st);
                 const uint8_t* a_tile = smem_a + st.stage * kABytes + warpgroup * 64 * 128;
                 const uint8_t* b_tile = smem_b + st.stage * kBBytes;
@@ -191,10 +293,14 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
             }
             ptx::wgmma_wait_group<0>();
             ptx::wgmma_fence_operands(acc);
-            if (num_k_blocks > 0) release_slot<CLUSTER_M>(pipe, prev_stage, lane);
-            if (num_k_blocks == 0) {
+            if (w.kb_count > 0) release_slot<CLUSTER_M>(pipe, prev_stage, lane);
+            if (w.kb_count == 0) {
 #pragma unroll
                 for (int i = 0; i < BLOCK_N / 2; ++i) acc[i] = 0.f;
+            }
+            if constexpr (kSplitTail) {
+                // A split unit: hand the partial over; only the CTA that completes the tile stores it.
+                if (tail_id >= 0 && !split_tail_fixup<BLOCK_M, BLOCK_N>(acc, args, tail_id)) continue;
             }
 
             // Epilogue: thread owns (row 16w + lane/4 (+8), cols 8j + 2(lane%4) + {0,1}) of its 64-row slab.
@@ -202,20 +308,29 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
             // per thread leave little room under 168. One epilogue path per instantiation for the same reason.)
             if constexpr (kTmaStore) {
                 {
-                    const int r_lo = warp * 16 + lane / 4;  // row inside the warpgroup's 64-row slab
-                    const bool leader = wg_thread == 0;
+                    // The thread's coordinates. The split-tail kernel recomputes them here from an unhoisted %tid.x:
+                    // held across its mainloop (as the plain kernel's compiler does) they leave the fix-up too few
+                    // registers under 168 and it spills.
+                    const uint32_t e_tid = kSplitTail ? ptx::tid_x_unhoisted() : 0u;
+                    const int e_warpgroup = kSplitTail ? static_cast<int>(e_tid / 128) : warpgroup;
+                    const int e_wg_thread = kSplitTail ? static_cast<int>(e_tid % 128) : wg_thread;
+                    const int e_warp = kSplitTail ? static_cast<int>((e_tid % 128) / 32) : warp;
+                    const int e_lane = kSplitTail ? static_cast<int>(e_tid % 32) : lane;
+                    uint8_t* const e_bufs = kSplitTail ? smem_store + e_warpgroup * 2 * kGemmStoreBufBytes : store_bufs;
+                    const int r_lo = e_warp * 16 + e_lane / 4;  // row inside the warpgroup's 64-row slab
+                    const bool leader = e_wg_thread == 0;
 #pragma unroll
                     for (int slab = 0; slab < kSlabs; ++slab) {
                         const int slab_col0 = t.col0 + slab * kStoreCols;
                         if (slab_col0 >= args.n) break;  // uniform: the rest of the tile is past N
-                        uint8_t* buf = store_bufs + (store_count & 1u) * kGemmStoreBufBytes;
+                        uint8_t* buf = e_bufs + (store_count & 1u) * kGemmStoreBufBytes;
                         // The buffer was last read by the store issued two slabs ago (maybe in the previous tile).
                         if (leader) ptx::tma_store_wait_read<1>();
-                        ptx::named_barrier_sync(2 + warpgroup, 128);
+                        ptx::named_barrier_sync(2 + e_warpgroup, 128);
 #pragma unroll
                         for (int f = 0; f < kFragsPerSlab; ++f) {
                             const int j = slab * kFragsPerSlab + f;
-                            const int c_in = 8 * f + 2 * (lane % 4);  // column inside the slab
+                            const int c_in = 8 * f + 2 * (e_lane % 4);  // column inside the slab
                             float b0 = 0.f, b1 = 0.f;
                             if (args.bias != nullptr && slab_col0 + c_in < args.n) {
                                 const TBias* bias = static_cast<const TBias*>(args.bias);
@@ -237,9 +352,9 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                         }
                         // Generic-proxy smem writes -> visible to the TMA (async proxy) store issued next.
                         ptx::fence_proxy_async_smem();
-                        ptx::named_barrier_sync(2 + warpgroup, 128);
+                        ptx::named_barrier_sync(2 + e_warpgroup, 128);
                         if (leader) {
-                            ptx::tma_store_2d(&tmap_d, buf, slab_col0, t.row0 + warpgroup * 64);
+                            ptx::tma_store_2d(&tmap_d, buf, slab_col0, t.row0 + e_warpgroup * 64);
                             ptx::tma_store_commit();
                         }
                         ++store_count;

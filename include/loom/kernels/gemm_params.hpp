@@ -6,7 +6,8 @@
 
 namespace loom::kernels {
 
-// Runtime arguments shared by the GEMM kernels.
+// Runtime arguments shared by the GEMM kernels. Plain data; every host-built GemmArgs sets all fields (the split-tail
+// ones to {nullptr, nullptr, 0, 1, 0, 0, 0, 0} outside loom::gemm's split-tail launch).
 struct GemmArgs {
     void* d;           // [m, n] row-major output (also the beta input)
     const void* bias;  // [n] or null
@@ -14,6 +15,18 @@ struct GemmArgs {
     int32_t m, n, k;
     float alpha, beta;
     int32_t group_m;  // raster group (M-blocks)
+    // Split-K tail (gemm_sm90_tma_wgmma<..., kSplitTail = true> only; tile_order.hpp: split_tail_unit): tiles
+    // [0, dp_tiles) run whole, each later tile as tail_splits K-splits. partials: [tail tile][split] slots of
+    // BLOCK_M x BLOCK_N fp32 (gemm_split_tail_slot_floats); tile_counters: one arrival counter per tail tile,
+    // zero before the launch and left zero after it. tail_splits 1: no split tail (the rest unused). The counts
+    // below are the host's, so that the kernel reads them from the constant bank instead of holding registers.
+    float* partials;
+    uint32_t* tile_counters;
+    int32_t dp_tiles;
+    int32_t tail_splits;   // <= 256
+    int32_t work_units;    // dp_tiles + tail tiles x tail_splits
+    int32_t num_k_blocks;  // ceil(k / kGemmBlockK)
+    int32_t tiles_m, tiles_n;
 };
 
 inline constexpr int kGemmBlockK = 64;  // one 128-byte swizzle row of bf16/fp16
@@ -29,6 +42,11 @@ LOOM_HOST_DEVICE constexpr int gemm_store_box_cols(int out_elem_bytes) { return 
 LOOM_HOST_DEVICE constexpr uint32_t gemm_sm90_smem_bytes(int block_m, int block_n, int stages) {
     return static_cast<uint32_t>(stages) * static_cast<uint32_t>(block_m + block_n) * 128u +
            static_cast<uint32_t>(block_m / 64) * 2u * kGemmStoreBufBytes + static_cast<uint32_t>(stages) * 16u + 1024u;
+}
+
+// Split-tail workspace: floats of one partial-accumulator slot (one tail tile, one split).
+LOOM_HOST_DEVICE constexpr int64_t gemm_split_tail_slot_floats(int block_m, int block_n) {
+    return static_cast<int64_t>(block_m) * block_n;
 }
 
 // The sm_80 kernel's fixed tile: 128 x 128 x 32, 256 threads.

@@ -7,6 +7,10 @@
 //
 // On sm_90 the Hopper kernel runs (kernels/gemm.cuh: TMA + wgmma, warp-specialised, persistent); on sm_80 /
 // sm_89, or with force_sm80, the mma.sync kernel (kernels/gemm_sm80.cuh).
+//
+// Split-K tail (GemmConfig::tail_splits >= 2, Hopper kernel without clusters): the last, partial wave's tiles are
+// split along K over more CTAs and reduced through an fp32 workspace that loom::gemm owns per (device, stream)
+// (docs/gemm.md "Split-K tail"). The result is bitwise reproducible run to run (a fixed summation order).
 #pragma once
 
 #include <cuda.h>
@@ -29,10 +33,12 @@ struct GemmConfig {
     int cluster_m = 1;      // 1, or 2: CTA pairs along M share the B tile by TMA multicast
     int group_m = 8;        // raster group (M-blocks swept together)
     int grid = 0;           // persistent CTAs; 0 = min(#tiles, #SMs) rounded to whole clusters
+    int tail_splits = 1;    // split-K tail: >= 2 splits the tiles after the full waves that many ways along K
+                            // (gemm_tail_plan; cluster_m 1 only); 1: every tile whole
     bool tma_store = true;  // epilogue through shared memory + TMA stores; needs beta == 0 (gemm() clears it)
     bool sm80 = false;      // use the mma.sync kernel
     int consumers() const { return block_m / 64; }
-    std::string str() const;  // "sm90 128x256x64 st4 wg2 g8 grid132"
+    std::string str() const;  // "sm90 128x256x64 st4 wg2 cluster1 g8 grid132 tail3" (tail only when split)
 };
 
 struct GemmOptions {
@@ -48,20 +54,40 @@ void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const G
           cudaStream_t stream = nullptr);
 
 // The analytic choice: minimise (waves of persistent tiles) x (cost of one tile, from measured per-shape
-// efficiency of each BLOCK_N). Deterministic and printable (GemmConfig::str()).
-GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, int num_sms);
+// efficiency of each BLOCK_N). A partial last wave costs a whole wave, or, split s ways along K
+// (gemm_tail_plan), 1 / s + kGemmTailFixupCost of one. Deterministic and printable (GemmConfig::str()).
+// split_tail = false: never split the tail (the overlapped ops, whose hooked kernels have no split tail).
+// LOOM_GEMM_TAIL_SPLITS=0 (or 1) turns the split off, =n >= 2 forces n splits where there is a tail.
+GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, int num_sms, bool split_tail = true);
+
+// Heuristic cost of a split tail's fix-up (writing, and in one CTA reading back, the fp32 partials), in tiles.
+inline constexpr double kGemmTailFixupCost = 0.1;
+
+// The split-K tail of the Hopper kernel with `grid` persistent CTAs (kernels/gemm.cuh, tile/tile_order.hpp).
+struct GemmTailPlan {
+    int64_t tiles = 0;       // output tiles
+    int64_t dp_tiles = 0;    // computed whole: floor(tiles / grid) * grid, the full waves
+    int64_t tail_tiles = 0;  // tiles - dp_tiles
+    int splits = 1;          // K-splits of each tail tile; 1: no split tail
+    int64_t units() const { return dp_tiles + tail_tiles * splits; }
+};
+// `requested` splits: 0 = automatic, min(grid / tail_tiles, num_k_blocks / 4); n >= 1: n, capped at the number of
+// k-blocks (every split gets at least one). splits is 1 when that leaves < 2, when there is no tail, or for
+// cluster_m != 1.
+GemmTailPlan gemm_tail_plan(int64_t m, int64_t n, int64_t k, const GemmConfig& cfg, int64_t grid, int requested);
 
 // ---- building blocks for kernels that reuse the Hopper GEMM with overlap hooks (AllGather+GEMM, GEMM+RS) ----
 
 // JIT spec of gemm_sm90_tma_wgmma (or gemm_sm80_mma_sync when cfg.sm80) with literal template arguments.
 // `hooks` names the policy type (default loom::tile::GemmNoHooks); `header` the header that defines it and
-// includes loom/kernels/gemm.cuh.
+// includes loom/kernels/gemm.cuh. cfg.tail_splits >= 2 selects the split-tail instantiation (default hooks only).
 jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, DType bias, bool b_kn,
                                  const std::string& hooks = "loom::tile::GemmNoHooks",
                                  const std::string& header = "loom/kernels/gemm.cuh");
 
 // Everything but the hooks object to launch the Hopper kernel: kernel(launch, tmap_a, tmap_b, tmap_d, args, hooks).
-// The launch carries the cluster dims (cfg.cluster_m, 1, 1).
+// The launch carries the cluster dims (cfg.cluster_m, 1, 1). args has no split tail (tail_splits 1, no
+// workspace): loom::gemm adds its own when cfg.tail_splits >= 2.
 struct GemmSm90Launch {
     CUtensorMap tmap_a;
     CUtensorMap tmap_b;

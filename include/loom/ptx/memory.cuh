@@ -89,6 +89,9 @@ LOOM_PTX_ATOM_ORDER_SCOPE(release, gpu)
 LOOM_PTX_ATOM_ORDER_SCOPE(release, sys)
 LOOM_PTX_ATOM_ORDER_SCOPE(acq_rel, gpu)
 LOOM_PTX_ATOM_ORDER_SCOPE(acq_rel, sys)
+// atom_inc_<order>_<scope>(p, limit): *p = (*p >= limit) ? 0 : *p + 1, returns the old value. A counter of n
+// arrivals with limit n - 1 wraps back to 0 on the n-th: the last arriver sees n - 1 and leaves it reset.
+LOOM_PTX_ATOM2(inc, acq_rel, gpu, uint32_t, "u32", "r")
 #undef LOOM_PTX_ATOM_ORDER_SCOPE
 #undef LOOM_PTX_CAS
 #undef LOOM_PTX_ATOM2

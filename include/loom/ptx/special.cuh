@@ -26,6 +26,13 @@ LOOM_DEVICE LOOM_FORCEINLINE uint32_t lane_id() {
 LOOM_DEVICE LOOM_FORCEINLINE uint32_t warp_id() {
     return (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) >> 5;
 }
+// %tid.x read through asm volatile: what is computed from it is recomputed where it is used instead of being hoisted
+// out of a loop and held in registers across it (for kernels at their register limit; costs a few ALU ops).
+LOOM_DEVICE LOOM_FORCEINLINE uint32_t tid_x_unhoisted() {
+    uint32_t v;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(v));
+    return v;
+}
 LOOM_DEVICE LOOM_FORCEINLINE void nanosleep(uint32_t ns) { asm volatile("nanosleep.u32 %0;" ::"r"(ns)); }
 
 }  // namespace loom::ptx

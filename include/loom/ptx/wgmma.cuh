@@ -76,6 +76,17 @@ LOOM_DEVICE LOOM_FORCEINLINE void setmaxnreg_dec() {
 LOOM_DEVICE LOOM_FORCEINLINE void named_barrier_sync(uint32_t id, uint32_t threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// The same barrier that also ORs `pred` over the `threads` taking part and returns the result to each of them
+// (bar.red.or.pred): a broadcast of one thread's decision without shared memory.
+LOOM_DEVICE LOOM_FORCEINLINE bool named_barrier_sync_or(uint32_t id, uint32_t threads, bool pred) {
+    uint32_t out;
+    asm volatile(
+        "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, %2, %3, p;\n selp.u32 %0, 1, 0, q;\n}\n"
+        : "=r"(out)
+        : "r"(static_cast<uint32_t>(pred)), "r"(id), "r"(threads)
+        : "memory");
+    return out != 0;
+}
 
 // ---- shared-memory matrix descriptor -------------------------------------------------------------------------
 // 64-bit descriptor (PTX ISA "Matrix Descriptor Format"): bits 0-13 start address >> 4, 16-29 leading-dimension

@@ -35,7 +35,7 @@ struct GemmNoHooks {
 };
 
 // Walks this CTA's tiles: blockIdx.x, blockIdx.x + gridDim.x, ... Producer and consumers each own a copy and
-// see the same sequence.
+// see the same sequence (next_tile), or, with the split-K tail of the plain GEMM, the same work units (next_unit).
 //
 // With CLUSTER_M > 1 (clusters of CLUSTER_M consecutive CTAs along x, sharing the B tile by TMA multicast) the
 // policy orders cluster tiles: a grid of ceil(num_m / CLUSTER_M) x num_n, cluster c walking c, c + #clusters,
@@ -58,17 +58,41 @@ struct PersistentScheduler {
         next = static_cast<int32_t>(blockIdx.x) / CLUSTER_M;
         rank = static_cast<int32_t>(blockIdx.x) % CLUSTER_M;
     }
+    // The same with the tile grid precomputed by the host (runtime values read where used, no divisions here).
+    LOOM_DEVICE PersistentScheduler(int32_t m_, int32_t n_, const TileGrid& g) : grid(g), m(m_), n(n_) {
+        next = static_cast<int32_t>(blockIdx.x) / CLUSTER_M;
+        rank = static_cast<int32_t>(blockIdx.x) % CLUSTER_M;
+    }
 
     LOOM_DEVICE LOOM_FORCEINLINE bool next_tile(const Hooks& hooks, TileCoord& t) {
         if (next >= grid.num_tiles()) return false;
-        hooks.tile_order(next, grid, t.m_block, t.n_block);
+        set_tile(hooks, next, t);
         next += static_cast<int32_t>(gridDim.x) / CLUSTER_M;
+        return true;
+    }
+
+    // Split-K tail (tile_order.hpp: split_tail_unit; single-CTA tiles only): walks work units instead of tiles.
+    // `t` is the unit's tile in the policy's order, `w` its split and k-blocks. units (split_tail_units),
+    // dp_tiles, splits and num_k_blocks are the launch's: the producer and the consumers pass the same values and so
+    // see the same units.
+    LOOM_DEVICE LOOM_FORCEINLINE bool next_unit(const Hooks& hooks, int32_t units, int32_t dp_tiles, int32_t splits,
+                                                int32_t num_k_blocks, TileCoord& t, WorkUnit& w) {
+        static_assert(CLUSTER_M == 1, "the split tail walks single-CTA tiles");
+        if (next >= units) return false;
+        w = split_tail_unit(next, dp_tiles, splits, num_k_blocks);
+        set_tile(hooks, w.linear, t);
+        next += static_cast<int32_t>(gridDim.x);
+        return true;
+    }
+
+  private:
+    LOOM_DEVICE LOOM_FORCEINLINE void set_tile(const Hooks& hooks, int32_t linear, TileCoord& t) const {
+        hooks.tile_order(linear, grid, t.m_block, t.n_block);
         t.m_block = t.m_block * CLUSTER_M + rank;
         t.row0 = t.m_block * BLOCK_M;
         t.col0 = t.n_block * BLOCK_N;
         t.rows = (m - t.row0) < BLOCK_M ? (m - t.row0) : BLOCK_M;
         t.cols = (n - t.col0) < BLOCK_N ? (n - t.col0) : BLOCK_N;
-        return true;
     }
 };
 

@@ -44,4 +44,41 @@ LOOM_HOST_DEVICE inline void rotated_order(int32_t linear, const TileGrid& g, in
     if (m_block >= g.num_m) m_block -= g.num_m;
 }
 
+// Split-K tail of the persistent GEMM (tile/scheduler.cuh, kernels/gemm.cuh; docs/gemm.md "Split-K tail"): with G
+// persistent CTAs the full waves' tiles, linear indices [0, dp_tiles), run whole, and each of the remaining
+// tail tiles is split `splits` ways along K so that the last, partial wave fills more SMs. Work unit u:
+//   u <  dp_tiles   the whole tile u (k-blocks [0, num_k_blocks))
+//   u >= dp_tiles   split (u - dp_tiles) % splits of tile dp_tiles + (u - dp_tiles) / splits
+// CTA b walks units b, b + G, ... The k-blocks are dealt as evenly as possible: split j gets q + (j < r) blocks,
+// q = num_k_blocks / splits, r = num_k_blocks % splits, split 0 first (no products that overflow int32).
+struct WorkUnit {
+    int32_t linear;    // linear tile index (the tile order maps it to an output tile)
+    int32_t split;     // -1: the whole tile; else the split in [0, splits)
+    int32_t kb_begin;  // first k-block
+    int32_t kb_count;  // k-blocks (>= 1 when num_k_blocks >= splits)
+};
+
+LOOM_HOST_DEVICE inline int32_t split_tail_units(int32_t tiles, int32_t dp_tiles, int32_t splits) {
+    return dp_tiles + (tiles - dp_tiles) * splits;
+}
+
+LOOM_HOST_DEVICE inline WorkUnit split_tail_unit(int32_t unit, int32_t dp_tiles, int32_t splits, int32_t num_k_blocks) {
+    WorkUnit w;
+    if (unit < dp_tiles) {
+        w.linear = unit;
+        w.split = -1;
+        w.kb_begin = 0;
+        w.kb_count = num_k_blocks;
+        return w;
+    }
+    const int32_t v = unit - dp_tiles;
+    const int32_t tail = v / splits;
+    w.linear = dp_tiles + tail;
+    w.split = v - tail * splits;
+    const int32_t q = num_k_blocks / splits, r = num_k_blocks - q * splits;
+    w.kb_begin = w.split * q + (w.split < r ? w.split : r);
+    w.kb_count = q + (w.split < r ? 1 : 0);
+    return w;
+}
+
 }  // namespace loom::tile
