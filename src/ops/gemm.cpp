@@ -286,6 +286,30 @@ jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, DTy
     return spec;
 }
 
+namespace {
+// The kernels' arguments for whole tiles (no split tail); the split-tail fields are set by the caller that splits.
+kernels::GemmArgs whole_tile_args(const MatrixView& c, int64_t m, int64_t n, int64_t k, const GemmOptions& o,
+                                  int group_m) {
+    return kernels::GemmArgs{c.data,
+                             o.bias.data,
+                             c.stride(),
+                             static_cast<int32_t>(m),
+                             static_cast<int32_t>(n),
+                             static_cast<int32_t>(k),
+                             o.alpha,
+                             o.beta,
+                             group_m,
+                             /*partials=*/nullptr,
+                             /*tile_counters=*/nullptr,
+                             /*dp_tiles=*/0,
+                             /*tail_splits=*/1,
+                             /*work_units=*/0,
+                             /*num_k_blocks=*/0,
+                             /*tiles_m=*/0,
+                             /*tiles_n=*/0};
+}
+}  // namespace
+
 GemmSm90Launch gemm_sm90_launch(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o,
                                 const GemmConfig& cfg, int num_sms, cudaStream_t stream) {
     LOOM_CHECK(
@@ -300,23 +324,7 @@ GemmSm90Launch gemm_sm90_launch(const MatrixView& a, const MatrixView& b, const 
     l.tmap_b = o.b_kn ? make_tma_2d(b, kernels::kGemmBlockK, 64)
                       : make_tma_2d(b, cfg.block_n / cfg.cluster_m, kernels::kGemmBlockK);
     l.tmap_d = make_tma_2d(c, 64, kernels::gemm_store_box_cols(static_cast<int>(dtype_size(c.dtype))));
-    l.args = kernels::GemmArgs{c.data,
-                               o.bias.data,
-                               c.stride(),
-                               static_cast<int32_t>(m),
-                               static_cast<int32_t>(n),
-                               static_cast<int32_t>(k),
-                               o.alpha,
-                               o.beta,
-                               cfg.group_m,
-                               /*partials=*/nullptr,
-                               /*tile_counters=*/nullptr,
-                               /*dp_tiles=*/0,
-                               /*tail_splits=*/1,
-                               /*work_units=*/0,
-                               /*num_k_blocks=*/0,
-                               /*tiles_m=*/0,
-                               /*tiles_n=*/0};
+    l.args = whole_tile_args(c, m, n, k, o, cfg.group_m);
     const int64_t grid = cfg.grid > 0 ? cfg.grid : gemm_sm90_grid(m, n, cfg, num_sms);
     l.launch.grid = dim3(static_cast<unsigned>(std::max<int64_t>(grid, cfg.cluster_m)));
     l.launch.cluster = dim3(static_cast<unsigned>(cfg.cluster_m), 1, 1);
@@ -367,23 +375,7 @@ void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const G
     if (env_flag("LOOM_GEMM_DEBUG")) fmt::print(stderr, "loom::gemm M={} N={} K={}: {}\n", m, n, k, cfg.str());
 
     if (cfg.sm80) {
-        const kernels::GemmArgs args{c.data,
-                                     o.bias.data,
-                                     c.stride(),
-                                     static_cast<int32_t>(m),
-                                     static_cast<int32_t>(n),
-                                     static_cast<int32_t>(k),
-                                     o.alpha,
-                                     o.beta,
-                                     cfg.group_m,
-                                     /*partials=*/nullptr,
-                                     /*tile_counters=*/nullptr,
-                                     /*dp_tiles=*/0,
-                                     /*tail_splits=*/1,
-                                     /*work_units=*/0,
-                                     /*num_k_blocks=*/0,
-                                     /*tiles_m=*/0,
-                                     /*tiles_n=*/0};
+        const kernels::GemmArgs args = whole_tile_args(c, m, n, k, o, cfg.group_m);
         jit::LaunchConfig lc;
         lc.grid = dim3(static_cast<unsigned>(ceil_div(n, kernels::kSm80BlockN)),
                        static_cast<unsigned>(ceil_div(m, kernels::kSm80BlockM)));
