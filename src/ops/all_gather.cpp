@@ -2,9 +2,43 @@
 #include <vector>
 
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/stream_ops.hpp"
 #include "ops/coll_state.hpp"
 
 namespace loom {
+
+namespace {
+
+// Push through the copy engine, paced by stream signals instead of barrier kernels (no SM involved): `stream` raises
+// ready[me] = e at every peer (its out may be written: its earlier work on out is done, stream order); side stream i
+// waits for ready[d] >= e of its destination d, copies this rank's chunk into slot `me` of d's out and raises
+// done[me] = e at d; the own chunk (out of place) is copied on a side stream too; `stream` joins the side streams and
+// waits for done[q] >= e from every peer. Measured against two barrier-kernel launches (entry, exit): see
+// docs/collectives.md.
+void all_gather_push_copy_engine(World& world, coll::CollState& st, const void* in, char* mine, std::size_t B,
+                                 cudaStream_t stream) {
+    const int W = world.world_size(), me = world.rank();
+    std::uint64_t* const ready = st.ce_sig + 2 * kMaxLocalPeers;
+    std::uint64_t* const done = st.ce_sig + 3 * kMaxLocalPeers;
+    const std::uint64_t e = ++st.ce_ag_calls;
+    for (int d = 0; d < W; ++d)
+        if (d != me) stream_ops::signal_ce(world, &ready[me], e, d, stream);
+    const bool own_copy = in != mine;
+    const std::size_t n = static_cast<std::size_t>(W - 1) + (own_copy ? 1 : 0);
+    coll::ce_fork(st, stream, n);
+    for (int i = 1; i < W; ++i) {
+        const int d = (me + i) % W;
+        cudaStream_t side = coll::ce_stream(st, static_cast<std::size_t>(i - 1));
+        stream_ops::wait_value(side, &ready[d], e);
+        stream_ops::put_signal_ce(world, mine, in, B, &done[me], e, d, side);
+    }
+    if (own_copy) LOOM_CHECK_CUDA(cudaMemcpyAsync(mine, in, B, cudaMemcpyDefault, coll::ce_stream(st, n - 1)));
+    coll::ce_join(st, stream, n);
+    for (int q = 0; q < W; ++q)
+        if (q != me) stream_ops::wait_value(stream, &done[q], e);
+}
+
+}  // namespace
 
 void all_gather(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts) {
     const char* op = "all_gather";
@@ -35,6 +69,10 @@ void all_gather(World& world, BufferView in, BufferView out, cudaStream_t stream
         coll::check_symmetric(op, to_string(c.algo), "out", world, out);
     }
 
+    if (c.path == DataPath::CopyEngine && c.algo == CollAlgo::Push) {
+        all_gather_push_copy_engine(world, st, in.data, mine, B, stream);
+        return;
+    }
     if (c.path == DataPath::CopyEngine) {
         // Entry barrier, the W-1 peer copies and the own chunk's copy at once (side streams), exit barrier: all
         // ordered on `stream`.

@@ -52,8 +52,8 @@ std::unique_ptr<CollState> create(World& world) {
     st->sync = world.alloc<SyncState>(1);
     st->scratch = world.alloc<char>(st->scratch_bytes);
     st->ll = world.alloc<char>(st->ll_bytes);
-    st->ce_sig = world.alloc<std::uint64_t>(2 * kMaxLocalPeers);
-    LOOM_CHECK_CUDA(cudaMemset(st->ce_sig, 0, 2 * kMaxLocalPeers * sizeof(std::uint64_t)));
+    st->ce_sig = world.alloc<std::uint64_t>(kCeSignals * kMaxLocalPeers);
+    LOOM_CHECK_CUDA(cudaMemset(st->ce_sig, 0, kCeSignals * kMaxLocalPeers * sizeof(std::uint64_t)));
     LOOM_CHECK_CUDA(cudaMemset(st->sync, 0, sizeof(SyncState)));
     LOOM_CHECK_CUDA(cudaMemset(st->ll, 0, st->ll_bytes));
     LOOM_CHECK_CUDA(cudaDeviceSynchronize());

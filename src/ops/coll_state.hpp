@@ -46,6 +46,10 @@ struct Plan {
     kernels::coll::Params params{};
 };
 
+// Rows of CollState::ce_sig (each kMaxLocalPeers signals): reduce_scatter's ready and freed, all_gather's ready and
+// done.
+inline constexpr int kCeSignals = 4;
+
 struct CollState {
     kernels::coll::SyncState* sync = nullptr;  // symmetric, zeroed once
     char* scratch = nullptr;                   // symmetric
@@ -61,8 +65,11 @@ struct CollState {
     // Copy-engine reduce_scatter (scatter / ce): symmetric [2][kMaxLocalPeers] signals — ready[q]: rank q's push of
     // round r landed here; freed[q]: rank q reduced round r, so its buffers may be refilled — and the round count
     // (same on every rank: every rank makes the same calls).
+    // Then the copy-engine push all_gather's [2][kMaxLocalPeers]: ag_ready[q] — rank q's out may be written for
+    // call e; ag_done[q] — rank q's chunk of call e landed here; and its call count.
     std::uint64_t* ce_sig = nullptr;
     std::uint64_t ce_round = 0;
+    std::uint64_t ce_ag_calls = 0;
     // Side streams of the copy-engine path (copy_engine_fanout), created on first use.
     std::vector<cudaStream_t> ce_streams;
     std::vector<cudaEvent_t> ce_done;
