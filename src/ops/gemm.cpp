@@ -77,14 +77,15 @@ std::mutex& tail_workspace_mutex() {
 
 // The workspace of (device, stream) with room for `partial_floats` and `num_counters`. The caller holds
 // tail_workspace_mutex() from here until its launch is enqueued: growing one synchronises the stream and frees the
-// old buffers. nullptr when it would have to grow while the stream captures a graph (no allocation, no sync then).
+// old buffers. nullptr while the stream captures a graph: a captured launch would keep this workspace's pointers,
+// which a later call on the stream may free (growth) or use at the same time as a replay (on any stream).
 TailWorkspace* tail_workspace(int device, cudaStream_t stream, size_t partial_floats, size_t num_counters) {
-    static std::map<std::pair<int, cudaStream_t>, TailWorkspace> cache;
-    TailWorkspace& ws = cache[{device, stream}];
-    if (ws.partial_floats >= partial_floats && ws.num_counters >= num_counters) return &ws;
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     LOOM_CHECK_CUDA(cudaStreamIsCapturing(stream, &capture));
     if (capture != cudaStreamCaptureStatusNone) return nullptr;
+    static std::map<std::pair<int, cudaStream_t>, TailWorkspace> cache;
+    TailWorkspace& ws = cache[{device, stream}];
+    if (ws.partial_floats >= partial_floats && ws.num_counters >= num_counters) return &ws;
     LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));  // earlier launches on this stream may still use the old ones
     if (ws.partial_floats < partial_floats) {
         LOOM_CHECK_CUDA(cudaFree(ws.partials));
@@ -366,7 +367,7 @@ void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const G
         const size_t slot = static_cast<size_t>(kernels::gemm_split_tail_slot_floats(cfg.block_m, cfg.block_n));
         ws = tail_workspace(device, stream, static_cast<size_t>(tail.tail_tiles * tail.splits) * slot,
                             static_cast<size_t>(tail.tail_tiles));
-        if (ws == nullptr) {  // capturing a graph with too small a workspace: this launch runs without the split
+        if (ws == nullptr) {  // capturing a graph: this launch runs without the split
             ws_lock.unlock();
             cfg.tail_splits = 1;
             kernel = &jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, bias_t, o.b_kn));
