@@ -74,21 +74,17 @@ void all_gather(World& world, BufferView in, BufferView out, cudaStream_t stream
         return;
     }
     if (c.path == DataPath::CopyEngine) {
-        // Entry barrier, the W-1 peer copies and the own chunk's copy at once (side streams), exit barrier: all
-        // ordered on `stream`.
+        // Pull: entry barrier, the W-1 peer copies and the own chunk's copy at once (side streams), exit barrier:
+        // all ordered on `stream`.
         coll::launch_barrier(world, st, stream);
         std::vector<coll::CopyJob> jobs;
         for (int i = 0; i < W; ++i) {
             const int peer = (me + i) % W;
             if (peer == me && in.data == mine) continue;
-            if (c.algo == CollAlgo::Push) {
-                jobs.push_back({world.peer_ptr(mine, peer), in.data, B});
-            } else {
-                char* dst = static_cast<char*>(out.data) + peer * B;
-                // In place, the peer's input is slot `peer` of its out (my in is slot `me`: not a symmetric offset).
-                const void* src = world.peer_ptr(in.data == mine ? static_cast<const void*>(dst) : in.data, peer);
-                jobs.push_back({dst, src, B});
-            }
+            char* dst = static_cast<char*>(out.data) + peer * B;
+            // In place, the peer's input is slot `peer` of its out (my in is slot `me`: not a symmetric offset).
+            const void* src = world.peer_ptr(in.data == mine ? static_cast<const void*>(dst) : in.data, peer);
+            jobs.push_back({dst, src, B});
         }
         coll::copy_engine_fanout(st, stream, jobs);
         coll::launch_barrier(world, st, stream);
