@@ -240,11 +240,35 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             std::printf("FAIL gemm_rs N=%lld K=%lld: max rel diff %g vs gemm + reduce_scatter\n",
                         static_cast<long long>(N), static_cast<long long>(K), diff);
         const double t = ok ? med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st); }, s, w, args.iters) : NAN;
+        // Each algorithm on its own (auto picks the fused epilogue when M / W is a multiple of BLOCK_M), each
+        // checked against the sequential result.
+        for (loom::RsAlgo algo : {loom::RsAlgo::FusedEpilogue, loom::RsAlgo::ScatterReduce}) {
+            loom::GemmRsOptions o;
+            o.algo = algo;
+            const std::string name = loom::to_string(algo);
+            try {
+                LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, rows * N * 2));
+                loom::gemm_rs(w, A, B, C, s, o);
+                LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+                const double d = max_rel_diff(c, c_ref, rows * N);
+                row["check_" + name] = d;
+                if (d < 5e-2) {
+                    row["overlap_" + name + "_us"] =
+                        med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w, args.iters);
+                } else {
+                    std::printf("FAIL gemm_rs (%s) N=%lld K=%lld: max rel diff %g\n", name.c_str(),
+                                static_cast<long long>(N), static_cast<long long>(K), d);
+                }
+            } catch (const loom::Error& e) {
+                row["error_" + name] = e.what();
+            }
+        }
         if (ok && !args.rs_comm_sms.empty()) {  // the scatter-reduce's SM budget, for the heuristic's table
             nlohmann::json sweep;
             for (int p : args.rs_comm_sms) {
                 loom::GemmRsOptions o;
                 o.comm_sms = p;
+                o.algo = loom::RsAlgo::ScatterReduce;  // the only algorithm with communication blocks
                 sweep[std::to_string(p)] =
                     med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w, args.iters);
             }

@@ -32,7 +32,8 @@ const char* to_string(AgProducer p) {
 }
 
 std::string OverlapPlan::str() const {
-    return fmt::format("{} comm_blocks {} reserved_sms {}", gemm.str(), comm_blocks, reserved_sms);
+    return fmt::format("{} comm_blocks {} reserved_sms {}{}{}", gemm.str(), comm_blocks, reserved_sms,
+                       rs_algo == RsAlgo::Auto ? "" : " rs ", rs_algo == RsAlgo::Auto ? "" : to_string(rs_algo));
 }
 
 namespace {

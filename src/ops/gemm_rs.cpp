@@ -1,13 +1,19 @@
-// loom::gemm_rs: GEMM+ReduceScatter, scatter-then-reduce (kernels/gemm_rs.cuh; docs/overlap.md).
+// loom::gemm_rs: GEMM+ReduceScatter (kernels/gemm_rs.cuh; docs/overlap.md). Two algorithms:
 //
-// Per call e on every rank (P scatter-reduce blocks, the same on every rank):
+// FusedEpilogue (M / W a multiple of BLOCK_M), one kernel on the caller's stream, every usable SM:
+//   GEMM(tiles rows-of-rank-(me+1) first, own rows last): a peer's tile is bulk-copied into slot `me` of its
+//   scratch half (e % 2) and tile_in[me][tile] := e raised there; an own tile waits for tile_in[q][tile] >= e of
+//   every peer q, adds their slabs to its accumulators and is stored to C.
+//
+// ScatterReduce (any M / W; P scatter-reduce blocks, the same on every rank):
 //   stream  fork ── GEMM(partial [M, N], tiles rows-of-rank-(me+1) first, own rows last; tile[i] = e) ── join
 //   side         gemm_rs_scatter_reduce: wait freed[d] >= F; per ready tile: push its rows to their owners'
 //                scratch, tile_in[me][tile] := e there; then (second walk) reduce its own rows once
 //                tile_in[q][tile] >= e for every peer q; freed[me] += 1 on every peer at the end
-// F = P x (calls before e) (freed_total before the call).
+//   F = P x (calls before e) (freed_total before the call).
 #include <algorithm>
 
+#include "loom/kernels/gemm_params.hpp"
 #include "loom/kernels/overlap_params.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
@@ -16,65 +22,103 @@
 namespace loom {
 
 namespace {
-constexpr const char* kHooks = "loom::kernels::overlap::TileNotifyHooks";
+constexpr const char* kHeader = "loom/kernels/gemm_rs.cuh";
+constexpr const char* kNotifyHooks = "loom::kernels::overlap::TileNotifyHooks";
+constexpr const char* kFusedHooks = "loom::kernels::overlap::RsEpilogueHooks";
+
+constexpr uint32_t kMaxSmem = 227 * 1024;
+
+// Why the fused epilogue cannot run this shape with this tile config, or "" when it can.
+std::string fused_unfit(int64_t rows_seg, const GemmConfig& cfg, int out_bytes) {
+    if (rows_seg % cfg.block_m != 0)
+        return fmt::format("M / W = {} a multiple of BLOCK_M = {} (each M-block one rank's rows)", rows_seg,
+                           cfg.block_m);
+    if ((cfg.block_n * out_bytes) % 128 != 0)
+        return fmt::format("BLOCK_N x {} bytes a multiple of 128 (whole staging slabs), given BLOCK_N = {}", out_bytes,
+                           cfg.block_n);
+    const uint32_t smem = kernels::gemm_sm90_smem_bytes(cfg.block_m, cfg.block_n, cfg.stages, out_bytes);
+    if (smem > kMaxSmem)
+        return fmt::format("{} stages of {}x{} beside the whole staged tile within {} bytes of shared memory, given {}",
+                           cfg.stages, cfg.block_m, cfg.block_n, kMaxSmem, smem);
+    return "";
 }
 
-OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms) {
-    OverlapPlan p;
-    // 16 blocks of ld/st pushes (~20-30 GB/s each over NVLink) keep up with the GEMM's output rate on the
-    // Triton-distributed shapes; small outputs need fewer (each block reduces at least one row).
-    const int64_t rows_seg = m / std::max(world_size, 1);
-    p.comm_blocks = overlap::comm_blocks(comm_sms, static_cast<int>(std::clamp<int64_t>(rows_seg, 1, 16)), num_sms);
-    p.gemm = overlap::gemm_config(m, n, k_loc, arch, num_sms - p.comm_blocks);
-    return p;
-}
-
-void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
-             const GemmRsOptions& o) {
-    constexpr const char* op = "gemm_rs";
-    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmRs, op);
-    const int W = world.world_size(), me = world.local_rank();
-    overlap::check_inputs(op, a, b, c);
-    const int64_t M = a.rows, K = a.cols, N = b.rows;
-    LOOM_CHECK(M % W == 0, "{}: expected M a multiple of the world size {}, given M = {}", op, W, M);
-    const int64_t rows_seg = M / W;
-    LOOM_CHECK(c.rows == rows_seg && c.cols == N, "{}: expected C of [M / W, N] = [{}, {}], given {} x {}", op,
-               rows_seg, N, c.rows, c.cols);
-    LOOM_CHECK(M <= INT32_MAX && N <= INT32_MAX && M * N <= (int64_t(1) << 40), "{}: shapes too large: M={} N={}", op,
-               M, N);
-    LOOM_CHECK(o.comm_sms >= 0, "{}: expected comm_sms >= 0, given {}", op, o.comm_sms);
-    const std::size_t es = dtype_size(c.dtype);
-    const std::size_t full_bytes = static_cast<std::size_t>(M * N) * es;
-
-    OverlapPlan plan = gemm_rs_plan(M, N, K, W, o.comm_sms, st.arch, st.num_sms);
-    if (o.config) {
-        plan.gemm = *o.config;
-        if (plan.gemm.grid == 0)
-            plan.gemm.grid = static_cast<int>(gemm_sm90_grid(M, N, plan.gemm, st.num_sms - plan.comm_blocks));
+// The heuristic's tile adapted to the fused epilogue: BLOCK_N rounded up to whole 128-byte slab rows (it picks 144
+// or 160 on small shapes), the stages that fit beside the whole staged tile (at least 3, narrowing BLOCK_N if
+// needed: 128 x 256 bf16 gets 3), and, when asked for explicitly, a 64-row tile if M / W is a multiple of 64 only.
+GemmConfig fused_config(GemmConfig c, int64_t m, int64_t n, int64_t rows_seg, int out_bytes, bool forced, int num_sms) {
+    const int step = 128 / std::max(out_bytes, 1);
+    c.block_n = std::min(256, (c.block_n + step - 1) / step * step);
+    if (forced && rows_seg % c.block_m != 0 && rows_seg % 64 == 0) c.block_m = 64;
+    for (;;) {
+        c.stages = 6;
+        while (c.stages > 2 && kernels::gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages, out_bytes) > kMaxSmem)
+            --c.stages;
+        if (c.stages >= 3 || c.block_n - 64 < step) break;
+        c.block_n -= 64;
     }
-    overlap::check_config(op, plan.gemm);
-    const int64_t num_m = (M + plan.gemm.block_m - 1) / plan.gemm.block_m;
-    const int64_t num_n = (N + plan.gemm.block_n - 1) / plan.gemm.block_n;
-    LOOM_CHECK(num_m * num_n <= kernels::overlap::kMaxTileSignals,
-               "{}: expected at most {} output tiles, given {} x {} (M={} N={} with {})", op,
-               kernels::overlap::kMaxTileSignals, num_m, num_n, M, N, plan.gemm.str());
-    if (overlap::debug())
-        fmt::print(stderr, "loom::gemm_rs M={} N={} K_loc={} W={} SMs {} of {}: {}\n", M, N, K, W, st.num_sms,
-                   st.device_sms, plan.str());
+    c.grid = static_cast<int>(gemm_sm90_grid(m, n, c, num_sms));
+    return c;
+}
 
+void gemm_rs_fused(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b, const MatrixView& c,
+                   const GemmConfig& cfg, cudaStream_t stream) {
+    constexpr const char* op = "gemm_rs";
+    overlap::OpState& fs = overlap::op_state(world, overlap::OpKind::GemmRsFused, op);
+    const int W = world.world_size(), me = world.local_rank();
+    const int64_t M = a.rows, N = b.rows, rows_seg = M / W;
+    const int64_t es = static_cast<int64_t>(dtype_size(c.dtype));
+    const std::string unfit = fused_unfit(rows_seg, cfg, static_cast<int>(es));
+    LOOM_CHECK(unfit.empty(), "{} (fused epilogue): expected {}", op, unfit);
+    const int64_t num_n = (N + cfg.block_n - 1) / cfg.block_n;
+    const int64_t blocks_per_rank = rows_seg / cfg.block_m;
+    const int64_t slot_bytes = blocks_per_rank * num_n * cfg.block_m * cfg.block_n * es;
+    const int64_t half_bytes = W * slot_bytes;
+    overlap::ensure_symmetric(world, fs, static_cast<std::size_t>(2 * half_bytes));
+    // The half is half of the allocation (the same on every rank and in every call), not of this call's size: a
+    // peer may still read the other half of a larger previous call.
+    const int64_t half_stride = static_cast<int64_t>(fs.sym_bytes / 2) / 1024 * 1024;
+    const jit::Kernel& kernel =
+        jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, DType::F32, false, kFusedHooks, kHeader));
+
+    const uint64_t epoch = ++fs.calls;
+    kernels::overlap::RsFusedHookArgs h{};
+    h.scratch = static_cast<uint8_t*>(fs.sym) + static_cast<int64_t>(epoch % 2) * half_stride;
+    h.tile_in = &fs.sig->tile_in[0][0];
+    const Ctx ctx = world.ctx();
+    h.heap_bytes = static_cast<int64_t>(ctx.heap_size);
+    h.slot_bytes = slot_bytes;
+    h.epoch = epoch;
+    h.timeout_ns = ctx.wait_timeout_ns;
+    h.me = me;
+    h.world = W;
+    h.blocks_per_rank = static_cast<int32_t>(blocks_per_rank);
+    h.num_n = static_cast<int32_t>(num_n);
+    h.shift_m = static_cast<int32_t>(((me + 1) % W) * blocks_per_rank);
+    h.rows_per_rank = static_cast<int32_t>(rows_seg);
+    GemmSm90Launch l = gemm_sm90_launch(a, b, c, GemmOptions{}, cfg, st.num_sms, stream);
+    l.launch.smem = kernels::gemm_sm90_smem_bytes(cfg.block_m, cfg.block_n, cfg.stages, static_cast<int>(es));
+    kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, h);
+}
+
+void gemm_rs_scatter(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b, const MatrixView& c,
+                     const OverlapPlan& plan, cudaStream_t stream) {
+    const int W = world.world_size(), me = world.local_rank();
+    const int64_t M = a.rows, N = b.rows, rows_seg = M / W;
+    const std::size_t full_bytes = static_cast<std::size_t>(M * N) * dtype_size(c.dtype);
     void* scratch = overlap::ensure_symmetric(world, st, full_bytes);  // [W][M / W][N]
     void* partial = overlap::ensure_local(st, full_bytes);             // [M, N]
     const MatrixView pview{partial, c.dtype, M, N, 0};
-    gemm_validate(a, b, pview, GemmOptions{});
 
     jit::KernelSpec spec;
-    spec.header = "loom/kernels/gemm_rs.cuh";
+    spec.header = kHeader;
     spec.name = "loom::kernels::overlap::gemm_rs_scatter_reduce";
     spec.template_args = {dtype_cuda_name(c.dtype)};
     // Both kernels compiled before the counters advance (a JIT error leaves them as they were).
     const jit::Kernel& scatter_kernel = jit::get_kernel(spec);
-    overlap::prepare_gemm(kHooks, "loom/kernels/gemm_rs.cuh", a, pview, plan.gemm);
+    overlap::prepare_gemm(kNotifyHooks, kHeader, a, pview, plan.gemm);
 
+    const int64_t num_n = (N + plan.gemm.block_n - 1) / plan.gemm.block_n;
     const uint64_t epoch = ++st.calls;
     const int P = plan.comm_blocks;
     kernels::overlap::RsParams rp{};
@@ -109,8 +153,89 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
     h.epoch = epoch;
     h.num_n = static_cast<int32_t>(num_n);
     h.shift_m = rp.shift_m;
-    overlap::launch_gemm(kHooks, "loom/kernels/gemm_rs.cuh", a, b, pview, plan.gemm, st.num_sms, stream, h);
+    overlap::launch_gemm(kNotifyHooks, kHeader, a, b, pview, plan.gemm, st.num_sms, stream, h);
     overlap::join(st, stream);
+}
+
+}  // namespace
+
+const char* to_string(RsAlgo a) {
+    switch (a) {
+        case RsAlgo::Auto:
+            return "auto";
+        case RsAlgo::FusedEpilogue:
+            return "fused-epilogue";
+        case RsAlgo::ScatterReduce:
+            return "scatter-reduce";
+    }
+    return "?";
+}
+
+OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms,
+                         RsAlgo algo, int out_bytes) {
+    const int64_t rows_seg = m / std::max(world_size, 1);
+    if (algo != RsAlgo::ScatterReduce) {
+        // The fused epilogue takes no SM from the GEMM.
+        OverlapPlan f;
+        f.gemm = fused_config(overlap::gemm_config(m, n, k_loc, arch, num_sms), m, n, rows_seg, out_bytes,
+                              algo == RsAlgo::FusedEpilogue, num_sms);
+        f.rs_algo = RsAlgo::FusedEpilogue;
+        if (algo == RsAlgo::FusedEpilogue || fused_unfit(rows_seg, f.gemm, out_bytes).empty()) return f;
+    }
+    OverlapPlan p;
+    p.rs_algo = RsAlgo::ScatterReduce;
+    // 16 blocks of ld/st pushes (~20-30 GB/s each over NVLink) keep up with the GEMM's output rate on the
+    // Triton-distributed shapes; small outputs need fewer (each block reduces at least one row).
+    p.comm_blocks = overlap::comm_blocks(comm_sms, static_cast<int>(std::clamp<int64_t>(rows_seg, 1, 16)), num_sms);
+    p.gemm = overlap::gemm_config(m, n, k_loc, arch, num_sms - p.comm_blocks);
+    return p;
+}
+
+void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
+             const GemmRsOptions& o) {
+    constexpr const char* op = "gemm_rs";
+    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmRs, op);
+    const int W = world.world_size();
+    overlap::check_inputs(op, a, b, c);
+    const int64_t M = a.rows, K = a.cols, N = b.rows;
+    LOOM_CHECK(M % W == 0, "{}: expected M a multiple of the world size {}, given M = {}", op, W, M);
+    const int64_t rows_seg = M / W;
+    LOOM_CHECK(c.rows == rows_seg && c.cols == N, "{}: expected C of [M / W, N] = [{}, {}], given {} x {}", op,
+               rows_seg, N, c.rows, c.cols);
+    LOOM_CHECK(M <= INT32_MAX && N <= INT32_MAX && M * N <= (int64_t(1) << 40), "{}: shapes too large: M={} N={}", op,
+               M, N);
+    LOOM_CHECK(o.comm_sms >= 0, "{}: expected comm_sms >= 0, given {}", op, o.comm_sms);
+    const int out_bytes = static_cast<int>(dtype_size(c.dtype));
+
+    OverlapPlan plan = gemm_rs_plan(M, N, K, W, o.comm_sms, st.arch, st.num_sms, o.algo, out_bytes);
+    if (o.config) {
+        plan.gemm = *o.config;
+        if (o.algo == RsAlgo::Auto)  // the caller's tile decides whether the fused epilogue fits
+            plan.rs_algo =
+                fused_unfit(rows_seg, plan.gemm, out_bytes).empty() ? RsAlgo::FusedEpilogue : RsAlgo::ScatterReduce;
+        if (plan.rs_algo == RsAlgo::FusedEpilogue) plan.comm_blocks = 0;
+        if (plan.rs_algo == RsAlgo::ScatterReduce && plan.comm_blocks == 0)
+            plan.comm_blocks =
+                gemm_rs_plan(M, N, K, W, o.comm_sms, st.arch, st.num_sms, RsAlgo::ScatterReduce).comm_blocks;
+        if (plan.gemm.grid == 0)
+            plan.gemm.grid = static_cast<int>(gemm_sm90_grid(M, N, plan.gemm, st.num_sms - plan.comm_blocks));
+    }
+    overlap::check_config(op, plan.gemm);
+    const int64_t num_m = (M + plan.gemm.block_m - 1) / plan.gemm.block_m;
+    const int64_t num_n = (N + plan.gemm.block_n - 1) / plan.gemm.block_n;
+    LOOM_CHECK(num_m * num_n <= kernels::overlap::kMaxTileSignals,
+               "{}: expected at most {} output tiles, given {} x {} (M={} N={} with {})", op,
+               kernels::overlap::kMaxTileSignals, num_m, num_n, M, N, plan.gemm.str());
+    if (overlap::debug())
+        fmt::print(stderr, "loom::gemm_rs M={} N={} K_loc={} W={} SMs {} of {}: {}\n", M, N, K, W, st.num_sms,
+                   st.device_sms, plan.str());
+    gemm_validate(a, b, MatrixView{c.data, c.dtype, M, N, 0}, GemmOptions{});
+
+    if (plan.rs_algo == RsAlgo::FusedEpilogue) {
+        gemm_rs_fused(world, st, a, b, c, plan.gemm, stream);
+    } else {
+        gemm_rs_scatter(world, st, a, b, c, plan, stream);
+    }
 }
 
 }  // namespace loom

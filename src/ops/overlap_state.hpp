@@ -16,7 +16,9 @@
 
 namespace loom::overlap {
 
-enum class OpKind : int { AgGemm = 0, GemmRs = 1, GemmAr = 2 };
+// GemmRsFused has its own signals and scratch: calls may switch gemm_rs algorithms, and neither algorithm's
+// write-after-read protocol covers the other's buffers.
+enum class OpKind : int { AgGemm = 0, GemmRs = 1, GemmAr = 2, GemmRsFused = 3 };
 
 struct OpState {
     kernels::overlap::Signals* sig = nullptr;  // symmetric, zeroed once

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -208,9 +209,86 @@ void run_rs(World& w, cudaStream_t s, int64_t rows_seg, int64_t n, int64_t k, in
 }
 
 TEST_F(Overlap, GemmRs) {
-    run_rs(*w, stream, 136, 256, 256, 10, {}, "rs_136");  // segments not a multiple of the tile
-    run_rs(*w, stream, 256, 512, 512, 11, {}, "rs_256");
+    run_rs(*w, stream, 136, 256, 256, 10, {}, "rs_136");          // segments not a multiple of the tile: scatter-reduce
+    run_rs(*w, stream, 256, 512, 512, 11, {}, "rs_256");          // auto: the fused epilogue
     run_rs(*w, stream, 24, 136, 128, 12, {3, nullptr}, "rs_24");  // several segments per tile, 3 blocks
+}
+
+// The two algorithms forced: the fused epilogue with N tails (N not a multiple of BLOCK_N), several M-blocks per
+// rank, a 64-row tile; the scatter-reduce on a shape the fused epilogue would take.
+TEST_F(Overlap, GemmRsAlgorithms) {
+    const GemmRsOptions fused{0, nullptr, RsAlgo::FusedEpilogue};
+    run_rs(*w, stream, 128, 136, 256, 13, fused, "fused_128_n136");
+    run_rs(*w, stream, 384, 320, 192, 14, fused, "fused_384_n320");
+    GemmConfig small = gemm_heuristic(64 * w->world_size(), 200, 128, false, 90, 132);
+    small.block_m = 64;
+    small.block_n = 128;
+    small.cluster_m = 1;
+    small.tma_store = true;
+    small.tail_splits = 1;
+    small.grid = 0;
+    run_rs(*w, stream, 64, 200, 128, 15, {0, &small, RsAlgo::FusedEpilogue}, "fused_64x128_tile");
+    run_rs(*w, stream, 256, 512, 512, 16, {0, nullptr, RsAlgo::ScatterReduce}, "scatter_256");
+    // Not a multiple of BLOCK_M: a clear error, on every rank, before anything is enqueued.
+    DevBuf a(136 * w->world_size() * 64 * 2), b(64 * 64 * 2), c(136 * 64 * 2);
+    EXPECT_THROW(
+        gemm_rs(*w, MatrixView{a.p, DType::BF16, 136 * w->world_size(), 64, 0}, MatrixView{b.p, DType::BF16, 64, 64, 0},
+                MatrixView{c.p, DType::BF16, 136, 64, 0}, stream, fused),
+        Error);
+}
+
+// The fused epilogue's scratch halves and signals across 1000 back-to-back calls: inputs alternate between two
+// sets, rows per rank between 256 and 128 every second call (a smaller call right after a larger one on either
+// half), and every fifth call takes the scatter-reduce (the algorithms keep separate buffers and signals).
+TEST_F(Overlap, GemmRsFusedBackToBack) {
+    World& W_ = *w;
+    const int W = W_.world_size(), me = W_.rank();
+    const int64_t n = 192, k = 128;
+    const int64_t rows_of[2] = {256, 128};
+    const int kCalls = 1000;
+    SumCase cases[2][2];  // [size][input set]
+    std::unique_ptr<DevBuf> src_a[2][2], src_b[2][2];
+    for (int z = 0; z < 2; ++z)
+        for (int s = 0; s < 2; ++s) {
+            const int64_t m = rows_of[z] * W;
+            cases[z][s] = sum_case(W_, m, n, k, 40 + z, s);
+            src_a[z][s] = std::make_unique<DevBuf>(m * k * 2);
+            src_b[z][s] = std::make_unique<DevBuf>(n * k * 2);
+            upload(src_a[z][s]->p, cases[z][s].a[me].bits);
+            upload(src_b[z][s]->p, cases[z][s].b[me].bits);
+        }
+    DevBuf a(rows_of[0] * W * k * 2), b(n * k * 2), c(rows_of[0] * n * 2);
+    W_.barrier();
+    std::string err;
+    try {
+        for (int i = 0; i < kCalls && err.empty(); ++i) {
+            const int s = i % 2, z = (i / 2) % 2;
+            const int64_t rows = rows_of[z], m = rows * W;
+            const bool check = i < 8 || i % 97 == 0 || i == kCalls - 1;
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(a.p, src_a[z][s]->p, m * k * 2, cudaMemcpyDeviceToDevice, stream));
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(b.p, src_b[z][s]->p, n * k * 2, cudaMemcpyDeviceToDevice, stream));
+            if (check) poison(c.p, rows * n * 2);
+            GemmRsOptions o;
+            o.algo = i % 5 == 4 ? RsAlgo::ScatterReduce : RsAlgo::FusedEpilogue;
+            gemm_rs(W_, MatrixView{a.p, DType::BF16, m, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
+                    MatrixView{c.p, DType::BF16, rows, n, 0}, stream, o);
+            if (!check) continue;
+            if (cudaStreamSynchronize(stream) != cudaSuccess) {
+                err = "stream failed at call " + std::to_string(i);
+                break;
+            }
+            const SumCase& cs = cases[z][s];
+            const std::vector<double> ref(cs.ref.begin() + me * rows * n, cs.ref.begin() + (me + 1) * rows * n);
+            const std::vector<double> abs(cs.abs.begin() + me * rows * n, cs.abs.begin() + (me + 1) * rows * n);
+            const std::string e = compare(download_bf16(c.p, rows * n), ref, abs, 1, n);
+            if (!e.empty())
+                err = "gemm_rs (" + std::string(to_string(o.algo)) + ") at call " + std::to_string(i) + ": " + e;
+        }
+        if (cudaStreamSynchronize(stream) != cudaSuccess && err.empty()) err = "stream failed";
+    } catch (const std::exception& e) {
+        err = e.what();
+    }
+    agree(W_, err, "rs_fused_back_to_back");
 }
 
 void run_ar(World& w, cudaStream_t s, int64_t m, int64_t n, int64_t k, int tc, const std::string& label) {

@@ -31,17 +31,24 @@ TEST(OverlapCompile, HookedGemmHasNoSpills) {
         const char* header;
     } policies[] = {{"loom::kernels::overlap::AgGemmHooks", "loom/kernels/ag_gemm.cuh"},
                     {"loom::kernels::overlap::TileNotifyHooks", "loom/kernels/gemm_rs.cuh"},
-                    {"loom::kernels::overlap::TileNotifyHooks", "loom/kernels/gemm_ar.cuh"}};
+                    {"loom::kernels::overlap::TileNotifyHooks", "loom/kernels/gemm_ar.cuh"},
+                    {"loom::kernels::overlap::RsEpilogueHooks", "loom/kernels/gemm_rs.cuh"}};
     for (const auto& pol : policies) {
         for (int bm : {128, 64}) {
             for (int bn : {256, 224, 192, 128}) {
                 for (DType out : {DType::BF16, DType::F32}) {
+                    // The fused epilogue stages whole 128-byte slab rows (gemm_rs falls back to the scatter-reduce
+                    // for other tiles).
+                    const bool fused = std::string(pol.hooks).find("RsEpilogue") != std::string::npos;
+                    if (fused && (bn * static_cast<int>(loom::dtype_size(out))) % 128 != 0) continue;
                     loom::GemmConfig c;
                     c.block_m = bm;
                     c.block_n = bn;
                     c.cluster_m = 1;
                     c.stages = 6;
-                    while (c.stages > 2 && loom::kernels::gemm_sm90_smem_bytes(bm, bn, c.stages) > 227 * 1024)
+                    // The fused epilogue stages the whole tile (fewer pipeline stages fit beside it).
+                    const int whole = fused ? static_cast<int>(loom::dtype_size(out)) : 0;
+                    while (c.stages > 2 && loom::kernels::gemm_sm90_smem_bytes(bm, bn, c.stages, whole) > 227 * 1024)
                         --c.stages;
                     const auto spec =
                         loom::gemm_kernel_spec(c, DType::BF16, out, DType::F32, false, pol.hooks, pol.header);

@@ -21,40 +21,19 @@
 
 #include "loom/kernels/gemm.cuh"
 #include "loom/kernels/overlap_params.hpp"
+#include "loom/kernels/overlap_wait.cuh"
 #include "loom/lang/lang.cuh"
 #include "loom/ptx/memory.cuh"
 #include "loom/ptx/special.cuh"
 
 namespace loom::kernels::overlap {
 
-// Bounded acquire-spin of one thread for `*sig >= target` (wrap-safe) that traps on timeout without printing:
-// it runs inside the wgmma kernel, where any call (printf) would make ptxas serialise the MMAs. The clock is read
-// only after 1024 missed polls. The host sees the trap as a launch failure from its next synchronising call; with
-// LOOM_DIAG_MAILBOX=1 the error names this wait (the record's rank is filled in by the host: the hooks have no
-// Ctx).
-LOOM_DEVICE LOOM_FORCEINLINE void wait_ge_trap(const uint64_t* sig, uint64_t target, uint64_t timeout_ns) {
-    uint64_t start = 0;
-    for (uint32_t it = 1;; ++it) {
-        if (static_cast<int64_t>(ptx::ld_acquire_sys(sig) - target) >= 0) return;
-        if (timeout_ns != 0 && (it & 1023u) == 0) {
-            const uint64_t now = ptx::globaltimer();
-            if (start == 0) {
-                start = now;
-            } else if (now - start > timeout_ns) {
-                lang::detail::diag_post(nullptr, DiagKind::Signal, -1, "ag_gemm: GEMM waits for a chunk", sig,
-                                        static_cast<uint32_t>(lang::Cmp::GE), target, ptx::ld_acquire_sys(sig),
-                                        now - start);
-                __trap();
-            }
-        }
-    }
-}
-
 // The GEMM policy (see tile::GemmNoHooks for the interface). before_load runs on the GEMM's producer thread
 // only, for tiles with rows inside M; the kernel adds fence.proxy.async.global after it.
 struct AgGemmHooks {
     static constexpr bool kWaitsBeforeLoad = true;
     static constexpr bool kNotifiesAfterStore = false;
+    static constexpr bool kEpilogueHooks = false;
     AgGemmHookArgs a;
 
     LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const tile::TileGrid& g, int32_t& m_block,
@@ -65,7 +44,8 @@ struct AgGemmHooks {
         // A tile of BLOCK_M rows spans at most two ranks' chunks unless M / W < BLOCK_M; loop over them all.
         const int32_t first = t.row0 / a.rows_per_rank;
         const int32_t last = (t.row0 + t.rows - 1) / a.rows_per_rank;
-        for (int32_t r = first; r <= last; ++r) wait_ge_trap(a.chunk + r, a.target, a.timeout_ns);
+        for (int32_t r = first; r <= last; ++r)
+            wait_ge_trap(a.chunk + r, a.target, a.timeout_ns, "ag_gemm: GEMM waits for a chunk");
     }
     LOOM_DEVICE LOOM_FORCEINLINE void after_store(const tile::TileCoord&) const {}
 };

@@ -20,6 +20,10 @@
 //   arrives locally and remotely), so neither producer overwrites a slot its peer still reads.
 // Shared memory: STAGES x (BLOCK_M + BLOCK_N) x 128 B + BLOCK_M / 64 x 2 x 8 KiB staging (+ barriers, + 1 KiB
 //   alignment slack): 128 x 256, 4 stages = 225 KiB (gemm_params.hpp: gemm_sm90_smem_bytes).
+// Epilogue hooks (Hooks::kEpilogueHooks; GEMM+ReduceScatter's fused epilogue, kernels/gemm_rs.cuh): each consumer
+//   warpgroup stages its whole 64 x BLOCK_N part of the tile (kWholeTile: BLOCK_N x sizeof(TOut) x 64 bytes per
+//   warpgroup, so fewer stages fit: 128 x 256 bf16 gets 3) and the hooks store, send or combine it; the
+//   accumulators are zeroed before each mainloop so that they are dead during the hooks' work.
 // Split-K tail (kSplitTail; plain GEMM, CLUSTER_M = 1, no hooks): the CTAs walk work units instead of tiles
 //   (tile_order.hpp: split_tail_unit): whole tiles for the full waves, then each tail tile as args.tail_splits
 //   K-ranges. A split unit's consumers hand their fp32 partial to a workspace slot and count themselves in on the
@@ -165,6 +169,9 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     constexpr int kStoreCols = gemm_store_box_cols(sizeof(TOut));
     constexpr bool kTmaStore = kTmaStoreEpilogue && BLOCK_N % kStoreCols == 0;
     constexpr int kSlabs = BLOCK_N / kStoreCols;
+    static_assert(!Hooks::kEpilogueHooks || (kTmaStore && CLUSTER_M == 1),
+                  "epilogue hooks take part in the TMA-store epilogue (BLOCK_N a multiple of the store box), "
+                  "single-CTA tiles");
     constexpr int kFragsPerSlab = kStoreCols / 8;  // 8-column accumulator fragments per slab
 
     extern __shared__ uint8_t smem_raw[];
@@ -172,8 +179,11 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uint64_t>(smem_raw) + 1023) & ~uint64_t(1023));
     uint8_t* smem_a = smem;
     uint8_t* smem_b = smem + STAGES * kABytes;
-    uint8_t* smem_store = smem_b + STAGES * kBBytes;  // kConsumers x 2 x kGemmStoreBufBytes
-    auto* pipe = reinterpret_cast<tile::TmaPipeline<STAGES>*>(smem_store + kConsumers * 2 * kGemmStoreBufBytes);
+    // Epilogue hooks stage the warpgroup's whole part of the tile (kSlabs buffers) and act on it at once.
+    constexpr bool kWholeTile = Hooks::kEpilogueHooks;
+    constexpr uint32_t kStagingBytes = gemm_staging_bytes_per_wg(BLOCK_N, kWholeTile ? int(sizeof(TOut)) : 0);
+    uint8_t* smem_store = smem_b + STAGES * kBBytes;  // kConsumers x kStagingBytes
+    auto* pipe = reinterpret_cast<tile::TmaPipeline<STAGES>*>(smem_store + kConsumers * kStagingBytes);
 
     const int warpgroup = static_cast<int>(threadIdx.x) / 128;
     const int wg_thread = static_cast<int>(threadIdx.x) % 128;
@@ -183,6 +193,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
         ptx::tma_prefetch_descriptor(&tmap_a);
         ptx::tma_prefetch_descriptor(&tmap_b);
         ptx::tma_prefetch_descriptor(&tmap_d);
+        if constexpr (Hooks::kEpilogueHooks) hooks.init_cta();
     }
     // The peer multicasts into our slots and arrives on our barriers: their init must be visible cluster-wide.
     if constexpr (CLUSTER_M > 1) {
@@ -246,14 +257,14 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
         // ---- consumer warpgroups: wgmma over the ring, then the epilogue -----------------------------------
         ptx::setmaxnreg_inc<kConsumerRegs>();
         const int warp = wg_thread / 32, lane = wg_thread % 32;
-        uint8_t* store_bufs = smem_store + warpgroup * 2 * kGemmStoreBufBytes;
+        uint8_t* store_bufs = smem_store + warpgroup * kStagingBytes;
         uint32_t store_count = 0;  // slabs this warpgroup has stored; selects the staging buffer
         float acc[BLOCK_N / 2];
         tile::PipelineState<STAGES> st;
         while (next_work<kSplitTail>(sched, hooks, args, num_k_blocks, t, w)) {
             // The split unit's (tail tile << 8) | split, -1 for a whole tile: one register across the mainloop.
             const int32_t tail_id = w.split < 0 ? -1 : ((w.linear - args.dp_tiles) << 8) | w.split;
-            if constexpr (kSplitTail) {
+            if constexpr (kSplitTail || kWholeTile) {
                 // Written here (64 register moves per unit), the accumulators are dead from their last read in the
                 // previous unit's epilogue or fix-up on, rather than live into this unit's first wgmma (which
                 // ignores them): the registers of the slabs already stored are free for the rest of the epilogue.
@@ -308,25 +319,30 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
             // per thread leave little room under 168. One epilogue path per instantiation for the same reason.)
             if constexpr (kTmaStore) {
                 {
-                    // The thread's coordinates. The split-tail kernel recomputes them here from an unhoisted %tid.x:
-                    // held across its mainloop (as the plain kernel's compiler does) they leave the fix-up too few
-                    // registers under 168 and it spills.
-                    const uint32_t e_tid = kSplitTail ? ptx::tid_x_unhoisted() : 0u;
-                    const int e_warpgroup = kSplitTail ? static_cast<int>(e_tid / 128) : warpgroup;
-                    const int e_wg_thread = kSplitTail ? static_cast<int>(e_tid % 128) : wg_thread;
-                    const int e_warp = kSplitTail ? static_cast<int>((e_tid % 128) / 32) : warp;
-                    const int e_lane = kSplitTail ? static_cast<int>(e_tid % 32) : lane;
-                    uint8_t* const e_bufs = kSplitTail ? smem_store + e_warpgroup * 2 * kGemmStoreBufBytes : store_bufs;
+                    // The thread's coordinates. The split-tail kernel and epilogue hooks recompute them here from an
+                    // unhoisted %tid.x: held across the mainloop (as the plain kernel's compiler does) they leave the
+                    // fix-up / the hooks too few registers under 168 and they spill.
+                    constexpr bool kUnhoisted = kSplitTail || kWholeTile;
+                    const uint32_t e_tid = kUnhoisted ? ptx::tid_x_unhoisted() : 0u;
+                    const int e_warpgroup = kUnhoisted ? static_cast<int>(e_tid / 128) : warpgroup;
+                    const int e_wg_thread = kUnhoisted ? static_cast<int>(e_tid % 128) : wg_thread;
+                    const int e_warp = kUnhoisted ? static_cast<int>((e_tid % 128) / 32) : warp;
+                    const int e_lane = kUnhoisted ? static_cast<int>(e_tid % 32) : lane;
+                    uint8_t* const e_bufs = kUnhoisted ? smem_store + e_warpgroup * kStagingBytes : store_bufs;
                     const int r_lo = e_warp * 16 + e_lane / 4;  // row inside the warpgroup's 64-row slab
                     const bool leader = e_wg_thread == 0;
+                    // Hooks: every buffer read out by the previous tile's stores (their wait and barrier) first.
+                    if constexpr (kWholeTile) hooks.template before_epilogue<TOut, BLOCK_M, BLOCK_N>(t);
 #pragma unroll
                     for (int slab = 0; slab < kSlabs; ++slab) {
                         const int slab_col0 = t.col0 + slab * kStoreCols;
                         if (slab_col0 >= args.n) break;  // uniform: the rest of the tile is past N
-                        uint8_t* buf = e_bufs + (store_count & 1u) * kGemmStoreBufBytes;
-                        // The buffer was last read by the store issued two slabs ago (maybe in the previous tile).
-                        if (leader) ptx::tma_store_wait_read<1>();
-                        ptx::named_barrier_sync(2 + e_warpgroup, 128);
+                        uint8_t* buf = e_bufs + (kWholeTile ? slab : (store_count & 1u)) * kGemmStoreBufBytes;
+                        if constexpr (!kWholeTile) {
+                            // The buffer was last read by the store issued two slabs ago (maybe in the previous tile).
+                            if (leader) ptx::tma_store_wait_read<1>();
+                            ptx::named_barrier_sync(2 + e_warpgroup, 128);
+                        }
 #pragma unroll
                         for (int f = 0; f < kFragsPerSlab; ++f) {
                             const int j = slab * kFragsPerSlab + f;
@@ -350,6 +366,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                                 tile::store_pair(reinterpret_cast<TOut*>(buf + off), x, y);
                             }
                         }
+                        if constexpr (kWholeTile) continue;
                         // Generic-proxy smem writes -> visible to the TMA (async proxy) store issued next.
                         ptx::fence_proxy_async_smem();
                         ptx::named_barrier_sync(2 + e_warpgroup, 128);
@@ -358,6 +375,13 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                             ptx::tma_store_commit();
                         }
                         ++store_count;
+                    }
+                    if constexpr (kWholeTile) {
+                        // The staged part goes to the hooks, which store, send or combine it. The accumulators are
+                        // dead from here (zeroed before the next mainloop), which leaves the hooks registers.
+                        ptx::fence_proxy_async_smem();
+                        ptx::named_barrier_sync(2 + e_warpgroup, 128);
+                        hooks.template store_tile<TOut, BLOCK_M, BLOCK_N>(&tmap_d, e_bufs, t, args.n);
                     }
                     if constexpr (Hooks::kNotifiesAfterStore) {
                         // The hook publishes the tile: its TMA stores must be complete, not just issued.
@@ -388,6 +412,8 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                 if (threadIdx.x == 0 && t.rows > 0) hooks.after_store(t);
             }
         }
+        // Epilogue hooks may still have a tile to publish (its stores issued, its signal not yet raised).
+        if constexpr (Hooks::kEpilogueHooks) hooks.template finish<BLOCK_M>(wg_thread);
         // The staging buffers must stay alive (and the stores land) before the CTA exits.
         if (wg_thread == 0) ptx::tma_store_wait<0>();
     }

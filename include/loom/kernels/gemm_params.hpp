@@ -37,11 +37,20 @@ inline constexpr int kGemmBlockK = 64;  // one 128-byte swizzle row of bf16/fp16
 inline constexpr uint32_t kGemmStoreBufBytes = 64u * 128u;
 LOOM_HOST_DEVICE constexpr int gemm_store_box_cols(int out_elem_bytes) { return 128 / out_elem_bytes; }
 
-// Dynamic shared memory of gemm_sm90_tma_wgmma: STAGES x (A + B tiles), the epilogue's staging buffers
-// (2 per consumer warpgroup), the barriers, 1 KiB alignment slack.
-LOOM_HOST_DEVICE constexpr uint32_t gemm_sm90_smem_bytes(int block_m, int block_n, int stages) {
+// Bytes of one consumer warpgroup's staging buffers: two slabs (double-buffered TMA stores), or, with epilogue hooks
+// (whole_tile_out_bytes = the output element size), the warpgroup's whole 64 x BLOCK_N part of the tile.
+LOOM_HOST_DEVICE constexpr uint32_t gemm_staging_bytes_per_wg(int block_n, int whole_tile_out_bytes) {
+    return whole_tile_out_bytes > 0 ? static_cast<uint32_t>(block_n * whole_tile_out_bytes) * 64u
+                                    : 2u * kGemmStoreBufBytes;
+}
+
+// Dynamic shared memory of gemm_sm90_tma_wgmma: STAGES x (A + B tiles), the epilogue's staging buffers, the
+// barriers, 1 KiB alignment slack.
+LOOM_HOST_DEVICE constexpr uint32_t gemm_sm90_smem_bytes(int block_m, int block_n, int stages,
+                                                         int whole_tile_out_bytes = 0) {
     return static_cast<uint32_t>(stages) * static_cast<uint32_t>(block_m + block_n) * 128u +
-           static_cast<uint32_t>(block_m / 64) * 2u * kGemmStoreBufBytes + static_cast<uint32_t>(stages) * 16u + 1024u;
+           static_cast<uint32_t>(block_m / 64) * gemm_staging_bytes_per_wg(block_n, whole_tile_out_bytes) +
+           static_cast<uint32_t>(stages) * 16u + 1024u;
 }
 
 // Split-tail workspace: floats of one partial-accumulator slot (one tail tile, one split).

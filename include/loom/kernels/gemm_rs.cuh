@@ -29,7 +29,9 @@
 
 #include "loom/kernels/gemm.cuh"
 #include "loom/kernels/overlap_params.hpp"
+#include "loom/kernels/overlap_wait.cuh"
 #include "loom/lang/lang.cuh"
+#include "loom/ptx/async.cuh"
 #include "loom/ptx/memory.cuh"
 
 namespace loom::kernels::overlap {
@@ -39,6 +41,7 @@ namespace loom::kernels::overlap {
 struct TileNotifyHooks {
     static constexpr bool kWaitsBeforeLoad = false;
     static constexpr bool kNotifiesAfterStore = true;
+    static constexpr bool kEpilogueHooks = false;
     TileNotifyHookArgs a;
 
     LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const tile::TileGrid& g, int32_t& m_block,
@@ -83,6 +86,180 @@ LOOM_DEVICE LOOM_FORCEINLINE uint4 vec_pack(const float (&acc)[kVecElems<T>]) {
     }
     return v;
 }
+
+// ---- fused epilogue (RsEpilogueHooks) ----------------------------------------------------------------------------
+// The GEMM itself does the ReduceScatter: no second kernel, no SM taken from it. Every M-block belongs to one rank
+// (M / W a multiple of BLOCK_M: the host's condition for this algorithm). The order is rotated as for the
+// scatter-reduce: rows of rank me + 1 first, own rows last. The kernel stages each consumer warpgroup's whole
+// 64 x BLOCK_N part of the tile (TOut, 128B-swizzled 8 KiB slabs side by side; gemm.cuh kWholeTile) and hands it
+// to store_tile; the accumulators are dead by then, which leaves the hooks registers under the 168 cap. Per tile
+// of rank d's rows:
+//   d != me  one bulk copy (cp.async.bulk shared -> peer global) of the part into slot `me` of d's scratch. The
+//            signal tile_in[me][tile] := epoch at d is raised at the start of this CTA's next epilogue (or at its
+//            end), once the copies completed (wait_group 0 + proxy fence by each warpgroup's issuing thread, named
+//            barrier, st.release.sys): a whole mainloop later, so the consumers do not wait for NVLink. The same
+//            wait frees the staging buffers for the next tile.
+//   d == me  the issuing thread waits (acquire, sys) for tile_in[q][tile] >= epoch of every peer q; the threads add
+//            each peer's copy (prefetched into L2 before the tile was staged) to the staged part in 16-byte chunks
+//            (the copy has the staging layout: no swizzle arithmetic), in fp32, this rank's partial first and the
+//            peers in rank order, rounded once to TOut; TMA stores to C [M / W, N]. Precision: every rank's
+//            partial is rounded to TOut once before the sum, as in the scatter-reduce.
+// Deadlock freedom: pushes never wait. A tile of rank p's rows is at rotated M-position (m - shift_p) mod num_m,
+// which is in the last M / W rows of positions for p and earlier for every other rank q (q's last positions are
+// q's own rows), and the grouped order is monotonic in that position for a fixed n-block: every tile a wait
+// needs has a smaller linear index in the pushing rank than the waiting tile in the waiting rank. By induction
+// over the linear index (each CTA walks increasing indices; all CTAs resident: grid <= the usable SMs), every
+// wait ends. A signal is pending only while its CTA is not waiting (published before any wait).
+// Write-after-read of the scratch: calls alternate between the two parity halves (the half is half of the
+// allocation, not of the call's size); a rank reaches call e + 2 only after its call e + 1 waited for every peer's
+// call e + 1 pushes, which each peer made after finishing call e (stream order), reads included.
+// alpha = 1 and no bias (gemm_rs passes neither).
+LOOM_DEVICE LOOM_FORCEINLINE int32_t& rs_pending_push() {
+    // band * kMaxTileSignals + tile of this CTA's pushed tile whose signal is not raised yet, or -1. Thread 0 only.
+    __shared__ int32_t pending;
+    return pending;
+}
+
+struct RsEpilogueHooks {
+    static constexpr bool kWaitsBeforeLoad = false;
+    static constexpr bool kNotifiesAfterStore = false;
+    static constexpr bool kEpilogueHooks = true;
+    RsFusedHookArgs a;
+
+    LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const tile::TileGrid& g, int32_t& m_block,
+                                                 int32_t& n_block) const {
+        tile::rotated_order(linear, g, a.shift_m, m_block, n_block);
+    }
+    LOOM_DEVICE LOOM_FORCEINLINE void before_load(const tile::TileCoord&) const {}
+    LOOM_DEVICE LOOM_FORCEINLINE void after_store(const tile::TileCoord&) const {}
+    LOOM_DEVICE LOOM_FORCEINLINE void init_cta() const { rs_pending_push() = -1; }
+
+    // Every consumer thread: raise the signal of the pushed tile still pending, once its copies completed.
+    template <int kConsumers>
+    LOOM_DEVICE LOOM_FORCEINLINE void publish() const {
+        if (ptx::tid_x_unhoisted() % 128 == 0) {
+            ptx::tma_store_wait<0>();
+            ptx::fence_proxy_async_global();
+        }
+        ptx::named_barrier_sync(1, kConsumers * 128);
+        if (threadIdx.x == 0) {
+            const int32_t p = rs_pending_push();
+            if (p >= 0) {
+                const int32_t d = p / kMaxTileSignals, tile = p % kMaxTileSignals;
+                uint8_t* flag =
+                    reinterpret_cast<uint8_t*>(a.tile_in + static_cast<int64_t>(a.me) * kMaxTileSignals + tile);
+                ptx::st_release_sys(reinterpret_cast<uint64_t*>(flag + static_cast<int64_t>(d - a.me) * a.heap_bytes),
+                                    a.epoch);
+                rs_pending_push() = -1;
+            }
+        }
+    }
+
+    // Byte offset of warpgroup wg's part of tile t in a scratch slot of rank `band`'s rows.
+    template <int BLOCK_M, int BLOCK_N, class TOut>
+    LOOM_DEVICE LOOM_FORCEINLINE int64_t tile_offset(const tile::TileCoord& t, int32_t band, int wg) const {
+        constexpr int64_t kTileBytes = int64_t(BLOCK_M) * BLOCK_N * sizeof(TOut);
+        return (static_cast<int64_t>(t.m_block - band * a.blocks_per_rank) * a.num_n + t.n_block) * kTileBytes +
+               wg * (kTileBytes / (BLOCK_M / 64));
+    }
+
+    // Every consumer thread, before the tile is staged: the previous tile's copies are complete (their staging
+    // buffers free) and its signal raised. An own tile's peer copies are prefetched into L2 meanwhile.
+    template <class TOut, int BLOCK_M, int BLOCK_N>
+    LOOM_DEVICE LOOM_FORCEINLINE void before_epilogue(const tile::TileCoord& t) const {
+        publish<BLOCK_M / 64>();
+        if (t.m_block / a.blocks_per_rank != a.me) return;
+        constexpr int kPartBytes = BLOCK_N * static_cast<int>(sizeof(TOut)) * 64;  // the warpgroup's part
+        const uint32_t tid = ptx::tid_x_unhoisted();
+        const uint8_t* src = a.scratch + tile_offset<BLOCK_M, BLOCK_N, TOut>(t, a.me, static_cast<int>(tid / 128));
+        for (int q = 0; q < a.world; ++q) {
+            if (q == a.me) continue;
+            for (int off = static_cast<int>(tid % 128) * 128; off < kPartBytes; off += 128 * 128)
+                ptx::prefetch_l2(src + q * a.slot_bytes + off);
+        }
+    }
+
+    // Every consumer thread, once its warpgroup staged its part of the tile (64 rows x the tile's columns, as TOut,
+    // slab after slab) and passed the warpgroup's barrier; the accumulators are dead.
+    //   peer's rows  the issuing thread bulk-copies the staged slabs, contiguous, into slot `me` of the owner's
+    //                scratch; the tile's signal becomes pending (raised once the copy completed).
+    //   own rows     the issuing thread waits for every peer's copy; the threads add the peers' copies to the
+    //                staged part in 16-byte chunks (the same layout: no swizzle arithmetic), in fp32, peers in
+    //                rank order after this rank's own partial, rounded once; then TMA stores to C.
+    template <class TOut, int BLOCK_M, int BLOCK_N>
+    LOOM_DEVICE LOOM_FORCEINLINE void store_tile(const ptx::TmaDescriptor* tmap_c, uint8_t* bufs,
+                                                 const tile::TileCoord& t, int32_t n) const {
+        constexpr int kStoreCols = gemm_store_box_cols(sizeof(TOut));
+        constexpr int kSlabs = BLOCK_N / kStoreCols;
+        constexpr int E = kVecElems<TOut>;
+        // Chunks per thread per round. A round may run past the staged slabs into the part's next slab (N tail):
+        // combined, never stored; kSlabs * 4 chunks per thread is a multiple of kInFlight, so it stays in the part.
+        constexpr int kInFlight = kSlabs % 2 == 0 ? 8 : 4;
+        const uint32_t tid = ptx::tid_x_unhoisted();
+        const int warpgroup = static_cast<int>(tid / 128), wg_thread = static_cast<int>(tid % 128);
+        const int32_t cols = n - t.col0;
+        const int slabs = cols >= BLOCK_N ? kSlabs : (cols + kStoreCols - 1) / kStoreCols;  // staged
+        const int32_t band = t.m_block / a.blocks_per_rank;
+        if (band != a.me) {
+            if (wg_thread == 0) {
+                uint8_t* dst = a.scratch + static_cast<int64_t>(band - a.me) * a.heap_bytes + a.me * a.slot_bytes +
+                               tile_offset<BLOCK_M, BLOCK_N, TOut>(t, band, warpgroup);
+                ptx::cp_async_bulk_s2g(dst, bufs, static_cast<uint32_t>(slabs) * kGemmStoreBufBytes);
+                ptx::tma_store_commit();
+            }
+            if (tid == 0) rs_pending_push() = band * kMaxTileSignals + t.m_block * a.num_n + t.n_block;
+            return;
+        }
+        if (wg_thread == 0) {
+            const int32_t tile_id = t.m_block * a.num_n + t.n_block;
+            for (int q = 0; q < a.world; ++q)
+                if (q != a.me)
+                    wait_ge_trap(a.tile_in + static_cast<int64_t>(q) * kMaxTileSignals + tile_id, a.epoch, a.timeout_ns,
+                                 "gemm_rs: GEMM waits for a peer's tile");
+        }
+        ptx::named_barrier_sync(2 + warpgroup, 128);
+        {
+            const uint8_t* src = a.scratch + tile_offset<BLOCK_M, BLOCK_N, TOut>(t, a.me, warpgroup);
+            constexpr int kChunksPerSlab = static_cast<int>(kGemmStoreBufBytes / 16) / 128;  // per thread: 4
+            static_assert((kSlabs * kChunksPerSlab) % kInFlight == 0, "rounds stay inside the warpgroup's part");
+            const int chunks = (slabs * kChunksPerSlab + kInFlight - 1) / kInFlight * kInFlight;
+            for (int c0 = 0; c0 < chunks; c0 += kInFlight) {
+                float sum[kInFlight][E];
+#pragma unroll
+                for (int i = 0; i < kInFlight; ++i)
+                    vec_add<TOut>(*reinterpret_cast<const uint4*>(bufs + ((c0 + i) * 128 + wg_thread) * 16), sum[i],
+                                  true);
+                for (int q = 0; q < a.world; ++q) {
+                    if (q == a.me) continue;
+                    uint4 v[kInFlight];
+#pragma unroll
+                    for (int i = 0; i < kInFlight; ++i)
+                        v[i] = __ldcg(
+                            reinterpret_cast<const uint4*>(src + q * a.slot_bytes + ((c0 + i) * 128 + wg_thread) * 16));
+#pragma unroll
+                    for (int i = 0; i < kInFlight; ++i) vec_add<TOut>(v[i], sum[i], false);
+                }
+#pragma unroll
+                for (int i = 0; i < kInFlight; ++i)
+                    *reinterpret_cast<uint4*>(bufs + ((c0 + i) * 128 + wg_thread) * 16) = vec_pack<TOut>(sum[i]);
+            }
+            // Generic-proxy smem writes -> visible to the TMA stores.
+            ptx::fence_proxy_async_smem();
+            ptx::named_barrier_sync(2 + warpgroup, 128);
+        }
+        if (wg_thread == 0) {
+            for (int sl = 0; sl < slabs; ++sl)
+                ptx::tma_store_2d(tmap_c, bufs + sl * kGemmStoreBufBytes, t.col0 + sl * kStoreCols,
+                                  t.row0 - a.me * a.rows_per_rank + warpgroup * 64);
+            ptx::tma_store_commit();
+        }
+    }
+
+    template <int BLOCK_M>
+    LOOM_DEVICE LOOM_FORCEINLINE void finish(int) const {
+        publish<BLOCK_M / 64>();
+    }
+};
 
 // Rows [r0, r1) x columns [c0, c0 + cols) of this rank's segment: out = sum over q < W of the rows' copy from
 // rank q (q == me: the local partial; else slot q of the scratch), fp32, rank order. cols is a multiple of the

@@ -59,6 +59,25 @@ struct TileNotifyHookArgs {
     int32_t shift_m;
 };
 
+// GEMM+RS, fused epilogue (RsEpilogueHooks, kernels/gemm_rs.cuh). Every M-block belongs to one rank's rows
+// (rows_per_rank is a multiple of BLOCK_M). The scratch is this call's parity half of the op's symmetric buffer:
+// slot q (slot_bytes each) holds the tiles rank q pushed here, tile (m_block - me * blocks_per_rank, n_block) at
+// ((m_block - me * blocks_per_rank) * num_n + n_block) * BLOCK_M * BLOCK_N * sizeof(TOut), each tile as its
+// 128B-swizzled 8 KiB staging slabs, warpgroup-major.
+struct RsFusedHookArgs {
+    uint8_t* scratch;         // this call's half of this rank's scratch (symmetric)
+    uint64_t* tile_in;        // this rank's Signals::tile_in[0] ([kMaxLocalPeers][kMaxTileSignals], flat)
+    int64_t heap_bytes;       // Ctx::heap_size: rank d's copy of symmetric p is p + (d - me) * heap_bytes
+    int64_t slot_bytes;       // blocks_per_rank * num_n tiles
+    uint64_t epoch;           // this call's number: the value of tile_in signals
+    uint64_t timeout_ns;      // bound of the waits for peers' tiles (0: unbounded)
+    int32_t me, world;        // local rank and local world size
+    int32_t blocks_per_rank;  // (M / W) / BLOCK_M
+    int32_t num_n;            // N-blocks
+    int32_t shift_m;          // first M-block of rank me + 1: own rows last
+    int32_t rows_per_rank;    // M / W
+};
+
 // ---- communication kernels -----------------------------------------------------------------------------------
 
 // ag_gemm_push: this rank's A shard -> every rank's gather buffer (rows [me * rows_per_rank, ...)).

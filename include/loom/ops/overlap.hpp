@@ -45,9 +45,19 @@ struct AgGemmOptions {
     const GemmConfig* config = nullptr;  // GEMM tile config (cluster_m must be 1); nullptr: the heuristic
 };
 
+// How gemm_rs reduces (docs/overlap.md).
+enum class RsAlgo {
+    Auto,           // FusedEpilogue when M / W is a multiple of the GEMM's BLOCK_M (and the tile's row bytes of
+                    // the store box), else ScatterReduce
+    FusedEpilogue,  // the GEMM's epilogue pushes peers' tiles (bulk copies) and sums its own rows: one kernel
+    ScatterReduce,  // GEMM + a scatter-reduce kernel of comm_sms blocks on a side stream (any M / W)
+};
+const char* to_string(RsAlgo a);
+
 struct GemmRsOptions {
-    int comm_sms = 0;                    // scatter-reduce blocks; 0: heuristic (16, or fewer for small outputs)
+    int comm_sms = 0;                    // ScatterReduce blocks; 0: heuristic (16, or fewer for small outputs)
     const GemmConfig* config = nullptr;  // cluster_m must be 1
+    RsAlgo algo = RsAlgo::Auto;
 };
 
 struct GemmArOptions {
@@ -73,11 +83,14 @@ struct OverlapPlan {
     // allocations of one GPU (ranks sharing it) is a copy kernel, which a persistent GEMM spinning on that very
     // copy's signal would otherwise starve (seen on the H200: ag_gemm's copy-engine producer trapped there).
     int reserved_sms = 0;
+    RsAlgo rs_algo = RsAlgo::Auto;  // gemm_rs_plan: the algorithm chosen (never Auto there)
     std::string str() const;
 };
 OverlapPlan ag_gemm_plan(int64_t m, int64_t n_loc, int64_t k, int world_size, AgProducer producer, int comm_sms,
                          int arch, int num_sms, bool ranks_share_gpu = false);
-OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms);
+// out_bytes: C's element size (the fused epilogue's slabs need BLOCK_N * out_bytes a multiple of 128).
+OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms,
+                         RsAlgo algo = RsAlgo::Auto, int out_bytes = 2);
 OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms);
 
 // The SMs this process can occupy at once, which the plans divide between the GEMM and the communication blocks:

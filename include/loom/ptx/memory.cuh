@@ -144,6 +144,8 @@ LOOM_DEVICE LOOM_FORCEINLINE void fence_release_sys() {
 LOOM_DEVICE LOOM_FORCEINLINE void fence_sc_gpu() { asm volatile("fence.sc.gpu;" ::: "memory"); }
 LOOM_DEVICE LOOM_FORCEINLINE void fence_sc_sys() { asm volatile("fence.sc.sys;" ::: "memory"); }
 
+// Prefetch the 128-byte line holding p into L2 (no register, no completion): for data read a little later.
+LOOM_DEVICE LOOM_FORCEINLINE void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 // ---- 16-byte vector loads/stores -----------------------------------------------------------------------------
 // Addresses must be 16-byte aligned. ld_v4 is a weak coherent load (ordered by an earlier acquire of this
 // thread). ld_v4_na does not allocate in L1 (streaming sources read once). ld_v4_nc goes through the read-only

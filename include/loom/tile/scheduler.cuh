@@ -14,6 +14,15 @@
 //   after_store(tile)    called by one consumer thread after every consumer thread stored its part of the
 //                        tile and passed a named barrier, so all the tile's stores happen-before the call;
 //                        the hook publishes with a release at its readers' scope (e.g. red.release.sys).
+//   kEpilogueHooks       the hooks take part in the TMA-store epilogue: init_cta() (thread 0, before the CTA's
+//                        first barrier); before_epilogue<TOut, BLOCK_M, BLOCK_N>(tile, args) (every consumer
+//                        thread, before the tile is staged: may wait); combine_slab<...>(staging, tile, slab,
+//                        warpgroup, wg_thread) (the warpgroup's threads, once a slab is staged: may rewrite it;
+//                        returns whether it did); store_slab<...>(tmap_d, staging, tile, slab, warpgroup) (the
+//                        warpgroup's issuing thread, instead of the slab's TMA store; the kernel commits the bulk
+//                        group); after_epilogue(tile) (every consumer thread); finish<BLOCK_M>(wg_thread) (every
+//                        consumer thread, after the CTA's last tile). GEMM+ReduceScatter's fused epilogue
+//                        (kernels/gemm_rs.cuh) pushes peers' tiles and sums its own rows there.
 // Hooks objects are kernel parameters: trivially copyable, a few words, runtime values (ranks, signal pointers).
 #pragma once
 
@@ -26,6 +35,7 @@ namespace loom::tile {
 struct GemmNoHooks {
     static constexpr bool kWaitsBeforeLoad = false;
     static constexpr bool kNotifiesAfterStore = false;
+    static constexpr bool kEpilogueHooks = false;
     LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const TileGrid& g, int32_t& m_block,
                                                  int32_t& n_block) const {
         grouped_order(linear, g, m_block, n_block);
