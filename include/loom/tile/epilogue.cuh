@@ -49,28 +49,6 @@ LOOM_DEVICE LOOM_FORCEINLINE void store_pair(T* p, float x, float y) {
     }
 }
 
-// The same pair read through L2 only (ld.global.cg): for data another GPU or the async proxy wrote, published by a
-// signal this thread's CTA acquired (no stale L1 line from an earlier call).
-template <class T>
-LOOM_DEVICE LOOM_FORCEINLINE float2 load_pair_cg(const T* p) {
-    if constexpr (sizeof(T) == 4) {
-        return __ldcg(reinterpret_cast<const float2*>(p));
-    } else {
-        const unsigned int u = __ldcg(reinterpret_cast<const unsigned int*>(p));
-        if constexpr (kSameType<T, __nv_bfloat16>) {
-            return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
-        } else {
-            return __half22float2(*reinterpret_cast<const __half2*>(&u));
-        }
-    }
-}
-
-// Byte offset of byte `byte` (< 128) of row `r` in a staging slab of 128-byte rows with the TMA 128B swizzle:
-// 16-byte chunk c of row r sits at chunk c ^ (r % 8).
-LOOM_DEVICE LOOM_FORCEINLINE uint32_t swizzle128_offset(int r, uint32_t byte) {
-    return static_cast<uint32_t>(r) * 128u + ((((byte >> 4) ^ static_cast<uint32_t>(r & 7)) << 4) | (byte & 15u));
-}
-
 // Runtime epilogue parameters. beta == 0 never reads D (so D may hold garbage or NaN); bias may be null.
 template <class TOut, class TBias>
 struct EpilogueParams {
