@@ -73,7 +73,7 @@ void gemm_rs_fused(World& world, overlap::OpState& st, const MatrixView& a, cons
     const int64_t num_n = (N + cfg.block_n - 1) / cfg.block_n;
     const int64_t blocks_per_rank = rows_seg / cfg.block_m;
     const int64_t slot_bytes = blocks_per_rank * num_n * cfg.block_m * cfg.block_n * es;
-    const int64_t half_bytes = W * slot_bytes;
+    const int64_t half_bytes = std::max(W - 1, 1) * slot_bytes;  // one slot per peer
     overlap::ensure_symmetric(world, fs, static_cast<std::size_t>(2 * half_bytes));
     // The half is half of the allocation (the same on every rank and in every call), not of this call's size: a
     // peer may still read the other half of a larger previous call.

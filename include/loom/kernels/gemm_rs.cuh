@@ -94,7 +94,7 @@ LOOM_DEVICE LOOM_FORCEINLINE uint4 vec_pack(const float (&acc)[kVecElems<T>]) {
 // 64 x BLOCK_N part of the tile (TOut, 128B-swizzled 8 KiB slabs side by side; gemm.cuh kWholeTile) and hands it
 // to store_tile; the accumulators are dead by then, which leaves the hooks registers under the 168 cap. Per tile
 // of rank d's rows:
-//   d != me  one bulk copy (cp.async.bulk shared -> peer global) of the part into slot `me` of d's scratch. The
+//   d != me  one bulk copy (cp.async.bulk shared -> peer global) of the part into our slot of d's scratch. The
 //            signal tile_in[me][tile] := epoch at d is raised at the start of this CTA's next epilogue (or at its
 //            end), once the copies completed (wait_group 0 + proxy fence by each warpgroup's issuing thread, named
 //            barrier, st.release.sys): a whole mainloop later, so the consumers do not wait for NVLink. The same
@@ -155,6 +155,9 @@ struct RsEpilogueHooks {
         }
     }
 
+    // The slot of sender q in receiver d's scratch: W - 1 slots, the receiver has none of its own.
+    LOOM_DEVICE LOOM_FORCEINLINE static int64_t slot_of(int q, int d) { return q < d ? q : q - 1; }
+
     // Byte offset of warpgroup wg's part of tile t in a scratch slot of rank `band`'s rows.
     template <int BLOCK_M, int BLOCK_N, class TOut>
     LOOM_DEVICE LOOM_FORCEINLINE int64_t tile_offset(const tile::TileCoord& t, int32_t band, int wg) const {
@@ -175,13 +178,13 @@ struct RsEpilogueHooks {
         for (int q = 0; q < a.world; ++q) {
             if (q == a.me) continue;
             for (int off = static_cast<int>(tid % 128) * 128; off < kPartBytes; off += 128 * 128)
-                ptx::prefetch_l2(src + q * a.slot_bytes + off);
+                ptx::prefetch_l2(src + slot_of(q, a.me) * a.slot_bytes + off);
         }
     }
 
     // Every consumer thread, once its warpgroup staged its part of the tile (64 rows x the tile's columns, as TOut,
     // slab after slab) and passed the warpgroup's barrier; the accumulators are dead.
-    //   peer's rows  the issuing thread bulk-copies the staged slabs, contiguous, into slot `me` of the owner's
+    //   peer's rows  the issuing thread bulk-copies the staged slabs, contiguous, into our slot of the owner's
     //                scratch; the tile's signal becomes pending (raised once the copy completed).
     //   own rows     the issuing thread waits for every peer's copy; the threads add the peers' copies to the
     //                staged part in 16-byte chunks (the same layout: no swizzle arithmetic), in fp32, peers in
@@ -202,7 +205,8 @@ struct RsEpilogueHooks {
         const int32_t band = t.m_block / a.blocks_per_rank;
         if (band != a.me) {
             if (wg_thread == 0) {
-                uint8_t* dst = a.scratch + static_cast<int64_t>(band - a.me) * a.heap_bytes + a.me * a.slot_bytes +
+                uint8_t* dst = a.scratch + static_cast<int64_t>(band - a.me) * a.heap_bytes +
+                               slot_of(a.me, band) * a.slot_bytes +
                                tile_offset<BLOCK_M, BLOCK_N, TOut>(t, band, warpgroup);
                 ptx::cp_async_bulk_s2g(dst, bufs, static_cast<uint32_t>(slabs) * kGemmStoreBufBytes);
                 ptx::tma_store_commit();
@@ -234,8 +238,8 @@ struct RsEpilogueHooks {
                     uint4 v[kInFlight];
 #pragma unroll
                     for (int i = 0; i < kInFlight; ++i)
-                        v[i] = __ldcg(
-                            reinterpret_cast<const uint4*>(src + q * a.slot_bytes + ((c0 + i) * 128 + wg_thread) * 16));
+                        v[i] = __ldcg(reinterpret_cast<const uint4*>(src + slot_of(q, a.me) * a.slot_bytes +
+                                                                     ((c0 + i) * 128 + wg_thread) * 16));
 #pragma unroll
                     for (int i = 0; i < kInFlight; ++i) vec_add<TOut>(v[i], sum[i], false);
                 }

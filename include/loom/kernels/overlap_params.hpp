@@ -61,7 +61,8 @@ struct TileNotifyHookArgs {
 
 // GEMM+RS, fused epilogue (RsEpilogueHooks, kernels/gemm_rs.cuh). Every M-block belongs to one rank's rows
 // (rows_per_rank is a multiple of BLOCK_M). The scratch is this call's parity half of the op's symmetric buffer:
-// slot q (slot_bytes each) holds the tiles rank q pushed here, tile (m_block - me * blocks_per_rank, n_block) at
+// W - 1 slots (slot_bytes each): sender q's is slot q, or q - 1 above this rank; it holds the tiles q pushed here, tile
+// (m_block - me * blocks_per_rank, n_block) at
 // ((m_block - me * blocks_per_rank) * num_n + n_block) * BLOCK_M * BLOCK_N * sizeof(TOut), each tile as its
 // 128B-swizzled 8 KiB staging slabs, warpgroup-major.
 struct RsFusedHookArgs {
