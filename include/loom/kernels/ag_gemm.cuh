@@ -21,7 +21,6 @@
 
 #include "loom/kernels/gemm.cuh"
 #include "loom/kernels/overlap_params.hpp"
-#include "loom/kernels/overlap_wait.cuh"
 #include "loom/lang/lang.cuh"
 #include "loom/ptx/memory.cuh"
 #include "loom/ptx/special.cuh"
@@ -45,7 +44,7 @@ struct AgGemmHooks {
         const int32_t first = t.row0 / a.rows_per_rank;
         const int32_t last = (t.row0 + t.rows - 1) / a.rows_per_rank;
         for (int32_t r = first; r <= last; ++r)
-            wait_ge_trap(a.chunk + r, a.target, a.timeout_ns, "ag_gemm: GEMM waits for a chunk");
+            lang::wait_ge_sys_or_trap(a.chunk + r, a.target, a.timeout_ns, "ag_gemm: GEMM waits for a chunk");
     }
     LOOM_DEVICE LOOM_FORCEINLINE void after_store(const tile::TileCoord&) const {}
 };

@@ -29,7 +29,6 @@
 
 #include "loom/kernels/gemm.cuh"
 #include "loom/kernels/overlap_params.hpp"
-#include "loom/kernels/overlap_wait.cuh"
 #include "loom/lang/lang.cuh"
 #include "loom/ptx/async.cuh"
 #include "loom/ptx/memory.cuh"
@@ -218,8 +217,8 @@ struct RsEpilogueHooks {
             const int32_t tile_id = t.m_block * a.num_n + t.n_block;
             for (int q = 0; q < a.world; ++q)
                 if (q != a.me)
-                    wait_ge_trap(a.tile_in + static_cast<int64_t>(q) * kMaxTileSignals + tile_id, a.epoch, a.timeout_ns,
-                                 "gemm_rs: GEMM waits for a peer's tile");
+                    lang::wait_ge_sys_or_trap(a.tile_in + static_cast<int64_t>(q) * kMaxTileSignals + tile_id, a.epoch,
+                                              a.timeout_ns, "gemm_rs: GEMM waits for a peer's tile");
         }
         ptx::named_barrier_sync(2 + warpgroup, 128);
         {

@@ -17,6 +17,7 @@
 #include <cstdio>  // device printf (NVRTC declares it built in)
 #endif
 #include "loom/lang/context.cuh"
+#include "loom/ptx/memory.cuh"
 #include "loom/ptx/special.cuh"
 
 namespace loom::lang {
@@ -115,6 +116,28 @@ LOOM_DEVICE LOOM_FORCEINLINE uint64_t spin_until(const Ctx& ctx, const char* tag
                 start = now;
             } else if (now - start > timeout) {
                 detail::wait_timeout(ctx, tag, addr, cmp, expected, observed, now - start);
+            }
+        }
+    }
+}
+
+// One thread's bounded acquire (sys scope) spin for *sig >= target (wrap-safe), for device code that has no Ctx:
+// the overlapped GEMMs' hooks, inside wgmma kernels. Never prints (a printf call would make ptxas serialise the
+// MMAs): on timeout (timeout_ns > 0) it posts a DiagRecord tagged `tag` to the process's mailbox (the host fills in
+// the rank) and traps; the clock is read only after 1024 missed polls.
+LOOM_DEVICE LOOM_FORCEINLINE void wait_ge_sys_or_trap(const uint64_t* sig, uint64_t target, uint64_t timeout_ns,
+                                                      const char* tag) {
+    uint64_t start = 0;
+    for (uint32_t it = 1;; ++it) {
+        if (static_cast<int64_t>(ptx::ld_acquire_sys(sig) - target) >= 0) return;
+        if (timeout_ns != 0 && (it & 1023u) == 0) {
+            const uint64_t now = ptx::globaltimer();
+            if (start == 0) {
+                start = now;
+            } else if (now - start > timeout_ns) {
+                detail::diag_post(nullptr, DiagKind::Signal, -1, tag, sig, static_cast<uint32_t>(Cmp::GE), target,
+                                  ptx::ld_acquire_sys(sig), now - start);
+                __trap();
             }
         }
     }
