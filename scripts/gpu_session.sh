@@ -13,7 +13,7 @@
 #          machine with several GPUs)
 #          save_cache (LOOM_CACHE_DIR as OUT/jit-cache.tgz)
 #   LOOM_DIST_FILTER  gtest filter for the multi-rank steps (default: all tests)
-#   LOOM_OVERLAP_RANKS  ranks for bench_overlap* (default 8); LOOM_BENCH_ARGS  extra arguments for bench_overlap
+#   LOOM_OVERLAP_RANKS  ranks for bench_overlap* (default: one per GPU, or 8 sharing a single GPU); LOOM_BENCH_ARGS  extra arguments for bench_overlap
 #   (e.g. "--quick --iters 5 --rs-comm-sms 8,24"); LOOM_TORCH_ARGS  for torch_tp (e.g. "--quick --iters 5")
 set -u
 b=${1:?build dir}
@@ -30,6 +30,9 @@ if ldd "$b/bench/bench-collectives" 2>/dev/null | grep -q 'libnccl.*not found'; 
 fi
 export LOOM_GIT_COMMIT=${LOOM_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}
 filter=--gtest_filter=${LOOM_DIST_FILTER:-*}
+# One rank per GPU when there are several (8 ranks over 2 GPUs is a mixed layout no test covers), else 8 sharing it.
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+overlap_ranks=${LOOM_OVERLAP_RANKS:-$([ "${gpus:-0}" -gt 1 ] && echo "$gpus" || echo 8)}
 log=$out/session.log
 run() {  # run <seconds> <name> <command...>
     local t=$1 name=$2
@@ -96,11 +99,11 @@ for s in $steps; do
             torch_arg=()
             [ -f "$out/torch_tp.json" ] && torch_arg=(--torch "$out/torch_tp.json")
             # shellcheck disable=SC2086
-            run 420 bench_overlap "$b/bin/loomrun" -n ${LOOM_OVERLAP_RANKS:-8} "$b/bench/bench-overlap" --out "$out" \
+            run 420 bench_overlap "$b/bin/loomrun" -n "$overlap_ranks" "$b/bench/bench-overlap" --out "$out" \
                 "${torch_arg[@]}" ${LOOM_BENCH_ARGS:-}
             ;;
         bench_overlap_quick)
-            run 120 bench_overlap_quick "$b/bin/loomrun" -n ${LOOM_OVERLAP_RANKS:-8} "$b/bench/bench-overlap" --quick --iters 10 --out "$out"
+            run 120 bench_overlap_quick "$b/bin/loomrun" -n "$overlap_ranks" "$b/bench/bench-overlap" --quick --iters 10 --out "$out"
             ;;
         save_cache)  # the JIT cache, back to the caller (unpack into build/jit-cache to carry it next time)
             run 60 save_cache tar czf "$out/jit-cache.tgz" -C "$(dirname "$LOOM_CACHE_DIR")" "$(basename "$LOOM_CACHE_DIR")"
