@@ -7,6 +7,7 @@
 #include <string>
 
 #include "loom/jit/jit.hpp"
+#include "loom/kernels/gemm_params.hpp"
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
@@ -87,6 +88,40 @@ TEST(OverlapCompile, CommKernelsCompile) {
         // ag_gemm_push spills 8-16 bytes outside its copy loops, which costs nothing measurable. The scatter-reduce
         // keeps U vectors per thread in flight (384 threads: up to 170 registers) and must not spill.
         if (k.no_spills) EXPECT_EQ(r.spill_bytes, 0) << spec.display() << "\n" << r.resource_report;
+    }
+}
+
+// gemm_rs: Auto takes the fused epilogue when M / W is a multiple of BLOCK_M (every SM to the GEMM, whole 128-byte
+// slab rows, the whole staged tile and at least 3 stages within the shared memory), the scatter-reduce otherwise.
+TEST(OverlapPlan, GemmRsPicksTheFusedEpilogueWhereItFits) {
+    for (int sms : {132, 66, 33, 14}) {
+        for (int world : {1, 2, 4, 8}) {
+            for (int out_bytes : {2, 4}) {
+                const auto f =
+                    loom::gemm_rs_plan(8192, 4096, 11008 / 8, world, 0, 90, sms, loom::RsAlgo::Auto, out_bytes);
+                EXPECT_EQ(f.rs_algo, loom::RsAlgo::FusedEpilogue) << sms << " " << world << " " << f.str();
+                EXPECT_EQ(f.comm_blocks, 0) << f.str();
+                EXPECT_LE(f.gemm.grid, sms) << f.str();
+                EXPECT_EQ((8192 / world) % f.gemm.block_m, 0) << f.str();
+                EXPECT_EQ((f.gemm.block_n * out_bytes) % 128, 0) << f.str();
+                EXPECT_GE(f.gemm.stages, 3) << f.str();
+                EXPECT_LE(loom::kernels::gemm_sm90_smem_bytes(f.gemm.block_m, f.gemm.block_n, f.gemm.stages, out_bytes),
+                          227u * 1024u)
+                    << f.str();
+            }
+            // 136 rows per rank: no tile height divides it, so the scatter-reduce (with its comm blocks).
+            const auto s = loom::gemm_rs_plan(136 * world, 256, 256, world, 0, 90, sms);
+            EXPECT_EQ(s.rs_algo, world == 1 && 136 % s.gemm.block_m == 0 ? loom::RsAlgo::FusedEpilogue
+                                                                         : loom::RsAlgo::ScatterReduce)
+                << s.str();
+            if (s.rs_algo == loom::RsAlgo::ScatterReduce) EXPECT_GE(s.comm_blocks, 1) << s.str();
+            // Forced: a 64-row tile where M / W is a multiple of 64 only.
+            const auto f64 = loom::gemm_rs_plan(192 * world, 512, 256, world, 0, 90, sms, loom::RsAlgo::FusedEpilogue);
+            EXPECT_EQ(192 % f64.gemm.block_m, 0) << f64.str();
+            EXPECT_EQ(f64.rs_algo, loom::RsAlgo::FusedEpilogue);
+            EXPECT_EQ(loom::gemm_rs_plan(8192, 4096, 1376, world, 0, 90, sms, loom::RsAlgo::ScatterReduce).rs_algo,
+                      loom::RsAlgo::ScatterReduce);
+        }
     }
 }
 
