@@ -14,8 +14,6 @@
 namespace loom {
 namespace {
 
-constexpr uint32_t kMaxSmem = 227 * 1024;  // sm_90 opt-in dynamic shared memory per block
-
 // Measured on H200 (docs/gemm.md): relative throughput of a 128 x BLOCK_N tile, 4-6 stages, K >= 1024.
 double block_n_efficiency(int bn) {
     if (bn >= 256) return 1.0;
@@ -24,12 +22,6 @@ double block_n_efficiency(int bn) {
     if (bn >= 176) return 0.85;
     if (bn >= 128) return 0.80;
     return 0.80 - 0.15 * (128 - bn) / 64.0;  // narrower tiles: more smem traffic per flop
-}
-
-int max_stages(int bm, int bn) {
-    int s = 8;
-    while (s > 2 && kernels::gemm_sm90_smem_bytes(bm, bn, s) > kMaxSmem) --s;
-    return s;
 }
 
 struct DeviceInfo {
@@ -175,7 +167,7 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
             cfg.block_n = bn;
         }
     }
-    cfg.stages = std::min(max_stages(cfg.block_m, cfg.block_n), 6);
+    cfg.stages = std::min(kernels::gemm_sm90_max_stages(cfg.block_m, cfg.block_n), 6);
     // Keep the CTAs that run together close to square in L2: group_m M-blocks x (num_sms / group_m) N-blocks.
     cfg.group_m = static_cast<int>(std::clamp<int64_t>(
         static_cast<int64_t>(std::lround(std::sqrt(num_sms * static_cast<double>(cfg.block_n) / cfg.block_m))), 1,
@@ -203,9 +195,9 @@ void gemm_validate_config(const GemmConfig& c, bool b_kn) {
     LOOM_CHECK(c.block_k == kernels::kGemmBlockK, "gemm config: expected block_k {}, given {}", kernels::kGemmBlockK,
                c.block_k);
     LOOM_CHECK(c.stages >= 2 && c.stages <= 8, "gemm config: expected stages in [2, 8], given {}", c.stages);
-    LOOM_CHECK(kernels::gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages) <= kMaxSmem,
+    LOOM_CHECK(kernels::gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages) <= kernels::kGemmSm90MaxSmem,
                "gemm config: {} needs {} B of shared memory, the limit is {}", c.str(),
-               kernels::gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages), kMaxSmem);
+               kernels::gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages), kernels::kGemmSm90MaxSmem);
     LOOM_CHECK(c.cluster_m == 1 || c.cluster_m == 2, "gemm config: expected cluster_m 1 or 2, given {}", c.cluster_m);
     LOOM_CHECK(c.group_m >= 1, "gemm config: expected group_m >= 1, given {}", c.group_m);
     LOOM_CHECK(c.grid >= 0 && c.grid % c.cluster_m == 0,

@@ -26,8 +26,6 @@ constexpr const char* kHeader = "loom/kernels/gemm_rs.cuh";
 constexpr const char* kNotifyHooks = "loom::kernels::overlap::TileNotifyHooks";
 constexpr const char* kFusedHooks = "loom::kernels::overlap::RsEpilogueHooks";
 
-constexpr uint32_t kMaxSmem = 227 * 1024;
-
 // Why the fused epilogue cannot run this shape with this tile config, or "" when it can.
 std::string fused_unfit(int64_t rows_seg, const GemmConfig& cfg, int out_bytes) {
     if (rows_seg % cfg.block_m != 0)
@@ -37,9 +35,9 @@ std::string fused_unfit(int64_t rows_seg, const GemmConfig& cfg, int out_bytes) 
         return fmt::format("BLOCK_N x {} bytes a multiple of 128 (whole staging slabs), given BLOCK_N = {}", out_bytes,
                            cfg.block_n);
     const uint32_t smem = kernels::gemm_sm90_smem_bytes(cfg.block_m, cfg.block_n, cfg.stages, out_bytes);
-    if (smem > kMaxSmem)
+    if (smem > kernels::kGemmSm90MaxSmem)
         return fmt::format("{} stages of {}x{} beside the whole staged tile within {} bytes of shared memory, given {}",
-                           cfg.stages, cfg.block_m, cfg.block_n, kMaxSmem, smem);
+                           cfg.stages, cfg.block_m, cfg.block_n, kernels::kGemmSm90MaxSmem, smem);
     return "";
 }
 
@@ -51,9 +49,7 @@ GemmConfig fused_config(GemmConfig c, int64_t m, int64_t n, int64_t rows_seg, in
     c.block_n = std::min(256, (c.block_n + step - 1) / step * step);
     if (forced && rows_seg % c.block_m != 0 && rows_seg % 64 == 0) c.block_m = 64;
     for (;;) {
-        c.stages = 6;
-        while (c.stages > 2 && kernels::gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages, out_bytes) > kMaxSmem)
-            --c.stages;
+        c.stages = std::min(kernels::gemm_sm90_max_stages(c.block_m, c.block_n, out_bytes), 6);
         if (c.stages >= 3 || c.block_n - 64 < step) break;
         c.block_n -= 64;
     }
@@ -61,8 +57,8 @@ GemmConfig fused_config(GemmConfig c, int64_t m, int64_t n, int64_t rows_seg, in
     return c;
 }
 
-void gemm_rs_fused(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b, const MatrixView& c,
-                   const GemmConfig& cfg, cudaStream_t stream) {
+void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmConfig& cfg,
+                   cudaStream_t stream) {
     constexpr const char* op = "gemm_rs";
     overlap::OpState& fs = overlap::op_state(world, overlap::OpKind::GemmRsFused, op);
     const int W = world.world_size(), me = world.local_rank();
@@ -96,7 +92,7 @@ void gemm_rs_fused(World& world, overlap::OpState& st, const MatrixView& a, cons
     h.num_n = static_cast<int32_t>(num_n);
     h.shift_m = static_cast<int32_t>(((me + 1) % W) * blocks_per_rank);
     h.rows_per_rank = static_cast<int32_t>(rows_seg);
-    GemmSm90Launch l = gemm_sm90_launch(a, b, c, GemmOptions{}, cfg, st.num_sms, stream);
+    GemmSm90Launch l = gemm_sm90_launch(a, b, c, GemmOptions{}, cfg, fs.num_sms, stream);
     l.launch.smem = kernels::gemm_sm90_smem_bytes(cfg.block_m, cfg.block_n, cfg.stages, static_cast<int>(es));
     kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, h);
 }
@@ -207,16 +203,13 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
     LOOM_CHECK(o.comm_sms >= 0, "{}: expected comm_sms >= 0, given {}", op, o.comm_sms);
     const int out_bytes = static_cast<int>(dtype_size(c.dtype));
 
-    OverlapPlan plan = gemm_rs_plan(M, N, K, W, o.comm_sms, st.arch, st.num_sms, o.algo, out_bytes);
+    // With the caller's tile, that tile decides whether the fused epilogue fits.
+    RsAlgo algo = o.algo;
+    if (o.config && algo == RsAlgo::Auto)
+        algo = fused_unfit(rows_seg, *o.config, out_bytes).empty() ? RsAlgo::FusedEpilogue : RsAlgo::ScatterReduce;
+    OverlapPlan plan = gemm_rs_plan(M, N, K, W, o.comm_sms, st.arch, st.num_sms, algo, out_bytes);
     if (o.config) {
         plan.gemm = *o.config;
-        if (o.algo == RsAlgo::Auto)  // the caller's tile decides whether the fused epilogue fits
-            plan.rs_algo =
-                fused_unfit(rows_seg, plan.gemm, out_bytes).empty() ? RsAlgo::FusedEpilogue : RsAlgo::ScatterReduce;
-        if (plan.rs_algo == RsAlgo::FusedEpilogue) plan.comm_blocks = 0;
-        if (plan.rs_algo == RsAlgo::ScatterReduce && plan.comm_blocks == 0)
-            plan.comm_blocks =
-                gemm_rs_plan(M, N, K, W, o.comm_sms, st.arch, st.num_sms, RsAlgo::ScatterReduce).comm_blocks;
         if (plan.gemm.grid == 0)
             plan.gemm.grid = static_cast<int>(gemm_sm90_grid(M, N, plan.gemm, st.num_sms - plan.comm_blocks));
     }
@@ -232,7 +225,7 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
     gemm_validate(a, b, MatrixView{c.data, c.dtype, M, N, 0}, GemmOptions{});
 
     if (plan.rs_algo == RsAlgo::FusedEpilogue) {
-        gemm_rs_fused(world, st, a, b, c, plan.gemm, stream);
+        gemm_rs_fused(world, a, b, c, plan.gemm, stream);
     } else {
         gemm_rs_scatter(world, st, a, b, c, plan, stream);
     }

@@ -46,11 +46,10 @@ TEST(OverlapCompile, HookedGemmHasNoSpills) {
                     c.block_m = bm;
                     c.block_n = bn;
                     c.cluster_m = 1;
-                    c.stages = 6;
                     // The fused epilogue stages the whole tile (fewer pipeline stages fit beside it).
-                    const int whole = fused ? static_cast<int>(loom::dtype_size(out)) : 0;
-                    while (c.stages > 2 && loom::kernels::gemm_sm90_smem_bytes(bm, bn, c.stages, whole) > 227 * 1024)
-                        --c.stages;
+                    c.stages = std::min(loom::kernels::gemm_sm90_max_stages(
+                                            bm, bn, fused ? static_cast<int>(loom::dtype_size(out)) : 0),
+                                        6);
                     const auto spec =
                         loom::gemm_kernel_spec(c, DType::BF16, out, DType::F32, false, pol.hooks, pol.header);
                     const auto r = loom::jit::compile(spec, 90);

@@ -413,7 +413,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
             }
         }
         // Epilogue hooks may still have a tile to publish (its stores issued, its signal not yet raised).
-        if constexpr (Hooks::kEpilogueHooks) hooks.template finish<BLOCK_M>(wg_thread);
+        if constexpr (Hooks::kEpilogueHooks) hooks.template finish<BLOCK_M>();
         // The staging buffers must stay alive (and the stores land) before the CTA exits.
         if (wg_thread == 0) ptx::tma_store_wait<0>();
     }

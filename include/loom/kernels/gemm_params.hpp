@@ -53,6 +53,14 @@ LOOM_HOST_DEVICE constexpr uint32_t gemm_sm90_smem_bytes(int block_m, int block_
            static_cast<uint32_t>(stages) * 16u + 1024u;
 }
 
+// sm_90's opt-in dynamic shared memory per block, and the most STAGES (<= 8) whose footprint fits in it.
+inline constexpr uint32_t kGemmSm90MaxSmem = 227u * 1024u;
+LOOM_HOST_DEVICE constexpr int gemm_sm90_max_stages(int block_m, int block_n, int whole_tile_out_bytes = 0) {
+    int s = 8;
+    while (s > 2 && gemm_sm90_smem_bytes(block_m, block_n, s, whole_tile_out_bytes) > kGemmSm90MaxSmem) --s;
+    return s;
+}
+
 // Split-tail workspace: floats of one partial-accumulator slot (one tail tile, one split).
 LOOM_HOST_DEVICE constexpr int64_t gemm_split_tail_slot_floats(int block_m, int block_n) {
     return static_cast<int64_t>(block_m) * block_n;

@@ -221,7 +221,7 @@ struct RsEpilogueHooks {
                                               a.timeout_ns, "gemm_rs: GEMM waits for a peer's tile");
         }
         ptx::named_barrier_sync(2 + warpgroup, 128);
-        {
+        {  // the combine
             const uint8_t* src = a.scratch + tile_offset<BLOCK_M, BLOCK_N, TOut>(t, a.me, warpgroup);
             constexpr int kChunksPerSlab = static_cast<int>(kGemmStoreBufBytes / 16) / 128;  // per thread: 4
             static_assert((kSlabs * kChunksPerSlab) % kInFlight == 0, "rounds stay inside the warpgroup's part");
@@ -259,7 +259,7 @@ struct RsEpilogueHooks {
     }
 
     template <int BLOCK_M>
-    LOOM_DEVICE LOOM_FORCEINLINE void finish(int) const {
+    LOOM_DEVICE LOOM_FORCEINLINE void finish() const {
         publish<BLOCK_M / 64>();
     }
 };

@@ -14,15 +14,15 @@
 //   after_store(tile)    called by one consumer thread after every consumer thread stored its part of the
 //                        tile and passed a named barrier, so all the tile's stores happen-before the call;
 //                        the hook publishes with a release at its readers' scope (e.g. red.release.sys).
-//   kEpilogueHooks       the hooks take part in the TMA-store epilogue: init_cta() (thread 0, before the CTA's
-//                        first barrier); before_epilogue<TOut, BLOCK_M, BLOCK_N>(tile, args) (every consumer
-//                        thread, before the tile is staged: may wait); combine_slab<...>(staging, tile, slab,
-//                        warpgroup, wg_thread) (the warpgroup's threads, once a slab is staged: may rewrite it;
-//                        returns whether it did); store_slab<...>(tmap_d, staging, tile, slab, warpgroup) (the
-//                        warpgroup's issuing thread, instead of the slab's TMA store; the kernel commits the bulk
-//                        group); after_epilogue(tile) (every consumer thread); finish<BLOCK_M>(wg_thread) (every
-//                        consumer thread, after the CTA's last tile). GEMM+ReduceScatter's fused epilogue
-//                        (kernels/gemm_rs.cuh) pushes peers' tiles and sums its own rows there.
+//   kEpilogueHooks       the hooks take over the TMA-store epilogue; each consumer warpgroup stages its whole
+//                        64 x BLOCK_N part of the tile (not two rotating slabs). init_cta() (thread 0, before the
+//                        CTA's first barrier); before_epilogue<TOut, BLOCK_M, BLOCK_N>(tile) (every consumer thread,
+//                        before the tile is staged: the staging buffers must be free when it returns);
+//                        store_tile<TOut, BLOCK_M, BLOCK_N>(tmap_d, staging, tile, n) (every thread of the warpgroup,
+//                        once its part is staged and fenced: stores, sends or combines it; the accumulators are
+//                        dead); finish<BLOCK_M>() (every consumer thread, after the CTA's last tile).
+//                        GEMM+ReduceScatter's fused epilogue (kernels/gemm_rs.cuh) pushes peers' tiles and sums its
+//                        own there.
 // Hooks objects are kernel parameters: trivially copyable, a few words, runtime values (ranks, signal pointers).
 #pragma once
 
