@@ -9,13 +9,14 @@
 // PyTorch figures bench/torch_async_tp.py measured on the same machine (async TP, PyTorch + NCCL sequential).
 // Before timing, every overlapped config is checked once against (b) on the same inputs (calc_diff-style
 // similarity; NaN-poisoned output); a failing config is reported and not timed.
-//   loomrun -n 8 build/bench/bench-overlap [--out DIR] [--quick] [--iters N] [--no-nvshmem] [--no-nccl]
+//   loomrun -n 8 build/bench/bench-overlap [--out DIR] [--quick] [--iters N] [--no-nvshmem] [--no-nvshmem-rs] [--no-nccl]
 //                                          [--torch DIR/torch_tp.json] [--rs-comm-sms 4,8,16,24]
-//                                          [--ops all|ag|rs] [--no-align]
+//                                          [--ops all|ag|rs] [--no-align] [--trace]
 // DIR/ag_gemm.json and DIR/gemm_rs.json (rank 0).
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -57,6 +58,7 @@ struct Args {
     std::string torch;  // bench/torch_async_tp.py's JSON, or ""
     bool quick = false;
     bool nvshmem = true;
+    bool nvshmem_rs = true;  // --no-nvshmem-rs: NVSHMEM's reducescatter with PEs sharing a GPU can take minutes
     bool nccl = true;
     bool align = true;             // start every timed run with a device barrier across the ranks
     std::vector<int> rs_comm_sms;  // gemm_rs timed again at each of these comm_sms
@@ -70,14 +72,31 @@ using loom::MatrixView;
 using loom::bench::time_op;
 using loom::bench::TimeOptions;
 
-bool g_align = true;  // Args::align, for med()
+bool g_align = true;   // Args::align, for med()
+bool g_trace = false;  // --trace: rank 0 prints every timed point's median and wall time (finding the slow part)
 
 double med(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, loom::World& w, int iters) {
     TimeOptions o;
     o.world = &w;
     o.iters = iters;
     if (g_align) o.align = [&w](cudaStream_t st) { loom::barrier_on_stream(w, st); };  // ranks start together
-    return time_op(fn, s, o).median_us;
+    const auto t0 = std::chrono::steady_clock::now();
+    const double us = time_op(fn, s, o).median_us;
+    if (g_trace && w.rank() == 0) {
+        static int point = 0;
+        std::printf("  point %d: median %.1f us, %.2f s wall\n", point++,
+                    us, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        std::fflush(stdout);
+    }
+    return us;
+}
+// One line per finished row (rank 0): long runs show their progress.
+void print_row(const char* op, const nlohmann::json& row, const loom::World& w) {
+    if (w.rank() != 0) return;
+    std::printf("%s W=%d N=%lld K=%lld: loom %.1f us, efficiency %.3f\n", op, w.world_size(),
+                row.value("N", 0LL), row.value("K", 0LL), row.value("loom_us", NAN),
+                row.value("overlap_efficiency", NAN));
+    std::fflush(stdout);
 }
 
 // The PyTorch row for (op, N, K, world) in bench/torch_async_tp.py's output, folded into a bench-overlap row:
@@ -195,6 +214,7 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         }
         row["baselines"] = baselines;
         report.add_row(row);
+        print_row("ag_gemm", row, w);
         LOOM_CHECK_CUDA(cudaDeviceSynchronize());
         w.barrier();
         w.free(g_sym);
@@ -324,6 +344,7 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         }
         row["baselines"] = baselines;
         report.add_row(row);
+        print_row("gemm_rs", row, w);
         LOOM_CHECK_CUDA(cudaDeviceSynchronize());
         w.barrier();
         w.free(partial);
@@ -344,9 +365,13 @@ int main(int argc, char** argv) {
     app.add_flag("--quick", args.quick, "two shapes per op");
     app.add_option("--iters", args.iters, "timed runs per point")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_flag("--no-nvshmem", no_nvshmem, "skip the NVSHMEM baselines");
+    bool no_nvshmem_rs = false;
+    app.add_flag("--no-nvshmem-rs", no_nvshmem_rs,
+                 "skip NVSHMEM's reducescatter baseline only (4 PEs sharing one H200 took > 100 s for one 128 MiB call)");
     bool no_align = false;
     std::string ops = "all";
     app.add_option("--ops", ops, "which ops to time")->check(CLI::IsMember({"all", "ag", "rs"}))->capture_default_str();
+    app.add_flag("--trace", g_trace, "print every timed point's median and wall time as it finishes (rank 0)");
     app.add_flag("--no-align", no_align, "no device barrier before each timed run (the host barrier stays)");
     app.add_flag("--no-nccl", no_nccl, "skip the NCCL baselines (absent anyway when ranks share a GPU)");
     app.add_option("--rs-comm-sms", args.rs_comm_sms, "also time gemm_rs at each of these comm_sms (e.g. 4,8,16,24)")
@@ -355,6 +380,7 @@ int main(int argc, char** argv) {
         ->check(CLI::ExistingFile);
     loom::bench::parse_or_exit(app, argc, argv);
     args.nvshmem = !no_nvshmem;
+    args.nvshmem_rs = !no_nvshmem_rs;
     args.nccl = !no_nccl;
     args.align = g_align = !no_align;
     nlohmann::json torch;
@@ -379,7 +405,7 @@ int main(int argc, char** argv) {
         loom::bench::NcclBaseline nccl(w, args.nccl, loom::collective_topology(w).shared_gpu);
         if (w.rank() == 0 && !nccl.note().empty()) std::printf("%s\n", nccl.note().c_str());
         if (ops != "rs") bench_ag(w, args, have_nvshmem, nccl, torch, s);
-        if (ops != "ag") bench_rs(w, args, have_nvshmem, nccl, torch, s);
+        if (ops != "ag") bench_rs(w, args, have_nvshmem && args.nvshmem_rs, nccl, torch, s);
         if (have_nvshmem) loom::nvshmem::finalize();
         loom::release_overlap_state(w);
         return 0;

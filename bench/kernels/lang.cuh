@@ -74,14 +74,17 @@ __global__ void ping_pong_grid_constant(const __grid_constant__ loom::Ctx ctx, u
     }
 }
 
-// Each block puts its contiguous, 16-byte aligned share of [0, bytes) into `peer`'s dst. P: 0 ld/st, 1 TMA
+// Each block puts its contiguous, page-aligned share of [0, bytes) into `peer`'s dst. P: 0 ld/st, 1 TMA
 // (dynamic smem = tma_staging_bytes(STAGES, kStageBytes)).
 inline constexpr uint32_t kStageBytes = 32 * 1024;
 
 template <int P, int STAGES = 4>
 __global__ void put_bw(loom::Ctx ctx, char* dst, const char* src, uint64_t bytes, int peer) {
     extern __shared__ __align__(128) char smem[];
-    const uint64_t per_block = ((bytes + gridDim.x - 1) / gridDim.x + 15) & ~uint64_t(15);
+    // Shares are whole 4 KiB pages: a share that starts mid-line makes every bulk store of the block straddle
+    // cache lines (partial-line writes over NVLink), which cost up to a third of the bandwidth at block counts
+    // that do not divide the size.
+    const uint64_t per_block = ((bytes + gridDim.x - 1) / gridDim.x + 4095) & ~uint64_t(4095);
     const uint64_t begin = per_block * blockIdx.x;
     if (begin >= bytes) return;
     const uint64_t len = bytes - begin < per_block ? bytes - begin : per_block;

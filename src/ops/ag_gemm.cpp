@@ -8,12 +8,16 @@
 //                    (target T). The copy engine's own rows go on the stream, before the GEMM: a copy within one
 //                    GPU is a runtime copy kernel, which the persistent GEMM would starve (docs/overlap.md). With
 //                    ranks sharing a GPU every copy is such a kernel: the stream joins the side before the GEMM.
+//                    Where it can (own_local below) the GEMM reads the own rows from A in place instead: no copy.
 // T (chunk_total) counts pieces over all calls: the copy engine sets the new total, each SM block adds 1.
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 
 #include "loom/kernels/overlap_params.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/tma.hpp"
 #include "loom/runtime/stream_ops.hpp"
 #include "ops/overlap_state.hpp"
 
@@ -124,6 +128,20 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
     }
     overlap::prepare_gemm(kHooks, kHeader, gview, c, plan.gemm);
 
+    // The own rows in place: with the copy engine, no gathered buffer asked for, own M-blocks whole and a shard
+    // TMA can read, the GEMM loads this rank's tiles from its shard and the copy of them (a D2D copy kernel in
+    // stream order before the GEMM: R x K x 2 bytes, 16-64 us at the Triton-distributed shapes) is not made.
+    const bool own_local = producer == AgProducer::CopyEngine && !o.gathered.data &&
+                           R % plan.gemm.block_m == 0 && reinterpret_cast<std::uintptr_t>(a.data) % 16 == 0;
+    kernels::overlap::AgGemmHookArgs h{};
+    if (own_local) {
+        const CUtensorMap m = make_tma_2d(MatrixView{a.data, a.dtype, R, K, 0}, plan.gemm.block_m, kernels::kGemmBlockK);
+        static_assert(sizeof(m) == sizeof(h.a_local), "CUtensorMap is 128 bytes");
+        std::memcpy(&h.a_local, &m, sizeof(m));
+        h.own_local = 1;
+        h.own_row0 = static_cast<int32_t>(me * R);
+    }
+
     const uint64_t epoch = ++st.calls;
     auto* sig = st.sig;
     char* const my_rows = static_cast<char*>(gather) + static_cast<std::size_t>(me) * chunk_bytes;
@@ -140,9 +158,15 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
         }
         // This rank's own rows: a copy within one GPU is a runtime copy kernel, which the persistent GEMM (every
         // SM when no other rank shares the GPU) would starve if both were queued at once. In stream order before
-        // the GEMM it never competes (and the GEMM starts on these rows anyway).
-        stream_ops::put_ce(world, my_rows, a.data, chunk_bytes, me, stream);
-        stream_ops::signal_ce(world, &sig->chunk[me], st.chunk_total, me, stream);
+        // the GEMM it never competes (and the GEMM starts on these rows anyway). In place (own_local): no copy;
+        // chunk[me] still gets this call's total (on the side stream), so that a later call with the SM
+        // producer, which adds to it, reaches its target.
+        if (own_local) {
+            stream_ops::signal_ce(world, &sig->chunk[me], st.chunk_total, me, st.side);
+        } else {
+            stream_ops::put_ce(world, my_rows, a.data, chunk_bytes, me, stream);
+            stream_ops::signal_ce(world, &sig->chunk[me], st.chunk_total, me, stream);
+        }
         // Ranks sharing a GPU: every copy above is a runtime copy kernel, which needs SMs of this rank's MPS share.
         // Next to the persistent GEMM (all but two SMs of the share, spinning on the peers' chunks) 8 ranks on one
         // H200 hung in bench-overlap within a few back-to-back calls: each time a sender's copy never landed, and
@@ -172,7 +196,6 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
         // The GEMM takes the remaining SMs only once every producer block is resident: it can never starve them.
         stream_ops::wait_value(stream, &sig->started, st.started_total, stream_ops::WaitCmp::GEQ);
     }
-    kernels::overlap::AgGemmHookArgs h{};
     h.chunk = sig->chunk;
     h.target = st.chunk_total;
     h.timeout_ns = world.ctx().wait_timeout_ns;

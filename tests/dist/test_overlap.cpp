@@ -118,8 +118,10 @@ AgCase ag_case(World& w, int64_t rows, int64_t n, int64_t k, int tc, int set) {
     return c;
 }
 
+// with_gathered: pass a gathered buffer and check it too; without one, the copy-engine producer reads the own rows
+// in place where M / W is a multiple of BLOCK_M (ag_gemm's own_local).
 void run_ag(World& w, cudaStream_t s, const AgGemmOptions& o, int64_t rows, int64_t n, int64_t k, int tc,
-            const std::string& label) {
+            const std::string& label, bool with_gathered = true) {
     const int W = w.world_size(), me = w.rank();
     const AgCase c = ag_case(w, rows, n, k, tc, 0);
     DevBuf a(rows * k * 2), b(n * k * 2), out(rows * W * n * 2);
@@ -129,7 +131,7 @@ void run_ag(World& w, cudaStream_t s, const AgGemmOptions& o, int64_t rows, int6
     void* gathered = w.alloc_bytes(rows * W * k * 2);
     poison(gathered, rows * W * k * 2);
     AgGemmOptions opts = o;
-    opts.gathered = MatrixView{gathered, DType::BF16, rows * W, k, 0};
+    if (with_gathered) opts.gathered = MatrixView{gathered, DType::BF16, rows * W, k, 0};
     w.barrier();
     std::string err;
     try {
@@ -140,7 +142,7 @@ void run_ag(World& w, cudaStream_t s, const AgGemmOptions& o, int64_t rows, int6
         err = e.what();
     }
     if (err.empty()) err = compare(download_bf16(out.p, rows * W * n), c.ref, c.abs, 0, n);
-    if (err.empty()) {
+    if (err.empty() && with_gathered) {
         std::vector<std::uint16_t> g(rows * W * k);
         EXPECT_EQ(cudaMemcpy(g.data(), gathered, g.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
         for (int r = 0; r < W && err.empty(); ++r)
@@ -156,6 +158,18 @@ TEST_F(Overlap, AgGemmCopyEngine) {
     run_ag(*w, stream, AgGemmOptions{AgProducer::CopyEngine}, 200, 192, 256, 1, "ag_ce_200");
     run_ag(*w, stream, AgGemmOptions{AgProducer::CopyEngine}, 256, 256, 512, 2, "ag_ce_256");
     run_ag(*w, stream, AgGemmOptions{AgProducer::CopyEngine}, 40, 136, 128, 3, "ag_ce_40");  // tile spans ranks
+}
+// The own rows read in place (no gathered buffer; rows per rank whole M-blocks for every tile height), then calls
+// that alternate with the SM producer and the gathered copy path back to back: chunk[me] must stay in step with
+// the call totals whichever path raised it.
+TEST_F(Overlap, AgGemmOwnRowsInPlace) {
+    run_ag(*w, stream, AgGemmOptions{AgProducer::CopyEngine}, 256, 192, 256, 40, "ag_own_256", false);
+    run_ag(*w, stream, AgGemmOptions{AgProducer::CopyEngine}, 128, 256, 320, 41, "ag_own_128", false);
+    run_ag(*w, stream, AgGemmOptions{AgProducer::CopyEngine}, 200, 192, 256, 42, "ag_own_200_copies", false);
+    for (int i = 0; i < 6; ++i) {  // in place, SM producer, gathered copy, in place, ...
+        const AgProducer p = i % 3 == 1 ? AgProducer::Sm : AgProducer::CopyEngine;
+        run_ag(*w, stream, AgGemmOptions{p}, 256, 128, 192, 43 + i, "ag_own_mixed_" + std::to_string(i), i % 3 != 0);
+    }
 }
 TEST_F(Overlap, AgGemmSmProducer) {
     AgGemmOptions ld{AgProducer::Sm, DataPath::LdSt, 3};

@@ -8,7 +8,9 @@
 //   consumer  the persistent Hopper GEMM (kernels/gemm.cuh) with AgGemmHooks: tiles in rank-rotated order (this
 //             rank's own rows first, then the next rank's, ...); before a tile's operands are loaded its
 //             producer thread waits (acquire, sys scope) until the chunks holding the tile's rows have landed
-//             for this call; the GEMM then issues fence.proxy.async.global so its TMA loads see the data.
+//             for this call; the GEMM then issues fence.proxy.async.global so its TMA loads see the data. With
+//             own_local (the copy-engine producer, M / W a multiple of BLOCK_M) the own rows' tiles load from the
+//             A shard itself through a second tensor map and wait for nothing: no copy of them precedes the GEMM.
 //
 // Signals (kernels/overlap_params.hpp): chunk[r] counts the pieces of rank r's chunk that landed (cumulative
 // over calls; the host passes this call's target), ready[r] says rank r's gather buffer may be overwritten for
@@ -24,6 +26,7 @@
 #include "loom/lang/lang.cuh"
 #include "loom/ptx/memory.cuh"
 #include "loom/ptx/special.cuh"
+#include "loom/ptx/tma.cuh"
 
 namespace loom::kernels::overlap {
 
@@ -31,15 +34,36 @@ namespace loom::kernels::overlap {
 // only, for tiles with rows inside M; the kernel adds fence.proxy.async.global after it.
 struct AgGemmHooks {
     static constexpr bool kWaitsBeforeLoad = true;
+    static constexpr bool kRedirectsA = true;
     static constexpr bool kNotifiesAfterStore = false;
     static constexpr bool kEpilogueHooks = false;
     AgGemmHookArgs a;
+
+    // Is the tile one of this rank's own M-blocks, read in place from its shard? (With own_local the tile lies
+    // wholly inside the own rows: rows_per_rank is a multiple of BLOCK_M.)
+    LOOM_DEVICE LOOM_FORCEINLINE bool own_in_place(const tile::TileCoord& t) const {
+        return a.own_local != 0 && static_cast<uint32_t>(t.row0 - a.own_row0) < static_cast<uint32_t>(a.rows_per_rank);
+    }
+    LOOM_DEVICE LOOM_FORCEINLINE const ptx::TmaDescriptor* local_map() const {
+        return reinterpret_cast<const ptx::TmaDescriptor*>(&a.a_local);
+    }
+    LOOM_DEVICE LOOM_FORCEINLINE void prefetch_a() const {
+        if (a.own_local) ptx::tma_prefetch_descriptor(local_map());
+    }
+    LOOM_DEVICE LOOM_FORCEINLINE void a_source(const tile::TileCoord& t, const ptx::TmaDescriptor*& map,
+                                               int32_t& row) const {
+        if (own_in_place(t)) {
+            map = local_map();
+            row = t.row0 - a.own_row0;
+        }
+    }
 
     LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const tile::TileGrid& g, int32_t& m_block,
                                                  int32_t& n_block) const {
         tile::rotated_order(linear, g, a.shift_m, m_block, n_block);
     }
     LOOM_DEVICE LOOM_FORCEINLINE void before_load(const tile::TileCoord& t) const {
+        if (own_in_place(t)) return;  // in this rank's shard since before the call
         // A tile of BLOCK_M rows spans at most two ranks' chunks unless M / W < BLOCK_M; loop over them all.
         const int32_t first = t.row0 / a.rows_per_rank;
         const int32_t last = (t.row0 + t.rows - 1) / a.rows_per_rank;

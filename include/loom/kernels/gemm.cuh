@@ -149,7 +149,8 @@ template <class TIn, class TOut, class TBias, int BLOCK_M, int BLOCK_N, int STAG
 __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     gemm_sm90_tma_wgmma(const __grid_constant__ ptx::TmaDescriptor tmap_a,
                         const __grid_constant__ ptx::TmaDescriptor tmap_b,
-                        const __grid_constant__ ptx::TmaDescriptor tmap_d, const GemmArgs args, const Hooks hooks) {
+                        const __grid_constant__ ptx::TmaDescriptor tmap_d, const GemmArgs args,
+                        const __grid_constant__ Hooks hooks) {
     static_assert(BLOCK_M == 64 || BLOCK_M == 128, "BLOCK_M is 64 (one consumer) or 128 (two consumers)");
     static_assert(BLOCK_N % 16 == 0 && BLOCK_N >= 16 && BLOCK_N <= 256, "BLOCK_N: multiple of 16 in [16, 256]");
     static_assert(kBKMajor || BLOCK_N % 64 == 0, "B as [K, N] needs BLOCK_N a multiple of 64");
@@ -193,6 +194,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
         ptx::tma_prefetch_descriptor(&tmap_a);
         ptx::tma_prefetch_descriptor(&tmap_b);
         ptx::tma_prefetch_descriptor(&tmap_d);
+        if constexpr (Hooks::kRedirectsA) hooks.prefetch_a();
         if constexpr (Hooks::kEpilogueHooks) hooks.init_cta();
     }
     // The peer multicasts into our slots and arrives on our barriers: their init must be visible cluster-wide.
@@ -221,12 +223,16 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                     if (t.rows > 0) hooks.before_load(t);
                     ptx::fence_proxy_async_global();
                 }
+                // The tile's A rows: tmap_a at t.row0, or wherever the hooks redirect them.
+                const ptx::TmaDescriptor* map_a = &tmap_a;
+                int32_t row_a = t.row0;
+                if constexpr (Hooks::kRedirectsA) hooks.a_source(t, map_a, row_a);
                 for (int kb = 0; kb < w.kb_count; ++kb) {
                     // Expect the whole B tile: our half and the peer's multicast half both land here.
                     uint64_t* full = pipe->producer_acquire(st, kABytes + kBBytes);
                     const int k0 = (w.kb_begin + kb) * kGemmBlockK;
                     uint8_t* b_slot = smem_b + st.stage * kBBytes;
-                    tile::tma_load_tile(smem_a + st.stage * kABytes, &tmap_a, full, k0, t.row0);
+                    tile::tma_load_tile(smem_a + st.stage * kABytes, map_a, full, k0, row_a);
                     if constexpr (CLUSTER_M == 1) {
                         if constexpr (kBKMajor) {
                             tile::tma_load_tile(b_slot, &tmap_b, full, k0, t.col0);

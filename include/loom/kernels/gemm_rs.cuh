@@ -39,6 +39,7 @@ namespace loom::kernels::overlap {
 // on thread 0 after every consumer's TMA stores of the tile completed (see kernels/gemm.cuh).
 struct TileNotifyHooks {
     static constexpr bool kWaitsBeforeLoad = false;
+    static constexpr bool kRedirectsA = false;
     static constexpr bool kNotifiesAfterStore = true;
     static constexpr bool kEpilogueHooks = false;
     TileNotifyHookArgs a;
@@ -121,6 +122,7 @@ LOOM_DEVICE LOOM_FORCEINLINE int32_t& rs_pending_push() {
 
 struct RsEpilogueHooks {
     static constexpr bool kWaitsBeforeLoad = false;
+    static constexpr bool kRedirectsA = false;
     static constexpr bool kNotifiesAfterStore = false;
     static constexpr bool kEpilogueHooks = true;
     RsFusedHookArgs a;

@@ -43,12 +43,23 @@ struct Signals {
 // ---- GEMM hook arguments (the hooks in the .cuh files wrap them; the host passes these bytes) -----------------
 
 // AllGather+GEMM: wait for the chunks that hold a tile's rows; rank-rotated order (own rows first).
+// A CUtensorMap's bytes (ptx::TmaDescriptor on the device), for hook arguments that carry one.
+struct alignas(64) TensorMapBytes {
+    uint64_t opaque[16];
+};
+
 struct AgGemmHookArgs {
     const uint64_t* chunk;  // this rank's Signals::chunk
     uint64_t target;        // chunk[r] >= target: rank r's rows of this call are in the gather buffer
     uint64_t timeout_ns;    // 0: unbounded
     int32_t rows_per_rank;  // M / world
     int32_t shift_m;        // first M-block of this rank's rows
+    // own_local != 0: this rank's own rows [own_row0, own_row0 + rows_per_rank) are read in place from its A shard
+    // through a_local (same box as the gather map; rows_per_rank a multiple of BLOCK_M) and never waited for; the
+    // gather buffer's copy of them is then not made.
+    int32_t own_local;
+    int32_t own_row0;
+    TensorMapBytes a_local;
 };
 
 // GEMM+RS / GEMM+AR: publish each stored tile; order rotated by shift_m M-blocks.

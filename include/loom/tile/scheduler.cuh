@@ -11,6 +11,10 @@
 //   before_load(tile)    called by the producer thread before the first TMA load of the tile's operands; waits
 //                        (acquire) on a signal that the operands are in place. The kernel then issues
 //                        fence.proxy.async.global so the TMA (async proxy) reads what the acquire made visible.
+//   kRedirectsA          a_source(tile, map, row) (producer thread, per tile, after before_load) may point the
+//                        tile's A loads at another tensor map (a __grid_constant__ parameter's, e.g. one inside the
+//                        hooks: the kernel takes them __grid_constant__) and row; prefetch_a() (thread 0, once)
+//                        prefetches that map. AllGather+GEMM reads this rank's own rows from its shard in place.
 //   after_store(tile)    called by one consumer thread after every consumer thread stored its part of the
 //                        tile and passed a named barrier, so all the tile's stores happen-before the call;
 //                        the hook publishes with a release at its readers' scope (e.g. red.release.sys).
@@ -23,7 +27,8 @@
 //                        dead); finish<BLOCK_M>() (every consumer thread, after the CTA's last tile).
 //                        GEMM+ReduceScatter's fused epilogue (kernels/gemm_rs.cuh) pushes peers' tiles and sums its
 //                        own there.
-// Hooks objects are kernel parameters: trivially copyable, a few words, runtime values (ranks, signal pointers).
+// Hooks objects are __grid_constant__ kernel parameters: trivially copyable runtime values (ranks, signal pointers,
+// a tensor map).
 #pragma once
 
 #include "loom/config.hpp"
@@ -34,6 +39,7 @@ namespace loom::tile {
 // The default policy: grouped raster order, no waits, no notifications.
 struct GemmNoHooks {
     static constexpr bool kWaitsBeforeLoad = false;
+    static constexpr bool kRedirectsA = false;
     static constexpr bool kNotifiesAfterStore = false;
     static constexpr bool kEpilogueHooks = false;
     LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const TileGrid& g, int32_t& m_block,
