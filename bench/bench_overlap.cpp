@@ -11,7 +11,7 @@
 // similarity; NaN-poisoned output); a failing config is reported and not timed.
 //   loomrun -n 8 build/bench/bench-overlap [--out DIR] [--quick] [--iters N] [--no-nvshmem] [--no-nvshmem-rs] [--no-nccl]
 //                                          [--torch DIR/torch_tp.json] [--rs-comm-sms 4,8,16,24]
-//                                          [--ops all|ag|rs] [--no-align] [--trace]
+//                                          [--ops all|ag|rs] [--no-align] [--trace] [--shape N,K[,N,K...]]
 // DIR/ag_gemm.json and DIR/gemm_rs.json (rank 0).
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -62,6 +62,7 @@ struct Args {
     bool nccl = true;
     bool align = true;             // start every timed run with a device barrier across the ranks
     std::vector<int> rs_comm_sms;  // gemm_rs timed again at each of these comm_sms
+    std::vector<int64_t> shapes;   // --shape N,K,...: only these (N, K) of each op's list
     int iters = 20;
     int argc = 0;
     char** argv = nullptr;
@@ -89,6 +90,15 @@ double med(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, loom::Wo
         std::fflush(stdout);
     }
     return us;
+}
+// --shape: keep only the listed (N, K) pairs (flattened N, K, N, K, ...); none listed keeps them all.
+void keep_shapes(std::vector<std::pair<int64_t, int64_t>>& shapes, const std::vector<int64_t>& only) {
+    if (only.empty()) return;
+    std::vector<std::pair<int64_t, int64_t>> kept;
+    for (const auto& nk : shapes)
+        for (std::size_t i = 0; i + 1 < only.size(); i += 2)
+            if (nk.first == only[i] && nk.second == only[i + 1]) kept.push_back(nk);
+    shapes = kept;
 }
 // One line per finished row (rank 0): long runs show their progress.
 void print_row(const char* op, const nlohmann::json& row, const loom::World& w) {
@@ -121,6 +131,7 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
     std::vector<std::pair<int64_t, int64_t>> shapes = {
         {11008, 4096}, {14336, 4096}, {28672, 8192}, {53248, 16384}, {29568, 8192}};
     if (args.quick) shapes = {{11008, 4096}, {28672, 8192}};
+    keep_shapes(shapes, args.shapes);
     loom::bench::Report report("ag_gemm", W, args.argc, args.argv);
     for (auto [N, K] : shapes) {
         const int64_t n_loc = N / W, rows = M / W;
@@ -231,6 +242,7 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
     std::vector<std::pair<int64_t, int64_t>> shapes = {{4096, 11008}, {4096, 14336}, {3584, 14336},
                                                        {4608, 36864}, {8192, 28672}, {8192, 29568}};
     if (args.quick) shapes = {{4096, 11008}, {8192, 28672}};
+    keep_shapes(shapes, args.shapes);
     loom::bench::Report report("gemm_rs", W, args.argc, args.argv);
     for (auto [N, K] : shapes) {
         const int64_t k_loc = K / W, rows = M / W;
@@ -376,11 +388,17 @@ int main(int argc, char** argv) {
     app.add_flag("--no-nccl", no_nccl, "skip the NCCL baselines (absent anyway when ranks share a GPU)");
     app.add_option("--rs-comm-sms", args.rs_comm_sms, "also time gemm_rs at each of these comm_sms (e.g. 4,8,16,24)")
         ->delimiter(',');
+    app.add_option("--shape", args.shapes, "only these shapes of each op: N,K[,N,K...] (e.g. 4608,36864)")
+        ->delimiter(',');
     app.add_option("--torch", args.torch, "bench/torch_async_tp.py's torch_tp.json: PyTorch baselines to fold in")
         ->check(CLI::ExistingFile);
     loom::bench::parse_or_exit(app, argc, argv);
     args.nvshmem = !no_nvshmem;
     args.nvshmem_rs = !no_nvshmem_rs;
+    if (args.shapes.size() % 2 != 0) {
+        std::fprintf(stderr, "bench-overlap: expected --shape as N,K pairs, given %zu numbers\n", args.shapes.size());
+        return 2;
+    }
     args.nccl = !no_nccl;
     args.align = g_align = !no_align;
     nlohmann::json torch;
