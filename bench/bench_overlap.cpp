@@ -244,7 +244,6 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
     if (args.quick) shapes = {{4096, 11008}, {8192, 28672}};
     keep_shapes(shapes, args.shapes);
     loom::bench::Report report("gemm_rs", W, args.argc, args.argv);
-    const bool shared_gpu = loom::collective_topology(w).shared_gpu;
     for (auto [N, K] : shapes) {
         const int64_t k_loc = K / W, rows = M / W;
         void *a, *b, *c, *c_ref;
@@ -276,10 +275,6 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         // Each algorithm on its own (auto picks the fused epilogue when M / W is a multiple of BLOCK_M), each
         // checked against the sequential result.
         for (loom::RsAlgo algo : {loom::RsAlgo::FusedEpilogue, loom::RsAlgo::ScatterReduce}) {
-            if (algo == loom::RsAlgo::FusedEpilogue && shared_gpu) {  // can deadlock under MPS (gemm_rs.cpp)
-                row["note_fused-epilogue"] = "not timed: ranks share a GPU (Auto takes the scatter-reduce there)";
-                continue;
-            }
             loom::GemmRsOptions o;
             o.algo = algo;
             const std::string name = loom::to_string(algo);

@@ -203,13 +203,8 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
     LOOM_CHECK(o.comm_sms >= 0, "{}: expected comm_sms >= 0, given {}", op, o.comm_sms);
     const int out_bytes = static_cast<int>(dtype_size(c.dtype));
 
-    // Ranks sharing a GPU: the scatter-reduce. The fused epilogue's waits assume every rank's GEMM CTAs resident at
-    // once, which MPS does not guarantee among its clients: 8 ranks on one H200 deadlocked there at M = 8192,
-    // N = 4608, K_loc = 4608 (third call, every time; also with grids of 12 and 10 CTAs per rank), while a
-    // simulation of the protocol with every CTA running finishes. Forcing FusedEpilogue stays possible (the tests
-    // do, on small shapes).
-    RsAlgo algo = o.algo == RsAlgo::Auto && st.shared_gpu ? RsAlgo::ScatterReduce : o.algo;
     // With the caller's tile, that tile decides whether the fused epilogue fits.
+    RsAlgo algo = o.algo;
     if (o.config && algo == RsAlgo::Auto)
         algo = fused_unfit(rows_seg, *o.config, out_bytes).empty() ? RsAlgo::FusedEpilogue : RsAlgo::ScatterReduce;
     OverlapPlan plan = gemm_rs_plan(M, N, K, W, o.comm_sms, st.arch, st.num_sms, algo, out_bytes);

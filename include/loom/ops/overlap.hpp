@@ -48,8 +48,7 @@ struct AgGemmOptions {
 // How gemm_rs reduces (docs/overlap.md).
 enum class RsAlgo {
     Auto,           // FusedEpilogue when M / W is a multiple of the GEMM's BLOCK_M (and the tile's row bytes of
-                    // the store box), else ScatterReduce; ScatterReduce whenever ranks share a GPU (the fused
-                    // epilogue needs every rank's CTAs resident at once, which MPS does not guarantee)
+                    // the store box), else ScatterReduce
     FusedEpilogue,  // the GEMM's epilogue pushes peers' tiles (bulk copies) and sums its own rows: one kernel
     ScatterReduce,  // GEMM + a scatter-reduce kernel of comm_sms blocks on a side stream (any M / W)
 };
