@@ -12,6 +12,7 @@
 //   loomrun -n 8 build/bench/bench-overlap [--out DIR] [--quick] [--iters N] [--no-nvshmem] [--no-nvshmem-rs] [--no-nccl]
 //                                          [--torch DIR/torch_tp.json] [--rs-comm-sms 4,8,16,24]
 //                                          [--ops all|ag|rs] [--no-align] [--trace] [--shape N,K[,N,K...]]
+//                                          [--rs-fused-bn 128,192,256]
 // DIR/ag_gemm.json and DIR/gemm_rs.json (rank 0).
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -63,6 +64,7 @@ struct Args {
     bool align = true;             // start every timed run with a device barrier across the ranks
     std::vector<int> rs_comm_sms;  // gemm_rs timed again at each of these comm_sms
     std::vector<int64_t> shapes;   // --shape N,K,...: only these (N, K) of each op's list
+    std::vector<int> rs_fused_bn;  // gemm_rs forced fused, timed again at each of these BLOCK_N
     int iters = 20;
     int argc = 0;
     char** argv = nullptr;
@@ -295,6 +297,32 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                 row["error_" + name] = e.what();
             }
         }
+        if (ok && !args.rs_fused_bn.empty()) {  // the fused epilogue's tile width (stages: as many as fit, <= 6)
+            nlohmann::json sweep;
+            int dev = 0, sms = 0;
+            LOOM_CHECK_CUDA(cudaGetDevice(&dev));
+            LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+            for (int bn : args.rs_fused_bn) {
+                loom::GemmConfig cfg =
+                    loom::gemm_rs_plan(M, N, k_loc, W, 0, 90, sms, loom::RsAlgo::FusedEpilogue).gemm;
+                cfg.block_n = bn;
+                cfg.stages = std::min(loom::kernels::gemm_sm90_max_stages(cfg.block_m, bn, 2), 6);
+                cfg.grid = 0;
+                loom::GemmRsOptions o;
+                o.algo = loom::RsAlgo::FusedEpilogue;
+                o.config = &cfg;
+                LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, rows * N * 2));
+                loom::gemm_rs(w, A, B, C, s, o);
+                LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+                const double d = max_rel_diff(c, c_ref, rows * N);
+                const std::string key = std::to_string(cfg.block_m) + "x" + std::to_string(bn) + "_st" +
+                                        std::to_string(cfg.stages);
+                sweep[key] = d < 5e-2 ? med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w,
+                                            args.iters)
+                                      : NAN;
+            }
+            row["fused_tile_sweep_us"] = sweep;
+        }
         if (ok && !args.rs_comm_sms.empty()) {  // the scatter-reduce's SM budget, for the heuristic's table
             nlohmann::json sweep;
             for (int p : args.rs_comm_sms) {
@@ -387,6 +415,8 @@ int main(int argc, char** argv) {
     app.add_flag("--no-align", no_align, "no device barrier before each timed run (the host barrier stays)");
     app.add_flag("--no-nccl", no_nccl, "skip the NCCL baselines (absent anyway when ranks share a GPU)");
     app.add_option("--rs-comm-sms", args.rs_comm_sms, "also time gemm_rs at each of these comm_sms (e.g. 4,8,16,24)")
+        ->delimiter(',');
+    app.add_option("--rs-fused-bn", args.rs_fused_bn, "also time the fused gemm_rs at each of these BLOCK_N (e.g. 128,192,256)")
         ->delimiter(',');
     app.add_option("--shape", args.shapes, "only these shapes of each op: N,K[,N,K...] (e.g. 4608,36864)")
         ->delimiter(',');
