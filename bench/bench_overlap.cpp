@@ -102,6 +102,22 @@ void keep_shapes(std::vector<std::pair<int64_t, int64_t>>& shapes, const std::ve
             if (nk.first == only[i] && nk.second == only[i + 1]) kept.push_back(nk);
     shapes = kept;
 }
+// Every rank's check, agreed: true only if `diff` is below `tol` on every rank. The timing that follows is a
+// sequence of collective calls, so one rank may never skip it alone (8 ranks on one H200 once deadlocked that way:
+// rank 7's check failed, it went on to the next variant while the others timed this one). Failing ranks print their
+// difference (flushed: a rank stuck later would lose it).
+bool agreed_ok(loom::World& w, double diff, double tol, const std::string& what) {
+    const bool mine = diff < tol;
+    if (!mine) {
+        std::printf("FAIL %s: rank %d max rel diff %g (tolerance %g)\n", what.c_str(), w.rank(), diff, tol);
+        std::fflush(stdout);
+    }
+    const auto all = w.store().all_gather("bench-overlap/check", loom::Bytes{static_cast<uint8_t>(mine)});
+    for (const auto& v : all)
+        if (v.empty() || v[0] == 0) return false;
+    return true;
+}
+
 // One line per finished row (rank 0): long runs show their progress.
 void print_row(const char* op, const nlohmann::json& row, const loom::World& w) {
     if (w.rank() != 0) return;
@@ -167,11 +183,9 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             const double diff = max_rel_diff(c, c_ref, M * n_loc);
             const std::string name = std::string("overlap_") + loom::to_string(prod);
             row["check_" + name] = diff;
-            if (!(diff < 2e-2)) {
-                std::printf("FAIL ag_gemm %s N=%lld K=%lld: max rel diff %g vs all_gather + gemm\n",
-                            loom::to_string(prod), static_cast<long long>(N), static_cast<long long>(K), diff);
+            if (!agreed_ok(w, diff, 2e-2,
+                           fmt::format("ag_gemm {} N={} K={} vs all_gather + gemm", loom::to_string(prod), N, K)))
                 continue;
-            }
             const double t = med([&](cudaStream_t st) { loom::ag_gemm(w, A, B, C, st, o); }, s, w, args.iters);
             row[name + "_us"] = t;
             best = std::min(best, t);
@@ -269,10 +283,7 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         nlohmann::json row{{"M", M}, {"N", N}, {"K", K}, {"K_loc", k_loc}, {"world", W}};
         const double diff = max_rel_diff(c, c_ref, rows * N);
         row["check"] = diff;
-        const bool ok = diff < 5e-2;
-        if (!ok)
-            std::printf("FAIL gemm_rs N=%lld K=%lld: max rel diff %g vs gemm + reduce_scatter\n",
-                        static_cast<long long>(N), static_cast<long long>(K), diff);
+        const bool ok = agreed_ok(w, diff, 5e-2, fmt::format("gemm_rs N={} K={} vs gemm + reduce_scatter", N, K));
         const double t = ok ? med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st); }, s, w, args.iters) : NAN;
         // Each algorithm on its own (auto picks the fused epilogue when M / W is a multiple of BLOCK_M), each
         // checked against the sequential result.
@@ -286,13 +297,9 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                 LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
                 const double d = max_rel_diff(c, c_ref, rows * N);
                 row["check_" + name] = d;
-                if (d < 5e-2) {
+                if (agreed_ok(w, d, 5e-2, fmt::format("gemm_rs ({}) N={} K={}", name, N, K)))
                     row["overlap_" + name + "_us"] =
                         med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w, args.iters);
-                } else {
-                    std::printf("FAIL gemm_rs (%s) N=%lld K=%lld: max rel diff %g\n", name.c_str(),
-                                static_cast<long long>(N), static_cast<long long>(K), d);
-                }
             } catch (const loom::Error& e) {
                 row["error_" + name] = e.what();
             }
@@ -317,9 +324,9 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                 const double d = max_rel_diff(c, c_ref, rows * N);
                 const std::string key = std::to_string(cfg.block_m) + "x" + std::to_string(bn) + "_st" +
                                         std::to_string(cfg.stages);
-                sweep[key] = d < 5e-2 ? med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w,
-                                            args.iters)
-                                      : NAN;
+                sweep[key] = agreed_ok(w, d, 5e-2, fmt::format("gemm_rs ({}) N={} K={}", key, N, K))
+                                 ? med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w, args.iters)
+                                 : NAN;
             }
             row["fused_tile_sweep_us"] = sweep;
         }
