@@ -9,7 +9,8 @@
 // PyTorch figures bench/torch_async_tp.py measured on the same machine (async TP, PyTorch + NCCL sequential).
 // Before timing, every overlapped config is checked once against (b) on the same inputs (calc_diff-style
 // similarity; NaN-poisoned output); a failing config is reported and not timed.
-//   loomrun -n 8 build/bench/bench-overlap [--out DIR] [--quick] [--iters N] [--no-nvshmem] [--no-nvshmem-rs] [--no-nccl]
+//   loomrun -n 8 build/bench/bench-overlap [--out DIR] [--quick] [--iters N] [--no-nvshmem] [--no-nvshmem-rs]
+//   [--no-nccl]
 //                                          [--torch DIR/torch_tp.json] [--rs-comm-sms 4,8,16,24]
 //                                          [--ops all|ag|rs] [--no-align] [--trace] [--shape N,K[,N,K...]]
 //                                          [--rs-fused-bn 128,192,256]
@@ -87,8 +88,8 @@ double med(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, loom::Wo
     const double us = time_op(fn, s, o).median_us;
     if (g_trace && w.rank() == 0) {
         static int point = 0;
-        std::printf("  point %d: median %.1f us, %.2f s wall\n", point++,
-                    us, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        std::printf("  point %d: median %.1f us, %.2f s wall\n", point++, us,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         std::fflush(stdout);
     }
     return us;
@@ -121,9 +122,8 @@ bool agreed_ok(loom::World& w, double diff, double tol, const std::string& what)
 // One line per finished row (rank 0): long runs show their progress.
 void print_row(const char* op, const nlohmann::json& row, const loom::World& w) {
     if (w.rank() != 0) return;
-    std::printf("%s W=%d N=%lld K=%lld: loom %.1f us, efficiency %.3f\n", op, w.world_size(),
-                row.value("N", 0LL), row.value("K", 0LL), row.value("loom_us", NAN),
-                row.value("overlap_efficiency", NAN));
+    std::printf("%s W=%d N=%lld K=%lld: loom %.1f us, efficiency %.3f\n", op, w.world_size(), row.value("N", 0LL),
+                row.value("K", 0LL), row.value("loom_us", NAN), row.value("overlap_efficiency", NAN));
     std::fflush(stdout);
 }
 
@@ -310,8 +310,7 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             LOOM_CHECK_CUDA(cudaGetDevice(&dev));
             LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
             for (int bn : args.rs_fused_bn) {
-                loom::GemmConfig cfg =
-                    loom::gemm_rs_plan(M, N, k_loc, W, 0, 90, sms, loom::RsAlgo::FusedEpilogue).gemm;
+                loom::GemmConfig cfg = loom::gemm_rs_plan(M, N, k_loc, W, 0, 90, sms, loom::RsAlgo::FusedEpilogue).gemm;
                 cfg.block_n = bn;
                 cfg.stages = std::min(loom::kernels::gemm_sm90_max_stages(cfg.block_m, bn, 2), 6);
                 cfg.grid = 0;
@@ -322,8 +321,8 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                 loom::gemm_rs(w, A, B, C, s, o);
                 LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
                 const double d = max_rel_diff(c, c_ref, rows * N);
-                const std::string key = std::to_string(cfg.block_m) + "x" + std::to_string(bn) + "_st" +
-                                        std::to_string(cfg.stages);
+                const std::string key =
+                    std::to_string(cfg.block_m) + "x" + std::to_string(bn) + "_st" + std::to_string(cfg.stages);
                 sweep[key] = agreed_ok(w, d, 5e-2, fmt::format("gemm_rs ({}) N={} K={}", key, N, K))
                                  ? med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w, args.iters)
                                  : NAN;
@@ -413,8 +412,9 @@ int main(int argc, char** argv) {
     app.add_option("--iters", args.iters, "timed runs per point")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_flag("--no-nvshmem", no_nvshmem, "skip the NVSHMEM baselines");
     bool no_nvshmem_rs = false;
-    app.add_flag("--no-nvshmem-rs", no_nvshmem_rs,
-                 "skip NVSHMEM's reducescatter baseline only (4 PEs sharing one H200 took > 100 s for one 128 MiB call)");
+    app.add_flag(
+        "--no-nvshmem-rs", no_nvshmem_rs,
+        "skip NVSHMEM's reducescatter baseline only (4 PEs sharing one H200 took > 100 s for one 128 MiB call)");
     bool no_align = false;
     std::string ops = "all";
     app.add_option("--ops", ops, "which ops to time")->check(CLI::IsMember({"all", "ag", "rs"}))->capture_default_str();
@@ -423,7 +423,8 @@ int main(int argc, char** argv) {
     app.add_flag("--no-nccl", no_nccl, "skip the NCCL baselines (absent anyway when ranks share a GPU)");
     app.add_option("--rs-comm-sms", args.rs_comm_sms, "also time gemm_rs at each of these comm_sms (e.g. 4,8,16,24)")
         ->delimiter(',');
-    app.add_option("--rs-fused-bn", args.rs_fused_bn, "also time the fused gemm_rs at each of these BLOCK_N (e.g. 128,192,256)")
+    app.add_option("--rs-fused-bn", args.rs_fused_bn,
+                   "also time the fused gemm_rs at each of these BLOCK_N (e.g. 128,192,256)")
         ->delimiter(',');
     app.add_option("--shape", args.shapes, "only these shapes of each op: N,K[,N,K...] (e.g. 4608,36864)")
         ->delimiter(',');

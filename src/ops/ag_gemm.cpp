@@ -17,8 +17,8 @@
 #include "loom/kernels/overlap_params.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
-#include "loom/runtime/tma.hpp"
 #include "loom/runtime/stream_ops.hpp"
+#include "loom/runtime/tma.hpp"
 #include "ops/overlap_state.hpp"
 
 namespace loom {
@@ -131,11 +131,12 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
     // The own rows in place: with the copy engine, no gathered buffer asked for, own M-blocks whole and a shard
     // TMA can read, the GEMM loads this rank's tiles from its shard and the copy of them (a D2D copy kernel in
     // stream order before the GEMM: R x K x 2 bytes, 16-64 us at the Triton-distributed shapes) is not made.
-    const bool own_local = producer == AgProducer::CopyEngine && !o.gathered.data &&
-                           R % plan.gemm.block_m == 0 && reinterpret_cast<std::uintptr_t>(a.data) % 16 == 0;
+    const bool own_local = producer == AgProducer::CopyEngine && !o.gathered.data && R % plan.gemm.block_m == 0 &&
+                           reinterpret_cast<std::uintptr_t>(a.data) % 16 == 0;
     kernels::overlap::AgGemmHookArgs h{};
     if (own_local) {
-        const CUtensorMap m = make_tma_2d(MatrixView{a.data, a.dtype, R, K, 0}, plan.gemm.block_m, kernels::kGemmBlockK);
+        const CUtensorMap m =
+            make_tma_2d(MatrixView{a.data, a.dtype, R, K, 0}, plan.gemm.block_m, kernels::kGemmBlockK);
         static_assert(sizeof(m) == sizeof(h.a_local), "CUtensorMap is 128 bytes");
         std::memcpy(&h.a_local, &m, sizeof(m));
         h.own_local = 1;
