@@ -346,6 +346,75 @@ void run_ar(World& w, cudaStream_t s, int64_t m, int64_t n, int64_t k, int tc, c
     w.free(part32);
 }
 
+// The shape at which rank 7 of 8 ranks sharing one H200 failed bench-overlap's check (session 7: M = 8192,
+// N = K_loc = 4608; the heuristic's GEMM splits its tail there, in rank 7's rows): each step of the sequential
+// reference against an independent one, on every rank, every element — the heuristic GEMM (split tail where the
+// heuristic picks it) against whole tiles, the pull ReduceScatter against the scatter one, and gemm_rs (Auto)
+// against the ReduceScatter of the whole-tile GEMM. A failure names the step.
+TEST_F(Overlap, GemmRsReferenceStepsAgree) {
+    World& W_ = *w;
+    const int W = W_.world_size(), me = W_.rank();
+    const int64_t rows = 8192 % W == 0 ? 8192 / W : 1024, m = rows * W, n = 4608, k = 4608;
+    const HostMat a = make_bf16(static_cast<std::size_t>(m * k), seed_of(me, 60, 1));
+    const HostMat b = make_bf16(static_cast<std::size_t>(n * k), seed_of(me, 60, 2));
+    DevBuf da(m * k * 2), db(n * k * 2), split(m * n * 2), out_pull(rows * n * 2), out_scatter(rows * n * 2),
+        out_rs(rows * n * 2);
+    void* whole = W_.alloc_bytes(m * n * 2);  // symmetric: the pull ReduceScatter reads the peers' copies
+    upload(da.p, a.bits);
+    upload(db.p, b.bits);
+    for (void* p : {split.p, out_pull.p, out_scatter.p, out_rs.p}) poison(p, p == split.p ? m * n * 2 : rows * n * 2);
+    poison(whole, m * n * 2);
+    const MatrixView A{da.p, DType::BF16, m, k, 0}, B{db.p, DType::BF16, n, k, 0};
+    // Largest |x - y| / (|y| + 1) (bench-overlap's measure) over every element; NaN counts as infinite.
+    auto worst = [](const std::vector<double>& x, const std::vector<double>& y, int64_t cols) {
+        double d = 0;
+        std::size_t at = 0;
+        for (std::size_t i = 0; i < y.size(); ++i) {
+            const double e = std::isnan(x[i]) ? INFINITY : std::fabs(x[i] - y[i]) / (std::fabs(y[i]) + 1.0);
+            if (!(e <= d)) d = e, at = i;
+        }
+        return d < 2e-2 ? std::string()
+                        : "max rel diff " + std::to_string(d) + " at (" + std::to_string(at / cols) + ", " +
+                              std::to_string(at % cols) + ")";
+    };
+    std::string err;
+    try {
+        int dev = 0, sms = 0, major = 0, minor = 0;
+        LOOM_CHECK_CUDA(cudaGetDevice(&dev));
+        LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));  // the MPS share
+        LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+        GemmConfig heur = gemm_heuristic(m, n, k, false, major * 10 + minor, sms);
+        GemmConfig tiles = heur;
+        tiles.tail_splits = 1;
+        GemmOptions go;
+        go.config = &heur;
+        gemm(A, B, MatrixView{split.p, DType::BF16, m, n, 0}, go, stream);
+        go.config = &tiles;
+        gemm(A, B, MatrixView{whole, DType::BF16, m, n, 0}, go, stream);
+        LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+        const std::string e1 = worst(download_bf16(split.p, m * n), download_bf16(whole, m * n), n);
+        if (!e1.empty()) err = "gemm (" + heur.str() + ") against whole tiles: " + e1;
+        const BufferView in{whole, DType::BF16, static_cast<std::size_t>(m * n)};
+        reduce_scatter(W_, in, {out_pull.p, DType::BF16, static_cast<std::size_t>(rows * n)}, stream,
+                       CollOptions{CollAlgo::Pull, DataPath::LdSt});
+        reduce_scatter(W_, in, {out_scatter.p, DType::BF16, static_cast<std::size_t>(rows * n)}, stream,
+                       CollOptions{CollAlgo::Scatter, DataPath::LdSt});
+        gemm_rs(W_, A, B, MatrixView{out_rs.p, DType::BF16, rows, n, 0}, stream);
+        LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+        const std::vector<double> scatter = download_bf16(out_scatter.p, rows * n);
+        const std::string e2 = worst(download_bf16(out_pull.p, rows * n), scatter, n);
+        if (!e2.empty() && err.empty()) err = "reduce_scatter pull against scatter: " + e2;
+        const std::string e3 = worst(download_bf16(out_rs.p, rows * n), scatter, n);
+        if (!e3.empty() && err.empty()) err = "gemm_rs against gemm + reduce_scatter: " + e3;
+    } catch (const std::exception& e) {
+        err = e.what();
+    }
+    agree(W_, err, "gemm_rs_reference_steps");
+    W_.barrier();
+    W_.free(whole);
+}
+
 TEST_F(Overlap, GemmAr) {
     run_ar(*w, stream, 1, 256, 256, 20, "ar_1");
     run_ar(*w, stream, 40, 384, 512, 21, "ar_40");
