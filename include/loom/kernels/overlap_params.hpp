@@ -42,12 +42,12 @@ struct Signals {
 
 // ---- GEMM hook arguments (the hooks in the .cuh files wrap them; the host passes these bytes) -----------------
 
-// AllGather+GEMM: wait for the chunks that hold a tile's rows; rank-rotated order (own rows first).
 // A CUtensorMap's bytes (ptx::TmaDescriptor on the device), for hook arguments that carry one.
 struct alignas(64) TensorMapBytes {
     uint64_t opaque[16];
 };
 
+// AllGather+GEMM: wait for the chunks that hold a tile's rows; rank-rotated order (own rows first).
 struct AgGemmHookArgs {
     const uint64_t* chunk;  // this rank's Signals::chunk
     uint64_t target;        // chunk[r] >= target: rank r's rows of this call are in the gather buffer
