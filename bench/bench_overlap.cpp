@@ -309,8 +309,11 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             int dev = 0, sms = 0;
             LOOM_CHECK_CUDA(cudaGetDevice(&dev));
             LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+            // The fused epilogue exists in the Hopper kernel only (arch 90).
+            const loom::GemmConfig planned =
+                loom::gemm_rs_plan(M, N, k_loc, W, 0, 90, sms, loom::RsAlgo::FusedEpilogue).gemm;
             for (int bn : args.rs_fused_bn) {
-                loom::GemmConfig cfg = loom::gemm_rs_plan(M, N, k_loc, W, 0, 90, sms, loom::RsAlgo::FusedEpilogue).gemm;
+                loom::GemmConfig cfg = planned;
                 cfg.block_n = bn;
                 cfg.stages = std::min(loom::kernels::gemm_sm90_max_stages(cfg.block_m, bn, 2), 6);
                 cfg.grid = 0;
