@@ -33,14 +33,20 @@ LOOM_DEVICE LOOM_FORCEINLINE void cluster_sync() {
 #endif
 }
 
-// Arrive (release at cluster scope) on the mbarrier at the same shared-memory offset as `bar`, in the CTA of
-// cluster rank `cta` (which may be this CTA).
+// Arrive on the mbarrier at the same shared-memory offset as `bar`, in the CTA of cluster rank `cta` (which may be
+// this CTA), with mbarrier.arrive's default semantics (release at CTA scope), as CUTLASS's ClusterBarrier does.
+// Enough for the GEMM's use, handing a ring slot back once the wgmma reads of it completed (wgmma.wait_group): the
+// peer's producer then overwrites it with TMA, a WAR hazard on reads that are already done. An explicit
+// `.release.cluster` compiles to MEMBAR.ALL.CTA + ERRBAR + CGAERRBAR before every arrive, i.e. in every k-block of
+// every consumer warp: ncu showed the consumers stalled on it (41 % of their stall cycles) and the 2-CTA cluster
+// GEMM ran at 0.66x cuBLASLt; without it, 0.97x (session 8). A caller that must publish its own writes to the
+// peer needs a fence of its own before this arrive.
 LOOM_DEVICE LOOM_FORCEINLINE void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta) {
 #if LOOM_ARCH >= 900
     const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
     asm volatile(
         "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(local),
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(local),
         "r"(cta)
         : "memory");
 #else
