@@ -1,7 +1,10 @@
-// loom::gemm vs cuBLASLt (bf16 in, bf16 out, fp32 accumulate, same inputs, best heuristic algorithm), run back to
-// back: 8192^3, 4096^3 and the per-rank TP=8 MLP GEMMs at M = 8192 (AllGather+GEMM and GEMM+ReduceScatter).
+// loom::gemm vs cuBLASLt (bf16 in, bf16 out, fp32 accumulate, same inputs, best heuristic algorithm): 8192^3,
+// 4096^3 and the per-rank TP=8 MLP GEMMs at M = 8192 (AllGather+GEMM and GEMM+ReduceScatter), or --shapes.
+// cuBLASLt and each loom config are timed interleaved, run by run (harness.hpp: time_ops): timed one after the
+// other, the second paid for the heat and lower clocks the first left (8192x6656x16384: 0.91x sequentially, 1.00x
+// interleaved, same binary). Each row names cuBLASLt's chosen algorithm (cublaslt_algo: cublasLt.h enum ids).
 //
-//   bench-gemm [--out docs/perf/gemm.json] [--quick] [--sweep] [--cluster 1|2] [--iters N]
+//   bench-gemm [--out docs/perf/gemm.json] [--quick] [--sweep] [--cluster 1|2] [--iters N] [--shapes MxNxK,...]
 //
 // Every timed loom config is first checked against cuBLASLt's output on the same inputs (similarity
 // calc_diff < 1e-5, no NaN; C is pre-filled with NaN so unwritten elements fail); a failing config is reported
@@ -120,6 +123,8 @@ int main(int argc, char** argv) {
     app.add_flag("--sweep", sweep, "also time every BLOCK_N / stage config per shape");
     app.add_option("--cluster", only_cluster, "only this cluster_m (0: the heuristic's)")->check(CLI::Range(0, 2));
     app.add_option("--iters", iters, "timed runs per shape")->capture_default_str()->check(CLI::PositiveNumber);
+    std::vector<std::string> custom;
+    app.add_option("--shapes", custom, "these shapes (MxNxK, comma-separated) instead of the issue's")->delimiter(',');
     loom::bench::parse_or_exit(app, argc, argv);
     std::vector<Shape> shapes = {{"square", 8192, 8192, 8192}, {"square", 4096, 4096, 4096}};
     for (auto [n, k] :
@@ -129,6 +134,17 @@ int main(int argc, char** argv) {
              {4096, 11008}, {4096, 14336}, {3584, 14336}, {4608, 36864}, {8192, 28672}, {8192, 29568}})
         shapes.push_back({"gemm_rs", 8192, n, k / 8});
     if (quick) shapes.resize(2);
+    if (!custom.empty()) {
+        shapes.clear();
+        for (const std::string& c : custom) {
+            Shape sh{"custom", 0, 0, 0};
+            char tail = 0;
+            LOOM_CHECK(std::sscanf(c.c_str(), "%dx%dx%d%c", &sh.m, &sh.n, &sh.k, &tail) == 3 && sh.m > 0 &&
+                           sh.n % 8 == 0 && sh.k % 8 == 0 && sh.n > 0 && sh.k > 0,
+                       "--shapes: expected MxNxK with N and K positive multiples of 8, given '{}'", c);
+            shapes.push_back(sh);
+        }
+    }
 
     loom::bench::Report report("gemm", 1, argc, argv);
     cudaStream_t stream;
@@ -169,7 +185,6 @@ int main(int argc, char** argv) {
             LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
             std::vector<uint16_t> ref(mn);
             LOOM_CHECK_CUDA(cudaMemcpy(ref.data(), c_ref, mn * 2, cudaMemcpyDeviceToHost));
-            const auto t_lt = loom::bench::time_op([&](cudaStream_t st) { lt.run(a, b, c_ref, st); }, stream, topts);
             const double flops = 2.0 * s.m * s.n * s.k;
             std::vector<Variant> vs =
                 pass == 0 ? std::vector<Variant>{{"heuristic", heur}} : variants(s, heur, pass, sms);
@@ -183,8 +198,8 @@ int main(int argc, char** argv) {
                 const Check chk = compare(c, ref, mn);
                 const std::string label = v.name + " " + v.cfg.str();
                 if (!chk.ok()) {
-                    std::printf("%-8s %-20s %-44s %10s %9s %9.1f %7s FAIL diff=%.3g nan=%lld\n", s.kind,
-                                shape_str.c_str(), label.c_str(), "-", "-", flops / t_lt.median_us / 1e6, "-", chk.diff,
+                    std::printf("%-8s %-20s %-44s %10s %9s %9s %7s FAIL diff=%.3g nan=%lld\n", s.kind,
+                                shape_str.c_str(), label.c_str(), "-", "-", "-", "-", chk.diff,
                                 static_cast<long long>(chk.nans));
                     report.add_row({{"kind", s.kind},
                                     {"m", s.m},
@@ -197,8 +212,11 @@ int main(int argc, char** argv) {
                                     {"nans", chk.nans}});
                     continue;
                 }
-                const auto t =
-                    loom::bench::time_op([&](cudaStream_t st) { loom::gemm(A, B, C, opts, st); }, stream, topts);
+                // cuBLASLt and this config interleaved, run by run (harness.hpp: time_ops).
+                const auto ts = loom::bench::time_ops({[&](cudaStream_t st) { lt.run(a, b, c_ref, st); },
+                                                       [&](cudaStream_t st) { loom::gemm(A, B, C, opts, st); }},
+                                                      stream, topts);
+                const loom::bench::Timing &t_lt = ts[0], &t = ts[1];
                 const double ratio = t_lt.median_us / t.median_us;
                 std::printf("%-8s %-20s %-44s %10.1f %9.1f %9.1f %7.3f ok diff=%.2g\n", s.kind, shape_str.c_str(),
                             label.c_str(), t.median_us, flops / t.median_us / 1e6, flops / t_lt.median_us / 1e6, ratio,
@@ -229,6 +247,7 @@ int main(int argc, char** argv) {
                                 {"loom_us", t.median_us},
                                 {"loom_tflops", flops / t.median_us / 1e6},
                                 {"cublaslt_tflops", flops / t_lt.median_us / 1e6},
+                                {"cublaslt_algo", lt.describe()},
                                 {"baselines", {{"cublaslt", t_lt.median_us}}}});
             }
             cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(c_ref);

@@ -1,5 +1,8 @@
 #include "cublaslt.hpp"
 
+#include <fmt/format.h>
+
+#include <string>
 #include <vector>
 
 #include "loom/bf16.hpp"
@@ -48,6 +51,29 @@ LtGemm::LtGemm(int64_t m, int64_t n, int64_t k) {
 void LtGemm::run(const void* a, const void* b, void* c, cudaStream_t s) {
     const float alpha = 1.f, beta = 0.f;
     CHECK_LT(cublasLtMatmul(h, op, &alpha, b, la, a, lb, &beta, c, lc, c, lc, &algo, ws, ws_bytes, s));
+}
+
+std::string LtGemm::describe() const {
+    auto get = [this](cublasLtMatmulAlgoConfigAttributes_t a) -> long long {
+        // The attribute's size first (cuBLASLt wants the exact size): an integer of at most 8 bytes, little-endian.
+        size_t size = 0;
+        if (cublasLtMatmulAlgoConfigGetAttribute(&algo, a, nullptr, 0, &size) != CUBLAS_STATUS_SUCCESS || size == 0 ||
+            size > 8)
+            return -1;
+        uint64_t v = 0;
+        size_t written = 0;
+        if (cublasLtMatmulAlgoConfigGetAttribute(&algo, a, &v, size, &written) != CUBLAS_STATUS_SUCCESS) return -2;
+        if (size == 4) return static_cast<int32_t>(v);  // ALGO_CONFIG_ID is signed
+        return static_cast<long long>(v);
+    };
+    // Enum ids of cublasLt.h (cublasLtMatmulTile_t, cublasLtMatmulStages_t, cublasLtClusterShape_t, ...); cuBLAS's
+    // m is our N (it computes the column-major C^T = B A^T).
+    return fmt::format("id {} tile {} stages {} cluster {} inner {} splitk {} reduction {} swizzle {} custom {}",
+                       get(CUBLASLT_ALGO_CONFIG_ID), get(CUBLASLT_ALGO_CONFIG_TILE_ID),
+                       get(CUBLASLT_ALGO_CONFIG_STAGES_ID), get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID),
+                       get(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID), get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+                       get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME), get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+                       get(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION));
 }
 
 LtGemm::~LtGemm() {

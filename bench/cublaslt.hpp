@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace loom::bench {
 
@@ -26,6 +27,8 @@ struct LtGemm {
     LtGemm& operator=(const LtGemm&) = delete;
     ~LtGemm();
     void run(const void* a, const void* b, void* c, cudaStream_t s);
+    // The chosen algorithm's configuration (cuBLASLt's enum ids: tile, stages, cluster shape, split-K, ...).
+    std::string describe() const;
 };
 
 }  // namespace loom::bench

@@ -48,57 +48,68 @@ double percentile(std::vector<double> v, double q) {
 
 }  // namespace
 
-Timing time_op(const std::function<void(cudaStream_t)>& fn, cudaStream_t stream, const TimeOptions& opts) {
+std::vector<Timing> time_ops(const std::vector<std::function<void(cudaStream_t)>>& fns, cudaStream_t stream,
+                             const TimeOptions& opts) {
     LOOM_CHECK(opts.iters > 0, "time_op: iters must be positive, given {}", opts.iters);
     LOOM_CHECK(opts.reps > 0, "time_op: reps must be positive, given {}", opts.reps);
     static thread_local L2Flusher flusher;
     cudaEvent_t start, stop;
     LOOM_CHECK_CUDA(cudaEventCreate(&start));
     LOOM_CHECK_CUDA(cudaEventCreate(&stop));
-    for (int i = 0; i < opts.warmup; ++i) fn(stream);
+    for (const auto& fn : fns)
+        for (int i = 0; i < opts.warmup; ++i) fn(stream);
     LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
 
-    std::vector<double> us;
-    us.reserve(opts.iters);
+    std::vector<std::vector<double>> us(fns.size());
+    for (auto& u : us) u.reserve(opts.iters);
     for (int i = 0; i < opts.iters; ++i) {
-        if (opts.flush_l2) flusher.flush(stream);
-        if (opts.world) {
-            LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
-            opts.world->barrier("bench");
+        for (std::size_t f = 0; f < fns.size(); ++f) {  // interleaved: every op sees the same clocks and heat
+            if (opts.flush_l2) flusher.flush(stream);
+            if (opts.world) {
+                LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+                opts.world->barrier("bench");
+            }
+            if (opts.align) opts.align(stream);
+            LOOM_CHECK_CUDA(cudaEventRecord(start, stream));
+            for (int r = 0; r < opts.reps; ++r) fns[f](stream);
+            LOOM_CHECK_CUDA(cudaEventRecord(stop, stream));
+            LOOM_CHECK_CUDA(cudaEventSynchronize(stop));
+            float ms = 0;
+            LOOM_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+            us[f].push_back(ms * 1e3 / opts.reps);
         }
-        if (opts.align) opts.align(stream);
-        LOOM_CHECK_CUDA(cudaEventRecord(start, stream));
-        for (int r = 0; r < opts.reps; ++r) fn(stream);
-        LOOM_CHECK_CUDA(cudaEventRecord(stop, stream));
-        LOOM_CHECK_CUDA(cudaEventSynchronize(stop));
-        float ms = 0;
-        LOOM_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-        us.push_back(ms * 1e3 / opts.reps);
     }
     LOOM_CHECK_CUDA(cudaGetLastError());
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
 
-    Timing t;
-    t.iters = opts.iters;
-    t.median_us = percentile(us, 0.5);
-    t.min_us = percentile(us, 0.0);
-    t.p90_us = percentile(us, 0.9);
-    if (opts.world && opts.world->world_size() > 1) {
-        // The slowest rank's figures decide; every rank returns the same Timing.
-        double mine[3] = {t.median_us, t.min_us, t.p90_us};
-        Bytes b(sizeof mine);
-        std::memcpy(b.data(), mine, sizeof mine);
-        auto all = opts.world->store().all_gather("bench-timing", b);
-        for (const auto& r : all) {
-            double other[3];
-            std::memcpy(other, r.data(), sizeof other);
-            t.median_us = std::max(t.median_us, other[0]);
-            t.min_us = std::max(t.min_us, other[1]);
-            t.p90_us = std::max(t.p90_us, other[2]);
+    std::vector<Timing> out(fns.size());
+    for (std::size_t f = 0; f < fns.size(); ++f) {
+        Timing& t = out[f];
+        t.iters = opts.iters;
+        t.median_us = percentile(us[f], 0.5);
+        t.min_us = percentile(us[f], 0.0);
+        t.p90_us = percentile(us[f], 0.9);
+        if (opts.world && opts.world->world_size() > 1) {
+            // The slowest rank's figures decide; every rank returns the same Timing.
+            double mine[3] = {t.median_us, t.min_us, t.p90_us};
+            Bytes b(sizeof mine);
+            std::memcpy(b.data(), mine, sizeof mine);
+            auto all = opts.world->store().all_gather("bench-timing", b);
+            for (const auto& r : all) {
+                double other[3];
+                std::memcpy(other, r.data(), sizeof other);
+                t.median_us = std::max(t.median_us, other[0]);
+                t.min_us = std::max(t.min_us, other[1]);
+                t.p90_us = std::max(t.p90_us, other[2]);
+            }
         }
     }
-    return t;
+    return out;
+}
+
+Timing time_op(const std::function<void(cudaStream_t)>& fn, cudaStream_t stream, const TimeOptions& opts) {
+    return time_ops({fn}, stream, opts)[0];
 }
 
 double bus_factor(Coll c, int ranks) {

@@ -40,6 +40,11 @@ struct Timing {
 
 // Times fn (which enqueues its work on `stream`).
 Timing time_op(const std::function<void(cudaStream_t)>& fn, cudaStream_t stream, const TimeOptions& opts = {});
+// Times several ops interleaved: each timed run runs them one after the other (each with its own flush, barrier
+// and events), so an op and its baseline see the same clocks, power and heat (long GEMMs slow the card down as it
+// warms: timed one after the other, the second one paid for it).
+std::vector<Timing> time_ops(const std::vector<std::function<void(cudaStream_t)>>& fns, cudaStream_t stream,
+                             const TimeOptions& opts = {});
 
 // nccl-tests bus-bandwidth factors.
 enum class Coll { AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast, Point };
