@@ -33,26 +33,31 @@
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/driver.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/bf16.hpp"
 #include "loom/runtime/nvshmem.hpp"
 #include "nccl.hpp"
 
 namespace {
 
-// Largest relative difference (|x - y| / (|y| + 1)) between two bf16 buffers, NaN -> infinity.
-double max_rel_diff(const void* x, const void* y, size_t n) {
+// Largest difference between two bf16 buffers relative to the reference's largest magnitude,
+// max |x - y| / max |y| (NaN -> infinity). Not element-wise (|x - y| / (|y| + 1)): the op and its reference add W
+// partials that were each rounded to bf16 (GEMM+ReduceScatter), and where the two GEMMs sum in different orders
+// (the reference's split-K tail) the partials round differently by an ulp of their own magnitude, which is large
+// next to a small sum: at W = 8, K_loc = 4608 that measure read 0.19 for results that agreed to the rounding
+// (tests/dist/test_overlap.cpp: Overlap.GemmRsReferenceStepsAgree). A wrong or missing tile differs by the
+// values' own size, far above the tolerance.
+double max_scaled_diff(const void* x, const void* y, size_t n) {
     std::vector<uint16_t> a(n), b(n);
     LOOM_CHECK_CUDA(cudaMemcpy(a.data(), x, n * 2, cudaMemcpyDeviceToHost));
     LOOM_CHECK_CUDA(cudaMemcpy(b.data(), y, n * 2, cudaMemcpyDeviceToHost));
-    double worst = 0;
+    double worst = 0, scale = 0;
     for (size_t i = 0; i < n; i += 7) {  // a sample is enough for a sanity check; the tests check every element
-        uint32_t ua = static_cast<uint32_t>(a[i]) << 16, ub = static_cast<uint32_t>(b[i]) << 16;
-        float fa, fb;
-        std::memcpy(&fa, &ua, 4);
-        std::memcpy(&fb, &ub, 4);
-        const double d = std::isnan(fa) || std::isnan(fb) ? INFINITY : std::fabs(fa - fb) / (std::fabs(fb) + 1.0);
-        worst = std::max(worst, d);
+        const float fa = loom::bf16_to_float(a[i]), fb = loom::bf16_to_float(b[i]);
+        if (std::isnan(fa) || std::isnan(fb)) return INFINITY;
+        worst = std::max(worst, static_cast<double>(std::fabs(fa - fb)));
+        scale = std::max(scale, static_cast<double>(std::fabs(fb)));
     }
-    return worst;
+    return scale > 0 ? worst / scale : (worst > 0 ? INFINITY : 0);
 }
 
 struct Args {
@@ -180,7 +185,7 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, M * n_loc * 2));
             loom::ag_gemm(w, A, B, C, s, o);
             LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
-            const double diff = max_rel_diff(c, c_ref, M * n_loc);
+            const double diff = max_scaled_diff(c, c_ref, M * n_loc);
             const std::string name = std::string("overlap_") + loom::to_string(prod);
             row["check_" + name] = diff;
             if (!agreed_ok(w, diff, 2e-2,
@@ -281,9 +286,9 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         loom::gemm_rs(w, A, B, C, s);
         LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
         nlohmann::json row{{"M", M}, {"N", N}, {"K", K}, {"K_loc", k_loc}, {"world", W}};
-        const double diff = max_rel_diff(c, c_ref, rows * N);
+        const double diff = max_scaled_diff(c, c_ref, rows * N);
         row["check"] = diff;
-        const bool ok = agreed_ok(w, diff, 5e-2, fmt::format("gemm_rs N={} K={} vs gemm + reduce_scatter", N, K));
+        const bool ok = agreed_ok(w, diff, 2e-2, fmt::format("gemm_rs N={} K={} vs gemm + reduce_scatter", N, K));
         const double t = ok ? med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st); }, s, w, args.iters) : NAN;
         // Each algorithm on its own (auto picks the fused epilogue when M / W is a multiple of BLOCK_M), each
         // checked against the sequential result.
@@ -295,9 +300,9 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                 LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, rows * N * 2));
                 loom::gemm_rs(w, A, B, C, s, o);
                 LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
-                const double d = max_rel_diff(c, c_ref, rows * N);
+                const double d = max_scaled_diff(c, c_ref, rows * N);
                 row["check_" + name] = d;
-                if (agreed_ok(w, d, 5e-2, fmt::format("gemm_rs ({}) N={} K={}", name, N, K)))
+                if (agreed_ok(w, d, 2e-2, fmt::format("gemm_rs ({}) N={} K={}", name, N, K)))
                     row["overlap_" + name + "_us"] =
                         med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w, args.iters);
             } catch (const loom::Error& e) {
@@ -323,10 +328,10 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                 LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, rows * N * 2));
                 loom::gemm_rs(w, A, B, C, s, o);
                 LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
-                const double d = max_rel_diff(c, c_ref, rows * N);
+                const double d = max_scaled_diff(c, c_ref, rows * N);
                 const std::string key =
                     std::to_string(cfg.block_m) + "x" + std::to_string(bn) + "_st" + std::to_string(cfg.stages);
-                sweep[key] = agreed_ok(w, d, 5e-2, fmt::format("gemm_rs ({}) N={} K={}", key, N, K))
+                sweep[key] = agreed_ok(w, d, 2e-2, fmt::format("gemm_rs ({}) N={} K={}", key, N, K))
                                  ? med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w, args.iters)
                                  : NAN;
             }
