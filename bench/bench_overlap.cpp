@@ -28,12 +28,12 @@
 
 #include "cublaslt.hpp"
 #include "harness.hpp"
+#include "loom/bf16.hpp"
 #include "loom/ops/collectives.hpp"
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/driver.hpp"
 #include "loom/runtime/error.hpp"
-#include "loom/bf16.hpp"
 #include "loom/runtime/nvshmem.hpp"
 #include "nccl.hpp"
 

@@ -248,21 +248,31 @@ void gemm_validate(const MatrixView& a, const MatrixView& b, const MatrixView& c
                o.alpha, o.beta);
 }
 
-jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, DType bias, bool b_kn,
+bool gemm_plain_epilogue(const GemmConfig& cfg, DType out) {
+    // 16-bit outputs only: what it saves is the stmatrix staging; with fp32 out (pair stores either way) the hooked
+    // GEMMs' register allocation spilled without the arithmetic and did not with it.
+    return !cfg.sm80 && cfg.tma_store && dtype_size(out) == 2 &&
+           cfg.block_n % kernels::gemm_store_box_cols(static_cast<int>(dtype_size(out))) == 0;
+}
+
+jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, std::optional<DType> bias, bool b_kn,
                                  const std::string& hooks, const std::string& header) {
     jit::KernelSpec spec;
     if (cfg.sm80) {
         spec.header = "loom/kernels/gemm_sm80.cuh";
         spec.name = "loom::kernels::gemm_sm80_mma_sync";
-        spec.template_args = {dtype_cuda_name(in), dtype_cuda_name(out), dtype_cuda_name(bias), "4",
-                              b_kn ? "false" : "true"};
+        spec.template_args = {dtype_cuda_name(in), dtype_cuda_name(out), dtype_cuda_name(bias.value_or(DType::F32)),
+                              "4", b_kn ? "false" : "true"};
         return spec;
     }
+    LOOM_CHECK(bias || gemm_plain_epilogue(cfg, out),
+               "gemm: the kernel without alpha / bias (no bias type) needs the TMA-store epilogue, given {}",
+               cfg.str());
     spec.header = header;
     spec.name = "loom::kernels::gemm_sm90_tma_wgmma";
     spec.template_args = {dtype_cuda_name(in),
                           dtype_cuda_name(out),
-                          dtype_cuda_name(bias),
+                          bias ? dtype_cuda_name(*bias) : "void",
                           std::to_string(cfg.block_m),
                           std::to_string(cfg.block_n),
                           std::to_string(cfg.stages),
@@ -316,7 +326,10 @@ GemmSm90Launch gemm_sm90_launch(const MatrixView& a, const MatrixView& b, const 
     // boxes either way.
     l.tmap_b = o.b_kn ? make_tma_2d(b, kernels::kGemmBlockK, 64)
                       : make_tma_2d(b, cfg.block_n / cfg.cluster_m, kernels::kGemmBlockK);
-    l.tmap_d = make_tma_2d(c, 64, kernels::gemm_store_box_cols(static_cast<int>(dtype_size(c.dtype))));
+    // The plain epilogue stores per warp (16-row boxes); GEMMs with epilogue hooks re-encode it with
+    // kGemmWholeTileBoxRows (see GemmSm90Launch::tmap_d).
+    l.tmap_d =
+        make_tma_2d(c, kernels::kGemmStoreBoxRows, kernels::gemm_store_box_cols(static_cast<int>(dtype_size(c.dtype))));
     l.args = whole_tile_args(c, m, n, k, o, cfg.group_m);
     const int64_t grid = cfg.grid > 0 ? cfg.grid : gemm_sm90_grid(m, n, cfg, num_sms);
     l.launch.grid = dim3(static_cast<unsigned>(std::max<int64_t>(grid, cfg.cluster_m)));
@@ -348,7 +361,11 @@ void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const G
                    cfg.str());
         cfg.tail_splits = tail.splits;
     }
-    const DType bias_t = o.bias.data ? o.bias.dtype : DType::F32;
+    // Alpha = 1 without a bias takes the kernel whose epilogue does no arithmetic (where its epilogue applies).
+    const std::optional<DType> bias_t = o.bias.data ? std::optional(o.bias.dtype)
+                                        : o.alpha != 1.f || !gemm_plain_epilogue(cfg, c.dtype)
+                                            ? std::optional(DType::F32)
+                                            : std::nullopt;
     const jit::Kernel* kernel = &jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, bias_t, o.b_kn));
     std::unique_lock<std::mutex> ws_lock;  // held from reserving the workspace until the launch is enqueued
     TailWorkspace* ws = nullptr;

@@ -17,6 +17,7 @@
 #include "loom/kernels/overlap_params.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/tma.hpp"
 #include "ops/overlap_state.hpp"
 
 namespace loom {
@@ -94,6 +95,8 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
     h.rows_per_rank = static_cast<int32_t>(rows_seg);
     GemmSm90Launch l = gemm_sm90_launch(a, b, c, GemmOptions{}, cfg, fs.num_sms, stream);
     l.launch.smem = kernels::gemm_sm90_smem_bytes(cfg.block_m, cfg.block_n, cfg.stages, static_cast<int>(es));
+    // Epilogue hooks store whole 64-row slabs of the warpgroup's staged part.
+    l.tmap_d = make_tma_2d(c, kernels::kGemmWholeTileBoxRows, kernels::gemm_store_box_cols(static_cast<int>(es)));
     kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, h);
 }
 

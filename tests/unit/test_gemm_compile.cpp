@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -227,14 +228,23 @@ TEST(GemmCompile, HopperKernelHasNoSpills) {
         for (bool b_kn : {false, true}) {
             if (b_kn && cfg.block_n % 64 != 0) continue;
             EXPECT_NO_THROW(loom::gemm_validate_config(cfg, b_kn)) << cfg.str();
-            auto spec = loom::gemm_kernel_spec(cfg, DType::BF16, DType::BF16, DType::F32, b_kn);
-            const auto r = loom::jit::compile(spec, 90);
-            expect_clean(r, spec.display());
-            EXPECT_EQ(r.resource_report.find("C7510"), std::string::npos)
-                << "wgmma serialised in " << spec.display() << "\n"
-                << r.resource_report;
+            // The affine kernel (alpha, bias) and, where it applies, the one without (TBias = void, stmatrix).
+            std::vector<std::optional<DType>> biases = {DType::F32};
+            if (loom::gemm_plain_epilogue(cfg, DType::BF16)) biases.push_back(std::nullopt);
+            for (const auto& bias : biases) {
+                auto spec = loom::gemm_kernel_spec(cfg, DType::BF16, DType::BF16, bias, b_kn);
+                const auto r = loom::jit::compile(spec, 90);
+                expect_clean(r, spec.display());
+                EXPECT_EQ(r.resource_report.find("C7510"), std::string::npos)
+                    << "wgmma serialised in " << spec.display() << "\n"
+                    << r.resource_report;
+            }
         }
     }
+    // A kernel without alpha / bias needs the TMA-store epilogue.
+    loom::GemmConfig no_tma;
+    no_tma.tma_store = false;
+    EXPECT_THROW(loom::gemm_kernel_spec(no_tma, DType::BF16, DType::BF16, std::nullopt, false), loom::Error);
     // SASS check where the toolkit ships cuobjdump (CUDA 13.0 here may not).
     loom::GemmConfig cfg;
     const auto r = loom::jit::compile(loom::gemm_kernel_spec(cfg, DType::BF16, DType::BF16, DType::F32, false), 90);
@@ -287,14 +297,18 @@ TEST(GemmCompile, SplitTailKernelHasNoSpills) {
             c.tail_splits = 2;
             if (b_kn && c.block_n % 64 != 0) continue;
             EXPECT_NO_THROW(loom::gemm_validate_config(c, b_kn)) << c.str();
-            const auto spec = loom::gemm_kernel_spec(c, DType::BF16, x.out, DType::F32, b_kn);
-            ASSERT_EQ(spec.template_args.size(), 11u);
-            EXPECT_EQ(spec.template_args.back(), "true");
-            const auto r = loom::jit::compile(spec, 90);
-            expect_clean(r, spec.display());
-            EXPECT_EQ(r.resource_report.find("C7510"), std::string::npos)
-                << "wgmma serialised in " << spec.display() << "\n"
-                << r.resource_report;
+            std::vector<std::optional<DType>> biases = {DType::F32};
+            if (loom::gemm_plain_epilogue(c, x.out)) biases.push_back(std::nullopt);
+            for (const auto& bias : biases) {
+                const auto spec = loom::gemm_kernel_spec(c, DType::BF16, x.out, bias, b_kn);
+                ASSERT_EQ(spec.template_args.size(), 11u);
+                EXPECT_EQ(spec.template_args.back(), "true");
+                const auto r = loom::jit::compile(spec, 90);
+                expect_clean(r, spec.display());
+                EXPECT_EQ(r.resource_report.find("C7510"), std::string::npos)
+                    << "wgmma serialised in " << spec.display() << "\n"
+                    << r.resource_report;
+            }
         }
     }
     // Without the split the spec (and so the kernel and its JIT cache entry) is the one it was before.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "loom/jit/jit.hpp"
@@ -50,8 +51,11 @@ TEST(OverlapCompile, HookedGemmHasNoSpills) {
                     c.stages = std::min(loom::kernels::gemm_sm90_max_stages(
                                             bm, bn, fused ? static_cast<int>(loom::dtype_size(out)) : 0),
                                         6);
-                    const auto spec =
-                        loom::gemm_kernel_spec(c, DType::BF16, out, DType::F32, false, pol.hooks, pol.header);
+                    // The bias type the ops pass: none (the epilogue without arithmetic) where the plain TMA-store
+                    // epilogue runs, F32 for the fused epilogue's hooks.
+                    const std::optional<DType> bias =
+                        fused || !loom::gemm_plain_epilogue(c, out) ? std::optional(DType::F32) : std::nullopt;
+                    const auto spec = loom::gemm_kernel_spec(c, DType::BF16, out, bias, false, pol.hooks, pol.header);
                     const auto r = loom::jit::compile(spec, 90);
                     EXPECT_FALSE(r.cubin.empty()) << spec.display();
                     EXPECT_EQ(r.spill_bytes, 0) << spec.display() << "\n" << r.resource_report;

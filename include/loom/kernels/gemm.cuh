@@ -8,9 +8,11 @@
 // Warp roles (BLOCK_M / 64 consumer warpgroups + 1 producer warpgroup, one CTA per SM):
 //   consumers  warpgroup c computes rows [64c, 64c + 64) of the tile with wgmma m64nBLOCK_Nk16, keeps one
 //              k-block of MMAs in flight, releases a slot when the MMAs that read it retired, then runs the
-//              epilogue while the producer already streams the next tile's k-blocks. The epilogue writes
-//              64 x (128 B) slabs into two staging buffers per warpgroup and one thread issues their TMA stores,
-//              which complete asynchronously while the warpgroup starts the next tile's MMAs.
+//              epilogue while the producer already streams the next tile's k-blocks. The epilogue is per warp, with
+//              no warpgroup barrier: each warp writes its 16 rows of a 128-byte-wide slab into one of its two
+//              staging buffers (stmatrix for 16-bit output without alpha / bias, TBias = void; pair stores
+//              otherwise) and its lane 0 issues the slab's TMA store (16-row box), which completes asynchronously
+//              while the warp goes on (to the next slab, or the next tile's MMAs).
 //   producer   one thread: per tile, hooks.before_load(), then per k-block: wait slot empty, expect_tx, TMA A
 //              (BLOCK_M x 64) and B (BLOCK_N x 64, or 64 x BLOCK_N when B is [K, N]). setmaxnreg moves its
 //              registers to the consumers (40 / 232 per thread).
@@ -38,6 +40,7 @@
 #include "loom/kernels/gemm_params.hpp"
 #include "loom/ptx/cluster.cuh"
 #include "loom/ptx/memory.cuh"
+#include "loom/ptx/sm80.cuh"
 #include "loom/ptx/special.cuh"
 #include "loom/ptx/tma.cuh"
 #include "loom/ptx/wgmma.cuh"
@@ -169,6 +172,10 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     // TMA-store epilogue: slabs of 64 rows x 128 bytes (kStoreCols elements of TOut).
     constexpr int kStoreCols = gemm_store_box_cols(sizeof(TOut));
     constexpr bool kTmaStore = kTmaStoreEpilogue && BLOCK_N % kStoreCols == 0;
+    // TBias = void: the host promises alpha = 1 and no bias, and the epilogue converts the accumulators as they are.
+    constexpr bool kAffine = !tile::kSameType<TBias, void>;
+    static_assert(kAffine || (kTmaStore && !Hooks::kEpilogueHooks && sizeof(TOut) == 2),
+                  "TBias = void (alpha 1, no bias) is for the plain TMA-store epilogue of 16-bit outputs");
     constexpr int kSlabs = BLOCK_N / kStoreCols;
     static_assert(!Hooks::kEpilogueHooks || (kTmaStore && CLUSTER_M == 1),
                   "epilogue hooks take part in the TMA-store epilogue (BLOCK_N a multiple of the store box), "
@@ -335,65 +342,121 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                     const int e_warp = kUnhoisted ? static_cast<int>((e_tid % 128) / 32) : warp;
                     const int e_lane = kUnhoisted ? static_cast<int>(e_tid % 32) : lane;
                     uint8_t* const e_bufs = kUnhoisted ? smem_store + e_warpgroup * kStagingBytes : store_bufs;
-                    const int r_lo = e_warp * 16 + e_lane / 4;  // row inside the warpgroup's 64-row slab
-                    const bool leader = e_wg_thread == 0;
-                    // Hooks: every buffer read out by the previous tile's stores (their wait and barrier) first.
-                    if constexpr (kWholeTile) hooks.template before_epilogue<TOut, BLOCK_M, BLOCK_N>(t);
-#pragma unroll
-                    for (int slab = 0; slab < kSlabs; ++slab) {
-                        const int slab_col0 = t.col0 + slab * kStoreCols;
-                        if (slab_col0 >= args.n) break;  // uniform: the rest of the tile is past N
-                        uint8_t* buf = e_bufs + (kWholeTile ? slab : (store_count & 1u)) * kGemmStoreBufBytes;
-                        if constexpr (!kWholeTile) {
-                            // The buffer was last read by the store issued two slabs ago (maybe in the previous tile).
-                            if (leader) ptx::tma_store_wait_read<1>();
-                            ptx::named_barrier_sync(2 + e_warpgroup, 128);
-                        }
-#pragma unroll
-                        for (int f = 0; f < kFragsPerSlab; ++f) {
-                            const int j = slab * kFragsPerSlab + f;
-                            const int c_in = 8 * f + 2 * (e_lane % 4);  // column inside the slab
+                    // One fragment's pair of outputs, (row lane / 4 + 8 h, columns 8 j + 2 (lane % 4) + {0, 1}) of the
+                    // warp's rows: alpha x + bias, or (TBias = void: alpha = 1, no bias) the accumulators as they are.
+                    auto value = [&](int j, int h) -> float2 {
+                        const float x = acc[4 * j + 2 * h + 0], y = acc[4 * j + 2 * h + 1];
+                        if constexpr (!kAffine) {
+                            return make_float2(x, y);
+                        } else {
+                            const int col = t.col0 + 8 * j + 2 * (e_lane % 4);
                             float b0 = 0.f, b1 = 0.f;
-                            if (args.bias != nullptr && slab_col0 + c_in < args.n) {
+                            if (args.bias != nullptr && col < args.n) {
                                 const TBias* bias = static_cast<const TBias*>(args.bias);
-                                b0 = tile::to_float(bias[slab_col0 + c_in]);
-                                b1 = tile::to_float(bias[slab_col0 + c_in + 1]);
+                                b0 = tile::to_float(bias[col]);
+                                b1 = tile::to_float(bias[col + 1]);
                             }
-                            const uint32_t byte = static_cast<uint32_t>(c_in) * sizeof(TOut);
-#pragma unroll
-                            for (int h = 0; h < 2; ++h) {
-                                const int r = r_lo + 8 * h;
-                                const float x = args.alpha * acc[4 * j + 2 * h + 0] + b0;
-                                const float y = args.alpha * acc[4 * j + 2 * h + 1] + b1;
-                                // 128B swizzle: 16-byte chunk c of row r sits at chunk c ^ (r % 8).
-                                const uint32_t off =
-                                    static_cast<uint32_t>(r) * 128u +
-                                    ((((byte >> 4) ^ static_cast<uint32_t>(r & 7)) << 4) | (byte & 15u));
-                                tile::store_pair(reinterpret_cast<TOut*>(buf + off), x, y);
-                            }
+                            return make_float2(args.alpha * x + b0, args.alpha * y + b1);
                         }
-                        if constexpr (kWholeTile) continue;
-                        // Generic-proxy smem writes -> visible to the TMA (async proxy) store issued next.
-                        ptx::fence_proxy_async_smem();
-                        ptx::named_barrier_sync(2 + e_warpgroup, 128);
-                        if (leader) {
-                            ptx::tma_store_2d(&tmap_d, buf, slab_col0, t.row0 + e_warpgroup * 64);
-                            ptx::tma_store_commit();
-                        }
-                        ++store_count;
-                    }
+                    };
                     if constexpr (kWholeTile) {
+                        // Epilogue hooks: the warpgroup stages its whole 64 x BLOCK_N part (slab s in buffer s), every
+                        // buffer read out by the previous tile's stores first (the hooks' wait and barrier).
+                        hooks.template before_epilogue<TOut, BLOCK_M, BLOCK_N>(t);
+                        const int r_lo = e_warp * 16 + e_lane / 4;  // row inside the warpgroup's 64-row slab
+#pragma unroll
+                        for (int slab = 0; slab < kSlabs; ++slab) {
+                            if (t.col0 + slab * kStoreCols >= args.n) break;  // uniform: the rest is past N
+                            uint8_t* buf = e_bufs + slab * kGemmStoreBufBytes;
+#pragma unroll
+                            for (int f = 0; f < kFragsPerSlab; ++f) {
+                                const int j = slab * kFragsPerSlab + f;
+                                const uint32_t byte = static_cast<uint32_t>(8 * f + 2 * (e_lane % 4)) * sizeof(TOut);
+#pragma unroll
+                                for (int h = 0; h < 2; ++h) {
+                                    const int r = r_lo + 8 * h;
+                                    // 128B swizzle: 16-byte chunk c of row r sits at chunk c ^ (r % 8).
+                                    const uint32_t off =
+                                        static_cast<uint32_t>(r) * 128u +
+                                        ((((byte >> 4) ^ static_cast<uint32_t>(r & 7)) << 4) | (byte & 15u));
+                                    const float2 v = value(j, h);
+                                    tile::store_pair(reinterpret_cast<TOut*>(buf + off), v.x, v.y);
+                                }
+                            }
+                        }
                         // The staged part goes to the hooks, which store, send or combine it. The accumulators are
                         // dead from here (zeroed before the next mainloop), which leaves the hooks registers.
                         ptx::fence_proxy_async_smem();
                         ptx::named_barrier_sync(2 + e_warpgroup, 128);
                         hooks.template store_tile<TOut, BLOCK_M, BLOCK_N>(&tmap_d, e_bufs, t, args.n);
-                    }
-                    if constexpr (Hooks::kNotifiesAfterStore) {
-                        // The hook publishes the tile: its TMA stores must be complete, not just issued.
-                        if (leader) {
-                            ptx::tma_store_wait<0>();
-                            ptx::fence_proxy_async_global();
+                        if constexpr (Hooks::kNotifiesAfterStore) {
+                            if (e_wg_thread == 0) {  // the hooks' stores complete, not just issued
+                                ptx::tma_store_wait<0>();
+                                ptx::fence_proxy_async_global();
+                            }
+                        }
+                    } else {
+                        // Per warp, no warpgroup barrier: warp w stages its 16 rows of each slab in one of its two
+                        // buffers (the one whose store was issued two slabs ago, maybe in the previous tile, once
+                        // that store has read it out) and lane 0 stores them with a 16-row TMA box.
+                        uint8_t* const wbufs = e_bufs + e_warp * 2 * kGemmWarpStoreBytes;
+#pragma unroll
+                        for (int slab = 0; slab < kSlabs; ++slab) {
+                            const int slab_col0 = t.col0 + slab * kStoreCols;
+                            if (slab_col0 >= args.n) break;  // uniform: the rest of the tile is past N
+                            uint8_t* buf = wbufs + (store_count & 1u) * kGemmWarpStoreBytes;
+                            if (e_lane == 0) ptx::tma_store_wait_read<1>();
+                            __syncwarp();
+                            if constexpr (sizeof(TOut) == 2 && !kAffine) {
+                                // 16 columns per stmatrix.x4: matrix i = (rows 8 (i % 2) .. +7, 16-byte chunk
+                                // 2 p + i / 2); lane l addresses row 8 ((l / 8) % 2) + l % 8 of matrix l / 8. (Only
+                                // without alpha / bias: with them, four fragments' bias values in flight made the
+                                // split-tail kernel spill; the affine kernels take the pair stores below.)
+                                const int mr = ((e_lane >> 3) & 1) * 8 + (e_lane & 7);
+                                const int mc = e_lane >> 4;
+#pragma unroll
+                                for (int p = 0; p < kFragsPerSlab / 2; ++p) {
+                                    const int j = slab * kFragsPerSlab + 2 * p;
+                                    const uint32_t regs[4] = {tile::pack_pair<TOut>(acc[4 * j + 0], acc[4 * j + 1]),
+                                                              tile::pack_pair<TOut>(acc[4 * j + 2], acc[4 * j + 3]),
+                                                              tile::pack_pair<TOut>(acc[4 * j + 4], acc[4 * j + 5]),
+                                                              tile::pack_pair<TOut>(acc[4 * j + 6], acc[4 * j + 7])};
+                                    const uint32_t chunk = static_cast<uint32_t>(2 * p + mc);
+                                    ptx::stmatrix_x4(buf + mr * 128 + ((chunk ^ static_cast<uint32_t>(mr & 7)) << 4),
+                                                     regs);
+                                }
+                            } else {
+#pragma unroll
+                                for (int f = 0; f < kFragsPerSlab; ++f) {
+                                    const int j = slab * kFragsPerSlab + f;
+                                    const uint32_t byte =
+                                        static_cast<uint32_t>(8 * f + 2 * (e_lane % 4)) * sizeof(TOut);
+#pragma unroll
+                                    for (int h = 0; h < 2; ++h) {
+                                        const int r = e_lane / 4 + 8 * h;  // row inside the warp's 16
+                                        const uint32_t off =
+                                            static_cast<uint32_t>(r) * 128u +
+                                            ((((byte >> 4) ^ static_cast<uint32_t>(r & 7)) << 4) | (byte & 15u));
+                                        const float2 v = value(j, h);
+                                        tile::store_pair(reinterpret_cast<TOut*>(buf + off), v.x, v.y);
+                                    }
+                                }
+                            }
+                            // Generic-proxy smem writes -> visible to the TMA (async proxy) store issued next.
+                            ptx::fence_proxy_async_smem();
+                            __syncwarp();
+                            if (e_lane == 0) {
+                                ptx::tma_store_2d(&tmap_d, buf, slab_col0, t.row0 + e_warpgroup * 64 + e_warp * 16);
+                                ptx::tma_store_commit();
+                            }
+                            ++store_count;
+                        }
+                        if constexpr (Hooks::kNotifiesAfterStore) {
+                            // The hook publishes the tile: every warp's stores complete, not just issued.
+                            if (e_lane == 0) {
+                                ptx::tma_store_wait<0>();
+                                ptx::fence_proxy_async_global();
+                            }
                         }
                     }
                 }
@@ -420,8 +483,9 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
         }
         // Epilogue hooks may still have a tile to publish (its stores issued, its signal not yet raised).
         if constexpr (Hooks::kEpilogueHooks) hooks.template finish<BLOCK_M>();
-        // The staging buffers must stay alive (and the stores land) before the CTA exits.
-        if (wg_thread == 0) ptx::tma_store_wait<0>();
+        // The staging buffers must stay alive (and the stores land) before the CTA exits (bulk groups are per thread:
+        // each warp's lane 0 issued its own).
+        if (lane == 0) ptx::tma_store_wait<0>();
     }
     // A peer may still arrive on our empty barriers (and we on its): nobody leaves before the whole cluster is done.
     if constexpr (CLUSTER_M > 1) ptx::cluster_sync();

@@ -31,13 +31,19 @@ struct GemmArgs {
 
 inline constexpr int kGemmBlockK = 64;  // one 128-byte swizzle row of bf16/fp16
 
-// TMA-store epilogue of gemm_sm90_tma_wgmma: each consumer warpgroup stages its 64 output rows in slabs of
-// 128 bytes per row (one 128B swizzle span) in two buffers; the host encodes D's tensor map with boxes of
-// 64 rows x gemm_store_box_cols(sizeof(TOut)) columns.
+// TMA-store epilogue of gemm_sm90_tma_wgmma: output slabs of 128 bytes per row (one 128B swizzle span,
+// gemm_store_box_cols(sizeof(TOut)) columns). The plain epilogue is per warp: each consumer warp stages its 16 rows
+// of a slab in one of its two buffers (kGemmWarpStoreBytes) and stores them itself, so D's tensor map has boxes of
+// kGemmStoreBoxRows = 16 rows. With epilogue hooks a warpgroup stages its whole 64-row part (kGemmStoreBufBytes per
+// slab) and D's map has 64-row boxes (kGemmWholeTileBoxRows).
 inline constexpr uint32_t kGemmStoreBufBytes = 64u * 128u;
+inline constexpr int kGemmStoreBoxRows = 16;
+inline constexpr int kGemmWholeTileBoxRows = 64;
+inline constexpr uint32_t kGemmWarpStoreBytes = static_cast<uint32_t>(kGemmStoreBoxRows) * 128u;
 LOOM_HOST_DEVICE constexpr int gemm_store_box_cols(int out_elem_bytes) { return 128 / out_elem_bytes; }
 
-// Bytes of one consumer warpgroup's staging buffers: two slabs (double-buffered TMA stores), or, with epilogue hooks
+// Bytes of one consumer warpgroup's staging buffers: two per warp (double-buffered TMA stores; 2 x 4 x 2 KiB, the
+// same as two 64-row slabs), or, with epilogue hooks
 // (whole_tile_out_bytes = the output element size), the warpgroup's whole 64 x BLOCK_N part of the tile.
 LOOM_HOST_DEVICE constexpr uint32_t gemm_staging_bytes_per_wg(int block_n, int whole_tile_out_bytes) {
     return whole_tile_out_bytes > 0 ? static_cast<uint32_t>(block_n * whole_tile_out_bytes) * 64u

@@ -16,6 +16,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <optional>
 #include <string>
 
 #include "loom/jit/jit.hpp"
@@ -81,9 +82,17 @@ GemmTailPlan gemm_tail_plan(int64_t m, int64_t n, int64_t k, const GemmConfig& c
 // JIT spec of gemm_sm90_tma_wgmma (or gemm_sm80_mma_sync when cfg.sm80) with literal template arguments.
 // `hooks` names the policy type (default loom::tile::GemmNoHooks); `header` the header that defines it and
 // includes loom/kernels/gemm.cuh. cfg.tail_splits >= 2 selects the split-tail instantiation (default hooks only).
-jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, DType bias, bool b_kn,
+// `bias`: the bias element type of a kernel that applies alpha and a bias; std::nullopt for one whose launches have
+// alpha = 1 and no bias (TBias = void: the Hopper TMA-store epilogue then stages with stmatrix, no arithmetic; the
+// caller makes sure of alpha and bias, and that the config uses that epilogue — gemm_plain_epilogue()).
+jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, std::optional<DType> bias, bool b_kn,
                                  const std::string& hooks = "loom::tile::GemmNoHooks",
                                  const std::string& header = "loom/kernels/gemm.cuh");
+
+// Whether a Hopper config's launches can take the TBias = void kernel (gemm_kernel_spec with no bias type): the
+// TMA-store epilogue (cfg.tma_store, BLOCK_N a multiple of the store box of `out`) with a 16-bit `out`, not the
+// sm_80 path.
+bool gemm_plain_epilogue(const GemmConfig& cfg, DType out);
 
 // Everything but the hooks object to launch the Hopper kernel: kernel(launch, tmap_a, tmap_b, tmap_d, args, hooks).
 // The launch carries the cluster dims (cfg.cluster_m, 1, 1). args has no split tail (tail_splits 1, no
@@ -91,7 +100,8 @@ jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, DTy
 struct GemmSm90Launch {
     CUtensorMap tmap_a;
     CUtensorMap tmap_b;
-    CUtensorMap tmap_d;  // C, for the TMA-store epilogue
+    CUtensorMap tmap_d;  // C, for the TMA-store epilogue: kGemmStoreBoxRows-row boxes (per-warp stores); a GEMM
+                         // with epilogue hooks re-encodes it with kGemmWholeTileBoxRows
     kernels::GemmArgs args;
     jit::LaunchConfig launch;
 };

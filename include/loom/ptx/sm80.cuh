@@ -1,4 +1,5 @@
-// Ampere-style tensor-core path (sm_80+): cp.async global->shared copies, ldmatrix and mma.sync m16n8k16.
+// Ampere-style tensor-core path (sm_80+): cp.async global->shared copies, ldmatrix and mma.sync m16n8k16; and
+// stmatrix (sm_90+), which the Hopper GEMM's epilogue uses to stage 16-bit output.
 //
 // Used by the portable GEMM (kernels/gemm_sm80.cuh) on sm_80 / sm_89 and as a fallback on Hopper.
 #pragma once
@@ -38,6 +39,20 @@ LOOM_DEVICE LOOM_FORCEINLINE void ldmatrix_x4_trans(uint32_t (&r)[4], const void
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(a));
+}
+
+// Stores four 8x8 b16 matrices (sm_90+): matrix i from r[i], in the mma/wgmma accumulator layout (lane l holds
+// row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1, packed low first); lane l supplies the 16-byte row address of
+// matrix l / 8, row l % 8. One instruction for what takes four 4-byte st.shared per lane.
+LOOM_DEVICE LOOM_FORCEINLINE void stmatrix_x4(void* smem_row, const uint32_t (&r)[4]) {
+#if LOOM_ARCH >= 900
+    const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(r[0]), "r"(r[1]),
+                 "r"(r[2]), "r"(r[3])
+                 : "memory");
+#else
+    __trap();
+#endif
 }
 
 // D[16x8] += A[16x16] * B[16x8], fp32 accumulate; kBF16 selects bf16 (else fp16) inputs. Fragment layouts as in

@@ -49,6 +49,25 @@ LOOM_DEVICE LOOM_FORCEINLINE void store_pair(T* p, float x, float y) {
     }
 }
 
+// Two values rounded to a 16-bit T and packed (x in the low half), as stmatrix / a 4-byte store takes them.
+template <class T>
+LOOM_DEVICE LOOM_FORCEINLINE uint32_t pack_pair(float x, float y) {
+    static_assert(sizeof(T) == 2, "16-bit element types only");
+    if constexpr (kSameType<T, __nv_bfloat16>) {
+        union {
+            __nv_bfloat162 v;
+            uint32_t u;
+        } c{__floats2bfloat162_rn(x, y)};
+        return c.u;
+    } else {
+        union {
+            __half2 v;
+            uint32_t u;
+        } c{__floats2half2_rn(x, y)};
+        return c.u;
+    }
+}
+
 // Runtime epilogue parameters. beta == 0 never reads D (so D may hold garbage or NaN); bias may be null.
 template <class TOut, class TBias>
 struct EpilogueParams {
