@@ -132,9 +132,10 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
         return cfg;
     }
     cfg.block_m = m <= 64 ? 64 : 128;
-    // No clusters by default. Measured on the H200 (docs/perf/gemm.json vs gemm_cluster2.json, same binary, same
-    // run): 2-CTA clusters with B multicast ran at 0.66x cuBLASLt (geomean over the 13 shapes), one CTA per
-    // tile at 0.98x. LOOM_GEMM_CLUSTER=2 still selects the cluster kernel.
+    // No clusters by default. Measured on the H200 (docs/perf/gemm.json vs gemm_cluster2.json, same call,
+    // interleaved with cuBLASLt): 2-CTA clusters with B multicast 0.973x cuBLASLt (geomean over the 13
+    // shapes; 0.66x before a819ef7 dropped a cluster-scope fence from every slot release), one CTA per tile 0.987x.
+    // LOOM_GEMM_CLUSTER=2 still selects the cluster kernel.
     cfg.cluster_m = 1;
     if (const int64_t forced = env_int("LOOM_GEMM_CLUSTER", 0); forced == 1 || forced == 2) {
         cfg.cluster_m = static_cast<int>(forced);
@@ -172,6 +173,7 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
     cfg.group_m = static_cast<int>(std::clamp<int64_t>(
         static_cast<int64_t>(std::lround(std::sqrt(num_sms * static_cast<double>(cfg.block_n) / cfg.block_m))), 1,
         std::max<int64_t>(num_m, 1)));
+    if (const int64_t forced = env_int("LOOM_GEMM_GROUP_M", 0); forced > 0) cfg.group_m = static_cast<int>(forced);
     if (cfg.cluster_m > 1) cfg.group_m = std::max(cfg.cluster_m, cfg.group_m / cfg.cluster_m * cfg.cluster_m);
     cfg.grid = static_cast<int>(gemm_sm90_grid(m, n, cfg, num_sms));
     if (may_split) cfg.tail_splits = gemm_tail_plan(m, n, k, cfg, cfg.grid, requested).splits;

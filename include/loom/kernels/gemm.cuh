@@ -18,8 +18,8 @@
 //              registers to the consumers (40 / 232 per thread).
 // Clusters (CLUSTER_M = 2): two CTAs with adjacent M-blocks and the same N-block; each loads its own A and half
 //   of the shared B tile, multicast into both CTAs' shared memory, so L2 -> SM traffic per k-block drops from
-//   (BM + BN) to (BM + BN / 2) rows. A slot's empty barrier counts the consumer warps of both CTAs (each warp
-//   arrives locally and remotely), so neither producer overwrites a slot its peer still reads.
+//   (BM + BN) to (BM + BN / 2) rows. A slot's empty barrier counts the consumer warpgroups of both CTAs (each
+//   warpgroup's warp 0 arrives locally and remotely), so neither producer overwrites a slot its peer still reads.
 // Shared memory: STAGES x (BLOCK_M + BLOCK_N) x 128 B + BLOCK_M / 64 x 2 x 8 KiB staging (+ barriers, + 1 KiB
 //   alignment slack): 128 x 256, 4 stages = 225 KiB (gemm_params.hpp: gemm_sm90_smem_bytes).
 // Epilogue hooks (Hooks::kEpilogueHooks; GEMM+ReduceScatter's fused epilogue, kernels/gemm_rs.cuh): each consumer
@@ -126,13 +126,21 @@ LOOM_DEVICE LOOM_FORCEINLINE bool split_tail_fixup(float (&acc)[BLOCK_N / 2], co
     return true;
 }
 
-// Consumer warp: hand a ring slot back (one lane; with a cluster, one lane per CTA of the cluster).
+// Consumer warpgroup: hand a ring slot back once its wgmma reads of it retired (wgmma.wait_group). Warp 0 signals
+// for the warpgroup, as CUTLASS's one signalling thread per consumer warpgroup does (a wgmma group is the
+// warpgroup's, and so is its completion): one lane, or with a cluster one lane per CTA of the cluster, whose slot
+// its multicast also fills. The empty barriers count BLOCK_M / 64 x CLUSTER_M arrivals (4x fewer than one per warp:
+// with clusters, 4x fewer remote arrivals per k-block).
+// The thread index is read unhoisted here: held across the mainloop it cost the tightest kernels (split tail, hooks) a
+// register and they spilled.
 template <int CLUSTER_M, int STAGES>
-LOOM_DEVICE LOOM_FORCEINLINE void release_slot(tile::TmaPipeline<STAGES>* pipe, uint32_t stage, int lane) {
+LOOM_DEVICE LOOM_FORCEINLINE void release_slot(tile::TmaPipeline<STAGES>* pipe, uint32_t stage) {
+    const uint32_t wg_thread = ptx::tid_x_unhoisted() % 128;
+    if (wg_thread >= 32) return;  // warp 0 of the warpgroup
     if constexpr (CLUSTER_M == 1) {
-        if (lane == 0) pipe->consumer_release(stage);
+        if (wg_thread == 0) pipe->consumer_release(stage);
     } else {
-        pipe->template consumer_release_cluster<CLUSTER_M>(stage, static_cast<uint32_t>(lane));
+        pipe->template consumer_release_cluster<CLUSTER_M>(stage, wg_thread);
     }
 }
 
@@ -197,7 +205,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     const int wg_thread = static_cast<int>(threadIdx.x) % 128;
     const uint32_t cta_rank = CLUSTER_M > 1 ? ptx::cluster_ctarank() : 0u;
     if (threadIdx.x == 0) {
-        pipe->init(kConsumers * 4 * CLUSTER_M);  // one arrival per consumer warp of the cluster releases a slot
+        pipe->init(kConsumers * CLUSTER_M);  // one arrival per consumer warpgroup of the cluster releases a slot
         ptx::tma_prefetch_descriptor(&tmap_a);
         ptx::tma_prefetch_descriptor(&tmap_b);
         ptx::tma_prefetch_descriptor(&tmap_d);
@@ -311,13 +319,13 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                 ptx::wgmma_fence_operands(acc);
                 // Keep this k-block's MMAs in flight; the previous k-block's have retired, so its slot is free.
                 ptx::wgmma_wait_group<1>();
-                if (kb > 0) release_slot<CLUSTER_M>(pipe, prev_stage, lane);
+                if (kb > 0) release_slot<CLUSTER_M>(pipe, prev_stage);
                 prev_stage = st.stage;
                 st.advance();
             }
             ptx::wgmma_wait_group<0>();
             ptx::wgmma_fence_operands(acc);
-            if (w.kb_count > 0) release_slot<CLUSTER_M>(pipe, prev_stage, lane);
+            if (w.kb_count > 0) release_slot<CLUSTER_M>(pipe, prev_stage);
             if (w.kb_count == 0) {
 #pragma unroll
                 for (int i = 0; i < BLOCK_N / 2; ++i) acc[i] = 0.f;

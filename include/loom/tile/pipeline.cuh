@@ -62,7 +62,7 @@ struct TmaPipeline {
     uint64_t empty[STAGES];
 
     // One thread; then fence_mbarrier_init() and a CTA barrier before use. `consumer_arrivals`: arrivals that
-    // release a slot (one per consumer warp in Loom's kernels).
+    // release a slot (one per consumer warpgroup in Loom's GEMM).
     LOOM_DEVICE void init(uint32_t consumer_arrivals) {
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
@@ -90,7 +90,7 @@ struct TmaPipeline {
     // Cluster form (TMA multicast): slot s of every CTA is also written by its peers' multicasts, so a peer's
     // producer may refill it only after this CTA's consumers are done with it too. Each arriving warp calls this
     // with all its lanes; lane c < kCluster arrives on CTA c's empty[stage] (init with consumer_arrivals counting
-    // the consumer warps of the whole cluster).
+    // the arriving warps of the whole cluster).
     template <int kCluster>
     LOOM_DEVICE LOOM_FORCEINLINE void consumer_release_cluster(uint32_t stage, uint32_t lane) {
         if (lane < static_cast<uint32_t>(kCluster)) ptx::mbarrier_arrive_cluster(&empty[stage], lane);
