@@ -367,6 +367,24 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                             return make_float2(args.alpha * x + b0, args.alpha * y + b1);
                         }
                     };
+                    // One slab's fragments as pairs into a 128B-swizzled buffer whose row r_lo + 8 h holds the thread's
+                    // rows (16-byte chunk c of row r sits at chunk c ^ (r % 8)).
+                    auto stage_pairs = [&](uint8_t* buf, int slab, int r_lo) {
+#pragma unroll
+                        for (int f = 0; f < kFragsPerSlab; ++f) {
+                            const int j = slab * kFragsPerSlab + f;
+                            const uint32_t byte = static_cast<uint32_t>(8 * f + 2 * (e_lane % 4)) * sizeof(TOut);
+#pragma unroll
+                            for (int h = 0; h < 2; ++h) {
+                                const int r = r_lo + 8 * h;
+                                const uint32_t off =
+                                    static_cast<uint32_t>(r) * 128u +
+                                    ((((byte >> 4) ^ static_cast<uint32_t>(r & 7)) << 4) | (byte & 15u));
+                                const float2 v = value(j, h);
+                                tile::store_pair(reinterpret_cast<TOut*>(buf + off), v.x, v.y);
+                            }
+                        }
+                    };
                     if constexpr (kWholeTile) {
                         // Epilogue hooks: the warpgroup stages its whole 64 x BLOCK_N part (slab s in buffer s), every
                         // buffer read out by the previous tile's stores first (the hooks' wait and barrier).
@@ -376,21 +394,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                         for (int slab = 0; slab < kSlabs; ++slab) {
                             if (t.col0 + slab * kStoreCols >= args.n) break;  // uniform: the rest is past N
                             uint8_t* buf = e_bufs + slab * kGemmStoreBufBytes;
-#pragma unroll
-                            for (int f = 0; f < kFragsPerSlab; ++f) {
-                                const int j = slab * kFragsPerSlab + f;
-                                const uint32_t byte = static_cast<uint32_t>(8 * f + 2 * (e_lane % 4)) * sizeof(TOut);
-#pragma unroll
-                                for (int h = 0; h < 2; ++h) {
-                                    const int r = r_lo + 8 * h;
-                                    // 128B swizzle: 16-byte chunk c of row r sits at chunk c ^ (r % 8).
-                                    const uint32_t off =
-                                        static_cast<uint32_t>(r) * 128u +
-                                        ((((byte >> 4) ^ static_cast<uint32_t>(r & 7)) << 4) | (byte & 15u));
-                                    const float2 v = value(j, h);
-                                    tile::store_pair(reinterpret_cast<TOut*>(buf + off), v.x, v.y);
-                                }
-                            }
+                            stage_pairs(buf, slab, r_lo);
                         }
                         // The staged part goes to the hooks, which store, send or combine it. The accumulators are
                         // dead from here (zeroed before the next mainloop), which leaves the hooks registers.
@@ -434,21 +438,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                                                      regs);
                                 }
                             } else {
-#pragma unroll
-                                for (int f = 0; f < kFragsPerSlab; ++f) {
-                                    const int j = slab * kFragsPerSlab + f;
-                                    const uint32_t byte =
-                                        static_cast<uint32_t>(8 * f + 2 * (e_lane % 4)) * sizeof(TOut);
-#pragma unroll
-                                    for (int h = 0; h < 2; ++h) {
-                                        const int r = e_lane / 4 + 8 * h;  // row inside the warp's 16
-                                        const uint32_t off =
-                                            static_cast<uint32_t>(r) * 128u +
-                                            ((((byte >> 4) ^ static_cast<uint32_t>(r & 7)) << 4) | (byte & 15u));
-                                        const float2 v = value(j, h);
-                                        tile::store_pair(reinterpret_cast<TOut*>(buf + off), v.x, v.y);
-                                    }
-                                }
+                                stage_pairs(buf, slab, e_lane / 4);  // rows inside the warp's 16
                             }
                             // Generic-proxy smem writes -> visible to the TMA (async proxy) store issued next.
                             ptx::fence_proxy_async_smem();
