@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -71,6 +72,7 @@ struct Args {
     std::vector<int> rs_comm_sms;  // gemm_rs timed again at each of these comm_sms
     std::vector<int64_t> shapes;   // --shape N,K,...: only these (N, K) of each op's list
     std::vector<int> rs_fused_bn;  // gemm_rs forced fused, timed again at each of these BLOCK_N
+    bool rs_fused_diag = false;    // gemm_rs fused timed with parts left out (results not checked)
     int iters = 20;
     int argc = 0;
     char** argv = nullptr;
@@ -337,6 +339,21 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             }
             row["fused_tile_sweep_us"] = sweep;
         }
+        if (ok && args.rs_fused_diag) {
+            // The fused epilogue with parts left out (LOOM_DIAG_RS_FUSED_SKIP: 1 no peer pushes, 2 no waits and
+            // combine, 3 neither): timing only, the results are wrong by design and not checked. Every rank sets
+            // the same mode, so no wait is left without its signal.
+            nlohmann::json diag;
+            loom::GemmRsOptions o;
+            o.algo = loom::RsAlgo::FusedEpilogue;
+            for (int mode : {1, 2, 3}) {
+                setenv("LOOM_DIAG_RS_FUSED_SKIP", std::to_string(mode).c_str(), 1);
+                diag[std::to_string(mode)] =
+                    med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w, args.iters);
+            }
+            unsetenv("LOOM_DIAG_RS_FUSED_SKIP");
+            row["fused_diag_skip_us"] = diag;
+        }
         if (ok && !args.rs_comm_sms.empty()) {  // the scatter-reduce's SM budget, for the heuristic's table
             nlohmann::json sweep;
             for (int p : args.rs_comm_sms) {
@@ -431,6 +448,9 @@ int main(int argc, char** argv) {
     app.add_flag("--no-nccl", no_nccl, "skip the NCCL baselines (absent anyway when ranks share a GPU)");
     app.add_option("--rs-comm-sms", args.rs_comm_sms, "also time gemm_rs at each of these comm_sms (e.g. 4,8,16,24)")
         ->delimiter(',');
+    app.add_flag("--rs-fused-diag", args.rs_fused_diag,
+                 "also time the fused gemm_rs with its peer pushes, its waits + combine, or both left out "
+                 "(LOOM_DIAG_RS_FUSED_SKIP=1|2|3; timing only, results wrong by design)");
     app.add_option("--rs-fused-bn", args.rs_fused_bn,
                    "also time the fused gemm_rs at each of these BLOCK_N (e.g. 128,192,256)")
         ->delimiter(',');

@@ -16,6 +16,7 @@
 #include "loom/kernels/gemm_params.hpp"
 #include "loom/kernels/overlap_params.hpp"
 #include "loom/ops/overlap.hpp"
+#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/tma.hpp"
 #include "ops/overlap_state.hpp"
@@ -93,6 +94,7 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
     h.num_n = static_cast<int32_t>(num_n);
     h.shift_m = static_cast<int32_t>(((me + 1) % W) * blocks_per_rank);
     h.rows_per_rank = static_cast<int32_t>(rows_seg);
+    h.diag_skip = static_cast<int32_t>(env_int("LOOM_DIAG_RS_FUSED_SKIP", 0) & 3);  // diagnostics: wrong results
     GemmSm90Launch l = gemm_sm90_launch(a, b, c, GemmOptions{}, cfg, fs.num_sms, stream);
     l.launch.smem = kernels::gemm_sm90_smem_bytes(cfg.block_m, cfg.block_n, cfg.stages, static_cast<int>(es));
     // Epilogue hooks store whole 64-row slabs of the warpgroup's staged part.

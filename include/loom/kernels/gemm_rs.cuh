@@ -205,7 +205,7 @@ struct RsEpilogueHooks {
         const int slabs = cols >= BLOCK_N ? kSlabs : (cols + kStoreCols - 1) / kStoreCols;  // staged
         const int32_t band = t.m_block / a.blocks_per_rank;
         if (band != a.me) {
-            if (wg_thread == 0) {
+            if (wg_thread == 0 && (a.diag_skip & 1) == 0) {
                 uint8_t* dst = a.scratch + static_cast<int64_t>(band - a.me) * a.heap_bytes +
                                slot_of(a.me, band) * a.slot_bytes +
                                tile_offset<BLOCK_M, BLOCK_N, TOut>(t, band, warpgroup);
@@ -215,7 +215,7 @@ struct RsEpilogueHooks {
             if (tid == 0) rs_pending_push() = band * kMaxTileSignals + t.m_block * a.num_n + t.n_block;
             return;
         }
-        if (wg_thread == 0) {
+        if (wg_thread == 0 && (a.diag_skip & 2) == 0) {
             const int32_t tile_id = t.m_block * a.num_n + t.n_block;
             for (int q = 0; q < a.world; ++q)
                 if (q != a.me)
@@ -223,7 +223,7 @@ struct RsEpilogueHooks {
                                               a.timeout_ns, "gemm_rs: GEMM waits for a peer's tile");
         }
         ptx::named_barrier_sync(2 + warpgroup, 128);
-        {  // the combine
+        if ((a.diag_skip & 2) == 0) {  // the combine
             const uint8_t* src = a.scratch + tile_offset<BLOCK_M, BLOCK_N, TOut>(t, a.me, warpgroup);
             constexpr int kChunksPerSlab = static_cast<int>(kGemmStoreBufBytes / 16) / 128;  // per thread: 4
             static_assert((kSlabs * kChunksPerSlab) % kInFlight == 0, "rounds stay inside the warpgroup's part");

@@ -88,6 +88,10 @@ struct RsFusedHookArgs {
     int32_t num_n;            // N-blocks
     int32_t shift_m;          // first M-block of rank me + 1: own rows last
     int32_t rows_per_rank;    // M / W
+    // Diagnostics only (LOOM_DIAG_RS_FUSED_SKIP; 0 in normal use): bit 0 skips the peer pushes (their signals are
+    // still raised), bit 1 the own tiles' waits and combine. Results are wrong by design: for timing the parts of
+    // the fused epilogue apart (bench-overlap --rs-fused-diag).
+    int32_t diag_skip;
 };
 
 // ---- communication kernels -----------------------------------------------------------------------------------
