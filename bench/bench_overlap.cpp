@@ -7,13 +7,14 @@
 // every rank has its own GPU, the collective alone and the GEMM alone; overlap efficiency =
 // t(a) / max(t(comm), t(GEMM)) (1.0 = perfect overlap), speedups vs each baseline. --torch FILE folds in the
 // PyTorch figures bench/torch_async_tp.py measured on the same machine (async TP, PyTorch + NCCL sequential).
-// Before timing, every overlapped config is checked once against (b) on the same inputs (calc_diff-style
-// similarity; NaN-poisoned output); a failing config is reported and not timed.
+// Before timing, every overlapped config is checked once against (b) on the same inputs (max |diff| / max |ref|,
+// NaN-poisoned output), the ranks agreeing on the verdict; a failing config is reported and not timed.
+// --rs-fused-diag also times the fused gemm_rs with parts left out (unchecked: wrong results by design).
 //   loomrun -n 8 build/bench/bench-overlap [--out DIR] [--quick] [--iters N] [--no-nvshmem] [--no-nvshmem-rs]
 //   [--no-nccl]
 //                                          [--torch DIR/torch_tp.json] [--rs-comm-sms 4,8,16,24]
 //                                          [--ops all|ag|rs] [--no-align] [--trace] [--shape N,K[,N,K...]]
-//                                          [--rs-fused-bn 128,192,256]
+//                                          [--rs-fused-bn 128,192,256] [--rs-fused-diag]
 // DIR/ag_gemm.json and DIR/gemm_rs.json (rank 0).
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
