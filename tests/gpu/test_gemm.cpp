@@ -29,6 +29,9 @@ struct Case {
     // Forced Hopper config (tail_splits > 0): BLOCK_M x BLOCK_N (0: 128 x 256), persistent grid (0: the default),
     // split-K tail splits (gemm() runs whole tiles where this grid leaves no tail).
     int tail_splits = 0, grid = 0, block_m = 0, block_n = 0;
+    // 1 with no bias and beta 0 takes the Hopper kernel without epilogue arithmetic (TBias = void, stmatrix staging
+    // for 16-bit outputs); anything else the affine one.
+    float alpha = 0.75f;
 };
 
 // The Hopper config of a forced case: the most stages that fit (at most 6).
@@ -91,7 +94,7 @@ std::vector<unsigned char> run_case(const Case& cs, uint64_t seed, cudaStream_t 
         }
     }
     // fp64 reference. B as given: [N, K] or [K, N] (the latter is fb read transposed).
-    const float alpha = 0.75f;
+    const float alpha = cs.alpha;
     std::vector<double> ref(size_t(m) * n);
     std::vector<float> bt(fb);  // [N, K] view for the reference
     std::vector<uint16_t> hb_dev(hb);
@@ -198,6 +201,29 @@ TEST_F(Gemm, BiasBeta) {
     run_case({128, 256, 512, DType::F16, DType::F16, true, true, 1.0f}, 41);
     run_case({96, 200, 128, DType::BF16, DType::F32, false, false, -1.0f}, 42);
 }
+// alpha = 1, no bias, beta = 0: the kernel without epilogue arithmetic (per-warp stmatrix staging for bf16 / fp16
+// out), every element against the fp64 reference: square, M / N / K tails, both B layouts, fp16, a forced split tail.
+TEST_F(Gemm, PlainEpilogueAlphaOneNoBias) {
+    Case c{512, 512, 512};
+    c.alpha = 1.f;
+    run_case(c, 60);
+    c = Case{333, 520, 1032, DType::F16, DType::F16};
+    c.alpha = 1.f;
+    run_case(c, 61);
+    c = Case{77, 136, 200};
+    c.alpha = 1.f;
+    run_case(c, 62);
+    c = Case{256, 512, 512, DType::BF16, DType::BF16, true};
+    c.alpha = 1.f;
+    run_case(c, 63);
+    c = Case{1000, 1000, 2000, DType::BF16, DType::BF16, false, false, 0.f, false, 2, 12};
+    c.alpha = 1.f;
+    run_case(c, 64);
+    c = Case{200, 520, 328, DType::F16, DType::F16, false, false, 0.f, false, 3, 3, 64, 128};
+    c.alpha = 1.f;
+    run_case(c, 65);
+}
+
 TEST_F(Gemm, Sm80PathOnThisGpu) {
     run_case({512, 512, 512, DType::BF16, DType::BF16, false, false, 0.f, true}, 50);
     run_case({333, 520, 1032, DType::F16, DType::F32, true, true, 0.5f, true}, 51);
