@@ -257,6 +257,12 @@ bool gemm_plain_epilogue(const GemmConfig& cfg, DType out) {
            cfg.block_n % kernels::gemm_store_box_cols(static_cast<int>(dtype_size(out))) == 0;
 }
 
+std::optional<DType> gemm_kernel_bias(const GemmConfig& cfg, DType out, const GemmOptions& opts) {
+    if (opts.bias.data) return opts.bias.dtype;
+    if (opts.alpha == 1.f && gemm_plain_epilogue(cfg, out)) return std::nullopt;
+    return DType::F32;
+}
+
 jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, std::optional<DType> bias, bool b_kn,
                                  const std::string& hooks, const std::string& header) {
     jit::KernelSpec spec;
@@ -364,10 +370,7 @@ void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const G
         cfg.tail_splits = tail.splits;
     }
     // Alpha = 1 without a bias takes the kernel whose epilogue does no arithmetic (where its epilogue applies).
-    const std::optional<DType> bias_t = o.bias.data ? std::optional(o.bias.dtype)
-                                        : o.alpha != 1.f || !gemm_plain_epilogue(cfg, c.dtype)
-                                            ? std::optional(DType::F32)
-                                            : std::nullopt;
+    const std::optional<DType> bias_t = gemm_kernel_bias(cfg, c.dtype, o);
     const jit::Kernel* kernel = &jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, bias_t, o.b_kn));
     std::unique_lock<std::mutex> ws_lock;  // held from reserving the workspace until the launch is enqueued
     TailWorkspace* ws = nullptr;

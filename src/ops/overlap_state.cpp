@@ -179,14 +179,10 @@ void check_config(const char* op, const GemmConfig& cfg) {
 
 bool debug() { return env_flag("LOOM_OVERLAP_DEBUG"); }
 
-std::optional<DType> hooked_gemm_bias(const GemmConfig& cfg, DType out) {
-    return gemm_plain_epilogue(cfg, out) ? std::nullopt : std::optional(DType::F32);
-}
-
 void prepare_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& c,
                   const GemmConfig& cfg) {
     (void)jit::get_kernel(
-        gemm_kernel_spec(cfg, a.dtype, c.dtype, hooked_gemm_bias(cfg, c.dtype), false, hooks, header));
+        gemm_kernel_spec(cfg, a.dtype, c.dtype, gemm_kernel_bias(cfg, c.dtype, GemmOptions{}), false, hooks, header));
 }
 
 GemmConfig gemm_config(int64_t m, int64_t n, int64_t k, int arch, int gemm_sms) {

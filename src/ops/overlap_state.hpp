@@ -10,7 +10,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 
 #include "loom/kernels/overlap_params.hpp"
 #include "loom/ops/overlap.hpp"
@@ -79,9 +78,6 @@ int comm_blocks(int requested, int dflt, int num_sms);
 // The GEMM of an overlapped op on `gemm_sms` SMs: the plain heuristic, one CTA per tile (the hooks order single
 // tiles), TMA-store epilogue (after_store publishes completed bulk stores), grid sized to those SMs.
 GemmConfig gemm_config(int64_t m, int64_t n, int64_t k, int arch, int gemm_sms);
-// The bias type of the hooked GEMMs launched by launch_gemm / prepare_gemm (alpha 1, no bias): none (TBias = void,
-// the epilogue without arithmetic) where the config takes the plain TMA-store epilogue, else F32.
-std::optional<DType> hooked_gemm_bias(const GemmConfig& cfg, DType out);
 
 }  // namespace loom::overlap
 
@@ -91,8 +87,8 @@ namespace loom::overlap {
 template <class HookArgs>
 void launch_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& b, const MatrixView& c,
                  const GemmConfig& cfg, int num_sms, cudaStream_t stream, const HookArgs& hook_args) {
-    const jit::Kernel& kernel =
-        jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, hooked_gemm_bias(cfg, c.dtype), false, hooks, header));
+    const jit::Kernel& kernel = jit::get_kernel(
+        gemm_kernel_spec(cfg, a.dtype, c.dtype, gemm_kernel_bias(cfg, c.dtype, GemmOptions{}), false, hooks, header));
     GemmSm90Launch l = gemm_sm90_launch(a, b, c, GemmOptions{}, cfg, num_sms, stream);
     kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, hook_args);
 }

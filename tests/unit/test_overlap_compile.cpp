@@ -54,7 +54,7 @@ TEST(OverlapCompile, HookedGemmHasNoSpills) {
                     // The bias type the ops pass: none (the epilogue without arithmetic) where the plain TMA-store
                     // epilogue runs, F32 for the fused epilogue's hooks.
                     const std::optional<DType> bias =
-                        fused || !loom::gemm_plain_epilogue(c, out) ? std::optional(DType::F32) : std::nullopt;
+                        fused ? std::optional(DType::F32) : loom::gemm_kernel_bias(c, out, loom::GemmOptions{});
                     const auto spec = loom::gemm_kernel_spec(c, DType::BF16, out, bias, false, pol.hooks, pol.header);
                     const auto r = loom::jit::compile(spec, 90);
                     EXPECT_FALSE(r.cubin.empty()) << spec.display();

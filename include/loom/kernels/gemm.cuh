@@ -177,7 +177,8 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     constexpr uint32_t kBBytes = tile::swizzled_box_bytes(BLOCK_N);  // (BLOCK_N, 64) bf16
     constexpr int kProducerRegs = 40;
     constexpr int kConsumerRegs = kConsumers == 2 ? 232 : 240;
-    // TMA-store epilogue: slabs of 64 rows x 128 bytes (kStoreCols elements of TOut).
+    // TMA-store epilogue: slabs 128 bytes wide (kStoreCols elements of TOut); 16 rows per warp, 64 per warpgroup with
+    // epilogue hooks.
     constexpr int kStoreCols = gemm_store_box_cols(sizeof(TOut));
     constexpr bool kTmaStore = kTmaStoreEpilogue && BLOCK_N % kStoreCols == 0;
     // TBias = void: the host promises alpha = 1 and no bias, and the epilogue converts the accumulators as they are.
@@ -401,12 +402,6 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                         ptx::fence_proxy_async_smem();
                         ptx::named_barrier_sync(2 + e_warpgroup, 128);
                         hooks.template store_tile<TOut, BLOCK_M, BLOCK_N>(&tmap_d, e_bufs, t, args.n);
-                        if constexpr (Hooks::kNotifiesAfterStore) {
-                            if (e_wg_thread == 0) {  // the hooks' stores complete, not just issued
-                                ptx::tma_store_wait<0>();
-                                ptx::fence_proxy_async_global();
-                            }
-                        }
                     } else {
                         // Per warp, no warpgroup barrier: warp w stages its 16 rows of each slab in one of its two
                         // buffers (the one whose store was issued two slabs ago, maybe in the previous tile, once
@@ -449,12 +444,14 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                             }
                             ++store_count;
                         }
-                        if constexpr (Hooks::kNotifiesAfterStore) {
-                            // The hook publishes the tile: every warp's stores complete, not just issued.
-                            if (e_lane == 0) {
-                                ptx::tma_store_wait<0>();
-                                ptx::fence_proxy_async_global();
-                            }
+                    }
+                    if constexpr (Hooks::kNotifiesAfterStore) {
+                        // The hook publishes the tile: its stores complete, not just issued, by every thread that
+                        // issued some (bulk groups are per thread): each warp's lane 0, or with epilogue hooks the
+                        // warpgroup's thread 0.
+                        if ((kWholeTile ? e_wg_thread : e_lane) == 0) {
+                            ptx::tma_store_wait<0>();
+                            ptx::fence_proxy_async_global();
                         }
                     }
                 }

@@ -93,6 +93,9 @@ jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, std
 // TMA-store epilogue (cfg.tma_store, BLOCK_N a multiple of the store box of `out`) with a 16-bit `out`, not the
 // sm_80 path.
 bool gemm_plain_epilogue(const GemmConfig& cfg, DType out);
+// The bias type gemm_kernel_spec should get for launches with these options: the bias's type when there is one, none
+// (the kernel without epilogue arithmetic) for alpha = 1 where gemm_plain_epilogue() holds, else F32 (unused).
+std::optional<DType> gemm_kernel_bias(const GemmConfig& cfg, DType out, const GemmOptions& opts);
 
 // Everything but the hooks object to launch the Hopper kernel: kernel(launch, tmap_a, tmap_b, tmap_d, args, hooks).
 // The launch carries the cluster dims (cfg.cluster_m, 1, 1). args has no split tail (tail_splits 1, no
