@@ -9,12 +9,14 @@
 // PyTorch figures bench/torch_async_tp.py measured on the same machine (async TP, PyTorch + NCCL sequential).
 // Before timing, every overlapped config is checked once against (b) on the same inputs (max |diff| / max |ref|,
 // NaN-poisoned output), the ranks agreeing on the verdict; a failing config is reported and not timed.
-// --rs-fused-diag also times the fused gemm_rs with parts left out (unchecked: wrong results by design).
+// --rs-fused-diag also times the fused gemm_rs with parts left out (unchecked: wrong results by design). Ranks on
+// distinct GPUs also time the fused gemm_rs with the copy-engine transport ("fused-epilogue-ce"), and with
+// --rs-ce-chunk at each of the given chunk sizes.
 //   loomrun -n 8 build/bench/bench-overlap [--out DIR] [--quick] [--iters N] [--no-nvshmem] [--no-nvshmem-rs]
 //   [--no-nccl]
 //                                          [--torch DIR/torch_tp.json] [--rs-comm-sms 4,8,16,24]
 //                                          [--ops all|ag|rs] [--no-align] [--trace] [--shape N,K[,N,K...]]
-//                                          [--rs-fused-bn 128,192,256] [--rs-fused-diag]
+//                                          [--rs-fused-bn 128,192,256] [--rs-fused-diag] [--rs-ce-chunk 1024,4096]
 // DIR/ag_gemm.json and DIR/gemm_rs.json (rank 0).
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -69,11 +71,12 @@ struct Args {
     bool nvshmem = true;
     bool nvshmem_rs = true;  // --no-nvshmem-rs: NVSHMEM's reducescatter with PEs sharing a GPU can take minutes
     bool nccl = true;
-    bool align = true;             // start every timed run with a device barrier across the ranks
-    std::vector<int> rs_comm_sms;  // gemm_rs timed again at each of these comm_sms
-    std::vector<int64_t> shapes;   // --shape N,K,...: only these (N, K) of each op's list
-    std::vector<int> rs_fused_bn;  // gemm_rs forced fused, timed again at each of these BLOCK_N
-    bool rs_fused_diag = false;    // gemm_rs fused timed with parts left out (results not checked)
+    bool align = true;                 // start every timed run with a device barrier across the ranks
+    std::vector<int> rs_comm_sms;      // gemm_rs timed again at each of these comm_sms
+    std::vector<int64_t> shapes;       // --shape N,K,...: only these (N, K) of each op's list
+    std::vector<int> rs_fused_bn;      // gemm_rs forced fused, timed again at each of these BLOCK_N
+    std::vector<int> rs_ce_chunk_kib;  // gemm_rs fused with the copy engine, timed at each of these chunk sizes
+    bool rs_fused_diag = false;        // gemm_rs fused timed with parts left out (results not checked)
     int iters = 20;
     int argc = 0;
     char** argv = nullptr;
@@ -295,10 +298,14 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         const double t = ok ? med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st); }, s, w, args.iters) : NAN;
         // Each algorithm on its own (auto picks the fused epilogue when M / W is a multiple of BLOCK_M), each
         // checked against the sequential result.
-        for (loom::RsAlgo algo : {loom::RsAlgo::FusedEpilogue, loom::RsAlgo::ScatterReduce}) {
-            loom::GemmRsOptions o;
-            o.algo = algo;
-            const std::string name = loom::to_string(algo);
+        // The fused epilogue's copy-engine transport too where ranks have GPUs of their own.
+        std::vector<std::pair<std::string, loom::GemmRsOptions>> variants = {
+            {loom::to_string(loom::RsAlgo::FusedEpilogue), {0, nullptr, loom::RsAlgo::FusedEpilogue}},
+            {loom::to_string(loom::RsAlgo::ScatterReduce), {0, nullptr, loom::RsAlgo::ScatterReduce}}};
+        if (!loom::collective_topology(w).shared_gpu)
+            variants.push_back(
+                {"fused-epilogue-ce", {0, nullptr, loom::RsAlgo::FusedEpilogue, loom::RsTransport::CopyEngine}});
+        for (const auto& [name, o] : variants) {
             try {
                 LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, rows * N * 2));
                 loom::gemm_rs(w, A, B, C, s, o);
@@ -354,6 +361,22 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             }
             unsetenv("LOOM_DIAG_RS_FUSED_SKIP");
             row["fused_diag_skip_us"] = diag;
+        }
+        if (ok && !args.rs_ce_chunk_kib.empty() && !loom::collective_topology(w).shared_gpu) {
+            nlohmann::json sweep;  // the copy-engine transport's chunk size (checked each)
+            for (int kib : args.rs_ce_chunk_kib) {
+                loom::GemmRsOptions o{0, nullptr, loom::RsAlgo::FusedEpilogue, loom::RsTransport::CopyEngine};
+                o.ce_chunk_bytes = static_cast<std::size_t>(kib) << 10;
+                LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, rows * N * 2));
+                loom::gemm_rs(w, A, B, C, s, o);
+                LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+                const double d = max_scaled_diff(c, c_ref, rows * N);
+                sweep[std::to_string(kib)] =
+                    agreed_ok(w, d, 2e-2, fmt::format("gemm_rs (ce chunk {} KiB) N={} K={}", kib, N, K))
+                        ? med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w, args.iters)
+                        : NAN;
+            }
+            row["ce_chunk_kib_sweep_us"] = sweep;
         }
         if (ok && !args.rs_comm_sms.empty()) {  // the scatter-reduce's SM budget, for the heuristic's table
             nlohmann::json sweep;
@@ -452,6 +475,10 @@ int main(int argc, char** argv) {
     app.add_flag("--rs-fused-diag", args.rs_fused_diag,
                  "also time the fused gemm_rs with its peer pushes, its waits + combine, or both left out "
                  "(LOOM_DIAG_RS_FUSED_SKIP=1|2|3; timing only, results wrong by design)");
+    app.add_option("--rs-ce-chunk", args.rs_ce_chunk_kib,
+                   "also time the fused gemm_rs with the copy-engine transport at these chunk sizes in KiB (e.g. "
+                   "1024,2048,4096; ranks on distinct GPUs only)")
+        ->delimiter(',');
     app.add_option("--rs-fused-bn", args.rs_fused_bn,
                    "also time the fused gemm_rs at each of these BLOCK_N (e.g. 128,192,256)")
         ->delimiter(',');

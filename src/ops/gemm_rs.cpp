@@ -18,6 +18,7 @@
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/stream_ops.hpp"
 #include "loom/runtime/tma.hpp"
 #include "ops/overlap_state.hpp"
 
@@ -59,8 +60,8 @@ GemmConfig fused_config(GemmConfig c, int64_t m, int64_t n, int64_t rows_seg, in
     return c;
 }
 
-void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmConfig& cfg,
-                   cudaStream_t stream) {
+void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, GemmConfig cfg,
+                   RsTransport transport, std::size_t ce_chunk_bytes, cudaStream_t stream) {
     constexpr const char* op = "gemm_rs";
     overlap::OpState& fs = overlap::op_state(world, overlap::OpKind::GemmRsFused, op);
     const int W = world.world_size(), me = world.local_rank();
@@ -70,6 +71,11 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
     LOOM_CHECK(unfit.empty(), "{} (fused epilogue): expected {}", op, unfit);
     const int64_t num_n = (N + cfg.block_n - 1) / cfg.block_n;
     const int64_t blocks_per_rank = rows_seg / cfg.block_m;
+    if (transport == RsTransport::CopyEngine) {
+        // A chunk waits for whole M-blocks (every N-block), so every CTA must meet all its tiles of peers' rows before
+        // its first own tile: raster groups must not straddle a band boundary (group_m divides M-blocks per rank).
+        while (blocks_per_rank % cfg.group_m != 0) --cfg.group_m;
+    }
     const int64_t slot_bytes = blocks_per_rank * num_n * cfg.block_m * cfg.block_n * es;
     const int64_t half_bytes = std::max(W - 1, 1) * slot_bytes;  // one slot per peer
     overlap::ensure_symmetric(world, fs, static_cast<std::size_t>(2 * half_bytes));
@@ -99,7 +105,41 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
     l.launch.smem = kernels::gemm_sm90_smem_bytes(cfg.block_m, cfg.block_n, cfg.stages, static_cast<int>(es));
     // Epilogue hooks store whole 64-row slabs of the warpgroup's staged part.
     l.tmap_d = make_tma_2d(c, kernels::kGemmWholeTileBoxRows, kernels::gemm_store_box_cols(static_cast<int>(es)));
+    if (transport != RsTransport::CopyEngine || W == 1) {
+        kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, h);
+        return;
+    }
+    // Copy-engine transport. The outbox is local ([W][slot_bytes], band d's tiles in slot d); an M-block's tiles
+    // are contiguous in a slot (slot layout: M-block-major), so a chunk of chunk_m M-blocks is one copy.
+    const int64_t block_bytes = num_n * cfg.block_m * cfg.block_n * es;  // one M-block's tiles
+    const int64_t want = ce_chunk_bytes > 0 ? static_cast<int64_t>(ce_chunk_bytes) : int64_t(2) << 20;
+    const int64_t chunk_m = std::clamp<int64_t>(want / block_bytes, 1, blocks_per_rank);
+    uint8_t* const outbox = static_cast<uint8_t*>(overlap::ensure_local(fs, static_cast<std::size_t>(W * slot_bytes)));
+    const int64_t num_m = M / cfg.block_m;
+    if (static_cast<int64_t>(fs.stored_total.size()) < num_m) fs.stored_total.resize(num_m, 0);
+    h.outbox = outbox;
+    h.stored = fs.sig->tile;
+    h.chunk_m = static_cast<int32_t>(chunk_m);
+    // The side stream starts after the previous call (outbox read out, peers' scratch half free: see the kernel's
+    // write-after-read note); the GEMM runs concurrently with it.
+    overlap::fork(fs, stream);
     kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, h);
+    // Bands in the GEMM's order (rank me + 1's rows first), chunks in M order within a band (the grouped order's).
+    for (int i = 1; i < W; ++i) {
+        const int d = (me + i) % W;
+        for (int64_t c0 = 0; c0 < blocks_per_rank; c0 += chunk_m) {
+            const int64_t c1 = std::min(blocks_per_rank, c0 + chunk_m);
+            for (int64_t mb = d * blocks_per_rank + c0; mb < d * blocks_per_rank + c1; ++mb) {
+                fs.stored_total[mb] += static_cast<uint64_t>(num_n);
+                stream_ops::wait_value(fs.side, &fs.sig->tile[mb], fs.stored_total[mb]);
+            }
+            const int64_t off = c0 * block_bytes, bytes = (c1 - c0) * block_bytes;
+            stream_ops::put_signal_ce(world, h.scratch + kernels::overlap::rs_slot_of(me, d) * slot_bytes + off,
+                                      outbox + d * slot_bytes + off, static_cast<std::size_t>(bytes),
+                                      &fs.sig->tile_in[me][d * blocks_per_rank + c0], epoch, d, fs.side);
+        }
+    }
+    overlap::join(fs, stream);
 }
 
 void gemm_rs_scatter(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b, const MatrixView& c,
@@ -159,6 +199,18 @@ void gemm_rs_scatter(World& world, overlap::OpState& st, const MatrixView& a, co
 }
 
 }  // namespace
+
+const char* to_string(RsTransport t) {
+    switch (t) {
+        case RsTransport::Auto:
+            return "auto";
+        case RsTransport::Sm:
+            return "sm";
+        case RsTransport::CopyEngine:
+            return "copy-engine";
+    }
+    return "?";
+}
 
 const char* to_string(RsAlgo a) {
     switch (a) {
@@ -229,8 +281,18 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
                    st.device_sms, plan.str());
     gemm_validate(a, b, MatrixView{c.data, c.dtype, M, N, 0}, GemmOptions{});
 
+    // The fused epilogue's transport. Auto: Sm. Ranks sharing a GPU cannot take the copy engine (a copy within one
+    // GPU is a runtime copy kernel: the persistent GEMM, waiting for the peers' copies, would starve it).
+    const RsTransport transport = o.transport == RsTransport::Auto ? RsTransport::Sm : o.transport;
+    LOOM_CHECK(transport != RsTransport::CopyEngine || !st.shared_gpu,
+               "{}: the copy-engine transport needs every rank on its own GPU (here ranks share one: a copy within a "
+               "GPU is a copy kernel the waiting GEMM would starve); use RsTransport::Sm or Auto",
+               op);
+    LOOM_CHECK(transport == RsTransport::Sm || plan.rs_algo == RsAlgo::FusedEpilogue,
+               "{}: the {} transport is the fused epilogue's; the scatter-reduce pushes with its own blocks", op,
+               to_string(transport));
     if (plan.rs_algo == RsAlgo::FusedEpilogue) {
-        gemm_rs_fused(world, a, b, c, plan.gemm, stream);
+        gemm_rs_fused(world, a, b, c, plan.gemm, transport, o.ce_chunk_bytes, stream);
     } else {
         gemm_rs_scatter(world, st, a, b, c, plan, stream);
     }

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "loom/kernels/overlap_params.hpp"
 #include "loom/ops/overlap.hpp"
@@ -32,6 +33,9 @@ struct OpState {
     std::uint64_t chunk_total = 0;    // ag_gemm: target of Signals::chunk after the current call
     std::uint64_t started_total = 0;  // ag_gemm (Sm producer): target of Signals::started
     std::uint64_t freed_total = 0;    // gemm_rs: Signals::freed a peer reaches once it finished the last call
+    // gemm_rs fused, copy-engine transport: Signals::tile[m_block] (tiles of that M-block stored to the outbox,
+    // cumulative over calls) once the current call's GEMM is done.
+    std::vector<std::uint64_t> stored_total;
     int arch = 0;
     int device_sms = 0;       // cudaDevAttrMultiProcessorCount (under MPS: this client's share)
     bool shared_gpu = false;  // another rank runs on this GPU (ranks_share_gpu)

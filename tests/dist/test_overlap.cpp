@@ -251,6 +251,76 @@ TEST_F(Overlap, GemmRsAlgorithms) {
         Error);
 }
 
+// The fused epilogue with the copy-engine transport: ranks on distinct GPUs check it element-wise on shapes with N
+// tails, several chunks per band (small ce_chunk_bytes: one M-block per copy) and a band not a multiple of the
+// raster group, then 200 back-to-back calls alternating transports and input sets; ranks sharing a GPU get the clear
+// error instead (the copies would be runtime copy kernels the waiting GEMM starves).
+TEST_F(Overlap, GemmRsCopyEngine) {
+    GemmRsOptions ce{0, nullptr, RsAlgo::FusedEpilogue, RsTransport::CopyEngine};
+    if (collective_topology(*w).shared_gpu) {
+        DevBuf a(256 * w->world_size() * 64 * 2), b(64 * 64 * 2), c(256 * 64 * 2);
+        std::string err;
+        try {
+            gemm_rs(*w, MatrixView{a.p, DType::BF16, 256 * w->world_size(), 64, 0},
+                    MatrixView{b.p, DType::BF16, 64, 64, 0}, MatrixView{c.p, DType::BF16, 256, 64, 0}, stream, ce);
+            err = "no error for the copy-engine transport with ranks sharing a GPU";
+        } catch (const Error& e) {
+            if (std::string(e.what()).find("copy-engine transport") == std::string::npos)
+                err = std::string("unexpected message: ") + e.what();
+        }
+        agree(*w, err, "rs_ce_shared_gpu_rejected");
+        return;
+    }
+    run_rs(*w, stream, 384, 320, 192, 17, ce, "ce_384_n320");
+    ce.ce_chunk_bytes = 1;  // one M-block per copy
+    run_rs(*w, stream, 384, 136, 256, 18, ce, "ce_384_n136_chunk1");
+    run_rs(*w, stream, 640, 512, 128, 19, ce, "ce_640_chunk1");  // 5 M-blocks per band: group_m narrowed to 5 or 1
+    World& W_ = *w;
+    const int W = W_.world_size(), me = W_.rank();
+    const int64_t rows = 256, m = rows * W, n = 256, k = 128;
+    SumCase cases[2] = {sum_case(W_, m, n, k, 50, 0), sum_case(W_, m, n, k, 50, 1)};
+    DevBuf src_a0(m * k * 2), src_a1(m * k * 2), src_b0(n * k * 2), src_b1(n * k * 2);
+    DevBuf* src_a[2] = {&src_a0, &src_a1};
+    DevBuf* src_b[2] = {&src_b0, &src_b1};
+    for (int s = 0; s < 2; ++s) {
+        upload(src_a[s]->p, cases[s].a[me].bits);
+        upload(src_b[s]->p, cases[s].b[me].bits);
+    }
+    DevBuf a(m * k * 2), b(n * k * 2), c(rows * n * 2);
+    W_.barrier();
+    std::string err;
+    try {
+        for (int i = 0; i < 200 && err.empty(); ++i) {
+            const int s = i % 2;
+            const bool check = i < 6 || i % 37 == 0 || i == 199;
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(a.p, src_a[s]->p, m * k * 2, cudaMemcpyDeviceToDevice, stream));
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(b.p, src_b[s]->p, n * k * 2, cudaMemcpyDeviceToDevice, stream));
+            if (check) poison(c.p, rows * n * 2);
+            GemmRsOptions o = ce;
+            o.ce_chunk_bytes = 0;
+            if (i % 3 == 2) o.transport = RsTransport::Sm;
+            gemm_rs(W_, MatrixView{a.p, DType::BF16, m, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
+                    MatrixView{c.p, DType::BF16, rows, n, 0}, stream, o);
+            if (!check) continue;
+            if (cudaStreamSynchronize(stream) != cudaSuccess) {
+                err = "stream failed at call " + std::to_string(i);
+                break;
+            }
+            const std::vector<double> ref(cases[s].ref.begin() + me * rows * n,
+                                          cases[s].ref.begin() + (me + 1) * rows * n);
+            const std::vector<double> abs(cases[s].abs.begin() + me * rows * n,
+                                          cases[s].abs.begin() + (me + 1) * rows * n);
+            const std::string e = compare(download_bf16(c.p, rows * n), ref, abs, 1, n);
+            if (!e.empty())
+                err = "gemm_rs (" + std::string(to_string(o.transport)) + ") call " + std::to_string(i) + ": " + e;
+        }
+        if (cudaStreamSynchronize(stream) != cudaSuccess && err.empty()) err = "stream failed";
+    } catch (const std::exception& e) {
+        err = e.what();
+    }
+    agree(W_, err, "rs_ce_back_to_back");
+}
+
 // The fused epilogue's scratch halves and signals across 1000 back-to-back calls: inputs alternate between two
 // sets, rows per rank between 256 and 128 every second call (a smaller call right after a larger one on either
 // half), and every fifth call takes the scatter-reduce (the algorithms keep separate buffers and signals).

@@ -145,7 +145,11 @@ struct RsEpilogueHooks {
         ptx::named_barrier_sync(1, kConsumers * 128);
         if (threadIdx.x == 0) {
             const int32_t p = rs_pending_push();
-            if (p >= 0) {
+            if (p >= 0 && a.outbox != nullptr) {
+                // Copy-engine transport: the tile is in the outbox; the host's copy stream counts its M-block.
+                ptx::red_add_release_sys(a.stored + (p % kMaxTileSignals) / a.num_n, uint64_t{1});
+                rs_pending_push() = -1;
+            } else if (p >= 0) {
                 const int32_t d = p / kMaxTileSignals, tile = p % kMaxTileSignals;
                 uint8_t* flag =
                     reinterpret_cast<uint8_t*>(a.tile_in + static_cast<int64_t>(a.me) * kMaxTileSignals + tile);
@@ -156,8 +160,7 @@ struct RsEpilogueHooks {
         }
     }
 
-    // The slot of sender q in receiver d's scratch: W - 1 slots, the receiver has none of its own.
-    LOOM_DEVICE LOOM_FORCEINLINE static int64_t slot_of(int q, int d) { return q < d ? q : q - 1; }
+    LOOM_DEVICE LOOM_FORCEINLINE static int64_t slot_of(int q, int d) { return rs_slot_of(q, d); }
 
     // Byte offset of warpgroup wg's part of tile t in a scratch slot of rank `band`'s rows.
     template <int BLOCK_M, int BLOCK_N, class TOut>
@@ -206,8 +209,10 @@ struct RsEpilogueHooks {
         const int32_t band = t.m_block / a.blocks_per_rank;
         if (band != a.me) {
             if (wg_thread == 0 && (a.diag_skip & 1) == 0) {
-                uint8_t* dst = a.scratch + static_cast<int64_t>(band - a.me) * a.heap_bytes +
-                               slot_of(a.me, band) * a.slot_bytes +
+                // Over NVLink into our slot of the owner's scratch, or (copy-engine transport) into the local outbox.
+                uint8_t* dst = (a.outbox != nullptr ? a.outbox + band * a.slot_bytes
+                                                    : a.scratch + static_cast<int64_t>(band - a.me) * a.heap_bytes +
+                                                          slot_of(a.me, band) * a.slot_bytes) +
                                tile_offset<BLOCK_M, BLOCK_N, TOut>(t, band, warpgroup);
                 ptx::cp_async_bulk_s2g(dst, bufs, static_cast<uint32_t>(slabs) * kGemmStoreBufBytes);
                 ptx::tma_store_commit();
@@ -216,7 +221,10 @@ struct RsEpilogueHooks {
             return;
         }
         if (wg_thread == 0 && (a.diag_skip & 2) == 0) {
-            const int32_t tile_id = t.m_block * a.num_n + t.n_block;
+            // Bulk copies signal per tile; the copy engine per chunk of chunk_m M-blocks (its first one's index).
+            const int32_t rel = t.m_block - a.me * a.blocks_per_rank;
+            const int32_t tile_id = a.outbox != nullptr ? a.me * a.blocks_per_rank + rel / a.chunk_m * a.chunk_m
+                                                        : t.m_block * a.num_n + t.n_block;
             for (int q = 0; q < a.world; ++q)
                 if (q != a.me)
                     lang::wait_ge_sys_or_trap(a.tile_in + static_cast<int64_t>(q) * kMaxTileSignals + tile_id, a.epoch,

@@ -76,6 +76,9 @@ struct TileNotifyHookArgs {
 // (m_block - me * blocks_per_rank, n_block) at
 // ((m_block - me * blocks_per_rank) * num_n + n_block) * BLOCK_M * BLOCK_N * sizeof(TOut), each tile as its
 // 128B-swizzled 8 KiB staging slabs, warpgroup-major.
+// The slot of sender q in receiver d's fused-epilogue scratch: W - 1 slots, the receiver has none of its own.
+LOOM_HOST_DEVICE inline int64_t rs_slot_of(int q, int d) { return q < d ? q : q - 1; }
+
 struct RsFusedHookArgs {
     uint8_t* scratch;         // this call's half of this rank's scratch (symmetric)
     uint64_t* tile_in;        // this rank's Signals::tile_in[0] ([kMaxLocalPeers][kMaxTileSignals], flat)
@@ -92,6 +95,16 @@ struct RsFusedHookArgs {
     // still raised), bit 1 the own tiles' waits and combine. Results are wrong by design: for timing the parts of
     // the fused epilogue apart (bench-overlap --rs-fused-diag).
     int32_t diag_skip;
+    // Copy-engine transport (RsTransport::CopyEngine; outbox == nullptr: the epilogue bulk-copies peers' tiles over
+    // NVLink itself). A peer's tile is bulk-copied into this rank's local outbox instead, band d's tiles at
+    // d * slot_bytes + the slot layout above, and stored[m_block] += 1 (release, sys) once the copy completed; the
+    // host's copy-engine stream waits for whole chunks of chunk_m M-blocks, copies each into our slot of the owner's
+    // scratch and sets tile_in[me][lead] := epoch there, lead = the chunk's first M-block (global index). An own tile
+    // waits for tile_in[q][lead of its chunk] of every peer q.
+    uint8_t* outbox;   // local [world][slot_bytes]
+    uint64_t* stored;  // this rank's Signals::tile, indexed by M-block (cumulative tile counts; targets on the host)
+    int32_t chunk_m;   // M-blocks per copy-engine chunk (>= 1)
+    int32_t pad;
 };
 
 // ---- communication kernels -----------------------------------------------------------------------------------

@@ -17,6 +17,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <string>
 
 #include "loom/ops/collectives.hpp"
@@ -54,10 +55,22 @@ enum class RsAlgo {
 };
 const char* to_string(RsAlgo a);
 
+// How gemm_rs's fused epilogue moves the tiles of peers' rows (docs/overlap.md).
+enum class RsTransport {
+    Auto,        // Sm (see gemm_rs in src/ops/gemm_rs.cpp for the measurements behind the choice)
+    Sm,          // the epilogue bulk-copies each tile (cp.async.bulk shared -> peer global) over NVLink
+    CopyEngine,  // the epilogue stores each tile locally (an outbox); a side stream waits for whole chunks of
+                 // M-blocks and copies them with the copy engine (ranks on distinct GPUs only: within one GPU a
+                 // copy is a runtime copy kernel, which the persistent GEMM would starve)
+};
+const char* to_string(RsTransport t);
+
 struct GemmRsOptions {
     int comm_sms = 0;                    // ScatterReduce blocks; 0: heuristic (16, or fewer for small outputs)
     const GemmConfig* config = nullptr;  // cluster_m must be 1
     RsAlgo algo = RsAlgo::Auto;
+    RsTransport transport = RsTransport::Auto;  // FusedEpilogue only
+    std::size_t ce_chunk_bytes = 0;             // CopyEngine: bytes per copy (whole M-blocks); 0: 2 MiB
 };
 
 struct GemmArOptions {
