@@ -298,9 +298,11 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         const double t = ok ? med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st); }, s, w, args.iters) : NAN;
         // Each algorithm on its own (auto picks the fused epilogue when M / W is a multiple of BLOCK_M), each
         // checked against the sequential result.
-        // The fused epilogue's copy-engine transport too where ranks have GPUs of their own.
+        // "fused-epilogue" is the epilogue's own NVLink bulk copies (RsTransport::Sm); its copy-engine transport is
+        // timed too where ranks have GPUs of their own (auto's choice there).
         std::vector<std::pair<std::string, loom::GemmRsOptions>> variants = {
-            {loom::to_string(loom::RsAlgo::FusedEpilogue), {0, nullptr, loom::RsAlgo::FusedEpilogue}},
+            {loom::to_string(loom::RsAlgo::FusedEpilogue),
+             {0, nullptr, loom::RsAlgo::FusedEpilogue, loom::RsTransport::Sm}},
             {loom::to_string(loom::RsAlgo::ScatterReduce), {0, nullptr, loom::RsAlgo::ScatterReduce}}};
         if (!loom::collective_topology(w).shared_gpu)
             variants.push_back(
@@ -354,6 +356,7 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             nlohmann::json diag;
             loom::GemmRsOptions o;
             o.algo = loom::RsAlgo::FusedEpilogue;
+            o.transport = loom::RsTransport::Sm;  // the pushes the diagnostic leaves out are the epilogue's
             for (int mode : {1, 2, 3}) {
                 setenv("LOOM_DIAG_RS_FUSED_SKIP", std::to_string(mode).c_str(), 1);
                 diag[std::to_string(mode)] =

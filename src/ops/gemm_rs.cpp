@@ -128,15 +128,13 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
     for (int i = 1; i < W; ++i) {
         const int d = (me + i) % W;
         for (int64_t c0 = 0; c0 < blocks_per_rank; c0 += chunk_m) {
-            const int64_t c1 = std::min(blocks_per_rank, c0 + chunk_m);
-            for (int64_t mb = d * blocks_per_rank + c0; mb < d * blocks_per_rank + c1; ++mb) {
-                fs.stored_total[mb] += static_cast<uint64_t>(num_n);
-                stream_ops::wait_value(fs.side, &fs.sig->tile[mb], fs.stored_total[mb]);
-            }
+            const int64_t c1 = std::min(blocks_per_rank, c0 + chunk_m), lead = d * blocks_per_rank + c0;
+            fs.stored_total[lead] += static_cast<uint64_t>((c1 - c0) * num_n);
+            stream_ops::wait_value(fs.side, &fs.sig->tile[lead], fs.stored_total[lead]);
             const int64_t off = c0 * block_bytes, bytes = (c1 - c0) * block_bytes;
             stream_ops::put_signal_ce(world, h.scratch + kernels::overlap::rs_slot_of(me, d) * slot_bytes + off,
                                       outbox + d * slot_bytes + off, static_cast<std::size_t>(bytes),
-                                      &fs.sig->tile_in[me][d * blocks_per_rank + c0], epoch, d, fs.side);
+                                      &fs.sig->tile_in[me][lead], epoch, d, fs.side);
         }
     }
     overlap::join(fs, stream);
@@ -281,9 +279,13 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
                    st.device_sms, plan.str());
     gemm_validate(a, b, MatrixView{c.data, c.dtype, M, N, 0}, GemmOptions{});
 
-    // The fused epilogue's transport. Auto: Sm. Ranks sharing a GPU cannot take the copy engine (a copy within one
-    // GPU is a runtime copy kernel: the persistent GEMM, waiting for the peers' copies, would starve it).
-    const RsTransport transport = o.transport == RsTransport::Auto ? RsTransport::Sm : o.transport;
+    // The fused epilogue's transport. Auto: the copy engine when every rank has its own GPU (two H200s, W = 2: 0.95x
+    // to 1.0x the time of the epilogue's own NVLink bulk copies, which stall the GEMM's TMA loads; docs/overlap.md),
+    // else Sm: ranks sharing a GPU cannot take the copy engine (a copy within one GPU is a runtime copy kernel: the
+    // persistent GEMM, waiting for the peers' copies, would starve it).
+    const RsTransport transport = o.transport != RsTransport::Auto                          ? o.transport
+                                  : !st.shared_gpu && plan.rs_algo == RsAlgo::FusedEpilogue ? RsTransport::CopyEngine
+                                                                                            : RsTransport::Sm;
     LOOM_CHECK(transport != RsTransport::CopyEngine || !st.shared_gpu,
                "{}: the copy-engine transport needs every rank on its own GPU (here ranks share one: a copy within a "
                "GPU is a copy kernel the waiting GEMM would starve); use RsTransport::Sm or Auto",

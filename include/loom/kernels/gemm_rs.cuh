@@ -146,8 +146,11 @@ struct RsEpilogueHooks {
         if (threadIdx.x == 0) {
             const int32_t p = rs_pending_push();
             if (p >= 0 && a.outbox != nullptr) {
-                // Copy-engine transport: the tile is in the outbox; the host's copy stream counts its M-block.
-                ptx::red_add_release_sys(a.stored + (p % kMaxTileSignals) / a.num_n, uint64_t{1});
+                // Copy-engine transport: the tile is in the outbox; counted on its chunk's first M-block, which the
+                // host's copy stream waits for.
+                const int32_t band0 = (p / kMaxTileSignals) * a.blocks_per_rank;
+                const int32_t rel = (p % kMaxTileSignals) / a.num_n - band0;
+                ptx::red_add_release_sys(a.stored + band0 + rel / a.chunk_m * a.chunk_m, uint64_t{1});
                 rs_pending_push() = -1;
             } else if (p >= 0) {
                 const int32_t d = p / kMaxTileSignals, tile = p % kMaxTileSignals;

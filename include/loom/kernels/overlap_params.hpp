@@ -96,13 +96,14 @@ struct RsFusedHookArgs {
     // the fused epilogue apart (bench-overlap --rs-fused-diag).
     int32_t diag_skip;
     // Copy-engine transport (RsTransport::CopyEngine; outbox == nullptr: the epilogue bulk-copies peers' tiles over
-    // NVLink itself). A peer's tile is bulk-copied into this rank's local outbox instead, band d's tiles at
-    // d * slot_bytes + the slot layout above, and stored[m_block] += 1 (release, sys) once the copy completed; the
-    // host's copy-engine stream waits for whole chunks of chunk_m M-blocks, copies each into our slot of the owner's
-    // scratch and sets tile_in[me][lead] := epoch there, lead = the chunk's first M-block (global index). An own tile
-    // waits for tile_in[q][lead of its chunk] of every peer q.
+    // NVLink itself). Chunk: chunk_m consecutive M-blocks of one band (the last one of a band may be shorter), named
+    // by its first M-block `lead` (global index). A peer's tile is bulk-copied into this rank's local outbox instead,
+    // band d's tiles at d * slot_bytes + the slot layout above, and stored[lead] += 1 (release, sys) once the copy
+    // completed; the host's copy-engine stream waits for each whole chunk (stored[lead] at its cumulative target),
+    // copies it into our slot of the owner's scratch and sets tile_in[me][lead] := epoch there. An own tile waits
+    // for tile_in[q][lead of its chunk] of every peer q.
     uint8_t* outbox;   // local [world][slot_bytes]
-    uint64_t* stored;  // this rank's Signals::tile, indexed by M-block (cumulative tile counts; targets on the host)
+    uint64_t* stored;  // this rank's Signals::tile, indexed by lead M-block (cumulative tile counts; host targets)
     int32_t chunk_m;   // M-blocks per copy-engine chunk (>= 1)
     int32_t pad;
 };

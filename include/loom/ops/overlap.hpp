@@ -57,7 +57,7 @@ const char* to_string(RsAlgo a);
 
 // How gemm_rs's fused epilogue moves the tiles of peers' rows (docs/overlap.md).
 enum class RsTransport {
-    Auto,        // Sm (see gemm_rs in src/ops/gemm_rs.cpp for the measurements behind the choice)
+    Auto,        // CopyEngine when every rank has a GPU of its own, else Sm (src/ops/gemm_rs.cpp says why)
     Sm,          // the epilogue bulk-copies each tile (cp.async.bulk shared -> peer global) over NVLink
     CopyEngine,  // the epilogue stores each tile locally (an outbox); a side stream waits for whole chunks of
                  // M-blocks and copies them with the copy engine (ranks on distinct GPUs only: within one GPU a
