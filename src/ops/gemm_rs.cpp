@@ -72,8 +72,9 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
     const int64_t num_n = (N + cfg.block_n - 1) / cfg.block_n;
     const int64_t blocks_per_rank = rows_seg / cfg.block_m;
     if (transport == RsTransport::CopyEngine) {
-        // A chunk waits for whole M-blocks (every N-block), so every CTA must meet all its tiles of peers' rows before
-        // its first own tile: raster groups must not straddle a band boundary (group_m divides M-blocks per rank).
+        // A chunk is a run of columns of one raster group, waited for whole, so every CTA must meet all its tiles of
+        // peers' rows before its first own tile: raster groups must not straddle a band boundary (group_m divides
+        // the M-blocks per rank), which also makes the slot layout's groups the raster's.
         while (blocks_per_rank % cfg.group_m != 0) --cfg.group_m;
     }
     const int64_t slot_bytes = blocks_per_rank * num_n * cfg.block_m * cfg.block_n * es;
@@ -100,6 +101,7 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
     h.num_n = static_cast<int32_t>(num_n);
     h.shift_m = static_cast<int32_t>(((me + 1) % W) * blocks_per_rank);
     h.rows_per_rank = static_cast<int32_t>(rows_seg);
+    h.group = std::min<int32_t>(cfg.group_m, static_cast<int32_t>(blocks_per_rank));
     h.diag_skip = static_cast<int32_t>(env_int("LOOM_DIAG_RS_FUSED_SKIP", 0) & 3);  // diagnostics: wrong results
     GemmSm90Launch l = gemm_sm90_launch(a, b, c, GemmOptions{}, cfg, fs.num_sms, stream);
     l.launch.smem = kernels::gemm_sm90_smem_bytes(cfg.block_m, cfg.block_n, cfg.stages, static_cast<int>(es));
@@ -109,32 +111,39 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
         kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, h);
         return;
     }
-    // Copy-engine transport. The outbox is local ([W][slot_bytes], band d's tiles in slot d); an M-block's tiles
-    // are contiguous in a slot (slot layout: M-block-major), so a chunk of chunk_m M-blocks is one copy.
-    const int64_t block_bytes = num_n * cfg.block_m * cfg.block_n * es;  // one M-block's tiles
+    // Copy-engine transport. The outbox is local ([W][slot_bytes], band d's tiles in slot d, the slot layout of
+    // rs_slot_tile). A chunk: chunk_n consecutive columns of one raster group of a band, contiguous in the layout.
+    const int64_t tile_bytes = int64_t(cfg.block_m) * cfg.block_n * es;
     const int64_t want = ce_chunk_bytes > 0 ? static_cast<int64_t>(ce_chunk_bytes) : int64_t(2) << 20;
-    const int64_t chunk_m = std::clamp<int64_t>(want / block_bytes, 1, blocks_per_rank);
+    const int64_t chunk_n = std::clamp<int64_t>(want / (h.group * tile_bytes), 1, num_n);
     uint8_t* const outbox = static_cast<uint8_t*>(overlap::ensure_local(fs, static_cast<std::size_t>(W * slot_bytes)));
-    const int64_t num_m = M / cfg.block_m;
-    if (static_cast<int64_t>(fs.stored_total.size()) < num_m) fs.stored_total.resize(num_m, 0);
+    const int64_t num_tiles = M / cfg.block_m * num_n;
+    if (static_cast<int64_t>(fs.stored_total.size()) < num_tiles) fs.stored_total.resize(num_tiles, 0);
     h.outbox = outbox;
     h.stored = fs.sig->tile;
-    h.chunk_m = static_cast<int32_t>(chunk_m);
+    h.chunk_n = static_cast<int32_t>(chunk_n);
     // The side stream starts after the previous call (outbox read out, peers' scratch half free: see the kernel's
     // write-after-read note); the GEMM runs concurrently with it.
     overlap::fork(fs, stream);
     kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, h);
-    // Bands in the GEMM's order (rank me + 1's rows first), chunks in M order within a band (the grouped order's).
+    // Bands in the GEMM's order (rank me + 1's rows first); in a band, groups in order and each group's columns in
+    // order: the order the GEMM completes them.
+    const int32_t bpr = h.blocks_per_rank, nn = h.num_n, group = h.group;
     for (int i = 1; i < W; ++i) {
         const int d = (me + i) % W;
-        for (int64_t c0 = 0; c0 < blocks_per_rank; c0 += chunk_m) {
-            const int64_t c1 = std::min(blocks_per_rank, c0 + chunk_m), lead = d * blocks_per_rank + c0;
-            fs.stored_total[lead] += static_cast<uint64_t>((c1 - c0) * num_n);
-            stream_ops::wait_value(fs.side, &fs.sig->tile[lead], fs.stored_total[lead]);
-            const int64_t off = c0 * block_bytes, bytes = (c1 - c0) * block_bytes;
-            stream_ops::put_signal_ce(world, h.scratch + kernels::overlap::rs_slot_of(me, d) * slot_bytes + off,
-                                      outbox + d * slot_bytes + off, static_cast<std::size_t>(bytes),
-                                      &fs.sig->tile_in[me][lead], epoch, d, fs.side);
+        for (int32_t first = 0; first < bpr; first += group) {
+            const int64_t rows = std::min(group, bpr - first);
+            for (int32_t n0 = 0; n0 < nn; n0 += static_cast<int32_t>(chunk_n)) {
+                const int64_t cols = std::min<int64_t>(chunk_n, nn - n0);
+                const int64_t at = kernels::overlap::rs_slot_tile(first, n0, bpr, nn, group);  // first tile
+                const int64_t lead = int64_t(d) * bpr * nn + at;
+                fs.stored_total[lead] += static_cast<uint64_t>(rows * cols);
+                stream_ops::wait_value(fs.side, &fs.sig->tile[lead], fs.stored_total[lead]);
+                stream_ops::put_signal_ce(
+                    world, h.scratch + kernels::overlap::rs_slot_of(me, d) * slot_bytes + at * tile_bytes,
+                    outbox + d * slot_bytes + at * tile_bytes, static_cast<std::size_t>(rows * cols * tile_bytes),
+                    &fs.sig->tile_in[me][lead], epoch, d, fs.side);
+            }
         }
     }
     overlap::join(fs, stream);

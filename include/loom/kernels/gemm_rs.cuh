@@ -148,9 +148,9 @@ struct RsEpilogueHooks {
             if (p >= 0 && a.outbox != nullptr) {
                 // Copy-engine transport: the tile is in the outbox; counted on its chunk's first M-block, which the
                 // host's copy stream waits for.
-                const int32_t band0 = (p / kMaxTileSignals) * a.blocks_per_rank;
-                const int32_t rel = (p % kMaxTileSignals) / a.num_n - band0;
-                ptx::red_add_release_sys(a.stored + band0 + rel / a.chunk_m * a.chunk_m, uint64_t{1});
+                const int32_t band0 = (p / kMaxTileSignals) * a.blocks_per_rank, tile = p % kMaxTileSignals;
+                ptx::red_add_release_sys(a.stored + chunk_signal(band0, tile / a.num_n - band0, tile % a.num_n),
+                                         uint64_t{1});
                 rs_pending_push() = -1;
             } else if (p >= 0) {
                 const int32_t d = p / kMaxTileSignals, tile = p % kMaxTileSignals;
@@ -169,8 +169,15 @@ struct RsEpilogueHooks {
     template <int BLOCK_M, int BLOCK_N, class TOut>
     LOOM_DEVICE LOOM_FORCEINLINE int64_t tile_offset(const tile::TileCoord& t, int32_t band, int wg) const {
         constexpr int64_t kTileBytes = int64_t(BLOCK_M) * BLOCK_N * sizeof(TOut);
-        return (static_cast<int64_t>(t.m_block - band * a.blocks_per_rank) * a.num_n + t.n_block) * kTileBytes +
+        return rs_slot_tile(t.m_block - band * a.blocks_per_rank, t.n_block, a.blocks_per_rank, a.num_n, a.group) *
+                   kTileBytes +
                wg * (kTileBytes / (BLOCK_M / 64));
+    }
+    // Copy-engine transport: the signal index of the chunk holding band-relative M-block rel, N-block n of the band
+    // starting at M-block band0.
+    LOOM_DEVICE LOOM_FORCEINLINE int64_t chunk_signal(int32_t band0, int32_t rel, int32_t n) const {
+        return static_cast<int64_t>(band0) * a.num_n +
+               rs_chunk_lead(rel, n, a.blocks_per_rank, a.num_n, a.group, a.chunk_n);
     }
 
     // Every consumer thread, before the tile is staged: the previous tile's copies are complete (their staging
@@ -224,10 +231,10 @@ struct RsEpilogueHooks {
             return;
         }
         if (wg_thread == 0 && (a.diag_skip & 2) == 0) {
-            // Bulk copies signal per tile; the copy engine per chunk of chunk_m M-blocks (its first one's index).
-            const int32_t rel = t.m_block - a.me * a.blocks_per_rank;
-            const int32_t tile_id = a.outbox != nullptr ? a.me * a.blocks_per_rank + rel / a.chunk_m * a.chunk_m
-                                                        : t.m_block * a.num_n + t.n_block;
+            // Bulk copies signal per tile; the copy engine per chunk.
+            const int32_t band0 = a.me * a.blocks_per_rank;
+            const int64_t tile_id = a.outbox != nullptr ? chunk_signal(band0, t.m_block - band0, t.n_block)
+                                                        : int64_t(t.m_block) * a.num_n + t.n_block;
             for (int q = 0; q < a.world; ++q)
                 if (q != a.me)
                     lang::wait_ge_sys_or_trap(a.tile_in + static_cast<int64_t>(q) * kMaxTileSignals + tile_id, a.epoch,

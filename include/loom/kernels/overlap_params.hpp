@@ -72,12 +72,26 @@ struct TileNotifyHookArgs {
 
 // GEMM+RS, fused epilogue (RsEpilogueHooks, kernels/gemm_rs.cuh). Every M-block belongs to one rank's rows
 // (rows_per_rank is a multiple of BLOCK_M). The scratch is this call's parity half of the op's symmetric buffer:
-// W - 1 slots (slot_bytes each): sender q's is slot q, or q - 1 above this rank; it holds the tiles q pushed here, tile
-// (m_block - me * blocks_per_rank, n_block) at
-// ((m_block - me * blocks_per_rank) * num_n + n_block) * BLOCK_M * BLOCK_N * sizeof(TOut), each tile as its
-// 128B-swizzled 8 KiB staging slabs, warpgroup-major.
-// The slot of sender q in receiver d's fused-epilogue scratch: W - 1 slots, the receiver has none of its own.
+// W - 1 slots (slot_bytes each): sender q's is slot q, or q - 1 above this rank (rs_slot_of); it holds the tiles q
+// pushed here, tile (m_block - me * blocks_per_rank, n_block) at rs_slot_tile(...) * BLOCK_M * BLOCK_N * sizeof(TOut),
+// each tile as its 128B-swizzled 8 KiB staging slabs, warpgroup-major.
 LOOM_HOST_DEVICE inline int64_t rs_slot_of(int q, int d) { return q < d ? q : q - 1; }
+
+// Tile index inside a slot of band-relative M-block `rel` and N-block `n` (band of bpr M-blocks, num_n N-blocks):
+// groups of `group` M-blocks (the band's last may be shorter), each group column-major — the GEMM's raster order
+// inside a group when `group` is its group_m and divides bpr —, groups one after the other. So a run of consecutive
+// columns of one group, which the GEMM completes in that order, is contiguous: the copy-engine transport's chunk.
+LOOM_HOST_DEVICE inline int64_t rs_slot_tile(int32_t rel, int32_t n, int32_t bpr, int32_t num_n, int32_t group) {
+    const int32_t first = rel / group * group;
+    const int32_t rows = bpr - first < group ? bpr - first : group;
+    return static_cast<int64_t>(first) * num_n + static_cast<int64_t>(n) * rows + (rel - first);
+}
+// The copy-engine chunk of that tile (columns [n0, n0 + chunk_n) of its group, n0 = n rounded down to a multiple of
+// chunk_n), named by its first tile's slot index.
+LOOM_HOST_DEVICE inline int64_t rs_chunk_lead(int32_t rel, int32_t n, int32_t bpr, int32_t num_n, int32_t group,
+                                              int32_t chunk_n) {
+    return rs_slot_tile(rel / group * group, n / chunk_n * chunk_n, bpr, num_n, group);
+}
 
 struct RsFusedHookArgs {
     uint8_t* scratch;         // this call's half of this rank's scratch (symmetric)
@@ -95,17 +109,17 @@ struct RsFusedHookArgs {
     // still raised), bit 1 the own tiles' waits and combine. Results are wrong by design: for timing the parts of
     // the fused epilogue apart (bench-overlap --rs-fused-diag).
     int32_t diag_skip;
+    int32_t group;  // M-blocks per group of the slot layout (rs_slot_tile): the GEMM's group_m
     // Copy-engine transport (RsTransport::CopyEngine; outbox == nullptr: the epilogue bulk-copies peers' tiles over
-    // NVLink itself). Chunk: chunk_m consecutive M-blocks of one band (the last one of a band may be shorter), named
-    // by its first M-block `lead` (global index). A peer's tile is bulk-copied into this rank's local outbox instead,
-    // band d's tiles at d * slot_bytes + the slot layout above, and stored[lead] += 1 (release, sys) once the copy
-    // completed; the host's copy-engine stream waits for each whole chunk (stored[lead] at its cumulative target),
-    // copies it into our slot of the owner's scratch and sets tile_in[me][lead] := epoch there. An own tile waits
-    // for tile_in[q][lead of its chunk] of every peer q.
+    // NVLink itself). Chunk: chunk_n consecutive columns of one group of a band (rs_chunk_lead), named by
+    // band * blocks_per_rank * num_n + its lead (`lead` below). A peer's tile is bulk-copied into this rank's local
+    // outbox instead, band d's slot at d * slot_bytes, and stored[lead] += 1 (release, sys) once the copy completed;
+    // the host's copy-engine stream waits for each whole chunk (stored[lead] at its cumulative target), copies it
+    // into our slot of the owner's scratch and sets tile_in[me][lead] := epoch there. An own tile waits for
+    // tile_in[q][lead of its chunk] of every peer q.
+    int32_t chunk_n;   // columns per copy-engine chunk (>= 1)
     uint8_t* outbox;   // local [world][slot_bytes]
-    uint64_t* stored;  // this rank's Signals::tile, indexed by lead M-block (cumulative tile counts; host targets)
-    int32_t chunk_m;   // M-blocks per copy-engine chunk (>= 1)
-    int32_t pad;
+    uint64_t* stored;  // this rank's Signals::tile, indexed by lead (cumulative tile counts; targets on the host)
 };
 
 // ---- communication kernels -----------------------------------------------------------------------------------
