@@ -353,14 +353,18 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             // The fused epilogue with parts left out (LOOM_DIAG_RS_FUSED_SKIP: 1 no peer pushes, 2 no waits and
             // combine, 3 neither): timing only, the results are wrong by design and not checked. Every rank sets
             // the same mode, so no wait is left without its signal.
+            // With the copy-engine transport (key "ce_<mode>") "no pushes" leaves out the epilogue's copies into
+            // the outbox (the copy engine still moves the chunks).
             nlohmann::json diag;
-            loom::GemmRsOptions o;
-            o.algo = loom::RsAlgo::FusedEpilogue;
-            o.transport = loom::RsTransport::Sm;  // the pushes the diagnostic leaves out are the epilogue's
-            for (int mode : {1, 2, 3}) {
-                setenv("LOOM_DIAG_RS_FUSED_SKIP", std::to_string(mode).c_str(), 1);
-                diag[std::to_string(mode)] =
-                    med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w, args.iters);
+            const bool own_gpus = !loom::collective_topology(w).shared_gpu;
+            for (loom::RsTransport tr : {loom::RsTransport::Sm, loom::RsTransport::CopyEngine}) {
+                if (tr == loom::RsTransport::CopyEngine && !own_gpus) continue;
+                loom::GemmRsOptions o{0, nullptr, loom::RsAlgo::FusedEpilogue, tr};
+                for (int mode : {1, 2, 3}) {
+                    setenv("LOOM_DIAG_RS_FUSED_SKIP", std::to_string(mode).c_str(), 1);
+                    diag[(tr == loom::RsTransport::Sm ? "" : "ce_") + std::to_string(mode)] =
+                        med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w, args.iters);
+                }
             }
             unsetenv("LOOM_DIAG_RS_FUSED_SKIP");
             row["fused_diag_skip_us"] = diag;
