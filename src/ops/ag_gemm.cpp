@@ -31,6 +31,8 @@ const char* to_string(AgProducer p) {
             return "copy-engine";
         case AgProducer::Sm:
             return "sm";
+        case AgProducer::Direct:
+            return "direct";
     }
     return "?";
 }
@@ -44,6 +46,47 @@ namespace {
 
 constexpr const char* kHooks = "loom::kernels::overlap::AgGemmHooks";
 constexpr const char* kHeader = "loom/kernels/ag_gemm.cuh";
+
+// The direct producer (its own OpState: staging halves and signals). Per call e on every rank:
+//   stream  wait read_done[q] >= e - 2 (every peer q: its GEMM of call e - 2, the last reader of staging half e % 2,
+//           finished) ── copy the shard into half e % 2 ── chunk[me] := T at every rank ── GEMM (own rows from the
+//           shard; rank r's rows from r's half e % 2 through a_peer[r], after chunk[r] >= T) ── read_done[me] := e at
+//           every peer.
+void ag_gemm_direct(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmConfig& cfg,
+                    kernels::overlap::AgGemmHookArgs h, cudaStream_t stream) {
+    constexpr const char* op = "ag_gemm";
+    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::AgGemmDirect, op);
+    const int W = world.world_size(), me = world.local_rank();
+    const int64_t R = a.rows, K = a.cols;
+    const std::size_t shard_bytes = static_cast<std::size_t>(R * K) * dtype_size(a.dtype);
+    const std::size_t half = (shard_bytes + 1023) / 1024 * 1024;
+    overlap::ensure_symmetric(world, st, 2 * half);
+    // Halves at half of the allocation (the same on every rank and in every call): a larger earlier call's peers may
+    // still read the other half.
+    const std::size_t half_stride = st.sym_bytes / 2 / 1024 * 1024;
+    const uint64_t epoch = ++st.calls;
+    char* const staging = static_cast<char*>(st.sym) + (epoch % 2) * half_stride;
+    auto* sig = st.sig;
+    if (epoch > 2)
+        for (int q = 0; q < W; ++q)
+            if (q != me) stream_ops::wait_value(stream, &sig->read_done[q], epoch - 2, stream_ops::WaitCmp::GEQ);
+    LOOM_CHECK_CUDA(cudaMemcpyAsync(staging, a.data, shard_bytes, cudaMemcpyDeviceToDevice, stream));
+    st.chunk_total += 1;
+    for (int d = 0; d < W; ++d) stream_ops::signal_ce(world, &sig->chunk[me], st.chunk_total, d, stream);
+    h.direct = 1;
+    h.world = W;
+    for (int r = 0; r < W; ++r) {
+        const CUtensorMap m =
+            make_tma_2d(MatrixView{world.peer_ptr(staging, r), a.dtype, R, K, 0}, cfg.block_m, kernels::kGemmBlockK);
+        std::memcpy(&h.a_peer[r], &m, sizeof(m));
+    }
+    h.chunk = sig->chunk;
+    h.target = st.chunk_total;
+    // The gather map is never read (every tile is own or a peer's): a map of A's shape over A's address does.
+    overlap::launch_gemm(kHooks, kHeader, MatrixView{a.data, a.dtype, R * W, K, 0}, b, c, cfg, st.num_sms, stream, h);
+    for (int d = 0; d < W; ++d)
+        if (d != me) stream_ops::signal_ce(world, &sig->read_done[me], epoch, d, stream);
+}
 
 }  // namespace
 
@@ -80,6 +123,20 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
                R, N, c.rows, c.cols);
     LOOM_CHECK(M <= INT32_MAX, "{}: expected M to fit in int32, given {}", op, M);
 
+    // Auto: the direct producer where ranks share a GPU and it applies (no copy but each rank's own shard), else the
+    // copy engine. (On a shared GPU, where the copy engine's copies run before the GEMM, it still measured faster
+    // than the overlapped SM producer, whose blocks take SMs from the GEMM: 8 ranks on one H200, M = 8192,
+    // N = 11008, K = 4096: 1684 vs 2392 us.)
+    const GemmConfig heuristic = overlap::gemm_config(M, N, K, st.arch, st.num_sms);
+    const int block_m = o.config ? o.config->block_m : heuristic.block_m;
+    const bool direct_fits = W > 1 && R % block_m == 0 && !o.gathered.data;
+    const AgProducer producer = o.producer != AgProducer::Auto ? o.producer
+                                : st.shared_gpu && direct_fits ? AgProducer::Direct
+                                                               : AgProducer::CopyEngine;
+    LOOM_CHECK(producer != AgProducer::Direct || direct_fits,
+               "{}: the direct producer needs M / W = {} a multiple of the GEMM's BLOCK_M = {}, more than one rank "
+               "(given {}), and no gathered buffer (it gathers nothing)",
+               op, R, block_m, W);
     void* gather = nullptr;
     if (o.gathered.data) {
         const MatrixView& g = o.gathered;
@@ -90,16 +147,13 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
                    "{}: the gathered buffer ({}, {} bytes) is not in the symmetric heap: allocate it with world.alloc",
                    op, g.data, M * K * es);
         gather = g.data;
-    } else {
+    } else if (producer != AgProducer::Direct) {
         gather = overlap::ensure_symmetric(world, st, static_cast<std::size_t>(M * K) * es);
     }
-    const MatrixView gview{gather, a.dtype, M, K, 0};
+    // The direct producer has no gather buffer; its GEMM's A map (never read: every tile is redirected) spans A.
+    const MatrixView gview{gather ? gather : a.data, a.dtype, M, K, 0};
     gemm_validate(gview, b, c, GemmOptions{});
 
-    // Auto: the copy engine. (On a shared GPU, where it runs its copies before the GEMM, it still measured faster
-    // than the overlapped SM producer, whose blocks take SMs from the GEMM: 8 ranks on one H200, M = 8192,
-    // N = 11008, K = 4096: 1684 vs 2392 us.)
-    const AgProducer producer = o.producer == AgProducer::Auto ? AgProducer::CopyEngine : o.producer;
     LOOM_CHECK(o.comm_sms >= 0, "{}: expected comm_sms >= 0, given {}", op, o.comm_sms);
     OverlapPlan plan = ag_gemm_plan(M, N, K, W, producer, o.comm_sms, st.arch, st.num_sms, st.shared_gpu);
     if (o.config) {
@@ -128,11 +182,11 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
     }
     overlap::prepare_gemm(kHooks, kHeader, gview, c, plan.gemm);
 
-    // The own rows in place: with the copy engine, no gathered buffer asked for, own M-blocks whole and a shard
-    // TMA can read, the GEMM loads this rank's tiles from its shard and the copy of them (a D2D copy kernel in
-    // stream order before the GEMM: R x K x 2 bytes, 16-64 us at the Triton-distributed shapes) is not made.
-    const bool own_local = producer == AgProducer::CopyEngine && !o.gathered.data && R % plan.gemm.block_m == 0 &&
-                           reinterpret_cast<std::uintptr_t>(a.data) % 16 == 0;
+    // The own rows in place: with the copy engine (or direct), no gathered buffer asked for, own M-blocks whole and
+    // a shard TMA can read, the GEMM loads this rank's tiles from its shard and the copy of them (a D2D copy kernel
+    // in stream order before the GEMM: R x K x 2 bytes, 16-64 us at the Triton-distributed shapes) is not made.
+    const bool own_local = (producer == AgProducer::CopyEngine || producer == AgProducer::Direct) && !o.gathered.data &&
+                           R % plan.gemm.block_m == 0 && reinterpret_cast<std::uintptr_t>(a.data) % 16 == 0;
     kernels::overlap::AgGemmHookArgs h{};
     if (own_local) {
         const CUtensorMap m =
@@ -143,6 +197,13 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
         h.own_row0 = static_cast<int32_t>(me * R);
     }
 
+    if (producer == AgProducer::Direct) {
+        h.timeout_ns = world.ctx().wait_timeout_ns;
+        h.rows_per_rank = static_cast<int32_t>(R);
+        h.shift_m = static_cast<int32_t>(me * R / plan.gemm.block_m);
+        ag_gemm_direct(world, a, b, c, plan.gemm, h, stream);
+        return;
+    }
     const uint64_t epoch = ++st.calls;
     auto* sig = st.sig;
     char* const my_rows = static_cast<char*>(gather) + static_cast<std::size_t>(me) * chunk_bytes;

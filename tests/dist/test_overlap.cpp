@@ -171,6 +171,58 @@ TEST_F(Overlap, AgGemmOwnRowsInPlace) {
         run_ag(*w, stream, AgGemmOptions{p}, 256, 128, 192, 43 + i, "ag_own_mixed_" + std::to_string(i), i % 3 != 0);
     }
 }
+// The direct producer (peers' rows read in place from their staging): single calls, then 300 back to back with the
+// inputs alternating between two sets and every fourth call taking the copy engine (separate buffers and signals),
+// so a staging half is rewritten while peers may still be in the previous call; rows per rank not a multiple of the
+// tile is a clear error.
+TEST_F(Overlap, AgGemmDirect) {
+    const AgGemmOptions direct{AgProducer::Direct};
+    run_ag(*w, stream, direct, 256, 192, 256, 50, "ag_direct_256", false);
+    run_ag(*w, stream, direct, 128, 136, 320, 51, "ag_direct_128_n136", false);
+    World& W_ = *w;
+    const int W = W_.world_size(), me = W_.rank();
+    const int64_t rows = 128, n = 192, k = 256, m = rows * W;
+    const AgCase cs[2] = {ag_case(W_, rows, n, k, 52, 0), ag_case(W_, rows, n, k, 52, 1)};
+    DevBuf src0(rows * k * 2), src1(rows * k * 2), bsrc0(n * k * 2), bsrc1(n * k * 2);
+    DevBuf* src[2] = {&src0, &src1};
+    DevBuf* bsrc[2] = {&bsrc0, &bsrc1};
+    for (int s = 0; s < 2; ++s) {
+        upload(src[s]->p, cs[s].a[me].bits);
+        upload(bsrc[s]->p, cs[s].b.bits);
+    }
+    DevBuf a(rows * k * 2), b(n * k * 2), c(m * n * 2);
+    W_.barrier();
+    std::string err;
+    try {
+        for (int i = 0; i < 300 && err.empty(); ++i) {
+            const int s = i % 2;
+            const bool check = i < 5 || i % 61 == 0 || i == 299;
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(a.p, src[s]->p, rows * k * 2, cudaMemcpyDeviceToDevice, stream));
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(b.p, bsrc[s]->p, n * k * 2, cudaMemcpyDeviceToDevice, stream));
+            if (check) poison(c.p, m * n * 2);
+            const AgGemmOptions o{i % 4 == 3 ? AgProducer::CopyEngine : AgProducer::Direct};
+            ag_gemm(W_, MatrixView{a.p, DType::BF16, rows, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
+                    MatrixView{c.p, DType::BF16, m, n, 0}, stream, o);
+            if (!check) continue;
+            if (cudaStreamSynchronize(stream) != cudaSuccess) {
+                err = "stream failed at call " + std::to_string(i);
+                break;
+            }
+            const std::string e = compare(download_bf16(c.p, m * n), cs[s].ref, cs[s].abs, 0, n);
+            if (!e.empty())
+                err = "ag_gemm (" + std::string(to_string(o.producer)) + ") call " + std::to_string(i) + ": " + e;
+        }
+        if (cudaStreamSynchronize(stream) != cudaSuccess && err.empty()) err = "stream failed";
+    } catch (const std::exception& e) {
+        err = e.what();
+    }
+    agree(W_, err, "ag_direct_back_to_back");
+    DevBuf a2(200 * 64 * 2), b2(64 * 64 * 2), c2(200 * W * 64 * 2);
+    EXPECT_THROW(ag_gemm(W_, MatrixView{a2.p, DType::BF16, 200, 64, 0}, MatrixView{b2.p, DType::BF16, 64, 64, 0},
+                         MatrixView{c2.p, DType::BF16, 200 * W, 64, 0}, stream, direct),
+                 Error);
+    W_.barrier();
+}
 TEST_F(Overlap, AgGemmSmProducer) {
     AgGemmOptions ld{AgProducer::Sm, DataPath::LdSt, 3};
     AgGemmOptions tma{AgProducer::Sm, DataPath::Tma, 0};

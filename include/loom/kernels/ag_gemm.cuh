@@ -4,7 +4,9 @@
 //   producer  moves this rank's shard into rows [me * M/W, (me + 1) * M/W) of every rank's gather buffer
 //             (symmetric [M, K]) and raises the chunk signal there. Either the copy engine (host side:
 //             src/ops/ag_gemm.cpp, cudaMemcpyAsync + cuStreamWriteValue64 on a side stream), or the SM kernel
-//             ag_gemm_push below (a few blocks on a side stream, ld/st or TMA data path).
+//             ag_gemm_push below (a few blocks on a side stream, ld/st or TMA data path). Or, ranks sharing a GPU,
+//             nobody (the direct producer): each rank copies its shard into its own symmetric staging and raises
+//             chunk[me] at every rank; the GEMMs read every peer's rows in place from there (a_peer maps).
 //   consumer  the persistent Hopper GEMM (kernels/gemm.cuh) with AgGemmHooks: tiles in rank-rotated order (this
 //             rank's own rows first, then the next rank's, ...); before a tile's operands are loaded its
 //             producer thread waits (acquire, sys scope) until the chunks holding the tile's rows have landed
@@ -49,12 +51,20 @@ struct AgGemmHooks {
     }
     LOOM_DEVICE LOOM_FORCEINLINE void prefetch_a() const {
         if (a.own_local) ptx::tma_prefetch_descriptor(local_map());
+        if (a.direct)
+            for (int r = 0; r < a.world; ++r)
+                if (r * a.rows_per_rank != a.own_row0)
+                    ptx::tma_prefetch_descriptor(reinterpret_cast<const ptx::TmaDescriptor*>(&a.a_peer[r]));
     }
     LOOM_DEVICE LOOM_FORCEINLINE void a_source(const tile::TileCoord& t, const ptx::TmaDescriptor*& map,
                                                int32_t& row) const {
         if (own_in_place(t)) {
             map = local_map();
             row = t.row0 - a.own_row0;
+        } else if (a.direct) {  // the owner's staging copy, in place (the tile lies inside one rank's rows)
+            const int32_t r = t.row0 / a.rows_per_rank;
+            map = reinterpret_cast<const ptx::TmaDescriptor*>(&a.a_peer[r]);
+            row = t.row0 - r * a.rows_per_rank;
         }
     }
 

@@ -31,7 +31,10 @@ struct Signals {
     // GEMM+RS. freed[r] at rank d: cumulative count of rank r's scatter-reduce blocks that finished reading r's
     // scratch (d may then push the next call's tiles into it).
     uint64_t freed[kMaxLocalPeers];
-    uint64_t pad[16 - 1 + kMaxLocalPeers];
+    // AG+GEMM, direct producer. read_done[r] at rank d: the last call whose GEMM on rank r finished (it read d's
+    // staging half of that call; d overwrites the half two calls later only once every peer is past it).
+    uint64_t read_done[kMaxLocalPeers];
+    uint64_t pad[16 - 1];
     // GEMM+RS / GEMM+AR: tile[i] = the call number whose tile i the local GEMM has stored (TMA stores complete).
     uint64_t tile[kMaxTileSignals];
     // GEMM+RS: tile_in[r][i] at rank d = the last call whose rows of output tile i owned by d rank r pushed into
@@ -59,7 +62,13 @@ struct AgGemmHookArgs {
     // gather buffer's copy of them is then not made.
     int32_t own_local;
     int32_t own_row0;
+    // direct != 0 (the direct producer, ranks sharing a GPU): the rows of every other rank r are read in place from
+    // r's staging copy of its shard through a_peer[r] (same box as the gather map; rows_per_rank a multiple of
+    // BLOCK_M, and own_local set), after chunk[r] >= target; there is no gather buffer.
+    int32_t direct;
+    int32_t world;  // local world size (the a_peer maps in use)
     TensorMapBytes a_local;
+    TensorMapBytes a_peer[kMaxLocalPeers];
 };
 
 // GEMM+RS / GEMM+AR: publish each stored tile; order rotated by shift_m M-blocks.

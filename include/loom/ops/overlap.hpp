@@ -30,9 +30,13 @@ namespace loom {
 
 // Who moves A's chunks in ag_gemm.
 enum class AgProducer {
-    Auto,        // the copy engine (the GEMM keeps every SM)
+    Auto,        // Direct where ranks share a GPU (and it applies), else the copy engine (the GEMM keeps every SM)
     CopyEngine,  // cudaMemcpyAsync to each peer's gather buffer + cuStreamWriteValue64 signal, on a side stream
     Sm,          // ag_gemm_push blocks on a side stream (comm_sms of them; the GEMM gets the other SMs)
+    Direct,      // no gather: each rank copies its shard into its own symmetric staging, and the GEMMs read every
+                 // peer's rows in place from there (TMA through per-rank tensor maps). For ranks sharing a GPU,
+                 // where a peer's memory is this GPU's; needs M / W a multiple of the GEMM's BLOCK_M and no
+                 // `gathered` buffer
 };
 const char* to_string(AgProducer p);
 
