@@ -106,6 +106,19 @@ double med(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, loom::Wo
     }
     return us;
 }
+// Several ops timed interleaved run by run (harness time_ops): the overlapped op, the GEMM alone, the collective alone
+// and the sequence see the same clocks and heat, so their ratios (efficiency, speedup over the sequence) do not
+// carry the drift between points timed seconds apart (two H200s: the same GEMM read 479 and 522 us in two calls).
+std::vector<double> meds(const std::vector<std::function<void(cudaStream_t)>>& fns, cudaStream_t s, loom::World& w,
+                         int iters) {
+    TimeOptions o;
+    o.world = &w;
+    o.iters = iters;
+    if (g_align) o.align = [&w](cudaStream_t st) { loom::barrier_on_stream(w, st); };
+    std::vector<double> us;
+    for (const auto& t : loom::bench::time_ops(fns, s, o)) us.push_back(t.median_us);
+    return us;
+}
 // --shape: keep only the listed (N, K) pairs (flattened N, K, N, K, ...); none listed keeps them all.
 void keep_shapes(std::vector<std::pair<int64_t, int64_t>>& shapes, const std::vector<int64_t>& only) {
     if (only.empty()) return;
@@ -207,18 +220,20 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             row[name + "_us"] = t;
             if (prod == loom::AgProducer::Auto) t_auto = t;
         }
-        const double t_comm = med(
+        // The collective alone, the GEMM alone and the sequence, interleaved with the automatic op when it passed.
+        std::vector<std::function<void(cudaStream_t)>> fns = {
             [&](cudaStream_t st) {
                 loom::all_gather(w, {a_sym, DType::BF16, static_cast<size_t>(rows * K)},
                                  {g_sym, DType::BF16, static_cast<size_t>(M * K)}, st);
             },
-            s, w, args.iters);
-        const double t_gemm = med(
             [&](cudaStream_t st) {
                 loom::gemm({gfull, DType::BF16, M, K, 0}, B, {c_ref, DType::BF16, M, n_loc, 0}, {}, st);
             },
-            s, w, args.iters);
-        const double t_seq = med(seq_loom, s, w, args.iters);
+            seq_loom};
+        if (std::isfinite(t_auto)) fns.push_back([&](cudaStream_t st) { loom::ag_gemm(w, A, B, C, st, {}); });
+        const std::vector<double> tm = meds(fns, s, w, args.iters);
+        const double t_comm = tm[0], t_gemm = tm[1], t_seq = tm[2];
+        if (std::isfinite(t_auto)) t_auto = tm[3];
         nlohmann::json baselines{{"loom_allgather_then_gemm", t_seq}};
         row["allgather_us"] = t_comm;
         row["gemm_us"] = t_gemm;
@@ -301,7 +316,7 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         const double diff = max_scaled_diff(c, c_ref, rows * N);
         row["check"] = diff;
         const bool ok = agreed_ok(w, diff, 2e-2, fmt::format("gemm_rs N={} K={} vs gemm + reduce_scatter", N, K));
-        const double t = ok ? med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st); }, s, w, args.iters) : NAN;
+        double t = NAN;  // timed below, interleaved with the GEMM and the collective alone and the sequence
         // Each algorithm on its own (auto picks the fused epilogue when M / W is a multiple of BLOCK_M), each
         // checked against the sequential result.
         // "fused-epilogue" is the epilogue's own NVLink bulk copies (RsTransport::Sm); its copy-engine transport is
@@ -402,18 +417,21 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             }
             row["comm_sms_sweep_us"] = sweep;
         }
-        const double t_gemm = med(
+        // The GEMM alone, the collective alone and the sequence, interleaved with the automatic op when it passed.
+        std::vector<std::function<void(cudaStream_t)>> fns = {
             [&](cudaStream_t st) {
                 loom::gemm(A, B, {partial, DType::BF16, M, N, 0}, {}, st);
             },
-            s, w, args.iters);
-        const double t_comm = med(
             [&](cudaStream_t st) {
                 loom::reduce_scatter(w, {partial, DType::BF16, static_cast<size_t>(M * N)},
                                      {c_ref, DType::BF16, static_cast<size_t>(rows * N)}, st);
             },
-            s, w, args.iters);
-        nlohmann::json baselines{{"loom_gemm_then_reduce_scatter", med(seq_loom, s, w, args.iters)}};
+            seq_loom};
+        if (ok) fns.push_back([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st); });
+        const std::vector<double> tm = meds(fns, s, w, args.iters);
+        const double t_gemm = tm[0], t_comm = tm[1];
+        if (ok) t = tm[3];
+        nlohmann::json baselines{{"loom_gemm_then_reduce_scatter", tm[2]}};
         row["gemm_us"] = t_gemm;
         row["reduce_scatter_us"] = t_comm;
         loom::bench::LtGemm lt(M, N, k_loc);
