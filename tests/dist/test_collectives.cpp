@@ -291,6 +291,52 @@ void check_all_reduce(World& w, cudaStream_t s, DType t, std::size_t n, const Co
 // AllReduceLLOverCapacity.
 constexpr std::size_t kLLMaxBytes = std::size_t(kernels::coll::kMaxLLBlocks) * kernels::coll::kLLPacketsPerBlock * 8;
 
+// The copy-engine scatter back to back (ranks on distinct GPUs: the streamed version, one reduce kernel beside the
+// pushes, a ring of scratch buffers reused within and across calls; ranks sharing a GPU: the rounds version): 200
+// calls alternating a 3-round size and a 1-element-odd small one and two input sets, an all_reduce (other scratch
+// user) every 25th, every element checked at five calls.
+TEST_F(Collectives, ReduceScatterCopyEngineBackToBack) {
+    const int W = w->world_size(), me = w->rank();
+    const DType t = DType::BF16;
+    const std::size_t big = (std::size_t(5) << 20) + 3, small = 4099;
+    Sym in0(*w, big * W * 2), in1(*w, big * W * 2), out(*w, big * 2), ar(*w, 4096 * 2);
+    std::vector<std::vector<char>> all[2];
+    for (int k = 0; k < 2; ++k) {
+        for (int r = 0; r < W; ++r) all[k].push_back(make_input(t, big * W, seed_of(r, 700, k)));
+        upload(k == 0 ? in0.p : in1.p, all[k][me]);
+    }
+    w->barrier();
+    const CollOptions ce{CollAlgo::Scatter, DataPath::CopyEngine};
+    for (int it = 0; it < 200; ++it) {
+        const int k = it % 2;
+        const std::size_t n = (it / 2) % 2 == 0 ? big : small;
+        void* src = k == 0 ? in0.p : in1.p;
+        const bool check = it < 3 || it == 101 || it == 199;
+        if (check) {
+            sync_or_die(stream);
+            poison(out.p, n * 2);
+            w->barrier();
+        }
+        // The chunks of an n-element call: in[r * n, (r + 1) * n) of the 'big'-strided input (dense n * W prefix).
+        reduce_scatter(*w, BufferView{src, t, n * W}, BufferView{out.p, t, n}, stream, ce);
+        if (it % 25 == 24)
+            all_reduce(*w, BufferView{src, t, 4096}, BufferView{ar.p, t, 4096}, stream, CollOptions{CollAlgo::TwoShot});
+        if (!check) continue;
+        sync_or_die(stream);
+        const auto got = download(out.p, n * 2);
+        std::string err;
+        for (std::size_t i = 0; i < n && err.empty(); ++i) {
+            double ref = 0;
+            for (int r = 0; r < W; ++r) ref += value_at(t, all[k][r], me * n + i);
+            if (!(std::fabs(value_at(t, got, i) - ref) <= tolerance(t, ref, W)))
+                err = "call " + std::to_string(it) + " element " + std::to_string(i) + " of " + std::to_string(n) +
+                      ": got " + std::to_string(value_at(t, got, i)) + ", expected " + std::to_string(ref);
+        }
+        const std::string v = agree(*w, err);
+        ASSERT_TRUE(v.empty()) << v;
+    }
+}
+
 TEST_F(Collectives, AllReduceEveryAlgorithmDtype) {
     int tc = 200;
     const AlgoPath aps[] = {{CollAlgo::LL, DataPath::LdSt},
