@@ -126,11 +126,11 @@ __global__ void __launch_bounds__(512) reduce_scatter_ce_reduce(Ctx ctx, Params 
 
 // Every round r (p.round_elems elements per slot, p.count in all) of the copy-engine scatter in one launch, beside
 // the pushes on the host's side streams: buffer r % p.slots of the scratch holds slot q = rank q's push of round r
-// (p.scratch + (buffer * W + q) * round_elems elements). Each block waits (acquire, sys) for ready[q] >= round_base
-// + r + 1 of every peer q, reduces its share of the round (sources in rank order, the own chunk from in), and once
-// every thread of it has read the buffer (block barrier) adds 1 (release, sys) to its count in the buffer's row at
-// every peer q, which that peer's side stream waits for before pushing into the buffer again. Needs every block
-// resident at once (the host launches at most one per SM, on GPUs no other rank shares).
+// (p.scratch + (buffer * W + q) * round_elems elements). Each block waits (acquire, sys) until the buffer's ready
+// signal of every peer q reaches round_base + r + 1, reduces its share of the round (sources in rank order, the own
+// chunk from in), and once every thread of it has read the buffer (block barrier) adds 1 (release, sys) to its count in
+// the buffer's row at every peer q, which that peer's side stream waits for before pushing into the buffer again. Needs
+// every block resident at once (the host launches at most one per SM, on GPUs no other rank shares).
 template <class T, int kOp>
 __global__ void __launch_bounds__(512) reduce_scatter_ce_stream(Ctx ctx, Params p) {
     const int W = ctx.local_world, me = ctx.local_rank;
@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(512) reduce_scatter_ce_stream(Ctx ctx, Params 
         const uint32_t buffer = static_cast<uint32_t>(r % p.slots);
         const T* const buf = reinterpret_cast<const T*>(p.scratch) + static_cast<uint64_t>(buffer) * W * C;
         if (tid < W && tid != me)
-            lang::signal_wait_until(ctx, p.ce_sig + kCeRowRsReady * kMaxLocalPeers + tid, lang::Cmp::GE,
+            lang::signal_wait_until(ctx, p.ce_sig + (kCeRowRsSlotReady + buffer) * kMaxLocalPeers + tid, lang::Cmp::GE,
                                     p.round_base + r + 1);
         __syncthreads();
         const Range rg = block_share(n, kVec<T>);
