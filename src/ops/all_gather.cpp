@@ -18,8 +18,8 @@ namespace {
 void all_gather_push_copy_engine(World& world, coll::CollState& st, const void* in, char* mine, std::size_t B,
                                  cudaStream_t stream) {
     const int W = world.world_size(), me = world.rank();
-    std::uint64_t* const ready = st.ce_sig + kernels::coll::kCeRowAgReady * kMaxLocalPeers;
-    std::uint64_t* const done = st.ce_sig + kernels::coll::kCeRowAgDone * kMaxLocalPeers;
+    std::uint64_t* const ready = st.ce_sig + 2 * kMaxLocalPeers;
+    std::uint64_t* const done = st.ce_sig + 3 * kMaxLocalPeers;
     const std::uint64_t e = ++st.ce_ag_calls;
     for (int d = 0; d < W; ++d)
         if (d != me) stream_ops::signal_ce(world, &ready[me], e, d, stream);

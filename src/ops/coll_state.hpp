@@ -46,8 +46,9 @@ struct Plan {
     kernels::coll::Params params{};
 };
 
-// Rows of CollState::ce_sig (each kMaxLocalPeers signals): kernels::coll::kCeRow* (kernels/coll_params.hpp).
-inline constexpr int kCeSignals = kernels::coll::kCeSignalRows;
+// Rows of CollState::ce_sig (each kMaxLocalPeers signals): reduce_scatter's ready and freed, all_gather's ready and
+// done.
+inline constexpr int kCeSignals = 4;
 
 struct CollState {
     kernels::coll::SyncState* sync = nullptr;  // symmetric, zeroed once
@@ -68,9 +69,6 @@ struct CollState {
     // call e; ag_done[q] — rank q's chunk of call e landed here; and its call count.
     std::uint64_t* ce_sig = nullptr;
     std::uint64_t ce_round = 0;
-    // reduce_scatter_ce_stream: per scratch buffer, the freed count every peer reaches once it read out every push
-    // made into the buffer so far (each use adds that launch's blocks; the same on every rank).
-    std::uint64_t ce_slot_target[kernels::coll::kRsCeSlots] = {};
     std::uint64_t ce_ag_calls = 0;
     // Side streams of the copy-engine path (copy_engine_fanout), created on first use.
     std::vector<cudaStream_t> ce_streams;

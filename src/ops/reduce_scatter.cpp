@@ -1,5 +1,4 @@
 // Host launcher of include/loom/kernels/reduce_scatter.cuh: validate, choose, launch.
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/stream_ops.hpp"
 #include "ops/coll_state.hpp"
@@ -20,8 +19,8 @@ void reduce_scatter_copy_engine(World& world, coll::CollState& st, const BufferV
     const std::size_t es = dtype_size(in.dtype), S = out.count;
     std::size_t C = st.scratch_bytes / (2 * static_cast<std::size_t>(W) * es) / 16 * 16;  // per slot per buffer
     if (C > S) C = S;
-    std::uint64_t* const ready = st.ce_sig + kernels::coll::kCeRowRsReady * kMaxLocalPeers;
-    std::uint64_t* const freed = st.ce_sig + kernels::coll::kCeRowRsFreed * kMaxLocalPeers;
+    std::uint64_t* const ready = st.ce_sig;
+    std::uint64_t* const freed = st.ce_sig + kMaxLocalPeers;
     const char* const src = static_cast<const char*>(in.data);
     char* const dst = static_cast<char*>(out.data);
     // Entry barrier: every peer finished its earlier collectives, whose kernels may still have used the scratch.
@@ -60,66 +59,6 @@ void reduce_scatter_copy_engine(World& world, coll::CollState& st, const BufferV
     coll::ce_join(st, stream, static_cast<std::size_t>(W - 1));
 }
 
-// The copy-engine scatter for ranks on distinct GPUs, streamed: the pushes of every round go out on side streams
-// back to back, into a ring of kRsCeSlots scratch buffers (round r into buffer r % kRsCeSlots), and one
-// reduce_scatter_ce_stream kernel on `stream` reduces each round as soon as every peer's push of it landed. Before a
-// side stream pushes into peer d's buffer again it waits until every block of d counted itself out of that buffer's
-// previous use (ce_slot_target: the count the uses so far add up to). Any in and out; only the scratch is
-// symmetric. The kernel's blocks must all be resident together (they wait for each other's rounds through the
-// peers' side streams): at most one per SM, and only where no other rank shares the GPU (the rounds version below
-// serves ranks sharing one, whose copies are runtime copy kernels needing SMs of their own).
-void reduce_scatter_ce_stream(World& world, coll::CollState& st, const BufferView& in, const BufferView& out,
-                              cudaStream_t stream, const CollOptions& opts) {
-    constexpr int NB = kernels::coll::kRsCeSlots;
-    // Side streams per peer: a copy-engine copy has ~9 us of fixed cost that one stream pays round after round; with
-    // S streams (round r on stream r % S, so a buffer's rounds keep one stream and land in order) S copies overlap.
-    static const int S_streams = [] {
-        const long long v = env_int("LOOM_RS_CE_STREAMS", 2);
-        LOOM_CHECK(v == 1 || v == 2 || v == 4 || v == 8, "LOOM_RS_CE_STREAMS: expected 1, 2, 4 or 8, given {}", v);
-        return static_cast<int>(v);
-    }();
-    const int W = world.world_size(), me = world.rank();
-    const std::size_t es = dtype_size(in.dtype), S = out.count;
-    std::size_t C = st.scratch_bytes / (NB * static_cast<std::size_t>(W) * es) / 16 * 16;  // per slot per buffer
-    if (C > S) C = S;
-    const char* const src = static_cast<const char*>(in.data);
-    // Entry barrier: every peer finished its earlier collectives, whose kernels may still have used the scratch.
-    coll::launch_barrier(world, st, stream);
-    coll::Launch l;
-    l.header = "loom/kernels/reduce_scatter.cuh";
-    l.name = "loom::kernels::coll::reduce_scatter_ce_stream";
-    l.template_args = {coll::cuda_type(in.dtype), opts.op == ReduceOp::Max ? "1" : "0"};
-    l.params = coll::base_params(st);
-    l.params.in = in.data;
-    l.params.out = out.data;
-    l.params.count = S;
-    l.params.round_elems = C;
-    l.params.slots = NB;
-    l.params.ce_sig = st.ce_sig;
-    l.params.round_base = st.ce_round;
-    l.blocks = std::min(coll::pick_blocks(C * es * W, 256 * 1024, 64, opts, st), st.num_sms);
-    const std::size_t sides = static_cast<std::size_t>(W - 1) * S_streams;
-    coll::ce_fork(st, stream, sides);
-    coll::launch(world, l, stream);  // runs beside the pushes
-    for (std::size_t off = 0, r = 0; off < S; off += C, ++r) {
-        const std::size_t n = S - off < C ? S - off : C;
-        const std::uint64_t round = ++st.ce_round;
-        const std::size_t b = r % NB;
-        char* const buf = st.scratch + b * static_cast<std::size_t>(W) * C * es;
-        std::uint64_t* const ready = st.ce_sig + (kernels::coll::kCeRowRsSlotReady + b) * kMaxLocalPeers;
-        std::uint64_t* const freed = st.ce_sig + (kernels::coll::kCeRowRsSlotFreed + b) * kMaxLocalPeers;
-        for (int i = 1; i < W; ++i) {
-            const int d = (me + i) % W;
-            cudaStream_t side = coll::ce_stream(st, static_cast<std::size_t>(i - 1) * S_streams + r % S_streams);
-            if (st.ce_slot_target[b] > 0) stream_ops::wait_value(side, &freed[d], st.ce_slot_target[b]);
-            stream_ops::put_signal_ce(world, buf + static_cast<std::size_t>(me) * C * es, src + (d * S + off) * es,
-                                      n * es, &ready[me], round, d, side);
-        }
-        st.ce_slot_target[b] += static_cast<std::uint64_t>(l.blocks);
-    }
-    coll::ce_join(st, stream, sides);
-}
-
 }  // namespace
 
 void reduce_scatter(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts) {
@@ -144,11 +83,7 @@ void reduce_scatter(World& world, BufferView in, BufferView out, cudaStream_t st
     const bool in_sym = world.is_symmetric(in.data, in.bytes()), out_sym = world.is_symmetric(out.data, out.bytes());
     const CollChoice c = coll::resolve(CollKind::ReduceScatter, out.bytes(), world, st, opts, in_sym, out_sym);
     if (c.algo == CollAlgo::Scatter && c.path == DataPath::CopyEngine) {
-        if (st.topo.shared_gpu || W == 1) {
-            reduce_scatter_copy_engine(world, st, in, out, stream, opts);
-        } else {
-            reduce_scatter_ce_stream(world, st, in, out, stream, opts);
-        }
+        reduce_scatter_copy_engine(world, st, in, out, stream, opts);
         return;
     }
     coll::Launch l;

@@ -291,10 +291,10 @@ void check_all_reduce(World& w, cudaStream_t s, DType t, std::size_t n, const Co
 // AllReduceLLOverCapacity.
 constexpr std::size_t kLLMaxBytes = std::size_t(kernels::coll::kMaxLLBlocks) * kernels::coll::kLLPacketsPerBlock * 8;
 
-// The copy-engine scatter back to back (ranks on distinct GPUs: the streamed version, one reduce kernel beside the
-// pushes, a ring of scratch buffers reused within and across calls; ranks sharing a GPU: the rounds version): 200
-// calls alternating a 3-round size and a 1-element-odd small one and two input sets, an all_reduce (other scratch
-// user) every 25th, every element checked at five calls.
+// The copy-engine scatter back to back (its two scratch buffers reused within and across calls): 200 calls
+// alternating a large size (rounds at 8 ranks, and at any rank count with the dist_small_scratch step's 1 MiB) and an
+// odd small one and two input sets, an all_reduce (another scratch user) every 25th, every element checked at five
+// calls.
 TEST_F(Collectives, ReduceScatterCopyEngineBackToBack) {
     const int W = w->world_size(), me = w->rank();
     const DType t = DType::BF16;

@@ -49,29 +49,7 @@ struct Params {
     uint32_t stage_bytes;         // TMA staging: bytes per stage
     uint32_t stages;              // TMA staging: stages
     uint32_t ll_packets;          // LL: packets per block
-    uint32_t slots;               // reduce_scatter_ce_stream: scratch buffers in its ring
-    uint64_t* ce_sig;             // reduce_scatter_ce_stream: CollState::ce_sig (symmetric; rows: kCeRow*)
-    uint64_t round_base;          // reduce_scatter_ce_stream: copy-engine rounds made before this call
+    uint32_t pad;
 };
-
-// Rows of CollState::ce_sig, kMaxLocalPeers signals each (row * kMaxLocalPeers + rank):
-//   kCeRowRsReady         ready[q]: the last copy-engine round of rank q whose push landed here (set, cumulative)
-//   kCeRowRsFreed         freed[q]: the last round rank q reduced (reduce_scatter_copy_engine's rounds kernels)
-//   kCeRowAgReady/Done    the copy-engine push all_gather's ready / done (src/ops/all_gather.cpp)
-//   kCeRowRsSlotReady + s reduce_scatter_ce_stream: the last round of rank q whose push into our buffer s landed
-//                         (set, cumulative round numbers; the rounds of one buffer go through one side stream, so they
-//                         land in order)
-//   kCeRowRsSlotFreed + s reduce_scatter_ce_stream: blocks of rank q that finished reading our pushes out of q's
-//                         buffer s (red.add, cumulative; host targets)
-inline constexpr int kRsCeSlots = 8;
-enum : int {
-    kCeRowRsReady = 0,
-    kCeRowRsFreed = 1,
-    kCeRowAgReady = 2,
-    kCeRowAgDone = 3,
-    kCeRowRsSlotReady = 4,
-    kCeRowRsSlotFreed = kCeRowRsSlotReady + kRsCeSlots
-};
-inline constexpr int kCeSignalRows = kCeRowRsSlotFreed + kRsCeSlots;
 
 }  // namespace loom::kernels::coll

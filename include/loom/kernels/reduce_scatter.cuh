@@ -21,10 +21,6 @@
 //   reduce_scatter_ce_reduce<T, kOp>     one round's local reduce of the copy-engine scatter (the pushes are
 //                                        cudaMemcpyAsync on side streams; src/ops/reduce_scatter.cpp pipelines
 //                                        the rounds).
-//   reduce_scatter_ce_stream<T, kOp>     the copy-engine scatter's reduce as one kernel for every round, running
-//                                        beside the pushes: per round it waits for the peers' ready signals,
-//                                        reduces, and counts itself out of the round's buffer at every peer
-//                                        (ranks on distinct GPUs; src/ops/reduce_scatter.cpp).
 // Block b handles elements [lo, hi) of the chunk (block_share) and synchronises with block b of the peers.
 // In-place: out == in + me * count.
 #pragma once
@@ -122,48 +118,6 @@ __global__ void __launch_bounds__(512) reduce_scatter_ce_reduce(Ctx ctx, Params 
         dst[q] = static_cast<T*>(p.out) + r.lo;
     }
     reduce_multi<T, kOp>(src, W, dst, 1, r.size());
-}
-
-// Every round r (p.round_elems elements per slot, p.count in all) of the copy-engine scatter in one launch, beside
-// the pushes on the host's side streams: buffer r % p.slots of the scratch holds slot q = rank q's push of round r
-// (p.scratch + (buffer * W + q) * round_elems elements). Each block waits (acquire, sys) until the buffer's ready
-// signal of every peer q reaches round_base + r + 1, reduces its share of the round (sources in rank order, the own
-// chunk from in), and once every thread of it has read the buffer (block barrier) adds 1 (release, sys) to its count in
-// the buffer's row at every peer q, which that peer's side stream waits for before pushing into the buffer again. Needs
-// every block resident at once (the host launches at most one per SM, on GPUs no other rank shares).
-template <class T, int kOp>
-__global__ void __launch_bounds__(512) reduce_scatter_ce_stream(Ctx ctx, Params p) {
-    const int W = ctx.local_world, me = ctx.local_rank;
-    const uint64_t S = p.count, C = p.round_elems;
-    const T* const in = static_cast<const T*>(p.in);
-    T* const out = static_cast<T*>(p.out);
-    const int tid = static_cast<int>(threadIdx.x);
-    uint64_t r = 0;
-    for (uint64_t off = 0; off < S; off += C, ++r) {
-        const uint64_t n = S - off < C ? S - off : C;
-        const uint32_t buffer = static_cast<uint32_t>(r % p.slots);
-        const T* const buf = reinterpret_cast<const T*>(p.scratch) + static_cast<uint64_t>(buffer) * W * C;
-        if (tid < W && tid != me)
-            lang::signal_wait_until(ctx, p.ce_sig + (kCeRowRsSlotReady + buffer) * kMaxLocalPeers + tid, lang::Cmp::GE,
-                                    p.round_base + r + 1);
-        __syncthreads();
-        const Range rg = block_share(n, kVec<T>);
-        if (rg.size()) {
-            const T* src[kMaxLocalPeers];
-            T* dst[kMaxLocalPeers];
-#pragma unroll
-            for (int q = 0; q < kMaxLocalPeers; ++q) {
-                src[q] = q < W && q != me ? buf + q * C + rg.lo : in + me * S + off + rg.lo;
-                dst[q] = out + off + rg.lo;
-            }
-            reduce_multi<T, kOp>(src, W, dst, 1, rg.size());
-        }
-        __syncthreads();
-        if (tid < W && tid != me)
-            ptx::red_add_release_sys(
-                lang::symm_at(ctx, p.ce_sig + (kCeRowRsSlotFreed + buffer) * kMaxLocalPeers + me, peer_rank(ctx, tid)),
-                uint64_t{1});
-    }
 }
 
 }  // namespace loom::kernels::coll
