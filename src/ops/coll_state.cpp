@@ -147,7 +147,13 @@ int pick_blocks(std::size_t work_bytes, std::size_t bytes_per_block, int cap, co
     LOOM_CHECK(opts.num_sms >= 0, "CollOptions::num_sms: expected >= 0, given {}", opts.num_sms);
     std::size_t b = (work_bytes + bytes_per_block - 1) / bytes_per_block;
     if (b < 1) b = 1;
-    int limit = cap;
+    // LOOM_COLL_MAX_BLOCKS (tuning): replaces every algorithm's own cap (still <= kMaxBlocks and the SMs).
+    static const long long forced_cap = [] {
+        const long long v = env_int("LOOM_COLL_MAX_BLOCKS", 0);
+        LOOM_CHECK(v >= 0, "LOOM_COLL_MAX_BLOCKS: expected a block count >= 0 (0: each algorithm's own), given {}", v);
+        return v;
+    }();
+    int limit = forced_cap > 0 ? static_cast<int>(std::min<long long>(forced_cap, kMaxBlocks)) : cap;
     if (opts.num_sms > 0 && opts.num_sms < limit) limit = opts.num_sms;
     if (limit > kMaxBlocks) limit = kMaxBlocks;
     if (limit > st.num_sms && st.num_sms > 0) limit = st.num_sms;

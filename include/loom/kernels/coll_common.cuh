@@ -157,12 +157,46 @@ LOOM_DEVICE LOOM_FORCEINLINE uint4 pack(const float (&f)[kVec<T>]) {
     return v;
 }
 
+// reduce_multi's vector loop for nsrc <= kS sources: kU vectors per thread and source per iteration, every load of
+// an iteration issued before the first combine, so a thread waits one (NVLink) latency per kS x kU vectors.
+template <class T, int kOp, int kS, int kU>
+LOOM_DEVICE LOOM_FORCEINLINE void reduce_vectors(const T* const (&src)[kMaxLocalPeers], int nsrc,
+                                                 T* const (&dst)[kMaxLocalPeers], int ndst, uint64_t nv, uint32_t tid,
+                                                 uint32_t nt) {
+    constexpr int E = kVec<T>;
+    for (uint64_t i0 = tid; i0 < nv; i0 += kU * nt) {
+        uint4 v[kU][kS];
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+            const uint64_t i = i0 + u * nt < nv ? i0 + u * nt : i0;  // past the end: reload i0 (not stored)
+#pragma unroll
+            for (int s = 0; s < kS; ++s)
+                if (s < nsrc) v[u][s] = ptx::ld_v4(reinterpret_cast<const uint4*>(src[s]) + i);
+        }
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+            float acc[E];
+            unpack<T>(v[u][0], acc);
+#pragma unroll
+            for (int s = 1; s < kS; ++s)
+                if (s < nsrc) unpack_combine<T, kOp>(v[u][s], acc);
+            const uint4 r = pack<T>(acc);
+            const uint64_t i = i0 + u * nt;
+            if (i < nv) {
+#pragma unroll
+                for (int d = 0; d < kMaxLocalPeers; ++d)
+                    if (d < ndst) ptx::st_v4(reinterpret_cast<uint4*>(dst[d]) + i, r);
+            }
+        }
+    }
+}
+
 // dst[d][i] = op over s of src[s][i], i in [0, n), for d < ndst and s < nsrc (1 <= nsrc, ndst <= kMaxLocalPeers),
 // accumulated in fp32 in source order 0, 1, ... (the same order on every rank). Every thread of the block calls
 // it with the same arguments; thread t handles vectors t, t + blockDim.x, ...; each element is read from all
 // sources and written to all destinations by the same thread, so a destination may alias a source element by
 // element (in-place). 16-byte vectors when every pointer is 16-byte aligned, scalars otherwise and for the tail.
-template <class T, int kOp>
+template <class T, int kOp, bool kDeep = false>
 LOOM_DEVICE inline void reduce_multi(const T* const (&src)[kMaxLocalPeers], int nsrc, T* const (&dst)[kMaxLocalPeers],
                                      int ndst, uint64_t n) {
     constexpr int E = kVec<T>;
@@ -175,20 +209,16 @@ LOOM_DEVICE inline void reduce_multi(const T* const (&src)[kMaxLocalPeers], int 
         if (d < ndst) mis |= reinterpret_cast<uint64_t>(dst[d]);
     const uint64_t nv = (mis & 15) == 0 ? n / E : 0;
     const uint32_t tid = threadIdx.x, nt = blockDim.x;
-    for (uint64_t i = tid; i < nv; i += nt) {
-        uint4 v[kMaxLocalPeers];
-#pragma unroll
-        for (int s = 0; s < kMaxLocalPeers; ++s)
-            if (s < nsrc) v[s] = ptx::ld_v4(reinterpret_cast<const uint4*>(src[s]) + i);
-        float acc[E];
-        unpack<T>(v[0], acc);
-#pragma unroll
-        for (int s = 1; s < kMaxLocalPeers; ++s)
-            if (s < nsrc) unpack_combine<T, kOp>(v[s], acc);
-        const uint4 r = pack<T>(acc);
-#pragma unroll
-        for (int d = 0; d < kMaxLocalPeers; ++d)
-            if (d < ndst) ptx::st_v4(reinterpret_cast<uint4*>(dst[d]) + i, r);
+    // kDeep: 8 vectors in flight per thread whatever the source count (2 sources x 4 iterations, 4 x 2, or 8 x 1),
+    // for kernels that read peers over NVLink (pull); otherwise one vector per source (fewer registers).
+    if (!kDeep) {
+        reduce_vectors<T, kOp, kMaxLocalPeers, 1>(src, nsrc, dst, ndst, nv, tid, nt);
+    } else if (nsrc <= 2) {
+        reduce_vectors<T, kOp, 2, 4>(src, nsrc, dst, ndst, nv, tid, nt);
+    } else if (nsrc <= 4) {
+        reduce_vectors<T, kOp, 4, 2>(src, nsrc, dst, ndst, nv, tid, nt);
+    } else {
+        reduce_vectors<T, kOp, kMaxLocalPeers, 1>(src, nsrc, dst, ndst, nv, tid, nt);
     }
     for (uint64_t i = nv * E + tid; i < n; i += nt) {
         float acc = to_float<T>(src[0][i]);

@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(512) reduce_scatter_pull(Ctx ctx, Params p) {
             src[q] = q < W ? lang::symm_at(ctx, in, peer_rank(ctx, q)) + me * p.count + r.lo : nullptr;
             dst[q] = static_cast<T*>(p.out) + r.lo;
         }
-        reduce_multi<T, kOp>(src, W, dst, 1, r.size());
+        reduce_multi<T, kOp, true>(src, W, dst, 1, r.size());
     }
     barrier_peers(ctx, p.sync, sig_value(e, 2));  // every peer has read my input
 }
