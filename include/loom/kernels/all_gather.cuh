@@ -29,8 +29,10 @@ __global__ void __launch_bounds__(512) all_gather_push(Ctx ctx, Params p) {
     barrier_peers(ctx, p.sync, sig_value(e, 1));  // peers' out is free (they entered this call)
     if (r.size()) {
         with_path<kPath>(p, [&](const auto& path) {
-            for (int i = 0; i < W; ++i) {
-                const int peer = (me + i) % W;  // staggered: not every rank hits the same peer at once
+            // Peers first, staggered (not every rank hits the same peer at once), the own chunk last: its local copy
+            // then runs while the NVLink stores drain instead of delaying them.
+            for (int i = 1; i <= W; ++i) {
+                const int peer = (me + i) % W;
                 if (peer == me && src == mine) continue;
                 lang::put_nbi(lang::block, ctx, mine + r.lo, src + r.lo, r.size(), peer_rank(ctx, peer), path);
             }
@@ -52,7 +54,7 @@ __global__ void __launch_bounds__(512) all_gather_pull(Ctx ctx, Params p) {
     barrier_peers(ctx, p.sync, sig_value(e, 1));  // peers' inputs are written (they entered this call)
     if (r.size()) {
         with_path<kPath>(p, [&](const auto& path) {
-            for (int i = 0; i < W; ++i) {
+            for (int i = 1; i <= W; ++i) {  // peers first, the own chunk's local copy last
                 const int peer = (me + i) % W;
                 if (peer == me && in_place) continue;
                 // Rank `peer`'s input, as a pointer of mine that symm_at maps to it: in place, it sits in the

@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(512) all_to_all_push(Ctx ctx, Params p) {
     barrier_peers(ctx, p.sync, sig_value(e, 1));
     if (r.size()) {
         with_path<kPath>(p, [&](const auto& path) {
-            for (int i = 0; i < W; ++i) {
+            for (int i = 1; i <= W; ++i) {  // peers first, the own chunk's local copy last (as all_gather_push)
                 const int peer = (me + i) % W;
                 lang::put_nbi(lang::block, ctx, out + me * B + r.lo, in + peer * B + r.lo, r.size(),
                               peer_rank(ctx, peer), path);
