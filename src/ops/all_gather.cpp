@@ -1,6 +1,7 @@
 // Host launcher of include/loom/kernels/all_gather.cuh: validate, choose, launch.
 #include <vector>
 
+#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/stream_ops.hpp"
 #include "ops/coll_state.hpp"
@@ -15,9 +16,23 @@ namespace {
 // done[me] = e at d; the own chunk (out of place) is copied on a side stream too; `stream` joins the side streams and
 // waits for done[q] >= e from every peer. Measured against two barrier-kernel launches (entry, exit): see
 // docs/collectives.md.
-void all_gather_push_copy_engine(World& world, coll::CollState& st, const void* in, char* mine, std::size_t B,
-                                 cudaStream_t stream) {
+//
+// Ranks on distinct GPUs: the first `head` bytes of every chunk (LOOM_AG_CE_SM_SHARE percent, 16-byte multiple) go
+// through all_gather_push (ld/st, on `stream`, between the fork and the join) while the copy engine moves the rest:
+// SM stores and copy-engine copies share the NVLink links, and the kernel's stores start while the copy engine's
+// handshake (ready signal, stream wait) is still under way.
+void all_gather_push_copy_engine(World& world, coll::CollState& st, const BufferView& inv, const BufferView& outv,
+                                 cudaStream_t stream, const CollOptions& opts) {
     const int W = world.world_size(), me = world.rank();
+    const std::size_t B = inv.bytes();
+    const char* const in = static_cast<const char*>(inv.data);
+    char* const mine = static_cast<char*>(outv.data) + me * B;
+    static const long long share = [] {
+        const long long v = env_int("LOOM_AG_CE_SM_SHARE", 0);
+        LOOM_CHECK(v >= 0 && v <= 100, "LOOM_AG_CE_SM_SHARE: expected a percentage in [0, 100], given {}", v);
+        return v;
+    }();
+    const std::size_t head = st.topo.shared_gpu ? 0 : B * static_cast<std::size_t>(share) / 100 / 16 * 16;
     std::uint64_t* const ready = st.ce_sig + 2 * kMaxLocalPeers;
     std::uint64_t* const done = st.ce_sig + 3 * kMaxLocalPeers;
     const std::uint64_t e = ++st.ce_ag_calls;
@@ -26,13 +41,34 @@ void all_gather_push_copy_engine(World& world, coll::CollState& st, const void* 
     const bool own_copy = in != mine;
     const std::size_t n = static_cast<std::size_t>(W - 1) + (own_copy ? 1 : 0);
     coll::ce_fork(st, stream, n);
-    for (int i = 1; i < W; ++i) {
-        const int d = (me + i) % W;
-        cudaStream_t side = coll::ce_stream(st, static_cast<std::size_t>(i - 1));
-        stream_ops::wait_value(side, &ready[d], e);
-        stream_ops::put_signal_ce(world, mine, in, B, &done[me], e, d, side);
+    if (head > 0) {
+        coll::Launch l;
+        l.header = "loom/kernels/all_gather.cuh";
+        l.name = "loom::kernels::coll::all_gather_push";
+        l.template_args = {"unsigned char", std::to_string(coll::path_arg(DataPath::LdSt))};
+        l.params = coll::base_params(st);
+        l.params.in = in;
+        l.params.out = outv.data;
+        l.params.count = B;           // chunk stride, bytes
+        l.params.round_elems = head;  // bytes of each chunk moved
+        l.blocks = coll::pick_blocks(head, 64 * 1024, 64, opts, st);
+        coll::launch(world, l, stream);
     }
-    if (own_copy) LOOM_CHECK_CUDA(cudaMemcpyAsync(mine, in, B, cudaMemcpyDefault, coll::ce_stream(st, n - 1)));
+    if (head < B) {
+        for (int i = 1; i < W; ++i) {
+            const int d = (me + i) % W;
+            cudaStream_t side = coll::ce_stream(st, static_cast<std::size_t>(i - 1));
+            stream_ops::wait_value(side, &ready[d], e);
+            stream_ops::put_signal_ce(world, mine + head, in + head, B - head, &done[me], e, d, side);
+        }
+        if (own_copy)
+            LOOM_CHECK_CUDA(
+                cudaMemcpyAsync(mine + head, in + head, B - head, cudaMemcpyDefault, coll::ce_stream(st, n - 1)));
+    } else {
+        for (int i = 1; i < W; ++i)  // every byte went through the kernel: the done signals only
+            stream_ops::signal_ce(world, &done[me], e, (me + i) % W,
+                                  coll::ce_stream(st, static_cast<std::size_t>(i - 1)));
+    }
     coll::ce_join(st, stream, n);
     for (int q = 0; q < W; ++q)
         if (q != me) stream_ops::wait_value(stream, &done[q], e);
@@ -70,7 +106,7 @@ void all_gather(World& world, BufferView in, BufferView out, cudaStream_t stream
     }
 
     if (c.path == DataPath::CopyEngine && c.algo == CollAlgo::Push) {
-        all_gather_push_copy_engine(world, st, in.data, mine, B, stream);
+        all_gather_push_copy_engine(world, st, in, out, stream, opts);
         return;
     }
     if (c.path == DataPath::CopyEngine) {

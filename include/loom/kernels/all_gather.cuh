@@ -23,7 +23,8 @@ __global__ void __launch_bounds__(512) all_gather_push(Ctx ctx, Params p) {
     const uint64_t e = begin_call(p.sync);
     const int W = ctx.local_world, me = ctx.local_rank;
     const uint64_t B = p.count * sizeof(T);
-    const Range r = block_share(B, 16);
+    // p.round_elems != 0 (the copy-engine path's SM share): only the first round_elems bytes of each chunk move.
+    const Range r = block_share(p.round_elems != 0 ? p.round_elems : B, 16);
     char* const mine = static_cast<char*>(p.out) + me * B;  // my chunk, in every rank's out
     const char* const src = static_cast<const char*>(p.in);
     barrier_peers(ctx, p.sync, sig_value(e, 1));  // peers' out is free (they entered this call)
