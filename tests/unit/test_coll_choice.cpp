@@ -21,10 +21,12 @@ TEST(CollChoice, AllGatherLdStThenCopyEngineOnASharedGpu) {
     expect(choose_collective(CollKind::AllGather, 1 * MiB, shared(2)), CollAlgo::Push, DataPath::LdSt);
     expect(choose_collective(CollKind::AllGather, 8 * MiB, shared(8)), CollAlgo::Push, DataPath::LdSt);
     expect(choose_collective(CollKind::AllGather, 32 * MiB, shared(2)), CollAlgo::Push, DataPath::CopyEngine);
-    // One GPU per rank (two H200s over NVLink): ring at two ranks, ld/st to 64 MiB, the copy engine beyond.
+    // One GPU per rank (two H200s over NVLink): ring at two ranks to 16 MiB per rank, ld/st to 8 MiB at more, the
+    // copy engine (with an SM share) beyond.
     expect(choose_collective(CollKind::AllGather, 1 * MiB, distinct(2)), CollAlgo::Ring, DataPath::LdSt);
     expect(choose_collective(CollKind::AllGather, 1 * MiB, distinct(8)), CollAlgo::Push, DataPath::LdSt);
-    expect(choose_collective(CollKind::AllGather, 32 * MiB, distinct(2)), CollAlgo::Push, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllGather, 32 * MiB, distinct(2)), CollAlgo::Push, DataPath::CopyEngine);
+    expect(choose_collective(CollKind::AllGather, 16 * MiB, distinct(8)), CollAlgo::Push, DataPath::CopyEngine);
     expect(choose_collective(CollKind::AllGather, 256 * MiB, distinct(2)), CollAlgo::Push, DataPath::CopyEngine);
     // out outside the heap: pull, or LL (which needs no symmetric buffer) while it is chosen anyway.
     expect(choose_collective(CollKind::AllGather, 1 * MiB, shared(2), true, false), CollAlgo::Pull, DataPath::LdSt);
