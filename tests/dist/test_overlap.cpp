@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -97,6 +98,28 @@ void agree(World& w, const std::string& mine, const std::string& what) {
 }
 
 class Overlap : public WorldStreamTest {};
+
+// Back-to-back calls with no host synchronisation between unchecked ones: run(i, check) enqueues call i (its input
+// copies, the output's poison when checked, the op) and returns the call's variant for the error message; on the calls
+// `check` selects the stream is synchronised and verify(i) returns "" or what differs. The first error, or "".
+std::string back_to_back(cudaStream_t s, int calls, const std::function<bool(int)>& check,
+                         const std::function<std::string(int, bool)>& run,
+                         const std::function<std::string(int)>& verify) {
+    try {
+        for (int i = 0; i < calls; ++i) {
+            const bool c = check(i);
+            const std::string variant = run(i, c);
+            if (!c) continue;
+            if (cudaStreamSynchronize(s) != cudaSuccess) return "stream failed at call " + std::to_string(i);
+            const std::string e = verify(i);
+            if (!e.empty()) return variant + " at call " + std::to_string(i) + ": " + e;
+        }
+        if (cudaStreamSynchronize(s) != cudaSuccess) return "stream failed";
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return "";
+}
 
 // ---- AllGather+GEMM ----------------------------------------------------------------------------------------------
 struct AgCase {
@@ -192,30 +215,18 @@ TEST_F(Overlap, AgGemmDirect) {
     }
     DevBuf a(rows * k * 2), b(n * k * 2), c(m * n * 2);
     W_.barrier();
-    std::string err;
-    try {
-        for (int i = 0; i < 300 && err.empty(); ++i) {
-            const int s = i % 2;
-            const bool check = i < 5 || i % 61 == 0 || i == 299;
-            LOOM_CHECK_CUDA(cudaMemcpyAsync(a.p, src[s]->p, rows * k * 2, cudaMemcpyDeviceToDevice, stream));
-            LOOM_CHECK_CUDA(cudaMemcpyAsync(b.p, bsrc[s]->p, n * k * 2, cudaMemcpyDeviceToDevice, stream));
+    const std::string err = back_to_back(
+        stream, 300, [](int i) { return i < 5 || i % 61 == 0 || i == 299; },
+        [&](int i, bool check) {
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(a.p, src[i % 2]->p, rows * k * 2, cudaMemcpyDeviceToDevice, stream));
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(b.p, bsrc[i % 2]->p, n * k * 2, cudaMemcpyDeviceToDevice, stream));
             if (check) poison(c.p, m * n * 2);
             const AgGemmOptions o{i % 4 == 3 ? AgProducer::CopyEngine : AgProducer::Direct};
             ag_gemm(W_, MatrixView{a.p, DType::BF16, rows, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
                     MatrixView{c.p, DType::BF16, m, n, 0}, stream, o);
-            if (!check) continue;
-            if (cudaStreamSynchronize(stream) != cudaSuccess) {
-                err = "stream failed at call " + std::to_string(i);
-                break;
-            }
-            const std::string e = compare(download_bf16(c.p, m * n), cs[s].ref, cs[s].abs, 0, n);
-            if (!e.empty())
-                err = "ag_gemm (" + std::string(to_string(o.producer)) + ") call " + std::to_string(i) + ": " + e;
-        }
-        if (cudaStreamSynchronize(stream) != cudaSuccess && err.empty()) err = "stream failed";
-    } catch (const std::exception& e) {
-        err = e.what();
-    }
+            return std::string("ag_gemm (") + to_string(o.producer) + ")";
+        },
+        [&](int i) { return compare(download_bf16(c.p, m * n), cs[i % 2].ref, cs[i % 2].abs, 0, n); });
     agree(W_, err, "ag_direct_back_to_back");
     DevBuf a2(200 * 64 * 2), b2(64 * 64 * 2), c2(200 * W * 64 * 2);
     EXPECT_THROW(ag_gemm(W_, MatrixView{a2.p, DType::BF16, 200, 64, 0}, MatrixView{b2.p, DType::BF16, 64, 64, 0},
@@ -248,6 +259,14 @@ SumCase sum_case(World& w, int64_t m, int64_t n, int64_t k, int tc, int set) {
     return c;
 }
 
+// This rank's rows [me * rows, (me + 1) * rows) of a sum case's [m, n] reference, compared with C (tolerance 1: rounded
+// partials).
+std::string compare_segment(const SumCase& c, int me, int64_t rows, int64_t n, const void* out) {
+    const std::vector<double> ref(c.ref.begin() + me * rows * n, c.ref.begin() + (me + 1) * rows * n);
+    const std::vector<double> abs(c.abs.begin() + me * rows * n, c.abs.begin() + (me + 1) * rows * n);
+    return compare(download_bf16(out, rows * n), ref, abs, 1, n);
+}
+
 void run_rs(World& w, cudaStream_t s, int64_t rows_seg, int64_t n, int64_t k, int tc, const GemmRsOptions& o,
             const std::string& label) {
     const int W = w.world_size(), me = w.rank();
@@ -266,11 +285,7 @@ void run_rs(World& w, cudaStream_t s, int64_t rows_seg, int64_t n, int64_t k, in
     } catch (const std::exception& e) {
         err = e.what();
     }
-    if (err.empty()) {
-        const std::vector<double> ref(c.ref.begin() + me * rows_seg * n, c.ref.begin() + (me + 1) * rows_seg * n);
-        const std::vector<double> abs(c.abs.begin() + me * rows_seg * n, c.abs.begin() + (me + 1) * rows_seg * n);
-        err = compare(download_bf16(out.p, rows_seg * n), ref, abs, 1, n);
-    }
+    if (err.empty()) err = compare_segment(c, me, rows_seg, n, out.p);
     agree(w, err, label);
 }
 
@@ -340,36 +355,20 @@ TEST_F(Overlap, GemmRsCopyEngine) {
     }
     DevBuf a(m * k * 2), b(n * k * 2), c(rows * n * 2);
     W_.barrier();
-    std::string err;
-    try {
-        for (int i = 0; i < 200 && err.empty(); ++i) {
-            const int s = i % 2;
-            const bool check = i < 6 || i % 37 == 0 || i == 199;
-            LOOM_CHECK_CUDA(cudaMemcpyAsync(a.p, src_a[s]->p, m * k * 2, cudaMemcpyDeviceToDevice, stream));
-            LOOM_CHECK_CUDA(cudaMemcpyAsync(b.p, src_b[s]->p, n * k * 2, cudaMemcpyDeviceToDevice, stream));
+    const std::string err = back_to_back(
+        stream, 200, [](int i) { return i < 6 || i % 37 == 0 || i == 199; },
+        [&](int i, bool check) {
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(a.p, src_a[i % 2]->p, m * k * 2, cudaMemcpyDeviceToDevice, stream));
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(b.p, src_b[i % 2]->p, n * k * 2, cudaMemcpyDeviceToDevice, stream));
             if (check) poison(c.p, rows * n * 2);
             GemmRsOptions o = ce;
             o.ce_chunk_bytes = 0;
             if (i % 3 == 2) o.transport = RsTransport::Sm;
             gemm_rs(W_, MatrixView{a.p, DType::BF16, m, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
                     MatrixView{c.p, DType::BF16, rows, n, 0}, stream, o);
-            if (!check) continue;
-            if (cudaStreamSynchronize(stream) != cudaSuccess) {
-                err = "stream failed at call " + std::to_string(i);
-                break;
-            }
-            const std::vector<double> ref(cases[s].ref.begin() + me * rows * n,
-                                          cases[s].ref.begin() + (me + 1) * rows * n);
-            const std::vector<double> abs(cases[s].abs.begin() + me * rows * n,
-                                          cases[s].abs.begin() + (me + 1) * rows * n);
-            const std::string e = compare(download_bf16(c.p, rows * n), ref, abs, 1, n);
-            if (!e.empty())
-                err = "gemm_rs (" + std::string(to_string(o.transport)) + ") call " + std::to_string(i) + ": " + e;
-        }
-        if (cudaStreamSynchronize(stream) != cudaSuccess && err.empty()) err = "stream failed";
-    } catch (const std::exception& e) {
-        err = e.what();
-    }
+            return std::string("gemm_rs (") + to_string(o.transport) + ")";
+        },
+        [&](int i) { return compare_segment(cases[i % 2], me, rows, n, c.p); });
     agree(W_, err, "rs_ce_back_to_back");
 }
 
@@ -395,12 +394,11 @@ TEST_F(Overlap, GemmRsFusedBackToBack) {
         }
     DevBuf a(rows_of[0] * W * k * 2), b(n * k * 2), c(rows_of[0] * n * 2);
     W_.barrier();
-    std::string err;
-    try {
-        for (int i = 0; i < kCalls && err.empty(); ++i) {
+    const std::string err = back_to_back(
+        stream, kCalls, [&](int i) { return i < 8 || i % 97 == 0 || i == kCalls - 1; },
+        [&](int i, bool check) {
             const int s = i % 2, z = (i / 2) % 2;
             const int64_t rows = rows_of[z], m = rows * W;
-            const bool check = i < 8 || i % 97 == 0 || i == kCalls - 1;
             LOOM_CHECK_CUDA(cudaMemcpyAsync(a.p, src_a[z][s]->p, m * k * 2, cudaMemcpyDeviceToDevice, stream));
             LOOM_CHECK_CUDA(cudaMemcpyAsync(b.p, src_b[z][s]->p, n * k * 2, cudaMemcpyDeviceToDevice, stream));
             if (check) poison(c.p, rows * n * 2);
@@ -408,22 +406,12 @@ TEST_F(Overlap, GemmRsFusedBackToBack) {
             o.algo = i % 5 == 4 ? RsAlgo::ScatterReduce : RsAlgo::FusedEpilogue;
             gemm_rs(W_, MatrixView{a.p, DType::BF16, m, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
                     MatrixView{c.p, DType::BF16, rows, n, 0}, stream, o);
-            if (!check) continue;
-            if (cudaStreamSynchronize(stream) != cudaSuccess) {
-                err = "stream failed at call " + std::to_string(i);
-                break;
-            }
-            const SumCase& cs = cases[z][s];
-            const std::vector<double> ref(cs.ref.begin() + me * rows * n, cs.ref.begin() + (me + 1) * rows * n);
-            const std::vector<double> abs(cs.abs.begin() + me * rows * n, cs.abs.begin() + (me + 1) * rows * n);
-            const std::string e = compare(download_bf16(c.p, rows * n), ref, abs, 1, n);
-            if (!e.empty())
-                err = "gemm_rs (" + std::string(to_string(o.algo)) + ") at call " + std::to_string(i) + ": " + e;
-        }
-        if (cudaStreamSynchronize(stream) != cudaSuccess && err.empty()) err = "stream failed";
-    } catch (const std::exception& e) {
-        err = e.what();
-    }
+            return std::string("gemm_rs (") + to_string(o.algo) + ")";
+        },
+        [&](int i) {
+            const int z = (i / 2) % 2;
+            return compare_segment(cases[z][i % 2], me, rows_of[z], n, c.p);
+        });
     agree(W_, err, "rs_fused_back_to_back");
 }
 
@@ -653,9 +641,7 @@ TEST_F(Overlap, BackToBack) {
             const std::string at = " at call " + std::to_string(i);
             std::string e = compare(download_bf16(c_ag.p, m * n), ag[s].ref, ag[s].abs, 0, n);
             if (!e.empty()) err = "ag_gemm" + at + ": " + e;
-            const std::vector<double> rref(rs[s].ref.begin() + me * rows * n, rs[s].ref.begin() + (me + 1) * rows * n);
-            const std::vector<double> rabs(rs[s].abs.begin() + me * rows * n, rs[s].abs.begin() + (me + 1) * rows * n);
-            e = compare(download_bf16(c_rs.p, rows * n), rref, rabs, 1, n);
+            e = compare_segment(rs[s], me, rows, n, c_rs.p);
             if (!e.empty() && err.empty()) err = "gemm_rs" + at + ": " + e;
             // Rows are independent: the first ar_rows rows of the 16-row reference.
             const std::vector<double> aref(ar[s].ref.begin(), ar[s].ref.begin() + ar_rows * n);
