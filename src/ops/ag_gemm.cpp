@@ -37,6 +37,19 @@ const char* to_string(AgProducer p) {
     return "?";
 }
 
+AgProducer ag_gemm_producer(AgProducer requested, int world_size, int64_t rows_per_rank, int block_m, bool gathered,
+                            bool ranks_share_gpu) {
+    const bool direct_fits = world_size > 1 && block_m > 0 && rows_per_rank % block_m == 0 && !gathered;
+    if (requested == AgProducer::Auto)
+        return ranks_share_gpu && direct_fits ? AgProducer::Direct : AgProducer::CopyEngine;
+    LOOM_CHECK(
+        requested != AgProducer::Direct || direct_fits,
+        "ag_gemm: the direct producer needs M / W = {} a multiple of the GEMM's BLOCK_M = {}, more than one rank "
+        "(given {}), and no gathered buffer (it gathers nothing{})",
+        rows_per_rank, block_m, world_size, gathered ? "; one was given" : "");
+    return requested;
+}
+
 std::string OverlapPlan::str() const {
     return fmt::format("{} comm_blocks {} reserved_sms {}{}{}", gemm.str(), comm_blocks, reserved_sms,
                        rs_algo == RsAlgo::Auto ? "" : " rs ", rs_algo == RsAlgo::Auto ? "" : to_string(rs_algo));
@@ -127,16 +140,8 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
     // copy engine. (On a shared GPU, where the copy engine's copies run before the GEMM, it still measured faster
     // than the overlapped SM producer, whose blocks take SMs from the GEMM: 8 ranks on one H200, M = 8192,
     // N = 11008, K = 4096: 1684 vs 2392 us.)
-    const GemmConfig heuristic = overlap::gemm_config(M, N, K, st.arch, st.num_sms);
-    const int block_m = o.config ? o.config->block_m : heuristic.block_m;
-    const bool direct_fits = W > 1 && R % block_m == 0 && !o.gathered.data;
-    const AgProducer producer = o.producer != AgProducer::Auto ? o.producer
-                                : st.shared_gpu && direct_fits ? AgProducer::Direct
-                                                               : AgProducer::CopyEngine;
-    LOOM_CHECK(producer != AgProducer::Direct || direct_fits,
-               "{}: the direct producer needs M / W = {} a multiple of the GEMM's BLOCK_M = {}, more than one rank "
-               "(given {}), and no gathered buffer (it gathers nothing)",
-               op, R, block_m, W);
+    const int block_m = o.config ? o.config->block_m : overlap::gemm_config(M, N, K, st.arch, st.num_sms).block_m;
+    const AgProducer producer = ag_gemm_producer(o.producer, W, R, block_m, o.gathered.data != nullptr, st.shared_gpu);
     void* gather = nullptr;
     if (o.gathered.data) {
         const MatrixView& g = o.gathered;

@@ -219,6 +219,19 @@ const char* to_string(RsTransport t) {
     return "?";
 }
 
+RsTransport gemm_rs_transport(RsTransport requested, RsAlgo algo, bool ranks_share_gpu) {
+    if (requested == RsTransport::Auto)
+        return !ranks_share_gpu && algo == RsAlgo::FusedEpilogue ? RsTransport::CopyEngine : RsTransport::Sm;
+    LOOM_CHECK(
+        requested != RsTransport::CopyEngine || !ranks_share_gpu,
+        "gemm_rs: the copy-engine transport needs every rank on its own GPU (here ranks share one: a copy within "
+        "a GPU is a copy kernel the waiting GEMM would starve); use RsTransport::Sm or Auto");
+    LOOM_CHECK(requested == RsTransport::Sm || algo == RsAlgo::FusedEpilogue,
+               "gemm_rs: the {} transport is the fused epilogue's; the scatter-reduce pushes with its own blocks",
+               to_string(requested));
+    return requested;
+}
+
 const char* to_string(RsAlgo a) {
     switch (a) {
         case RsAlgo::Auto:
@@ -292,16 +305,7 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
     // to 1.0x the time of the epilogue's own NVLink bulk copies, which stall the GEMM's TMA loads; docs/overlap.md),
     // else Sm: ranks sharing a GPU cannot take the copy engine (a copy within one GPU is a runtime copy kernel: the
     // persistent GEMM, waiting for the peers' copies, would starve it).
-    const RsTransport transport = o.transport != RsTransport::Auto                          ? o.transport
-                                  : !st.shared_gpu && plan.rs_algo == RsAlgo::FusedEpilogue ? RsTransport::CopyEngine
-                                                                                            : RsTransport::Sm;
-    LOOM_CHECK(transport != RsTransport::CopyEngine || !st.shared_gpu,
-               "{}: the copy-engine transport needs every rank on its own GPU (here ranks share one: a copy within a "
-               "GPU is a copy kernel the waiting GEMM would starve); use RsTransport::Sm or Auto",
-               op);
-    LOOM_CHECK(transport == RsTransport::Sm || plan.rs_algo == RsAlgo::FusedEpilogue,
-               "{}: the {} transport is the fused epilogue's; the scatter-reduce pushes with its own blocks", op,
-               to_string(transport));
+    const RsTransport transport = gemm_rs_transport(o.transport, plan.rs_algo, st.shared_gpu);
     if (plan.rs_algo == RsAlgo::FusedEpilogue) {
         gemm_rs_fused(world, a, b, c, plan.gemm, transport, o.ce_chunk_bytes, stream);
     } else {

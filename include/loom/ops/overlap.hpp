@@ -110,6 +110,15 @@ OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, in
                          RsAlgo algo = RsAlgo::Auto, int out_bytes = 2);
 OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms);
 
+// What Auto resolves to, or the requested choice once checked; raise loom::Error for a combination that cannot run.
+// ag_gemm's producer: Direct where ranks share a GPU and it applies (world > 1, rows_per_rank = M / W a multiple of
+// the GEMM's block_m, no gathered buffer), else CopyEngine. gemm_rs's transport: CopyEngine for the fused epilogue
+// when every rank has its own GPU, else Sm (the copy engine is refused with ranks sharing a GPU, and for the
+// scatter-reduce, which pushes with its own blocks).
+AgProducer ag_gemm_producer(AgProducer requested, int world_size, int64_t rows_per_rank, int block_m, bool gathered,
+                            bool ranks_share_gpu);
+RsTransport gemm_rs_transport(RsTransport requested, RsAlgo algo, bool ranks_share_gpu);
+
 // The SMs this process can occupy at once, which the plans divide between the GEMM and the communication blocks:
 // LOOM_OVERLAP_SMS when set (> 0, at most device_sms), else device_sms. Under MPS, cudaDevAttrMultiProcessorCount
 // already reports the client's share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; on the H200 8 ranks at 12 % see 14 SMs),

@@ -1,0 +1,58 @@
+// The overlapped ops' automatic choices and their refusals (src/ops/ag_gemm.cpp ag_gemm_producer, src/ops/gemm_rs.cpp
+// gemm_rs_transport), on the host: what Auto resolves to for ranks on distinct GPUs and ranks sharing one, and the
+// clear errors for a producer or transport that cannot run.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include "loom/ops/overlap.hpp"
+#include "loom/runtime/error.hpp"
+
+namespace {
+
+using loom::AgProducer;
+using loom::RsAlgo;
+using loom::RsTransport;
+
+std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const loom::Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(OverlapChoice, AgGemmProducer) {
+    // Distinct GPUs: the copy engine; ranks sharing one: direct where it applies.
+    EXPECT_EQ(loom::ag_gemm_producer(AgProducer::Auto, 2, 4096, 128, false, false), AgProducer::CopyEngine);
+    EXPECT_EQ(loom::ag_gemm_producer(AgProducer::Auto, 8, 1024, 128, false, true), AgProducer::Direct);
+    EXPECT_EQ(loom::ag_gemm_producer(AgProducer::Auto, 8, 1000, 128, false, true), AgProducer::CopyEngine);  // M/W
+    EXPECT_EQ(loom::ag_gemm_producer(AgProducer::Auto, 8, 1024, 128, true, true), AgProducer::CopyEngine);   // gathered
+    EXPECT_EQ(loom::ag_gemm_producer(AgProducer::Auto, 1, 1024, 128, false, true), AgProducer::CopyEngine);  // one rank
+    // Requested producers pass through; direct is checked.
+    EXPECT_EQ(loom::ag_gemm_producer(AgProducer::Sm, 8, 1000, 128, true, true), AgProducer::Sm);
+    EXPECT_EQ(loom::ag_gemm_producer(AgProducer::Direct, 2, 256, 128, false, false), AgProducer::Direct);
+    const std::string e = error_of([] { loom::ag_gemm_producer(AgProducer::Direct, 2, 200, 128, false, true); });
+    EXPECT_NE(e.find("M / W = 200 a multiple of the GEMM's BLOCK_M = 128"), std::string::npos) << e;
+    EXPECT_NE(error_of([] { loom::ag_gemm_producer(AgProducer::Direct, 2, 256, 128, true, true); }).find("gathered"),
+              std::string::npos);
+}
+
+TEST(OverlapChoice, GemmRsTransport) {
+    EXPECT_EQ(loom::gemm_rs_transport(RsTransport::Auto, RsAlgo::FusedEpilogue, false), RsTransport::CopyEngine);
+    EXPECT_EQ(loom::gemm_rs_transport(RsTransport::Auto, RsAlgo::FusedEpilogue, true), RsTransport::Sm);
+    EXPECT_EQ(loom::gemm_rs_transport(RsTransport::Auto, RsAlgo::ScatterReduce, false), RsTransport::Sm);
+    EXPECT_EQ(loom::gemm_rs_transport(RsTransport::Sm, RsAlgo::FusedEpilogue, false), RsTransport::Sm);
+    EXPECT_NE(error_of([] {
+                  loom::gemm_rs_transport(RsTransport::CopyEngine, RsAlgo::FusedEpilogue, true);
+              }).find("needs every rank on its own GPU"),
+              std::string::npos);
+    EXPECT_NE(error_of([] {
+                  loom::gemm_rs_transport(RsTransport::CopyEngine, RsAlgo::ScatterReduce, false);
+              }).find("is the fused epilogue's"),
+              std::string::npos);
+}
+
+}  // namespace
