@@ -91,11 +91,17 @@ using loom::bench::TimeOptions;
 bool g_align = true;   // Args::align, for med()
 bool g_trace = false;  // --trace: rank 0 prints every timed point's median and wall time (finding the slow part)
 
-double med(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, loom::World& w, int iters) {
+// Every rank's timed runs start together on the device (unless --no-align) and the slowest rank's median counts.
+TimeOptions time_options(loom::World& w, int iters) {
     TimeOptions o;
     o.world = &w;
     o.iters = iters;
-    if (g_align) o.align = [&w](cudaStream_t st) { loom::barrier_on_stream(w, st); };  // ranks start together
+    if (g_align) o.align = [&w](cudaStream_t st) { loom::barrier_on_stream(w, st); };
+    return o;
+}
+
+double med(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, loom::World& w, int iters) {
+    const TimeOptions o = time_options(w, iters);
     const auto t0 = std::chrono::steady_clock::now();
     const double us = time_op(fn, s, o).median_us;
     if (g_trace && w.rank() == 0) {
@@ -115,12 +121,8 @@ double med(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, loom::Wo
 // other).
 std::vector<double> meds(const std::vector<std::function<void(cudaStream_t)>>& fns, cudaStream_t s, loom::World& w,
                          int iters) {
-    TimeOptions o;
-    o.world = &w;
-    o.iters = iters;
-    if (g_align) o.align = [&w](cudaStream_t st) { loom::barrier_on_stream(w, st); };
     std::vector<double> us;
-    for (const auto& t : loom::bench::time_ops(fns, s, o)) us.push_back(t.median_us);
+    for (const auto& t : loom::bench::time_ops(fns, s, time_options(w, iters))) us.push_back(t.median_us);
     return us;
 }
 // The interleaved figures of one shape ({op, GEMM, collective, sequence} medians, as meds returns them) and the
@@ -333,6 +335,18 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         row["check"] = diff;
         const bool ok = agreed_ok(w, diff, 2e-2, fmt::format("gemm_rs N={} K={} vs gemm + reduce_scatter", N, K));
         double t = NAN;  // timed below, beside the GEMM, the collective and the sequence
+        // gemm_rs with `o` on a poisoned output, checked against the sequence (the ranks agreeing; the measure goes
+        // to *diff), then timed alone; NAN when the check failed.
+        auto checked_us = [&](const loom::GemmRsOptions& o, const std::string& label, double* diff = nullptr) {
+            LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, rows * N * 2));
+            loom::gemm_rs(w, A, B, C, s, o);
+            LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+            const double d = max_scaled_diff(c, c_ref, rows * N);
+            if (diff) *diff = d;
+            return agreed_ok(w, d, 2e-2, fmt::format("gemm_rs ({}) N={} K={}", label, N, K))
+                       ? med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w, args.iters)
+                       : NAN;
+        };
         // Each algorithm on its own (auto picks the fused epilogue when M / W is a multiple of BLOCK_M), each
         // checked against the sequential result.
         // "fused-epilogue" is the epilogue's own NVLink bulk copies (RsTransport::Sm); its copy-engine transport is
@@ -346,14 +360,10 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                 {"fused-epilogue-ce", {0, nullptr, loom::RsAlgo::FusedEpilogue, loom::RsTransport::CopyEngine}});
         for (const auto& [name, o] : variants) {
             try {
-                LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, rows * N * 2));
-                loom::gemm_rs(w, A, B, C, s, o);
-                LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
-                const double d = max_scaled_diff(c, c_ref, rows * N);
+                double d = NAN;
+                const double us = checked_us(o, name, &d);
                 row["check_" + name] = d;
-                if (agreed_ok(w, d, 2e-2, fmt::format("gemm_rs ({}) N={} K={}", name, N, K)))
-                    row["overlap_" + name + "_us"] =
-                        med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w, args.iters);
+                if (std::isfinite(us)) row["overlap_" + name + "_us"] = us;
             } catch (const loom::Error& e) {
                 row["error_" + name] = e.what();
             }
@@ -374,15 +384,9 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                 loom::GemmRsOptions o;
                 o.algo = loom::RsAlgo::FusedEpilogue;
                 o.config = &cfg;
-                LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, rows * N * 2));
-                loom::gemm_rs(w, A, B, C, s, o);
-                LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
-                const double d = max_scaled_diff(c, c_ref, rows * N);
                 const std::string key =
                     std::to_string(cfg.block_m) + "x" + std::to_string(bn) + "_st" + std::to_string(cfg.stages);
-                sweep[key] = agreed_ok(w, d, 2e-2, fmt::format("gemm_rs ({}) N={} K={}", key, N, K))
-                                 ? med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w, args.iters)
-                                 : NAN;
+                sweep[key] = checked_us(o, key);
             }
             row["fused_tile_sweep_us"] = sweep;
         }
@@ -411,14 +415,7 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             for (int kib : args.rs_ce_chunk_kib) {
                 loom::GemmRsOptions o{0, nullptr, loom::RsAlgo::FusedEpilogue, loom::RsTransport::CopyEngine};
                 o.ce_chunk_bytes = static_cast<std::size_t>(kib) << 10;
-                LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, rows * N * 2));
-                loom::gemm_rs(w, A, B, C, s, o);
-                LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
-                const double d = max_scaled_diff(c, c_ref, rows * N);
-                sweep[std::to_string(kib)] =
-                    agreed_ok(w, d, 2e-2, fmt::format("gemm_rs (ce chunk {} KiB) N={} K={}", kib, N, K))
-                        ? med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w, args.iters)
-                        : NAN;
+                sweep[std::to_string(kib)] = checked_us(o, fmt::format("ce chunk {} KiB", kib));
             }
             row["ce_chunk_kib_sweep_us"] = sweep;
         }

@@ -72,11 +72,7 @@ void ag_gemm_direct(World& world, const MatrixView& a, const MatrixView& b, cons
     const int W = world.world_size(), me = world.local_rank();
     const int64_t R = a.rows, K = a.cols;
     const std::size_t shard_bytes = static_cast<std::size_t>(R * K) * dtype_size(a.dtype);
-    const std::size_t half = (shard_bytes + 1023) / 1024 * 1024;
-    overlap::ensure_symmetric(world, st, 2 * half);
-    // Halves at half of the allocation (the same on every rank and in every call): a larger earlier call's peers may
-    // still read the other half.
-    const std::size_t half_stride = st.sym_bytes / 2 / 1024 * 1024;
+    const std::size_t half_stride = overlap::ensure_parity_halves(world, st, shard_bytes);
     const uint64_t epoch = ++st.calls;
     char* const staging = static_cast<char*>(st.sym) + (epoch % 2) * half_stride;
     auto* sig = st.sig;

@@ -63,13 +63,9 @@ void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const Matri
         fmt::print(stderr, "loom::gemm_ar M={} N={} K_loc={} W={} SMs {} of {}: {}\n", M, N, K, W, st.num_sms,
                    st.device_sms, plan.str());
 
-    char* const partials = static_cast<char*>(overlap::ensure_symmetric(world, st, 2 * half_bytes));
-    // The parity halves sit at a fixed offset, half of the allocation, not at this call's size: a smaller call
-    // right after a larger one would otherwise write its half inside the previous call's half, which peers may
-    // still be reading (nothing orders a peer's reads of call e - 1 before our GEMM of call e). The allocation
-    // only changes in ensure_symmetric's synchronised growth, so the halves are stable between growths.
-    const std::size_t half_stride = st.sym_bytes / 2 / 1024 * 1024;
-    LOOM_CHECK(half_stride >= half_bytes, "{}: internal: parity half {} B < {} B", op, half_stride, half_bytes);
+    // Parity halves at a fixed offset (nothing orders a peer's reads of call e - 1 before our GEMM of call e).
+    const std::size_t half_stride = overlap::ensure_parity_halves(world, st, half_bytes);
+    char* const partials = static_cast<char*>(st.sym);
 
     jit::KernelSpec spec;
     spec.header = "loom/kernels/gemm_ar.cuh";

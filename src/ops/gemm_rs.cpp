@@ -79,10 +79,8 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
     }
     const int64_t slot_bytes = blocks_per_rank * num_n * cfg.block_m * cfg.block_n * es;
     const int64_t half_bytes = std::max(W - 1, 1) * slot_bytes;  // one slot per peer
-    overlap::ensure_symmetric(world, fs, static_cast<std::size_t>(2 * half_bytes));
-    // The half is half of the allocation (the same on every rank and in every call), not of this call's size: a
-    // peer may still read the other half of a larger previous call.
-    const int64_t half_stride = static_cast<int64_t>(fs.sym_bytes / 2) / 1024 * 1024;
+    const int64_t half_stride =
+        static_cast<int64_t>(overlap::ensure_parity_halves(world, fs, static_cast<std::size_t>(half_bytes)));
     const jit::Kernel& kernel =
         jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, DType::F32, false, kFusedHooks, kHeader));
 

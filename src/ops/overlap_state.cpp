@@ -122,6 +122,14 @@ void* ensure_symmetric(World& world, OpState& st, std::size_t bytes) {
     return st.sym;
 }
 
+std::size_t ensure_parity_halves(World& world, OpState& st, std::size_t half_bytes) {
+    half_bytes = (half_bytes + 1023) / 1024 * 1024;
+    ensure_symmetric(world, st, 2 * half_bytes);
+    const std::size_t stride = st.sym_bytes / 2 / 1024 * 1024;
+    LOOM_CHECK(stride >= half_bytes, "overlap: internal: parity half {} B < {} B", stride, half_bytes);
+    return stride;
+}
+
 void* ensure_local(OpState& st, std::size_t bytes) {
     if (bytes <= st.local_bytes) return st.local;
     LOOM_CHECK_CUDA(cudaDeviceSynchronize());

@@ -51,6 +51,11 @@ OpState& op_state(World& world, OpKind kind, const char* op);
 // st.sym with at least `bytes` (collective: every rank asks for the same sizes in the same calls). Growing
 // synchronises the device and meets every rank first (peers may still read the old buffer), then reallocates.
 void* ensure_symmetric(World& world, OpState& st, std::size_t bytes);
+// st.sym as two parity halves of at least `half_bytes` each (ensure_symmetric's collective growth); returns the
+// offset of half 1 (half e % 2 of call e starts at (e % 2) x that). The halves sit at half of the allocation, 1 KiB
+// aligned, not at this call's size: the same on every rank and in every call between growths, so a smaller call right
+// after a larger one does not write its half inside the previous call's, which peers may still be reading.
+std::size_t ensure_parity_halves(World& world, OpState& st, std::size_t half_bytes);
 // st.local with at least `bytes` (cudaMalloc; the device is synchronised before a reallocation).
 void* ensure_local(OpState& st, std::size_t bytes);
 

@@ -145,25 +145,24 @@ struct RsEpilogueHooks {
         ptx::named_barrier_sync(1, kConsumers * 128);
         if (threadIdx.x == 0) {
             const int32_t p = rs_pending_push();
-            if (p >= 0 && a.outbox != nullptr) {
-                // Copy-engine transport: the tile is in the outbox; counted on its chunk's first M-block, which the
-                // host's copy stream waits for.
-                const int32_t band0 = (p / kMaxTileSignals) * a.blocks_per_rank, tile = p % kMaxTileSignals;
-                ptx::red_add_release_sys(a.stored + chunk_signal(band0, tile / a.num_n - band0, tile % a.num_n),
-                                         uint64_t{1});
-                rs_pending_push() = -1;
-            } else if (p >= 0) {
+            if (p >= 0) {
                 const int32_t d = p / kMaxTileSignals, tile = p % kMaxTileSignals;
-                uint8_t* flag =
-                    reinterpret_cast<uint8_t*>(a.tile_in + static_cast<int64_t>(a.me) * kMaxTileSignals + tile);
-                ptx::st_release_sys(reinterpret_cast<uint64_t*>(flag + static_cast<int64_t>(d - a.me) * a.heap_bytes),
-                                    a.epoch);
+                if (a.outbox != nullptr) {
+                    // Copy-engine transport: the tile is in the outbox; counted on its chunk, which the host's copy
+                    // stream waits for.
+                    const int32_t band0 = d * a.blocks_per_rank;
+                    ptx::red_add_release_sys(a.stored + chunk_signal(band0, tile / a.num_n - band0, tile % a.num_n),
+                                             uint64_t{1});
+                } else {
+                    uint8_t* flag =
+                        reinterpret_cast<uint8_t*>(a.tile_in + static_cast<int64_t>(a.me) * kMaxTileSignals + tile);
+                    ptx::st_release_sys(
+                        reinterpret_cast<uint64_t*>(flag + static_cast<int64_t>(d - a.me) * a.heap_bytes), a.epoch);
+                }
                 rs_pending_push() = -1;
             }
         }
     }
-
-    LOOM_DEVICE LOOM_FORCEINLINE static int64_t slot_of(int q, int d) { return rs_slot_of(q, d); }
 
     // Byte offset of warpgroup wg's part of tile t in a scratch slot of rank `band`'s rows.
     template <int BLOCK_M, int BLOCK_N, class TOut>
@@ -192,7 +191,7 @@ struct RsEpilogueHooks {
         for (int q = 0; q < a.world; ++q) {
             if (q == a.me) continue;
             for (int off = static_cast<int>(tid % 128) * 128; off < kPartBytes; off += 128 * 128)
-                ptx::prefetch_l2(src + slot_of(q, a.me) * a.slot_bytes + off);
+                ptx::prefetch_l2(src + rs_slot_of(q, a.me) * a.slot_bytes + off);
         }
     }
 
@@ -222,7 +221,7 @@ struct RsEpilogueHooks {
                 // Over NVLink into our slot of the owner's scratch, or (copy-engine transport) into the local outbox.
                 uint8_t* dst = (a.outbox != nullptr ? a.outbox + band * a.slot_bytes
                                                     : a.scratch + static_cast<int64_t>(band - a.me) * a.heap_bytes +
-                                                          slot_of(a.me, band) * a.slot_bytes) +
+                                                          rs_slot_of(a.me, band) * a.slot_bytes) +
                                tile_offset<BLOCK_M, BLOCK_N, TOut>(t, band, warpgroup);
                 ptx::cp_async_bulk_s2g(dst, bufs, static_cast<uint32_t>(slabs) * kGemmStoreBufBytes);
                 ptx::tma_store_commit();
@@ -257,7 +256,7 @@ struct RsEpilogueHooks {
                     uint4 v[kInFlight];
 #pragma unroll
                     for (int i = 0; i < kInFlight; ++i)
-                        v[i] = __ldcg(reinterpret_cast<const uint4*>(src + slot_of(q, a.me) * a.slot_bytes +
+                        v[i] = __ldcg(reinterpret_cast<const uint4*>(src + rs_slot_of(q, a.me) * a.slot_bytes +
                                                                      ((c0 + i) * 128 + wg_thread) * 16));
 #pragma unroll
                     for (int i = 0; i < kInFlight; ++i) vec_add<TOut>(v[i], sum[i], false);

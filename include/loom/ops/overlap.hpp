@@ -63,9 +63,9 @@ const char* to_string(RsAlgo a);
 enum class RsTransport {
     Auto,        // CopyEngine when every rank has a GPU of its own, else Sm (src/ops/gemm_rs.cpp says why)
     Sm,          // the epilogue bulk-copies each tile (cp.async.bulk shared -> peer global) over NVLink
-    CopyEngine,  // the epilogue stores each tile locally (an outbox); a side stream waits for whole chunks of
-                 // M-blocks and copies them with the copy engine (ranks on distinct GPUs only: within one GPU a
-                 // copy is a runtime copy kernel, which the persistent GEMM would starve)
+    CopyEngine,  // the epilogue stores each tile locally (an outbox); a side stream waits for whole chunks (runs of
+                 // columns of one raster group) and copies them with the copy engine (ranks on distinct GPUs only:
+                 // within one GPU a copy is a runtime copy kernel, which the persistent GEMM would starve)
 };
 const char* to_string(RsTransport t);
 
@@ -74,7 +74,7 @@ struct GemmRsOptions {
     const GemmConfig* config = nullptr;  // cluster_m must be 1
     RsAlgo algo = RsAlgo::Auto;
     RsTransport transport = RsTransport::Auto;  // FusedEpilogue only
-    std::size_t ce_chunk_bytes = 0;             // CopyEngine: bytes per copy (whole M-blocks); 0: 2 MiB
+    std::size_t ce_chunk_bytes = 0;             // CopyEngine: bytes per copy (whole tile columns); 0: 2 MiB
 };
 
 struct GemmArOptions {
