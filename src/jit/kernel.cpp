@@ -109,6 +109,15 @@ int Kernel::max_blocks_per_sm(int block_threads, std::size_t dynamic_smem) const
     return n;
 }
 
+bool Kernel::programmatic_supported() const {
+    int v = programmatic_.load(std::memory_order_relaxed);
+    if (v < 0) {
+        v = device_attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, current_device()) >= 9 ? 1 : 0;
+        programmatic_.store(v, std::memory_order_relaxed);
+    }
+    return v == 1;
+}
+
 void Kernel::launch(const LaunchConfig& cfg, void** args) const {
     const unsigned threads = cfg.block.x * cfg.block.y * cfg.block.z;
     LOOM_CHECK(cfg.block.x > 0 && cfg.block.y > 0 && cfg.block.z > 0 && threads <= 1024,
@@ -154,7 +163,7 @@ void Kernel::launch(const LaunchConfig& cfg, void** args) const {
                    name_, resident, blocks);
     }
 
-    CUlaunchAttribute attrs[2];
+    CUlaunchAttribute attrs[3];
     unsigned n = 0;
     if (cluster > 1) {
         attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
@@ -166,6 +175,11 @@ void Kernel::launch(const LaunchConfig& cfg, void** args) const {
     if (cfg.cooperative) {
         attrs[n].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
         attrs[n].value.cooperative = 1;
+        ++n;
+    }
+    if (cfg.programmatic && programmatic_supported()) {
+        attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attrs[n].value.programmaticStreamSerializationAllowed = 1;
         ++n;
     }
     CUlaunchConfig lc{};

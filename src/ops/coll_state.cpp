@@ -180,6 +180,13 @@ void setup_ll(Launch& l, const char* op, std::size_t chunk_bytes, const CollOpti
     l.params.ll_packets = static_cast<uint32_t>(per);
     l.blocks = blocks;
     l.threads = per < 512 ? static_cast<int>((per + 31) / 32 * 32) : 512;
+    // LOOM_COLL_PDL (tuning): 0 launches the LL kernels plainly, to time what the programmatic launch saves.
+    static const bool pdl = [] {
+        const long long v = env_int("LOOM_COLL_PDL", 1);
+        LOOM_CHECK(v == 0 || v == 1, "LOOM_COLL_PDL: expected 0 or 1, given {}", v);
+        return v == 1;
+    }();
+    l.programmatic = pdl;
 }
 
 namespace {
@@ -190,34 +197,35 @@ const jit::Kernel& kernel_of(const Launch& l) {
     spec.template_args = l.template_args;
     return jit::get_kernel(spec);
 }
-void launch_kernel(const Ctx& ctx, const jit::Kernel& k, int blocks, int threads, std::size_t smem, const Params& p,
-                   cudaStream_t stream) {
+void launch_kernel(const Ctx& ctx, const jit::Kernel& k, int blocks, int threads, std::size_t smem, bool programmatic,
+                   const Params& p, cudaStream_t stream) {
     jit::LaunchConfig cfg;
     cfg.grid = dim3(static_cast<unsigned>(blocks));
     cfg.block = dim3(static_cast<unsigned>(threads));
     cfg.smem = smem;
     cfg.stream = stream;
+    cfg.programmatic = programmatic;
     k(cfg, ctx, p);
 }
 }  // namespace
 
 void launch(World& world, const Launch& l, cudaStream_t stream) {
-    launch_kernel(world.ctx(), kernel_of(l), l.blocks, l.threads, l.smem, l.params, stream);
+    launch_kernel(world.ctx(), kernel_of(l), l.blocks, l.threads, l.smem, l.programmatic, l.params, stream);
 }
 
 void launch(World& world, CollState& st, const PlanKey& key, const Launch& l, cudaStream_t stream) {
     const jit::Kernel& k = kernel_of(l);
     const Ctx ctx = world.ctx();
-    launch_kernel(ctx, k, l.blocks, l.threads, l.smem, l.params, stream);
+    launch_kernel(ctx, k, l.blocks, l.threads, l.smem, l.programmatic, l.params, stream);
     if (st.plans.size() >= CollState::kMaxPlans) st.plans.clear();
-    st.plans[key] = Plan{&k, ctx, l.blocks, l.threads, l.smem, l.params};
+    st.plans[key] = Plan{&k, ctx, l.blocks, l.threads, l.smem, l.programmatic, l.params};
 }
 
 bool launch_cached(CollState& st, const PlanKey& key, cudaStream_t stream) {
     const auto it = st.plans.find(key);
     if (it == st.plans.end()) return false;
     const Plan& p = it->second;
-    launch_kernel(p.ctx, *p.kernel, p.blocks, p.threads, p.smem, p.params, stream);
+    launch_kernel(p.ctx, *p.kernel, p.blocks, p.threads, p.smem, p.programmatic, p.params, stream);
     return true;
 }
 

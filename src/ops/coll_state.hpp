@@ -43,6 +43,7 @@ struct Plan {
     Ctx ctx{};  // the World's (fixed for its lifetime)
     int blocks = 1, threads = 512;
     std::size_t smem = 0;
+    bool programmatic = false;
     kernels::coll::Params params{};
 };
 
@@ -89,6 +90,9 @@ struct Launch {
     int blocks = 1;
     int threads = 512;
     std::size_t smem = 0;
+    // Programmatic launch (jit::LaunchConfig::programmatic): the kernel calls ptx::griddep_wait() first. The LL
+    // kernels are: back to back, their launches then overlap the previous call's tail.
+    bool programmatic = false;
     kernels::coll::Params params{};
 };
 void launch(World& world, const Launch& l, cudaStream_t stream);

@@ -577,6 +577,53 @@ TEST_F(Collectives, TenThousandBackToBackWithChangingInputs) {
     }
 }
 
+// In-place all_reduce chained back to back, each call reading what the previous one wrote. The LL kernels launch
+// programmatically (PDL: a call may start while the previous one still runs) and must wait in griddep_wait()
+// before reading; without that wait a call reads its input before the previous call has written it. Every third
+// call is two-shot (not programmatic), so LL follows both kinds of kernels. Exact in fp32: small integers, every
+// call after the first multiplies the sums by W, and the chain stops below 2^24.
+TEST_F(Collectives, LLChainedInPlaceBackToBack) {
+    const int W = w->world_size(), me = w->rank();
+    const std::size_t n = 5003;  // ~40 LL blocks, and an odd tail
+    const DType t = DType::F32;
+    Sym x(*w, n * 4);
+    auto x0 = [](int rank, int round, std::size_t i) {
+        return static_cast<float>((i * 7 + static_cast<std::size_t>(round) * 3 + static_cast<std::size_t>(rank)) %
+                                  11);
+    };
+    int steps = 1;
+    for (double top = 10.0 * W; top * W < double(1 << 24) && steps < 9; top *= W) ++steps;
+    std::string err;
+    for (int round = 0; round < 24 && err.empty(); ++round) {
+        std::vector<char> mine(n * 4);
+        for (std::size_t i = 0; i < n; ++i) {
+            const float v = x0(me, round, i);
+            std::memcpy(mine.data() + i * 4, &v, 4);
+        }
+        upload(x.p, mine);
+        w->barrier();
+        for (int s = 0; s < steps; ++s)
+            all_reduce(*w, BufferView{x.p, t, n}, BufferView{x.p, t, n}, stream,
+                       CollOptions{s % 3 == 2 ? CollAlgo::TwoShot : CollAlgo::LL});
+        sync_or_die(stream);
+        const auto got = download(x.p, n * 4);
+        double scale = 1;
+        for (int s = 1; s < steps; ++s) scale *= W;
+        for (std::size_t i = 0; i < n && err.empty(); ++i) {
+            double ref = 0;
+            for (int r = 0; r < W; ++r) ref += x0(r, round, i);
+            ref *= scale;
+            if (value_at(t, got, i) != ref)
+                err = "round " + std::to_string(round) + " (" + std::to_string(steps) + " chained calls) element " +
+                      std::to_string(i) + ": got " + std::to_string(value_at(t, got, i)) + ", expected " +
+                      std::to_string(ref);
+        }
+        const std::string v = agree(*w, err);
+        if (!v.empty()) err = v;
+    }
+    ASSERT_TRUE(err.empty()) << err;
+}
+
 // A graph of collectives with different grids, replayed with fresh inputs: LL (5 blocks of 52 packets), the
 // copy-engine all_gather (its barrier kernels advance only block 0's epoch), two-shot (1 block), and LL again with
 // another grid and packet count (64 blocks of 79 packets). The H200 run failed at replay 1: the LL area was laid out

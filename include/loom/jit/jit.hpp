@@ -62,6 +62,10 @@ struct LaunchConfig {
     dim3 cluster{1, 1, 1};
     cudaStream_t stream = nullptr;
     bool cooperative = false;  // all blocks co-resident (grid barriers)
+    // Programmatic stream serialization (PDL, sm_90+; ignored on older devices): the launch may begin while the
+    // stream's previous kernel finishes, hiding most of the launch latency of back-to-back small kernels. The kernel
+    // must call ptx::griddep_wait() before touching memory the previous kernel may use.
+    bool programmatic = false;
 };
 
 class Kernel {
@@ -96,6 +100,8 @@ class Kernel {
     CompileResult info_;
     mutable std::atomic<std::size_t> smem_raised_{48 * 1024};  // MAX_DYNAMIC_SHARED_SIZE_BYTES set so far
     mutable std::atomic<long long> smem_budget_{-1};           // opt-in limit - static smem; -1: not yet asked
+    mutable std::atomic<int> programmatic_{-1};  // 1: the device takes programmatic launches (sm_90+); -1: not asked
+    bool programmatic_supported() const;
 };
 
 // Compile-or-fetch and load for the current device. Thread-safe; the returned reference lives until process

@@ -86,6 +86,10 @@ LOOM_DEVICE inline void ll_exchange(const Ctx& ctx, const Params& p) {
     const T* const in = static_cast<const T*>(p.in);
     T* const out = static_cast<T*>(p.out);
     const T* const own = in + (kChunkPerPeer ? me * n : 0);  // what this rank contributes to itself
+    // Launched programmatically (setup_ll): wait for the stream's previous kernel before touching memory, then let
+    // the next call's launch begin, so back-to-back calls hide their launch latency behind this one.
+    ptx::griddep_wait();
+    ptx::griddep_launch_dependents();
     // The first packet's data is loaded before the epoch (begin_call's load and block barrier), so the two
     // global-memory latencies overlap: small messages have one packet per thread.
     const uint64_t v0 = !kChunkPerPeer && threadIdx.x < mine ? ll_pack(in, (first + threadIdx.x) * E, n) : 0;

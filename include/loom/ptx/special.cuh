@@ -35,4 +35,23 @@ LOOM_DEVICE LOOM_FORCEINLINE uint32_t tid_x_unhoisted() {
 }
 LOOM_DEVICE LOOM_FORCEINLINE void nanosleep(uint32_t ns) { asm volatile("nanosleep.u32 %0;" ::"r"(ns)); }
 
+// Programmatic dependent launch (sm_90+; no-ops below, where the host never sets the launch attribute).
+// A kernel launched with programmatic stream serialization (jit::LaunchConfig::programmatic) may start while the
+// previous kernel of its stream still runs; griddep_wait() blocks until that kernel has completed and its memory
+// operations are visible, so every thread calls it before touching memory the previous kernel may use. It returns
+// at once when the launch was not programmatic.
+LOOM_DEVICE LOOM_FORCEINLINE void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// Lets the next kernel of the stream, when launched programmatically, start launching once every block of this
+// grid has called it (or exited). It orders nothing: the next kernel still waits in griddep_wait() for this one to
+// complete.
+LOOM_DEVICE LOOM_FORCEINLINE void griddep_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 }  // namespace loom::ptx
