@@ -172,6 +172,10 @@ void Report::add_row(nlohmann::json row) {
 nlohmann::json Report::to_json() const { return doc_; }
 
 void Report::write(const std::string& path) const {
+    // The report's directory is made when missing (a fresh --out DIR), as the collectives' benchmark does.
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
     std::ofstream f(path);
     LOOM_CHECK(f.good(), "cannot write benchmark report {}", path);
     f << doc_.dump(2) << "\n";
