@@ -288,13 +288,6 @@ jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, std
                           std::to_string(cfg.cluster_m),
                           cfg.tma_store ? "true" : "false",
                           hooks};
-    // LOOM_GEMM_WG_LAG (experiment): the second consumer warpgroup trails the first by this many k-blocks.
-    static const long long wg_lag = [] {
-        const long long v = env_int("LOOM_GEMM_WG_LAG", 0);
-        LOOM_CHECK(v >= 0 && v <= 7, "LOOM_GEMM_WG_LAG: expected k-blocks in [0, 7], given {}", v);
-        return v;
-    }();
-    if (wg_lag > 0) spec.defines.push_back("LOOM_GEMM_WG_LAG=" + std::to_string(wg_lag));
     if (cfg.tail_splits >= 2) {
         LOOM_CHECK(hooks == "loom::tile::GemmNoHooks" && cfg.cluster_m == 1,
                    "gemm: the split tail is for the plain GEMM (no hooks, cluster_m 1), given hooks {}, cluster_m {}",

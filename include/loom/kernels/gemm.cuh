@@ -49,11 +49,6 @@
 #include "loom/tile/scheduler.cuh"
 #include "loom/tile/tma.cuh"
 
-// Experiment (host: LOOM_GEMM_WG_LAG): k-blocks by which the second consumer warpgroup trails the first.
-#ifndef LOOM_GEMM_WG_LAG
-#define LOOM_GEMM_WG_LAG 0
-#endif
-
 namespace loom::kernels {
 
 // The next tile (kSplitTail = false: whole tiles, w.kb_* = the full K) or split-tail work unit of this CTA; the
@@ -288,22 +283,6 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
         uint32_t store_count = 0;  // slabs this warpgroup has stored; selects the staging buffer
         float acc[BLOCK_N / 2];
         tile::PipelineState<STAGES> st;
-        // Staggered warpgroups (kWgLag k-blocks, plain GEMM): warpgroup 1 starts its first mainloop once warpgroup 0
-        // has issued kWgLag k-blocks, so their epilogues fall at different times and the tensor cores serve one
-        // warpgroup's mainloop while the other stores (the lag then carries over from tile to tile). Bounded by the
-        // ring: warpgroup 0 takes at most STAGES - 1 slots ahead.
-        constexpr int kWgLag = (kConsumers == 2 && !Hooks::kEpilogueHooks && !Hooks::kNotifiesAfterStore)
-                                   ? (LOOM_GEMM_WG_LAG < STAGES ? LOOM_GEMM_WG_LAG : STAGES - 1)
-                                   : 0;
-        // Each warp of warpgroup 0 counts its first kWgLag k-blocks (over units) down in shared memory (a register
-        // held across the mainloop spills at the 168-register cap) and then arrives on named barrier 4, where
-        // warpgroup 1 waits before its first unit; a CTA with fewer k-blocks in all arrives on the way out.
-        __shared__ int s_lag[4];
-        if constexpr (kWgLag > 0) {
-            if (warpgroup == 0 && lane == 0) s_lag[warp] = kWgLag;
-            __syncwarp();
-            if (warpgroup == 1) ptx::named_barrier_sync(4, 256);
-        }
         while (next_work<kSplitTail>(sched, hooks, args, num_k_blocks, t, w)) {
             // The split unit's (tail tile << 8) | split, -1 for a whole tile: one register across the mainloop.
             const int32_t tail_id = w.split < 0 ? -1 : ((w.linear - args.dp_tiles) << 8) | w.split;
@@ -344,19 +323,6 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                 if (kb > 0) release_slot<CLUSTER_M>(pipe, prev_stage);
                 prev_stage = st.stage;
                 st.advance();
-                if constexpr (kWgLag > 0) {
-                    // From an unhoisted %tid.x: the warp index held across the mainloop spills.
-                    const uint32_t tid = ptx::tid_x_unhoisted();
-                    if (tid < 128) {
-                        __syncwarp();
-                        const int left = *static_cast<volatile int*>(&s_lag[tid / 32]);
-                        __syncwarp();
-                        if (left > 0) {
-                            if (tid % 32 == 0) s_lag[tid / 32] = left - 1;
-                            if (left == 1) ptx::named_barrier_arrive(4, 256);
-                        }
-                    }
-                }
             }
             ptx::wgmma_wait_group<0>();
             ptx::wgmma_fence_operands(acc);
@@ -509,12 +475,6 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                 ptx::named_barrier_sync(1, kConsumers * 128);
                 if (threadIdx.x == 0 && t.rows > 0) hooks.after_store(t);
             }
-        }
-        if constexpr (kWgLag > 0) {
-            __syncwarp();
-            const uint32_t tid = ptx::tid_x_unhoisted();
-            if (tid < 128 && *static_cast<volatile int*>(&s_lag[tid / 32]) > 0)
-                ptx::named_barrier_arrive(4, 256);  // fewer k-blocks than the lag in all
         }
         // Epilogue hooks may still have a tile to publish (its stores issued, its signal not yet raised).
         if constexpr (Hooks::kEpilogueHooks) hooks.template finish<BLOCK_M>();

@@ -76,11 +76,6 @@ LOOM_DEVICE LOOM_FORCEINLINE void setmaxnreg_dec() {
 LOOM_DEVICE LOOM_FORCEINLINE void named_barrier_sync(uint32_t id, uint32_t threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
-// Arrive on the named barrier without waiting (bar.arrive): with named_barrier_sync of the same id and count, the
-// arriving warps release the syncing ones (a one-way handoff).
-LOOM_DEVICE LOOM_FORCEINLINE void named_barrier_arrive(uint32_t id, uint32_t threads) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 // The same barrier that also ORs `pred` over the `threads` taking part and returns the result to each of them
 // (bar.red.or.pred): a broadcast of one thread's decision without shared memory.
 LOOM_DEVICE LOOM_FORCEINLINE bool named_barrier_sync_or(uint32_t id, uint32_t threads, bool pred) {
