@@ -10,15 +10,18 @@
 // PyTorch figures bench/torch_async_tp.py measured on the same machine (async TP, PyTorch + NCCL sequential).
 // Before timing, every overlapped config is checked once against (b) on the same inputs (max |diff| / max |ref|,
 // NaN-poisoned output), the ranks agreeing on the verdict; a failing config is reported and not timed.
+// GEMM+AllReduce (decode / small-batch shapes): M in {16, 32, 64, 128} x (N, K) in {(8192, 28672), (8192, 8192)}
+// (a TP MLP's down projection and an attention output projection, K_loc = K / W): gemm_ar against Loom's GEMM then
+// all_reduce, cuBLASLt then NVSHMEM's sum_reduce, and cuBLASLt then NCCL's all_reduce (distinct GPUs).
 // --rs-fused-diag also times the fused gemm_rs with parts left out (unchecked: wrong results by design). Ranks on
 // distinct GPUs also time the fused gemm_rs with the copy-engine transport ("fused-epilogue-ce"), and with
 // --rs-ce-chunk at each of the given chunk sizes.
 //   loomrun -n 8 build/bench/bench-overlap [--out DIR] [--quick] [--iters N] [--no-nvshmem] [--no-nvshmem-rs]
 //   [--no-nccl]
 //                                          [--torch DIR/torch_tp.json] [--rs-comm-sms 4,8,16,24]
-//                                          [--ops all|ag|rs] [--no-align] [--trace] [--shape N,K[,N,K...]]
+//                                          [--ops all|ag|rs|ar] [--no-align] [--trace] [--shape N,K[,N,K...]]
 //                                          [--rs-fused-bn 128,192,256] [--rs-fused-diag] [--rs-ce-chunk 1024,4096]
-// DIR/ag_gemm.json and DIR/gemm_rs.json (rank 0).
+// DIR/ag_gemm.json, DIR/gemm_rs.json and DIR/gemm_ar.json (rank 0).
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -163,8 +166,9 @@ bool agreed_ok(loom::World& w, double diff, double tol, const std::string& what)
 // One line per finished row (rank 0): long runs show their progress.
 void print_row(const char* op, const nlohmann::json& row, const loom::World& w) {
     if (w.rank() != 0) return;
-    std::printf("%s W=%d N=%lld K=%lld: loom %.1f us, efficiency %.3f\n", op, w.world_size(), row.value("N", 0LL),
-                row.value("K", 0LL), row.value("loom_us", NAN), row.value("overlap_efficiency", NAN));
+    std::printf("%s W=%d M=%lld N=%lld K=%lld: loom %.1f us, efficiency %.3f\n", op, w.world_size(),
+                row.value("M", 0LL), row.value("N", 0LL), row.value("K", 0LL), row.value("loom_us", NAN),
+                row.value("overlap_efficiency", NAN));
     std::fflush(stdout);
 }
 
@@ -494,6 +498,98 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
     if (w.rank() == 0) report.write((args.out.empty() ? std::string(".") : args.out) + "/gemm_rs.json");
 }
 
+void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::NcclBaseline& nccl, cudaStream_t s) {
+    const int W = w.world_size();
+    std::vector<std::pair<int64_t, int64_t>> shapes = {{8192, 28672}, {8192, 8192}};
+    keep_shapes(shapes, args.shapes);
+    const std::vector<int64_t> ms = args.quick ? std::vector<int64_t>{16, 128} : std::vector<int64_t>{16, 32, 64, 128};
+    loom::bench::Report report("gemm_ar", W, args.argc, args.argv);
+    for (auto [N, K] : shapes) {
+        for (int64_t M : ms) {
+            const int64_t k_loc = K / W;
+            void *a, *b, *c;
+            LOOM_CHECK_CUDA(cudaMalloc(&a, M * k_loc * 2));
+            LOOM_CHECK_CUDA(cudaMalloc(&b, N * k_loc * 2));
+            LOOM_CHECK_CUDA(cudaMalloc(&c, M * N * 2));
+            void* partial = w.alloc_bytes(M * N * 2);
+            void* c_ref = w.alloc_bytes(M * N * 2);
+            loom::bench::fill_random_bf16(a, M * k_loc, 7 + w.rank());
+            loom::bench::fill_random_bf16(b, N * k_loc, 300 + w.rank());
+            const MatrixView A{a, DType::BF16, M, k_loc, 0}, B{b, DType::BF16, N, k_loc, 0},
+                C{c, DType::BF16, M, N, 0};
+            const std::size_t count = static_cast<std::size_t>(M * N);
+            const std::function<void(cudaStream_t)> gemm_fn = [&](cudaStream_t st) {
+                loom::gemm(A, B, {partial, DType::BF16, M, N, 0}, {}, st);
+            };
+            const std::function<void(cudaStream_t)> comm_fn = [&](cudaStream_t st) {
+                loom::all_reduce(w, {partial, DType::BF16, count}, {c_ref, DType::BF16, count}, st);
+            };
+            const std::function<void(cudaStream_t)> seq_loom = [&](cudaStream_t st) {
+                gemm_fn(st);
+                comm_fn(st);
+            };
+            const std::function<void(cudaStream_t)> op = [&](cudaStream_t st) { loom::gemm_ar(w, A, B, C, st); };
+            seq_loom(s);
+            LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, M * N * 2));
+            op(s);
+            LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+            nlohmann::json row{{"M", M}, {"N", N}, {"K", K}, {"K_loc", k_loc}, {"world", W}};
+            const double diff = max_scaled_diff(c, c_ref, M * N);
+            row["check"] = diff;
+            const bool ok = agreed_ok(w, diff, 2e-2, fmt::format("gemm_ar M={} N={} K={} vs gemm + all_reduce", M, N, K));
+            const double t_gemm = med(gemm_fn, s, w, args.iters), t_comm = med(comm_fn, s, w, args.iters);
+            nlohmann::json baselines{{"loom_gemm_then_all_reduce", med(seq_loom, s, w, args.iters)}};
+            loom::bench::LtGemm lt(M, N, k_loc);
+            row["cublaslt_us"] = med([&](cudaStream_t st) { lt.run(a, b, partial, st); }, s, w, args.iters);
+            if (have_nvshmem) {
+                void* np = loom::nvshmem::malloc(M * N * 2);
+                void* no = loom::nvshmem::malloc(M * N * 2);
+                row["nvshmem_allreduce_us"] = med(
+                    [&](cudaStream_t st) { loom::nvshmem::sum_reduce_on_stream(DType::BF16, no, np, count, st); }, s,
+                    w, args.iters);
+                baselines["cublaslt_then_nvshmem_allreduce"] = med(
+                    [&](cudaStream_t st) {
+                        lt.run(a, b, np, st);
+                        loom::nvshmem::sum_reduce_on_stream(DType::BF16, no, np, count, st);
+                    },
+                    s, w, args.iters);
+                LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+                loom::nvshmem::free(no);
+                loom::nvshmem::free(np);
+            }
+            if (nccl.ok()) {
+                row["nccl_allreduce_us"] =
+                    med([&](cudaStream_t st) { nccl.all_reduce(partial, c_ref, count, DType::BF16, st); }, s, w,
+                        args.iters);
+                baselines["cublaslt_then_nccl_allreduce"] = med(
+                    [&](cudaStream_t st) {
+                        lt.run(a, b, partial, st);
+                        nccl.all_reduce(partial, c_ref, count, DType::BF16, st);
+                    },
+                    s, w, args.iters);
+            }
+            row["gemm_us"] = t_gemm;
+            row["all_reduce_us"] = t_comm;
+            if (ok) {
+                const double t = med(op, s, w, args.iters);
+                row["interleaved"] = interleaved_block(meds({op, gemm_fn, comm_fn, seq_loom}, s, w, args.iters));
+                row["loom_us"] = t;
+                row["overlap_efficiency_alone"] = t / std::max(t_comm, t_gemm);
+                row["overlap_efficiency"] = row["interleaved"]["efficiency"];
+            }
+            row["baselines"] = baselines;
+            report.add_row(row);
+            print_row("gemm_ar", row, w);
+            LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+            w.barrier();
+            w.free(c_ref);
+            w.free(partial);
+            cudaFree(a), cudaFree(b), cudaFree(c);
+        }
+    }
+    if (w.rank() == 0) report.write((args.out.empty() ? std::string(".") : args.out) + "/gemm_ar.json");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -501,7 +597,7 @@ int main(int argc, char** argv) {
     args.argc = argc;
     args.argv = argv;
     bool no_nvshmem = false, no_nccl = false;
-    CLI::App app{"bench-overlap: ag_gemm / gemm_rs against the sequential and library baselines"};
+    CLI::App app{"bench-overlap: ag_gemm / gemm_rs / gemm_ar against the sequential and library baselines"};
     app.add_option("--out", args.out, "output directory");
     app.add_flag("--quick", args.quick, "two shapes per op");
     app.add_option("--iters", args.iters, "timed runs per point")->capture_default_str()->check(CLI::PositiveNumber);
@@ -512,7 +608,7 @@ int main(int argc, char** argv) {
         "skip NVSHMEM's reducescatter baseline only (4 PEs sharing one H200 took > 100 s for one 128 MiB call)");
     bool no_align = false;
     std::string ops = "all";
-    app.add_option("--ops", ops, "which ops to time")->check(CLI::IsMember({"all", "ag", "rs"}))->capture_default_str();
+    app.add_option("--ops", ops, "which ops to time")->check(CLI::IsMember({"all", "ag", "rs", "ar"}))->capture_default_str();
     app.add_flag("--trace", g_trace, "print every timed point's median and wall time as it finishes (rank 0)");
     app.add_flag("--no-align", no_align, "no device barrier before each timed run (the host barrier stays)");
     app.add_flag("--no-nccl", no_nccl, "skip the NCCL baselines (absent anyway when ranks share a GPU)");
@@ -562,8 +658,9 @@ int main(int argc, char** argv) {
         }
         loom::bench::NcclBaseline nccl(w, args.nccl, loom::collective_topology(w).shared_gpu);
         if (w.rank() == 0 && !nccl.note().empty()) std::printf("%s\n", nccl.note().c_str());
-        if (ops != "rs") bench_ag(w, args, have_nvshmem, nccl, torch, s);
-        if (ops != "ag") bench_rs(w, args, have_nvshmem && args.nvshmem_rs, nccl, torch, s);
+        if (ops == "all" || ops == "ag") bench_ag(w, args, have_nvshmem, nccl, torch, s);
+        if (ops == "all" || ops == "rs") bench_rs(w, args, have_nvshmem && args.nvshmem_rs, nccl, torch, s);
+        if (ops == "all" || ops == "ar") bench_ar(w, args, have_nvshmem, nccl, s);
         if (have_nvshmem) loom::nvshmem::finalize();
         loom::release_overlap_state(w);
         return 0;
