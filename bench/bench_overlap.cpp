@@ -18,7 +18,7 @@
 // --rs-ce-chunk at each of the given chunk sizes.
 //   loomrun -n 8 build/bench/bench-overlap [--out DIR] [--quick] [--iters N] [--no-nvshmem] [--no-nvshmem-rs]
 //   [--no-nccl]
-//                                          [--torch DIR/torch_tp.json] [--rs-comm-sms 4,8,16,24]
+//                                          [--torch DIR/torch_tp.json] [--rs-comm-sms 4,8,16,24] [--ar-comm-sms 2,4,8]
 //                                          [--ops all|ag|rs|ar] [--no-align] [--trace] [--shape N,K[,N,K...]]
 //                                          [--rs-fused-bn 128,192,256] [--rs-fused-diag] [--rs-ce-chunk 1024,4096]
 // DIR/ag_gemm.json, DIR/gemm_rs.json and DIR/gemm_ar.json (rank 0).
@@ -77,6 +77,7 @@ struct Args {
     bool nccl = true;
     bool align = true;                 // start every timed run with a device barrier across the ranks
     std::vector<int> rs_comm_sms;      // gemm_rs timed again at each of these comm_sms
+    std::vector<int> ar_comm_sms;      // gemm_ar timed again at each of these comm_sms (checked each)
     std::vector<int64_t> shapes;       // --shape N,K,...: only these (N, K) of each op's list
     std::vector<int> rs_fused_bn;      // gemm_rs forced fused, timed again at each of these BLOCK_N
     std::vector<int> rs_ce_chunk_kib;  // gemm_rs fused with the copy engine, timed at each of these chunk sizes
@@ -568,6 +569,21 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                     },
                     s, w, args.iters);
             }
+            if (ok && !args.ar_comm_sms.empty()) {  // the reduce kernel's SM budget, for the plan's heuristic
+                nlohmann::json sweep;
+                for (int p : args.ar_comm_sms) {
+                    loom::GemmArOptions o;
+                    o.comm_sms = p;
+                    LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, M * N * 2));
+                    loom::gemm_ar(w, A, B, C, s, o);
+                    LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+                    const bool good = agreed_ok(w, max_scaled_diff(c, c_ref, M * N), 2e-2,
+                                                fmt::format("gemm_ar comm_sms {} M={} N={} K={}", p, M, N, K));
+                    sweep[std::to_string(p)] =
+                        good ? med([&](cudaStream_t st) { loom::gemm_ar(w, A, B, C, st, o); }, s, w, args.iters) : NAN;
+                }
+                row["comm_sms_sweep_us"] = sweep;
+            }
             row["gemm_us"] = t_gemm;
             row["all_reduce_us"] = t_comm;
             if (ok) {
@@ -613,6 +629,8 @@ int main(int argc, char** argv) {
     app.add_flag("--no-align", no_align, "no device barrier before each timed run (the host barrier stays)");
     app.add_flag("--no-nccl", no_nccl, "skip the NCCL baselines (absent anyway when ranks share a GPU)");
     app.add_option("--rs-comm-sms", args.rs_comm_sms, "also time gemm_rs at each of these comm_sms (e.g. 4,8,16,24)")
+        ->delimiter(',');
+    app.add_option("--ar-comm-sms", args.ar_comm_sms, "also time gemm_ar at each of these comm_sms (e.g. 2,4,8,16)")
         ->delimiter(',');
     app.add_flag("--rs-fused-diag", args.rs_fused_diag,
                  "also time the fused gemm_rs with its peer pushes, its waits + combine, or both left out "

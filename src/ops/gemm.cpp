@@ -329,7 +329,10 @@ GemmSm90Launch gemm_sm90_launch(const MatrixView& a, const MatrixView& b, const 
         o.beta);
     GemmSm90Launch l{};
     const int64_t m = a.rows, k = a.cols, n = c.cols;
-    l.tmap_a = make_tma_2d(a, cfg.block_m, kernels::kGemmBlockK);
+    // Skinny A (one M-block, single-CTA tiles): a box of M rows rounded up to 8 (one 128B-swizzle atom), not BLOCK_M.
+    const int a_box_rows =
+        m < cfg.block_m && cfg.cluster_m == 1 ? static_cast<int>((m + 7) / 8 * 8) : cfg.block_m;
+    l.tmap_a = make_tma_2d(a, a_box_rows, kernels::kGemmBlockK);
     // A K-major B tile is loaded in cluster_m slices (each CTA of a cluster multicasts one); [K, N] B in 64-column
     // boxes either way.
     l.tmap_b = o.b_kn ? make_tma_2d(b, kernels::kGemmBlockK, 64)
@@ -339,6 +342,7 @@ GemmSm90Launch gemm_sm90_launch(const MatrixView& a, const MatrixView& b, const 
     l.tmap_d =
         make_tma_2d(c, kernels::kGemmStoreBoxRows, kernels::gemm_store_box_cols(static_cast<int>(dtype_size(c.dtype))));
     l.args = whole_tile_args(c, m, n, k, o, cfg.group_m);
+    l.args.a_box_rows = a_box_rows < cfg.block_m ? a_box_rows : 0;
     const int64_t grid = cfg.grid > 0 ? cfg.grid : gemm_sm90_grid(m, n, cfg, num_sms);
     l.launch.grid = dim3(static_cast<unsigned>(std::max<int64_t>(grid, cfg.cluster_m)));
     l.launch.cluster = dim3(static_cast<unsigned>(cfg.cluster_m), 1, 1);

@@ -243,9 +243,12 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                 const ptx::TmaDescriptor* map_a = &tmap_a;
                 int32_t row_a = t.row0;
                 if constexpr (Hooks::kRedirectsA) hooks.a_source(t, map_a, row_a);
+                // A's box: BLOCK_M rows, or fewer for a skinny A through tmap_a (GemmArgs::a_box_rows).
+                const uint32_t a_bytes =
+                    map_a == &tmap_a && args.a_box_rows > 0 ? static_cast<uint32_t>(args.a_box_rows) * 128u : kABytes;
                 for (int kb = 0; kb < w.kb_count; ++kb) {
                     // Expect the whole B tile: our half and the peer's multicast half both land here.
-                    uint64_t* full = pipe->producer_acquire(st, kABytes + kBBytes);
+                    uint64_t* full = pipe->producer_acquire(st, a_bytes + kBBytes);
                     const int k0 = (w.kb_begin + kb) * kGemmBlockK;
                     uint8_t* b_slot = smem_b + st.stage * kBBytes;
                     tile::tma_load_tile(smem_a + st.stage * kABytes, map_a, full, k0, row_a);
