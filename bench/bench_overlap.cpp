@@ -11,8 +11,9 @@
 // Before timing, every overlapped config is checked once against (b) on the same inputs (max |diff| / max |ref|,
 // NaN-poisoned output), the ranks agreeing on the verdict; a failing config is reported and not timed.
 // GEMM+AllReduce (decode / small-batch shapes): M in {16, 32, 64, 128} x (N, K) in {(8192, 28672), (8192, 8192)}
-// (a TP MLP's down projection and an attention output projection, K_loc = K / W): gemm_ar against Loom's GEMM then
-// all_reduce, cuBLASLt then NVSHMEM's sum_reduce, and cuBLASLt then NCCL's all_reduce (distinct GPUs).
+// (a TP MLP's down projection and an attention output projection, K_loc = K / W): gemm_ar (auto, and each algorithm
+// timed beside it) against Loom's GEMM then all_reduce, cuBLASLt then NVSHMEM's sum_reduce, and cuBLASLt then NCCL's
+// all_reduce (distinct GPUs).
 // --rs-fused-diag also times the fused gemm_rs with parts left out (unchecked: wrong results by design). Ranks on
 // distinct GPUs also time the fused gemm_rs with the copy-engine transport ("fused-epilogue-ce"), and with
 // --rs-ce-chunk at each of the given chunk sizes.
@@ -516,8 +517,7 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             void* c_ref = w.alloc_bytes(M * N * 2);
             loom::bench::fill_random_bf16(a, M * k_loc, 7 + w.rank());
             loom::bench::fill_random_bf16(b, N * k_loc, 300 + w.rank());
-            const MatrixView A{a, DType::BF16, M, k_loc, 0}, B{b, DType::BF16, N, k_loc, 0},
-                C{c, DType::BF16, M, N, 0};
+            const MatrixView A{a, DType::BF16, M, k_loc, 0}, B{b, DType::BF16, N, k_loc, 0}, C{c, DType::BF16, M, N, 0};
             const std::size_t count = static_cast<std::size_t>(M * N);
             const std::function<void(cudaStream_t)> gemm_fn = [&](cudaStream_t st) {
                 loom::gemm(A, B, {partial, DType::BF16, M, N, 0}, {}, st);
@@ -537,7 +537,8 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             nlohmann::json row{{"M", M}, {"N", N}, {"K", K}, {"K_loc", k_loc}, {"world", W}};
             const double diff = max_scaled_diff(c, c_ref, M * N);
             row["check"] = diff;
-            const bool ok = agreed_ok(w, diff, 2e-2, fmt::format("gemm_ar M={} N={} K={} vs gemm + all_reduce", M, N, K));
+            const bool ok =
+                agreed_ok(w, diff, 2e-2, fmt::format("gemm_ar M={} N={} K={} vs gemm + all_reduce", M, N, K));
             const double t_gemm = med(gemm_fn, s, w, args.iters), t_comm = med(comm_fn, s, w, args.iters);
             nlohmann::json baselines{{"loom_gemm_then_all_reduce", med(seq_loom, s, w, args.iters)}};
             loom::bench::LtGemm lt(M, N, k_loc);
@@ -545,9 +546,9 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             if (have_nvshmem) {
                 void* np = loom::nvshmem::malloc(M * N * 2);
                 void* no = loom::nvshmem::malloc(M * N * 2);
-                row["nvshmem_allreduce_us"] = med(
-                    [&](cudaStream_t st) { loom::nvshmem::sum_reduce_on_stream(DType::BF16, no, np, count, st); }, s,
-                    w, args.iters);
+                row["nvshmem_allreduce_us"] =
+                    med([&](cudaStream_t st) { loom::nvshmem::sum_reduce_on_stream(DType::BF16, no, np, count, st); },
+                        s, w, args.iters);
                 baselines["cublaslt_then_nvshmem_allreduce"] = med(
                     [&](cudaStream_t st) {
                         lt.run(a, b, np, st);
@@ -569,11 +570,30 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                     },
                     s, w, args.iters);
             }
+            // Each algorithm on its own (auto: the fused epilogue where the tile fits), checked against the sequence.
+            for (loom::ArAlgo algo : {loom::ArAlgo::FusedEpilogue, loom::ArAlgo::ReduceKernel}) {
+                loom::GemmArOptions o;
+                o.algo = algo;
+                const std::string name = loom::to_string(algo);
+                try {
+                    LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, M * N * 2));
+                    loom::gemm_ar(w, A, B, C, s, o);
+                    LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+                    const double d = max_scaled_diff(c, c_ref, M * N);
+                    row["check_" + name] = d;
+                    if (agreed_ok(w, d, 2e-2, fmt::format("gemm_ar ({}) M={} N={} K={}", name, M, N, K)))
+                        row["overlap_" + name + "_us"] =
+                            med([&](cudaStream_t st) { loom::gemm_ar(w, A, B, C, st, o); }, s, w, args.iters);
+                } catch (const loom::Error& e) {
+                    row["error_" + name] = e.what();
+                }
+            }
             if (ok && !args.ar_comm_sms.empty()) {  // the reduce kernel's SM budget, for the plan's heuristic
                 nlohmann::json sweep;
                 for (int p : args.ar_comm_sms) {
                     loom::GemmArOptions o;
                     o.comm_sms = p;
+                    o.algo = loom::ArAlgo::ReduceKernel;  // the only algorithm with reduce blocks
                     LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, M * N * 2));
                     loom::gemm_ar(w, A, B, C, s, o);
                     LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
@@ -624,7 +644,9 @@ int main(int argc, char** argv) {
         "skip NVSHMEM's reducescatter baseline only (4 PEs sharing one H200 took > 100 s for one 128 MiB call)");
     bool no_align = false;
     std::string ops = "all";
-    app.add_option("--ops", ops, "which ops to time")->check(CLI::IsMember({"all", "ag", "rs", "ar"}))->capture_default_str();
+    app.add_option("--ops", ops, "which ops to time")
+        ->check(CLI::IsMember({"all", "ag", "rs", "ar"}))
+        ->capture_default_str();
     app.add_flag("--trace", g_trace, "print every timed point's median and wall time as it finishes (rank 0)");
     app.add_flag("--no-align", no_align, "no device barrier before each timed run (the host barrier stays)");
     app.add_flag("--no-nccl", no_nccl, "skip the NCCL baselines (absent anyway when ranks share a GPU)");

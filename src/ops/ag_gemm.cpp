@@ -51,8 +51,9 @@ AgProducer ag_gemm_producer(AgProducer requested, int world_size, int64_t rows_p
 }
 
 std::string OverlapPlan::str() const {
-    return fmt::format("{} comm_blocks {} reserved_sms {}{}{}", gemm.str(), comm_blocks, reserved_sms,
-                       rs_algo == RsAlgo::Auto ? "" : " rs ", rs_algo == RsAlgo::Auto ? "" : to_string(rs_algo));
+    return fmt::format("{} comm_blocks {} reserved_sms {}{}{}{}{}", gemm.str(), comm_blocks, reserved_sms,
+                       rs_algo == RsAlgo::Auto ? "" : " rs ", rs_algo == RsAlgo::Auto ? "" : to_string(rs_algo),
+                       ar_algo == ArAlgo::Auto ? "" : " ar ", ar_algo == ArAlgo::Auto ? "" : to_string(ar_algo));
 }
 
 namespace {

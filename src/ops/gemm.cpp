@@ -330,8 +330,7 @@ GemmSm90Launch gemm_sm90_launch(const MatrixView& a, const MatrixView& b, const 
     GemmSm90Launch l{};
     const int64_t m = a.rows, k = a.cols, n = c.cols;
     // Skinny A (one M-block, single-CTA tiles): a box of M rows rounded up to 8 (one 128B-swizzle atom), not BLOCK_M.
-    const int a_box_rows =
-        m < cfg.block_m && cfg.cluster_m == 1 ? static_cast<int>((m + 7) / 8 * 8) : cfg.block_m;
+    const int a_box_rows = m < cfg.block_m && cfg.cluster_m == 1 ? static_cast<int>((m + 7) / 8 * 8) : cfg.block_m;
     l.tmap_a = make_tma_2d(a, a_box_rows, kernels::kGemmBlockK);
     // A K-major B tile is loaded in cluster_m slices (each CTA of a cluster multicasts one); [K, N] B in 64-column
     // boxes either way.

@@ -1,15 +1,20 @@
-// loom::gemm_ar: GEMM+AllReduce for small M, one-shot pull of per-tile partial products
-// (kernels/gemm_ar.cuh; docs/overlap.md).
+// loom::gemm_ar: GEMM+AllReduce for small M (kernels/gemm_ar.cuh; docs/overlap.md). Two algorithms:
 //
-// Per call e on every rank:
+// FusedEpilogue (the default where the tile fits), one kernel on the caller's stream, every usable SM:
+//   stream  GEMM with ArEpilogueHooks: per tile part, push it into our slot of every peer's receive half (e % 2),
+//           tile_in[me][part] := e there; wait tile_in[q][part] >= e of every peer q; sum the W copies (rank order,
+//           fp32), TMA-store C
+// ReduceKernel:
 //   stream  fork ── GEMM(partial[e % 2] (symmetric), tile[i] = e after each tile's stores) ── join
 //   side         gemm_ar_reduce: per tile, wait tile[i] >= e on every rank, sum the W partial tiles (rank
 //                order, fp32), write C
+// Both take their parity half from the op's one symmetric buffer and share the call counter, so calls may mix them.
 #include <algorithm>
 
 #include "loom/kernels/overlap_params.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/tma.hpp"
 #include "ops/overlap_state.hpp"
 
 namespace loom {
@@ -17,58 +22,58 @@ namespace loom {
 namespace {
 constexpr int64_t kMaxM = 128;
 constexpr const char* kHooks = "loom::kernels::overlap::TileNotifyHooks";
+constexpr const char* kFusedHooks = "loom::kernels::overlap::ArEpilogueHooks";
 constexpr const char* kHeader = "loom/kernels/gemm_ar.cuh";
-}  // namespace
 
-OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms) {
-    (void)world_size;
-    OverlapPlan p;
-    const GemmConfig all = gemm_heuristic(m, n, k_loc, false, arch, num_sms, /*split_tail=*/false);
-    const int64_t tiles = ((m + all.block_m - 1) / all.block_m) * ((n + all.block_n - 1) / all.block_n);
-    // One reduce block per tile (a tile's pull is ~W x 16-64 KiB), at most 32; the GEMM keeps the rest.
-    p.comm_blocks = overlap::comm_blocks(comm_sms, static_cast<int>(std::clamp<int64_t>(tiles, 1, 32)), num_sms);
-    p.gemm = overlap::gemm_config(m, n, k_loc, arch, num_sms - p.comm_blocks);
-    return p;
+void gemm_ar_fused(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b, const MatrixView& c,
+                   const GemmConfig& cfg, cudaStream_t stream) {
+    constexpr const char* op = "gemm_ar";
+    const int W = world.world_size(), me = world.local_rank();
+    const int64_t M = a.rows, N = b.rows;
+    const int64_t es = static_cast<int64_t>(dtype_size(c.dtype));
+    const std::string unfit = overlap::whole_tile_unfit(cfg, static_cast<int>(es));
+    LOOM_CHECK(unfit.empty(), "{} (fused epilogue): expected {}", op, unfit);
+    const int64_t num_m = (M + cfg.block_m - 1) / cfg.block_m, num_n = (N + cfg.block_n - 1) / cfg.block_n;
+    LOOM_CHECK(2 * num_m * num_n <= kernels::overlap::kMaxTileSignals,
+               "{} (fused epilogue): expected at most {} output tiles, given {}", op,
+               kernels::overlap::kMaxTileSignals / 2, num_m * num_n);
+    const int64_t slot_bytes = num_m * num_n * cfg.block_m * cfg.block_n * es;
+    const std::size_t half_stride =
+        overlap::ensure_parity_halves(world, st, static_cast<std::size_t>(std::max(W - 1, 1) * slot_bytes));
+    const jit::Kernel& kernel =
+        jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, DType::F32, false, kFusedHooks, kHeader));
+
+    const uint64_t epoch = ++st.calls;
+    kernels::overlap::ArFusedHookArgs h{};
+    h.recv = static_cast<uint8_t*>(st.sym) + static_cast<int64_t>(epoch % 2) * static_cast<int64_t>(half_stride);
+    h.tile_in = &st.sig->tile_in[0][0];
+    const Ctx ctx = world.ctx();
+    h.heap_bytes = static_cast<int64_t>(ctx.heap_size);
+    h.slot_bytes = slot_bytes;
+    h.epoch = epoch;
+    h.timeout_ns = ctx.wait_timeout_ns;
+    h.me = me;
+    h.world = W;
+    h.num_n = static_cast<int32_t>(num_n);
+    GemmSm90Launch l = gemm_sm90_launch(a, b, c, GemmOptions{}, cfg, st.num_sms, stream);
+    l.launch.smem = kernels::gemm_sm90_smem_bytes(cfg.block_m, cfg.block_n, cfg.stages, static_cast<int>(es));
+    // Epilogue hooks store whole 64-row slabs of the warpgroup's staged part.
+    l.tmap_d = make_tma_2d(c, kernels::kGemmWholeTileBoxRows, kernels::gemm_store_box_cols(static_cast<int>(es)));
+    kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, h);
 }
 
-void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
-             const GemmArOptions& o) {
-    constexpr const char* op = "gemm_ar";
-    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmAr, op);
-    const int W = world.world_size();
-    overlap::check_inputs(op, a, b, c);
-    const int64_t M = a.rows, K = a.cols, N = b.rows;
-    LOOM_CHECK(M <= kMaxM,
-               "{}: expected M <= {} (the low-latency one-shot variant), given M = {}; use gemm_rs + all_gather or "
-               "gemm + all_reduce for larger M",
-               op, kMaxM, M);
-    LOOM_CHECK(c.rows == M && c.cols == N, "{}: expected C of [M, N] = [{}, {}], given {} x {}", op, M, N, c.rows,
-               c.cols);
-    LOOM_CHECK(o.comm_sms >= 0, "{}: expected comm_sms >= 0, given {}", op, o.comm_sms);
+void gemm_ar_reduce_kernel(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b,
+                           const MatrixView& c, const OverlapPlan& plan, cudaStream_t stream) {
+    const int64_t M = a.rows, N = b.rows;
     const std::size_t es = dtype_size(c.dtype);
     const std::size_t half_bytes = (static_cast<std::size_t>(M * N) * es + 1023) / 1024 * 1024;
-
-    OverlapPlan plan = gemm_ar_plan(M, N, K, W, o.comm_sms, st.arch, st.num_sms);
-    if (o.config) {
-        plan.gemm = *o.config;
-        if (plan.gemm.grid == 0)
-            plan.gemm.grid = static_cast<int>(gemm_sm90_grid(M, N, plan.gemm, st.num_sms - plan.comm_blocks));
-    }
-    overlap::check_config(op, plan.gemm);
     const int64_t num_n = (N + plan.gemm.block_n - 1) / plan.gemm.block_n;
-    const int64_t num_m = (M + plan.gemm.block_m - 1) / plan.gemm.block_m;
-    LOOM_CHECK(num_m * num_n <= kernels::overlap::kMaxTileSignals, "{}: expected at most {} output tiles, given {}", op,
-               kernels::overlap::kMaxTileSignals, num_m * num_n);
-    if (overlap::debug())
-        fmt::print(stderr, "loom::gemm_ar M={} N={} K_loc={} W={} SMs {} of {}: {}\n", M, N, K, W, st.num_sms,
-                   st.device_sms, plan.str());
-
     // Parity halves at a fixed offset (nothing orders a peer's reads of call e - 1 before our GEMM of call e).
     const std::size_t half_stride = overlap::ensure_parity_halves(world, st, half_bytes);
     char* const partials = static_cast<char*>(st.sym);
 
     jit::KernelSpec spec;
-    spec.header = "loom/kernels/gemm_ar.cuh";
+    spec.header = kHeader;
     spec.name = "loom::kernels::overlap::gemm_ar_reduce";
     spec.template_args = {dtype_cuda_name(c.dtype)};
     // Compile (or fetch) both kernels before the call number advances: a JIT error must leave every counter as
@@ -108,6 +113,84 @@ void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const Matri
     h.shift_m = 0;
     overlap::launch_gemm(kHooks, kHeader, a, b, pview, plan.gemm, st.num_sms, stream, h);
     overlap::join(st, stream);
+}
+}  // namespace
+
+const char* to_string(ArAlgo a) {
+    switch (a) {
+        case ArAlgo::Auto:
+            return "auto";
+        case ArAlgo::FusedEpilogue:
+            return "fused-epilogue";
+        case ArAlgo::ReduceKernel:
+            return "reduce-kernel";
+    }
+    return "?";
+}
+
+OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms,
+                         ArAlgo algo, int out_bytes) {
+    (void)world_size;
+    OverlapPlan p;
+    if (algo != ArAlgo::ReduceKernel) {
+        // The fused epilogue takes no SM from the GEMM (for M <= 128 one wave of tiles bound by reading B).
+        GemmConfig f = overlap::whole_tile_config(overlap::gemm_config(m, n, k_loc, arch, num_sms), out_bytes);
+        f.grid = static_cast<int>(gemm_sm90_grid(m, n, f, num_sms));
+        if (algo == ArAlgo::FusedEpilogue || overlap::whole_tile_unfit(f, out_bytes).empty()) {
+            p.gemm = f;
+            p.ar_algo = ArAlgo::FusedEpilogue;
+            return p;
+        }
+    }
+    const GemmConfig all = gemm_heuristic(m, n, k_loc, false, arch, num_sms, /*split_tail=*/false);
+    const int64_t tiles = ((m + all.block_m - 1) / all.block_m) * ((n + all.block_n - 1) / all.block_n);
+    // One reduce block per tile (a tile's pull is ~W x 16-64 KiB), at most 32; the GEMM keeps the rest.
+    p.comm_blocks = overlap::comm_blocks(comm_sms, static_cast<int>(std::clamp<int64_t>(tiles, 1, 32)), num_sms);
+    p.gemm = overlap::gemm_config(m, n, k_loc, arch, num_sms - p.comm_blocks);
+    p.ar_algo = ArAlgo::ReduceKernel;
+    return p;
+}
+
+void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
+             const GemmArOptions& o) {
+    constexpr const char* op = "gemm_ar";
+    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmAr, op);
+    const int W = world.world_size();
+    overlap::check_inputs(op, a, b, c);
+    const int64_t M = a.rows, K = a.cols, N = b.rows;
+    LOOM_CHECK(M <= kMaxM,
+               "{}: expected M <= {} (the low-latency one-shot variant), given M = {}; use gemm_rs + all_gather or "
+               "gemm + all_reduce for larger M",
+               op, kMaxM, M);
+    LOOM_CHECK(c.rows == M && c.cols == N, "{}: expected C of [M, N] = [{}, {}], given {} x {}", op, M, N, c.rows,
+               c.cols);
+    LOOM_CHECK(o.comm_sms >= 0, "{}: expected comm_sms >= 0, given {}", op, o.comm_sms);
+    const int out_bytes = static_cast<int>(dtype_size(c.dtype));
+
+    // With the caller's tile, that tile decides whether the fused epilogue fits.
+    ArAlgo algo = o.algo;
+    if (o.config && algo == ArAlgo::Auto)
+        algo = overlap::whole_tile_unfit(*o.config, out_bytes).empty() ? ArAlgo::FusedEpilogue : ArAlgo::ReduceKernel;
+    OverlapPlan plan = gemm_ar_plan(M, N, K, W, o.comm_sms, st.arch, st.num_sms, algo, out_bytes);
+    if (o.config) {
+        plan.gemm = *o.config;
+        if (plan.gemm.grid == 0)
+            plan.gemm.grid = static_cast<int>(gemm_sm90_grid(M, N, plan.gemm, st.num_sms - plan.comm_blocks));
+    }
+    overlap::check_config(op, plan.gemm);
+    const int64_t num_n = (N + plan.gemm.block_n - 1) / plan.gemm.block_n;
+    const int64_t num_m = (M + plan.gemm.block_m - 1) / plan.gemm.block_m;
+    LOOM_CHECK(num_m * num_n <= kernels::overlap::kMaxTileSignals, "{}: expected at most {} output tiles, given {}", op,
+               kernels::overlap::kMaxTileSignals, num_m * num_n);
+    if (overlap::debug())
+        fmt::print(stderr, "loom::gemm_ar M={} N={} K_loc={} W={} SMs {} of {}: {}\n", M, N, K, W, st.num_sms,
+                   st.device_sms, plan.str());
+    if (plan.ar_algo == ArAlgo::FusedEpilogue) {
+        gemm_validate(a, b, c, GemmOptions{});
+        gemm_ar_fused(world, st, a, b, c, plan.gemm, stream);
+    } else {
+        gemm_ar_reduce_kernel(world, st, a, b, c, plan, stream);
+    }
 }
 
 }  // namespace loom

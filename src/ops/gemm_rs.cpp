@@ -34,28 +34,14 @@ std::string fused_unfit(int64_t rows_seg, const GemmConfig& cfg, int out_bytes) 
     if (rows_seg % cfg.block_m != 0)
         return fmt::format("M / W = {} a multiple of BLOCK_M = {} (each M-block one rank's rows)", rows_seg,
                            cfg.block_m);
-    if ((cfg.block_n * out_bytes) % 128 != 0)
-        return fmt::format("BLOCK_N x {} bytes a multiple of 128 (whole staging slabs), given BLOCK_N = {}", out_bytes,
-                           cfg.block_n);
-    const uint32_t smem = kernels::gemm_sm90_smem_bytes(cfg.block_m, cfg.block_n, cfg.stages, out_bytes);
-    if (smem > kernels::kGemmSm90MaxSmem)
-        return fmt::format("{} stages of {}x{} beside the whole staged tile within {} bytes of shared memory, given {}",
-                           cfg.stages, cfg.block_m, cfg.block_n, kernels::kGemmSm90MaxSmem, smem);
-    return "";
+    return overlap::whole_tile_unfit(cfg, out_bytes);
 }
 
-// The heuristic's tile adapted to the fused epilogue: BLOCK_N rounded up to whole 128-byte slab rows (it picks 144
-// or 160 on small shapes), the stages that fit beside the whole staged tile (at least 3, narrowing BLOCK_N if
-// needed: 128 x 256 bf16 gets 3), and, when asked for explicitly, a 64-row tile if M / W is a multiple of 64 only.
+// The heuristic's tile adapted to the fused epilogue (overlap::whole_tile_config) and, when asked for explicitly, a
+// 64-row tile if M / W is a multiple of 64 only.
 GemmConfig fused_config(GemmConfig c, int64_t m, int64_t n, int64_t rows_seg, int out_bytes, bool forced, int num_sms) {
-    const int step = 128 / std::max(out_bytes, 1);
-    c.block_n = std::min(256, (c.block_n + step - 1) / step * step);
     if (forced && rows_seg % c.block_m != 0 && rows_seg % 64 == 0) c.block_m = 64;
-    for (;;) {
-        c.stages = std::min(kernels::gemm_sm90_max_stages(c.block_m, c.block_n, out_bytes), 6);
-        if (c.stages >= 3 || c.block_n - 64 < step) break;
-        c.block_n -= 64;
-    }
+    c = overlap::whole_tile_config(c, out_bytes);
     c.grid = static_cast<int>(gemm_sm90_grid(m, n, c, num_sms));
     return c;
 }

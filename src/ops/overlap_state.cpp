@@ -83,6 +83,28 @@ OpState& op_state(World& world, OpKind kind, const char* op) {
     return *slot;
 }
 
+std::string whole_tile_unfit(const GemmConfig& cfg, int out_bytes) {
+    if ((cfg.block_n * out_bytes) % 128 != 0)
+        return fmt::format("BLOCK_N x {} bytes a multiple of 128 (whole staging slabs), given BLOCK_N = {}", out_bytes,
+                           cfg.block_n);
+    const uint32_t smem = kernels::gemm_sm90_smem_bytes(cfg.block_m, cfg.block_n, cfg.stages, out_bytes);
+    if (smem > kernels::kGemmSm90MaxSmem)
+        return fmt::format("{} stages of {}x{} beside the whole staged tile within {} bytes of shared memory, given {}",
+                           cfg.stages, cfg.block_m, cfg.block_n, kernels::kGemmSm90MaxSmem, smem);
+    return "";
+}
+
+GemmConfig whole_tile_config(GemmConfig c, int out_bytes) {
+    const int step = 128 / std::max(out_bytes, 1);
+    c.block_n = std::min(256, (c.block_n + step - 1) / step * step);
+    for (;;) {
+        c.stages = std::min(kernels::gemm_sm90_max_stages(c.block_m, c.block_n, out_bytes), 6);
+        if (c.stages >= 3 || c.block_n - 64 < step) break;
+        c.block_n -= 64;
+    }
+    return c;
+}
+
 }  // namespace loom::overlap
 
 // Declared in loom/ops/overlap.hpp (namespace loom).

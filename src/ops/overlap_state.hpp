@@ -86,6 +86,15 @@ bool debug();  // LOOM_OVERLAP_DEBUG
 // the GEMM (whose CTAs never wait in gemm_rs / gemm_ar), and all P of them must fit at once once the GEMM is done.
 int comm_blocks(int requested, int dflt, int num_sms);
 
+// Fused epilogues (gemm_rs's and gemm_ar's epilogue hooks stage each warpgroup's whole part of the tile): why `cfg`
+// cannot stage its tile of `out_bytes` elements ("" when it can): BLOCK_N x out_bytes a multiple of 128 (whole slabs)
+// and the stages beside the staged tile within the shared memory.
+std::string whole_tile_unfit(const GemmConfig& cfg, int out_bytes);
+// `c` adapted to a fused epilogue: BLOCK_N rounded up to whole 128-byte slab rows (the heuristic picks 144 or 160 on
+// small shapes), then the stages that fit beside the staged tile (at most 6; at least 3, narrowing BLOCK_N by 64 if
+// needed: 128 x 256 bf16 gets 3). The grid is left to the caller.
+GemmConfig whole_tile_config(GemmConfig c, int out_bytes);
+
 // The GEMM of an overlapped op on `gemm_sms` SMs: the plain heuristic, one CTA per tile (the hooks order single
 // tiles), TMA-store epilogue (after_store publishes completed bulk stores), grid sized to those SMs.
 GemmConfig gemm_config(int64_t m, int64_t n, int64_t k, int arch, int gemm_sms);

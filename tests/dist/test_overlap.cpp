@@ -415,7 +415,8 @@ TEST_F(Overlap, GemmRsFusedBackToBack) {
     agree(W_, err, "rs_fused_back_to_back");
 }
 
-void run_ar(World& w, cudaStream_t s, int64_t m, int64_t n, int64_t k, int tc, const std::string& label) {
+void run_ar(World& w, cudaStream_t s, int64_t m, int64_t n, int64_t k, int tc, const std::string& label,
+            const GemmArOptions& o = {}) {
     const int me = w.rank();
     const SumCase c = sum_case(w, m, n, k, tc, 0);
     DevBuf a(m * k * 2), b(n * k * 2), out(m * n * 2);
@@ -429,7 +430,7 @@ void run_ar(World& w, cudaStream_t s, int64_t m, int64_t n, int64_t k, int tc, c
     std::string err;
     try {
         gemm_ar(w, MatrixView{a.p, DType::BF16, m, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
-                MatrixView{out.p, DType::BF16, m, n, 0}, s);
+                MatrixView{out.p, DType::BF16, m, n, 0}, s, o);
         gemm(MatrixView{a.p, DType::BF16, m, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
              MatrixView{part32, DType::F32, m, n, 0}, {}, s);
         all_reduce(w, BufferView{part32, DType::F32, static_cast<std::size_t>(m * n)},
@@ -567,10 +568,18 @@ TEST_F(Overlap, GemmRsReferenceStepsAgree) {
     W_.free(whole);
 }
 
+// Both algorithms (Auto is the fused epilogue at these shapes): M of one row, M not a multiple of 8 or of the
+// tile, an N tail (N = 448: 7 slabs of 64), two consumer warpgroups (M = 128).
 TEST_F(Overlap, GemmAr) {
-    run_ar(*w, stream, 1, 256, 256, 20, "ar_1");
-    run_ar(*w, stream, 40, 384, 512, 21, "ar_40");
-    run_ar(*w, stream, 128, 512, 256, 22, "ar_128");
+    for (ArAlgo algo : {ArAlgo::Auto, ArAlgo::ReduceKernel}) {
+        GemmArOptions o;
+        o.algo = algo;
+        const std::string tag = std::string("_") + to_string(algo);
+        run_ar(*w, stream, 1, 256, 256, 20, "ar_1" + tag, o);
+        run_ar(*w, stream, 40, 384, 512, 21, "ar_40" + tag, o);
+        run_ar(*w, stream, 37, 448, 320, 23, "ar_37" + tag, o);
+        run_ar(*w, stream, 128, 512, 256, 22, "ar_128" + tag, o);
+    }
 }
 
 // ---- 1000 back-to-back calls, inputs changing every call (two input sets alternate), gemm_ar's M changing every
@@ -630,8 +639,11 @@ TEST_F(Overlap, BackToBack) {
             // M alternates 16, 16, 8, 8, ...: a smaller call right after a larger one, on either parity half (the
             // halves must not move with the call's size while peers still read the previous call's half).
             const int64_t ar_rows = (i / 2) % 2 == 0 ? 16 : 8;
+            // Both algorithms, mixed (they share the call counter and the parity halves).
+            GemmArOptions aro;
+            aro.algo = i % 5 == 4 ? ArAlgo::ReduceKernel : ArAlgo::Auto;
             gemm_ar(W_, MatrixView{a_ar.p, DType::BF16, ar_rows, k, 0}, MatrixView{b_ar.p, DType::BF16, n, k, 0},
-                    MatrixView{c_ar.p, DType::BF16, ar_rows, n, 0}, stream);
+                    MatrixView{c_ar.p, DType::BF16, ar_rows, n, 0}, stream, aro);
             if (!check) continue;
             ++next_check;
             if (cudaStreamSynchronize(stream) != cudaSuccess) {

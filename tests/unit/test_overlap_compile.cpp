@@ -34,14 +34,15 @@ TEST(OverlapCompile, HookedGemmHasNoSpills) {
     } policies[] = {{"loom::kernels::overlap::AgGemmHooks", "loom/kernels/ag_gemm.cuh"},
                     {"loom::kernels::overlap::TileNotifyHooks", "loom/kernels/gemm_rs.cuh"},
                     {"loom::kernels::overlap::TileNotifyHooks", "loom/kernels/gemm_ar.cuh"},
-                    {"loom::kernels::overlap::RsEpilogueHooks", "loom/kernels/gemm_rs.cuh"}};
+                    {"loom::kernels::overlap::RsEpilogueHooks", "loom/kernels/gemm_rs.cuh"},
+                    {"loom::kernels::overlap::ArEpilogueHooks", "loom/kernels/gemm_ar.cuh"}};
     for (const auto& pol : policies) {
         for (int bm : {128, 64}) {
             for (int bn : {256, 224, 192, 128}) {
                 for (DType out : {DType::BF16, DType::F32}) {
                     // The fused epilogue stages whole 128-byte slab rows (gemm_rs falls back to the scatter-reduce
                     // for other tiles).
-                    const bool fused = std::string(pol.hooks).find("RsEpilogue") != std::string::npos;
+                    const bool fused = std::string(pol.hooks).find("Epilogue") != std::string::npos;
                     if (fused && (bn * static_cast<int>(loom::dtype_size(out))) % 128 != 0) continue;
                     loom::GemmConfig c;
                     c.block_m = bm;
@@ -128,6 +129,27 @@ TEST(OverlapPlan, GemmRsPicksTheFusedEpilogueWhereItFits) {
     }
 }
 
+TEST(OverlapPlan, GemmArPicksTheFusedEpilogueWhereItFits) {
+    for (int sms : {132, 66, 14}) {
+        for (int64_t m : {1, 16, 64, 100, 128}) {
+            for (int out_bytes : {2, 4}) {
+                const auto f = loom::gemm_ar_plan(m, 8192, 3584, 2, 0, 90, sms, loom::ArAlgo::Auto, out_bytes);
+                EXPECT_EQ(f.ar_algo, loom::ArAlgo::FusedEpilogue) << f.str();
+                EXPECT_EQ(f.comm_blocks, 0) << f.str();  // every SM for the GEMM
+                EXPECT_LE(f.gemm.grid, sms) << f.str();
+                EXPECT_EQ((f.gemm.block_n * out_bytes) % 128, 0) << f.str();
+                EXPECT_GE(f.gemm.stages, 3) << f.str();
+                EXPECT_LE(loom::kernels::gemm_sm90_smem_bytes(f.gemm.block_m, f.gemm.block_n, f.gemm.stages, out_bytes),
+                          227u * 1024u)
+                    << f.str();
+            }
+            const auto r = loom::gemm_ar_plan(m, 8192, 3584, 2, 0, 90, sms, loom::ArAlgo::ReduceKernel);
+            EXPECT_EQ(r.ar_algo, loom::ArAlgo::ReduceKernel) << r.str();
+            EXPECT_GE(r.comm_blocks, 1) << r.str();
+        }
+    }
+}
+
 TEST(OverlapPlan, UsableSmsAreTheAttributeOrTheOverride) {
     // Under MPS the attribute already is the client's share (checked on the GPU by Overlap.MpsShareIsTheAttribute),
     // so the percentage is not applied a second time.
@@ -150,6 +172,7 @@ TEST(OverlapPlan, CommBlocksLeaveTheGemmItsSms) {
                 loom::ag_gemm_plan(8192, 3584, 8192, world, loom::AgProducer::CopyEngine, 0, 90, sms, true),
                 loom::gemm_rs_plan(8192, 4096, 1792, world, 0, 90, sms),
                 loom::gemm_ar_plan(128, 8192, 4096, world, 0, 90, sms),
+                loom::gemm_ar_plan(128, 8192, 4096, world, 0, 90, sms, loom::ArAlgo::ReduceKernel),
                 loom::gemm_rs_plan(8192, 4096, 1792, world, 64, 90, sms),  // requested: still capped
             };
             for (const auto& p : plans) {

@@ -11,6 +11,21 @@
 // No reset and no write-after-read signal: a rank writes parity (e + 1) % 2 in call e + 1 while peers may still
 // read parity e % 2, and it cannot reach call e + 2 before every peer finished call e (its reduce of call e + 1
 // waits for every peer's GEMM of call e + 1, which each peer runs after its reduce of call e).
+//
+// Fused epilogue (ArEpilogueHooks; the default where it fits): no second kernel and no SM taken from the GEMM, which
+// for M <= 128 is one wave of tiles bound by the bandwidth of reading B, so every SM counts. The kernel stages each
+// consumer warpgroup's 64 x BLOCK_N part of the tile (TOut, 128B-swizzled 8 KiB slabs; gemm.cuh kWholeTile); then
+// its issuing thread
+//   1. bulk-copies the staged part (cp.async.bulk shared -> peer global) into this rank's slot of every peer's
+//      receive buffer, waits for the copies (wait_group 0, proxy fence) and raises tile_in[me][part] := epoch at
+//      every peer (st.release.sys);
+//   2. waits (acquire, sys) for tile_in[q][part] >= epoch of every peer q;
+// and the warpgroup sums the W copies in fp32 in rank order 0..W-1 (its own from the staging buffer, the peers' from
+// the receive buffer; the same order, hence the same bits, on every rank), rounds once to TOut in place and stores C
+// with TMA. Every rank runs the same tile order, so a part's wait needs only the peers' same part, which each pushes
+// before it waits: no cycle (all CTAs resident, grid <= the usable SMs). Write-after-read of the receive buffer:
+// calls alternate parity halves, and a rank's call e + 2 starts after its call e + 1 waited for every peer's parts
+// of call e + 1, which every peer pushed after finishing call e (stream order), its reads of half e % 2 included.
 #pragma once
 
 #ifndef LOOM_NO_DEVICE_PRINTF
@@ -20,6 +35,119 @@
 #include "loom/kernels/gemm_rs.cuh"
 
 namespace loom::kernels::overlap {
+
+struct ArEpilogueHooks {
+    static constexpr bool kWaitsBeforeLoad = false;
+    static constexpr bool kRedirectsA = false;
+    static constexpr bool kNotifiesAfterStore = false;
+    static constexpr bool kEpilogueHooks = true;
+    ArFusedHookArgs a;
+
+    LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const tile::TileGrid& g, int32_t& m_block,
+                                                 int32_t& n_block) const {
+        tile::rotated_order(linear, g, 0, m_block, n_block);
+    }
+    LOOM_DEVICE LOOM_FORCEINLINE void before_load(const tile::TileCoord&) const {}
+    LOOM_DEVICE LOOM_FORCEINLINE void after_store(const tile::TileCoord&) const {}
+    LOOM_DEVICE LOOM_FORCEINLINE void init_cta() const {}
+
+    // Every consumer thread, before its warpgroup stages the tile: the previous tile's C stores have read the
+    // staging buffers out (each warpgroup's issuing thread waits for its bulk groups; the warpgroup's barrier).
+    template <class TOut, int BLOCK_M, int BLOCK_N>
+    LOOM_DEVICE LOOM_FORCEINLINE void before_epilogue(const tile::TileCoord&) const {
+        const uint32_t tid = ptx::tid_x_unhoisted();
+        if (tid % 128 == 0) ptx::tma_store_wait_read<0>();
+        ptx::named_barrier_sync(2 + tid / 128, 128);
+    }
+
+    // Every consumer thread, once its warpgroup staged its part and passed the warpgroup's barrier (see the top of
+    // the file).
+    template <class TOut, int BLOCK_M, int BLOCK_N>
+    LOOM_DEVICE LOOM_FORCEINLINE void store_tile(const ptx::TmaDescriptor* tmap_c, uint8_t* bufs,
+                                                 const tile::TileCoord& t, int32_t n) const {
+        constexpr int kStoreCols = gemm_store_box_cols(sizeof(TOut));
+        constexpr int kSlabs = BLOCK_N / kStoreCols;
+        constexpr int E = kVecElems<TOut>;
+        constexpr int kInFlight = kSlabs % 2 == 0 ? 8 : 4;  // chunks per thread per round (as RsEpilogueHooks)
+        constexpr int64_t kTileBytes = int64_t(BLOCK_M) * BLOCK_N * sizeof(TOut);
+        const uint32_t tid = ptx::tid_x_unhoisted();
+        const int warpgroup = static_cast<int>(tid / 128), wg_thread = static_cast<int>(tid % 128);
+        const int32_t cols = n - t.col0;
+        const int slabs = cols >= BLOCK_N ? kSlabs : (cols + kStoreCols - 1) / kStoreCols;  // staged
+        const int64_t tile = static_cast<int64_t>(t.m_block) * a.num_n + t.n_block;
+        const int64_t part = 2 * tile + warpgroup;
+        const int64_t offset = tile * kTileBytes + warpgroup * (kTileBytes / (BLOCK_M / 64));
+        if (wg_thread == 0) {
+            for (int d = 0; d < a.world; ++d) {
+                if (d == a.me) continue;
+                uint8_t* dst = a.recv + static_cast<int64_t>(d - a.me) * a.heap_bytes +
+                               rs_slot_of(a.me, d) * a.slot_bytes + offset;
+                ptx::cp_async_bulk_s2g(dst, bufs, static_cast<uint32_t>(slabs) * kGemmStoreBufBytes);
+            }
+            ptx::tma_store_commit();
+            ptx::tma_store_wait<0>();
+            ptx::fence_proxy_async_global();
+            for (int d = 0; d < a.world; ++d) {
+                if (d == a.me) continue;
+                uint8_t* flag =
+                    reinterpret_cast<uint8_t*>(a.tile_in + static_cast<int64_t>(a.me) * kMaxTileSignals + part);
+                ptx::st_release_sys(reinterpret_cast<uint64_t*>(flag + static_cast<int64_t>(d - a.me) * a.heap_bytes),
+                                    a.epoch);
+            }
+            for (int q = 0; q < a.world; ++q)
+                if (q != a.me)
+                    lang::wait_ge_sys_or_trap(a.tile_in + static_cast<int64_t>(q) * kMaxTileSignals + part, a.epoch,
+                                              a.timeout_ns, "gemm_ar: GEMM waits for a peer's tile");
+        }
+        ptx::named_barrier_sync(2 + warpgroup, 128);
+        {
+            const uint8_t* src = a.recv + offset;
+            constexpr int kChunksPerSlab = static_cast<int>(kGemmStoreBufBytes / 16) / 128;  // per thread: 4
+            static_assert((kSlabs * kChunksPerSlab) % kInFlight == 0, "rounds stay inside the warpgroup's part");
+            const int chunks = (slabs * kChunksPerSlab + kInFlight - 1) / kInFlight * kInFlight;
+            // Round c0's chunks of rank q's copy: this rank's from the staging buffer, a peer's from its slot.
+            auto load = [&](int q, int c0, uint4(&v)[kInFlight]) {
+                if (q == a.me) {
+#pragma unroll
+                    for (int i = 0; i < kInFlight; ++i)
+                        v[i] = *reinterpret_cast<const uint4*>(bufs + ((c0 + i) * 128 + wg_thread) * 16);
+                } else {
+#pragma unroll
+                    for (int i = 0; i < kInFlight; ++i)
+                        v[i] = __ldcg(reinterpret_cast<const uint4*>(src + rs_slot_of(q, a.me) * a.slot_bytes +
+                                                                     ((c0 + i) * 128 + wg_thread) * 16));
+                }
+            };
+            for (int c0 = 0; c0 < chunks; c0 += kInFlight) {
+                float sum[kInFlight][E];
+                uint4 v[kInFlight];
+                load(0, c0, v);  // rank order from rank 0: the same sums, hence bits, on every rank
+#pragma unroll
+                for (int i = 0; i < kInFlight; ++i) vec_add<TOut>(v[i], sum[i], true);
+                for (int q = 1; q < a.world; ++q) {
+                    load(q, c0, v);
+#pragma unroll
+                    for (int i = 0; i < kInFlight; ++i) vec_add<TOut>(v[i], sum[i], false);
+                }
+#pragma unroll
+                for (int i = 0; i < kInFlight; ++i)
+                    *reinterpret_cast<uint4*>(bufs + ((c0 + i) * 128 + wg_thread) * 16) = vec_pack<TOut>(sum[i]);
+            }
+            // Generic-proxy smem writes -> visible to the TMA stores.
+            ptx::fence_proxy_async_smem();
+            ptx::named_barrier_sync(2 + warpgroup, 128);
+        }
+        if (wg_thread == 0) {
+            for (int sl = 0; sl < slabs; ++sl)
+                ptx::tma_store_2d(tmap_c, bufs + sl * kGemmStoreBufBytes, t.col0 + sl * kStoreCols,
+                                  t.row0 + warpgroup * 64);
+            ptx::tma_store_commit();
+        }
+    }
+
+    template <int BLOCK_M>
+    LOOM_DEVICE LOOM_FORCEINLINE void finish() const {}
+};
 
 // T: the partial / output element type. gridDim.x = P blocks, 256 threads.
 template <class T>

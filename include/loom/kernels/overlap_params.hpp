@@ -168,6 +168,23 @@ struct ArParams {
     uint64_t epoch;
 };
 
+// GEMM+AR, fused epilogue (ArEpilogueHooks, kernels/gemm_ar.cuh). The receive buffer is this call's parity half of
+// the op's symmetric buffer: W - 1 slots (slot_bytes each), sender q's at rs_slot_of(q, me); each holds every output
+// tile q pushed here, tile i (m_block * num_n + n_block) at i * BLOCK_M * BLOCK_N * sizeof(TOut), as its 128B-swizzled
+// 8 KiB staging slabs, warpgroup-major. Signals: tile_in[q][2 * i + warpgroup] at rank d = the last call whose part
+// (tile i, warpgroup) rank q pushed into d's receive buffer.
+struct ArFusedHookArgs {
+    uint8_t* recv;        // this call's half of this rank's receive buffer (symmetric)
+    uint64_t* tile_in;    // this rank's Signals::tile_in[0] ([kMaxLocalPeers][kMaxTileSignals], flat)
+    int64_t heap_bytes;   // Ctx::heap_size: rank d's copy of symmetric p is p + (d - me) * heap_bytes
+    int64_t slot_bytes;   // num_m * num_n tiles
+    uint64_t epoch;       // this call's number: the value of tile_in signals
+    uint64_t timeout_ns;  // bound of the waits for peers' parts (0: unbounded)
+    int32_t me, world;    // local rank and local world size
+    int32_t num_n;        // N-blocks
+    int32_t pad;
+};
+
 // The GEMM hooks' tile order (tile::rotated_order: grouped raster rotated by shift_m M-blocks, 0 <= shift_m <
 // num_m), for the host and the communication kernels that follow the GEMM tile by tile.
 LOOM_HOST_DEVICE inline void overlap_tile_order(int32_t linear, int32_t num_m, int32_t num_n, int32_t group_m,

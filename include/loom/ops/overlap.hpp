@@ -77,9 +77,19 @@ struct GemmRsOptions {
     std::size_t ce_chunk_bytes = 0;             // CopyEngine: bytes per copy (whole tile columns); 0: 2 MiB
 };
 
+enum class ArAlgo {
+    Auto,           // FusedEpilogue when the GEMM's tile fits it (BLOCK_N x C's element size a multiple of 128 bytes,
+                    // stages beside the staged tile), else ReduceKernel
+    FusedEpilogue,  // the GEMM's epilogue pushes each tile to every peer and sums the W copies itself: one kernel,
+                    // every SM for the GEMM
+    ReduceKernel,   // GEMM + a reduce kernel of comm_sms blocks on a side stream pulling each tile once stored
+};
+const char* to_string(ArAlgo a);
+
 struct GemmArOptions {
-    int comm_sms = 0;                    // reduce blocks; 0: heuristic (one per tile, at most 32)
+    int comm_sms = 0;                    // ReduceKernel blocks; 0: heuristic (one per tile, at most 32)
     const GemmConfig* config = nullptr;  // cluster_m must be 1
+    ArAlgo algo = ArAlgo::Auto;
 };
 
 // a: [M / W, K] (this rank's rows, dense), b: [N_loc, K], c: [M, N_loc]. M / W may be any size >= 1.
@@ -101,6 +111,7 @@ struct OverlapPlan {
     // copy's signal would otherwise starve (seen on the H200: ag_gemm's copy-engine producer trapped there).
     int reserved_sms = 0;
     RsAlgo rs_algo = RsAlgo::Auto;  // gemm_rs_plan: the algorithm chosen (never Auto there)
+    ArAlgo ar_algo = ArAlgo::Auto;  // gemm_ar_plan: the algorithm chosen (never Auto there)
     std::string str() const;
 };
 OverlapPlan ag_gemm_plan(int64_t m, int64_t n_loc, int64_t k, int world_size, AgProducer producer, int comm_sms,
@@ -108,7 +119,8 @@ OverlapPlan ag_gemm_plan(int64_t m, int64_t n_loc, int64_t k, int world_size, Ag
 // out_bytes: C's element size (the fused epilogue's slabs need BLOCK_N * out_bytes a multiple of 128).
 OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms,
                          RsAlgo algo = RsAlgo::Auto, int out_bytes = 2);
-OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms);
+OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms,
+                         ArAlgo algo = ArAlgo::Auto, int out_bytes = 2);
 
 // What Auto resolves to, or the requested choice once checked; raise loom::Error for a combination that cannot run.
 // ag_gemm's producer: Direct where ranks share a GPU and it applies (world > 1, rows_per_rank = M / W a multiple of
