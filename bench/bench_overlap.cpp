@@ -571,7 +571,8 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                     s, w, args.iters);
             }
             // Each algorithm on its own (auto: the fused epilogue where the tile fits), checked against the sequence.
-            for (loom::ArAlgo algo : {loom::ArAlgo::FusedEpilogue, loom::ArAlgo::ReduceKernel}) {
+            for (loom::ArAlgo algo :
+                 {loom::ArAlgo::FusedEpilogue, loom::ArAlgo::ReduceKernel, loom::ArAlgo::Sequential}) {
                 loom::GemmArOptions o;
                 o.algo = algo;
                 const std::string name = loom::to_string(algo);

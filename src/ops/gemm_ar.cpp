@@ -8,10 +8,13 @@
 //   stream  fork ── GEMM(partial[e % 2] (symmetric), tile[i] = e after each tile's stores) ── join
 //   side         gemm_ar_reduce: per tile, wait tile[i] >= e on every rank, sum the W partial tiles (rank
 //                order, fp32), write C
-// Both take their parity half from the op's one symmetric buffer and share the call counter, so calls may mix them.
+// Sequential (Auto's choice where ranks share a GPU): loom::gemm into this call's parity half, then loom::all_reduce.
+// All take their parity half from the op's one symmetric buffer and share the call counter, so calls may mix them.
 #include <algorithm>
 
 #include "loom/kernels/overlap_params.hpp"
+#include "loom/ops/collectives.hpp"
+#include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/tma.hpp"
@@ -60,6 +63,23 @@ void gemm_ar_fused(World& world, overlap::OpState& st, const MatrixView& a, cons
     // Epilogue hooks store whole 64-row slabs of the warpgroup's staged part.
     l.tmap_d = make_tma_2d(c, kernels::kGemmWholeTileBoxRows, kernels::gemm_store_box_cols(static_cast<int>(es)));
     kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, h);
+}
+
+void gemm_ar_sequential(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b,
+                        const MatrixView& c, cudaStream_t stream) {
+    const int64_t M = a.rows, N = b.rows;
+    const std::size_t es = dtype_size(c.dtype), count = static_cast<std::size_t>(M * N);
+    const std::size_t half_stride = overlap::ensure_parity_halves(world, st, count * es);
+    const uint64_t epoch = ++st.calls;  // the halves alternate with the other algorithms' calls
+    void* const partial = static_cast<char*>(st.sym) + (epoch % 2) * half_stride;
+    gemm(a, b, MatrixView{partial, c.dtype, M, N, 0}, GemmOptions{}, stream);
+    if (c.stride() == N) {
+        all_reduce(world, BufferView{partial, c.dtype, count}, BufferView{c.data, c.dtype, count}, stream);
+        return;
+    }
+    all_reduce(world, BufferView{partial, c.dtype, count}, BufferView{partial, c.dtype, count}, stream);
+    LOOM_CHECK_CUDA(cudaMemcpy2DAsync(c.data, static_cast<std::size_t>(c.stride()) * es, partial, N * es, N * es,
+                                      static_cast<std::size_t>(M), cudaMemcpyDeviceToDevice, stream));
 }
 
 void gemm_ar_reduce_kernel(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b,
@@ -124,6 +144,8 @@ const char* to_string(ArAlgo a) {
             return "fused-epilogue";
         case ArAlgo::ReduceKernel:
             return "reduce-kernel";
+        case ArAlgo::Sequential:
+            return "sequential";
     }
     return "?";
 }
@@ -167,8 +189,15 @@ void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const Matri
     LOOM_CHECK(o.comm_sms >= 0, "{}: expected comm_sms >= 0, given {}", op, o.comm_sms);
     const int out_bytes = static_cast<int>(dtype_size(c.dtype));
 
-    // With the caller's tile, that tile decides whether the fused epilogue fits.
     ArAlgo algo = o.algo;
+    if (algo == ArAlgo::Auto && st.shared_gpu) algo = ArAlgo::Sequential;
+    if (algo == ArAlgo::Sequential) {
+        LOOM_CHECK(!o.config, "{}: the sequential algorithm runs loom::gemm's own config; expected no config", op);
+        gemm_validate(a, b, c, GemmOptions{});
+        gemm_ar_sequential(world, st, a, b, c, stream);
+        return;
+    }
+    // With the caller's tile, that tile decides whether the fused epilogue fits.
     if (o.config && algo == ArAlgo::Auto)
         algo = overlap::whole_tile_unfit(*o.config, out_bytes).empty() ? ArAlgo::FusedEpilogue : ArAlgo::ReduceKernel;
     OverlapPlan plan = gemm_ar_plan(M, N, K, W, o.comm_sms, st.arch, st.num_sms, algo, out_bytes);

@@ -568,10 +568,10 @@ TEST_F(Overlap, GemmRsReferenceStepsAgree) {
     W_.free(whole);
 }
 
-// Both algorithms (Auto is the fused epilogue at these shapes): M of one row, M not a multiple of 8 or of the
-// tile, an N tail (N = 448: 7 slabs of 64), two consumer warpgroups (M = 128).
+// Every algorithm (Auto: the fused epilogue at these shapes, the sequence where ranks share a GPU): M of one row, M not
+// a multiple of 8 or of the tile, an N tail (N = 448: 7 slabs of 64), two consumer warpgroups (M = 128).
 TEST_F(Overlap, GemmAr) {
-    for (ArAlgo algo : {ArAlgo::Auto, ArAlgo::ReduceKernel}) {
+    for (ArAlgo algo : {ArAlgo::FusedEpilogue, ArAlgo::ReduceKernel, ArAlgo::Sequential, ArAlgo::Auto}) {
         GemmArOptions o;
         o.algo = algo;
         const std::string tag = std::string("_") + to_string(algo);
@@ -639,9 +639,9 @@ TEST_F(Overlap, BackToBack) {
             // M alternates 16, 16, 8, 8, ...: a smaller call right after a larger one, on either parity half (the
             // halves must not move with the call's size while peers still read the previous call's half).
             const int64_t ar_rows = (i / 2) % 2 == 0 ? 16 : 8;
-            // Both algorithms, mixed (they share the call counter and the parity halves).
+            // Every algorithm, mixed (they share the call counter and the parity halves).
             GemmArOptions aro;
-            aro.algo = i % 5 == 4 ? ArAlgo::ReduceKernel : ArAlgo::Auto;
+            aro.algo = i % 5 == 4 ? ArAlgo::ReduceKernel : i % 5 == 2 ? ArAlgo::Sequential : ArAlgo::FusedEpilogue;
             gemm_ar(W_, MatrixView{a_ar.p, DType::BF16, ar_rows, k, 0}, MatrixView{b_ar.p, DType::BF16, n, k, 0},
                     MatrixView{c_ar.p, DType::BF16, ar_rows, n, 0}, stream, aro);
             if (!check) continue;

@@ -78,11 +78,15 @@ struct GemmRsOptions {
 };
 
 enum class ArAlgo {
-    Auto,           // FusedEpilogue when the GEMM's tile fits it (BLOCK_N x C's element size a multiple of 128 bytes,
-                    // stages beside the staged tile), else ReduceKernel
+    Auto,           // Sequential where ranks share a GPU; else FusedEpilogue when the GEMM's tile fits it (BLOCK_N x
+                    // C's element size a multiple of 128 bytes, stages beside the staged tile), else ReduceKernel
     FusedEpilogue,  // the GEMM's epilogue pushes each tile to every peer and sums the W copies itself: one kernel,
                     // every SM for the GEMM
     ReduceKernel,   // GEMM + a reduce kernel of comm_sms blocks on a side stream pulling each tile once stored
+    Sequential,     // loom::gemm into a symmetric buffer, then loom::all_reduce: no overlap. Auto's choice where ranks
+                    // share a GPU, where both overlapped algorithms measured slower than it (8 ranks on one H200:
+                    // 0.55-0.73x; each rank's share of the SMs runs its tiles at its own pace, and a tile's reduction
+                    // waits for the slowest rank's)
 };
 const char* to_string(ArAlgo a);
 
