@@ -73,7 +73,10 @@ void gemm_ar_sequential(World& world, overlap::OpState& st, const MatrixView& a,
     const uint64_t epoch = ++st.calls;  // the halves alternate with the other algorithms' calls
     void* const partial = static_cast<char*>(st.sym) + (epoch % 2) * half_stride;
     gemm(a, b, MatrixView{partial, c.dtype, M, N, 0}, GemmOptions{}, stream);
-    if (c.stride() == N) {
+    // Into C directly only when C is dense and symmetric: all_reduce's faster algorithms past the LL sizes (two-shot)
+    // need both buffers symmetric, and with a plain C it falls back to one-shot (8 ranks on one H200, M x N = 128 x
+    // 8192: ~2x slower). Otherwise in place on the symmetric partial, then copied into C.
+    if (c.stride() == N && world.is_symmetric(c.data, count * es)) {
         all_reduce(world, BufferView{partial, c.dtype, count}, BufferView{c.data, c.dtype, count}, stream);
         return;
     }

@@ -415,14 +415,16 @@ TEST_F(Overlap, GemmRsFusedBackToBack) {
     agree(W_, err, "rs_fused_back_to_back");
 }
 
+// sym_out: C in the symmetric heap (the sequential algorithm all-reduces straight into a symmetric C).
 void run_ar(World& w, cudaStream_t s, int64_t m, int64_t n, int64_t k, int tc, const std::string& label,
-            const GemmArOptions& o = {}) {
+            const GemmArOptions& o = {}, bool sym_out = false) {
     const int me = w.rank();
     const SumCase c = sum_case(w, m, n, k, tc, 0);
-    DevBuf a(m * k * 2), b(n * k * 2), out(m * n * 2);
+    DevBuf a(m * k * 2), b(n * k * 2), plain_out(sym_out ? 0 : m * n * 2);
+    void* const out = sym_out ? w.alloc_bytes(m * n * 2) : plain_out.p;
     upload(a.p, c.a[me].bits);
     upload(b.p, c.b[me].bits);
-    poison(out.p, m * n * 2);
+    poison(out, m * n * 2);
     // The non-overlapped sequence the fused op must agree with: loom::gemm (fp32 out), then all_reduce (fp32).
     void* part32 = w.alloc_bytes(m * n * 4);
     void* sum32 = w.alloc_bytes(m * n * 4);
@@ -430,7 +432,7 @@ void run_ar(World& w, cudaStream_t s, int64_t m, int64_t n, int64_t k, int tc, c
     std::string err;
     try {
         gemm_ar(w, MatrixView{a.p, DType::BF16, m, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
-                MatrixView{out.p, DType::BF16, m, n, 0}, s, o);
+                MatrixView{out, DType::BF16, m, n, 0}, s, o);
         gemm(MatrixView{a.p, DType::BF16, m, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
              MatrixView{part32, DType::F32, m, n, 0}, {}, s);
         all_reduce(w, BufferView{part32, DType::F32, static_cast<std::size_t>(m * n)},
@@ -439,7 +441,7 @@ void run_ar(World& w, cudaStream_t s, int64_t m, int64_t n, int64_t k, int tc, c
     } catch (const std::exception& e) {
         err = e.what();
     }
-    const auto got = download_bf16(out.p, m * n);
+    const auto got = download_bf16(out, m * n);
     if (err.empty()) err = compare(got, c.ref, c.abs, 1, n);
     if (err.empty()) {
         std::vector<float> seq(m * n);
@@ -455,6 +457,7 @@ void run_ar(World& w, cudaStream_t s, int64_t m, int64_t n, int64_t k, int tc, c
     w.barrier();
     w.free(sum32);
     w.free(part32);
+    if (sym_out) w.free(out);
 }
 
 // The shape at which rank 7 of 8 ranks sharing one H200 failed bench-overlap's check (session 7: M = 8192,
@@ -580,6 +583,9 @@ TEST_F(Overlap, GemmAr) {
         run_ar(*w, stream, 37, 448, 320, 23, "ar_37" + tag, o);
         run_ar(*w, stream, 128, 512, 256, 22, "ar_128" + tag, o);
     }
+    GemmArOptions seq;
+    seq.algo = ArAlgo::Sequential;
+    run_ar(*w, stream, 100, 2048, 256, 24, "ar_100_sequential_symmetric_c", seq, /*sym_out=*/true);
 }
 
 // ---- 1000 back-to-back calls, inputs changing every call (two input sets alternate), gemm_ar's M changing every
