@@ -1,6 +1,8 @@
 // GEMM+AllReduce for small M (decode, small-batch prefill; M <= 128): C[M, N] on every rank = sum over ranks q
-// of A_q[M, K_loc] * B_q[N, K_loc]^T, accumulated in fp32 in rank order 0..W-1. Low latency, two kernels running
-// concurrently on every rank:
+// of A_q[M, K_loc] * B_q[N, K_loc]^T, accumulated in fp32 in rank order 0..W-1. Two algorithms here (a third,
+// ArAlgo::Sequential, is loom::gemm then loom::all_reduce: src/ops/gemm_ar.cpp).
+//
+// Reduce kernel (ArAlgo::ReduceKernel), two kernels running concurrently on every rank:
 //
 //   GEMM     the persistent Hopper GEMM with TileNotifyHooks (kernels/gemm_rs.cuh) writes the partial product
 //            into this call's parity half of a symmetric double buffer and publishes each tile as soon as its TMA
@@ -12,7 +14,7 @@
 // read parity e % 2, and it cannot reach call e + 2 before every peer finished call e (its reduce of call e + 1
 // waits for every peer's GEMM of call e + 1, which each peer runs after its reduce of call e).
 //
-// Fused epilogue (ArEpilogueHooks; the default where it fits): no second kernel and no SM taken from the GEMM, which
+// Fused epilogue (ArAlgo::FusedEpilogue, ArEpilogueHooks; Auto's choice with a GPU per rank): no second kernel and no SM taken from the GEMM, which
 // for M <= 128 is one wave of tiles bound by the bandwidth of reading B, so every SM counts. The kernel stages each
 // consumer warpgroup's 64 x BLOCK_N part of the tile (TOut, 128B-swizzled 8 KiB slabs; gemm.cuh kWholeTile); then
 // its issuing thread

@@ -85,7 +85,7 @@ enum class ArAlgo {
     ReduceKernel,   // GEMM + a reduce kernel of comm_sms blocks on a side stream pulling each tile once stored
     Sequential,     // loom::gemm into a symmetric buffer, then loom::all_reduce: no overlap. Auto's choice where ranks
                     // share a GPU, where both overlapped algorithms measured slower than it (8 ranks on one H200:
-                    // 0.55-0.73x; each rank's share of the SMs runs its tiles at its own pace, and a tile's reduction
+                    // 0.54-0.73x; each rank's share of the SMs runs its tiles at its own pace, and a tile's reduction
                     // waits for the slowest rank's)
 };
 const char* to_string(ArAlgo a);
