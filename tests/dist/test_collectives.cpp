@@ -588,8 +588,7 @@ TEST_F(Collectives, LLChainedInPlaceBackToBack) {
     const DType t = DType::F32;
     Sym x(*w, n * 4);
     auto x0 = [](int rank, int round, std::size_t i) {
-        return static_cast<float>((i * 7 + static_cast<std::size_t>(round) * 3 + static_cast<std::size_t>(rank)) %
-                                  11);
+        return static_cast<float>((i * 7 + static_cast<std::size_t>(round) * 3 + static_cast<std::size_t>(rank)) % 11);
     };
     int steps = 1;
     for (double top = 10.0 * W; top * W < double(1 << 24) && steps < 9; top *= W) ++steps;

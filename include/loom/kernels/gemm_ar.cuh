@@ -14,10 +14,10 @@
 // read parity e % 2, and it cannot reach call e + 2 before every peer finished call e (its reduce of call e + 1
 // waits for every peer's GEMM of call e + 1, which each peer runs after its reduce of call e).
 //
-// Fused epilogue (ArAlgo::FusedEpilogue, ArEpilogueHooks; Auto's choice with a GPU per rank): no second kernel and no SM taken from the GEMM, which
-// for M <= 128 is one wave of tiles bound by the bandwidth of reading B, so every SM counts. The kernel stages each
-// consumer warpgroup's 64 x BLOCK_N part of the tile (TOut, 128B-swizzled 8 KiB slabs; gemm.cuh kWholeTile); then
-// its issuing thread
+// Fused epilogue (ArAlgo::FusedEpilogue, ArEpilogueHooks; Auto's choice with a GPU per rank): no second kernel and no
+// SM taken from the GEMM, which for M <= 128 is one wave of tiles bound by the bandwidth of reading B, so every SM
+// counts. The kernel stages each consumer warpgroup's 64 x BLOCK_N part of the tile (TOut, 128B-swizzled 8 KiB slabs;
+// gemm.cuh kWholeTile); then its issuing thread
 //   1. bulk-copies the staged part (cp.async.bulk shared -> peer global) into this rank's slot of every peer's
 //      receive buffer, waits for the copies (wait_group 0, proxy fence) and raises tile_in[me][part] := epoch at
 //      every peer (st.release.sys);
