@@ -153,6 +153,16 @@ const char* to_string(ArAlgo a) {
     return "?";
 }
 
+ArAlgo gemm_ar_algo(ArAlgo requested, bool ranks_share_gpu, const GemmConfig* config, int out_bytes) {
+    LOOM_CHECK(requested != ArAlgo::Sequential || config == nullptr,
+               "gemm_ar: the sequential algorithm runs loom::gemm's own config; expected no config");
+    if (requested != ArAlgo::Auto) return requested;
+    // With the caller's tile, that tile decides whether the fused epilogue fits.
+    if (config)
+        return overlap::whole_tile_unfit(*config, out_bytes).empty() ? ArAlgo::FusedEpilogue : ArAlgo::ReduceKernel;
+    return ranks_share_gpu ? ArAlgo::Sequential : ArAlgo::Auto;
+}
+
 OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms,
                          ArAlgo algo, int out_bytes) {
     (void)world_size;
@@ -192,17 +202,12 @@ void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const Matri
     LOOM_CHECK(o.comm_sms >= 0, "{}: expected comm_sms >= 0, given {}", op, o.comm_sms);
     const int out_bytes = static_cast<int>(dtype_size(c.dtype));
 
-    ArAlgo algo = o.algo;
-    if (algo == ArAlgo::Auto && st.shared_gpu) algo = ArAlgo::Sequential;
+    const ArAlgo algo = gemm_ar_algo(o.algo, st.shared_gpu, o.config, out_bytes);
     if (algo == ArAlgo::Sequential) {
-        LOOM_CHECK(!o.config, "{}: the sequential algorithm runs loom::gemm's own config; expected no config", op);
         gemm_validate(a, b, c, GemmOptions{});
         gemm_ar_sequential(world, st, a, b, c, stream);
         return;
     }
-    // With the caller's tile, that tile decides whether the fused epilogue fits.
-    if (o.config && algo == ArAlgo::Auto)
-        algo = overlap::whole_tile_unfit(*o.config, out_bytes).empty() ? ArAlgo::FusedEpilogue : ArAlgo::ReduceKernel;
     OverlapPlan plan = gemm_ar_plan(M, N, K, W, o.comm_sms, st.arch, st.num_sms, algo, out_bytes);
     if (o.config) {
         plan.gemm = *o.config;

@@ -12,6 +12,7 @@
 namespace {
 
 using loom::AgProducer;
+using loom::ArAlgo;
 using loom::RsAlgo;
 using loom::RsTransport;
 
@@ -52,6 +53,30 @@ TEST(OverlapChoice, GemmRsTransport) {
     EXPECT_NE(error_of([] {
                   loom::gemm_rs_transport(RsTransport::CopyEngine, RsAlgo::ScatterReduce, false);
               }).find("is the fused epilogue's"),
+              std::string::npos);
+}
+
+TEST(OverlapChoice, GemmArAlgo) {
+    // Auto: the plan decides with a GPU per rank, the sequence where ranks share one.
+    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::Auto, false, nullptr, 2), ArAlgo::Auto);
+    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::Auto, true, nullptr, 2), ArAlgo::Sequential);
+    EXPECT_EQ(loom::gemm_ar_plan(16, 8192, 3584, 2, 0, 90, 132).ar_algo, ArAlgo::FusedEpilogue);
+    // A caller's tile decides between the two hooked algorithms, on a shared GPU too.
+    loom::GemmConfig whole;
+    whole.block_m = 64;
+    whole.block_n = 128;
+    whole.stages = 4;
+    loom::GemmConfig odd = whole;
+    odd.block_n = 96;  // 192 bytes of bf16 per row: no whole 128-byte slabs
+    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::Auto, false, &whole, 2), ArAlgo::FusedEpilogue);
+    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::Auto, true, &whole, 2), ArAlgo::FusedEpilogue);
+    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::Auto, false, &odd, 2), ArAlgo::ReduceKernel);
+    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::Auto, false, &odd, 4), ArAlgo::FusedEpilogue);  // 384 bytes of fp32
+    // Requested algorithms pass through; the sequence takes no config.
+    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::ReduceKernel, true, nullptr, 2), ArAlgo::ReduceKernel);
+    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::FusedEpilogue, true, nullptr, 2), ArAlgo::FusedEpilogue);
+    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::Sequential, false, nullptr, 2), ArAlgo::Sequential);
+    EXPECT_NE(error_of([&] { loom::gemm_ar_algo(ArAlgo::Sequential, false, &whole, 2); }).find("expected no config"),
               std::string::npos);
 }
 

@@ -134,6 +134,11 @@ OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, in
 AgProducer ag_gemm_producer(AgProducer requested, int world_size, int64_t rows_per_rank, int block_m, bool gathered,
                             bool ranks_share_gpu);
 RsTransport gemm_rs_transport(RsTransport requested, RsAlgo algo, bool ranks_share_gpu);
+// gemm_ar's algorithm: Auto is Sequential where ranks share a GPU and no config is given; with a config (the hooked
+// GEMM's tile), FusedEpilogue when that tile stages whole slabs of out_bytes elements, else ReduceKernel; otherwise
+// Auto (gemm_ar_plan decides by the heuristic's tile). Requested algorithms pass through; Sequential with a config is
+// refused (it runs loom::gemm's own).
+ArAlgo gemm_ar_algo(ArAlgo requested, bool ranks_share_gpu, const GemmConfig* config, int out_bytes);
 
 // The SMs this process can occupy at once, which the plans divide between the GEMM and the communication blocks:
 // LOOM_OVERLAP_SMS when set (> 0, at most device_sms), else device_sms. Under MPS, cudaDevAttrMultiProcessorCount
