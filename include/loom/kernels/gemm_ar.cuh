@@ -104,9 +104,7 @@ struct ArEpilogueHooks {
         ptx::named_barrier_sync(2 + warpgroup, 128);
         {
             const uint8_t* src = a.recv + offset;
-            constexpr int kChunksPerSlab = static_cast<int>(kGemmStoreBufBytes / 16) / 128;  // per thread: 4
-            static_assert((kSlabs * kChunksPerSlab) % kInFlight == 0, "rounds stay inside the warpgroup's part");
-            const int chunks = (slabs * kChunksPerSlab + kInFlight - 1) / kInFlight * kInFlight;
+            const int chunks = staged_chunks<kSlabs, kInFlight>(slabs);
             // Round c0's chunks of rank q's copy: this rank's from the staging buffer, a peer's from its slot.
             auto load = [&](int q, int c0, uint4(&v)[kInFlight]) {
                 if (q == a.me) {
@@ -139,12 +137,7 @@ struct ArEpilogueHooks {
             ptx::fence_proxy_async_smem();
             ptx::named_barrier_sync(2 + warpgroup, 128);
         }
-        if (wg_thread == 0) {
-            for (int sl = 0; sl < slabs; ++sl)
-                ptx::tma_store_2d(tmap_c, bufs + sl * kGemmStoreBufBytes, t.col0 + sl * kStoreCols,
-                                  t.row0 + warpgroup * 64);
-            ptx::tma_store_commit();
-        }
+        if (wg_thread == 0) store_staged_slabs<TOut>(tmap_c, bufs, slabs, t.col0, t.row0 + warpgroup * 64);
     }
 
     template <int BLOCK_M>

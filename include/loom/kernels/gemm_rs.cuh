@@ -87,6 +87,26 @@ LOOM_DEVICE LOOM_FORCEINLINE uint4 vec_pack(const float (&acc)[kVecElems<T>]) {
     return v;
 }
 
+// ---- the fused epilogues' staged part (RsEpilogueHooks, gemm_ar.cuh's ArEpilogueHooks) ---------------------------
+// Chunks (16 bytes per thread of the warpgroup, kInFlight per round) covering the first `slabs` staged slabs of the
+// part, rounded up to whole rounds: a round may run past the staged slabs (N tail) into the part's next slab, whose
+// sums are never stored, but never past the part.
+template <int kSlabs, int kInFlight>
+LOOM_DEVICE LOOM_FORCEINLINE int staged_chunks(int slabs) {
+    constexpr int kChunksPerSlab = static_cast<int>(kGemmStoreBufBytes / 16) / 128;  // per thread: 4
+    static_assert((kSlabs * kChunksPerSlab) % kInFlight == 0, "rounds stay inside the warpgroup's part");
+    return (slabs * kChunksPerSlab + kInFlight - 1) / kInFlight * kInFlight;
+}
+// The warpgroup's issuing thread: TMA-stores the first `slabs` staged slabs (128-byte columns from col0) at `row`.
+template <class TOut>
+LOOM_DEVICE LOOM_FORCEINLINE void store_staged_slabs(const ptx::TmaDescriptor* tmap_c, uint8_t* bufs, int slabs,
+                                                     int32_t col0, int32_t row) {
+    constexpr int kStoreCols = gemm_store_box_cols(sizeof(TOut));
+    for (int sl = 0; sl < slabs; ++sl)
+        ptx::tma_store_2d(tmap_c, bufs + sl * kGemmStoreBufBytes, col0 + sl * kStoreCols, row);
+    ptx::tma_store_commit();
+}
+
 // ---- fused epilogue (RsEpilogueHooks) ----------------------------------------------------------------------------
 // The GEMM itself does the ReduceScatter: no second kernel, no SM taken from it. Every M-block belongs to one rank
 // (M / W a multiple of BLOCK_M: the host's condition for this algorithm). The order is rotated as for the
@@ -242,9 +262,7 @@ struct RsEpilogueHooks {
         ptx::named_barrier_sync(2 + warpgroup, 128);
         if ((a.diag_skip & 2) == 0) {  // the combine
             const uint8_t* src = a.scratch + tile_offset<BLOCK_M, BLOCK_N, TOut>(t, a.me, warpgroup);
-            constexpr int kChunksPerSlab = static_cast<int>(kGemmStoreBufBytes / 16) / 128;  // per thread: 4
-            static_assert((kSlabs * kChunksPerSlab) % kInFlight == 0, "rounds stay inside the warpgroup's part");
-            const int chunks = (slabs * kChunksPerSlab + kInFlight - 1) / kInFlight * kInFlight;
+            const int chunks = staged_chunks<kSlabs, kInFlight>(slabs);
             for (int c0 = 0; c0 < chunks; c0 += kInFlight) {
                 float sum[kInFlight][E];
 #pragma unroll
@@ -269,12 +287,8 @@ struct RsEpilogueHooks {
             ptx::fence_proxy_async_smem();
             ptx::named_barrier_sync(2 + warpgroup, 128);
         }
-        if (wg_thread == 0) {
-            for (int sl = 0; sl < slabs; ++sl)
-                ptx::tma_store_2d(tmap_c, bufs + sl * kGemmStoreBufBytes, t.col0 + sl * kStoreCols,
-                                  t.row0 - a.me * a.rows_per_rank + warpgroup * 64);
-            ptx::tma_store_commit();
-        }
+        if (wg_thread == 0)
+            store_staged_slabs<TOut>(tmap_c, bufs, slabs, t.col0, t.row0 - a.me * a.rows_per_rank + warpgroup * 64);
     }
 
     template <int BLOCK_M>
