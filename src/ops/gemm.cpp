@@ -155,7 +155,9 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
         if (may_split) {
             GemmConfig c = cfg;
             c.block_n = bn;
-            const int64_t grid = std::min<int64_t>(tiles, num_sms);
+            // Planned on every SM: with fewer tiles than SMs the one partial wave is the tail, and its split units
+            // spread over more CTAs than there are tiles (a skinny GEMM's B read by every SM, not by `tiles`).
+            const int64_t grid = num_sms;
             const GemmTailPlan p = gemm_tail_plan(m, n, k, c, grid, requested);
             if (p.splits >= 2)
                 waves = static_cast<double>(p.dp_tiles / grid) +
@@ -176,7 +178,12 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
     if (const int64_t forced = env_int("LOOM_GEMM_GROUP_M", 0); forced > 0) cfg.group_m = static_cast<int>(forced);
     if (cfg.cluster_m > 1) cfg.group_m = std::max(cfg.cluster_m, cfg.group_m / cfg.cluster_m * cfg.cluster_m);
     cfg.grid = static_cast<int>(gemm_sm90_grid(m, n, cfg, num_sms));
-    if (may_split) cfg.tail_splits = gemm_tail_plan(m, n, k, cfg, cfg.grid, requested).splits;
+    if (may_split) {
+        const GemmTailPlan p = gemm_tail_plan(m, n, k, cfg, num_sms, requested);
+        cfg.tail_splits = p.splits;
+        // Fewer tiles than SMs: a CTA per split unit (the launch then sees every tile as tail at this grid).
+        if (p.splits >= 2) cfg.grid = static_cast<int>(std::min<int64_t>(num_sms, p.units()));
+    }
     return cfg;
 }
 

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "loom/jit/jit.hpp"
@@ -84,8 +85,26 @@ TEST(GemmHeuristic, SplitsTheTailWave) {
     setenv("LOOM_GEMM_TAIL_SPLITS", "2", 1);
     EXPECT_EQ(loom::gemm_heuristic(8192, 3696, 8192, false, 90, 132).tail_splits, 2);
     EXPECT_EQ(loom::gemm_heuristic(8192, 8192, 8192, false, 90, 132).tail_splits, 2);  // forced where there is a tail
-    EXPECT_EQ(loom::gemm_heuristic(16, 4096, 4096, false, 90, 132).tail_splits, 1);    // 16 tiles: no tail
+    // Fewer tiles than SMs: the one partial wave is the tail; forced splits apply to it, a CTA per unit.
+    const auto forced_skinny = loom::gemm_heuristic(16, 4096, 4096, false, 90, 132);
+    EXPECT_EQ(forced_skinny.tail_splits, 2) << forced_skinny.str();
     unsetenv("LOOM_GEMM_TAIL_SPLITS");
+    // Automatic there: every tile split so that the units fill the SMs (a skinny GEMM's B read by every SM).
+    for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{16, 4096, 4096},
+                                  {8, 4096, 4096},
+                                  {16, 1280, 8192},
+                                  {128, 1024, 4096}}) {
+        const auto c = loom::gemm_heuristic(m, n, k, false, 90, 132);
+        const int64_t tiles = (m + c.block_m - 1) / c.block_m * ((n + c.block_n - 1) / c.block_n);
+        EXPECT_GE(c.tail_splits, 2) << c.str();
+        EXPECT_EQ(c.grid, std::min<int64_t>(132, tiles * c.tail_splits)) << c.str();
+        EXPECT_GT(c.grid, tiles) << c.str();
+        EXPECT_NO_THROW(loom::gemm_validate_config(c, false));
+        // The launch sees the same plan at that grid: every tile is tail.
+        const auto p = loom::gemm_tail_plan(m, n, k, c, c.grid, c.tail_splits);
+        EXPECT_EQ(p.dp_tiles, 0) << c.str();
+        EXPECT_EQ(p.splits, c.tail_splits) << c.str();
+    }
 }
 
 TEST(GemmHeuristic, TailPlan) {
