@@ -145,45 +145,57 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
     const bool may_split = split_tail && cfg.cluster_m == 1 && forced_splits != 0 && forced_splits != 1;
     const int requested = forced_splits >= 2 ? static_cast<int>(std::min<int64_t>(forced_splits, kMaxTailSplits)) : 0;
     const int64_t num_m = ceil_div(m, cfg.block_m);
-    double best = 1e300;
-    for (int bn = 256; bn >= 64; bn -= 16) {
-        if (b_kn && bn % 64 != 0) continue;
-        const int64_t tiles = num_m * ceil_div(n, bn);
-        // Waves of the persistent grid; a split tail's last wave costs 1 / s of a tile per split (more when
-        // forced splits outnumber the grid) plus the fix-up.
-        double waves = static_cast<double>(ceil_div(tiles, num_sms));
+    // every_sm: plan the split tail on every SM rather than on the persistent grid, min(tiles, SMs), which leaves a
+    // GEMM with fewer tiles than SMs no tail to split; on every SM its one partial wave is the tail, split along K
+    // over more CTAs than there are tiles.
+    auto choose = [&](bool every_sm) {
+        GemmConfig c = cfg;
+        double best = 1e300;
+        for (int bn = 256; bn >= 64; bn -= 16) {
+            if (b_kn && bn % 64 != 0) continue;
+            const int64_t tiles = num_m * ceil_div(n, bn);
+            // Waves of the persistent grid; a split tail's last wave costs 1 / s of a tile per split (more when
+            // forced splits outnumber the grid) plus the fix-up.
+            double waves = static_cast<double>(ceil_div(tiles, num_sms));
+            if (may_split) {
+                GemmConfig t = c;
+                t.block_n = bn;
+                const int64_t grid = every_sm ? num_sms : std::min<int64_t>(tiles, num_sms);
+                const GemmTailPlan p = gemm_tail_plan(m, n, k, t, grid, requested);
+                if (p.splits >= 2)
+                    waves = static_cast<double>(p.dp_tiles / grid) +
+                            static_cast<double>(ceil_div(p.tail_tiles * p.splits, grid)) / p.splits +
+                            kGemmTailFixupCost;
+            }
+            // Columns each SM sweeps, scaled by how efficiently a tile of that width runs; ties go to wider tiles.
+            const double cost = waves * bn / block_n_efficiency(bn);
+            if (cost < best * (1 - 1e-9)) {
+                best = cost;
+                c.block_n = bn;
+            }
+        }
+        c.stages = std::min(kernels::gemm_sm90_max_stages(c.block_m, c.block_n), 6);
+        // Keep the CTAs that run together close to square in L2: group_m M-blocks x (num_sms / group_m) N-blocks.
+        c.group_m = static_cast<int>(std::clamp<int64_t>(
+            static_cast<int64_t>(std::lround(std::sqrt(num_sms * static_cast<double>(c.block_n) / c.block_m))), 1,
+            std::max<int64_t>(num_m, 1)));
+        if (const int64_t forced = env_int("LOOM_GEMM_GROUP_M", 0); forced > 0) c.group_m = static_cast<int>(forced);
+        if (c.cluster_m > 1) c.group_m = std::max(c.cluster_m, c.group_m / c.cluster_m * c.cluster_m);
+        c.grid = static_cast<int>(gemm_sm90_grid(m, n, c, num_sms));
         if (may_split) {
-            GemmConfig c = cfg;
-            c.block_n = bn;
-            // Planned on every SM: with fewer tiles than SMs the one partial wave is the tail, and its split units
-            // spread over more CTAs than there are tiles (a skinny GEMM's B read by every SM, not by `tiles`).
-            const int64_t grid = num_sms;
-            const GemmTailPlan p = gemm_tail_plan(m, n, k, c, grid, requested);
-            if (p.splits >= 2)
-                waves = static_cast<double>(p.dp_tiles / grid) +
-                        static_cast<double>(ceil_div(p.tail_tiles * p.splits, grid)) / p.splits + kGemmTailFixupCost;
+            const GemmTailPlan p = gemm_tail_plan(m, n, k, c, every_sm ? num_sms : c.grid, requested);
+            c.tail_splits = p.splits;
+            // Planned on every SM: a CTA per split unit (the launch then sees every tile as tail at this grid).
+            if (every_sm && p.splits >= 2) c.grid = static_cast<int>(std::min<int64_t>(num_sms, p.units()));
         }
-        // Columns each SM sweeps, scaled by how efficiently a tile of that width runs; ties go to wider tiles.
-        const double cost = waves * bn / block_n_efficiency(bn);
-        if (cost < best * (1 - 1e-9)) {
-            best = cost;
-            cfg.block_n = bn;
-        }
-    }
-    cfg.stages = std::min(kernels::gemm_sm90_max_stages(cfg.block_m, cfg.block_n), 6);
-    // Keep the CTAs that run together close to square in L2: group_m M-blocks x (num_sms / group_m) N-blocks.
-    cfg.group_m = static_cast<int>(std::clamp<int64_t>(
-        static_cast<int64_t>(std::lround(std::sqrt(num_sms * static_cast<double>(cfg.block_n) / cfg.block_m))), 1,
-        std::max<int64_t>(num_m, 1)));
-    if (const int64_t forced = env_int("LOOM_GEMM_GROUP_M", 0); forced > 0) cfg.group_m = static_cast<int>(forced);
-    if (cfg.cluster_m > 1) cfg.group_m = std::max(cfg.cluster_m, cfg.group_m / cfg.cluster_m * cfg.cluster_m);
-    cfg.grid = static_cast<int>(gemm_sm90_grid(m, n, cfg, num_sms));
-    if (may_split) {
-        const GemmTailPlan p = gemm_tail_plan(m, n, k, cfg, num_sms, requested);
-        cfg.tail_splits = p.splits;
-        // Fewer tiles than SMs: a CTA per split unit (the launch then sees every tile as tail at this grid).
-        if (p.splits >= 2) cfg.grid = static_cast<int>(std::min<int64_t>(num_sms, p.units()));
-    }
+        return c;
+    };
+    cfg = choose(false);
+    // Single-wave split-K only where the persistent plan leaves more than half the SMs idle. Measured (H200,
+    // docs/gemm.md "Skinny M"): 8 x 4096 x 4096 0.81 -> 0.93x cuBLASLt (64 tiles of 64 x 64 -> 64 x 128 split 4);
+    // with a wave nearly full (128 tiles of 64 x 64 at M = 16 ... 64, N = 8192) the split plans' wider tiles lost
+    // 3-10 % and were not taken.
+    if (may_split && static_cast<int64_t>(cfg.grid) * 2 <= num_sms) cfg = choose(true);
     return cfg;
 }
 

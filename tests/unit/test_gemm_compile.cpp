@@ -105,6 +105,12 @@ TEST(GemmHeuristic, SplitsTheTailWave) {
         EXPECT_EQ(p.dp_tiles, 0) << c.str();
         EXPECT_EQ(p.splits, c.tail_splits) << c.str();
     }
+    // A wave at least half full keeps the persistent plan: no split (measured faster, docs/gemm.md "Skinny M").
+    for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{16, 8192, 14336}, {64, 8192, 4096}}) {
+        const auto c = loom::gemm_heuristic(m, n, k, false, 90, 132);
+        EXPECT_EQ(c.tail_splits, 1) << c.str();
+        EXPECT_EQ(c.block_n, 64) << c.str();
+    }
 }
 
 TEST(GemmHeuristic, TailPlan) {

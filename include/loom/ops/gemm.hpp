@@ -56,8 +56,9 @@ void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const G
 
 // The analytic choice: minimise (waves of persistent tiles) x (cost of one tile, from measured per-shape
 // efficiency of each BLOCK_N). A partial last wave costs a whole wave, or, split s ways along K
-// (gemm_tail_plan on every SM), 1 / s + kGemmTailFixupCost of one; with fewer tiles than SMs that wave is the whole
-// GEMM, and the grid becomes one CTA per split unit. Deterministic and printable (GemmConfig::str()).
+// (gemm_tail_plan), 1 / s + kGemmTailFixupCost of one. Where that plan fills at most half the SMs (a skinny GEMM
+// with few tiles), it is redone with the tail planned on every SM: the one partial wave is then the whole GEMM, split
+// along K, and the grid becomes one CTA per split unit. Deterministic and printable (GemmConfig::str()).
 // split_tail = false: never split the tail (the overlapped ops, whose hooked kernels have no split tail).
 // LOOM_GEMM_TAIL_SPLITS=0 (or 1) turns the split off, =n >= 2 forces n splits where there is a tail.
 GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, int num_sms, bool split_tail = true);
