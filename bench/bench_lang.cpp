@@ -6,9 +6,8 @@
 //                     row 2 notify/wait's defaults (release/acquire at sys scope) and at gpu scope.
 //   lang_put.json     rank 0 puts into rank 1's symmetric memory on each data path (ld/st, TMA bulk, copy engine)
 //                     from 4 KiB to --max-bytes, as a ratio to cudaMemcpy D2D of the same size on rank 0; then a
-//                     block-count sweep at the largest size (ld/st; TMA with 4 stages and store depth 2 (the
-//                     default), 6 stages and depth 3, 4 stages and depth 1 (tma_d1, the old pipeline)): each path's
-//                     peak and the fewest blocks (SMs) that reach 90% of it, of cudaMemcpy D2D, and of cudaMemcpy to
+//                     block-count sweep at the largest size (ld/st, TMA with 4 and 6 stages): each path's peak
+//                     and the fewest blocks (SMs) that reach 90% of it, of cudaMemcpy D2D, and of cudaMemcpy to
 //                     the same peer buffer (on two GPUs: the link's copy-engine rate).
 //
 //   loomrun -n 2 build/bench/bench-lang --out docs/perf [--rounds N] [--max-bytes 1G] [--iters N] [--no-nvshmem]
@@ -192,9 +191,6 @@ void bench_put(loom::World& w, const Args& args, const std::string& dir, cudaStr
         loom::jit::get_kernel({.header = dir + "/lang.cuh", .name = "lang_bench::put_bw", .template_args = {"1", "4"}});
     const auto& k_tma6 =
         loom::jit::get_kernel({.header = dir + "/lang.cuh", .name = "lang_bench::put_bw", .template_args = {"1", "6"}});
-    // The default store depth (2 of 4 stages) against one store in flight (the pipeline before session 11).
-    const auto& k_tma_d1 = loom::jit::get_kernel(
-        {.header = dir + "/lang.cuh", .name = "lang_bench::put_bw", .template_args = {"1", "4", "1"}});
     auto tma_smem = [](std::size_t stages) { return 128 + stages * 32 * 1024; };  // tma_staging_bytes
     const bool has_tma = loom::jit::current_arch() >= 90;
 
@@ -206,9 +202,6 @@ void bench_put(loom::World& w, const Args& args, const std::string& dir, cudaStr
         } else if (path == "tma") {
             k_tma(LaunchConfig{dim3(blocks), dim3(128), tma_smem(4), {1, 1, 1}, s}, w.ctx(), dst,
                   static_cast<const char*>(src), uint64_t(bytes), peer);
-        } else if (path == "tma_d1") {
-            k_tma_d1(LaunchConfig{dim3(blocks), dim3(128), tma_smem(4), {1, 1, 1}, s}, w.ctx(), dst,
-                     static_cast<const char*>(src), uint64_t(bytes), peer);
         } else if (path == "tma6") {
             k_tma6(LaunchConfig{dim3(blocks), dim3(128), tma_smem(6), {1, 1, 1}, s}, w.ctx(), dst,
                    static_cast<const char*>(src), uint64_t(bytes), peer);
@@ -254,7 +247,7 @@ void bench_put(loom::World& w, const Args& args, const std::string& dir, cudaStr
     std::vector<int> counts = {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96};
     counts.push_back(num_sms);
     std::vector<std::string> sweep_paths = {"ldst"};
-    if (has_tma) sweep_paths.insert(sweep_paths.end(), {"tma", "tma6", "tma_d1"});
+    if (has_tma) sweep_paths.insert(sweep_paths.end(), {"tma", "tma6"});
     for (const auto& path : sweep_paths) {
         std::vector<std::pair<int, double>> pts;
         for (int b : counts) pts.emplace_back(b, time_path(path, bytes, b));
@@ -273,13 +266,9 @@ void bench_put(loom::World& w, const Args& args, const std::string& dir, cudaStr
                              {"ratio_to_peer_copy", to_peer / p.second}});
         report.add_row({{"path", path},
                         {"metric", "sm_sweep"},
-                        {"stages", path == "tma6"                      ? 6
-                                   : path == "tma" || path == "tma_d1" ? 4
-                                                                       : 0},
-                        {"store_depth", path == "tma6"     ? 3
-                                        : path == "tma"    ? 2
-                                        : path == "tma_d1" ? 1
-                                                           : 0},
+                        {"stages", path == "tma6"  ? 6
+                                   : path == "tma" ? 4
+                                                   : 0},
                         {"bytes", bytes},
                         {"loom_us", best},
                         {"GBps", loom::bench::gbps(double(bytes), best)},

@@ -75,10 +75,10 @@ __global__ void ping_pong_grid_constant(const __grid_constant__ loom::Ctx ctx, u
 }
 
 // Each block puts its contiguous, page-aligned share of [0, bytes) into `peer`'s dst. P: 0 ld/st, 1 TMA
-// (dynamic smem = tma_staging_bytes(STAGES, kStageBytes); STORE_DEPTH: Tma::store_depth, -1 the default).
+// (dynamic smem = tma_staging_bytes(STAGES, kStageBytes)).
 inline constexpr uint32_t kStageBytes = 32 * 1024;
 
-template <int P, int STAGES = 4, int STORE_DEPTH = -1>
+template <int P, int STAGES = 4>
 __global__ void put_bw(loom::Ctx ctx, char* dst, const char* src, uint64_t bytes, int peer) {
     extern __shared__ __align__(128) char smem[];
     // Shares are whole 4 KiB pages: a share that starts mid-line makes every bulk store of the block straddle
@@ -89,8 +89,7 @@ __global__ void put_bw(loom::Ctx ctx, char* dst, const char* src, uint64_t bytes
     if (begin >= bytes) return;
     const uint64_t len = bytes - begin < per_block ? bytes - begin : per_block;
     if constexpr (P == 1) {
-        put_nbi(block, ctx, dst + begin, src + begin, len, peer,
-                make_tma_staging(block, smem, STAGES, kStageBytes, STORE_DEPTH));
+        put_nbi(block, ctx, dst + begin, src + begin, len, peer, make_tma_staging(block, smem, STAGES, kStageBytes));
     } else {
         put_nbi(block, ctx, dst + begin, src + begin, len, peer, LdSt{});
     }

@@ -53,15 +53,7 @@ struct Tma {
     uint32_t* phases;  // bit s: parity of the next completion of bars[s]
     uint32_t stage_bytes;
     uint32_t stages;
-    // Bulk stores whose reads of the staging may still be under way when the leader refills a stage (0..3, less
-    // than stages); the other stages - store_depth hold loads in flight. See bulk_pipeline.
-    uint32_t store_depth;
 };
-
-// The default store depth of `stages`: half the ring, 1..3 (0 for a single stage).
-LOOM_HOST_DEVICE constexpr uint32_t tma_default_store_depth(uint32_t stages) {
-    return stages < 2 ? 0u : stages / 2 > 3 ? 3u : stages / 2;
-}
 
 // Bytes of shared memory a staging area of `stages` x `stage_bytes` needs (round the base up to 128).
 LOOM_HOST_DEVICE constexpr uint32_t tma_staging_bytes(uint32_t stages, uint32_t stage_bytes) {
@@ -69,23 +61,13 @@ LOOM_HOST_DEVICE constexpr uint32_t tma_staging_bytes(uint32_t stages, uint32_t 
 }
 
 // Carve a staging area from `smem` (128-byte aligned, tma_staging_bytes(stages, stage_bytes) bytes). Every thread
-// of `g` calls; the leader initialises the mbarriers. 1 <= stages <= 14 (more are clamped); store_depth < 0: the
-// default, else clamped to [0, min(3, stages - 1)].
+// of `g` calls; the leader initialises the mbarriers. stages <= 32.
 template <class G>
-LOOM_DEVICE LOOM_FORCEINLINE Tma make_tma_staging(G g, void* smem, uint32_t stages, uint32_t stage_bytes,
-                                                  int store_depth = -1) {
+LOOM_DEVICE LOOM_FORCEINLINE Tma make_tma_staging(G g, void* smem, uint32_t stages, uint32_t stage_bytes) {
     static_assert(detail::kHasTma<G>, "the TMA data path needs sm_90");
     char* base = static_cast<char*>(smem);
-    stages = stages > 14 ? 14u : stages;
-    uint32_t depth = store_depth < 0 ? tma_default_store_depth(stages) : static_cast<uint32_t>(store_depth);
-    depth = depth > 3 ? 3u : depth;
-    depth = depth > stages - 1 ? stages - 1 : depth;
-    Tma t{base + 128,
-          reinterpret_cast<uint64_t*>(base),
-          reinterpret_cast<uint32_t*>(base + 8 * 15),
-          stage_bytes & ~15u,
-          stages,
-          depth};
+    Tma t{base + 128, reinterpret_cast<uint64_t*>(base), reinterpret_cast<uint32_t*>(base + 8 * 15), stage_bytes & ~15u,
+          stages > 14 ? 14u : stages};
     if (g.leader()) {
         for (uint32_t s = 0; s < t.stages; ++s) ptx::mbarrier_init(&t.bars[s], 1);
         *t.phases = 0;
@@ -135,31 +117,9 @@ LOOM_DEVICE LOOM_FORCEINLINE void copy_ldst(G g, char* dst, const char* src, uin
     }
 }
 
-// Waits until at most `depth` (0..3) of this thread's committed bulk-copy groups may still be reading shared memory.
-LOOM_DEVICE LOOM_FORCEINLINE void bulk_wait_read_at_most(uint32_t depth) {
-    switch (depth) {
-        case 0:
-            ptx::cp_async_bulk_wait_group_read<0>();
-            break;
-        case 1:
-            ptx::cp_async_bulk_wait_group_read<1>();
-            break;
-        case 2:
-            ptx::cp_async_bulk_wait_group_read<2>();
-            break;
-        default:
-            ptx::cp_async_bulk_wait_group_read<3>();
-            break;
-    }
-}
-
 // The leader's bulk-copy pipeline: global src -> smem stage -> global dst, 16-byte aligned, bytes % 16 == 0.
-// Every stage is loaded up front; then chunk c's store is issued as soon as its load lands, and the stage of chunk
-// c - store_depth is refilled (with chunk c - store_depth + stages) once that store has read it out: store_depth
-// stores keep reading the staging while stages - store_depth loads are in flight. (One store in flight, the first
-// version, held a block to ~49 GB/s on one H200: the stores' reads of shared memory, paced by the writes, were the
-// bottleneck, not the loads.) wait_writes: wait until the writes are complete and fenced for the generic proxy
-// (blocking forms); otherwise only until the staging was read (nbi forms).
+// Up to stages-1 loads in flight while stores drain. wait_writes: wait until the writes are complete and
+// fenced for the generic proxy (blocking forms); otherwise only until the staging was read (nbi forms).
 LOOM_DEVICE inline void bulk_pipeline(const Ctx& ctx, const Tma& t, char* dst, const char* src, uint64_t bytes,
                                       bool wait_writes) {
     const uint64_t sb = t.stage_bytes;
@@ -184,11 +144,10 @@ LOOM_DEVICE inline void bulk_pipeline(const Ctx& ctx, const Tma& t, char* dst, c
         const uint32_t len = static_cast<uint32_t>(bytes - c * sb < sb ? bytes - c * sb : sb);
         ptx::cp_async_bulk_s2g(dst + c * sb, t.buf + s * sb, len);
         ptx::cp_async_bulk_commit_group();
-        // Refill the stage of chunk c - store_depth once its store has read it (the stores of the chunks after it
-        // may still run).
-        if (c >= t.store_depth && c + t.stages - t.store_depth < n) {
-            bulk_wait_read_at_most(t.store_depth);
-            issue_load(c - t.store_depth + t.stages);
+        // Refill the stage of chunk c-1 once its store has read it (the store of chunk c may still run).
+        if (c >= 1 && c - 1 + t.stages < n) {
+            ptx::cp_async_bulk_wait_group_read<1>();
+            issue_load(c - 1 + t.stages);
         }
     }
     *t.phases = phases;
