@@ -6,7 +6,8 @@
 //                     row 2 notify/wait's defaults (release/acquire at sys scope) and at gpu scope.
 //   lang_put.json     rank 0 puts into rank 1's symmetric memory on each data path (ld/st, TMA bulk, copy engine)
 //                     from 4 KiB to --max-bytes, as a ratio to cudaMemcpy D2D of the same size on rank 0; then a
-//                     block-count sweep at the largest size (ld/st, TMA with 4 and 6 stages): each path's peak
+//                     block-count sweep at the largest size (ld/st; TMA with 4 and 6 stages of 32 KiB, and with
+//                     2 or 4 pipelines per block (tma_w2, tma_w4: one per warp)): each path's peak
 //                     and the fewest blocks (SMs) that reach 90% of it, of cudaMemcpy D2D, and of cudaMemcpy to
 //                     the same peer buffer (on two GPUs: the link's copy-engine rate).
 //
@@ -192,6 +193,11 @@ void bench_put(loom::World& w, const Args& args, const std::string& dir, cudaStr
     const auto& k_tma6 =
         loom::jit::get_kernel({.header = dir + "/lang.cuh", .name = "lang_bench::put_bw", .template_args = {"1", "6"}});
     auto tma_smem = [](std::size_t stages) { return 128 + stages * 32 * 1024; };  // tma_staging_bytes
+    // Several pipelines per block (one per warp, each with its own staging): 2 x 4 x 24 KiB and 4 x 3 x 16 KiB.
+    const auto& k_tma_w2 = loom::jit::get_kernel(
+        {.header = dir + "/lang.cuh", .name = "lang_bench::put_bw_warps", .template_args = {"2", "4", "24576u"}});
+    const auto& k_tma_w4 = loom::jit::get_kernel(
+        {.header = dir + "/lang.cuh", .name = "lang_bench::put_bw_warps", .template_args = {"4", "3", "16384u"}});
     const bool has_tma = loom::jit::current_arch() >= 90;
 
     auto launch_path = [&](const std::string& path, std::size_t bytes, int blocks, cudaStream_t s) {
@@ -202,6 +208,12 @@ void bench_put(loom::World& w, const Args& args, const std::string& dir, cudaStr
         } else if (path == "tma") {
             k_tma(LaunchConfig{dim3(blocks), dim3(128), tma_smem(4), {1, 1, 1}, s}, w.ctx(), dst,
                   static_cast<const char*>(src), uint64_t(bytes), peer);
+        } else if (path == "tma_w2") {
+            k_tma_w2(LaunchConfig{dim3(blocks), dim3(64), 2 * (128 + 4 * 24576), {1, 1, 1}, s}, w.ctx(), dst,
+                     static_cast<const char*>(src), uint64_t(bytes), peer);
+        } else if (path == "tma_w4") {
+            k_tma_w4(LaunchConfig{dim3(blocks), dim3(128), 4 * (128 + 3 * 16384), {1, 1, 1}, s}, w.ctx(), dst,
+                     static_cast<const char*>(src), uint64_t(bytes), peer);
         } else if (path == "tma6") {
             k_tma6(LaunchConfig{dim3(blocks), dim3(128), tma_smem(6), {1, 1, 1}, s}, w.ctx(), dst,
                    static_cast<const char*>(src), uint64_t(bytes), peer);
@@ -247,7 +259,7 @@ void bench_put(loom::World& w, const Args& args, const std::string& dir, cudaStr
     std::vector<int> counts = {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96};
     counts.push_back(num_sms);
     std::vector<std::string> sweep_paths = {"ldst"};
-    if (has_tma) sweep_paths.insert(sweep_paths.end(), {"tma", "tma6"});
+    if (has_tma) sweep_paths.insert(sweep_paths.end(), {"tma", "tma6", "tma_w2", "tma_w4"});
     for (const auto& path : sweep_paths) {
         std::vector<std::pair<int, double>> pts;
         for (int b : counts) pts.emplace_back(b, time_path(path, bytes, b));
@@ -266,9 +278,13 @@ void bench_put(loom::World& w, const Args& args, const std::string& dir, cudaStr
                              {"ratio_to_peer_copy", to_peer / p.second}});
         report.add_row({{"path", path},
                         {"metric", "sm_sweep"},
-                        {"stages", path == "tma6"  ? 6
-                                   : path == "tma" ? 4
-                                                   : 0},
+                        {"stages", path == "tma6"                      ? 6
+                                   : path == "tma" || path == "tma_w2" ? 4
+                                   : path == "tma_w4"                  ? 3
+                                                                       : 0},
+                        {"pipelines_per_block", path == "tma_w2"   ? 2
+                                                : path == "tma_w4" ? 4
+                                                                   : 1},
                         {"bytes", bytes},
                         {"loom_us", best},
                         {"GBps", loom::bench::gbps(double(bytes), best)},

@@ -96,4 +96,21 @@ __global__ void put_bw(loom::Ctx ctx, char* dst, const char* src, uint64_t bytes
     quiet(block, ctx);
 }
 
+// As put_bw's TMA path with WARPS pipelines per block: warp w of block b puts share b x WARPS + w (page-aligned)
+// through its own staging area (smem + w x tma_staging_bytes(STAGES, STAGE_BYTES)), so a block keeps WARPS times the
+// copies in flight at the same SM count.
+template <int WARPS, int STAGES, uint32_t STAGE_BYTES>
+__global__ void put_bw_warps(loom::Ctx ctx, char* dst, const char* src, uint64_t bytes, int peer) {
+    extern __shared__ __align__(128) char smem[];
+    const uint32_t w = threadIdx.x / 32;
+    const uint64_t shares = uint64_t(gridDim.x) * WARPS;
+    const uint64_t per_share = ((bytes + shares - 1) / shares + 4095) & ~uint64_t(4095);
+    const uint64_t begin = per_share * (uint64_t(blockIdx.x) * WARPS + w);
+    if (begin >= bytes) return;  // warp-uniform: the warp's share is past the end
+    const uint64_t len = bytes - begin < per_share ? bytes - begin : per_share;
+    char* staging = smem + w * tma_staging_bytes(STAGES, STAGE_BYTES);
+    put_nbi(warp, ctx, dst + begin, src + begin, len, peer, make_tma_staging(warp, staging, STAGES, STAGE_BYTES));
+    quiet(warp, ctx);
+}
+
 }  // namespace lang_bench
