@@ -15,10 +15,14 @@ using loom::uint64_t;
 // 4: relaxed signal + relaxed poll with no acquire at all — exactly what nvshmemx_signal_op +
 // nvshmem_signal_wait_until do (a volatile store, a volatile poll); 5: release as fence.release.sys + relaxed
 // store (a candidate for notify's release) + the default wait.
-__device__ __forceinline__ void ping_pong_wait(const loom::Ctx& ctx, uint64_t* sig, uint64_t r, Scope scope, int mode) {
-    if (mode == 3) {
+// MODE is a template argument, as the scope and semantics are constants in a user's kernel: a runtime mode put a
+// branch on the scope into every poll of the wait loop.
+template <int MODE>
+__device__ __forceinline__ void ping_pong_wait(const loom::Ctx& ctx, uint64_t* sig, uint64_t r, Scope scope) {
+    constexpr int mode = MODE;
+    if constexpr (mode == 3) {
         spin_wait_acquire_poll(ctx, "ping_pong", sig, Cmp::GE, r, scope);
-    } else if (mode == 4) {
+    } else if constexpr (mode == 4) {
         spin_until(ctx, "ping_pong", sig, Cmp::GE, r, [&](uint64_t& observed) {
             observed = load_relaxed(sig, scope);
             return compare(observed, Cmp::GE, r);
@@ -41,24 +45,26 @@ __device__ __forceinline__ void ping_pong_bare(uint64_t* sig, uint64_t* remote, 
             }
     }
 }
-__global__ void ping_pong(loom::Ctx ctx, uint64_t* sig, uint64_t base, uint32_t rounds, int partner, int mode) {
+template <int MODE>
+__global__ void ping_pong(loom::Ctx ctx, uint64_t* sig, uint64_t base, uint32_t rounds, int partner) {
+    constexpr int mode = MODE;
     const bool initiator = rank(ctx) < partner;
-    if (mode == 6) {
+    if constexpr (mode == 6) {
         ping_pong_bare(sig, symm_at(ctx, sig, partner), base, rounds, initiator);
         return;
     }
-    const Scope scope = mode == 1 ? Scope::Gpu : Scope::Sys;
+    constexpr Scope scope = mode == 1 ? Scope::Gpu : Scope::Sys;
     for (uint64_t r = base + 1; r <= base + rounds; ++r) {
-        if (!initiator) ping_pong_wait(ctx, sig, r, scope, mode);
-        if (mode == 5) {
+        if (!initiator) ping_pong_wait<MODE>(ctx, sig, r, scope);
+        if constexpr (mode == 5) {
             loom::ptx::fence_release_sys();
             loom::ptx::st_relaxed_sys(symm_at(ctx, sig, partner), r);
-        } else if (mode >= 2) {
+        } else if constexpr (mode >= 2) {
             signal_op_relaxed(ctx, sig, r, SignalOp::Set, partner, scope);
         } else {
             signal_op(ctx, sig, r, SignalOp::Set, partner, scope);
         }
-        if (initiator) ping_pong_wait(ctx, sig, r, scope, mode);
+        if (initiator) ping_pong_wait<MODE>(ctx, sig, r, scope);
     }
 }
 
