@@ -7,7 +7,8 @@
 //   lang_put.json     rank 0 puts into rank 1's symmetric memory on each data path (ld/st, TMA bulk, copy engine)
 //                     from 4 KiB to --max-bytes, as a ratio to cudaMemcpy D2D of the same size on rank 0; then a
 //                     block-count sweep at the largest size (ld/st; TMA with 4 and 6 stages of 32 KiB, and with
-//                     2 or 4 pipelines per block (tma_w2, tma_w4: one per warp)): each path's peak
+//                     2 or 4 pipelines per block (tma_w2, tma_w4: one per warp), and with 1 MiB granules dealt
+//                     block-cyclically (tma_cyclic)): each path's peak
 //                     and the fewest blocks (SMs) that reach 90% of it, of cudaMemcpy D2D, and of cudaMemcpy to
 //                     the same peer buffer (on two GPUs: the link's copy-engine rate).
 //
@@ -216,6 +217,9 @@ void bench_put(loom::World& w, const Args& args, const std::string& dir, cudaStr
     // Several pipelines per block (one per warp, each with its own staging): 2 x 4 x 24 KiB and 4 x 3 x 16 KiB.
     const auto& k_tma_w2 = loom::jit::get_kernel(
         {.header = dir + "/lang.cuh", .name = "lang_bench::put_bw_warps", .template_args = {"2", "4", "24576u"}});
+    // Block-cyclic 1 MiB granules (4 stages of 32 KiB).
+    const auto& k_tma_cyc = loom::jit::get_kernel(
+        {.header = dir + "/lang.cuh", .name = "lang_bench::put_bw_cyclic", .template_args = {"4", "1048576ull"}});
     const auto& k_tma_w4 = loom::jit::get_kernel(
         {.header = dir + "/lang.cuh", .name = "lang_bench::put_bw_warps", .template_args = {"4", "3", "16384u"}});
     const bool has_tma = loom::jit::current_arch() >= 90;
@@ -228,6 +232,9 @@ void bench_put(loom::World& w, const Args& args, const std::string& dir, cudaStr
         } else if (path == "tma") {
             k_tma(LaunchConfig{dim3(blocks), dim3(128), tma_smem(4), {1, 1, 1}, s}, w.ctx(), dst,
                   static_cast<const char*>(src), uint64_t(bytes), peer);
+        } else if (path == "tma_cyclic") {
+            k_tma_cyc(LaunchConfig{dim3(blocks), dim3(128), tma_smem(4), {1, 1, 1}, s}, w.ctx(), dst,
+                      static_cast<const char*>(src), uint64_t(bytes), peer);
         } else if (path == "tma_w2") {
             k_tma_w2(LaunchConfig{dim3(blocks), dim3(64), 2 * (128 + 4 * 24576), {1, 1, 1}, s}, w.ctx(), dst,
                      static_cast<const char*>(src), uint64_t(bytes), peer);
@@ -279,7 +286,7 @@ void bench_put(loom::World& w, const Args& args, const std::string& dir, cudaStr
     std::vector<int> counts = {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96};
     counts.push_back(num_sms);
     std::vector<std::string> sweep_paths = {"ldst"};
-    if (has_tma) sweep_paths.insert(sweep_paths.end(), {"tma", "tma6", "tma_w2", "tma_w4"});
+    if (has_tma) sweep_paths.insert(sweep_paths.end(), {"tma", "tma6", "tma_w2", "tma_w4", "tma_cyclic"});
     for (const auto& path : sweep_paths) {
         std::vector<std::pair<int, double>> pts;
         for (int b : counts) pts.emplace_back(b, time_path(path, bytes, b));
@@ -298,10 +305,10 @@ void bench_put(loom::World& w, const Args& args, const std::string& dir, cudaStr
                              {"ratio_to_peer_copy", to_peer / p.second}});
         report.add_row({{"path", path},
                         {"metric", "sm_sweep"},
-                        {"stages", path == "tma6"                      ? 6
-                                   : path == "tma" || path == "tma_w2" ? 4
-                                   : path == "tma_w4"                  ? 3
-                                                                       : 0},
+                        {"stages", path == "tma6"                                              ? 6
+                                   : path == "tma" || path == "tma_w2" || path == "tma_cyclic" ? 4
+                                   : path == "tma_w4"                                          ? 3
+                                                                                               : 0},
                         {"pipelines_per_block", path == "tma_w2"   ? 2
                                                 : path == "tma_w4" ? 4
                                                                    : 1},

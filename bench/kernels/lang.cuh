@@ -102,6 +102,20 @@ __global__ void put_bw(loom::Ctx ctx, char* dst, const char* src, uint64_t bytes
     quiet(block, ctx);
 }
 
+// As put_bw's TMA path with the bytes dealt block-cyclically in GRANULE-byte pieces (block b puts granules b, b + G,
+// b + 2G, ...; one put_nbi each): at any moment the grid writes one window of G granules instead of G streams far
+// apart.
+template <int STAGES, uint64_t GRANULE>
+__global__ void put_bw_cyclic(loom::Ctx ctx, char* dst, const char* src, uint64_t bytes, int peer) {
+    extern __shared__ __align__(128) char smem[];
+    const Tma t = make_tma_staging(block, smem, STAGES, kStageBytes);
+    for (uint64_t begin = uint64_t(blockIdx.x) * GRANULE; begin < bytes; begin += uint64_t(gridDim.x) * GRANULE) {
+        const uint64_t len = bytes - begin < GRANULE ? bytes - begin : GRANULE;
+        put_nbi(block, ctx, dst + begin, src + begin, len, peer, t);
+    }
+    quiet(block, ctx);
+}
+
 // As put_bw's TMA path with WARPS pipelines per block: warp w of block b puts share b x WARPS + w (page-aligned)
 // through its own staging area (smem + w x tma_staging_bytes(STAGES, STAGE_BYTES)), so a block keeps WARPS times the
 // copies in flight at the same SM count.
