@@ -11,7 +11,8 @@ using loom::uint64_t;
 // `rounds` round trips with `partner` inside one kernel (one thread). Launch k continues the monotonic signal
 // from base = k * rounds, so nothing is reset between launches. The lower rank of the pair starts.
 // mode 0: release/acquire at sys scope (the default notify/wait); 1: at gpu scope; 2: relaxed signal_op at sys
-// scope + the default (acquire) wait; 3: as 2 with an acquire load per poll (the wait before 2026-11-29);
+// scope + the default (acquire) wait, an acquire load per poll; 3: as 2 with relaxed polls and one fence.acquire
+// after them (the default wait of sessions 5-10);
 // 4: relaxed signal + relaxed poll with no acquire at all — exactly what nvshmemx_signal_op +
 // nvshmem_signal_wait_until do (a volatile store, a volatile poll); 5: release as fence.release.sys + relaxed
 // store (a candidate for notify's release) + the default wait.
@@ -21,7 +22,11 @@ template <int MODE>
 __device__ __forceinline__ void ping_pong_wait(const loom::Ctx& ctx, uint64_t* sig, uint64_t r, Scope scope) {
     constexpr int mode = MODE;
     if constexpr (mode == 3) {
-        spin_wait_acquire_poll(ctx, "ping_pong", sig, Cmp::GE, r, scope);
+        spin_until(ctx, "ping_pong", sig, Cmp::GE, r, [&](uint64_t& observed) {
+            observed = load_relaxed(sig, scope);
+            return compare(observed, Cmp::GE, r);
+        });
+        scope == Scope::Sys ? loom::ptx::fence_acquire_sys() : loom::ptx::fence_acquire_gpu();
     } else if constexpr (mode == 4) {
         spin_until(ctx, "ping_pong", sig, Cmp::GE, r, [&](uint64_t& observed) {
             observed = load_relaxed(sig, scope);

@@ -48,31 +48,17 @@ LOOM_DEVICE LOOM_FORCEINLINE uint64_t load_acquire(const uint64_t* addr, Scope s
 LOOM_DEVICE LOOM_FORCEINLINE uint64_t load_relaxed(const uint64_t* addr, Scope scope) {
     return scope == Scope::Sys ? ptx::ld_relaxed_sys(addr) : ptx::ld_relaxed_gpu(addr);
 }
-// An acquire load per poll (spin_wait below sm_90; bench-lang's before/after row).
-LOOM_DEVICE LOOM_FORCEINLINE uint64_t spin_wait_acquire_poll(const Ctx& ctx, const char* tag, const uint64_t* sig,
-                                                             Cmp cmp, uint64_t value, Scope scope) {
+// The bounded spin of one thread; returns the observed value that satisfied the compare, with acquire semantics
+// at `scope`: an acquire load per poll. Measured against relaxed polls ended by one fence.acquire (the default of
+// sessions 5-10), bench-lang ping-pong with the mode a compile-time constant, 3 interleaved passes, two calls
+// (two H200s / 2 ranks sharing GPU 0 under MPS): 1.314 / 1.388 against 1.303 / 1.382 us per round trip on two
+// GPUs (equal), 0.542 / 0.563 against 0.630 / 0.621 us on one GPU (the fence cost ~40 ns per wait there).
+LOOM_DEVICE LOOM_FORCEINLINE uint64_t spin_wait(const Ctx& ctx, const char* tag, const uint64_t* sig, Cmp cmp,
+                                                uint64_t value, Scope scope) {
     return spin_until(ctx, tag, sig, cmp, value, [&](uint64_t& observed) {
         observed = load_acquire(sig, scope);
         return compare(observed, cmp, value);
     });
-}
-
-// The bounded spin of one thread; returns the observed value that satisfied the compare, with acquire semantics
-// at `scope`. On sm_90 it polls with relaxed loads (what NVSHMEM's volatile poll costs) and ends with one
-// fence.acquire, which with the satisfying read forms an acquire pattern; below sm_90 (no acquire-only fence)
-// every poll is an acquire load.
-LOOM_DEVICE LOOM_FORCEINLINE uint64_t spin_wait(const Ctx& ctx, const char* tag, const uint64_t* sig, Cmp cmp,
-                                                uint64_t value, Scope scope) {
-#if LOOM_ARCH >= 900
-    const uint64_t v = spin_until(ctx, tag, sig, cmp, value, [&](uint64_t& observed) {
-        observed = load_relaxed(sig, scope);
-        return compare(observed, cmp, value);
-    });
-    scope == Scope::Sys ? ptx::fence_acquire_sys() : ptx::fence_acquire_gpu();
-    return v;
-#else
-    return spin_wait_acquire_poll(ctx, tag, sig, cmp, value, scope);
-#endif
 }
 // ---- group primitives ----------------------------------------------------------------------------------------
 // notify: every thread of `g` calls; the group synchronises (so the writes of all its threads are ordered
