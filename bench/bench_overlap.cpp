@@ -353,14 +353,15 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                        ? med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w, args.iters)
                        : NAN;
         };
-        // Each algorithm on its own (auto picks the fused epilogue when M / W is a multiple of BLOCK_M), each
-        // checked against the sequential result.
+        // Each algorithm on its own (auto: the fused epilogue when M / W is a multiple of BLOCK_M, the sequence where
+        // ranks share a GPU), each checked against the sequential result.
         // "fused-epilogue" is the epilogue's own NVLink bulk copies (RsTransport::Sm); its copy-engine transport is
         // timed too where ranks have GPUs of their own (auto's choice there).
         std::vector<std::pair<std::string, loom::GemmRsOptions>> variants = {
             {loom::to_string(loom::RsAlgo::FusedEpilogue),
              {0, nullptr, loom::RsAlgo::FusedEpilogue, loom::RsTransport::Sm}},
-            {loom::to_string(loom::RsAlgo::ScatterReduce), {0, nullptr, loom::RsAlgo::ScatterReduce}}};
+            {loom::to_string(loom::RsAlgo::ScatterReduce), {0, nullptr, loom::RsAlgo::ScatterReduce}},
+            {loom::to_string(loom::RsAlgo::Sequential), {0, nullptr, loom::RsAlgo::Sequential}}};
         if (!loom::collective_topology(w).shared_gpu)
             variants.push_back(
                 {"fused-epilogue-ce", {0, nullptr, loom::RsAlgo::FusedEpilogue, loom::RsTransport::CopyEngine}});

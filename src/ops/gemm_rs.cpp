@@ -5,6 +5,9 @@
 //   scratch half (e % 2) and tile_in[me][tile] := e raised there; an own tile waits for tile_in[q][tile] >= e of
 //   every peer q, adds their slabs to its accumulators and is stored to C.
 //
+// Sequential (Auto's choice where ranks share a GPU): loom::gemm into this call's parity half of a symmetric [M, N]
+//   buffer, then loom::reduce_scatter (straight into C when C is dense and symmetric, else in place and copied out).
+//
 // ScatterReduce (any M / W; P scatter-reduce blocks, the same on every rank):
 //   stream  fork ── GEMM(partial [M, N], tiles rows-of-rank-(me+1) first, own rows last; tile[i] = e) ── join
 //   side         gemm_rs_scatter_reduce: wait freed[d] >= F; per ready tile: push its rows to their owners'
@@ -15,6 +18,8 @@
 
 #include "loom/kernels/gemm_params.hpp"
 #include "loom/kernels/overlap_params.hpp"
+#include "loom/ops/collectives.hpp"
+#include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
@@ -44,6 +49,32 @@ GemmConfig fused_config(GemmConfig c, int64_t m, int64_t n, int64_t rows_seg, in
     c = overlap::whole_tile_config(c, out_bytes);
     c.grid = static_cast<int>(gemm_sm90_grid(m, n, c, num_sms));
     return c;
+}
+
+void gemm_rs_sequential(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c,
+                        cudaStream_t stream) {
+    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmRsSequential, "gemm_rs");
+    const int W = world.world_size(), me = world.rank();
+    const int64_t M = a.rows, N = b.rows, rows_seg = M / W;
+    const std::size_t es = dtype_size(c.dtype), count = static_cast<std::size_t>(M * N);
+    const std::size_t seg = static_cast<std::size_t>(rows_seg * N);
+    // Parity halves: a peer may still read (pull) this rank's partial of call e while call e + 1's GEMM runs; it has
+    // finished by the time this rank's reduce_scatter of call e + 1 has met it, before call e + 2 writes the half.
+    const std::size_t half_stride = overlap::ensure_parity_halves(world, st, count * es);
+    const uint64_t epoch = ++st.calls;
+    char* const partial = static_cast<char*>(st.sym) + (epoch % 2) * half_stride;
+    gemm(a, b, MatrixView{partial, c.dtype, M, N, 0}, GemmOptions{}, stream);
+    const BufferView in{partial, c.dtype, count};
+    if (c.stride() == N && world.is_symmetric(c.data, seg * es)) {
+        reduce_scatter(world, in, BufferView{c.data, c.dtype, seg}, stream);
+        return;
+    }
+    // A plain C leaves reduce_scatter only the algorithms that write nothing of a peer's; in place, both buffers are
+    // symmetric.
+    char* const mine = partial + static_cast<std::size_t>(me) * seg * es;
+    reduce_scatter(world, in, BufferView{mine, c.dtype, seg}, stream);
+    LOOM_CHECK_CUDA(cudaMemcpy2DAsync(c.data, static_cast<std::size_t>(c.stride()) * es, mine, N * es, N * es,
+                                      static_cast<std::size_t>(rows_seg), cudaMemcpyDeviceToDevice, stream));
 }
 
 void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, GemmConfig cfg,
@@ -224,8 +255,20 @@ const char* to_string(RsAlgo a) {
             return "fused-epilogue";
         case RsAlgo::ScatterReduce:
             return "scatter-reduce";
+        case RsAlgo::Sequential:
+            return "sequential";
     }
     return "?";
+}
+
+RsAlgo gemm_rs_algo(RsAlgo requested, bool ranks_share_gpu, const GemmConfig* config, int64_t rows_seg, int out_bytes) {
+    LOOM_CHECK(requested != RsAlgo::Sequential || config == nullptr,
+               "gemm_rs: the sequential algorithm runs loom::gemm's own config; expected no config");
+    if (requested != RsAlgo::Auto) return requested;
+    // With the caller's tile, that tile decides whether the fused epilogue fits.
+    if (config)
+        return fused_unfit(rows_seg, *config, out_bytes).empty() ? RsAlgo::FusedEpilogue : RsAlgo::ScatterReduce;
+    return ranks_share_gpu ? RsAlgo::Sequential : RsAlgo::Auto;
 }
 
 OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms,
@@ -264,10 +307,19 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
     LOOM_CHECK(o.comm_sms >= 0, "{}: expected comm_sms >= 0, given {}", op, o.comm_sms);
     const int out_bytes = static_cast<int>(dtype_size(c.dtype));
 
-    // With the caller's tile, that tile decides whether the fused epilogue fits.
-    RsAlgo algo = o.algo;
-    if (o.config && algo == RsAlgo::Auto)
-        algo = fused_unfit(rows_seg, *o.config, out_bytes).empty() ? RsAlgo::FusedEpilogue : RsAlgo::ScatterReduce;
+    // A requested transport asks for the fused epilogue: Auto takes the sequence only when none was requested.
+    const RsAlgo algo =
+        gemm_rs_algo(o.algo, st.shared_gpu && o.transport == RsTransport::Auto, o.config, rows_seg, out_bytes);
+    if (algo == RsAlgo::Sequential) {
+        LOOM_CHECK(o.transport == RsTransport::Auto,
+                   "{}: the sequential algorithm moves no tiles itself; expected RsTransport::Auto, given {}", op,
+                   to_string(o.transport));
+        if (overlap::debug())
+            fmt::print(stderr, "loom::gemm_rs M={} N={} K_loc={} W={}: sequential (loom::gemm, loom::reduce_scatter)\n",
+                       M, N, K, W);
+        gemm_rs_sequential(world, a, b, c, stream);
+        return;
+    }
     OverlapPlan plan = gemm_rs_plan(M, N, K, W, o.comm_sms, st.arch, st.num_sms, algo, out_bytes);
     if (o.config) {
         plan.gemm = *o.config;

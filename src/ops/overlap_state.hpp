@@ -21,7 +21,7 @@ namespace loom::overlap {
 // write-after-read protocol covers the other's buffers.
 // AgGemmDirect likewise: its staging halves are read by peers' GEMMs while another producer's gather buffer would be
 // written.
-enum class OpKind : int { AgGemm = 0, GemmRs = 1, GemmAr = 2, GemmRsFused = 3, AgGemmDirect = 4 };
+enum class OpKind : int { AgGemm = 0, GemmRs = 1, GemmAr = 2, GemmRsFused = 3, AgGemmDirect = 4, GemmRsSequential = 5 };
 
 struct OpState {
     kernels::overlap::Signals* sig = nullptr;  // symmetric, zeroed once

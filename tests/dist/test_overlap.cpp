@@ -267,32 +267,56 @@ std::string compare_segment(const SumCase& c, int me, int64_t rows, int64_t n, c
     return compare(download_bf16(out, rows * n), ref, abs, 1, n);
 }
 
+// sym_out: C in the symmetric heap (the sequential algorithm reduce-scatters straight into a symmetric C).
 void run_rs(World& w, cudaStream_t s, int64_t rows_seg, int64_t n, int64_t k, int tc, const GemmRsOptions& o,
-            const std::string& label) {
+            const std::string& label, bool sym_out = false) {
     const int W = w.world_size(), me = w.rank();
     const int64_t m = rows_seg * W;
     const SumCase c = sum_case(w, m, n, k, tc, 0);
-    DevBuf a(m * k * 2), b(n * k * 2), out(rows_seg * n * 2);
+    DevBuf a(m * k * 2), b(n * k * 2), plain_out(sym_out ? 0 : rows_seg * n * 2);
+    void* const out = sym_out ? w.alloc_bytes(rows_seg * n * 2) : plain_out.p;
     upload(a.p, c.a[me].bits);
     upload(b.p, c.b[me].bits);
-    poison(out.p, rows_seg * n * 2);
+    poison(out, rows_seg * n * 2);
     w.barrier();
     std::string err;
     try {
         gemm_rs(w, MatrixView{a.p, DType::BF16, m, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
-                MatrixView{out.p, DType::BF16, rows_seg, n, 0}, s, o);
+                MatrixView{out, DType::BF16, rows_seg, n, 0}, s, o);
         if (cudaStreamSynchronize(s) != cudaSuccess) err = "stream failed";
     } catch (const std::exception& e) {
         err = e.what();
     }
-    if (err.empty()) err = compare_segment(c, me, rows_seg, n, out.p);
+    if (err.empty()) err = compare_segment(c, me, rows_seg, n, out);
+    if (sym_out) w.free(out);
     agree(w, err, label);
 }
 
+// Auto: with a GPU per rank the fused epilogue (segments a multiple of the tile) or the scatter-reduce; ranks sharing
+// a GPU take the sequence.
 TEST_F(Overlap, GemmRs) {
     run_rs(*w, stream, 136, 256, 256, 10, {}, "rs_136");          // segments not a multiple of the tile: scatter-reduce
-    run_rs(*w, stream, 256, 512, 512, 11, {}, "rs_256");          // auto: the fused epilogue
+    run_rs(*w, stream, 256, 512, 512, 11, {}, "rs_256");          // the fused epilogue
     run_rs(*w, stream, 24, 136, 128, 12, {3, nullptr}, "rs_24");  // several segments per tile, 3 blocks
+}
+
+// The sequential algorithm (loom::gemm, then loom::reduce_scatter) with a plain C (in place, copied out) and with a
+// symmetric C (straight into it); with a config or a transport it is refused.
+TEST_F(Overlap, GemmRsSequential) {
+    GemmRsOptions seq;
+    seq.algo = RsAlgo::Sequential;
+    run_rs(*w, stream, 136, 200, 256, 17, seq, "rs_sequential_136_n200");
+    run_rs(*w, stream, 256, 512, 512, 18, seq, "rs_sequential_symmetric_c", /*sym_out=*/true);
+    DevBuf a(64 * w->world_size() * 64 * 2), b(64 * 64 * 2), c(64 * 64 * 2);
+    const MatrixView av{a.p, DType::BF16, 64 * w->world_size(), 64, 0}, bv{b.p, DType::BF16, 64, 64, 0},
+        cv{c.p, DType::BF16, 64, 64, 0};
+    GemmConfig cfg = gemm_heuristic(64 * w->world_size(), 64, 64, false, 90, 132);
+    GemmRsOptions with_config = seq;
+    with_config.config = &cfg;
+    EXPECT_THROW(gemm_rs(*w, av, bv, cv, stream, with_config), Error);
+    GemmRsOptions with_transport = seq;
+    with_transport.transport = RsTransport::Sm;
+    EXPECT_THROW(gemm_rs(*w, av, bv, cv, stream, with_transport), Error);
 }
 
 // The two algorithms forced: the fused epilogue with N tails (N not a multiple of BLOCK_N), several M-blocks per
@@ -374,7 +398,8 @@ TEST_F(Overlap, GemmRsCopyEngine) {
 
 // The fused epilogue's scratch halves and signals across 1000 back-to-back calls: inputs alternate between two
 // sets, rows per rank between 256 and 128 every second call (a smaller call right after a larger one on either
-// half), and every fifth call takes the scatter-reduce (the algorithms keep separate buffers and signals).
+// half), and every fifth call takes the scatter-reduce, every fifth another the sequence (the algorithms keep separate
+// buffers and signals).
 TEST_F(Overlap, GemmRsFusedBackToBack) {
     World& W_ = *w;
     const int W = W_.world_size(), me = W_.rank();
@@ -403,7 +428,7 @@ TEST_F(Overlap, GemmRsFusedBackToBack) {
             LOOM_CHECK_CUDA(cudaMemcpyAsync(b.p, src_b[z][s]->p, n * k * 2, cudaMemcpyDeviceToDevice, stream));
             if (check) poison(c.p, rows * n * 2);
             GemmRsOptions o;
-            o.algo = i % 5 == 4 ? RsAlgo::ScatterReduce : RsAlgo::FusedEpilogue;
+            o.algo = i % 5 == 4 ? RsAlgo::ScatterReduce : i % 5 == 2 ? RsAlgo::Sequential : RsAlgo::FusedEpilogue;
             gemm_rs(W_, MatrixView{a.p, DType::BF16, m, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
                     MatrixView{c.p, DType::BF16, rows, n, 0}, stream, o);
             return std::string("gemm_rs (") + to_string(o.algo) + ")";

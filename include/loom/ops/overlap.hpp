@@ -52,10 +52,14 @@ struct AgGemmOptions {
 
 // How gemm_rs reduces (docs/overlap.md).
 enum class RsAlgo {
-    Auto,           // FusedEpilogue when M / W is a multiple of the GEMM's BLOCK_M (and the tile's row bytes of
-                    // the store box), else ScatterReduce
+    Auto,           // Sequential where ranks share a GPU; else FusedEpilogue when M / W is a multiple of the GEMM's
+                    // BLOCK_M (and the tile's row bytes of the store box), else ScatterReduce
     FusedEpilogue,  // the GEMM's epilogue pushes peers' tiles (bulk copies) and sums its own rows: one kernel
     ScatterReduce,  // GEMM + a scatter-reduce kernel of comm_sms blocks on a side stream (any M / W)
+    Sequential,     // loom::gemm into a symmetric buffer, then loom::reduce_scatter: no overlap. Auto's choice where
+                    // ranks share a GPU, where the fused epilogue measured slower than it (8 ranks on one H200:
+                    // 0.89-1.01x, docs/perf/gemm_rs.json; each rank's share of the SMs runs its tiles at its own
+                    // pace, and an own tile's sum waits for the slowest peer's copy)
 };
 const char* to_string(RsAlgo a);
 
@@ -134,6 +138,11 @@ OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, in
 AgProducer ag_gemm_producer(AgProducer requested, int world_size, int64_t rows_per_rank, int block_m, bool gathered,
                             bool ranks_share_gpu);
 RsTransport gemm_rs_transport(RsTransport requested, RsAlgo algo, bool ranks_share_gpu);
+// gemm_rs's algorithm: Auto is Sequential where ranks share a GPU and no config is given; with a config (the hooked
+// GEMM's tile), FusedEpilogue when that tile fits it (M / W = rows_seg a multiple of BLOCK_M, whole 128-byte slabs of
+// out_bytes elements), else ScatterReduce; otherwise Auto (gemm_rs_plan decides by the heuristic's tile). Requested
+// algorithms pass through; Sequential with a config is refused (it runs loom::gemm's own).
+RsAlgo gemm_rs_algo(RsAlgo requested, bool ranks_share_gpu, const GemmConfig* config, int64_t rows_seg, int out_bytes);
 // gemm_ar's algorithm: Auto is Sequential where ranks share a GPU and no config is given; with a config (the hooked
 // GEMM's tile), FusedEpilogue when that tile stages whole slabs of out_bytes elements, else ReduceKernel; otherwise
 // Auto (gemm_ar_plan decides by the heuristic's tile). Requested algorithms pass through; Sequential with a config is
