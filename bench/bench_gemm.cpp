@@ -19,7 +19,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -65,17 +64,9 @@ std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int 
         if (heur.tail_splits >= 2) {
             c.tail_splits = 1;
             push("heuristic_nosplit", c);
-            // The heuristic's own plan without splits (LOOM_GEMM_TAIL_SPLITS=0): its BLOCK_N and grid may differ,
+            // The heuristic's own plan without splits (as LOOM_GEMM_TAIL_SPLITS=0): its BLOCK_N and grid may differ,
             // e.g. where fewer tiles than SMs make the whole GEMM a split tail.
-            const char* prev = std::getenv("LOOM_GEMM_TAIL_SPLITS");
-            const std::string saved = prev ? prev : "";
-            ::setenv("LOOM_GEMM_TAIL_SPLITS", "0", 1);
-            push("heuristic_splits_off", loom::gemm_heuristic(s.m, s.n, s.k, false, 90, sms));
-            if (prev) {
-                ::setenv("LOOM_GEMM_TAIL_SPLITS", saved.c_str(), 1);
-            } else {
-                ::unsetenv("LOOM_GEMM_TAIL_SPLITS");
-            }
+            push("heuristic_splits_off", loom::gemm_heuristic(s.m, s.n, s.k, false, 90, sms, /*split_tail=*/false));
         } else if (const auto plan = loom::gemm_tail_plan(s.m, s.n, s.k, heur, heur.grid, 2); plan.splits >= 2) {
             c.tail_splits = plan.splits;
             push("heuristic_tail2", c);

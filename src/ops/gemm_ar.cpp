@@ -69,10 +69,7 @@ void gemm_ar_sequential(World& world, overlap::OpState& st, const MatrixView& a,
                         const MatrixView& c, cudaStream_t stream) {
     const int64_t M = a.rows, N = b.rows;
     const std::size_t es = dtype_size(c.dtype), count = static_cast<std::size_t>(M * N);
-    const std::size_t half_stride = overlap::ensure_parity_halves(world, st, count * es);
-    const uint64_t epoch = ++st.calls;  // the halves alternate with the other algorithms' calls
-    void* const partial = static_cast<char*>(st.sym) + (epoch % 2) * half_stride;
-    gemm(a, b, MatrixView{partial, c.dtype, M, N, 0}, GemmOptions{}, stream);
+    char* const partial = overlap::gemm_into_parity_half(world, st, a, b, c.dtype, stream);
     // Into C directly only when C is dense and symmetric: all_reduce's faster algorithms past the LL sizes (two-shot)
     // need both buffers symmetric, and with a plain C it falls back to one-shot (8 ranks on one H200, M x N = 128 x
     // 8192: ~2x slower). Otherwise in place on the symmetric partial, then copied into C.
@@ -209,16 +206,8 @@ void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const Matri
         return;
     }
     OverlapPlan plan = gemm_ar_plan(M, N, K, W, o.comm_sms, st.arch, st.num_sms, algo, out_bytes);
-    if (o.config) {
-        plan.gemm = *o.config;
-        if (plan.gemm.grid == 0)
-            plan.gemm.grid = static_cast<int>(gemm_sm90_grid(M, N, plan.gemm, st.num_sms - plan.comm_blocks));
-    }
-    overlap::check_config(op, plan.gemm);
-    const int64_t num_n = (N + plan.gemm.block_n - 1) / plan.gemm.block_n;
-    const int64_t num_m = (M + plan.gemm.block_m - 1) / plan.gemm.block_m;
-    LOOM_CHECK(num_m * num_n <= kernels::overlap::kMaxTileSignals, "{}: expected at most {} output tiles, given {}", op,
-               kernels::overlap::kMaxTileSignals, num_m * num_n);
+    overlap::use_config(op, plan, o.config, M, N, st.num_sms);
+    overlap::check_tile_count(op, M, N, plan.gemm);
     if (overlap::debug())
         fmt::print(stderr, "loom::gemm_ar M={} N={} K_loc={} W={} SMs {} of {}: {}\n", M, N, K, W, st.num_sms,
                    st.device_sms, plan.str());

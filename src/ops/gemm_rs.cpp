@@ -60,10 +60,7 @@ void gemm_rs_sequential(World& world, const MatrixView& a, const MatrixView& b, 
     const std::size_t seg = static_cast<std::size_t>(rows_seg * N);
     // Parity halves: a peer may still read (pull) this rank's partial of call e while call e + 1's GEMM runs; it has
     // finished by the time this rank's reduce_scatter of call e + 1 has met it, before call e + 2 writes the half.
-    const std::size_t half_stride = overlap::ensure_parity_halves(world, st, count * es);
-    const uint64_t epoch = ++st.calls;
-    char* const partial = static_cast<char*>(st.sym) + (epoch % 2) * half_stride;
-    gemm(a, b, MatrixView{partial, c.dtype, M, N, 0}, GemmOptions{}, stream);
+    char* const partial = overlap::gemm_into_parity_half(world, st, a, b, c.dtype, stream);
     const BufferView in{partial, c.dtype, count};
     // Straight into a dense C, symmetric or not: the pull ReduceScatter (each rank reads its rows of every partial)
     // needs only the input symmetric. In place and copied out measured ~5 % slower with 8 ranks on one H200 (an extra
@@ -322,17 +319,8 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
         return;
     }
     OverlapPlan plan = gemm_rs_plan(M, N, K, W, o.comm_sms, st.arch, st.num_sms, algo, out_bytes);
-    if (o.config) {
-        plan.gemm = *o.config;
-        if (plan.gemm.grid == 0)
-            plan.gemm.grid = static_cast<int>(gemm_sm90_grid(M, N, plan.gemm, st.num_sms - plan.comm_blocks));
-    }
-    overlap::check_config(op, plan.gemm);
-    const int64_t num_m = (M + plan.gemm.block_m - 1) / plan.gemm.block_m;
-    const int64_t num_n = (N + plan.gemm.block_n - 1) / plan.gemm.block_n;
-    LOOM_CHECK(num_m * num_n <= kernels::overlap::kMaxTileSignals,
-               "{}: expected at most {} output tiles, given {} x {} (M={} N={} with {})", op,
-               kernels::overlap::kMaxTileSignals, num_m, num_n, M, N, plan.gemm.str());
+    overlap::use_config(op, plan, o.config, M, N, st.num_sms);
+    overlap::check_tile_count(op, M, N, plan.gemm);
     if (overlap::debug())
         fmt::print(stderr, "loom::gemm_rs M={} N={} K_loc={} W={} SMs {} of {}: {}\n", M, N, K, W, st.num_sms,
                    st.device_sms, plan.str());

@@ -207,6 +207,34 @@ void check_config(const char* op, const GemmConfig& cfg) {
     gemm_validate_config(cfg, false);
 }
 
+void use_config(const char* op, OverlapPlan& plan, const GemmConfig* config, int64_t m, int64_t n, int num_sms) {
+    if (config) {
+        plan.gemm = *config;
+        if (plan.gemm.grid == 0)
+            plan.gemm.grid =
+                static_cast<int>(gemm_sm90_grid(m, n, plan.gemm, num_sms - plan.comm_blocks - plan.reserved_sms));
+    }
+    check_config(op, plan.gemm);
+}
+
+void check_tile_count(const char* op, int64_t m, int64_t n, const GemmConfig& cfg) {
+    const int64_t num_m = (m + cfg.block_m - 1) / cfg.block_m, num_n = (n + cfg.block_n - 1) / cfg.block_n;
+    LOOM_CHECK(num_m * num_n <= kernels::overlap::kMaxTileSignals,
+               "{}: expected at most {} output tiles, given {} x {} (M={} N={} with {})", op,
+               kernels::overlap::kMaxTileSignals, num_m, num_n, m, n, cfg.str());
+}
+
+char* gemm_into_parity_half(World& world, OpState& st, const MatrixView& a, const MatrixView& b, DType dtype,
+                            cudaStream_t stream) {
+    const int64_t M = a.rows, N = b.rows;
+    const std::size_t half_stride =
+        ensure_parity_halves(world, st, static_cast<std::size_t>(M * N) * dtype_size(dtype));
+    const uint64_t epoch = ++st.calls;
+    char* const half = static_cast<char*>(st.sym) + (epoch % 2) * half_stride;
+    gemm(a, b, MatrixView{half, dtype, M, N, 0}, GemmOptions{}, stream);
+    return half;
+}
+
 bool debug() { return env_flag("LOOM_OVERLAP_DEBUG"); }
 
 void prepare_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& c,

@@ -67,6 +67,15 @@ void join(OpState& st, cudaStream_t stream);
 // Shared validation: raises loom::Error naming what was expected and given.
 void check_inputs(const char* op, const MatrixView& a, const MatrixView& b, const MatrixView& c);
 void check_config(const char* op, const GemmConfig& cfg);
+// The caller's tile, when given, in place of the plan's (a grid of 0 is planned on the SMs the plan leaves to the
+// GEMM: num_sms minus the comm blocks and the reserved SMs); then check_config.
+void use_config(const char* op, OverlapPlan& plan, const GemmConfig* config, int64_t m, int64_t n, int num_sms);
+// Raises unless cfg's tiles over [m, n] fit the per-tile signals (kMaxTileSignals).
+void check_tile_count(const char* op, int64_t m, int64_t n, const GemmConfig& cfg);
+// The sequential algorithms' first step: loom::gemm into this call's parity half of st's symmetric buffer ([M, N] of
+// `dtype`); advances st.calls and returns the half (the halves alternate with the op's other algorithms' calls).
+char* gemm_into_parity_half(World& world, OpState& st, const MatrixView& a, const MatrixView& b, DType dtype,
+                            cudaStream_t stream);
 // Launch the Hopper GEMM with a hooks policy; `hook_args` are the hooks' bytes (trivially copyable).
 template <class HookArgs>
 void launch_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& b, const MatrixView& c,
