@@ -6,12 +6,15 @@
 //   size = the larger buffer — all_gather: out, reduce_scatter: in, all_reduce / all_to_all: the buffer;
 //   busBW = algBW x bench::bus_factor), the baselines' us and the automatic choice at that size.
 //   Sizes up to --b2b-max (1M) also get a row timed back to back (--b2b-reps calls per timed run, nccl-tests'
-//   latency method) for the automatic choice and the baselines: "timing": "back_to_back xN".
+//   latency method) for the automatic choice and the baselines: "timing": "back_to_back xN". Sizes up to --lat-max
+//   (64K) also get "timing": "per_call_interleaved": one call per timed run, the automatic choice, the baselines
+//   and a launch floor (a 4-byte cudaMemsetAsync, "launch_floor_us") interleaved run by run, --lat-iters (200) runs.
 //   Every variant's output is checked once after timing (exact sums of small integers in bf16, byte patterns for
 //   data movement): a row says "checked": true, and a wrong result stops the benchmark with an error.
 //
 //   loomrun -n 2 build/bench/bench-collectives --out docs/perf [--min-bytes 1K] [--max-bytes 1G] [--iters N]
 //            [--ops all_gather,reduce_scatter,all_reduce,all_to_all] [--append] [--no-nvshmem] [--no-nccl]
+//            [--b2b-max 1M] [--b2b-reps 20] [--lat-max 64K] [--lat-iters 200]
 //   build/bench/bench-collectives --explain      the automatic choice table (no GPU needed: then for 2/4/8 ranks)
 //
 // Baselines: NVSHMEM fcollect / reducescatter / sum_reduce / alltoall (on-stream, NVSHMEM_TEAM_WORLD, bf16 sum),
@@ -72,6 +75,8 @@ struct Args {
     bool append = false, nvshmem = true, nccl = true, explain = false;
     std::size_t b2b_max = MiB;  // sizes up to this also get a back-to-back latency row
     int b2b_reps = 20;
+    std::size_t lat_max = 64 * KiB;  // sizes up to this also get the interleaved per-call latency row
+    int lat_iters = 200;
 };
 
 Args parse(int argc, char** argv) {
@@ -94,6 +99,11 @@ Args parse(int argc, char** argv) {
     loom::bench::add_bytes_option(app, "--b2b-max", a.b2b_max,
                                   "sizes up to this (default 1M; 0: none) also get a back-to-back latency row");
     app.add_option("--b2b-reps", a.b2b_reps, "calls per timed run in the back-to-back rows")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    loom::bench::add_bytes_option(app, "--lat-max", a.lat_max,
+                                  "sizes up to this (default 64K; 0: none) also get the interleaved per-call row");
+    app.add_option("--lat-iters", a.lat_iters, "timed runs per op in the interleaved per-call rows")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
     loom::bench::parse_or_exit(app, argc, argv);
@@ -404,26 +414,26 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
         // Latency the nccl-tests way: b2b_reps calls back to back per timed run (L2 flushed before each run), for
         // the automatic choice and each baseline. Per-call timing above carries a floor of launch and event
         // overhead of several us that hides small-message latency; here consecutive launches overlap.
+        const BufferView auto_in{sin, DType::BF16, sh.in_count}, auto_out{sout, DType::BF16, sh.out_count};
+        auto loom_run = [&](cudaStream_t s) {
+            switch (k) {
+                case CollKind::AllGather:
+                    loom::all_gather(w, auto_in, auto_out, s);
+                    break;
+                case CollKind::ReduceScatter:
+                    loom::reduce_scatter(w, auto_in, auto_out, s);
+                    break;
+                case CollKind::AllReduce:
+                    loom::all_reduce(w, auto_in, auto_out, s);
+                    break;
+                default:
+                    loom::all_to_all(w, auto_in, auto_out, s);
+                    break;
+            }
+        };
         if (sh.size <= args.b2b_max) {
             TimeOptions b2b = topts;
             b2b.reps = args.b2b_reps;
-            const BufferView in{sin, DType::BF16, sh.in_count}, out{sout, DType::BF16, sh.out_count};
-            auto loom_run = [&](cudaStream_t s) {
-                switch (k) {
-                    case CollKind::AllGather:
-                        loom::all_gather(w, in, out, s);
-                        break;
-                    case CollKind::ReduceScatter:
-                        loom::reduce_scatter(w, in, out, s);
-                        break;
-                    case CollKind::AllReduce:
-                        loom::all_reduce(w, in, out, s);
-                        break;
-                    default:
-                        loom::all_to_all(w, in, out, s);
-                        break;
-                }
-            };
             json bb = json::object();
             if (nv_run) bb["nvshmem"] = loom::bench::time_op(nv_run, stream, b2b).median_us;
             if (nccl_run) bb["nccl"] = loom::bench::time_op(nccl_run, stream, b2b).median_us;
@@ -457,6 +467,46 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
             if (me == 0)
                 std::printf("%-15s %6s %-14s %10.2f us  (back to back x%d)\n", op.c_str(), human(sh.size).c_str(),
                             "auto", us, args.b2b_reps);
+        }
+        // Per-call latency, interleaved run by run: the automatic choice, each baseline and a launch floor (a 4-byte
+        // cudaMemsetAsync: one runtime kernel after the same alignment) see the same clocks and the same MPS
+        // scheduling, over lat_iters runs. One call per timed run carries the launch of the op's first kernel; with
+        // ranks sharing a GPU that moves by tens of percent between rows timed apart (the rows above).
+        if (sh.size <= args.lat_max) {
+            TimeOptions lat = topts;
+            lat.iters = args.lat_iters;
+            std::vector<std::function<void(cudaStream_t)>> fns{loom_run};
+            std::vector<std::string> names{"loom"};
+            if (nv_run) fns.push_back(nv_run), names.push_back("nvshmem");
+            if (nccl_run) fns.push_back(nccl_run), names.push_back("nccl");
+            fns.push_back([&](cudaStream_t s) { LOOM_CHECK_CUDA(cudaMemsetAsync(sout, 0, 4, s)); });
+            names.push_back("launch_floor");
+            const std::vector<loom::bench::Timing> ts = loom::bench::time_ops(fns, stream, lat);
+            json base = json::object();
+            for (std::size_t i = 1; i + 1 < ts.size(); ++i) base[names[i]] = ts[i].median_us;
+            report.add_row(
+                {{"ranks", W},
+                 {"size_bytes", sh.size},
+                 {"size", human(sh.size)},
+                 {"dtype", "bf16"},
+                 {"algo", "auto"},
+                 {"path", "auto"},
+                 {"timing", "per_call_interleaved"},
+                 {"iters", args.lat_iters},
+                 {"loom_us", ts[0].median_us},
+                 {"min_us", ts[0].min_us},
+                 {"p90_us", ts[0].p90_us},
+                 {"launch_floor_us", ts.back().median_us},
+                 {"auto_choice", std::string(loom::to_string(autoc.algo)) + "/" + loom::to_string(autoc.path)},
+                 {"shared_gpu", topo.shared_gpu},
+                 {"baselines", base}});
+            if (me == 0) {
+                std::printf("%-15s %6s %-14s %10.2f us  (per call, interleaved x%d; floor %.2f us", op.c_str(),
+                            human(sh.size).c_str(), "auto", ts[0].median_us, args.lat_iters, ts.back().median_us);
+                for (std::size_t i = 1; i + 1 < ts.size(); ++i)
+                    std::printf("; %s %.2f us", names[i].c_str(), ts[i].median_us);
+                std::printf(")\n");
+            }
         }
     }
     if (me == 0) {

@@ -26,6 +26,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -42,6 +43,7 @@
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/driver.hpp"
+#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/nvshmem.hpp"
 #include "nccl.hpp"
@@ -686,7 +688,11 @@ int main(int argc, char** argv) {
         return 1;
     }
     try {
-        auto w = loom::World::from_env();
+        // Every algorithm keeps its own symmetric state (the sequences' [M, N] parity halves alone are 256 MiB at
+        // N = 8192), and all of them are timed in one process: 1 GiB ran out at the largest gemm_rs shapes.
+        loom::WorldOptions wopts;
+        wopts.symmetric_size = std::max(loom::env_bytes("LOOM_SYMMETRIC_SIZE", 0), std::size_t{4} << 30);
+        auto w = loom::World::from_env(wopts);
         cudaStream_t s;
         LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
         bool have_nvshmem = false;
