@@ -13,9 +13,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
+#include "loom/jit/jit.hpp"
 #include "loom/kernels/overlap_params.hpp"
 #include "loom/ops/overlap.hpp"
+#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/stream_ops.hpp"
 #include "loom/runtime/tma.hpp"
@@ -61,11 +64,22 @@ namespace {
 constexpr const char* kHooks = "loom::kernels::overlap::AgGemmHooks";
 constexpr const char* kHeader = "loom/kernels/ag_gemm.cuh";
 
-// The direct producer (its own OpState: staging halves and signals). Per call e on every rank:
-//   stream  wait read_done[q] >= e - 2 (every peer q: its GEMM of call e - 2, the last reader of staging half e % 2,
-//           finished) ── copy the shard into half e % 2 ── chunk[me] := T at every rank ── GEMM (own rows from the
-//           shard; rank r's rows from r's half e % 2 through a_peer[r], after chunk[r] >= T) ── read_done[me] := e at
-//           every peer.
+// The direct producer (its own OpState: staging halves and signals). Per call e on every rank, on the stream:
+//   stage kernel (kernels/ag_gemm.cuh ag_gemm_direct_stage: read_done[me] := e - 1 at every peer, wait read_done[q]
+//   >= e - 2 of every peer q, copy the shard into staging half e % 2, chunk[me] += 1 per block at every rank) ──
+//   GEMM (own rows from the shard; rank r's rows from r's half e % 2 through a_peer[r], after chunk[r] >= T).
+// LOOM_AG_DIRECT_STAGE=stream (tuning) does the same with the runtime's copy and stream memory operations instead
+// (wait read_done, cudaMemcpyAsync, chunk[me] := T at every rank, GEMM, read_done[me] := e at every peer): 2W - 1
+// cuStreamWaitValue64 / cuStreamWriteValue64 per call, to time what the kernel saves.
+bool direct_stage_by_stream() {
+    static const bool v = [] {
+        const std::string s = env_str("LOOM_AG_DIRECT_STAGE").value_or("kernel");
+        LOOM_CHECK(s == "kernel" || s == "stream", "LOOM_AG_DIRECT_STAGE: expected kernel or stream, given '{}'", s);
+        return s == "stream";
+    }();
+    return v;
+}
+
 void ag_gemm_direct(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmConfig& cfg,
                     kernels::overlap::AgGemmHookArgs h, cudaStream_t stream) {
     constexpr const char* op = "ag_gemm";
@@ -74,15 +88,36 @@ void ag_gemm_direct(World& world, const MatrixView& a, const MatrixView& b, cons
     const int64_t R = a.rows, K = a.cols;
     const std::size_t shard_bytes = static_cast<std::size_t>(R * K) * dtype_size(a.dtype);
     const std::size_t half_stride = overlap::ensure_parity_halves(world, st, shard_bytes);
+    const bool by_stream = direct_stage_by_stream();
+    // Compiled before the counters advance (a JIT error leaves them as they were).
+    const jit::Kernel* stage = nullptr;
+    if (!by_stream) {
+        jit::KernelSpec spec;
+        spec.header = kHeader;
+        spec.name = "loom::kernels::overlap::ag_gemm_direct_stage";
+        stage = &jit::get_kernel(spec);
+    }
     const uint64_t epoch = ++st.calls;
     char* const staging = static_cast<char*>(st.sym) + (epoch % 2) * half_stride;
     auto* sig = st.sig;
-    if (epoch > 2)
-        for (int q = 0; q < W; ++q)
-            if (q != me) stream_ops::wait_value(stream, &sig->read_done[q], epoch - 2, stream_ops::WaitCmp::GEQ);
-    LOOM_CHECK_CUDA(cudaMemcpyAsync(staging, a.data, shard_bytes, cudaMemcpyDeviceToDevice, stream));
-    st.chunk_total += 1;
-    for (int d = 0; d < W; ++d) stream_ops::signal_ce(world, &sig->chunk[me], st.chunk_total, d, stream);
+    if (by_stream) {
+        if (epoch > 2)
+            for (int q = 0; q < W; ++q)
+                if (q != me) stream_ops::wait_value(stream, &sig->read_done[q], epoch - 2, stream_ops::WaitCmp::GEQ);
+        LOOM_CHECK_CUDA(cudaMemcpyAsync(staging, a.data, shard_bytes, cudaMemcpyDeviceToDevice, stream));
+        st.chunk_total += 1;
+        for (int d = 0; d < W; ++d) stream_ops::signal_ce(world, &sig->chunk[me], st.chunk_total, d, stream);
+    } else {
+        // Blocks: ~256 KiB of the shard each, at most 32 (the same count on every rank: the GEMM's target).
+        const auto blocks = static_cast<unsigned>(std::clamp<std::size_t>(shard_bytes >> 18, 1, 32));
+        st.chunk_total += blocks;
+        kernels::overlap::AgDirectParams p{a.data, staging, sig, shard_bytes, epoch};
+        jit::LaunchConfig lc;
+        lc.grid = dim3(blocks);
+        lc.block = dim3(512);
+        lc.stream = stream;
+        (*stage)(lc, world.ctx(), p);
+    }
     h.direct = 1;
     h.world = W;
     for (int r = 0; r < W; ++r) {
@@ -94,8 +129,9 @@ void ag_gemm_direct(World& world, const MatrixView& a, const MatrixView& b, cons
     h.target = st.chunk_total;
     // The gather map is never read (every tile is own or a peer's): a map of A's shape over A's address does.
     overlap::launch_gemm(kHooks, kHeader, MatrixView{a.data, a.dtype, R * W, K, 0}, b, c, cfg, st.num_sms, stream, h);
-    for (int d = 0; d < W; ++d)
-        if (d != me) stream_ops::signal_ce(world, &sig->read_done[me], epoch, d, stream);
+    if (by_stream)
+        for (int d = 0; d < W; ++d)
+            if (d != me) stream_ops::signal_ce(world, &sig->read_done[me], epoch, d, stream);
 }
 
 }  // namespace

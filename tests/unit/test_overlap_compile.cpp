@@ -78,6 +78,7 @@ TEST(OverlapCompile, CommKernelsCompile) {
     } kernels[] = {
         {"loom/kernels/ag_gemm.cuh", "loom::kernels::overlap::ag_gemm_push", "0", false},
         {"loom/kernels/ag_gemm.cuh", "loom::kernels::overlap::ag_gemm_push", "1", false},
+        {"loom/kernels/ag_gemm.cuh", "loom::kernels::overlap::ag_gemm_direct_stage", nullptr, true},
         {"loom/kernels/gemm_rs.cuh", "loom::kernels::overlap::gemm_rs_scatter_reduce", "__nv_bfloat16", true},
         {"loom/kernels/gemm_rs.cuh", "loom::kernels::overlap::gemm_rs_scatter_reduce", "float", true},
         {"loom/kernels/gemm_ar.cuh", "loom::kernels::overlap::gemm_ar_reduce", "__half", true},
@@ -86,7 +87,7 @@ TEST(OverlapCompile, CommKernelsCompile) {
         loom::jit::KernelSpec spec;
         spec.header = k.header;
         spec.name = k.name;
-        spec.template_args = {k.arg};
+        if (k.arg != nullptr) spec.template_args = {k.arg};
         const auto r = loom::jit::compile(spec, 90);
         EXPECT_FALSE(r.cubin.empty()) << spec.display();
         // ag_gemm_push spills 8-16 bytes outside its copy loops, which costs nothing measurable. The scatter-reduce

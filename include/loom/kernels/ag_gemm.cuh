@@ -128,4 +128,39 @@ __global__ void __launch_bounds__(512) ag_gemm_push(Ctx ctx, AgPushParams p) {
     }
 }
 
+// Direct producer (ranks sharing a GPU; host side src/ops/ag_gemm.cpp ag_gemm_direct): call e's one kernel
+// before its GEMM, in stream order. It replaces 2W - 1 stream memory operations (cuStreamWaitValue64 /
+// cuStreamWriteValue64, each a trip through the GPU's front end) and the runtime's copy:
+//   block 0    read_done[me] := e - 1 at every peer: this rank's GEMM of call e - 1 (which read the peers' staging
+//              halves) finished, since it precedes this kernel in stream order;
+//   every block  waits read_done[q] >= e - 2 of every peer q (q's GEMM of call e - 2, the last reader of this rank's
+//              staging half e % 2, finished), copies its share of the shard into the half, and adds 1 to
+//              chunk[me] at every rank (release, sys: the share is visible to whoever sees the count). The GEMM
+//              waits until chunk[r] reaches the host's cumulative count (gridDim.x per call, the same on every rank).
+// No deadlock: rank p in call e waits for q's read_done >= e - 2, raised by q's stage kernel of call e - 1; that
+// kernel ran, since p's GEMM of call e - 1 (before p's call e in stream order) waited for q's chunk count of call
+// e - 1, which that kernel raised after the read_done store. The read_done of a rank's last call is never raised:
+// only a later call would wait for it.
+__global__ void __launch_bounds__(512) ag_gemm_direct_stage(Ctx ctx, AgDirectParams p) {
+    const int W = ctx.local_world, me = ctx.local_rank;
+    const int tid = static_cast<int>(threadIdx.x);
+    if (blockIdx.x == 0 && tid < W && tid != me && p.epoch > 1)
+        lang::signal_op(ctx, &p.sig->read_done[me], p.epoch - 1, lang::SignalOp::Set, ctx.local_base_rank + tid);
+    if (tid < W && tid != me && p.epoch > 2)
+        lang::signal_wait_until(ctx, &p.sig->read_done[tid], lang::Cmp::GE, p.epoch - 2);
+    __syncthreads();
+    // This block's share [lo, hi) of the shard, 16-byte aligned pieces.
+    const uint64_t nb = gridDim.x;
+    uint64_t per = (p.bytes + nb - 1) / nb;
+    per = (per + 15) / 16 * 16;
+    uint64_t lo = per * blockIdx.x, hi = lo + per;
+    if (lo > p.bytes) lo = p.bytes;
+    if (hi > p.bytes) hi = p.bytes;
+    if (hi > lo)
+        lang::put(lang::block, ctx, static_cast<char*>(p.staging) + lo, static_cast<const char*>(p.shard) + lo, hi - lo,
+                  ctx.local_base_rank + me);
+    for (int d = 0; d < W; ++d)
+        lang::notify(lang::block, ctx, &p.sig->chunk[me], ctx.local_base_rank + d, 1, lang::SignalOp::Add);
+}
+
 }  // namespace loom::kernels::overlap

@@ -144,6 +144,15 @@ struct AgPushParams {
     uint32_t stages;
 };
 
+// ag_gemm_direct_stage (the direct producer, ranks sharing a GPU): this rank's shard -> its own staging half.
+struct AgDirectParams {
+    const void* shard;  // [rows_per_rank, K] dense: this rank's A
+    void* staging;      // this call's half of the op's symmetric staging (this rank's address)
+    Signals* sig;       // symmetric
+    uint64_t bytes;     // rows_per_rank * K * element size
+    uint64_t epoch;     // this call (1, 2, ...)
+};
+
 // gemm_rs_scatter_reduce: tiles of the local partial product -> the scratch of the rank that owns their rows;
 // this rank's own tiles reduced (fp32) as soon as every peer's copy of them landed.
 struct RsParams {
