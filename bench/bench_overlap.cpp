@@ -8,6 +8,9 @@
 // every rank has its own GPU, the collective alone and the GEMM alone; overlap efficiency =
 // t(a) / max(t(comm), t(GEMM)) (1.0 = perfect overlap), speedups vs each baseline. --torch FILE folds in the
 // PyTorch figures bench/torch_async_tp.py measured on the same machine (async TP, PyTorch + NCCL sequential).
+// Timed alone, points seconds apart drift with the card's heat by up to ~12 %: row "interleaved" times (a), (b), the
+// collective and the GEMM run by run, and row "paired" times (a) with each library sequence (NVSHMEM's, NCCL's) run by
+// run; those ratios are the fair ones. (PyTorch's run in another process and cannot be interleaved.)
 // Before timing, every overlapped config is checked once against (b) on the same inputs (max |diff| / max |ref|,
 // NaN-poisoned output), the ranks agreeing on the verdict; a failing config is reported and not timed.
 // GEMM+AllReduce (decode / small-batch shapes): M in {16, 32, 64, 128} x (N, K) in {(8192, 28672), (8192, 8192)}
@@ -142,6 +145,14 @@ nlohmann::json interleaved_block(const std::vector<double>& t) {
             {"efficiency", t[0] / std::max(t[1], t[2])},
             {"speedup_over_loom_sequential", t[3] / t[0]}};
 }
+// The op and one library baseline interleaved run by run ("paired": {name: {loom_us, baseline_us, speedup}}): their
+// ratio without the drift between points timed apart (two H200s, session 12: the same fused gemm_rs read 1791 and
+// 2034 us at one shape, timed ~10 s apart). Only where the op passed its check.
+void paired(nlohmann::json& row, const std::string& name, const std::function<void(cudaStream_t)>& op,
+            const std::function<void(cudaStream_t)>& baseline, cudaStream_t s, loom::World& w, int iters) {
+    const std::vector<double> t = meds({op, baseline}, s, w, iters);
+    row["paired"][name] = {{"loom_us", t[0]}, {"baseline_us", t[1]}, {"speedup", t[1] / t[0]}};
+}
 // --shape: keep only the listed (N, K) pairs (flattened N, K, N, K, ...); none listed keeps them all.
 void keep_shapes(std::vector<std::pair<int64_t, int64_t>>& shapes, const std::vector<int64_t>& only) {
     if (only.empty()) return;
@@ -255,10 +266,9 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         const double t_comm = med(comm_fn, s, w, args.iters), t_gemm = med(gemm_fn, s, w, args.iters);
         const double t_seq = med(seq_loom, s, w, args.iters);
         // And the four interleaved (the efficiency's figures; see meds).
+        const std::function<void(cudaStream_t)> ag_auto = [&](cudaStream_t st) { loom::ag_gemm(w, A, B, C, st, {}); };
         if (std::isfinite(t_auto))
-            row["interleaved"] = interleaved_block(
-                meds({[&](cudaStream_t st) { loom::ag_gemm(w, A, B, C, st, {}); }, gemm_fn, comm_fn, seq_loom}, s, w,
-                     args.iters));
+            row["interleaved"] = interleaved_block(meds({ag_auto, gemm_fn, comm_fn, seq_loom}, s, w, args.iters));
         nlohmann::json baselines{{"loom_allgather_then_gemm", t_seq}};
         row["allgather_us"] = t_comm;
         row["gemm_us"] = t_gemm;
@@ -271,12 +281,12 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             row["nvshmem_fcollect_us"] =
                 med([&](cudaStream_t st) { loom::nvshmem::fcollect_on_stream(ng, na, rows * K * 2, st); }, s, w,
                     args.iters);
-            baselines["nvshmem_fcollect_then_cublaslt"] = med(
-                [&](cudaStream_t st) {
-                    loom::nvshmem::fcollect_on_stream(ng, na, rows * K * 2, st);
-                    lt.run(ng, b, c_ref, st);
-                },
-                s, w, args.iters);
+            const std::function<void(cudaStream_t)> nv_seq = [&](cudaStream_t st) {
+                loom::nvshmem::fcollect_on_stream(ng, na, rows * K * 2, st);
+                lt.run(ng, b, c_ref, st);
+            };
+            baselines["nvshmem_fcollect_then_cublaslt"] = med(nv_seq, s, w, args.iters);
+            if (std::isfinite(t_auto)) paired(row, "nvshmem_fcollect_then_cublaslt", ag_auto, nv_seq, s, w, args.iters);
             LOOM_CHECK_CUDA(cudaDeviceSynchronize());
             loom::nvshmem::free(ng);
             loom::nvshmem::free(na);
@@ -284,12 +294,12 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         if (nccl.ok()) {  // plain (cudaMalloc) input, the gather buffer as NCCL's output
             row["nccl_allgather_us"] =
                 med([&](cudaStream_t st) { nccl.all_gather(a, gfull, rows * K, DType::BF16, st); }, s, w, args.iters);
-            baselines["nccl_allgather_then_cublaslt"] = med(
-                [&](cudaStream_t st) {
-                    nccl.all_gather(a, gfull, rows * K, DType::BF16, st);
-                    lt.run(gfull, b, c_ref, st);
-                },
-                s, w, args.iters);
+            const std::function<void(cudaStream_t)> nccl_seq = [&](cudaStream_t st) {
+                nccl.all_gather(a, gfull, rows * K, DType::BF16, st);
+                lt.run(gfull, b, c_ref, st);
+            };
+            baselines["nccl_allgather_then_cublaslt"] = med(nccl_seq, s, w, args.iters);
+            if (std::isfinite(t_auto)) paired(row, "nccl_allgather_then_cublaslt", ag_auto, nccl_seq, s, w, args.iters);
         }
         add_torch(torch, "ag_gemm", N, K, W, row, baselines);
         if (std::isfinite(t_auto)) {
@@ -449,11 +459,10 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         };
         const double t_gemm = med(gemm_fn, s, w, args.iters), t_comm = med(comm_fn, s, w, args.iters);
         nlohmann::json baselines{{"loom_gemm_then_reduce_scatter", med(seq_loom, s, w, args.iters)}};
+        const std::function<void(cudaStream_t)> rs_auto = [&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st); };
         if (ok) {
-            t = med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st); }, s, w, args.iters);
-            row["interleaved"] = interleaved_block(
-                meds({[&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st); }, gemm_fn, comm_fn, seq_loom}, s, w,
-                     args.iters));
+            t = med(rs_auto, s, w, args.iters);
+            row["interleaved"] = interleaved_block(meds({rs_auto, gemm_fn, comm_fn, seq_loom}, s, w, args.iters));
         }
         row["gemm_us"] = t_gemm;
         row["reduce_scatter_us"] = t_comm;
@@ -465,12 +474,12 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             row["nvshmem_reducescatter_us"] = med(
                 [&](cudaStream_t st) { loom::nvshmem::sum_reducescatter_on_stream(DType::BF16, no, np, rows * N, st); },
                 s, w, args.iters);
-            baselines["cublaslt_then_nvshmem_reducescatter"] = med(
-                [&](cudaStream_t st) {
-                    lt.run(a, b, np, st);
-                    loom::nvshmem::sum_reducescatter_on_stream(DType::BF16, no, np, rows * N, st);
-                },
-                s, w, args.iters);
+            const std::function<void(cudaStream_t)> nv_seq = [&](cudaStream_t st) {
+                lt.run(a, b, np, st);
+                loom::nvshmem::sum_reducescatter_on_stream(DType::BF16, no, np, rows * N, st);
+            };
+            baselines["cublaslt_then_nvshmem_reducescatter"] = med(nv_seq, s, w, args.iters);
+            if (ok) paired(row, "cublaslt_then_nvshmem_reducescatter", rs_auto, nv_seq, s, w, args.iters);
             LOOM_CHECK_CUDA(cudaDeviceSynchronize());
             loom::nvshmem::free(no);
             loom::nvshmem::free(np);
@@ -479,12 +488,12 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             row["nccl_reducescatter_us"] =
                 med([&](cudaStream_t st) { nccl.reduce_scatter(partial, c_ref, rows * N, DType::BF16, st); }, s, w,
                     args.iters);
-            baselines["cublaslt_then_nccl_reducescatter"] = med(
-                [&](cudaStream_t st) {
-                    lt.run(a, b, partial, st);
-                    nccl.reduce_scatter(partial, c_ref, rows * N, DType::BF16, st);
-                },
-                s, w, args.iters);
+            const std::function<void(cudaStream_t)> nccl_seq = [&](cudaStream_t st) {
+                lt.run(a, b, partial, st);
+                nccl.reduce_scatter(partial, c_ref, rows * N, DType::BF16, st);
+            };
+            baselines["cublaslt_then_nccl_reducescatter"] = med(nccl_seq, s, w, args.iters);
+            if (ok) paired(row, "cublaslt_then_nccl_reducescatter", rs_auto, nccl_seq, s, w, args.iters);
         }
         add_torch(torch, "gemm_rs", N, K, W, row, baselines);
         if (ok) {
@@ -552,12 +561,12 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                 row["nvshmem_allreduce_us"] =
                     med([&](cudaStream_t st) { loom::nvshmem::sum_reduce_on_stream(DType::BF16, no, np, count, st); },
                         s, w, args.iters);
-                baselines["cublaslt_then_nvshmem_allreduce"] = med(
-                    [&](cudaStream_t st) {
-                        lt.run(a, b, np, st);
-                        loom::nvshmem::sum_reduce_on_stream(DType::BF16, no, np, count, st);
-                    },
-                    s, w, args.iters);
+                const std::function<void(cudaStream_t)> nv_seq = [&](cudaStream_t st) {
+                    lt.run(a, b, np, st);
+                    loom::nvshmem::sum_reduce_on_stream(DType::BF16, no, np, count, st);
+                };
+                baselines["cublaslt_then_nvshmem_allreduce"] = med(nv_seq, s, w, args.iters);
+                if (ok) paired(row, "cublaslt_then_nvshmem_allreduce", op, nv_seq, s, w, args.iters);
                 LOOM_CHECK_CUDA(cudaDeviceSynchronize());
                 loom::nvshmem::free(no);
                 loom::nvshmem::free(np);
@@ -566,12 +575,12 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                 row["nccl_allreduce_us"] =
                     med([&](cudaStream_t st) { nccl.all_reduce(partial, c_ref, count, DType::BF16, st); }, s, w,
                         args.iters);
-                baselines["cublaslt_then_nccl_allreduce"] = med(
-                    [&](cudaStream_t st) {
-                        lt.run(a, b, partial, st);
-                        nccl.all_reduce(partial, c_ref, count, DType::BF16, st);
-                    },
-                    s, w, args.iters);
+                const std::function<void(cudaStream_t)> nccl_seq = [&](cudaStream_t st) {
+                    lt.run(a, b, partial, st);
+                    nccl.all_reduce(partial, c_ref, count, DType::BF16, st);
+                };
+                baselines["cublaslt_then_nccl_allreduce"] = med(nccl_seq, s, w, args.iters);
+                if (ok) paired(row, "cublaslt_then_nccl_allreduce", op, nccl_seq, s, w, args.iters);
             }
             // Each algorithm on its own (auto: the fused epilogue where the tile fits), checked against the sequence.
             for (loom::ArAlgo algo :
