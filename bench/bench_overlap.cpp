@@ -10,7 +10,8 @@
 // PyTorch figures bench/torch_async_tp.py measured on the same machine (async TP, PyTorch + NCCL sequential).
 // Timed alone, points seconds apart drift with the card's heat by up to ~12 %: row "interleaved" times (a), (b), the
 // collective and the GEMM run by run, and row "paired" times (a) with each library sequence (NVSHMEM's, NCCL's) run by
-// run; those ratios are the fair ones. (PyTorch's run in another process and cannot be interleaved.)
+// run; those ratios are the fair ones. (PyTorch's run in another process and cannot be interleaved:
+// "torch_async_tp_bridged" compares through each process's own cuBLAS + NCCL sequence, see bridge_torch.)
 // Before timing, every overlapped config is checked once against (b) on the same inputs (max |diff| / max |ref|,
 // NaN-poisoned output), the ranks agreeing on the verdict; a failing config is reported and not timed.
 // GEMM+AllReduce (decode / small-batch shapes): M in {16, 32, 64, 128} x (N, K) in {(8192, 28672), (8192, 8192)}
@@ -202,6 +203,20 @@ void add_torch(const nlohmann::json& torch, const char* op, int64_t N, int64_t K
     }
 }
 
+// Async TP against Loom without the drift between processes: PyTorch's async TP over PyTorch's own cuBLAS + NCCL
+// sequence (both from torch_async_tp.py's run), against Loom's op over cuBLASLt + NCCL (row "paired", this run):
+// "torch_async_tp_bridged" = (async TP / PyTorch + NCCL) x (cuBLASLt + NCCL / Loom), > 1 = Loom faster. The two
+// sequences run the same libraries, so each process's heat and clocks cancel in its own ratio.
+void bridge_torch(nlohmann::json& row, const nlohmann::json& baselines, const std::string& nccl_seq) {
+    if (!baselines.contains("torch_async_tp") || !baselines.contains("torch_nccl_sequential") ||
+        !row.contains("paired") || !row["paired"].contains(nccl_seq))
+        return;
+    const nlohmann::json& p = row["paired"][nccl_seq];
+    row["torch_async_tp_bridged"] = baselines["torch_async_tp"].get<double>() /
+                                    baselines["torch_nccl_sequential"].get<double>() * p["baseline_us"].get<double>() /
+                                    p["loom_us"].get<double>();
+}
+
 void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::NcclBaseline& nccl,
               const nlohmann::json& torch, cudaStream_t s) {
     const int W = w.world_size();
@@ -302,6 +317,7 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             if (std::isfinite(t_auto)) paired(row, "nccl_allgather_then_cublaslt", ag_auto, nccl_seq, s, w, args.iters);
         }
         add_torch(torch, "ag_gemm", N, K, W, row, baselines);
+        bridge_torch(row, baselines, "nccl_allgather_then_cublaslt");
         if (std::isfinite(t_auto)) {
             row["loom_us"] = t_auto;
             row["overlap_efficiency_alone"] = t_auto / std::max(t_comm, t_gemm);
@@ -496,6 +512,7 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             if (ok) paired(row, "cublaslt_then_nccl_reducescatter", rs_auto, nccl_seq, s, w, args.iters);
         }
         add_torch(torch, "gemm_rs", N, K, W, row, baselines);
+        bridge_torch(row, baselines, "cublaslt_then_nccl_reducescatter");
         if (ok) {
             row["loom_us"] = t;
             row["overlap_efficiency_alone"] = t / std::max(t_comm, t_gemm);
