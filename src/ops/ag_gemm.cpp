@@ -149,7 +149,7 @@ OverlapPlan ag_gemm_plan(int64_t m, int64_t n_loc, int64_t k, int world_size, Ag
     // GEMM (see ag_gemm), so the GEMM keeps every SM. (ranks_share_gpu stays a parameter: the plan is the place
     // where sharing would change the split.)
     (void)ranks_share_gpu;
-    p.gemm = overlap::gemm_config(m, n_loc, k, arch, num_sms - p.comm_blocks - p.reserved_sms);
+    p.gemm = overlap::gemm_config(m, n_loc, k, arch, num_sms - p.comm_blocks - p.reserved_sms, /*split_tail=*/true);
     return p;
 }
 

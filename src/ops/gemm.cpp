@@ -308,8 +308,11 @@ jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, std
                           cfg.tma_store ? "true" : "false",
                           hooks};
     if (cfg.tail_splits >= 2) {
-        LOOM_CHECK(hooks == "loom::tile::GemmNoHooks" && cfg.cluster_m == 1,
-                   "gemm: the split tail is for the plain GEMM (no hooks, cluster_m 1), given hooks {}, cluster_m {}",
+        // Hooks that publish tiles (epilogue / after-store parts) cannot take it (kernels/gemm.cuh asserts it too).
+        LOOM_CHECK((hooks == "loom::tile::GemmNoHooks" || hooks == "loom::kernels::overlap::AgGemmHooks") &&
+                       cfg.cluster_m == 1,
+                   "gemm: the split tail is for the plain GEMM and ag_gemm's hooks with cluster_m 1, given hooks {}, "
+                   "cluster_m {}",
                    hooks, cfg.cluster_m);
         spec.template_args.push_back("true");  // kSplitTail
     }
@@ -370,6 +373,34 @@ GemmSm90Launch gemm_sm90_launch(const MatrixView& a, const MatrixView& b, const 
     return l;
 }
 
+int gemm_bind_split_tail(GemmSm90Launch& l, const GemmConfig& cfg, int64_t m, int64_t n, int64_t k, cudaStream_t stream,
+                         std::unique_lock<std::mutex>& lock) {
+    if (cfg.sm80 || cfg.tail_splits < 2) return 1;
+    const GemmTailPlan tail = gemm_tail_plan(m, n, k, cfg, l.launch.grid.x, cfg.tail_splits);
+    if (tail.splits < 2) return 1;
+    // The kernel packs (tail tile << 8) | split into an int32 (splits <= 256).
+    LOOM_CHECK(tail.units() <= INT32_MAX && tail.tail_tiles < (int64_t{1} << 23),
+               "gemm: {} split-tail work units ({} tail tiles) are too many for {}", tail.units(), tail.tail_tiles,
+               cfg.str());
+    int device = 0;
+    LOOM_CHECK_CUDA(cudaGetDevice(&device));
+    std::unique_lock<std::mutex> held(tail_workspace_mutex());
+    const size_t slot = static_cast<size_t>(kernels::gemm_split_tail_slot_floats(cfg.block_m, cfg.block_n));
+    TailWorkspace* ws = tail_workspace(device, stream, static_cast<size_t>(tail.tail_tiles * tail.splits) * slot,
+                                       static_cast<size_t>(tail.tail_tiles));
+    if (ws == nullptr) return 1;  // capturing a graph: this launch runs without the split
+    l.args.partials = ws->partials;
+    l.args.tile_counters = ws->counters;
+    l.args.dp_tiles = static_cast<int32_t>(tail.dp_tiles);
+    l.args.tail_splits = tail.splits;
+    l.args.work_units = static_cast<int32_t>(tail.units());
+    l.args.num_k_blocks = static_cast<int32_t>(ceil_div(k, kernels::kGemmBlockK));
+    l.args.tiles_m = static_cast<int32_t>(ceil_div(m, cfg.block_m));
+    l.args.tiles_n = static_cast<int32_t>(ceil_div(n, cfg.block_n));
+    lock = std::move(held);
+    return tail.splits;
+}
+
 void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o, cudaStream_t stream) {
     gemm_validate(a, b, c, o);
     const DeviceInfo dev = device_info();
@@ -380,38 +411,12 @@ void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const G
     if (o.force_sm80 || dev.arch < 90 || env_flag("LOOM_GEMM_FORCE_SM80")) cfg.sm80 = true;
     if (o.beta != 0.f) cfg.tma_store = false;  // only the direct-store epilogue reads C
     gemm_validate_config(cfg, o.b_kn);
-    // The split tail as this launch runs it: none without a tail at this grid; splits capped at the k-blocks.
-    GemmTailPlan tail;
-    if (!cfg.sm80 && cfg.tail_splits >= 2) {
-        const int64_t grid = cfg.grid > 0 ? cfg.grid : gemm_sm90_grid(m, n, cfg, dev.num_sms);
-        tail = gemm_tail_plan(m, n, k, cfg, grid, cfg.tail_splits);
-        // The kernel packs (tail tile << 8) | split into an int32 (splits <= 256).
-        LOOM_CHECK(tail.units() <= INT32_MAX && tail.tail_tiles < (int64_t{1} << 23),
-                   "gemm: {} split-tail work units ({} tail tiles) are too many for {}", tail.units(), tail.tail_tiles,
-                   cfg.str());
-        cfg.tail_splits = tail.splits;
-    }
     // Alpha = 1 without a bias takes the kernel whose epilogue does no arithmetic (where its epilogue applies).
     const std::optional<DType> bias_t = gemm_kernel_bias(cfg, c.dtype, o);
-    const jit::Kernel* kernel = &jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, bias_t, o.b_kn));
-    std::unique_lock<std::mutex> ws_lock;  // held from reserving the workspace until the launch is enqueued
-    TailWorkspace* ws = nullptr;
-    if (!cfg.sm80 && cfg.tail_splits >= 2) {
-        int device = 0;
-        LOOM_CHECK_CUDA(cudaGetDevice(&device));
-        ws_lock = std::unique_lock<std::mutex>(tail_workspace_mutex());
-        const size_t slot = static_cast<size_t>(kernels::gemm_split_tail_slot_floats(cfg.block_m, cfg.block_n));
-        ws = tail_workspace(device, stream, static_cast<size_t>(tail.tail_tiles * tail.splits) * slot,
-                            static_cast<size_t>(tail.tail_tiles));
-        if (ws == nullptr) {  // capturing a graph: this launch runs without the split
-            ws_lock.unlock();
-            cfg.tail_splits = 1;
-            kernel = &jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, bias_t, o.b_kn));
-        }
-    }
-    if (env_flag("LOOM_GEMM_DEBUG")) fmt::print(stderr, "loom::gemm M={} N={} K={}: {}\n", m, n, k, cfg.str());
-
+    const bool debug = env_flag("LOOM_GEMM_DEBUG");
     if (cfg.sm80) {
+        if (debug) fmt::print(stderr, "loom::gemm M={} N={} K={}: {}\n", m, n, k, cfg.str());
+        const jit::Kernel* kernel = &jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, bias_t, o.b_kn));
         const kernels::GemmArgs args = whole_tile_args(c, m, n, k, o, cfg.group_m);
         jit::LaunchConfig lc;
         lc.grid = dim3(static_cast<unsigned>(ceil_div(n, kernels::kSm80BlockN)),
@@ -427,16 +432,12 @@ void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const G
         return;
     }
     GemmSm90Launch l = gemm_sm90_launch(a, b, c, o, cfg, dev.num_sms, stream);
-    if (cfg.tail_splits >= 2) {
-        l.args.partials = ws->partials;
-        l.args.tile_counters = ws->counters;
-        l.args.dp_tiles = static_cast<int32_t>(tail.dp_tiles);
-        l.args.tail_splits = tail.splits;
-        l.args.work_units = static_cast<int32_t>(tail.units());
-        l.args.num_k_blocks = static_cast<int32_t>(ceil_div(k, kernels::kGemmBlockK));
-        l.args.tiles_m = static_cast<int32_t>(ceil_div(m, cfg.block_m));
-        l.args.tiles_n = static_cast<int32_t>(ceil_div(n, cfg.block_n));
-    }
+    // The split tail as this launch runs it (none without a tail at this grid, or while capturing a graph); the
+    // workspace stays locked until the launch is enqueued.
+    std::unique_lock<std::mutex> ws_lock;
+    cfg.tail_splits = gemm_bind_split_tail(l, cfg, m, n, k, stream, ws_lock);
+    if (debug) fmt::print(stderr, "loom::gemm M={} N={} K={}: {}\n", m, n, k, cfg.str());
+    const jit::Kernel* kernel = &jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, bias_t, o.b_kn));
     struct NoHooks {
     } hooks;  // loom::tile::GemmNoHooks: an empty object, one byte as a kernel parameter
     (*kernel)(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, hooks);

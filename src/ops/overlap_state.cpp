@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <type_traits>
 
 #include "loom/ops/collectives.hpp"
@@ -202,7 +203,8 @@ void check_config(const char* op, const GemmConfig& cfg) {
     LOOM_CHECK(cfg.cluster_m == 1, "{}: expected cluster_m 1 (the overlap hooks order single-CTA tiles), given {}", op,
                cfg.cluster_m);
     LOOM_CHECK(cfg.tma_store, "{}: expected tma_store = true (after_store publishes completed TMA stores)", op);
-    LOOM_CHECK(cfg.tail_splits == 1, "{}: expected tail_splits 1 (the hooked GEMM has no split-K tail), given {}", op,
+    LOOM_CHECK(cfg.tail_splits == 1 || std::string_view(op) == "ag_gemm",
+               "{}: expected tail_splits 1 (its hooks publish every tile: no split-K tail), given {}", op,
                cfg.tail_splits);
     gemm_validate_config(cfg, false);
 }
@@ -243,11 +245,11 @@ void prepare_gemm(const char* hooks, const char* header, const MatrixView& a, co
         gemm_kernel_spec(cfg, a.dtype, c.dtype, gemm_kernel_bias(cfg, c.dtype, GemmOptions{}), false, hooks, header));
 }
 
-GemmConfig gemm_config(int64_t m, int64_t n, int64_t k, int arch, int gemm_sms) {
-    GemmConfig cfg = gemm_heuristic(m, n, k, false, arch, gemm_sms, /*split_tail=*/false);
+GemmConfig gemm_config(int64_t m, int64_t n, int64_t k, int arch, int gemm_sms, bool split_tail) {
+    GemmConfig cfg = gemm_heuristic(m, n, k, false, arch, gemm_sms, split_tail);
     cfg.cluster_m = 1;
     cfg.tma_store = true;
-    cfg.grid = static_cast<int>(gemm_sm90_grid(m, n, cfg, gemm_sms));
+    // cfg.grid: the heuristic's, planned on gemm_sms (one CTA per SM, or a skinny GEMM's split units).
     return cfg;
 }
 

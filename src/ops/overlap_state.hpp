@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 #include "loom/kernels/overlap_params.hpp"
@@ -105,8 +106,9 @@ std::string whole_tile_unfit(const GemmConfig& cfg, int out_bytes);
 GemmConfig whole_tile_config(GemmConfig c, int out_bytes);
 
 // The GEMM of an overlapped op on `gemm_sms` SMs: the plain heuristic, one CTA per tile (the hooks order single
-// tiles), TMA-store epilogue (after_store publishes completed bulk stores), grid sized to those SMs.
-GemmConfig gemm_config(int64_t m, int64_t n, int64_t k, int arch, int gemm_sms);
+// tiles), TMA-store epilogue (after_store publishes completed bulk stores), grid sized to those SMs. split_tail: the
+// heuristic's split-K tail too (ag_gemm, whose hooks publish nothing per tile; gemm_rs / gemm_ar cannot take it).
+GemmConfig gemm_config(int64_t m, int64_t n, int64_t k, int arch, int gemm_sms, bool split_tail = false);
 
 }  // namespace loom::overlap
 
@@ -116,9 +118,13 @@ namespace loom::overlap {
 template <class HookArgs>
 void launch_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& b, const MatrixView& c,
                  const GemmConfig& cfg, int num_sms, cudaStream_t stream, const HookArgs& hook_args) {
-    const jit::Kernel& kernel = jit::get_kernel(
-        gemm_kernel_spec(cfg, a.dtype, c.dtype, gemm_kernel_bias(cfg, c.dtype, GemmOptions{}), false, hooks, header));
     GemmSm90Launch l = gemm_sm90_launch(a, b, c, GemmOptions{}, cfg, num_sms, stream);
+    // ag_gemm's config may split the tail (gemm_config(..., split_tail = true)): the launch binds the workspace.
+    GemmConfig run = cfg;
+    std::unique_lock<std::mutex> ws_lock;
+    run.tail_splits = gemm_bind_split_tail(l, cfg, a.rows, c.cols, a.cols, stream, ws_lock);
+    const jit::Kernel& kernel = jit::get_kernel(
+        gemm_kernel_spec(run, a.dtype, c.dtype, gemm_kernel_bias(run, c.dtype, GemmOptions{}), false, hooks, header));
     kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, hook_args);
 }
 }  // namespace loom::overlap

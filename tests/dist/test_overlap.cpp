@@ -234,6 +234,53 @@ TEST_F(Overlap, AgGemmDirect) {
                  Error);
     W_.barrier();
 }
+// The hooked GEMM with a split-K tail (ag_gemm's plan takes the plain GEMM's, kernels/gemm.cuh kSplitTail): a config
+// whose grid leaves a tail, split 3 ways, under every producer that applies here (Auto: the direct producer where
+// ranks share a GPU, else the copy engine; the SM producer; the gathered copy), then 40 back to back with two input
+// sets: the tail's workspace counters must come back to zero after every launch.
+TEST_F(Overlap, AgGemmSplitTail) {
+    GemmConfig cfg;
+    cfg.block_m = 128;
+    cfg.block_n = 128;
+    cfg.stages = 4;
+    cfg.group_m = 2;
+    cfg.grid = 5;  // 2W x 3 tiles on 5 CTAs: a tail of 1-4 tiles at every W
+    cfg.tail_splits = 3;
+    AgGemmOptions o;
+    o.config = &cfg;
+    run_ag(*w, stream, o, 256, 384, 1024, 60, "ag_split_auto", false);
+    run_ag(*w, stream, o, 256, 384, 1024, 61, "ag_split_gathered", true);
+    AgGemmOptions sm = o;
+    sm.producer = AgProducer::Sm;
+    sm.comm_sms = 2;
+    run_ag(*w, stream, sm, 256, 384, 1024, 62, "ag_split_sm", true);
+    World& W_ = *w;
+    const int W = W_.world_size(), me = W_.rank();
+    const int64_t rows = 256, n = 384, k = 1024, m = rows * W;
+    const AgCase cs[2] = {ag_case(W_, rows, n, k, 63, 0), ag_case(W_, rows, n, k, 63, 1)};
+    DevBuf src0(rows * k * 2), src1(rows * k * 2), bsrc0(n * k * 2), bsrc1(n * k * 2);
+    DevBuf* src[2] = {&src0, &src1};
+    DevBuf* bsrc[2] = {&bsrc0, &bsrc1};
+    for (int s = 0; s < 2; ++s) {
+        upload(src[s]->p, cs[s].a[me].bits);
+        upload(bsrc[s]->p, cs[s].b.bits);
+    }
+    DevBuf a(rows * k * 2), b(n * k * 2), c(m * n * 2);
+    W_.barrier();
+    const std::string err = back_to_back(
+        stream, 40, [](int i) { return i < 3 || i % 13 == 0 || i == 39; },
+        [&](int i, bool check) {
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(a.p, src[i % 2]->p, rows * k * 2, cudaMemcpyDeviceToDevice, stream));
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(b.p, bsrc[i % 2]->p, n * k * 2, cudaMemcpyDeviceToDevice, stream));
+            if (check) poison(c.p, m * n * 2);
+            ag_gemm(W_, MatrixView{a.p, DType::BF16, rows, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
+                    MatrixView{c.p, DType::BF16, m, n, 0}, stream, o);
+            return std::string("ag_gemm (split tail)");
+        },
+        [&](int i) { return compare(download_bf16(c.p, m * n), cs[i % 2].ref, cs[i % 2].abs, 0, n); });
+    agree(W_, err, "ag_split_back_to_back");
+    W_.barrier();
+}
 TEST_F(Overlap, AgGemmSmProducer) {
     AgGemmOptions ld{AgProducer::Sm, DataPath::LdSt, 3};
     AgGemmOptions tma{AgProducer::Sm, DataPath::Tma, 0};

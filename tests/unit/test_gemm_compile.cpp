@@ -66,7 +66,7 @@ TEST(GemmHeuristic, SplitsTheTailWave) {
     EXPECT_EQ(loom::gemm_heuristic(8192, 3696, 256, false, 90, 132).tail_splits, 1);
     // B as [K, N] too.
     EXPECT_EQ(loom::gemm_heuristic(8192, 3696, 8192, true, 90, 132).tail_splits, 3);
-    // Off for the overlapped ops' GEMM (no split tail in the hooked kernels) and with clusters.
+    // Off when asked (gemm_rs / gemm_ar: their hooks publish every tile) and with clusters.
     EXPECT_EQ(loom::gemm_heuristic(8192, 3696, 8192, false, 90, 132, /*split_tail=*/false).tail_splits, 1);
     setenv("LOOM_GEMM_CLUSTER", "2", 1);
     EXPECT_EQ(loom::gemm_heuristic(8192, 3696, 8192, false, 90, 132).tail_splits, 1);
@@ -74,9 +74,14 @@ TEST(GemmHeuristic, SplitsTheTailWave) {
     for (int sms : {132, 114, 14}) {
         const auto plan = loom::gemm_rs_plan(8192, 3696, 8192, 8, 0, 90, sms);
         EXPECT_EQ(plan.gemm.tail_splits, 1) << sms;
+        // ag_gemm's hooks (wait before loads, redirect A) take the split tail: the plain GEMM's plan on its SMs.
         const auto ag = loom::ag_gemm_plan(8192, 3696, 8192, 8, loom::AgProducer::CopyEngine, 0, 90, sms);
-        EXPECT_EQ(ag.gemm.tail_splits, 1) << sms;
+        const auto plain = loom::gemm_heuristic(8192, 3696, 8192, false, 90, sms);
+        EXPECT_EQ(ag.gemm.tail_splits, plain.tail_splits) << sms;
+        EXPECT_EQ(ag.gemm.block_n, plain.block_n) << sms;
+        EXPECT_EQ(ag.gemm.grid, plain.grid) << sms;
     }
+    EXPECT_EQ(loom::ag_gemm_plan(8192, 3696, 8192, 8, loom::AgProducer::CopyEngine, 0, 90, 132).gemm.tail_splits, 3);
     // LOOM_GEMM_TAIL_SPLITS: 0 (or 1) off, n forced.
     setenv("LOOM_GEMM_TAIL_SPLITS", "0", 1);
     EXPECT_EQ(loom::gemm_heuristic(8192, 3696, 8192, false, 90, 132).tail_splits, 1);

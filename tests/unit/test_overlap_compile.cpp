@@ -31,7 +31,9 @@ TEST(OverlapCompile, HookedGemmHasNoSpills) {
     const struct {
         const char* hooks;
         const char* header;
+        int tail_splits;  // 2: the split-tail instantiation (ag_gemm's hooks take it)
     } policies[] = {{"loom::kernels::overlap::AgGemmHooks", "loom/kernels/ag_gemm.cuh"},
+                    {"loom::kernels::overlap::AgGemmHooks", "loom/kernels/ag_gemm.cuh", 2},
                     {"loom::kernels::overlap::TileNotifyHooks", "loom/kernels/gemm_rs.cuh"},
                     {"loom::kernels::overlap::TileNotifyHooks", "loom/kernels/gemm_ar.cuh"},
                     {"loom::kernels::overlap::RsEpilogueHooks", "loom/kernels/gemm_rs.cuh"},
@@ -48,6 +50,7 @@ TEST(OverlapCompile, HookedGemmHasNoSpills) {
                     c.block_m = bm;
                     c.block_n = bn;
                     c.cluster_m = 1;
+                    c.tail_splits = pol.tail_splits > 0 ? pol.tail_splits : 1;
                     // The fused epilogue stages the whole tile (fewer pipeline stages fit beside it).
                     c.stages = std::min(loom::kernels::gemm_sm90_max_stages(
                                             bm, bn, fused ? static_cast<int>(loom::dtype_size(out)) : 0),

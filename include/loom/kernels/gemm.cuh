@@ -26,7 +26,8 @@
 //   warpgroup stages its whole 64 x BLOCK_N part of the tile (kWholeTile: BLOCK_N x sizeof(TOut) x 64 bytes per
 //   warpgroup, so fewer stages fit: 128 x 256 bf16 gets 3) and the hooks store, send or combine it; the
 //   accumulators are zeroed before each mainloop so that they are dead during the hooks' work.
-// Split-K tail (kSplitTail; plain GEMM, CLUSTER_M = 1, no hooks): the CTAs walk work units instead of tiles
+// Split-K tail (kSplitTail; CLUSTER_M = 1; the plain GEMM, or hooks without epilogue / after-store parts, e.g.
+//   ag_gemm's, whose before_load then runs once per work unit): the CTAs walk work units instead of tiles
 //   (tile_order.hpp: split_tail_unit): whole tiles for the full waves, then each tail tile as args.tail_splits
 //   K-ranges. A split unit's consumers hand their fp32 partial to a workspace slot and count themselves in on the
 //   tile's counter; the last of the splits to arrive sums the slots in split order and runs the epilogue
@@ -168,8 +169,9 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     static_assert(STAGES >= 2 && STAGES <= 8, "STAGES in [2, 8]");
     static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "CLUSTER_M is 1 or 2");
     static_assert(sizeof(TIn) == 2, "inputs are bf16 or fp16");
-    static_assert(!kSplitTail || (CLUSTER_M == 1 && tile::kSameType<Hooks, tile::GemmNoHooks>),
-                  "the split tail is for the plain GEMM: single-CTA tiles, no overlap hooks");
+    static_assert(!kSplitTail || (CLUSTER_M == 1 && !Hooks::kEpilogueHooks && !Hooks::kNotifiesAfterStore),
+                  "the split tail walks single-CTA tiles and publishes nothing per tile: no epilogue or after-store "
+                  "hooks (hooks that order tiles, wait before loads or redirect A take part)");
 #if LOOM_SM90A
     constexpr int kConsumers = BLOCK_M / 64;
     constexpr bool kBF16 = tile::kSameType<TIn, __nv_bfloat16>;

@@ -16,6 +16,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -59,7 +60,7 @@ void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const G
 // (gemm_tail_plan), 1 / s + kGemmTailFixupCost of one. Where that plan fills at most half the SMs (a skinny GEMM
 // with few tiles), it is redone with the tail planned on every SM: the one partial wave is then the whole GEMM, split
 // along K, and the grid becomes one CTA per split unit. Deterministic and printable (GemmConfig::str()).
-// split_tail = false: never split the tail (the overlapped ops, whose hooked kernels have no split tail).
+// split_tail = false: never split the tail (gemm_rs / gemm_ar, whose hooked kernels publish every tile).
 // LOOM_GEMM_TAIL_SPLITS=0 (or 1) turns the split off, =n >= 2 forces n splits where there is a tail.
 GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, int num_sms, bool split_tail = true);
 
@@ -83,7 +84,8 @@ GemmTailPlan gemm_tail_plan(int64_t m, int64_t n, int64_t k, const GemmConfig& c
 
 // JIT spec of gemm_sm90_tma_wgmma (or gemm_sm80_mma_sync when cfg.sm80) with literal template arguments.
 // `hooks` names the policy type (default loom::tile::GemmNoHooks); `header` the header that defines it and
-// includes loom/kernels/gemm.cuh. cfg.tail_splits >= 2 selects the split-tail instantiation (default hooks only).
+// includes loom/kernels/gemm.cuh. cfg.tail_splits >= 2 selects the split-tail instantiation (the default hooks or
+// ag_gemm's: kernels/gemm.cuh admits hooks without epilogue or after-store parts).
 // `bias`: the bias element type of a kernel that applies alpha and a bias; std::nullopt for one whose launches have
 // alpha = 1 and no bias (TBias = void: the Hopper TMA-store epilogue then stages with stmatrix, no arithmetic; the
 // caller makes sure of alpha and bias, and that the config uses that epilogue — gemm_plain_epilogue()).
@@ -112,6 +114,14 @@ struct GemmSm90Launch {
 };
 GemmSm90Launch gemm_sm90_launch(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& opts,
                                 const GemmConfig& cfg, int num_sms, cudaStream_t stream);
+
+// The split-K tail of one launch (loom::gemm, and ag_gemm's hooked GEMM): with cfg.tail_splits >= 2, the tail plan
+// at the launch's grid (none where the grid leaves no tail; splits capped at the k-blocks), the workspace of
+// (device, stream) reserved and l.args' split fields set; returns the splits the launch runs (1: whole tiles; also
+// while the stream captures a graph, whose launches must not keep a workspace that a later call may grow). From a
+// return >= 2 on, `lock` holds the workspace until the caller's launch is enqueued.
+int gemm_bind_split_tail(GemmSm90Launch& l, const GemmConfig& cfg, int64_t m, int64_t n, int64_t k, cudaStream_t stream,
+                         std::unique_lock<std::mutex>& lock);
 
 // Persistent grid of the Hopper kernel: min(#tiles, #SMs), rounded to whole clusters.
 int64_t gemm_sm90_grid(int64_t m, int64_t n, const GemmConfig& cfg, int num_sms);
