@@ -431,6 +431,18 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
                     break;
             }
         };
+        // The fields every row of the automatic choice carries; the caller adds its timing's.
+        auto auto_row = [&](const std::string& timing) {
+            return json{{"ranks", W},
+                        {"size_bytes", sh.size},
+                        {"size", human(sh.size)},
+                        {"dtype", "bf16"},
+                        {"algo", "auto"},
+                        {"path", "auto"},
+                        {"timing", timing},
+                        {"auto_choice", std::string(loom::to_string(autoc.algo)) + "/" + loom::to_string(autoc.path)},
+                        {"shared_gpu", topo.shared_gpu}};
+        };
         if (sh.size <= args.b2b_max) {
             TimeOptions b2b = topts;
             b2b.reps = args.b2b_reps;
@@ -451,19 +463,11 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
             };
             json host = {{"loom", host_us(loom_run)}};
             if (nccl_run) host["nccl"] = host_us(nccl_run);
-            report.add_row(
-                {{"ranks", W},
-                 {"size_bytes", sh.size},
-                 {"size", human(sh.size)},
-                 {"dtype", "bf16"},
-                 {"algo", "auto"},
-                 {"path", "auto"},
-                 {"timing", "back_to_back x" + std::to_string(args.b2b_reps)},
-                 {"host_enqueue_us", host},
-                 {"loom_us", us},
-                 {"auto_choice", std::string(loom::to_string(autoc.algo)) + "/" + loom::to_string(autoc.path)},
-                 {"shared_gpu", topo.shared_gpu},
-                 {"baselines", bb}});
+            json row = auto_row("back_to_back x" + std::to_string(args.b2b_reps));
+            row["host_enqueue_us"] = host;
+            row["loom_us"] = us;
+            row["baselines"] = bb;
+            report.add_row(row);
             if (me == 0)
                 std::printf("%-15s %6s %-14s %10.2f us  (back to back x%d)\n", op.c_str(), human(sh.size).c_str(),
                             "auto", us, args.b2b_reps);
@@ -484,22 +488,14 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
             const std::vector<loom::bench::Timing> ts = loom::bench::time_ops(fns, stream, lat);
             json base = json::object();
             for (std::size_t i = 1; i + 1 < ts.size(); ++i) base[names[i]] = ts[i].median_us;
-            report.add_row(
-                {{"ranks", W},
-                 {"size_bytes", sh.size},
-                 {"size", human(sh.size)},
-                 {"dtype", "bf16"},
-                 {"algo", "auto"},
-                 {"path", "auto"},
-                 {"timing", "per_call_interleaved"},
-                 {"iters", args.lat_iters},
-                 {"loom_us", ts[0].median_us},
-                 {"min_us", ts[0].min_us},
-                 {"p90_us", ts[0].p90_us},
-                 {"launch_floor_us", ts.back().median_us},
-                 {"auto_choice", std::string(loom::to_string(autoc.algo)) + "/" + loom::to_string(autoc.path)},
-                 {"shared_gpu", topo.shared_gpu},
-                 {"baselines", base}});
+            json row = auto_row("per_call_interleaved");
+            row["iters"] = args.lat_iters;
+            row["loom_us"] = ts[0].median_us;
+            row["min_us"] = ts[0].min_us;
+            row["p90_us"] = ts[0].p90_us;
+            row["launch_floor_us"] = ts.back().median_us;
+            row["baselines"] = base;
+            report.add_row(row);
             if (me == 0) {
                 std::printf("%-15s %6s %-14s %10.2f us  (per call, interleaved x%d; floor %.2f us", op.c_str(),
                             human(sh.size).c_str(), "auto", ts[0].median_us, args.lat_iters, ts.back().median_us);

@@ -177,6 +177,37 @@ void run_ag(World& w, cudaStream_t s, const AgGemmOptions& o, int64_t rows, int6
     w.free(gathered);
 }
 
+// `calls` ag_gemm calls back to back with the inputs alternating between two sets (call i: set i % 2, options(i)),
+// no host synchronisation but on the calls `check` selects, whose output is poisoned first and then compared with the
+// set's reference. The first error, or "".
+std::string ag_back_to_back(World& w, cudaStream_t stream, int64_t rows, int64_t n, int64_t k, int tc, int calls,
+                            const std::function<bool(int)>& check, const std::function<AgGemmOptions(int)>& options) {
+    const int W = w.world_size(), me = w.rank();
+    const int64_t m = rows * W;
+    const AgCase cs[2] = {ag_case(w, rows, n, k, tc, 0), ag_case(w, rows, n, k, tc, 1)};
+    DevBuf src0(rows * k * 2), src1(rows * k * 2), bsrc0(n * k * 2), bsrc1(n * k * 2);
+    DevBuf* src[2] = {&src0, &src1};
+    DevBuf* bsrc[2] = {&bsrc0, &bsrc1};
+    for (int s = 0; s < 2; ++s) {
+        upload(src[s]->p, cs[s].a[me].bits);
+        upload(bsrc[s]->p, cs[s].b.bits);
+    }
+    DevBuf a(rows * k * 2), b(n * k * 2), c(m * n * 2);
+    w.barrier();
+    return back_to_back(
+        stream, calls, check,
+        [&](int i, bool chk) {
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(a.p, src[i % 2]->p, rows * k * 2, cudaMemcpyDeviceToDevice, stream));
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(b.p, bsrc[i % 2]->p, n * k * 2, cudaMemcpyDeviceToDevice, stream));
+            if (chk) poison(c.p, m * n * 2);
+            const AgGemmOptions o = options(i);
+            ag_gemm(w, MatrixView{a.p, DType::BF16, rows, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
+                    MatrixView{c.p, DType::BF16, m, n, 0}, stream, o);
+            return std::string("ag_gemm (") + to_string(o.producer) + (o.config ? ", " + o.config->str() : "") + ")";
+        },
+        [&](int i) { return compare(download_bf16(c.p, m * n), cs[i % 2].ref, cs[i % 2].abs, 0, n); });
+}
+
 TEST_F(Overlap, AgGemmCopyEngine) {
     run_ag(*w, stream, AgGemmOptions{AgProducer::CopyEngine}, 200, 192, 256, 1, "ag_ce_200");
     run_ag(*w, stream, AgGemmOptions{AgProducer::CopyEngine}, 256, 256, 512, 2, "ag_ce_256");
@@ -203,30 +234,10 @@ TEST_F(Overlap, AgGemmDirect) {
     run_ag(*w, stream, direct, 256, 192, 256, 50, "ag_direct_256", false);
     run_ag(*w, stream, direct, 128, 136, 320, 51, "ag_direct_128_n136", false);
     World& W_ = *w;
-    const int W = W_.world_size(), me = W_.rank();
-    const int64_t rows = 128, n = 192, k = 256, m = rows * W;
-    const AgCase cs[2] = {ag_case(W_, rows, n, k, 52, 0), ag_case(W_, rows, n, k, 52, 1)};
-    DevBuf src0(rows * k * 2), src1(rows * k * 2), bsrc0(n * k * 2), bsrc1(n * k * 2);
-    DevBuf* src[2] = {&src0, &src1};
-    DevBuf* bsrc[2] = {&bsrc0, &bsrc1};
-    for (int s = 0; s < 2; ++s) {
-        upload(src[s]->p, cs[s].a[me].bits);
-        upload(bsrc[s]->p, cs[s].b.bits);
-    }
-    DevBuf a(rows * k * 2), b(n * k * 2), c(m * n * 2);
-    W_.barrier();
-    const std::string err = back_to_back(
-        stream, 300, [](int i) { return i < 5 || i % 61 == 0 || i == 299; },
-        [&](int i, bool check) {
-            LOOM_CHECK_CUDA(cudaMemcpyAsync(a.p, src[i % 2]->p, rows * k * 2, cudaMemcpyDeviceToDevice, stream));
-            LOOM_CHECK_CUDA(cudaMemcpyAsync(b.p, bsrc[i % 2]->p, n * k * 2, cudaMemcpyDeviceToDevice, stream));
-            if (check) poison(c.p, m * n * 2);
-            const AgGemmOptions o{i % 4 == 3 ? AgProducer::CopyEngine : AgProducer::Direct};
-            ag_gemm(W_, MatrixView{a.p, DType::BF16, rows, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
-                    MatrixView{c.p, DType::BF16, m, n, 0}, stream, o);
-            return std::string("ag_gemm (") + to_string(o.producer) + ")";
-        },
-        [&](int i) { return compare(download_bf16(c.p, m * n), cs[i % 2].ref, cs[i % 2].abs, 0, n); });
+    const int W = W_.world_size();
+    const std::string err = ag_back_to_back(
+        W_, stream, 128, 192, 256, 52, 300, [](int i) { return i < 5 || i % 61 == 0 || i == 299; },
+        [](int i) { return AgGemmOptions{i % 4 == 3 ? AgProducer::CopyEngine : AgProducer::Direct}; });
     agree(W_, err, "ag_direct_back_to_back");
     DevBuf a2(200 * 64 * 2), b2(64 * 64 * 2), c2(200 * W * 64 * 2);
     EXPECT_THROW(ag_gemm(W_, MatrixView{a2.p, DType::BF16, 200, 64, 0}, MatrixView{b2.p, DType::BF16, 64, 64, 0},
@@ -244,7 +255,7 @@ TEST_F(Overlap, AgGemmSplitTail) {
     cfg.block_n = 128;
     cfg.stages = 4;
     cfg.group_m = 2;
-    cfg.grid = 5;  // 2W x 3 tiles on 5 CTAs: a tail of 1-4 tiles at every W
+    cfg.grid = 5;  // 6W tiles on 5 CTAs: a tail of 2, 4, 3 tiles at W = 2, 4, 8 (whole tiles where 5 divides 6W)
     cfg.tail_splits = 3;
     AgGemmOptions o;
     o.config = &cfg;
@@ -255,29 +266,9 @@ TEST_F(Overlap, AgGemmSplitTail) {
     sm.comm_sms = 2;
     run_ag(*w, stream, sm, 256, 384, 1024, 62, "ag_split_sm", true);
     World& W_ = *w;
-    const int W = W_.world_size(), me = W_.rank();
-    const int64_t rows = 256, n = 384, k = 1024, m = rows * W;
-    const AgCase cs[2] = {ag_case(W_, rows, n, k, 63, 0), ag_case(W_, rows, n, k, 63, 1)};
-    DevBuf src0(rows * k * 2), src1(rows * k * 2), bsrc0(n * k * 2), bsrc1(n * k * 2);
-    DevBuf* src[2] = {&src0, &src1};
-    DevBuf* bsrc[2] = {&bsrc0, &bsrc1};
-    for (int s = 0; s < 2; ++s) {
-        upload(src[s]->p, cs[s].a[me].bits);
-        upload(bsrc[s]->p, cs[s].b.bits);
-    }
-    DevBuf a(rows * k * 2), b(n * k * 2), c(m * n * 2);
-    W_.barrier();
-    const std::string err = back_to_back(
-        stream, 40, [](int i) { return i < 3 || i % 13 == 0 || i == 39; },
-        [&](int i, bool check) {
-            LOOM_CHECK_CUDA(cudaMemcpyAsync(a.p, src[i % 2]->p, rows * k * 2, cudaMemcpyDeviceToDevice, stream));
-            LOOM_CHECK_CUDA(cudaMemcpyAsync(b.p, bsrc[i % 2]->p, n * k * 2, cudaMemcpyDeviceToDevice, stream));
-            if (check) poison(c.p, m * n * 2);
-            ag_gemm(W_, MatrixView{a.p, DType::BF16, rows, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
-                    MatrixView{c.p, DType::BF16, m, n, 0}, stream, o);
-            return std::string("ag_gemm (split tail)");
-        },
-        [&](int i) { return compare(download_bf16(c.p, m * n), cs[i % 2].ref, cs[i % 2].abs, 0, n); });
+    const std::string err = ag_back_to_back(
+        W_, stream, 256, 384, 1024, 63, 40, [](int i) { return i < 3 || i % 13 == 0 || i == 39; },
+        [&](int) { return o; });
     agree(W_, err, "ag_split_back_to_back");
     W_.barrier();
 }
