@@ -194,7 +194,7 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
 
     LOOM_CHECK(o.comm_sms >= 0, "{}: expected comm_sms >= 0, given {}", op, o.comm_sms);
     OverlapPlan plan = ag_gemm_plan(M, N, K, W, producer, o.comm_sms, st.arch, st.num_sms, st.shared_gpu);
-    overlap::use_config(op, plan, o.config, M, N, st.num_sms);
+    overlap::use_config(op, plan, o.config, M, N, st.num_sms, /*split_tail_ok=*/true);
     if (overlap::debug())
         fmt::print(stderr, "loom::ag_gemm M={} N={} K={} W={} producer {} SMs {} of {}: {} (call {}, signals at {})\n",
                    M, N, K, W, to_string(producer), st.num_sms, st.device_sms, plan.str(), st.calls + 1,

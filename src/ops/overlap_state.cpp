@@ -4,7 +4,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <string_view>
 #include <type_traits>
 
 #include "loom/ops/collectives.hpp"
@@ -198,25 +197,26 @@ void check_inputs(const char* op, const MatrixView& a, const MatrixView& b, cons
                b.rows, b.cols);
 }
 
-void check_config(const char* op, const GemmConfig& cfg) {
+void check_config(const char* op, const GemmConfig& cfg, bool split_tail_ok) {
     LOOM_CHECK(!cfg.sm80, "{}: expected the Hopper GEMM config (sm80 = false)", op);
     LOOM_CHECK(cfg.cluster_m == 1, "{}: expected cluster_m 1 (the overlap hooks order single-CTA tiles), given {}", op,
                cfg.cluster_m);
     LOOM_CHECK(cfg.tma_store, "{}: expected tma_store = true (after_store publishes completed TMA stores)", op);
-    LOOM_CHECK(cfg.tail_splits == 1 || std::string_view(op) == "ag_gemm",
+    LOOM_CHECK(cfg.tail_splits == 1 || split_tail_ok,
                "{}: expected tail_splits 1 (its hooks publish every tile: no split-K tail), given {}", op,
                cfg.tail_splits);
     gemm_validate_config(cfg, false);
 }
 
-void use_config(const char* op, OverlapPlan& plan, const GemmConfig* config, int64_t m, int64_t n, int num_sms) {
+void use_config(const char* op, OverlapPlan& plan, const GemmConfig* config, int64_t m, int64_t n, int num_sms,
+                bool split_tail_ok) {
     if (config) {
         plan.gemm = *config;
         if (plan.gemm.grid == 0)
             plan.gemm.grid =
                 static_cast<int>(gemm_sm90_grid(m, n, plan.gemm, num_sms - plan.comm_blocks - plan.reserved_sms));
     }
-    check_config(op, plan.gemm);
+    check_config(op, plan.gemm, split_tail_ok);
 }
 
 void check_tile_count(const char* op, int64_t m, int64_t n, const GemmConfig& cfg) {

@@ -67,10 +67,13 @@ void join(OpState& st, cudaStream_t stream);
 
 // Shared validation: raises loom::Error naming what was expected and given.
 void check_inputs(const char* op, const MatrixView& a, const MatrixView& b, const MatrixView& c);
-void check_config(const char* op, const GemmConfig& cfg);
+// split_tail_ok: the op's hooks publish nothing per tile, so its GEMM may split the tail (ag_gemm; the kernel spec
+// names those hooks, gemm_kernel_spec); otherwise tail_splits must be 1.
+void check_config(const char* op, const GemmConfig& cfg, bool split_tail_ok = false);
 // The caller's tile, when given, in place of the plan's (a grid of 0 is planned on the SMs the plan leaves to the
 // GEMM: num_sms minus the comm blocks and the reserved SMs); then check_config.
-void use_config(const char* op, OverlapPlan& plan, const GemmConfig* config, int64_t m, int64_t n, int num_sms);
+void use_config(const char* op, OverlapPlan& plan, const GemmConfig* config, int64_t m, int64_t n, int num_sms,
+                bool split_tail_ok = false);
 // Raises unless cfg's tiles over [m, n] fit the per-tile signals (kMaxTileSignals).
 void check_tile_count(const char* op, int64_t m, int64_t n, const GemmConfig& cfg);
 // The sequential algorithms' first step: loom::gemm into this call's parity half of st's symmetric buffer ([M, N] of
