@@ -76,6 +76,7 @@ struct Args {
     std::size_t b2b_max = MiB;  // sizes up to this also get a back-to-back latency row
     int b2b_reps = 20;
     std::size_t lat_max = 64 * KiB;  // sizes up to this also get the interleaved per-call latency row
+    std::size_t nvshmem_max = GiB;   // NVSHMEM baseline only up to this size
     int lat_iters = 200;
 };
 
@@ -95,6 +96,9 @@ Args parse(int argc, char** argv) {
     app.add_flag("--append", a.append, "keep the files' rows of other rank counts");
     app.add_flag("--no-nvshmem", no_nvshmem, "skip the NVSHMEM baseline");
     app.add_flag("--no-nccl", no_nccl, "skip the NCCL baseline");
+    loom::bench::add_bytes_option(app, "--nvshmem-max", a.nvshmem_max,
+                                  "largest size timed with the NVSHMEM baseline (default 1G; with ranks sharing a GPU "
+                                  "its collectives run 40-1400x slower than Loom's at 64 MiB)");
     app.add_flag("--explain", a.explain, "print the automatic choice table");
     loom::bench::add_bytes_option(app, "--b2b-max", a.b2b_max,
                                   "sizes up to this (default 1M; 0: none) also get a back-to-back latency row");
@@ -258,8 +262,16 @@ Shape shape_of(CollKind k, std::size_t size, int W) {
     }
 }
 
+// Two private (not symmetric) device buffers for the shared-GPU copy reference; empty on distinct GPUs.
+struct CopyBuffers {
+    void* src = nullptr;
+    void* dst = nullptr;
+    std::size_t bytes = 0;
+};
+
 void bench_op(loom::World& w, const Args& args, const std::string& op, const loom::CollTopology& topo, Nvshmem& nv,
-              loom::bench::NcclBaseline& nccl, void* sin, void* sout, cudaStream_t stream, int argc, char** argv) {
+              loom::bench::NcclBaseline& nccl, const CopyBuffers& copy, void* sin, void* sout, cudaStream_t stream,
+              int argc, char** argv) {
     const CollKind k = kind_of(op);
     const int W = w.world_size(), me = w.rank();
     Report report(op, W, argc, argv);
@@ -280,7 +292,7 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
         // Baselines first (same buffers' sizes, same stream).
         json baselines = json::object();
         std::function<void(cudaStream_t)> nv_run, nccl_run;
-        if (nv.ok) {
+        if (nv.ok && sh.size <= args.nvshmem_max) {
             fill_bf16(nv.in, sh.in_count, me + 1, stream);
             loom::nvshmem::barrier_all();
             nv_run = [&](cudaStream_t s) {
@@ -334,6 +346,19 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
                                              s);
             };
             baselines["copy_engine_puts"] = loom::bench::time_op(run, stream, topts).median_us;
+        }
+        // With ranks sharing a GPU every byte of every op moves through that GPU's memory, the local chunk too (the
+        // puts above leave it out: at W = 2 it is half of an all_gather's writes). The reference there is a plain
+        // device-to-device copy on every rank at once that moves as many bytes (reads + writes) as the op must:
+        // each input byte read once and each output byte written once, so (in + out) / 2 bytes copied per rank.
+        if (topo.shared_gpu && ce_chunk > 0 && copy.src && sh.size >= MiB) {
+            const std::size_t n = (in_bytes + out_bytes) / 2;
+            LOOM_CHECK(n <= copy.bytes, "bench-collectives: copy reference of {} bytes exceeds its {}-byte buffers", n,
+                       copy.bytes);
+            auto run = [&](cudaStream_t s) {
+                LOOM_CHECK_CUDA(cudaMemcpyAsync(copy.dst, copy.src, n, cudaMemcpyDeviceToDevice, s));
+            };
+            baselines["copy_same_traffic"] = loom::bench::time_op(run, stream, topts).median_us;
         }
         const loom::CollChoice autoc = loom::choose_collective(k, sh.choice_bytes, topo);
         for (const Variant& v : variants(k)) {
@@ -405,6 +430,8 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
             for (auto& [bname, us] : baselines.items())
                 row["baseline_busBW_GBps"][bname] = loom::bench::gbps(double(sh.size), us.get<double>()) * factor;
             if (!nv.note.empty()) row["nvshmem_note"] = nv.note;
+            if (nv.ok && sh.size > args.nvshmem_max)
+                row["nvshmem_note"] = "NVSHMEM baseline not timed above --nvshmem-max " + human(args.nvshmem_max);
             if (!nccl.note().empty()) row["nccl_note"] = nccl.note();
             report.add_row(row);
             if (me == 0)
@@ -569,7 +596,18 @@ int main(int argc, char** argv) {
         if (w.rank() == 0 && !nv.note.empty()) std::printf("%s\n", nv.note.c_str());
         loom::bench::NcclBaseline nccl(w, args.nccl, topo.shared_gpu);
         if (w.rank() == 0 && !nccl.note().empty()) std::printf("%s\n", nccl.note().c_str());
-        for (const auto& op : args.ops) bench_op(w, args, op, topo, nv, nccl, sin, sout, stream, argc, argv);
+        CopyBuffers copy;
+        if (topo.shared_gpu) {
+            copy.bytes = buf;
+            LOOM_CHECK_CUDA(cudaMalloc(&copy.src, buf));
+            LOOM_CHECK_CUDA(cudaMalloc(&copy.dst, buf));
+            LOOM_CHECK_CUDA(cudaMemset(copy.src, 0x3c, buf));
+        }
+        for (const auto& op : args.ops) bench_op(w, args, op, topo, nv, nccl, copy, sin, sout, stream, argc, argv);
+        if (copy.src) {
+            LOOM_CHECK_CUDA(cudaFree(copy.dst));
+            LOOM_CHECK_CUDA(cudaFree(copy.src));
+        }
         if (nv.ok) {
             loom::nvshmem::free(nv.out);
             loom::nvshmem::free(nv.in);

@@ -129,20 +129,29 @@ void all_gather(World& world, BufferView in, BufferView out, cudaStream_t stream
     }
     coll::Launch l;
     l.header = "loom/kernels/all_gather.cuh";
-    l.name = c.algo == CollAlgo::Push   ? "loom::kernels::coll::all_gather_push"
-             : c.algo == CollAlgo::Pull ? "loom::kernels::coll::all_gather_pull"
-                                        : "loom::kernels::coll::all_gather_ring";
     LOOM_CHECK(c.algo == CollAlgo::Push || c.algo == CollAlgo::Pull || c.algo == CollAlgo::Ring,
                "{}: unknown algorithm {}", op, to_string(c.algo));
-    l.template_args = {"unsigned char", std::to_string(coll::path_arg(c.path))};
+    // Ranks sharing a GPU: push over ld/st reads each vector once for all destinations (every byte, the own chunk's
+    // too, goes through the one GPU's memory); on distinct GPUs the per-peer loop keeps NVLink stores first.
+    const bool fanout = c.algo == CollAlgo::Push && c.path == DataPath::LdSt && st.topo.shared_gpu;
+    if (fanout) {
+        l.name = "loom::kernels::coll::all_gather_push_fanout";
+        l.template_args = {std::to_string(W)};
+    } else {
+        l.name = c.algo == CollAlgo::Push   ? "loom::kernels::coll::all_gather_push"
+                 : c.algo == CollAlgo::Pull ? "loom::kernels::coll::all_gather_pull"
+                                            : "loom::kernels::coll::all_gather_ring";
+        l.template_args = {"unsigned char", std::to_string(coll::path_arg(c.path))};
+    }
     l.params = coll::base_params(st);
     l.params.in = in.data;
     l.params.out = out.data;
     l.params.count = B;  // moved as bytes
     if (c.path == DataPath::Tma) l.smem = coll::tma_staging(l.params);
+    if (fanout) l.params.flags |= kernels::coll::kFlagGridStride;
     // ~64 KiB per block per peer keeps enough bytes in flight; TMA needs fewer blocks (one thread drives each).
-    l.blocks = coll::pick_blocks(B, c.path == DataPath::Tma ? 512 * 1024 : 64 * 1024, c.path == DataPath::Tma ? 32 : 64,
-                                 opts, st);
+    l.blocks = coll::pick_blocks(B, c.path == DataPath::Tma ? 512 * 1024 : 64 * 1024,
+                                 c.path == DataPath::Tma ? 32 : coll::grid_stride_block_cap(st, 64, fanout), opts, st);
     coll::launch(world, st, key, l, stream);
 }
 

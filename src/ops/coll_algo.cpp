@@ -80,7 +80,10 @@ constexpr std::size_t KiB = 1024, MiB = 1024 * KiB, kAny = SIZE_MAX;
 // only to 64 KiB at W = 8 (256 KiB: 55 vs 41). AllReduce past 64 MiB on distinct GPUs (c1fb602): reduce_scatter
 // pull + copy-engine all_gather beats the one-kernel two-shot (1 GiB: 3061 vs 3434 us, NCCL 3262; 256 MiB: 796
 // vs 879; 64 MiB: a tie, 230 vs 232). The copy-engine reduce_scatter (scatter / ce) is offered but lost to pull at
-// every size (1 GiB: 1748 vs 1661 us), so no row picks it. Sizes are choose_collective's `bytes`.
+// every size (1 GiB: 1748 vs 1661 us), so no row picks it. Shared GPU, session 13 (16 MiB - 1 GiB, W = 2 / 4 / 8):
+// the fan-out push (all_gather_push_fanout, grid-strided) beats the copy engine at every size (W = 8, 1 GiB: 2810
+// vs 4431 us; W = 2 with half the rank's SMs as blocks, 1 GiB: 889 vs 1043). Sizes are choose_collective's
+// `bytes`.
 const std::vector<ChoiceRow>& choice_table() {
     static const std::vector<ChoiceRow> rows = {
         // AllGather (bytes per rank)
@@ -90,6 +93,8 @@ const std::vector<ChoiceRow>& choice_table() {
          "latency: flag-in-data, no barrier (measured)"},
         {CollKind::AllGather, 16 * MiB, GpuSharing::Distinct, CollAlgo::Ring, DataPath::LdSt,
          "one GPU per rank, two ranks: ring (measured)", 2},
+        {CollKind::AllGather, kAny, GpuSharing::Shared, CollAlgo::Push, DataPath::LdSt,
+         "ranks sharing a GPU: fan-out push, the input read once for every out (measured)"},
         {CollKind::AllGather, 8 * MiB, GpuSharing::Any, CollAlgo::Push, DataPath::LdSt, "one pass, all SMs' ld/st"},
         {CollKind::AllGather, kAny, GpuSharing::Any, CollAlgo::Push, DataPath::CopyEngine,
          "large: copy engine (one GPU per rank: 15 % of each chunk through SM stores beside it; measured)"},

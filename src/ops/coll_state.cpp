@@ -160,6 +160,12 @@ int pick_blocks(std::size_t work_bytes, std::size_t bytes_per_block, int cap, co
     return static_cast<int>(b < static_cast<std::size_t>(limit) ? b : limit);
 }
 
+int grid_stride_block_cap(const CollState& st, int cap, bool fanout) {
+    if (!st.topo.shared_gpu) return cap;
+    const int sms = std::max(st.num_sms, 1);
+    return std::min(fanout ? std::max(sms / 2, 16) : sms, kMaxBlocks);  // pick_blocks clamps to st.num_sms too
+}
+
 void setup_ll(Launch& l, const char* op, std::size_t chunk_bytes, const CollOptions& opts, const CollState& st) {
     using kernels::coll::kLLPacketsPerBlock;
     using kernels::coll::kMaxLLBlocks;

@@ -128,6 +128,13 @@ std::size_t tma_staging(kernels::coll::Params& p);
 int pick_blocks(std::size_t work_bytes, std::size_t bytes_per_block, int cap, const CollOptions& opts,
                 const CollState& st);
 
+// The block cap of a grid-strided kernel (kFlagGridStride) when ranks share a GPU, where st.num_sms is the rank's MPS
+// share of the SMs (loomrun gives each of W ranks 100 / W % of the threads: 66, 32 and 14 SMs at 2, 4 and 8 ranks
+// on an H200): one block per SM of the share for reduce_scatter's pull; half as many, at least 16, for the fan-out
+// all_gather push (fanout), whose writes are W times its reads. Measured on one H200 at 2, 4 and 8 ranks, 64 MiB -
+// 1 GiB (docs/collectives.md, session 13). `cap` where ranks do not share a GPU.
+int grid_stride_block_cap(const CollState& st, int cap, bool fanout);
+
 // The LL kernels of kernels/coll_ll.cuh: sets l.header, l.name ("loom::kernels::coll::<op>_ll"), grid, threads
 // and packets per block for chunks of `chunk_bytes` (see Params::count). Raises when a chunk is over the LL
 // area's capacity (ll_capacity_bytes()), naming the algorithms that fit.

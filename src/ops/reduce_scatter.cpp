@@ -99,8 +99,15 @@ void reduce_scatter(World& world, BufferView in, BufferView out, cudaStream_t st
     } else if (c.algo == CollAlgo::Pull) {
         coll::check_symmetric(op, "pull", "in", world, in);
         l.name = "loom::kernels::coll::reduce_scatter_pull";
+        // Ranks sharing a GPU: the grid sweeps the chunks together (kernels/coll_common.cuh: thread_share), with two
+        // vectors in flight per source and the world size compiled in (its pointers only in registers).
         l.template_args = {T, kop};
-        l.blocks = coll::pick_blocks(out.bytes() * W, 128 * 1024, 64, opts, st);
+        if (st.topo.shared_gpu) {
+            l.template_args.push_back(std::to_string(kernels::coll::kDepthGrid));
+            l.template_args.push_back(std::to_string(W));
+            l.params.flags |= kernels::coll::kFlagGridStride;
+        }
+        l.blocks = coll::pick_blocks(out.bytes() * W, 128 * 1024, coll::grid_stride_block_cap(st, 64, false), opts, st);
     } else if (c.algo == CollAlgo::Scatter) {
         LOOM_CHECK(out.data != my_chunk,
                    "{}: the scatter algorithm is not in-place (out == in + rank x out.count): use pull with a "

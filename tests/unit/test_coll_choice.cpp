@@ -17,10 +17,13 @@ void expect(const CollChoice& c, CollAlgo a, DataPath p) {
     EXPECT_EQ(c.path, p) << to_string(c.algo) << "/" << to_string(c.path) << " (" << c.reason << ")";
 }
 
-TEST(CollChoice, AllGatherLdStThenCopyEngineOnASharedGpu) {
+TEST(CollChoice, AllGatherFanOutPushOnASharedGpu) {
+    // Ranks sharing a GPU: the fan-out push (ld/st) at every size past LL.
     expect(choose_collective(CollKind::AllGather, 1 * MiB, shared(2)), CollAlgo::Push, DataPath::LdSt);
     expect(choose_collective(CollKind::AllGather, 8 * MiB, shared(8)), CollAlgo::Push, DataPath::LdSt);
-    expect(choose_collective(CollKind::AllGather, 32 * MiB, shared(2)), CollAlgo::Push, DataPath::CopyEngine);
+    expect(choose_collective(CollKind::AllGather, 512 * MiB, shared(2)), CollAlgo::Push, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllGather, 128 * MiB, shared(8)), CollAlgo::Push, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllGather, 256 * MiB, shared(4)), CollAlgo::Push, DataPath::LdSt);
     // One GPU per rank (two H200s over NVLink): ring at two ranks to 16 MiB per rank, ld/st to 8 MiB at more, the
     // copy engine (with an SM share) beyond.
     expect(choose_collective(CollKind::AllGather, 1 * MiB, distinct(2)), CollAlgo::Ring, DataPath::LdSt);

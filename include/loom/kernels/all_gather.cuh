@@ -8,7 +8,8 @@
 //                              waits for chunk (me - s - 1) from the previous one (out symmetric). Each link
 //                              carries one chunk per step.
 // kPath: kPathLdSt (every thread moves 16-byte vectors) or kPathTma (the block leader streams cp.async.bulk
-// through smem staging). The copy-engine path is host-side (src/ops/all_gather.cpp) around coll_barrier.
+// through smem staging). all_gather_push_fanout<kW> is push over ld/st for ranks sharing a GPU (the host picks it).
+// The copy-engine path is host-side (src/ops/all_gather.cpp) around coll_barrier.
 //
 // Block b moves bytes [lo, hi) of every rank's chunk (block_share), and synchronises with block b of the peers.
 // In-place: in == out + me * count (the own chunk is then not copied).
@@ -24,11 +25,11 @@ __global__ void __launch_bounds__(512) all_gather_push(Ctx ctx, Params p) {
     const int W = ctx.local_world, me = ctx.local_rank;
     const uint64_t B = p.count * sizeof(T);
     // p.round_elems != 0 (the copy-engine path's SM share): only the first round_elems bytes of each chunk move.
-    const Range r = block_share(p.round_elems != 0 ? p.round_elems : B, 16);
+    const uint64_t moved = p.round_elems != 0 ? p.round_elems : B;
     char* const mine = static_cast<char*>(p.out) + me * B;  // my chunk, in every rank's out
     const char* const src = static_cast<const char*>(p.in);
     barrier_peers(ctx, p.sync, sig_value(e, 1));  // peers' out is free (they entered this call)
-    if (r.size()) {
+    if (const Range r = block_share(moved, 16); r.size()) {
         with_path<kPath>(p, [&](const auto& path) {
             // Peers first, staggered (not every rank hits the same peer at once), the own chunk last: its local copy
             // then runs while the NVLink stores drain instead of delaying them.
@@ -40,6 +41,33 @@ __global__ void __launch_bounds__(512) all_gather_push(Ctx ctx, Params p) {
             lang::quiet(lang::block, ctx);
         });
     }
+    barrier_peers(ctx, p.sync, sig_value(e, 2));  // every peer's chunk has landed in my out
+}
+
+// Push for ranks sharing a GPU, where every byte, the own chunk's too, goes through the one GPU's memory: each
+// 16-byte vector of the input is loaded once and stored into every rank's out (copy_fanout), by a grid-strided
+// share (thread_share; the host sets kFlagGridStride); kW, the world size, is compiled in (only its destination
+// pointers live in registers). Moves bytes.
+template <int kW>
+__global__ void __launch_bounds__(512) all_gather_push_fanout(Ctx ctx, Params p) {
+    const uint64_t e = begin_call(p.sync);
+    const int me = ctx.local_rank;
+    const uint64_t B = p.count;
+    char* const mine = static_cast<char*>(p.out) + me * B;  // my chunk, in every rank's out
+    const char* const src = static_cast<const char*>(p.in);
+    barrier_peers(ctx, p.sync, sig_value(e, 1));  // peers' out is free (they entered this call)
+    const ThreadShare s = thread_share(p, B, 16);
+    if (s.r.size()) {
+        // Destination d is rank (me + 1 + d) % kW: the peers staggered, the own chunk last (left out in place).
+        char* dst[kMaxLocalPeers];
+#pragma unroll
+        for (int d = 0; d < kMaxLocalPeers; ++d)
+            dst[d] = d < kW ? static_cast<char*>(lang::symm_at(ctx, mine + s.r.lo, peer_rank(ctx, (me + 1 + d) % kW)))
+                            : nullptr;
+        // Four vectors in flight per thread; two past four destinations, whose pointers need the registers.
+        copy_fanout<kW <= 4 ? 4 : 2>(src + s.r.lo, dst, src == mine ? kW - 1 : kW, s.r.size(), s.tid, s.nt);
+    }
+    lang::quiet(lang::block, ctx);
     barrier_peers(ctx, p.sync, sig_value(e, 2));  // every peer's chunk has landed in my out
 }
 

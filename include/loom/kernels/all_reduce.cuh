@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(512) all_reduce_two_shot(Ctx ctx, Params p) {
             src[q] = lang::symm_at(ctx, static_cast<const T*>(p.in), g) + lo + r.lo;
             dst[q] = lang::symm_at(ctx, static_cast<T*>(p.out), g) + lo + r.lo;
         }
-        reduce_multi<T, kOp, true>(src, W, dst, W, r.size());
+        reduce_multi<T, kOp, kDepthDeep>(src, W, dst, W, r.size());
     }
     barrier_peers(ctx, p.sync, sig_value(e, 2));  // every shard has landed everywhere; inputs are read
 }

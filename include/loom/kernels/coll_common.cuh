@@ -81,6 +81,22 @@ LOOM_DEVICE LOOM_FORCEINLINE Range block_share(uint64_t n, uint64_t align) {
     return Range{lo, hi};
 }
 
+// The items a thread handles: [r.lo, r.hi) from r.lo + tid in steps of nt. By default the block's contiguous share
+// (block_share) over the block's threads. With kFlagGridStride every thread of the grid steps over the whole range
+// together, so the grid sweeps memory as one window: one H200 streams a 1 -> 8 fan-out copy at 3.6 TB/s that way,
+// against 2.4-2.6 TB/s for one or two blocks per SM each streaming a contiguous slice (bench/probes/hbm_fanout.cu;
+// at 1056 blocks the two layouts tie).
+// Any partition suits the kernels that take it: their barriers pair block b with block b of each peer, and a
+// launch completes only when all its blocks have passed them.
+struct ThreadShare {
+    Range r;
+    uint32_t tid, nt;
+};
+LOOM_DEVICE LOOM_FORCEINLINE ThreadShare thread_share(const Params& p, uint64_t n, uint64_t align) {
+    if (p.flags & kFlagGridStride) return {Range{0, n}, blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x};
+    return {block_share(n, align), threadIdx.x, blockDim.x};
+}
+
 // Block b's share of one round of a scratch loop: its share of a full round of C elements, clipped to the n
 // elements of this round. Block b must own the same scratch addresses in every round, the last (shorter) one
 // included: the barrier that frees a round's scratch is per block (block b with block b of each peer), so a
@@ -192,13 +208,14 @@ LOOM_DEVICE LOOM_FORCEINLINE void reduce_vectors(const T* const (&src)[kMaxLocal
 }
 
 // dst[d][i] = op over s of src[s][i], i in [0, n), for d < ndst and s < nsrc (1 <= nsrc, ndst <= kMaxLocalPeers),
-// accumulated in fp32 in source order 0, 1, ... (the same order on every rank). Every thread of the block calls
-// it with the same arguments; thread t handles vectors t, t + blockDim.x, ...; each element is read from all
+// accumulated in fp32 in source order 0, 1, ... (the same order on every rank). Threads tid of nt (the block's
+// threads by default, or a thread_share) call it with the same arguments; thread t handles vectors t, t + nt, ...;
+// each element is read from all
 // sources and written to all destinations by the same thread, so a destination may alias a source element by
 // element (in-place). 16-byte vectors when every pointer is 16-byte aligned, scalars otherwise and for the tail.
-template <class T, int kOp, bool kDeep = false>
+template <class T, int kOp, int kDepth = kDepthOne>
 LOOM_DEVICE inline void reduce_multi(const T* const (&src)[kMaxLocalPeers], int nsrc, T* const (&dst)[kMaxLocalPeers],
-                                     int ndst, uint64_t n) {
+                                     int ndst, uint64_t n, uint32_t tid = threadIdx.x, uint32_t nt = blockDim.x) {
     constexpr int E = kVec<T>;
     uint64_t mis = 0;
 #pragma unroll
@@ -208,11 +225,16 @@ LOOM_DEVICE inline void reduce_multi(const T* const (&src)[kMaxLocalPeers], int 
     for (int d = 0; d < kMaxLocalPeers; ++d)
         if (d < ndst) mis |= reinterpret_cast<uint64_t>(dst[d]);
     const uint64_t nv = (mis & 15) == 0 ? n / E : 0;
-    const uint32_t tid = threadIdx.x, nt = blockDim.x;
-    // kDeep: 8 vectors in flight per thread whatever the source count (2 sources x 4 iterations, 4 x 2, or 8 x 1),
-    // for kernels that read peers over NVLink (pull); otherwise one vector per source (fewer registers).
-    if (!kDeep) {
+    // kDepthDeep: 8 vectors in flight per thread (2 sources x 4 iterations, 4 x 2, or 8 x 1).
+    if constexpr (kDepth == kDepthOne) {
         reduce_vectors<T, kOp, kMaxLocalPeers, 1>(src, nsrc, dst, ndst, nv, tid, nt);
+    } else if constexpr (kDepth == kDepthGrid) {
+        if (nsrc <= 2)
+            reduce_vectors<T, kOp, 2, 2>(src, nsrc, dst, ndst, nv, tid, nt);
+        else if (nsrc <= 4)
+            reduce_vectors<T, kOp, 4, 2>(src, nsrc, dst, ndst, nv, tid, nt);
+        else
+            reduce_vectors<T, kOp, kMaxLocalPeers, 1>(src, nsrc, dst, ndst, nv, tid, nt);
     } else if (nsrc <= 2) {
         reduce_vectors<T, kOp, 2, 4>(src, nsrc, dst, ndst, nv, tid, nt);
     } else if (nsrc <= 4) {
@@ -229,6 +251,44 @@ LOOM_DEVICE inline void reduce_multi(const T* const (&src)[kMaxLocalPeers], int 
 #pragma unroll
         for (int d = 0; d < kMaxLocalPeers; ++d)
             if (d < ndst) dst[d][i] = r;
+    }
+}
+
+// dst[d][0, bytes) = src[0, bytes) for d < ndst: each 16-byte vector is loaded once (kU in flight per thread) and
+// stored to every destination in order d = 0, 1, ... Threads tid of nt (a thread_share) call it with the same
+// arguments; 16-byte vectors when src and every destination are 16-byte aligned, bytes otherwise and for the tail.
+template <int kU>
+LOOM_DEVICE inline void copy_fanout(const char* src, char* const (&dst)[kMaxLocalPeers], int ndst, uint64_t bytes,
+                                    uint32_t tid, uint32_t nt) {
+    uint64_t mis = reinterpret_cast<uint64_t>(src);
+#pragma unroll
+    for (int d = 0; d < kMaxLocalPeers; ++d)
+        if (d < ndst) mis |= reinterpret_cast<uint64_t>(dst[d]);
+    const uint64_t nv = (mis & 15) == 0 ? bytes / 16 : 0;
+    const uint4* const vs = reinterpret_cast<const uint4*>(src);
+    uint64_t i = tid;
+    for (; i + (kU - 1) * nt < nv; i += kU * nt) {
+        uint4 v[kU];
+#pragma unroll
+        for (int u = 0; u < kU; ++u) v[u] = ptx::ld_v4_na(vs + i + u * nt);
+#pragma unroll
+        for (int d = 0; d < kMaxLocalPeers; ++d)
+            if (d < ndst) {
+#pragma unroll
+                for (int u = 0; u < kU; ++u) ptx::st_v4(reinterpret_cast<uint4*>(dst[d]) + i + u * nt, v[u]);
+            }
+    }
+    for (; i < nv; i += nt) {
+        const uint4 v = ptx::ld_v4_na(vs + i);
+#pragma unroll
+        for (int d = 0; d < kMaxLocalPeers; ++d)
+            if (d < ndst) ptx::st_v4(reinterpret_cast<uint4*>(dst[d]) + i, v);
+    }
+    for (uint64_t k = nv * 16 + tid; k < bytes; k += nt) {
+        const char c = src[k];
+#pragma unroll
+        for (int d = 0; d < kMaxLocalPeers; ++d)
+            if (d < ndst) dst[d][k] = c;
     }
 }
 

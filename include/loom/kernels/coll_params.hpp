@@ -18,6 +18,15 @@ inline constexpr int kLLPacketsPerBlock = 512;
 
 enum : int { kPathLdSt = 0, kPathTma = 1 };
 enum : int { kOpSum = 0, kOpMax = 1 };
+// Params::flags. kFlagGridStride: the kernel's threads share its range grid-wide (thread_share in coll_common.cuh)
+// instead of a contiguous range per block; the host sets it for the memory-bound kernels when ranks share a GPU.
+enum : uint32_t { kFlagGridStride = 1u };
+// Vectors in flight per thread in reduce_multi (coll_common.cuh): kDepthOne, one per source (fewest registers);
+// kDepthDeep, 8 whatever the source count, for kernels reading peers over NVLink; kDepthGrid, two per source up to 4
+// sources (one beyond), for grid-strided kernels with ranks sharing a GPU (a grid-strided 2 -> 1 and 8 -> 1 sum on
+// one H200 streamed 3.2 TB/s at one 512-thread block per SM with two per source, 2.5 with four, and 3.7 at two
+// blocks per SM: bench/probes/hbm_fanout.cu).
+enum : int { kDepthOne = 0, kDepthDeep = 1, kDepthGrid = 2 };
 
 // Per-rank synchronisation state in the symmetric heap, zeroed once when the World's collective state is
 // created and never reset afterwards.
@@ -49,7 +58,7 @@ struct Params {
     uint32_t stage_bytes;         // TMA staging: bytes per stage
     uint32_t stages;              // TMA staging: stages
     uint32_t ll_packets;          // LL: packets per block
-    uint32_t pad;
+    uint32_t flags;               // kFlag* bits
 };
 
 }  // namespace loom::kernels::coll

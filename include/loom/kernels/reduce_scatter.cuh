@@ -1,8 +1,11 @@
 // ReduceScatter over the node's symmetric heap: out[i] = op over ranks r of in_r[me * count + i], fp32
 // accumulation for 16-bit types, sources combined in rank order 0, 1, ... on every rank.
 //
-//   reduce_scatter_pull<T, kOp>          each rank reads its chunk from every peer's in (in symmetric) and
+//   reduce_scatter_pull<T, kOp, kDepth>  each rank reads its chunk from every peer's in (in symmetric) and
 //                                        reduces in registers: one pass, no scratch (NCCL's symmetric RS).
+//                                        kDepth: reduce_multi's vectors in flight (kDepthGrid with ranks
+//                                        sharing a GPU, where the grid strides: thread_share); kW > 0: the
+//                                        world size at compile time (only its pointers live in registers).
 //   reduce_scatter_scatter<T, kOp, kPath> scatter then local reduce: each rank pushes chunk j of its input into
 //                                        slot `me` of rank j's scratch, then reduces its W slots locally. Any in
 //                                        (not symmetric); large counts go through scratch in rounds of
@@ -29,21 +32,21 @@
 
 namespace loom::kernels::coll {
 
-template <class T, int kOp>
+template <class T, int kOp, int kDepth = kDepthDeep, int kW = 0>
 __global__ void __launch_bounds__(512) reduce_scatter_pull(Ctx ctx, Params p) {
     const uint64_t e = begin_call(p.sync);
-    const int W = ctx.local_world, me = ctx.local_rank;
-    const Range r = block_share(p.count, kVec<T>);
+    const int W = kW > 0 ? kW : ctx.local_world, me = ctx.local_rank;
+    const ThreadShare s = thread_share(p, p.count, kVec<T>);
     const T* const in = static_cast<const T*>(p.in);
     barrier_peers(ctx, p.sync, sig_value(e, 1));  // peers' inputs are written
-    if (r.size()) {
+    if (s.r.size()) {
         const T* src[kMaxLocalPeers];
         T* dst[kMaxLocalPeers];
         for (int q = 0; q < kMaxLocalPeers; ++q) {
-            src[q] = q < W ? lang::symm_at(ctx, in, peer_rank(ctx, q)) + me * p.count + r.lo : nullptr;
-            dst[q] = static_cast<T*>(p.out) + r.lo;
+            src[q] = q < W ? lang::symm_at(ctx, in, peer_rank(ctx, q)) + me * p.count + s.r.lo : nullptr;
+            dst[q] = static_cast<T*>(p.out) + s.r.lo;
         }
-        reduce_multi<T, kOp, true>(src, W, dst, 1, r.size());
+        reduce_multi<T, kOp, kDepth>(src, W, dst, 1, s.r.size(), s.tid, s.nt);
     }
     barrier_peers(ctx, p.sync, sig_value(e, 2));  // every peer has read my input
 }
