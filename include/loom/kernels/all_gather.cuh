@@ -47,9 +47,10 @@ __global__ void __launch_bounds__(512) all_gather_push(Ctx ctx, Params p) {
 // Push for ranks sharing a GPU, where every byte, the own chunk's too, goes through the one GPU's memory: each
 // 16-byte vector of the input is loaded once and stored into every rank's out (copy_fanout), by a grid-strided
 // share (thread_share; the host sets kFlagGridStride); kW, the world size, is compiled in (only its destination
-// pointers live in registers). Moves bytes.
+// pointers live in registers). Moves bytes. Compiled for two blocks per SM (64 registers), as measured (the host
+// launches at most one per SM).
 template <int kW>
-__global__ void __launch_bounds__(512) all_gather_push_fanout(Ctx ctx, Params p) {
+__global__ void __launch_bounds__(512, 2) all_gather_push_fanout(Ctx ctx, Params p) {
     const uint64_t e = begin_call(p.sync);
     const int me = ctx.local_rank;
     const uint64_t B = p.count;
