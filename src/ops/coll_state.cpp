@@ -1,6 +1,8 @@
 #include "ops/coll_state.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -60,6 +62,18 @@ std::unique_ptr<CollState> create(World& world) {
 
     st->topo = collective_topology(world);
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&st->num_sms, cudaDevAttrMultiProcessorCount, world.device()));
+    if (st->topo.shared_gpu) {
+        const char* pct = std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+        const int budget = shared_gpu_sm_budget(st->num_sms, st->topo.ranks_per_gpu, pct);
+        if (budget != st->num_sms && world.rank() == 0)
+            std::fprintf(stderr,
+                         "loom: warning: %d ranks share a GPU without an MPS share each "
+                         "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s): the collectives keep to %d of the %d SMs per rank, "
+                         "but their kernels can still wait for peers that do not get to run (seen at 8 ranks); give "
+                         "each rank 100 / ranks %% (loomrun does)\n",
+                         st->topo.ranks_per_gpu, pct ? pct : "unset", budget, st->num_sms);
+        st->num_sms = budget;
+    }
     world.barrier("loom/coll/state");  // every rank's state is zeroed before any peer signals into it
     return st;
 }
@@ -158,6 +172,13 @@ int pick_blocks(std::size_t work_bytes, std::size_t bytes_per_block, int cap, co
     if (limit > kMaxBlocks) limit = kMaxBlocks;
     if (limit > st.num_sms && st.num_sms > 0) limit = st.num_sms;
     return static_cast<int>(b < static_cast<std::size_t>(limit) ? b : limit);
+}
+
+int shared_gpu_sm_budget(int attr_sms, int ranks_per_gpu, const char* mps_percentage) {
+    const int ranks = std::max(ranks_per_gpu, 1);
+    const long long pct = mps_percentage && *mps_percentage ? std::atoll(mps_percentage) : 0;
+    if (pct > 0 && pct * ranks <= 100) return attr_sms;  // a share per rank: the attribute already is the share
+    return std::max(1, attr_sms / ranks);
 }
 
 int grid_stride_block_cap(const CollState& st, int cap, bool fanout) {
@@ -289,7 +310,10 @@ loom::CollTopology loom::collective_topology(World& world) {
     const auto all = world.store().all_gather("loom/coll/busid", Bytes(mine.begin(), mine.end()));
     CollTopology t{world.world_size(), false, jit::current_arch()};
     for (int r = 0; r < world.world_size(); ++r)
-        if (r != world.rank() && std::string(all[r].begin(), all[r].end()) == mine) t.shared_gpu = true;
+        if (r != world.rank() && std::string(all[r].begin(), all[r].end()) == mine) {
+            t.shared_gpu = true;
+            ++t.ranks_per_gpu;
+        }
     return t;
 }
 

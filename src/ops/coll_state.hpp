@@ -58,7 +58,8 @@ struct CollState {
     char* ll = nullptr;                        // symmetric LL area
     std::size_t ll_bytes = 0;
     CollTopology topo;
-    int num_sms = 0;  // SMs of the device
+    int num_sms =
+        0;  // SMs the collectives may use: the device attribute (the rank's MPS share), or shared_gpu_sm_budget
     // Launches resolved by earlier calls (launch_cached): the host cost of a repeated call is one lookup and the
     // kernel launch, which is most of a small collective's latency. Bounded: cleared past kMaxPlans entries.
     std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
@@ -127,6 +128,15 @@ std::size_t tma_staging(kernels::coll::Params& p);
 // Blocks for `work_bytes` of traffic per block-share: at least 1, at most `cap` and the num_sms budget.
 int pick_blocks(std::size_t work_bytes, std::size_t bytes_per_block, int cap, const CollOptions& opts,
                 const CollState& st);
+
+// SMs one rank's collectives may use when ranks share a GPU. The ranks' barrier kernels run at once, and a block
+// that waits for a peer block which has no SM to start on waits forever (seen: reduce_scatter at 4 and 8 ranks with
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100 for every rank). With an MPS share per rank (mps_percentage x ranks <= 100,
+// as loomrun sets it) the device attribute already is the rank's share: attr_sms. Otherwise (unset, or shares past
+// 100 %) attr_sms / ranks_per_gpu, at least 1, so that one block per SM of every rank fits the GPU at once. That
+// ended the reduce_scatter deadlock (8 ranks at 100 %: all_gather and reduce_scatter 16 MiB - 1 GiB ran), but the LL
+// kernels still timed out there (Collectives.* at 8 ranks): an MPS share per rank remains required.
+int shared_gpu_sm_budget(int attr_sms, int ranks_per_gpu, const char* mps_percentage);
 
 // The block cap of a grid-strided kernel (kFlagGridStride) when ranks share a GPU, where st.num_sms is the rank's MPS
 // share of the SMs (loomrun gives each of W ranks 100 / W % of the threads: 66, 32 and 14 SMs at 2, 4 and 8 ranks

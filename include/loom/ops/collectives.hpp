@@ -76,6 +76,7 @@ struct CollTopology {
     int world = 1;
     bool shared_gpu = false;  // ranks share one GPU (MPS)
     int arch = 90;
+    int ranks_per_gpu = 1;  // ranks on this rank's GPU, itself included
 };
 // This world's topology as the choice sees it (collective: every rank calls it; the ops compute it once per World).
 CollTopology collective_topology(World& world);
