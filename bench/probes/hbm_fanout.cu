@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "loom/ptx/memory.cuh"
+
 #define CK(x)                                                                              \
     do {                                                                                   \
         cudaError_t e_ = (x);                                                              \
@@ -26,25 +28,18 @@ struct Dsts {
     uint4* p[kMaxDst];
 };
 
-__device__ __forceinline__ uint4 ld_na(const uint4* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
+// Loads as ptx::ld_v4_nc (ld.global.nc.L1::no_allocate); stores plain (kHint 0, ptx::st_v4), evict-first .cs (1, the
+// one hint Loom's wrappers do not have), or L1::no_allocate (2, ptx::st_v4_na).
+__device__ __forceinline__ uint4 ld_na(const uint4* p) { return loom::ptx::ld_v4_nc(p); }
 template <int kHint>
 __device__ __forceinline__ void st(uint4* p, uint4 v) {
     if constexpr (kHint == 0)
-        asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                     : "memory");
+        loom::ptx::st_v4(p, v);
     else if constexpr (kHint == 1)
         asm volatile("st.global.cs.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                      : "memory");
     else
-        asm volatile("st.global.L1::no_allocate.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
-                     "r"(v.w)
-                     : "memory");
+        loom::ptx::st_v4_na(p, v);
 }
 
 // Fan-out: vectors [0, nv) of src to ndst destinations, kU loads in flight per thread. Grid-stride when kContig = 0;
