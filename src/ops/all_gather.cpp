@@ -149,9 +149,10 @@ void all_gather(World& world, BufferView in, BufferView out, cudaStream_t stream
     l.params.count = B;  // moved as bytes
     if (c.path == DataPath::Tma) l.smem = coll::tma_staging(l.params);
     if (fanout) l.params.flags |= kernels::coll::kFlagGridStride;
-    // ~64 KiB per block per peer keeps enough bytes in flight; TMA needs fewer blocks (one thread drives each).
-    l.blocks = coll::pick_blocks(B, c.path == DataPath::Tma ? 512 * 1024 : 64 * 1024,
-                                 c.path == DataPath::Tma ? 32 : coll::grid_stride_block_cap(st, 64, fanout), opts, st);
+    // ~64 KiB per block per peer keeps enough bytes in flight; TMA needs fewer blocks (one thread drives each); the
+    // grid-strided fan-out takes its cap from the rank's SM share.
+    const int cap = c.path == DataPath::Tma ? 32 : fanout ? coll::grid_stride_block_cap(st, 64, true) : 64;
+    l.blocks = coll::pick_blocks(B, c.path == DataPath::Tma ? 512 * 1024 : 64 * 1024, cap, opts, st);
     coll::launch(world, st, key, l, stream);
 }
 
