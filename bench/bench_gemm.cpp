@@ -72,20 +72,36 @@ std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int 
             push("heuristic_tail2", c);
         }
     }
-    auto add = [&](int bn, int stages, int group_m) {
+    auto add = [&](int bm, int bn, int stages, int group_m, int splits) {
         loom::GemmConfig c = heur;
-        c.block_m = 128;
+        c.block_m = bm;
         c.block_n = bn;
         c.stages = stages;
         c.cluster_m = cluster;
         c.group_m = group_m;
-        c.tail_splits = 1;  // the BLOCK_N / stage / group alternatives run every tile whole
+        c.tail_splits = 1;
         c.grid = static_cast<int>(loom::gemm_sm90_grid(s.m, s.n, c, sms));
-        push(fmt::format("bn{}_st{}_c{}_g{}", bn, stages, cluster, group_m), c);
+        if (splits != 1) {  // 0: the automatic split, n: n splits
+            const auto plan = loom::gemm_tail_plan(s.m, s.n, s.k, c, c.grid, splits);
+            if (plan.splits < 2) return;
+            c.tail_splits = plan.splits;
+        }
+        push(fmt::format("bm{}_bn{}_st{}_c{}_g{}{}", bm, bn, stages, cluster, group_m,
+                         c.tail_splits > 1 ? fmt::format("_tail{}", c.tail_splits) : ""),
+             c);
     };
-    for (int bn : {256, 224, 192, 160, 128}) add(bn, max_stages(128, bn), heur.group_m);
-    add(256, 3, heur.group_m);
-    add(heur.block_n, max_stages(128, heur.block_n), 16);
+    // The BLOCK_N / stage / group alternatives run every tile whole.
+    for (int bn : {256, 240, 224, 208, 192, 176, 160, 144, 128}) add(128, bn, max_stages(128, bn), heur.group_m, 1);
+    add(128, 256, 3, heur.group_m, 1);
+    add(128, heur.block_n, max_stages(128, heur.block_n), 16, 1);
+    // 192-row tiles (three consumer warpgroups; BLOCK_N <= kGemmMaxBlockN192 under their 128-register cap),
+    // single-CTA only, whole and with the automatic split tail.
+    if (cluster == 1 && s.m > 128) {
+        for (int bn : {176, 160, 144, 128}) {
+            add(192, bn, max_stages(192, bn), heur.group_m, 1);
+            add(192, bn, max_stages(192, bn), heur.group_m, 0);
+        }
+    }
     return v;
 }
 

@@ -15,13 +15,26 @@ namespace loom {
 namespace {
 
 // Measured on H200 (docs/gemm.md): relative throughput of a 128 x BLOCK_N tile, 4-6 stages, K >= 1024.
-double block_n_efficiency(int bn) {
-    if (bn >= 256) return 1.0;
-    if (bn >= 224) return 0.93;
-    if (bn >= 192) return 0.88;
-    if (bn >= 176) return 0.85;
-    if (bn >= 128) return 0.80;
-    return 0.80 - 0.15 * (128 - bn) / 64.0;  // narrower tiles: more smem traffic per flop
+// How efficiently a BLOCK_M x BLOCK_N tile runs, relative to 128 x 256 (1.0), for the heuristic's cost model.
+// 128- and 192-row tiles: fitted to bench-gemm --sweep on the H200 (docs/gemm.md "Session 14": every config of the
+// 13 shapes, log(ratio to cuBLASLt) = shape + tile class, waves counted whole), after the partial-slab TMA epilogue
+// gave BLOCK_N 176 / 208 / 224 / 240 the TMA stores. 64-row tiles (M <= 64): the earlier per-BLOCK_N table.
+double tile_efficiency(int bm, int bn) {
+    struct Point {
+        int bn;
+        double eff;
+    };
+    static constexpr Point k64[] = {{256, 1.0}, {224, 0.93}, {192, 0.88}, {176, 0.85}, {128, 0.80}};
+    static constexpr Point k128[] = {{256, 1.0},  {240, 0.975}, {224, 0.98}, {208, 0.975}, {192, 0.978},
+                                     {176, 0.95}, {160, 0.951}, {144, 0.93}, {128, 0.915}};
+    static constexpr Point k192[] = {{176, 0.988}, {160, 0.982}, {144, 0.965}, {128, 0.952}};
+    auto lookup = [bn](const auto& table) {
+        for (const Point& p : table)
+            if (bn >= p.bn) return p.eff;
+        const Point& last = table[std::size(table) - 1];
+        return last.eff - 0.15 * (last.bn - bn) / 64.0;  // narrower tiles: more smem traffic per flop
+    };
+    return bm <= 64 ? lookup(k64) : bm <= 128 ? lookup(k128) : lookup(k192);
 }
 
 struct DeviceInfo {
@@ -125,7 +138,8 @@ GemmTailPlan gemm_tail_plan(int64_t m, int64_t n, int64_t k, const GemmConfig& c
     return p;
 }
 
-GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, int num_sms, bool split_tail) {
+GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, int num_sms, bool split_tail,
+                          int max_block_m) {
     GemmConfig cfg;
     if (arch < 90) {
         cfg.sm80 = true;
@@ -144,41 +158,49 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
     const int64_t forced_splits = env_int("LOOM_GEMM_TAIL_SPLITS", -1);
     const bool may_split = split_tail && cfg.cluster_m == 1 && forced_splits != 0 && forced_splits != 1;
     const int requested = forced_splits >= 2 ? static_cast<int>(std::min<int64_t>(forced_splits, kMaxTailSplits)) : 0;
-    const int64_t num_m = ceil_div(m, cfg.block_m);
+    // 192-row tiles compete with the 128-row ones (single-CTA tiles, BLOCK_N <= kGemmMaxBlockN192).
+    std::vector<int> block_ms = {cfg.block_m};
+    if (m > 128 && max_block_m >= 192 && cfg.cluster_m == 1) block_ms.push_back(192);
     // every_sm: plan the split tail on every SM rather than on the persistent grid, min(tiles, SMs), which leaves a
     // GEMM with fewer tiles than SMs no tail to split; on every SM its one partial wave is the tail, split along K
     // over more CTAs than there are tiles.
     auto choose = [&](bool every_sm) {
         GemmConfig c = cfg;
         double best = 1e300;
-        for (int bn = 256; bn >= 64; bn -= 16) {
-            if (b_kn && bn % 64 != 0) continue;
-            const int64_t tiles = num_m * ceil_div(n, bn);
-            // Waves of the persistent grid; a split tail's last wave costs 1 / s of a tile per split (more when
-            // forced splits outnumber the grid) plus the fix-up.
-            double waves = static_cast<double>(ceil_div(tiles, num_sms));
-            if (may_split) {
-                GemmConfig t = c;
-                t.block_n = bn;
-                const int64_t grid = every_sm ? num_sms : std::min<int64_t>(tiles, num_sms);
-                const GemmTailPlan p = gemm_tail_plan(m, n, k, t, grid, requested);
-                if (p.splits >= 2)
-                    waves = static_cast<double>(p.dp_tiles / grid) +
-                            static_cast<double>(ceil_div(p.tail_tiles * p.splits, grid)) / p.splits +
-                            kGemmTailFixupCost;
-            }
-            // Columns each SM sweeps, scaled by how efficiently a tile of that width runs; ties go to wider tiles.
-            const double cost = waves * bn / block_n_efficiency(bn);
-            if (cost < best * (1 - 1e-9)) {
-                best = cost;
-                c.block_n = bn;
+        for (const int bm : block_ms) {
+            const int64_t num_m = ceil_div(m, bm);
+            for (int bn = bm == 192 ? kGemmMaxBlockN192 : 256; bn >= 64; bn -= 16) {
+                if (b_kn && bn % 64 != 0) continue;
+                const int64_t tiles = num_m * ceil_div(n, bn);
+                // Waves of the persistent grid; a split tail's last wave costs 1 / s of a tile per split (more when
+                // forced splits outnumber the grid) plus the fix-up.
+                double waves = static_cast<double>(ceil_div(tiles, num_sms));
+                if (may_split) {
+                    GemmConfig t = c;
+                    t.block_m = bm;
+                    t.block_n = bn;
+                    const int64_t grid = every_sm ? num_sms : std::min<int64_t>(tiles, num_sms);
+                    const GemmTailPlan p = gemm_tail_plan(m, n, k, t, grid, requested);
+                    if (p.splits >= 2)
+                        waves = static_cast<double>(p.dp_tiles / grid) +
+                                static_cast<double>(ceil_div(p.tail_tiles * p.splits, grid)) / p.splits +
+                                kGemmTailFixupCost;
+                }
+                // The area each SM sweeps, scaled by how efficiently a tile of that size runs; ties go to the
+                // tiles tried first (128 rows, wider).
+                const double cost = waves * bm * bn / tile_efficiency(bm, bn);
+                if (cost < best * (1 - 1e-9)) {
+                    best = cost;
+                    c.block_m = bm;
+                    c.block_n = bn;
+                }
             }
         }
         c.stages = std::min(kernels::gemm_sm90_max_stages(c.block_m, c.block_n), 6);
         // Keep the CTAs that run together close to square in L2: group_m M-blocks x (num_sms / group_m) N-blocks.
         c.group_m = static_cast<int>(std::clamp<int64_t>(
             static_cast<int64_t>(std::lround(std::sqrt(num_sms * static_cast<double>(c.block_n) / c.block_m))), 1,
-            std::max<int64_t>(num_m, 1)));
+            std::max<int64_t>(ceil_div(m, c.block_m), 1)));
         if (const int64_t forced = env_int("LOOM_GEMM_GROUP_M", 0); forced > 0) c.group_m = static_cast<int>(forced);
         if (c.cluster_m > 1) c.group_m = std::max(c.cluster_m, c.group_m / c.cluster_m * c.cluster_m);
         c.grid = static_cast<int>(gemm_sm90_grid(m, n, c, num_sms));
@@ -208,9 +230,16 @@ int64_t gemm_sm90_grid(int64_t m, int64_t n, const GemmConfig& cfg, int num_sms)
 
 void gemm_validate_config(const GemmConfig& c, bool b_kn) {
     if (c.sm80) return;
-    LOOM_CHECK(c.block_m == 64 || c.block_m == 128, "gemm config: expected block_m 64 or 128, given {}", c.block_m);
+    LOOM_CHECK(c.block_m == 64 || c.block_m == 128 || c.block_m == 192,
+               "gemm config: expected block_m 64, 128 or 192, given {}", c.block_m);
     LOOM_CHECK(c.block_n % 16 == 0 && c.block_n >= 16 && c.block_n <= 256,
                "gemm config: expected block_n a multiple of 16 in [16, 256], given {}", c.block_n);
+    // Three consumer warpgroups compile under a 128-register cap (512 threads): wgmma n208 and wider needs more.
+    LOOM_CHECK(c.block_m != 192 || c.block_n <= kGemmMaxBlockN192,
+               "gemm config: block_m 192 expects block_n <= {} (the 128 registers of a 512-thread CTA), given {}",
+               kGemmMaxBlockN192, c.block_n);
+    LOOM_CHECK(c.block_m != 192 || c.cluster_m == 1, "gemm config: block_m 192 expects cluster_m 1, given {}",
+               c.cluster_m);
     LOOM_CHECK(!b_kn || c.block_n % 64 == 0, "gemm config: B as [K, N] needs block_n a multiple of 64, given {}",
                c.block_n);
     LOOM_CHECK(c.block_k == kernels::kGemmBlockK, "gemm config: expected block_k {}, given {}", kernels::kGemmBlockK,
@@ -273,7 +302,7 @@ bool gemm_plain_epilogue(const GemmConfig& cfg, DType out) {
     // 16-bit outputs only: what it saves is the stmatrix staging; with fp32 out (pair stores either way) the hooked
     // GEMMs' register allocation spilled without the arithmetic and did not with it.
     return !cfg.sm80 && cfg.tma_store && dtype_size(out) == 2 &&
-           cfg.block_n % kernels::gemm_store_box_cols(static_cast<int>(dtype_size(out))) == 0;
+           cfg.block_n >= kernels::gemm_store_box_cols(static_cast<int>(dtype_size(out)));
 }
 
 std::optional<DType> gemm_kernel_bias(const GemmConfig& cfg, DType out, const GemmOptions& opts) {

@@ -268,6 +268,28 @@ TEST_F(Gemm, ExplicitConfigs) {
         EXPECT_LT(loom::test::calc_diff(ed, gd), 1e-5);
     }
 }
+// 192-row tiles (three consumer warpgroups, one staging buffer per warp) and BLOCK_N that is not a multiple of the
+// 128-byte store slab (the last slab overlaps the one before it), every element against the fp64 reference: M / N / K
+// tails, alpha = 1 without bias (stmatrix staging) and the affine epilogue, fp32 out (32-column slabs), both B layouts,
+// the split tail.
+TEST_F(Gemm, ThreeConsumersAndPartialSlabs) {
+    // Fields: m, n, k, in, out, b_kn, bias, beta, sm80, tail_splits, grid, block_m, block_n[, alpha].
+    run_case({1000, 1000, 1000, DType::BF16, DType::BF16, false, false, 0.f, false, 1, 0, 192, 160}, 130);
+    run_case({777, 1048, 520, DType::BF16, DType::BF16, false, false, 0.f, false, 1, 0, 192, 176, 1.f}, 131);
+    run_case({777, 1048, 520, DType::BF16, DType::F32, false, true, 0.f, false, 1, 0, 192, 176}, 132);
+    run_case({400, 520, 328, DType::F16, DType::F16, true, true, 0.f, false, 1, 0, 192, 128}, 133);
+    run_case({600, 1376, 1032, DType::BF16, DType::BF16, false, false, 0.f, false, 1, 0, 192, 128, 1.f}, 134);
+    run_case({1000, 1000, 2000, DType::BF16, DType::BF16, false, false, 0.f, false, 3, 12, 192, 160, 1.f}, 135);
+    run_case({1000, 1000, 2000, DType::BF16, DType::F32, false, true, 0.f, false, 2, 9, 192, 176}, 136);
+    // beta != 0 with 192-row tiles: the direct-store epilogue.
+    run_case({300, 264, 1024, DType::BF16, DType::BF16, false, true, 0.5f, false, 1, 0, 192, 160}, 137);
+    // Two and one consumer warpgroups with a partial last slab (these took the direct stores before).
+    run_case({1000, 1000, 1000, DType::BF16, DType::BF16, false, false, 0.f, false, 1, 0, 128, 240, 1.f}, 138);
+    run_case({333, 1000, 520, DType::F16, DType::F32, false, true, 0.f, false, 1, 0, 128, 176}, 139);
+    run_case({200, 1000, 1504, DType::BF16, DType::BF16, false, false, 0.f, false, 1, 0, 64, 208, 1.f}, 140);
+    run_case({1000, 1000, 2000, DType::BF16, DType::BF16, false, true, 0.f, false, 3, 12, 128, 224}, 141);
+}
+
 // ---- split-K tail ------------------------------------------------------------------------------------------------
 
 // Small shapes with forced splits against the fp64 reference. 1000 x 1000 at 128 x 256 is 8 x 4 = 32 tiles; on a
@@ -331,9 +353,10 @@ TEST_F(Gemm, SplitTailLarge) {
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     const int m = 8192, n = 3696, k = 8192;
-    // The heuristic's own choice (LOOM_GEMM_CLUSTER / LOOM_GEMM_TAIL_SPLITS override it).
+    // The heuristic's own choice among 128-row tiles (LOOM_GEMM_CLUSTER / LOOM_GEMM_TAIL_SPLITS override it); with
+    // 192-row tiles allowed it runs 192 x 176 whole (run below too).
     if (major == 9 && sms == 132 && !std::getenv("LOOM_GEMM_CLUSTER") && !std::getenv("LOOM_GEMM_TAIL_SPLITS"))
-        EXPECT_EQ(loom::gemm_heuristic(m, n, k, false, 90, sms).tail_splits, 3);
+        EXPECT_EQ(loom::gemm_heuristic(m, n, k, false, 90, sms, true, /*max_block_m=*/128).tail_splits, 3);
     std::vector<uint16_t> ha(size_t(m) * k), hb(size_t(n) * k);
     const auto fa = loom::test::random_floats(ha.size(), 150), fb = loom::test::random_floats(hb.size(), 151);
     for (size_t i = 0; i < ha.size(); ++i) ha[i] = loom::test::float_to_bf16(fa[i]);
@@ -378,7 +401,7 @@ TEST_F(Gemm, SplitTailLarge) {
         EXPECT_LT(loom::test::calc_diff(refd, gd), 1e-9);
         return got;
     };
-    loom::GemmConfig heur = loom::gemm_heuristic(m, n, k, false, major * 10, sms);
+    loom::GemmConfig heur = loom::gemm_heuristic(m, n, k, false, major * 10, sms, true, /*max_block_m=*/128);
     SCOPED_TRACE(heur.str());
     const auto first = run(&heur, false);
     EXPECT_EQ(run(&heur, false), first);  // bitwise, and the counters were reset by the first launch
@@ -391,6 +414,10 @@ TEST_F(Gemm, SplitTailLarge) {
         run(&c, false);
         run(&c, true);
     }
+    loom::GemmConfig three = loom::gemm_heuristic(m, n, k, false, major * 10, sms);  // 192 x 176 on the H200
+    run(&three, false);
+    loom::GemmConfig three_split = forced_config(192, 176, 100, 3);  // 903 = 9 x 100 + 3 tail tiles
+    run(&three_split, false);
     EXPECT_EQ(run(&heur, false), first);
 }
 

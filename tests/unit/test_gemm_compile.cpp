@@ -33,12 +33,12 @@ TEST(GemmHeuristic, PicksWideTilesAndFitsSharedMemory) {
     unsetenv("LOOM_GEMM_CLUSTER");
     EXPECT_NO_THROW(loom::gemm_validate_config(c, false));
     // N = 1792: 7 x 256 columns leave a 4th wave of 52 tiles at 448 tiles; 224 fills 8 x 64 = 512 tiles in 4
-    // waves. Without the split tail 224 wins (4 x 224 / 0.93 < 4 x 256); with it the 52 tail tiles split 2 ways
-    // cost 3 + 1/2 + 0.1 waves of 256 columns, which wins.
+    // waves: 4 x 224 / 0.98 beats the 52 tail tiles split 2 ways (3 + 1/2 + 0.1 waves of 256 columns). Measured
+    // 1.040x against 1.000x cuBLASLt (docs/gemm.md "Session 14").
     const auto n1792 = loom::gemm_heuristic(8192, 1792, 4096, false, 90, 132);
-    EXPECT_EQ(n1792.block_n, 256);
-    EXPECT_EQ(n1792.tail_splits, 2);
-    EXPECT_EQ(loom::gemm_heuristic(8192, 1792, 4096, false, 90, 132, /*split_tail=*/false).block_n, 224);
+    EXPECT_EQ(n1792.block_m, 128);
+    EXPECT_EQ(n1792.block_n, 224);
+    EXPECT_EQ(n1792.tail_splits, 1);
     // Skinny M uses one consumer warpgroup.
     EXPECT_EQ(loom::gemm_heuristic(16, 4096, 4096, false, 90, 132).block_m, 64);
     // B as [K, N] restricts BLOCK_N to multiples of 64.
@@ -48,11 +48,15 @@ TEST(GemmHeuristic, PicksWideTilesAndFitsSharedMemory) {
     EXPECT_FALSE(c.str().empty());
 }
 
-// Split-K tail: 8192 x 3696 x 8192 at 128 x 256 has 64 x 15 = 960 tiles = 7 full waves + 36 on 132 SMs; the 36
-// split 3 ways (132 / 36 = 3, K = 128 k-blocks) cost 7 + 1/3 + 0.1 waves instead of 8. 8192^3: 2048 tiles leave a
-// tail of 68, which 132 SMs cannot split twice: no split.
+// Split-K tail, among 128-row tiles (max_block_m = 128, as the overlapped GEMMs plan): 8192 x 3696 x 8192 at 128 x 256
+// has 64 x 15 = 960 tiles = 7 full waves + 36 on 132 SMs; the 36 split 3 ways (132 / 36 = 3, K = 128 k-blocks) cost
+// 7 + 1/3 + 0.1 waves instead of 8. 8192^3: 2048 tiles leave a tail of 68, which 132 SMs cannot split twice: no
+// split. (With 192-row tiles allowed, 3696 takes 192 x 176: GemmHeuristic.TakesThreeConsumerTiles.)
 TEST(GemmHeuristic, SplitsTheTailWave) {
-    const auto c = loom::gemm_heuristic(8192, 3696, 8192, false, 90, 132);
+    auto heuristic128 = [](int64_t m, int64_t n, int64_t k, bool b_kn, int sms, bool split = true) {
+        return loom::gemm_heuristic(m, n, k, b_kn, 90, sms, split, /*max_block_m=*/128);
+    };
+    const auto c = heuristic128(8192, 3696, 8192, false, 132);
     EXPECT_EQ(c.block_n, 256);
     EXPECT_EQ(c.grid, 132);
     EXPECT_EQ(c.tail_splits, 3);
@@ -65,9 +69,9 @@ TEST(GemmHeuristic, SplitsTheTailWave) {
     // Too few k-blocks to split (K = 256: 4 k-blocks, at most 4 / 4 = 1 split).
     EXPECT_EQ(loom::gemm_heuristic(8192, 3696, 256, false, 90, 132).tail_splits, 1);
     // B as [K, N] too.
-    EXPECT_EQ(loom::gemm_heuristic(8192, 3696, 8192, true, 90, 132).tail_splits, 3);
+    EXPECT_EQ(heuristic128(8192, 3696, 8192, true, 132).tail_splits, 3);
     // Off when asked (gemm_rs / gemm_ar: their hooks publish every tile) and with clusters.
-    EXPECT_EQ(loom::gemm_heuristic(8192, 3696, 8192, false, 90, 132, /*split_tail=*/false).tail_splits, 1);
+    EXPECT_EQ(heuristic128(8192, 3696, 8192, false, 132, /*split=*/false).tail_splits, 1);
     setenv("LOOM_GEMM_CLUSTER", "2", 1);
     EXPECT_EQ(loom::gemm_heuristic(8192, 3696, 8192, false, 90, 132).tail_splits, 1);
     unsetenv("LOOM_GEMM_CLUSTER");
@@ -76,7 +80,7 @@ TEST(GemmHeuristic, SplitsTheTailWave) {
         EXPECT_EQ(plan.gemm.tail_splits, 1) << sms;
         // ag_gemm's hooks (wait before loads, redirect A) take the split tail: the plain GEMM's plan on its SMs.
         const auto ag = loom::ag_gemm_plan(8192, 3696, 8192, 8, loom::AgProducer::CopyEngine, 0, 90, sms);
-        const auto plain = loom::gemm_heuristic(8192, 3696, 8192, false, 90, sms);
+        const auto plain = heuristic128(8192, 3696, 8192, false, sms);
         EXPECT_EQ(ag.gemm.tail_splits, plain.tail_splits) << sms;
         EXPECT_EQ(ag.gemm.block_n, plain.block_n) << sms;
         EXPECT_EQ(ag.gemm.grid, plain.grid) << sms;
@@ -84,11 +88,11 @@ TEST(GemmHeuristic, SplitsTheTailWave) {
     EXPECT_EQ(loom::ag_gemm_plan(8192, 3696, 8192, 8, loom::AgProducer::CopyEngine, 0, 90, 132).gemm.tail_splits, 3);
     // LOOM_GEMM_TAIL_SPLITS: 0 (or 1) off, n forced.
     setenv("LOOM_GEMM_TAIL_SPLITS", "0", 1);
-    EXPECT_EQ(loom::gemm_heuristic(8192, 3696, 8192, false, 90, 132).tail_splits, 1);
+    EXPECT_EQ(heuristic128(8192, 3696, 8192, false, 132).tail_splits, 1);
     setenv("LOOM_GEMM_TAIL_SPLITS", "1", 1);
-    EXPECT_EQ(loom::gemm_heuristic(8192, 3696, 8192, false, 90, 132).tail_splits, 1);
+    EXPECT_EQ(heuristic128(8192, 3696, 8192, false, 132).tail_splits, 1);
     setenv("LOOM_GEMM_TAIL_SPLITS", "2", 1);
-    EXPECT_EQ(loom::gemm_heuristic(8192, 3696, 8192, false, 90, 132).tail_splits, 2);
+    EXPECT_EQ(heuristic128(8192, 3696, 8192, false, 132).tail_splits, 2);
     EXPECT_EQ(loom::gemm_heuristic(8192, 8192, 8192, false, 90, 132).tail_splits, 2);  // forced where there is a tail
     // Fewer tiles than SMs: the one partial wave is the tail; forced splits apply to it, a CTA per unit.
     const auto forced_skinny = loom::gemm_heuristic(16, 4096, 4096, false, 90, 132);
@@ -116,6 +120,35 @@ TEST(GemmHeuristic, SplitsTheTailWave) {
         EXPECT_EQ(c.tail_splits, 1) << c.str();
         EXPECT_EQ(c.block_n, 64) << c.str();
     }
+}
+
+// 192-row tiles (three consumer warpgroups) where the waves favour them (docs/gemm.md "Session 14"): N = 1376 as
+// 43 x 9 = 387 tiles of 192 x 160 (2.93 waves) instead of 64 x 6 = 384 of 128 x 256, 11 % of them past N (measured
+// 1.036x against 1.002x cuBLASLt); N = 3696 as 43 x 21 = 903 of 192 x 176 (6.84 waves) instead of 128 x 256 split
+// (0.992x against 0.962x). Never for M <= 128, never wider than kGemmMaxBlockN192, never in the overlapped GEMMs.
+TEST(GemmHeuristic, TakesThreeConsumerTiles) {
+    const auto n1376 = loom::gemm_heuristic(8192, 1376, 4096, false, 90, 132);
+    EXPECT_EQ(n1376.block_m, 192);
+    EXPECT_EQ(n1376.block_n, 160);
+    EXPECT_EQ(n1376.consumers(), 3);
+    EXPECT_EQ(n1376.stages, 4);
+    const auto n3696 = loom::gemm_heuristic(8192, 3696, 8192, false, 90, 132);
+    EXPECT_EQ(n3696.block_m, 192);
+    EXPECT_EQ(n3696.block_n, 176);
+    EXPECT_EQ(n3696.tail_splits, 1);
+    EXPECT_EQ(n3696.str().find("tail"), std::string::npos) << n3696.str();
+    for (const auto& c : {n1376, n3696}) EXPECT_NO_THROW(loom::gemm_validate_config(c, false)) << c.str();
+    for (int64_t m : {1, 64, 100, 128}) EXPECT_LE(loom::gemm_heuristic(m, 1376, 4096, false, 90, 132).block_m, 128);
+    for (int n : {1376, 1792, 3696, 520, 8192}) {
+        for (bool b_kn : {false, true}) {
+            const auto c = loom::gemm_heuristic(8192, n, 4096, b_kn, 90, 132);
+            if (c.block_m == 192) EXPECT_LE(c.block_n, loom::kGemmMaxBlockN192) << c.str();
+            EXPECT_NO_THROW(loom::gemm_validate_config(c, b_kn)) << c.str();
+        }
+    }
+    EXPECT_EQ(loom::gemm_heuristic(8192, 1376, 4096, false, 90, 132, true, /*max_block_m=*/128).block_m, 128);
+    EXPECT_EQ(loom::ag_gemm_plan(8192, 1376, 4096, 8, loom::AgProducer::CopyEngine, 0, 90, 132).gemm.block_m, 128);
+    EXPECT_EQ(loom::gemm_rs_plan(8192, 1376, 4096, 8, 0, 90, 132).gemm.block_m, 128);
 }
 
 TEST(GemmHeuristic, TailPlan) {
@@ -205,6 +238,16 @@ TEST(GemmHeuristic, RejectsBadConfigs) {
     c.block_n = 256;
     c.stages = 6;  // 6 x 48 KiB > 227 KiB
     EXPECT_THROW(loom::gemm_validate_config(c, false), loom::Error);
+    c.stages = 4;
+    c.block_m = 96;
+    EXPECT_THROW(loom::gemm_validate_config(c, false), loom::Error);
+    c.block_m = 192;  // three consumer warpgroups: block_n <= 176, single-CTA
+    c.block_n = 192;
+    EXPECT_THROW(loom::gemm_validate_config(c, false), loom::Error);
+    c.block_n = 176;
+    EXPECT_NO_THROW(loom::gemm_validate_config(c, false));
+    c.cluster_m = 2;
+    EXPECT_THROW(loom::gemm_validate_config(c, false), loom::Error);
 }
 
 TEST(GemmValidate, NamesTheProblem) {
@@ -253,6 +296,17 @@ TEST(GemmCompile, HopperKernelHasNoSpills) {
         direct.tma_store = false;
         direct.cluster_m = cluster;
         cfgs.push_back(direct);
+    }
+    // 192-row tiles (three consumer warpgroups under a 128-register cap), single-CTA, as bench-gemm --sweep times them
+    // (and the direct-store kernel for beta != 0).
+    for (int bn : {176, 160, 128}) {
+        loom::GemmConfig c;
+        c.block_m = 192;
+        c.block_n = bn;
+        c.stages = loom::kernels::gemm_sm90_max_stages(192, bn);
+        cfgs.push_back(c);
+        c.tma_store = false;  // beta != 0
+        if (bn == 176) cfgs.push_back(c);
     }
     for (const auto& cfg : cfgs) {
         for (bool b_kn : {false, true}) {
@@ -317,7 +371,9 @@ TEST(GemmCompile, SplitTailKernelHasNoSpills) {
     for (const Cfg& x :
          {Cfg{128, 256, 4, true, DType::BF16}, Cfg{128, 256, 4, true, DType::F32}, Cfg{128, 256, 4, false, DType::BF16},
           Cfg{128, 224, 4, true, DType::BF16}, Cfg{128, 192, 4, true, DType::F16}, Cfg{128, 128, 6, true, DType::F32},
-          Cfg{64, 176, 6, true, DType::F32}, Cfg{64, 256, 5, true, DType::BF16}}) {
+          Cfg{64, 176, 6, true, DType::F32}, Cfg{64, 256, 5, true, DType::BF16}, Cfg{192, 176, 4, true, DType::BF16},
+          Cfg{192, 176, 4, true, DType::F32}, Cfg{192, 128, 5, true, DType::BF16},
+          Cfg{192, 160, 4, false, DType::F16}}) {
         for (bool b_kn : {false, true}) {
             loom::GemmConfig c;
             c.block_m = x.bm;

@@ -163,7 +163,8 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                         const __grid_constant__ ptx::TmaDescriptor tmap_b,
                         const __grid_constant__ ptx::TmaDescriptor tmap_d, const GemmArgs args,
                         const __grid_constant__ Hooks hooks) {
-    static_assert(BLOCK_M == 64 || BLOCK_M == 128, "BLOCK_M is 64 (one consumer) or 128 (two consumers)");
+    static_assert(BLOCK_M == 64 || BLOCK_M == 128 || BLOCK_M == 192,
+                  "BLOCK_M is 64, 128 or 192 (one, two or three consumer warpgroups)");
     static_assert(BLOCK_N % 16 == 0 && BLOCK_N >= 16 && BLOCK_N <= 256, "BLOCK_N: multiple of 16 in [16, 256]");
     static_assert(kBKMajor || BLOCK_N % 64 == 0, "B as [K, N] needs BLOCK_N a multiple of 64");
     static_assert(STAGES >= 2 && STAGES <= 8, "STAGES in [2, 8]");
@@ -178,20 +179,32 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     constexpr uint32_t kABytes = tile::swizzled_box_bytes(BLOCK_M);  // (BLOCK_M, 64) bf16
     constexpr uint32_t kBBytes = tile::swizzled_box_bytes(BLOCK_N);  // (BLOCK_N, 64) bf16
     constexpr int kProducerRegs = 40;
-    constexpr int kConsumerRegs = kConsumers == 2 ? 232 : 240;
+    // Per consumer thread after setmaxnreg: (40 + kConsumers x kConsumerRegs) x 128 <= 64 Ki registers. (ptxas
+    // allocates for the launch bound's cap either way: 168 with two consumers, 128 with three.)
+    constexpr int kConsumerRegs = kConsumers == 3 ? 152 : kConsumers == 2 ? 232 : 240;
     // TMA-store epilogue: slabs 128 bytes wide (kStoreCols elements of TOut); 16 rows per warp, 64 per warpgroup with
     // epilogue hooks.
     constexpr int kStoreCols = gemm_store_box_cols(sizeof(TOut));
-    constexpr bool kTmaStore = kTmaStoreEpilogue && BLOCK_N % kStoreCols == 0;
+    // A BLOCK_N that is not a multiple of the slab width ends with a slab overlapping the one before it (see
+    // slab_frag0 below); narrower tiles than one slab take the direct stores.
+    constexpr bool kTmaStore = kTmaStoreEpilogue && BLOCK_N >= kStoreCols;
     // TBias = void: the host promises alpha = 1 and no bias, and the epilogue converts the accumulators as they are.
     constexpr bool kAffine = !tile::kSameType<TBias, void>;
     static_assert(kAffine || (kTmaStore && !Hooks::kEpilogueHooks && sizeof(TOut) == 2),
                   "TBias = void (alpha 1, no bias) is for the plain TMA-store epilogue of 16-bit outputs");
-    constexpr int kSlabs = BLOCK_N / kStoreCols;
-    static_assert(!Hooks::kEpilogueHooks || (kTmaStore && CLUSTER_M == 1),
+    constexpr int kSlabs = (BLOCK_N + kStoreCols - 1) / kStoreCols;
+    static_assert(!Hooks::kEpilogueHooks || (kTmaStore && BLOCK_N % kStoreCols == 0 && CLUSTER_M == 1),
                   "epilogue hooks take part in the TMA-store epilogue (BLOCK_N a multiple of the store box), "
                   "single-CTA tiles");
     constexpr int kFragsPerSlab = kStoreCols / 8;  // 8-column accumulator fragments per slab
+    // The first fragment of slab s: s x kFragsPerSlab, except that the last slab of a BLOCK_N that is not a multiple
+    // of the slab width ends at the tile's edge and so overlaps the slab before it. Its TMA store rewrites the
+    // overlapped columns with the values they already got (same registers, same rounding) and reaches no column of
+    // the next tile. (BLOCK_N % 16 == 0 keeps the first fragment even, as stmatrix's fragment pairs need.)
+    const auto slab_frag0 = [](int slab) {
+        return slab * kFragsPerSlab < BLOCK_N / 8 - kFragsPerSlab ? slab * kFragsPerSlab : BLOCK_N / 8 - kFragsPerSlab;
+    };
+    constexpr int kWarpBufs = gemm_warp_store_bufs(BLOCK_M);  // the plain epilogue's staging buffers per warp
 
     extern __shared__ uint8_t smem_raw[];
     // 128B-swizzled TMA boxes and wgmma descriptors need 1024-byte aligned tiles.
@@ -200,7 +213,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     uint8_t* smem_b = smem + STAGES * kABytes;
     // Epilogue hooks stage the warpgroup's whole part of the tile (kSlabs buffers) and act on it at once.
     constexpr bool kWholeTile = Hooks::kEpilogueHooks;
-    constexpr uint32_t kStagingBytes = gemm_staging_bytes_per_wg(BLOCK_N, kWholeTile ? int(sizeof(TOut)) : 0);
+    constexpr uint32_t kStagingBytes = gemm_staging_bytes_per_wg(BLOCK_M, BLOCK_N, kWholeTile ? int(sizeof(TOut)) : 0);
     uint8_t* smem_store = smem_b + STAGES * kBBytes;  // kConsumers x kStagingBytes
     auto* pipe = reinterpret_cast<tile::TmaPipeline<STAGES>*>(smem_store + kConsumers * kStagingBytes);
 
@@ -349,7 +362,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                     // The thread's coordinates. The split-tail kernel and epilogue hooks recompute them here from an
                     // unhoisted %tid.x: held across the mainloop (as the plain kernel's compiler does) they leave the
                     // fix-up / the hooks too few registers under 168 and they spill.
-                    constexpr bool kUnhoisted = kSplitTail || kWholeTile;
+                    constexpr bool kUnhoisted = kSplitTail || kWholeTile || kConsumers == 3;
                     const uint32_t e_tid = kUnhoisted ? ptx::tid_x_unhoisted() : 0u;
                     const int e_warpgroup = kUnhoisted ? static_cast<int>(e_tid / 128) : warpgroup;
                     const int e_wg_thread = kUnhoisted ? static_cast<int>(e_tid % 128) : wg_thread;
@@ -375,10 +388,10 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                     };
                     // One slab's fragments as pairs into a 128B-swizzled buffer whose row r_lo + 8 h holds the thread's
                     // rows (16-byte chunk c of row r sits at chunk c ^ (r % 8)).
-                    auto stage_pairs = [&](uint8_t* buf, int slab, int r_lo) {
+                    auto stage_pairs = [&](uint8_t* buf, int frag0, int r_lo) {
 #pragma unroll
                         for (int f = 0; f < kFragsPerSlab; ++f) {
-                            const int j = slab * kFragsPerSlab + f;
+                            const int j = frag0 + f;
                             const uint32_t byte = static_cast<uint32_t>(8 * f + 2 * (e_lane % 4)) * sizeof(TOut);
 #pragma unroll
                             for (int h = 0; h < 2; ++h) {
@@ -400,7 +413,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                         for (int slab = 0; slab < kSlabs; ++slab) {
                             if (t.col0 + slab * kStoreCols >= args.n) break;  // uniform: the rest is past N
                             uint8_t* buf = e_bufs + slab * kGemmStoreBufBytes;
-                            stage_pairs(buf, slab, r_lo);
+                            stage_pairs(buf, slab * kFragsPerSlab, r_lo);
                         }
                         // The staged part goes to the hooks, which store, send or combine it. The accumulators are
                         // dead from here (zeroed before the next mainloop), which leaves the hooks registers.
@@ -408,16 +421,17 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                         ptx::named_barrier_sync(2 + e_warpgroup, 128);
                         hooks.template store_tile<TOut, BLOCK_M, BLOCK_N>(&tmap_d, e_bufs, t, args.n);
                     } else {
-                        // Per warp, no warpgroup barrier: warp w stages its 16 rows of each slab in one of its two
-                        // buffers (the one whose store was issued two slabs ago, maybe in the previous tile, once
-                        // that store has read it out) and lane 0 stores them with a 16-row TMA box.
-                        uint8_t* const wbufs = e_bufs + e_warp * 2 * kGemmWarpStoreBytes;
+                        // Per warp, no warpgroup barrier: warp w stages its 16 rows of each slab in one of its
+                        // kWarpBufs buffers (the one whose store was issued kWarpBufs slabs ago, maybe in the previous
+                        // tile, once that store has read it out) and lane 0 stores them with a 16-row TMA box.
+                        uint8_t* const wbufs = e_bufs + e_warp * kWarpBufs * kGemmWarpStoreBytes;
 #pragma unroll
                         for (int slab = 0; slab < kSlabs; ++slab) {
-                            const int slab_col0 = t.col0 + slab * kStoreCols;
+                            const int frag0 = slab_frag0(slab);
+                            const int slab_col0 = t.col0 + 8 * frag0;
                             if (slab_col0 >= args.n) break;  // uniform: the rest of the tile is past N
-                            uint8_t* buf = wbufs + (store_count & 1u) * kGemmWarpStoreBytes;
-                            if (e_lane == 0) ptx::tma_store_wait_read<1>();
+                            uint8_t* buf = wbufs + (store_count % kWarpBufs) * kGemmWarpStoreBytes;
+                            if (e_lane == 0) ptx::tma_store_wait_read<kWarpBufs - 1>();
                             __syncwarp();
                             if constexpr (sizeof(TOut) == 2 && !kAffine) {
                                 // 16 columns per stmatrix.x4: matrix i = (rows 8 (i % 2) .. +7, 16-byte chunk
@@ -428,7 +442,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                                 const int mc = e_lane >> 4;
 #pragma unroll
                                 for (int p = 0; p < kFragsPerSlab / 2; ++p) {
-                                    const int j = slab * kFragsPerSlab + 2 * p;
+                                    const int j = frag0 + 2 * p;
                                     const uint32_t regs[4] = {tile::pack_pair<TOut>(acc[4 * j + 0], acc[4 * j + 1]),
                                                               tile::pack_pair<TOut>(acc[4 * j + 2], acc[4 * j + 3]),
                                                               tile::pack_pair<TOut>(acc[4 * j + 4], acc[4 * j + 5]),
@@ -438,7 +452,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                                                      regs);
                                 }
                             } else {
-                                stage_pairs(buf, slab, e_lane / 4);  // rows inside the warp's 16
+                                stage_pairs(buf, frag0, e_lane / 4);  // rows inside the warp's 16
                             }
                             // Generic-proxy smem writes -> visible to the TMA (async proxy) store issued next.
                             ptx::fence_proxy_async_smem();

@@ -39,21 +39,27 @@ inline constexpr int kGemmBlockK = 64;  // one 128-byte swizzle row of bf16/fp16
 
 // TMA-store epilogue of gemm_sm90_tma_wgmma: output slabs of 128 bytes per row (one 128B swizzle span,
 // gemm_store_box_cols(sizeof(TOut)) columns). The plain epilogue is per warp: each consumer warp stages its 16 rows
-// of a slab in one of its two buffers (kGemmWarpStoreBytes) and stores them itself, so D's tensor map has boxes of
-// kGemmStoreBoxRows = 16 rows. With epilogue hooks a warpgroup stages its whole 64-row part (kGemmStoreBufBytes per
-// slab) and D's map has 64-row boxes (kGemmWholeTileBoxRows).
+// of a slab in one of its buffers (kGemmWarpStoreBytes each) and stores them itself, so D's tensor map has boxes of
+// kGemmStoreBoxRows = 16 rows. A BLOCK_N that is not a multiple of the slab width ends with a slab that overlaps the
+// one before it (columns [BLOCK_N - width, BLOCK_N) of the tile): the columns stored twice get the same values both
+// times, and no store reaches past the tile. With epilogue hooks a warpgroup stages its whole 64-row part
+// (kGemmStoreBufBytes per slab) and D's map has 64-row boxes (kGemmWholeTileBoxRows).
 inline constexpr uint32_t kGemmStoreBufBytes = 64u * 128u;
 inline constexpr int kGemmStoreBoxRows = 16;
 inline constexpr int kGemmWholeTileBoxRows = 64;
 inline constexpr uint32_t kGemmWarpStoreBytes = static_cast<uint32_t>(kGemmStoreBoxRows) * 128u;
 LOOM_HOST_DEVICE constexpr int gemm_store_box_cols(int out_elem_bytes) { return 128 / out_elem_bytes; }
 
-// Bytes of one consumer warpgroup's staging buffers: two per warp (double-buffered TMA stores; 2 x 4 x 2 KiB, the
-// same as two 64-row slabs), or, with epilogue hooks
-// (whole_tile_out_bytes = the output element size), the warpgroup's whole 64 x BLOCK_N part of the tile.
-LOOM_HOST_DEVICE constexpr uint32_t gemm_staging_bytes_per_wg(int block_n, int whole_tile_out_bytes) {
+// Staging buffers per consumer warp of the plain epilogue: two (double-buffered TMA stores) with one or two consumer
+// warpgroups; one with three (BLOCK_M = 192), whose 3 x 16 KiB of double buffers would leave room for only three
+// stages of a 192 x 160 tile, against four with 3 x 8 KiB.
+LOOM_HOST_DEVICE constexpr int gemm_warp_store_bufs(int block_m) { return block_m >= 192 ? 1 : 2; }
+
+// Bytes of one consumer warpgroup's staging buffers: gemm_warp_store_bufs per warp (4 x 2 KiB each), or, with
+// epilogue hooks (whole_tile_out_bytes = the output element size), the warpgroup's whole 64 x BLOCK_N part of the tile.
+LOOM_HOST_DEVICE constexpr uint32_t gemm_staging_bytes_per_wg(int block_m, int block_n, int whole_tile_out_bytes) {
     return whole_tile_out_bytes > 0 ? static_cast<uint32_t>(block_n * whole_tile_out_bytes) * 64u
-                                    : 2u * kGemmStoreBufBytes;
+                                    : static_cast<uint32_t>(gemm_warp_store_bufs(block_m)) * 4u * kGemmWarpStoreBytes;
 }
 
 // Dynamic shared memory of gemm_sm90_tma_wgmma: STAGES x (A + B tiles), the epilogue's staging buffers, the
@@ -61,7 +67,7 @@ LOOM_HOST_DEVICE constexpr uint32_t gemm_staging_bytes_per_wg(int block_n, int w
 LOOM_HOST_DEVICE constexpr uint32_t gemm_sm90_smem_bytes(int block_m, int block_n, int stages,
                                                          int whole_tile_out_bytes = 0) {
     return static_cast<uint32_t>(stages) * static_cast<uint32_t>(block_m + block_n) * 128u +
-           static_cast<uint32_t>(block_m / 64) * gemm_staging_bytes_per_wg(block_n, whole_tile_out_bytes) +
+           static_cast<uint32_t>(block_m / 64) * gemm_staging_bytes_per_wg(block_m, block_n, whole_tile_out_bytes) +
            static_cast<uint32_t>(stages) * 16u + 1024u;
 }
 

@@ -28,8 +28,9 @@ namespace loom {
 
 // Tile configuration of the Hopper kernel (ignored by the sm_80 path, whose tile is fixed).
 struct GemmConfig {
-    int block_m = 128;  // 64 (one consumer warpgroup) or 128 (two)
-    int block_n = 256;  // multiple of 16 in [16, 256]; multiple of 64 when B is [K, N]
+    int block_m = 128;  // 64, 128 or 192: one, two or three consumer warpgroups (192: cluster_m 1)
+    int block_n = 256;  // multiple of 16 in [16, 256] (<= kGemmMaxBlockN192 = 176 with block_m 192); multiple of 64
+                        // when B is [K, N]
     int block_k = 64;   // fixed: one 128-byte swizzle row
     int stages = 4;
     int cluster_m = 1;      // 1, or 2: CTA pairs along M share the B tile by TMA multicast
@@ -56,13 +57,20 @@ void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const G
           cudaStream_t stream = nullptr);
 
 // The analytic choice: minimise (waves of persistent tiles) x (cost of one tile, from measured per-shape
-// efficiency of each BLOCK_N). A partial last wave costs a whole wave, or, split s ways along K
-// (gemm_tail_plan), 1 / s + kGemmTailFixupCost of one. Where that plan fills at most half the SMs (a skinny GEMM
-// with few tiles), it is redone with the tail planned on every SM: the one partial wave is then the whole GEMM, split
-// along K, and the grid becomes one CTA per split unit. Deterministic and printable (GemmConfig::str()).
-// split_tail = false: never split the tail (gemm_rs / gemm_ar, whose hooked kernels publish every tile).
+// efficiency of each BLOCK_M x BLOCK_N: 128 or, for M > 128, 192 rows). A partial last wave costs a whole wave, or,
+// split s ways along K (gemm_tail_plan), 1 / s + kGemmTailFixupCost of one. Where that plan fills at most half the SMs
+// (a skinny GEMM with few tiles), it is redone with the tail planned on every SM: the one partial wave is then the
+// whole GEMM, split along K, and the grid becomes one CTA per split unit. Deterministic and printable
+// (GemmConfig::str()). split_tail = false: never split the tail (gemm_rs / gemm_ar, whose hooked kernels publish every
+// tile). max_block_m < 192: 128-row tiles at most (the overlapped GEMMs, whose M-blocks align with ranks' rows).
 // LOOM_GEMM_TAIL_SPLITS=0 (or 1) turns the split off, =n >= 2 forces n splits where there is a tail.
-GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, int num_sms, bool split_tail = true);
+GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, int num_sms, bool split_tail = true,
+                          int max_block_m = 192);
+
+// The widest BLOCK_N of 192-row tiles: their 512-thread CTA compiles under a 128-register cap. wgmma n208 does not
+// compile under it (ptxas: "Insufficient registers (128)"), and 192-wide tiles spill in the affine, [K, N]-B and
+// split-tail kernels (tests/unit/test_gemm_compile.cpp checks every 192-row kernel for spills).
+inline constexpr int kGemmMaxBlockN192 = 176;
 
 // Heuristic cost of a split tail's fix-up (writing, and in one CTA reading back, the fp32 partials), in tiles.
 inline constexpr double kGemmTailFixupCost = 0.1;
