@@ -16,25 +16,28 @@ namespace {
 
 // Measured on H200 (docs/gemm.md): relative throughput of a 128 x BLOCK_N tile, 4-6 stages, K >= 1024.
 // How efficiently a BLOCK_M x BLOCK_N tile runs, relative to 128 x 256 (1.0), for the heuristic's cost model.
-// 128- and 192-row tiles: fitted to bench-gemm --sweep on the H200 (docs/gemm.md "Session 14": every config of the
-// 13 shapes, log(ratio to cuBLASLt) = shape + tile class, waves counted whole), after the partial-slab TMA epilogue
-// gave BLOCK_N 176 / 208 / 224 / 240 the TMA stores. 64-row tiles (M <= 64): the earlier per-BLOCK_N table.
-double tile_efficiency(int bm, int bn) {
+// 128- and 192-row tiles: fitted to two bench-gemm --sweep calls on the H200 (docs/gemm.md "Session 14": every config
+// of the 13 shapes, log(ratio to cuBLASLt) = shape + tile class, waves counted whole; 13-47 runs per class), after the
+// partial-slab TMA epilogue gave BLOCK_N 176 / 208 / 224 / 240 the TMA stores. Their spread is +-1-2 %, hence
+// kGemmTileMargin. 64-row tiles (M <= 64) and the overlapped GEMMs (GemmTiles::Overlap): the earlier per-BLOCK_N
+// table (session 8).
+double tile_efficiency(GemmTiles set, int bm, int bn) {
     struct Point {
         int bn;
         double eff;
     };
-    static constexpr Point k64[] = {{256, 1.0}, {224, 0.93}, {192, 0.88}, {176, 0.85}, {128, 0.80}};
-    static constexpr Point k128[] = {{256, 1.0},  {240, 0.975}, {224, 0.98}, {208, 0.975}, {192, 0.978},
-                                     {176, 0.95}, {160, 0.951}, {144, 0.93}, {128, 0.915}};
-    static constexpr Point k192[] = {{176, 0.988}, {160, 0.982}, {144, 0.965}, {128, 0.952}};
+    static constexpr Point kSession8[] = {{256, 1.0}, {224, 0.93}, {192, 0.88}, {176, 0.85}, {128, 0.80}};
+    static constexpr Point k128[] = {{256, 1.0},   {240, 0.984}, {224, 0.986}, {208, 0.982}, {192, 0.982},
+                                     {176, 0.974}, {160, 0.955}, {144, 0.945}, {128, 0.926}};
+    static constexpr Point k192[] = {{176, 0.995}, {160, 0.986}, {144, 0.975}, {128, 0.956}};
     auto lookup = [bn](const auto& table) {
         for (const Point& p : table)
             if (bn >= p.bn) return p.eff;
         const Point& last = table[std::size(table) - 1];
         return last.eff - 0.15 * (last.bn - bn) / 64.0;  // narrower tiles: more smem traffic per flop
     };
-    return bm <= 64 ? lookup(k64) : bm <= 128 ? lookup(k128) : lookup(k192);
+    if (set == GemmTiles::Overlap || bm <= 64) return lookup(kSession8);
+    return bm <= 128 ? lookup(k128) : lookup(k192);
 }
 
 struct DeviceInfo {
@@ -139,7 +142,7 @@ GemmTailPlan gemm_tail_plan(int64_t m, int64_t n, int64_t k, const GemmConfig& c
 }
 
 GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, int num_sms, bool split_tail,
-                          int max_block_m) {
+                          GemmTiles tile_set) {
     GemmConfig cfg;
     if (arch < 90) {
         cfg.sm80 = true;
@@ -160,7 +163,8 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
     const int requested = forced_splits >= 2 ? static_cast<int>(std::min<int64_t>(forced_splits, kMaxTailSplits)) : 0;
     // 192-row tiles compete with the 128-row ones (single-CTA tiles, BLOCK_N <= kGemmMaxBlockN192).
     std::vector<int> block_ms = {cfg.block_m};
-    if (m > 128 && max_block_m >= 192 && cfg.cluster_m == 1) block_ms.push_back(192);
+    const bool plain = tile_set == GemmTiles::Plain;
+    if (m > 128 && plain && cfg.cluster_m == 1) block_ms.push_back(192);
     // every_sm: plan the split tail on every SM rather than on the persistent grid, min(tiles, SMs), which leaves a
     // GEMM with fewer tiles than SMs no tail to split; on every SM its one partial wave is the tail, split along K
     // over more CTAs than there are tiles.
@@ -186,9 +190,10 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
                                 static_cast<double>(ceil_div(p.tail_tiles * p.splits, grid)) / p.splits +
                                 kGemmTailFixupCost;
                 }
-                // The area each SM sweeps, scaled by how efficiently a tile of that size runs; ties go to the
-                // tiles tried first (128 rows, wider).
-                const double cost = waves * bm * bn / tile_efficiency(bm, bn);
+                // The area each SM sweeps, scaled by how efficiently a tile of that size runs; 128 x 256, the tile
+                // measured most, wins within kGemmTileMargin; other ties go to the tiles tried first (128 rows, wider).
+                const double margin = !plain || (bm == 128 && bn == 256) ? 1.0 : 1.0 + kGemmTileMargin;
+                const double cost = waves * bm * bn / tile_efficiency(tile_set, bm, bn) * margin;
                 if (cost < best * (1 - 1e-9)) {
                     best = cost;
                     c.block_m = bm;

@@ -353,10 +353,10 @@ TEST_F(Gemm, SplitTailLarge) {
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     const int m = 8192, n = 3696, k = 8192;
-    // The heuristic's own choice among 128-row tiles (LOOM_GEMM_CLUSTER / LOOM_GEMM_TAIL_SPLITS override it); with
-    // 192-row tiles allowed it runs 192 x 176 whole (run below too).
+    // The overlapped GEMMs' heuristic (128-row tiles; LOOM_GEMM_CLUSTER / LOOM_GEMM_TAIL_SPLITS override it); the plain
+    // GEMM's runs 192 x 176 whole (run below too).
     if (major == 9 && sms == 132 && !std::getenv("LOOM_GEMM_CLUSTER") && !std::getenv("LOOM_GEMM_TAIL_SPLITS"))
-        EXPECT_EQ(loom::gemm_heuristic(m, n, k, false, 90, sms, true, /*max_block_m=*/128).tail_splits, 3);
+        EXPECT_EQ(loom::gemm_heuristic(m, n, k, false, 90, sms, true, loom::GemmTiles::Overlap).tail_splits, 3);
     std::vector<uint16_t> ha(size_t(m) * k), hb(size_t(n) * k);
     const auto fa = loom::test::random_floats(ha.size(), 150), fb = loom::test::random_floats(hb.size(), 151);
     for (size_t i = 0; i < ha.size(); ++i) ha[i] = loom::test::float_to_bf16(fa[i]);
@@ -401,7 +401,7 @@ TEST_F(Gemm, SplitTailLarge) {
         EXPECT_LT(loom::test::calc_diff(refd, gd), 1e-9);
         return got;
     };
-    loom::GemmConfig heur = loom::gemm_heuristic(m, n, k, false, major * 10, sms, true, /*max_block_m=*/128);
+    loom::GemmConfig heur = loom::gemm_heuristic(m, n, k, false, major * 10, sms, true, loom::GemmTiles::Overlap);
     SCOPED_TRACE(heur.str());
     const auto first = run(&heur, false);
     EXPECT_EQ(run(&heur, false), first);  // bitwise, and the counters were reset by the first launch

@@ -48,13 +48,13 @@ TEST(GemmHeuristic, PicksWideTilesAndFitsSharedMemory) {
     EXPECT_FALSE(c.str().empty());
 }
 
-// Split-K tail, among 128-row tiles (max_block_m = 128, as the overlapped GEMMs plan): 8192 x 3696 x 8192 at 128 x 256
+// Split-K tail, as the overlapped GEMMs plan (GemmTiles::Overlap: 128-row tiles): 8192 x 3696 x 8192 at 128 x 256
 // has 64 x 15 = 960 tiles = 7 full waves + 36 on 132 SMs; the 36 split 3 ways (132 / 36 = 3, K = 128 k-blocks) cost
 // 7 + 1/3 + 0.1 waves instead of 8. 8192^3: 2048 tiles leave a tail of 68, which 132 SMs cannot split twice: no
 // split. (With 192-row tiles allowed, 3696 takes 192 x 176: GemmHeuristic.TakesThreeConsumerTiles.)
 TEST(GemmHeuristic, SplitsTheTailWave) {
     auto heuristic128 = [](int64_t m, int64_t n, int64_t k, bool b_kn, int sms, bool split = true) {
-        return loom::gemm_heuristic(m, n, k, b_kn, 90, sms, split, /*max_block_m=*/128);
+        return loom::gemm_heuristic(m, n, k, b_kn, 90, sms, split, loom::GemmTiles::Overlap);
     };
     const auto c = heuristic128(8192, 3696, 8192, false, 132);
     EXPECT_EQ(c.block_n, 256);
@@ -122,21 +122,22 @@ TEST(GemmHeuristic, SplitsTheTailWave) {
     }
 }
 
-// 192-row tiles (three consumer warpgroups) where the waves favour them (docs/gemm.md "Session 14"): N = 1376 as
-// 43 x 9 = 387 tiles of 192 x 160 (2.93 waves) instead of 64 x 6 = 384 of 128 x 256, 11 % of them past N (measured
-// 1.036x against 1.002x cuBLASLt); N = 3696 as 43 x 21 = 903 of 192 x 176 (6.84 waves) instead of 128 x 256 split
-// (0.992x against 0.962x). Never for M <= 128, never wider than kGemmMaxBlockN192, never in the overlapped GEMMs.
+// The plain GEMM's tiles on the odd-N shapes (docs/gemm.md "Session 14"): N = 3696 as 43 x 21 = 903 tiles of
+// 192 x 176 (6.84 waves, three consumer warpgroups) instead of 960 of 128 x 256 split 3 ways (measured 0.988-0.992x
+// against 0.962x cuBLASLt); N = 1376 as 64 x 8 = 512 of 128 x 176 (3.88 waves; 192 x 160, 387 tiles in 2.93 waves,
+// costs 1 % more by the model and measured the same, 1.04-1.05x) instead of 384 of 128 x 256, 11 % of them past N
+// (1.00x). 192-row tiles never for M <= 128, never wider than kGemmMaxBlockN192, never in the overlapped GEMMs.
 TEST(GemmHeuristic, TakesThreeConsumerTiles) {
-    const auto n1376 = loom::gemm_heuristic(8192, 1376, 4096, false, 90, 132);
-    EXPECT_EQ(n1376.block_m, 192);
-    EXPECT_EQ(n1376.block_n, 160);
-    EXPECT_EQ(n1376.consumers(), 3);
-    EXPECT_EQ(n1376.stages, 4);
     const auto n3696 = loom::gemm_heuristic(8192, 3696, 8192, false, 90, 132);
     EXPECT_EQ(n3696.block_m, 192);
     EXPECT_EQ(n3696.block_n, 176);
+    EXPECT_EQ(n3696.consumers(), 3);
+    EXPECT_EQ(n3696.stages, 4);
     EXPECT_EQ(n3696.tail_splits, 1);
     EXPECT_EQ(n3696.str().find("tail"), std::string::npos) << n3696.str();
+    const auto n1376 = loom::gemm_heuristic(8192, 1376, 4096, false, 90, 132);
+    EXPECT_EQ(n1376.block_m, 128);
+    EXPECT_EQ(n1376.block_n, 176);
     for (const auto& c : {n1376, n3696}) EXPECT_NO_THROW(loom::gemm_validate_config(c, false)) << c.str();
     for (int64_t m : {1, 64, 100, 128}) EXPECT_LE(loom::gemm_heuristic(m, 1376, 4096, false, 90, 132).block_m, 128);
     for (int n : {1376, 1792, 3696, 520, 8192}) {
@@ -146,7 +147,7 @@ TEST(GemmHeuristic, TakesThreeConsumerTiles) {
             EXPECT_NO_THROW(loom::gemm_validate_config(c, b_kn)) << c.str();
         }
     }
-    EXPECT_EQ(loom::gemm_heuristic(8192, 1376, 4096, false, 90, 132, true, /*max_block_m=*/128).block_m, 128);
+    EXPECT_EQ(loom::gemm_heuristic(8192, 1376, 4096, false, 90, 132, true, loom::GemmTiles::Overlap).block_m, 128);
     EXPECT_EQ(loom::ag_gemm_plan(8192, 1376, 4096, 8, loom::AgProducer::CopyEngine, 0, 90, 132).gemm.block_m, 128);
     EXPECT_EQ(loom::gemm_rs_plan(8192, 1376, 4096, 8, 0, 90, 132).gemm.block_m, 128);
 }

@@ -62,15 +62,29 @@ void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const G
 // (a skinny GEMM with few tiles), it is redone with the tail planned on every SM: the one partial wave is then the
 // whole GEMM, split along K, and the grid becomes one CTA per split unit. Deterministic and printable
 // (GemmConfig::str()). split_tail = false: never split the tail (gemm_rs / gemm_ar, whose hooked kernels publish every
-// tile). max_block_m < 192: 128-row tiles at most (the overlapped GEMMs, whose M-blocks align with ranks' rows).
+// tile). tiles: GemmTiles::Overlap for the overlapped GEMMs (see there).
 // LOOM_GEMM_TAIL_SPLITS=0 (or 1) turns the split off, =n >= 2 forces n splits where there is a tail.
+enum class GemmTiles {
+    // loom::gemm: 128- and 192-row tiles, their efficiencies fitted to bench-gemm sweeps (session 14), 128 x 256
+    // preferred within kGemmTileMargin.
+    Plain,
+    // The overlapped GEMMs (ag_gemm, gemm_rs, gemm_ar): 128-row tiles (their hooks align M-blocks with the ranks'
+    // row chunks, which 192 rarely divides) and the per-BLOCK_N efficiencies their configs were measured with in
+    // bench-overlap (session 8's table); to be refitted when bench-overlap is re-run.
+    Overlap,
+};
 GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, int num_sms, bool split_tail = true,
-                          int max_block_m = 192);
+                          GemmTiles tiles = GemmTiles::Plain);
 
 // The widest BLOCK_N of 192-row tiles: their 512-thread CTA compiles under a 128-register cap. wgmma n208 does not
 // compile under it (ptxas: "Insufficient registers (128)"), and 192-wide tiles spill in the affine, [K, N]-B and
 // split-tail kernels (tests/unit/test_gemm_compile.cpp checks every 192-row kernel for spills).
 inline constexpr int kGemmMaxBlockN192 = 176;
+
+// The heuristic's preference for 128 x 256 tiles: another tile must be this much cheaper by the cost model, whose
+// fitted per-tile efficiencies spread +-1-2 % between runs (e.g. 128 x 224 at N = 8192: 0.2 % cheaper by the model,
+// measured 0.5 % slower over two calls).
+inline constexpr double kGemmTileMargin = 0.01;
 
 // Heuristic cost of a split tail's fix-up (writing, and in one CTA reading back, the fp32 partials), in tiles.
 inline constexpr double kGemmTailFixupCost = 0.1;
