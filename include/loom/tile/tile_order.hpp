@@ -81,4 +81,61 @@ LOOM_HOST_DEVICE inline WorkUnit split_tail_unit(int32_t unit, int32_t dp_tiles,
     return w;
 }
 
+// Stream-K tail (the plain GEMM's alternative to the split tail above, for a last wave more than half full): the
+// tail tiles' k-blocks, flattened tile by tile into L = tail_tiles x num_k_blocks, are cut into `pieces` (= G)
+// contiguous ranges of L / pieces k-blocks, piece c = [B(c), B(c + 1)) with B(c) = floor(c L / pieces), so that
+// every CTA of the grid does the same share of the tail. With pieces >= tail_tiles a piece spans at most two tiles:
+// its part 0 in the tile where it starts, its part 1 (maybe empty) at the start of the next. Work unit u:
+//   u <  dp_tiles   the whole tile u
+//   u >= dp_tiles   part (u - dp_tiles) / pieces of piece (u - dp_tiles) % pieces
+// so CTA b (< pieces = G) walks its whole tiles, then part 0 and part 1 of piece b. A unit's split is its piece's
+// place among the pieces that cover its tile (streamk_tile_pieces), the slot its partial sum takes.
+LOOM_HOST_DEVICE inline int32_t streamk_tail_units(int32_t dp_tiles, int32_t pieces) { return dp_tiles + 2 * pieces; }
+
+// The piece holding flattened tail k-block x: the largest c with B(c) <= x.
+LOOM_HOST_DEVICE inline int32_t streamk_piece_of(int64_t x, int64_t total, int32_t pieces) {
+    return static_cast<int32_t>(((x + 1) * pieces - 1) / total);
+}
+LOOM_HOST_DEVICE inline int64_t streamk_piece_begin(int32_t c, int64_t total, int32_t pieces) {
+    return static_cast<int64_t>(c) * total / pieces;
+}
+
+// The pieces that cover tail tile `tail` (0-based among the tail tiles): the first one and how many.
+LOOM_HOST_DEVICE inline void streamk_tile_pieces(int32_t tail, int32_t tail_tiles, int32_t pieces, int32_t num_k_blocks,
+                                                 int32_t& first, int32_t& count) {
+    const int64_t total = static_cast<int64_t>(tail_tiles) * num_k_blocks;
+    const int64_t x0 = static_cast<int64_t>(tail) * num_k_blocks;
+    first = streamk_piece_of(x0, total, pieces);
+    count = streamk_piece_of(x0 + num_k_blocks - 1, total, pieces) - first + 1;
+}
+
+LOOM_HOST_DEVICE inline WorkUnit streamk_tail_unit(int32_t unit, int32_t dp_tiles, int32_t tail_tiles, int32_t pieces,
+                                                   int32_t num_k_blocks) {
+    WorkUnit w;
+    if (unit < dp_tiles) {
+        w.linear = unit;
+        w.split = -1;
+        w.kb_begin = 0;
+        w.kb_count = num_k_blocks;
+        return w;
+    }
+    const int32_t v = unit - dp_tiles;
+    const int32_t c = v % pieces, part = v / pieces;
+    const int64_t total = static_cast<int64_t>(tail_tiles) * num_k_blocks;
+    const int64_t begin = streamk_piece_begin(c, total, pieces), end = streamk_piece_begin(c + 1, total, pieces);
+    int32_t tail = static_cast<int32_t>(begin / num_k_blocks);
+    int64_t lo = begin, hi = static_cast<int64_t>(tail + 1) * num_k_blocks;  // part 0: up to the tile's end
+    if (part > 0) {
+        ++tail;
+        lo = hi;
+        hi = lo + num_k_blocks;
+    }
+    if (hi > end) hi = end;
+    w.linear = dp_tiles + tail;
+    w.kb_begin = static_cast<int32_t>(lo - static_cast<int64_t>(tail) * num_k_blocks);
+    w.kb_count = hi > lo ? static_cast<int32_t>(hi - lo) : 0;  // 0: part 1 of a piece inside one tile
+    w.split = c - (part > 0 ? c : streamk_piece_of(static_cast<int64_t>(tail) * num_k_blocks, total, pieces));
+    return w;
+}
+
 }  // namespace loom::tile
