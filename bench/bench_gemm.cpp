@@ -61,13 +61,6 @@ std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int 
     // The split-K tail on / off at the heuristic's BLOCK_N (single-CTA tiles only).
     if (heur.cluster_m == cluster && cluster == 1) {
         loom::GemmConfig c = heur;
-        c.tail_stream_k = false;
-        if (heur.tail_stream_k) {
-            push("heuristic_nostreamk", c);
-        } else if (loom::GemmConfig sk = c; (sk.tail_splits = 1, sk.tail_stream_k = true, true) &&
-                                            loom::gemm_tail_plan(s.m, s.n, s.k, sk, heur.grid, 0).pieces > 0) {
-            push("heuristic_streamk", sk);
-        }
         if (heur.tail_splits >= 2) {
             c.tail_splits = 1;
             push("heuristic_nosplit", c);
@@ -79,10 +72,8 @@ std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int 
             push("heuristic_tail2", c);
         }
     }
-    // splits: 1 whole tiles, 0 the automatic split tail, n n splits, -1 the stream-K tail.
     auto add = [&](int bm, int bn, int stages, int group_m, int splits) {
         loom::GemmConfig c = heur;
-        c.tail_stream_k = false;
         c.block_m = bm;
         c.block_n = bn;
         c.stages = stages;
@@ -90,33 +81,25 @@ std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int 
         c.group_m = group_m;
         c.tail_splits = 1;
         c.grid = static_cast<int>(loom::gemm_sm90_grid(s.m, s.n, c, sms));
-        if (splits == -1) {
-            c.tail_stream_k = true;
-            if (cluster != 1 || loom::gemm_tail_plan(s.m, s.n, s.k, c, c.grid, 0).pieces == 0) return;
-        } else if (splits != 1) {
+        if (splits != 1) {  // 0: the automatic split, n: n splits
             const auto plan = loom::gemm_tail_plan(s.m, s.n, s.k, c, c.grid, splits);
             if (plan.splits < 2) return;
             c.tail_splits = plan.splits;
         }
         push(fmt::format("bm{}_bn{}_st{}_c{}_g{}{}", bm, bn, stages, cluster, group_m,
-                         c.tail_stream_k     ? std::string("_streamk")
-                         : c.tail_splits > 1 ? fmt::format("_tail{}", c.tail_splits)
-                                             : std::string()),
+                         c.tail_splits > 1 ? fmt::format("_tail{}", c.tail_splits) : ""),
              c);
     };
     // The BLOCK_N / stage / group alternatives run every tile whole.
     for (int bn : {256, 240, 224, 208, 192, 176, 160, 144, 128}) add(128, bn, max_stages(128, bn), heur.group_m, 1);
     add(128, 256, 3, heur.group_m, 1);
     add(128, heur.block_n, max_stages(128, heur.block_n), 16, 1);
-    add(128, 256, max_stages(128, 256), heur.group_m, -1);
-    add(128, 224, max_stages(128, 224), heur.group_m, -1);
     // 192-row tiles (three consumer warpgroups; BLOCK_N <= kGemmMaxBlockN192 under their 128-register cap),
     // single-CTA only, whole and with the automatic split tail.
     if (cluster == 1 && s.m > 128) {
         for (int bn : {176, 160, 144, 128}) {
             add(192, bn, max_stages(192, bn), heur.group_m, 1);
             add(192, bn, max_stages(192, bn), heur.group_m, 0);
-            add(192, bn, max_stages(192, bn), heur.group_m, -1);
         }
     }
     return v;
@@ -278,7 +261,6 @@ int main(int argc, char** argv) {
                                 {"cluster_m", v.cfg.cluster_m},
                                 {"group_m", v.cfg.group_m},
                                 {"tail_splits", v.cfg.tail_splits},
-                                {"tail_stream_k", v.cfg.tail_stream_k},
                                 {"check", "ok"},
                                 {"calc_diff", chk.diff},
                                 {"loom_us", t.median_us},

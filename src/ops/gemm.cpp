@@ -10,7 +10,6 @@
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/tma.hpp"
-#include "loom/tile/tile_order.hpp"
 
 namespace loom {
 namespace {
@@ -122,10 +121,7 @@ std::string GemmConfig::str() const {
     if (sm80) return "sm80 128x128x32 st4 (mma.sync)";
     return fmt::format("sm90 {}x{}x{} st{} wg{} cluster{} g{} grid{}{}{}", block_m, block_n, block_k, stages,
                        consumers(), cluster_m, group_m, grid,
-                       tail_splits > 1 ? fmt::format(" tail{}", tail_splits)
-                       : tail_stream_k ? " streamk"
-                                       : "",
-                       tma_store ? "" : " direct-store");
+                       tail_splits > 1 ? fmt::format(" tail{}", tail_splits) : "", tma_store ? "" : " direct-store");
 }
 
 GemmTailPlan gemm_tail_plan(int64_t m, int64_t n, int64_t k, const GemmConfig& cfg, int64_t grid, int requested) {
@@ -134,25 +130,8 @@ GemmTailPlan gemm_tail_plan(int64_t m, int64_t n, int64_t k, const GemmConfig& c
     p.dp_tiles = p.tiles;
     grid = std::max<int64_t>(grid, 1);
     const int64_t tail = p.tiles % grid;
-    const int64_t num_k_blocks = ceil_div(k, kernels::kGemmBlockK);
-    if (cfg.tail_stream_k && requested <= 1 && !cfg.sm80 && cfg.cluster_m == 1 && tail > 0 &&
-        tail * num_k_blocks >= grid) {
-        // One piece per CTA; a piece spans at most two tiles (grid > tail). The slots per tile: the most pieces that
-        // cover one tail tile.
-        p.dp_tiles = p.tiles - tail;
-        p.tail_tiles = tail;
-        p.pieces = static_cast<int>(grid);
-        int most = 1;
-        for (int64_t t = 0; t < tail; ++t) {
-            int32_t first = 0, count = 0;
-            tile::streamk_tile_pieces(static_cast<int32_t>(t), static_cast<int32_t>(tail), p.pieces,
-                                      static_cast<int32_t>(num_k_blocks), first, count);
-            most = std::max(most, static_cast<int>(count));
-        }
-        p.splits = most;
-        return p;
-    }
     if (cfg.sm80 || cfg.cluster_m != 1 || tail == 0 || requested == 1) return p;
+    const int64_t num_k_blocks = ceil_div(k, kernels::kGemmBlockK);
     const int64_t s =
         requested > 0 ? std::min<int64_t>(requested, num_k_blocks) : std::min<int64_t>(grid / tail, num_k_blocks / 4);
     if (s < 2) return p;
@@ -192,7 +171,6 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
     auto choose = [&](bool every_sm) {
         GemmConfig c = cfg;
         double best = 1e300;
-        bool best_stream_k = false;
         for (const int bm : block_ms) {
             const int64_t num_m = ceil_div(m, bm);
             for (int bn = bm == 192 ? kGemmMaxBlockN192 : 256; bn >= 64; bn -= 16) {
@@ -212,16 +190,12 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
                                 static_cast<double>(ceil_div(p.tail_tiles * p.splits, grid)) / p.splits +
                                 kGemmTailFixupCost;
                 }
-                // (The stream-K tail is not weighed here: measured slower than the whole-tile or split plans at every
-                // shape of the issue but one, docs/gemm.md "Session 14"; GemmConfig::tail_stream_k opts in.)
-                const bool stream_k = false;
                 // The area each SM sweeps, scaled by how efficiently a tile of that size runs; 128 x 256, the tile
                 // measured most, wins within kGemmTileMargin; other ties go to the tiles tried first (128 rows, wider).
                 const double margin = !plain || (bm == 128 && bn == 256) ? 1.0 : 1.0 + kGemmTileMargin;
                 const double cost = waves * bm * bn / tile_efficiency(tile_set, bm, bn) * margin;
                 if (cost < best * (1 - 1e-9)) {
                     best = cost;
-                    best_stream_k = stream_k;
                     c.block_m = bm;
                     c.block_n = bn;
                 }
@@ -236,10 +210,8 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
         if (c.cluster_m > 1) c.group_m = std::max(c.cluster_m, c.group_m / c.cluster_m * c.cluster_m);
         c.grid = static_cast<int>(gemm_sm90_grid(m, n, c, num_sms));
         if (may_split) {
-            c.tail_stream_k = best_stream_k;
             const GemmTailPlan p = gemm_tail_plan(m, n, k, c, every_sm ? num_sms : c.grid, requested);
-            c.tail_stream_k = p.pieces > 0;
-            c.tail_splits = p.pieces > 0 ? 1 : p.splits;
+            c.tail_splits = p.splits;
             // Planned on every SM: a CTA per split unit (the launch then sees every tile as tail at this grid).
             if (every_sm && p.splits >= 2) c.grid = static_cast<int>(std::min<int64_t>(num_sms, p.units()));
         }
@@ -291,9 +263,6 @@ void gemm_validate_config(const GemmConfig& c, bool b_kn) {
     LOOM_CHECK(c.tail_splits == 1 || c.cluster_m == 1,
                "gemm config: the split tail needs cluster_m 1, given tail_splits {} with cluster_m {}", c.tail_splits,
                c.cluster_m);
-    LOOM_CHECK(!c.tail_stream_k || (c.tail_splits == 1 && c.cluster_m == 1),
-               "gemm config: the stream-K tail needs tail_splits 1 and cluster_m 1, given tail_splits {}, cluster_m {}",
-               c.tail_splits, c.cluster_m);
 }
 
 void gemm_validate(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o) {
@@ -372,9 +341,7 @@ jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, std
                           std::to_string(cfg.cluster_m),
                           cfg.tma_store ? "true" : "false",
                           hooks};
-    LOOM_CHECK(!cfg.tail_stream_k || hooks == "loom::tile::GemmNoHooks",
-               "gemm: the stream-K tail is for the plain GEMM, given hooks {}", hooks);
-    if (cfg.tail_splits >= 2 || cfg.tail_stream_k) {
+    if (cfg.tail_splits >= 2) {
         // Hooks that publish tiles (epilogue / after-store parts) cannot take it (kernels/gemm.cuh asserts it too).
         LOOM_CHECK((hooks == "loom::tile::GemmNoHooks" || hooks == "loom::kernels::overlap::AgGemmHooks") &&
                        cfg.cluster_m == 1,
@@ -440,14 +407,11 @@ GemmSm90Launch gemm_sm90_launch(const MatrixView& a, const MatrixView& b, const 
     return l;
 }
 
-GemmConfig gemm_bind_split_tail(GemmSm90Launch& l, const GemmConfig& cfg, int64_t m, int64_t n, int64_t k,
-                                cudaStream_t stream, std::unique_lock<std::mutex>& lock) {
-    GemmConfig whole = cfg;
-    whole.tail_splits = 1;
-    whole.tail_stream_k = false;
-    if (cfg.sm80 || (cfg.tail_splits < 2 && !cfg.tail_stream_k)) return whole;
+int gemm_bind_split_tail(GemmSm90Launch& l, const GemmConfig& cfg, int64_t m, int64_t n, int64_t k, cudaStream_t stream,
+                         std::unique_lock<std::mutex>& lock) {
+    if (cfg.sm80 || cfg.tail_splits < 2) return 1;
     const GemmTailPlan tail = gemm_tail_plan(m, n, k, cfg, l.launch.grid.x, cfg.tail_splits);
-    if (!tail.split()) return whole;
+    if (tail.splits < 2) return 1;
     // The kernel packs (tail tile << 8) | split into an int32 (splits <= 256).
     LOOM_CHECK(tail.units() <= INT32_MAX && tail.tail_tiles < (int64_t{1} << 23),
                "gemm: {} split-tail work units ({} tail tiles) are too many for {}", tail.units(), tail.tail_tiles,
@@ -458,21 +422,17 @@ GemmConfig gemm_bind_split_tail(GemmSm90Launch& l, const GemmConfig& cfg, int64_
     const size_t slot = static_cast<size_t>(kernels::gemm_split_tail_slot_floats(cfg.block_m, cfg.block_n));
     TailWorkspace* ws = tail_workspace(device, stream, static_cast<size_t>(tail.tail_tiles * tail.splits) * slot,
                                        static_cast<size_t>(tail.tail_tiles));
-    if (ws == nullptr) return whole;  // capturing a graph: this launch runs without the split
+    if (ws == nullptr) return 1;  // capturing a graph: this launch runs without the split
     l.args.partials = ws->partials;
     l.args.tile_counters = ws->counters;
     l.args.dp_tiles = static_cast<int32_t>(tail.dp_tiles);
     l.args.tail_splits = tail.splits;
-    l.args.tail_pieces = tail.pieces;
     l.args.work_units = static_cast<int32_t>(tail.units());
     l.args.num_k_blocks = static_cast<int32_t>(ceil_div(k, kernels::kGemmBlockK));
     l.args.tiles_m = static_cast<int32_t>(ceil_div(m, cfg.block_m));
     l.args.tiles_n = static_cast<int32_t>(ceil_div(n, cfg.block_n));
     lock = std::move(held);
-    GemmConfig run = cfg;
-    run.tail_stream_k = tail.pieces > 0;
-    run.tail_splits = tail.pieces > 0 ? 1 : tail.splits;
-    return run;
+    return tail.splits;
 }
 
 void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o, cudaStream_t stream) {
@@ -509,7 +469,7 @@ void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const G
     // The split tail as this launch runs it (none without a tail at this grid, or while capturing a graph); the
     // workspace stays locked until the launch is enqueued.
     std::unique_lock<std::mutex> ws_lock;
-    cfg = gemm_bind_split_tail(l, cfg, m, n, k, stream, ws_lock);
+    cfg.tail_splits = gemm_bind_split_tail(l, cfg, m, n, k, stream, ws_lock);
     if (debug) fmt::print(stderr, "loom::gemm M={} N={} K={}: {}\n", m, n, k, cfg.str());
     const jit::Kernel* kernel = &jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, bias_t, o.b_kn));
     struct NoHooks {

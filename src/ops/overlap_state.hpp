@@ -123,8 +123,9 @@ void launch_gemm(const char* hooks, const char* header, const MatrixView& a, con
                  const GemmConfig& cfg, int num_sms, cudaStream_t stream, const HookArgs& hook_args) {
     GemmSm90Launch l = gemm_sm90_launch(a, b, c, GemmOptions{}, cfg, num_sms, stream);
     // ag_gemm's config may split the tail (gemm_config(..., split_tail = true)): the launch binds the workspace.
+    GemmConfig run = cfg;
     std::unique_lock<std::mutex> ws_lock;
-    const GemmConfig run = gemm_bind_split_tail(l, cfg, a.rows, c.cols, a.cols, stream, ws_lock);
+    run.tail_splits = gemm_bind_split_tail(l, cfg, a.rows, c.cols, a.cols, stream, ws_lock);
     const jit::Kernel& kernel = jit::get_kernel(
         gemm_kernel_spec(run, a.dtype, c.dtype, gemm_kernel_bias(run, c.dtype, GemmOptions{}), false, hooks, header));
     kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, hook_args);

@@ -32,7 +32,6 @@ struct Case {
     // 1 with no bias and beta 0 takes the Hopper kernel without epilogue arithmetic (TBias = void, stmatrix staging
     // for 16-bit outputs); anything else the affine one.
     float alpha = 0.75f;
-    bool stream_k = false;  // forced config with the stream-K tail (tail_splits must be 1)
 };
 
 // The Hopper config of a forced case: the most stages that fit (at most 6).
@@ -135,7 +134,6 @@ std::vector<unsigned char> run_case(const Case& cs, uint64_t seed, cudaStream_t 
     std::optional<loom::GemmConfig> cfg;
     if (cs.tail_splits > 0) {
         cfg = forced_config(cs.block_m ? cs.block_m : 128, cs.block_n ? cs.block_n : 256, cs.grid, cs.tail_splits);
-        cfg->tail_stream_k = cs.stream_k;
         opts.config = &*cfg;
     }
     SCOPED_TRACE(cfg ? cfg->str() : std::string("heuristic"));
@@ -326,25 +324,6 @@ TEST_F(Gemm, SplitTailIsDeterministic) {
     const Case cs{1000, 1000, 2000, DType::BF16, DType::F32, false, true, 0.f, false, 3, 12};
     const auto first = run_case(cs, 130);
     for (int rep = 0; rep < 3; ++rep) EXPECT_EQ(run_case(cs, 130), first) << "run " << rep + 2;
-    // The stream-K tail too: 192 x 160 tiles on 10 CTAs, each of the 2 tail tiles covered by 5-6 pieces.
-    const Case sk{1000, 1000, 2000, DType::BF16, DType::F32, false, true, 0.f, false, 1, 10, 192, 160, 0.75f, true};
-    const auto sk_first = run_case(sk, 131);
-    for (int rep = 0; rep < 3; ++rep) EXPECT_EQ(run_case(sk, 131), sk_first) << "stream-K run " << rep + 2;
-}
-
-// The stream-K tail (GemmConfig::tail_stream_k) against the fp64 reference: 128 x 256 tiles on 12 CTAs (32 tiles:
-// 24 whole, the 8 tail tiles' 256 k-blocks in 12 pieces of 21-22, most tiles in two pieces), pieces of 1-2 k-blocks
-// crossing tile boundaries (K = 72), many pieces per tile (192 x 160 on 10 CTAs), both B layouts, fp32 / bf16 / fp16
-// out, alpha = 1 (stmatrix) and the affine epilogue, beta != 0 (direct stores).
-TEST_F(Gemm, StreamKTail) {
-    // Fields: m, n, k, in, out, b_kn, bias, beta, sm80, tail_splits, grid, block_m, block_n, alpha, stream_k.
-    run_case({1000, 1000, 2000, DType::BF16, DType::BF16, false, false, 0.f, false, 1, 12, 128, 256, 1.f, true}, 160);
-    run_case({1000, 1000, 2000, DType::BF16, DType::F32, true, true, 0.f, false, 1, 12, 128, 256, 0.75f, true}, 161);
-    run_case({333, 520, 72, DType::F16, DType::F16, false, true, 0.f, false, 1, 5, 128, 256, 0.75f, true}, 162);
-    run_case({1000, 1000, 2000, DType::BF16, DType::BF16, false, false, 0.f, false, 1, 10, 192, 160, 1.f, true}, 163);
-    run_case({777, 1048, 520, DType::BF16, DType::F32, false, true, 0.f, false, 1, 7, 192, 176, 0.75f, true}, 164);
-    run_case({300, 264, 1024, DType::BF16, DType::BF16, false, true, 0.5f, false, 1, 4, 128, 256, 0.75f, true}, 165);
-    run_case({1000, 1000, 1000, DType::BF16, DType::BF16, false, false, 0.f, false, 1, 12, 128, 224, 1.f, true}, 166);
 }
 
 // Back-to-back launches with different tails on one stream share the workspace: each launch must leave its
@@ -439,10 +418,6 @@ TEST_F(Gemm, SplitTailLarge) {
     run(&three, false);
     loom::GemmConfig three_split = forced_config(192, 176, 100, 3);  // 903 = 9 x 100 + 3 tail tiles
     run(&three_split, false);
-    loom::GemmConfig stream_k = forced_config(128, 256, 100, 1);  // 60 tail tiles' 7680 k-blocks in 100 pieces
-    stream_k.tail_stream_k = true;
-    run(&stream_k, false);
-    run(&stream_k, true);
     EXPECT_EQ(run(&heur, false), first);
 }
 

@@ -2,7 +2,6 @@
 // sm_90a / sm_80 without a GPU (no local-memory spills, small stack, HGMMA in the SASS when cuobjdump exists).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -228,65 +227,6 @@ TEST(GemmHeuristic, SplitTailUnitsCoverEveryKBlockOnce) {
         }
         for (size_t i = 0; i < seen.size(); ++i)
             ASSERT_EQ(seen[i], 1) << "tile " << i / cs.kblocks << " k-block " << i % cs.kblocks;
-    }
-}
-
-// The stream-K tail: every k-block of every tail tile in exactly one non-empty unit, each CTA's tail share within one
-// k-block of the others', a tile's units numbered 0..count-1 in K order by streamk_tile_pieces, count <= the plan's
-// slots per tile (gemm_tail_plan), and CTA b walking its whole tiles then pieces b's two parts.
-TEST(GemmHeuristic, StreamKTailUnitsCoverEveryKBlockOnce) {
-    const struct {
-        int tiles, grid, kblocks;
-    } cases[] = {{1024, 132, 22}, {1152, 132, 72}, {2048, 132, 128}, {10, 7, 3}, {13, 12, 1}, {40, 12, 31}, {9, 4, 5}};
-    for (const auto& cs : cases) {
-        SCOPED_TRACE(testing::Message() << cs.tiles << " tiles, grid " << cs.grid << ", " << cs.kblocks << " k-blocks");
-        const int dp = cs.tiles / cs.grid * cs.grid, tail = cs.tiles - dp;
-        ASSERT_GT(tail, 0);
-        if (tail * cs.kblocks < cs.grid) continue;  // the plan takes no stream-K tail there
-        const int pieces = cs.grid;
-        const int units = loom::tile::streamk_tail_units(dp, pieces);
-        std::vector<int> seen(size_t(cs.tiles) * cs.kblocks, 0);
-        std::vector<std::vector<std::pair<int, int>>> parts(cs.tiles);  // per tile: (kb_begin, split)
-        std::vector<int> share(cs.grid, 0);
-        for (int b = 0; b < cs.grid; ++b) {
-            for (int u = b; u < units; u += cs.grid) {
-                const auto w = loom::tile::streamk_tail_unit(u, dp, tail, pieces, cs.kblocks);
-                if (w.kb_count == 0) {
-                    EXPECT_GE(u, dp + pieces);  // only a piece's part 1 can be empty
-                    continue;
-                }
-                ASSERT_GE(w.linear, 0);
-                ASSERT_LT(w.linear, cs.tiles);
-                EXPECT_EQ(w.split >= 0, w.linear >= dp);
-                ASSERT_GE(w.kb_begin, 0);
-                ASSERT_LE(w.kb_begin + w.kb_count, cs.kblocks);
-                for (int kb = w.kb_begin; kb < w.kb_begin + w.kb_count; ++kb)
-                    ++seen[size_t(w.linear) * cs.kblocks + kb];
-                if (w.linear >= dp) {
-                    share[b] += w.kb_count;
-                    parts[w.linear].push_back({w.kb_begin, w.split});
-                }
-            }
-        }
-        for (size_t i = 0; i < seen.size(); ++i)
-            ASSERT_EQ(seen[i], 1) << "tile " << i / cs.kblocks << " k-block " << i % cs.kblocks;
-        const auto [lo, hi] = std::minmax_element(share.begin(), share.end());
-        EXPECT_LE(*hi - *lo, 1);
-        loom::GemmConfig cfg;
-        cfg.block_m = 128;
-        cfg.block_n = 256;
-        cfg.tail_stream_k = true;
-        const auto plan = loom::gemm_tail_plan(int64_t(cs.tiles) * 128, 256, int64_t(cs.kblocks) * 64, cfg, cs.grid, 0);
-        ASSERT_EQ(plan.pieces, pieces);
-        EXPECT_EQ(plan.units(), units);
-        for (int t = dp; t < cs.tiles; ++t) {
-            std::sort(parts[t].begin(), parts[t].end());
-            int32_t first = -1, count = 0;
-            loom::tile::streamk_tile_pieces(t - dp, tail, pieces, cs.kblocks, first, count);
-            ASSERT_EQ(static_cast<int>(parts[t].size()), count) << "tile " << t;
-            EXPECT_LE(count, plan.splits) << "tile " << t;
-            for (int j = 0; j < count; ++j) EXPECT_EQ(parts[t][j].second, j) << "tile " << t;
-        }
     }
 }
 

@@ -58,8 +58,7 @@ template <bool kSplitTail, class Sched, class Hooks>
 LOOM_DEVICE LOOM_FORCEINLINE bool next_work(Sched& sched, const Hooks& hooks, const GemmArgs& args,
                                             int32_t num_k_blocks, tile::TileCoord& t, tile::WorkUnit& w) {
     if constexpr (kSplitTail) {
-        return sched.next_unit(hooks, args.work_units, args.dp_tiles, args.tail_splits, args.tail_pieces, num_k_blocks,
-                               t, w);
+        return sched.next_unit(hooks, args.work_units, args.dp_tiles, args.tail_splits, num_k_blocks, t, w);
     } else {
         w.split = -1;
         w.kb_begin = 0;
@@ -88,19 +87,11 @@ LOOM_DEVICE LOOM_FORCEINLINE bool split_tail_fixup(float (&acc)[BLOCK_N / 2], co
     constexpr uint32_t kConsumerThreads = BLOCK_M / 64 * 128;
     constexpr int kChunks = BLOCK_N / 8;  // float4 chunks of acc
     constexpr int64_t kSlot = gemm_split_tail_slot_floats(BLOCK_M, BLOCK_N);
+    const int32_t splits = args.tail_splits;
     const int32_t tail_tile = tail_id >> 8, split = tail_id & 255;
-    // Slots per tail tile (the workspace's stride), and the partials that make this tile: all of them, or with the
-    // stream-K tail the pieces that cover it.
-    const int32_t slots = args.tail_splits;
-    int32_t splits = slots;
-    if (args.tail_pieces > 0) {
-        int32_t first = 0;
-        tile::streamk_tile_pieces(tail_tile, args.tiles_m * args.tiles_n - args.dp_tiles, args.tail_pieces,
-                                  args.num_k_blocks, first, splits);
-    }
     const uint32_t tid = ptx::tid_x_unhoisted();  // consumer threads: [0, kConsumerThreads)
     float* tile_slots =
-        args.partials + static_cast<int64_t>(tail_tile) * slots * kSlot + (tid / 128) * 64 * BLOCK_N + 4 * (tid % 128);
+        args.partials + static_cast<int64_t>(tail_tile) * splits * kSlot + (tid / 128) * 64 * BLOCK_N + 4 * (tid % 128);
     float* mine = tile_slots + split * kSlot;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {

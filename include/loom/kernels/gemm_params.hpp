@@ -33,10 +33,6 @@ struct GemmArgs {
     // box hold stale data, which reaches only output rows >= m (never stored). Honoured for loads through the
     // kernel's own tmap_a.
     int32_t a_box_rows = 0;
-    // Stream-K tail (tile_order.hpp: streamk_tail_unit) when > 0: the tail tiles' k-blocks cut into this many equal
-    // pieces (the grid), work_units = dp_tiles + 2 x pieces; tail_splits is then the slots per tail tile (the most
-    // pieces that cover one tile). 0: the split tail (or none).
-    int32_t tail_pieces = 0;
 };
 
 inline constexpr int kGemmBlockK = 64;  // one 128-byte swizzle row of bf16/fp16

@@ -33,15 +33,13 @@ struct GemmConfig {
                         // when B is [K, N]
     int block_k = 64;   // fixed: one 128-byte swizzle row
     int stages = 4;
-    int cluster_m = 1;           // 1, or 2: CTA pairs along M share the B tile by TMA multicast
-    int group_m = 8;             // raster group (M-blocks swept together)
-    int grid = 0;                // persistent CTAs; 0 = min(#tiles, #SMs) rounded to whole clusters
-    int tail_splits = 1;         // split-K tail: >= 2 splits the tiles after the full waves that many ways along K
-                                 // (gemm_tail_plan; cluster_m 1 only); 1: every tile whole
-    bool tail_stream_k = false;  // with tail_splits 1: the stream-K tail instead, the tail tiles' k-blocks cut into
-                                 // one equal piece per CTA (plain GEMM only; cluster_m 1)
-    bool tma_store = true;       // epilogue through shared memory + TMA stores; needs beta == 0 (gemm() clears it)
-    bool sm80 = false;           // use the mma.sync kernel
+    int cluster_m = 1;      // 1, or 2: CTA pairs along M share the B tile by TMA multicast
+    int group_m = 8;        // raster group (M-blocks swept together)
+    int grid = 0;           // persistent CTAs; 0 = min(#tiles, #SMs) rounded to whole clusters
+    int tail_splits = 1;    // split-K tail: >= 2 splits the tiles after the full waves that many ways along K
+                            // (gemm_tail_plan; cluster_m 1 only); 1: every tile whole
+    bool tma_store = true;  // epilogue through shared memory + TMA stores; needs beta == 0 (gemm() clears it)
+    bool sm80 = false;      // use the mma.sync kernel
     int consumers() const { return block_m / 64; }
     std::string str() const;  // "sm90 128x256x64 st4 wg2 cluster1 g8 grid132 tail3" (tail only when split)
 };
@@ -90,25 +88,18 @@ inline constexpr double kGemmTileMargin = 0.01;
 
 // Heuristic cost of a split tail's fix-up (writing, and in one CTA reading back, the fp32 partials), in tiles.
 inline constexpr double kGemmTailFixupCost = 0.1;
-// Heuristic cost of the stream-K tail's fix-up, in k-blocks of the tile: each piece writes its 128 x 256 fp32 partial
-// (128 KiB) and the CTA completing a tile reads its two or three slots back, a few microseconds against ~0.55 us per
-// k-block.
-inline constexpr double kGemmStreamKFixupKBlocks = 6.0;
 
 // The split-K tail of the Hopper kernel with `grid` persistent CTAs (kernels/gemm.cuh, tile/tile_order.hpp).
 struct GemmTailPlan {
     int64_t tiles = 0;       // output tiles
     int64_t dp_tiles = 0;    // computed whole: floor(tiles / grid) * grid, the full waves
     int64_t tail_tiles = 0;  // tiles - dp_tiles
-    int splits = 1;          // K-splits of each tail tile; 1: no split tail. Stream-K: the slots per tail tile
-    int pieces = 0;          // stream-K tail: its pieces (= grid); 0: none
-    int64_t units() const { return pieces > 0 ? dp_tiles + 2 * pieces : dp_tiles + tail_tiles * splits; }
-    bool split() const { return splits >= 2 || pieces > 0; }
+    int splits = 1;          // K-splits of each tail tile; 1: no split tail
+    int64_t units() const { return dp_tiles + tail_tiles * splits; }
 };
 // `requested` splits: 0 = automatic, min(grid / tail_tiles, num_k_blocks / 4); n >= 1: n, capped at the number of
 // k-blocks (every split gets at least one). splits is 1 when that leaves < 2, when there is no tail, or for
-// cluster_m != 1. cfg.tail_stream_k (with requested 0 or 1): the stream-K tail (tile_order.hpp: streamk_tail_unit),
-// where there is a tail of at least `grid` k-blocks: pieces = grid, splits = the most pieces that cover one tile.
+// cluster_m != 1.
 GemmTailPlan gemm_tail_plan(int64_t m, int64_t n, int64_t k, const GemmConfig& cfg, int64_t grid, int requested);
 
 // ---- building blocks for kernels that reuse the Hopper GEMM with overlap hooks (AllGather+GEMM, GEMM+RS) ----
@@ -146,14 +137,13 @@ struct GemmSm90Launch {
 GemmSm90Launch gemm_sm90_launch(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& opts,
                                 const GemmConfig& cfg, int num_sms, cudaStream_t stream);
 
-// The split-K tail of one launch (loom::gemm, and ag_gemm's hooked GEMM): with cfg.tail_splits >= 2 or
-// cfg.tail_stream_k, the tail plan at the launch's grid (none where the grid leaves no tail; splits capped at the
-// k-blocks), the workspace of (device, stream) reserved and l.args' split fields set; returns cfg as the launch runs it
-// (tail_splits 1 and no stream-K: whole tiles; also while the stream captures a graph, whose launches must not keep a
-// workspace that a later call may grow). When it splits, `lock` holds the workspace until the caller's launch is
-// enqueued.
-GemmConfig gemm_bind_split_tail(GemmSm90Launch& l, const GemmConfig& cfg, int64_t m, int64_t n, int64_t k,
-                                cudaStream_t stream, std::unique_lock<std::mutex>& lock);
+// The split-K tail of one launch (loom::gemm, and ag_gemm's hooked GEMM): with cfg.tail_splits >= 2, the tail plan
+// at the launch's grid (none where the grid leaves no tail; splits capped at the k-blocks), the workspace of
+// (device, stream) reserved and l.args' split fields set; returns the splits the launch runs (1: whole tiles; also
+// while the stream captures a graph, whose launches must not keep a workspace that a later call may grow). From a
+// return >= 2 on, `lock` holds the workspace until the caller's launch is enqueued.
+int gemm_bind_split_tail(GemmSm90Launch& l, const GemmConfig& cfg, int64_t m, int64_t n, int64_t k, cudaStream_t stream,
+                         std::unique_lock<std::mutex>& lock);
 
 // Persistent grid of the Hopper kernel: min(#tiles, #SMs), rounded to whole clusters.
 int64_t gemm_sm90_grid(int64_t m, int64_t n, const GemmConfig& cfg, int num_sms);

@@ -91,19 +91,13 @@ struct PersistentScheduler {
     // `t` is the unit's tile in the policy's order, `w` its split and k-blocks. units (split_tail_units),
     // dp_tiles, splits and num_k_blocks are the launch's: the producer and the consumers pass the same values and so
     // see the same units.
-    // pieces > 0: the stream-K tail instead (tile_order.hpp: streamk_tail_unit; units = streamk_tail_units), whose
-    // empty units (part 1 of a piece inside one tile) are skipped.
     LOOM_DEVICE LOOM_FORCEINLINE bool next_unit(const Hooks& hooks, int32_t units, int32_t dp_tiles, int32_t splits,
-                                                int32_t pieces, int32_t num_k_blocks, TileCoord& t, WorkUnit& w) {
+                                                int32_t num_k_blocks, TileCoord& t, WorkUnit& w) {
         static_assert(CLUSTER_M == 1, "the split tail walks single-CTA tiles");
-        for (;;) {
-            if (next >= units) return false;
-            w = pieces > 0 ? streamk_tail_unit(next, dp_tiles, grid.num_tiles() - dp_tiles, pieces, num_k_blocks)
-                           : split_tail_unit(next, dp_tiles, splits, num_k_blocks);
-            next += static_cast<int32_t>(gridDim.x);
-            if (pieces == 0 || w.kb_count > 0) break;
-        }
+        if (next >= units) return false;
+        w = split_tail_unit(next, dp_tiles, splits, num_k_blocks);
         set_tile(hooks, w.linear, t);
+        next += static_cast<int32_t>(gridDim.x);
         return true;
     }
 
