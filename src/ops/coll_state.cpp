@@ -68,10 +68,11 @@ std::unique_ptr<CollState> create(World& world) {
         if (budget != st->num_sms && world.rank() == 0)
             std::fprintf(stderr,
                          "loom: warning: %d ranks share a GPU without an MPS share each "
-                         "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s): the collectives keep to %d of the %d SMs per rank, "
-                         "but their kernels can still wait for peers that do not get to run (seen at 8 ranks); give "
-                         "each rank 100 / ranks %% (loomrun does)\n",
+                         "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s): the collectives keep to %d of the %d SMs per rank so "
+                         "that every rank's launches stay resident, but the overlapped GEMMs do not and can wait for "
+                         "peers that do not get to run; give each rank 100 / ranks %% (loomrun does)\n",
                          st->topo.ranks_per_gpu, pct ? pct : "unset", budget, st->num_sms);
+        if (budget != st->num_sms) st->resident_blocks = budget;
         st->num_sms = budget;
     }
     world.barrier("loom/coll/state");  // every rank's state is zeroed before any peer signals into it
@@ -205,7 +206,11 @@ void setup_ll(Launch& l, const char* op, std::size_t chunk_bytes, const CollOpti
     l.header = "loom/kernels/coll_ll.cuh";
     l.name = std::string("loom::kernels::coll::") + op + "_ll";
     l.params.ll_packets = static_cast<uint32_t>(per);
-    l.blocks = blocks;
+    l.params.ll_blocks = static_cast<uint32_t>(blocks);
+    // Packet blocks beyond what may be resident beside every peer's launch are dealt over fewer blocks
+    // (coll_ll.cuh: ll_exchange): at 8 ranks on one GPU at 100 % each, 59 packet blocks per rank left some ranks'
+    // blocks unscheduled while the others' waited for their packets (wait timeout in ll_recv).
+    l.blocks = st.resident_blocks > 0 ? std::min(blocks, st.resident_blocks) : blocks;
     l.threads = per < 512 ? static_cast<int>((per + 31) / 32 * 32) : 512;
     // LOOM_COLL_PDL (tuning): 0 launches the LL kernels plainly, to time what the programmatic launch saves.
     static const bool pdl = [] {

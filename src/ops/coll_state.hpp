@@ -60,6 +60,10 @@ struct CollState {
     CollTopology topo;
     int num_sms =
         0;  // SMs the collectives may use: the device attribute (the rank's MPS share), or shared_gpu_sm_budget
+    // > 0: the most blocks a launch may have so that every peer's launch is resident beside it — ranks share a GPU
+    // without an MPS share each, so their kernels compete for every SM (the SM budget). 0: no such limit (a GPU of
+    // its own, or an MPS share per rank: a rank's blocks then always get its own SMs).
+    int resident_blocks = 0;
     // Launches resolved by earlier calls (launch_cached): the host cost of a repeated call is one lookup and the
     // kernel launch, which is most of a small collective's latency. Bounded: cleared past kMaxPlans entries.
     std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;

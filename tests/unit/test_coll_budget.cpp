@@ -21,5 +21,29 @@ TEST(CollSmBudget, WithoutSharesTheGpuIsDivided) {
     EXPECT_EQ(shared_gpu_sm_budget(4, 8, nullptr), 1);  // never below one block
 }
 
+// LL launches: one block per packet block, except where the ranks' launches compete for every SM (no MPS share
+// each: CollState::resident_blocks), where at most that many blocks deal the packet blocks (Params::ll_blocks).
+// 240004 bytes per chunk: 30001 packets, 59 packet blocks of 512 (the test that stalled at 8 ranks, 100 % each).
+TEST(CollSmBudget, LlPacketBlocksStayWithinTheResidentBlocks) {
+    CollState st;
+    st.topo.shared_gpu = true;
+    st.topo.ranks_per_gpu = 8;
+    st.num_sms = 16;
+    Launch shared;
+    setup_ll(shared, "all_gather", 240004, CollOptions{}, st);
+    EXPECT_EQ(shared.params.ll_blocks, 59u);
+    EXPECT_EQ(shared.params.ll_packets, 512u);
+    EXPECT_EQ(shared.blocks, 59);  // an MPS share per rank (resident_blocks 0): as many blocks as packet blocks
+    st.resident_blocks = 16;
+    Launch budgeted;
+    setup_ll(budgeted, "all_gather", 240004, CollOptions{}, st);
+    EXPECT_EQ(budgeted.params.ll_blocks, 59u);
+    EXPECT_EQ(budgeted.blocks, 16);
+    Launch small;  // fewer packet blocks than that: one block each
+    setup_ll(small, "all_reduce", 4096, CollOptions{}, st);
+    EXPECT_EQ(small.blocks, static_cast<int>(small.params.ll_blocks));
+    EXPECT_LE(small.blocks, 16);
+}
+
 }  // namespace
 }  // namespace loom::coll

@@ -28,17 +28,20 @@ LOOM_DEVICE LOOM_FORCEINLINE uint64_t sig_value(uint64_t epoch, uint32_t phase) 
     return (epoch << kPhaseBits) + phase;
 }
 
-// Every thread of the block calls it first. Returns this launch's epoch for this block (1, 2, ...).
-LOOM_DEVICE inline uint64_t begin_call(SyncState* st) {
+// Every thread of the block calls it first. Returns this launch's epoch for block slot `b` (default: this block;
+// LL kernels pass each packet block they handle) (1, 2, ...). A block that calls it again (another slot) passes a
+// __syncthreads first: the shared copy is rewritten.
+LOOM_DEVICE inline uint64_t begin_call(SyncState* st, uint32_t b) {
     __shared__ uint64_t s_epoch;
     if (threadIdx.x == 0) {
-        const uint64_t e = st->epoch[blockIdx.x] + 1;
-        st->epoch[blockIdx.x] = e;
+        const uint64_t e = st->epoch[b] + 1;
+        st->epoch[b] = e;
         s_epoch = e;
     }
     __syncthreads();
     return s_epoch;
 }
+LOOM_DEVICE inline uint64_t begin_call(SyncState* st) { return begin_call(st, blockIdx.x); }
 
 // Global rank of local rank `i` (collectives address node peers only; the host checks world == local world).
 LOOM_DEVICE LOOM_FORCEINLINE int peer_rank(const Ctx& ctx, int i) { return ctx.local_base_rank + i; }

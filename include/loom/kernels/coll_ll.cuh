@@ -71,33 +71,30 @@ LOOM_DEVICE LOOM_FORCEINLINE uint64_t ll_poll(const Ctx& ctx, const lang::LL16* 
     return static_cast<uint64_t>(v.x) | (static_cast<uint64_t>(v.z) << 32);
 }
 
-// One LL call. p.count: elements per chunk (all_reduce: the buffer; all_gather: per rank; reduce_scatter: of out;
-// all_to_all: per peer). Block b handles packets [b * P, b * P + P) of every chunk, P = p.ll_packets.
+// One packet block of an LL call. p.count: elements per chunk (all_reduce: the buffer; all_gather: per rank;
+// reduce_scatter: of out; all_to_all: per peer). Packet block b handles packets [b * P, b * P + P) of every chunk,
+// P = p.ll_packets, and pairs with packet block b of every peer (its epoch, its region of the LL area).
 template <class T, int kOp, int kMode>
-LOOM_DEVICE inline void ll_exchange(const Ctx& ctx, const Params& p) {
+LOOM_DEVICE inline void ll_exchange_block(const Ctx& ctx, const Params& p, uint32_t b) {
     constexpr int E = 8 / static_cast<int>(sizeof(T));  // elements per packet
     constexpr bool kChunkPerPeer = kMode == kLLReduceScatter || kMode == kLLAllToAll;
     constexpr bool kReduce = kMode == kLLAllReduce || kMode == kLLReduceScatter;
     const int W = ctx.local_world, me = ctx.local_rank;
     const uint64_t n = p.count, P = p.ll_packets;
-    const uint64_t first = static_cast<uint64_t>(blockIdx.x) * P;
+    const uint64_t first = static_cast<uint64_t>(b) * P;
     const uint64_t total = (n + E - 1) / E;
     const uint64_t mine = total > first ? (total - first < P ? total - first : P) : 0;
     const T* const in = static_cast<const T*>(p.in);
     T* const out = static_cast<T*>(p.out);
     const T* const own = in + (kChunkPerPeer ? me * n : 0);  // what this rank contributes to itself
-    // Launched programmatically (setup_ll): wait for the stream's previous kernel before touching memory, then let
-    // the next call's launch begin, so back-to-back calls hide their launch latency behind this one.
-    ptx::griddep_wait();
-    ptx::griddep_launch_dependents();
     // The first packet's data is loaded before the epoch (begin_call's load and block barrier), so the two
     // global-memory latencies overlap: small messages have one packet per thread.
     const uint64_t v0 = !kChunkPerPeer && threadIdx.x < mine ? ll_pack(in, (first + threadIdx.x) * E, n) : 0;
-    const uint64_t e = begin_call(p.sync);
+    const uint64_t e = begin_call(p.sync, b);
     const uint32_t flag = static_cast<uint32_t>(e);
     constexpr uint64_t S = kLLPacketsPerBlock;  // fixed stride of one (block, source) region
     lang::LL16* const region =
-        reinterpret_cast<lang::LL16*>(p.ll) + ((e & 1) * kMaxLLBlocks + blockIdx.x) * static_cast<uint64_t>(W) * S;
+        reinterpret_cast<lang::LL16*>(p.ll) + ((e & 1) * kMaxLLBlocks + b) * static_cast<uint64_t>(W) * S;
     // Send packet i of the chunk for each peer (not to myself).
     for (uint64_t i = threadIdx.x; i < mine; i += blockDim.x) {
         const uint64_t el = (first + i) * E;
@@ -134,6 +131,23 @@ LOOM_DEVICE inline void ll_exchange(const Ctx& ctx, const Params& p) {
                 }
             }
         }
+    }
+}
+
+// The launch's blocks deal the packet blocks: block x handles x, x + gridDim.x, ... in that order on every rank. With
+// as many blocks as packet blocks (one each) that is the plain scheme; with fewer (ranks sharing a GPU without an MPS
+// share each: setup_ll keeps the grid to the SM budget, so that every rank's blocks are resident at once) a block
+// waits only for peers' packet blocks that their resident blocks reach in the same order, so no wait depends on a
+// block that cannot run.
+template <class T, int kOp, int kMode>
+LOOM_DEVICE inline void ll_exchange(const Ctx& ctx, const Params& p) {
+    // Launched programmatically (setup_ll): wait for the stream's previous kernel before touching memory, then let
+    // the next call's launch begin, so back-to-back calls hide their launch latency behind this one.
+    ptx::griddep_wait();
+    ptx::griddep_launch_dependents();
+    for (uint32_t b = blockIdx.x; b < p.ll_blocks; b += gridDim.x) {
+        if (b != blockIdx.x) __syncthreads();  // begin_call rewrites its shared epoch
+        ll_exchange_block<T, kOp, kMode>(ctx, p, b);
     }
 }
 

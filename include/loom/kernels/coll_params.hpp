@@ -59,6 +59,7 @@ struct Params {
     uint32_t stages;              // TMA staging: stages
     uint32_t ll_packets;          // LL: packets per block
     uint32_t flags;               // kFlag* bits
+    uint32_t ll_blocks;           // LL: packet blocks (<= kMaxLLBlocks), dealt over the launch's blocks (gridDim.x <=)
 };
 
 }  // namespace loom::kernels::coll
