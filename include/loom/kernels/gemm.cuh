@@ -1,15 +1,18 @@
 // Hopper GEMM: D[M, N] = alpha * A[M, K] * B^T + beta * D + bias[N], bf16/fp16 in, fp32 accumulate.
 //
 // Data path: TMA (128B swizzle) -> STAGES-deep mbarrier ring in shared memory -> wgmma (both operands from
-// shared memory) -> registers -> 128B-swizzled staging buffers in shared memory -> TMA stores (or, when beta != 0
-// or BLOCK_N is not a multiple of the store box, vectorised global stores). Persistent: gridDim.x <= #SMs CTAs
+// shared memory) -> registers -> 128B-swizzled staging buffers in shared memory -> TMA stores (a BLOCK_N that is not
+// a multiple of the store box ends with a slab overlapping the one before it; when beta != 0 or BLOCK_N is narrower
+// than one box, vectorised global stores). Persistent: gridDim.x <= #SMs CTAs
 // walk the output tiles in the order of the Hooks policy (loom/tile/scheduler.cuh).
 //
-// Warp roles (BLOCK_M / 64 consumer warpgroups + 1 producer warpgroup, one CTA per SM):
+// Warp roles (BLOCK_M / 64 = 1, 2 or 3 consumer warpgroups + 1 producer warpgroup, one CTA per SM; three compile
+// under a 128-register cap, hence BLOCK_N <= 176 there, ops/gemm.hpp: kGemmMaxBlockN192):
 //   consumers  warpgroup c computes rows [64c, 64c + 64) of the tile with wgmma m64nBLOCK_Nk16, keeps one
 //              k-block of MMAs in flight, releases a slot when the MMAs that read it retired, then runs the
 //              epilogue while the producer already streams the next tile's k-blocks. The epilogue is per warp, with
-//              no warpgroup barrier: each warp writes its 16 rows of a 128-byte-wide slab into one of its two
+//              no warpgroup barrier: each warp writes its 16 rows of a 128-byte-wide slab into one of its (two; one
+//              with three consumer warpgroups)
 //              staging buffers (stmatrix for 16-bit output without alpha / bias, TBias = void; pair stores
 //              otherwise) and its lane 0 issues the slab's TMA store (16-row box), which completes asynchronously
 //              while the warp goes on (to the next slab, or the next tile's MMAs).
@@ -20,8 +23,9 @@
 //   of the shared B tile, multicast into both CTAs' shared memory, so L2 -> SM traffic per k-block drops from
 //   (BM + BN) to (BM + BN / 2) rows. A slot's empty barrier counts the consumer warpgroups of both CTAs (each
 //   warpgroup's warp 0 arrives locally and remotely), so neither producer overwrites a slot its peer still reads.
-// Shared memory: STAGES x (BLOCK_M + BLOCK_N) x 128 B + BLOCK_M / 64 x 2 x 8 KiB staging (+ barriers, + 1 KiB
-//   alignment slack): 128 x 256, 4 stages = 225 KiB (gemm_params.hpp: gemm_sm90_smem_bytes).
+// Shared memory: STAGES x (BLOCK_M + BLOCK_N) x 128 B + BLOCK_M / 64 x 2 x 8 KiB staging (1 x 8 KiB with three
+//   consumers) (+ barriers, + 1 KiB alignment slack): 128 x 256, 4 stages = 225 KiB; 192 x 176, 4 stages = 209 KiB
+//   (gemm_params.hpp: gemm_sm90_smem_bytes).
 // Epilogue hooks (Hooks::kEpilogueHooks; GEMM+ReduceScatter's fused epilogue, kernels/gemm_rs.cuh): each consumer
 //   warpgroup stages its whole 64 x BLOCK_N part of the tile (kWholeTile: BLOCK_N x sizeof(TOut) x 64 bytes per
 //   warpgroup, so fewer stages fit: 128 x 256 bf16 gets 3) and the hooks store, send or combine it; the
