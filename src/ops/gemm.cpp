@@ -14,7 +14,6 @@
 namespace loom {
 namespace {
 
-// Measured on H200 (docs/gemm.md): relative throughput of a 128 x BLOCK_N tile, 4-6 stages, K >= 1024.
 // How efficiently a BLOCK_M x BLOCK_N tile runs, relative to 128 x 256 (1.0), for the heuristic's cost model.
 // 128- and 192-row tiles: fitted to two bench-gemm --sweep calls on the H200 (docs/gemm.md "Session 14": every config
 // of the 13 shapes, log(ratio to cuBLASLt) = shape + tile class, waves counted whole; 13-47 runs per class), after the

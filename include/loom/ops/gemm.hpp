@@ -116,8 +116,8 @@ jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, std
                                  const std::string& header = "loom/kernels/gemm.cuh");
 
 // Whether a Hopper config's launches can take the TBias = void kernel (gemm_kernel_spec with no bias type): the
-// TMA-store epilogue (cfg.tma_store, BLOCK_N a multiple of the store box of `out`) with a 16-bit `out`, not the
-// sm_80 path.
+// TMA-store epilogue (cfg.tma_store, BLOCK_N at least one store box of `out`) with a 16-bit `out`, not the sm_80
+// path.
 bool gemm_plain_epilogue(const GemmConfig& cfg, DType out);
 // The bias type gemm_kernel_spec should get for launches with these options: the bias's type when there is one, none
 // (the kernel without epilogue arithmetic) for alpha = 1 where gemm_plain_epilogue() holds, else F32 (unused).
