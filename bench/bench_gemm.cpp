@@ -17,6 +17,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -41,13 +42,8 @@ struct Variant {
     loom::GemmConfig cfg;
 };
 
-constexpr uint32_t kSmemLimit = 227 * 1024;
-
-int max_stages(int bm, int bn) {
-    int st = 6;
-    while (st > 2 && loom::kernels::gemm_sm90_smem_bytes(bm, bn, st) > kSmemLimit) --st;
-    return st;
-}
+// The most stages (<= 6, as the heuristic takes) that fit the shared memory.
+int max_stages(int bm, int bn) { return std::min(loom::kernels::gemm_sm90_max_stages(bm, bn), 6); }
 
 // The heuristic's config plus alternatives with cluster_m == `cluster` (the heuristic is listed in its own pass).
 std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int cluster, int sms) {

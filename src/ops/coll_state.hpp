@@ -58,8 +58,8 @@ struct CollState {
     char* ll = nullptr;                        // symmetric LL area
     std::size_t ll_bytes = 0;
     CollTopology topo;
-    int num_sms =
-        0;  // SMs the collectives may use: the device attribute (the rank's MPS share), or shared_gpu_sm_budget
+    // SMs the collectives may use: the device attribute (the rank's MPS share), or shared_gpu_sm_budget.
+    int num_sms = 0;
     // > 0: the most blocks a launch may have so that every peer's launch is resident beside it — ranks share a GPU
     // without an MPS share each, so their kernels compete for every SM (the SM budget). 0: no such limit (a GPU of
     // its own, or an MPS share per rank: a rank's blocks then always get its own SMs).
@@ -137,9 +137,10 @@ int pick_blocks(std::size_t work_bytes, std::size_t bytes_per_block, int cap, co
 // that waits for a peer block which has no SM to start on waits forever (seen: reduce_scatter at 4 and 8 ranks with
 // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100 for every rank). With an MPS share per rank (mps_percentage x ranks <= 100,
 // as loomrun sets it) the device attribute already is the rank's share: attr_sms. Otherwise (unset, or shares past
-// 100 %) attr_sms / ranks_per_gpu, at least 1, so that one block per SM of every rank fits the GPU at once. That
-// ended the reduce_scatter deadlock (8 ranks at 100 %: all_gather and reduce_scatter 16 MiB - 1 GiB ran), but the LL
-// kernels still timed out there (Collectives.* at 8 ranks): an MPS share per rank remains required.
+// 100 %) attr_sms / ranks_per_gpu, at least 1, so that one block per SM of every rank fits the GPU at once (that
+// ended the reduce_scatter deadlock; the LL kernels, whose packet capacity may need more blocks, then deal their
+// packet blocks over that many: CollState::resident_blocks, setup_ll). The overlapped GEMMs do not keep to it: an MPS
+// share per rank remains the supported setting.
 int shared_gpu_sm_budget(int attr_sms, int ranks_per_gpu, const char* mps_percentage);
 
 // The block cap of a grid-strided kernel (kFlagGridStride) when ranks share a GPU, where st.num_sms is the rank's MPS

@@ -161,16 +161,17 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
     const bool may_split = split_tail && cfg.cluster_m == 1 && forced_splits != 0 && forced_splits != 1;
     const int requested = forced_splits >= 2 ? static_cast<int>(std::min<int64_t>(forced_splits, kMaxTailSplits)) : 0;
     // 192-row tiles compete with the 128-row ones (single-CTA tiles, BLOCK_N <= kGemmMaxBlockN192).
-    std::vector<int> block_ms = {cfg.block_m};
     const bool plain = tile_set == GemmTiles::Plain;
-    if (m > 128 && plain && cfg.cluster_m == 1) block_ms.push_back(192);
+    const int block_ms[] = {cfg.block_m, 192};
+    const int num_block_ms = m > 128 && plain && cfg.cluster_m == 1 ? 2 : 1;
     // every_sm: plan the split tail on every SM rather than on the persistent grid, min(tiles, SMs), which leaves a
     // GEMM with fewer tiles than SMs no tail to split; on every SM its one partial wave is the tail, split along K
     // over more CTAs than there are tiles.
     auto choose = [&](bool every_sm) {
         GemmConfig c = cfg;
         double best = 1e300;
-        for (const int bm : block_ms) {
+        for (int i = 0; i < num_block_ms; ++i) {
+            const int bm = block_ms[i];
             const int64_t num_m = ceil_div(m, bm);
             for (int bn = bm == 192 ? kGemmMaxBlockN192 : 256; bn >= 64; bn -= 16) {
                 if (b_kn && bn % 64 != 0) continue;

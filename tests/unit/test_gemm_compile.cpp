@@ -284,9 +284,7 @@ TEST(GemmCompile, HopperKernelHasNoSpills) {
             loom::GemmConfig c;
             c.block_n = bn;
             c.cluster_m = cluster;
-            c.stages = 6;
-            while (c.stages > 2 && loom::kernels::gemm_sm90_smem_bytes(c.block_m, bn, c.stages) > 227 * 1024)
-                --c.stages;
+            c.stages = std::min(loom::kernels::gemm_sm90_max_stages(c.block_m, bn), 6);
             cfgs.push_back(c);
         }
         loom::GemmConfig three;
