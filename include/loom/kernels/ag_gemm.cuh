@@ -83,16 +83,6 @@ struct AgGemmHooks {
     LOOM_DEVICE LOOM_FORCEINLINE void after_store(const tile::TileCoord&) const {}
 };
 
-// This block's share [lo, hi) of `bytes`, in 16-byte aligned pieces (empty for the blocks past the end).
-LOOM_DEVICE LOOM_FORCEINLINE void block_share(uint64_t bytes, uint64_t& lo, uint64_t& hi) {
-    const uint64_t nb = gridDim.x;
-    const uint64_t per = ((bytes + nb - 1) / nb + 15) / 16 * 16;
-    lo = per * blockIdx.x;
-    hi = lo + per;
-    if (lo > bytes) lo = bytes;
-    if (hi > bytes) hi = bytes;
-}
-
 // SM producer: gridDim.x blocks (every rank the same), each moves its share of this rank's chunk to every rank
 // (this rank first, so the rank-rotated GEMM starts at once; then me + 1, me + 2, ...) and adds 1 to
 // chunk[me] there with release semantics. kPath: coll-style data path (0 ld/st, 1 TMA staging in dynamic smem).
@@ -108,8 +98,8 @@ __global__ void __launch_bounds__(512) ag_gemm_push(Ctx ctx, AgPushParams p) {
     if (blockIdx.x == 0 && tid < W)
         lang::signal_op(ctx, &p.sig->ready[me], p.epoch, lang::SignalOp::Set, ctx.local_base_rank + tid);
 
-    uint64_t lo, hi;
-    block_share(p.chunk_bytes, lo, hi);
+    const lang::Range share = lang::block_share(p.chunk_bytes, 16);  // 16-byte aligned pieces
+    const uint64_t lo = share.lo, hi = share.hi;
     char* const dst = static_cast<char*>(p.gather) + static_cast<uint64_t>(me) * p.chunk_bytes + lo;
     const char* const src = static_cast<const char*>(p.a_local) + lo;
 
@@ -154,11 +144,9 @@ __global__ void __launch_bounds__(512) ag_gemm_direct_stage(Ctx ctx, AgDirectPar
     if (tid < W && tid != me && p.epoch > 2)
         lang::signal_wait_until(ctx, &p.sig->read_done[tid], lang::Cmp::GE, p.epoch - 2);
     __syncthreads();
-    uint64_t lo, hi;
-    block_share(p.bytes, lo, hi);
-    if (hi > lo)
-        lang::put(lang::block, ctx, static_cast<char*>(p.staging) + lo, static_cast<const char*>(p.shard) + lo, hi - lo,
-                  ctx.local_base_rank + me);
+    if (const lang::Range r = lang::block_share(p.bytes, 16); r.size())
+        lang::put(lang::block, ctx, static_cast<char*>(p.staging) + r.lo, static_cast<const char*>(p.shard) + r.lo,
+                  r.size(), ctx.local_base_rank + me);
     for (int d = 0; d < W; ++d)
         lang::notify(lang::block, ctx, &p.sig->chunk[me], ctx.local_base_rank + d, 1, lang::SignalOp::Add);
 }

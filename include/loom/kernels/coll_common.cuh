@@ -1,5 +1,5 @@
 // Building blocks shared by the collective kernels: the per-call epoch, the per-block peer barrier, the split
-// of a range over blocks, element conversions and the multi-source / multi-destination reduce.
+// of a range over blocks (lang/share.cuh), element conversions and the multi-source / multi-destination reduce.
 //
 // Synchronisation model (see docs/collectives.md):
 //   * Block b of every rank's launch pairs with block b of every peer's launch: each block handles the same
@@ -69,20 +69,8 @@ LOOM_DEVICE inline void wait_peer(const Ctx& ctx, SyncState* st, int peer_local,
     lang::wait(lang::block, ctx, &st->sig[blockIdx.x][peer_local], lang::Cmp::GE, value);
 }
 
-// This block's share [lo, hi) of [0, n), in units that keep every share start a multiple of `align`.
-struct Range {
-    uint64_t lo, hi;
-    LOOM_DEVICE LOOM_FORCEINLINE uint64_t size() const { return hi > lo ? hi - lo : 0; }
-};
-LOOM_DEVICE LOOM_FORCEINLINE Range block_share(uint64_t n, uint64_t align) {
-    const uint64_t nb = gridDim.x;
-    uint64_t per = (n + nb - 1) / nb;
-    per = (per + align - 1) / align * align;
-    uint64_t lo = per * blockIdx.x, hi = lo + per;
-    if (lo > n) lo = n;
-    if (hi > n) hi = n;
-    return Range{lo, hi};
-}
+using lang::block_share;  // lang/share.cuh
+using lang::Range;
 
 // The items a thread handles: [r.lo, r.hi) from r.lo + tid in steps of nt. By default the block's contiguous share
 // (block_share) over the block's threads. With kFlagGridStride every thread of the grid steps over the whole range

@@ -7,5 +7,6 @@
 #include "loom/lang/group.cuh"
 #include "loom/lang/ll.cuh"
 #include "loom/lang/rank.cuh"
+#include "loom/lang/share.cuh"
 #include "loom/lang/signal.cuh"
 #include "loom/lang/spin.cuh"
