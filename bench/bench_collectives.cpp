@@ -78,6 +78,7 @@ struct Args {
     std::size_t lat_max = 64 * KiB;  // sizes up to this also get the interleaved per-call latency row
     std::size_t nvshmem_max = GiB;   // NVSHMEM baseline only up to this size
     int lat_iters = 200;
+    double align_hold_us = 0;  // loom::barrier_on_stream's hold before each timed run
 };
 
 Args parse(int argc, char** argv) {
@@ -110,6 +111,11 @@ Args parse(int argc, char** argv) {
     app.add_option("--lat-iters", a.lat_iters, "timed runs per op in the interleaved per-call rows")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
+    app.add_option("--align-hold-us", a.align_hold_us,
+                   "the aligning barrier before each timed run holds the stream this long once the ranks met, so "
+                   "every rank's timed launch is queued when they leave it (0: no hold)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1000.0));
     loom::bench::parse_or_exit(app, argc, argv);
     a.nvshmem = !no_nvshmem;
     a.nccl = !no_nccl;
@@ -279,11 +285,12 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
     for (std::size_t size = args.min_bytes; size <= args.max_bytes; size *= 4) {
         const Shape sh = shape_of(k, size, W);
         const std::size_t in_bytes = sh.in_count * 2, out_bytes = sh.out_count * 2;
-        const TimeOptions topts{.warmup = 2,
-                                .iters = iters_for(args, sh.size),
-                                .flush_l2 = true,
-                                .world = &w,
-                                .align = [&w](cudaStream_t st) { loom::barrier_on_stream(w, st); }};
+        const TimeOptions topts{
+            .warmup = 2,
+            .iters = iters_for(args, sh.size),
+            .flush_l2 = true,
+            .world = &w,
+            .align = [&w, hold = args.align_hold_us](cudaStream_t st) { loom::barrier_on_stream(w, st, hold); }};
         // Inputs: reductions sum bf16 (rank + 1) (exact: the sum W(W+1)/2 <= 36 is a short mantissa); data
         // movement moves bf16 (rank + 1) too, so the check can name the source rank of every chunk.
         fill_bf16(sin, sh.in_count, me + 1, stream);
@@ -425,6 +432,7 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
                         {"busBW_GBps", alg * factor},
                         {"auto_choice", std::string(loom::to_string(autoc.algo)) + "/" + loom::to_string(autoc.path)},
                         {"shared_gpu", topo.shared_gpu},
+                        {"align_hold_us", args.align_hold_us},
                         {"checked", true},
                         {"baselines", baselines}};
             for (auto& [bname, us] : baselines.items())
@@ -467,6 +475,7 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
                         {"algo", "auto"},
                         {"path", "auto"},
                         {"timing", timing},
+                        {"align_hold_us", args.align_hold_us},
                         {"auto_choice", std::string(loom::to_string(autoc.algo)) + "/" + loom::to_string(autoc.path)},
                         {"shared_gpu", topo.shared_gpu}};
         };

@@ -327,13 +327,14 @@ loom::CollTopology loom::collective_topology(World& world) {
 
 namespace loom::coll {
 
-void launch_barrier(World& world, CollState& st, cudaStream_t stream) {
+void launch_barrier(World& world, CollState& st, cudaStream_t stream, uint32_t hold_ns) {
     Launch l;
     l.header = "loom/kernels/coll_common.cuh";
     l.name = "loom::kernels::coll::coll_barrier";
     l.blocks = 1;
     l.threads = 32;
     l.params = base_params(st);
+    l.params.hold_ns = hold_ns;
     launch(world, l, stream);
 }
 

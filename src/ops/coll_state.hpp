@@ -123,7 +123,7 @@ cudaStream_t ce_stream(CollState& st, std::size_t i);
 void ce_fork(CollState& st, cudaStream_t stream, std::size_t n);
 void ce_join(CollState& st, cudaStream_t stream, std::size_t n);
 // The one-block peer barrier (copy-engine path).
-void launch_barrier(World& world, CollState& st, cudaStream_t stream);
+void launch_barrier(World& world, CollState& st, cudaStream_t stream, uint32_t hold_ns = 0);
 
 // Params with the state's pointers filled in.
 kernels::coll::Params base_params(const CollState& st);

@@ -11,11 +11,13 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/reference.hpp"
@@ -735,6 +737,35 @@ std::string error_of(F&& f) {
         return e.what();
     }
     return "";
+}
+
+// loom::barrier_on_stream: no rank's stream passes it before every rank's stream reached it. Every rank but 0
+// enqueues its flag write late (a host sleep), so rank 0's reads of the peers' flags right behind the barrier
+// see this round's values only if the barrier held rank 0's stream; the last round also holds the stream after
+// the barrier (hold_us), as the benchmarks do. A host barrier ends each round, so no rank rewrites its flag while
+// a peer still reads the previous round's.
+TEST_F(Collectives, BarrierOnStreamOrdersEveryRanksEarlierWork) {
+    const int W = w->world_size(), me = w->rank();
+    Sym flag(*w, 256);
+    for (int round = 1; round <= 3; ++round) {
+        if (me != 0) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        ASSERT_EQ(cudaMemsetAsync(flag.p, round, 256, stream), cudaSuccess);
+        barrier_on_stream(*w, stream, round == 3 ? 20.0 : 0.0);
+        std::vector<unsigned char> seen(W, 0);
+        for (int q = 0; q < W; ++q)
+            ASSERT_EQ(cudaMemcpyAsync(&seen[q], w->peer_ptr(flag.as<unsigned char>(), q) + 255, 1,
+                                      cudaMemcpyDeviceToHost, stream),
+                      cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        std::string err;
+        for (int q = 0; q < W; ++q)
+            if (seen[q] != round)
+                err += "rank " + std::to_string(me) + " read " + std::to_string(seen[q]) + " from rank " +
+                       std::to_string(q) + " in round " + std::to_string(round) + "; ";
+        ASSERT_EQ(agree(*w, err), "");
+        w->barrier("test/collectives/barrier-on-stream");
+    }
+    EXPECT_NE(error_of([&] { barrier_on_stream(*w, stream, -1.0); }).find("hold_us"), std::string::npos);
 }
 
 TEST_F(Collectives, BadInputGivesClearErrors) {

@@ -18,6 +18,7 @@
 #include "loom/kernels/coll_params.hpp"
 #include "loom/lang/lang.cuh"
 #include "loom/ptx/memory.cuh"
+#include "loom/ptx/special.cuh"
 
 namespace loom::kernels::coll {
 
@@ -296,10 +297,17 @@ LOOM_DEVICE LOOM_FORCEINLINE void with_path(const Params& p, F&& f) {
 }
 
 // A one-block launch that only meets every peer: the copy-engine data path puts one before and one after its
-// cudaMemcpyAsync calls (entry: peers' buffers are ready; exit: every peer's copies are complete).
+// cudaMemcpyAsync calls (entry: peers' buffers are ready; exit: every peer's copies are complete). p.hold_ns > 0
+// (loom::barrier_on_stream's hold, for benchmarks): the launch then ends that long after the barrier, so that what
+// each rank enqueued behind it is already queued on every rank when the ranks leave it together.
 __global__ void __launch_bounds__(32) coll_barrier(Ctx ctx, Params p) {
     const uint64_t e = begin_call(p.sync);
     barrier_peers(ctx, p.sync, sig_value(e, 1));
+    if (p.hold_ns != 0 && threadIdx.x == 0) {
+        const uint64_t until = ptx::globaltimer() + p.hold_ns;
+        while (ptx::globaltimer() < until) {
+        }
+    }
 }
 
 // Scatter-then-reduce in rounds of p.round_elems, shared by one-shot AllReduce and scatter ReduceScatter: every

@@ -60,6 +60,7 @@ struct Params {
     uint32_t ll_packets;          // LL: packets per block
     uint32_t flags;               // kFlag* bits
     uint32_t ll_blocks;           // LL: packet blocks (<= kMaxLLBlocks), dealt over the launch's blocks (gridDim.x <=)
+    uint32_t hold_ns;             // coll_barrier: how long it keeps the stream after every rank has met it
 };
 
 }  // namespace loom::kernels::coll

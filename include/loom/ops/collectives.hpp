@@ -57,8 +57,11 @@ void all_to_all_v(World& world, BufferView in, BufferView out, const int64_t* se
 
 // Stream-ordered barrier over the node's ranks (nvshmemx_barrier_all_on_stream): a one-block kernel on `stream`
 // that no rank passes before every rank's stream has reached it. Also how benchmarks start every rank's timed
-// region together (a host barrier leaves the ranks tens of microseconds apart).
-void barrier_on_stream(World& world, cudaStream_t stream);
+// region together (a host barrier leaves the ranks tens of microseconds apart). hold_us > 0: the kernel ends that
+// long after the ranks met, so that the work each rank enqueues right after it is queued on every rank by then
+// and starts together (without it, the last rank to arrive is still enqueueing its next launch when the others
+// leave, and that host latency lands inside what follows).
+void barrier_on_stream(World& world, cudaStream_t stream, double hold_us = 0);
 
 // Frees the symmetric state the collectives keep per World (scratch, LL packets, signals; ~70 MiB at the default
 // LOOM_COLL_SCRATCH). Collective: every rank calls it, with no collective of this World in flight. The next
