@@ -269,6 +269,25 @@ TEST_F(LoomrunFakeGpus, SharedGpusStartAndStopMps) {
     EXPECT_TRUE(contains(r.out, "pipe=" + pipe)) << r.out;
 }
 
+// Ranks sharing one GPU get CUDA_MPS_ACTIVE_THREAD_PERCENTAGE so that beyond two ranks some SMs stay unassigned
+// (tools/loomrun/mps.cpp); a percentage the user set is passed through.
+TEST_F(LoomrunFakeGpus, SharedGpuPercentageLeavesSmsUnassigned) {
+    const std::pair<int, int> expected[] = {{2, 50}, {3, 26}, {4, 20}, {8, 12}};
+    for (auto [n, pct] : expected) {
+        auto r = run_loomrun(
+            {"-n", std::to_string(n), "--gpus", "0", "/bin/sh", "-c", "echo pct=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"},
+            with_path("with_mps"));
+        EXPECT_EQ(r.code, 0) << r.err;
+        for (int rank = 0; rank < n; ++rank)
+            EXPECT_TRUE(contains(r.out, fmt_rank(rank) + "pct=" + std::to_string(pct))) << n << " ranks: " << r.out;
+    }
+    RunOpts user = with_path("with_mps");
+    user.set.emplace_back("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "25");
+    auto r =
+        run_loomrun({"-n", "4", "--gpus", "0", "/bin/sh", "-c", "echo pct=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"}, user);
+    EXPECT_TRUE(contains(r.out, fmt_rank(3) + "pct=25")) << r.out;
+}
+
 TEST_F(LoomrunFakeGpus, MpsStoppedWhenLoomrunIsInterrupted) {
     RunOpts opts = with_path("with_mps");
     opts.signal_after = 400ms;

@@ -11,6 +11,10 @@
 
 namespace loomrun {
 
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for each of `ranks_per_gpu` ranks sharing a GPU (unless the user set it): 100 / n
+// for one or two ranks, 12 for eight, 80 / n otherwise (mps.cpp says why).
+int mps_thread_percentage(int ranks_per_gpu);
+
 class Mps {
   public:
     // Decides and, when needed, starts MPS. `ranks_per_gpu` > 1 means ranks share a GPU. Prints one line to
