@@ -47,7 +47,7 @@ for s in $steps; do
     case $s in
         gpu_tests) run 80 gpu_tests "$b/tests/loom_gpu_tests" ;;
         dist2) run "${LOOM_DIST2_SECONDS:-150}" dist2 "$b/bin/loomrun" -n 2 "$b/tests/loom_dist_tests" "$filter" ;;
-        dist4) run 90 dist4 "$b/bin/loomrun" -n 4 "$b/tests/loom_dist_tests" "$filter" ;;
+        dist4) run 180 dist4 "$b/bin/loomrun" -n 4 "$b/tests/loom_dist_tests" "$filter" ;;
         dist8) run 180 dist8 "$b/bin/loomrun" -n 8 "$b/tests/loom_dist_tests" "$filter" ;;
         dist_small_scratch)  # 1 MiB collective scratch: every round loop runs many rounds, at 8 ranks
             LOOM_COLL_SCRATCH=1M run 90 dist_small_scratch "$b/bin/loomrun" -n 8 "$b/tests/loom_dist_tests" \
