@@ -188,7 +188,7 @@ int shared_gpu_sm_budget(int attr_sms, int ranks_per_gpu, const char* mps_percen
 int grid_stride_block_cap(const CollState& st, int cap, bool fanout) {
     if (!st.topo.shared_gpu) return cap;
     const int sms = std::max(st.num_sms, 1);
-    return std::min(fanout ? std::max(sms / 2, 16) : sms, kMaxBlocks);  // pick_blocks clamps to st.num_sms too
+    return std::min(fanout ? std::min(sms, std::max(sms / 2, 32)) : sms, kMaxBlocks);
 }
 
 void setup_ll(Launch& l, const char* op, std::size_t chunk_bytes, const CollOptions& opts, const CollState& st) {

@@ -2,6 +2,8 @@
 // share when every rank has one, else the GPU divided among the ranks, so that their barrier kernels fit at once.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "ops/coll_state.hpp"
 
 namespace loom::coll {
@@ -19,6 +21,22 @@ TEST(CollSmBudget, WithoutSharesTheGpuIsDivided) {
     EXPECT_EQ(shared_gpu_sm_budget(132, 2, ""), 66);
     EXPECT_EQ(shared_gpu_sm_budget(132, 4, "30"), 33);
     EXPECT_EQ(shared_gpu_sm_budget(4, 8, nullptr), 1);  // never below one block
+}
+
+// The grid-strided kernels' blocks with ranks sharing a GPU (grid_stride_block_cap): one per SM of the rank's share
+// for the pull; for the fan-out push one per SM up to 32, half the share beyond (loomrun's shares on an H200: 66, 26
+// and 14 SMs at 2, 4 and 8 ranks); the caller's cap on distinct GPUs.
+TEST(CollSmBudget, GridStrideBlocksFollowTheShare) {
+    CollState st;
+    st.topo.shared_gpu = true;
+    for (auto [sms, pull, fanout] : {std::tuple{66, 66, 33}, {26, 26, 26}, {14, 14, 14}, {40, 40, 32}, {1, 1, 1}}) {
+        st.num_sms = sms;
+        EXPECT_EQ(grid_stride_block_cap(st, 64, false), pull) << sms << " SMs";
+        EXPECT_EQ(grid_stride_block_cap(st, 64, true), fanout) << sms << " SMs";
+    }
+    st.topo.shared_gpu = false;
+    st.num_sms = 132;
+    EXPECT_EQ(grid_stride_block_cap(st, 64, true), 64);
 }
 
 // LL launches: one block per packet block, except where the ranks' launches compete for every SM (no MPS share
