@@ -14,7 +14,10 @@
 //
 //   loomrun -n 2 build/bench/bench-collectives --out docs/perf [--min-bytes 1K] [--max-bytes 1G] [--iters N]
 //            [--ops all_gather,reduce_scatter,all_reduce,all_to_all] [--append] [--no-nvshmem] [--no-nccl]
-//            [--b2b-max 1M] [--b2b-reps 20] [--lat-max 64K] [--lat-iters 200]
+//            [--b2b-max 1M] [--b2b-reps 20] [--lat-max 64K] [--lat-iters 200] [--align-hold-us 0]
+//   Every timed run starts behind loom::barrier_on_stream; --align-hold-us makes that barrier keep the stream for so
+//   long after the ranks met (rows carry "align_hold_us"; docs/collectives.md "Session 15": 0 and 30 us timed the
+//   same all_gather / reduce_scatter).
 //   build/bench/bench-collectives --explain      the automatic choice table (no GPU needed: then for 2/4/8 ranks)
 //
 // Baselines: NVSHMEM fcollect / reducescatter / sum_reduce / alltoall (on-stream, NVSHMEM_TEAM_WORLD, bf16 sum),
