@@ -67,13 +67,14 @@ std::unique_ptr<CollState> create(World& world) {
         const int budget = shared_gpu_sm_budget(st->num_sms, st->topo.ranks_per_gpu, pct);
         if (budget != st->num_sms) {  // no MPS share per rank: every rank's kernels compete for every SM
             if (world.rank() == 0)
-                std::fprintf(stderr,
-                             "loom: warning: %d ranks share a GPU without an MPS share each "
-                             "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s): the collectives keep to %d of the %d SMs per "
-                             "rank so that every rank's launches stay resident, but the overlapped GEMMs do not and "
-                             "can wait for peers that do not get to run; give each rank 100 / ranks %% (loomrun "
-                             "does)\n",
-                             st->topo.ranks_per_gpu, pct ? pct : "unset", budget, st->num_sms);
+                std::fprintf(
+                    stderr,
+                    "loom: warning: %d ranks share a GPU without an MPS share each "
+                    "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s): the collectives keep to %d of the %d SMs per "
+                    "rank so that every rank's launches stay resident, but the overlapped GEMMs do not and "
+                    "can wait for peers that do not get to run; give each rank its own share, at most 100 / ranks "
+                    "%% (loomrun does)\n",
+                    st->topo.ranks_per_gpu, pct ? pct : "unset", budget, st->num_sms);
             st->resident_blocks = budget;
             st->num_sms = budget;
         }
