@@ -26,6 +26,7 @@
 //                                          [--torch DIR/torch_tp.json] [--rs-comm-sms 4,8,16,24] [--ar-comm-sms 2,4,8]
 //                                          [--ops all|ag|rs|ar] [--no-align] [--trace] [--shape N,K[,N,K...]]
 //                                          [--rs-fused-bn 128,192,256] [--rs-fused-diag] [--rs-ce-chunk 1024,4096]
+//                                          [--rs-k-split 2]
 // DIR/ag_gemm.json, DIR/gemm_rs.json and DIR/gemm_ar.json (rank 0).
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -89,6 +90,7 @@ struct Args {
     std::vector<int> rs_fused_bn;      // gemm_rs forced fused, timed again at each of these BLOCK_N
     std::vector<int> rs_ce_chunk_kib;  // gemm_rs fused with the copy engine, timed at each of these chunk sizes
     bool rs_fused_diag = false;        // gemm_rs fused timed with parts left out (results not checked)
+    int rs_k_split = 0;                // gemm_rs: K_loc = K / rs_k_split instead of K / W (0: W)
     int iters = 20;
     int argc = 0;
     char** argv = nullptr;
@@ -345,7 +347,7 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
     keep_shapes(shapes, args.shapes);
     loom::bench::Report report("gemm_rs", W, args.argc, args.argv);
     for (auto [N, K] : shapes) {
-        const int64_t k_loc = K / W, rows = M / W;
+        const int64_t k_loc = K / (args.rs_k_split > 0 ? args.rs_k_split : W), rows = M / W;
         void *a, *b, *c, *c_ref;
         LOOM_CHECK_CUDA(cudaMalloc(&a, M * k_loc * 2));
         LOOM_CHECK_CUDA(cudaMalloc(&b, N * k_loc * 2));
@@ -694,6 +696,10 @@ int main(int argc, char** argv) {
     app.add_option("--rs-fused-bn", args.rs_fused_bn,
                    "also time the fused gemm_rs at each of these BLOCK_N (e.g. 128,192,256)")
         ->delimiter(',');
+    app.add_option("--rs-k-split", args.rs_k_split,
+                   "gemm_rs with K_loc = K / this instead of K / W: e.g. 2 on one rank times the W = 2 GEMMs with "
+                   "nothing to send, the fused epilogue's own cost")
+        ->check(CLI::PositiveNumber);
     app.add_option("--shape", args.shapes, "only these shapes of each op: N,K[,N,K...] (e.g. 4608,36864)")
         ->delimiter(',');
     app.add_option("--torch", args.torch, "bench/torch_async_tp.py's torch_tp.json: PyTorch baselines to fold in")

@@ -1,9 +1,10 @@
 // loom::gemm_rs: GEMM+ReduceScatter (kernels/gemm_rs.cuh; docs/overlap.md). Two algorithms:
 //
 // FusedEpilogue (M / W a multiple of BLOCK_M), one kernel on the caller's stream, every usable SM:
-//   GEMM(tiles rows-of-rank-(me+1) first, own rows last): a peer's tile is bulk-copied into slot `me` of its
-//   scratch half (e % 2) and tile_in[me][tile] := e raised there; an own tile waits for tile_in[q][tile] >= e of
-//   every peer q, adds their slabs to its accumulators and is stored to C.
+//   GEMM(tiles rows-of-rank-(me+1) first, own rows last): the accumulators of a peer's tile are stored into slot
+//   `me` of its scratch half (e % 2) and tile_in[me][tile] := e raised there (or, copy-engine transport, into the
+//   local outbox, whose chunks a side stream copies); an own tile waits for tile_in[q][tile] >= e of every peer q,
+//   adds their copies to its accumulators and is stored to C.
 //
 // Sequential (Auto's choice where ranks share a GPU): loom::gemm into this call's parity half of a symmetric [M, N]
 //   buffer, then loom::reduce_scatter (straight into C when C is dense, else in place and copied out).
@@ -15,6 +16,8 @@
 //                tile_in[q][tile] >= e for every peer q; freed[me] += 1 on every peer at the end
 //   F = P x (calls before e) (freed_total before the call).
 #include <algorithm>
+#include <optional>
+#include <string>
 
 #include "loom/kernels/gemm_params.hpp"
 #include "loom/kernels/overlap_params.hpp"
@@ -32,21 +35,25 @@ namespace loom {
 namespace {
 constexpr const char* kHeader = "loom/kernels/gemm_rs.cuh";
 constexpr const char* kNotifyHooks = "loom::kernels::overlap::TileNotifyHooks";
-constexpr const char* kFusedHooks = "loom::kernels::overlap::RsEpilogueHooks";
+constexpr const char* kFusedHooks = "loom::kernels::overlap::RsAccHooks";
 
 // Why the fused epilogue cannot run this shape with this tile config, or "" when it can.
-std::string fused_unfit(int64_t rows_seg, const GemmConfig& cfg, int out_bytes) {
+std::string fused_unfit(int64_t rows_seg, const GemmConfig& cfg) {
     if (rows_seg % cfg.block_m != 0)
         return fmt::format("M / W = {} a multiple of BLOCK_M = {} (each M-block one rank's rows)", rows_seg,
                            cfg.block_m);
-    return overlap::whole_tile_unfit(cfg, out_bytes);
+    return "";
 }
 
-// The heuristic's tile adapted to the fused epilogue (overlap::whole_tile_config) and, when asked for explicitly, a
-// 64-row tile if M / W is a multiple of 64 only.
+// The heuristic's tile for the fused epilogue: when asked for explicitly, a 64-row tile if M / W is a multiple of 64
+// only; and a width next to the heuristic's where ptxas (CUDA 13.0) spills the RsAccHooks kernel (4-20 bytes at
+// BLOCK_N 240 / 224, and 208 / 144 with fp32 out; the plain and the other hooked kernels do not):
+// OverlapCompile.HookedGemmHasNoSpills compiles every width this leaves.
 GemmConfig fused_config(GemmConfig c, int64_t m, int64_t n, int64_t rows_seg, int out_bytes, bool forced, int num_sms) {
     if (forced && rows_seg % c.block_m != 0 && rows_seg % 64 == 0) c.block_m = 64;
-    c = overlap::whole_tile_config(c, out_bytes);
+    if (c.block_n == 240 || c.block_n == 224) c.block_n = 256;
+    if (out_bytes == 4 && (c.block_n == 208 || c.block_n == 144)) c.block_n -= 16;
+    c.stages = std::min(kernels::gemm_sm90_max_stages(c.block_m, c.block_n), 6);
     c.grid = static_cast<int>(gemm_sm90_grid(m, n, c, num_sms));
     return c;
 }
@@ -82,7 +89,7 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
     const int W = world.world_size(), me = world.local_rank();
     const int64_t M = a.rows, N = b.rows, rows_seg = M / W;
     const int64_t es = static_cast<int64_t>(dtype_size(c.dtype));
-    const std::string unfit = fused_unfit(rows_seg, cfg, static_cast<int>(es));
+    const std::string unfit = fused_unfit(rows_seg, cfg);
     LOOM_CHECK(unfit.empty(), "{} (fused epilogue): expected {}", op, unfit);
     const int64_t num_n = (N + cfg.block_n - 1) / cfg.block_n;
     const int64_t blocks_per_rank = rows_seg / cfg.block_m;
@@ -96,8 +103,8 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
     const int64_t half_bytes = std::max(W - 1, 1) * slot_bytes;  // one slot per peer
     const int64_t half_stride =
         static_cast<int64_t>(overlap::ensure_parity_halves(world, fs, static_cast<std::size_t>(half_bytes)));
-    const jit::Kernel& kernel =
-        jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, DType::F32, false, kFusedHooks, kHeader));
+    const jit::Kernel& kernel = jit::get_kernel(gemm_kernel_spec(
+        cfg, a.dtype, c.dtype, gemm_kernel_bias(cfg, c.dtype, GemmOptions{}), false, kFusedHooks, kHeader));
 
     const uint64_t epoch = ++fs.calls;
     kernels::overlap::RsFusedHookArgs h{};
@@ -116,10 +123,7 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
     h.rows_per_rank = static_cast<int32_t>(rows_seg);
     h.group = std::min<int32_t>(cfg.group_m, static_cast<int32_t>(blocks_per_rank));
     h.diag_skip = static_cast<int32_t>(env_int("LOOM_DIAG_RS_FUSED_SKIP", 0) & 3);  // diagnostics: wrong results
-    GemmSm90Launch l = gemm_sm90_launch(a, b, c, GemmOptions{}, cfg, fs.num_sms, stream);
-    l.launch.smem = kernels::gemm_sm90_smem_bytes(cfg.block_m, cfg.block_n, cfg.stages, static_cast<int>(es));
-    // Epilogue hooks store whole 64-row slabs of the warpgroup's staged part.
-    l.tmap_d = make_tma_2d(c, kernels::kGemmWholeTileBoxRows, kernels::gemm_store_box_cols(static_cast<int>(es)));
+    const GemmSm90Launch l = gemm_sm90_launch(a, b, c, GemmOptions{}, cfg, fs.num_sms, stream);
     if (transport != RsTransport::CopyEngine || W == 1) {
         kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, h);
         return;
@@ -259,13 +263,12 @@ const char* to_string(RsAlgo a) {
     return "?";
 }
 
-RsAlgo gemm_rs_algo(RsAlgo requested, bool ranks_share_gpu, const GemmConfig* config, int64_t rows_seg, int out_bytes) {
+RsAlgo gemm_rs_algo(RsAlgo requested, bool ranks_share_gpu, const GemmConfig* config, int64_t rows_seg) {
     LOOM_CHECK(requested != RsAlgo::Sequential || config == nullptr,
                "gemm_rs: the sequential algorithm runs loom::gemm's own config; expected no config");
     if (requested != RsAlgo::Auto) return requested;
     // With the caller's tile, that tile decides whether the fused epilogue fits.
-    if (config)
-        return fused_unfit(rows_seg, *config, out_bytes).empty() ? RsAlgo::FusedEpilogue : RsAlgo::ScatterReduce;
+    if (config) return fused_unfit(rows_seg, *config).empty() ? RsAlgo::FusedEpilogue : RsAlgo::ScatterReduce;
     return ranks_share_gpu ? RsAlgo::Sequential : RsAlgo::Auto;
 }
 
@@ -278,7 +281,7 @@ OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, in
         f.gemm = fused_config(overlap::gemm_config(m, n, k_loc, arch, num_sms), m, n, rows_seg, out_bytes,
                               algo == RsAlgo::FusedEpilogue, num_sms);
         f.rs_algo = RsAlgo::FusedEpilogue;
-        if (algo == RsAlgo::FusedEpilogue || fused_unfit(rows_seg, f.gemm, out_bytes).empty()) return f;
+        if (algo == RsAlgo::FusedEpilogue || fused_unfit(rows_seg, f.gemm).empty()) return f;
     }
     OverlapPlan p;
     p.rs_algo = RsAlgo::ScatterReduce;
@@ -306,8 +309,7 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
     const int out_bytes = static_cast<int>(dtype_size(c.dtype));
 
     // A requested transport asks for the fused epilogue: Auto takes the sequence only when none was requested.
-    const RsAlgo algo =
-        gemm_rs_algo(o.algo, st.shared_gpu && o.transport == RsTransport::Auto, o.config, rows_seg, out_bytes);
+    const RsAlgo algo = gemm_rs_algo(o.algo, st.shared_gpu && o.transport == RsTransport::Auto, o.config, rows_seg);
     if (algo == RsAlgo::Sequential) {
         LOOM_CHECK(o.transport == RsTransport::Auto,
                    "{}: the sequential algorithm moves no tiles itself; expected RsTransport::Auto, given {}", op,

@@ -58,23 +58,22 @@ TEST(OverlapChoice, GemmRsTransport) {
 
 TEST(OverlapChoice, GemmRsAlgo) {
     // Auto: the plan decides with a GPU per rank, the sequence where ranks share one.
-    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, false, nullptr, 1024, 2), RsAlgo::Auto);
-    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, nullptr, 1024, 2), RsAlgo::Sequential);
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, false, nullptr, 1024), RsAlgo::Auto);
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, nullptr, 1024), RsAlgo::Sequential);
     // A caller's tile decides between the two hooked algorithms, on a shared GPU too.
     loom::GemmConfig whole;
     whole.block_m = 128;
     whole.block_n = 256;
-    whole.stages = 3;
-    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, false, &whole, 1024, 2), RsAlgo::FusedEpilogue);
-    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, &whole, 1024, 2), RsAlgo::FusedEpilogue);
-    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, false, &whole, 136, 2), RsAlgo::ScatterReduce);  // 136 % 128 != 0
+    whole.stages = 4;
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, false, &whole, 1024), RsAlgo::FusedEpilogue);
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, &whole, 1024), RsAlgo::FusedEpilogue);
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, false, &whole, 136), RsAlgo::ScatterReduce);  // 136 % 128 != 0
     // Requested algorithms pass through; the sequence takes no config.
-    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::FusedEpilogue, true, nullptr, 1024, 2), RsAlgo::FusedEpilogue);
-    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::ScatterReduce, true, nullptr, 1024, 2), RsAlgo::ScatterReduce);
-    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Sequential, false, nullptr, 136, 2), RsAlgo::Sequential);
-    EXPECT_NE(
-        error_of([&] { loom::gemm_rs_algo(RsAlgo::Sequential, false, &whole, 1024, 2); }).find("expected no config"),
-        std::string::npos);
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::FusedEpilogue, true, nullptr, 1024), RsAlgo::FusedEpilogue);
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::ScatterReduce, true, nullptr, 1024), RsAlgo::ScatterReduce);
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Sequential, false, nullptr, 136), RsAlgo::Sequential);
+    EXPECT_NE(error_of([&] { loom::gemm_rs_algo(RsAlgo::Sequential, false, &whole, 1024); }).find("expected no config"),
+              std::string::npos);
     EXPECT_STREQ(loom::to_string(RsAlgo::Sequential), "sequential");
 }
 

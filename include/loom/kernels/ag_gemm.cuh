@@ -39,6 +39,7 @@ struct AgGemmHooks {
     static constexpr bool kRedirectsA = true;
     static constexpr bool kNotifiesAfterStore = false;
     static constexpr bool kEpilogueHooks = false;
+    static constexpr bool kAccEpilogue = false;
     AgGemmHookArgs a;
 
     // Is the tile one of this rank's own M-blocks, read in place from its shard? (With own_local the tile lies

@@ -30,6 +30,10 @@
 //   warpgroup stages its whole 64 x BLOCK_N part of the tile (kWholeTile: BLOCK_N x sizeof(TOut) x 64 bytes per
 //   warpgroup, so fewer stages fit: 128 x 256 bf16 gets 3) and the hooks store, send or combine it; the
 //   accumulators are zeroed before each mainloop so that they are dead during the hooks' work.
+// Accumulator hooks (Hooks::kAccEpilogue; GEMM+ReduceScatter's fused epilogue, kernels/gemm_rs.cuh): after the
+//   mainloop the hooks get the fp32 accumulators (epilogue_acc): they may send them elsewhere (the tile is then not
+//   stored here) or change them; the plain epilogue then stores them, d_row_offset() rows above t.row0 in D. Nothing
+//   else changes: the staging buffers and stages are the plain kernel's.
 // Split-K tail (kSplitTail; CLUSTER_M = 1; the plain GEMM, or hooks without epilogue / after-store parts, e.g.
 //   ag_gemm's, whose before_load then runs once per work unit): the CTAs walk work units instead of tiles
 //   (tile_order.hpp: split_tail_unit): whole tiles for the full waves, then each tail tile as args.tail_splits
@@ -174,9 +178,12 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     static_assert(STAGES >= 2 && STAGES <= 8, "STAGES in [2, 8]");
     static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "CLUSTER_M is 1 or 2");
     static_assert(sizeof(TIn) == 2, "inputs are bf16 or fp16");
-    static_assert(!kSplitTail || (CLUSTER_M == 1 && !Hooks::kEpilogueHooks && !Hooks::kNotifiesAfterStore),
+    static_assert(!kSplitTail ||
+                      (CLUSTER_M == 1 && !Hooks::kEpilogueHooks && !Hooks::kAccEpilogue && !Hooks::kNotifiesAfterStore),
                   "the split tail walks single-CTA tiles and publishes nothing per tile: no epilogue or after-store "
                   "hooks (hooks that order tiles, wait before loads or redirect A take part)");
+    static_assert(!Hooks::kAccEpilogue || (CLUSTER_M == 1 && !Hooks::kEpilogueHooks && !Hooks::kNotifiesAfterStore),
+                  "accumulator epilogue hooks: single-CTA tiles, neither whole-tile epilogue nor after-store hooks");
 #if LOOM_SM90A
     constexpr int kConsumers = BLOCK_M / 64;
     constexpr bool kBF16 = tile::kSameType<TIn, __nv_bfloat16>;
@@ -230,7 +237,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
         ptx::tma_prefetch_descriptor(&tmap_b);
         ptx::tma_prefetch_descriptor(&tmap_d);
         if constexpr (Hooks::kRedirectsA) hooks.prefetch_a();
-        if constexpr (Hooks::kEpilogueHooks) hooks.init_cta();
+        if constexpr (Hooks::kEpilogueHooks || Hooks::kAccEpilogue) hooks.init_cta();
     }
     // The peer multicasts into our slots and arrives on our barriers: their init must be visible cluster-wide.
     if constexpr (CLUSTER_M > 1) {
@@ -292,6 +299,13 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                                                                &tmap_b, full, t.col0 + 64 * j, k0, kMask);
                             }
                         }
+                    }
+                    if constexpr (Hooks::kAccEpilogue) {
+                        // kAccPrefetchKBlocks loads before the tile's last (or at its first for a short K), some
+                        // STAGES + kAccPrefetchKBlocks k-blocks before its epilogue: e.g. an L2 prefetch of what the
+                        // epilogue will read, early enough to land, late enough to stay in L2.
+                        if (kb + kAccPrefetchKBlocks == w.kb_count || (kb == 0 && w.kb_count < kAccPrefetchKBlocks))
+                            hooks.template prefetch_epilogue<TOut, BLOCK_M, BLOCK_N>(t);
                     }
                     st.advance();
                 }
@@ -357,6 +371,19 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                 // A split unit: hand the partial over; only the CTA that completes the tile stores it.
                 if (tail_id >= 0 && !split_tail_fixup<BLOCK_M, BLOCK_N>(acc, args, tail_id)) continue;
             }
+            // Accumulator hooks may send the tile away (this CTA then stores nothing of it); the rest is stored
+            // d_row_offset() rows above t.row0 in D (read where used, from the parameter space: held in a register
+            // across the epilogue it made the tightest configs spill).
+            if constexpr (Hooks::kAccEpilogue) {
+                if (!hooks.template epilogue_acc<TOut, BLOCK_M, BLOCK_N>(acc, t)) continue;
+            }
+            const auto d_row0 = [&]() -> int32_t {
+                if constexpr (Hooks::kAccEpilogue) {
+                    return t.row0 - hooks.d_row_offset();
+                } else {
+                    return t.row0;
+                }
+            };
 
             // Epilogue: thread owns (row 16w + lane/4 (+8), cols 8j + 2(lane%4) + {0,1}) of its 64-row slab.
             // (args stays in the constant bank: no registers held across the mainloop, whose 128 accumulators
@@ -366,7 +393,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                     // The thread's coordinates. The split-tail kernel and epilogue hooks recompute them here from an
                     // unhoisted %tid.x: held across the mainloop (as the plain kernel's compiler does) they leave the
                     // fix-up / the hooks too few registers under 168 and they spill.
-                    constexpr bool kUnhoisted = kSplitTail || kWholeTile || kConsumers == 3;
+                    constexpr bool kUnhoisted = kSplitTail || kWholeTile || Hooks::kAccEpilogue || kConsumers == 3;
                     const uint32_t e_tid = kUnhoisted ? ptx::tid_x_unhoisted() : 0u;
                     const int e_warpgroup = kUnhoisted ? static_cast<int>(e_tid / 128) : warpgroup;
                     const int e_wg_thread = kUnhoisted ? static_cast<int>(e_tid % 128) : wg_thread;
@@ -462,7 +489,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                             ptx::fence_proxy_async_smem();
                             __syncwarp();
                             if (e_lane == 0) {
-                                ptx::tma_store_2d(&tmap_d, buf, slab_col0, t.row0 + e_warpgroup * 64 + e_warp * 16);
+                                ptx::tma_store_2d(&tmap_d, buf, slab_col0, d_row0() + e_warpgroup * 64 + e_warp * 16);
                                 ptx::tma_store_commit();
                             }
                             ++store_count;
@@ -486,7 +513,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                                                             args.n,
                                                             args.alpha,
                                                             args.beta};
-                const int row = t.row0 + warpgroup * 64 + warp * 16 + lane / 4;
+                const int row = d_row0() + warpgroup * 64 + warp * 16 + lane / 4;
                 const int col = t.col0 + 2 * (lane % 4);
 #pragma unroll
                 for (int j = 0; j < BLOCK_N / 8; ++j) {
@@ -500,7 +527,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
             }
         }
         // Epilogue hooks may still have a tile to publish (its stores issued, its signal not yet raised).
-        if constexpr (Hooks::kEpilogueHooks) hooks.template finish<BLOCK_M>();
+        if constexpr (Hooks::kEpilogueHooks || Hooks::kAccEpilogue) hooks.template finish<BLOCK_M>();
         // The staging buffers must stay alive (and the stores land) before the CTA exits (bulk groups are per thread:
         // each warp's lane 0 issued its own).
         if (lane == 0) ptx::tma_store_wait<0>();

@@ -43,6 +43,7 @@ struct ArEpilogueHooks {
     static constexpr bool kRedirectsA = false;
     static constexpr bool kNotifiesAfterStore = false;
     static constexpr bool kEpilogueHooks = true;
+    static constexpr bool kAccEpilogue = false;
     ArFusedHookArgs a;
 
     LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const tile::TileGrid& g, int32_t& m_block,

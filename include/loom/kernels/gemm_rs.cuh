@@ -42,6 +42,7 @@ struct TileNotifyHooks {
     static constexpr bool kRedirectsA = false;
     static constexpr bool kNotifiesAfterStore = true;
     static constexpr bool kEpilogueHooks = false;
+    static constexpr bool kAccEpilogue = false;
     TileNotifyHookArgs a;
 
     LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const tile::TileGrid& g, int32_t& m_block,
@@ -87,7 +88,7 @@ LOOM_DEVICE LOOM_FORCEINLINE uint4 vec_pack(const float (&acc)[kVecElems<T>]) {
     return v;
 }
 
-// ---- the fused epilogues' staged part (RsEpilogueHooks, gemm_ar.cuh's ArEpilogueHooks) ---------------------------
+// ---- a fused epilogue's staged part (gemm_ar.cuh's ArEpilogueHooks) ----------------------------------------------
 // Chunks (16 bytes per thread of the warpgroup, kInFlight per round) covering the first `slabs` staged slabs of the
 // part, rounded up to whole rounds: a round may run past the staged slabs (N tail) into the part's next slab, whose
 // sums are never stored, but never past the part.
@@ -107,23 +108,26 @@ LOOM_DEVICE LOOM_FORCEINLINE void store_staged_slabs(const ptx::TmaDescriptor* t
     ptx::tma_store_commit();
 }
 
-// ---- fused epilogue (RsEpilogueHooks) ----------------------------------------------------------------------------
+// ---- fused epilogue (RsAccHooks) --------------------------------------------------------------------------------
 // The GEMM itself does the ReduceScatter: no second kernel, no SM taken from it. Every M-block belongs to one rank
 // (M / W a multiple of BLOCK_M: the host's condition for this algorithm). The order is rotated as for the
-// scatter-reduce: rows of rank me + 1 first, own rows last. The kernel stages each consumer warpgroup's whole
-// 64 x BLOCK_N part of the tile (TOut, 128B-swizzled 8 KiB slabs side by side; gemm.cuh kWholeTile) and hands it
-// to store_tile; the accumulators are dead by then, which leaves the hooks registers under the 168 cap. Per tile
-// of rank d's rows:
-//   d != me  one bulk copy (cp.async.bulk shared -> peer global) of the part into our slot of d's scratch. The
-//            signal tile_in[me][tile] := epoch at d is raised at the start of this CTA's next epilogue (or at its
-//            end), once the copies completed (wait_group 0 + proxy fence by each warpgroup's issuing thread, named
-//            barrier, st.release.sys): a whole mainloop later, so the consumers do not wait for NVLink. The same
-//            wait frees the staging buffers for the next tile.
-//   d == me  the issuing thread waits (acquire, sys) for tile_in[q][tile] >= epoch of every peer q; the threads add
-//            each peer's copy (prefetched into L2 before the tile was staged) to the staged part in 16-byte chunks
-//            (the copy has the staging layout: no swizzle arithmetic), in fp32, this rank's partial first and the
-//            peers in rank order, rounded once to TOut; TMA stores to C [M / W, N]. Precision: every rank's
-//            partial is rounded to TOut once before the sum, as in the scatter-reduce.
+// scatter-reduce: rows of rank me + 1 first, own rows last. The hooks take the fp32 accumulators after the mainloop
+// (gemm.cuh kAccEpilogue); the kernel keeps the plain epilogue and its shared memory (4 stages of 128 x 256).
+// A slot part (warpgroup wg's 64 x BLOCK_N of a tile, TOut) holds the accumulators in fragment order: 16-byte vector
+// v of warpgroup thread i (its accumulators [E v, E v + E), E = 16 / sizeof(TOut)) at byte 16 (128 v + i), so a
+// warp's store or load covers 512 contiguous bytes; sender and receiver are the same thread of the same warpgroup in
+// the same kernel, so the positions agree without naming them. Per tile of rank d's rows:
+//   d != me  every thread stores its vectors into our slot of d's scratch (over NVLink, or on one GPU) or, with the
+//            copy-engine transport, of the local outbox; the tile is not stored to C and its signal is pending. At
+//            the start of this CTA's next epilogue (or at its end) every thread fences (acq_rel, sys: its stores,
+//            a whole mainloop old by then, are performed), the consumers meet at a named barrier and thread 0
+//            raises tile_in[me][tile] := epoch at d (release, sys), or with the copy engine counts the tile on its
+//            chunk (stored[lead] += 1) for the host's copy stream.
+//   d == me  a few k-blocks before the end of the mainloop the producer thread prefetches every peer's copy of the
+//            tile into L2 (one bulk prefetch each). After it, thread 0 of each warpgroup waits for every peer's tile
+//            (or chunk; acquire, sys), named barrier, and the threads add the peers' vectors to their accumulators in
+//            rank order (fp32); the kernel stores the sums to C [M / W, N] at row t.row0 - me * M / W. Precision:
+//            the own partial stays fp32, the peers' arrive rounded to TOut once.
 // Deadlock freedom: pushes never wait. A tile of rank p's rows is at rotated M-position (m - shift_p) mod num_m,
 // which is in the last M / W rows of positions for p and earlier for every other rank q (q's last positions are
 // q's own rows), and the grouped order is monotonic in that position for a fixed n-block: every tile a wait
@@ -135,16 +139,32 @@ LOOM_DEVICE LOOM_FORCEINLINE void store_staged_slabs(const ptx::TmaDescriptor* t
 // call e + 1 pushes, which each peer made after finishing call e (stream order), reads included.
 // alpha = 1 and no bias (gemm_rs passes neither).
 LOOM_DEVICE LOOM_FORCEINLINE int32_t& rs_pending_push() {
-    // band * kMaxTileSignals + tile of this CTA's pushed tile whose signal is not raised yet, or -1. Thread 0 only.
+    // band * kMaxTileSignals + tile of this CTA's pushed tile whose signal is not raised yet, or -1. Thread 0 writes.
     __shared__ int32_t pending;
     return pending;
 }
 
-struct RsEpilogueHooks {
+template <class TOut>
+LOOM_DEVICE LOOM_FORCEINLINE uint4 acc_vector(const float* acc) {  // acc[0, E) -> one vector of TOut
+    float v[kVecElems<TOut>];
+#pragma unroll
+    for (int k = 0; k < kVecElems<TOut>; ++k) v[k] = acc[k];
+    return vec_pack<TOut>(v);
+}
+template <class TOut>
+LOOM_DEVICE LOOM_FORCEINLINE void acc_add_vector(float* acc, const uint4& x) {  // acc[0, E) += one vector of TOut
+    float v[kVecElems<TOut>];
+    vec_add<TOut>(x, v, true);
+#pragma unroll
+    for (int k = 0; k < kVecElems<TOut>; ++k) acc[k] += v[k];
+}
+
+struct RsAccHooks {
     static constexpr bool kWaitsBeforeLoad = false;
     static constexpr bool kRedirectsA = false;
     static constexpr bool kNotifiesAfterStore = false;
-    static constexpr bool kEpilogueHooks = true;
+    static constexpr bool kEpilogueHooks = false;
+    static constexpr bool kAccEpilogue = true;
     RsFusedHookArgs a;
 
     LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const tile::TileGrid& g, int32_t& m_block,
@@ -155,35 +175,6 @@ struct RsEpilogueHooks {
     LOOM_DEVICE LOOM_FORCEINLINE void after_store(const tile::TileCoord&) const {}
     LOOM_DEVICE LOOM_FORCEINLINE void init_cta() const { rs_pending_push() = -1; }
 
-    // Every consumer thread: raise the signal of the pushed tile still pending, once its copies completed.
-    template <int kConsumers>
-    LOOM_DEVICE LOOM_FORCEINLINE void publish() const {
-        if (ptx::tid_x_unhoisted() % 128 == 0) {
-            ptx::tma_store_wait<0>();
-            ptx::fence_proxy_async_global();
-        }
-        ptx::named_barrier_sync(1, kConsumers * 128);
-        if (threadIdx.x == 0) {
-            const int32_t p = rs_pending_push();
-            if (p >= 0) {
-                const int32_t d = p / kMaxTileSignals, tile = p % kMaxTileSignals;
-                if (a.outbox != nullptr) {
-                    // Copy-engine transport: the tile is in the outbox; counted on its chunk, which the host's copy
-                    // stream waits for.
-                    const int32_t band0 = d * a.blocks_per_rank;
-                    ptx::red_add_release_sys(a.stored + chunk_signal(band0, tile / a.num_n - band0, tile % a.num_n),
-                                             uint64_t{1});
-                } else {
-                    uint8_t* flag =
-                        reinterpret_cast<uint8_t*>(a.tile_in + static_cast<int64_t>(a.me) * kMaxTileSignals + tile);
-                    ptx::st_release_sys(
-                        reinterpret_cast<uint64_t*>(flag + static_cast<int64_t>(d - a.me) * a.heap_bytes), a.epoch);
-                }
-                rs_pending_push() = -1;
-            }
-        }
-    }
-
     // Byte offset of warpgroup wg's part of tile t in a scratch slot of rank `band`'s rows.
     template <int BLOCK_M, int BLOCK_N, class TOut>
     LOOM_DEVICE LOOM_FORCEINLINE int64_t tile_offset(const tile::TileCoord& t, int32_t band, int wg) const {
@@ -192,104 +183,102 @@ struct RsEpilogueHooks {
                    kTileBytes +
                wg * (kTileBytes / (BLOCK_M / 64));
     }
-    // Copy-engine transport: the signal index of the chunk holding band-relative M-block rel, N-block n of the band
-    // starting at M-block band0.
-    LOOM_DEVICE LOOM_FORCEINLINE int64_t chunk_signal(int32_t band0, int32_t rel, int32_t n) const {
-        return static_cast<int64_t>(band0) * a.num_n +
-               rs_chunk_lead(rel, n, a.blocks_per_rank, a.num_n, a.group, a.chunk_n);
-    }
 
-    // Every consumer thread, before the tile is staged: the previous tile's copies are complete (their staging
-    // buffers free) and its signal raised. An own tile's peer copies are prefetched into L2 meanwhile.
-    template <class TOut, int BLOCK_M, int BLOCK_N>
-    LOOM_DEVICE LOOM_FORCEINLINE void before_epilogue(const tile::TileCoord& t) const {
-        publish<BLOCK_M / 64>();
-        if (t.m_block / a.blocks_per_rank != a.me) return;
-        constexpr int kPartBytes = BLOCK_N * static_cast<int>(sizeof(TOut)) * 64;  // the warpgroup's part
-        const uint32_t tid = ptx::tid_x_unhoisted();
-        const uint8_t* src = a.scratch + tile_offset<BLOCK_M, BLOCK_N, TOut>(t, a.me, static_cast<int>(tid / 128));
-        for (int q = 0; q < a.world; ++q) {
-            if (q == a.me) continue;
-            for (int off = static_cast<int>(tid % 128) * 128; off < kPartBytes; off += 128 * 128)
-                ptx::prefetch_l2(src + rs_slot_of(q, a.me) * a.slot_bytes + off);
+    // Every consumer thread: raise the signal of the pushed tile still pending (its stores performed first).
+    template <int kConsumers>
+    LOOM_DEVICE LOOM_FORCEINLINE void publish() const {
+        ptx::named_barrier_sync(1, kConsumers * 128);  // the pending tile's stores issued, `pending` written
+        const int32_t p = rs_pending_push();
+        if (p < 0) return;  // uniform: every thread read the same value
+        ptx::fence_acq_rel_sys();
+        ptx::named_barrier_sync(1, kConsumers * 128);
+        if (threadIdx.x == 0) {
+            const int32_t d = p / kMaxTileSignals, tile = p % kMaxTileSignals;
+            if (a.outbox != nullptr) {
+                const int32_t band0 = d * a.blocks_per_rank;
+                ptx::red_add_release_sys(a.stored + static_cast<int64_t>(band0) * a.num_n +
+                                             rs_chunk_lead(tile / a.num_n - band0, tile % a.num_n, a.blocks_per_rank,
+                                                           a.num_n, a.group, a.chunk_n),
+                                         uint64_t{1});
+            } else {
+                uint8_t* flag =
+                    reinterpret_cast<uint8_t*>(a.tile_in + static_cast<int64_t>(a.me) * kMaxTileSignals + tile);
+                ptx::st_release_sys(reinterpret_cast<uint64_t*>(flag + static_cast<int64_t>(d - a.me) * a.heap_bytes),
+                                    a.epoch);
+            }
+            rs_pending_push() = -1;
         }
     }
 
-    // Every consumer thread, once its warpgroup staged its part of the tile (64 rows x the tile's columns, as TOut,
-    // slab after slab) and passed the warpgroup's barrier; the accumulators are dead.
-    //   peer's rows  the issuing thread bulk-copies the staged slabs, contiguous, into our slot of the owner's
-    //                scratch; the tile's signal becomes pending (raised once the copy completed).
-    //   own rows     the issuing thread waits for every peer's copy; the threads add the peers' copies to the
-    //                staged part in 16-byte chunks (the same layout: no swizzle arithmetic), in fp32, peers in
-    //                rank order after this rank's own partial, rounded once; then TMA stores to C.
+    // The producer thread, a few k-blocks before an own tile's epilogue: every peer's copy of the tile into L2.
     template <class TOut, int BLOCK_M, int BLOCK_N>
-    LOOM_DEVICE LOOM_FORCEINLINE void store_tile(const ptx::TmaDescriptor* tmap_c, uint8_t* bufs,
-                                                 const tile::TileCoord& t, int32_t n) const {
-        constexpr int kStoreCols = gemm_store_box_cols(sizeof(TOut));
-        constexpr int kSlabs = BLOCK_N / kStoreCols;
+    LOOM_DEVICE LOOM_FORCEINLINE void prefetch_epilogue(const tile::TileCoord& t) const {
+        if (t.m_block / a.blocks_per_rank != a.me || (a.diag_skip & 2) != 0) return;
+        constexpr uint32_t kTileBytes = uint32_t(BLOCK_M) * BLOCK_N * sizeof(TOut);  // both parts, contiguous
+        const uint8_t* src = a.scratch + tile_offset<BLOCK_M, BLOCK_N, TOut>(t, a.me, 0);
+        for (int q = 0; q < a.world; ++q)
+            if (q != a.me) ptx::cp_async_bulk_prefetch_l2(src + rs_slot_of(q, a.me) * a.slot_bytes, kTileBytes);
+    }
+
+    template <class TOut, int BLOCK_M, int BLOCK_N>
+    LOOM_DEVICE LOOM_FORCEINLINE bool epilogue_acc(float (&acc)[BLOCK_N / 2], const tile::TileCoord& t) const {
         constexpr int E = kVecElems<TOut>;
-        // Chunks per thread per round. A round may run past the staged slabs into the part's next slab (N tail):
-        // combined, never stored; kSlabs * 4 chunks per thread is a multiple of kInFlight, so it stays in the part.
-        constexpr int kInFlight = kSlabs % 2 == 0 ? 8 : 4;
+        constexpr int kVecs = BLOCK_N / 2 / E;  // the thread's accumulators as 16-byte vectors of TOut
+        constexpr int kVecStride = 128 * 16;    // bytes from vector v to v + 1 of one thread (fragment order)
+        constexpr int kInFlight = kVecs % 4 == 0 ? 4 : kVecs % 2 == 0 ? 2 : 1;  // loads per thread per round
+        publish<BLOCK_M / 64>();
         const uint32_t tid = ptx::tid_x_unhoisted();
         const int warpgroup = static_cast<int>(tid / 128), wg_thread = static_cast<int>(tid % 128);
-        const int32_t cols = n - t.col0;
-        const int slabs = cols >= BLOCK_N ? kSlabs : (cols + kStoreCols - 1) / kStoreCols;  // staged
         const int32_t band = t.m_block / a.blocks_per_rank;
         if (band != a.me) {
-            if (wg_thread == 0 && (a.diag_skip & 1) == 0) {
+            if ((a.diag_skip & 1) == 0) {
                 // Over NVLink into our slot of the owner's scratch, or (copy-engine transport) into the local outbox.
                 uint8_t* dst = (a.outbox != nullptr ? a.outbox + band * a.slot_bytes
                                                     : a.scratch + static_cast<int64_t>(band - a.me) * a.heap_bytes +
                                                           rs_slot_of(a.me, band) * a.slot_bytes) +
-                               tile_offset<BLOCK_M, BLOCK_N, TOut>(t, band, warpgroup);
-                ptx::cp_async_bulk_s2g(dst, bufs, static_cast<uint32_t>(slabs) * kGemmStoreBufBytes);
-                ptx::tma_store_commit();
+                               tile_offset<BLOCK_M, BLOCK_N, TOut>(t, band, warpgroup) + wg_thread * 16;
+#pragma unroll
+                for (int v = 0; v < kVecs; ++v)
+                    *reinterpret_cast<uint4*>(dst + v * kVecStride) = acc_vector<TOut>(acc + E * v);
             }
             if (tid == 0) rs_pending_push() = band * kMaxTileSignals + t.m_block * a.num_n + t.n_block;
-            return;
+            return false;
         }
-        if (wg_thread == 0 && (a.diag_skip & 2) == 0) {
-            // Bulk copies signal per tile; the copy engine per chunk.
-            const int32_t band0 = a.me * a.blocks_per_rank;
-            const int64_t tile_id = a.outbox != nullptr ? chunk_signal(band0, t.m_block - band0, t.n_block)
-                                                        : int64_t(t.m_block) * a.num_n + t.n_block;
-            for (int q = 0; q < a.world; ++q)
-                if (q != a.me)
-                    lang::wait_ge_sys_or_trap(a.tile_in + static_cast<int64_t>(q) * kMaxTileSignals + tile_id, a.epoch,
-                                              a.timeout_ns, "gemm_rs: GEMM waits for a peer's tile");
-        }
-        ptx::named_barrier_sync(2 + warpgroup, 128);
-        if ((a.diag_skip & 2) == 0) {  // the combine
-            const uint8_t* src = a.scratch + tile_offset<BLOCK_M, BLOCK_N, TOut>(t, a.me, warpgroup);
-            const int chunks = staged_chunks<kSlabs, kInFlight>(slabs);
-            for (int c0 = 0; c0 < chunks; c0 += kInFlight) {
-                float sum[kInFlight][E];
+        // An own tile: every peer's copy added to this rank's fp32 partial, in rank order.
+        if ((a.diag_skip & 2) == 0) {
+            if (wg_thread == 0) {
+                // Peers' stores signal per tile; the copy engine per chunk.
+                const int32_t band0 = a.me * a.blocks_per_rank;
+                const int64_t tile_id = a.outbox != nullptr
+                                            ? static_cast<int64_t>(band0) * a.num_n +
+                                                  rs_chunk_lead(t.m_block - band0, t.n_block, a.blocks_per_rank,
+                                                                a.num_n, a.group, a.chunk_n)
+                                            : int64_t(t.m_block) * a.num_n + t.n_block;
+                for (int q = 0; q < a.world; ++q)
+                    if (q != a.me)
+                        lang::wait_ge_sys_or_trap(a.tile_in + static_cast<int64_t>(q) * kMaxTileSignals + tile_id,
+                                                  a.epoch, a.timeout_ns, "gemm_rs: GEMM waits for a peer's tile");
+            }
+            ptx::named_barrier_sync(2 + warpgroup, 128);
+            const uint8_t* src = a.scratch + tile_offset<BLOCK_M, BLOCK_N, TOut>(t, a.me, warpgroup) + wg_thread * 16;
+            for (int q = 0; q < a.world; ++q) {
+                if (q == a.me) continue;
+                const uint8_t* copy = src + rs_slot_of(q, a.me) * a.slot_bytes;
 #pragma unroll
-                for (int i = 0; i < kInFlight; ++i)
-                    vec_add<TOut>(*reinterpret_cast<const uint4*>(bufs + ((c0 + i) * 128 + wg_thread) * 16), sum[i],
-                                  true);
-                for (int q = 0; q < a.world; ++q) {
-                    if (q == a.me) continue;
-                    uint4 v[kInFlight];
+                for (int v0 = 0; v0 < kVecs; v0 += kInFlight) {
+                    uint4 x[kInFlight];
 #pragma unroll
                     for (int i = 0; i < kInFlight; ++i)
-                        v[i] = __ldcg(reinterpret_cast<const uint4*>(src + rs_slot_of(q, a.me) * a.slot_bytes +
-                                                                     ((c0 + i) * 128 + wg_thread) * 16));
+                        x[i] = __ldcg(reinterpret_cast<const uint4*>(copy + (v0 + i) * kVecStride));
 #pragma unroll
-                    for (int i = 0; i < kInFlight; ++i) vec_add<TOut>(v[i], sum[i], false);
+                    for (int i = 0; i < kInFlight; ++i) acc_add_vector<TOut>(acc + E * (v0 + i), x[i]);
                 }
-#pragma unroll
-                for (int i = 0; i < kInFlight; ++i)
-                    *reinterpret_cast<uint4*>(bufs + ((c0 + i) * 128 + wg_thread) * 16) = vec_pack<TOut>(sum[i]);
             }
-            // Generic-proxy smem writes -> visible to the TMA stores.
-            ptx::fence_proxy_async_smem();
-            ptx::named_barrier_sync(2 + warpgroup, 128);
         }
-        if (wg_thread == 0)
-            store_staged_slabs<TOut>(tmap_c, bufs, slabs, t.col0, t.row0 - a.me * a.rows_per_rank + warpgroup * 64);
+        return true;
     }
+    // An own tile's rows in C [M / W, N].
+    LOOM_DEVICE LOOM_FORCEINLINE int32_t d_row_offset() const { return a.me * a.rows_per_rank; }
 
     template <int BLOCK_M>
     LOOM_DEVICE LOOM_FORCEINLINE void finish() const {

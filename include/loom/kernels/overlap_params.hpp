@@ -79,11 +79,11 @@ struct TileNotifyHookArgs {
     int32_t shift_m;
 };
 
-// GEMM+RS, fused epilogue (RsEpilogueHooks, kernels/gemm_rs.cuh). Every M-block belongs to one rank's rows
+// GEMM+RS, fused epilogue (RsAccHooks, kernels/gemm_rs.cuh). Every M-block belongs to one rank's rows
 // (rows_per_rank is a multiple of BLOCK_M). The scratch is this call's parity half of the op's symmetric buffer:
 // W - 1 slots (slot_bytes each): sender q's is slot q, or q - 1 above this rank (rs_slot_of); it holds the tiles q
 // pushed here, tile (m_block - me * blocks_per_rank, n_block) at rs_slot_tile(...) * BLOCK_M * BLOCK_N * sizeof(TOut),
-// each tile as its 128B-swizzled 8 KiB staging slabs, warpgroup-major.
+// each tile as its warpgroups' parts (64 x BLOCK_N each) in the accumulators' fragment order (see RsAccHooks).
 LOOM_HOST_DEVICE inline int64_t rs_slot_of(int q, int d) { return q < d ? q : q - 1; }
 
 // Tile index inside a slot of band-relative M-block `rel` and N-block `n` (band of bpr M-blocks, num_n N-blocks):
@@ -119,10 +119,10 @@ struct RsFusedHookArgs {
     // the fused epilogue apart (bench-overlap --rs-fused-diag).
     int32_t diag_skip;
     int32_t group;  // M-blocks per group of the slot layout (rs_slot_tile): the GEMM's group_m
-    // Copy-engine transport (RsTransport::CopyEngine; outbox == nullptr: the epilogue bulk-copies peers' tiles over
+    // Copy-engine transport (RsTransport::CopyEngine; outbox == nullptr: the epilogue stores peers' tiles over
     // NVLink itself). Chunk: chunk_n consecutive columns of one group of a band (rs_chunk_lead), named by
-    // band * blocks_per_rank * num_n + its lead (`lead` below). A peer's tile is bulk-copied into this rank's local
-    // outbox instead, band d's slot at d * slot_bytes, and stored[lead] += 1 (release, sys) once the copy completed;
+    // band * blocks_per_rank * num_n + its lead (`lead` below). A peer's tile is stored into this rank's local outbox
+    // instead, band d's slot at d * slot_bytes, and stored[lead] += 1 (release, sys) once the stores are performed;
     // the host's copy-engine stream waits for each whole chunk (stored[lead] at its cumulative target), copies it
     // into our slot of the owner's scratch and sets tile_in[me][lead] := epoch there. An own tile waits for
     // tile_in[q][lead of its chunk] of every peer q.

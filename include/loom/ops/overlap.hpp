@@ -139,10 +139,10 @@ AgProducer ag_gemm_producer(AgProducer requested, int world_size, int64_t rows_p
                             bool ranks_share_gpu);
 RsTransport gemm_rs_transport(RsTransport requested, RsAlgo algo, bool ranks_share_gpu);
 // gemm_rs's algorithm: Auto is Sequential where ranks share a GPU and no config is given; with a config (the hooked
-// GEMM's tile), FusedEpilogue when that tile fits it (M / W = rows_seg a multiple of BLOCK_M, whole 128-byte slabs of
-// out_bytes elements), else ScatterReduce; otherwise Auto (gemm_rs_plan decides by the heuristic's tile). Requested
-// algorithms pass through; Sequential with a config is refused (it runs loom::gemm's own).
-RsAlgo gemm_rs_algo(RsAlgo requested, bool ranks_share_gpu, const GemmConfig* config, int64_t rows_seg, int out_bytes);
+// GEMM's tile), FusedEpilogue when that tile fits it (M / W = rows_seg a multiple of BLOCK_M), else ScatterReduce;
+// otherwise Auto (gemm_rs_plan decides by the heuristic's tile). Requested algorithms pass through; Sequential with
+// a config is refused (it runs loom::gemm's own).
+RsAlgo gemm_rs_algo(RsAlgo requested, bool ranks_share_gpu, const GemmConfig* config, int64_t rows_seg);
 // gemm_ar's algorithm: Auto is Sequential where ranks share a GPU and no config is given; with a config (the hooked
 // GEMM's tile), FusedEpilogue when that tile stages whole slabs of out_bytes elements, else ReduceKernel; otherwise
 // Auto (gemm_ar_plan decides by the heuristic's tile). Requested algorithms pass through; Sequential with a config is

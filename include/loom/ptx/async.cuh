@@ -71,6 +71,15 @@ LOOM_DEVICE LOOM_FORCEINLINE void cp_async_bulk_s2g(void* gmem_dst, const void* 
     unsupported_arch();
 #endif
 }
+// A hint: bring [gmem, gmem + bytes) of global memory into L2 (bytes and the address multiples of 16). No completion
+// to wait for and nothing to order: data written there later is still read correctly (L2 is coherent for it).
+LOOM_DEVICE LOOM_FORCEINLINE void cp_async_bulk_prefetch_l2(const void* gmem, uint32_t bytes) {
+#if LOOM_ARCH >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(gmem), "r"(bytes) : "memory");
+#else
+    unsupported_arch();
+#endif
+}
 LOOM_DEVICE LOOM_FORCEINLINE void cp_async_bulk_commit_group() {
 #if LOOM_ARCH >= 900
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");

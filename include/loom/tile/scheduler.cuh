@@ -25,6 +25,15 @@
 //                        store_tile<TOut, BLOCK_M, BLOCK_N>(tmap_d, staging, tile, n) (every thread of the warpgroup,
 //                        once its part is staged and fenced: stores, sends or combines it; the accumulators are
 //                        dead); finish<BLOCK_M>() (every consumer thread, after the CTA's last tile).
+//                        GEMM+AllReduce's fused epilogue (kernels/gemm_ar.cuh) sends and sums its parts there.
+//   kAccEpilogue         the hooks see the fp32 accumulators before the kernel's own epilogue (the plain per-warp
+//                        TMA stores): init_cta() as above; prefetch_epilogue<TOut, BLOCK_M, BLOCK_N>(tile) (the
+//                        producer thread, kAccPrefetchKBlocks loads before the tile's last, or at its first when it
+//                        has fewer: e.g. an L2 prefetch of what the epilogue will read);
+//                        epilogue_acc<TOut, BLOCK_M, BLOCK_N>(acc, tile) (every consumer thread after the mainloop:
+//                        may send the accumulators elsewhere and return false, so the tile is not stored, or change
+//                        them and return true); d_row_offset() (the stored tile goes to row t.row0 - offset of D);
+//                        finish<BLOCK_M>() (every consumer thread, after the CTA's last tile).
 //                        GEMM+ReduceScatter's fused epilogue (kernels/gemm_rs.cuh) pushes peers' tiles and sums its
 //                        own there.
 // Hooks objects are __grid_constant__ kernel parameters: trivially copyable runtime values (ranks, signal pointers,
@@ -42,6 +51,7 @@ struct GemmNoHooks {
     static constexpr bool kRedirectsA = false;
     static constexpr bool kNotifiesAfterStore = false;
     static constexpr bool kEpilogueHooks = false;
+    static constexpr bool kAccEpilogue = false;
     LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const TileGrid& g, int32_t& m_block,
                                                  int32_t& n_block) const {
         grouped_order(linear, g, m_block, n_block);
