@@ -87,9 +87,11 @@ LOOM_DEVICE inline void ll_exchange_block(const Ctx& ctx, const Params& p, uint3
     const T* const in = static_cast<const T*>(p.in);
     T* const out = static_cast<T*>(p.out);
     const T* const own = in + (kChunkPerPeer ? me * n : 0);  // what this rank contributes to itself
-    // The first packet's data is loaded before the epoch (begin_call's load and block barrier), so the two
-    // global-memory latencies overlap: small messages have one packet per thread.
+    // The first packet's data, and this rank's own share of it, are loaded before the epoch (begin_call's load and
+    // block barrier), so the global-memory latencies overlap and none is left behind the poll: small messages have
+    // one packet per thread. (All-reduce and all-gather send their own share: one load.)
     const uint64_t v0 = !kChunkPerPeer && threadIdx.x < mine ? ll_pack(in, (first + threadIdx.x) * E, n) : 0;
+    const uint64_t own0 = kChunkPerPeer && threadIdx.x < mine ? ll_pack(own, (first + threadIdx.x) * E, n) : v0;
     const uint64_t e = begin_call(p.sync, b);
     const uint32_t flag = static_cast<uint32_t>(e);
     constexpr uint64_t S = kLLPacketsPerBlock;  // fixed stride of one (block, source) region
@@ -113,7 +115,9 @@ LOOM_DEVICE inline void ll_exchange_block(const Ctx& ctx, const Params& p, uint3
         if constexpr (kReduce) {
             float acc[E];
             for (int q = 0; q < W; ++q) {
-                const uint64_t v = q == me ? ll_pack(own, el, n) : ll_poll(ctx, region + q * S + i, flag);
+                const uint64_t v = q != me            ? ll_poll(ctx, region + q * S + i, flag)
+                                   : i == threadIdx.x ? own0
+                                                      : ll_pack(own, el, n);
                 const T* t = reinterpret_cast<const T*>(&v);
 #pragma unroll
                 for (int k = 0; k < E; ++k)
@@ -125,7 +129,7 @@ LOOM_DEVICE inline void ll_exchange_block(const Ctx& ctx, const Params& p, uint3
             for (int q = 0; q < W; ++q) {
                 T* const dst = out + q * n;
                 if (q == me) {
-                    if (dst != own) ll_unpack(dst, el, n, ll_pack(own, el, n));
+                    if (dst != own) ll_unpack(dst, el, n, i == threadIdx.x ? own0 : ll_pack(own, el, n));
                 } else {
                     ll_unpack(dst, el, n, ll_poll(ctx, region + q * S + i, flag));
                 }
