@@ -120,6 +120,16 @@ TEST(OverlapPlan, GemmRsPicksTheFusedEpilogueWhereItFits) {
                           227u * 1024u)
                     << f.str();
             }
+            // Never a width at which ptxas spills the fused kernel (gemm_rs.cpp fused_config), whatever N.
+            for (int64_t n = 512; n <= 16384; n += 112) {
+                for (int out_bytes : {2, 4}) {
+                    const auto g = loom::gemm_rs_plan(8192, n, 4096, world, 0, 90, sms, loom::RsAlgo::Auto, out_bytes);
+                    if (g.rs_algo != loom::RsAlgo::FusedEpilogue) continue;
+                    const int bn = g.gemm.block_n;
+                    EXPECT_TRUE(bn != 240 && bn != 224 && (out_bytes == 2 || (bn != 208 && bn != 144)))
+                        << n << " " << out_bytes << " " << g.str();
+                }
+            }
             // 136 rows per rank: no tile height divides it, so the scatter-reduce (with its comm blocks).
             const auto s = loom::gemm_rs_plan(136 * world, 256, 256, world, 0, 90, sms);
             EXPECT_EQ(s.rs_algo, world == 1 && 136 % s.gemm.block_m == 0 ? loom::RsAlgo::FusedEpilogue
