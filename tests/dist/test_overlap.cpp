@@ -75,7 +75,22 @@ std::vector<double> download_bf16(const void* src, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) out[i] = test::bf16_to_float(h[i]);
     return out;
 }
-void poison(void* p, std::size_t bytes) { ASSERT_EQ(cudaMemset(p, 0xFF, bytes), cudaSuccess); }  // NaN in bf16
+// n elements of dtype `dt` (bf16, f16 or f32) as doubles.
+std::vector<double> download_as(const void* src, std::size_t n, DType dt) {
+    if (dt == DType::BF16) return download_bf16(src, n);
+    std::vector<double> out(n);
+    if (dt == DType::F32) {
+        std::vector<float> h(n);
+        EXPECT_EQ(cudaMemcpy(h.data(), src, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        for (std::size_t i = 0; i < n; ++i) out[i] = h[i];
+    } else {
+        std::vector<std::uint16_t> h(n);
+        EXPECT_EQ(cudaMemcpy(h.data(), src, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+        for (std::size_t i = 0; i < n; ++i) out[i] = test::half_to_float(h[i]);
+    }
+    return out;
+}
+void poison(void* p, std::size_t bytes) { ASSERT_EQ(cudaMemset(p, 0xFF, bytes), cudaSuccess); }  // NaN in bf16/f16/f32
 
 // Every element within tolerance: fp32 accumulation, partial products rounded to bf16 `roundings` times.
 // Returns "" or the first mismatch.
@@ -299,38 +314,40 @@ SumCase sum_case(World& w, int64_t m, int64_t n, int64_t k, int tc, int set) {
 
 // This rank's rows [me * rows, (me + 1) * rows) of a sum case's [m, n] reference, compared with C (tolerance 1: rounded
 // partials).
-std::string compare_segment(const SumCase& c, int me, int64_t rows, int64_t n, const void* out) {
+std::string compare_segment(const SumCase& c, int me, int64_t rows, int64_t n, const void* out,
+                            DType dt = DType::BF16) {
     const std::vector<double> ref(c.ref.begin() + me * rows * n, c.ref.begin() + (me + 1) * rows * n);
     const std::vector<double> abs(c.abs.begin() + me * rows * n, c.abs.begin() + (me + 1) * rows * n);
-    return compare(download_bf16(out, rows * n), ref, abs, 1, n);
+    return compare(download_as(out, rows * n, dt), ref, abs, 1, n);
 }
 
-// sym_out: C in the symmetric heap; ldc > 0: C with that row stride (elements).
+// sym_out: C in the symmetric heap; ldc > 0: C with that row stride (elements); out_t: C's dtype.
 void run_rs(World& w, cudaStream_t s, int64_t rows_seg, int64_t n, int64_t k, int tc, const GemmRsOptions& o,
-            const std::string& label, bool sym_out = false, int64_t ldc = 0) {
+            const std::string& label, bool sym_out = false, int64_t ldc = 0, DType out_t = DType::BF16) {
     const int W = w.world_size(), me = w.rank();
     const int64_t m = rows_seg * W, stride = ldc > 0 ? ldc : n;
+    const int64_t es = static_cast<int64_t>(dtype_size(out_t));
     const SumCase c = sum_case(w, m, n, k, tc, 0);
-    DevBuf a(m * k * 2), b(n * k * 2), plain_out(sym_out ? 0 : rows_seg * stride * 2);
-    void* const out = sym_out ? w.alloc_bytes(rows_seg * stride * 2) : plain_out.p;
+    DevBuf a(m * k * 2), b(n * k * 2), plain_out(sym_out ? 0 : rows_seg * stride * es);
+    void* const out = sym_out ? w.alloc_bytes(rows_seg * stride * es) : plain_out.p;
     upload(a.p, c.a[me].bits);
     upload(b.p, c.b[me].bits);
-    poison(out, rows_seg * stride * 2);
+    poison(out, rows_seg * stride * es);
     w.barrier();
     std::string err;
     try {
         gemm_rs(w, MatrixView{a.p, DType::BF16, m, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
-                MatrixView{out, DType::BF16, rows_seg, n, ldc}, s, o);
+                MatrixView{out, out_t, rows_seg, n, ldc}, s, o);
         if (cudaStreamSynchronize(s) != cudaSuccess) err = "stream failed";
     } catch (const std::exception& e) {
         err = e.what();
     }
     if (err.empty() && stride != n) {  // gather the rows into a dense copy (the padding stays unchecked)
-        DevBuf dense(rows_seg * n * 2);
-        LOOM_CHECK_CUDA(cudaMemcpy2D(dense.p, n * 2, out, stride * 2, n * 2, rows_seg, cudaMemcpyDeviceToDevice));
-        err = compare_segment(c, me, rows_seg, n, dense.p);
+        DevBuf dense(rows_seg * n * es);
+        LOOM_CHECK_CUDA(cudaMemcpy2D(dense.p, n * es, out, stride * es, n * es, rows_seg, cudaMemcpyDeviceToDevice));
+        err = compare_segment(c, me, rows_seg, n, dense.p, out_t);
     } else if (err.empty()) {
-        err = compare_segment(c, me, rows_seg, n, out);
+        err = compare_segment(c, me, rows_seg, n, out, out_t);
     }
     if (sym_out) w.free(out);
     agree(w, err, label);
@@ -385,6 +402,27 @@ TEST_F(Overlap, GemmRsAlgorithms) {
         gemm_rs(*w, MatrixView{a.p, DType::BF16, 136 * w->world_size(), 64, 0}, MatrixView{b.p, DType::BF16, 64, 64, 0},
                 MatrixView{c.p, DType::BF16, 136, 64, 0}, stream, fused),
         Error);
+}
+
+// C in f16 and f32 (bf16 everywhere else): every algorithm, with an N tail; the fused epilogue with the SM transport,
+// its automatic one on a 64-row tile, and (ranks on distinct GPUs) the copy-engine transport. The peers' partials
+// arrive in C's dtype.
+TEST_F(Overlap, GemmRsOutputTypes) {
+    const bool own_gpus = !collective_topology(*w).shared_gpu;
+    for (DType dt : {DType::F16, DType::F32}) {
+        const std::string t = dtype_name(dt);
+        run_rs(*w, stream, 256, 200, 256, 20, {0, nullptr, RsAlgo::FusedEpilogue, RsTransport::Sm}, "fused_sm_" + t,
+               false, 0, dt);
+        run_rs(*w, stream, 192, 320, 192, 21, {0, nullptr, RsAlgo::FusedEpilogue}, "fused_64row_n320_" + t, false, 0,
+               dt);  // M / W = 192: a 64-row tile
+        if (own_gpus)
+            run_rs(*w, stream, 256, 200, 256, 22, {0, nullptr, RsAlgo::FusedEpilogue, RsTransport::CopyEngine},
+                   "fused_ce_" + t, false, 0, dt);
+        run_rs(*w, stream, 256, 200, 256, 23, {0, nullptr, RsAlgo::ScatterReduce}, "scatter_" + t, false, 0, dt);
+        GemmRsOptions seq;
+        seq.algo = RsAlgo::Sequential;
+        run_rs(*w, stream, 136, 200, 256, 24, seq, "sequential_" + t, false, 0, dt);
+    }
 }
 
 // The fused epilogue with the copy-engine transport: ranks on distinct GPUs check it element-wise on shapes with N
