@@ -16,7 +16,6 @@
 //                tile_in[q][tile] >= e for every peer q; freed[me] += 1 on every peer at the end
 //   F = P x (calls before e) (freed_total before the call).
 #include <algorithm>
-#include <optional>
 #include <string>
 
 #include "loom/kernels/gemm_params.hpp"

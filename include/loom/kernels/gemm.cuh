@@ -26,7 +26,7 @@
 // Shared memory: STAGES x (BLOCK_M + BLOCK_N) x 128 B + BLOCK_M / 64 x 2 x 8 KiB staging (1 x 8 KiB with three
 //   consumers) (+ barriers, + 1 KiB alignment slack): 128 x 256, 4 stages = 225 KiB; 192 x 176, 4 stages = 209 KiB
 //   (gemm_params.hpp: gemm_sm90_smem_bytes).
-// Epilogue hooks (Hooks::kEpilogueHooks; GEMM+ReduceScatter's fused epilogue, kernels/gemm_rs.cuh): each consumer
+// Epilogue hooks (Hooks::kEpilogueHooks; GEMM+AllReduce's fused epilogue, kernels/gemm_ar.cuh): each consumer
 //   warpgroup stages its whole 64 x BLOCK_N part of the tile (kWholeTile: BLOCK_N x sizeof(TOut) x 64 bytes per
 //   warpgroup, so fewer stages fit: 128 x 256 bf16 gets 3) and the hooks store, send or combine it; the
 //   accumulators are zeroed before each mainloop so that they are dead during the hooks' work.

@@ -38,6 +38,26 @@
 
 namespace loom::kernels::overlap {
 
+// ---- the staged part (ArEpilogueHooks) -------------------------------------------------------------------------
+// Chunks (16 bytes per thread of the warpgroup, kInFlight per round) covering the first `slabs` staged slabs of the
+// part, rounded up to whole rounds: a round may run past the staged slabs (N tail) into the part's next slab, whose
+// sums are never stored, but never past the part.
+template <int kSlabs, int kInFlight>
+LOOM_DEVICE LOOM_FORCEINLINE int staged_chunks(int slabs) {
+    constexpr int kChunksPerSlab = static_cast<int>(kGemmStoreBufBytes / 16) / 128;  // per thread: 4
+    static_assert((kSlabs * kChunksPerSlab) % kInFlight == 0, "rounds stay inside the warpgroup's part");
+    return (slabs * kChunksPerSlab + kInFlight - 1) / kInFlight * kInFlight;
+}
+// The warpgroup's issuing thread: TMA-stores the first `slabs` staged slabs (128-byte columns from col0) at `row`.
+template <class TOut>
+LOOM_DEVICE LOOM_FORCEINLINE void store_staged_slabs(const ptx::TmaDescriptor* tmap_c, uint8_t* bufs, int slabs,
+                                                     int32_t col0, int32_t row) {
+    constexpr int kStoreCols = gemm_store_box_cols(sizeof(TOut));
+    for (int sl = 0; sl < slabs; ++sl)
+        ptx::tma_store_2d(tmap_c, bufs + sl * kGemmStoreBufBytes, col0 + sl * kStoreCols, row);
+    ptx::tma_store_commit();
+}
+
 struct ArEpilogueHooks {
     static constexpr bool kWaitsBeforeLoad = false;
     static constexpr bool kRedirectsA = false;
@@ -71,7 +91,7 @@ struct ArEpilogueHooks {
         constexpr int kStoreCols = gemm_store_box_cols(sizeof(TOut));
         constexpr int kSlabs = BLOCK_N / kStoreCols;
         constexpr int E = kVecElems<TOut>;
-        constexpr int kInFlight = kSlabs % 2 == 0 ? 8 : 4;  // chunks per thread per round (as RsEpilogueHooks)
+        constexpr int kInFlight = kSlabs % 2 == 0 ? 8 : 4;  // chunks per thread per round (staged_chunks)
         constexpr int64_t kTileBytes = int64_t(BLOCK_M) * BLOCK_N * sizeof(TOut);
         const uint32_t tid = ptx::tid_x_unhoisted();
         const int warpgroup = static_cast<int>(tid / 128), wg_thread = static_cast<int>(tid % 128);

@@ -88,26 +88,6 @@ LOOM_DEVICE LOOM_FORCEINLINE uint4 vec_pack(const float (&acc)[kVecElems<T>]) {
     return v;
 }
 
-// ---- a fused epilogue's staged part (gemm_ar.cuh's ArEpilogueHooks) ----------------------------------------------
-// Chunks (16 bytes per thread of the warpgroup, kInFlight per round) covering the first `slabs` staged slabs of the
-// part, rounded up to whole rounds: a round may run past the staged slabs (N tail) into the part's next slab, whose
-// sums are never stored, but never past the part.
-template <int kSlabs, int kInFlight>
-LOOM_DEVICE LOOM_FORCEINLINE int staged_chunks(int slabs) {
-    constexpr int kChunksPerSlab = static_cast<int>(kGemmStoreBufBytes / 16) / 128;  // per thread: 4
-    static_assert((kSlabs * kChunksPerSlab) % kInFlight == 0, "rounds stay inside the warpgroup's part");
-    return (slabs * kChunksPerSlab + kInFlight - 1) / kInFlight * kInFlight;
-}
-// The warpgroup's issuing thread: TMA-stores the first `slabs` staged slabs (128-byte columns from col0) at `row`.
-template <class TOut>
-LOOM_DEVICE LOOM_FORCEINLINE void store_staged_slabs(const ptx::TmaDescriptor* tmap_c, uint8_t* bufs, int slabs,
-                                                     int32_t col0, int32_t row) {
-    constexpr int kStoreCols = gemm_store_box_cols(sizeof(TOut));
-    for (int sl = 0; sl < slabs; ++sl)
-        ptx::tma_store_2d(tmap_c, bufs + sl * kGemmStoreBufBytes, col0 + sl * kStoreCols, row);
-    ptx::tma_store_commit();
-}
-
 // ---- fused epilogue (RsAccHooks) --------------------------------------------------------------------------------
 // The GEMM itself does the ReduceScatter: no second kernel, no SM taken from it. Every M-block belongs to one rank
 // (M / W a multiple of BLOCK_M: the host's condition for this algorithm). The order is rotated as for the
