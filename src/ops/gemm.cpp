@@ -18,9 +18,10 @@ namespace {
 // 128- and 192-row tiles: fitted to two bench-gemm --sweep calls on the H200 (docs/gemm.md "Session 14": every config
 // of the 13 shapes, log(ratio to cuBLASLt) = shape + tile class, waves counted whole; 13-47 runs per class), after the
 // partial-slab TMA epilogue gave BLOCK_N 176 / 208 / 224 / 240 the TMA stores. Their spread is +-1-2 %, hence
-// kGemmTileMargin. 64-row tiles (M <= 64) and the overlapped GEMMs (GemmTiles::Overlap): the earlier per-BLOCK_N
-// table (session 8).
-double tile_efficiency(GemmTiles set, int bm, int bn) {
+// kGemmTileMargin. The overlapped GEMMs (GemmTiles::Overlap) take the same 128-row figures: their hooked kernels are
+// the plain kernel's mainloop and epilogue (docs/overlap.md "Session 17"). 64-row tiles (M <= 64): the earlier
+// per-BLOCK_N table (session 8).
+double tile_efficiency(int bm, int bn) {
     struct Point {
         int bn;
         double eff;
@@ -35,7 +36,7 @@ double tile_efficiency(GemmTiles set, int bm, int bn) {
         const Point& last = table[std::size(table) - 1];
         return last.eff - 0.15 * (last.bn - bn) / 64.0;  // narrower tiles: more smem traffic per flop
     };
-    if (set == GemmTiles::Overlap || bm <= 64) return lookup(kSession8);
+    if (bm <= 64) return lookup(kSession8);
     return bm <= 128 ? lookup(k128) : lookup(k192);
 }
 
@@ -192,8 +193,8 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
                 }
                 // The area each SM sweeps, scaled by how efficiently a tile of that size runs; 128 x 256, the tile
                 // measured most, wins within kGemmTileMargin; other ties go to the tiles tried first (128 rows, wider).
-                const double margin = !plain || (bm == 128 && bn == 256) ? 1.0 : 1.0 + kGemmTileMargin;
-                const double cost = waves * bm * bn / tile_efficiency(tile_set, bm, bn) * margin;
+                const double margin = bm == 128 && bn == 256 ? 1.0 : 1.0 + kGemmTileMargin;
+                const double cost = waves * bm * bn / tile_efficiency(bm, bn) * margin;
                 if (cost < best * (1 - 1e-9)) {
                     best = cost;
                     c.block_m = bm;

@@ -263,7 +263,7 @@ TEST_F(Overlap, AgGemmDirect) {
 // The hooked GEMM with a split-K tail (ag_gemm's plan takes the plain GEMM's, kernels/gemm.cuh kSplitTail): a config
 // whose grid leaves a tail, split 3 ways, under every producer that applies here (Auto: the direct producer where
 // ranks share a GPU, else the copy engine; the SM producer; the gathered copy), then 40 back to back with two input
-// sets: the tail's workspace counters must come back to zero after every launch.
+// sets: the tail's workspace counters must come back to zero after every launch. Then 240- and 176-wide tiles.
 TEST_F(Overlap, AgGemmSplitTail) {
     GemmConfig cfg;
     cfg.block_m = 128;
@@ -280,6 +280,19 @@ TEST_F(Overlap, AgGemmSplitTail) {
     sm.producer = AgProducer::Sm;
     sm.comm_sms = 2;
     run_ag(*w, stream, sm, 256, 384, 1024, 62, "ag_split_sm", true);
+    // Tiles whose width is not a multiple of 64 (the plan's 128 x 240 at N_loc = 5504, 128 x 176 at 1376): N tails
+    // in the split tail's partials and the partial-slab TMA stores.
+    GemmConfig wide = cfg;
+    wide.block_n = 240;
+    wide.tail_splits = 2;
+    o.config = &wide;
+    run_ag(*w, stream, o, 256, 600, 1024, 64, "ag_split_bn240", false);
+    GemmConfig mid = cfg;
+    mid.block_n = 176;
+    mid.tail_splits = 1;
+    o.config = &mid;
+    run_ag(*w, stream, o, 256, 440, 512, 65, "ag_bn176", false);
+    o.config = &cfg;
     World& W_ = *w;
     const std::string err = ag_back_to_back(
         W_, stream, 256, 384, 1024, 63, 40, [](int i) { return i < 3 || i % 13 == 0 || i == 39; },

@@ -48,15 +48,15 @@ TEST(GemmHeuristic, PicksWideTilesAndFitsSharedMemory) {
     EXPECT_FALSE(c.str().empty());
 }
 
-// Split-K tail, as the overlapped GEMMs plan (GemmTiles::Overlap: 128-row tiles): 8192 x 3696 x 8192 at 128 x 256
+// Split-K tail, as the overlapped GEMMs plan (GemmTiles::Overlap: 128-row tiles): 8192 x 3840 x 8192 at 128 x 256
 // has 64 x 15 = 960 tiles = 7 full waves + 36 on 132 SMs; the 36 split 3 ways (132 / 36 = 3, K = 128 k-blocks) cost
 // 7 + 1/3 + 0.1 waves instead of 8. 8192^3: 2048 tiles leave a tail of 68, which 132 SMs cannot split twice: no
-// split. (With 192-row tiles allowed, 3696 takes 192 x 176: GemmHeuristic.TakesThreeConsumerTiles.)
+// split. (At N = 3696 the 128-row plan is 128 x 176 split 5: 21 x 176 = N, 1344 tiles = 10 waves + 24.)
 TEST(GemmHeuristic, SplitsTheTailWave) {
     auto heuristic128 = [](int64_t m, int64_t n, int64_t k, bool b_kn, int sms, bool split = true) {
         return loom::gemm_heuristic(m, n, k, b_kn, 90, sms, split, loom::GemmTiles::Overlap);
     };
-    const auto c = heuristic128(8192, 3696, 8192, false, 132);
+    const auto c = heuristic128(8192, 3840, 8192, false, 132);
     EXPECT_EQ(c.block_n, 256);
     EXPECT_EQ(c.grid, 132);
     EXPECT_EQ(c.tail_splits, 3);
@@ -67,32 +67,32 @@ TEST(GemmHeuristic, SplitsTheTailWave) {
     // Exact waves: 4096^3 at 128 x 256 is 512 tiles = 3 x 132 + 116: 132 / 116 = 1, no split.
     EXPECT_EQ(loom::gemm_heuristic(4096, 4096, 4096, false, 90, 132).tail_splits, 1);
     // Too few k-blocks to split (K = 256: 4 k-blocks, at most 4 / 4 = 1 split).
-    EXPECT_EQ(loom::gemm_heuristic(8192, 3696, 256, false, 90, 132).tail_splits, 1);
+    EXPECT_EQ(loom::gemm_heuristic(8192, 3840, 256, false, 90, 132).tail_splits, 1);
     // B as [K, N] too.
-    EXPECT_EQ(heuristic128(8192, 3696, 8192, true, 132).tail_splits, 3);
+    EXPECT_EQ(heuristic128(8192, 3840, 8192, true, 132).tail_splits, 3);
     // Off when asked (gemm_rs / gemm_ar: their hooks publish every tile) and with clusters.
-    EXPECT_EQ(heuristic128(8192, 3696, 8192, false, 132, /*split=*/false).tail_splits, 1);
+    EXPECT_EQ(heuristic128(8192, 3840, 8192, false, 132, /*split=*/false).tail_splits, 1);
     setenv("LOOM_GEMM_CLUSTER", "2", 1);
-    EXPECT_EQ(loom::gemm_heuristic(8192, 3696, 8192, false, 90, 132).tail_splits, 1);
+    EXPECT_EQ(loom::gemm_heuristic(8192, 3840, 8192, false, 90, 132).tail_splits, 1);
     unsetenv("LOOM_GEMM_CLUSTER");
     for (int sms : {132, 114, 14}) {
-        const auto plan = loom::gemm_rs_plan(8192, 3696, 8192, 8, 0, 90, sms);
+        const auto plan = loom::gemm_rs_plan(8192, 3840, 8192, 8, 0, 90, sms);
         EXPECT_EQ(plan.gemm.tail_splits, 1) << sms;
         // ag_gemm's hooks (wait before loads, redirect A) take the split tail: the plain GEMM's plan on its SMs.
-        const auto ag = loom::ag_gemm_plan(8192, 3696, 8192, 8, loom::AgProducer::CopyEngine, 0, 90, sms);
-        const auto plain = heuristic128(8192, 3696, 8192, false, sms);
+        const auto ag = loom::ag_gemm_plan(8192, 3840, 8192, 8, loom::AgProducer::CopyEngine, 0, 90, sms);
+        const auto plain = heuristic128(8192, 3840, 8192, false, sms);
         EXPECT_EQ(ag.gemm.tail_splits, plain.tail_splits) << sms;
         EXPECT_EQ(ag.gemm.block_n, plain.block_n) << sms;
         EXPECT_EQ(ag.gemm.grid, plain.grid) << sms;
     }
-    EXPECT_EQ(loom::ag_gemm_plan(8192, 3696, 8192, 8, loom::AgProducer::CopyEngine, 0, 90, 132).gemm.tail_splits, 3);
+    EXPECT_EQ(loom::ag_gemm_plan(8192, 3840, 8192, 8, loom::AgProducer::CopyEngine, 0, 90, 132).gemm.tail_splits, 3);
     // LOOM_GEMM_TAIL_SPLITS: 0 (or 1) off, n forced.
     setenv("LOOM_GEMM_TAIL_SPLITS", "0", 1);
-    EXPECT_EQ(heuristic128(8192, 3696, 8192, false, 132).tail_splits, 1);
+    EXPECT_EQ(heuristic128(8192, 3840, 8192, false, 132).tail_splits, 1);
     setenv("LOOM_GEMM_TAIL_SPLITS", "1", 1);
-    EXPECT_EQ(heuristic128(8192, 3696, 8192, false, 132).tail_splits, 1);
+    EXPECT_EQ(heuristic128(8192, 3840, 8192, false, 132).tail_splits, 1);
     setenv("LOOM_GEMM_TAIL_SPLITS", "2", 1);
-    EXPECT_EQ(heuristic128(8192, 3696, 8192, false, 132).tail_splits, 2);
+    EXPECT_EQ(heuristic128(8192, 3840, 8192, false, 132).tail_splits, 2);
     EXPECT_EQ(loom::gemm_heuristic(8192, 8192, 8192, false, 90, 132).tail_splits, 2);  // forced where there is a tail
     // Fewer tiles than SMs: the one partial wave is the tail; forced splits apply to it, a CTA per unit.
     const auto forced_skinny = loom::gemm_heuristic(16, 4096, 4096, false, 90, 132);
@@ -150,6 +150,31 @@ TEST(GemmHeuristic, TakesThreeConsumerTiles) {
     EXPECT_EQ(loom::gemm_heuristic(8192, 1376, 4096, false, 90, 132, true, loom::GemmTiles::Overlap).block_m, 128);
     EXPECT_EQ(loom::ag_gemm_plan(8192, 1376, 4096, 8, loom::AgProducer::CopyEngine, 0, 90, 132).gemm.block_m, 128);
     EXPECT_EQ(loom::gemm_rs_plan(8192, 1376, 4096, 8, 0, 90, 132).gemm.block_m, 128);
+}
+
+// The overlapped GEMMs weigh 128-row tiles as the plain GEMM does (docs/overlap.md "Session 17"): where the plain
+// heuristic keeps 128 rows, ag_gemm's copy-engine plan on all SMs is the same config. At W = 2, N_loc = 5504 that is
+// 128 x 240 with a split tail (session 8's table gave 128 x 256: 22 N-blocks, the last half empty).
+TEST(GemmHeuristic, OverlapTilesAreThePlainOnesOf128Rows) {
+    const int64_t shapes[][2] = {{11008, 4096}, {14336, 4096}, {28672, 8192}, {53248, 16384}, {29568, 8192}};
+    int compared = 0;
+    for (int w : {2, 4, 8}) {
+        for (const auto& s : shapes) {
+            const int64_t n_loc = s[0] / w, k = s[1];
+            const auto plain = loom::gemm_heuristic(8192, n_loc, k, false, 90, 132);
+            const auto ag = loom::ag_gemm_plan(8192, n_loc, k, w, loom::AgProducer::CopyEngine, 0, 90, 132).gemm;
+            EXPECT_EQ(ag.block_m, 128) << ag.str();
+            if (plain.block_m != 128) continue;
+            ++compared;
+            EXPECT_EQ(ag.block_n, plain.block_n) << w << " " << n_loc << ": " << ag.str() << " vs " << plain.str();
+            EXPECT_EQ(ag.tail_splits, plain.tail_splits) << ag.str() << " vs " << plain.str();
+            EXPECT_EQ(ag.grid, plain.grid) << ag.str() << " vs " << plain.str();
+        }
+    }
+    EXPECT_EQ(compared, 14);  // all but N_loc = 3696 at W = 8 (plain: 192 x 176)
+    const auto w2 = loom::ag_gemm_plan(8192, 5504, 4096, 2, loom::AgProducer::CopyEngine, 0, 90, 132).gemm;
+    EXPECT_EQ(w2.block_n, 240) << w2.str();
+    EXPECT_GT(w2.tail_splits, 1) << w2.str();
 }
 
 TEST(GemmHeuristic, TailPlan) {
