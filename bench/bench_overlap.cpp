@@ -26,7 +26,7 @@
 //                                          [--torch DIR/torch_tp.json] [--rs-comm-sms 4,8,16,24] [--ar-comm-sms 2,4,8]
 //                                          [--ops all|ag|rs|ar] [--no-align] [--trace] [--shape N,K[,N,K...]]
 //                                          [--rs-fused-bn 128,192,256] [--rs-fused-diag] [--rs-ce-chunk 1024,4096]
-//                                          [--rs-k-split 2]
+//                                          [--rs-k-split 2] [--ag-n-split 2] [--align-hold-us 50]
 // DIR/ag_gemm.json, DIR/gemm_rs.json and DIR/gemm_ar.json (rank 0).
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -91,6 +91,7 @@ struct Args {
     std::vector<int> rs_ce_chunk_kib;  // gemm_rs fused with the copy engine, timed at each of these chunk sizes
     bool rs_fused_diag = false;        // gemm_rs fused timed with parts left out (results not checked)
     int rs_k_split = 0;                // gemm_rs: K_loc = K / rs_k_split instead of K / W (0: W)
+    int ag_n_split = 0;                // ag_gemm: N_loc = N / ag_n_split instead of N / W (0: W)
     int iters = 20;
     int argc = 0;
     char** argv = nullptr;
@@ -101,15 +102,16 @@ using loom::MatrixView;
 using loom::bench::time_op;
 using loom::bench::TimeOptions;
 
-bool g_align = true;   // Args::align, for med()
-bool g_trace = false;  // --trace: rank 0 prints every timed point's median and wall time (finding the slow part)
+bool g_align = true;         // Args::align, for med()
+double g_align_hold_us = 0;  // --align-hold-us: barrier_on_stream's hold before each timed run
+bool g_trace = false;        // --trace: rank 0 prints every timed point's median and wall time (finding the slow part)
 
 // Every rank's timed runs start together on the device (unless --no-align) and the slowest rank's median counts.
 TimeOptions time_options(loom::World& w, int iters) {
     TimeOptions o;
     o.world = &w;
     o.iters = iters;
-    if (g_align) o.align = [&w](cudaStream_t st) { loom::barrier_on_stream(w, st); };
+    if (g_align) o.align = [&w](cudaStream_t st) { loom::barrier_on_stream(w, st, g_align_hold_us); };
     return o;
 }
 
@@ -229,7 +231,7 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
     keep_shapes(shapes, args.shapes);
     loom::bench::Report report("ag_gemm", W, args.argc, args.argv);
     for (auto [N, K] : shapes) {
-        const int64_t n_loc = N / W, rows = M / W;
+        const int64_t n_loc = N / (args.ag_n_split > 0 ? args.ag_n_split : W), rows = M / W;
         void *a, *b, *c, *c_ref, *gfull;
         LOOM_CHECK_CUDA(cudaMalloc(&a, rows * K * 2));
         LOOM_CHECK_CUDA(cudaMalloc(&b, n_loc * K * 2));
@@ -250,6 +252,7 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         seq_loom(s);
         LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
         nlohmann::json row{{"M", M}, {"N", N}, {"K", K}, {"N_loc", n_loc}, {"world", W}};
+        if (g_align_hold_us > 0) row["align_hold_us"] = g_align_hold_us;
         // loom_us is the automatic choice's time; each producer is timed too (the direct one where ranks share a
         // GPU and M / W is a multiple of 128, the heuristic's BLOCK_M at these shapes).
         double t_auto = INFINITY;
@@ -367,6 +370,7 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         loom::gemm_rs(w, A, B, C, s);
         LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
         nlohmann::json row{{"M", M}, {"N", N}, {"K", K}, {"K_loc", k_loc}, {"world", W}};
+        if (g_align_hold_us > 0) row["align_hold_us"] = g_align_hold_us;
         const double diff = max_scaled_diff(c, c_ref, rows * N);
         row["check"] = diff;
         const bool ok = agreed_ok(w, diff, 2e-2, fmt::format("gemm_rs N={} K={} vs gemm + reduce_scatter", N, K));
@@ -566,6 +570,8 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             op(s);
             LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
             nlohmann::json row{{"M", M}, {"N", N}, {"K", K}, {"K_loc", k_loc}, {"world", W}};
+            if (g_align_hold_us > 0) row["align_hold_us"] = g_align_hold_us;
+            if (g_align_hold_us > 0) row["align_hold_us"] = g_align_hold_us;
             const double diff = max_scaled_diff(c, c_ref, M * N);
             row["check"] = diff;
             const bool ok =
@@ -681,6 +687,11 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_flag("--trace", g_trace, "print every timed point's median and wall time as it finishes (rank 0)");
     app.add_flag("--no-align", no_align, "no device barrier before each timed run (the host barrier stays)");
+    app.add_option("--align-hold-us", g_align_hold_us,
+                   "the device barrier keeps the stream this long after the ranks met, so that the timed ops are "
+                   "enqueued before their start event runs: the timed region then holds GPU time only, not the "
+                   "host's enqueue (rows carry align_hold_us)")
+        ->check(CLI::NonNegativeNumber);
     app.add_flag("--no-nccl", no_nccl, "skip the NCCL baselines (absent anyway when ranks share a GPU)");
     app.add_option("--rs-comm-sms", args.rs_comm_sms, "also time gemm_rs at each of these comm_sms (e.g. 4,8,16,24)")
         ->delimiter(',');
@@ -699,6 +710,10 @@ int main(int argc, char** argv) {
     app.add_option("--rs-k-split", args.rs_k_split,
                    "gemm_rs with K_loc = K / this instead of K / W: e.g. 2 on one rank times the W = 2 GEMMs with "
                    "nothing to send, the fused epilogue's own cost")
+        ->check(CLI::PositiveNumber);
+    app.add_option("--ag-n-split", args.ag_n_split,
+                   "ag_gemm with N_loc = N / this instead of N / W: e.g. 2 on one rank times the W = 2 GEMM with "
+                   "nothing to gather, the hooked GEMM's own cost")
         ->check(CLI::PositiveNumber);
     app.add_option("--shape", args.shapes, "only these shapes of each op: N,K[,N,K...] (e.g. 4608,36864)")
         ->delimiter(',');

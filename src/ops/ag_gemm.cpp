@@ -9,6 +9,7 @@
 //                    GPU is a runtime copy kernel, which the persistent GEMM would starve (docs/overlap.md). With
 //                    ranks sharing a GPU every copy is such a kernel: the stream joins the side before the GEMM.
 //                    Where it can (own_local below) the GEMM reads the own rows from A in place instead: no copy.
+//                    With one GPU per rank the host enqueues the side stream's work after the GEMM's launch.
 // T (chunk_total) counts pieces over all calls: the copy engine sets the new total, each SM block adds 1.
 #include <algorithm>
 #include <cstdint>
@@ -239,9 +240,9 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
     const uint64_t epoch = ++st.calls;
     auto* sig = st.sig;
     char* const my_rows = static_cast<char*>(gather) + static_cast<std::size_t>(me) * chunk_bytes;
-    overlap::fork(st, stream);
-    if (producer == AgProducer::CopyEngine) {
-        st.chunk_total += 1;
+    // The copy engine's side stream: this rank's ready signal, then per peer d (from me + 1): wait d's ready, copy the
+    // shard into d's gather rows, raise chunk[me] there; with own_local chunk[me] here too (nothing to copy).
+    auto enqueue_copy_engine_side = [&] {
         for (int d = 0; d < W; ++d)
             if (d != me) stream_ops::signal_ce(world, &sig->ready[me], epoch, d, st.side);
         for (int i = 1; i < W; ++i) {
@@ -250,24 +251,36 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
             stream_ops::put_ce(world, my_rows, a.data, chunk_bytes, d, st.side);
             stream_ops::signal_ce(world, &sig->chunk[me], st.chunk_total, d, st.side);
         }
-        // This rank's own rows: a copy within one GPU is a runtime copy kernel, which the persistent GEMM (every
-        // SM when no other rank shares the GPU) would starve if both were queued at once. In stream order before
-        // the GEMM it never competes (and the GEMM starts on these rows anyway). In place (own_local): no copy;
-        // chunk[me] still gets this call's total (on the side stream), so that a later call with the SM
-        // producer, which adds to it, reaches its target.
-        if (own_local) {
-            stream_ops::signal_ce(world, &sig->chunk[me], st.chunk_total, me, st.side);
-        } else {
+        // In place (own_local): chunk[me] still gets this call's total, so that a later call with the SM producer,
+        // which adds to it, reaches its target.
+        if (own_local) stream_ops::signal_ce(world, &sig->chunk[me], st.chunk_total, me, st.side);
+    };
+    overlap::fork(st, stream);
+    // With one GPU per rank the side stream's work is enqueued after the GEMM's launch: the GEMM starts on the own
+    // rows, which need none of it, and its launch does not wait behind the host's 3W - 2 stream operations (on an
+    // idle GPU those were GPU idle time at the start of every call).
+    bool side_after_gemm = false;
+    if (producer == AgProducer::CopyEngine) {
+        st.chunk_total += 1;
+        // This rank's own rows, unless read in place: a copy within one GPU is a runtime copy kernel, which the
+        // persistent GEMM (every SM when no other rank shares the GPU) would starve if both were queued at once. In
+        // stream order before the GEMM it never competes (and the GEMM starts on these rows anyway).
+        if (!own_local) {
             stream_ops::put_ce(world, my_rows, a.data, chunk_bytes, me, stream);
             stream_ops::signal_ce(world, &sig->chunk[me], st.chunk_total, me, stream);
         }
-        // Ranks sharing a GPU: every copy above is a runtime copy kernel, which needs SMs of this rank's MPS share.
-        // Next to the persistent GEMM (all but two SMs of the share, spinning on the peers' chunks) 8 ranks on one
-        // H200 hung in bench-overlap within a few back-to-back calls: each time a sender's copy never landed, and
-        // always the sender's last one (the likeliest to be issued while its own GEMM already held the share).
-        // Here the GEMM starts after this rank's copies, so the copies of a rank never compete with its GEMM.
-        // No overlap on shared GPUs with this producer.
-        if (st.shared_gpu) overlap::join(st, stream);
+        // Ranks sharing a GPU: every copy is a runtime copy kernel, which needs SMs of this rank's MPS share. Next to
+        // the persistent GEMM (all but two SMs of the share, spinning on the peers' chunks) 8 ranks on one H200 hung
+        // in bench-overlap within a few back-to-back calls: each time a sender's copy never landed, and always the
+        // sender's last one (the likeliest to be issued while its own GEMM already held the share). Here the GEMM
+        // starts after this rank's copies, so the copies of a rank never compete with its GEMM. No overlap on
+        // shared GPUs with this producer.
+        if (st.shared_gpu) {
+            enqueue_copy_engine_side();
+            overlap::join(st, stream);
+        } else {
+            side_after_gemm = true;
+        }
     } else {
         const int P = plan.comm_blocks;
         st.chunk_total += static_cast<uint64_t>(P);
@@ -296,6 +309,7 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
     h.rows_per_rank = static_cast<int32_t>(R);
     h.shift_m = static_cast<int32_t>(me * R / plan.gemm.block_m);
     overlap::launch_gemm(kHooks, kHeader, gview, b, c, plan.gemm, st.num_sms, stream, h);
+    if (side_after_gemm) enqueue_copy_engine_side();
     overlap::join(st, stream);
 }
 
