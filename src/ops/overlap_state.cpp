@@ -246,7 +246,7 @@ void prepare_gemm(const char* hooks, const char* header, const MatrixView& a, co
 }
 
 GemmConfig gemm_config(int64_t m, int64_t n, int64_t k, int arch, int gemm_sms, bool split_tail) {
-    // 128-row tiles and their bench-overlap-measured efficiencies (GemmTiles::Overlap): the hooks align M-blocks with
+    // 128-row tiles, weighed as the plain GEMM weighs them (GemmTiles::Overlap): the hooks align M-blocks with
     // the ranks' row chunks (ag_gemm's direct producer and gemm_rs's fused epilogue need M / W a multiple of BLOCK_M,
     // which 192 rarely divides), and the 192-row kernel has not been run with hooks.
     GemmConfig cfg = gemm_heuristic(m, n, k, false, arch, gemm_sms, split_tail, GemmTiles::Overlap);

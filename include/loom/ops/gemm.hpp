@@ -68,9 +68,10 @@ enum class GemmTiles {
     // loom::gemm: 128- and 192-row tiles, their efficiencies fitted to bench-gemm sweeps (session 14), 128 x 256
     // preferred within kGemmTileMargin.
     Plain,
-    // The overlapped GEMMs (ag_gemm, gemm_rs, gemm_ar): 128-row tiles (their hooks align M-blocks with the ranks'
-    // row chunks, which 192 rarely divides) and the per-BLOCK_N efficiencies their configs were measured with in
-    // bench-overlap (session 8's table); to be refitted when bench-overlap is re-run.
+    // The overlapped GEMMs (ag_gemm, gemm_rs, gemm_ar): 128-row tiles only (their hooks align M-blocks with the
+    // ranks' row chunks, which 192 rarely divides), weighed as Plain weighs them (the hooked kernels share the plain
+    // kernel's mainloop; docs/overlap.md "Session 17": session 8's table had made ag_gemm take 128 x 256 where the
+    // plain GEMM measured faster with 240- or 176-wide tiles).
     Overlap,
 };
 GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, int num_sms, bool split_tail = true,
