@@ -26,7 +26,7 @@
 //                                          [--torch DIR/torch_tp.json] [--rs-comm-sms 4,8,16,24] [--ar-comm-sms 2,4,8]
 //                                          [--ops all|ag|rs|ar] [--no-align] [--trace] [--shape N,K[,N,K...]]
 //                                          [--rs-fused-bn 128,192,256] [--rs-fused-diag] [--rs-ce-chunk 1024,4096]
-//                                          [--rs-k-split 2] [--ag-n-split 2] [--align-hold-us 50]
+//                                          [--rs-k-split 2] [--ag-n-split 2] [--align-hold-us 50] [--host-us]
 // DIR/ag_gemm.json, DIR/gemm_rs.json and DIR/gemm_ar.json (rank 0).
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -92,6 +92,7 @@ struct Args {
     bool rs_fused_diag = false;        // gemm_rs fused timed with parts left out (results not checked)
     int rs_k_split = 0;                // gemm_rs: K_loc = K / rs_k_split instead of K / W (0: W)
     int ag_n_split = 0;                // ag_gemm: N_loc = N / ag_n_split instead of N / W (0: W)
+    bool host_us = false;              // --host-us: row "host_enqueue_us" (host_block)
     int iters = 20;
     int argc = 0;
     char** argv = nullptr;
@@ -149,6 +150,28 @@ nlohmann::json interleaved_block(const std::vector<double>& t) {
             {"loom_sequential_us", t[3]},
             {"efficiency", t[0] / std::max(t[1], t[2])},
             {"speedup_over_loom_sequential", t[3] / t[0]}};
+}
+// Host time to enqueue one call of each of {op, GEMM, collective, sequence} (--host-us): 10 calls back to back on
+// an idle stream, timed on the host (the device runs behind them), the least of three such bursts, in microseconds.
+// What a caller pays on the CPU per call, and what lands in a timed region that starts on an idle GPU.
+nlohmann::json host_block(const std::vector<std::function<void(cudaStream_t)>>& fns, cudaStream_t s, loom::World& w) {
+    static const char* const names[] = {"op", "gemm", "collective", "sequence"};
+    nlohmann::json out;
+    for (std::size_t f = 0; f < fns.size() && f < 4; ++f) {
+        double best = INFINITY;
+        for (int rep = 0; rep < 3; ++rep) {
+            LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+            w.barrier("bench-host");
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int i = 0; i < 10; ++i) fns[f](s);
+            const auto t1 = std::chrono::steady_clock::now();
+            best = std::min(best, std::chrono::duration<double, std::micro>(t1 - t0).count() / 10);
+        }
+        LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+        w.barrier("bench-host");
+        out[names[f]] = best;
+    }
+    return out;
 }
 // The op and one library baseline interleaved run by run ("paired": {name: {loom_us, baseline_us, speedup}}): their
 // ratio without the drift between points timed apart (two H200s, session 12: the same fused gemm_rs read 1791 and
@@ -289,6 +312,7 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         const std::function<void(cudaStream_t)> ag_auto = [&](cudaStream_t st) { loom::ag_gemm(w, A, B, C, st, {}); };
         if (std::isfinite(t_auto))
             row["interleaved"] = interleaved_block(meds({ag_auto, gemm_fn, comm_fn, seq_loom}, s, w, args.iters));
+        if (args.host_us) row["host_enqueue_us"] = host_block({ag_auto, gemm_fn, comm_fn, seq_loom}, s, w);
         nlohmann::json baselines{{"loom_allgather_then_gemm", t_seq}};
         row["allgather_us"] = t_comm;
         row["gemm_us"] = t_gemm;
@@ -485,6 +509,7 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         if (ok) {
             t = med(rs_auto, s, w, args.iters);
             row["interleaved"] = interleaved_block(meds({rs_auto, gemm_fn, comm_fn, seq_loom}, s, w, args.iters));
+            if (args.host_us) row["host_enqueue_us"] = host_block({rs_auto, gemm_fn, comm_fn, seq_loom}, s, w);
         }
         row["gemm_us"] = t_gemm;
         row["reduce_scatter_us"] = t_comm;
@@ -647,6 +672,7 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             if (ok) {
                 const double t = med(op, s, w, args.iters);
                 row["interleaved"] = interleaved_block(meds({op, gemm_fn, comm_fn, seq_loom}, s, w, args.iters));
+                if (args.host_us) row["host_enqueue_us"] = host_block({op, gemm_fn, comm_fn, seq_loom}, s, w);
                 row["loom_us"] = t;
                 row["overlap_efficiency_alone"] = t / std::max(t_comm, t_gemm);
                 row["overlap_efficiency"] = row["interleaved"]["efficiency"];
@@ -687,6 +713,9 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_flag("--trace", g_trace, "print every timed point's median and wall time as it finishes (rank 0)");
     app.add_flag("--no-align", no_align, "no device barrier before each timed run (the host barrier stays)");
+    app.add_flag(
+        "--host-us", args.host_us,
+        "row host_enqueue_us: host time to enqueue one call of the op, the GEMM, the collective and the sequence");
     app.add_option("--align-hold-us", g_align_hold_us,
                    "the device barrier keeps the stream this long after the ranks met, so that the timed ops are "
                    "enqueued before their start event runs: the timed region then holds GPU time only, not the "
