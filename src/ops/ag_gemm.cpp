@@ -170,12 +170,18 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
                R, N, c.rows, c.cols);
     LOOM_CHECK(M <= INT32_MAX, "{}: expected M to fit in int32, given {}", op, M);
 
+    LOOM_CHECK(o.comm_sms >= 0, "{}: expected comm_sms >= 0, given {}", op, o.comm_sms);
     // Auto: the direct producer where ranks share a GPU and it applies (no copy but each rank's own shard), else the
     // copy engine. (On a shared GPU, where the copy engine's copies run before the GEMM, it still measured faster
     // than the overlapped SM producer, whose blocks take SMs from the GEMM: 8 ranks on one H200, M = 8192,
     // N = 11008, K = 4096: 1684 vs 2392 us.)
-    const int block_m = o.config ? o.config->block_m : overlap::gemm_config(M, N, K, st.arch, st.num_sms).block_m;
+    // The copy engine's and the direct producer's plan (no comm blocks: the same GEMM); the SM producer's, planned
+    // beside its blocks, only when it is the one. (One heuristic call per call: host time, before the GEMM's launch.)
+    OverlapPlan plan = ag_gemm_plan(M, N, K, W, AgProducer::CopyEngine, o.comm_sms, st.arch, st.num_sms, st.shared_gpu);
+    const int block_m = o.config ? o.config->block_m : plan.gemm.block_m;
     const AgProducer producer = ag_gemm_producer(o.producer, W, R, block_m, o.gathered.data != nullptr, st.shared_gpu);
+    if (producer == AgProducer::Sm)
+        plan = ag_gemm_plan(M, N, K, W, producer, o.comm_sms, st.arch, st.num_sms, st.shared_gpu);
     void* gather = nullptr;
     if (o.gathered.data) {
         const MatrixView& g = o.gathered;
@@ -193,8 +199,6 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
     const MatrixView gview{gather ? gather : a.data, a.dtype, M, K, 0};
     gemm_validate(gview, b, c, GemmOptions{});
 
-    LOOM_CHECK(o.comm_sms >= 0, "{}: expected comm_sms >= 0, given {}", op, o.comm_sms);
-    OverlapPlan plan = ag_gemm_plan(M, N, K, W, producer, o.comm_sms, st.arch, st.num_sms, st.shared_gpu);
     overlap::use_config(op, plan, o.config, M, N, st.num_sms, /*split_tail_ok=*/true);
     if (overlap::debug())
         fmt::print(stderr, "loom::ag_gemm M={} N={} K={} W={} producer {} SMs {} of {}: {} (call {}, signals at {})\n",
