@@ -42,6 +42,19 @@ void all_gather_push_copy_engine(World& world, coll::CollState& st, const Buffer
     const bool own_copy = in != mine;
     const std::size_t n = static_cast<std::size_t>(W - 1) + (own_copy ? 1 : 0);
     coll::ce_fork(st, stream, n);
+    if (head > 0) {
+        coll::Launch l;
+        l.header = "loom/kernels/all_gather.cuh";
+        l.name = "loom::kernels::coll::all_gather_push";
+        l.template_args = {"unsigned char", std::to_string(coll::path_arg(DataPath::LdSt))};
+        l.params = coll::base_params(st);
+        l.params.in = in;
+        l.params.out = outv.data;
+        l.params.count = B;           // chunk stride, bytes
+        l.params.round_elems = head;  // bytes of each chunk moved
+        l.blocks = coll::pick_blocks(head, 64 * 1024, 64, opts, st);
+        coll::launch(world, l, stream);
+    }
     if (head < B) {
         for (int i = 1; i < W; ++i) {
             const int d = (me + i) % W;
@@ -56,21 +69,6 @@ void all_gather_push_copy_engine(World& world, coll::CollState& st, const Buffer
         for (int i = 1; i < W; ++i)  // every byte went through the kernel: the done signals only
             stream_ops::signal_ce(world, &done[me], e, (me + i) % W,
                                   coll::ce_stream(st, static_cast<std::size_t>(i - 1)));
-    }
-    // The SM share's kernel after the copy engine's work is enqueued: the copy engine moves most of the bytes, so its
-    // waits and copies go first on the host; the kernel, on `stream` between the fork and the join, runs beside them.
-    if (head > 0) {
-        coll::Launch l;
-        l.header = "loom/kernels/all_gather.cuh";
-        l.name = "loom::kernels::coll::all_gather_push";
-        l.template_args = {"unsigned char", std::to_string(coll::path_arg(DataPath::LdSt))};
-        l.params = coll::base_params(st);
-        l.params.in = in;
-        l.params.out = outv.data;
-        l.params.count = B;           // chunk stride, bytes
-        l.params.round_elems = head;  // bytes of each chunk moved
-        l.blocks = coll::pick_blocks(head, 64 * 1024, 64, opts, st);
-        coll::launch(world, l, stream);
     }
     coll::ce_join(st, stream, n);
     for (int q = 0; q < W; ++q)
