@@ -263,7 +263,7 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
     // With one GPU per rank the side stream's work is enqueued after the GEMM's launch: the GEMM starts on the own
     // rows, which need none of it, and its launch does not wait behind the host's 3W - 2 stream operations (on an
     // idle GPU those were GPU idle time at the start of every call).
-    bool side_after_gemm = false;
+    const bool side_after_gemm = producer == AgProducer::CopyEngine && !st.shared_gpu;
     if (producer == AgProducer::CopyEngine) {
         st.chunk_total += 1;
         // This rank's own rows, unless read in place: a copy within one GPU is a runtime copy kernel, which the
@@ -282,8 +282,6 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
         if (st.shared_gpu) {
             enqueue_copy_engine_side();
             overlap::join(st, stream);
-        } else {
-            side_after_gemm = true;
         }
     } else {
         const int P = plan.comm_blocks;
