@@ -93,6 +93,7 @@ struct Args {
     int rs_k_split = 0;                // gemm_rs: K_loc = K / rs_k_split instead of K / W (0: W)
     int ag_n_split = 0;                // ag_gemm: N_loc = N / ag_n_split instead of N / W (0: W)
     bool host_us = false;              // --host-us: row "host_enqueue_us" (host_block)
+    loom::RsAlgo rs_algo = loom::RsAlgo::Auto;  // --rs-algo: the gemm_rs algorithm timed as the op (a)
     int iters = 20;
     int argc = 0;
     char** argv = nullptr;
@@ -391,9 +392,12 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         };
         seq_loom(s);
         LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, rows * N * 2));
-        loom::gemm_rs(w, A, B, C, s);
+        loom::GemmRsOptions op_opts;  // the op (a): Auto, or --rs-algo
+        op_opts.algo = args.rs_algo;
+        loom::gemm_rs(w, A, B, C, s, op_opts);
         LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
         nlohmann::json row{{"M", M}, {"N", N}, {"K", K}, {"K_loc", k_loc}, {"world", W}};
+        if (args.rs_algo != loom::RsAlgo::Auto) row["rs_algo"] = loom::to_string(args.rs_algo);
         if (g_align_hold_us > 0) row["align_hold_us"] = g_align_hold_us;
         const double diff = max_scaled_diff(c, c_ref, rows * N);
         row["check"] = diff;
@@ -419,7 +423,8 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             {loom::to_string(loom::RsAlgo::FusedEpilogue),
              {0, nullptr, loom::RsAlgo::FusedEpilogue, loom::RsTransport::Sm}},
             {loom::to_string(loom::RsAlgo::ScatterReduce), {0, nullptr, loom::RsAlgo::ScatterReduce}},
-            {loom::to_string(loom::RsAlgo::Sequential), {0, nullptr, loom::RsAlgo::Sequential}}};
+            {loom::to_string(loom::RsAlgo::Sequential), {0, nullptr, loom::RsAlgo::Sequential}},
+            {loom::to_string(loom::RsAlgo::FusedPull), {0, nullptr, loom::RsAlgo::FusedPull}}};
         if (!loom::collective_topology(w).shared_gpu)
             variants.push_back(
                 {"fused-epilogue-ce", {0, nullptr, loom::RsAlgo::FusedEpilogue, loom::RsTransport::CopyEngine}});
@@ -505,7 +510,9 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         };
         const double t_gemm = med(gemm_fn, s, w, args.iters), t_comm = med(comm_fn, s, w, args.iters);
         nlohmann::json baselines{{"loom_gemm_then_reduce_scatter", med(seq_loom, s, w, args.iters)}};
-        const std::function<void(cudaStream_t)> rs_auto = [&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st); };
+        const std::function<void(cudaStream_t)> rs_auto = [&](cudaStream_t st) {
+            loom::gemm_rs(w, A, B, C, st, op_opts);
+        };
         if (ok) {
             t = med(rs_auto, s, w, args.iters);
             row["interleaved"] = interleaved_block(meds({rs_auto, gemm_fn, comm_fn, seq_loom}, s, w, args.iters));
@@ -736,6 +743,10 @@ int main(int argc, char** argv) {
     app.add_option("--rs-fused-bn", args.rs_fused_bn,
                    "also time the fused gemm_rs at each of these BLOCK_N (e.g. 128,192,256)")
         ->delimiter(',');
+    std::string rs_algo = "auto";
+    app.add_option("--rs-algo", rs_algo, "the gemm_rs algorithm timed as the op (a)")
+        ->check(CLI::IsMember({"auto", "fused-epilogue", "scatter-reduce", "sequential", "fused-pull"}))
+        ->capture_default_str();
     app.add_option("--rs-k-split", args.rs_k_split,
                    "gemm_rs with K_loc = K / this instead of K / W: e.g. 2 on one rank times the W = 2 GEMMs with "
                    "nothing to send, the fused epilogue's own cost")
@@ -749,6 +760,9 @@ int main(int argc, char** argv) {
     app.add_option("--torch", args.torch, "bench/torch_async_tp.py's torch_tp.json: PyTorch baselines to fold in")
         ->check(CLI::ExistingFile);
     loom::bench::parse_or_exit(app, argc, argv);
+    for (loom::RsAlgo a : {loom::RsAlgo::Auto, loom::RsAlgo::FusedEpilogue, loom::RsAlgo::ScatterReduce,
+                           loom::RsAlgo::Sequential, loom::RsAlgo::FusedPull})
+        if (rs_algo == loom::to_string(a)) args.rs_algo = a;
     args.nvshmem = !no_nvshmem;
     args.nvshmem_rs = !no_nvshmem_rs;
     if (args.shapes.size() % 2 != 0) {

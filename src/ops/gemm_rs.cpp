@@ -6,6 +6,12 @@
 //   local outbox, whose chunks a side stream copies); an own tile waits for tile_in[q][tile] >= e of every peer q,
 //   adds their copies to its accumulators and is stored to C.
 //
+// FusedPull (M / W a multiple of BLOCK_M), one kernel on the caller's stream, every usable SM
+// (kernels/gemm_rs_pull.cuh):
+//   GEMM(partial [M, N] into this call's parity half of a symmetric buffer, bands interleaved tile by tile; each
+//   tile published to its owner: tile_in[me][tile] := e there); the producer warpgroup's spare warps sum the W copies
+//   of this rank's tiles into C as tile_in[q][tile] >= e for every rank q.
+//
 // Sequential (Auto's choice where ranks share a GPU): loom::gemm into this call's parity half of a symmetric [M, N]
 //   buffer, then loom::reduce_scatter (straight into C when C is dense, else in place and copied out).
 //
@@ -35,6 +41,8 @@ namespace {
 constexpr const char* kHeader = "loom/kernels/gemm_rs.cuh";
 constexpr const char* kNotifyHooks = "loom::kernels::overlap::TileNotifyHooks";
 constexpr const char* kFusedHooks = "loom::kernels::overlap::RsAccHooks";
+constexpr const char* kPullHeader = "loom/kernels/gemm_rs_pull.cuh";
+constexpr const char* kPullHooks = "loom::kernels::overlap::RsPullHooks";
 
 // Why the fused epilogue cannot run this shape with this tile config, or "" when it can.
 std::string fused_unfit(int64_t rows_seg, const GemmConfig& cfg) {
@@ -165,6 +173,50 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
     overlap::join(fs, stream);
 }
 
+void gemm_rs_pull(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, GemmConfig cfg,
+                  cudaStream_t stream) {
+    constexpr const char* op = "gemm_rs";
+    overlap::OpState& ps = overlap::op_state(world, overlap::OpKind::GemmRsPull, op);
+    const int W = world.world_size(), me = world.local_rank();
+    const int64_t M = a.rows, N = b.rows, rows_seg = M / W;
+    const std::string unfit = fused_unfit(rows_seg, cfg);
+    LOOM_CHECK(unfit.empty(), "{} (fused pull): expected {}", op, unfit);
+    const std::size_t es = dtype_size(c.dtype);
+    // The reducers store 16-byte vectors of C's rows.
+    LOOM_CHECK(reinterpret_cast<uintptr_t>(c.data) % 16 == 0 && (c.stride() * es) % 16 == 0,
+               "{} (fused pull): expected C 16-byte aligned with a row stride of a multiple of 16 bytes, given {} "
+               "with stride {} elements",
+               op, c.data, c.stride());
+    const int32_t bpr = static_cast<int32_t>(rows_seg / cfg.block_m);
+    cfg.group_m = std::max(cfg.group_m, 1);
+    while (bpr % cfg.group_m != 0) --cfg.group_m;  // raster groups inside a band (rs_pull_tile_order)
+    const int64_t half_stride =
+        static_cast<int64_t>(overlap::ensure_parity_halves(world, ps, static_cast<std::size_t>(M * N) * es));
+    const jit::Kernel& kernel = jit::get_kernel(gemm_kernel_spec(
+        cfg, a.dtype, c.dtype, gemm_kernel_bias(cfg, c.dtype, GemmOptions{}), false, kPullHooks, kPullHeader));
+
+    const uint64_t epoch = ++ps.calls;
+    uint8_t* const partial = static_cast<uint8_t*>(ps.sym) + static_cast<int64_t>(epoch % 2) * half_stride;
+    const Ctx ctx = world.ctx();
+    kernels::overlap::RsPullHookArgs h{};
+    h.partial = partial;
+    h.out = static_cast<uint8_t*>(c.data);
+    h.tile_in = &ps.sig->tile_in[0][0];
+    h.heap_bytes = static_cast<int64_t>(ctx.heap_size);
+    h.ldc = c.stride();
+    h.epoch = epoch;
+    h.timeout_ns = ctx.wait_timeout_ns;
+    h.me = me;
+    h.world = W;
+    h.blocks_per_rank = bpr;
+    h.num_n = static_cast<int32_t>((N + cfg.block_n - 1) / cfg.block_n);
+    h.n = static_cast<int32_t>(N);
+    h.group = cfg.group_m;
+    const GemmSm90Launch l =
+        gemm_sm90_launch(a, b, MatrixView{partial, c.dtype, M, N, 0}, GemmOptions{}, cfg, ps.num_sms, stream);
+    kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, h);
+}
+
 void gemm_rs_scatter(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b, const MatrixView& c,
                      const OverlapPlan& plan, cudaStream_t stream) {
     const int W = world.world_size(), me = world.local_rank();
@@ -243,8 +295,8 @@ RsTransport gemm_rs_transport(RsTransport requested, RsAlgo algo, bool ranks_sha
         "gemm_rs: the copy-engine transport needs every rank on its own GPU (here ranks share one: a copy within "
         "a GPU is a copy kernel the waiting GEMM would starve); use RsTransport::Sm or Auto");
     LOOM_CHECK(requested == RsTransport::Sm || algo == RsAlgo::FusedEpilogue,
-               "gemm_rs: the {} transport is the fused epilogue's; the scatter-reduce pushes with its own blocks",
-               to_string(requested));
+               "gemm_rs: the {} transport is the fused epilogue's; the {} algorithm moves its tiles its own way",
+               to_string(requested), to_string(algo));
     return requested;
 }
 
@@ -258,6 +310,8 @@ const char* to_string(RsAlgo a) {
             return "scatter-reduce";
         case RsAlgo::Sequential:
             return "sequential";
+        case RsAlgo::FusedPull:
+            return "fused-pull";
     }
     return "?";
 }
@@ -274,6 +328,14 @@ RsAlgo gemm_rs_algo(RsAlgo requested, bool ranks_share_gpu, const GemmConfig* co
 OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms,
                          RsAlgo algo, int out_bytes) {
     const int64_t rows_seg = m / std::max(world_size, 1);
+    if (algo == RsAlgo::FusedPull) {
+        // No SM taken from the GEMM either; the tile of the fused epilogue's (a 64-row one where only that fits).
+        OverlapPlan f;
+        f.gemm =
+            fused_config(overlap::gemm_config(m, n, k_loc, arch, num_sms), m, n, rows_seg, out_bytes, true, num_sms);
+        f.rs_algo = RsAlgo::FusedPull;
+        return f;
+    }
     if (algo != RsAlgo::ScatterReduce) {
         // The fused epilogue takes no SM from the GEMM.
         OverlapPlan f;
@@ -332,7 +394,9 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
     // else Sm: ranks sharing a GPU cannot take the copy engine (a copy within one GPU is a runtime copy kernel: the
     // persistent GEMM, waiting for the peers' copies, would starve it).
     const RsTransport transport = gemm_rs_transport(o.transport, plan.rs_algo, st.shared_gpu);
-    if (plan.rs_algo == RsAlgo::FusedEpilogue) {
+    if (plan.rs_algo == RsAlgo::FusedPull) {
+        gemm_rs_pull(world, a, b, c, plan.gemm, stream);
+    } else if (plan.rs_algo == RsAlgo::FusedEpilogue) {
         gemm_rs_fused(world, a, b, c, plan.gemm, transport, o.ce_chunk_bytes, stream);
     } else {
         gemm_rs_scatter(world, st, a, b, c, plan, stream);

@@ -18,11 +18,19 @@
 
 namespace loom::overlap {
 
-// GemmRsFused has its own signals and scratch: calls may switch gemm_rs algorithms, and neither algorithm's
-// write-after-read protocol covers the other's buffers.
+// GemmRsFused and GemmRsPull have their own signals and buffers: calls may switch gemm_rs algorithms, and no
+// algorithm's write-after-read protocol covers another's buffers.
 // AgGemmDirect likewise: its staging halves are read by peers' GEMMs while another producer's gather buffer would be
 // written.
-enum class OpKind : int { AgGemm = 0, GemmRs = 1, GemmAr = 2, GemmRsFused = 3, AgGemmDirect = 4, GemmRsSequential = 5 };
+enum class OpKind : int {
+    AgGemm = 0,
+    GemmRs = 1,
+    GemmAr = 2,
+    GemmRsFused = 3,
+    AgGemmDirect = 4,
+    GemmRsSequential = 5,
+    GemmRsPull = 6
+};
 
 struct OpState {
     kernels::overlap::Signals* sig = nullptr;  // symmetric, zeroed once

@@ -411,10 +411,41 @@ TEST_F(Overlap, GemmRsAlgorithms) {
     run_rs(*w, stream, 256, 512, 512, 16, {0, nullptr, RsAlgo::ScatterReduce}, "scatter_256");
     // Not a multiple of BLOCK_M: a clear error, on every rank, before anything is enqueued.
     DevBuf a(136 * w->world_size() * 64 * 2), b(64 * 64 * 2), c(136 * 64 * 2);
-    EXPECT_THROW(
-        gemm_rs(*w, MatrixView{a.p, DType::BF16, 136 * w->world_size(), 64, 0}, MatrixView{b.p, DType::BF16, 64, 64, 0},
-                MatrixView{c.p, DType::BF16, 136, 64, 0}, stream, fused),
-        Error);
+    for (RsAlgo algo : {RsAlgo::FusedEpilogue, RsAlgo::FusedPull})
+        EXPECT_THROW(gemm_rs(*w, MatrixView{a.p, DType::BF16, 136 * w->world_size(), 64, 0},
+                             MatrixView{b.p, DType::BF16, 64, 64, 0}, MatrixView{c.p, DType::BF16, 136, 64, 0}, stream,
+                             {0, nullptr, algo}),
+                     Error);
+}
+
+// The fused pull (kernels/gemm_rs_pull.cuh): N tails (a partial N-block, one narrower than a tile), several M-blocks
+// per rank, a 64-row tile, a symmetric and a strided C; a C whose rows are not 16-byte aligned is refused.
+TEST_F(Overlap, GemmRsFusedPull) {
+    const GemmRsOptions pull{0, nullptr, RsAlgo::FusedPull};
+    run_rs(*w, stream, 128, 136, 256, 25, pull, "pull_128_n136");
+    run_rs(*w, stream, 384, 320, 192, 26, pull, "pull_384_n320");
+    run_rs(*w, stream, 256, 1040, 320, 27, pull, "pull_256_n1040");
+    GemmConfig small = gemm_heuristic(64 * w->world_size(), 200, 128, false, 90, 132);
+    small.block_m = 64;
+    small.block_n = 128;
+    small.cluster_m = 1;
+    small.tma_store = true;
+    small.tail_splits = 1;
+    small.grid = 0;
+    run_rs(*w, stream, 64, 200, 128, 28, {0, &small, RsAlgo::FusedPull}, "pull_64x128_tile");
+    run_rs(*w, stream, 256, 512, 512, 29, pull, "pull_symmetric_c", /*sym_out=*/true);
+    run_rs(*w, stream, 128, 200, 256, 30, pull, "pull_strided_c", /*sym_out=*/false, /*ldc=*/208);
+    DevBuf a(128 * w->world_size() * 64 * 2), b(64 * 64 * 2), c(128 * 68 * 2);
+    std::string err = "no error for a C row stride of 136 bytes";
+    try {
+        gemm_rs(*w, MatrixView{a.p, DType::BF16, 128 * w->world_size(), 64, 0}, MatrixView{b.p, DType::BF16, 64, 64, 0},
+                MatrixView{c.p, DType::BF16, 128, 64, 68}, stream, pull);
+    } catch (const Error& e) {
+        err = std::string(e.what()).find("16-byte aligned") == std::string::npos
+                  ? std::string("unexpected message: ") + e.what()
+                  : "";
+    }
+    agree(*w, err, "pull_unaligned_c_rejected");
 }
 
 // C in f16 and f32 (bf16 everywhere else): every algorithm, with an N tail; the fused epilogue with the SM transport,
@@ -432,6 +463,7 @@ TEST_F(Overlap, GemmRsOutputTypes) {
             run_rs(*w, stream, 256, 200, 256, 22, {0, nullptr, RsAlgo::FusedEpilogue, RsTransport::CopyEngine},
                    "fused_ce_" + t, false, 0, dt);
         run_rs(*w, stream, 256, 200, 256, 23, {0, nullptr, RsAlgo::ScatterReduce}, "scatter_" + t, false, 0, dt);
+        run_rs(*w, stream, 256, 200, 256, 25, {0, nullptr, RsAlgo::FusedPull}, "pull_" + t, false, 0, dt);
         GemmRsOptions seq;
         seq.algo = RsAlgo::Sequential;
         run_rs(*w, stream, 136, 200, 256, 24, seq, "sequential_" + t, false, 0, dt);
@@ -492,12 +524,10 @@ TEST_F(Overlap, GemmRsCopyEngine) {
     agree(W_, err, "rs_ce_back_to_back");
 }
 
-// The fused epilogue's scratch halves and signals across 1000 back-to-back calls: inputs alternate between two
-// sets, rows per rank between 256 and 128 every second call (a smaller call right after a larger one on either
-// half), and every fifth call takes the scatter-reduce, every fifth another the sequence (the algorithms keep separate
-// buffers and signals).
-TEST_F(Overlap, GemmRsFusedBackToBack) {
-    World& W_ = *w;
+// 1000 back-to-back gemm_rs calls, call i with algo_of(i): inputs alternate between two sets, rows per rank between
+// 256 and 128 every second call (a smaller call right after a larger one on either parity half); returns the first
+// difference ("" when none).
+std::string rs_back_to_back(World& W_, cudaStream_t stream, const std::function<RsAlgo(int)>& algo_of) {
     const int W = W_.world_size(), me = W_.rank();
     const int64_t n = 192, k = 128;
     const int64_t rows_of[2] = {256, 128};
@@ -524,7 +554,7 @@ TEST_F(Overlap, GemmRsFusedBackToBack) {
             LOOM_CHECK_CUDA(cudaMemcpyAsync(b.p, src_b[z][s]->p, n * k * 2, cudaMemcpyDeviceToDevice, stream));
             if (check) poison(c.p, rows * n * 2);
             GemmRsOptions o;
-            o.algo = i % 5 == 4 ? RsAlgo::ScatterReduce : i % 5 == 2 ? RsAlgo::Sequential : RsAlgo::FusedEpilogue;
+            o.algo = algo_of(i);
             gemm_rs(W_, MatrixView{a.p, DType::BF16, m, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
                     MatrixView{c.p, DType::BF16, rows, n, 0}, stream, o);
             return std::string("gemm_rs (") + to_string(o.algo) + ")";
@@ -533,7 +563,26 @@ TEST_F(Overlap, GemmRsFusedBackToBack) {
             const int z = (i / 2) % 2;
             return compare_segment(cases[z][i % 2], me, rows_of[z], n, c.p);
         });
-    agree(W_, err, "rs_fused_back_to_back");
+    return err;
+}
+
+// The fused epilogue's scratch halves and signals back to back; every fifth call takes the scatter-reduce, every fifth
+// another the sequence, every fifth another the fused pull (the algorithms keep separate buffers and signals).
+TEST_F(Overlap, GemmRsFusedBackToBack) {
+    const std::string err = rs_back_to_back(*w, stream, [](int i) {
+        return i % 5 == 4   ? RsAlgo::ScatterReduce
+               : i % 5 == 2 ? RsAlgo::Sequential
+               : i % 5 == 1 ? RsAlgo::FusedPull
+                            : RsAlgo::FusedEpilogue;
+    });
+    agree(*w, err, "rs_fused_back_to_back");
+}
+
+// The fused pull's partial halves and signals, every call the fused pull: a rank writes a half again two calls
+// later, while its peers' reducers may still read it unless the protocol holds (kernels/gemm_rs_pull.cuh).
+TEST_F(Overlap, GemmRsFusedPullBackToBack) {
+    const std::string err = rs_back_to_back(*w, stream, [](int) { return RsAlgo::FusedPull; });
+    agree(*w, err, "rs_pull_back_to_back");
 }
 
 // sym_out: C in the symmetric heap (the sequential algorithm all-reduces straight into a symmetric C).

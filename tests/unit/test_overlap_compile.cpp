@@ -37,6 +37,7 @@ TEST(OverlapCompile, HookedGemmHasNoSpills) {
                     {"loom::kernels::overlap::TileNotifyHooks", "loom/kernels/gemm_rs.cuh"},
                     {"loom::kernels::overlap::TileNotifyHooks", "loom/kernels/gemm_ar.cuh"},
                     {"loom::kernels::overlap::RsAccHooks", "loom/kernels/gemm_rs.cuh"},
+                    {"loom::kernels::overlap::RsPullHooks", "loom/kernels/gemm_rs_pull.cuh"},
                     {"loom::kernels::overlap::ArEpilogueHooks", "loom/kernels/gemm_ar.cuh"}};
     for (const auto& pol : policies) {
         for (int bm : {128, 64}) {

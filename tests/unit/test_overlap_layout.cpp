@@ -13,6 +13,7 @@
 namespace {
 
 using loom::kernels::overlap::rs_chunk_lead;
+using loom::kernels::overlap::rs_pull_tile_order;
 using loom::kernels::overlap::rs_slot_tile;
 
 void check_layout(int32_t bpr, int32_t num_n, int32_t group, int32_t chunk_n) {
@@ -68,6 +69,36 @@ TEST(OverlapLayout, GroupColumnsAreConsecutive) {
         for (int32_t n = 0; n < num_n; ++n)
             for (int32_t m = first; m + 1 < first + group; ++m)
                 EXPECT_EQ(rs_slot_tile(m + 1, n, bpr, num_n, group), rs_slot_tile(m, n, bpr, num_n, group) + 1);
+}
+
+// The fused pull's order (kernels/gemm_rs_pull.cuh) visits every tile once; linear d + W j is tile j of band d in the
+// band's grouped raster on every rank (the reducers find their tiles so), and every W consecutive tiles hold one tile
+// of each band.
+TEST(OverlapLayout, PullOrderInterleavesTheBands) {
+    for (int32_t W : {1, 2, 3, 8})
+        for (int32_t bpr : {1, 4, 8})
+            for (int32_t num_n : {1, 5, 16})
+                for (int32_t group : {1, 2, 4, 8}) {
+                    if (bpr % group != 0) continue;
+                    const int32_t tiles = W * bpr * num_n;
+                    std::vector<int> seen(static_cast<std::size_t>(tiles), 0);
+                    for (int32_t l = 0; l < tiles; ++l) {
+                        int32_t m = -1, n = -1;
+                        rs_pull_tile_order(l, W, bpr, num_n, group, m, n);
+                        ASSERT_GE(m, 0);
+                        ASSERT_LT(m, W * bpr);
+                        ASSERT_GE(n, 0);
+                        ASSERT_LT(n, num_n);
+                        ASSERT_EQ(m / bpr, l % W) << "linear " << l << " is not in band " << l % W;
+                        int32_t gm = -1, gn = -1;
+                        loom::tile::grouped_order(l / W, loom::tile::TileGrid{bpr, num_n, group}, gm, gn);
+                        ASSERT_EQ(m, (l % W) * bpr + gm);
+                        ASSERT_EQ(n, gn);
+                        ++seen[static_cast<std::size_t>(m) * num_n + n];
+                    }
+                    EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; }))
+                        << "W " << W << " bpr " << bpr << " num_n " << num_n << " group " << group;
+                }
 }
 
 }  // namespace

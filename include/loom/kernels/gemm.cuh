@@ -34,6 +34,9 @@
 //   mainloop the hooks get the fp32 accumulators (epilogue_acc): they may send them elsewhere (the tile is then not
 //   stored here) or change them; the plain epilogue then stores them, d_row_offset() rows above t.row0 in D. Nothing
 //   else changes: the staging buffers and stages are the plain kernel's.
+// Side warps (tile::kHasSideWarps<Hooks>; GEMM+ReduceScatter's fused pull, kernels/gemm_rs_pull.cuh): the producer
+//   warpgroup's three warps that issue no TMA run hooks.side_warps() beside the GEMM; no role changes its register
+//   budget then (setmaxnreg), so every thread keeps the launch bound's 168.
 // Split-K tail (kSplitTail; CLUSTER_M = 1; the plain GEMM, or hooks without epilogue / after-store parts, e.g.
 //   ag_gemm's, whose before_load then runs once per work unit): the CTAs walk work units instead of tiles
 //   (tile_order.hpp: split_tail_unit): whole tiles for the full waves, then each tail tile as args.tail_splits
@@ -257,7 +260,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
 
     if (warpgroup == kConsumers) {
         // ---- producer warpgroup: one thread issues every TMA ------------------------------------------------
-        ptx::setmaxnreg_dec<kProducerRegs>();
+        if constexpr (!tile::kHasSideWarps<Hooks>) ptx::setmaxnreg_dec<kProducerRegs>();
         if (wg_thread == 0) {
             tile::PipelineState<STAGES> st;
             while (next_work<kSplitTail>(sched, hooks, args, num_k_blocks, t, w)) {
@@ -311,9 +314,12 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                 }
             }
         }
+        if constexpr (tile::kHasSideWarps<Hooks>) {
+            if (wg_thread >= 32) hooks.template side_warps<TOut, BLOCK_M, BLOCK_N>(wg_thread - 32);
+        }
     } else {
         // ---- consumer warpgroups: wgmma over the ring, then the epilogue -----------------------------------
-        ptx::setmaxnreg_inc<kConsumerRegs>();
+        if constexpr (!tile::kHasSideWarps<Hooks>) ptx::setmaxnreg_inc<kConsumerRegs>();
         const int warp = wg_thread / 32, lane = wg_thread % 32;
         uint8_t* store_bufs = smem_store + warpgroup * kStagingBytes;
         uint32_t store_count = 0;  // slabs this warpgroup has stored; selects the staging buffer

@@ -131,6 +131,37 @@ struct RsFusedHookArgs {
     uint64_t* stored;  // this rank's Signals::tile, indexed by lead (cumulative tile counts; targets on the host)
 };
 
+// GEMM+RS, fused pull (RsPullHooks, kernels/gemm_rs_pull.cuh). Every M-block belongs to one rank's rows (rows_per_rank
+// a multiple of BLOCK_M). The GEMM stores its whole partial product [M, N] (TOut) into this call's parity half of the
+// op's symmetric buffer with the plain epilogue and publishes each tile to the rank that owns its rows:
+// tile_in[me][m_block * num_n + n_block] := epoch there. The producer warpgroup's spare warps of every CTA pull the
+// W copies of this rank's own tiles, as they become ready, and store their fp32 sum (rank order) into C.
+struct RsPullHookArgs {
+    uint8_t* partial;         // this call's parity half of this rank's symmetric partial [M, N] (row stride n)
+    uint8_t* out;             // C [M / W, N], leading dimension ldc (elements)
+    uint64_t* tile_in;        // this rank's Signals::tile_in[0] ([kMaxLocalPeers][kMaxTileSignals], flat)
+    int64_t heap_bytes;       // Ctx::heap_size: rank d's copy of symmetric p is p + (d - me) * heap_bytes
+    int64_t ldc;              // C's row stride (elements)
+    uint64_t epoch;           // this call's number: the value of tile_in signals
+    uint64_t timeout_ns;      // bound of the reducers' waits for a tile (0: unbounded)
+    int32_t me, world;        // local rank and local world size
+    int32_t blocks_per_rank;  // (M / W) / BLOCK_M
+    int32_t num_n;            // N-blocks
+    int32_t n;                // N (the last N-block may be partial)
+    int32_t group;            // M-blocks per raster group inside a band (divides blocks_per_rank)
+};
+
+// The fused pull's tile order: the bands (ranks' rows) interleaved tile by tile — linear index l is tile l / W of
+// band l % W in that band's grouped raster (group M-blocks, `group` dividing bpr) — so that every rank completes
+// every band's tiles at the same pace and an owner can reduce its tiles all along the GEMM, not at its end. Every
+// rank walks the same order: tile j of band d is linear d + W j everywhere.
+LOOM_HOST_DEVICE inline void rs_pull_tile_order(int32_t linear, int32_t world, int32_t bpr, int32_t num_n,
+                                                int32_t group, int32_t& m_block, int32_t& n_block) {
+    const int32_t band = linear % world;
+    tile::grouped_order(linear / world, tile::TileGrid{bpr, num_n, group}, m_block, n_block);
+    m_block += band * bpr;
+}
+
 // ---- communication kernels -----------------------------------------------------------------------------------
 
 // ag_gemm_push: this rank's A shard -> every rank's gather buffer (rows [me * rows_per_rank, ...)).

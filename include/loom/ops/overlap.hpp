@@ -60,6 +60,10 @@ enum class RsAlgo {
                     // ranks share a GPU, where the fused epilogue measured slower than it (8 ranks on one H200:
                     // 0.89-1.01x, docs/perf/gemm_rs.json; each rank's share of the SMs runs its tiles at its own
                     // pace, and an own tile's sum waits for the slowest peer's copy)
+    FusedPull,      // one kernel (M / W a multiple of BLOCK_M): the GEMM stores its whole partial product (plain
+                    // epilogue) and publishes each tile to the rank owning its rows; the producer warpgroup's spare
+                    // warps pull the W copies of this rank's tiles as they become ready and sum them into C. Nothing
+                    // in the GEMM's consumers waits (kernels/gemm_rs_pull.cuh)
 };
 const char* to_string(RsAlgo a);
 

@@ -36,6 +36,12 @@
 //                        finish<BLOCK_M>() (every consumer thread, after the CTA's last tile).
 //                        GEMM+ReduceScatter's fused epilogue (kernels/gemm_rs.cuh) pushes peers' tiles and sums its
 //                        own there.
+//   kSideWarps           (optional member; false when absent) the producer warpgroup's three warps that issue no TMA
+//                        (32-127 of it) run side_warps<TOut, BLOCK_M, BLOCK_N>(thread) (thread 0-95) concurrently
+//                        with the whole GEMM, and the CTA ends when they return. Neither role then changes its
+//                        register budget (setmaxnreg): every thread keeps the launch bound's, which is what ptxas
+//                        compiles the consumers for anyway. GEMM+ReduceScatter's fused pull (kernels/gemm_rs_pull.cuh)
+//                        reduces the rank's own tiles there.
 // Hooks objects are __grid_constant__ kernel parameters: trivially copyable runtime values (ranks, signal pointers,
 // a tensor map).
 #pragma once
@@ -44,6 +50,12 @@
 #include "loom/tile/tile_order.hpp"
 
 namespace loom::tile {
+
+// Whether a hooks policy runs side warps (kSideWarps above); a policy without the member runs none.
+template <class Hooks>
+inline constexpr bool kHasSideWarps = requires {
+    requires Hooks::kSideWarps;
+};
 
 // The default policy: grouped raster order, no waits, no notifications.
 struct GemmNoHooks {
