@@ -477,7 +477,6 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                         med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w, args.iters);
                 }
             }
-            unsetenv("LOOM_DIAG_RS_FUSED_SKIP");
             row["fused_diag_skip_us"] = diag;
         }
         if (ok && !args.rs_ce_chunk_kib.empty() && !loom::collective_topology(w).shared_gpu) {
@@ -517,6 +516,20 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             t = med(rs_auto, s, w, args.iters);
             row["interleaved"] = interleaved_block(meds({rs_auto, gemm_fn, comm_fn, seq_loom}, s, w, args.iters));
             if (args.host_us) row["host_enqueue_us"] = host_block({rs_auto, gemm_fn, comm_fn, seq_loom}, s, w);
+        }
+        if (ok && args.rs_fused_diag) {
+            // The fused pull with its reducers doing nothing (mode 1) or only waiting for every tile (mode 2), timed
+            // interleaved with the whole op and the GEMM alone (LOOM_DIAG_RS_FUSED_SKIP; results wrong by design).
+            const auto pull = [&](int mode) {
+                return std::function<void(cudaStream_t)>([&, mode](cudaStream_t st) {
+                    if (mode > 0) setenv("LOOM_DIAG_RS_FUSED_SKIP", std::to_string(mode).c_str(), 1);
+                    loom::gemm_rs(w, A, B, C, st, {0, nullptr, loom::RsAlgo::FusedPull});
+                    if (mode > 0) unsetenv("LOOM_DIAG_RS_FUSED_SKIP");
+                });
+            };
+            const std::vector<double> t4 = meds({pull(0), pull(1), pull(2), gemm_fn}, s, w, args.iters);
+            row["pull_diag_interleaved_us"] = {
+                {"pull", t4[0]}, {"no_reducers", t4[1]}, {"waits_only", t4[2]}, {"gemm", t4[3]}};
         }
         row["gemm_us"] = t_gemm;
         row["reduce_scatter_us"] = t_comm;

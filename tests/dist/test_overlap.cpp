@@ -367,7 +367,7 @@ void run_rs(World& w, cudaStream_t s, int64_t rows_seg, int64_t n, int64_t k, in
 }
 
 // Auto: with a GPU per rank the fused epilogue (segments a multiple of the tile) or the scatter-reduce; ranks sharing
-// a GPU take the sequence.
+// a GPU take the fused pull (segments a multiple of 64) or the sequence.
 TEST_F(Overlap, GemmRs) {
     run_rs(*w, stream, 136, 256, 256, 10, {}, "rs_136");          // segments not a multiple of the tile: scatter-reduce
     run_rs(*w, stream, 256, 512, 512, 11, {}, "rs_256");          // the fused epilogue
@@ -419,7 +419,8 @@ TEST_F(Overlap, GemmRsAlgorithms) {
 }
 
 // The fused pull (kernels/gemm_rs_pull.cuh): N tails (a partial N-block, one narrower than a tile), several M-blocks
-// per rank, a 64-row tile, a symmetric and a strided C; a C whose rows are not 16-byte aligned is refused.
+// per rank, a 64-row tile, a symmetric and a strided C (the reducers store 16-byte vectors: check_inputs' alignment
+// rules for C cover them).
 TEST_F(Overlap, GemmRsFusedPull) {
     const GemmRsOptions pull{0, nullptr, RsAlgo::FusedPull};
     run_rs(*w, stream, 128, 136, 256, 25, pull, "pull_128_n136");
@@ -435,17 +436,6 @@ TEST_F(Overlap, GemmRsFusedPull) {
     run_rs(*w, stream, 64, 200, 128, 28, {0, &small, RsAlgo::FusedPull}, "pull_64x128_tile");
     run_rs(*w, stream, 256, 512, 512, 29, pull, "pull_symmetric_c", /*sym_out=*/true);
     run_rs(*w, stream, 128, 200, 256, 30, pull, "pull_strided_c", /*sym_out=*/false, /*ldc=*/208);
-    DevBuf a(128 * w->world_size() * 64 * 2), b(64 * 64 * 2), c(128 * 68 * 2);
-    std::string err = "no error for a C row stride of 136 bytes";
-    try {
-        gemm_rs(*w, MatrixView{a.p, DType::BF16, 128 * w->world_size(), 64, 0}, MatrixView{b.p, DType::BF16, 64, 64, 0},
-                MatrixView{c.p, DType::BF16, 128, 64, 68}, stream, pull);
-    } catch (const Error& e) {
-        err = std::string(e.what()).find("16-byte aligned") == std::string::npos
-                  ? std::string("unexpected message: ") + e.what()
-                  : "";
-    }
-    agree(*w, err, "pull_unaligned_c_rejected");
 }
 
 // C in f16 and f32 (bf16 everywhere else): every algorithm, with an N tail; the fused epilogue with the SM transport,
@@ -723,12 +713,12 @@ TEST_F(Overlap, GemmRsReferenceStepsAgree) {
         const std::string e2 = worst(download_bf16(out_pull.p, rows * n), scatter, n);
         if (!e2.empty() && err.empty()) err = "reduce_scatter pull against scatter: " + e2;
         // Against whole tiles + scatter it is measured scaled: the fused epilogue adds the peers' bf16 partials to
-        // its own fp32 one (not rounded first, as whole tiles + scatter do), and where ranks share a GPU gemm_rs
-        // takes the sequence, whose GEMM is the heuristic's (split tail here) and rounds its partials to bf16 in
-        // another order than whole tiles. The element-wise measure reads either as large next to sums near zero (an
-        // addend's ulp: 0.125 at 8 ranks, 0.22-0.24 at 2 for the fused epilogue on two H200s). The sequence is also
-        // checked element-wise against the bench sequence (the same GEMM; the ReduceScatter may sum in another
-        // order).
+        // its own fp32 one (not rounded first, as whole tiles + scatter do), and where gemm_rs takes the sequence
+        // (ranks sharing a GPU, M / W not a multiple of 64) its GEMM is the heuristic's (split tail here) and rounds
+        // its partials to bf16 in another order than whole tiles. The element-wise measure reads either as large next
+        // to sums near zero (an addend's ulp: 0.125 at 8 ranks, 0.22-0.24 at 2 for the fused epilogue on two H200s).
+        // The sequence is also checked element-wise against the bench sequence (the same GEMM; the ReduceScatter may
+        // sum in another order).
         const std::vector<double> rs_out = download_bf16(out_rs.p, rows * n);
         const bool sequential =
             gemm_rs_algo(RsAlgo::Auto, collective_topology(W_).shared_gpu, nullptr, rows) == RsAlgo::Sequential;

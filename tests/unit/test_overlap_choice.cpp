@@ -57,16 +57,20 @@ TEST(OverlapChoice, GemmRsTransport) {
 }
 
 TEST(OverlapChoice, GemmRsAlgo) {
-    // Auto: the plan decides with a GPU per rank, the sequence where ranks share one.
+    // Auto: the plan decides with a GPU per rank; where ranks share one, the fused pull when M / W is a multiple of 64,
+    // else the sequence.
     EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, false, nullptr, 1024), RsAlgo::Auto);
-    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, nullptr, 1024), RsAlgo::Sequential);
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, nullptr, 1024), RsAlgo::FusedPull);
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, nullptr, 192), RsAlgo::FusedPull);
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, nullptr, 136), RsAlgo::Sequential);
     // A caller's tile decides between the two hooked algorithms, on a shared GPU too.
     loom::GemmConfig whole;
     whole.block_m = 128;
     whole.block_n = 256;
     whole.stages = 4;
     EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, false, &whole, 1024), RsAlgo::FusedEpilogue);
-    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, &whole, 1024), RsAlgo::FusedEpilogue);
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, &whole, 1024), RsAlgo::FusedPull);
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, &whole, 136), RsAlgo::ScatterReduce);
     EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, false, &whole, 136), RsAlgo::ScatterReduce);  // 136 % 128 != 0
     // Requested algorithms pass through; the sequence takes no config.
     EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::FusedEpilogue, true, nullptr, 1024), RsAlgo::FusedEpilogue);
@@ -75,6 +79,10 @@ TEST(OverlapChoice, GemmRsAlgo) {
     EXPECT_NE(error_of([&] { loom::gemm_rs_algo(RsAlgo::Sequential, false, &whole, 1024); }).find("expected no config"),
               std::string::npos);
     EXPECT_STREQ(loom::to_string(RsAlgo::Sequential), "sequential");
+    EXPECT_STREQ(loom::to_string(RsAlgo::FusedPull), "fused-pull");
+    // The fused pull's plan: the fused epilogue's tile, a 64-row one where only that fits M / W.
+    EXPECT_EQ(loom::gemm_rs_plan(8192, 4096, 1376, 8, 0, 90, 14, RsAlgo::FusedPull).rs_algo, RsAlgo::FusedPull);
+    EXPECT_EQ(loom::gemm_rs_plan(192 * 4, 512, 512, 4, 0, 90, 26, RsAlgo::FusedPull).gemm.block_m, 64);
 }
 
 TEST(OverlapChoice, GemmArAlgo) {

@@ -4,22 +4,25 @@
 //   consumers  the plain GEMM and its plain epilogue (per-warp stmatrix + TMA stores) write the whole partial product
 //              [M, N] into this call's parity half of the op's symmetric buffer, in the band-interleaved order of
 //              rs_pull_tile_order (tile j of rank d's rows is linear d + W j on every rank). At the start of the next
-//              tile's epilogue (or at the CTA's end) the previous tile is published to the rank that owns its rows:
-//              each warp's lane 0 waits for its bulk stores (wait_group 0, issued a whole mainloop earlier, so
-//              complete by then) and fences the async proxy, the consumers meet at a named barrier, and thread 0 sets
-//              tile_in[me][tile] := epoch at the owner (release, sys).
-//   reducers   the producer warpgroup's three warps that issue no TMA (kSideWarps): this rank's own tiles, each cut
-//              into W parts of BLOCK_M / W rows, are dealt round-robin over the CTAs in the order every rank completes
-//              them; per part a warp's lane 0 waits (acquire, sys) for tile_in[q][tile] >= epoch of every rank q (this
-//              one's included), and the 96 threads sum the W copies of the rows (fp32, rank order 0..W-1, peers'
-//              read through their symmetric addresses: same GPU or NVLink) into C [M / W, N].
+//              tile's epilogue (or at the CTA's end) each warp's lane 0 waits for its bulk stores of the tile (issued a
+//              whole mainloop earlier, so complete by then), fences the async proxy and counts its warp in (shared
+//              memory, release at CTA scope). No barrier, no system-scope release on their path.
+//   publisher  the producer warpgroup's warp 1, lane 0 (kSideWarps): walks the CTA's tiles in the scheduler's order
+//              and, once every consumer warp counted tile i in (acquire, CTA scope), sets tile_in[me][tile] := epoch at
+//              the rank that owns the tile's rows (release, sys).
+//   reducers   the producer warpgroup's warps 2 and 3: this rank's own tiles, each cut into W parts of BLOCK_M / W
+//              rows, are dealt round-robin over the CTAs in the order every rank completes them; per part a warp's
+//              lane 0 waits (acquire, sys) for tile_in[q][tile] >= epoch of every rank q (this one's included), and the
+//              64 threads sum the W copies of the rows (fp32, rank order 0..W-1, peers' read through their symmetric
+//              addresses: same GPU or NVLink) into C [M / W, N].
 //
 // Why: an own tile's sum waits for the slowest rank's copy. In the fused epilogue (kernels/gemm_rs.cuh) that wait
 // stalls the consumers, i.e. the tensor cores; here only the reducers wait, while the consumers go on with the next
 // tiles, and the bands' interleaving spreads every rank's reductions over the whole GEMM (the tail is the last wave's
 // parts, 1 / W of a tile per CTA).
-// Deadlock freedom: the consumers never wait, so every tile is stored and published; a reducer waits only for
-// published tiles, and every CTA is resident (grid <= the usable SMs), so each wait ends.
+// Deadlock freedom: the consumers never wait, so every tile is stored and counted in, and the publisher (which waits
+// only for the consumers of its own CTA) publishes it; a reducer waits only for published tiles, and every CTA is
+// resident (grid <= the usable SMs), so each wait ends.
 // Write-after-read of the partial halves: a rank writes half e % 2 again in call e + 2, which starts after its call
 // e + 1 ended; that call's reducers waited for every rank's call e + 1 tiles of its rows, which each rank stored only
 // after its call e had ended (stream order), its reducers' reads of our half e % 2 included.
@@ -42,10 +45,15 @@
 
 namespace loom::kernels::overlap {
 
-// m_block * num_n + n_block of this CTA's stored tile not yet published, or -1. Consumer thread 0 reads and writes it.
-LOOM_DEVICE LOOM_FORCEINLINE int32_t& rs_pull_pending() {
-    __shared__ int32_t pending;
-    return pending;
+// The CTA's publication state in shared memory: `stored` counts consumer warps' arrivals (one per warp and tile, once
+// the tile's TMA stores are complete), `started[w]` marks consumer warp w past its first epilogue (its lane 0 only).
+struct RsPullCta {
+    uint32_t stored;
+    uint8_t started[16];
+};
+LOOM_DEVICE LOOM_FORCEINLINE RsPullCta& rs_pull_cta() {
+    __shared__ RsPullCta cta;
+    return cta;
 }
 
 struct RsPullHooks {
@@ -53,8 +61,8 @@ struct RsPullHooks {
     static constexpr bool kRedirectsA = false;
     static constexpr bool kNotifiesAfterStore = false;
     static constexpr bool kEpilogueHooks = false;
-    // The accumulator hooks only to publish a tile one epilogue late (its stores complete by then without a stall);
-    // the accumulators are left as they are and stored by the plain epilogue.
+    // The accumulator hooks only to learn of a tile's epilogue (the previous tile's stores are then complete, without
+    // a stall); the accumulators are left as they are and stored by the plain epilogue.
     static constexpr bool kAccEpilogue = true;
     static constexpr bool kSideWarps = true;
     RsPullHookArgs a;
@@ -65,52 +73,131 @@ struct RsPullHooks {
     }
     LOOM_DEVICE LOOM_FORCEINLINE void before_load(const tile::TileCoord&) const {}
     LOOM_DEVICE LOOM_FORCEINLINE void after_store(const tile::TileCoord&) const {}
-    LOOM_DEVICE LOOM_FORCEINLINE void init_cta() const { rs_pull_pending() = -1; }
+    LOOM_DEVICE LOOM_FORCEINLINE void init_cta() const {
+        RsPullCta& c = rs_pull_cta();
+        c.stored = 0;
+        for (int w = 0; w < 16; ++w) c.started[w] = 0;
+    }
     template <class TOut, int BLOCK_M, int BLOCK_N>
     LOOM_DEVICE LOOM_FORCEINLINE void prefetch_epilogue(const tile::TileCoord&) const {}
     LOOM_DEVICE LOOM_FORCEINLINE int32_t d_row_offset() const { return 0; }
 
-    // Every consumer thread: the pending tile's TMA stores complete (each warp's lane 0 issued its own: bulk groups
-    // are per thread), then thread 0 publishes it to its owner.
-    template <int kConsumers>
-    LOOM_DEVICE LOOM_FORCEINLINE void publish() const {
+    // Every consumer thread, at a tile's epilogue and after the CTA's last: each warp's lane 0 waits for its bulk
+    // stores of the previous tile (issued a whole mainloop earlier: complete by now; bulk groups are per thread),
+    // fences them against later generic accesses and counts its warp in (release, CTA scope). No barrier: the
+    // publisher warp raises the tile's signal once every consumer warp is in.
+    LOOM_DEVICE LOOM_FORCEINLINE void arrive() const {
         const uint32_t tid = ptx::tid_x_unhoisted();
-        if ((tid & 31u) == 0) {
+        if ((tid & 31u) != 0) return;
+        RsPullCta& c = rs_pull_cta();
+        if (c.started[tid / 32] != 0) {
             ptx::tma_store_wait<0>();
             ptx::fence_proxy_async_global();
+            ptx::red_add_release_cta_shared(&c.stored, 1u);
         }
-        ptx::named_barrier_sync(1, kConsumers * 128);
-        if (tid == 0) {
-            const int32_t p = rs_pull_pending();
-            if (p >= 0) {
-                const int32_t owner = p / a.num_n / a.blocks_per_rank;
-                uint8_t* flag =
-                    reinterpret_cast<uint8_t*>(a.tile_in + static_cast<int64_t>(a.me) * kMaxTileSignals + p);
-                ptx::st_release_sys(
-                    reinterpret_cast<uint64_t*>(flag + static_cast<int64_t>(owner - a.me) * a.heap_bytes), a.epoch);
-            }
-        }
+        c.started[tid / 32] = 1;
     }
-
     template <class TOut, int BLOCK_M, int BLOCK_N>
-    LOOM_DEVICE LOOM_FORCEINLINE bool epilogue_acc(float (&)[BLOCK_N / 2], const tile::TileCoord& t) const {
-        publish<BLOCK_M / 64>();
-        if (ptx::tid_x_unhoisted() == 0) rs_pull_pending() = t.m_block * a.num_n + t.n_block;
+    LOOM_DEVICE LOOM_FORCEINLINE bool epilogue_acc(float (&)[BLOCK_N / 2], const tile::TileCoord&) const {
+        arrive();
         return true;
     }
-
     template <int BLOCK_M>
     LOOM_DEVICE LOOM_FORCEINLINE void finish() const {
-        publish<BLOCK_M / 64>();
+        arrive();
     }
 
-    // The producer warpgroup's threads 32-127 (thread 0-95): this rank's own tiles' reductions, part by part.
+    // The publisher (producer warpgroup's warp 1, lane 0): walks this CTA's tiles as the scheduler deals them and,
+    // once every consumer warp counted tile i in, sets tile_in[me][tile] := epoch at the tile's owner (release, sys:
+    // cumulative over the consumers' stores it acquired). Off the consumers' path: a release at system scope on
+    // their thread 0 cost 1.5-3.4 % of the GEMM (8 ranks on one H200, small K).
+    template <int BLOCK_M>
+    LOOM_DEVICE LOOM_FORCEINLINE void publisher() const {
+        constexpr uint32_t kWarps = BLOCK_M / 16;  // consumer warps
+        const int32_t num_tiles = a.world * a.blocks_per_rank * a.num_n;
+        const RsPullCta& c = rs_pull_cta();
+        uint32_t count = 0;
+        for (int32_t linear = static_cast<int32_t>(blockIdx.x), i = 1; linear < num_tiles;
+             linear += static_cast<int32_t>(gridDim.x), ++i) {
+            while (count < kWarps * static_cast<uint32_t>(i)) {
+                count = ptx::ld_acquire_cta_shared(&c.stored);
+                if (count < kWarps * static_cast<uint32_t>(i)) ptx::nanosleep(64);
+            }
+            int32_t mb, nb;
+            rs_pull_tile_order(linear, a.world, a.blocks_per_rank, a.num_n, a.group, mb, nb);
+            const int64_t tile_id = int64_t(mb) * a.num_n + nb;
+            const int32_t owner = mb / a.blocks_per_rank;
+            uint8_t* flag =
+                reinterpret_cast<uint8_t*>(a.tile_in + static_cast<int64_t>(a.me) * kMaxTileSignals + tile_id);
+            ptx::st_release_sys(reinterpret_cast<uint64_t*>(flag + static_cast<int64_t>(owner - a.me) * a.heap_bytes),
+                                a.epoch);
+        }
+    }
+
+    // Ranks q .. q + G - 1 of U vectors (byte offsets off[] from `mine`, this rank's copy; rank q's is (q - me) heaps
+    // away) added to acc in rank order: every load issued before the first add.
+    template <class TOut, int U, int G>
+    LOOM_DEVICE LOOM_FORCEINLINE void add_ranks(const uint8_t* mine, const int64_t (&off)[U],
+                                                float (&acc)[U][kVecElems<TOut>], int q) const {
+        uint4 x[G][U];
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            const uint8_t* src = mine + static_cast<int64_t>(q + g - a.me) * a.heap_bytes;
+#pragma unroll
+            for (int v = 0; v < U; ++v) x[g][v] = ptx::ld_v4_na(src + off[v]);
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+#pragma unroll
+            for (int v = 0; v < U; ++v) vec_add<TOut>(x[g][v], acc[v], q + g == 0);
+    }
+
+    // Rows [r0, r1) of an own tile (columns [0, cols) from its first): the W copies summed into C by kThreads threads.
+    // U vectors per thread and round, of up to four ranks at once: 16 loads of 16 bytes in flight per thread (one rank
+    // at a time left the reducers latency-bound: W load latencies per round).
+    template <class TOut, int kThreads, int U>
+    LOOM_DEVICE LOOM_FORCEINLINE void reduce_part(const uint8_t* mine, uint8_t* dst, int32_t r0, int32_t r1,
+                                                  int32_t cols, int thread) const {
+        constexpr int E = kVecElems<TOut>;
+        constexpr int64_t es = sizeof(TOut);
+        const int W = a.world;
+        const int32_t vpr = cols / E, total = (r1 - r0) * vpr;
+        for (int32_t base = thread; base < total; base += U * kThreads) {
+            int64_t off[U], out_off[U];
+#pragma unroll
+            for (int v = 0; v < U; ++v) {
+                const int32_t i = base + v * kThreads < total ? base + v * kThreads : base;  // past the end: redo
+                const int32_t r = r0 + i / vpr, c = (i % vpr) * E;
+                off[v] = (int64_t(r) * a.n + c) * es;
+                out_off[v] = (int64_t(r) * a.ldc + c) * es;
+            }
+            float acc[U][E];
+            int q = 0;
+            for (; q + 4 <= W; q += 4) add_ranks<TOut, U, 4>(mine, off, acc, q);
+            if (q + 2 <= W) {
+                add_ranks<TOut, U, 2>(mine, off, acc, q);
+                q += 2;
+            }
+            if (q < W) add_ranks<TOut, U, 1>(mine, off, acc, q);
+#pragma unroll
+            for (int v = 0; v < U; ++v)
+                if (base + v * kThreads < total) ptx::st_v4(dst + out_off[v], vec_pack<TOut>(acc[v]));
+        }
+    }
+
+    // The producer warpgroup's threads 32-127 (thread 0-95): warp 1 publishes, warps 2-3 reduce this rank's own tiles,
+    // each cut into W parts of BLOCK_M / W rows and dealt round-robin over the CTAs in the order every rank completes
+    // them (rs_pull_tile_order: tile j of band me is linear me + W j everywhere).
     template <class TOut, int BLOCK_M, int BLOCK_N>
     LOOM_DEVICE LOOM_FORCEINLINE void side_warps(int thread) const {
-        constexpr int E = kVecElems<TOut>;
-        constexpr int kThreads = 96;
-        constexpr int U = 4;  // vectors per thread per round, two ranks' loads in flight: 8 x 16 bytes
+        constexpr int kThreads = 64;
         constexpr int64_t es = sizeof(TOut);
+        if (thread < 32) {
+            if (thread == 0) publisher<BLOCK_M>();
+            return;
+        }
+        thread -= 32;
+        if ((a.diag_skip & 1) != 0) return;
         const int W = a.world, me = a.me, lane = thread % 32;
         const int32_t bpr = a.blocks_per_rank, num_n = a.num_n;
         const int64_t units = int64_t(bpr) * num_n * W;  // (own tile j, part p): rows [p BLOCK_M / W, ...)
@@ -126,50 +213,12 @@ struct RsPullHooks {
                                               a.timeout_ns, "gemm_rs (fused pull): a reducer waits for a rank's tile");
             }
             __syncwarp();
-            const int32_t r0 = part * BLOCK_M / W, r1 = (part + 1) * BLOCK_M / W;
+            if ((a.diag_skip & 2) != 0) continue;
             const int32_t col0 = nb * BLOCK_N;
             const int32_t cols = a.n - col0 < BLOCK_N ? a.n - col0 : BLOCK_N;
-            const int32_t vpr = cols / E, total = (r1 - r0) * vpr;
-            // This rank's copy of the tile's first element; rank q's is (q - me) heaps away.
             const uint8_t* const mine = a.partial + (int64_t(mb) * BLOCK_M * a.n + col0) * es;
             uint8_t* const dst = a.out + (int64_t(mb - me * bpr) * BLOCK_M * a.ldc + col0) * es;
-            for (int32_t base = thread; base < total; base += U * kThreads) {
-                int64_t off[U], out_off[U];
-#pragma unroll
-                for (int v = 0; v < U; ++v) {
-                    const int32_t i = base + v * kThreads < total ? base + v * kThreads : base;  // past the end: redo
-                    const int32_t r = r0 + i / vpr, c = (i % vpr) * E;
-                    off[v] = (int64_t(r) * a.n + c) * es;
-                    out_off[v] = (int64_t(r) * a.ldc + c) * es;
-                }
-                float acc[U][E];
-                int q = 0;
-                for (; q + 1 < W; q += 2) {
-                    const uint8_t* s0 = mine + static_cast<int64_t>(q - me) * a.heap_bytes;
-                    const uint8_t* s1 = s0 + a.heap_bytes;
-                    uint4 x0[U], x1[U];
-#pragma unroll
-                    for (int v = 0; v < U; ++v) x0[v] = ptx::ld_v4_na(s0 + off[v]);
-#pragma unroll
-                    for (int v = 0; v < U; ++v) x1[v] = ptx::ld_v4_na(s1 + off[v]);
-#pragma unroll
-                    for (int v = 0; v < U; ++v) {
-                        vec_add<TOut>(x0[v], acc[v], q == 0);
-                        vec_add<TOut>(x1[v], acc[v], false);
-                    }
-                }
-                if (q < W) {
-                    const uint8_t* s0 = mine + static_cast<int64_t>(q - me) * a.heap_bytes;
-                    uint4 x0[U];
-#pragma unroll
-                    for (int v = 0; v < U; ++v) x0[v] = ptx::ld_v4_na(s0 + off[v]);
-#pragma unroll
-                    for (int v = 0; v < U; ++v) vec_add<TOut>(x0[v], acc[v], q == 0);
-                }
-#pragma unroll
-                for (int v = 0; v < U; ++v)
-                    if (base + v * kThreads < total) ptx::st_v4(dst + out_off[v], vec_pack<TOut>(acc[v]));
-            }
+            reduce_part<TOut, kThreads, 4>(mine, dst, part * BLOCK_M / W, (part + 1) * BLOCK_M / W, cols, thread);
         }
     }
 };

@@ -149,6 +149,9 @@ struct RsPullHookArgs {
     int32_t num_n;            // N-blocks
     int32_t n;                // N (the last N-block may be partial)
     int32_t group;            // M-blocks per raster group inside a band (divides blocks_per_rank)
+    // Diagnostics only (LOOM_DIAG_RS_FUSED_SKIP; 0 in normal use): bit 0, the reducers do nothing; bit 1, they wait
+    // for every tile but sum nothing. Results are wrong by design (bench-overlap --rs-fused-diag).
+    int32_t diag_skip;
 };
 
 // The fused pull's tile order: the bands (ranks' rows) interleaved tile by tile — linear index l is tile l / W of

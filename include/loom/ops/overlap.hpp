@@ -52,13 +52,13 @@ struct AgGemmOptions {
 
 // How gemm_rs reduces (docs/overlap.md).
 enum class RsAlgo {
-    Auto,           // Sequential where ranks share a GPU; else FusedEpilogue when M / W is a multiple of the GEMM's
-                    // BLOCK_M (and the tile's row bytes of the store box), else ScatterReduce
+    Auto,           // where ranks share a GPU: FusedPull when M / W is a multiple of 64, else Sequential; with a GPU
+                    // per rank: FusedEpilogue when M / W is a multiple of the GEMM's BLOCK_M, else ScatterReduce
     FusedEpilogue,  // the GEMM's epilogue pushes peers' tiles (bulk copies) and sums its own rows: one kernel
     ScatterReduce,  // GEMM + a scatter-reduce kernel of comm_sms blocks on a side stream (any M / W)
     Sequential,     // loom::gemm into a symmetric buffer, then loom::reduce_scatter: no overlap. Auto's choice where
-                    // ranks share a GPU, where the fused epilogue measured slower than it (8 ranks on one H200:
-                    // 0.89-1.01x, docs/perf/gemm_rs.json; each rank's share of the SMs runs its tiles at its own
+                    // ranks share a GPU and M / W is not a multiple of 64. The fused epilogue measured slower than it
+                    // there (8 ranks on one H200: 0.89-1.01x; each rank's share of the SMs runs its tiles at its own
                     // pace, and an own tile's sum waits for the slowest peer's copy)
     FusedPull,      // one kernel (M / W a multiple of BLOCK_M): the GEMM stores its whole partial product (plain
                     // epilogue) and publishes each tile to the rank owning its rows; the producer warpgroup's spare
@@ -142,9 +142,10 @@ OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, in
 AgProducer ag_gemm_producer(AgProducer requested, int world_size, int64_t rows_per_rank, int block_m, bool gathered,
                             bool ranks_share_gpu);
 RsTransport gemm_rs_transport(RsTransport requested, RsAlgo algo, bool ranks_share_gpu);
-// gemm_rs's algorithm: Auto is Sequential where ranks share a GPU and no config is given; with a config (the hooked
-// GEMM's tile), FusedEpilogue when that tile fits it (M / W = rows_seg a multiple of BLOCK_M), else ScatterReduce;
-// otherwise Auto (gemm_rs_plan decides by the heuristic's tile). Requested algorithms pass through; Sequential with
+// gemm_rs's algorithm: where ranks share a GPU and no config is given, FusedPull when M / W = rows_seg is a multiple
+// of 64, else Sequential; with a config (the hooked GEMM's tile), when that tile fits (rows_seg a multiple of BLOCK_M)
+// FusedPull where ranks share a GPU and FusedEpilogue where not, else ScatterReduce; otherwise Auto (gemm_rs_plan
+// decides by the heuristic's tile). Requested algorithms pass through; Sequential with
 // a config is refused (it runs loom::gemm's own).
 RsAlgo gemm_rs_algo(RsAlgo requested, bool ranks_share_gpu, const GemmConfig* config, int64_t rows_seg);
 // gemm_ar's algorithm: Auto is Sequential where ranks share a GPU and no config is given; with a config (the hooked

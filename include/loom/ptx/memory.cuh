@@ -110,6 +110,19 @@ LOOM_PTX_RED(relaxed, sys, uint32_t, "u32", "r")
 LOOM_PTX_RED(relaxed, sys, uint64_t, "u64", "l")
 #undef LOOM_PTX_RED
 
+// ---- shared memory, CTA scope: a counter one group of threads raises and another polls ------------------------
+// p: a generic address of this CTA's shared memory.
+LOOM_DEVICE LOOM_FORCEINLINE void red_add_release_cta_shared(uint32_t* p, uint32_t v) {
+    const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+    asm volatile("red.release.cta.shared::cta.add.u32 [%0], %1;" ::"r"(a), "r"(v) : "memory");
+}
+LOOM_DEVICE LOOM_FORCEINLINE uint32_t ld_acquire_cta_shared(const uint32_t* p) {
+    const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+    uint32_t v;
+    asm volatile("ld.acquire.cta.shared::cta.u32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
+    return v;
+}
+
 // ---- fences --------------------------------------------------------------------------------------------------
 // acq_rel: orders this thread's earlier accesses before its later ones for observers at the scope (a light
 // fence; with a relaxed store after it, it forms a release pattern). sc: additionally a single total order of
