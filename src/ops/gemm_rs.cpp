@@ -189,6 +189,16 @@ void gemm_rs_pull(World& world, const MatrixView& a, const MatrixView& b, const 
         static_cast<int64_t>(overlap::ensure_parity_halves(world, ps, static_cast<std::size_t>(M * N) * es));
     const jit::Kernel& kernel = jit::get_kernel(gemm_kernel_spec(
         cfg, a.dtype, c.dtype, gemm_kernel_bias(cfg, c.dtype, GemmOptions{}), false, kPullHooks, kPullHeader));
+    jit::KernelSpec fspec;
+    fspec.header = kPullHeader;
+    fspec.name = "loom::kernels::overlap::gemm_rs_pull_finish";
+    fspec.template_args = {dtype_cuda_name(c.dtype), std::to_string(cfg.block_m), std::to_string(cfg.block_n)};
+    const jit::Kernel& finish = jit::get_kernel(fspec);
+    // The reducers' leftover lists (zeroed once: each finish kernel zeroes the next call's count).
+    const bool fresh = ps.local_bytes == 0;
+    auto* const leftover = static_cast<uint32_t*>(
+        overlap::ensure_local(ps, static_cast<std::size_t>(kernels::overlap::kRsPullLeftoverWords) * 4));
+    if (fresh) LOOM_CHECK_CUDA(cudaMemsetAsync(leftover, 0, 4 * sizeof(uint32_t), stream));
 
     const uint64_t epoch = ++ps.calls;
     uint8_t* const partial = static_cast<uint8_t*>(ps.sym) + static_cast<int64_t>(epoch % 2) * half_stride;
@@ -207,10 +217,19 @@ void gemm_rs_pull(World& world, const MatrixView& a, const MatrixView& b, const 
     h.num_n = static_cast<int32_t>((N + cfg.block_n - 1) / cfg.block_n);
     h.n = static_cast<int32_t>(N);
     h.group = cfg.group_m;
-    h.diag_skip = static_cast<int32_t>(env_int("LOOM_DIAG_RS_FUSED_SKIP", 0) & 3);  // diagnostics: wrong results
+    // Diagnostics: bits 1 and 2 give wrong results; bit 4 hands every part to the finish kernel (right results).
+    h.diag_skip = static_cast<int32_t>(env_int("LOOM_DIAG_RS_FUSED_SKIP", 0) & 7);
+    h.leftover = leftover;
     const GemmSm90Launch l =
         gemm_sm90_launch(a, b, MatrixView{partial, c.dtype, M, N, 0}, GemmOptions{}, cfg, ps.num_sms, stream);
     kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, h);
+    // The parts the reducers left: a few blocks, each of which may wait for a rank's tile holding its SM, so they
+    // leave most of the SMs to the ranks whose GEMMs are still running (ranks sharing a GPU).
+    jit::LaunchConfig lc;
+    lc.grid = dim3(static_cast<unsigned>(std::max(1, ps.num_sms / 4)));
+    lc.block = dim3(kernels::overlap::kRsPullFinishThreads);
+    lc.stream = stream;
+    finish(lc, h);
 }
 
 void gemm_rs_scatter(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b, const MatrixView& c,

@@ -436,6 +436,11 @@ TEST_F(Overlap, GemmRsFusedPull) {
     run_rs(*w, stream, 64, 200, 128, 28, {0, &small, RsAlgo::FusedPull}, "pull_64x128_tile");
     run_rs(*w, stream, 256, 512, 512, 29, pull, "pull_symmetric_c", /*sym_out=*/true);
     run_rs(*w, stream, 128, 200, 256, 30, pull, "pull_strided_c", /*sym_out=*/false, /*ldc=*/208);
+    // Every part summed by the finish kernel instead of the GEMM's reducers (as when a rank is late).
+    setenv("LOOM_DIAG_RS_FUSED_SKIP", "4", 1);
+    run_rs(*w, stream, 384, 320, 192, 31, pull, "pull_finish_kernel_384_n320");
+    run_rs(*w, stream, 64, 200, 128, 32, {0, &small, RsAlgo::FusedPull}, "pull_finish_kernel_64x128_tile");
+    unsetenv("LOOM_DIAG_RS_FUSED_SKIP");
 }
 
 // C in f16 and f32 (bf16 everywhere else): every algorithm, with an N tail; the fused epilogue with the SM transport,
@@ -568,10 +573,20 @@ TEST_F(Overlap, GemmRsFusedBackToBack) {
     agree(*w, err, "rs_fused_back_to_back");
 }
 
-// The fused pull's partial halves and signals, every call the fused pull: a rank writes a half again two calls
-// later, while its peers' reducers may still read it unless the protocol holds (kernels/gemm_rs_pull.cuh).
+// The fused pull's partial halves, signals and leftover lists, every call the fused pull: a rank writes a half again
+// two calls later, while its peers' reducers may still read it unless the protocol holds (kernels/gemm_rs_pull.cuh).
+// Every third call its reducers hand every part to the finish kernel (LOOM_DIAG_RS_FUSED_SKIP=4), which otherwise
+// sums only the parts left when a rank is late.
 TEST_F(Overlap, GemmRsFusedPullBackToBack) {
-    const std::string err = rs_back_to_back(*w, stream, [](int) { return RsAlgo::FusedPull; });
+    const std::string err = rs_back_to_back(*w, stream, [](int i) {
+        if (i % 3 == 1) {
+            setenv("LOOM_DIAG_RS_FUSED_SKIP", "4", 1);
+        } else {
+            unsetenv("LOOM_DIAG_RS_FUSED_SKIP");
+        }
+        return RsAlgo::FusedPull;
+    });
+    unsetenv("LOOM_DIAG_RS_FUSED_SKIP");
     agree(*w, err, "rs_pull_back_to_back");
 }
 

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "loom/jit/jit.hpp"
 #include "loom/kernels/gemm_params.hpp"
@@ -100,6 +101,21 @@ TEST(OverlapCompile, CommKernelsCompile) {
         // ag_gemm_push spills 8-16 bytes outside its copy loops, which costs nothing measurable. The scatter-reduce
         // keeps U vectors per thread in flight (384 threads: up to 170 registers) and must not spill.
         if (k.no_spills) EXPECT_EQ(r.spill_bytes, 0) << spec.display() << "\n" << r.resource_report;
+    }
+}
+
+// The fused pull's finish kernel (the parts its GEMM's reducers left): every output type, the tiles its GEMM takes.
+TEST(OverlapCompile, PullFinishKernelCompiles) {
+    for (const char* out : {"__nv_bfloat16", "__half", "float"}) {
+        for (const auto& [bm, bn] : {std::pair{128, 256}, std::pair{64, 128}, std::pair{128, 176}}) {
+            loom::jit::KernelSpec spec;
+            spec.header = "loom/kernels/gemm_rs_pull.cuh";
+            spec.name = "loom::kernels::overlap::gemm_rs_pull_finish";
+            spec.template_args = {out, std::to_string(bm), std::to_string(bn)};
+            const auto r = loom::jit::compile(spec, 90);
+            EXPECT_FALSE(r.cubin.empty()) << spec.display();
+            EXPECT_EQ(r.spill_bytes, 0) << spec.display() << "\n" << r.resource_report;
+        }
     }
 }
 

@@ -11,21 +11,26 @@
 //              and, once every consumer warp counted tile i in (acquire, CTA scope), sets tile_in[me][tile] := epoch at
 //              the rank that owns the tile's rows (release, sys).
 //   reducers   the producer warpgroup's warps 2 and 3: this rank's own tiles, each cut into W parts of BLOCK_M / W
-//              rows, are dealt round-robin over the CTAs in the order every rank completes them; per part a warp's
-//              lane 0 waits (acquire, sys) for tile_in[q][tile] >= epoch of every rank q (this one's included), and the
-//              64 threads sum the W copies of the rows (fp32, rank order 0..W-1, peers' read through their symmetric
-//              addresses: same GPU or NVLink) into C [M / W, N].
+//              rows, are dealt round-robin over the CTAs in the order every rank completes them; per part the
+//              reducers' thread 0 polls (acquire, sys) tile_in[q][tile] >= epoch of every rank q (this one's
+//              included), and the 64 threads sum the W copies of the rows (fp32, rank order 0..W-1, peers' read
+//              through their symmetric addresses: same GPU or NVLink) into C [M / W, N].
+//   finish     gemm_rs_pull_finish, right after the GEMM on the same stream: the parts the reducers left (below).
 //
 // Why: an own tile's sum waits for the slowest rank's copy. In the fused epilogue (kernels/gemm_rs.cuh) that wait
 // stalls the consumers, i.e. the tensor cores; here only the reducers wait, while the consumers go on with the next
-// tiles, and the bands' interleaving spreads every rank's reductions over the whole GEMM (the tail is the last wave's
-// parts, 1 / W of a tile per CTA).
-// Deadlock freedom: the consumers never wait, so every tile is stored and counted in, and the publisher (which waits
-// only for the consumers of its own CTA) publishes it; a reducer waits only for published tiles, and every CTA is
-// resident (grid <= the usable SMs), so each wait ends.
+// tiles, and the bands' interleaving spreads every rank's reductions over the whole GEMM.
+// Deadlock freedom. No CTA of the GEMM holds its SM waiting for another rank: once the CTA's last tile is published
+// (`done`), a reducer waits for a part at most kRsPullGraceNs more and then hands that part and every later one of its
+// walk to gemm_rs_pull_finish (the leftover list) and ends. (The first version waited until every part was ready: with
+// 8 ranks sharing one H200 under MPS a rank's last CTAs then found no SM, held by the other ranks' waiting CTAs, and
+// every reducer timed out, once in nine benchmark runs.) So every rank's GEMM completes whatever the others do, as a
+// plain GEMM does, and gemm_rs_pull_finish (a few blocks, stream-ordered after it) waits only for tiles that
+// complete. The publisher waits only for its own CTA's consumers, which never wait.
 // Write-after-read of the partial halves: a rank writes half e % 2 again in call e + 2, which starts after its call
-// e + 1 ended; that call's reducers waited for every rank's call e + 1 tiles of its rows, which each rank stored only
-// after its call e had ended (stream order), its reducers' reads of our half e % 2 included.
+// e + 1 ended (GEMM and finish); together they waited for every rank's call e + 1 tiles of its rows, which each rank
+// stored only after its call e had ended (stream order), its reducers' and finish kernel's reads of our half e % 2
+// included.
 // alpha = 1 and no bias (gemm_rs passes neither).
 #pragma once
 
@@ -49,8 +54,90 @@ namespace loom::kernels::overlap {
 // the tile's TMA stores are complete), `started[w]` marks consumer warp w past its first epilogue (its lane 0 only).
 struct RsPullCta {
     uint32_t stored;
+    volatile uint32_t done;  // the publisher published the CTA's last tile
+    volatile uint32_t
+        verdict[2];  // the reducers' thread 0 to the others, per part (alternating): 1 ready, 0 handed over
     uint8_t started[16];
 };
+// How long a reducer still waits for a part once its CTA's GEMM work is done, before handing the rest to the finish
+// kernel: the other CTAs' and ranks' last tiles are usually that close.
+inline constexpr uint64_t kRsPullGraceNs = 20000;
+// Named barrier of the 64 reducer threads (the GEMM's consumers use 1 and 2 + warpgroup).
+inline constexpr uint32_t kRsPullReducerBarrier = 7;
+
+// This rank's own tile of unit u (part u % W of own tile u / W, in the order every rank completes them).
+LOOM_DEVICE LOOM_FORCEINLINE int64_t rs_pull_unit_tile(const RsPullHookArgs& a, int64_t u, int32_t& mb, int32_t& nb) {
+    tile::grouped_order(static_cast<int32_t>(u / a.world), tile::TileGrid{a.blocks_per_rank, a.num_n, a.group}, mb, nb);
+    mb += a.me * a.blocks_per_rank;
+    return int64_t(mb) * a.num_n + nb;
+}
+// Whether every rank stored its copy of tile `tile_id` in this call (acquire, sys).
+LOOM_DEVICE LOOM_FORCEINLINE bool rs_pull_ready(const RsPullHookArgs& a, int64_t tile_id) {
+    for (int q = 0; q < a.world; ++q)
+        if (static_cast<int64_t>(ptx::ld_acquire_sys(a.tile_in + static_cast<int64_t>(q) * kMaxTileSignals + tile_id) -
+                                 a.epoch) < 0)
+            return false;
+    return true;
+}
+
+// Ranks q .. q + G - 1 of U vectors (byte offsets off[] from `mine`, this rank's copy; rank q's is (q - me) heaps
+// away) added to acc in rank order: every load issued before the first add.
+template <class TOut, int U, int G>
+LOOM_DEVICE LOOM_FORCEINLINE void rs_pull_add_ranks(const RsPullHookArgs& a, const uint8_t* mine,
+                                                    const int64_t (&off)[U], float (&acc)[U][kVecElems<TOut>], int q) {
+    uint4 x[G][U];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        const uint8_t* src = mine + static_cast<int64_t>(q + g - a.me) * a.heap_bytes;
+#pragma unroll
+        for (int v = 0; v < U; ++v) x[g][v] = ptx::ld_v4_na(src + off[v]);
+    }
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int v = 0; v < U; ++v) vec_add<TOut>(x[g][v], acc[v], q + g == 0);
+}
+
+// Unit u (its tile ready on every rank): the part's rows of the W copies summed into C by kThreads threads. U vectors
+// per thread and round, of up to four ranks at once: 16 loads of 16 bytes in flight per thread (one rank at a time
+// left the reducers latency-bound: W load latencies per round).
+template <class TOut, int BLOCK_M, int BLOCK_N, int kThreads>
+LOOM_DEVICE LOOM_FORCEINLINE void rs_pull_reduce_unit(const RsPullHookArgs& a, int64_t u, int thread) {
+    constexpr int E = kVecElems<TOut>, U = 4;
+    constexpr int64_t es = sizeof(TOut);
+    const int W = a.world;
+    int32_t mb, nb;
+    rs_pull_unit_tile(a, u, mb, nb);
+    const int32_t part = static_cast<int32_t>(u % W);
+    const int32_t r0 = part * BLOCK_M / W, r1 = (part + 1) * BLOCK_M / W;
+    const int32_t col0 = nb * BLOCK_N;
+    const int32_t cols = a.n - col0 < BLOCK_N ? a.n - col0 : BLOCK_N;
+    const int32_t vpr = cols / E, total = (r1 - r0) * vpr;
+    // This rank's copy of the tile's first element.
+    const uint8_t* const mine = a.partial + (int64_t(mb) * BLOCK_M * a.n + col0) * es;
+    uint8_t* const dst = a.out + (int64_t(mb - a.me * a.blocks_per_rank) * BLOCK_M * a.ldc + col0) * es;
+    for (int32_t base = thread; base < total; base += U * kThreads) {
+        int64_t off[U], out_off[U];
+#pragma unroll
+        for (int v = 0; v < U; ++v) {
+            const int32_t i = base + v * kThreads < total ? base + v * kThreads : base;  // past the end: redo
+            const int32_t r = r0 + i / vpr, c = (i % vpr) * E;
+            off[v] = (int64_t(r) * a.n + c) * es;
+            out_off[v] = (int64_t(r) * a.ldc + c) * es;
+        }
+        float acc[U][E];
+        int q = 0;
+        for (; q + 4 <= W; q += 4) rs_pull_add_ranks<TOut, U, 4>(a, mine, off, acc, q);
+        if (q + 2 <= W) {
+            rs_pull_add_ranks<TOut, U, 2>(a, mine, off, acc, q);
+            q += 2;
+        }
+        if (q < W) rs_pull_add_ranks<TOut, U, 1>(a, mine, off, acc, q);
+#pragma unroll
+        for (int v = 0; v < U; ++v)
+            if (base + v * kThreads < total) ptx::st_v4(dst + out_off[v], vec_pack<TOut>(acc[v]));
+    }
+}
 LOOM_DEVICE LOOM_FORCEINLINE RsPullCta& rs_pull_cta() {
     __shared__ RsPullCta cta;
     return cta;
@@ -76,6 +163,7 @@ struct RsPullHooks {
     LOOM_DEVICE LOOM_FORCEINLINE void init_cta() const {
         RsPullCta& c = rs_pull_cta();
         c.stored = 0;
+        c.done = 0;
         for (int w = 0; w < 16; ++w) c.started[w] = 0;
     }
     template <class TOut, int BLOCK_M, int BLOCK_N>
@@ -132,95 +220,79 @@ struct RsPullHooks {
             ptx::st_release_sys(reinterpret_cast<uint64_t*>(flag + static_cast<int64_t>(owner - a.me) * a.heap_bytes),
                                 a.epoch);
         }
+        rs_pull_cta().done = 1u;
     }
 
-    // Ranks q .. q + G - 1 of U vectors (byte offsets off[] from `mine`, this rank's copy; rank q's is (q - me) heaps
-    // away) added to acc in rank order: every load issued before the first add.
-    template <class TOut, int U, int G>
-    LOOM_DEVICE LOOM_FORCEINLINE void add_ranks(const uint8_t* mine, const int64_t (&off)[U],
-                                                float (&acc)[U][kVecElems<TOut>], int q) const {
-        uint4 x[G][U];
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-            const uint8_t* src = mine + static_cast<int64_t>(q + g - a.me) * a.heap_bytes;
-#pragma unroll
-            for (int v = 0; v < U; ++v) x[g][v] = ptx::ld_v4_na(src + off[v]);
-        }
-#pragma unroll
-        for (int g = 0; g < G; ++g)
-#pragma unroll
-            for (int v = 0; v < U; ++v) vec_add<TOut>(x[g][v], acc[v], q + g == 0);
-    }
-
-    // Rows [r0, r1) of an own tile (columns [0, cols) from its first): the W copies summed into C by kThreads threads.
-    // U vectors per thread and round, of up to four ranks at once: 16 loads of 16 bytes in flight per thread (one rank
-    // at a time left the reducers latency-bound: W load latencies per round).
-    template <class TOut, int kThreads, int U>
-    LOOM_DEVICE LOOM_FORCEINLINE void reduce_part(const uint8_t* mine, uint8_t* dst, int32_t r0, int32_t r1,
-                                                  int32_t cols, int thread) const {
-        constexpr int E = kVecElems<TOut>;
-        constexpr int64_t es = sizeof(TOut);
-        const int W = a.world;
-        const int32_t vpr = cols / E, total = (r1 - r0) * vpr;
-        for (int32_t base = thread; base < total; base += U * kThreads) {
-            int64_t off[U], out_off[U];
-#pragma unroll
-            for (int v = 0; v < U; ++v) {
-                const int32_t i = base + v * kThreads < total ? base + v * kThreads : base;  // past the end: redo
-                const int32_t r = r0 + i / vpr, c = (i % vpr) * E;
-                off[v] = (int64_t(r) * a.n + c) * es;
-                out_off[v] = (int64_t(r) * a.ldc + c) * es;
-            }
-            float acc[U][E];
-            int q = 0;
-            for (; q + 4 <= W; q += 4) add_ranks<TOut, U, 4>(mine, off, acc, q);
-            if (q + 2 <= W) {
-                add_ranks<TOut, U, 2>(mine, off, acc, q);
-                q += 2;
-            }
-            if (q < W) add_ranks<TOut, U, 1>(mine, off, acc, q);
-#pragma unroll
-            for (int v = 0; v < U; ++v)
-                if (base + v * kThreads < total) ptx::st_v4(dst + out_off[v], vec_pack<TOut>(acc[v]));
-        }
-    }
-
-    // The producer warpgroup's threads 32-127 (thread 0-95): warp 1 publishes, warps 2-3 reduce this rank's own tiles,
-    // each cut into W parts of BLOCK_M / W rows and dealt round-robin over the CTAs in the order every rank completes
-    // them (rs_pull_tile_order: tile j of band me is linear me + W j everywhere).
+    // The producer warpgroup's threads 32-127 (thread 0-95): warp 1 publishes, warps 2-3 reduce this rank's own
+    // tiles' parts (units), dealt round-robin over the CTAs: CTA b walks units b, b + G, ... in the order every rank
+    // completes their tiles (rs_pull_tile_order: tile j of band me is linear me + W j everywhere).
     template <class TOut, int BLOCK_M, int BLOCK_N>
     LOOM_DEVICE LOOM_FORCEINLINE void side_warps(int thread) const {
         constexpr int kThreads = 64;
-        constexpr int64_t es = sizeof(TOut);
         if (thread < 32) {
             if (thread == 0) publisher<BLOCK_M>();
             return;
         }
         thread -= 32;
         if ((a.diag_skip & 1) != 0) return;
-        const int W = a.world, me = a.me, lane = thread % 32;
-        const int32_t bpr = a.blocks_per_rank, num_n = a.num_n;
-        const int64_t units = int64_t(bpr) * num_n * W;  // (own tile j, part p): rows [p BLOCK_M / W, ...)
-        for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
-            const int32_t j = static_cast<int32_t>(u / W), part = static_cast<int32_t>(u % W);
-            int32_t mb, nb;
-            tile::grouped_order(j, tile::TileGrid{bpr, num_n, a.group}, mb, nb);
-            mb += me * bpr;
-            const int64_t tile_id = int64_t(mb) * num_n + nb;
-            if (lane == 0) {
-                for (int q = 0; q < W; ++q)
-                    lang::wait_ge_sys_or_trap(a.tile_in + static_cast<int64_t>(q) * kMaxTileSignals + tile_id, a.epoch,
-                                              a.timeout_ns, "gemm_rs (fused pull): a reducer waits for a rank's tile");
+        RsPullCta& c = rs_pull_cta();
+        const int64_t units = int64_t(a.blocks_per_rank) * a.num_n * a.world;
+        const int64_t step = gridDim.x;
+        uint32_t k = 0;  // parts walked: selects the verdict slot
+        for (int64_t u = blockIdx.x; u < units; u += step, ++k) {
+            if (thread == 0) {
+                int32_t mb, nb;
+                const int64_t tile_id = rs_pull_unit_tile(a, u, mb, nb);
+                uint64_t give_up_at = 0;  // set once the CTA's GEMM work is done
+                bool ready = (a.diag_skip & 4) == 0 && rs_pull_ready(a, tile_id);
+                while (!ready && (a.diag_skip & 4) == 0) {
+                    if (give_up_at == 0 && c.done != 0u) give_up_at = ptx::globaltimer() + kRsPullGraceNs;
+                    if (give_up_at != 0 && ptx::globaltimer() > give_up_at) break;
+                    ptx::nanosleep(100);
+                    ready = rs_pull_ready(a, tile_id);
+                }
+                if (!ready) {
+                    // This part and every later one of the walk to gemm_rs_pull_finish.
+                    const uint32_t n = static_cast<uint32_t>((units - 1 - u) / step + 1);
+                    const uint32_t parity = static_cast<uint32_t>(a.epoch & 1u);
+                    const uint32_t at = atomicAdd(a.leftover + parity, n);
+                    uint32_t* list = a.leftover + 4 + int64_t(parity) * kMaxTileSignals;
+                    for (uint32_t i = 0; i < n; ++i) list[at + i] = static_cast<uint32_t>(u + int64_t(i) * step);
+                }
+                c.verdict[k & 1u] = ready ? 1u : 0u;
             }
-            __syncwarp();
+            ptx::named_barrier_sync(kRsPullReducerBarrier, kThreads);
+            if (c.verdict[k & 1u] == 0u) return;
             if ((a.diag_skip & 2) != 0) continue;
-            const int32_t col0 = nb * BLOCK_N;
-            const int32_t cols = a.n - col0 < BLOCK_N ? a.n - col0 : BLOCK_N;
-            const uint8_t* const mine = a.partial + (int64_t(mb) * BLOCK_M * a.n + col0) * es;
-            uint8_t* const dst = a.out + (int64_t(mb - me * bpr) * BLOCK_M * a.ldc + col0) * es;
-            reduce_part<TOut, kThreads, 4>(mine, dst, part * BLOCK_M / W, (part + 1) * BLOCK_M / W, cols, thread);
+            rs_pull_reduce_unit<TOut, BLOCK_M, BLOCK_N, kThreads>(a, u, thread);
         }
     }
 };
+
+// The parts the GEMM's reducers handed over (RsPullHookArgs::leftover of this call's parity), on the GEMM's stream
+// right after it: block b takes entries b, b + gridDim.x, ...; its thread 0 waits (acquire, sys; bounded by
+// timeout_ns) until every rank stored the part's tile, then the block sums it. Block 0 first zeroes the next call's
+// count (the GEMM of call e + 1 appends to it only after this kernel).
+template <class TOut, int BLOCK_M, int BLOCK_N>
+__global__ void __launch_bounds__(kRsPullFinishThreads) gemm_rs_pull_finish(RsPullHookArgs a) {
+    const uint32_t parity = static_cast<uint32_t>(a.epoch & 1u);
+    if (blockIdx.x == 0 && threadIdx.x == 0) a.leftover[parity ^ 1u] = 0;
+    const uint32_t n = a.leftover[parity];
+    const uint32_t* list = a.leftover + 4 + int64_t(parity) * kMaxTileSignals;
+    for (uint32_t i = blockIdx.x; i < n; i += gridDim.x) {
+        const int64_t u = list[i];
+        if (threadIdx.x == 0) {
+            int32_t mb, nb;
+            const int64_t tile_id = rs_pull_unit_tile(a, u, mb, nb);
+            for (int q = 0; q < a.world; ++q)
+                lang::wait_ge_sys_or_trap(a.tile_in + static_cast<int64_t>(q) * kMaxTileSignals + tile_id, a.epoch,
+                                          a.timeout_ns,
+                                          "gemm_rs (fused pull): the finish kernel waits for a rank's tile");
+        }
+        __syncthreads();
+        rs_pull_reduce_unit<TOut, BLOCK_M, BLOCK_N, kRsPullFinishThreads>(a, u, static_cast<int>(threadIdx.x));
+        __syncthreads();
+    }
+}
 
 }  // namespace loom::kernels::overlap

@@ -150,9 +150,17 @@ struct RsPullHookArgs {
     int32_t n;                // N (the last N-block may be partial)
     int32_t group;            // M-blocks per raster group inside a band (divides blocks_per_rank)
     // Diagnostics only (LOOM_DIAG_RS_FUSED_SKIP; 0 in normal use): bit 0, the reducers do nothing; bit 1, they wait
-    // for every tile but sum nothing. Results are wrong by design (bench-overlap --rs-fused-diag).
+    // for every tile but sum nothing (results wrong by design: bench-overlap --rs-fused-diag); bit 2, they hand every
+    // part to gemm_rs_pull_finish at once (results right: the tests' way to that path).
     int32_t diag_skip;
+    // Units (own tile j, part p: u = j W + p) the GEMM's reducers left to gemm_rs_pull_finish (local, zeroed once):
+    // [0, 2) the counts of calls of parity 0 / 1, [4 + parity * kMaxTileSignals, ...) their unit lists.
+    uint32_t* leftover;
 };
+// Words of RsPullHookArgs::leftover.
+inline constexpr int64_t kRsPullLeftoverWords = 4 + 2 * int64_t(kMaxTileSignals);
+// Threads of a gemm_rs_pull_finish block.
+inline constexpr int kRsPullFinishThreads = 256;
 
 // The fused pull's tile order: the bands (ranks' rows) interleaved tile by tile — linear index l is tile l / W of
 // band l % W in that band's grouped raster (group M-blocks, `group` dividing bpr) — so that every rank completes
