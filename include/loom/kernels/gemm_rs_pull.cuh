@@ -21,11 +21,11 @@
 // stalls the consumers, i.e. the tensor cores; here only the reducers wait, while the consumers go on with the next
 // tiles, and the bands' interleaving spreads every rank's reductions over the whole GEMM.
 // Deadlock freedom. No CTA of the GEMM holds its SM waiting for another rank: once the CTA's last tile is published
-// (`done`), a reducer waits for a part at most kRsPullGraceNs more and then hands that part and every later one of its
-// walk to gemm_rs_pull_finish (the leftover list) and ends. (The first version waited until every part was ready: with
-// 8 ranks sharing one H200 under MPS a rank's last CTAs then found no SM, held by the other ranks' waiting CTAs, and
-// every reducer timed out, once in nine benchmark runs.) So every rank's GEMM completes whatever the others do, as a
-// plain GEMM does, and gemm_rs_pull_finish (a few blocks, stream-ordered after it) waits only for tiles that
+// (`done`), a reducer waits for a part at most kRsPullGraceNs (200 us) more and then hands that part and every later
+// one of its walk to gemm_rs_pull_finish (the leftover list) and ends. (The first version waited until every part was
+// ready: with 8 ranks sharing one H200 under MPS a rank's last CTAs then found no SM, held by the other ranks' waiting
+// CTAs, and every reducer timed out, once in nine benchmark runs.) So every rank's GEMM completes whatever the others
+// do, as a plain GEMM does, and gemm_rs_pull_finish (a few blocks, stream-ordered after it) waits only for tiles that
 // complete. The publisher waits only for its own CTA's consumers, which never wait.
 // Write-after-read of the partial halves: a rank writes half e % 2 again in call e + 2, which starts after its call
 // e + 1 ended (GEMM and finish); together they waited for every rank's call e + 1 tiles of its rows, which each rank
@@ -60,8 +60,10 @@ struct RsPullCta {
     uint8_t started[16];
 };
 // How long a reducer still waits for a part once its CTA's GEMM work is done, before handing the rest to the finish
-// kernel: the other CTAs' and ranks' last tiles are usually that close.
-inline constexpr uint64_t kRsPullGraceNs = 20000;
+// kernel: longer than the usual skew between ranks (their kernels start up to ~20-30 us apart with 8 ranks under MPS;
+// 20 us here handed tails to the finish kernel often enough to cost ~2 %), short enough that a rank starved of SMs
+// gets them back soon.
+inline constexpr uint64_t kRsPullGraceNs = 200000;
 // Named barrier of the 64 reducer threads (the GEMM's consumers use 1 and 2 + warpgroup).
 inline constexpr uint32_t kRsPullReducerBarrier = 7;
 
