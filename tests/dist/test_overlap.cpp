@@ -394,19 +394,25 @@ TEST_F(Overlap, GemmRsSequential) {
     EXPECT_THROW(gemm_rs(*w, av, bv, cv, stream, with_transport), Error);
 }
 
+// A 64 x 128 tile for gemm_rs with 64 rows per rank and N = 200 (the heuristic's config, single-CTA, whole tiles).
+GemmConfig tile_64x128(const World& w) {
+    GemmConfig c = gemm_heuristic(64 * w.world_size(), 200, 128, false, 90, 132);
+    c.block_m = 64;
+    c.block_n = 128;
+    c.cluster_m = 1;
+    c.tma_store = true;
+    c.tail_splits = 1;
+    c.grid = 0;
+    return c;
+}
+
 // The two algorithms forced: the fused epilogue with N tails (N not a multiple of BLOCK_N), several M-blocks per
 // rank, a 64-row tile; the scatter-reduce on a shape the fused epilogue would take.
 TEST_F(Overlap, GemmRsAlgorithms) {
     const GemmRsOptions fused{0, nullptr, RsAlgo::FusedEpilogue};
     run_rs(*w, stream, 128, 136, 256, 13, fused, "fused_128_n136");
     run_rs(*w, stream, 384, 320, 192, 14, fused, "fused_384_n320");
-    GemmConfig small = gemm_heuristic(64 * w->world_size(), 200, 128, false, 90, 132);
-    small.block_m = 64;
-    small.block_n = 128;
-    small.cluster_m = 1;
-    small.tma_store = true;
-    small.tail_splits = 1;
-    small.grid = 0;
+    const GemmConfig small = tile_64x128(*w);
     run_rs(*w, stream, 64, 200, 128, 15, {0, &small, RsAlgo::FusedEpilogue}, "fused_64x128_tile");
     run_rs(*w, stream, 256, 512, 512, 16, {0, nullptr, RsAlgo::ScatterReduce}, "scatter_256");
     // Not a multiple of BLOCK_M: a clear error, on every rank, before anything is enqueued.
@@ -426,13 +432,7 @@ TEST_F(Overlap, GemmRsFusedPull) {
     run_rs(*w, stream, 128, 136, 256, 25, pull, "pull_128_n136");
     run_rs(*w, stream, 384, 320, 192, 26, pull, "pull_384_n320");
     run_rs(*w, stream, 256, 1040, 320, 27, pull, "pull_256_n1040");
-    GemmConfig small = gemm_heuristic(64 * w->world_size(), 200, 128, false, 90, 132);
-    small.block_m = 64;
-    small.block_n = 128;
-    small.cluster_m = 1;
-    small.tma_store = true;
-    small.tail_splits = 1;
-    small.grid = 0;
+    const GemmConfig small = tile_64x128(*w);
     run_rs(*w, stream, 64, 200, 128, 28, {0, &small, RsAlgo::FusedPull}, "pull_64x128_tile");
     run_rs(*w, stream, 256, 512, 512, 29, pull, "pull_symmetric_c", /*sym_out=*/true);
     run_rs(*w, stream, 128, 200, 256, 30, pull, "pull_strided_c", /*sym_out=*/false, /*ldc=*/208);
