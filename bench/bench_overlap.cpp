@@ -38,6 +38,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -472,7 +473,7 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                 if (tr == loom::RsTransport::CopyEngine && !own_gpus) continue;
                 loom::GemmRsOptions o{0, nullptr, loom::RsAlgo::FusedEpilogue, tr};
                 for (int mode : {1, 2, 3}) {
-                    setenv("LOOM_DIAG_RS_FUSED_SKIP", std::to_string(mode).c_str(), 1);
+                    const loom::ScopedEnv skip("LOOM_DIAG_RS_FUSED_SKIP", std::to_string(mode));
                     diag[(tr == loom::RsTransport::Sm ? "" : "ce_") + std::to_string(mode)] =
                         med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w, args.iters);
                 }
@@ -522,9 +523,9 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             // interleaved with the whole op and the GEMM alone (LOOM_DIAG_RS_FUSED_SKIP; results wrong by design).
             const auto pull = [&](int mode) {
                 return std::function<void(cudaStream_t)>([&, mode](cudaStream_t st) {
-                    if (mode > 0) setenv("LOOM_DIAG_RS_FUSED_SKIP", std::to_string(mode).c_str(), 1);
+                    const loom::ScopedEnv skip("LOOM_DIAG_RS_FUSED_SKIP",
+                                               mode > 0 ? std::optional(std::to_string(mode)) : std::nullopt);
                     loom::gemm_rs(w, A, B, C, st, {0, nullptr, loom::RsAlgo::FusedPull});
-                    if (mode > 0) unsetenv("LOOM_DIAG_RS_FUSED_SKIP");
                 });
             };
             const std::vector<double> t4 = meds({pull(0), pull(1), pull(2), gemm_fn}, s, w, args.iters);
@@ -615,7 +616,6 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             op(s);
             LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
             nlohmann::json row{{"M", M}, {"N", N}, {"K", K}, {"K_loc", k_loc}, {"world", W}};
-            if (g_align_hold_us > 0) row["align_hold_us"] = g_align_hold_us;
             if (g_align_hold_us > 0) row["align_hold_us"] = g_align_hold_us;
             const double diff = max_scaled_diff(c, c_ref, M * N);
             row["check"] = diff;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "loom/ops/collectives.hpp"
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"
+#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 
 namespace loom {
@@ -437,10 +439,9 @@ TEST_F(Overlap, GemmRsFusedPull) {
     run_rs(*w, stream, 256, 512, 512, 29, pull, "pull_symmetric_c", /*sym_out=*/true);
     run_rs(*w, stream, 128, 200, 256, 30, pull, "pull_strided_c", /*sym_out=*/false, /*ldc=*/208);
     // Every part summed by the finish kernel instead of the GEMM's reducers (as when a rank is late).
-    setenv("LOOM_DIAG_RS_FUSED_SKIP", "4", 1);
+    const ScopedEnv to_finish("LOOM_DIAG_RS_FUSED_SKIP", "4");
     run_rs(*w, stream, 384, 320, 192, 31, pull, "pull_finish_kernel_384_n320");
     run_rs(*w, stream, 64, 200, 128, 32, {0, &small, RsAlgo::FusedPull}, "pull_finish_kernel_64x128_tile");
-    unsetenv("LOOM_DIAG_RS_FUSED_SKIP");
 }
 
 // C in f16 and f32 (bf16 everywhere else): every algorithm, with an N tail; the fused epilogue with the SM transport,
@@ -578,15 +579,13 @@ TEST_F(Overlap, GemmRsFusedBackToBack) {
 // Every third call its reducers hand every part to the finish kernel (LOOM_DIAG_RS_FUSED_SKIP=4), which otherwise
 // sums only the parts left when a rank is late.
 TEST_F(Overlap, GemmRsFusedPullBackToBack) {
-    const std::string err = rs_back_to_back(*w, stream, [](int i) {
-        if (i % 3 == 1) {
-            setenv("LOOM_DIAG_RS_FUSED_SKIP", "4", 1);
-        } else {
-            unsetenv("LOOM_DIAG_RS_FUSED_SKIP");
-        }
+    std::optional<ScopedEnv> to_finish;  // set for the call about to be made
+    const std::string err = rs_back_to_back(*w, stream, [&](int i) {
+        to_finish.reset();
+        if (i % 3 == 1) to_finish.emplace("LOOM_DIAG_RS_FUSED_SKIP", "4");
         return RsAlgo::FusedPull;
     });
-    unsetenv("LOOM_DIAG_RS_FUSED_SKIP");
+    to_finish.reset();
     agree(*w, err, "rs_pull_back_to_back");
 }
 

@@ -16,6 +16,7 @@
 #include "jit/sha256.hpp"
 #include "jit/toolchain.hpp"
 #include "loom/jit/jit.hpp"
+#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 
 extern char** environ;
@@ -26,29 +27,7 @@ namespace {
 
 const std::string kKernels = std::string(LOOM_SOURCE_DIR) + "/tests/unit/kernels";
 
-// Sets an environment variable for one scope and restores the old value.
-class ScopedEnv {
-  public:
-    ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-        if (const char* old = std::getenv(name)) old_ = old;
-        if (value) {
-            setenv(name, value->c_str(), 1);
-        } else {
-            unsetenv(name);
-        }
-    }
-    ~ScopedEnv() {
-        if (old_) {
-            setenv(name_, old_->c_str(), 1);
-        } else {
-            unsetenv(name_);
-        }
-    }
-
-  private:
-    const char* name_;
-    std::optional<std::string> old_;
-};
+using loom::ScopedEnv;
 
 // A fresh cache directory per test (LOOM_CACHE_DIR), removed afterwards.
 class JitCache : public ::testing::Test {

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdlib>
 #include <functional>
 #include <optional>
 #include <string>
@@ -55,6 +56,33 @@ std::size_t env_bytes(const EnvLookup& env, const char* name, std::size_t fallba
 std::chrono::milliseconds env_ms(const EnvLookup& env, const char* name, std::chrono::milliseconds fallback);
 // ... and on a bare value; `what` names the source in errors. Byte suffixes are binary (K = KiB = 1024).
 std::size_t parse_bytes(const std::string& text, const std::string& what);
+
+// Sets (or, with nullopt, unsets) an environment variable for one scope and restores its old value: for tests and
+// benchmarks that switch a LOOM_* setting around some calls (the library reads most of them at each call).
+class ScopedEnv {
+  public:
+    ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
+        if (const char* old = std::getenv(name)) old_ = old;
+        if (value) {
+            setenv(name, value->c_str(), 1);
+        } else {
+            unsetenv(name);
+        }
+    }
+    ~ScopedEnv() {
+        if (old_) {
+            setenv(name_, old_->c_str(), 1);
+        } else {
+            unsetenv(name_);
+        }
+    }
+    ScopedEnv(const ScopedEnv&) = delete;
+    ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+  private:
+    const char* name_;
+    std::optional<std::string> old_;
+};
 
 // LOOM_STORE_TIMEOUT_MS (default 300000): bound on every bootstrap-store wait and on connecting to it.
 std::chrono::milliseconds store_timeout();
