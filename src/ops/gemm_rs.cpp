@@ -1,4 +1,4 @@
-// loom::gemm_rs: GEMM+ReduceScatter (kernels/gemm_rs.cuh; docs/overlap.md). Two algorithms:
+// loom::gemm_rs: GEMM+ReduceScatter (kernels/gemm_rs.cuh, gemm_rs_pull.cuh; docs/overlap.md). Four algorithms:
 //
 // FusedEpilogue (M / W a multiple of BLOCK_M), one kernel on the caller's stream, every usable SM:
 //   GEMM(tiles rows-of-rank-(me+1) first, own rows last): the accumulators of a peer's tile are stored into slot
@@ -6,13 +6,14 @@
 //   local outbox, whose chunks a side stream copies); an own tile waits for tile_in[q][tile] >= e of every peer q,
 //   adds their copies to its accumulators and is stored to C.
 //
-// FusedPull (M / W a multiple of BLOCK_M), one kernel on the caller's stream, every usable SM
-// (kernels/gemm_rs_pull.cuh):
+// FusedPull (M / W a multiple of BLOCK_M; Auto's choice where ranks share a GPU and M / W is a multiple of 64), on
+// the caller's stream, every usable SM (kernels/gemm_rs_pull.cuh):
 //   GEMM(partial [M, N] into this call's parity half of a symmetric buffer, bands interleaved tile by tile; each
 //   tile published to its owner: tile_in[me][tile] := e there); the producer warpgroup's spare warps sum the W copies
-//   of this rank's tiles into C as tile_in[q][tile] >= e for every rank q.
+//   of this rank's tiles into C as tile_in[q][tile] >= e for every rank q; gemm_rs_pull_finish sums what they left.
 //
-// Sequential (Auto's choice where ranks share a GPU): loom::gemm into this call's parity half of a symmetric [M, N]
+// Sequential (Auto's choice where ranks share a GPU and M / W is not a multiple of 64): loom::gemm into this call's
+// parity half of a symmetric [M, N]
 //   buffer, then loom::reduce_scatter (straight into C when C is dense, else in place and copied out).
 //
 // ScatterReduce (any M / W; P scatter-reduce blocks, the same on every rank):
@@ -342,7 +343,8 @@ RsAlgo gemm_rs_algo(RsAlgo requested, bool ranks_share_gpu, const GemmConfig* co
         return ranks_share_gpu ? RsAlgo::FusedPull : RsAlgo::FusedEpilogue;
     }
     // Ranks sharing a GPU: the fused pull where its tile (128 rows, or 64: gemm_rs_plan) fits M / W, else the
-    // sequence (docs/overlap.md "Session 18": 1.01-1.11x the sequence at 4 and 8 ranks on one H200).
+    // sequence (docs/overlap.md "Session 18": on average about even with the sequence at 4 ranks on one H200, ~1 %
+    // ahead at 8, with nothing in its GEMM waiting for the slowest rank's share).
     if (ranks_share_gpu) return rows_seg % 64 == 0 ? RsAlgo::FusedPull : RsAlgo::Sequential;
     return RsAlgo::Auto;
 }
@@ -350,21 +352,14 @@ RsAlgo gemm_rs_algo(RsAlgo requested, bool ranks_share_gpu, const GemmConfig* co
 OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms,
                          RsAlgo algo, int out_bytes) {
     const int64_t rows_seg = m / std::max(world_size, 1);
-    if (algo == RsAlgo::FusedPull) {
-        // No SM taken from the GEMM either; the tile of the fused epilogue's (a 64-row one where only that fits).
+    if (algo != RsAlgo::ScatterReduce) {
+        // The fused algorithms take no SM from the GEMM; the pull runs the fused epilogue's tile.
+        const bool forced = algo == RsAlgo::FusedEpilogue || algo == RsAlgo::FusedPull;
         OverlapPlan f;
         f.gemm =
-            fused_config(overlap::gemm_config(m, n, k_loc, arch, num_sms), m, n, rows_seg, out_bytes, true, num_sms);
-        f.rs_algo = RsAlgo::FusedPull;
-        return f;
-    }
-    if (algo != RsAlgo::ScatterReduce) {
-        // The fused epilogue takes no SM from the GEMM.
-        OverlapPlan f;
-        f.gemm = fused_config(overlap::gemm_config(m, n, k_loc, arch, num_sms), m, n, rows_seg, out_bytes,
-                              algo == RsAlgo::FusedEpilogue, num_sms);
-        f.rs_algo = RsAlgo::FusedEpilogue;
-        if (algo == RsAlgo::FusedEpilogue || fused_unfit(rows_seg, f.gemm).empty()) return f;
+            fused_config(overlap::gemm_config(m, n, k_loc, arch, num_sms), m, n, rows_seg, out_bytes, forced, num_sms);
+        f.rs_algo = algo == RsAlgo::FusedPull ? RsAlgo::FusedPull : RsAlgo::FusedEpilogue;
+        if (forced || fused_unfit(rows_seg, f.gemm).empty()) return f;
     }
     OverlapPlan p;
     p.rs_algo = RsAlgo::ScatterReduce;
@@ -391,7 +386,8 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
     LOOM_CHECK(o.comm_sms >= 0, "{}: expected comm_sms >= 0, given {}", op, o.comm_sms);
     const int out_bytes = static_cast<int>(dtype_size(c.dtype));
 
-    // A requested transport asks for the fused epilogue: Auto takes the sequence only when none was requested.
+    // A requested transport asks for the fused epilogue: Auto takes the fused pull or the sequence (ranks sharing a
+    // GPU) only when none was requested.
     const RsAlgo algo = gemm_rs_algo(o.algo, st.shared_gpu && o.transport == RsTransport::Auto, o.config, rows_seg);
     if (algo == RsAlgo::Sequential) {
         LOOM_CHECK(o.transport == RsTransport::Auto,

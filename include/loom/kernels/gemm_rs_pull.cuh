@@ -59,6 +59,11 @@ struct RsPullCta {
         verdict[2];  // the reducers' thread 0 to the others, per part (alternating): 1 ready, 0 handed over
     uint8_t started[16];
 };
+LOOM_DEVICE LOOM_FORCEINLINE RsPullCta& rs_pull_cta() {
+    __shared__ RsPullCta cta;
+    return cta;
+}
+
 // How long a reducer still waits for a part once its CTA's GEMM work is done, before handing the rest to the finish
 // kernel: longer than the usual skew between ranks (their kernels start up to ~20-30 us apart with 8 ranks under MPS;
 // 20 us here handed tails to the finish kernel often enough to cost ~2 %), short enough that a rank starved of SMs
@@ -139,10 +144,6 @@ LOOM_DEVICE LOOM_FORCEINLINE void rs_pull_reduce_unit(const RsPullHookArgs& a, i
         for (int v = 0; v < U; ++v)
             if (base + v * kThreads < total) ptx::st_v4(dst + out_off[v], vec_pack<TOut>(acc[v]));
     }
-}
-LOOM_DEVICE LOOM_FORCEINLINE RsPullCta& rs_pull_cta() {
-    __shared__ RsPullCta cta;
-    return cta;
 }
 
 struct RsPullHooks {

@@ -143,7 +143,7 @@ struct RsPullHookArgs {
     int64_t heap_bytes;       // Ctx::heap_size: rank d's copy of symmetric p is p + (d - me) * heap_bytes
     int64_t ldc;              // C's row stride (elements)
     uint64_t epoch;           // this call's number: the value of tile_in signals
-    uint64_t timeout_ns;      // bound of the reducers' waits for a tile (0: unbounded)
+    uint64_t timeout_ns;      // bound of gemm_rs_pull_finish's waits for a tile (0: unbounded)
     int32_t me, world;        // local rank and local world size
     int32_t blocks_per_rank;  // (M / W) / BLOCK_M
     int32_t num_n;            // N-blocks
