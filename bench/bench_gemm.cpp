@@ -1,10 +1,16 @@
-// loom::gemm vs cuBLASLt (bf16 in, bf16 out, fp32 accumulate, same inputs, best heuristic algorithm): 8192^3,
+// loom::gemm vs cuBLASLt (bf16 in, or fp8 e4m3 with --dtype f8e4m3; bf16 out, fp32 accumulate, same inputs, best
+// heuristic algorithm): 8192^3,
 // 4096^3 and the per-rank TP=8 MLP GEMMs at M = 8192 (AllGather+GEMM and GEMM+ReduceScatter), or --shapes.
 // cuBLASLt and each loom config are timed interleaved, run by run (harness.hpp: time_ops): timed one after the
 // other, the second paid for the heat and lower clocks the first left (8192x6656x16384: 0.91x sequentially, 1.00x
 // interleaved, same binary). Each row names cuBLASLt's chosen algorithm (cublaslt_algo: cublasLt.h enum ids).
 //
 //   bench-gemm [--out docs/perf/gemm.json] [--quick] [--sweep] [--cluster 1|2] [--iters N] [--shapes MxNxK,...]
+//              [--dtype bf16|f8e4m3]
+//
+// fp8 (op "gemm_fp8"): the ratio is to cuBLASLt with CUBLASLT_MATMUL_DESC_FAST_ACCUM (the products summed in the
+// tensor cores' precision, as Loom's kernel sums them); cuBLASLt's default (partial sums promoted to fp32 on the CUDA
+// cores, more precise, slower) is timed in the same interleaved runs as baseline "cublaslt_promoted".
 //
 // Every timed loom config is first checked against cuBLASLt's output on the same inputs (similarity
 // calc_diff < 1e-5, no NaN; C is pre-filled with NaN so unwritten elements fail); a failing config is reported
@@ -21,6 +27,8 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,7 +54,7 @@ struct Variant {
 int max_stages(int bm, int bn) { return std::min(loom::kernels::gemm_sm90_max_stages(bm, bn), 6); }
 
 // The heuristic's config plus alternatives with cluster_m == `cluster` (the heuristic is listed in its own pass).
-std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int cluster, int sms) {
+std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int cluster, int sms, loom::DType in) {
     std::vector<Variant> v;
     auto push = [&](const std::string& name, const loom::GemmConfig& c) {
         for (const auto& x : v)
@@ -62,7 +70,8 @@ std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int 
             push("heuristic_nosplit", c);
             // The heuristic's own plan without splits (as LOOM_GEMM_TAIL_SPLITS=0): its BLOCK_N and grid may differ,
             // e.g. where fewer tiles than SMs make the whole GEMM a split tail.
-            push("heuristic_splits_off", loom::gemm_heuristic(s.m, s.n, s.k, false, 90, sms, /*split_tail=*/false));
+            push("heuristic_splits_off",
+                 loom::gemm_heuristic(s.m, s.n, s.k, false, 90, sms, /*split_tail=*/false, loom::GemmTiles::Plain, in));
         } else if (const auto plan = loom::gemm_tail_plan(s.m, s.n, s.k, heur, heur.grid, 2); plan.splits >= 2) {
             c.tail_splits = plan.splits;
             push("heuristic_tail2", c);
@@ -140,7 +149,14 @@ int main(int argc, char** argv) {
     app.add_option("--iters", iters, "timed runs per shape")->capture_default_str()->check(CLI::PositiveNumber);
     std::vector<std::string> custom;
     app.add_option("--shapes", custom, "these shapes (MxNxK, comma-separated) instead of the issue's")->delimiter(',');
+    std::string dtype = "bf16";
+    app.add_option("--dtype", dtype, "input type (fp8: B as [N, K], K a multiple of 16)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"bf16", "f8e4m3"}));
     loom::bench::parse_or_exit(app, argc, argv);
+    const bool f8 = dtype == "f8e4m3";
+    const loom::DType in = f8 ? loom::DType::F8E4M3 : loom::DType::BF16;
+    const size_t isz = f8 ? 1 : 2;
     std::vector<Shape> shapes = {{"square", 8192, 8192, 8192}, {"square", 4096, 4096, 4096}};
     for (auto [n, k] :
          std::vector<std::pair<int, int>>{{11008, 4096}, {14336, 4096}, {28672, 8192}, {53248, 16384}, {29568, 8192}})
@@ -161,7 +177,7 @@ int main(int argc, char** argv) {
         }
     }
 
-    loom::bench::Report report("gemm", 1, argc, argv);
+    loom::bench::Report report(f8 ? "gemm_fp8" : "gemm", 1, argc, argv);
     cudaStream_t stream;
     LOOM_CHECK_CUDA(cudaStreamCreate(&stream));
     int dev = 0, sms = 0, major = 0, minor = 0;
@@ -186,23 +202,32 @@ int main(int argc, char** argv) {
             const Shape& s = shapes[si];
             void *a, *b, *c, *c_ref;
             const size_t mn = size_t(s.m) * s.n;
-            LOOM_CHECK_CUDA(cudaMalloc(&a, size_t(s.m) * s.k * 2));
-            LOOM_CHECK_CUDA(cudaMalloc(&b, size_t(s.n) * s.k * 2));
+            LOOM_CHECK_CUDA(cudaMalloc(&a, size_t(s.m) * s.k * isz));
+            LOOM_CHECK_CUDA(cudaMalloc(&b, size_t(s.n) * s.k * isz));
             LOOM_CHECK_CUDA(cudaMalloc(&c, mn * 2));
             LOOM_CHECK_CUDA(cudaMalloc(&c_ref, mn * 2));
-            loom::bench::fill_random_bf16(a, size_t(s.m) * s.k, 1);
-            loom::bench::fill_random_bf16(b, size_t(s.n) * s.k, 2);
-            loom::MatrixView A{a, loom::DType::BF16, s.m, s.k, 0}, B{b, loom::DType::BF16, s.n, s.k, 0};
+            if (f8) {
+                loom::bench::fill_random_e4m3(a, size_t(s.m) * s.k, 1);
+                loom::bench::fill_random_e4m3(b, size_t(s.n) * s.k, 2);
+            } else {
+                loom::bench::fill_random_bf16(a, size_t(s.m) * s.k, 1);
+                loom::bench::fill_random_bf16(b, size_t(s.n) * s.k, 2);
+            }
+            loom::MatrixView A{a, in, s.m, s.k, 0}, B{b, in, s.n, s.k, 0};
             loom::MatrixView C{c, loom::DType::BF16, s.m, s.n, 0};
-            const auto heur = loom::gemm_heuristic(s.m, s.n, s.k, false, major * 10 + minor, sms);
-            loom::bench::LtGemm lt(s.m, s.n, s.k);
+            const auto heur =
+                loom::gemm_heuristic(s.m, s.n, s.k, false, major * 10 + minor, sms, true, loom::GemmTiles::Plain, in);
+            // fp8: the like-for-like baseline sums in the tensor cores' precision (fast accumulation).
+            loom::bench::LtGemm lt(s.m, s.n, s.k, f8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF, /*fast_accum=*/f8);
+            std::optional<loom::bench::LtGemm> lt_promoted;
+            if (f8) lt_promoted.emplace(s.m, s.n, s.k, CUDA_R_8F_E4M3, false);
             lt.run(a, b, c_ref, stream);
             LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
             std::vector<uint16_t> ref(mn);
             LOOM_CHECK_CUDA(cudaMemcpy(ref.data(), c_ref, mn * 2, cudaMemcpyDeviceToHost));
             const double flops = 2.0 * s.m * s.n * s.k;
             std::vector<Variant> vs =
-                pass == 0 ? std::vector<Variant>{{"heuristic", heur}} : variants(s, heur, pass, sms);
+                pass == 0 ? std::vector<Variant>{{"heuristic", heur}} : variants(s, heur, pass, sms, in);
             const std::string shape_str = fmt::format("{}x{}x{}", s.m, s.n, s.k);
             for (const Variant& v : vs) {
                 loom::GemmOptions opts;
@@ -228,10 +253,18 @@ int main(int argc, char** argv) {
                     continue;
                 }
                 // cuBLASLt and this config interleaved, run by run (harness.hpp: time_ops).
-                const auto ts = loom::bench::time_ops({[&](cudaStream_t st) { lt.run(a, b, c_ref, st); },
-                                                       [&](cudaStream_t st) { loom::gemm(A, B, C, opts, st); }},
-                                                      stream, topts);
+                std::vector<std::function<void(cudaStream_t)>> ops = {
+                    [&](cudaStream_t st) { lt.run(a, b, c_ref, st); },
+                    [&](cudaStream_t st) { loom::gemm(A, B, C, opts, st); }};
+                if (lt_promoted) ops.push_back([&](cudaStream_t st) { lt_promoted->run(a, b, c_ref, st); });
+                const auto ts = loom::bench::time_ops(ops, stream, topts);
                 const loom::bench::Timing &t_lt = ts[0], &t = ts[1];
+                nlohmann::json baselines = {{"cublaslt", t_lt.median_us}};
+                nlohmann::json speedup = {{"cublaslt", t_lt.median_us / t.median_us}};
+                if (lt_promoted) {
+                    baselines["cublaslt_promoted"] = ts[2].median_us;
+                    speedup["cublaslt_promoted"] = ts[2].median_us / t.median_us;
+                }
                 const double ratio = t_lt.median_us / t.median_us;
                 std::printf("%-8s %-20s %-44s %10.1f %9.1f %9.1f %7.3f ok diff=%.2g\n", s.kind, shape_str.c_str(),
                             label.c_str(), t.median_us, flops / t.median_us / 1e6, flops / t_lt.median_us / 1e6, ratio,
@@ -247,6 +280,7 @@ int main(int argc, char** argv) {
                     best_name[si] = v.cfg.str();
                 }
                 report.add_row({{"kind", s.kind},
+                                {"dtype", dtype},
                                 {"m", s.m},
                                 {"n", s.n},
                                 {"k", s.k},
@@ -263,7 +297,8 @@ int main(int argc, char** argv) {
                                 {"loom_tflops", flops / t.median_us / 1e6},
                                 {"cublaslt_tflops", flops / t_lt.median_us / 1e6},
                                 {"cublaslt_algo", lt.describe()},
-                                {"baselines", {{"cublaslt", t_lt.median_us}}}});
+                                {"baselines", baselines},
+                                {"speedup", speedup}});
             }
             cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(c_ref);
             if (!out.empty()) std::ofstream(out + ".partial") << report.to_json().dump(1) << "\n";

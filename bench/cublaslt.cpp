@@ -1,5 +1,6 @@
 #include "cublaslt.hpp"
 
+#include <cuda_fp8.h>
 #include <fmt/format.h>
 
 #include <string>
@@ -16,25 +17,46 @@
 
 namespace loom::bench {
 
-void fill_random_bf16(void* p, std::size_t n, std::uint64_t seed) {
-    std::vector<uint16_t> h(n);
+namespace {
+// Uniform in [-1, 1), xorshift from `seed`.
+std::vector<float> random_unit(std::size_t n, std::uint64_t seed) {
+    std::vector<float> h(n);
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
     for (auto& v : h) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        v = loom::float_to_bf16(static_cast<float>((x >> 40) & 0xffffff) / 16777216.f * 2.f - 1.f);
+        v = static_cast<float>((x >> 40) & 0xffffff) / 16777216.f * 2.f - 1.f;
     }
+    return h;
+}
+}  // namespace
+
+void fill_random_bf16(void* p, std::size_t n, std::uint64_t seed) {
+    const std::vector<float> f = random_unit(n, seed);
+    std::vector<uint16_t> h(n);
+    for (std::size_t i = 0; i < n; ++i) h[i] = loom::float_to_bf16(f[i]);
     LOOM_CHECK_CUDA(cudaMemcpy(p, h.data(), n * 2, cudaMemcpyHostToDevice));
 }
 
-LtGemm::LtGemm(int64_t m, int64_t n, int64_t k) {
+void fill_random_e4m3(void* p, std::size_t n, std::uint64_t seed) {
+    const std::vector<float> f = random_unit(n, seed);
+    std::vector<__nv_fp8_e4m3> h(n);
+    for (std::size_t i = 0; i < n; ++i) h[i] = __nv_fp8_e4m3(f[i]);
+    LOOM_CHECK_CUDA(cudaMemcpy(p, h.data(), n, cudaMemcpyHostToDevice));
+}
+
+LtGemm::LtGemm(int64_t m, int64_t n, int64_t k, cudaDataType_t in, bool fast_accum) {
     CHECK_LT(cublasLtCreate(&h));
     LOOM_CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
     CHECK_LT(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    CHECK_LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, k, n, k));
-    CHECK_LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, m, k));
+    if (fast_accum) {
+        const int8_t on = 1;
+        CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &on, sizeof on));
+    }
+    CHECK_LT(cublasLtMatrixLayoutCreate(&la, in, k, n, k));
+    CHECK_LT(cublasLtMatrixLayoutCreate(&lb, in, k, m, k));
     CHECK_LT(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, m, n));
     cublasLtMatmulPreference_t pref;
     CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));

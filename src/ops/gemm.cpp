@@ -131,7 +131,7 @@ GemmTailPlan gemm_tail_plan(int64_t m, int64_t n, int64_t k, const GemmConfig& c
     grid = std::max<int64_t>(grid, 1);
     const int64_t tail = p.tiles % grid;
     if (cfg.sm80 || cfg.cluster_m != 1 || tail == 0 || requested == 1) return p;
-    const int64_t num_k_blocks = ceil_div(k, kernels::kGemmBlockK);
+    const int64_t num_k_blocks = ceil_div(k, cfg.block_k);
     const int64_t s =
         requested > 0 ? std::min<int64_t>(requested, num_k_blocks) : std::min<int64_t>(grid / tail, num_k_blocks / 4);
     if (s < 2) return p;
@@ -142,8 +142,11 @@ GemmTailPlan gemm_tail_plan(int64_t m, int64_t n, int64_t k, const GemmConfig& c
 }
 
 GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, int num_sms, bool split_tail,
-                          GemmTiles tile_set) {
+                          GemmTiles tile_set, DType in) {
     GemmConfig cfg;
+    // The same 128-byte rows, so the same tiles, stages and cost model for every input type: an fp8 k-block holds
+    // twice the elements (and MMA work, at twice the rate).
+    cfg.block_k = kernels::gemm_block_k(static_cast<int>(dtype_size(in)));
     if (arch < 90) {
         cfg.sm80 = true;
         return cfg;
@@ -153,7 +156,11 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
     // interleaved with cuBLASLt): 2-CTA clusters with B multicast 0.973x cuBLASLt (geomean over the 13
     // shapes; 0.66x before a819ef7 dropped a cluster-scope fence from every slot release), one CTA per tile 0.987x.
     // LOOM_GEMM_CLUSTER=2 still selects the cluster kernel.
-    cfg.cluster_m = 1;
+    // fp8 is the exception: at twice bf16's MMA rate each k-block's operands must arrive twice as fast, and with K
+    // rows that are not a multiple of 128 bytes (each TMA row then spans two L2 lines) one CTA per tile ran at 0.70x
+    // cuBLASLt (8192 x 8192 x 3696); clusters, whose multicast halves B's L2 reads, read 1.01x there and
+    // 0.990x geomean over the 13 shapes against 0.963-0.965 without (docs/gemm.md "FP8"). They need two M-blocks.
+    cfg.cluster_m = dtype_size(in) == 1 && m > 128 ? 2 : 1;
     if (const int64_t forced = env_int("LOOM_GEMM_CLUSTER", 0); forced == 1 || forced == 2) {
         cfg.cluster_m = static_cast<int>(forced);
     }
@@ -234,7 +241,7 @@ int64_t gemm_sm90_grid(int64_t m, int64_t n, const GemmConfig& cfg, int num_sms)
     return std::max<int64_t>(std::min<int64_t>(cluster_tiles, num_sms / cm), 1) * cm;
 }
 
-void gemm_validate_config(const GemmConfig& c, bool b_kn) {
+void gemm_validate_config(const GemmConfig& c, bool b_kn, DType in) {
     if (c.sm80) return;
     LOOM_CHECK(c.block_m == 64 || c.block_m == 128 || c.block_m == 192,
                "gemm config: expected block_m 64, 128 or 192, given {}", c.block_m);
@@ -248,8 +255,9 @@ void gemm_validate_config(const GemmConfig& c, bool b_kn) {
                c.cluster_m);
     LOOM_CHECK(!b_kn || c.block_n % 64 == 0, "gemm config: B as [K, N] needs block_n a multiple of 64, given {}",
                c.block_n);
-    LOOM_CHECK(c.block_k == kernels::kGemmBlockK, "gemm config: expected block_k {}, given {}", kernels::kGemmBlockK,
-               c.block_k);
+    const int block_k = kernels::gemm_block_k(static_cast<int>(dtype_size(in)));
+    LOOM_CHECK(c.block_k == block_k, "gemm config: expected block_k {} (one 128-byte row of {}), given {}", block_k,
+               dtype_name(in), c.block_k);
     LOOM_CHECK(c.stages >= 2 && c.stages <= 8, "gemm config: expected stages in [2, 8], given {}", c.stages);
     LOOM_CHECK(kernels::gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages) <= kernels::kGemmSm90MaxSmem,
                "gemm config: {} needs {} B of shared memory, the limit is {}", c.str(),
@@ -266,9 +274,15 @@ void gemm_validate_config(const GemmConfig& c, bool b_kn) {
                c.cluster_m);
 }
 
-void gemm_validate(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o) {
-    LOOM_CHECK(a.dtype == DType::BF16 || a.dtype == DType::F16, "gemm: expected A bf16 or f16, given {}",
-               dtype_name(a.dtype));
+void gemm_validate(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o, bool allow_f8) {
+    const bool f8 = a.dtype == DType::F8E4M3;
+    if (allow_f8) {
+        LOOM_CHECK(a.dtype == DType::BF16 || a.dtype == DType::F16 || f8,
+                   "gemm: expected A bf16, f16 or f8e4m3, given {}", dtype_name(a.dtype));
+    } else {
+        LOOM_CHECK(a.dtype == DType::BF16 || a.dtype == DType::F16, "gemm: expected A bf16 or f16, given {}",
+                   dtype_name(a.dtype));
+    }
     LOOM_CHECK(b.dtype == a.dtype, "gemm: expected B of A's dtype {}, given {}", dtype_name(a.dtype),
                dtype_name(b.dtype));
     LOOM_CHECK(c.dtype == DType::BF16 || c.dtype == DType::F16 || c.dtype == DType::F32,
@@ -281,6 +295,13 @@ void gemm_validate(const MatrixView& a, const MatrixView& b, const MatrixView& c
                b.cols);
     LOOM_CHECK(c.rows == m && c.cols == n, "gemm: expected C of {} x {}, given {} x {}", m, n, c.rows, c.cols);
     LOOM_CHECK(n % 8 == 0 && k % 8 == 0, "gemm: expected N and K multiples of 8, given N={} K={}", n, k);
+    if (f8) {
+        // wgmma takes 8-bit operands K-major only; TMA needs 16-byte rows.
+        LOOM_CHECK(!o.b_kn,
+                   "gemm: f8e4m3 inputs expect B as [N, K] (wgmma reads 8-bit operands K-major only), given "
+                   "b_kn (B as [K, N])");
+        LOOM_CHECK(k % 16 == 0, "gemm: f8e4m3 inputs expect K a multiple of 16 (16-byte rows), given K={}", k);
+    }
     LOOM_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, "gemm: shapes must fit in int32, given {} {} {}", m,
                n, k);
     for (const auto* v : {&a, &b, &c}) {
@@ -388,11 +409,10 @@ GemmSm90Launch gemm_sm90_launch(const MatrixView& a, const MatrixView& b, const 
     const int64_t m = a.rows, k = a.cols, n = c.cols;
     // Skinny A (one M-block, single-CTA tiles): a box of M rows rounded up to 8 (one 128B-swizzle atom), not BLOCK_M.
     const int a_box_rows = m < cfg.block_m && cfg.cluster_m == 1 ? static_cast<int>((m + 7) / 8 * 8) : cfg.block_m;
-    l.tmap_a = make_tma_2d(a, a_box_rows, kernels::kGemmBlockK);
+    l.tmap_a = make_tma_2d(a, a_box_rows, cfg.block_k);
     // A K-major B tile is loaded in cluster_m slices (each CTA of a cluster multicasts one); [K, N] B in 64-column
     // boxes either way.
-    l.tmap_b = o.b_kn ? make_tma_2d(b, kernels::kGemmBlockK, 64)
-                      : make_tma_2d(b, cfg.block_n / cfg.cluster_m, kernels::kGemmBlockK);
+    l.tmap_b = o.b_kn ? make_tma_2d(b, cfg.block_k, 64) : make_tma_2d(b, cfg.block_n / cfg.cluster_m, cfg.block_k);
     // The plain epilogue stores per warp (16-row boxes); GEMMs with epilogue hooks re-encode it with
     // kGemmWholeTileBoxRows (see GemmSm90Launch::tmap_d).
     l.tmap_d =
@@ -429,7 +449,7 @@ int gemm_bind_split_tail(GemmSm90Launch& l, const GemmConfig& cfg, int64_t m, in
     l.args.dp_tiles = static_cast<int32_t>(tail.dp_tiles);
     l.args.tail_splits = tail.splits;
     l.args.work_units = static_cast<int32_t>(tail.units());
-    l.args.num_k_blocks = static_cast<int32_t>(ceil_div(k, kernels::kGemmBlockK));
+    l.args.num_k_blocks = static_cast<int32_t>(ceil_div(k, cfg.block_k));
     l.args.tiles_m = static_cast<int32_t>(ceil_div(m, cfg.block_m));
     l.args.tiles_n = static_cast<int32_t>(ceil_div(n, cfg.block_n));
     lock = std::move(held);
@@ -437,15 +457,21 @@ int gemm_bind_split_tail(GemmSm90Launch& l, const GemmConfig& cfg, int64_t m, in
 }
 
 void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o, cudaStream_t stream) {
-    gemm_validate(a, b, c, o);
+    gemm_validate(a, b, c, o, /*allow_f8=*/true);
     const DeviceInfo dev = device_info();
     LOOM_CHECK(dev.arch >= 80, "gemm: expected a GPU of compute capability >= 8.0, given {}.{}", dev.arch / 10,
                dev.arch % 10);
     const int64_t m = a.rows, k = a.cols, n = c.cols;
-    GemmConfig cfg = o.config ? *o.config : gemm_heuristic(m, n, k, o.b_kn, dev.arch, dev.num_sms);
+    GemmConfig cfg =
+        o.config ? *o.config : gemm_heuristic(m, n, k, o.b_kn, dev.arch, dev.num_sms, true, GemmTiles::Plain, a.dtype);
     if (o.force_sm80 || dev.arch < 90 || env_flag("LOOM_GEMM_FORCE_SM80")) cfg.sm80 = true;
+    LOOM_CHECK(!cfg.sm80 || a.dtype != DType::F8E4M3,
+               "gemm: f8e4m3 inputs need the Hopper kernel (wgmma, sm_90); the sm_80 path (mma.sync) takes bf16 / f16, "
+               "given {}",
+               dev.arch < 90 ? fmt::format("a GPU of compute capability {}.{}", dev.arch / 10, dev.arch % 10)
+                             : std::string("force_sm80 / LOOM_GEMM_FORCE_SM80"));
     if (o.beta != 0.f) cfg.tma_store = false;  // only the direct-store epilogue reads C
-    gemm_validate_config(cfg, o.b_kn);
+    gemm_validate_config(cfg, o.b_kn, a.dtype);
     // Alpha = 1 without a bias takes the kernel whose epilogue does no arithmetic (where its epilogue applies).
     const std::optional<DType> bias_t = gemm_kernel_bias(cfg, c.dtype, o);
     const bool debug = env_flag("LOOM_GEMM_DEBUG");

@@ -1,11 +1,16 @@
 // loom::gemm against an fp64 CPU reference (sizes <= ~1024) on fresh random inputs, outputs poisoned with NaN
 // first, every element checked (similarity + per-element tolerance). The split-K tail (GemmConfig::tail_splits)
 // is forced on small shapes against the same reference, and on the large shape that motivated it against the
-// sm_80 kernel, with bitwise determinism and back-to-back launches (self-resetting tile counters).
+// sm_80 kernel, with bitwise determinism and back-to-back launches (self-resetting tile counters). fp8 e4m3 inputs
+// (Hopper only) against the same reference on their exactly representable values, with the tensor cores' reduced
+// accumulation precision in the tolerance.
+#include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -55,6 +60,19 @@ float from_bits(uint16_t h, DType t) {
     return t == DType::BF16 ? loom::test::bf16_to_float(h) : loom::test::half_to_float(h);
 }
 
+// One input element: f rounded to `t` (bf16 / f16 / e4m3, the last by cuda_fp8.h's host conversion, saturating)
+// written to `dst`; returns the rounded value.
+float encode_input(float f, DType t, unsigned char* dst) {
+    if (t == DType::F8E4M3) {
+        const __nv_fp8_e4m3 v(f);  // round to nearest even, satfinite
+        std::memcpy(dst, &v, 1);
+        return static_cast<float>(v);
+    }
+    const uint16_t h = to_half_bits(f, t);
+    std::memcpy(dst, &h, 2);
+    return from_bits(h, t);
+}
+
 template <class T>
 struct DevBuf {
     T* p = nullptr;
@@ -70,9 +88,11 @@ std::vector<unsigned char> run_case(const Case& cs, uint64_t seed, cudaStream_t 
     auto fb = loom::test::random_floats(size_t(n) * k, seed + 1);
     auto fbias = loom::test::random_floats(n, seed + 2);
     auto fc = loom::test::random_floats(size_t(m) * n, seed + 3);
-    std::vector<uint16_t> ha(fa.size()), hb(fb.size());
-    for (size_t i = 0; i < fa.size(); ++i) fa[i] = from_bits(ha[i] = to_half_bits(fa[i], cs.in), cs.in);
-    for (size_t i = 0; i < fb.size(); ++i) fb[i] = from_bits(hb[i] = to_half_bits(fb[i], cs.in), cs.in);
+    const bool f8 = cs.in == DType::F8E4M3;
+    const size_t isz = f8 ? 1 : 2;
+    std::vector<unsigned char> ha(fa.size() * isz), hb(fb.size() * isz);
+    for (size_t i = 0; i < fa.size(); ++i) fa[i] = encode_input(fa[i], cs.in, &ha[i * isz]);
+    for (size_t i = 0; i < fb.size(); ++i) fb[i] = encode_input(fb[i], cs.in, &hb[i * isz]);
     const bool out32 = cs.out == DType::F32;
     const size_t osz = out32 ? 4 : 2;
     std::vector<unsigned char> hc(size_t(m) * n * osz);
@@ -95,30 +115,37 @@ std::vector<unsigned char> run_case(const Case& cs, uint64_t seed, cudaStream_t 
     }
     // fp64 reference. B as given: [N, K] or [K, N] (the latter is fb read transposed).
     const float alpha = cs.alpha;
-    std::vector<double> ref(size_t(m) * n);
+    std::vector<double> ref(size_t(m) * n), f8_slack(size_t(m) * n);
     std::vector<float> bt(fb);  // [N, K] view for the reference
-    std::vector<uint16_t> hb_dev(hb);
+    std::vector<unsigned char> hb_dev(hb);
     if (cs.b_kn) {  // device gets [K, N]
         for (int r = 0; r < n; ++r)
-            for (int c = 0; c < k; ++c) hb_dev[size_t(c) * n + r] = hb[size_t(r) * k + c];
+            for (int c = 0; c < k; ++c)
+                std::memcpy(&hb_dev[(size_t(c) * n + r) * isz], &hb[(size_t(r) * k + c) * isz], isz);
     }
     for (int i = 0; i < m; ++i)
         for (int j = 0; j < n; ++j) {
-            double s = 0;
+            double s = 0, steps = 0;
             const float* ar = &fa[size_t(i) * k];
             const float* br = &bt[size_t(j) * k];
-            for (int kk = 0; kk < k; ++kk) s += double(ar[kk]) * double(br[kk]);
+            for (int kk = 0; kk < k; ++kk) {
+                const double p = double(ar[kk]) * double(br[kk]);
+                s += p;
+                steps += std::fabs(p);
+                if (kk % 32 == 31 || kk == k - 1) steps += std::fabs(s);  // the running sum after each k32 step
+            }
+            f8_slack[size_t(i) * n + j] = std::fabs(alpha) * steps / 4096;
             double v = alpha * s;
             if (cs.beta != 0.f) v += double(cs.beta) * fc[size_t(i) * n + j];
             if (cs.bias) v += fbias[j];
             ref[size_t(i) * n + j] = v;
         }
 
-    DevBuf<uint16_t> da(ha.size()), db(hb.size());
+    DevBuf<unsigned char> da(ha.size()), db(hb.size());
     DevBuf<unsigned char> dc(hc.size());
     DevBuf<float> dbias(n);
-    LOOM_CHECK_CUDA(cudaMemcpy(da.p, ha.data(), ha.size() * 2, cudaMemcpyHostToDevice));
-    LOOM_CHECK_CUDA(cudaMemcpy(db.p, hb_dev.data(), hb.size() * 2, cudaMemcpyHostToDevice));
+    LOOM_CHECK_CUDA(cudaMemcpy(da.p, ha.data(), ha.size(), cudaMemcpyHostToDevice));
+    LOOM_CHECK_CUDA(cudaMemcpy(db.p, hb_dev.data(), hb.size(), cudaMemcpyHostToDevice));
     LOOM_CHECK_CUDA(cudaMemcpy(dc.p, hc.data(), hc.size(), cudaMemcpyHostToDevice));
     LOOM_CHECK_CUDA(cudaMemcpy(dbias.p, fbias.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
 
@@ -134,6 +161,7 @@ std::vector<unsigned char> run_case(const Case& cs, uint64_t seed, cudaStream_t 
     std::optional<loom::GemmConfig> cfg;
     if (cs.tail_splits > 0) {
         cfg = forced_config(cs.block_m ? cs.block_m : 128, cs.block_n ? cs.block_n : 256, cs.grid, cs.tail_splits);
+        cfg->block_k = loom::kernels::gemm_block_k(static_cast<int>(isz));
         opts.config = &*cfg;
     }
     SCOPED_TRACE(cfg ? cfg->str() : std::string("heuristic"));
@@ -153,12 +181,18 @@ std::vector<unsigned char> run_case(const Case& cs, uint64_t seed, cudaStream_t 
             got[i] = from_bits(h, cs.out);
         }
     }
-    // Per element: the fp32 accumulation error of K products plus the output rounding (bf16: 2^-8 relative).
+    // Per element: the fp32 accumulation error of K products plus the output rounding (bf16: 2^-8 relative). e4m3
+    // products are added by the tensor cores with fewer mantissa bits (DeepSeek-V3's report: about 14), aligned to the
+    // largest magnitude in play (results near zero come out on a grid of ~2^-16 for products of order 1) and
+    // truncated (large sums come out smaller in magnitude), so the error grows linearly along K. The slack, f8_slack,
+    // is 2^-12 of the products' magnitudes plus the running sum's after every k32 step; a lost or doubled k-block is
+    // off by a 128-product sum (~4 for these inputs), an order of magnitude above it at the largest K here.
     const double out_eps = out32 ? 1e-6 : (cs.out == DType::BF16 ? 1.0 / 256 : 1.0 / 2048);
     const double acc_tol = 1e-5 * std::sqrt(double(k)) + 1e-6;
     size_t bad = 0;
     for (size_t i = 0; i < got.size(); ++i) {
-        const double tol = acc_tol + out_eps * (std::fabs(ref[i]) + 1e-3) + 1e-3 * out_eps * std::sqrt(double(k));
+        const double tol = acc_tol + out_eps * (std::fabs(ref[i]) + 1e-3) + 1e-3 * out_eps * std::sqrt(double(k)) +
+                           (f8 ? f8_slack[i] : 0.0);
         if (!(std::fabs(got[i] - ref[i]) <= tol)) {
             if (bad < 5)
                 ADD_FAILURE() << "element (" << i / n << ", " << i % n << "): got " << got[i] << ", expected "
@@ -166,9 +200,22 @@ std::vector<unsigned char> run_case(const Case& cs, uint64_t seed, cudaStream_t 
             ++bad;
         }
     }
+    if (f8 && out32) {
+        // How the tensor cores' e4m3 sums deviate (printed, not asserted): mean error along the reference's sign
+        // (negative: the magnitude comes out smaller, as truncation leaves it) and the largest relative to the slack.
+        double toward = 0, worst = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+            toward += (got[i] - ref[i]) * (ref[i] < 0 ? -1.0 : 1.0);
+            worst = std::max(worst, std::fabs(got[i] - ref[i]) / (f8_slack[i] + 1e-30));
+        }
+        std::fprintf(
+            stderr, "fp8 %dx%dx%d: mean signed error %.3g (along the sign of the result), worst |error| / slack %.3f\n",
+            m, n, k, toward / double(got.size()), worst);
+    }
     const double diff = loom::test::calc_diff(ref, got);
     EXPECT_EQ(bad, 0u) << "m=" << m << " n=" << n << " k=" << k;
-    EXPECT_LT(diff, out32 ? 1e-9 : 1e-5) << "m=" << m << " n=" << n << " k=" << k;
+    // calc_diff ~ (relative error)^2 / 2: ~1e-6 from fp8's truncated sums against 1e-2 and more for a wrong tile.
+    EXPECT_LT(diff, f8 ? 1e-4 : out32 ? 1e-9 : 1e-5) << "m=" << m << " n=" << n << " k=" << k;
     return hc;
 }
 
@@ -288,6 +335,40 @@ TEST_F(Gemm, ThreeConsumersAndPartialSlabs) {
     run_case({333, 1000, 520, DType::F16, DType::F32, false, true, 0.f, false, 1, 0, 128, 176}, 139);
     run_case({200, 1000, 1504, DType::BF16, DType::BF16, false, false, 0.f, false, 1, 0, 64, 208, 1.f}, 140);
     run_case({1000, 1000, 2000, DType::BF16, DType::BF16, false, true, 0.f, false, 3, 12, 128, 224}, 141);
+}
+
+// ---- fp8 e4m3 inputs (Hopper kernel, B as [N, K]) ----------------------------------------------------------------
+
+// Fields: m, n, k, in, out, b_kn, bias, beta, sm80, tail_splits, grid, block_m, block_n[, alpha]. The heuristic's
+// config (128-element k-blocks) unless tail_splits > 0 forces one.
+TEST_F(Gemm, Fp8Square) {
+    constexpr DType F8 = DType::F8E4M3;
+    run_case({512, 512, 512, F8, DType::BF16}, 200);                                              // affine (alpha)
+    run_case({512, 768, 1024, F8, DType::BF16, false, false, 0.f, false, 0, 0, 0, 0, 1.f}, 201);  // no arithmetic
+    run_case({384, 256, 640, F8, DType::F16, false, false, 0.f, false, 0, 0, 0, 0, 1.f}, 202);
+}
+TEST_F(Gemm, Fp8OutputsBiasBeta) {
+    constexpr DType F8 = DType::F8E4M3;
+    run_case({256, 384, 640, F8, DType::F32}, 210);
+    run_case({300, 264, 256, F8, DType::BF16, false, true, 0.5f}, 211);  // beta: direct stores
+    run_case({200, 136, 528, F8, DType::F32, false, true}, 212);
+}
+// K not a multiple of the 128-element k-block (TMA zero-fills the last one), M / N tails, skinny M.
+TEST_F(Gemm, Fp8TailsAndSkinny) {
+    constexpr DType F8 = DType::F8E4M3;
+    run_case({77, 136, 208, F8, DType::BF16}, 220);
+    run_case({333, 520, 1040, F8, DType::BF16, false, false, 0.f, false, 0, 0, 0, 0, 1.f}, 221);
+    run_case({129, 264, 16, F8, DType::F32}, 222);
+    for (int m : {1, 16, 65, 128}) run_case({m, 1024, 512, F8, DType::BF16}, 223 + m);
+}
+// Forced configs: 192-row tiles with a partial last slab, one consumer warpgroup, and the split-K tail (whose
+// k-block count is in 128-element blocks: K = 2000 would not do, 2048 is 16 of them).
+TEST_F(Gemm, Fp8ForcedConfigsAndSplitTail) {
+    constexpr DType F8 = DType::F8E4M3;
+    run_case({777, 1048, 528, F8, DType::BF16, false, false, 0.f, false, 1, 0, 192, 176, 1.f}, 230);
+    run_case({200, 1000, 1504, F8, DType::BF16, false, true, 0.f, false, 1, 0, 64, 208}, 231);
+    run_case({1000, 1000, 2048, F8, DType::BF16, false, false, 0.f, false, 3, 12, 128, 256, 1.f}, 232);
+    run_case({1000, 1000, 2064, F8, DType::F32, false, true, 0.f, false, 2, 9, 192, 176}, 233);
 }
 
 // ---- split-K tail ------------------------------------------------------------------------------------------------
@@ -480,6 +561,21 @@ TEST_F(Gemm, RejectsBadInput) {
     EXPECT_THROW(loom::gemm(A, Bi, C), loom::Error);  // dtype
     loom::MatrixView Am{reinterpret_cast<char*>(buf.p) + 2, DType::BF16, 64, 64, 0};
     EXPECT_THROW(loom::gemm(Am, A, C), loom::Error);  // alignment
+    // fp8: B as [K, N], the sm_80 kernel, K not a multiple of 16, mixed with bf16, a config with 64-element k-blocks.
+    loom::MatrixView A8{buf.p, DType::F8E4M3, 64, 64, 0}, B8{buf.p, DType::F8E4M3, 64, 64, 0};
+    loom::GemmOptions kn;
+    kn.b_kn = true;
+    EXPECT_THROW(loom::gemm(A8, B8, C, kn), loom::Error);
+    loom::GemmOptions sm80;
+    sm80.force_sm80 = true;
+    EXPECT_THROW(loom::gemm(A8, B8, C, sm80), loom::Error);
+    loom::MatrixView A8k{buf.p, DType::F8E4M3, 64, 24, 32}, B8k{buf.p, DType::F8E4M3, 64, 24, 32};
+    EXPECT_THROW(loom::gemm(A8k, B8k, C), loom::Error);
+    EXPECT_THROW(loom::gemm(A8, B, C), loom::Error);
+    loom::GemmConfig bf16_cfg;  // block_k 64
+    loom::GemmOptions with_cfg;
+    with_cfg.config = &bf16_cfg;
+    EXPECT_THROW(loom::gemm(A8, B8, C, with_cfg), loom::Error);
 }
 
 }  // namespace

@@ -293,6 +293,46 @@ TEST(GemmValidate, NamesTheProblem) {
     EXPECT_THROW(loom::gemm_validate(a, b, c, o), loom::Error);
 }
 
+// fp8 e4m3: accepted by loom::gemm's validation only (the overlapped ops keep to bf16 / f16), B as [N, K], K a
+// multiple of 16, both operands e4m3; configs carry 128-element k-blocks, and the split tail counts those.
+TEST(GemmValidate, Fp8Inputs) {
+    alignas(16) static char buf[1 << 16];
+    loom::MatrixView a{buf, DType::F8E4M3, 64, 64, 0}, b{buf, DType::F8E4M3, 64, 64, 0};
+    loom::MatrixView c{buf, DType::BF16, 64, 64, 0};
+    EXPECT_NO_THROW(loom::gemm_validate(a, b, c, {}, /*allow_f8=*/true));
+    EXPECT_THROW(loom::gemm_validate(a, b, c, {}), loom::Error);  // the overlapped ops' call
+    loom::GemmOptions kn;
+    kn.b_kn = true;
+    EXPECT_THROW(loom::gemm_validate(a, b, c, kn, true), loom::Error);
+    loom::MatrixView a24{buf, DType::F8E4M3, 64, 24, 32}, b24{buf, DType::F8E4M3, 64, 24, 32};
+    EXPECT_THROW(loom::gemm_validate(a24, b24, c, {}, true), loom::Error);  // K = 24: rows of 24 bytes
+    loom::MatrixView b16{buf, DType::BF16, 64, 64, 0};
+    EXPECT_THROW(loom::gemm_validate(a, b16, c, {}, true), loom::Error);
+    loom::MatrixView c8{buf, DType::F8E4M3, 64, 64, 0};
+    EXPECT_THROW(loom::gemm_validate(a, b, c8, {}, true), loom::Error);  // fp8 output is not offered
+
+    const auto cfg =
+        loom::gemm_heuristic(8192, 8192, 8192, false, 90, 132, true, loom::GemmTiles::Plain, DType::F8E4M3);
+    EXPECT_EQ(cfg.block_k, 128);
+    EXPECT_EQ(cfg.block_m, 128);
+    EXPECT_EQ(cfg.block_n, 256);
+    EXPECT_EQ(cfg.cluster_m, 2);  // fp8 takes 2-CTA clusters where M has two M-blocks
+    EXPECT_EQ(cfg.tail_splits, 1);
+    EXPECT_NE(cfg.str().find("128x256x128"), std::string::npos) << cfg.str();
+    const auto skinny =
+        loom::gemm_heuristic(128, 8192, 4096, false, 90, 132, true, loom::GemmTiles::Plain, DType::F8E4M3);
+    EXPECT_EQ(skinny.cluster_m, 1) << skinny.str();
+    EXPECT_EQ(skinny.block_k, 128);
+    EXPECT_NO_THROW(loom::gemm_validate_config(cfg, false, DType::F8E4M3));
+    EXPECT_THROW(loom::gemm_validate_config(cfg, false, DType::BF16), loom::Error);
+    EXPECT_THROW(loom::gemm_validate_config(loom::GemmConfig{}, false, DType::F8E4M3), loom::Error);
+    // The split tail's cap is the k-blocks: K = 256 is 2 of 128 elements (4 of 64 for bf16).
+    loom::GemmConfig single = cfg;  // the split tail is for single-CTA tiles
+    single.cluster_m = 1;
+    EXPECT_EQ(loom::gemm_tail_plan(8192, 3696, 256, single, 132, 8).splits, 2);
+    EXPECT_EQ(loom::gemm_tail_plan(8192, 3696, 256, loom::GemmConfig{}, 132, 8).splits, 4);
+}
+
 void expect_clean(const loom::jit::CompileResult& r, const std::string& what) {
     EXPECT_FALSE(r.cubin.empty()) << what;
     EXPECT_EQ(r.spill_bytes, 0) << what << "\n" << r.resource_report;
@@ -425,6 +465,37 @@ TEST(GemmCompile, SplitTailKernelHasNoSpills) {
     EXPECT_EQ(
         loom::gemm_kernel_spec(loom::GemmConfig{}, DType::BF16, DType::BF16, DType::F32, false).template_args.size(),
         10u);
+}
+
+// The fp8 instantiations (wgmma k32 e4m3): both epilogues, 16- and 32-bit outputs, one, two and three consumer
+// warpgroups, the split tail.
+TEST(GemmCompile, Fp8KernelHasNoSpills) {
+    struct Cfg {
+        int bm, bn, splits;
+        DType out;
+        bool affine;
+    };
+    for (const Cfg& x :
+         {Cfg{128, 256, 1, DType::BF16, false}, Cfg{128, 256, 1, DType::BF16, true}, Cfg{128, 256, 1, DType::F32, true},
+          Cfg{128, 224, 1, DType::F16, false}, Cfg{64, 256, 1, DType::BF16, true}, Cfg{192, 176, 1, DType::BF16, false},
+          Cfg{128, 256, 3, DType::BF16, false}, Cfg{192, 176, 3, DType::F32, true}}) {
+        loom::GemmConfig c =
+            loom::gemm_heuristic(8192, 8192, 8192, false, 90, 132, true, loom::GemmTiles::Plain, DType::F8E4M3);
+        c.cluster_m = x.bm == 128 && x.splits == 1 ? 2 : 1;  // the heuristic's clusters where they apply
+        c.block_m = x.bm;
+        c.block_n = x.bn;
+        c.tail_splits = x.splits;
+        c.stages = std::min(loom::kernels::gemm_sm90_max_stages(x.bm, x.bn), 6);
+        EXPECT_NO_THROW(loom::gemm_validate_config(c, false, DType::F8E4M3)) << c.str();
+        const std::optional<DType> bias = x.affine ? std::optional<DType>(DType::F32) : std::nullopt;
+        const auto spec = loom::gemm_kernel_spec(c, DType::F8E4M3, x.out, bias, false);
+        EXPECT_EQ(spec.template_args.front(), "__nv_fp8_e4m3");
+        const auto r = loom::jit::compile(spec, 90);
+        expect_clean(r, spec.display());
+        EXPECT_EQ(r.resource_report.find("C7510"), std::string::npos)
+            << "wgmma serialised in " << spec.display() << "\n"
+            << r.resource_report;
+    }
 }
 
 TEST(GemmCompile, Sm80KernelCompilesForAmpereAndAda) {

@@ -1,4 +1,5 @@
-// Hopper GEMM: D[M, N] = alpha * A[M, K] * B^T + beta * D + bias[N], bf16/fp16 in, fp32 accumulate.
+// Hopper GEMM: D[M, N] = alpha * A[M, K] * B^T + beta * D + bias[N], bf16/fp16 (or fp8 e4m3 with B [N, K]) in, fp32
+// accumulate.
 //
 // Data path: TMA (128B swizzle) -> STAGES-deep mbarrier ring in shared memory -> wgmma (both operands from
 // shared memory) -> registers -> 128B-swizzled staging buffers in shared memory -> TMA stores (a BLOCK_N that is not
@@ -47,6 +48,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "loom/config.hpp"
 #include "loom/kernels/gemm_params.hpp"
@@ -156,17 +158,18 @@ LOOM_DEVICE LOOM_FORCEINLINE void release_slot(tile::TmaPipeline<STAGES>* pipe, 
     }
 }
 
-// TIn: __nv_bfloat16 or __half. TOut: __nv_bfloat16, __half or float. TBias: any of those (unused when
-// args.bias is null). kBKMajor: B is [N, K] row-major (K contiguous); otherwise B is [K, N] row-major.
-// CLUSTER_M: 1, or 2 (launched with cluster dims (2, 1, 1), gridDim.x even; the host map of a K-major B then has
-// boxes of BLOCK_N / 2 rows). tmap_d: D with boxes of 64 rows x gemm_store_box_cols(sizeof(TOut)) columns, 128B
-// swizzle (read only by the TMA-store epilogue). kTmaStoreEpilogue: stage the output in shared memory and store
-// it with TMA (when BLOCK_N is a multiple of the store box; requires args.beta == 0, which the host checks);
-// false: direct global stores that also read D for beta != 0. (Two instantiations rather than a runtime branch:
-// both epilogues in one kernel exceed the 168 registers a 384-thread CTA compiles for, and spill.)
-// kSplitTail: walk the split-K tail's work units (args.dp_tiles, args.tail_splits, args.partials,
-// args.tile_counters; see the top of this file); only with CLUSTER_M = 1 and the default hooks. A separate
-// instantiation, chosen by the host when the tail is split, so the plain kernel is the same as without it.
+// TIn: __nv_bfloat16, __half, or __nv_fp8_e4m3 (kBKMajor only; a k-block is then 128 elements, the same 128-byte
+// swizzle rows, and each k32 wgmma step the same 32 bytes as a 16-bit k16 step). TOut: __nv_bfloat16, __half or float.
+// TBias: any of those (unused when args.bias is null). kBKMajor: B is [N, K] row-major (K contiguous); otherwise B is
+// [K, N] row-major. CLUSTER_M: 1, or 2 (launched with cluster dims (2, 1, 1), gridDim.x even; the host map of a K-major
+// B then has boxes of BLOCK_N / 2 rows). tmap_d: D with boxes of 64 rows x gemm_store_box_cols(sizeof(TOut)) columns,
+// 128B swizzle (read only by the TMA-store epilogue). kTmaStoreEpilogue: stage the output in shared memory and store it
+// with TMA (when BLOCK_N is a multiple of the store box; requires args.beta == 0, which the host checks); false: direct
+// global stores that also read D for beta != 0. (Two instantiations rather than a runtime branch: both epilogues in one
+// kernel exceed the 168 registers a 384-thread CTA compiles for, and spill.) kSplitTail: walk the split-K tail's work
+// units (args.dp_tiles, args.tail_splits, args.partials, args.tile_counters; see the top of this file); only with
+// CLUSTER_M = 1 and the default hooks. A separate instantiation, chosen by the host when the tail is split, so the
+// plain kernel is the same as without it.
 template <class TIn, class TOut, class TBias, int BLOCK_M, int BLOCK_N, int STAGES, bool kBKMajor, int CLUSTER_M = 1,
           bool kTmaStoreEpilogue = true, class Hooks = tile::GemmNoHooks, bool kSplitTail = false>
 __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
@@ -180,7 +183,8 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     static_assert(kBKMajor || BLOCK_N % 64 == 0, "B as [K, N] needs BLOCK_N a multiple of 64");
     static_assert(STAGES >= 2 && STAGES <= 8, "STAGES in [2, 8]");
     static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "CLUSTER_M is 1 or 2");
-    static_assert(sizeof(TIn) == 2, "inputs are bf16 or fp16");
+    constexpr bool kFp8 = tile::kSameType<TIn, __nv_fp8_e4m3>;
+    static_assert(sizeof(TIn) == 2 || (kFp8 && kBKMajor), "inputs are bf16 or fp16, or fp8 e4m3 with B as [N, K]");
     static_assert(!kSplitTail ||
                       (CLUSTER_M == 1 && !Hooks::kEpilogueHooks && !Hooks::kAccEpilogue && !Hooks::kNotifiesAfterStore),
                   "the split tail walks single-CTA tiles and publishes nothing per tile: no epilogue or after-store "
@@ -190,8 +194,9 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
 #if LOOM_SM90A
     constexpr int kConsumers = BLOCK_M / 64;
     constexpr bool kBF16 = tile::kSameType<TIn, __nv_bfloat16>;
-    constexpr uint32_t kABytes = tile::swizzled_box_bytes(BLOCK_M);  // (BLOCK_M, 64) bf16
-    constexpr uint32_t kBBytes = tile::swizzled_box_bytes(BLOCK_N);  // (BLOCK_N, 64) bf16
+    constexpr int kBlockK = gemm_block_k(sizeof(TIn));               // elements of one 128-byte row
+    constexpr uint32_t kABytes = tile::swizzled_box_bytes(BLOCK_M);  // (BLOCK_M, kBlockK): 128 B per row
+    constexpr uint32_t kBBytes = tile::swizzled_box_bytes(BLOCK_N);  // (BLOCK_N, kBlockK)
     constexpr int kProducerRegs = 40;
     // Per consumer thread after setmaxnreg: (40 + kConsumers x kConsumerRegs) x 128 <= 64 Ki registers. (ptxas
     // allocates for the launch bound's cap either way: 168 with two consumers, 128 with three.)
@@ -254,7 +259,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     using Scheduler = tile::PersistentScheduler<BLOCK_M, BLOCK_N, Hooks, CLUSTER_M>;
     Scheduler sched = kSplitTail ? Scheduler(args.m, args.n, tile::TileGrid{args.tiles_m, args.tiles_n, args.group_m})
                                  : Scheduler(args.m, args.n, args.group_m);
-    const int num_k_blocks = kSplitTail ? args.num_k_blocks : (args.k + kGemmBlockK - 1) / kGemmBlockK;
+    const int num_k_blocks = kSplitTail ? args.num_k_blocks : (args.k + kBlockK - 1) / kBlockK;
     tile::TileCoord t;
     tile::WorkUnit w;  // k-blocks [w.kb_begin, w.kb_begin + w.kb_count) of tile t; w.split >= 0: a split-tail unit
 
@@ -278,14 +283,14 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                 for (int kb = 0; kb < w.kb_count; ++kb) {
                     // Expect the whole B tile: our half and the peer's multicast half both land here.
                     uint64_t* full = pipe->producer_acquire(st, a_bytes + kBBytes);
-                    const int k0 = (w.kb_begin + kb) * kGemmBlockK;
+                    const int k0 = (w.kb_begin + kb) * kBlockK;
                     uint8_t* b_slot = smem_b + st.stage * kBBytes;
                     tile::tma_load_tile(smem_a + st.stage * kABytes, map_a, full, k0, row_a);
                     if constexpr (CLUSTER_M == 1) {
                         if constexpr (kBKMajor) {
                             tile::tma_load_tile(b_slot, &tmap_b, full, k0, t.col0);
                         } else {
-                            tile::tma_load_tile_mn<BLOCK_N, 64, kGemmBlockK>(b_slot, &tmap_b, full, t.col0, k0);
+                            tile::tma_load_tile_mn<BLOCK_N, 64, kBlockK>(b_slot, &tmap_b, full, t.col0, k0);
                         }
                     } else {
                         constexpr uint16_t kMask = (1u << CLUSTER_M) - 1u;
@@ -298,8 +303,8 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
 #pragma unroll
                             for (int j = 0; j < BLOCK_N / 64; ++j) {
                                 if (j % CLUSTER_M == static_cast<int>(cta_rank))
-                                    ptx::tma_load_2d_multicast(b_slot + j * tile::swizzled_box_bytes(kGemmBlockK),
-                                                               &tmap_b, full, t.col0 + 64 * j, k0, kMask);
+                                    ptx::tma_load_2d_multicast(b_slot + j * tile::swizzled_box_bytes(kBlockK), &tmap_b,
+                                                               full, t.col0 + 64 * j, k0, kMask);
                             }
                         }
                     }
@@ -344,8 +349,8 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                 ptx::wgmma_fence_operands(acc);
                 ptx::wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < kGemmBlockK / 16; ++kk) {
-                    // K-major, 128B swizzle: 8-row atoms 1024 B apart; a k16 step is 32 B along the row.
+                for (int kk = 0; kk < 4; ++kk) {
+                    // K-major, 128B swizzle: 8-row atoms 1024 B apart; a k16 (fp8: k32) step is 32 B along the row.
                     const uint64_t da = ptx::wgmma_smem_desc(a_tile + kk * 32, 0, 1024, ptx::SmemSwizzle::B128);
                     uint64_t db;
                     if constexpr (kBKMajor) {
@@ -353,10 +358,15 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                     } else {
                         // N-major: 64-column boxes (64 k-rows x 128 B) side by side 8 KiB apart (LBO), 8-k-row
                         // atoms 1024 B apart (SBO); a k16 step is 16 rows = 2 KiB.
-                        db = ptx::wgmma_smem_desc(b_tile + kk * 2048, tile::swizzled_box_bytes(kGemmBlockK), 1024,
+                        db = ptx::wgmma_smem_desc(b_tile + kk * 2048, tile::swizzled_box_bytes(kBlockK), 1024,
                                                   ptx::SmemSwizzle::B128);
                     }
-                    ptx::wgmma_m64k16<BLOCK_N, kBF16, 0, kBKMajor ? 0 : 1>(acc, da, db, (kb > 0 || kk > 0) ? 1 : 0);
+                    const int scale_d = (kb > 0 || kk > 0) ? 1 : 0;
+                    if constexpr (kFp8) {
+                        ptx::wgmma_m64k32_e4m3<BLOCK_N>(acc, da, db, scale_d);
+                    } else {
+                        ptx::wgmma_m64k16<BLOCK_N, kBF16, 0, kBKMajor ? 0 : 1>(acc, da, db, scale_d);
+                    }
                 }
                 ptx::wgmma_commit_group();
                 ptx::wgmma_fence_operands(acc);

@@ -25,7 +25,7 @@ struct GemmArgs {
     int32_t dp_tiles;
     int32_t tail_splits;   // <= 256
     int32_t work_units;    // dp_tiles + tail tiles x tail_splits
-    int32_t num_k_blocks;  // ceil(k / kGemmBlockK)
+    int32_t num_k_blocks;  // ceil(k / gemm_block_k(input element bytes))
     int32_t tiles_m, tiles_n;
     // Rows of A's TMA box when A has fewer rows than BLOCK_M (skinny M: the box is M rounded up to 8 instead of
     // BLOCK_M, so the loads fetch no out-of-bounds rows; with BLOCK_M-row boxes the 64 x 64 config took 105 us at
@@ -36,6 +36,8 @@ struct GemmArgs {
 };
 
 inline constexpr int kGemmBlockK = 64;  // one 128-byte swizzle row of bf16/fp16
+// A k-block of the Hopper kernel in elements of the input type: one 128-byte swizzle row (64 bf16 / fp16, 128 fp8).
+LOOM_HOST_DEVICE constexpr int gemm_block_k(int in_elem_bytes) { return 128 / in_elem_bytes; }
 // Accumulator epilogue hooks (kAccEpilogue): the producer calls prefetch_epilogue this many loads before the tile's
 // last, so STAGES more k-blocks before its epilogue (~0.5 us each at 128 x 256 on an H200: a few us for an L2
 // prefetch to land, too little for the GEMM's operand traffic to evict it again).

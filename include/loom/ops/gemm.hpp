@@ -2,7 +2,11 @@
 //
 // A is [M, K] row-major; B is [N, K] row-major (the weight layout of a linear layer) or, with b_kn, [K, N]
 // row-major. bf16 or fp16 inputs (both the same), fp32 accumulation, bf16 / fp16 / fp32 output. M, N, K are
-// multiples of 8 (16-byte rows for TMA), tails of the tile shape are handled. Stream-ordered; the kernel is
+// multiples of 8 (16-byte rows for TMA), tails of the tile shape are handled.
+// fp8 e4m3 inputs (DType::F8E4M3, both A and B; Hopper only): B as [N, K] (wgmma reads 8-bit operands K-major
+// only), K a multiple of 16. Per-tensor scales go into alpha (alpha = scale_a * scale_b). The tensor cores add the
+// e4m3 products with fewer than fp32's mantissa bits (no promotion to CUDA-core fp32 sums: cuBLASLt's
+// CUBLASLT_MATMUL_DESC_FAST_ACCUM mode); docs/gemm.md "FP8". Stream-ordered; the kernel is
 // compiled at first use by Loom's JIT and cached.
 //
 // On sm_90 the Hopper kernel runs (kernels/gemm.cuh: TMA + wgmma, warp-specialised, persistent); on sm_80 /
@@ -31,7 +35,8 @@ struct GemmConfig {
     int block_m = 128;  // 64, 128 or 192: one, two or three consumer warpgroups (192: cluster_m 1)
     int block_n = 256;  // multiple of 16 in [16, 256] (<= kGemmMaxBlockN192 = 176 with block_m 192); multiple of 64
                         // when B is [K, N]
-    int block_k = 64;   // fixed: one 128-byte swizzle row
+    int block_k = 64;   // one 128-byte swizzle row of the inputs: 64 for bf16 / fp16, 128 for fp8 e4m3
+                        // (gemm_heuristic sets it from the input type; a config with another value is rejected)
     int stages = 4;
     int cluster_m = 1;      // 1, or 2: CTA pairs along M share the B tile by TMA multicast
     int group_m = 8;        // raster group (M-blocks swept together)
@@ -74,8 +79,9 @@ enum class GemmTiles {
     // plain GEMM measured faster with 240- or 176-wide tiles).
     Overlap,
 };
+// `in`: the input type (its size sets block_k and so the k-blocks the split tail counts).
 GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, int num_sms, bool split_tail = true,
-                          GemmTiles tiles = GemmTiles::Plain);
+                          GemmTiles tiles = GemmTiles::Plain, DType in = DType::BF16);
 
 // The widest BLOCK_N of 192-row tiles: their 512-thread CTA compiles under a 128-register cap. wgmma n208 does not
 // compile under it (ptxas: "Insufficient registers (128)"), and 192-wide tiles spill in the affine, [K, N]-B and
@@ -150,7 +156,10 @@ int gemm_bind_split_tail(GemmSm90Launch& l, const GemmConfig& cfg, int64_t m, in
 int64_t gemm_sm90_grid(int64_t m, int64_t n, const GemmConfig& cfg, int num_sms);
 
 // Validation shared by gemm() and the overlapped ops: raises loom::Error naming what was expected and given.
-void gemm_validate(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& opts);
-void gemm_validate_config(const GemmConfig& cfg, bool b_kn);
+// allow_f8: fp8 e4m3 inputs are accepted (loom::gemm; the overlapped ops take bf16 / fp16 only).
+void gemm_validate(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& opts,
+                   bool allow_f8 = false);
+// `in`: the input type, whose 128-byte rows set the expected block_k.
+void gemm_validate_config(const GemmConfig& cfg, bool b_kn, DType in = DType::BF16);
 
 }  // namespace loom

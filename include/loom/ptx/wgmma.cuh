@@ -105,7 +105,7 @@ LOOM_DEVICE LOOM_FORCEINLINE uint64_t wgmma_smem_desc(const void* smem, uint32_t
     return desc;
 }
 
-// ---- wgmma.mma_async m64nNk16, fp32 accumulate, A and B from shared memory -----------------------------------
+// ---- wgmma.mma_async m64nNk16 (16-bit inputs) and m64nNk32 (e4m3), fp32 accumulate, A and B from shared memory --
 // D[64, N] (+)= A[64, 16] * B[16, N]. kTransA / kTransB: 0 = K-major operand in smem, 1 = MN-major (transposed).
 // scale_d = 0 overwrites D (first k-step of a tile), 1 accumulates. Accumulator fragment of thread t of the
 // warpgroup (warp w = t / 32, lane l): d[4j + {0,1}] at (row 16w + l/4, cols 8j + 2(l%4) + {0,1}),
@@ -124,22 +124,33 @@ struct WgmmaM64K16;
                  "." TYPE " {" REGS "}, %" #IA ", %" #IB ", p, 1, 1, %" #ITA ", %" #ITB ";\n}\n"                       \
                  : __VA_ARGS__                                                                                         \
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB))
+// 8-bit inputs: k32, and no transpose immediates (wgmma reads e4m3 / e5m2 operands K-major only).
+#define LOOM_WGMMA_ASM_E4M3(N, IA, IB, IS, REGS, ...)                                                  \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IS ", 0;\nwgmma.mma_async.sync.aligned.m64n" #N \
+                 "k32.f32.e4m3.e4m3 {" REGS "}, %" #IA ", %" #IB ", p, 1, 1;\n}\n"                     \
+                 : __VA_ARGS__                                                                         \
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 #else
 #define LOOM_WGMMA_ASM(...) __trap()
+#define LOOM_WGMMA_ASM_E4M3(...) __trap()
 #endif
 
-#define LOOM_WGMMA_M64K16(N, IA, IB, IS, ITA, ITB, REGS, ...)                                             \
-    template <>                                                                                           \
-    struct WgmmaM64K16<N> {                                                                               \
-        template <bool kBF16, int kTransA, int kTransB>                                                   \
-        static LOOM_DEVICE LOOM_FORCEINLINE void mma(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, \
-                                                     int scale_d) {                                       \
-            if constexpr (kBF16) {                                                                        \
-                LOOM_WGMMA_ASM(N, IA, IB, IS, ITA, ITB, REGS, "bf16", __VA_ARGS__);                       \
-            } else {                                                                                      \
-                LOOM_WGMMA_ASM(N, IA, IB, IS, ITA, ITB, REGS, "f16", __VA_ARGS__);                        \
-            }                                                                                             \
-        }                                                                                                 \
+#define LOOM_WGMMA_M64K16(N, IA, IB, IS, ITA, ITB, REGS, ...)                                                  \
+    template <>                                                                                                \
+    struct WgmmaM64K16<N> {                                                                                    \
+        template <bool kBF16, int kTransA, int kTransB>                                                        \
+        static LOOM_DEVICE LOOM_FORCEINLINE void mma(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,      \
+                                                     int scale_d) {                                            \
+            if constexpr (kBF16) {                                                                             \
+                LOOM_WGMMA_ASM(N, IA, IB, IS, ITA, ITB, REGS, "bf16", __VA_ARGS__);                            \
+            } else {                                                                                           \
+                LOOM_WGMMA_ASM(N, IA, IB, IS, ITA, ITB, REGS, "f16", __VA_ARGS__);                             \
+            }                                                                                                  \
+        }                                                                                                      \
+        static LOOM_DEVICE LOOM_FORCEINLINE void mma_e4m3(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, \
+                                                          int scale_d) {                                       \
+            LOOM_WGMMA_ASM_E4M3(N, IA, IB, IS, REGS, __VA_ARGS__);                                             \
+        }                                                                                                      \
     };
 
 // clang-format off
@@ -251,6 +262,7 @@ LOOM_WGMMA_M64K16(256, 128, 129, 130, 131, 132,
 
 #undef LOOM_WGMMA_M64K16
 #undef LOOM_WGMMA_ASM
+#undef LOOM_WGMMA_ASM_E4M3
 #undef LOOM_WGMMA_D8
 
 // D[64, N] (+)= A * B for N a multiple of 16 in [16, 256]; kBF16 selects bf16 (else fp16) inputs.
@@ -258,6 +270,16 @@ template <int N, bool kBF16, int kTransA = 0, int kTransB = 0>
 LOOM_DEVICE LOOM_FORCEINLINE void wgmma_m64k16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
     static_assert(N % 16 == 0 && N >= 16 && N <= 256, "wgmma_m64k16: N must be a multiple of 16 in [16, 256]");
     WgmmaM64K16<N>::template mma<kBF16, kTransA, kTransB>(d, desc_a, desc_b, scale_d);
+}
+
+// D[64, N] (+)= A[64, 32] * B[32, N] with fp8 e4m3 inputs, both K-major in shared memory (the only layout wgmma
+// takes for 8-bit types): a k32 step spans the same 32 bytes of a 128-byte swizzle row as a 16-bit k16 step.
+// Accumulator fragment as for wgmma_m64k16. The tensor cores add the products into the fp32 accumulators with
+// fewer than fp32's mantissa bits (DeepGEMM measured about 14 on H800); callers that need more promote partial sums.
+template <int N>
+LOOM_DEVICE LOOM_FORCEINLINE void wgmma_m64k32_e4m3(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    static_assert(N % 16 == 0 && N >= 16 && N <= 256, "wgmma_m64k32_e4m3: N must be a multiple of 16 in [16, 256]");
+    WgmmaM64K16<N>::mma_e4m3(d, desc_a, desc_b, scale_d);
 }
 
 }  // namespace loom::ptx
