@@ -6,7 +6,10 @@
 // interleaved, same binary). Each row names cuBLASLt's chosen algorithm (cublaslt_algo: cublasLt.h enum ids).
 //
 //   bench-gemm [--out docs/perf/gemm.json] [--quick] [--sweep] [--cluster 1|2] [--iters N] [--shapes MxNxK,...]
-//              [--dtype bf16|f8e4m3]
+//              [--dtype bf16|f8e4m3] [--autotune]
+//
+// --autotune: per shape, also the config loom::gemm takes with LOOM_AUTOTUNE=1 (its candidates timed by the autotuner,
+// the winner persisted under LOOM_CACHE_DIR/tune/gemm/), checked and timed like the heuristic's as variant "autotuned".
 //
 // fp8 (op "gemm_fp8"): the ratio is to cuBLASLt with CUBLASLT_MATMUL_DESC_FAST_ACCUM (the products summed in the
 // tensor cores' precision, as Loom's kernel sums them); cuBLASLt's default (partial sums promoted to fp32 on the CUDA
@@ -36,6 +39,7 @@
 #include "harness.hpp"
 #include "loom/bf16.hpp"
 #include "loom/ops/gemm.hpp"
+#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 
 namespace {
@@ -149,6 +153,8 @@ int main(int argc, char** argv) {
     app.add_option("--iters", iters, "timed runs per shape")->capture_default_str()->check(CLI::PositiveNumber);
     std::vector<std::string> custom;
     app.add_option("--shapes", custom, "these shapes (MxNxK, comma-separated) instead of the issue's")->delimiter(',');
+    bool autotune = false;
+    app.add_flag("--autotune", autotune, "also time the autotuner's choice per shape (variant \"autotuned\")");
     std::string dtype = "bf16";
     app.add_option("--dtype", dtype, "input type (fp8: B as [N, K], K a multiple of 16)")
         ->capture_default_str()
@@ -191,8 +197,8 @@ int main(int argc, char** argv) {
     // Pass order: unclustered configs for every shape, then clustered ones (see the header comment).
     std::vector<int> passes = sweep ? std::vector<int>{1, 2} : std::vector<int>{0};
     if (sweep && (only_cluster == 1 || only_cluster == 2)) passes = {only_cluster};
-    double log_heur = 0, log_best = 0, worst_heur = 1e9;
-    int n_heur = 0;
+    double log_heur = 0, log_best = 0, worst_heur = 1e9, log_tuned = 0, worst_tuned = 1e9;
+    int n_heur = 0, n_tuned = 0;
     std::vector<double> best_ratio(shapes.size(), 0);
     std::vector<std::string> best_name(shapes.size());
     std::printf("%-8s %-20s %-44s %10s %9s %9s %7s %s\n", "kind", "MxNxK", "variant / config", "us", "TFLOP/s",
@@ -228,6 +234,12 @@ int main(int argc, char** argv) {
             const double flops = 2.0 * s.m * s.n * s.k;
             std::vector<Variant> vs =
                 pass == 0 ? std::vector<Variant>{{"heuristic", heur}} : variants(s, heur, pass, sms, in);
+            if (pass == 0 && autotune) {
+                const loom::ScopedEnv tune("LOOM_AUTOTUNE", "1");
+                std::string source;
+                const loom::GemmConfig tuned = loom::gemm_config_for(A, B, C, {}, stream, &source);
+                vs.push_back({"autotuned", tuned});
+            }
             const std::string shape_str = fmt::format("{}x{}x{}", s.m, s.n, s.k);
             for (const Variant& v : vs) {
                 loom::GemmOptions opts;
@@ -275,6 +287,11 @@ int main(int argc, char** argv) {
                     worst_heur = std::min(worst_heur, ratio);
                     ++n_heur;
                 }
+                if (v.name == "autotuned") {
+                    log_tuned += std::log(ratio);
+                    worst_tuned = std::min(worst_tuned, ratio);
+                    ++n_tuned;
+                }
                 if (ratio > best_ratio[si]) {
                     best_ratio[si] = ratio;
                     best_name[si] = v.cfg.str();
@@ -307,6 +324,9 @@ int main(int argc, char** argv) {
     if (n_heur > 0)
         std::printf("heuristic: geomean ratio to cuBLASLt %.3f, worst %.3f (%d shapes)\n", std::exp(log_heur / n_heur),
                     worst_heur, n_heur);
+    if (n_tuned > 0)
+        std::printf("autotuned: geomean ratio to cuBLASLt %.3f, worst %.3f (%d shapes)\n",
+                    std::exp(log_tuned / n_tuned), worst_tuned, n_tuned);
     if (sweep) {
         int nb = 0;
         for (size_t si = 0; si < shapes.size(); ++si) {

@@ -10,8 +10,42 @@
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/tma.hpp"
+#include "ops/gemm_internal.hpp"
 
 namespace loom {
+namespace detail {
+
+GemmDevice gemm_device() {
+    static std::mutex mu;
+    static std::unordered_map<int, GemmDevice> cache;
+    int dev = 0;
+    LOOM_CHECK_CUDA(cudaGetDevice(&dev));
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(dev);
+    if (it != cache.end()) return it->second;
+    GemmDevice info;
+    int major = 0, minor = 0;
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&info.num_sms, cudaDevAttrMultiProcessorCount, dev));
+    info.arch = major * 10 + minor;
+    info.device = dev;
+    cache.emplace(dev, info);
+    return info;
+}
+
+void gemm_complete_config(GemmConfig& c, int64_t m, int64_t n, int num_sms) {
+    c.stages = std::min(kernels::gemm_sm90_max_stages(c.block_m, c.block_n), 6);
+    // Keep the CTAs that run together close to square in L2: group_m M-blocks x (num_sms / group_m) N-blocks.
+    c.group_m = static_cast<int>(std::clamp<int64_t>(
+        static_cast<int64_t>(std::lround(std::sqrt(num_sms * static_cast<double>(c.block_n) / c.block_m))), 1,
+        std::max<int64_t>((m + c.block_m - 1) / c.block_m, 1)));
+    if (const int64_t forced = env_int("LOOM_GEMM_GROUP_M", 0); forced > 0) c.group_m = static_cast<int>(forced);
+    if (c.cluster_m > 1) c.group_m = std::max(c.cluster_m, c.group_m / c.cluster_m * c.cluster_m);
+    c.grid = static_cast<int>(gemm_sm90_grid(m, n, c, num_sms));
+}
+
+}  // namespace detail
 namespace {
 
 // How efficiently a BLOCK_M x BLOCK_N tile runs, relative to 128 x 256 (1.0), for the heuristic's cost model.
@@ -38,29 +72,6 @@ double tile_efficiency(int bm, int bn) {
     };
     if (bm <= 64) return lookup(kSession8);
     return bm <= 128 ? lookup(k128) : lookup(k192);
-}
-
-struct DeviceInfo {
-    int arch = 0;
-    int num_sms = 0;
-};
-
-DeviceInfo device_info() {
-    static std::mutex mu;
-    static std::unordered_map<int, DeviceInfo> cache;
-    int dev = 0;
-    LOOM_CHECK_CUDA(cudaGetDevice(&dev));
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(dev);
-    if (it != cache.end()) return it->second;
-    DeviceInfo info;
-    int major = 0, minor = 0;
-    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&info.num_sms, cudaDevAttrMultiProcessorCount, dev));
-    info.arch = major * 10 + minor;
-    cache.emplace(dev, info);
-    return info;
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -209,14 +220,7 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
                 }
             }
         }
-        c.stages = std::min(kernels::gemm_sm90_max_stages(c.block_m, c.block_n), 6);
-        // Keep the CTAs that run together close to square in L2: group_m M-blocks x (num_sms / group_m) N-blocks.
-        c.group_m = static_cast<int>(std::clamp<int64_t>(
-            static_cast<int64_t>(std::lround(std::sqrt(num_sms * static_cast<double>(c.block_n) / c.block_m))), 1,
-            std::max<int64_t>(ceil_div(m, c.block_m), 1)));
-        if (const int64_t forced = env_int("LOOM_GEMM_GROUP_M", 0); forced > 0) c.group_m = static_cast<int>(forced);
-        if (c.cluster_m > 1) c.group_m = std::max(c.cluster_m, c.group_m / c.cluster_m * c.cluster_m);
-        c.grid = static_cast<int>(gemm_sm90_grid(m, n, c, num_sms));
+        detail::gemm_complete_config(c, m, n, num_sms);
         if (may_split) {
             const GemmTailPlan p = gemm_tail_plan(m, n, k, c, every_sm ? num_sms : c.grid, requested);
             c.tail_splits = p.splits;
@@ -458,12 +462,19 @@ int gemm_bind_split_tail(GemmSm90Launch& l, const GemmConfig& cfg, int64_t m, in
 
 void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o, cudaStream_t stream) {
     gemm_validate(a, b, c, o, /*allow_f8=*/true);
-    const DeviceInfo dev = device_info();
+    const detail::GemmDevice dev = detail::gemm_device();
     LOOM_CHECK(dev.arch >= 80, "gemm: expected a GPU of compute capability >= 8.0, given {}.{}", dev.arch / 10,
                dev.arch % 10);
+    std::string source;
+    const GemmConfig cfg = gemm_config_for(a, b, c, o, stream, &source);
+    detail::gemm_launch(a, b, c, o, cfg, dev, stream, source.c_str());
+}
+
+namespace detail {
+
+void gemm_launch(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o, GemmConfig cfg,
+                 const GemmDevice& dev, cudaStream_t stream, const char* source) {
     const int64_t m = a.rows, k = a.cols, n = c.cols;
-    GemmConfig cfg =
-        o.config ? *o.config : gemm_heuristic(m, n, k, o.b_kn, dev.arch, dev.num_sms, true, GemmTiles::Plain, a.dtype);
     if (o.force_sm80 || dev.arch < 90 || env_flag("LOOM_GEMM_FORCE_SM80")) cfg.sm80 = true;
     LOOM_CHECK(!cfg.sm80 || a.dtype != DType::F8E4M3,
                "gemm: f8e4m3 inputs need the Hopper kernel (wgmma, sm_90); the sm_80 path (mma.sync) takes bf16 / f16, "
@@ -474,9 +485,9 @@ void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const G
     gemm_validate_config(cfg, o.b_kn, a.dtype);
     // Alpha = 1 without a bias takes the kernel whose epilogue does no arithmetic (where its epilogue applies).
     const std::optional<DType> bias_t = gemm_kernel_bias(cfg, c.dtype, o);
-    const bool debug = env_flag("LOOM_GEMM_DEBUG");
+    const bool debug = source != nullptr && env_flag("LOOM_GEMM_DEBUG");
     if (cfg.sm80) {
-        if (debug) fmt::print(stderr, "loom::gemm M={} N={} K={}: {}\n", m, n, k, cfg.str());
+        if (debug) fmt::print(stderr, "loom::gemm M={} N={} K={}: {} ({})\n", m, n, k, cfg.str(), source);
         const jit::Kernel* kernel = &jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, bias_t, o.b_kn));
         const kernels::GemmArgs args = whole_tile_args(c, m, n, k, o, cfg.group_m);
         jit::LaunchConfig lc;
@@ -497,11 +508,13 @@ void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const G
     // workspace stays locked until the launch is enqueued.
     std::unique_lock<std::mutex> ws_lock;
     cfg.tail_splits = gemm_bind_split_tail(l, cfg, m, n, k, stream, ws_lock);
-    if (debug) fmt::print(stderr, "loom::gemm M={} N={} K={}: {}\n", m, n, k, cfg.str());
+    if (debug) fmt::print(stderr, "loom::gemm M={} N={} K={}: {} ({})\n", m, n, k, cfg.str(), source);
     const jit::Kernel* kernel = &jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, bias_t, o.b_kn));
     struct NoHooks {
     } hooks;  // loom::tile::GemmNoHooks: an empty object, one byte as a kernel parameter
     (*kernel)(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, hooks);
 }
+
+}  // namespace detail
 
 }  // namespace loom

@@ -13,12 +13,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "common/reference.hpp"
 #include "common/test_env.hpp"
 #include "loom/ops/gemm.hpp"
+#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 
 namespace {
@@ -369,6 +374,85 @@ TEST_F(Gemm, Fp8ForcedConfigsAndSplitTail) {
     run_case({200, 1000, 1504, F8, DType::BF16, false, true, 0.f, false, 1, 0, 64, 208}, 231);
     run_case({1000, 1000, 2048, F8, DType::BF16, false, false, 0.f, false, 3, 12, 128, 256, 1.f}, 232);
     run_case({1000, 1000, 2064, F8, DType::F32, false, true, 0.f, false, 2, 9, 192, 176}, 233);
+}
+
+// ---- autotuning --------------------------------------------------------------------------------------------------
+
+// LOOM_AUTOTUNE=1 in a fresh cache: loom::gemm times its candidates on a scratch output the first time it sees a
+// shape, runs the winner (checked against the fp64 reference), persists it, and decides the same shape from memory
+// afterwards; the user's C is left alone by the timing runs; inside a graph capture nothing is timed.
+TEST_F(Gemm, AutotunePicksPersistsAndKeepsTheCallersOutput) {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::path(::testing::TempDir()) / ("loom-gemm-tune-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    const loom::ScopedEnv cache("LOOM_CACHE_DIR", dir.string());
+    const loom::ScopedEnv tune("LOOM_AUTOTUNE", "1");
+    // Skinny M (64-row tiles): few candidates to compile in the fresh cache.
+    Case cs{48, 1024, 512};
+    cs.alpha = 1.f;
+    run_case(cs, 300);  // tunes, then runs the winner, every element against the reference
+
+    const int m = 48, n = 1024, k = 512;
+    DevBuf<uint16_t> da(size_t(m) * k), db(size_t(n) * k), dc(size_t(m) * n);
+    std::vector<uint16_t> pattern(size_t(m) * n);
+    for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<uint16_t>(0x3f80 + i % 97);
+    LOOM_CHECK_CUDA(cudaMemcpy(dc.p, pattern.data(), pattern.size() * 2, cudaMemcpyHostToDevice));
+    LOOM_CHECK_CUDA(cudaMemset(da.p, 0, size_t(m) * k * 2));
+    LOOM_CHECK_CUDA(cudaMemset(db.p, 0, size_t(n) * k * 2));
+    loom::MatrixView A{da.p, DType::BF16, m, k, 0}, B{db.p, DType::BF16, n, k, 0}, C{dc.p, DType::BF16, m, n, 0};
+    std::string source;
+    const loom::GemmConfig tuned = loom::gemm_config_for(A, B, C, {}, nullptr, &source);
+    EXPECT_EQ(source, "tuned");  // decided by run_case's call, from memory now
+    loom::GemmOptions beta;      // another key (beta): tuned here, on a scratch output, C neither written nor read
+    beta.beta = 0.5f;
+    EXPECT_NO_THROW(loom::gemm_config_for(A, B, C, beta, nullptr, &source));
+    EXPECT_EQ(source, "tuned");
+    std::vector<uint16_t> after(pattern.size());
+    LOOM_CHECK_CUDA(cudaMemcpy(after.data(), dc.p, after.size() * 2, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(after, pattern) << "the tuning runs wrote the caller's C";
+
+    // A new key first seen inside a capture: the heuristic, no timing (a synchronising call would end the capture).
+    // Its kernel is compiled first, through an explicit config (which decides nothing), so the capture only launches.
+    int dev = 0, sms = 0, major = 0;
+    LOOM_CHECK_CUDA(cudaGetDevice(&dev));
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    const loom::GemmConfig heur40 = loom::gemm_heuristic(40, n, k, false, major * 10, sms);
+    loom::MatrixView C40{dc.p, DType::BF16, 40, n, 0}, A40{da.p, DType::BF16, 40, k, 0};
+    loom::GemmOptions explicit_cfg;
+    explicit_cfg.config = &heur40;
+    loom::gemm(A40, B, C40, explicit_cfg);
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+    cudaStream_t s;
+    LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    LOOM_CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    loom::gemm(A40, B, C40, {}, s);
+    cudaGraph_t g = nullptr;
+    LOOM_CHECK_CUDA(cudaStreamEndCapture(s, &g));
+    EXPECT_NE(g, nullptr);
+    loom::gemm_config_for(A40, B, C40, {}, s, &source);
+    EXPECT_EQ(source, "tuned");  // outside the capture the key is tuned
+    if (g) cudaGraphDestroy(g);
+    cudaStreamDestroy(s);
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+    // The persisted results: one per tuned key, the winner among the candidates and timed.
+    const auto candidates = loom::gemm_tune_candidates(m, n, k, false, DType::BF16, 90, 132);
+    int files = 0;
+    for (const auto& e : fs::recursive_directory_iterator(dir / "tune" / "gemm")) {
+        if (e.path().extension() != ".json") continue;
+        ++files;
+        const auto j = nlohmann::json::parse(std::ifstream(e.path()));
+        EXPECT_EQ(j.at("op"), "gemm");
+        EXPECT_NE(j.at("shape_bucket").get<std::string>().find("_n1024_k512_bf16_bf16_nk_"), std::string::npos);
+        EXPECT_GE(j.at("candidates").size(), 4u);
+        EXPECT_TRUE(j.at("winner_us").is_number());
+        EXPECT_NO_THROW(loom::gemm_config_from_json(j.at("winner_config").get<std::string>()));
+    }
+    EXPECT_EQ(files, 3);  // m = 48 plain and beta, m = 40 plain
+    EXPECT_GE(candidates.size(), 4u);
+    EXPECT_EQ(tuned.block_m, 64) << tuned.str();
+
+    fs::remove_all(dir);
 }
 
 // ---- split-K tail ------------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -331,6 +332,52 @@ TEST(GemmValidate, Fp8Inputs) {
     single.cluster_m = 1;
     EXPECT_EQ(loom::gemm_tail_plan(8192, 3696, 256, single, 132, 8).splits, 2);
     EXPECT_EQ(loom::gemm_tail_plan(8192, 3696, 256, loom::GemmConfig{}, 132, 8).splits, 4);
+}
+
+// The autotuner's candidates: the heuristic first, every one valid and distinct, the tile classes bench-gemm --sweep
+// times (192-row tiles only where M > 128, 64-row ones only where M <= 64, 64-multiples for [K, N] B); one for sm_80.
+TEST(GemmTune, CandidatesStartWithTheHeuristic) {
+    struct S {
+        int64_t m, n, k;
+        bool b_kn;
+        DType in;
+    };
+    for (const S& s : {S{8192, 4096, 1792, false, DType::BF16}, S{8192, 1376, 4096, false, DType::BF16},
+                       S{8192, 3696, 8192, false, DType::BF16}, S{1000, 520, 328, true, DType::F16},
+                       S{48, 1024, 512, false, DType::BF16}, S{8192, 8192, 3696, false, DType::F8E4M3}}) {
+        SCOPED_TRACE(testing::Message() << s.m << " x " << s.n << " x " << s.k << (s.b_kn ? " kn " : " nk ")
+                                        << loom::dtype_name(s.in));
+        const auto c = loom::gemm_tune_candidates(s.m, s.n, s.k, s.b_kn, s.in, 90, 132);
+        ASSERT_GE(c.size(), 4u);
+        EXPECT_EQ(c[0].str(),
+                  loom::gemm_heuristic(s.m, s.n, s.k, s.b_kn, 90, 132, true, loom::GemmTiles::Plain, s.in).str());
+        std::set<std::string> names;
+        bool has192 = false, has64 = false, has128 = false;
+        for (const auto& x : c) {
+            EXPECT_NO_THROW(loom::gemm_validate_config(x, s.b_kn, s.in)) << x.str();
+            EXPECT_TRUE(names.insert(x.str()).second) << "twice: " << x.str();
+            EXPECT_EQ(x.block_k, loom::kernels::gemm_block_k(loom::dtype_size(s.in)));
+            has192 |= x.block_m == 192;
+            has64 |= x.block_m == 64;
+            has128 |= x.block_m == 128;
+            if (s.b_kn) EXPECT_EQ(x.block_n % 64, 0) << x.str();
+        }
+        EXPECT_EQ(has192, s.m > 128);
+        EXPECT_EQ(has64, s.m <= 64);
+        EXPECT_EQ(has128, s.m > 64);
+    }
+    EXPECT_EQ(loom::gemm_tune_candidates(4096, 4096, 4096, false, DType::BF16, 80, 108).size(), 1u);
+}
+
+TEST(GemmTune, ConfigJsonRoundTrips) {
+    for (const auto& c : loom::gemm_tune_candidates(8192, 3696, 8192, false, DType::BF16, 90, 132)) {
+        const loom::GemmConfig back = loom::gemm_config_from_json(loom::gemm_config_to_json(c));
+        EXPECT_EQ(back.str(), c.str());
+        EXPECT_EQ(back.block_k, c.block_k);
+        EXPECT_EQ(back.tma_store, c.tma_store);
+    }
+    EXPECT_THROW(loom::gemm_config_from_json("{\"block_m\": 128}"), loom::Error);
+    EXPECT_THROW(loom::gemm_config_from_json("not json"), loom::Error);
 }
 
 void expect_clean(const loom::jit::CompileResult& r, const std::string& what) {

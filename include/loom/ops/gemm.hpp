@@ -109,6 +109,29 @@ struct GemmTailPlan {
 // cluster_m != 1.
 GemmTailPlan gemm_tail_plan(int64_t m, int64_t n, int64_t k, const GemmConfig& cfg, int64_t grid, int requested);
 
+// ---- autotuning (jit/autotune.hpp) -----------------------------------------------------------------------------
+// loom::gemm without GemmOptions::config runs, per (M, N, K, types, B layout, epilogue kind, arch, SM count) and
+// process, the first of: the autotuner's winner (LOOM_AUTOTUNE=1: every candidate below timed on the caller's stream,
+// on a scratch output, the first time the key is seen — a one-off cost of seconds, JIT compiles included — and the
+// winner persisted under LOOM_CACHE_DIR/tune/gemm/), a winner persisted by an earlier tuning run, or the heuristic.
+// Tune with one process per GPU: ranks sharing a GPU would time each other's work. While the stream captures a graph
+// nothing is timed (the heuristic or a persisted winner runs).
+
+// The autotuner's candidates: the heuristic's config first, then what bench-gemm --sweep times — 128-row tiles of every
+// BLOCK_N (the most stages that fit, whole tiles), 192-row tiles whole and with the automatic split tail (M > 128),
+// 64-row tiles (M <= 64), the heuristic with its split tail toggled, 2-CTA clusters at BLOCK_N 256 and the
+// heuristic's (with one CTA per tile where the heuristic clusters). Every candidate passes gemm_validate_config.
+std::vector<GemmConfig> gemm_tune_candidates(int64_t m, int64_t n, int64_t k, bool b_kn, DType in, int arch,
+                                             int num_sms);
+// A config as the autotuner keeps it (JSON of every field), and back; from_json raises loom::Error on a malformed one.
+std::string gemm_config_to_json(const GemmConfig& cfg);
+GemmConfig gemm_config_from_json(const std::string& json);
+
+// The config loom::gemm runs for these arguments (opts.config if given, else as described above; may tune, and then
+// synchronises `stream`). `source`, when given, gets "config", "tuned", "persisted" or "heuristic".
+GemmConfig gemm_config_for(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& opts,
+                           cudaStream_t stream = nullptr, std::string* source = nullptr);
+
 // ---- building blocks for kernels that reuse the Hopper GEMM with overlap hooks (AllGather+GEMM, GEMM+RS) ----
 
 // JIT spec of gemm_sm90_tma_wgmma (or gemm_sm80_mma_sync when cfg.sm80) with literal template arguments.

@@ -1,0 +1,29 @@
+// loom::gemm's pieces shared by src/ops/gemm.cpp (the launch) and src/ops/gemm_tune.cpp (the config choice and the
+// autotuner, which times candidates through the same launch path).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "loom/ops/gemm.hpp"
+
+namespace loom::detail {
+
+struct GemmDevice {
+    int device = 0;
+    int arch = 0;     // e.g. 90
+    int num_sms = 0;  // as the device reports it (an MPS client's share where MPS limits it)
+};
+// The current device's, cached per device.
+GemmDevice gemm_device();
+
+// Stages (the most that fit, <= 6), raster group (about sqrt(SMs x BLOCK_N / BLOCK_M) M-blocks, LOOM_GEMM_GROUP_M
+// overrides it) and persistent grid of a tile choice, as gemm_heuristic sets them; tail_splits is left as it is.
+void gemm_complete_config(GemmConfig& c, int64_t m, int64_t n, int num_sms);
+
+// Launches validated inputs with `cfg` as loom::gemm does after choosing it: the sm_80 path where forced or below
+// sm_90, the direct-store epilogue for beta != 0, the split tail bound to (device, stream). Raises loom::Error on a
+// config the inputs cannot take. `source` (for LOOM_GEMM_DEBUG) names where cfg came from; nullptr prints nothing.
+void gemm_launch(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o, GemmConfig cfg,
+                 const GemmDevice& dev, cudaStream_t stream, const char* source);
+
+}  // namespace loom::detail
