@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -144,20 +145,38 @@ TuneResult autotune(const TuneRequest& req, World* world) {
     const std::size_t n = req.candidates.size();
     std::vector<double> mine(n, inf);
     std::vector<std::string> errors(n);
+    std::vector<std::vector<double>> runs(n);
+    const std::size_t rounds = static_cast<std::size_t>(std::max(req.rounds, 1));
     double best_local = inf;
+    for (std::size_t round = 0; round < rounds; ++round) {
+        const std::size_t start = round * n / rounds;
+        for (std::size_t j = 0; j < n; ++j) {
+            const std::size_t i = (start + j) % n;
+            // A candidate that threw is not run again: its error (e.g. a tile the shape cannot take) is the same on
+            // every rank, so every rank skips it alike, as collective candidates need.
+            if (!errors[i].empty()) continue;
+            double t = inf;
+            try {
+                t = req.time_us(req.candidates[i]);
+            } catch (const Error& e) {
+                errors[i] = e.what();
+            }
+            if (std::isfinite(t) && t > 0) {
+                runs[i].push_back(t);
+                best_local = std::min(best_local, t);
+            }
+            if (rank == 0) {
+                fmt::print(stderr, "\r[loom tune] {} {}: round {}/{} {}/{} {} {} (best {:.1f} us)\033[K", req.op,
+                           req.shape_bucket, round + 1, rounds, j + 1, n, req.candidates[i].name,
+                           std::isfinite(t) ? fmt::format("{:.1f} us", t) : std::string("failed"), best_local);
+            }
+        }
+    }
     for (std::size_t i = 0; i < n; ++i) {
-        try {
-            double t = req.time_us(req.candidates[i]);
-            if (std::isfinite(t) && t > 0) mine[i] = t;
-        } catch (const Error& e) {
-            errors[i] = e.what();
-        }
-        best_local = std::min(best_local, mine[i]);
-        if (rank == 0) {
-            fmt::print(stderr, "\r[loom tune] {} {}: {}/{} {} {} (best {:.1f} us)\033[K", req.op, req.shape_bucket,
-                       i + 1, n, req.candidates[i].name,
-                       std::isfinite(mine[i]) ? fmt::format("{:.1f} us", mine[i]) : std::string("failed"), best_local);
-        }
+        if (!errors[i].empty() || runs[i].size() != rounds) continue;  // failing once (error, no time): never wins
+        std::vector<double> r = runs[i];
+        std::nth_element(r.begin(), r.begin() + r.size() / 2, r.end());
+        mine[i] = r[r.size() / 2];
     }
 
     // Slowest rank decides each candidate's cost; rank 0 picks and publishes so that every rank agrees.

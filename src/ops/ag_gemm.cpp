@@ -24,6 +24,7 @@
 #include "loom/runtime/stream_ops.hpp"
 #include "loom/runtime/tma.hpp"
 #include "ops/overlap_state.hpp"
+#include "ops/overlap_tune.hpp"
 
 namespace loom {
 
@@ -154,8 +155,11 @@ OverlapPlan ag_gemm_plan(int64_t m, int64_t n_loc, int64_t k, int world_size, Ag
     return p;
 }
 
-void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
-             const AgGemmOptions& o) {
+namespace detail {
+
+// The op with the options as given (loom::ag_gemm decides Auto's tuned options first: src/ops/overlap_tuned_ops.cpp).
+void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
+                 const AgGemmOptions& o) {
     constexpr const char* op = "ag_gemm";
     overlap::OpState& st = overlap::op_state(world, overlap::OpKind::AgGemm, op);
     const int W = world.world_size(), me = world.local_rank();
@@ -314,5 +318,7 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
     if (side_after_gemm) enqueue_copy_engine_side();
     overlap::join(st, stream);
 }
+
+}  // namespace detail
 
 }  // namespace loom

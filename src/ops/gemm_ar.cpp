@@ -19,6 +19,7 @@
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/tma.hpp"
 #include "ops/overlap_state.hpp"
+#include "ops/overlap_tune.hpp"
 
 namespace loom {
 
@@ -183,8 +184,11 @@ OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, in
     return p;
 }
 
-void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
-             const GemmArOptions& o) {
+namespace detail {
+
+// The op with the options as given (loom::gemm_ar decides Auto's tuned options first: src/ops/overlap_tuned_ops.cpp).
+void gemm_ar_run(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
+                 const GemmArOptions& o) {
     constexpr const char* op = "gemm_ar";
     overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmAr, op);
     const int W = world.world_size();
@@ -218,5 +222,7 @@ void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const Matri
         gemm_ar_reduce_kernel(world, st, a, b, c, plan, stream);
     }
 }
+
+}  // namespace detail
 
 }  // namespace loom

@@ -35,6 +35,7 @@
 #include "loom/runtime/stream_ops.hpp"
 #include "loom/runtime/tma.hpp"
 #include "ops/overlap_state.hpp"
+#include "ops/overlap_tune.hpp"
 
 namespace loom {
 
@@ -370,8 +371,11 @@ OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, in
     return p;
 }
 
-void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
-             const GemmRsOptions& o) {
+namespace detail {
+
+// The op with the options as given (loom::gemm_rs decides Auto's tuned options first: src/ops/overlap_tuned_ops.cpp).
+void gemm_rs_run(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
+                 const GemmRsOptions& o) {
     constexpr const char* op = "gemm_rs";
     overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmRs, op);
     const int W = world.world_size();
@@ -420,5 +424,7 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
         gemm_rs_scatter(world, st, a, b, c, plan, stream);
     }
 }
+
+}  // namespace detail
 
 }  // namespace loom

@@ -17,49 +17,12 @@
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "ops/gemm_internal.hpp"
+#include "ops/tune_timing.hpp"
 
 namespace loom {
 namespace {
 
 using nlohmann::json;
-
-// Device memory for the tuning runs, freed with the object.
-struct DeviceScratch {
-    void* p = nullptr;
-    explicit DeviceScratch(size_t bytes) { LOOM_CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
-    ~DeviceScratch() { cudaFree(p); }
-    DeviceScratch(const DeviceScratch&) = delete;
-    DeviceScratch& operator=(const DeviceScratch&) = delete;
-};
-
-// Median time of `launch` on `stream` in microseconds: one untimed launch first (it compiles the kernel and warms
-// the clocks), then kReps launches, each after `flush` is overwritten so that the operands are not left in L2 by the
-// previous launch (as bench-gemm times them).
-double median_launch_us(const std::function<void()>& launch, cudaStream_t stream, const DeviceScratch& flush,
-                        size_t flush_bytes) {
-    constexpr int kReps = 9;
-    launch();
-    LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
-    cudaEvent_t ev[2 * kReps];
-    for (auto& e : ev) LOOM_CHECK_CUDA(cudaEventCreate(&e));
-    std::vector<float> ms(kReps);
-    try {
-        for (int r = 0; r < kReps; ++r) {
-            LOOM_CHECK_CUDA(cudaMemsetAsync(flush.p, r, flush_bytes, stream));
-            LOOM_CHECK_CUDA(cudaEventRecord(ev[2 * r], stream));
-            launch();
-            LOOM_CHECK_CUDA(cudaEventRecord(ev[2 * r + 1], stream));
-        }
-        LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
-        for (int r = 0; r < kReps; ++r) LOOM_CHECK_CUDA(cudaEventElapsedTime(&ms[r], ev[2 * r], ev[2 * r + 1]));
-    } catch (...) {
-        for (auto& e : ev) cudaEventDestroy(e);
-        throw;
-    }
-    for (auto& e : ev) cudaEventDestroy(e);
-    std::nth_element(ms.begin(), ms.begin() + kReps / 2, ms.end());
-    return 1000.0 * ms[kReps / 2];
-}
 
 // The epilogue kind selects the kernel instantiation (and with beta != 0 the direct stores), so it is part of the key.
 const char* epilogue_kind(const GemmOptions& o) {
@@ -218,18 +181,18 @@ GemmConfig gemm_config_for(const MatrixView& a, const MatrixView& b, const Matri
     for (const GemmConfig& cand : gemm_tune_candidates(m, n, k, o.b_kn, a.dtype, dev.arch, dev.num_sms))
         req.candidates.push_back({cand.str(), gemm_config_to_json(cand)});
     req.heuristic = 0;
-    std::optional<DeviceScratch> out, flush;
-    constexpr size_t kFlushBytes = size_t{128} << 20;  // over twice the H200's 50 MB L2
+    req.rounds = 3;  // rotated: the GPU warms over a tuning run (jit/autotune.hpp)
+    std::optional<detail::DeviceScratch> out, flush;
     req.time_us = [&](const jit::TuneCandidate& cand) {
         if (!out) {
             // A scratch output: the user's C is neither overwritten by the tuning runs nor read (beta) by them.
             out.emplace(static_cast<size_t>(c.rows) * c.stride() * dtype_size(c.dtype));
-            flush.emplace(kFlushBytes);
+            flush.emplace(detail::kTuneFlushBytes);
         }
         const MatrixView scratch{out->p, c.dtype, c.rows, c.cols, c.ld};
         const GemmConfig cfg = gemm_config_from_json(cand.config);
-        return median_launch_us([&] { detail::gemm_launch(a, b, scratch, o, cfg, dev, stream, nullptr); }, stream,
-                                *flush, kFlushBytes);
+        return detail::median_launch_us([&] { detail::gemm_launch(a, b, scratch, o, cfg, dev, stream, nullptr); },
+                                        stream, *flush);
     };
     const jit::TuneResult r = jit::autotune(req, nullptr);
     // The heuristic's config is kept too: a key's config is decided once per process (LOOM_GEMM_* variables are read

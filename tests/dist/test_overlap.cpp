@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -17,6 +18,7 @@
 
 #include "common/reference.hpp"
 #include "common/test_env.hpp"
+#include "loom/jit/jit.hpp"
 #include "loom/ops/collectives.hpp"
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"
@@ -861,6 +863,32 @@ TEST_F(Overlap, BackToBack) {
 }
 
 // ---- the SM share under MPS: overlap_usable_sms trusts cudaDevAttrMultiProcessorCount to be the client's share ----
+// LOOM_AUTOTUNE=1: each op's first call of a shape times its candidates on every rank (the ops in step, into scratch
+// outputs), every rank runs rank 0's pick — against the reference, every element, at that call and the next (decided
+// from memory) — and rank 0 persisted one result per op under the cache's tune/ directory.
+TEST_F(Overlap, AutotunedOptions) {
+    const ScopedEnv tune("LOOM_AUTOTUNE", "1");
+    for (int call = 0; call < 2; ++call) {
+        const std::string tag = "_call" + std::to_string(call);
+        run_rs(*w, stream, 128, 256, 256, 70, {}, "rs_tuned" + tag);
+        run_ag(*w, stream, AgGemmOptions{}, 128, 192, 256, 71, "ag_tuned" + tag, /*with_gathered=*/false);
+        run_ar(*w, stream, 64, 256, 256, 72, "ar_tuned" + tag);
+    }
+    if (w->rank() == 0) {
+        namespace fs = std::filesystem;
+        const std::string key = "_w" + std::to_string(w->world_size()) + "_";
+        for (const char* op : {"gemm_rs", "ag_gemm", "gemm_ar"}) {
+            int found = 0;
+            const fs::path dir = fs::path(jit::cache_dir()) / "tune" / op;
+            if (fs::exists(dir))
+                for (const auto& e : fs::directory_iterator(dir))
+                    found += e.path().filename().string().find(key) != std::string::npos;
+            EXPECT_GE(found, 1) << "no persisted tuning result for " << op << " in " << dir;
+        }
+    }
+    w->barrier();
+}
+
 TEST_F(Overlap, MpsShareIsTheAttribute) {
     const char* pct = std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
     if (!pct) GTEST_SKIP() << "not an MPS client with an active thread percentage";

@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "loom/jit/autotune.hpp"
 #include "loom/runtime/error.hpp"
@@ -81,6 +84,34 @@ TEST_F(Autotune, TunesPersistsAndReuses) {
     auto fewer = request();
     fewer.candidates.erase(fewer.candidates.begin() + 1);
     EXPECT_EQ(loom::jit::autotune(fewer).source, "heuristic");
+}
+
+// rounds = 3: every candidate timed three times in rotated orders, the median of its rounds decides (one slow round
+// does not lose a candidate the race, one lucky round does not win it); a candidate that threw is not run again.
+TEST_F(Autotune, RoundsTakeTheMedianInRotatedOrders) {
+    setenv("LOOM_AUTOTUNE", "1", 1);
+    auto r = request();
+    r.rounds = 3;
+    std::vector<std::string> order;
+    std::map<std::string, int> seen;
+    r.time_us = [&](const loom::jit::TuneCandidate& c) -> double {
+        order.push_back(c.name);
+        const int k = seen[c.name]++;
+        if (c.name == "a") return std::vector<double>{10, 100, 12}[k];  // median 12, one lucky 10
+        if (c.name == "b") return std::vector<double>{11, 11, 30}[k];   // median 11
+        throw loom::Error("test", "candidate c does not fit", __FILE__, __LINE__);
+    };
+    const auto res = loom::jit::autotune(r);
+    EXPECT_EQ(res.choice.name, "b");
+    EXPECT_DOUBLE_EQ(res.us, 11.0);
+    EXPECT_EQ(seen["a"], 3);
+    EXPECT_EQ(seen["b"], 3);
+    EXPECT_EQ(seen["c"], 1);
+    // Rounds start at candidates 0, 1 and 2: a b c | b a | a b (c threw in round 1).
+    EXPECT_EQ(order, (std::vector<std::string>{"a", "b", "c", "b", "a", "a", "b"}));
+    r.rounds = 1;  // a single round takes the lucky 10
+    seen.clear();
+    EXPECT_EQ(loom::jit::autotune(r).choice.name, "a");
 }
 
 TEST_F(Autotune, AllCandidatesFailingRaisesWithReasons) {

@@ -4,8 +4,8 @@
 // heuristic default. Without LOOM_AUTOTUNE=1, autotune() returns the persisted winner for this key when one
 // exists and is still a candidate, else the heuristic: no timing, no communication. With LOOM_AUTOTUNE=1 it
 // is COLLECTIVE over the World (every rank calls it with the same op, bucket and candidates, in the same order
-// as its other autotune calls): each rank times every candidate with `time_us`, the times are all-gathered
-// through the World's store, a candidate's cost is its slowest rank's time, rank 0 picks the cheapest and
+// as its other autotune calls): each rank times every candidate with `time_us` (`rounds` times), the times are
+// all-gathered through the World's store, a candidate's cost is its slowest rank's time, rank 0 picks the cheapest and
 // publishes it, and every rank returns that candidate. The winner is persisted (rank 0) as JSON under
 // LOOM_CACHE_DIR/tune/<op>/ keyed by op, shape bucket, world size, arch and versions.
 #pragma once
@@ -37,6 +37,11 @@ struct TuneRequest {
     // Times one candidate on this rank, in microseconds (e.g. loom::bench::time_op's median). A candidate
     // that cannot run here throws loom::Error (or returns a non-finite value): it is then never chosen.
     std::function<double(const TuneCandidate&)> time_us;
+    // Timing rounds (LOOM_AUTOTUNE=1): every candidate is timed `rounds` times, round r visiting the candidates from
+    // index r * n / rounds on (rotated), and costs the median of its rounds. A GPU warms and slows down over a
+    // tuning run, so a candidate timed later reads slower: measured, the first of nine identical-cost GEMM+RS
+    // candidates read 11 % faster than its twin timed fourth. Rotation puts every candidate early and late.
+    int rounds = 1;
 };
 
 struct TuneResult {

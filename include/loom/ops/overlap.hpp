@@ -13,6 +13,14 @@
 // use and keeps per World until release_overlap_state(); A, B and C may be any device memory of this rank.
 // Needs sm_90 (the Hopper GEMM with overlap hooks) and a single-node world (world size == local world size).
 // Signals carry per-call counts computed on the host: a captured CUDA graph must not be replayed (re-run the op).
+//
+// Autotuning: a call that leaves every choice to Loom (default options: no config, algorithm / producer / transport /
+// data path Auto, comm_sms 0, no gathered buffer, no CE chunk size) runs the options decided once per (World, shape,
+// types, SMs) and process: with LOOM_AUTOTUNE=1 the op's candidates (Auto, each algorithm or producer, Auto with other
+// tile widths) are timed on every rank at that first call — the ops in step into scratch outputs, each run after a
+// device barrier, three rotated rounds — and rank 0's pick of the slowest-rank medians is persisted under
+// LOOM_CACHE_DIR/tune/<op>/; without it a persisted pick is taken (rank 0's reading, all-gathered), else Auto. Any
+// option given runs as given, untuned. src/ops/overlap_tune.hpp; docs/overlap.md "Configs".
 #pragma once
 
 #include <cuda_runtime_api.h>

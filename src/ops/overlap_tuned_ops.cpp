@@ -1,0 +1,129 @@
+// loom::ag_gemm, loom::gemm_rs, loom::gemm_ar: where the caller leaves every choice to Loom, the options are the
+// autotuner's (src/ops/overlap_tune.hpp); otherwise the caller's, as given.
+#include <fmt/format.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loom/ops/overlap.hpp"
+#include "ops/overlap_state.hpp"
+#include "ops/overlap_tune.hpp"
+#include "ops/tune_timing.hpp"
+
+namespace loom {
+namespace {
+
+// The key of a call: shape, types, world, the SMs the ops plan on, whether ranks share a GPU.
+std::string tune_key(const MatrixView& a, const MatrixView& b, const MatrixView& c, const World& world,
+                     const overlap::OpState& st) {
+    return fmt::format("m{}_n{}_k{}_{}_{}_w{}_sms{}{}", a.rows, b.rows, a.cols, dtype_name(a.dtype),
+                       dtype_name(c.dtype), world.world_size(), st.num_sms, st.shared_gpu ? "_shared" : "");
+}
+
+// Scratch output of C's shape for the tuning runs (the caller's C is left alone), allocated on first use.
+struct ScratchOut {
+    const MatrixView& c;
+    std::optional<detail::DeviceScratch> buf;
+    MatrixView view() {
+        if (!buf) buf.emplace(static_cast<std::size_t>(c.rows * c.stride()) * dtype_size(c.dtype));
+        return MatrixView{buf->p, c.dtype, c.rows, c.cols, c.ld};
+    }
+};
+
+template <class Opts>
+void add_tiles(std::vector<overlap::TuneOption<Opts>>& out, const GemmConfig& plan_tile, int64_t m, int64_t n,
+               int num_sms) {
+    for (const GemmConfig& t : overlap::tile_alternatives(plan_tile, m, n, num_sms))
+        out.push_back({"auto/" + t.str(), Opts{}, t});
+}
+
+}  // namespace
+
+void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
+             const AgGemmOptions& o) {
+    const bool choices_left = o.producer == AgProducer::Auto && o.sm_path == DataPath::Auto && o.comm_sms == 0 &&
+                              o.config == nullptr && o.gathered.data == nullptr;
+    if (!choices_left) return detail::ag_gemm_run(world, a, b, c, stream, o);
+    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::AgGemm, "ag_gemm");
+    static overlap::TunedOptions<AgGemmOptions> tuned;
+    ScratchOut scratch{c, {}};
+    const AgGemmOptions chosen = tuned.get(
+        world, "ag_gemm", tune_key(a, b, c, world, st),
+        [&] {
+            std::vector<overlap::TuneOption<AgGemmOptions>> v{{"auto", {}, {}}};
+            v.push_back({"copy-engine", AgGemmOptions{AgProducer::CopyEngine}, {}});
+            v.push_back({"sm/tma", AgGemmOptions{AgProducer::Sm, DataPath::Tma}, {}});
+            v.push_back({"sm/ldst", AgGemmOptions{AgProducer::Sm, DataPath::LdSt}, {}});
+            if (st.shared_gpu) v.push_back({"direct", AgGemmOptions{AgProducer::Direct}, {}});
+            const int64_t W = world.world_size(), M = a.rows * W;
+            const OverlapPlan plan = ag_gemm_plan(M, b.rows, a.cols, static_cast<int>(W), AgProducer::CopyEngine, 0,
+                                                  st.arch, st.num_sms, st.shared_gpu);
+            add_tiles(v, plan.gemm, M, b.rows, st.num_sms);
+            return v;
+        },
+        [&](const AgGemmOptions& x) { detail::ag_gemm_run(world, a, b, scratch.view(), stream, x); }, stream);
+    detail::ag_gemm_run(world, a, b, c, stream, chosen);
+}
+
+void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
+             const GemmRsOptions& o) {
+    const bool choices_left = o.algo == RsAlgo::Auto && o.transport == RsTransport::Auto && o.comm_sms == 0 &&
+                              o.config == nullptr && o.ce_chunk_bytes == 0;
+    if (!choices_left) return detail::gemm_rs_run(world, a, b, c, stream, o);
+    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmRs, "gemm_rs");
+    static overlap::TunedOptions<GemmRsOptions> tuned;
+    ScratchOut scratch{c, {}};
+    auto with = [](RsAlgo algo, RsTransport t = RsTransport::Auto) {
+        GemmRsOptions x;
+        x.algo = algo;
+        x.transport = t;
+        return x;
+    };
+    const GemmRsOptions chosen = tuned.get(
+        world, "gemm_rs", tune_key(a, b, c, world, st),
+        [&] {
+            std::vector<overlap::TuneOption<GemmRsOptions>> v{{"auto", {}, {}}};
+            v.push_back({"sequential", with(RsAlgo::Sequential), {}});
+            v.push_back({"fused-epilogue", with(RsAlgo::FusedEpilogue), {}});
+            if (!st.shared_gpu) v.push_back({"fused-epilogue/sm", with(RsAlgo::FusedEpilogue, RsTransport::Sm), {}});
+            v.push_back({"fused-pull", with(RsAlgo::FusedPull), {}});
+            v.push_back({"scatter-reduce", with(RsAlgo::ScatterReduce), {}});
+            const OverlapPlan plan = gemm_rs_plan(a.rows, b.rows, a.cols, world.world_size(), 0, st.arch, st.num_sms,
+                                                  RsAlgo::Auto, static_cast<int>(dtype_size(c.dtype)));
+            add_tiles(v, plan.gemm, a.rows, b.rows, st.num_sms);
+            return v;
+        },
+        [&](const GemmRsOptions& x) { detail::gemm_rs_run(world, a, b, scratch.view(), stream, x); }, stream);
+    detail::gemm_rs_run(world, a, b, c, stream, chosen);
+}
+
+void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
+             const GemmArOptions& o) {
+    const bool choices_left = o.algo == ArAlgo::Auto && o.comm_sms == 0 && o.config == nullptr;
+    if (!choices_left) return detail::gemm_ar_run(world, a, b, c, stream, o);
+    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmAr, "gemm_ar");
+    static overlap::TunedOptions<GemmArOptions> tuned;
+    ScratchOut scratch{c, {}};
+    auto with = [](ArAlgo algo) {
+        GemmArOptions x;
+        x.algo = algo;
+        return x;
+    };
+    const GemmArOptions chosen = tuned.get(
+        world, "gemm_ar", tune_key(a, b, c, world, st),
+        [&] {
+            std::vector<overlap::TuneOption<GemmArOptions>> v{{"auto", {}, {}}};
+            v.push_back({"sequential", with(ArAlgo::Sequential), {}});
+            v.push_back({"fused-epilogue", with(ArAlgo::FusedEpilogue), {}});
+            v.push_back({"reduce-kernel", with(ArAlgo::ReduceKernel), {}});
+            const OverlapPlan plan = gemm_ar_plan(a.rows, b.rows, a.cols, world.world_size(), 0, st.arch, st.num_sms,
+                                                  ArAlgo::Auto, static_cast<int>(dtype_size(c.dtype)));
+            add_tiles(v, plan.gemm, a.rows, b.rows, st.num_sms);
+            return v;
+        },
+        [&](const GemmArOptions& x) { detail::gemm_ar_run(world, a, b, scratch.view(), stream, x); }, stream);
+    detail::gemm_ar_run(world, a, b, c, stream, chosen);
+}
+
+}  // namespace loom
