@@ -1,5 +1,6 @@
 // loom-cache: inspect, clear and warm Loom's JIT cache.
 //   loom-cache list                 kernels in the cache (key, kernel, target, compiler, size, registers)
+//   loom-cache tuned                the autotuner's persisted results (op, shape, world size, arch, winner, times)
 //   loom-cache clear                remove the cache's kernels, headers and tuning results
 //   loom-cache precompile --arch 90 compile every registered sample kernel (src/jit/kernel_samples.cpp)
 #include <CLI/CLI.hpp>
@@ -41,6 +42,33 @@ int list() {
     return 0;
 }
 
+// Each persisted result of jit::autotune (LOOM_AUTOTUNE=1 runs): what won, and by how much over the heuristic's pick.
+int tuned() {
+    fs::path tune = fs::path(loom::jit::cache_dir()) / "tune";
+    int n = 0;
+    fmt::print("{:<10} {:<52} {:>3} {:>4} {:>11} {:>11} {:>7}  {}\n", "op", "shape", "W", "sm", "winner_us", "heur_us",
+               "gain", "winner");
+    if (fs::exists(tune)) {
+        for (const auto& e : fs::recursive_directory_iterator(tune)) {
+            if (!e.is_regular_file() || e.path().extension() != ".json") continue;
+            try {
+                const auto j = nlohmann::json::parse(std::ifstream(e.path()));
+                const double won = j.value("winner_us", 0.0);
+                const double heur = j.at("heuristic_us").is_number() ? j.at("heuristic_us").get<double>() : 0.0;
+                ++n;
+                fmt::print("{:<10} {:<52} {:>3} {:>4} {:>11.1f} {:>11.1f} {:>7}  {}\n", j.value("op", "?"),
+                           j.value("shape_bucket", "?"), j.value("world_size", 0), j.value("arch", 0), won, heur,
+                           won > 0 && heur > 0 ? fmt::format("{:.3f}x", heur / won) : std::string("-"),
+                           j.value("winner", "?"));
+            } catch (const std::exception& ex) {
+                fmt::print("damaged tuning result {}: {}\n", e.path().string(), ex.what());
+            }
+        }
+    }
+    fmt::print("{} tuning results in {} (gain: the heuristic's time over the winner's, as tuned)\n", n, tune.string());
+    return 0;
+}
+
 int clear() {
     fs::path root = loom::jit::cache_dir();
     std::uintmax_t removed = 0;
@@ -76,6 +104,7 @@ int main(int argc, char** argv) {
     CLI::App app{"Loom's JIT cache (LOOM_CACHE_DIR, default ~/.cache/loom)"};
     app.require_subcommand(1);
     auto* l = app.add_subcommand("list", "list cached kernels");
+    auto* t = app.add_subcommand("tuned", "list the autotuner's persisted results");
     auto* c = app.add_subcommand("clear", "remove cached kernels, headers and tuning results");
     auto* p = app.add_subcommand("precompile", "compile every registered sample kernel");
     int arch = 90;
@@ -85,6 +114,7 @@ int main(int argc, char** argv) {
     CLI11_PARSE(app, argc, argv);
     try {
         if (*l) return list();
+        if (*t) return tuned();
         if (*c) return clear();
         if (*p) return precompile(arch, stop);
     } catch (const std::exception& e) {
