@@ -20,6 +20,12 @@ GemmDevice gemm_device();
 // overrides it) and persistent grid of a tile choice, as gemm_heuristic sets them; tail_splits is left as it is.
 void gemm_complete_config(GemmConfig& c, int64_t m, int64_t n, int num_sms);
 
+// Set on this thread while an overlapped op's candidates are timed (src/ops/overlap_tune.cpp): loom::gemm calls
+// made by those candidates (the sequential algorithms' GEMM) then take the heuristic, neither timing nor remembering
+// anything — a rank whose GEMM key was already decided would otherwise skip a tuning its peers run, and wait for them
+// inside the collective part for seconds.
+bool& gemm_tuning_suppressed();
+
 // Launches validated inputs with `cfg` as loom::gemm does after choosing it: the sm_80 path where forced or below
 // sm_90, the direct-store epilogue for beta != 0, the split tail bound to (device, stream). Raises loom::Error on a
 // config the inputs cannot take. `source` (for LOOM_GEMM_DEBUG) names where cfg came from; nullptr prints nothing.

@@ -54,6 +54,11 @@ struct Decision {
 
 }  // namespace
 
+bool& detail::gemm_tuning_suppressed() {
+    thread_local bool suppressed = false;
+    return suppressed;
+}
+
 std::string gemm_config_to_json(const GemmConfig& c) {
     return json{{"block_m", c.block_m}, {"block_n", c.block_n},         {"block_k", c.block_k},
                 {"stages", c.stages},   {"cluster_m", c.cluster_m},     {"group_m", c.group_m},
@@ -155,6 +160,10 @@ GemmConfig gemm_config_for(const MatrixView& a, const MatrixView& b, const Matri
     };
     // The sm_80 path has one config: nothing to tune.
     if (dev.arch < 90 || o.force_sm80 || env_flag("LOOM_GEMM_FORCE_SM80")) {
+        set_source("heuristic");
+        return heuristic();
+    }
+    if (detail::gemm_tuning_suppressed()) {
         set_source("heuristic");
         return heuristic();
     }

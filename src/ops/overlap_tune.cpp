@@ -33,7 +33,16 @@ std::size_t tuned_choice(World& world, const std::string& op, const std::string&
         // 4x its aligned time there, the sequence not).
         return detail::median_launch_us([&] { run(i); }, stream, *flush, [&] { barrier_on_stream(world, stream); });
     };
-    const jit::TuneResult r = jit::autotune(req, &world);
+    // No nested loom::gemm tuning while the candidates run (detail::gemm_tuning_suppressed).
+    struct Suppress {
+        bool old = detail::gemm_tuning_suppressed();
+        Suppress() { detail::gemm_tuning_suppressed() = true; }
+        ~Suppress() { detail::gemm_tuning_suppressed() = old; }
+    };
+    const jit::TuneResult r = [&] {
+        const Suppress guard;
+        return jit::autotune(req, &world);
+    }();
     if (env_flag("LOOM_AUTOTUNE")) return r.index;  // rank 0 picked, every rank got its pick
     // Persisted or heuristic, read by each rank on its own: take rank 0's.
     Bytes mine(sizeof(std::uint64_t));
