@@ -1,15 +1,12 @@
 // loom::gemm's config choice: the autotuner's winner (timed here with LOOM_AUTOTUNE=1, or persisted by an earlier
 // tuning run), else the heuristic; decided once per key and process. See "autotuning" in loom/ops/gemm.hpp.
-#include <algorithm>
-#include <cmath>
-#include <functional>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
-#include <utility>
 #include <vector>
 
 #include "loom/jit/autotune.hpp"
@@ -38,7 +35,7 @@ struct Key {
     int64_t m, n, k;
     DType in, out;
     bool b_kn;
-    const char* epilogue;
+    std::string_view epilogue;
     auto tie() const { return std::tie(device, num_sms, m, n, k, in, out, b_kn, epilogue); }
     bool operator<(const Key& o) const { return tie() < o.tie(); }
     std::string bucket() const {
@@ -146,6 +143,11 @@ std::vector<GemmConfig> gemm_tune_candidates(int64_t m, int64_t n, int64_t k, bo
 
 GemmConfig gemm_config_for(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o,
                            cudaStream_t stream, std::string* source) {
+    return detail::gemm_config_for(a, b, c, o, detail::gemm_device(), stream, source);
+}
+
+GemmConfig detail::gemm_config_for(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o,
+                                   const GemmDevice& dev, cudaStream_t stream, std::string* source) {
     auto set_source = [source](const std::string& s) {
         if (source) *source = s;
     };
@@ -153,7 +155,6 @@ GemmConfig gemm_config_for(const MatrixView& a, const MatrixView& b, const Matri
         set_source("config");
         return *o.config;
     }
-    const detail::GemmDevice dev = detail::gemm_device();
     const int64_t m = a.rows, k = a.cols, n = c.cols;
     auto heuristic = [&] {
         return gemm_heuristic(m, n, k, o.b_kn, dev.arch, dev.num_sms, true, GemmTiles::Plain, a.dtype);
@@ -176,9 +177,7 @@ GemmConfig gemm_config_for(const MatrixView& a, const MatrixView& b, const Matri
         set_source(it->second.source);
         return it->second.config;
     }
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    LOOM_CHECK_CUDA(cudaStreamIsCapturing(stream, &capture));
-    if (env_flag("LOOM_AUTOTUNE") && capture != cudaStreamCaptureStatusNone) {
+    if (detail::capturing_and_tuning(stream)) {
         set_source("heuristic");  // no timing inside a capture: this call takes the heuristic, a later one tunes
         return heuristic();
     }

@@ -55,13 +55,6 @@ std::size_t tuned_choice(World& world, const std::string& op, const std::string&
     return static_cast<std::size_t>(chosen);
 }
 
-bool capturing_and_tuning(cudaStream_t stream) {
-    if (!env_flag("LOOM_AUTOTUNE")) return false;
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    LOOM_CHECK_CUDA(cudaStreamIsCapturing(stream, &capture));
-    return capture != cudaStreamCaptureStatusNone;
-}
-
 std::vector<GemmConfig> tile_alternatives(const GemmConfig& plan_tile, int64_t m, int64_t n, int num_sms) {
     std::vector<GemmConfig> out;
     for (int bn : {256, 224, 192, 160, 128}) {

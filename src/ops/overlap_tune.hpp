@@ -23,6 +23,7 @@
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/world.hpp"
+#include "ops/tune_timing.hpp"
 
 namespace loom::overlap {
 
@@ -30,9 +31,6 @@ namespace loom::overlap {
 std::size_t tuned_choice(World& world, const std::string& op, const std::string& bucket,
                          const std::vector<std::string>& names, const std::function<void(std::size_t)>& run,
                          cudaStream_t stream);
-
-// LOOM_AUTOTUNE=1 while `stream` captures a graph: nothing may be timed (that call runs Auto, undecided).
-bool capturing_and_tuning(cudaStream_t stream);
 
 // One candidate: a name unique among the op's, its options, and the GEMM config they point at (options hold a
 // pointer; the candidate owns the config).
@@ -63,7 +61,7 @@ class TunedOptions {
             if (auto it = chosen_.find(id); it != chosen_.end()) return it->second.resolved();
         }
         const std::vector<TuneOption<Opts>> candidates = make();
-        if (capturing_and_tuning(stream)) return candidates.at(0).opts;  // Auto (no config), decided later
+        if (detail::capturing_and_tuning(stream)) return candidates.at(0).opts;  // Auto (no config), decided later
         std::vector<std::string> names;
         for (const auto& c : candidates) names.push_back(c.name);
         const std::size_t i = tuned_choice(

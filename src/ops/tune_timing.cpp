@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 
 namespace loom::detail {
@@ -10,6 +11,13 @@ namespace loom::detail {
 DeviceScratch::DeviceScratch(std::size_t bytes) { LOOM_CHECK_CUDA(cudaMalloc(&p, std::max<std::size_t>(bytes, 16))); }
 
 DeviceScratch::~DeviceScratch() { cudaFree(p); }
+
+bool capturing_and_tuning(cudaStream_t stream) {
+    if (!env_flag("LOOM_AUTOTUNE")) return false;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    LOOM_CHECK_CUDA(cudaStreamIsCapturing(stream, &capture));
+    return capture != cudaStreamCaptureStatusNone;
+}
 
 double median_launch_us(const std::function<void()>& launch, cudaStream_t stream, const DeviceScratch& flush,
                         const std::function<void()>& align) {

@@ -25,6 +25,9 @@ inline constexpr std::size_t kTuneFlushBytes = std::size_t{128} << 20;
 // L2 by the launch before, and after `align` (when given; untimed), as the benchmarks time them. A collective `launch`
 // runs in step on every rank: each rank makes the same calls in the same order, and `align` (a device barrier over
 // the ranks) starts them together. Synchronises `stream`.
+// LOOM_AUTOTUNE=1 while `stream` captures a graph: nothing may be timed (the call runs its default, undecided).
+bool capturing_and_tuning(cudaStream_t stream);
+
 double median_launch_us(const std::function<void()>& launch, cudaStream_t stream, const DeviceScratch& flush,
                         const std::function<void()>& align = {});
 
