@@ -88,6 +88,7 @@ struct Args {
     std::vector<int> rs_comm_sms;      // gemm_rs timed again at each of these comm_sms
     std::vector<int> ar_comm_sms;      // gemm_ar timed again at each of these comm_sms (checked each)
     std::vector<int64_t> shapes;       // --shape N,K,...: only these (N, K) of each op's list
+    std::vector<int64_t> ms = {8192};  // --m: ag_gemm / gemm_rs at each of these M (the TP-MLP shapes' 8192)
     std::vector<int> rs_fused_bn;      // gemm_rs forced fused, timed again at each of these BLOCK_N
     std::vector<int> rs_ce_chunk_kib;  // gemm_rs fused with the copy engine, timed at each of these chunk sizes
     bool rs_fused_diag = false;        // gemm_rs fused timed with parts left out (results not checked)
@@ -192,6 +193,14 @@ void keep_shapes(std::vector<std::pair<int64_t, int64_t>>& shapes, const std::ve
             if (nk.first == only[i] && nk.second == only[i + 1]) kept.push_back(nk);
     shapes = kept;
 }
+// Every (M, N, K) timed: each M of --m with each kept (N, K).
+std::vector<std::tuple<int64_t, int64_t, int64_t>> mnk_points(const std::vector<int64_t>& ms,
+                                                              const std::vector<std::pair<int64_t, int64_t>>& nk) {
+    std::vector<std::tuple<int64_t, int64_t, int64_t>> points;
+    for (int64_t m : ms)
+        for (const auto& [n, k] : nk) points.emplace_back(m, n, k);
+    return points;
+}
 // Every rank's check, agreed: true only if `diff` is below `tol` on every rank. The timing that follows is a
 // sequence of collective calls, so one rank may never skip it alone (8 ranks on one H200 once deadlocked that way:
 // rank 7's check failed, it went on to the next variant while the others timed this one). Failing ranks print their
@@ -217,13 +226,15 @@ void print_row(const char* op, const nlohmann::json& row, const loom::World& w) 
     std::fflush(stdout);
 }
 
-// The PyTorch row for (op, N, K, world) in bench/torch_async_tp.py's output, folded into a bench-overlap row:
+// The PyTorch row for (op, M, N, K, world) in bench/torch_async_tp.py's output, folded into a bench-overlap row:
 // async TP and PyTorch + NCCL sequential become baselines, the collective and matmul alone plain fields.
-void add_torch(const nlohmann::json& torch, const char* op, int64_t N, int64_t K, int W, nlohmann::json& row,
+void add_torch(const nlohmann::json& torch, const char* op, int64_t M, int64_t N, int64_t K, int W, nlohmann::json& row,
                nlohmann::json& baselines) {
     if (torch.is_null()) return;
     for (const auto& t : torch.at("rows")) {
-        if (t.at("op") != op || t.at("N") != N || t.at("K") != K || t.at("world") != W) continue;
+        if (t.at("op") != op || t.value("M", int64_t{8192}) != M || t.at("N") != N || t.at("K") != K ||
+            t.at("world") != W)
+            continue;
         baselines["torch_async_tp"] = t.at("torch_async_tp_us");
         baselines["torch_nccl_sequential"] = t.at("torch_nccl_sequential_us");
         row["torch_collective_us"] = t.at("torch_collective_us");
@@ -249,13 +260,12 @@ void bridge_torch(nlohmann::json& row, const nlohmann::json& baselines, const st
 void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::NcclBaseline& nccl,
               const nlohmann::json& torch, cudaStream_t s) {
     const int W = w.world_size();
-    const int64_t M = 8192;
     std::vector<std::pair<int64_t, int64_t>> shapes = {
         {11008, 4096}, {14336, 4096}, {28672, 8192}, {53248, 16384}, {29568, 8192}};
     if (args.quick) shapes = {{11008, 4096}, {28672, 8192}};
     keep_shapes(shapes, args.shapes);
     loom::bench::Report report("ag_gemm", W, args.argc, args.argv);
-    for (auto [N, K] : shapes) {
+    for (auto [M, N, K] : mnk_points(args.ms, shapes)) {
         const int64_t n_loc = N / (args.ag_n_split > 0 ? args.ag_n_split : W), rows = M / W;
         void *a, *b, *c, *c_ref, *gfull;
         LOOM_CHECK_CUDA(cudaMalloc(&a, rows * K * 2));
@@ -347,7 +357,7 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             baselines["nccl_allgather_then_cublaslt"] = med(nccl_seq, s, w, args.iters);
             if (std::isfinite(t_auto)) paired(row, "nccl_allgather_then_cublaslt", ag_auto, nccl_seq, s, w, args.iters);
         }
-        add_torch(torch, "ag_gemm", N, K, W, row, baselines);
+        add_torch(torch, "ag_gemm", M, N, K, W, row, baselines);
         bridge_torch(row, baselines, "nccl_allgather_then_cublaslt");
         if (std::isfinite(t_auto)) {
             row["loom_us"] = t_auto;
@@ -369,13 +379,12 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
 void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::NcclBaseline& nccl,
               const nlohmann::json& torch, cudaStream_t s) {
     const int W = w.world_size();
-    const int64_t M = 8192;
     std::vector<std::pair<int64_t, int64_t>> shapes = {{4096, 11008}, {4096, 14336}, {3584, 14336},
                                                        {4608, 36864}, {8192, 28672}, {8192, 29568}};
     if (args.quick) shapes = {{4096, 11008}, {8192, 28672}};
     keep_shapes(shapes, args.shapes);
     loom::bench::Report report("gemm_rs", W, args.argc, args.argv);
-    for (auto [N, K] : shapes) {
+    for (auto [M, N, K] : mnk_points(args.ms, shapes)) {
         const int64_t k_loc = K / (args.rs_k_split > 0 ? args.rs_k_split : W), rows = M / W;
         void *a, *b, *c, *c_ref;
         LOOM_CHECK_CUDA(cudaMalloc(&a, M * k_loc * 2));
@@ -563,7 +572,7 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             baselines["cublaslt_then_nccl_reducescatter"] = med(nccl_seq, s, w, args.iters);
             if (ok) paired(row, "cublaslt_then_nccl_reducescatter", rs_auto, nccl_seq, s, w, args.iters);
         }
-        add_torch(torch, "gemm_rs", N, K, W, row, baselines);
+        add_torch(torch, "gemm_rs", M, N, K, W, row, baselines);
         bridge_torch(row, baselines, "cublaslt_then_nccl_reducescatter");
         if (ok) {
             row["loom_us"] = t;
@@ -770,6 +779,9 @@ int main(int argc, char** argv) {
         ->check(CLI::PositiveNumber);
     app.add_option("--shape", args.shapes, "only these shapes of each op: N,K[,N,K...] (e.g. 4608,36864)")
         ->delimiter(',');
+    app.add_option("--m", args.ms, "ag_gemm / gemm_rs at each of these M (default 8192; a multiple of 8 x W)")
+        ->delimiter(',')
+        ->check(CLI::PositiveNumber);
     app.add_option("--torch", args.torch, "bench/torch_async_tp.py's torch_tp.json: PyTorch baselines to fold in")
         ->check(CLI::ExistingFile);
     loom::bench::parse_or_exit(app, argc, argv);
