@@ -292,7 +292,7 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         // GPU and M / W is a multiple of 128, the heuristic's BLOCK_M at these shapes).
         double t_auto = INFINITY;
         std::vector<loom::AgProducer> producers = {loom::AgProducer::Auto, loom::AgProducer::CopyEngine,
-                                                   loom::AgProducer::Sm};
+                                                   loom::AgProducer::Sm, loom::AgProducer::Sequential};
         if (loom::collective_topology(w).shared_gpu && rows % 128 == 0) producers.push_back(loom::AgProducer::Direct);
         for (auto prod : producers) {
             loom::AgGemmOptions o;

@@ -11,6 +11,8 @@
 //                    Where it can (own_local below) the GEMM reads the own rows from A in place instead: no copy.
 //                    With one GPU per rank the host enqueues the side stream's work after the GEMM's launch.
 // T (chunk_total) counts pieces over all calls: the copy engine sets the new total, each SM block adds 1.
+// Sequential (Auto's choice with a GPU per rank when the GEMM's tiles fit one wave): loom::all_gather, then loom::gemm.
+// The heuristic's raster groups are narrowed to lie inside one rank's rows (overlap::groups_inside_bands).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -38,15 +40,19 @@ const char* to_string(AgProducer p) {
             return "sm";
         case AgProducer::Direct:
             return "direct";
+        case AgProducer::Sequential:
+            return "sequential";
     }
     return "?";
 }
 
 AgProducer ag_gemm_producer(AgProducer requested, int world_size, int64_t rows_per_rank, int block_m, bool gathered,
-                            bool ranks_share_gpu) {
+                            bool ranks_share_gpu, int64_t tiles, int num_sms) {
     const bool direct_fits = world_size > 1 && block_m > 0 && rows_per_rank % block_m == 0 && !gathered;
-    if (requested == AgProducer::Auto)
-        return ranks_share_gpu && direct_fits ? AgProducer::Direct : AgProducer::CopyEngine;
+    if (requested == AgProducer::Auto) {
+        if (ranks_share_gpu) return direct_fits ? AgProducer::Direct : AgProducer::CopyEngine;
+        return world_size > 1 && tiles > 0 && tiles <= num_sms ? AgProducer::Sequential : AgProducer::CopyEngine;
+    }
     LOOM_CHECK(
         requested != AgProducer::Direct || direct_fits,
         "ag_gemm: the direct producer needs M / W = {} a multiple of the GEMM's BLOCK_M = {}, more than one rank "
@@ -65,6 +71,21 @@ namespace {
 
 constexpr const char* kHooks = "loom::kernels::overlap::AgGemmHooks";
 constexpr const char* kHeader = "loom/kernels/ag_gemm.cuh";
+
+// The sequence (AgProducer::Sequential): loom::all_gather of the shards into the gather buffer (the caller's
+// `gathered` or the op's own), then loom::gemm over it with loom::gemm's own config. The op's signals and counters are
+// untouched, so calls may mix it with the overlapped producers: its all_gather meets every peer in this call (each
+// peer's earlier GEMMs over its gather buffer are done), and the next overlapped call's copies into this rank's buffer
+// wait for its ready signal, raised behind this call's GEMM.
+void ag_gemm_sequential(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b,
+                        const MatrixView& c, const MatrixView& gathered, cudaStream_t stream) {
+    const int64_t R = a.rows, K = a.cols, M = R * world.world_size();
+    const std::size_t count = static_cast<std::size_t>(M * K);
+    void* const g = gathered.data ? gathered.data : overlap::ensure_symmetric(world, st, count * dtype_size(a.dtype));
+    all_gather(world, BufferView{a.data, a.dtype, static_cast<std::size_t>(R * K)}, BufferView{g, a.dtype, count},
+               stream);
+    gemm(MatrixView{g, a.dtype, M, K, 0}, b, c, GemmOptions{}, stream);
+}
 
 // The direct producer (its own OpState: staging halves and signals). Per call e on every rank, on the stream:
 //   stage kernel (kernels/ag_gemm.cuh ag_gemm_direct_stage: read_done[me] := e - 1 at every peer, wait read_done[q]
@@ -182,8 +203,12 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
     // The copy engine's and the direct producer's plan (no comm blocks: the same GEMM); the SM producer's, planned
     // beside its blocks, only when it is the one. (One heuristic call per call: host time, before the GEMM's launch.)
     OverlapPlan plan = ag_gemm_plan(M, N, K, W, AgProducer::CopyEngine, o.comm_sms, st.arch, st.num_sms, st.shared_gpu);
-    const int block_m = o.config ? o.config->block_m : plan.gemm.block_m;
-    const AgProducer producer = ag_gemm_producer(o.producer, W, R, block_m, o.gathered.data != nullptr, st.shared_gpu);
+    const GemmConfig& tile = o.config ? *o.config : plan.gemm;
+    const int64_t tiles = ((M + tile.block_m - 1) / tile.block_m) * ((N + tile.block_n - 1) / tile.block_n);
+    const AgProducer producer = ag_gemm_producer(o.producer, W, R, tile.block_m, o.gathered.data != nullptr,
+                                                 st.shared_gpu, o.config ? 0 : tiles, st.num_sms);
+    LOOM_CHECK(producer != AgProducer::Sequential || o.config == nullptr,
+               "{}: the sequential producer runs loom::gemm's own config; expected no config", op);
     if (producer == AgProducer::Sm)
         plan = ag_gemm_plan(M, N, K, W, producer, o.comm_sms, st.arch, st.num_sms, st.shared_gpu);
     void* gather = nullptr;
@@ -202,8 +227,18 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
     // The direct producer has no gather buffer; its GEMM's A map (never read: every tile is redirected) spans A.
     const MatrixView gview{gather ? gather : a.data, a.dtype, M, K, 0};
     gemm_validate(gview, b, c, GemmOptions{});
+    if (producer == AgProducer::Sequential) {
+        ag_gemm_sequential(world, st, a, b, c, o.gathered, stream);
+        return;
+    }
 
     overlap::use_config(op, plan, o.config, M, N, st.num_sms, /*split_tail_ok=*/true);
+    // Raster groups inside a rank's rows (the heuristic's plan; a caller's config is run as given): the rotated order
+    // then runs every own tile before the first peer's, so no CTA of the first wave waits for a copy. A group
+    // straddling two ranks' rows (M / W smaller than group_m M-blocks: small M, or W = 8) puts tiles of the next
+    // rank's rows into the first wave, and a persistent CTA that waits there runs its whole walk that much later
+    // (two H200s, W = 2, M = 1024-2048: 15-25 % slower than with the groups inside the bands; docs/overlap.md).
+    if (!o.config && R % plan.gemm.block_m == 0) overlap::groups_inside_bands(plan.gemm, R / plan.gemm.block_m);
     if (overlap::debug())
         fmt::print(stderr, "loom::ag_gemm M={} N={} K={} W={} producer {} SMs {} of {}: {} (call {}, signals at {})\n",
                    M, N, K, W, to_string(producer), st.num_sms, st.device_sms, plan.str(), st.calls + 1,

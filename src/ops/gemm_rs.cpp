@@ -106,7 +106,7 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
         // A chunk is a run of columns of one raster group, waited for whole, so every CTA must meet all its tiles of
         // peers' rows before its first own tile: raster groups must not straddle a band boundary (group_m divides
         // the M-blocks per rank), which also makes the slot layout's groups the raster's.
-        while (blocks_per_rank % cfg.group_m != 0) --cfg.group_m;
+        overlap::groups_inside_bands(cfg, blocks_per_rank);
     }
     const int64_t slot_bytes = blocks_per_rank * num_n * cfg.block_m * cfg.block_n * es;
     const int64_t half_bytes = std::max(W - 1, 1) * slot_bytes;  // one slot per peer
@@ -185,8 +185,7 @@ void gemm_rs_pull(World& world, const MatrixView& a, const MatrixView& b, const 
     LOOM_CHECK(unfit.empty(), "{} (fused pull): expected {}", op, unfit);
     const std::size_t es = dtype_size(c.dtype);
     const int32_t bpr = static_cast<int32_t>(rows_seg / cfg.block_m);
-    cfg.group_m = std::max(cfg.group_m, 1);
-    while (bpr % cfg.group_m != 0) --cfg.group_m;  // raster groups inside a band (rs_pull_tile_order)
+    overlap::groups_inside_bands(cfg, bpr);  // raster groups inside a band (rs_pull_tile_order)
     const int64_t half_stride =
         static_cast<int64_t>(overlap::ensure_parity_halves(world, ps, static_cast<std::size_t>(M * N) * es));
     const jit::Kernel& kernel = jit::get_kernel(gemm_kernel_spec(
@@ -333,6 +332,13 @@ const char* to_string(RsAlgo a) {
     return "?";
 }
 
+RsChoice gemm_rs_distinct_auto(int64_t tiles, int num_sms) {
+    const int64_t sms = std::max(num_sms, 1);
+    if (tiles <= sms) return {RsAlgo::FusedEpilogue, RsTransport::Sm};
+    if (tiles < 3 * sms) return {RsAlgo::Sequential, RsTransport::Auto};
+    return {RsAlgo::FusedEpilogue, RsTransport::CopyEngine};
+}
+
 RsAlgo gemm_rs_algo(RsAlgo requested, bool ranks_share_gpu, const GemmConfig* config, int64_t rows_seg) {
     LOOM_CHECK(requested != RsAlgo::Sequential || config == nullptr,
                "gemm_rs: the sequential algorithm runs loom::gemm's own config; expected no config");
@@ -392,7 +398,20 @@ void gemm_rs_run(World& world, const MatrixView& a, const MatrixView& b, const M
 
     // A requested transport asks for the fused epilogue: Auto takes the fused pull or the sequence (ranks sharing a
     // GPU) only when none was requested.
-    const RsAlgo algo = gemm_rs_algo(o.algo, st.shared_gpu && o.transport == RsTransport::Auto, o.config, rows_seg);
+    RsAlgo algo = gemm_rs_algo(o.algo, st.shared_gpu && o.transport == RsTransport::Auto, o.config, rows_seg);
+    RsTransport transport_req = o.transport;
+    OverlapPlan plan;
+    if (algo != RsAlgo::Sequential) plan = gemm_rs_plan(M, N, K, W, o.comm_sms, st.arch, st.num_sms, algo, out_bytes);
+    // Nothing requested, a GPU per rank: the plan's waves of tiles choose between the fused epilogue's transports
+    // and the sequence (gemm_rs_distinct_auto).
+    if (algo == RsAlgo::Auto && !st.shared_gpu && !o.config && o.transport == RsTransport::Auto &&
+        plan.rs_algo == RsAlgo::FusedEpilogue) {
+        const int64_t tiles =
+            ((M + plan.gemm.block_m - 1) / plan.gemm.block_m) * ((N + plan.gemm.block_n - 1) / plan.gemm.block_n);
+        const RsChoice ch = gemm_rs_distinct_auto(tiles, st.num_sms);
+        algo = ch.algo;
+        transport_req = ch.transport;
+    }
     if (algo == RsAlgo::Sequential) {
         LOOM_CHECK(o.transport == RsTransport::Auto,
                    "{}: the sequential algorithm moves no tiles itself; expected RsTransport::Auto, given {}", op,
@@ -403,7 +422,6 @@ void gemm_rs_run(World& world, const MatrixView& a, const MatrixView& b, const M
         gemm_rs_sequential(world, a, b, c, stream);
         return;
     }
-    OverlapPlan plan = gemm_rs_plan(M, N, K, W, o.comm_sms, st.arch, st.num_sms, algo, out_bytes);
     overlap::use_config(op, plan, o.config, M, N, st.num_sms);
     overlap::check_tile_count(op, M, N, plan.gemm);
     if (overlap::debug())
@@ -415,7 +433,7 @@ void gemm_rs_run(World& world, const MatrixView& a, const MatrixView& b, const M
     // to 1.0x the time of the epilogue's own NVLink bulk copies, which stall the GEMM's TMA loads; docs/overlap.md),
     // else Sm: ranks sharing a GPU cannot take the copy engine (a copy within one GPU is a runtime copy kernel: the
     // persistent GEMM, waiting for the peers' copies, would starve it).
-    const RsTransport transport = gemm_rs_transport(o.transport, plan.rs_algo, st.shared_gpu);
+    const RsTransport transport = gemm_rs_transport(transport_req, plan.rs_algo, st.shared_gpu);
     if (plan.rs_algo == RsAlgo::FusedPull) {
         gemm_rs_pull(world, a, b, c, plan.gemm, stream);
     } else if (plan.rs_algo == RsAlgo::FusedEpilogue) {

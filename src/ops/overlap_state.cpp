@@ -256,6 +256,12 @@ GemmConfig gemm_config(int64_t m, int64_t n, int64_t k, int arch, int gemm_sms, 
     return cfg;
 }
 
+void groups_inside_bands(GemmConfig& cfg, int64_t blocks_per_rank) {
+    LOOM_CHECK(blocks_per_rank >= 1, "groups_inside_bands: expected >= 1 M-block per rank, given {}", blocks_per_rank);
+    cfg.group_m = static_cast<int>(std::clamp<int64_t>(cfg.group_m, 1, blocks_per_rank));
+    while (blocks_per_rank % cfg.group_m != 0) --cfg.group_m;
+}
+
 int comm_blocks(int requested, int dflt, int num_sms) {
     const int p = requested > 0 ? requested : std::min(dflt, std::max(1, num_sms / 4));
     return std::max(1, std::min({p, kernels::overlap::kMaxCommBlocks, num_sms - 1}));

@@ -52,6 +52,7 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
         world, "ag_gemm", tune_key(a, b, c, world, st),
         [&] {
             std::vector<overlap::TuneOption<AgGemmOptions>> v{{"auto", {}, {}}};
+            v.push_back({"sequential", AgGemmOptions{AgProducer::Sequential}, {}});
             v.push_back({"copy-engine", AgGemmOptions{AgProducer::CopyEngine}, {}});
             v.push_back({"sm/tma", AgGemmOptions{AgProducer::Sm, DataPath::Tma}, {}});
             v.push_back({"sm/ldst", AgGemmOptions{AgProducer::Sm, DataPath::LdSt}, {}});

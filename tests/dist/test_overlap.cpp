@@ -244,6 +244,32 @@ TEST_F(Overlap, AgGemmOwnRowsInPlace) {
         run_ag(*w, stream, AgGemmOptions{p}, 256, 128, 192, 43 + i, "ag_own_mixed_" + std::to_string(i), i % 3 != 0);
     }
 }
+// The sequence (all_gather into the gather buffer, then loom::gemm): with and without a gathered buffer, rows per rank
+// off the tile, then 60 calls back to back mixing it with the copy engine and the SM producer, whose signals and
+// counters it leaves as they were; a config with it is a clear error.
+TEST_F(Overlap, AgGemmSequential) {
+    const AgGemmOptions seq{AgProducer::Sequential};
+    run_ag(*w, stream, seq, 256, 192, 256, 60, "ag_seq_256");
+    run_ag(*w, stream, seq, 200, 136, 320, 61, "ag_seq_200", false);
+    World& W_ = *w;
+    const std::string err = ag_back_to_back(
+        W_, stream, 128, 192, 256, 62, 60, [](int i) { return i < 4 || i % 13 == 0 || i == 59; },
+        [](int i) {
+            return AgGemmOptions{i % 3 == 0   ? AgProducer::Sequential
+                                 : i % 3 == 1 ? AgProducer::CopyEngine
+                                              : AgProducer::Sm};
+        });
+    agree(W_, err, "ag_seq_back_to_back");
+    const int W = W_.world_size();
+    DevBuf a2(128 * 64 * 2), b2(64 * 64 * 2), c2(128 * W * 64 * 2);
+    const GemmConfig cfg = gemm_heuristic(128 * W, 64, 64, false, 90, 132);
+    AgGemmOptions with_cfg = seq;
+    with_cfg.config = &cfg;
+    EXPECT_THROW(ag_gemm(W_, MatrixView{a2.p, DType::BF16, 128, 64, 0}, MatrixView{b2.p, DType::BF16, 64, 64, 0},
+                         MatrixView{c2.p, DType::BF16, 128 * W, 64, 0}, stream, with_cfg),
+                 Error);
+    W_.barrier();
+}
 // The direct producer (peers' rows read in place from their staging): single calls, then 300 back to back with the
 // inputs alternating between two sets and every fourth call taking the copy engine (separate buffers and signals),
 // so a staging half is rewritten while peers may still be in the previous call; rows per rank not a multiple of the

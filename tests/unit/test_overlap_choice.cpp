@@ -32,6 +32,15 @@ TEST(OverlapChoice, AgGemmProducer) {
     EXPECT_EQ(loom::ag_gemm_producer(AgProducer::Auto, 8, 1000, 128, false, true), AgProducer::CopyEngine);  // M/W
     EXPECT_EQ(loom::ag_gemm_producer(AgProducer::Auto, 8, 1024, 128, true, true), AgProducer::CopyEngine);   // gathered
     EXPECT_EQ(loom::ag_gemm_producer(AgProducer::Auto, 1, 1024, 128, false, true), AgProducer::CopyEngine);  // one rank
+    // Distinct GPUs: the sequence when the GEMM's tiles fit one wave on the SMs (nothing to overlap), else the copy
+    // engine; tiles unknown (0) or one rank: the copy engine. Ranks sharing a GPU keep their choice whatever the tiles.
+    EXPECT_EQ(loom::ag_gemm_producer(AgProducer::Auto, 2, 256, 128, false, false, 132, 132), AgProducer::Sequential);
+    EXPECT_EQ(loom::ag_gemm_producer(AgProducer::Auto, 2, 256, 128, false, false, 133, 132), AgProducer::CopyEngine);
+    EXPECT_EQ(loom::ag_gemm_producer(AgProducer::Auto, 2, 256, 128, true, false, 44, 132), AgProducer::Sequential);
+    EXPECT_EQ(loom::ag_gemm_producer(AgProducer::Auto, 2, 256, 128, false, false, 0, 132), AgProducer::CopyEngine);
+    EXPECT_EQ(loom::ag_gemm_producer(AgProducer::Auto, 1, 256, 128, false, false, 44, 132), AgProducer::CopyEngine);
+    EXPECT_EQ(loom::ag_gemm_producer(AgProducer::Auto, 8, 256, 128, false, true, 44, 14), AgProducer::Direct);
+    EXPECT_EQ(loom::ag_gemm_producer(AgProducer::Sequential, 2, 256, 128, true, true, 9999, 1), AgProducer::Sequential);
     // Requested producers pass through; direct is checked.
     EXPECT_EQ(loom::ag_gemm_producer(AgProducer::Sm, 8, 1000, 128, true, true), AgProducer::Sm);
     EXPECT_EQ(loom::ag_gemm_producer(AgProducer::Direct, 2, 256, 128, false, false), AgProducer::Direct);
@@ -54,6 +63,19 @@ TEST(OverlapChoice, GemmRsTransport) {
                   loom::gemm_rs_transport(RsTransport::CopyEngine, RsAlgo::ScatterReduce, false);
               }).find("is the fused epilogue's"),
               std::string::npos);
+}
+
+TEST(OverlapChoice, GemmRsByWaves) {
+    // A GPU per rank, the fused epilogue planned: its own pushes within one wave, the sequence below three, then the
+    // copy engine.
+    auto is = [](loom::RsChoice c, RsAlgo a, RsTransport t) { return c.algo == a && c.transport == t; };
+    EXPECT_TRUE(is(loom::gemm_rs_distinct_auto(1, 132), RsAlgo::FusedEpilogue, RsTransport::Sm));
+    EXPECT_TRUE(is(loom::gemm_rs_distinct_auto(132, 132), RsAlgo::FusedEpilogue, RsTransport::Sm));
+    EXPECT_TRUE(is(loom::gemm_rs_distinct_auto(133, 132), RsAlgo::Sequential, RsTransport::Auto));
+    EXPECT_TRUE(is(loom::gemm_rs_distinct_auto(395, 132), RsAlgo::Sequential, RsTransport::Auto));
+    EXPECT_TRUE(is(loom::gemm_rs_distinct_auto(396, 132), RsAlgo::FusedEpilogue, RsTransport::CopyEngine));
+    EXPECT_TRUE(is(loom::gemm_rs_distinct_auto(1024, 132), RsAlgo::FusedEpilogue, RsTransport::CopyEngine));
+    EXPECT_TRUE(is(loom::gemm_rs_distinct_auto(2, 0), RsAlgo::Sequential, RsTransport::Auto));  // SM count clamped to 1
 }
 
 TEST(OverlapChoice, GemmRsAlgo) {

@@ -38,13 +38,15 @@ namespace loom {
 
 // Who moves A's chunks in ag_gemm.
 enum class AgProducer {
-    Auto,        // Direct where ranks share a GPU (and it applies), else the copy engine (the GEMM keeps every SM)
+    Auto,        // Direct where ranks share a GPU (and it applies); with a GPU per rank Sequential when the GEMM's
+                 // tiles fit one wave, else the copy engine (the GEMM keeps every SM); see ag_gemm_producer
     CopyEngine,  // cudaMemcpyAsync to each peer's gather buffer + cuStreamWriteValue64 signal, on a side stream
     Sm,          // ag_gemm_push blocks on a side stream (comm_sms of them; the GEMM gets the other SMs)
     Direct,      // no gather: each rank copies its shard into its own symmetric staging, and the GEMMs read every
                  // peer's rows in place from there (TMA through per-rank tensor maps). For ranks sharing a GPU,
                  // where a peer's memory is this GPU's; needs M / W a multiple of the GEMM's BLOCK_M and no
                  // `gathered` buffer
+    Sequential,  // loom::all_gather into the gather buffer, then loom::gemm: no overlap
 };
 const char* to_string(AgProducer p);
 
@@ -61,7 +63,9 @@ struct AgGemmOptions {
 // How gemm_rs reduces (docs/overlap.md).
 enum class RsAlgo {
     Auto,           // where ranks share a GPU: FusedPull when M / W is a multiple of 64, else Sequential; with a GPU
-                    // per rank: FusedEpilogue when M / W is a multiple of the GEMM's BLOCK_M, else ScatterReduce
+                    // per rank: when M / W is a multiple of the GEMM's BLOCK_M, by the GEMM's waves of tiles the
+                    // FusedEpilogue (Sm transport: one wave; CopyEngine: three or more) or Sequential (between; see
+                    // gemm_rs_distinct_auto), else ScatterReduce
     FusedEpilogue,  // the GEMM's epilogue pushes peers' tiles (bulk copies) and sums its own rows: one kernel
     ScatterReduce,  // GEMM + a scatter-reduce kernel of comm_sms blocks on a side stream (any M / W)
     Sequential,     // loom::gemm into a symmetric buffer, then loom::reduce_scatter: no overlap. Auto's choice where
@@ -144,12 +148,25 @@ OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, in
 
 // What Auto resolves to, or the requested choice once checked; raise loom::Error for a combination that cannot run.
 // ag_gemm's producer: Direct where ranks share a GPU and it applies (world > 1, rows_per_rank = M / W a multiple of
-// the GEMM's block_m, no gathered buffer), else CopyEngine. gemm_rs's transport: CopyEngine for the fused epilogue
-// when every rank has its own GPU, else Sm (the copy engine is refused with ranks sharing a GPU, and for the
-// scatter-reduce, which pushes with its own blocks).
+// the GEMM's block_m, no gathered buffer); with a GPU per rank Sequential when the GEMM's `tiles` fit one wave on
+// `num_sms` (every tile then runs at once, so a peer's tile waits for its rows as long as the sequence's GEMM does,
+// and the copy engine's latency comes on top; two H200s, M = 256-512: the sequence 8-25 % faster), else CopyEngine
+// (tiles 0: not known, CopyEngine). gemm_rs's transport: CopyEngine for the fused epilogue when every rank has its own
+// GPU, else Sm (the copy engine is refused with ranks sharing a GPU, and for the scatter-reduce, which pushes with
+// its own blocks).
 AgProducer ag_gemm_producer(AgProducer requested, int world_size, int64_t rows_per_rank, int block_m, bool gathered,
-                            bool ranks_share_gpu);
+                            bool ranks_share_gpu, int64_t tiles = 0, int num_sms = 0);
 RsTransport gemm_rs_transport(RsTransport requested, RsAlgo algo, bool ranks_share_gpu);
+// gemm_rs's Auto with a GPU per rank, once the plan took the fused epilogue, by the plan's waves of `tiles` on
+// `num_sms` (two H200s, W = 2, M = 512-4096, docs/overlap.md "Session 20"): one wave or less, the fused epilogue with
+// its own NVLink pushes (Sm: the lowest latency; the copy engine's chunks would wait for whole raster groups); up to
+// three waves, the sequence (the copy engine's chunks of the peers' tiles arrive too late for the own tiles'
+// epilogues, and the Sm pushes stall the GEMM's loads); from three waves, the copy engine.
+struct RsChoice {
+    RsAlgo algo;
+    RsTransport transport;
+};
+RsChoice gemm_rs_distinct_auto(int64_t tiles, int num_sms);
 // gemm_rs's algorithm: where ranks share a GPU and no config is given, FusedPull when M / W = rows_seg is a multiple
 // of 64, else Sequential; with a config (the hooked GEMM's tile), when that tile fits (rows_seg a multiple of BLOCK_M)
 // FusedPull where ranks share a GPU and FusedEpilogue where not, else ScatterReduce; otherwise Auto (gemm_rs_plan
