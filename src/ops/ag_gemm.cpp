@@ -72,19 +72,16 @@ namespace {
 constexpr const char* kHooks = "loom::kernels::overlap::AgGemmHooks";
 constexpr const char* kHeader = "loom/kernels/ag_gemm.cuh";
 
-// The sequence (AgProducer::Sequential): loom::all_gather of the shards into the gather buffer (the caller's
-// `gathered` or the op's own), then loom::gemm over it with loom::gemm's own config. The op's signals and counters are
-// untouched, so calls may mix it with the overlapped producers: its all_gather meets every peer in this call (each
-// peer's earlier GEMMs over its gather buffer are done), and the next overlapped call's copies into this rank's buffer
-// wait for its ready signal, raised behind this call's GEMM.
-void ag_gemm_sequential(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b,
-                        const MatrixView& c, const MatrixView& gathered, cudaStream_t stream) {
-    const int64_t R = a.rows, K = a.cols, M = R * world.world_size();
-    const std::size_t count = static_cast<std::size_t>(M * K);
-    void* const g = gathered.data ? gathered.data : overlap::ensure_symmetric(world, st, count * dtype_size(a.dtype));
-    all_gather(world, BufferView{a.data, a.dtype, static_cast<std::size_t>(R * K)}, BufferView{g, a.dtype, count},
-               stream);
-    gemm(MatrixView{g, a.dtype, M, K, 0}, b, c, GemmOptions{}, stream);
+// The sequence (AgProducer::Sequential): loom::all_gather of the shards into `gview` (the caller's `gathered` or the
+// op's own gather buffer, [M, K] dense), then loom::gemm over it with loom::gemm's own config. The op's signals and
+// counters are untouched, so calls may mix it with the overlapped producers: its all_gather meets every peer in this
+// call (each peer's earlier GEMMs over its gather buffer are done), and the next overlapped call's copies into this
+// rank's buffer wait for its ready signal, raised behind this call's GEMM.
+void ag_gemm_sequential(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c,
+                        const MatrixView& gview, cudaStream_t stream) {
+    all_gather(world, BufferView{a.data, a.dtype, static_cast<std::size_t>(a.rows * a.cols)},
+               BufferView{gview.data, a.dtype, static_cast<std::size_t>(gview.rows * gview.cols)}, stream);
+    gemm(gview, b, c, GemmOptions{}, stream);
 }
 
 // The direct producer (its own OpState: staging halves and signals). Per call e on every rank, on the stream:
@@ -204,9 +201,9 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
     // beside its blocks, only when it is the one. (One heuristic call per call: host time, before the GEMM's launch.)
     OverlapPlan plan = ag_gemm_plan(M, N, K, W, AgProducer::CopyEngine, o.comm_sms, st.arch, st.num_sms, st.shared_gpu);
     const GemmConfig& tile = o.config ? *o.config : plan.gemm;
-    const int64_t tiles = ((M + tile.block_m - 1) / tile.block_m) * ((N + tile.block_n - 1) / tile.block_n);
-    const AgProducer producer = ag_gemm_producer(o.producer, W, R, tile.block_m, o.gathered.data != nullptr,
-                                                 st.shared_gpu, o.config ? 0 : tiles, st.num_sms);
+    const AgProducer producer =
+        ag_gemm_producer(o.producer, W, R, tile.block_m, o.gathered.data != nullptr, st.shared_gpu,
+                         o.config ? 0 : overlap::tile_count(M, N, tile), st.num_sms);
     LOOM_CHECK(producer != AgProducer::Sequential || o.config == nullptr,
                "{}: the sequential producer runs loom::gemm's own config; expected no config", op);
     if (producer == AgProducer::Sm)
@@ -228,7 +225,7 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
     const MatrixView gview{gather ? gather : a.data, a.dtype, M, K, 0};
     gemm_validate(gview, b, c, GemmOptions{});
     if (producer == AgProducer::Sequential) {
-        ag_gemm_sequential(world, st, a, b, c, o.gathered, stream);
+        ag_gemm_sequential(world, a, b, c, gview, stream);
         return;
     }
 

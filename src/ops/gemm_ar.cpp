@@ -176,7 +176,7 @@ OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, in
         }
     }
     const GemmConfig all = gemm_heuristic(m, n, k_loc, false, arch, num_sms, /*split_tail=*/false, GemmTiles::Overlap);
-    const int64_t tiles = ((m + all.block_m - 1) / all.block_m) * ((n + all.block_n - 1) / all.block_n);
+    const int64_t tiles = overlap::tile_count(m, n, all);
     // One reduce block per tile (a tile's pull is ~W x 16-64 KiB), at most 32; the GEMM keeps the rest.
     p.comm_blocks = overlap::comm_blocks(comm_sms, static_cast<int>(std::clamp<int64_t>(tiles, 1, 32)), num_sms);
     p.gemm = overlap::gemm_config(m, n, k_loc, arch, num_sms - p.comm_blocks);

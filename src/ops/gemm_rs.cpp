@@ -406,9 +406,7 @@ void gemm_rs_run(World& world, const MatrixView& a, const MatrixView& b, const M
     // and the sequence (gemm_rs_distinct_auto).
     if (algo == RsAlgo::Auto && !st.shared_gpu && !o.config && o.transport == RsTransport::Auto &&
         plan.rs_algo == RsAlgo::FusedEpilogue) {
-        const int64_t tiles =
-            ((M + plan.gemm.block_m - 1) / plan.gemm.block_m) * ((N + plan.gemm.block_n - 1) / plan.gemm.block_n);
-        const RsChoice ch = gemm_rs_distinct_auto(tiles, st.num_sms);
+        const RsChoice ch = gemm_rs_distinct_auto(overlap::tile_count(M, N, plan.gemm), st.num_sms);
         algo = ch.algo;
         transport_req = ch.transport;
     }

@@ -219,6 +219,10 @@ void use_config(const char* op, OverlapPlan& plan, const GemmConfig* config, int
     check_config(op, plan.gemm, split_tail_ok);
 }
 
+int64_t tile_count(int64_t m, int64_t n, const GemmConfig& cfg) {
+    return ((m + cfg.block_m - 1) / cfg.block_m) * ((n + cfg.block_n - 1) / cfg.block_n);
+}
+
 void check_tile_count(const char* op, int64_t m, int64_t n, const GemmConfig& cfg) {
     const int64_t num_m = (m + cfg.block_m - 1) / cfg.block_m, num_n = (n + cfg.block_n - 1) / cfg.block_n;
     LOOM_CHECK(num_m * num_n <= kernels::overlap::kMaxTileSignals,

@@ -120,6 +120,8 @@ GemmConfig whole_tile_config(GemmConfig c, int out_bytes);
 // tiles), TMA-store epilogue (after_store publishes completed bulk stores), grid sized to those SMs. split_tail: the
 // heuristic's split-K tail too (ag_gemm, whose hooks publish nothing per tile; gemm_rs / gemm_ar cannot take it).
 GemmConfig gemm_config(int64_t m, int64_t n, int64_t k, int arch, int gemm_sms, bool split_tail = false);
+// Output tiles of cfg's BLOCK_M x BLOCK_N over [m, n].
+int64_t tile_count(int64_t m, int64_t n, const GemmConfig& cfg);
 // Narrows cfg.group_m to the largest divisor of `blocks_per_rank` (M-blocks of one rank's rows) not above it, so that
 // no raster group of the rotated orders straddles two ranks' rows.
 void groups_inside_bands(GemmConfig& cfg, int64_t blocks_per_rank);
