@@ -699,6 +699,24 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             row["gemm_us"] = t_gemm;
             row["all_reduce_us"] = t_comm;
             if (ok) {
+                // What a C outside the symmetric heap costs (the bench's C is cudaMalloc'd; its sequence reduces into
+                // the symmetric c_ref): the op into a symmetric C, and the sequence into the plain C, interleaved
+                // with the op and the sequence.
+                void* c_sym = w.alloc_bytes(M * N * 2);
+                const MatrixView Csym{c_sym, DType::BF16, M, N, 0};
+                const std::vector<double> pc =
+                    meds({op, [&](cudaStream_t st) { loom::gemm_ar(w, A, B, Csym, st); }, seq_loom,
+                          [&](cudaStream_t st) {
+                              gemm_fn(st);
+                              loom::all_reduce(w, {partial, DType::BF16, count}, {c, DType::BF16, count}, st);
+                          }},
+                         s, w, args.iters);
+                row["plain_c_interleaved"] = {{"op_us", pc[0]},
+                                              {"op_symmetric_c_us", pc[1]},
+                                              {"sequence_us", pc[2]},
+                                              {"sequence_plain_out_us", pc[3]}};
+                LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+                w.free(c_sym);
                 const double t = med(op, s, w, args.iters);
                 row["interleaved"] = interleaved_block(meds({op, gemm_fn, comm_fn, seq_loom}, s, w, args.iters));
                 if (args.host_us) row["host_enqueue_us"] = host_block({op, gemm_fn, comm_fn, seq_loom}, s, w);

@@ -28,6 +28,18 @@ void all_reduce(World& world, BufferView in, BufferView out, cudaStream_t stream
         if (o.path == DataPath::Auto) o.path = a.path;
     }
     CollChoice c = coll::resolve(CollKind::AllReduce, bytes, world, st, o, in_sym, out_sym);
+    // Two-shot into an out that is not symmetric stages each rank's reduced shard in its scratch (kernels/
+    // all_reduce.cuh): one kernel, no copy afterwards. A shard past the scratch: Auto takes one-shot (rounds).
+    const std::size_t shard_bytes = ((in.count + W - 1) / W + 15) / 16 * 16 * es;
+    const bool staged = c.algo == CollAlgo::TwoShot && !out_sym;
+    if (staged && shard_bytes > st.scratch_bytes) {
+        LOOM_CHECK(opts.algo == CollAlgo::Auto,
+                   "{}: two_shot with an out outside the symmetric heap stages a shard of at most {} bytes "
+                   "(LOOM_COLL_SCRATCH), given {}; allocate out with world.alloc",
+                   op, st.scratch_bytes, shard_bytes);
+        c = CollChoice{CollAlgo::OneShot, DataPath::LdSt, 0, "two_shot's shard past the scratch"};
+    }
+    if (staged && c.path == DataPath::CopyEngine) c.path = DataPath::LdSt;  // the copy-engine half needs out symmetric
     if (c.algo == CollAlgo::TwoShot && c.path == DataPath::CopyEngine) {
         // Two-shot with a copy-engine second half: reduce_scatter (pull, ld/st) of every rank's shard into this
         // rank's shard of out, then an in-place all_gather of the shards through the copy engine. Shards must
@@ -66,8 +78,8 @@ void all_reduce(World& world, BufferView in, BufferView out, cudaStream_t stream
         l.blocks = coll::pick_blocks(C * es * W, 64 * 1024, 64, opts, st);
     } else if (c.algo == CollAlgo::TwoShot) {
         coll::check_symmetric(op, "two_shot", "in", world, in);
-        coll::check_symmetric(op, "two_shot", "out", world, out);
         l.name = "loom::kernels::coll::all_reduce_two_shot";
+        if (!out_sym) l.params.flags |= kernels::coll::kFlagStagedOut;
         l.blocks = coll::pick_blocks(bytes * 2, 128 * 1024, 64, opts, st);
     } else {
         LOOM_FAIL("{}: the {} algorithm is not offered", op, to_string(c.algo));

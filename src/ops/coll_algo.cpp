@@ -124,8 +124,8 @@ const std::vector<ChoiceRow>& choice_table() {
         {CollKind::AllReduce, kAny, GpuSharing::Distinct, CollAlgo::TwoShot, DataPath::CopyEngine,
          "large, one GPU per rank: reduce_scatter (pull) then a copy-engine all_gather"},
         {CollKind::AllReduce, kAny, GpuSharing::Any, CollAlgo::TwoShot, DataPath::LdSt,
-         "bandwidth: W reads + W writes"},
-        {CollKind::AllReduce, kAny, GpuSharing::Any, CollAlgo::OneShot, DataPath::LdSt, "buffers not symmetric"},
+         "bandwidth: W reads + W writes (out not symmetric: staged in the scratch)"},
+        {CollKind::AllReduce, kAny, GpuSharing::Any, CollAlgo::OneShot, DataPath::LdSt, "in not symmetric"},
         // AllToAll (bytes per peer)
         {CollKind::AllToAll, 512 * KiB, GpuSharing::Distinct, CollAlgo::LL, DataPath::LdSt,
          "latency, one GPU per rank: flag-in-data to its capacity (measured)"},
@@ -171,7 +171,7 @@ bool feasible(CollKind kind, CollAlgo algo, bool in_sym, bool out_sym) {
         case CollKind::ReduceScatter:
             return algo == CollAlgo::Pull ? in_sym : true;
         case CollKind::AllReduce:
-            return algo == CollAlgo::TwoShot ? in_sym && out_sym : true;
+            return algo == CollAlgo::TwoShot ? in_sym : true;  // out not symmetric: staged (all_reduce.cpp)
         case CollKind::AllToAll:
         case CollKind::AllToAllV:
             return out_sym;

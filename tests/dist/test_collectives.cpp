@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -258,15 +259,20 @@ TEST_F(Collectives, ReduceScatterInPlaceMaxLarge) {
 }
 
 // ---- AllReduce -----------------------------------------------------------------------------------------------------
-void check_all_reduce(World& w, cudaStream_t s, DType t, std::size_t n, const CollOptions& o, int tc, bool in_place) {
+// plain_out: out from cudaMalloc, outside the symmetric heap (two-shot then stages its shards in the scratch).
+void check_all_reduce(World& w, cudaStream_t s, DType t, std::size_t n, const CollOptions& o, int tc, bool in_place,
+                      bool plain_out = false) {
     const int W = w.world_size(), me = w.rank();
     const std::size_t es = dtype_size(t);
     Sym in(w, n * es), out(w, n * es);
+    void* plain = nullptr;
+    if (plain_out) ASSERT_EQ(cudaMalloc(&plain, n * es), cudaSuccess);
+    std::unique_ptr<void, decltype(&cudaFree)> plain_owner(plain, &cudaFree);
     std::vector<std::vector<char>> all(W);
     for (int r = 0; r < W; ++r) all[r] = make_input(t, n, seed_of(r, tc));
     upload(in.p, all[me]);
-    void* dst = in_place ? in.p : out.p;
-    if (!in_place) poison(out.p, n * es);
+    void* dst = in_place ? in.p : plain_out ? plain : out.p;
+    if (!in_place) poison(dst, n * es);
     w.barrier();
     all_reduce(w, BufferView{in.p, t, n}, BufferView{dst, t, n}, s, o);
     sync_or_die(s);
@@ -393,6 +399,72 @@ TEST_F(Collectives, AllReduceInPlaceMaxAutoLarge) {
     check_all_reduce(*w, stream, DType::F32, W * 1000,
                      CollOptions{CollAlgo::TwoShot, DataPath::CopyEngine, ReduceOp::Max}, 7, false);
     check_all_reduce(*w, stream, DType::F16, W * 1000 + 1, ce, 8, false);
+}
+
+// Out outside the symmetric heap: two-shot (explicit, and Auto past the LL sizes) stages each rank's reduced shard in
+// its scratch; odd counts (a short last shard), max, every dtype; Auto at 5 M elements stages with the default
+// scratch and falls back to one-shot where the shard outgrows a small one (the dist_small_scratch step).
+TEST_F(Collectives, AllReducePlainOut) {
+    int tc = 900;
+    for (DType t : {DType::F32, DType::F16, DType::BF16})
+        for (std::size_t n : {std::size_t(1), std::size_t(3), std::size_t(1001), std::size_t(65539)}) {
+            SCOPED_TRACE(std::string("two_shot plain out n ") + std::to_string(n) + " " + dtype_name(t));
+            check_all_reduce(*w, stream, t, n, CollOptions{CollAlgo::TwoShot}, ++tc, false, true);
+        }
+    check_all_reduce(*w, stream, DType::BF16, 4099, CollOptions{CollAlgo::TwoShot, DataPath::Auto, ReduceOp::Max}, ++tc,
+                     false, true);
+    for (std::size_t n : {std::size_t(300001), (std::size_t(5) << 20) + 3}) {
+        SCOPED_TRACE("auto plain out n " + std::to_string(n));
+        check_all_reduce(*w, stream, DType::BF16, n, {}, ++tc, false, true);
+    }
+}
+
+// Staged two-shot and one-shot share the scratch: 60 calls back to back alternating them (and a reduce_scatter
+// scatter, a third scratch user), inputs changing every call, results checked at five calls.
+TEST_F(Collectives, AllReducePlainOutBackToBack) {
+    const int W = w->world_size(), me = w->rank();
+    const DType t = DType::BF16;
+    const std::size_t n = 70001;
+    constexpr int kSets = 3;
+    Sym in(*w, n * 2 * kSets), sym_out(*w, n * 2), rs_out(*w, 4096 * 2);
+    void* plain = nullptr;
+    ASSERT_EQ(cudaMalloc(&plain, n * 2), cudaSuccess);
+    std::unique_ptr<void, decltype(&cudaFree)> plain_owner(plain, &cudaFree);
+    std::vector<std::vector<char>> all[kSets];
+    for (int k = 0; k < kSets; ++k) {
+        for (int r = 0; r < W; ++r) all[k].push_back(make_input(t, n, seed_of(r, 950, k)));
+        ASSERT_EQ(cudaMemcpy(in.as<char>() + k * n * 2, all[k][me].data(), n * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    }
+    w->barrier();
+    for (int it = 0; it < 60; ++it) {
+        const int k = it % kSets;
+        const bool staged = it % 2 == 0, check = it < 3 || it == 31 || it == 58;
+        void* dst = staged ? plain : sym_out.p;
+        if (check) {
+            sync_or_die(stream);
+            poison(dst, n * 2);
+            w->barrier();
+        }
+        const BufferView src{in.as<char>() + k * n * 2, t, n};
+        all_reduce(*w, src, BufferView{dst, t, n}, stream, CollOptions{staged ? CollAlgo::TwoShot : CollAlgo::OneShot});
+        if (it % 7 == 3)
+            reduce_scatter(*w, BufferView{src.data, t, std::size_t(4096) * W}, BufferView{rs_out.p, t, 4096}, stream,
+                           CollOptions{CollAlgo::Scatter, DataPath::LdSt});
+        if (!check) continue;
+        sync_or_die(stream);
+        const auto got = download(dst, n * 2);
+        std::string err;
+        for (std::size_t i = 0; i < n && err.empty(); ++i) {
+            double ref = 0;
+            for (int r = 0; r < W; ++r) ref += value_at(t, all[k][r], i);
+            if (!(std::fabs(value_at(t, got, i) - ref) <= tolerance(t, ref, W)))
+                err = "call " + std::to_string(it) + (staged ? " (staged two-shot)" : " (one-shot)") + " element " +
+                      std::to_string(i) + ": got " + std::to_string(value_at(t, got, i)) + ", expected " +
+                      std::to_string(ref);
+        }
+        const std::string v = agree(*w, err);
+        ASSERT_TRUE(v.empty()) << v;
+    }
 }
 
 // ---- scratch rounds: three rounds, the last one short, at every world size -------------------------------------

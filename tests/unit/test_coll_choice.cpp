@@ -58,6 +58,13 @@ TEST(CollChoice, AllReduceLLThenTwoShotOneShotWhenNotSymmetric) {
     expect(choose_collective(CollKind::AllReduce, 256 * MiB, shared(2)), CollAlgo::TwoShot, DataPath::LdSt);
     expect(choose_collective(CollKind::AllReduce, 256 * KiB, shared(8), false, false), CollAlgo::OneShot,
            DataPath::LdSt);
+    expect(choose_collective(CollKind::AllReduce, 256 * KiB, shared(8), false, true), CollAlgo::OneShot,
+           DataPath::LdSt);
+    // in symmetric, out not: two-shot stages its shards in the scratch (all_reduce.cpp keeps it off the copy engine).
+    expect(choose_collective(CollKind::AllReduce, 256 * KiB, shared(8), true, false), CollAlgo::TwoShot,
+           DataPath::LdSt);
+    expect(choose_collective(CollKind::AllReduce, 1 * MiB, distinct(2), true, false), CollAlgo::TwoShot,
+           DataPath::LdSt);
 }
 
 TEST(CollChoice, ReduceScatterAndAllToAll) {

@@ -20,7 +20,9 @@ enum : int { kPathLdSt = 0, kPathTma = 1 };
 enum : int { kOpSum = 0, kOpMax = 1 };
 // Params::flags. kFlagGridStride: the kernel's threads share its range grid-wide (thread_share in coll_common.cuh)
 // instead of a contiguous range per block; the host sets it for the memory-bound kernels when ranks share a GPU.
-enum : uint32_t { kFlagGridStride = 1u };
+// kFlagStagedOut: all_reduce_two_shot with an out that is not symmetric — each rank's reduced shard goes through
+// its scratch (kernels/all_reduce.cuh).
+enum : uint32_t { kFlagGridStride = 1u, kFlagStagedOut = 2u };
 // Vectors in flight per thread in reduce_multi (coll_common.cuh): kDepthOne, one per source (fewest registers);
 // kDepthDeep, 8 whatever the source count, for kernels reading peers over NVLink; kDepthGrid, two per source up to 4
 // sources (one beyond), for grid-strided kernels with ranks sharing a GPU (a grid-strided 2 -> 1 and 8 -> 1 sum on
