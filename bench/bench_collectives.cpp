@@ -19,6 +19,7 @@
 //   long after the ranks met (rows carry "align_hold_us"; docs/collectives.md "Session 15": 0 and 30 us timed the
 //   same all_gather / reduce_scatter).
 //   build/bench/bench-collectives --explain      the automatic choice table (no GPU needed: then for 2/4/8 ranks)
+//   --plain-out --ops all_reduce: out from cudaMalloc (rows "out_plain": true), where two-shot stages its shards.
 //
 // Baselines: NVSHMEM fcollect / reducescatter / sum_reduce / alltoall (on-stream, NVSHMEM_TEAM_WORLD, bf16 sum),
 // NCCL's C API (one communicator over the same ranks; NCCL needs one GPU per rank, so it is skipped with a note
@@ -82,6 +83,7 @@ struct Args {
     std::size_t nvshmem_max = GiB;   // NVSHMEM baseline only up to this size
     int lat_iters = 200;
     double align_hold_us = 0;  // loom::barrier_on_stream's hold before each timed run
+    bool plain_out = false;    // --plain-out: all_reduce into a cudaMalloc'd out (rows carry "out_plain": true)
 };
 
 Args parse(int argc, char** argv) {
@@ -104,6 +106,9 @@ Args parse(int argc, char** argv) {
                                   "largest size timed with the NVSHMEM baseline (default 1G; with ranks sharing a GPU "
                                   "its collectives run 40-1400x slower than Loom's at 64 MiB)");
     app.add_flag("--explain", a.explain, "print the automatic choice table");
+    app.add_flag("--plain-out", a.plain_out,
+                 "all_reduce only, into an out from cudaMalloc (outside the symmetric heap: two-shot stages its shards "
+                 "in the scratch); rows carry \"out_plain\": true");
     loom::bench::add_bytes_option(app, "--b2b-max", a.b2b_max,
                                   "sizes up to this (default 1M; 0: none) also get a back-to-back latency row");
     app.add_option("--b2b-reps", a.b2b_reps, "calls per timed run in the back-to-back rows")
@@ -378,6 +383,8 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
                                                                          : in_bytes;
             if (v.algo == CollAlgo::LL && chunk_bytes > kLLMaxBytes) continue;
             if (v.path == DataPath::Tma && topo.arch < 90) continue;
+            // The copy-engine two-shot's all_gather half needs a symmetric out.
+            if (args.plain_out && v.algo == CollAlgo::TwoShot && v.path == DataPath::CopyEngine) continue;
             const CollOptions o{v.algo, v.path};
             const BufferView in{sin, DType::BF16, sh.in_count}, out{sout, DType::BF16, sh.out_count};
             auto run = [&](cudaStream_t s) {
@@ -435,6 +442,7 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
                         {"busBW_GBps", alg * factor},
                         {"auto_choice", std::string(loom::to_string(autoc.algo)) + "/" + loom::to_string(autoc.path)},
                         {"shared_gpu", topo.shared_gpu},
+                        {"out_plain", args.plain_out},
                         {"align_hold_us", args.align_hold_us},
                         {"checked", true},
                         {"baselines", baselines}};
@@ -480,7 +488,8 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
                         {"timing", timing},
                         {"align_hold_us", args.align_hold_us},
                         {"auto_choice", std::string(loom::to_string(autoc.algo)) + "/" + loom::to_string(autoc.path)},
-                        {"shared_gpu", topo.shared_gpu}};
+                        {"shared_gpu", topo.shared_gpu},
+                        {"out_plain", args.plain_out}};
         };
         if (sh.size <= args.b2b_max) {
             TimeOptions b2b = topts;
@@ -603,7 +612,13 @@ int main(int argc, char** argv) {
         LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
         const std::size_t buf = std::max<std::size_t>(args.max_bytes, 4 * KiB);
         void* sin = w.alloc_bytes(buf);
-        void* sout = w.alloc_bytes(buf);
+        LOOM_CHECK(!args.plain_out || (args.ops.size() == 1 && args.ops[0] == "all_reduce"),
+                   "bench-collectives: --plain-out times all_reduce only; add --ops all_reduce");
+        void* sout = nullptr;
+        if (args.plain_out)
+            LOOM_CHECK_CUDA(cudaMalloc(&sout, buf));
+        else
+            sout = w.alloc_bytes(buf);
         Nvshmem nv = nvshmem_init(w, args, buf, buf);
         if (w.rank() == 0 && !nv.note.empty()) std::printf("%s\n", nv.note.c_str());
         loom::bench::NcclBaseline nccl(w, args.nccl, topo.shared_gpu);
@@ -625,7 +640,10 @@ int main(int argc, char** argv) {
             loom::nvshmem::free(nv.in);
             loom::nvshmem::finalize();
         }
-        w.free(sout);
+        if (args.plain_out)
+            LOOM_CHECK_CUDA(cudaFree(sout));
+        else
+            w.free(sout);
         w.free(sin);
         LOOM_CHECK_CUDA(cudaStreamDestroy(stream));
         return 0;

@@ -1,4 +1,6 @@
 // Host launcher of include/loom/kernels/all_reduce.cuh: validate, choose, launch.
+#include <algorithm>
+
 #include "loom/runtime/error.hpp"
 #include "ops/coll_state.hpp"
 
@@ -29,17 +31,15 @@ void all_reduce(World& world, BufferView in, BufferView out, cudaStream_t stream
     }
     CollChoice c = coll::resolve(CollKind::AllReduce, bytes, world, st, o, in_sym, out_sym);
     // Two-shot into an out that is not symmetric stages each rank's reduced shard in its scratch (kernels/
-    // all_reduce.cuh): one kernel, no copy afterwards. A shard past the scratch: Auto takes one-shot (rounds).
-    const std::size_t shard_bytes = ((in.count + W - 1) / W + 15) / 16 * 16 * es;
+    // all_reduce.cuh; rounds when a shard outgrows it): one kernel, no copy afterwards.
     const bool staged = c.algo == CollAlgo::TwoShot && !out_sym;
-    if (staged && shard_bytes > st.scratch_bytes) {
-        LOOM_CHECK(opts.algo == CollAlgo::Auto,
-                   "{}: two_shot with an out outside the symmetric heap stages a shard of at most {} bytes "
-                   "(LOOM_COLL_SCRATCH), given {}; allocate out with world.alloc",
-                   op, st.scratch_bytes, shard_bytes);
-        c = CollChoice{CollAlgo::OneShot, DataPath::LdSt, 0, "two_shot's shard past the scratch"};
+    if (staged && c.path == DataPath::CopyEngine) {  // the copy-engine all_gather half needs out symmetric
+        LOOM_CHECK(opts.path != DataPath::CopyEngine,
+                   "{}: two_shot through the copy engine needs out in the symmetric heap: allocate it with world.alloc "
+                   "(out {} is not), or leave the data path to Loom",
+                   op, out.data);
+        c.path = DataPath::LdSt;
     }
-    if (staged && c.path == DataPath::CopyEngine) c.path = DataPath::LdSt;  // the copy-engine half needs out symmetric
     if (c.algo == CollAlgo::TwoShot && c.path == DataPath::CopyEngine) {
         // Two-shot with a copy-engine second half: reduce_scatter (pull, ld/st) of every rank's shard into this
         // rank's shard of out, then an in-place all_gather of the shards through the copy engine. Shards must
@@ -79,7 +79,11 @@ void all_reduce(World& world, BufferView in, BufferView out, cudaStream_t stream
     } else if (c.algo == CollAlgo::TwoShot) {
         coll::check_symmetric(op, "two_shot", "in", world, in);
         l.name = "loom::kernels::coll::all_reduce_two_shot";
-        if (!out_sym) l.params.flags |= kernels::coll::kFlagStagedOut;
+        if (!out_sym) {
+            l.params.flags |= kernels::coll::kFlagStagedOut;
+            const std::size_t shard = ((in.count + W - 1) / W + 15) / 16 * 16;  // >= the kernel's S
+            l.params.round_elems = std::min(shard, st.scratch_bytes / es / 16 * 16);
+        }
         l.blocks = coll::pick_blocks(bytes * 2, 128 * 1024, 64, opts, st);
     } else {
         LOOM_FAIL("{}: the {} algorithm is not offered", op, to_string(c.algo));

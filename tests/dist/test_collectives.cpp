@@ -258,6 +258,17 @@ TEST_F(Collectives, ReduceScatterInPlaceMaxLarge) {
                          false);
 }
 
+// The message of the loom::Error f throws ("" when it throws none).
+template <class F>
+std::string error_of(F&& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
 // ---- AllReduce -----------------------------------------------------------------------------------------------------
 // plain_out: out from cudaMalloc, outside the symmetric heap (two-shot then stages its shards in the scratch).
 void check_all_reduce(World& w, cudaStream_t s, DType t, std::size_t n, const CollOptions& o, int tc, bool in_place,
@@ -402,8 +413,8 @@ TEST_F(Collectives, AllReduceInPlaceMaxAutoLarge) {
 }
 
 // Out outside the symmetric heap: two-shot (explicit, and Auto past the LL sizes) stages each rank's reduced shard in
-// its scratch; odd counts (a short last shard), max, every dtype; Auto at 5 M elements stages with the default
-// scratch and falls back to one-shot where the shard outgrows a small one (the dist_small_scratch step).
+// its scratch; odd counts (a short last shard), max, every dtype; at 5 M elements the shard outgrows a small scratch
+// (the dist_small_scratch step's 1 MiB) and goes in rounds.
 TEST_F(Collectives, AllReducePlainOut) {
     int tc = 900;
     for (DType t : {DType::F32, DType::F16, DType::BF16})
@@ -416,7 +427,18 @@ TEST_F(Collectives, AllReducePlainOut) {
     for (std::size_t n : {std::size_t(300001), (std::size_t(5) << 20) + 3}) {
         SCOPED_TRACE("auto plain out n " + std::to_string(n));
         check_all_reduce(*w, stream, DType::BF16, n, {}, ++tc, false, true);
+        check_all_reduce(*w, stream, DType::F32, n, CollOptions{CollAlgo::TwoShot}, ++tc, false, true);
     }
+    // The copy-engine two-shot asked for by name needs a symmetric out: a clear error on every rank.
+    Sym in(*w, 4096 * 4);
+    void* plain = nullptr;
+    ASSERT_EQ(cudaMalloc(&plain, 4096 * 4), cudaSuccess);
+    std::unique_ptr<void, decltype(&cudaFree)> plain_owner(plain, &cudaFree);
+    const std::string e = error_of([&] {
+        all_reduce(*w, BufferView{in.p, DType::F32, 4096}, BufferView{plain, DType::F32, 4096}, stream,
+                   CollOptions{CollAlgo::TwoShot, DataPath::CopyEngine});
+    });
+    EXPECT_NE(e.find("two_shot through the copy engine needs out in the symmetric heap"), std::string::npos) << e;
 }
 
 // Staged two-shot and one-shot share the scratch: 60 calls back to back alternating them (and a reduce_scatter
@@ -801,16 +823,6 @@ TEST_F(Collectives, LLWithPlainBuffers) {
 }
 
 // ---- bad input -----------------------------------------------------------------------------------------------------
-template <class F>
-std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
-
 // loom::barrier_on_stream: no rank's stream passes it before every rank's stream reached it. Every rank but 0
 // enqueues its flag write late (a host sleep), so rank 0's reads of the peers' flags right behind the barrier
 // see this round's values only if the barrier held rank 0's stream; the last round also holds the stream after
