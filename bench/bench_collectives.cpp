@@ -19,7 +19,8 @@
 //   long after the ranks met (rows carry "align_hold_us"; docs/collectives.md "Session 15": 0 and 30 us timed the
 //   same all_gather / reduce_scatter).
 //   build/bench/bench-collectives --explain      the automatic choice table (no GPU needed: then for 2/4/8 ranks)
-//   --plain-out --ops all_reduce: out from cudaMalloc (rows "out_plain": true), where two-shot stages its shards.
+//   --plain-out --ops all_reduce,all_to_all: out from cudaMalloc (rows "out_plain": true): two-shot stages its
+//   shards, all_to_all pulls.
 //
 // Baselines: NVSHMEM fcollect / reducescatter / sum_reduce / alltoall (on-stream, NVSHMEM_TEAM_WORLD, bf16 sum),
 // NCCL's C API (one communicator over the same ranks; NCCL needs one GPU per rank, so it is skipped with a note
@@ -83,7 +84,7 @@ struct Args {
     std::size_t nvshmem_max = GiB;   // NVSHMEM baseline only up to this size
     int lat_iters = 200;
     double align_hold_us = 0;  // loom::barrier_on_stream's hold before each timed run
-    bool plain_out = false;    // --plain-out: all_reduce into a cudaMalloc'd out (rows carry "out_plain": true)
+    bool plain_out = false;    // --plain-out: all_reduce / all_to_all into a cudaMalloc'd out (rows "out_plain")
 };
 
 Args parse(int argc, char** argv) {
@@ -107,8 +108,8 @@ Args parse(int argc, char** argv) {
                                   "its collectives run 40-1400x slower than Loom's at 64 MiB)");
     app.add_flag("--explain", a.explain, "print the automatic choice table");
     app.add_flag("--plain-out", a.plain_out,
-                 "all_reduce only, into an out from cudaMalloc (outside the symmetric heap: two-shot stages its shards "
-                 "in the scratch); rows carry \"out_plain\": true");
+                 "all_reduce / all_to_all into an out from cudaMalloc (outside the symmetric heap: two-shot stages its "
+                 "shards in the scratch, all_to_all pulls); rows carry \"out_plain\": true");
     loom::bench::add_bytes_option(app, "--b2b-max", a.b2b_max,
                                   "sizes up to this (default 1M; 0: none) also get a back-to-back latency row");
     app.add_option("--b2b-reps", a.b2b_reps, "calls per timed run in the back-to-back rows")
@@ -238,11 +239,10 @@ std::vector<Variant> variants(CollKind k) {
                     {CollAlgo::TwoShot, DataPath::CopyEngine},
                     {CollAlgo::Auto, DataPath::Auto}};
         default:
-            return {{CollAlgo::Push, DataPath::LdSt},
-                    {CollAlgo::Push, DataPath::Tma},
-                    {CollAlgo::Push, DataPath::CopyEngine},
-                    {CollAlgo::LL, DataPath::LdSt},
-                    {CollAlgo::Auto, DataPath::Auto}};
+            return {{CollAlgo::Push, DataPath::LdSt},       {CollAlgo::Push, DataPath::Tma},
+                    {CollAlgo::Push, DataPath::CopyEngine}, {CollAlgo::Pull, DataPath::LdSt},
+                    {CollAlgo::Pull, DataPath::Tma},        {CollAlgo::Pull, DataPath::CopyEngine},
+                    {CollAlgo::LL, DataPath::LdSt},         {CollAlgo::Auto, DataPath::Auto}};
     }
 }
 
@@ -383,8 +383,9 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
                                                                          : in_bytes;
             if (v.algo == CollAlgo::LL && chunk_bytes > kLLMaxBytes) continue;
             if (v.path == DataPath::Tma && topo.arch < 90) continue;
-            // The copy-engine two-shot's all_gather half needs a symmetric out.
+            // With a plain out: the copy-engine two-shot's all_gather half and all_to_all's push need a symmetric out.
             if (args.plain_out && v.algo == CollAlgo::TwoShot && v.path == DataPath::CopyEngine) continue;
+            if (args.plain_out && k == CollKind::AllToAll && v.algo == CollAlgo::Push) continue;
             const CollOptions o{v.algo, v.path};
             const BufferView in{sin, DType::BF16, sh.in_count}, out{sout, DType::BF16, sh.out_count};
             auto run = [&](cudaStream_t s) {
@@ -612,8 +613,11 @@ int main(int argc, char** argv) {
         LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
         const std::size_t buf = std::max<std::size_t>(args.max_bytes, 4 * KiB);
         void* sin = w.alloc_bytes(buf);
-        LOOM_CHECK(!args.plain_out || (args.ops.size() == 1 && args.ops[0] == "all_reduce"),
-                   "bench-collectives: --plain-out times all_reduce only; add --ops all_reduce");
+        for (const auto& op : args.ops)
+            LOOM_CHECK(!args.plain_out || op == "all_reduce" || op == "all_to_all",
+                       "bench-collectives: --plain-out times all_reduce and all_to_all only; add --ops all_reduce or "
+                       "--ops all_to_all, given {}",
+                       op);
         void* sout = nullptr;
         if (args.plain_out)
             LOOM_CHECK_CUDA(cudaMalloc(&sout, buf));

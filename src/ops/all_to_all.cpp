@@ -28,14 +28,24 @@ void all_to_all(World& world, BufferView in, BufferView out, cudaStream_t stream
         coll::launch_ll_bytes(world, st, key, op, in.data, out.data, B, opts, stream);
         return;
     }
-    coll::check_symmetric(op, "push", "out", world, out);
+    const bool pull = c.algo == CollAlgo::Pull;  // out anywhere: read the blocks from the peers' in
+    if (pull)
+        coll::check_symmetric(op, "pull", "in", world, in);
+    else
+        coll::check_symmetric(op, "push", "out", world, out);
     if (c.path == DataPath::CopyEngine) {
+        // Entry barrier (peers' in written / out free), the W copies on side streams, exit barrier (every copy
+        // landed / every peer read my in): all ordered on `stream`.
         coll::launch_barrier(world, st, stream);
         std::vector<coll::CopyJob> jobs;
         for (int i = 0; i < W; ++i) {
             const int peer = (me + i) % W;
-            jobs.push_back({world.peer_ptr(static_cast<char*>(out.data) + me * B, peer),
-                            static_cast<const char*>(in.data) + peer * B, B});
+            if (pull)
+                jobs.push_back({static_cast<char*>(out.data) + peer * B,
+                                world.peer_ptr(static_cast<const char*>(in.data) + me * B, peer), B});
+            else
+                jobs.push_back({world.peer_ptr(static_cast<char*>(out.data) + me * B, peer),
+                                static_cast<const char*>(in.data) + peer * B, B});
         }
         coll::copy_engine_fanout(st, stream, jobs);
         coll::launch_barrier(world, st, stream);
@@ -43,7 +53,7 @@ void all_to_all(World& world, BufferView in, BufferView out, cudaStream_t stream
     }
     coll::Launch l;
     l.header = "loom/kernels/all_to_all.cuh";
-    l.name = "loom::kernels::coll::all_to_all_push";
+    l.name = pull ? "loom::kernels::coll::all_to_all_pull" : "loom::kernels::coll::all_to_all_push";
     l.template_args = {"unsigned char", std::to_string(coll::path_arg(c.path))};
     l.params = coll::base_params(st);
     l.params.in = in.data;

@@ -136,6 +136,12 @@ const std::vector<ChoiceRow>& choice_table() {
          "one GPU per rank: ld/st to 64 MiB (measured)"},
         {CollKind::AllToAll, kAny, GpuSharing::Any, CollAlgo::Push, DataPath::CopyEngine,
          "large: copy engine (measured)"},
+        {CollKind::AllToAll, 16 * MiB, GpuSharing::Any, CollAlgo::Pull, DataPath::LdSt,
+         "out not symmetric: pull (session 21)"},
+        {CollKind::AllToAll, 64 * MiB, GpuSharing::Distinct, CollAlgo::Pull, DataPath::LdSt,
+         "out not symmetric: pull (session 21)"},
+        {CollKind::AllToAll, kAny, GpuSharing::Any, CollAlgo::Pull, DataPath::CopyEngine,
+         "out not symmetric: pull, copy engine (session 21)"},
         {CollKind::AllToAllV, 16 * MiB, GpuSharing::Any, CollAlgo::Push, DataPath::LdSt, "ld/st (capacity bytes)"},
         {CollKind::AllToAllV, kAny, GpuSharing::Any, CollAlgo::Push, DataPath::Tma,
          "large (capacity bytes; no copy-engine path)"},
@@ -156,7 +162,8 @@ bool offered(CollKind kind, CollAlgo algo, DataPath path) {
             return ((algo == CollAlgo::TwoShot || algo == CollAlgo::LL) && ld) || (algo == CollAlgo::TwoShot && ce) ||
                    (algo == CollAlgo::OneShot && (ld || tma));
         case CollKind::AllToAll:
-            return (algo == CollAlgo::Push && (ld || tma || ce)) || (algo == CollAlgo::LL && ld);
+            return ((algo == CollAlgo::Push || algo == CollAlgo::Pull) && (ld || tma || ce)) ||
+                   (algo == CollAlgo::LL && ld);
         case CollKind::AllToAllV:
             return algo == CollAlgo::Push && (ld || tma);
     }
@@ -173,6 +180,7 @@ bool feasible(CollKind kind, CollAlgo algo, bool in_sym, bool out_sym) {
         case CollKind::AllReduce:
             return algo == CollAlgo::TwoShot ? in_sym : true;  // out not symmetric: staged (all_reduce.cpp)
         case CollKind::AllToAll:
+            return algo == CollAlgo::Pull ? in_sym : out_sym;
         case CollKind::AllToAllV:
             return out_sym;
     }

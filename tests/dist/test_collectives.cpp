@@ -527,28 +527,39 @@ TEST_F(Collectives, ScratchRoundsKeepTheirAddresses) {
 TEST_F(Collectives, AllToAllEqual) {
     const int W = w->world_size(), me = w->rank();
     int tc = 300;
-    const AlgoPath aps[] = {{CollAlgo::Push, DataPath::LdSt},
-                            {CollAlgo::Push, DataPath::Tma},
-                            {CollAlgo::Push, DataPath::CopyEngine},
-                            {CollAlgo::LL, DataPath::LdSt}};
-    for (const auto& ap : aps)
+    // Pull (and Auto past LL) also into an out from cudaMalloc, outside the symmetric heap.
+    struct Case {
+        AlgoPath ap;
+        bool plain_out;
+    };
+    const Case cases[] = {
+        {{CollAlgo::Push, DataPath::LdSt}, false},       {{CollAlgo::Push, DataPath::Tma}, false},
+        {{CollAlgo::Push, DataPath::CopyEngine}, false}, {{CollAlgo::LL, DataPath::LdSt}, false},
+        {{CollAlgo::Pull, DataPath::LdSt}, false},       {{CollAlgo::Pull, DataPath::LdSt}, true},
+        {{CollAlgo::Pull, DataPath::Tma}, true},         {{CollAlgo::Pull, DataPath::CopyEngine}, true},
+        {{CollAlgo::Auto, DataPath::Auto}, true}};
+    for (const auto& [ap, plain_out] : cases)
         // LL's largest: 100001 bf16 = 200002 bytes per peer, under its 256 KiB capacity.
         for (std::size_t n :
              {std::size_t(1), std::size_t(999), ap.algo == CollAlgo::LL ? 100001 : std::size_t(200003)}) {
-            SCOPED_TRACE(label(ap) + " n " + std::to_string(n));
+            SCOPED_TRACE(label(ap) + (plain_out ? " plain out" : "") + " n " + std::to_string(n));
             const DType t = DType::BF16;
             const std::size_t B = n * 2;
             Sym in(*w, B * W), out(*w, B * W);
+            void* plain = nullptr;
+            if (plain_out) ASSERT_EQ(cudaMalloc(&plain, B * W), cudaSuccess);
+            std::unique_ptr<void, decltype(&cudaFree)> plain_owner(plain, &cudaFree);
+            void* const dst = plain_out ? plain : out.p;
             ++tc;
             std::vector<std::vector<char>> all(W);
             for (int r = 0; r < W; ++r) all[r] = make_input(t, n * W, seed_of(r, tc));
             upload(in.p, all[me]);
-            poison(out.p, B * W);
+            poison(dst, B * W);
             w->barrier();
-            all_to_all(*w, BufferView{in.p, t, n * W}, BufferView{out.p, t, n * W}, stream,
+            all_to_all(*w, BufferView{in.p, t, n * W}, BufferView{dst, t, n * W}, stream,
                        CollOptions{ap.algo, ap.path});
             sync_or_die(stream);
-            const auto got = download(out.p, B * W);
+            const auto got = download(dst, B * W);
             std::string err;
             for (int r = 0; r < W && err.empty(); ++r)
                 if (std::memcmp(got.data() + r * B, all[r].data() + me * B, B) != 0)
@@ -899,6 +910,12 @@ TEST_F(Collectives, BadInputGivesClearErrors) {
     EXPECT_NE(e.find("the ll algorithm holds at most " + std::to_string(kLLMaxBytes) + " bytes per chunk"),
               std::string::npos)
         << e;
+    // AllToAll's pull reads the peers' in: a plain in is refused by name.
+    e = error_of([&] {
+        all_to_all(*w, BufferView{plain, DType::F32, std::size_t(16) * W},
+                   BufferView{b.p, DType::F32, std::size_t(16) * W}, stream, CollOptions{CollAlgo::Pull});
+    });
+    EXPECT_NE(e.find("allocate it with world.alloc"), std::string::npos) << e;
     cudaFree(plain);
     // The world is still usable after the errors (no collective was launched by them).
     check_all_reduce(*w, stream, DType::F32, 100, {}, 700, false);

@@ -1,7 +1,9 @@
-// AllToAll over the node's symmetric heap (push: every rank writes straight into the peers' out, out symmetric).
+// AllToAll over the node's symmetric heap (push: every rank writes straight into the peers' out, out symmetric;
+// pull: every rank reads its blocks from the peers' in, in symmetric).
 //
 //   all_to_all_push<T, kPath>    equal splits: block j of my in (p.count elements) goes to slot `me` of rank
 //                                j's out.
+//   all_to_all_pull<T, kPath>    equal splits, out anywhere: block `me` of rank j's in comes to slot j of my out.
 //   all_to_all_v_push<T, kPath>  variable splits, counts in device memory (MoE dispatch): p.send_counts[j]
 //                                (symmetric) elements from in + send_offsets[j] (packed prefix sums when null)
 //                                go to rank j, where they land packed by source rank: rank s's block starts at
@@ -36,6 +38,28 @@ __global__ void __launch_bounds__(512) all_to_all_push(Ctx ctx, Params p) {
         });
     }
     barrier_peers(ctx, p.sync, sig_value(e, 2));
+}
+
+template <class T, int kPath>
+__global__ void __launch_bounds__(512) all_to_all_pull(Ctx ctx, Params p) {
+    const uint64_t e = begin_call(p.sync);
+    const int W = ctx.local_world, me = ctx.local_rank;
+    const uint64_t B = p.count * sizeof(T);
+    const Range r = block_share(B, 16);
+    char* const out = static_cast<char*>(p.out);
+    const char* const in = static_cast<const char*>(p.in);
+    barrier_peers(ctx, p.sync, sig_value(e, 1));  // peers' inputs are written (they entered this call)
+    if (r.size()) {
+        with_path<kPath>(p, [&](const auto& path) {
+            for (int i = 1; i <= W; ++i) {  // peers first, the own block's local copy last
+                const int peer = (me + i) % W;
+                lang::get_nbi(lang::block, ctx, out + peer * B + r.lo, in + me * B + r.lo, r.size(),
+                              peer_rank(ctx, peer), path);
+            }
+            lang::quiet(lang::block, ctx);
+        });
+    }
+    barrier_peers(ctx, p.sync, sig_value(e, 2));  // every peer has read my input: the caller may overwrite it
 }
 
 namespace detail {

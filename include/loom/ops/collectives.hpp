@@ -42,10 +42,11 @@ void all_gather(World& world, BufferView in, BufferView out, cudaStream_t stream
 // out (in.count / world elements) = op over ranks of chunk `rank` of in. Pull needs in symmetric; Scatter
 // stages through the collective scratch (any in). fp32 accumulation for 16-bit types.
 void reduce_scatter(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts = {});
-// out = op over ranks of in (same count). LL and OneShot take any buffers; TwoShot needs in and out symmetric.
+// out = op over ranks of in (same count). LL and OneShot take any buffers; TwoShot needs in symmetric (an out
+// outside the symmetric heap is staged through the collective scratch; its copy-engine path needs out symmetric).
 void all_reduce(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts = {});
 // Equal splits: in and out hold world blocks of in.count / world elements; block j of in goes to rank j, where
-// it lands as block `rank`. out symmetric; not in-place.
+// it lands as block `rank`. Push needs out symmetric, Pull in symmetric (LL: any buffers); not in-place.
 void all_to_all(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts = {});
 // Variable splits with counts in device memory (MoE): send_counts (int64[world], symmetric) elements go to each
 // rank, taken from in at send_offsets (int64[world], device; nullptr: packed prefix sums). Each rank's out
