@@ -354,7 +354,8 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
                                      : k == CollKind::AllToAll      ? in_bytes / W
                                      : k == CollKind::ReduceScatter ? out_bytes
                                                                     : 0;
-        if (W > 1 && ce_chunk > 0 && sh.size >= (std::size_t(1) << 20)) {
+        // (Puts into the peers' out: not with a plain out.)
+        if (W > 1 && ce_chunk > 0 && sh.size >= (std::size_t(1) << 20) && !args.plain_out) {
             auto run = [&](cudaStream_t s) {
                 for (int i = 1; i < W; ++i)
                     loom::stream_ops::put_ce(w, static_cast<char*>(sout) + me * ce_chunk, sin, ce_chunk, (me + i) % W,
