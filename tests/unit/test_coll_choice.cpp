@@ -75,9 +75,10 @@ TEST(CollChoice, ReduceScatterAndAllToAll) {
     expect(choose_collective(CollKind::AllToAll, 64 * MiB, shared(2)), CollAlgo::Push, DataPath::CopyEngine);
     expect(choose_collective(CollKind::AllToAll, 64 * MiB, distinct(2)), CollAlgo::Push, DataPath::LdSt);
     expect(choose_collective(CollKind::AllToAll, 256 * MiB, distinct(2)), CollAlgo::Push, DataPath::CopyEngine);
-    // out not symmetric (in symmetric): pull, through the copy engine past 16 MiB (64 MiB with a GPU per rank).
+    // out not symmetric (in symmetric): pull, through the copy engine past 16 MiB per peer.
     expect(choose_collective(CollKind::AllToAll, 16 * MiB, shared(8), true, false), CollAlgo::Pull, DataPath::LdSt);
-    expect(choose_collective(CollKind::AllToAll, 64 * MiB, distinct(2), true, false), CollAlgo::Pull, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllToAll, 64 * MiB, distinct(2), true, false), CollAlgo::Pull,
+           DataPath::CopyEngine);
     expect(choose_collective(CollKind::AllToAll, 64 * MiB, shared(2), true, false), CollAlgo::Pull,
            DataPath::CopyEngine);
     expect(choose_collective(CollKind::AllToAll, 64 * MiB, shared(2), false, false), CollAlgo::Auto, DataPath::Auto);
