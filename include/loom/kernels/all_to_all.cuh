@@ -18,21 +18,28 @@
 
 namespace loom::kernels::coll {
 
-template <class T, int kPath>
-__global__ void __launch_bounds__(512) all_to_all_push(Ctx ctx, Params p) {
+// Equal splits between an entry barrier (the peers' inputs are written and their outs free) and an exit barrier
+// (every block landed; every peer is done with my buffers). kPull: block `me` of every peer's in comes to slot `peer`
+// of my out (in symmetric); else block `peer` of my in goes to slot `me` of every peer's out (out symmetric). Peers
+// first, the own block's local copy last.
+template <class T, int kPath, bool kPull>
+LOOM_DEVICE inline void all_to_all_equal(const Ctx& ctx, const Params& p) {
     const uint64_t e = begin_call(p.sync);
     const int W = ctx.local_world, me = ctx.local_rank;
     const uint64_t B = p.count * sizeof(T);
     const Range r = block_share(B, 16);
-    char* const out = static_cast<char*>(p.out);
-    const char* const in = static_cast<const char*>(p.in);
     barrier_peers(ctx, p.sync, sig_value(e, 1));
     if (r.size()) {
         with_path<kPath>(p, [&](const auto& path) {
-            for (int i = 1; i <= W; ++i) {  // peers first, the own chunk's local copy last (as all_gather_push)
+            for (int i = 1; i <= W; ++i) {
                 const int peer = (me + i) % W;
-                lang::put_nbi(lang::block, ctx, out + me * B + r.lo, in + peer * B + r.lo, r.size(),
-                              peer_rank(ctx, peer), path);
+                if constexpr (kPull)
+                    lang::get_nbi(lang::block, ctx, static_cast<char*>(p.out) + peer * B + r.lo,
+                                  static_cast<const char*>(p.in) + me * B + r.lo, r.size(), peer_rank(ctx, peer), path);
+                else
+                    lang::put_nbi(lang::block, ctx, static_cast<char*>(p.out) + me * B + r.lo,
+                                  static_cast<const char*>(p.in) + peer * B + r.lo, r.size(), peer_rank(ctx, peer),
+                                  path);
             }
             lang::quiet(lang::block, ctx);
         });
@@ -41,25 +48,12 @@ __global__ void __launch_bounds__(512) all_to_all_push(Ctx ctx, Params p) {
 }
 
 template <class T, int kPath>
+__global__ void __launch_bounds__(512) all_to_all_push(Ctx ctx, Params p) {
+    all_to_all_equal<T, kPath, false>(ctx, p);
+}
+template <class T, int kPath>
 __global__ void __launch_bounds__(512) all_to_all_pull(Ctx ctx, Params p) {
-    const uint64_t e = begin_call(p.sync);
-    const int W = ctx.local_world, me = ctx.local_rank;
-    const uint64_t B = p.count * sizeof(T);
-    const Range r = block_share(B, 16);
-    char* const out = static_cast<char*>(p.out);
-    const char* const in = static_cast<const char*>(p.in);
-    barrier_peers(ctx, p.sync, sig_value(e, 1));  // peers' inputs are written (they entered this call)
-    if (r.size()) {
-        with_path<kPath>(p, [&](const auto& path) {
-            for (int i = 1; i <= W; ++i) {  // peers first, the own block's local copy last
-                const int peer = (me + i) % W;
-                lang::get_nbi(lang::block, ctx, out + peer * B + r.lo, in + me * B + r.lo, r.size(),
-                              peer_rank(ctx, peer), path);
-            }
-            lang::quiet(lang::block, ctx);
-        });
-    }
-    barrier_peers(ctx, p.sync, sig_value(e, 2));  // every peer has read my input: the caller may overwrite it
+    all_to_all_equal<T, kPath, true>(ctx, p);
 }
 
 namespace detail {
