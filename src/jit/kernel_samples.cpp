@@ -80,6 +80,7 @@ const std::vector<KernelSample>& kernel_samples() {
         {"loom/kernels/all_to_all.cuh", "loom::kernels::coll::all_to_all_pull", {"unsigned char", "0"}},
         {"loom/kernels/all_to_all.cuh", "loom::kernels::coll::all_to_all_pull", {"unsigned char", "1"}, true},
         {"loom/kernels/all_to_all.cuh", "loom::kernels::coll::all_to_all_v_push", {"__nv_bfloat16", "0"}},
+        {"loom/kernels/all_to_all.cuh", "loom::kernels::coll::all_to_all_v_pull", {"unsigned int", "1"}, true},
         {"loom/kernels/reduce_scatter.cuh", "loom::kernels::coll::reduce_scatter_pull", {"float", "0"}},
         {"loom/kernels/reduce_scatter.cuh", "loom::kernels::coll::reduce_scatter_scatter", {"__half", "0", "0"}},
         {"loom/kernels/reduce_scatter.cuh", "loom::kernels::coll::reduce_scatter_ring", {"__nv_bfloat16", "0"}},

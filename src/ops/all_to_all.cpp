@@ -83,10 +83,19 @@ void all_to_all_v(World& world, BufferView in, BufferView out, const int64_t* se
     const CollChoice c =
         coll::resolve(CollKind::AllToAllV, out.bytes() / W, world, st, opts, world.is_symmetric(in.data, in.bytes()),
                       world.is_symmetric(out.data, out.bytes()));
-    coll::check_symmetric(op, "push", "out", world, out);
+    const bool pull = c.algo == CollAlgo::Pull;  // out anywhere: each rank reads its blocks from the senders
+    if (pull) {
+        coll::check_symmetric(op, "pull", "in", world, in);
+        LOOM_CHECK(send_offsets == nullptr || world.is_symmetric(send_offsets, sizeof(int64_t) * W),
+                   "{}: the pull algorithm (out {} is not in the symmetric heap) reads each sender's send_offsets: "
+                   "pass nullptr (packed blocks) or allocate them with world.alloc<int64_t>({}), given {}",
+                   op, out.data, W, static_cast<const void*>(send_offsets));
+    } else {
+        coll::check_symmetric(op, "push", "out", world, out);
+    }
     coll::Launch l;
     l.header = "loom/kernels/all_to_all.cuh";
-    l.name = "loom::kernels::coll::all_to_all_v_push";
+    l.name = pull ? "loom::kernels::coll::all_to_all_v_pull" : "loom::kernels::coll::all_to_all_v_push";
     static const char* kSized[] = {"", "unsigned char",     "unsigned short", "", "unsigned int", "", "",
                                    "", "unsigned long long"};
     l.template_args = {kSized[dtype_size(in.dtype)], std::to_string(coll::path_arg(c.path))};

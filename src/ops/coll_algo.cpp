@@ -144,6 +144,10 @@ const std::vector<ChoiceRow>& choice_table() {
         {CollKind::AllToAllV, 16 * MiB, GpuSharing::Any, CollAlgo::Push, DataPath::LdSt, "ld/st (capacity bytes)"},
         {CollKind::AllToAllV, kAny, GpuSharing::Any, CollAlgo::Push, DataPath::Tma,
          "large (capacity bytes; no copy-engine path)"},
+        {CollKind::AllToAllV, 16 * MiB, GpuSharing::Any, CollAlgo::Pull, DataPath::LdSt,
+         "out not symmetric: pull (capacity bytes; as the equal splits)"},
+        {CollKind::AllToAllV, kAny, GpuSharing::Any, CollAlgo::Pull, DataPath::Tma,
+         "out not symmetric: pull, large (capacity bytes; no copy-engine path)"},
     };
     return rows;
 }
@@ -164,7 +168,7 @@ bool offered(CollKind kind, CollAlgo algo, DataPath path) {
             return ((algo == CollAlgo::Push || algo == CollAlgo::Pull) && (ld || tma || ce)) ||
                    (algo == CollAlgo::LL && ld);
         case CollKind::AllToAllV:
-            return algo == CollAlgo::Push && (ld || tma);
+            return (algo == CollAlgo::Push || algo == CollAlgo::Pull) && (ld || tma);
     }
     return false;
 }
@@ -179,9 +183,8 @@ bool feasible(CollKind kind, CollAlgo algo, bool in_sym, bool out_sym) {
         case CollKind::AllReduce:
             return algo == CollAlgo::TwoShot ? in_sym : true;  // out not symmetric: staged (all_reduce.cpp)
         case CollKind::AllToAll:
-            return algo == CollAlgo::Pull ? in_sym : out_sym;
         case CollKind::AllToAllV:
-            return out_sym;
+            return algo == CollAlgo::Pull ? in_sym : out_sym;
     }
     return false;
 }

@@ -570,10 +570,27 @@ TEST_F(Collectives, AllToAllEqual) {
         }
 }
 
+// Modes: push (out symmetric) and pull (in symmetric: into a symmetric or a plain out; packed or with explicit
+// send_offsets, which pull reads on the senders, so they are symmetric; the explicit layout stores the blocks in
+// reverse rank order, so that it differs from the packed one), and Auto into a plain out.
 TEST_F(Collectives, AllToAllVariableCountsOnDevice) {
     const int W = w->world_size(), me = w->rank();
-    for (DataPath p : {DataPath::LdSt, DataPath::Tma})
+    struct Mode {
+        CollAlgo algo;
+        DataPath path;
+        bool plain_out, offsets;
+    };
+    const Mode modes[] = {
+        {CollAlgo::Push, DataPath::LdSt, false, false}, {CollAlgo::Push, DataPath::Tma, false, false},
+        {CollAlgo::Push, DataPath::LdSt, false, true},  {CollAlgo::Pull, DataPath::LdSt, false, false},
+        {CollAlgo::Pull, DataPath::LdSt, true, false},  {CollAlgo::Pull, DataPath::Tma, true, true},
+        {CollAlgo::Auto, DataPath::Auto, true, false}};
+    for (const Mode& m : modes)
         for (int trial = 0; trial < 3; ++trial) {
+            const std::string what = std::string("all_to_all_v ") + to_string(m.algo) + "/" + to_string(m.path) +
+                                     (m.plain_out ? " plain out" : "") + (m.offsets ? " offsets" : "") + " trial " +
+                                     std::to_string(trial);
+            SCOPED_TRACE(what);
             // counts[s][j]: what rank s sends to rank j (every rank computes the whole matrix from the seed).
             std::vector<std::vector<std::int64_t>> counts(W, std::vector<std::int64_t>(W));
             std::uint64_t x = 88172645463325252ull + trial;
@@ -582,6 +599,13 @@ TEST_F(Collectives, AllToAllVariableCountsOnDevice) {
                     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
                     counts[s][j] = trial == 0 ? static_cast<std::int64_t>(x % 3) : static_cast<std::int64_t>(x % 5000);
                 }
+            // Where rank s keeps its block for rank j: packed in rank order, or (offsets) in reverse rank order.
+            auto src_offset = [&](int s, int j) {
+                std::int64_t a = 0;
+                for (int k = 0; k < W; ++k)
+                    if (m.offsets ? k > j : k < j) a += counts[s][k];
+                return a;
+            };
             std::int64_t sent = 0, max_sent = 0;
             for (int j = 0; j < W; ++j) sent += counts[me][j];
             for (int s = 0; s < W; ++s) {
@@ -592,18 +616,26 @@ TEST_F(Collectives, AllToAllVariableCountsOnDevice) {
             const std::size_t cap = 5000 * W + 7;
             const DType t = DType::F32;
             // Symmetric allocations are collective and equal on every rank: in is sized for the largest sender.
-            Sym in(*w, (max_sent + 1) * 4), out(*w, cap * 4), cnt(*w, W * 8), rcv(*w, W * 8);
+            Sym in(*w, (max_sent + 1) * 4), out(*w, cap * 4), cnt(*w, W * 8), offs(*w, W * 8), rcv(*w, W * 8);
+            void* plain = nullptr;
+            if (m.plain_out) ASSERT_EQ(cudaMalloc(&plain, cap * 4), cudaSuccess);
+            std::unique_ptr<void, decltype(&cudaFree)> plain_owner(plain, &cudaFree);
+            void* const dst = m.plain_out ? plain : out.p;
             const auto data = make_input(t, sent + 1, seed_of(me, 400 + trial));
             upload(in.p, data);
             upload(cnt.p, std::vector<char>(reinterpret_cast<const char*>(counts[me].data()),
                                             reinterpret_cast<const char*>(counts[me].data()) + W * 8));
-            poison(out.p, cap * 4);
+            std::vector<std::int64_t> my_offs(W);
+            for (int j = 0; j < W; ++j) my_offs[j] = src_offset(me, j);
+            upload(offs.p, std::vector<char>(reinterpret_cast<const char*>(my_offs.data()),
+                                             reinterpret_cast<const char*>(my_offs.data()) + W * 8));
+            poison(dst, cap * 4);
             w->barrier();
-            all_to_all_v(*w, BufferView{in.p, t, static_cast<std::size_t>(sent + 1)}, BufferView{out.p, t, cap},
-                         cnt.as<std::int64_t>(), nullptr, rcv.as<std::int64_t>(), stream,
-                         CollOptions{CollAlgo::Push, p});
+            all_to_all_v(*w, BufferView{in.p, t, static_cast<std::size_t>(sent + 1)}, BufferView{dst, t, cap},
+                         cnt.as<std::int64_t>(), m.offsets ? offs.as<std::int64_t>() : nullptr, rcv.as<std::int64_t>(),
+                         stream, CollOptions{m.algo, m.path});
             sync_or_die(stream);
-            const auto got = download(out.p, cap * 4);
+            const auto got = download(dst, cap * 4);
             std::vector<std::int64_t> rc(W);
             const auto rcb = download(rcv.p, W * 8);
             std::memcpy(rc.data(), rcb.data(), W * 8);
@@ -611,26 +643,16 @@ TEST_F(Collectives, AllToAllVariableCountsOnDevice) {
             std::string err;
             for (int s = 0; s < W && err.empty(); ++s) {
                 if (rc[s] != counts[s][me]) {
-                    err = "all_to_all_v " + std::string(to_string(p)) + " trial " + std::to_string(trial) +
-                          ": recv_counts[" + std::to_string(s) + "] = " + std::to_string(rc[s]) + ", expected " +
+                    err = what + ": recv_counts[" + std::to_string(s) + "] = " + std::to_string(rc[s]) + ", expected " +
                           std::to_string(counts[s][me]);
                     break;
                 }
-                // Rank s's data for me: its input at the prefix sum of its counts before me.
-                const auto src = make_input(
-                    t,
-                    1 +
-                        [&] {
-                            std::int64_t a = 0;
-                            for (int j = 0; j < W; ++j) a += counts[s][j];
-                            return a;
-                        }(),
-                    seed_of(s, 400 + trial));
-                std::int64_t src_off = 0;
-                for (int j = 0; j < me; ++j) src_off += counts[s][j];
-                if (std::memcmp(got.data() + off * 4, src.data() + src_off * 4, counts[s][me] * 4) != 0)
-                    err = "all_to_all_v " + std::string(to_string(p)) + " trial " + std::to_string(trial) +
-                          ": block from rank " + std::to_string(s) + " differs";
+                // Rank s's data for me: its input at its offset for me.
+                std::int64_t total = 0;
+                for (int j = 0; j < W; ++j) total += counts[s][j];
+                const auto src = make_input(t, 1 + total, seed_of(s, 400 + trial));
+                if (std::memcmp(got.data() + off * 4, src.data() + src_offset(s, me) * 4, counts[s][me] * 4) != 0)
+                    err = what + ": block from rank " + std::to_string(s) + " differs";
                 off += counts[s][me];
             }
             const std::string v = agree(*w, err);
@@ -910,6 +932,15 @@ TEST_F(Collectives, BadInputGivesClearErrors) {
     EXPECT_NE(e.find("the ll algorithm holds at most " + std::to_string(kLLMaxBytes) + " bytes per chunk"),
               std::string::npos)
         << e;
+    // all_to_all_v into a plain out pulls, and reads the senders' send_offsets: plain ones are refused by name.
+    {
+        Sym cnts(*w, W * 8);
+        e = error_of([&] {
+            all_to_all_v(*w, BufferView{a.p, DType::F32, 16}, BufferView{plain, DType::F32, 16},
+                         cnts.as<std::int64_t>(), static_cast<const std::int64_t*>(plain), nullptr, stream);
+        });
+        EXPECT_NE(e.find("reads each sender's send_offsets"), std::string::npos) << e;
+    }
     // AllToAll's pull reads the peers' in: a plain in is refused by name.
     e = error_of([&] {
         all_to_all(*w, BufferView{plain, DType::F32, std::size_t(16) * W},

@@ -82,6 +82,8 @@ TEST(CollChoice, ReduceScatterAndAllToAll) {
     expect(choose_collective(CollKind::AllToAll, 64 * MiB, shared(2), true, false), CollAlgo::Pull,
            DataPath::CopyEngine);
     expect(choose_collective(CollKind::AllToAll, 64 * MiB, shared(2), false, false), CollAlgo::Auto, DataPath::Auto);
+    expect(choose_collective(CollKind::AllToAllV, 1 * MiB, distinct(2), true, false), CollAlgo::Pull, DataPath::LdSt);
+    expect(choose_collective(CollKind::AllToAllV, 64 * MiB, shared(8), true, false), CollAlgo::Pull, DataPath::Tma);
 }
 
 TEST(CollChoice, PreHopperNeverGetsTma) {

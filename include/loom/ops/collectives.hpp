@@ -50,7 +50,9 @@ void all_reduce(World& world, BufferView in, BufferView out, cudaStream_t stream
 void all_to_all(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts = {});
 // Variable splits with counts in device memory (MoE): send_counts (int64[world], symmetric) elements go to each
 // rank, taken from in at send_offsets (int64[world], device; nullptr: packed prefix sums). Each rank's out
-// (symmetric, capacity out.count, the same on every rank) receives the blocks packed in source-rank order;
+// (capacity out.count, the same on every rank; symmetric for Push — with out outside the symmetric heap, Pull reads
+// the blocks from the senders: in symmetric, send_offsets nullptr or symmetric) receives the blocks packed in
+// source-rank order;
 // recv_counts (int64[world], device, may be nullptr) receives what each rank sent. Counts are read on the
 // device: no host synchronisation. A block that would not fit in out is reported and traps.
 void all_to_all_v(World& world, BufferView in, BufferView out, const int64_t* send_counts, const int64_t* send_offsets,
