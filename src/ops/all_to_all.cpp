@@ -86,10 +86,11 @@ void all_to_all_v(World& world, BufferView in, BufferView out, const int64_t* se
     const bool pull = c.algo == CollAlgo::Pull;  // out anywhere: each rank reads its blocks from the senders
     if (pull) {
         coll::check_symmetric(op, "pull", "in", world, in);
-        LOOM_CHECK(send_offsets == nullptr || world.is_symmetric(send_offsets, sizeof(int64_t) * W),
-                   "{}: the pull algorithm (out {} is not in the symmetric heap) reads each sender's send_offsets: "
-                   "pass nullptr (packed blocks) or allocate them with world.alloc<int64_t>({}), given {}",
-                   op, out.data, W, static_cast<const void*>(send_offsets));
+        LOOM_CHECK(
+            send_offsets == nullptr || world.is_symmetric(send_offsets, sizeof(int64_t) * W),
+            "{}: the pull algorithm (Auto's choice for an out outside the symmetric heap) reads each sender's "
+            "send_offsets: pass nullptr (packed blocks) or allocate them with world.alloc<int64_t>({}), given {}",
+            op, W, static_cast<const void*>(send_offsets));
     } else {
         coll::check_symmetric(op, "push", "out", world, out);
     }
