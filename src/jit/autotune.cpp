@@ -173,8 +173,8 @@ TuneResult autotune(const TuneRequest& req, World* world) {
         }
     }
     for (std::size_t i = 0; i < n; ++i) {
-        if (!errors[i].empty() || runs[i].size() != rounds) continue;  // failing once (error, no time): never wins
-        std::vector<double> r = runs[i];
+        std::vector<double>& r = runs[i];
+        if (!errors[i].empty() || r.size() != rounds) continue;  // failing once (error, no time): never wins
         std::nth_element(r.begin(), r.begin() + r.size() / 2, r.end());
         mine[i] = r[r.size() / 2];
     }

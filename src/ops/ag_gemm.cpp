@@ -142,7 +142,7 @@ void ag_gemm_direct(World& world, const MatrixView& a, const MatrixView& b, cons
     h.world = W;
     for (int r = 0; r < W; ++r) {
         const CUtensorMap m =
-            make_tma_2d(MatrixView{world.peer_ptr(staging, r), a.dtype, R, K, 0}, cfg.block_m, kernels::kGemmBlockK);
+            make_tma_2d(MatrixView{world.peer_ptr(staging, r), a.dtype, R, K, 0}, cfg.block_m, cfg.block_k);
         std::memcpy(&h.a_peer[r], &m, sizeof(m));
     }
     h.chunk = sig->chunk;
@@ -262,8 +262,7 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
                            R % plan.gemm.block_m == 0 && reinterpret_cast<std::uintptr_t>(a.data) % 16 == 0;
     kernels::overlap::AgGemmHookArgs h{};
     if (own_local) {
-        const CUtensorMap m =
-            make_tma_2d(MatrixView{a.data, a.dtype, R, K, 0}, plan.gemm.block_m, kernels::kGemmBlockK);
+        const CUtensorMap m = make_tma_2d(MatrixView{a.data, a.dtype, R, K, 0}, plan.gemm.block_m, plan.gemm.block_k);
         static_assert(sizeof(m) == sizeof(h.a_local), "CUtensorMap is 128 bytes");
         std::memcpy(&h.a_local, &m, sizeof(m));
         h.own_local = 1;

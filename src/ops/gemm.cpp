@@ -34,6 +34,10 @@ GemmDevice gemm_device() {
     return info;
 }
 
+bool gemm_takes_sm80(const GemmOptions& o, const GemmDevice& dev) {
+    return dev.arch < 90 || o.force_sm80 || env_flag("LOOM_GEMM_FORCE_SM80");
+}
+
 void gemm_complete_config(GemmConfig& c, int64_t m, int64_t n, int num_sms) {
     c.stages = std::min(kernels::gemm_sm90_max_stages(c.block_m, c.block_n), 6);
     // Keep the CTAs that run together close to square in L2: group_m M-blocks x (num_sms / group_m) N-blocks.
@@ -475,7 +479,7 @@ namespace detail {
 void gemm_launch(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o, GemmConfig cfg,
                  const GemmDevice& dev, cudaStream_t stream, const char* source) {
     const int64_t m = a.rows, k = a.cols, n = c.cols;
-    if (o.force_sm80 || dev.arch < 90 || env_flag("LOOM_GEMM_FORCE_SM80")) cfg.sm80 = true;
+    if (gemm_takes_sm80(o, dev)) cfg.sm80 = true;
     LOOM_CHECK(!cfg.sm80 || a.dtype != DType::F8E4M3,
                "gemm: f8e4m3 inputs need the Hopper kernel (wgmma, sm_90); the sm_80 path (mma.sync) takes bf16 / f16, "
                "given {}",

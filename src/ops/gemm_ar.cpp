@@ -72,9 +72,7 @@ void gemm_ar_sequential(World& world, overlap::OpState& st, const MatrixView& a,
     const std::size_t es = dtype_size(c.dtype), count = static_cast<std::size_t>(M * N);
     char* const partial = overlap::gemm_into_parity_half(world, st, a, b, c.dtype, stream);
     // Into C directly when C is dense, symmetric or not (all_reduce's two-shot stages the shards of a plain C in its
-    // scratch: the same kernel as the GEMM-then-all_reduce sequence, no copy afterwards). Until session 21 a plain C
-    // took an in-place all_reduce and a cudaMemcpy2DAsync, 5-18 us slower than the sequence where ranks share a GPU.
-    // A strided C: in place on the symmetric partial, then copied.
+    // scratch: no copy afterwards). A strided C: in place on the symmetric partial, then copied.
     if (c.stride() == N) {
         all_reduce(world, BufferView{partial, c.dtype, count}, BufferView{c.data, c.dtype, count}, stream);
         return;

@@ -15,6 +15,8 @@ struct GemmDevice {
 };
 // The current device's, cached per device.
 GemmDevice gemm_device();
+// Whether loom::gemm runs the sm_80 kernel: below sm_90, or forced (GemmOptions::force_sm80, LOOM_GEMM_FORCE_SM80).
+bool gemm_takes_sm80(const GemmOptions& o, const GemmDevice& dev);
 
 // gemm_config_for() for the device `dev` (loom::gemm has looked it up already).
 GemmConfig gemm_config_for(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o,

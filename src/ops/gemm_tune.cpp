@@ -11,7 +11,6 @@
 
 #include "loom/jit/autotune.hpp"
 #include "loom/ops/gemm.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "ops/gemm_internal.hpp"
 #include "ops/tune_timing.hpp"
@@ -159,12 +158,8 @@ GemmConfig detail::gemm_config_for(const MatrixView& a, const MatrixView& b, con
     auto heuristic = [&] {
         return gemm_heuristic(m, n, k, o.b_kn, dev.arch, dev.num_sms, true, GemmTiles::Plain, a.dtype);
     };
-    // The sm_80 path has one config: nothing to tune.
-    if (dev.arch < 90 || o.force_sm80 || env_flag("LOOM_GEMM_FORCE_SM80")) {
-        set_source("heuristic");
-        return heuristic();
-    }
-    if (detail::gemm_tuning_suppressed()) {
+    // The sm_80 path has one config: nothing to tune. Suppressed: an overlapped op's candidates are being timed.
+    if (detail::gemm_takes_sm80(o, dev) || detail::gemm_tuning_suppressed()) {
         set_source("heuristic");
         return heuristic();
     }

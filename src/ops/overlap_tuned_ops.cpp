@@ -38,6 +38,21 @@ void add_tiles(std::vector<overlap::TuneOption<Opts>>& out, const GemmConfig& pl
         out.push_back({"auto/" + t.str(), Opts{}, t});
 }
 
+// Runs the op with the options decided for this call's key. candidates(st): the op's candidates, Auto first;
+// run(x, out): the op with options x into out (the tuning runs' into a scratch output, the call's into C). One
+// instantiation, so one TunedOptions, per op.
+template <class Opts, class Candidates, class Run>
+void run_tuned(World& world, overlap::OpKind kind, const char* op, const MatrixView& a, const MatrixView& b,
+               const MatrixView& c, cudaStream_t stream, const Candidates& candidates, const Run& run) {
+    const overlap::OpState& st = overlap::op_state(world, kind, op);
+    static overlap::TunedOptions<Opts> tuned;
+    ScratchOut scratch{c, {}};
+    const Opts chosen = tuned.get(
+        world, op, tune_key(a, b, c, world, st), [&] { return candidates(st); },
+        [&](const Opts& x) { run(x, scratch.view()); }, stream);
+    run(chosen, c);
+}
+
 }  // namespace
 
 void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
@@ -45,12 +60,9 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
     const bool choices_left = o.producer == AgProducer::Auto && o.sm_path == DataPath::Auto && o.comm_sms == 0 &&
                               o.config == nullptr && o.gathered.data == nullptr;
     if (!choices_left) return detail::ag_gemm_run(world, a, b, c, stream, o);
-    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::AgGemm, "ag_gemm");
-    static overlap::TunedOptions<AgGemmOptions> tuned;
-    ScratchOut scratch{c, {}};
-    const AgGemmOptions chosen = tuned.get(
-        world, "ag_gemm", tune_key(a, b, c, world, st),
-        [&] {
+    run_tuned<AgGemmOptions>(
+        world, overlap::OpKind::AgGemm, "ag_gemm", a, b, c, stream,
+        [&](const overlap::OpState& st) {
             std::vector<overlap::TuneOption<AgGemmOptions>> v{{"auto", {}, {}}};
             v.push_back({"sequential", AgGemmOptions{AgProducer::Sequential}, {}});
             v.push_back({"copy-engine", AgGemmOptions{AgProducer::CopyEngine}, {}});
@@ -63,8 +75,7 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
             add_tiles(v, plan.gemm, M, b.rows, st.num_sms);
             return v;
         },
-        [&](const AgGemmOptions& x) { detail::ag_gemm_run(world, a, b, scratch.view(), stream, x); }, stream);
-    detail::ag_gemm_run(world, a, b, c, stream, chosen);
+        [&](const AgGemmOptions& x, const MatrixView& out) { detail::ag_gemm_run(world, a, b, out, stream, x); });
 }
 
 void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
@@ -72,18 +83,15 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
     const bool choices_left = o.algo == RsAlgo::Auto && o.transport == RsTransport::Auto && o.comm_sms == 0 &&
                               o.config == nullptr && o.ce_chunk_bytes == 0;
     if (!choices_left) return detail::gemm_rs_run(world, a, b, c, stream, o);
-    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmRs, "gemm_rs");
-    static overlap::TunedOptions<GemmRsOptions> tuned;
-    ScratchOut scratch{c, {}};
     auto with = [](RsAlgo algo, RsTransport t = RsTransport::Auto) {
         GemmRsOptions x;
         x.algo = algo;
         x.transport = t;
         return x;
     };
-    const GemmRsOptions chosen = tuned.get(
-        world, "gemm_rs", tune_key(a, b, c, world, st),
-        [&] {
+    run_tuned<GemmRsOptions>(
+        world, overlap::OpKind::GemmRs, "gemm_rs", a, b, c, stream,
+        [&](const overlap::OpState& st) {
             std::vector<overlap::TuneOption<GemmRsOptions>> v{{"auto", {}, {}}};
             v.push_back({"sequential", with(RsAlgo::Sequential), {}});
             v.push_back({"fused-epilogue", with(RsAlgo::FusedEpilogue), {}});
@@ -95,25 +103,21 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
             add_tiles(v, plan.gemm, a.rows, b.rows, st.num_sms);
             return v;
         },
-        [&](const GemmRsOptions& x) { detail::gemm_rs_run(world, a, b, scratch.view(), stream, x); }, stream);
-    detail::gemm_rs_run(world, a, b, c, stream, chosen);
+        [&](const GemmRsOptions& x, const MatrixView& out) { detail::gemm_rs_run(world, a, b, out, stream, x); });
 }
 
 void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
              const GemmArOptions& o) {
     const bool choices_left = o.algo == ArAlgo::Auto && o.comm_sms == 0 && o.config == nullptr;
     if (!choices_left) return detail::gemm_ar_run(world, a, b, c, stream, o);
-    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmAr, "gemm_ar");
-    static overlap::TunedOptions<GemmArOptions> tuned;
-    ScratchOut scratch{c, {}};
     auto with = [](ArAlgo algo) {
         GemmArOptions x;
         x.algo = algo;
         return x;
     };
-    const GemmArOptions chosen = tuned.get(
-        world, "gemm_ar", tune_key(a, b, c, world, st),
-        [&] {
+    run_tuned<GemmArOptions>(
+        world, overlap::OpKind::GemmAr, "gemm_ar", a, b, c, stream,
+        [&](const overlap::OpState& st) {
             std::vector<overlap::TuneOption<GemmArOptions>> v{{"auto", {}, {}}};
             v.push_back({"sequential", with(ArAlgo::Sequential), {}});
             v.push_back({"fused-epilogue", with(ArAlgo::FusedEpilogue), {}});
@@ -123,8 +127,7 @@ void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const Matri
             add_tiles(v, plan.gemm, a.rows, b.rows, st.num_sms);
             return v;
         },
-        [&](const GemmArOptions& x) { detail::gemm_ar_run(world, a, b, scratch.view(), stream, x); }, stream);
-    detail::gemm_ar_run(world, a, b, c, stream, chosen);
+        [&](const GemmArOptions& x, const MatrixView& out) { detail::gemm_ar_run(world, a, b, out, stream, x); });
 }
 
 }  // namespace loom

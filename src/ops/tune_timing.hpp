@@ -20,14 +20,14 @@ struct DeviceScratch {
 // Over twice the H200's 50 MB L2: what median_launch_us overwrites before each timed launch.
 inline constexpr std::size_t kTuneFlushBytes = std::size_t{128} << 20;
 
+// LOOM_AUTOTUNE=1 while `stream` captures a graph: nothing may be timed (the call runs its default, undecided).
+bool capturing_and_tuning(cudaStream_t stream);
+
 // Median time of `launch` on `stream` in microseconds: one untimed launch first (it compiles the kernels and warms the
 // clocks), then 9 launches, each after `flush` (kTuneFlushBytes) is overwritten so that the operands are not left in
 // L2 by the launch before, and after `align` (when given; untimed), as the benchmarks time them. A collective `launch`
 // runs in step on every rank: each rank makes the same calls in the same order, and `align` (a device barrier over
 // the ranks) starts them together. Synchronises `stream`.
-// LOOM_AUTOTUNE=1 while `stream` captures a graph: nothing may be timed (the call runs its default, undecided).
-bool capturing_and_tuning(cudaStream_t stream);
-
 double median_launch_us(const std::function<void()>& launch, cudaStream_t stream, const DeviceScratch& flush,
                         const std::function<void()>& align = {});
 

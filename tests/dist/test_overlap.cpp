@@ -888,7 +888,6 @@ TEST_F(Overlap, BackToBack) {
     agree(W_, err, "back_to_back");
 }
 
-// ---- the SM share under MPS: overlap_usable_sms trusts cudaDevAttrMultiProcessorCount to be the client's share ----
 // LOOM_AUTOTUNE=1: each op's first call of a shape times its candidates on every rank (the ops in step, into scratch
 // outputs), every rank runs rank 0's pick — against the reference, every element, at that call and the next (decided
 // from memory) — and rank 0 persisted one result per op under the cache's tune/ directory.
@@ -915,6 +914,7 @@ TEST_F(Overlap, AutotunedOptions) {
     w->barrier();
 }
 
+// ---- the SM share under MPS: overlap_usable_sms trusts cudaDevAttrMultiProcessorCount to be the client's share ----
 TEST_F(Overlap, MpsShareIsTheAttribute) {
     const char* pct = std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
     if (!pct) GTEST_SKIP() << "not an MPS client with an active thread percentage";

@@ -35,7 +35,6 @@ struct GemmArgs {
     int32_t a_box_rows = 0;
 };
 
-inline constexpr int kGemmBlockK = 64;  // one 128-byte swizzle row of bf16/fp16
 // A k-block of the Hopper kernel in elements of the input type: one 128-byte swizzle row (64 bf16 / fp16, 128 fp8).
 LOOM_HOST_DEVICE constexpr int gemm_block_k(int in_elem_bytes) { return 128 / in_elem_bytes; }
 // Accumulator epilogue hooks (kAccEpilogue): the producer calls prefetch_epilogue this many loads before the tile's
