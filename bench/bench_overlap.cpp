@@ -96,6 +96,7 @@ struct Args {
     int ag_n_split = 0;                // ag_gemm: N_loc = N / ag_n_split instead of N / W (0: W)
     bool host_us = false;              // --host-us: row "host_enqueue_us" (host_block)
     loom::RsAlgo rs_algo = loom::RsAlgo::Auto;  // --rs-algo: the gemm_rs algorithm timed as the op (a)
+    loom::DType in = loom::DType::BF16;         // --dtype: A and B (bf16 or f8e4m3; C and the partials stay bf16)
     int iters = 20;
     int argc = 0;
     char** argv = nullptr;
@@ -257,6 +258,18 @@ void bridge_torch(nlohmann::json& row, const nlohmann::json& baselines, const st
                                     p["loom_us"].get<double>();
 }
 
+// The inputs' type: the report's op name (fp8 runs write <op>_fp8.json beside the bf16 ones), the random fill, and
+// cuBLASLt's input type (fp8 in its fast-accumulation mode, as Loom's fp8 kernel sums).
+std::string op_name(const char* op, DType in) { return in == DType::F8E4M3 ? std::string(op) + "_fp8" : op; }
+void fill_input(void* p, int64_t n, std::uint64_t seed, DType in) {
+    if (in == DType::F8E4M3) {
+        loom::bench::fill_random_e4m3(p, static_cast<std::size_t>(n), seed);
+    } else {
+        loom::bench::fill_random_bf16(p, static_cast<std::size_t>(n), seed);
+    }
+}
+cudaDataType_t lt_type(DType in) { return in == DType::F8E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_16BF; }
+
 void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::NcclBaseline& nccl,
               const nlohmann::json& torch, cudaStream_t s) {
     const int W = w.world_size();
@@ -264,29 +277,31 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         {11008, 4096}, {14336, 4096}, {28672, 8192}, {53248, 16384}, {29568, 8192}};
     if (args.quick) shapes = {{11008, 4096}, {28672, 8192}};
     keep_shapes(shapes, args.shapes);
-    loom::bench::Report report("ag_gemm", W, args.argc, args.argv);
+    loom::bench::Report report(op_name("ag_gemm", args.in), W, args.argc, args.argv);
+    const DType in = args.in;
+    const int64_t ies = static_cast<int64_t>(loom::dtype_size(in));
     for (auto [M, N, K] : mnk_points(args.ms, shapes)) {
         const int64_t n_loc = N / (args.ag_n_split > 0 ? args.ag_n_split : W), rows = M / W;
         void *a, *b, *c, *c_ref, *gfull;
-        LOOM_CHECK_CUDA(cudaMalloc(&a, rows * K * 2));
-        LOOM_CHECK_CUDA(cudaMalloc(&b, n_loc * K * 2));
+        LOOM_CHECK_CUDA(cudaMalloc(&a, rows * K * ies));
+        LOOM_CHECK_CUDA(cudaMalloc(&b, n_loc * K * ies));
         LOOM_CHECK_CUDA(cudaMalloc(&c, M * n_loc * 2));
         LOOM_CHECK_CUDA(cudaMalloc(&c_ref, M * n_loc * 2));
-        void* a_sym = w.alloc_bytes(rows * K * 2);  // Loom's all_gather input / output (symmetric)
-        void* g_sym = w.alloc_bytes(M * K * 2);
+        void* a_sym = w.alloc_bytes(rows * K * ies);  // Loom's all_gather input / output (symmetric)
+        void* g_sym = w.alloc_bytes(M * K * ies);
         gfull = g_sym;
-        loom::bench::fill_random_bf16(a, rows * K, 1 + w.rank());
-        loom::bench::fill_random_bf16(b, n_loc * K, 100 + w.rank());
-        LOOM_CHECK_CUDA(cudaMemcpy(a_sym, a, rows * K * 2, cudaMemcpyDeviceToDevice));
-        const MatrixView A{a, DType::BF16, rows, K, 0}, B{b, DType::BF16, n_loc, K, 0}, C{c, DType::BF16, M, n_loc, 0};
+        fill_input(a, rows * K, 1 + w.rank(), in);
+        fill_input(b, n_loc * K, 100 + w.rank(), in);
+        LOOM_CHECK_CUDA(cudaMemcpy(a_sym, a, rows * K * ies, cudaMemcpyDeviceToDevice));
+        const MatrixView A{a, in, rows, K, 0}, B{b, in, n_loc, K, 0}, C{c, DType::BF16, M, n_loc, 0};
         auto seq_loom = [&](cudaStream_t st) {
-            loom::all_gather(w, {a_sym, DType::BF16, static_cast<size_t>(rows * K)},
-                             {g_sym, DType::BF16, static_cast<size_t>(M * K)}, st);
-            loom::gemm({gfull, DType::BF16, M, K, 0}, B, {c_ref, DType::BF16, M, n_loc, 0}, {}, st);
+            loom::all_gather(w, {a_sym, in, static_cast<size_t>(rows * K)}, {g_sym, in, static_cast<size_t>(M * K)},
+                             st);
+            loom::gemm({gfull, in, M, K, 0}, B, {c_ref, DType::BF16, M, n_loc, 0}, {}, st);
         };
         seq_loom(s);
         LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
-        nlohmann::json row{{"M", M}, {"N", N}, {"K", K}, {"N_loc", n_loc}, {"world", W}};
+        nlohmann::json row{{"M", M}, {"N", N}, {"K", K}, {"N_loc", n_loc}, {"world", W}, {"dtype", dtype_name(in)}};
         if (g_align_hold_us > 0) row["align_hold_us"] = g_align_hold_us;
         // loom_us is the automatic choice's time; each producer is timed too (the direct one where ranks share a
         // GPU and M / W is a multiple of 128, the heuristic's BLOCK_M at these shapes).
@@ -312,11 +327,11 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         }
         // Alone (as every baseline is timed): the collective, the GEMM, the sequence.
         const std::function<void(cudaStream_t)> comm_fn = [&](cudaStream_t st) {
-            loom::all_gather(w, {a_sym, DType::BF16, static_cast<size_t>(rows * K)},
-                             {g_sym, DType::BF16, static_cast<size_t>(M * K)}, st);
+            loom::all_gather(w, {a_sym, in, static_cast<size_t>(rows * K)}, {g_sym, in, static_cast<size_t>(M * K)},
+                             st);
         };
         const std::function<void(cudaStream_t)> gemm_fn = [&](cudaStream_t st) {
-            loom::gemm({gfull, DType::BF16, M, K, 0}, B, {c_ref, DType::BF16, M, n_loc, 0}, {}, st);
+            loom::gemm({gfull, in, M, K, 0}, B, {c_ref, DType::BF16, M, n_loc, 0}, {}, st);
         };
         const double t_comm = med(comm_fn, s, w, args.iters), t_gemm = med(gemm_fn, s, w, args.iters);
         const double t_seq = med(seq_loom, s, w, args.iters);
@@ -328,17 +343,17 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         nlohmann::json baselines{{"loom_allgather_then_gemm", t_seq}};
         row["allgather_us"] = t_comm;
         row["gemm_us"] = t_gemm;
-        loom::bench::LtGemm lt(M, n_loc, K);
+        loom::bench::LtGemm lt(M, n_loc, K, lt_type(in), /*fast_accum=*/in == DType::F8E4M3);
         row["cublaslt_us"] = med([&](cudaStream_t st) { lt.run(gfull, b, c_ref, st); }, s, w, args.iters);
         if (have_nvshmem) {
-            void* na = loom::nvshmem::malloc(rows * K * 2);
-            void* ng = loom::nvshmem::malloc(M * K * 2);
-            LOOM_CHECK_CUDA(cudaMemcpy(na, a, rows * K * 2, cudaMemcpyDeviceToDevice));
+            void* na = loom::nvshmem::malloc(rows * K * ies);
+            void* ng = loom::nvshmem::malloc(M * K * ies);
+            LOOM_CHECK_CUDA(cudaMemcpy(na, a, rows * K * ies, cudaMemcpyDeviceToDevice));
             row["nvshmem_fcollect_us"] =
-                med([&](cudaStream_t st) { loom::nvshmem::fcollect_on_stream(ng, na, rows * K * 2, st); }, s, w,
+                med([&](cudaStream_t st) { loom::nvshmem::fcollect_on_stream(ng, na, rows * K * ies, st); }, s, w,
                     args.iters);
             const std::function<void(cudaStream_t)> nv_seq = [&](cudaStream_t st) {
-                loom::nvshmem::fcollect_on_stream(ng, na, rows * K * 2, st);
+                loom::nvshmem::fcollect_on_stream(ng, na, rows * K * ies, st);
                 lt.run(ng, b, c_ref, st);
             };
             baselines["nvshmem_fcollect_then_cublaslt"] = med(nv_seq, s, w, args.iters);
@@ -348,10 +363,10 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             loom::nvshmem::free(na);
         }
         if (nccl.ok()) {  // plain (cudaMalloc) input, the gather buffer as NCCL's output
-            row["nccl_allgather_us"] =
-                med([&](cudaStream_t st) { nccl.all_gather(a, gfull, rows * K, DType::BF16, st); }, s, w, args.iters);
+            row["nccl_allgather_us"] = med(
+                [&](cudaStream_t st) { nccl.all_gather(a, gfull, rows * K * ies, DType::U8, st); }, s, w, args.iters);
             const std::function<void(cudaStream_t)> nccl_seq = [&](cudaStream_t st) {
-                nccl.all_gather(a, gfull, rows * K, DType::BF16, st);
+                nccl.all_gather(a, gfull, rows * K * ies, DType::U8, st);
                 lt.run(gfull, b, c_ref, st);
             };
             baselines["nccl_allgather_then_cublaslt"] = med(nccl_seq, s, w, args.iters);
@@ -373,7 +388,8 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         w.free(a_sym);
         cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(c_ref);
     }
-    if (w.rank() == 0) report.write((args.out.empty() ? std::string(".") : args.out) + "/ag_gemm.json");
+    if (w.rank() == 0)
+        report.write((args.out.empty() ? std::string(".") : args.out) + "/" + op_name("ag_gemm", in) + ".json");
 }
 
 void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::NcclBaseline& nccl,
@@ -383,18 +399,20 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                                                        {4608, 36864}, {8192, 28672}, {8192, 29568}};
     if (args.quick) shapes = {{4096, 11008}, {8192, 28672}};
     keep_shapes(shapes, args.shapes);
-    loom::bench::Report report("gemm_rs", W, args.argc, args.argv);
+    loom::bench::Report report(op_name("gemm_rs", args.in), W, args.argc, args.argv);
+    const DType in = args.in;
+    const int64_t ies = static_cast<int64_t>(loom::dtype_size(in));
     for (auto [M, N, K] : mnk_points(args.ms, shapes)) {
         const int64_t k_loc = K / (args.rs_k_split > 0 ? args.rs_k_split : W), rows = M / W;
         void *a, *b, *c, *c_ref;
-        LOOM_CHECK_CUDA(cudaMalloc(&a, M * k_loc * 2));
-        LOOM_CHECK_CUDA(cudaMalloc(&b, N * k_loc * 2));
+        LOOM_CHECK_CUDA(cudaMalloc(&a, M * k_loc * ies));
+        LOOM_CHECK_CUDA(cudaMalloc(&b, N * k_loc * ies));
         LOOM_CHECK_CUDA(cudaMalloc(&c, rows * N * 2));
         LOOM_CHECK_CUDA(cudaMalloc(&c_ref, rows * N * 2));
         void* partial = w.alloc_bytes(M * N * 2);
-        loom::bench::fill_random_bf16(a, M * k_loc, 1 + w.rank());
-        loom::bench::fill_random_bf16(b, N * k_loc, 100 + w.rank());
-        const MatrixView A{a, DType::BF16, M, k_loc, 0}, B{b, DType::BF16, N, k_loc, 0}, C{c, DType::BF16, rows, N, 0};
+        fill_input(a, M * k_loc, 1 + w.rank(), in);
+        fill_input(b, N * k_loc, 100 + w.rank(), in);
+        const MatrixView A{a, in, M, k_loc, 0}, B{b, in, N, k_loc, 0}, C{c, DType::BF16, rows, N, 0};
         auto seq_loom = [&](cudaStream_t st) {
             loom::gemm(A, B, {partial, DType::BF16, M, N, 0}, {}, st);
             loom::reduce_scatter(w, {partial, DType::BF16, static_cast<size_t>(M * N)},
@@ -406,7 +424,7 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         op_opts.algo = args.rs_algo;
         loom::gemm_rs(w, A, B, C, s, op_opts);
         LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
-        nlohmann::json row{{"M", M}, {"N", N}, {"K", K}, {"K_loc", k_loc}, {"world", W}};
+        nlohmann::json row{{"M", M}, {"N", N}, {"K", K}, {"K_loc", k_loc}, {"world", W}, {"dtype", dtype_name(in)}};
         if (args.rs_algo != loom::RsAlgo::Auto) row["rs_algo"] = loom::to_string(args.rs_algo);
         if (g_align_hold_us > 0) row["align_hold_us"] = g_align_hold_us;
         const double diff = max_scaled_diff(c, c_ref, rows * N);
@@ -543,7 +561,7 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         }
         row["gemm_us"] = t_gemm;
         row["reduce_scatter_us"] = t_comm;
-        loom::bench::LtGemm lt(M, N, k_loc);
+        loom::bench::LtGemm lt(M, N, k_loc, lt_type(in), /*fast_accum=*/in == DType::F8E4M3);
         row["cublaslt_us"] = med([&](cudaStream_t st) { lt.run(a, b, partial, st); }, s, w, args.iters);
         if (have_nvshmem) {
             void* np = loom::nvshmem::malloc(M * N * 2);
@@ -587,7 +605,8 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         w.free(partial);
         cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(c_ref);
     }
-    if (w.rank() == 0) report.write((args.out.empty() ? std::string(".") : args.out) + "/gemm_rs.json");
+    if (w.rank() == 0)
+        report.write((args.out.empty() ? std::string(".") : args.out) + "/" + op_name("gemm_rs", in) + ".json");
 }
 
 void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::NcclBaseline& nccl, cudaStream_t s) {
@@ -595,19 +614,21 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
     std::vector<std::pair<int64_t, int64_t>> shapes = {{8192, 28672}, {8192, 8192}};
     keep_shapes(shapes, args.shapes);
     const std::vector<int64_t> ms = args.quick ? std::vector<int64_t>{16, 128} : std::vector<int64_t>{16, 32, 64, 128};
-    loom::bench::Report report("gemm_ar", W, args.argc, args.argv);
+    loom::bench::Report report(op_name("gemm_ar", args.in), W, args.argc, args.argv);
+    const DType in = args.in;
+    const int64_t ies = static_cast<int64_t>(loom::dtype_size(in));
     for (auto [N, K] : shapes) {
         for (int64_t M : ms) {
             const int64_t k_loc = K / W;
             void *a, *b, *c;
-            LOOM_CHECK_CUDA(cudaMalloc(&a, M * k_loc * 2));
-            LOOM_CHECK_CUDA(cudaMalloc(&b, N * k_loc * 2));
+            LOOM_CHECK_CUDA(cudaMalloc(&a, M * k_loc * ies));
+            LOOM_CHECK_CUDA(cudaMalloc(&b, N * k_loc * ies));
             LOOM_CHECK_CUDA(cudaMalloc(&c, M * N * 2));
             void* partial = w.alloc_bytes(M * N * 2);
             void* c_ref = w.alloc_bytes(M * N * 2);
-            loom::bench::fill_random_bf16(a, M * k_loc, 7 + w.rank());
-            loom::bench::fill_random_bf16(b, N * k_loc, 300 + w.rank());
-            const MatrixView A{a, DType::BF16, M, k_loc, 0}, B{b, DType::BF16, N, k_loc, 0}, C{c, DType::BF16, M, N, 0};
+            fill_input(a, M * k_loc, 7 + w.rank(), in);
+            fill_input(b, N * k_loc, 300 + w.rank(), in);
+            const MatrixView A{a, in, M, k_loc, 0}, B{b, in, N, k_loc, 0}, C{c, DType::BF16, M, N, 0};
             const std::size_t count = static_cast<std::size_t>(M * N);
             const std::function<void(cudaStream_t)> gemm_fn = [&](cudaStream_t st) {
                 loom::gemm(A, B, {partial, DType::BF16, M, N, 0}, {}, st);
@@ -624,7 +645,7 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, M * N * 2));
             op(s);
             LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
-            nlohmann::json row{{"M", M}, {"N", N}, {"K", K}, {"K_loc", k_loc}, {"world", W}};
+            nlohmann::json row{{"M", M}, {"N", N}, {"K", K}, {"K_loc", k_loc}, {"world", W}, {"dtype", dtype_name(in)}};
             if (g_align_hold_us > 0) row["align_hold_us"] = g_align_hold_us;
             const double diff = max_scaled_diff(c, c_ref, M * N);
             row["check"] = diff;
@@ -632,7 +653,7 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                 agreed_ok(w, diff, 2e-2, fmt::format("gemm_ar M={} N={} K={} vs gemm + all_reduce", M, N, K));
             const double t_gemm = med(gemm_fn, s, w, args.iters), t_comm = med(comm_fn, s, w, args.iters);
             nlohmann::json baselines{{"loom_gemm_then_all_reduce", med(seq_loom, s, w, args.iters)}};
-            loom::bench::LtGemm lt(M, N, k_loc);
+            loom::bench::LtGemm lt(M, N, k_loc, lt_type(in), /*fast_accum=*/in == DType::F8E4M3);
             row["cublaslt_us"] = med([&](cudaStream_t st) { lt.run(a, b, partial, st); }, s, w, args.iters);
             if (have_nvshmem) {
                 void* np = loom::nvshmem::malloc(M * N * 2);
@@ -734,7 +755,8 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             cudaFree(a), cudaFree(b), cudaFree(c);
         }
     }
-    if (w.rank() == 0) report.write((args.out.empty() ? std::string(".") : args.out) + "/gemm_ar.json");
+    if (w.rank() == 0)
+        report.write((args.out.empty() ? std::string(".") : args.out) + "/" + op_name("gemm_ar", in) + ".json");
 }
 
 }  // namespace
@@ -783,6 +805,12 @@ int main(int argc, char** argv) {
     app.add_option("--rs-fused-bn", args.rs_fused_bn,
                    "also time the fused gemm_rs at each of these BLOCK_N (e.g. 128,192,256)")
         ->delimiter(',');
+    std::string dtype = "bf16";
+    app.add_option("--dtype", dtype,
+                   "A and B: bf16, or f8e4m3 (C and the partial products bf16; cuBLASLt in its fp8 fast-accumulation "
+                   "mode; rows go to <op>_fp8.json)")
+        ->check(CLI::IsMember({"bf16", "f8e4m3"}))
+        ->capture_default_str();
     std::string rs_algo = "auto";
     app.add_option("--rs-algo", rs_algo, "the gemm_rs algorithm timed as the op (a)")
         ->check(CLI::IsMember({"auto", "fused-epilogue", "scatter-reduce", "sequential", "fused-pull"}))
@@ -806,6 +834,7 @@ int main(int argc, char** argv) {
     for (loom::RsAlgo a : {loom::RsAlgo::Auto, loom::RsAlgo::FusedEpilogue, loom::RsAlgo::ScatterReduce,
                            loom::RsAlgo::Sequential, loom::RsAlgo::FusedPull})
         if (rs_algo == loom::to_string(a)) args.rs_algo = a;
+    if (dtype == "f8e4m3") args.in = DType::F8E4M3;
     args.nvshmem = !no_nvshmem;
     args.nvshmem_rs = !no_nvshmem_rs;
     if (args.shapes.size() % 2 != 0) {

@@ -26,8 +26,10 @@ ncclDataType_t nccl_type(DType dt) {
             return ncclFloat16;
         case DType::F32:
             return ncclFloat32;
+        case DType::U8:  // bytes: all_gather / all_to_all of any type (fp8 inputs)
+            return ncclUint8;
         default:
-            LOOM_FAIL("NCCL baseline: dtype {} is not one of bf16, fp16, fp32", dtype_name(dt));
+            LOOM_FAIL("NCCL baseline: dtype {} is not one of bf16, fp16, fp32, u8", dtype_name(dt));
     }
 }
 ncclComm_t as_comm(void* c) { return static_cast<ncclComm_t>(c); }

@@ -78,10 +78,12 @@ constexpr const char* kHeader = "loom/kernels/ag_gemm.cuh";
 // call (each peer's earlier GEMMs over its gather buffer are done), and the next overlapped call's copies into this
 // rank's buffer wait for its ready signal, raised behind this call's GEMM.
 void ag_gemm_sequential(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c,
-                        const MatrixView& gview, cudaStream_t stream) {
+                        const MatrixView& gview, float alpha, cudaStream_t stream) {
     all_gather(world, BufferView{a.data, a.dtype, static_cast<std::size_t>(a.rows * a.cols)},
                BufferView{gview.data, a.dtype, static_cast<std::size_t>(gview.rows * gview.cols)}, stream);
-    gemm(gview, b, c, GemmOptions{}, stream);
+    GemmOptions o;
+    o.alpha = alpha;
+    gemm(gview, b, c, o, stream);
 }
 
 // The direct producer (its own OpState: staging halves and signals). Per call e on every rank, on the stream:
@@ -101,7 +103,7 @@ bool direct_stage_by_stream() {
 }
 
 void ag_gemm_direct(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmConfig& cfg,
-                    kernels::overlap::AgGemmHookArgs h, cudaStream_t stream) {
+                    kernels::overlap::AgGemmHookArgs h, float alpha, cudaStream_t stream) {
     constexpr const char* op = "ag_gemm";
     overlap::OpState& st = overlap::op_state(world, overlap::OpKind::AgGemmDirect, op);
     const int W = world.world_size(), me = world.local_rank();
@@ -148,7 +150,8 @@ void ag_gemm_direct(World& world, const MatrixView& a, const MatrixView& b, cons
     h.chunk = sig->chunk;
     h.target = st.chunk_total;
     // The gather map is never read (every tile is own or a peer's): a map of A's shape over A's address does.
-    overlap::launch_gemm(kHooks, kHeader, MatrixView{a.data, a.dtype, R * W, K, 0}, b, c, cfg, st.num_sms, stream, h);
+    overlap::launch_gemm(kHooks, kHeader, MatrixView{a.data, a.dtype, R * W, K, 0}, b, c, cfg, st.num_sms, stream, h,
+                         alpha);
     if (by_stream)
         for (int d = 0; d < W; ++d)
             if (d != me) stream_ops::signal_ce(world, &sig->read_done[me], epoch, d, stream);
@@ -157,11 +160,11 @@ void ag_gemm_direct(World& world, const MatrixView& a, const MatrixView& b, cons
 }  // namespace
 
 OverlapPlan ag_gemm_plan(int64_t m, int64_t n_loc, int64_t k, int world_size, AgProducer producer, int comm_sms,
-                         int arch, int num_sms, bool ranks_share_gpu) {
+                         int arch, int num_sms, bool ranks_share_gpu, DType in) {
     OverlapPlan p;
     if (producer == AgProducer::Sm) {
         // 8 SMs of TMA copies keep ~W - 1 chunks in flight at NVLink speed; fewer for small chunks.
-        const int64_t chunk_bytes = m / std::max(world_size, 1) * k * 2;
+        const int64_t chunk_bytes = m / std::max(world_size, 1) * k * static_cast<int64_t>(dtype_size(in));
         const int dflt = static_cast<int>(std::clamp<int64_t>(chunk_bytes / (256 << 10), 1, 8));
         p.comm_blocks = overlap::comm_blocks(comm_sms, dflt, num_sms);
     }
@@ -169,7 +172,7 @@ OverlapPlan ag_gemm_plan(int64_t m, int64_t n_loc, int64_t k, int world_size, Ag
     // GEMM (see ag_gemm), so the GEMM keeps every SM. (ranks_share_gpu stays a parameter: the plan is the place
     // where sharing would change the split.)
     (void)ranks_share_gpu;
-    p.gemm = overlap::gemm_config(m, n_loc, k, arch, num_sms - p.comm_blocks - p.reserved_sms, /*split_tail=*/true);
+    p.gemm = overlap::gemm_config(m, n_loc, k, arch, num_sms - p.comm_blocks - p.reserved_sms, /*split_tail=*/true, in);
     return p;
 }
 
@@ -182,6 +185,7 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
     overlap::OpState& st = overlap::op_state(world, overlap::OpKind::AgGemm, op);
     const int W = world.world_size(), me = world.local_rank();
     overlap::check_inputs(op, a, b, c);
+    overlap::check_alpha(op, o.alpha);
     LOOM_CHECK(a.stride() == a.cols, "{}: expected this rank's A shard dense (ld == K = {}), given ld {}", op, a.cols,
                a.stride());
     const int64_t R = a.rows, M = R * W, K = a.cols, N = b.rows;
@@ -199,7 +203,8 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
     // N = 11008, K = 4096: 1684 vs 2392 us.)
     // The copy engine's and the direct producer's plan (no comm blocks: the same GEMM); the SM producer's, planned
     // beside its blocks, only when it is the one. (One heuristic call per call: host time, before the GEMM's launch.)
-    OverlapPlan plan = ag_gemm_plan(M, N, K, W, AgProducer::CopyEngine, o.comm_sms, st.arch, st.num_sms, st.shared_gpu);
+    OverlapPlan plan =
+        ag_gemm_plan(M, N, K, W, AgProducer::CopyEngine, o.comm_sms, st.arch, st.num_sms, st.shared_gpu, a.dtype);
     const GemmConfig& tile = o.config ? *o.config : plan.gemm;
     const AgProducer producer =
         ag_gemm_producer(o.producer, W, R, tile.block_m, o.gathered.data != nullptr, st.shared_gpu,
@@ -207,7 +212,7 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
     LOOM_CHECK(producer != AgProducer::Sequential || o.config == nullptr,
                "{}: the sequential producer runs loom::gemm's own config; expected no config", op);
     if (producer == AgProducer::Sm)
-        plan = ag_gemm_plan(M, N, K, W, producer, o.comm_sms, st.arch, st.num_sms, st.shared_gpu);
+        plan = ag_gemm_plan(M, N, K, W, producer, o.comm_sms, st.arch, st.num_sms, st.shared_gpu, a.dtype);
     void* gather = nullptr;
     if (o.gathered.data) {
         const MatrixView& g = o.gathered;
@@ -223,13 +228,13 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
     }
     // The direct producer has no gather buffer; its GEMM's A map (never read: every tile is redirected) spans A.
     const MatrixView gview{gather ? gather : a.data, a.dtype, M, K, 0};
-    gemm_validate(gview, b, c, GemmOptions{});
+    gemm_validate(gview, b, c, GemmOptions{}, /*allow_f8=*/true);
     if (producer == AgProducer::Sequential) {
-        ag_gemm_sequential(world, a, b, c, gview, stream);
+        ag_gemm_sequential(world, a, b, c, gview, o.alpha, stream);
         return;
     }
 
-    overlap::use_config(op, plan, o.config, M, N, st.num_sms, /*split_tail_ok=*/true);
+    overlap::use_config(op, plan, o.config, M, N, st.num_sms, a.dtype, /*split_tail_ok=*/true);
     // Raster groups inside a rank's rows (the heuristic's plan; a caller's config is run as given): the rotated order
     // then runs every own tile before the first peer's, so no CTA of the first wave waits for a copy. A group
     // straddling two ranks' rows (M / W smaller than group_m M-blocks: small M, or W = 8) puts tiles of the next
@@ -273,7 +278,7 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
         h.timeout_ns = world.ctx().wait_timeout_ns;
         h.rows_per_rank = static_cast<int32_t>(R);
         h.shift_m = static_cast<int32_t>(me * R / plan.gemm.block_m);
-        ag_gemm_direct(world, a, b, c, plan.gemm, h, stream);
+        ag_gemm_direct(world, a, b, c, plan.gemm, h, o.alpha, stream);
         return;
     }
     const uint64_t epoch = ++st.calls;
@@ -345,7 +350,7 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
     h.timeout_ns = world.ctx().wait_timeout_ns;
     h.rows_per_rank = static_cast<int32_t>(R);
     h.shift_m = static_cast<int32_t>(me * R / plan.gemm.block_m);
-    overlap::launch_gemm(kHooks, kHeader, gview, b, c, plan.gemm, st.num_sms, stream, h);
+    overlap::launch_gemm(kHooks, kHeader, gview, b, c, plan.gemm, st.num_sms, stream, h, o.alpha);
     if (side_after_gemm) enqueue_copy_engine_side();
     overlap::join(st, stream);
 }

@@ -30,7 +30,7 @@ constexpr const char* kFusedHooks = "loom::kernels::overlap::ArEpilogueHooks";
 constexpr const char* kHeader = "loom/kernels/gemm_ar.cuh";
 
 void gemm_ar_fused(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b, const MatrixView& c,
-                   const GemmConfig& cfg, cudaStream_t stream) {
+                   const GemmConfig& cfg, float alpha, cudaStream_t stream) {
     constexpr const char* op = "gemm_ar";
     const int W = world.world_size(), me = world.local_rank();
     const int64_t M = a.rows, N = b.rows;
@@ -60,6 +60,7 @@ void gemm_ar_fused(World& world, overlap::OpState& st, const MatrixView& a, cons
     h.world = W;
     h.num_n = static_cast<int32_t>(num_n);
     GemmSm90Launch l = gemm_sm90_launch(a, b, c, GemmOptions{}, cfg, st.num_sms, stream);
+    l.args.acc_scale = alpha;
     l.launch.smem = kernels::gemm_sm90_smem_bytes(cfg.block_m, cfg.block_n, cfg.stages, static_cast<int>(es));
     // Epilogue hooks store whole 64-row slabs of the warpgroup's staged part.
     l.tmap_d = make_tma_2d(c, kernels::kGemmWholeTileBoxRows, kernels::gemm_store_box_cols(static_cast<int>(es)));
@@ -67,10 +68,10 @@ void gemm_ar_fused(World& world, overlap::OpState& st, const MatrixView& a, cons
 }
 
 void gemm_ar_sequential(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b,
-                        const MatrixView& c, cudaStream_t stream) {
+                        const MatrixView& c, float alpha, cudaStream_t stream) {
     const int64_t M = a.rows, N = b.rows;
     const std::size_t es = dtype_size(c.dtype), count = static_cast<std::size_t>(M * N);
-    char* const partial = overlap::gemm_into_parity_half(world, st, a, b, c.dtype, stream);
+    char* const partial = overlap::gemm_into_parity_half(world, st, a, b, c.dtype, alpha, stream);
     // Into C directly when C is dense, symmetric or not (all_reduce's two-shot stages the shards of a plain C in its
     // scratch: no copy afterwards). A strided C: in place on the symmetric partial, then copied.
     if (c.stride() == N) {
@@ -83,7 +84,7 @@ void gemm_ar_sequential(World& world, overlap::OpState& st, const MatrixView& a,
 }
 
 void gemm_ar_reduce_kernel(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b,
-                           const MatrixView& c, const OverlapPlan& plan, cudaStream_t stream) {
+                           const MatrixView& c, const OverlapPlan& plan, float alpha, cudaStream_t stream) {
     const int64_t M = a.rows, N = b.rows;
     const std::size_t es = dtype_size(c.dtype);
     const std::size_t half_bytes = (static_cast<std::size_t>(M * N) * es + 1023) / 1024 * 1024;
@@ -103,7 +104,7 @@ void gemm_ar_reduce_kernel(World& world, overlap::OpState& st, const MatrixView&
     const uint64_t epoch = ++st.calls;
     void* const partial = partials + (epoch % 2) * half_stride;
     const MatrixView pview{partial, c.dtype, M, N, 0};
-    gemm_validate(a, b, pview, GemmOptions{});
+    gemm_validate(a, b, pview, GemmOptions{}, /*allow_f8=*/true);
 
     kernels::overlap::ArParams ap{};
     ap.partial = partial;
@@ -131,7 +132,7 @@ void gemm_ar_reduce_kernel(World& world, overlap::OpState& st, const MatrixView&
     h.epoch = epoch;
     h.num_n = static_cast<int32_t>(num_n);
     h.shift_m = 0;
-    overlap::launch_gemm(kHooks, kHeader, a, b, pview, plan.gemm, st.num_sms, stream, h);
+    overlap::launch_gemm(kHooks, kHeader, a, b, pview, plan.gemm, st.num_sms, stream, h, alpha);
     overlap::join(st, stream);
 }
 }  // namespace
@@ -161,12 +162,13 @@ ArAlgo gemm_ar_algo(ArAlgo requested, bool ranks_share_gpu, const GemmConfig* co
 }
 
 OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms,
-                         ArAlgo algo, int out_bytes) {
+                         ArAlgo algo, int out_bytes, DType in) {
     (void)world_size;
     OverlapPlan p;
     if (algo != ArAlgo::ReduceKernel) {
         // The fused epilogue takes no SM from the GEMM (for M <= 128 one wave of tiles bound by reading B).
-        GemmConfig f = overlap::whole_tile_config(overlap::gemm_config(m, n, k_loc, arch, num_sms), out_bytes);
+        GemmConfig f =
+            overlap::whole_tile_config(overlap::gemm_config(m, n, k_loc, arch, num_sms, false, in), out_bytes);
         f.grid = static_cast<int>(gemm_sm90_grid(m, n, f, num_sms));
         if (algo == ArAlgo::FusedEpilogue || overlap::whole_tile_unfit(f, out_bytes).empty()) {
             p.gemm = f;
@@ -174,11 +176,12 @@ OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, in
             return p;
         }
     }
-    const GemmConfig all = gemm_heuristic(m, n, k_loc, false, arch, num_sms, /*split_tail=*/false, GemmTiles::Overlap);
+    const GemmConfig all =
+        gemm_heuristic(m, n, k_loc, false, arch, num_sms, /*split_tail=*/false, GemmTiles::Overlap, in);
     const int64_t tiles = overlap::tile_count(m, n, all);
     // One reduce block per tile (a tile's pull is ~W x 16-64 KiB), at most 32; the GEMM keeps the rest.
     p.comm_blocks = overlap::comm_blocks(comm_sms, static_cast<int>(std::clamp<int64_t>(tiles, 1, 32)), num_sms);
-    p.gemm = overlap::gemm_config(m, n, k_loc, arch, num_sms - p.comm_blocks);
+    p.gemm = overlap::gemm_config(m, n, k_loc, arch, num_sms - p.comm_blocks, false, in);
     p.ar_algo = ArAlgo::ReduceKernel;
     return p;
 }
@@ -192,6 +195,7 @@ void gemm_ar_run(World& world, const MatrixView& a, const MatrixView& b, const M
     overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmAr, op);
     const int W = world.world_size();
     overlap::check_inputs(op, a, b, c);
+    overlap::check_alpha(op, o.alpha);
     const int64_t M = a.rows, K = a.cols, N = b.rows;
     LOOM_CHECK(M <= kMaxM,
                "{}: expected M <= {} (the low-latency one-shot variant), given M = {}; use gemm_rs + all_gather or "
@@ -204,21 +208,21 @@ void gemm_ar_run(World& world, const MatrixView& a, const MatrixView& b, const M
 
     const ArAlgo algo = gemm_ar_algo(o.algo, st.shared_gpu, o.config, out_bytes);
     if (algo == ArAlgo::Sequential) {
-        gemm_validate(a, b, c, GemmOptions{});
-        gemm_ar_sequential(world, st, a, b, c, stream);
+        gemm_validate(a, b, c, GemmOptions{}, /*allow_f8=*/true);
+        gemm_ar_sequential(world, st, a, b, c, o.alpha, stream);
         return;
     }
-    OverlapPlan plan = gemm_ar_plan(M, N, K, W, o.comm_sms, st.arch, st.num_sms, algo, out_bytes);
-    overlap::use_config(op, plan, o.config, M, N, st.num_sms);
+    OverlapPlan plan = gemm_ar_plan(M, N, K, W, o.comm_sms, st.arch, st.num_sms, algo, out_bytes, a.dtype);
+    overlap::use_config(op, plan, o.config, M, N, st.num_sms, a.dtype);
     overlap::check_tile_count(op, M, N, plan.gemm);
     if (overlap::debug())
         fmt::print(stderr, "loom::gemm_ar M={} N={} K_loc={} W={} SMs {} of {}: {}\n", M, N, K, W, st.num_sms,
                    st.device_sms, plan.str());
     if (plan.ar_algo == ArAlgo::FusedEpilogue) {
-        gemm_validate(a, b, c, GemmOptions{});
-        gemm_ar_fused(world, st, a, b, c, plan.gemm, stream);
+        gemm_validate(a, b, c, GemmOptions{}, /*allow_f8=*/true);
+        gemm_ar_fused(world, st, a, b, c, plan.gemm, o.alpha, stream);
     } else {
-        gemm_ar_reduce_kernel(world, st, a, b, c, plan, stream);
+        gemm_ar_reduce_kernel(world, st, a, b, c, plan, o.alpha, stream);
     }
 }
 

@@ -67,7 +67,7 @@ GemmConfig fused_config(GemmConfig c, int64_t m, int64_t n, int64_t rows_seg, in
     return c;
 }
 
-void gemm_rs_sequential(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c,
+void gemm_rs_sequential(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, float alpha,
                         cudaStream_t stream) {
     overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmRsSequential, "gemm_rs");
     const int W = world.world_size(), me = world.rank();
@@ -76,7 +76,7 @@ void gemm_rs_sequential(World& world, const MatrixView& a, const MatrixView& b, 
     const std::size_t seg = static_cast<std::size_t>(rows_seg * N);
     // Parity halves: a peer may still read (pull) this rank's partial of call e while call e + 1's GEMM runs; it has
     // finished by the time this rank's reduce_scatter of call e + 1 has met it, before call e + 2 writes the half.
-    char* const partial = overlap::gemm_into_parity_half(world, st, a, b, c.dtype, stream);
+    char* const partial = overlap::gemm_into_parity_half(world, st, a, b, c.dtype, alpha, stream);
     const BufferView in{partial, c.dtype, count};
     // Straight into a dense C, symmetric or not: the pull ReduceScatter (each rank reads its rows of every partial)
     // needs only the input symmetric. In place and copied out measured ~5 % slower with 8 ranks on one H200 (an extra
@@ -92,7 +92,7 @@ void gemm_rs_sequential(World& world, const MatrixView& a, const MatrixView& b, 
 }
 
 void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, GemmConfig cfg,
-                   RsTransport transport, std::size_t ce_chunk_bytes, cudaStream_t stream) {
+                   RsTransport transport, std::size_t ce_chunk_bytes, float alpha, cudaStream_t stream) {
     constexpr const char* op = "gemm_rs";
     overlap::OpState& fs = overlap::op_state(world, overlap::OpKind::GemmRsFused, op);
     const int W = world.world_size(), me = world.local_rank();
@@ -132,7 +132,8 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
     h.rows_per_rank = static_cast<int32_t>(rows_seg);
     h.group = std::min<int32_t>(cfg.group_m, static_cast<int32_t>(blocks_per_rank));
     h.diag_skip = static_cast<int32_t>(env_int("LOOM_DIAG_RS_FUSED_SKIP", 0) & 3);  // diagnostics: wrong results
-    const GemmSm90Launch l = gemm_sm90_launch(a, b, c, GemmOptions{}, cfg, fs.num_sms, stream);
+    GemmSm90Launch l = gemm_sm90_launch(a, b, c, GemmOptions{}, cfg, fs.num_sms, stream);
+    l.args.acc_scale = alpha;
     if (transport != RsTransport::CopyEngine || W == 1) {
         kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, h);
         return;
@@ -176,7 +177,7 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
 }
 
 void gemm_rs_pull(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, GemmConfig cfg,
-                  cudaStream_t stream) {
+                  float alpha, cudaStream_t stream) {
     constexpr const char* op = "gemm_rs";
     overlap::OpState& ps = overlap::op_state(world, overlap::OpKind::GemmRsPull, op);
     const int W = world.world_size(), me = world.local_rank();
@@ -221,8 +222,9 @@ void gemm_rs_pull(World& world, const MatrixView& a, const MatrixView& b, const 
     // Diagnostics: bits 1 and 2 give wrong results; bit 4 hands every part to the finish kernel (right results).
     h.diag_skip = static_cast<int32_t>(env_int("LOOM_DIAG_RS_FUSED_SKIP", 0) & 7);
     h.leftover = leftover;
-    const GemmSm90Launch l =
+    GemmSm90Launch l =
         gemm_sm90_launch(a, b, MatrixView{partial, c.dtype, M, N, 0}, GemmOptions{}, cfg, ps.num_sms, stream);
+    l.args.acc_scale = alpha;
     kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, h);
     // The parts the reducers left: a few blocks, each of which may wait for a rank's tile holding its SM, so they
     // leave most of the SMs to the ranks whose GEMMs are still running (ranks sharing a GPU).
@@ -234,7 +236,7 @@ void gemm_rs_pull(World& world, const MatrixView& a, const MatrixView& b, const 
 }
 
 void gemm_rs_scatter(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b, const MatrixView& c,
-                     const OverlapPlan& plan, cudaStream_t stream) {
+                     const OverlapPlan& plan, float alpha, cudaStream_t stream) {
     const int W = world.world_size(), me = world.local_rank();
     const int64_t M = a.rows, N = b.rows, rows_seg = M / W;
     const std::size_t full_bytes = static_cast<std::size_t>(M * N) * dtype_size(c.dtype);
@@ -285,7 +287,7 @@ void gemm_rs_scatter(World& world, overlap::OpState& st, const MatrixView& a, co
     h.epoch = epoch;
     h.num_n = static_cast<int32_t>(num_n);
     h.shift_m = rp.shift_m;
-    overlap::launch_gemm(kNotifyHooks, kHeader, a, b, pview, plan.gemm, st.num_sms, stream, h);
+    overlap::launch_gemm(kNotifyHooks, kHeader, a, b, pview, plan.gemm, st.num_sms, stream, h, alpha);
     overlap::join(st, stream);
 }
 
@@ -357,14 +359,14 @@ RsAlgo gemm_rs_algo(RsAlgo requested, bool ranks_share_gpu, const GemmConfig* co
 }
 
 OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms,
-                         RsAlgo algo, int out_bytes) {
+                         RsAlgo algo, int out_bytes, DType in) {
     const int64_t rows_seg = m / std::max(world_size, 1);
     if (algo != RsAlgo::ScatterReduce) {
         // The fused algorithms take no SM from the GEMM; the pull runs the fused epilogue's tile.
         const bool forced = algo == RsAlgo::FusedEpilogue || algo == RsAlgo::FusedPull;
         OverlapPlan f;
-        f.gemm =
-            fused_config(overlap::gemm_config(m, n, k_loc, arch, num_sms), m, n, rows_seg, out_bytes, forced, num_sms);
+        f.gemm = fused_config(overlap::gemm_config(m, n, k_loc, arch, num_sms, false, in), m, n, rows_seg, out_bytes,
+                              forced, num_sms);
         f.rs_algo = algo == RsAlgo::FusedPull ? RsAlgo::FusedPull : RsAlgo::FusedEpilogue;
         if (forced || fused_unfit(rows_seg, f.gemm).empty()) return f;
     }
@@ -373,7 +375,7 @@ OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, in
     // 16 blocks of ld/st pushes (~20-30 GB/s each over NVLink) keep up with the GEMM's output rate on the
     // Triton-distributed shapes; small outputs need fewer (each block reduces at least one row).
     p.comm_blocks = overlap::comm_blocks(comm_sms, static_cast<int>(std::clamp<int64_t>(rows_seg, 1, 16)), num_sms);
-    p.gemm = overlap::gemm_config(m, n, k_loc, arch, num_sms - p.comm_blocks);
+    p.gemm = overlap::gemm_config(m, n, k_loc, arch, num_sms - p.comm_blocks, false, in);
     return p;
 }
 
@@ -386,6 +388,7 @@ void gemm_rs_run(World& world, const MatrixView& a, const MatrixView& b, const M
     overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmRs, op);
     const int W = world.world_size();
     overlap::check_inputs(op, a, b, c);
+    overlap::check_alpha(op, o.alpha);
     const int64_t M = a.rows, K = a.cols, N = b.rows;
     LOOM_CHECK(M % W == 0, "{}: expected M a multiple of the world size {}, given M = {}", op, W, M);
     const int64_t rows_seg = M / W;
@@ -401,7 +404,8 @@ void gemm_rs_run(World& world, const MatrixView& a, const MatrixView& b, const M
     RsAlgo algo = gemm_rs_algo(o.algo, st.shared_gpu && o.transport == RsTransport::Auto, o.config, rows_seg);
     RsTransport transport_req = o.transport;
     OverlapPlan plan;
-    if (algo != RsAlgo::Sequential) plan = gemm_rs_plan(M, N, K, W, o.comm_sms, st.arch, st.num_sms, algo, out_bytes);
+    if (algo != RsAlgo::Sequential)
+        plan = gemm_rs_plan(M, N, K, W, o.comm_sms, st.arch, st.num_sms, algo, out_bytes, a.dtype);
     // Nothing requested, a GPU per rank: the plan's waves of tiles choose between the fused epilogue's transports
     // and the sequence (gemm_rs_distinct_auto).
     if (algo == RsAlgo::Auto && !st.shared_gpu && !o.config && o.transport == RsTransport::Auto &&
@@ -417,15 +421,15 @@ void gemm_rs_run(World& world, const MatrixView& a, const MatrixView& b, const M
         if (overlap::debug())
             fmt::print(stderr, "loom::gemm_rs M={} N={} K_loc={} W={}: sequential (loom::gemm, loom::reduce_scatter)\n",
                        M, N, K, W);
-        gemm_rs_sequential(world, a, b, c, stream);
+        gemm_rs_sequential(world, a, b, c, o.alpha, stream);
         return;
     }
-    overlap::use_config(op, plan, o.config, M, N, st.num_sms);
+    overlap::use_config(op, plan, o.config, M, N, st.num_sms, a.dtype);
     overlap::check_tile_count(op, M, N, plan.gemm);
     if (overlap::debug())
         fmt::print(stderr, "loom::gemm_rs M={} N={} K_loc={} W={} SMs {} of {}: {}\n", M, N, K, W, st.num_sms,
                    st.device_sms, plan.str());
-    gemm_validate(a, b, MatrixView{c.data, c.dtype, M, N, 0}, GemmOptions{});
+    gemm_validate(a, b, MatrixView{c.data, c.dtype, M, N, 0}, GemmOptions{}, /*allow_f8=*/true);
 
     // The fused epilogue's transport. Auto: the copy engine when every rank has its own GPU (two H200s, W = 2: 0.95x
     // to 1.0x the time of the epilogue's own NVLink bulk copies, which stall the GEMM's TMA loads; docs/overlap.md),
@@ -433,11 +437,11 @@ void gemm_rs_run(World& world, const MatrixView& a, const MatrixView& b, const M
     // persistent GEMM, waiting for the peers' copies, would starve it).
     const RsTransport transport = gemm_rs_transport(transport_req, plan.rs_algo, st.shared_gpu);
     if (plan.rs_algo == RsAlgo::FusedPull) {
-        gemm_rs_pull(world, a, b, c, plan.gemm, stream);
+        gemm_rs_pull(world, a, b, c, plan.gemm, o.alpha, stream);
     } else if (plan.rs_algo == RsAlgo::FusedEpilogue) {
-        gemm_rs_fused(world, a, b, c, plan.gemm, transport, o.ce_chunk_bytes, stream);
+        gemm_rs_fused(world, a, b, c, plan.gemm, transport, o.ce_chunk_bytes, o.alpha, stream);
     } else {
-        gemm_rs_scatter(world, st, a, b, c, plan, stream);
+        gemm_rs_scatter(world, st, a, b, c, plan, o.alpha, stream);
     }
 }
 

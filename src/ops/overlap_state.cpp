@@ -1,6 +1,7 @@
 #include "ops/overlap_state.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -174,8 +175,8 @@ void join(OpState& st, cudaStream_t stream) {
 }
 
 void check_inputs(const char* op, const MatrixView& a, const MatrixView& b, const MatrixView& c) {
-    LOOM_CHECK(a.dtype == DType::BF16 || a.dtype == DType::F16, "{}: expected A bf16 or f16, given {}", op,
-               dtype_name(a.dtype));
+    LOOM_CHECK(a.dtype == DType::BF16 || a.dtype == DType::F16 || a.dtype == DType::F8E4M3,
+               "{}: expected A bf16, f16 or f8e4m3, given {}", op, dtype_name(a.dtype));
     LOOM_CHECK(b.dtype == a.dtype, "{}: expected B of A's dtype {}, given {}", op, dtype_name(a.dtype),
                dtype_name(b.dtype));
     LOOM_CHECK(c.dtype == DType::BF16 || c.dtype == DType::F16 || c.dtype == DType::F32,
@@ -195,9 +196,15 @@ void check_inputs(const char* op, const MatrixView& a, const MatrixView& b, cons
                b.rows);
     LOOM_CHECK(b.cols == a.cols, "{}: expected B as [N, K] with K = {} (A's columns), given {} x {}", op, a.cols,
                b.rows, b.cols);
+    LOOM_CHECK(a.dtype != DType::F8E4M3 || a.cols % 16 == 0,
+               "{}: f8e4m3 inputs expect K a multiple of 16 (16-byte rows), given K={}", op, a.cols);
 }
 
-void check_config(const char* op, const GemmConfig& cfg, bool split_tail_ok) {
+void check_alpha(const char* op, float alpha) {
+    LOOM_CHECK(std::isfinite(alpha), "{}: expected a finite alpha, given {}", op, alpha);
+}
+
+void check_config(const char* op, const GemmConfig& cfg, DType in, bool split_tail_ok) {
     LOOM_CHECK(!cfg.sm80, "{}: expected the Hopper GEMM config (sm80 = false)", op);
     LOOM_CHECK(cfg.cluster_m == 1, "{}: expected cluster_m 1 (the overlap hooks order single-CTA tiles), given {}", op,
                cfg.cluster_m);
@@ -205,18 +212,18 @@ void check_config(const char* op, const GemmConfig& cfg, bool split_tail_ok) {
     LOOM_CHECK(cfg.tail_splits == 1 || split_tail_ok,
                "{}: expected tail_splits 1 (its hooks publish every tile: no split-K tail), given {}", op,
                cfg.tail_splits);
-    gemm_validate_config(cfg, false);
+    gemm_validate_config(cfg, false, in);
 }
 
 void use_config(const char* op, OverlapPlan& plan, const GemmConfig* config, int64_t m, int64_t n, int num_sms,
-                bool split_tail_ok) {
+                DType in, bool split_tail_ok) {
     if (config) {
         plan.gemm = *config;
         if (plan.gemm.grid == 0)
             plan.gemm.grid =
                 static_cast<int>(gemm_sm90_grid(m, n, plan.gemm, num_sms - plan.comm_blocks - plan.reserved_sms));
     }
-    check_config(op, plan.gemm, split_tail_ok);
+    check_config(op, plan.gemm, in, split_tail_ok);
 }
 
 int64_t tile_count(int64_t m, int64_t n, const GemmConfig& cfg) {
@@ -231,13 +238,15 @@ void check_tile_count(const char* op, int64_t m, int64_t n, const GemmConfig& cf
 }
 
 char* gemm_into_parity_half(World& world, OpState& st, const MatrixView& a, const MatrixView& b, DType dtype,
-                            cudaStream_t stream) {
+                            float alpha, cudaStream_t stream) {
     const int64_t M = a.rows, N = b.rows;
     const std::size_t half_stride =
         ensure_parity_halves(world, st, static_cast<std::size_t>(M * N) * dtype_size(dtype));
     const uint64_t epoch = ++st.calls;
     char* const half = static_cast<char*>(st.sym) + (epoch % 2) * half_stride;
-    gemm(a, b, MatrixView{half, dtype, M, N, 0}, GemmOptions{}, stream);
+    GemmOptions o;
+    o.alpha = alpha;
+    gemm(a, b, MatrixView{half, dtype, M, N, 0}, o, stream);
     return half;
 }
 
@@ -249,11 +258,11 @@ void prepare_gemm(const char* hooks, const char* header, const MatrixView& a, co
         gemm_kernel_spec(cfg, a.dtype, c.dtype, gemm_kernel_bias(cfg, c.dtype, GemmOptions{}), false, hooks, header));
 }
 
-GemmConfig gemm_config(int64_t m, int64_t n, int64_t k, int arch, int gemm_sms, bool split_tail) {
+GemmConfig gemm_config(int64_t m, int64_t n, int64_t k, int arch, int gemm_sms, bool split_tail, DType in) {
     // 128-row tiles, weighed as the plain GEMM weighs them (GemmTiles::Overlap): the hooks align M-blocks with
     // the ranks' row chunks (ag_gemm's direct producer and gemm_rs's fused epilogue need M / W a multiple of BLOCK_M,
     // which 192 rarely divides), and the 192-row kernel has not been run with hooks.
-    GemmConfig cfg = gemm_heuristic(m, n, k, false, arch, gemm_sms, split_tail, GemmTiles::Overlap);
+    GemmConfig cfg = gemm_heuristic(m, n, k, false, arch, gemm_sms, split_tail, GemmTiles::Overlap, in);
     cfg.cluster_m = 1;
     cfg.tma_store = true;
     // cfg.grid: the heuristic's, planned on gemm_sms (one CTA per SM, or a skinny GEMM's split units).

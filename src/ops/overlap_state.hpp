@@ -75,23 +75,26 @@ void join(OpState& st, cudaStream_t stream);
 
 // Shared validation: raises loom::Error naming what was expected and given.
 void check_inputs(const char* op, const MatrixView& a, const MatrixView& b, const MatrixView& c);
-// split_tail_ok: the op's hooks publish nothing per tile, so its GEMM may split the tail (ag_gemm; the kernel spec
-// names those hooks, gemm_kernel_spec); otherwise tail_splits must be 1.
-void check_config(const char* op, const GemmConfig& cfg, bool split_tail_ok = false);
+void check_alpha(const char* op, float alpha);  // the options' alpha: finite
+// in: the input type (its block_k). split_tail_ok: the op's hooks publish nothing per tile, so its GEMM may split the
+// tail (ag_gemm; the kernel spec names those hooks, gemm_kernel_spec); otherwise tail_splits must be 1.
+void check_config(const char* op, const GemmConfig& cfg, DType in, bool split_tail_ok = false);
 // The caller's tile, when given, in place of the plan's (a grid of 0 is planned on the SMs the plan leaves to the
 // GEMM: num_sms minus the comm blocks and the reserved SMs); then check_config.
 void use_config(const char* op, OverlapPlan& plan, const GemmConfig* config, int64_t m, int64_t n, int num_sms,
-                bool split_tail_ok = false);
+                DType in, bool split_tail_ok = false);
 // Raises unless cfg's tiles over [m, n] fit the per-tile signals (kMaxTileSignals).
 void check_tile_count(const char* op, int64_t m, int64_t n, const GemmConfig& cfg);
 // The sequential algorithms' first step: loom::gemm into this call's parity half of st's symmetric buffer ([M, N] of
-// `dtype`); advances st.calls and returns the half (the halves alternate with the op's other algorithms' calls).
+// `dtype`, the products times alpha); advances st.calls and returns the half (the halves alternate with the op's other
+// algorithms' calls).
 char* gemm_into_parity_half(World& world, OpState& st, const MatrixView& a, const MatrixView& b, DType dtype,
-                            cudaStream_t stream);
-// Launch the Hopper GEMM with a hooks policy; `hook_args` are the hooks' bytes (trivially copyable).
+                            float alpha, cudaStream_t stream);
+// Launch the Hopper GEMM with a hooks policy; `hook_args` are the hooks' bytes (trivially copyable); the accumulators
+// times acc_scale (GemmArgs::acc_scale: the op's alpha).
 template <class HookArgs>
 void launch_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& b, const MatrixView& c,
-                 const GemmConfig& cfg, int num_sms, cudaStream_t stream, const HookArgs& hook_args);
+                 const GemmConfig& cfg, int num_sms, cudaStream_t stream, const HookArgs& hook_args, float acc_scale);
 
 // Compile (or fetch from the JIT cache) the hooked GEMM that launch_gemm will launch for these operands, so that a
 // JIT error is raised before the op advances its call counters.
@@ -119,7 +122,9 @@ GemmConfig whole_tile_config(GemmConfig c, int out_bytes);
 // The GEMM of an overlapped op on `gemm_sms` SMs: the plain heuristic, one CTA per tile (the hooks order single
 // tiles), TMA-store epilogue (after_store publishes completed bulk stores), grid sized to those SMs. split_tail: the
 // heuristic's split-K tail too (ag_gemm, whose hooks publish nothing per tile; gemm_rs / gemm_ar cannot take it).
-GemmConfig gemm_config(int64_t m, int64_t n, int64_t k, int arch, int gemm_sms, bool split_tail = false);
+// in: the input type (block_k: 64 for 16-bit inputs, 128 for fp8).
+GemmConfig gemm_config(int64_t m, int64_t n, int64_t k, int arch, int gemm_sms, bool split_tail = false,
+                       DType in = DType::BF16);
 // Output tiles of cfg's BLOCK_M x BLOCK_N over [m, n].
 int64_t tile_count(int64_t m, int64_t n, const GemmConfig& cfg);
 // Narrows cfg.group_m to the largest divisor of `blocks_per_rank` (M-blocks of one rank's rows) not above it, so that
@@ -133,8 +138,9 @@ void groups_inside_bands(GemmConfig& cfg, int64_t blocks_per_rank);
 namespace loom::overlap {
 template <class HookArgs>
 void launch_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& b, const MatrixView& c,
-                 const GemmConfig& cfg, int num_sms, cudaStream_t stream, const HookArgs& hook_args) {
+                 const GemmConfig& cfg, int num_sms, cudaStream_t stream, const HookArgs& hook_args, float acc_scale) {
     GemmSm90Launch l = gemm_sm90_launch(a, b, c, GemmOptions{}, cfg, num_sms, stream);
+    l.args.acc_scale = acc_scale;
     // ag_gemm's config may split the tail (gemm_config(..., split_tail = true)): the launch binds the workspace.
     GemmConfig run = cfg;
     std::unique_lock<std::mutex> ws_lock;

@@ -71,11 +71,14 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
             if (st.shared_gpu) v.push_back({"direct", AgGemmOptions{AgProducer::Direct}, {}});
             const int64_t W = world.world_size(), M = a.rows * W;
             const OverlapPlan plan = ag_gemm_plan(M, b.rows, a.cols, static_cast<int>(W), AgProducer::CopyEngine, 0,
-                                                  st.arch, st.num_sms, st.shared_gpu);
+                                                  st.arch, st.num_sms, st.shared_gpu, a.dtype);
             add_tiles(v, plan.gemm, M, b.rows, st.num_sms);
             return v;
         },
-        [&](const AgGemmOptions& x, const MatrixView& out) { detail::ag_gemm_run(world, a, b, out, stream, x); });
+        [&](AgGemmOptions x, const MatrixView& out) {
+            x.alpha = o.alpha;  // the caller's scale, whichever options run
+            detail::ag_gemm_run(world, a, b, out, stream, x);
+        });
 }
 
 void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
@@ -99,11 +102,14 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
             v.push_back({"fused-pull", with(RsAlgo::FusedPull), {}});
             v.push_back({"scatter-reduce", with(RsAlgo::ScatterReduce), {}});
             const OverlapPlan plan = gemm_rs_plan(a.rows, b.rows, a.cols, world.world_size(), 0, st.arch, st.num_sms,
-                                                  RsAlgo::Auto, static_cast<int>(dtype_size(c.dtype)));
+                                                  RsAlgo::Auto, static_cast<int>(dtype_size(c.dtype)), a.dtype);
             add_tiles(v, plan.gemm, a.rows, b.rows, st.num_sms);
             return v;
         },
-        [&](const GemmRsOptions& x, const MatrixView& out) { detail::gemm_rs_run(world, a, b, out, stream, x); });
+        [&](GemmRsOptions x, const MatrixView& out) {
+            x.alpha = o.alpha;
+            detail::gemm_rs_run(world, a, b, out, stream, x);
+        });
 }
 
 void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
@@ -123,11 +129,14 @@ void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const Matri
             v.push_back({"fused-epilogue", with(ArAlgo::FusedEpilogue), {}});
             v.push_back({"reduce-kernel", with(ArAlgo::ReduceKernel), {}});
             const OverlapPlan plan = gemm_ar_plan(a.rows, b.rows, a.cols, world.world_size(), 0, st.arch, st.num_sms,
-                                                  ArAlgo::Auto, static_cast<int>(dtype_size(c.dtype)));
+                                                  ArAlgo::Auto, static_cast<int>(dtype_size(c.dtype)), a.dtype);
             add_tiles(v, plan.gemm, a.rows, b.rows, st.num_sms);
             return v;
         },
-        [&](const GemmArOptions& x, const MatrixView& out) { detail::gemm_ar_run(world, a, b, out, stream, x); });
+        [&](GemmArOptions x, const MatrixView& out) {
+            x.alpha = o.alpha;
+            detail::gemm_ar_run(world, a, b, out, stream, x);
+        });
 }
 
 }  // namespace loom

@@ -4,6 +4,7 @@
 // with ld/st and TMA paths); 1000 back-to-back calls with inputs changing between calls, checked at a few
 // points. A rank's verdict is all-gathered through the store so that every rank fails together (never a hang).
 // Run under loomrun at 2, 4 and 8 ranks (ranks may share one GPU under MPS).
+#include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -32,25 +33,41 @@ std::uint64_t seed_of(int rank, int tc, int what, int set = 0) {
     return 0x9e3779b97f4a7c15ull * (rank + 1) + 1000003ull * tc + 7919ull * what + 104729ull * set + 77;
 }
 
-// bf16 matrix: raw bits for upload, exact values for the reference.
+// An input matrix (bf16, or fp8 e4m3): its bytes for upload, its exact values for the reference.
 struct HostMat {
-    std::vector<std::uint16_t> bits;
+    std::vector<std::uint8_t> raw;
     std::vector<double> val;
 };
-HostMat make_bf16(std::size_t n, std::uint64_t seed) {
+HostMat make_input(std::size_t n, std::uint64_t seed, DType in = DType::BF16) {
     const auto f = test::random_floats(n, seed);
     HostMat m;
-    m.bits.resize(n);
+    m.raw.resize(n * dtype_size(in));
     m.val.resize(n);
     for (std::size_t i = 0; i < n; ++i) {
-        m.bits[i] = test::float_to_bf16(f[i]);
-        m.val[i] = test::bf16_to_float(m.bits[i]);
+        if (in == DType::F8E4M3) {
+            const __nv_fp8_e4m3 v(f[i]);  // round to nearest even, satfinite
+            std::memcpy(&m.raw[i], &v, 1);
+            m.val[i] = static_cast<float>(v);
+        } else {
+            const std::uint16_t bits = test::float_to_bf16(f[i]);
+            std::memcpy(&m.raw[2 * i], &bits, 2);
+            m.val[i] = test::bf16_to_float(bits);
+        }
     }
     return m;
 }
+HostMat make_bf16(std::size_t n, std::uint64_t seed) { return make_input(n, seed); }
 
-// out[i, j] = sum_k a[i, k] * b[j, k] (row-major [m, k] x [n, k]), fp64; abs_out gets sum_k |a b| (for tolerances).
-void ref_gemm(const double* a, const double* b, int64_t m, int64_t n, int64_t k, double* out, double* abs_out) {
+// fp8 calls scale each rank's products by its own alpha (the per-tensor scales an fp8 caller passes; exact in fp32).
+float fp8_alpha(int rank) { return 0.5f + 0.25f * static_cast<float>(rank % 4); }
+// The tolerance fp8 adds per unit of sum |a b|: the tensor cores' e4m3 sums keep about 2^-12 of the running sum per
+// k32 step (docs/gemm.md "FP8"; tests/gpu/test_gemm.cpp bounds each step's error by the same).
+double fp8_slack(DType in, int64_t k) { return in == DType::F8E4M3 ? (1.0 + double(k) / 32.0) / 4096.0 : 0.0; }
+
+// out[i, j] += scale x sum_k a[i, k] * b[j, k] (row-major [m, k] x [n, k]), fp64; abs_out gets |scale| x sum_k |a b|
+// (for tolerances).
+void ref_gemm(const double* a, const double* b, int64_t m, int64_t n, int64_t k, double* out, double* abs_out,
+              double scale = 1.0) {
     for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) {
             double s = 0, sa = 0;
@@ -59,8 +76,8 @@ void ref_gemm(const double* a, const double* b, int64_t m, int64_t n, int64_t k,
                 s += p;
                 sa += std::fabs(p);
             }
-            out[i * n + j] += s;
-            abs_out[i * n + j] += sa;
+            out[i * n + j] += scale * s;
+            abs_out[i * n + j] += std::fabs(scale) * sa;
         }
 }
 
@@ -69,8 +86,8 @@ struct DevBuf {
     explicit DevBuf(std::size_t bytes) { EXPECT_EQ(cudaMalloc(&p, bytes < 256 ? 256 : bytes), cudaSuccess); }
     ~DevBuf() { cudaFree(p); }
 };
-void upload(void* dst, const std::vector<std::uint16_t>& v) {
-    ASSERT_EQ(cudaMemcpy(dst, v.data(), v.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+void upload(void* dst, const HostMat& m) {
+    ASSERT_EQ(cudaMemcpy(dst, m.raw.data(), m.raw.size(), cudaMemcpyHostToDevice), cudaSuccess);
 }
 std::vector<double> download_bf16(const void* src, std::size_t n) {
     std::vector<std::uint16_t> h(n);
@@ -96,12 +113,12 @@ std::vector<double> download_as(const void* src, std::size_t n, DType dt) {
 }
 void poison(void* p, std::size_t bytes) { ASSERT_EQ(cudaMemset(p, 0xFF, bytes), cudaSuccess); }  // NaN in bf16/f16/f32
 
-// Every element within tolerance: fp32 accumulation, partial products rounded to bf16 `roundings` times.
-// Returns "" or the first mismatch.
+// Every element within tolerance: fp32 accumulation, partial products rounded to bf16 `roundings` times, plus
+// slack x abs (fp8's sums: fp8_slack). Returns "" or the first mismatch.
 std::string compare(const std::vector<double>& got, const std::vector<double>& ref, const std::vector<double>& abs,
-                    int roundings, int64_t cols) {
+                    int roundings, int64_t cols, double slack = 0.0) {
     for (std::size_t i = 0; i < ref.size(); ++i) {
-        const double tol = std::fabs(ref[i]) / 128.0 + roundings * abs[i] / 256.0 + 1e-3;
+        const double tol = std::fabs(ref[i]) / 128.0 + (roundings / 256.0 + slack) * abs[i] + 1e-3;
         if (!(std::fabs(got[i] - ref[i]) <= tol))
             return "element (" + std::to_string(i / cols) + ", " + std::to_string(i % cols) + "): got " +
                    std::to_string(got[i]) + " expected " + std::to_string(ref[i]) + " (tol " + std::to_string(tol) +
@@ -147,48 +164,53 @@ struct AgCase {
     HostMat b;               // this rank's B
     std::vector<double> ref, abs;
 };
-AgCase ag_case(World& w, int64_t rows, int64_t n, int64_t k, int tc, int set) {
+// in: the inputs' type; alpha: this rank's scale of its products.
+AgCase ag_case(World& w, int64_t rows, int64_t n, int64_t k, int tc, int set, DType in = DType::BF16,
+               double alpha = 1.0) {
     const int W = w.world_size();
     AgCase c{rows, n, k, {}, {}, {}, {}};
-    for (int r = 0; r < W; ++r) c.a.push_back(make_bf16(rows * k, seed_of(r, tc, 1, set)));
-    c.b = make_bf16(n * k, seed_of(w.rank(), tc, 2, set));
+    for (int r = 0; r < W; ++r) c.a.push_back(make_input(rows * k, seed_of(r, tc, 1, set), in));
+    c.b = make_input(n * k, seed_of(w.rank(), tc, 2, set), in);
     c.ref.assign(rows * W * n, 0.0);
     c.abs.assign(rows * W * n, 0.0);
     for (int r = 0; r < W; ++r)
         ref_gemm(c.a[r].val.data(), c.b.val.data(), rows, n, k, c.ref.data() + r * rows * n,
-                 c.abs.data() + r * rows * n);
+                 c.abs.data() + r * rows * n, alpha);
     return c;
 }
 
 // with_gathered: pass a gathered buffer and check it too; without one, the copy-engine producer reads the own rows
-// in place where M / W is a multiple of BLOCK_M (ag_gemm's own_local).
+// in place where M / W is a multiple of BLOCK_M (ag_gemm's own_local). in: the inputs' type (fp8: each rank scales by
+// its fp8_alpha).
 void run_ag(World& w, cudaStream_t s, const AgGemmOptions& o, int64_t rows, int64_t n, int64_t k, int tc,
-            const std::string& label, bool with_gathered = true) {
+            const std::string& label, bool with_gathered = true, DType in = DType::BF16) {
     const int W = w.world_size(), me = w.rank();
-    const AgCase c = ag_case(w, rows, n, k, tc, 0);
-    DevBuf a(rows * k * 2), b(n * k * 2), out(rows * W * n * 2);
-    upload(a.p, c.a[me].bits);
-    upload(b.p, c.b.bits);
-    poison(out.p, rows * W * n * 2);
-    void* gathered = w.alloc_bytes(rows * W * k * 2);
-    poison(gathered, rows * W * k * 2);
+    const std::size_t es = dtype_size(in);
     AgGemmOptions opts = o;
-    if (with_gathered) opts.gathered = MatrixView{gathered, DType::BF16, rows * W, k, 0};
+    if (in == DType::F8E4M3) opts.alpha = fp8_alpha(me);
+    const AgCase c = ag_case(w, rows, n, k, tc, 0, in, opts.alpha);
+    DevBuf a(rows * k * es), b(n * k * es), out(rows * W * n * 2);
+    upload(a.p, c.a[me]);
+    upload(b.p, c.b);
+    poison(out.p, rows * W * n * 2);
+    void* gathered = w.alloc_bytes(rows * W * k * es);
+    poison(gathered, rows * W * k * es);
+    if (with_gathered) opts.gathered = MatrixView{gathered, in, rows * W, k, 0};
     w.barrier();
     std::string err;
     try {
-        ag_gemm(w, MatrixView{a.p, DType::BF16, rows, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
+        ag_gemm(w, MatrixView{a.p, in, rows, k, 0}, MatrixView{b.p, in, n, k, 0},
                 MatrixView{out.p, DType::BF16, rows * W, n, 0}, s, opts);
         if (cudaStreamSynchronize(s) != cudaSuccess) err = "stream failed";
     } catch (const std::exception& e) {
         err = e.what();
     }
-    if (err.empty()) err = compare(download_bf16(out.p, rows * W * n), c.ref, c.abs, 0, n);
+    if (err.empty()) err = compare(download_bf16(out.p, rows * W * n), c.ref, c.abs, 0, n, fp8_slack(in, k));
     if (err.empty() && with_gathered) {
-        std::vector<std::uint16_t> g(rows * W * k);
-        EXPECT_EQ(cudaMemcpy(g.data(), gathered, g.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+        std::vector<std::uint8_t> g(rows * W * k * es);
+        EXPECT_EQ(cudaMemcpy(g.data(), gathered, g.size(), cudaMemcpyDeviceToHost), cudaSuccess);
         for (int r = 0; r < W && err.empty(); ++r)
-            if (std::memcmp(g.data() + r * rows * k, c.a[r].bits.data(), rows * k * 2) != 0)
+            if (std::memcmp(g.data() + r * rows * k * es, c.a[r].raw.data(), rows * k * es) != 0)
                 err = "gathered rows of rank " + std::to_string(r) + " differ";
     }
     agree(w, err, label);
@@ -208,8 +230,8 @@ std::string ag_back_to_back(World& w, cudaStream_t stream, int64_t rows, int64_t
     DevBuf* src[2] = {&src0, &src1};
     DevBuf* bsrc[2] = {&bsrc0, &bsrc1};
     for (int s = 0; s < 2; ++s) {
-        upload(src[s]->p, cs[s].a[me].bits);
-        upload(bsrc[s]->p, cs[s].b.bits);
+        upload(src[s]->p, cs[s].a[me]);
+        upload(bsrc[s]->p, cs[s].b);
     }
     DevBuf a(rows * k * 2), b(n * k * 2), c(m * n * 2);
     w.barrier();
@@ -343,44 +365,50 @@ struct SumCase {
     std::vector<HostMat> a, b;
     std::vector<double> ref, abs;  // [m, n]
 };
-SumCase sum_case(World& w, int64_t m, int64_t n, int64_t k, int tc, int set) {
+// in: the inputs' type; fp8: rank r's products scaled by fp8_alpha(r).
+SumCase sum_case(World& w, int64_t m, int64_t n, int64_t k, int tc, int set, DType in = DType::BF16) {
     SumCase c;
     c.ref.assign(m * n, 0.0);
     c.abs.assign(m * n, 0.0);
     for (int r = 0; r < w.world_size(); ++r) {
-        c.a.push_back(make_bf16(m * k, seed_of(r, tc, 3, set)));
-        c.b.push_back(make_bf16(n * k, seed_of(r, tc, 4, set)));
-        ref_gemm(c.a[r].val.data(), c.b[r].val.data(), m, n, k, c.ref.data(), c.abs.data());
+        c.a.push_back(make_input(m * k, seed_of(r, tc, 3, set), in));
+        c.b.push_back(make_input(n * k, seed_of(r, tc, 4, set), in));
+        ref_gemm(c.a[r].val.data(), c.b[r].val.data(), m, n, k, c.ref.data(), c.abs.data(),
+                 in == DType::F8E4M3 ? fp8_alpha(r) : 1.0);
     }
     return c;
 }
 
 // This rank's rows [me * rows, (me + 1) * rows) of a sum case's [m, n] reference, compared with C (tolerance 1: rounded
 // partials).
-std::string compare_segment(const SumCase& c, int me, int64_t rows, int64_t n, const void* out,
-                            DType dt = DType::BF16) {
+std::string compare_segment(const SumCase& c, int me, int64_t rows, int64_t n, const void* out, DType dt = DType::BF16,
+                            double slack = 0.0) {
     const std::vector<double> ref(c.ref.begin() + me * rows * n, c.ref.begin() + (me + 1) * rows * n);
     const std::vector<double> abs(c.abs.begin() + me * rows * n, c.abs.begin() + (me + 1) * rows * n);
-    return compare(download_as(out, rows * n, dt), ref, abs, 1, n);
+    return compare(download_as(out, rows * n, dt), ref, abs, 1, n, slack);
 }
 
-// sym_out: C in the symmetric heap; ldc > 0: C with that row stride (elements); out_t: C's dtype.
+// sym_out: C in the symmetric heap; ldc > 0: C with that row stride (elements); out_t: C's dtype; in: the inputs'
+// type (fp8: each rank scales by its fp8_alpha).
 void run_rs(World& w, cudaStream_t s, int64_t rows_seg, int64_t n, int64_t k, int tc, const GemmRsOptions& o,
-            const std::string& label, bool sym_out = false, int64_t ldc = 0, DType out_t = DType::BF16) {
+            const std::string& label, bool sym_out = false, int64_t ldc = 0, DType out_t = DType::BF16,
+            DType in = DType::BF16) {
     const int W = w.world_size(), me = w.rank();
     const int64_t m = rows_seg * W, stride = ldc > 0 ? ldc : n;
-    const int64_t es = static_cast<int64_t>(dtype_size(out_t));
-    const SumCase c = sum_case(w, m, n, k, tc, 0);
-    DevBuf a(m * k * 2), b(n * k * 2), plain_out(sym_out ? 0 : rows_seg * stride * es);
+    const int64_t es = static_cast<int64_t>(dtype_size(out_t)), ies = static_cast<int64_t>(dtype_size(in));
+    const SumCase c = sum_case(w, m, n, k, tc, 0, in);
+    GemmRsOptions opts = o;
+    if (in == DType::F8E4M3) opts.alpha = fp8_alpha(me);
+    DevBuf a(m * k * ies), b(n * k * ies), plain_out(sym_out ? 0 : rows_seg * stride * es);
     void* const out = sym_out ? w.alloc_bytes(rows_seg * stride * es) : plain_out.p;
-    upload(a.p, c.a[me].bits);
-    upload(b.p, c.b[me].bits);
+    upload(a.p, c.a[me]);
+    upload(b.p, c.b[me]);
     poison(out, rows_seg * stride * es);
     w.barrier();
     std::string err;
     try {
-        gemm_rs(w, MatrixView{a.p, DType::BF16, m, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
-                MatrixView{out, out_t, rows_seg, n, ldc}, s, o);
+        gemm_rs(w, MatrixView{a.p, in, m, k, 0}, MatrixView{b.p, in, n, k, 0}, MatrixView{out, out_t, rows_seg, n, ldc},
+                s, opts);
         if (cudaStreamSynchronize(s) != cudaSuccess) err = "stream failed";
     } catch (const std::exception& e) {
         err = e.what();
@@ -388,9 +416,9 @@ void run_rs(World& w, cudaStream_t s, int64_t rows_seg, int64_t n, int64_t k, in
     if (err.empty() && stride != n) {  // gather the rows into a dense copy (the padding stays unchecked)
         DevBuf dense(rows_seg * n * es);
         LOOM_CHECK_CUDA(cudaMemcpy2D(dense.p, n * es, out, stride * es, n * es, rows_seg, cudaMemcpyDeviceToDevice));
-        err = compare_segment(c, me, rows_seg, n, dense.p, out_t);
+        err = compare_segment(c, me, rows_seg, n, dense.p, out_t, fp8_slack(in, k));
     } else if (err.empty()) {
-        err = compare_segment(c, me, rows_seg, n, out, out_t);
+        err = compare_segment(c, me, rows_seg, n, out, out_t, fp8_slack(in, k));
     }
     if (sym_out) w.free(out);
     agree(w, err, label);
@@ -526,8 +554,8 @@ TEST_F(Overlap, GemmRsCopyEngine) {
     DevBuf* src_a[2] = {&src_a0, &src_a1};
     DevBuf* src_b[2] = {&src_b0, &src_b1};
     for (int s = 0; s < 2; ++s) {
-        upload(src_a[s]->p, cases[s].a[me].bits);
-        upload(src_b[s]->p, cases[s].b[me].bits);
+        upload(src_a[s]->p, cases[s].a[me]);
+        upload(src_b[s]->p, cases[s].b[me]);
     }
     DevBuf a(m * k * 2), b(n * k * 2), c(rows * n * 2);
     W_.barrier();
@@ -564,8 +592,8 @@ std::string rs_back_to_back(World& W_, cudaStream_t stream, const std::function<
             cases[z][s] = sum_case(W_, m, n, k, 40 + z, s);
             src_a[z][s] = std::make_unique<DevBuf>(m * k * 2);
             src_b[z][s] = std::make_unique<DevBuf>(n * k * 2);
-            upload(src_a[z][s]->p, cases[z][s].a[me].bits);
-            upload(src_b[z][s]->p, cases[z][s].b[me].bits);
+            upload(src_a[z][s]->p, cases[z][s].a[me]);
+            upload(src_b[z][s]->p, cases[z][s].b[me]);
         }
     DevBuf a(rows_of[0] * W * k * 2), b(n * k * 2), c(rows_of[0] * n * 2);
     W_.barrier();
@@ -618,14 +646,18 @@ TEST_F(Overlap, GemmRsFusedPullBackToBack) {
 }
 
 // sym_out: C in the symmetric heap (the sequential algorithm all-reduces straight into a symmetric C).
+// in: the inputs' type (fp8: each rank scales by its fp8_alpha).
 void run_ar(World& w, cudaStream_t s, int64_t m, int64_t n, int64_t k, int tc, const std::string& label,
-            const GemmArOptions& o = {}, bool sym_out = false) {
+            const GemmArOptions& o = {}, bool sym_out = false, DType in = DType::BF16) {
     const int me = w.rank();
-    const SumCase c = sum_case(w, m, n, k, tc, 0);
-    DevBuf a(m * k * 2), b(n * k * 2), plain_out(sym_out ? 0 : m * n * 2);
+    const int64_t ies = static_cast<int64_t>(dtype_size(in));
+    const SumCase c = sum_case(w, m, n, k, tc, 0, in);
+    GemmArOptions opts = o;
+    if (in == DType::F8E4M3) opts.alpha = fp8_alpha(me);
+    DevBuf a(m * k * ies), b(n * k * ies), plain_out(sym_out ? 0 : m * n * 2);
     void* const out = sym_out ? w.alloc_bytes(m * n * 2) : plain_out.p;
-    upload(a.p, c.a[me].bits);
-    upload(b.p, c.b[me].bits);
+    upload(a.p, c.a[me]);
+    upload(b.p, c.b[me]);
     poison(out, m * n * 2);
     // The non-overlapped sequence the fused op must agree with: loom::gemm (fp32 out), then all_reduce (fp32).
     void* part32 = w.alloc_bytes(m * n * 4);
@@ -633,10 +665,12 @@ void run_ar(World& w, cudaStream_t s, int64_t m, int64_t n, int64_t k, int tc, c
     w.barrier();
     std::string err;
     try {
-        gemm_ar(w, MatrixView{a.p, DType::BF16, m, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
-                MatrixView{out, DType::BF16, m, n, 0}, s, o);
-        gemm(MatrixView{a.p, DType::BF16, m, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
-             MatrixView{part32, DType::F32, m, n, 0}, {}, s);
+        gemm_ar(w, MatrixView{a.p, in, m, k, 0}, MatrixView{b.p, in, n, k, 0}, MatrixView{out, DType::BF16, m, n, 0}, s,
+                opts);
+        GemmOptions go;
+        go.alpha = opts.alpha;
+        gemm(MatrixView{a.p, in, m, k, 0}, MatrixView{b.p, in, n, k, 0}, MatrixView{part32, DType::F32, m, n, 0}, go,
+             s);
         all_reduce(w, BufferView{part32, DType::F32, static_cast<std::size_t>(m * n)},
                    BufferView{sum32, DType::F32, static_cast<std::size_t>(m * n)}, s);
         if (cudaStreamSynchronize(s) != cudaSuccess) err = "stream failed";
@@ -644,12 +678,13 @@ void run_ar(World& w, cudaStream_t s, int64_t m, int64_t n, int64_t k, int tc, c
         err = e.what();
     }
     const auto got = download_bf16(out, m * n);
-    if (err.empty()) err = compare(got, c.ref, c.abs, 1, n);
+    if (err.empty()) err = compare(got, c.ref, c.abs, 1, n, fp8_slack(in, k));
     if (err.empty()) {
         std::vector<float> seq(m * n);
         EXPECT_EQ(cudaMemcpy(seq.data(), sum32, m * n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
         for (int64_t i = 0; i < m * n && err.empty(); ++i) {
-            const double tol = std::fabs(seq[i]) / 128.0 + w.world_size() * c.abs[i] / 256.0 + 1e-3;
+            const double tol =
+                std::fabs(seq[i]) / 128.0 + (w.world_size() / 256.0 + 2 * fp8_slack(in, k)) * c.abs[i] + 1e-3;
             if (!(std::fabs(got[i] - seq[i]) <= tol))
                 err = "vs gemm + all_reduce at " + std::to_string(i) + ": " + std::to_string(got[i]) + " vs " +
                       std::to_string(seq[i]);
@@ -679,8 +714,8 @@ TEST_F(Overlap, GemmRsReferenceStepsAgree) {
     DevBuf da(m * k * 2), db(n * k * 2), split(m * n * 2), out_pull(rows * n * 2), out_scatter(rows * n * 2),
         out_rs(rows * n * 2);
     void* whole = W_.alloc_bytes(m * n * 2);  // symmetric: the pull ReduceScatter reads the peers' copies
-    upload(da.p, a.bits);
-    upload(db.p, b.bits);
+    upload(da.p, a);
+    upload(db.p, b);
     for (void* p : {split.p, out_pull.p, out_scatter.p, out_rs.p}) poison(p, p == split.p ? m * n * 2 : rows * n * 2);
     poison(whole, m * n * 2);
     const MatrixView A{da.p, DType::BF16, m, k, 0}, B{db.p, DType::BF16, n, k, 0};
@@ -819,12 +854,12 @@ TEST_F(Overlap, BackToBack) {
     DevBuf rs_src[2] = {DevBuf(m * k * 2), DevBuf(m * k * 2)}, rs_bsrc[2] = {DevBuf(n * k * 2), DevBuf(n * k * 2)};
     DevBuf ar_src[2] = {DevBuf(16 * k * 2), DevBuf(16 * k * 2)}, ar_bsrc[2] = {DevBuf(n * k * 2), DevBuf(n * k * 2)};
     for (int s = 0; s < 2; ++s) {
-        upload(ag_src[s].p, ag[s].a[me].bits);
-        upload(ag_bsrc[s].p, ag[s].b.bits);
-        upload(rs_src[s].p, rs[s].a[me].bits);
-        upload(rs_bsrc[s].p, rs[s].b[me].bits);
-        upload(ar_src[s].p, ar[s].a[me].bits);
-        upload(ar_bsrc[s].p, ar[s].b[me].bits);
+        upload(ag_src[s].p, ag[s].a[me]);
+        upload(ag_bsrc[s].p, ag[s].b);
+        upload(rs_src[s].p, rs[s].a[me]);
+        upload(rs_bsrc[s].p, rs[s].b[me]);
+        upload(ar_src[s].p, ar[s].a[me]);
+        upload(ar_bsrc[s].p, ar[s].b[me]);
     }
     DevBuf a_ag(rows * k * 2), b_ag(n * k * 2), c_ag(m * n * 2);
     DevBuf a_rs(m * k * 2), b_rs(n * k * 2), c_rs(rows * n * 2);
@@ -931,6 +966,49 @@ TEST_F(Overlap, MpsShareIsTheAttribute) {
 }
 
 // ---- input validation: clear errors, raised identically on every rank (no collective step is reached) -----------
+// ---- fp8 e4m3 inputs: every producer / algorithm, each rank scaling its products by its own alpha ---------------
+// K = 400: a partial last k-block (128 fp8 elements per k-block); rows per rank off the tile; N tails.
+TEST_F(Overlap, Fp8AgGemm) {
+    const DType f8 = DType::F8E4M3;
+    const bool shared = collective_topology(*w).shared_gpu;
+    run_ag(*w, stream, AgGemmOptions{AgProducer::CopyEngine}, 200, 192, 400, 70, "f8_ag_ce_200", true, f8);
+    run_ag(*w, stream, AgGemmOptions{AgProducer::CopyEngine}, 256, 136, 512, 71, "f8_ag_ce_own_in_place", false, f8);
+    run_ag(*w, stream, AgGemmOptions{AgProducer::Sm, DataPath::Tma}, 200, 192, 400, 72, "f8_ag_sm_tma", true, f8);
+    run_ag(*w, stream, AgGemmOptions{AgProducer::Sm, DataPath::LdSt}, 40, 136, 256, 73, "f8_ag_sm_ldst_40", true, f8);
+    run_ag(*w, stream, AgGemmOptions{AgProducer::Sequential}, 200, 192, 400, 74, "f8_ag_sequential", true, f8);
+    run_ag(*w, stream, AgGemmOptions{}, 256, 256, 512, 75, "f8_ag_auto", false, f8);
+    if (shared) run_ag(*w, stream, AgGemmOptions{AgProducer::Direct}, 256, 192, 400, 76, "f8_ag_direct", false, f8);
+}
+
+TEST_F(Overlap, Fp8GemmRs) {
+    const DType f8 = DType::F8E4M3, bf = DType::BF16;
+    const bool own_gpus = !collective_topology(*w).shared_gpu;
+    run_rs(*w, stream, 256, 512, 512, 80, {}, "f8_rs_auto", false, 0, bf, f8);
+    run_rs(*w, stream, 136, 256, 400, 81, {}, "f8_rs_auto_136", false, 0, bf, f8);  // scatter-reduce / sequence
+    run_rs(*w, stream, 128, 200, 400, 82, {0, nullptr, RsAlgo::FusedEpilogue, RsTransport::Sm}, "f8_rs_fused_sm", false,
+           0, bf, f8);
+    if (own_gpus)
+        run_rs(*w, stream, 256, 200, 256, 83, {0, nullptr, RsAlgo::FusedEpilogue, RsTransport::CopyEngine},
+               "f8_rs_fused_ce", false, 0, bf, f8);
+    run_rs(*w, stream, 128, 200, 400, 84, {0, nullptr, RsAlgo::FusedPull}, "f8_rs_pull", false, 0, bf, f8);
+    run_rs(*w, stream, 256, 200, 256, 85, {0, nullptr, RsAlgo::ScatterReduce}, "f8_rs_scatter_f32", false, 0,
+           DType::F32, f8);
+    GemmRsOptions seq;
+    seq.algo = RsAlgo::Sequential;
+    run_rs(*w, stream, 136, 200, 400, 86, seq, "f8_rs_sequential", false, 0, bf, f8);
+}
+
+TEST_F(Overlap, Fp8GemmAr) {
+    for (ArAlgo algo : {ArAlgo::FusedEpilogue, ArAlgo::ReduceKernel, ArAlgo::Sequential, ArAlgo::Auto}) {
+        GemmArOptions o;
+        o.algo = algo;
+        const std::string tag = std::string("_") + to_string(algo);
+        run_ar(*w, stream, 1, 256, 256, 90, "f8_ar_1" + tag, o, false, DType::F8E4M3);
+        run_ar(*w, stream, 40, 384, 400, 91, "f8_ar_40" + tag, o, false, DType::F8E4M3);
+        run_ar(*w, stream, 128, 512, 512, 92, "f8_ar_128" + tag, o, false, DType::F8E4M3);
+    }
+}
+
 TEST_F(Overlap, RejectsBadInputs) {
     const int W = w->world_size();
     DevBuf a(64 * 64 * 2), b(64 * 64 * 2), c(64 * 64 * W * 2);
@@ -948,6 +1026,18 @@ TEST_F(Overlap, RejectsBadInputs) {
     EXPECT_THROW(gemm_ar(*w, MatrixView{a.p, DType::BF16, 200, 64, 0}, MatrixView{b.p, DType::BF16, 64, 64, 0},
                          MatrixView{c.p, DType::BF16, 200, 64, 0}, stream),
                  Error);  // M > 128
+    const DType f8 = DType::F8E4M3;
+    EXPECT_THROW(ag_gemm(*w, MatrixView{a.p, f8, 8, 64, 0}, MatrixView{b.p, DType::BF16, 64, 64, 0},
+                         MatrixView{c.p, DType::BF16, 8 * W, 64, 0}, stream),
+                 Error);  // fp8 A with a bf16 B
+    EXPECT_THROW(gemm_rs(*w, MatrixView{a.p, f8, 8 * W, 24, 32}, MatrixView{b.p, f8, 64, 24, 32},
+                         MatrixView{c.p, DType::BF16, 8, 64, 0}, stream),
+                 Error);  // fp8 with K = 24, not a multiple of 16
+    GemmArOptions nan_alpha;
+    nan_alpha.alpha = NAN;
+    EXPECT_THROW(gemm_ar(*w, MatrixView{a.p, DType::BF16, 8, 64, 0}, MatrixView{b.p, DType::BF16, 64, 64, 0},
+                         MatrixView{c.p, DType::BF16, 8, 64, 0}, stream, nan_alpha),
+                 Error);  // alpha not finite
     w->barrier();
 }
 

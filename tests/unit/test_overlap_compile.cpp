@@ -77,6 +77,67 @@ TEST(OverlapCompile, HookedGemmHasNoSpills) {
     }
 }
 
+// fp8 e4m3 inputs (the overlapped ops take them since session 22): the same hooks over the e4m3 wgmma mainloop, the
+// tile widths the Overlap heuristic picks most (its plans keep to 128-row tiles), bf16 and fp32 outputs.
+TEST(OverlapCompile, HookedFp8GemmHasNoSpills) {
+    const struct {
+        const char* hooks;
+        const char* header;
+        int tail_splits;
+    } policies[] = {{"loom::kernels::overlap::AgGemmHooks", "loom/kernels/ag_gemm.cuh"},
+                    {"loom::kernels::overlap::AgGemmHooks", "loom/kernels/ag_gemm.cuh", 2},
+                    {"loom::kernels::overlap::TileNotifyHooks", "loom/kernels/gemm_rs.cuh"},
+                    {"loom::kernels::overlap::RsAccHooks", "loom/kernels/gemm_rs.cuh"},
+                    {"loom::kernels::overlap::RsPullHooks", "loom/kernels/gemm_rs_pull.cuh"},
+                    {"loom::kernels::overlap::ArEpilogueHooks", "loom/kernels/gemm_ar.cuh"}};
+    for (const auto& pol : policies) {
+        const bool fused = std::string(pol.hooks).find("EpilogueHooks") != std::string::npos;
+        for (int bn : {256, 192, 128}) {
+            for (DType out : {DType::BF16, DType::F32}) {
+                loom::GemmConfig c;
+                c.block_m = 128;
+                c.block_n = bn;
+                c.block_k = loom::kernels::gemm_block_k(1);
+                c.cluster_m = 1;
+                c.tail_splits = pol.tail_splits > 0 ? pol.tail_splits : 1;
+                c.stages = std::min(
+                    loom::kernels::gemm_sm90_max_stages(128, bn, fused ? static_cast<int>(loom::dtype_size(out)) : 0),
+                    6);
+                const std::optional<DType> bias =
+                    fused ? std::optional(DType::F32) : loom::gemm_kernel_bias(c, out, loom::GemmOptions{});
+                const auto spec = loom::gemm_kernel_spec(c, DType::F8E4M3, out, bias, false, pol.hooks, pol.header);
+                const auto r = loom::jit::compile(spec, 90);
+                EXPECT_FALSE(r.cubin.empty()) << spec.display();
+                EXPECT_EQ(r.spill_bytes, 0) << spec.display() << "\n" << r.resource_report;
+            }
+        }
+    }
+}
+
+// fp8 plans: 128-element k-blocks (one 128-byte row), single-CTA tiles (loom::gemm takes 2-CTA clusters for fp8; the
+// hooks order single tiles), so ag_gemm keeps its split tail; the SM producer's blocks count fp8's bytes.
+TEST(OverlapPlan, Fp8PlansTakeFp8KBlocksAndSingleCtaTiles) {
+    const DType f8 = DType::F8E4M3;
+    const loom::OverlapPlan plans[] = {
+        loom::ag_gemm_plan(8192, 3840, 8192, 8, loom::AgProducer::CopyEngine, 0, 90, 132, false, f8),
+        loom::ag_gemm_plan(8192, 1376, 4096, 8, loom::AgProducer::Sm, 0, 90, 132, false, f8),
+        loom::gemm_rs_plan(8192, 4096, 1792, 8, 0, 90, 132, loom::RsAlgo::Auto, 2, f8),
+        loom::gemm_rs_plan(8192, 4096, 1792, 8, 0, 90, 132, loom::RsAlgo::ScatterReduce, 2, f8),
+        loom::gemm_ar_plan(64, 8192, 3584, 2, 0, 90, 132, loom::ArAlgo::Auto, 2, f8),
+        loom::gemm_ar_plan(64, 8192, 3584, 2, 0, 90, 132, loom::ArAlgo::ReduceKernel, 2, f8)};
+    for (const auto& p : plans) {
+        EXPECT_EQ(p.gemm.block_k, 128) << p.str();
+        EXPECT_EQ(p.gemm.cluster_m, 1) << p.str();
+        EXPECT_NO_THROW(loom::gemm_validate_config(p.gemm, false, f8)) << p.str();
+    }
+    // 8192 x 3840 x 8192 at W = 8: 7.3 waves of 128 x 256 tiles, whose tail the bf16 plan splits three ways
+    // (test_gemm_compile.cpp); fp8's single-CTA plan splits it too.
+    EXPECT_GE(plans[0].gemm.tail_splits, 2) << plans[0].str();
+    // SM producer: one block per 256 KiB of a rank's chunk (1 MiB in bf16 at M = 2048, K = 512, W = 2; half in fp8).
+    EXPECT_EQ(loom::ag_gemm_plan(2048, 1024, 512, 2, loom::AgProducer::Sm, 0, 90, 132).comm_blocks, 4);
+    EXPECT_EQ(loom::ag_gemm_plan(2048, 1024, 512, 2, loom::AgProducer::Sm, 0, 90, 132, false, f8).comm_blocks, 2);
+}
+
 TEST(OverlapCompile, CommKernelsCompile) {
     const struct {
         const char* header;

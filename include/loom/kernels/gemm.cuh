@@ -383,6 +383,14 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
 #pragma unroll
                 for (int i = 0; i < BLOCK_N / 2; ++i) acc[i] = 0.f;
             }
+            if constexpr (!tile::kSameType<Hooks, tile::GemmNoHooks>) {
+                // The overlapped ops' scale (GemmArgs::acc_scale; uniform, read from the constant bank). The plain
+                // kernel is compiled without it: its alpha goes through the affine epilogue.
+                if (args.acc_scale != 1.f) {
+#pragma unroll
+                    for (int i = 0; i < BLOCK_N / 2; ++i) acc[i] *= args.acc_scale;
+                }
+            }
             if constexpr (kSplitTail) {
                 // A split unit: hand the partial over; only the CTA that completes the tile stores it.
                 if (tail_id >= 0 && !split_tail_fixup<BLOCK_M, BLOCK_N>(acc, args, tail_id)) continue;

@@ -33,6 +33,11 @@ struct GemmArgs {
     // box hold stale data, which reaches only output rows >= m (never stored). Honoured for loads through the
     // kernel's own tmap_a.
     int32_t a_box_rows = 0;
+    // Hooked kernels only (the overlapped ops; the plain kernel's scale is alpha): the accumulators times acc_scale
+    // right after the mainloop, before any hook, split-tail fix-up or epilogue sees them, so every algorithm of an op
+    // (fused epilogues, published partials, pulled tiles) sums the same scaled products: fp8's per-tensor scales
+    // (scale_a x scale_b), in gemm_rs / gemm_ar per rank before the sum. 1: unscaled.
+    float acc_scale = 1.f;
 };
 
 // A k-block of the Hopper kernel in elements of the input type: one 128-byte swizzle row (64 bf16 / fp16, 128 fp8).

@@ -179,7 +179,7 @@ int gemm_bind_split_tail(GemmSm90Launch& l, const GemmConfig& cfg, int64_t m, in
 int64_t gemm_sm90_grid(int64_t m, int64_t n, const GemmConfig& cfg, int num_sms);
 
 // Validation shared by gemm() and the overlapped ops: raises loom::Error naming what was expected and given.
-// allow_f8: fp8 e4m3 inputs are accepted (loom::gemm; the overlapped ops take bf16 / fp16 only).
+// allow_f8: fp8 e4m3 inputs are accepted (loom::gemm and the overlapped ops pass it).
 void gemm_validate(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& opts,
                    bool allow_f8 = false);
 // `in`: the input type, whose 128-byte rows set the expected block_k.

@@ -7,12 +7,14 @@
 // Contract (every function): collective over the World — every rank calls it in the same order with the same
 // shapes, dtypes and options. Work is enqueued on `stream` (plus a side stream the op owns, joined back into
 // `stream` before the call returns): the call never synchronises the host. bf16 / fp16 inputs (A and B the
-// same), fp32 accumulation; C bf16 / fp16 / fp32 (gemm_rs / gemm_ar reduce their partial products in C's
-// type, summed in fp32). B is [N, K] row-major (a linear layer's weight). The communication buffers (gather
-// buffer, scratch, partial products, signals) are symmetric-heap memory the op allocates (world.alloc) on first
-// use and keeps per World until release_overlap_state(); A, B and C may be any device memory of this rank.
-// Needs sm_90 (the Hopper GEMM with overlap hooks) and a single-node world (world size == local world size).
-// Signals carry per-call counts computed on the host: a captured CUDA graph must not be replayed (re-run the op).
+// same), or fp8 e4m3 (K a multiple of 16; the tensor cores' own e4m3 sums, as loom::gemm's: docs/gemm.md "FP8"),
+// fp32 accumulation; an optional scale `alpha` on the products (fp8's per-tensor scales); C bf16 / fp16 / fp32
+// (gemm_rs / gemm_ar reduce their partial products in C's type, summed in fp32). B is [N, K] row-major (a linear
+// layer's weight). The communication buffers (gather buffer, scratch, partial products, signals) are symmetric-heap
+// memory the op allocates (world.alloc) on first use and keeps per World until release_overlap_state(); A, B and C may
+// be any device memory of this rank. Needs sm_90 (the Hopper GEMM with overlap hooks) and a single-node world (world
+// size == local world size). Signals carry per-call counts computed on the host: a captured CUDA graph must not be
+// replayed (re-run the op).
 //
 // Autotuning: a call that leaves every choice to Loom (default options: no config, algorithm / producer / transport /
 // data path Auto, comm_sms 0, no gathered buffer, no CE chunk size) runs the options decided once per (World, shape,
@@ -58,6 +60,7 @@ struct AgGemmOptions {
     // all_gather(A) when the call's work completes. data == nullptr: the op's internal buffer.
     MatrixView gathered{};
     const GemmConfig* config = nullptr;  // GEMM tile config (cluster_m must be 1); nullptr: the heuristic
+    float alpha = 1.f;  // C = alpha x gather(A) B^T (fp8: scale_a x scale_b, one for every rank's rows)
 };
 
 // How gemm_rs reduces (docs/overlap.md).
@@ -95,6 +98,7 @@ struct GemmRsOptions {
     RsAlgo algo = RsAlgo::Auto;
     RsTransport transport = RsTransport::Auto;  // FusedEpilogue only
     std::size_t ce_chunk_bytes = 0;             // CopyEngine: bytes per copy (whole tile columns); 0: 2 MiB
+    float alpha = 1.f;  // this rank's partial product times alpha before the sum (fp8: its scale_a x scale_b)
 };
 
 enum class ArAlgo {
@@ -114,6 +118,7 @@ struct GemmArOptions {
     int comm_sms = 0;                    // ReduceKernel blocks; 0: heuristic (one per tile, at most 32)
     const GemmConfig* config = nullptr;  // cluster_m must be 1
     ArAlgo algo = ArAlgo::Auto;
+    float alpha = 1.f;  // this rank's partial product times alpha before the sum (fp8: its scale_a x scale_b)
 };
 
 // a: [M / W, K] (this rank's rows, dense), b: [N_loc, K], c: [M, N_loc]. M / W may be any size >= 1.
@@ -138,13 +143,14 @@ struct OverlapPlan {
     ArAlgo ar_algo = ArAlgo::Auto;  // gemm_ar_plan: the algorithm chosen (never Auto there)
     std::string str() const;
 };
+// in: the input type (fp8's k-blocks are 128 elements: block_k, and the bytes the SM producer moves).
 OverlapPlan ag_gemm_plan(int64_t m, int64_t n_loc, int64_t k, int world_size, AgProducer producer, int comm_sms,
-                         int arch, int num_sms, bool ranks_share_gpu = false);
+                         int arch, int num_sms, bool ranks_share_gpu = false, DType in = DType::BF16);
 // out_bytes: C's element size (the fused epilogue's slabs need BLOCK_N * out_bytes a multiple of 128).
 OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms,
-                         RsAlgo algo = RsAlgo::Auto, int out_bytes = 2);
+                         RsAlgo algo = RsAlgo::Auto, int out_bytes = 2, DType in = DType::BF16);
 OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms,
-                         ArAlgo algo = ArAlgo::Auto, int out_bytes = 2);
+                         ArAlgo algo = ArAlgo::Auto, int out_bytes = 2, DType in = DType::BF16);
 
 // What Auto resolves to, or the requested choice once checked; raise loom::Error for a combination that cannot run.
 // ag_gemm's producer: Direct where ranks share a GPU and it applies (world > 1, rows_per_rank = M / W a multiple of
