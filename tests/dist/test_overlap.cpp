@@ -220,33 +220,38 @@ void run_ag(World& w, cudaStream_t s, const AgGemmOptions& o, int64_t rows, int6
 
 // `calls` ag_gemm calls back to back with the inputs alternating between two sets (call i: set i % 2, options(i)),
 // no host synchronisation but on the calls `check` selects, whose output is poisoned first and then compared with the
-// set's reference. The first error, or "".
+// set's reference. in: the inputs' type (fp8: each rank scales by its fp8_alpha). The first error, or "".
 std::string ag_back_to_back(World& w, cudaStream_t stream, int64_t rows, int64_t n, int64_t k, int tc, int calls,
-                            const std::function<bool(int)>& check, const std::function<AgGemmOptions(int)>& options) {
+                            const std::function<bool(int)>& check, const std::function<AgGemmOptions(int)>& options,
+                            DType in = DType::BF16) {
     const int W = w.world_size(), me = w.rank();
-    const int64_t m = rows * W;
-    const AgCase cs[2] = {ag_case(w, rows, n, k, tc, 0), ag_case(w, rows, n, k, tc, 1)};
-    DevBuf src0(rows * k * 2), src1(rows * k * 2), bsrc0(n * k * 2), bsrc1(n * k * 2);
+    const int64_t m = rows * W, es = static_cast<int64_t>(dtype_size(in));
+    const float alpha = in == DType::F8E4M3 ? fp8_alpha(me) : 1.f;
+    const AgCase cs[2] = {ag_case(w, rows, n, k, tc, 0, in, alpha), ag_case(w, rows, n, k, tc, 1, in, alpha)};
+    DevBuf src0(rows * k * es), src1(rows * k * es), bsrc0(n * k * es), bsrc1(n * k * es);
     DevBuf* src[2] = {&src0, &src1};
     DevBuf* bsrc[2] = {&bsrc0, &bsrc1};
     for (int s = 0; s < 2; ++s) {
         upload(src[s]->p, cs[s].a[me]);
         upload(bsrc[s]->p, cs[s].b);
     }
-    DevBuf a(rows * k * 2), b(n * k * 2), c(m * n * 2);
+    DevBuf a(rows * k * es), b(n * k * es), c(m * n * 2);
     w.barrier();
     return back_to_back(
         stream, calls, check,
         [&](int i, bool chk) {
-            LOOM_CHECK_CUDA(cudaMemcpyAsync(a.p, src[i % 2]->p, rows * k * 2, cudaMemcpyDeviceToDevice, stream));
-            LOOM_CHECK_CUDA(cudaMemcpyAsync(b.p, bsrc[i % 2]->p, n * k * 2, cudaMemcpyDeviceToDevice, stream));
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(a.p, src[i % 2]->p, rows * k * es, cudaMemcpyDeviceToDevice, stream));
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(b.p, bsrc[i % 2]->p, n * k * es, cudaMemcpyDeviceToDevice, stream));
             if (chk) poison(c.p, m * n * 2);
-            const AgGemmOptions o = options(i);
-            ag_gemm(w, MatrixView{a.p, DType::BF16, rows, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
+            AgGemmOptions o = options(i);
+            o.alpha = alpha;
+            ag_gemm(w, MatrixView{a.p, in, rows, k, 0}, MatrixView{b.p, in, n, k, 0},
                     MatrixView{c.p, DType::BF16, m, n, 0}, stream, o);
             return std::string("ag_gemm (") + to_string(o.producer) + (o.config ? ", " + o.config->str() : "") + ")";
         },
-        [&](int i) { return compare(download_bf16(c.p, m * n), cs[i % 2].ref, cs[i % 2].abs, 0, n); });
+        [&](int i) {
+            return compare(download_bf16(c.p, m * n), cs[i % 2].ref, cs[i % 2].abs, 0, n, fp8_slack(in, k));
+        });
 }
 
 TEST_F(Overlap, AgGemmCopyEngine) {
@@ -579,9 +584,11 @@ TEST_F(Overlap, GemmRsCopyEngine) {
 // 1000 back-to-back gemm_rs calls, call i with algo_of(i): inputs alternate between two sets, rows per rank between
 // 256 and 128 every second call (a smaller call right after a larger one on either parity half); returns the first
 // difference ("" when none).
-std::string rs_back_to_back(World& W_, cudaStream_t stream, const std::function<RsAlgo(int)>& algo_of) {
+// in: the inputs' type (fp8: each rank scales by its fp8_alpha; K = 256, two fp8 k-blocks).
+std::string rs_back_to_back(World& W_, cudaStream_t stream, const std::function<RsAlgo(int)>& algo_of,
+                            DType in = DType::BF16) {
     const int W = W_.world_size(), me = W_.rank();
-    const int64_t n = 192, k = 128;
+    const int64_t n = 192, k = in == DType::F8E4M3 ? 256 : 128, es = static_cast<int64_t>(dtype_size(in));
     const int64_t rows_of[2] = {256, 128};
     const int kCalls = 1000;
     SumCase cases[2][2];  // [size][input set]
@@ -589,31 +596,32 @@ std::string rs_back_to_back(World& W_, cudaStream_t stream, const std::function<
     for (int z = 0; z < 2; ++z)
         for (int s = 0; s < 2; ++s) {
             const int64_t m = rows_of[z] * W;
-            cases[z][s] = sum_case(W_, m, n, k, 40 + z, s);
-            src_a[z][s] = std::make_unique<DevBuf>(m * k * 2);
-            src_b[z][s] = std::make_unique<DevBuf>(n * k * 2);
+            cases[z][s] = sum_case(W_, m, n, k, 40 + z, s, in);
+            src_a[z][s] = std::make_unique<DevBuf>(m * k * es);
+            src_b[z][s] = std::make_unique<DevBuf>(n * k * es);
             upload(src_a[z][s]->p, cases[z][s].a[me]);
             upload(src_b[z][s]->p, cases[z][s].b[me]);
         }
-    DevBuf a(rows_of[0] * W * k * 2), b(n * k * 2), c(rows_of[0] * n * 2);
+    DevBuf a(rows_of[0] * W * k * es), b(n * k * es), c(rows_of[0] * n * 2);
     W_.barrier();
     const std::string err = back_to_back(
         stream, kCalls, [&](int i) { return i < 8 || i % 97 == 0 || i == kCalls - 1; },
         [&](int i, bool check) {
             const int s = i % 2, z = (i / 2) % 2;
             const int64_t rows = rows_of[z], m = rows * W;
-            LOOM_CHECK_CUDA(cudaMemcpyAsync(a.p, src_a[z][s]->p, m * k * 2, cudaMemcpyDeviceToDevice, stream));
-            LOOM_CHECK_CUDA(cudaMemcpyAsync(b.p, src_b[z][s]->p, n * k * 2, cudaMemcpyDeviceToDevice, stream));
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(a.p, src_a[z][s]->p, m * k * es, cudaMemcpyDeviceToDevice, stream));
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(b.p, src_b[z][s]->p, n * k * es, cudaMemcpyDeviceToDevice, stream));
             if (check) poison(c.p, rows * n * 2);
             GemmRsOptions o;
             o.algo = algo_of(i);
-            gemm_rs(W_, MatrixView{a.p, DType::BF16, m, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
+            if (in == DType::F8E4M3) o.alpha = fp8_alpha(me);
+            gemm_rs(W_, MatrixView{a.p, in, m, k, 0}, MatrixView{b.p, in, n, k, 0},
                     MatrixView{c.p, DType::BF16, rows, n, 0}, stream, o);
             return std::string("gemm_rs (") + to_string(o.algo) + ")";
         },
         [&](int i) {
             const int z = (i / 2) % 2;
-            return compare_segment(cases[z][i % 2], me, rows_of[z], n, c.p);
+            return compare_segment(cases[z][i % 2], me, rows_of[z], n, c.p, DType::BF16, fp8_slack(in, k));
         });
     return err;
 }
@@ -996,6 +1004,34 @@ TEST_F(Overlap, Fp8GemmRs) {
     GemmRsOptions seq;
     seq.algo = RsAlgo::Sequential;
     run_rs(*w, stream, 136, 200, 400, 86, seq, "f8_rs_sequential", false, 0, bf, f8);
+}
+
+// Back to back with fp8 inputs (two input sets alternating, no host synchronisation but at the checked calls): 60
+// ag_gemm calls mixing the producers, 1000 gemm_rs calls mixing the algorithms and two sizes.
+TEST_F(Overlap, Fp8BackToBack) {
+    World& W_ = *w;
+    const bool shared = collective_topology(W_).shared_gpu;
+    const std::string ag = ag_back_to_back(
+        W_, stream, 256, 192, 256, 95, 60, [](int i) { return i < 4 || i % 13 == 0 || i == 59; },
+        [shared](int i) {
+            const AgProducer p = i % 4 == 0   ? AgProducer::Sequential
+                                 : i % 4 == 1 ? AgProducer::CopyEngine
+                                 : i % 4 == 2 ? AgProducer::Sm
+                                              : (shared ? AgProducer::Direct : AgProducer::Auto);
+            return AgGemmOptions{p};
+        },
+        DType::F8E4M3);
+    agree(W_, ag, "f8_ag_back_to_back");
+    const std::string rs = rs_back_to_back(
+        W_, stream,
+        [](int i) {
+            return i % 4 == 3   ? RsAlgo::ScatterReduce
+                   : i % 4 == 2 ? RsAlgo::Sequential
+                   : i % 4 == 1 ? RsAlgo::FusedPull
+                                : RsAlgo::FusedEpilogue;
+        },
+        DType::F8E4M3);
+    agree(W_, rs, "f8_rs_back_to_back");
 }
 
 TEST_F(Overlap, Fp8GemmAr) {
