@@ -174,10 +174,12 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
     // fp8 is the exception: at twice bf16's MMA rate each k-block's operands must arrive twice as fast, and with K
     // rows that are not a multiple of 128 bytes (each TMA row then spans two L2 lines) one CTA per tile ran at 0.70x
     // cuBLASLt (8192 x 8192 x 3696); clusters, whose multicast halves B's L2 reads, read 1.01x there and
-    // 0.990x geomean over the 13 shapes against 0.963-0.965 without (docs/gemm.md "FP8"). They need two M-blocks. (The
-    // overlapped GEMMs' hooks order single-CTA tiles: GemmTiles::Overlap plans without clusters, so with the split
-    // tail.)
-    cfg.cluster_m = dtype_size(in) == 1 && m > 128 && tile_set == GemmTiles::Plain ? 2 : 1;
+    // 0.990x geomean over the 13 shapes against 0.963-0.965 without (docs/gemm.md "FP8"). They need two M-blocks, and
+    // the whole GPU: on an MPS share (4 ranks on one H200, 26 SMs each) the clustered kernel ran 1.6x cuBLASLt's time
+    // where single-CTA tiles ran at par (docs/gemm.md "FP8"). (The overlapped GEMMs' hooks order single-CTA tiles:
+    // GemmTiles::Overlap plans without clusters, so with the split tail.)
+    cfg.cluster_m =
+        dtype_size(in) == 1 && m > 128 && tile_set == GemmTiles::Plain && num_sms >= kGemmFp8ClusterMinSms ? 2 : 1;
     if (const int64_t forced = env_int("LOOM_GEMM_CLUSTER", 0); forced == 1 || forced == 2) {
         cfg.cluster_m = static_cast<int>(forced);
     }

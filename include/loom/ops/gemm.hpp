@@ -83,6 +83,10 @@ enum class GemmTiles {
 GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, int num_sms, bool split_tail = true,
                           GemmTiles tiles = GemmTiles::Plain, DType in = DType::BF16);
 
+// fp8's 2-CTA clusters (gemm_heuristic) need at least this many SMs: measured faster on a whole H200 (132), 1.6x
+// slower than single-CTA tiles on a 26-SM MPS share.
+inline constexpr int kGemmFp8ClusterMinSms = 100;
+
 // The widest BLOCK_N of 192-row tiles: their 512-thread CTA compiles under a 128-register cap. wgmma n208 does not
 // compile under it (ptxas: "Insufficient registers (128)"), and 192-wide tiles spill in the affine, [K, N]-B and
 // split-tail kernels (tests/unit/test_gemm_compile.cpp checks every 192-row kernel for spills).
