@@ -175,8 +175,8 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
     // rows that are not a multiple of 128 bytes (each TMA row then spans two L2 lines) one CTA per tile ran at 0.70x
     // cuBLASLt (8192 x 8192 x 3696); clusters, whose multicast halves B's L2 reads, read 1.01x there and
     // 0.990x geomean over the 13 shapes against 0.963-0.965 without (docs/gemm.md "FP8"). They need two M-blocks, and
-    // the whole GPU: on an MPS share (4 ranks on one H200, 26 SMs each) the clustered kernel ran 1.6x cuBLASLt's time
-    // where single-CTA tiles ran at par (docs/gemm.md "FP8"). (The overlapped GEMMs' hooks order single-CTA tiles:
+    // the whole GPU: on an MPS share (4 ranks on one H200, 26 SMs each) the clustered kernel ran 1.5-1.7x cuBLASLt's
+    // time where single-CTA tiles ran 0.9x (docs/gemm.md "FP8"). (The overlapped GEMMs' hooks order single-CTA tiles:
     // GemmTiles::Overlap plans without clusters, so with the split tail.)
     cfg.cluster_m =
         dtype_size(in) == 1 && m > 128 && tile_set == GemmTiles::Plain && num_sms >= kGemmFp8ClusterMinSms ? 2 : 1;
