@@ -78,12 +78,10 @@ constexpr const char* kHeader = "loom/kernels/ag_gemm.cuh";
 // call (each peer's earlier GEMMs over its gather buffer are done), and the next overlapped call's copies into this
 // rank's buffer wait for its ready signal, raised behind this call's GEMM.
 void ag_gemm_sequential(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c,
-                        const MatrixView& gview, float alpha, cudaStream_t stream) {
+                        const MatrixView& gview, const overlap::OpScale& sc, cudaStream_t stream) {
     all_gather(world, BufferView{a.data, a.dtype, static_cast<std::size_t>(a.rows * a.cols)},
                BufferView{gview.data, a.dtype, static_cast<std::size_t>(gview.rows * gview.cols)}, stream);
-    GemmOptions o;
-    o.alpha = alpha;
-    gemm(gview, b, c, o, stream);
+    gemm(gview, b, c, overlap::gemm_options(sc), stream);
 }
 
 // The direct producer (its own OpState: staging halves and signals). Per call e on every rank, on the stream:
@@ -103,7 +101,7 @@ bool direct_stage_by_stream() {
 }
 
 void ag_gemm_direct(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmConfig& cfg,
-                    kernels::overlap::AgGemmHookArgs h, float alpha, cudaStream_t stream) {
+                    kernels::overlap::AgGemmHookArgs h, const overlap::OpScale& sc, cudaStream_t stream) {
     constexpr const char* op = "ag_gemm";
     overlap::OpState& st = overlap::op_state(world, overlap::OpKind::AgGemmDirect, op);
     const int W = world.world_size(), me = world.local_rank();
@@ -151,7 +149,7 @@ void ag_gemm_direct(World& world, const MatrixView& a, const MatrixView& b, cons
     h.target = st.chunk_total;
     // The gather map is never read (every tile is own or a peer's): a map of A's shape over A's address does.
     overlap::launch_gemm(kHooks, kHeader, MatrixView{a.data, a.dtype, R * W, K, 0}, b, c, cfg, st.num_sms, stream, h,
-                         alpha);
+                         sc);
     if (by_stream)
         for (int d = 0; d < W; ++d)
             if (d != me) stream_ops::signal_ce(world, &sig->read_done[me], epoch, d, stream);
@@ -185,7 +183,8 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
     overlap::OpState& st = overlap::op_state(world, overlap::OpKind::AgGemm, op);
     const int W = world.world_size(), me = world.local_rank();
     overlap::check_inputs(op, a, b, c);
-    overlap::check_alpha(op, o.alpha);
+    const overlap::OpScale sc = overlap::scale_of(o);
+    overlap::check_scale(op, sc);
     LOOM_CHECK(a.stride() == a.cols, "{}: expected this rank's A shard dense (ld == K = {}), given ld {}", op, a.cols,
                a.stride());
     const int64_t R = a.rows, M = R * W, K = a.cols, N = b.rows;
@@ -230,7 +229,7 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
     const MatrixView gview{gather ? gather : a.data, a.dtype, M, K, 0};
     gemm_validate(gview, b, c, GemmOptions{}, /*allow_f8=*/true);
     if (producer == AgProducer::Sequential) {
-        ag_gemm_sequential(world, a, b, c, gview, o.alpha, stream);
+        ag_gemm_sequential(world, a, b, c, gview, sc, stream);
         return;
     }
 
@@ -258,7 +257,7 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
         spec.template_args = {tma ? "1" : "0"};
         push_kernel = &jit::get_kernel(spec);
     }
-    overlap::prepare_gemm(kHooks, kHeader, gview, c, plan.gemm);
+    overlap::prepare_gemm(kHooks, kHeader, gview, c, plan.gemm, sc);
 
     // The own rows in place: with the copy engine (or direct), no gathered buffer asked for, own M-blocks whole and
     // a shard TMA can read, the GEMM loads this rank's tiles from its shard and the copy of them (a D2D copy kernel
@@ -278,7 +277,7 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
         h.timeout_ns = world.ctx().wait_timeout_ns;
         h.rows_per_rank = static_cast<int32_t>(R);
         h.shift_m = static_cast<int32_t>(me * R / plan.gemm.block_m);
-        ag_gemm_direct(world, a, b, c, plan.gemm, h, o.alpha, stream);
+        ag_gemm_direct(world, a, b, c, plan.gemm, h, sc, stream);
         return;
     }
     const uint64_t epoch = ++st.calls;
@@ -350,7 +349,7 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
     h.timeout_ns = world.ctx().wait_timeout_ns;
     h.rows_per_rank = static_cast<int32_t>(R);
     h.shift_m = static_cast<int32_t>(me * R / plan.gemm.block_m);
-    overlap::launch_gemm(kHooks, kHeader, gview, b, c, plan.gemm, st.num_sms, stream, h, o.alpha);
+    overlap::launch_gemm(kHooks, kHeader, gview, b, c, plan.gemm, st.num_sms, stream, h, sc);
     if (side_after_gemm) enqueue_copy_engine_side();
     overlap::join(st, stream);
 }

@@ -335,6 +335,19 @@ void gemm_validate(const MatrixView& a, const MatrixView& b, const MatrixView& c
     }
     LOOM_CHECK(std::isfinite(o.alpha) && std::isfinite(o.beta), "gemm: expected finite alpha/beta, given {} {}",
                o.alpha, o.beta);
+    gemm_check_device_scale("gemm", "scale_a", o.scale_a);
+    gemm_check_device_scale("gemm", "scale_b", o.scale_b);
+}
+
+void gemm_check_device_scale(const char* op, const char* name, const float* p) {
+    if (p == nullptr) return;
+    LOOM_CHECK(reinterpret_cast<std::uintptr_t>(p) % 4 == 0, "{}: expected {} 4-byte aligned, given {}", op, name,
+               static_cast<const void*>(p));
+    cudaPointerAttributes attr{};
+    const cudaError_t e = cudaPointerGetAttributes(&attr, p);
+    LOOM_CHECK(e == cudaSuccess && (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged),
+               "{}: expected {} to point at one float in device memory (read when the kernel runs), given {} ({})", op,
+               name, static_cast<const void*>(p), e == cudaSuccess ? "host memory" : cudaGetErrorString(e));
 }
 
 bool gemm_plain_epilogue(const GemmConfig& cfg, DType out) {
@@ -346,7 +359,7 @@ bool gemm_plain_epilogue(const GemmConfig& cfg, DType out) {
 
 std::optional<DType> gemm_kernel_bias(const GemmConfig& cfg, DType out, const GemmOptions& opts) {
     if (opts.bias.data) return opts.bias.dtype;
-    if (opts.alpha == 1.f && gemm_plain_epilogue(cfg, out)) return std::nullopt;
+    if (opts.alpha == 1.f && !opts.scale_a && !opts.scale_b && gemm_plain_epilogue(cfg, out)) return std::nullopt;
     return DType::F32;
 }
 
@@ -391,23 +404,26 @@ namespace {
 // The kernels' arguments for whole tiles (no split tail); the split-tail fields are set by the caller that splits.
 kernels::GemmArgs whole_tile_args(const MatrixView& c, int64_t m, int64_t n, int64_t k, const GemmOptions& o,
                                   int group_m) {
-    return kernels::GemmArgs{c.data,
-                             o.bias.data,
-                             c.stride(),
-                             static_cast<int32_t>(m),
-                             static_cast<int32_t>(n),
-                             static_cast<int32_t>(k),
-                             o.alpha,
-                             o.beta,
-                             group_m,
-                             /*partials=*/nullptr,
-                             /*tile_counters=*/nullptr,
-                             /*dp_tiles=*/0,
-                             /*tail_splits=*/1,
-                             /*work_units=*/0,
-                             /*num_k_blocks=*/0,
-                             /*tiles_m=*/0,
-                             /*tiles_n=*/0};
+    kernels::GemmArgs args{c.data,
+                           o.bias.data,
+                           c.stride(),
+                           static_cast<int32_t>(m),
+                           static_cast<int32_t>(n),
+                           static_cast<int32_t>(k),
+                           o.alpha,
+                           o.beta,
+                           group_m,
+                           /*partials=*/nullptr,
+                           /*tile_counters=*/nullptr,
+                           /*dp_tiles=*/0,
+                           /*tail_splits=*/1,
+                           /*work_units=*/0,
+                           /*num_k_blocks=*/0,
+                           /*tiles_m=*/0,
+                           /*tiles_n=*/0};
+    args.scale_a = o.scale_a;
+    args.scale_b = o.scale_b;
+    return args;
 }
 }  // namespace
 

@@ -30,7 +30,7 @@ constexpr const char* kFusedHooks = "loom::kernels::overlap::ArEpilogueHooks";
 constexpr const char* kHeader = "loom/kernels/gemm_ar.cuh";
 
 void gemm_ar_fused(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b, const MatrixView& c,
-                   const GemmConfig& cfg, float alpha, cudaStream_t stream) {
+                   const GemmConfig& cfg, const overlap::OpScale& sc, cudaStream_t stream) {
     constexpr const char* op = "gemm_ar";
     const int W = world.world_size(), me = world.local_rank();
     const int64_t M = a.rows, N = b.rows;
@@ -60,7 +60,7 @@ void gemm_ar_fused(World& world, overlap::OpState& st, const MatrixView& a, cons
     h.world = W;
     h.num_n = static_cast<int32_t>(num_n);
     GemmSm90Launch l = gemm_sm90_launch(a, b, c, GemmOptions{}, cfg, st.num_sms, stream);
-    l.args.acc_scale = alpha;
+    overlap::apply_scale(l.args, sc);
     l.launch.smem = kernels::gemm_sm90_smem_bytes(cfg.block_m, cfg.block_n, cfg.stages, static_cast<int>(es));
     // Epilogue hooks store whole 64-row slabs of the warpgroup's staged part.
     l.tmap_d = make_tma_2d(c, kernels::kGemmWholeTileBoxRows, kernels::gemm_store_box_cols(static_cast<int>(es)));
@@ -68,10 +68,10 @@ void gemm_ar_fused(World& world, overlap::OpState& st, const MatrixView& a, cons
 }
 
 void gemm_ar_sequential(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b,
-                        const MatrixView& c, float alpha, cudaStream_t stream) {
+                        const MatrixView& c, const overlap::OpScale& sc, cudaStream_t stream) {
     const int64_t M = a.rows, N = b.rows;
     const std::size_t es = dtype_size(c.dtype), count = static_cast<std::size_t>(M * N);
-    char* const partial = overlap::gemm_into_parity_half(world, st, a, b, c.dtype, alpha, stream);
+    char* const partial = overlap::gemm_into_parity_half(world, st, a, b, c.dtype, sc, stream);
     // Into C directly when C is dense, symmetric or not (all_reduce's two-shot stages the shards of a plain C in its
     // scratch: no copy afterwards). A strided C: in place on the symmetric partial, then copied.
     if (c.stride() == N) {
@@ -84,7 +84,8 @@ void gemm_ar_sequential(World& world, overlap::OpState& st, const MatrixView& a,
 }
 
 void gemm_ar_reduce_kernel(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b,
-                           const MatrixView& c, const OverlapPlan& plan, float alpha, cudaStream_t stream) {
+                           const MatrixView& c, const OverlapPlan& plan, const overlap::OpScale& sc,
+                           cudaStream_t stream) {
     const int64_t M = a.rows, N = b.rows;
     const std::size_t es = dtype_size(c.dtype);
     const std::size_t half_bytes = (static_cast<std::size_t>(M * N) * es + 1023) / 1024 * 1024;
@@ -100,7 +101,7 @@ void gemm_ar_reduce_kernel(World& world, overlap::OpState& st, const MatrixView&
     // Compile (or fetch) both kernels before the call number advances: a JIT error must leave every counter as
     // it was, or the next call would wait for targets its peers never reach.
     const jit::Kernel& reduce_kernel = jit::get_kernel(spec);
-    overlap::prepare_gemm(kHooks, kHeader, a, c, plan.gemm);
+    overlap::prepare_gemm(kHooks, kHeader, a, c, plan.gemm, sc);
     const uint64_t epoch = ++st.calls;
     void* const partial = partials + (epoch % 2) * half_stride;
     const MatrixView pview{partial, c.dtype, M, N, 0};
@@ -132,7 +133,7 @@ void gemm_ar_reduce_kernel(World& world, overlap::OpState& st, const MatrixView&
     h.epoch = epoch;
     h.num_n = static_cast<int32_t>(num_n);
     h.shift_m = 0;
-    overlap::launch_gemm(kHooks, kHeader, a, b, pview, plan.gemm, st.num_sms, stream, h, alpha);
+    overlap::launch_gemm(kHooks, kHeader, a, b, pview, plan.gemm, st.num_sms, stream, h, sc);
     overlap::join(st, stream);
 }
 }  // namespace
@@ -195,7 +196,8 @@ void gemm_ar_run(World& world, const MatrixView& a, const MatrixView& b, const M
     overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmAr, op);
     const int W = world.world_size();
     overlap::check_inputs(op, a, b, c);
-    overlap::check_alpha(op, o.alpha);
+    const overlap::OpScale sc = overlap::scale_of(o);
+    overlap::check_scale(op, sc);
     const int64_t M = a.rows, K = a.cols, N = b.rows;
     LOOM_CHECK(M <= kMaxM,
                "{}: expected M <= {} (the low-latency one-shot variant), given M = {}; use gemm_rs + all_gather or "
@@ -209,7 +211,7 @@ void gemm_ar_run(World& world, const MatrixView& a, const MatrixView& b, const M
     const ArAlgo algo = gemm_ar_algo(o.algo, st.shared_gpu, o.config, out_bytes);
     if (algo == ArAlgo::Sequential) {
         gemm_validate(a, b, c, GemmOptions{}, /*allow_f8=*/true);
-        gemm_ar_sequential(world, st, a, b, c, o.alpha, stream);
+        gemm_ar_sequential(world, st, a, b, c, sc, stream);
         return;
     }
     OverlapPlan plan = gemm_ar_plan(M, N, K, W, o.comm_sms, st.arch, st.num_sms, algo, out_bytes, a.dtype);
@@ -220,9 +222,9 @@ void gemm_ar_run(World& world, const MatrixView& a, const MatrixView& b, const M
                    st.device_sms, plan.str());
     if (plan.ar_algo == ArAlgo::FusedEpilogue) {
         gemm_validate(a, b, c, GemmOptions{}, /*allow_f8=*/true);
-        gemm_ar_fused(world, st, a, b, c, plan.gemm, o.alpha, stream);
+        gemm_ar_fused(world, st, a, b, c, plan.gemm, sc, stream);
     } else {
-        gemm_ar_reduce_kernel(world, st, a, b, c, plan, o.alpha, stream);
+        gemm_ar_reduce_kernel(world, st, a, b, c, plan, sc, stream);
     }
 }
 

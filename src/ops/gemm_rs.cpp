@@ -67,8 +67,8 @@ GemmConfig fused_config(GemmConfig c, int64_t m, int64_t n, int64_t rows_seg, in
     return c;
 }
 
-void gemm_rs_sequential(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, float alpha,
-                        cudaStream_t stream) {
+void gemm_rs_sequential(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c,
+                        const overlap::OpScale& sc, cudaStream_t stream) {
     overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmRsSequential, "gemm_rs");
     const int W = world.world_size(), me = world.rank();
     const int64_t M = a.rows, N = b.rows, rows_seg = M / W;
@@ -76,7 +76,7 @@ void gemm_rs_sequential(World& world, const MatrixView& a, const MatrixView& b, 
     const std::size_t seg = static_cast<std::size_t>(rows_seg * N);
     // Parity halves: a peer may still read (pull) this rank's partial of call e while call e + 1's GEMM runs; it has
     // finished by the time this rank's reduce_scatter of call e + 1 has met it, before call e + 2 writes the half.
-    char* const partial = overlap::gemm_into_parity_half(world, st, a, b, c.dtype, alpha, stream);
+    char* const partial = overlap::gemm_into_parity_half(world, st, a, b, c.dtype, sc, stream);
     const BufferView in{partial, c.dtype, count};
     // Straight into a dense C, symmetric or not: the pull ReduceScatter (each rank reads its rows of every partial)
     // needs only the input symmetric. In place and copied out measured ~5 % slower with 8 ranks on one H200 (an extra
@@ -92,7 +92,7 @@ void gemm_rs_sequential(World& world, const MatrixView& a, const MatrixView& b, 
 }
 
 void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, GemmConfig cfg,
-                   RsTransport transport, std::size_t ce_chunk_bytes, float alpha, cudaStream_t stream) {
+                   RsTransport transport, std::size_t ce_chunk_bytes, const overlap::OpScale& sc, cudaStream_t stream) {
     constexpr const char* op = "gemm_rs";
     overlap::OpState& fs = overlap::op_state(world, overlap::OpKind::GemmRsFused, op);
     const int W = world.world_size(), me = world.local_rank();
@@ -133,7 +133,7 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
     h.group = std::min<int32_t>(cfg.group_m, static_cast<int32_t>(blocks_per_rank));
     h.diag_skip = static_cast<int32_t>(env_int("LOOM_DIAG_RS_FUSED_SKIP", 0) & 3);  // diagnostics: wrong results
     GemmSm90Launch l = gemm_sm90_launch(a, b, c, GemmOptions{}, cfg, fs.num_sms, stream);
-    l.args.acc_scale = alpha;
+    overlap::apply_scale(l.args, sc);
     if (transport != RsTransport::CopyEngine || W == 1) {
         kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, h);
         return;
@@ -177,7 +177,7 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
 }
 
 void gemm_rs_pull(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, GemmConfig cfg,
-                  float alpha, cudaStream_t stream) {
+                  const overlap::OpScale& sc, cudaStream_t stream) {
     constexpr const char* op = "gemm_rs";
     overlap::OpState& ps = overlap::op_state(world, overlap::OpKind::GemmRsPull, op);
     const int W = world.world_size(), me = world.local_rank();
@@ -224,7 +224,7 @@ void gemm_rs_pull(World& world, const MatrixView& a, const MatrixView& b, const 
     h.leftover = leftover;
     GemmSm90Launch l =
         gemm_sm90_launch(a, b, MatrixView{partial, c.dtype, M, N, 0}, GemmOptions{}, cfg, ps.num_sms, stream);
-    l.args.acc_scale = alpha;
+    overlap::apply_scale(l.args, sc);
     kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, h);
     // The parts the reducers left: a few blocks, each of which may wait for a rank's tile holding its SM, so they
     // leave most of the SMs to the ranks whose GEMMs are still running (ranks sharing a GPU).
@@ -236,7 +236,7 @@ void gemm_rs_pull(World& world, const MatrixView& a, const MatrixView& b, const 
 }
 
 void gemm_rs_scatter(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b, const MatrixView& c,
-                     const OverlapPlan& plan, float alpha, cudaStream_t stream) {
+                     const OverlapPlan& plan, const overlap::OpScale& sc, cudaStream_t stream) {
     const int W = world.world_size(), me = world.local_rank();
     const int64_t M = a.rows, N = b.rows, rows_seg = M / W;
     const std::size_t full_bytes = static_cast<std::size_t>(M * N) * dtype_size(c.dtype);
@@ -250,7 +250,7 @@ void gemm_rs_scatter(World& world, overlap::OpState& st, const MatrixView& a, co
     spec.template_args = {dtype_cuda_name(c.dtype)};
     // Both kernels compiled before the counters advance (a JIT error leaves them as they were).
     const jit::Kernel& scatter_kernel = jit::get_kernel(spec);
-    overlap::prepare_gemm(kNotifyHooks, kHeader, a, pview, plan.gemm);
+    overlap::prepare_gemm(kNotifyHooks, kHeader, a, pview, plan.gemm, sc);
 
     const int64_t num_n = (N + plan.gemm.block_n - 1) / plan.gemm.block_n;
     const uint64_t epoch = ++st.calls;
@@ -287,7 +287,7 @@ void gemm_rs_scatter(World& world, overlap::OpState& st, const MatrixView& a, co
     h.epoch = epoch;
     h.num_n = static_cast<int32_t>(num_n);
     h.shift_m = rp.shift_m;
-    overlap::launch_gemm(kNotifyHooks, kHeader, a, b, pview, plan.gemm, st.num_sms, stream, h, alpha);
+    overlap::launch_gemm(kNotifyHooks, kHeader, a, b, pview, plan.gemm, st.num_sms, stream, h, sc);
     overlap::join(st, stream);
 }
 
@@ -388,7 +388,8 @@ void gemm_rs_run(World& world, const MatrixView& a, const MatrixView& b, const M
     overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmRs, op);
     const int W = world.world_size();
     overlap::check_inputs(op, a, b, c);
-    overlap::check_alpha(op, o.alpha);
+    const overlap::OpScale sc = overlap::scale_of(o);
+    overlap::check_scale(op, sc);
     const int64_t M = a.rows, K = a.cols, N = b.rows;
     LOOM_CHECK(M % W == 0, "{}: expected M a multiple of the world size {}, given M = {}", op, W, M);
     const int64_t rows_seg = M / W;
@@ -421,7 +422,7 @@ void gemm_rs_run(World& world, const MatrixView& a, const MatrixView& b, const M
         if (overlap::debug())
             fmt::print(stderr, "loom::gemm_rs M={} N={} K_loc={} W={}: sequential (loom::gemm, loom::reduce_scatter)\n",
                        M, N, K, W);
-        gemm_rs_sequential(world, a, b, c, o.alpha, stream);
+        gemm_rs_sequential(world, a, b, c, sc, stream);
         return;
     }
     overlap::use_config(op, plan, o.config, M, N, st.num_sms, a.dtype);
@@ -437,11 +438,11 @@ void gemm_rs_run(World& world, const MatrixView& a, const MatrixView& b, const M
     // persistent GEMM, waiting for the peers' copies, would starve it).
     const RsTransport transport = gemm_rs_transport(transport_req, plan.rs_algo, st.shared_gpu);
     if (plan.rs_algo == RsAlgo::FusedPull) {
-        gemm_rs_pull(world, a, b, c, plan.gemm, o.alpha, stream);
+        gemm_rs_pull(world, a, b, c, plan.gemm, sc, stream);
     } else if (plan.rs_algo == RsAlgo::FusedEpilogue) {
-        gemm_rs_fused(world, a, b, c, plan.gemm, transport, o.ce_chunk_bytes, o.alpha, stream);
+        gemm_rs_fused(world, a, b, c, plan.gemm, transport, o.ce_chunk_bytes, sc, stream);
     } else {
-        gemm_rs_scatter(world, st, a, b, c, plan, o.alpha, stream);
+        gemm_rs_scatter(world, st, a, b, c, plan, sc, stream);
     }
 }
 

@@ -23,7 +23,7 @@ using nlohmann::json;
 // The epilogue kind selects the kernel instantiation (and with beta != 0 the direct stores), so it is part of the key.
 const char* epilogue_kind(const GemmOptions& o) {
     if (o.beta != 0.f) return "beta";
-    return o.bias.data != nullptr || o.alpha != 1.f ? "affine" : "plain";
+    return o.bias.data != nullptr || o.alpha != 1.f || o.scale_a || o.scale_b ? "affine" : "plain";
 }
 
 // What selects a config: the exact shape (not autotune's power-of-two buckets: the best BLOCK_N follows N itself,

@@ -200,8 +200,24 @@ void check_inputs(const char* op, const MatrixView& a, const MatrixView& b, cons
                "{}: f8e4m3 inputs expect K a multiple of 16 (16-byte rows), given K={}", op, a.cols);
 }
 
-void check_alpha(const char* op, float alpha) {
-    LOOM_CHECK(std::isfinite(alpha), "{}: expected a finite alpha, given {}", op, alpha);
+void check_scale(const char* op, const OpScale& s) {
+    LOOM_CHECK(std::isfinite(s.alpha), "{}: expected a finite alpha, given {}", op, s.alpha);
+    gemm_check_device_scale(op, "scale_a", s.a);
+    gemm_check_device_scale(op, "scale_b", s.b);
+}
+
+void apply_scale(kernels::GemmArgs& args, const OpScale& s) {
+    args.alpha = s.alpha;
+    args.scale_a = s.a;
+    args.scale_b = s.b;
+}
+
+GemmOptions gemm_options(const OpScale& s) {
+    GemmOptions o;
+    o.alpha = s.alpha;
+    o.scale_a = s.a;
+    o.scale_b = s.b;
+    return o;
 }
 
 void check_config(const char* op, const GemmConfig& cfg, DType in, bool split_tail_ok) {
@@ -238,24 +254,22 @@ void check_tile_count(const char* op, int64_t m, int64_t n, const GemmConfig& cf
 }
 
 char* gemm_into_parity_half(World& world, OpState& st, const MatrixView& a, const MatrixView& b, DType dtype,
-                            float alpha, cudaStream_t stream) {
+                            const OpScale& sc, cudaStream_t stream) {
     const int64_t M = a.rows, N = b.rows;
     const std::size_t half_stride =
         ensure_parity_halves(world, st, static_cast<std::size_t>(M * N) * dtype_size(dtype));
     const uint64_t epoch = ++st.calls;
     char* const half = static_cast<char*>(st.sym) + (epoch % 2) * half_stride;
-    GemmOptions o;
-    o.alpha = alpha;
-    gemm(a, b, MatrixView{half, dtype, M, N, 0}, o, stream);
+    gemm(a, b, MatrixView{half, dtype, M, N, 0}, gemm_options(sc), stream);
     return half;
 }
 
 bool debug() { return env_flag("LOOM_OVERLAP_DEBUG"); }
 
 void prepare_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& c,
-                  const GemmConfig& cfg) {
-    (void)jit::get_kernel(
-        gemm_kernel_spec(cfg, a.dtype, c.dtype, gemm_kernel_bias(cfg, c.dtype, GemmOptions{}), false, hooks, header));
+                  const GemmConfig& cfg, const OpScale& sc) {
+    (void)jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, gemm_kernel_bias(cfg, c.dtype, gemm_options(sc)),
+                                           false, hooks, header));
 }
 
 GemmConfig gemm_config(int64_t m, int64_t n, int64_t k, int arch, int gemm_sms, bool split_tail, DType in) {

@@ -75,7 +75,22 @@ void join(OpState& st, cudaStream_t stream);
 
 // Shared validation: raises loom::Error naming what was expected and given.
 void check_inputs(const char* op, const MatrixView& a, const MatrixView& b, const MatrixView& c);
-void check_alpha(const char* op, float alpha);  // the options' alpha: finite
+// An op's scale of its products: the options' alpha and device scales (scale_a / scale_b, null: 1). Its hooked GEMM
+// takes them as GemmArgs::alpha / scale_a / scale_b (apply_scale) and, unless its hooks take the accumulators
+// (kAccEpilogue: they scale those), the affine epilogue's kernel (gemm_kernel_bias of gemm_options); its loom::gemm
+// calls take them as GemmOptions.
+struct OpScale {
+    float alpha = 1.f;
+    const float* a = nullptr;
+    const float* b = nullptr;
+};
+template <class Opts>
+OpScale scale_of(const Opts& o) {
+    return OpScale{o.alpha, o.scale_a, o.scale_b};
+}
+void check_scale(const char* op, const OpScale& s);  // alpha finite; the device scales as gemm_check_device_scale
+void apply_scale(kernels::GemmArgs& args, const OpScale& s);
+GemmOptions gemm_options(const OpScale& s);
 // in: the input type (its block_k). split_tail_ok: the op's hooks publish nothing per tile, so its GEMM may split the
 // tail (ag_gemm; the kernel spec names those hooks, gemm_kernel_spec); otherwise tail_splits must be 1.
 void check_config(const char* op, const GemmConfig& cfg, DType in, bool split_tail_ok = false);
@@ -86,20 +101,20 @@ void use_config(const char* op, OverlapPlan& plan, const GemmConfig* config, int
 // Raises unless cfg's tiles over [m, n] fit the per-tile signals (kMaxTileSignals).
 void check_tile_count(const char* op, int64_t m, int64_t n, const GemmConfig& cfg);
 // The sequential algorithms' first step: loom::gemm into this call's parity half of st's symmetric buffer ([M, N] of
-// `dtype`, the products times alpha); advances st.calls and returns the half (the halves alternate with the op's other
-// algorithms' calls).
+// `dtype`, the products scaled by `sc`); advances st.calls and returns the half (the halves alternate with the op's
+// other algorithms' calls).
 char* gemm_into_parity_half(World& world, OpState& st, const MatrixView& a, const MatrixView& b, DType dtype,
-                            float alpha, cudaStream_t stream);
-// Launch the Hopper GEMM with a hooks policy; `hook_args` are the hooks' bytes (trivially copyable); the accumulators
-// times acc_scale (GemmArgs::acc_scale: the op's alpha).
+                            const OpScale& sc, cudaStream_t stream);
+// Launch the Hopper GEMM with a hooks policy (not one with accumulator hooks); `hook_args` are the hooks' bytes
+// (trivially copyable); the products scaled by `sc` in the affine epilogue where it is not 1.
 template <class HookArgs>
 void launch_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& b, const MatrixView& c,
-                 const GemmConfig& cfg, int num_sms, cudaStream_t stream, const HookArgs& hook_args, float acc_scale);
+                 const GemmConfig& cfg, int num_sms, cudaStream_t stream, const HookArgs& hook_args, const OpScale& sc);
 
 // Compile (or fetch from the JIT cache) the hooked GEMM that launch_gemm will launch for these operands, so that a
 // JIT error is raised before the op advances its call counters.
 void prepare_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& c,
-                  const GemmConfig& cfg);
+                  const GemmConfig& cfg, const OpScale& sc);
 
 bool debug();  // LOOM_OVERLAP_DEBUG
 
@@ -138,15 +153,16 @@ void groups_inside_bands(GemmConfig& cfg, int64_t blocks_per_rank);
 namespace loom::overlap {
 template <class HookArgs>
 void launch_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& b, const MatrixView& c,
-                 const GemmConfig& cfg, int num_sms, cudaStream_t stream, const HookArgs& hook_args, float acc_scale) {
-    GemmSm90Launch l = gemm_sm90_launch(a, b, c, GemmOptions{}, cfg, num_sms, stream);
-    l.args.acc_scale = acc_scale;
+                 const GemmConfig& cfg, int num_sms, cudaStream_t stream, const HookArgs& hook_args,
+                 const OpScale& sc) {
+    const GemmOptions scaled = gemm_options(sc);
+    GemmSm90Launch l = gemm_sm90_launch(a, b, c, scaled, cfg, num_sms, stream);
     // ag_gemm's config may split the tail (gemm_config(..., split_tail = true)): the launch binds the workspace.
     GemmConfig run = cfg;
     std::unique_lock<std::mutex> ws_lock;
     run.tail_splits = gemm_bind_split_tail(l, cfg, a.rows, c.cols, a.cols, stream, ws_lock);
     const jit::Kernel& kernel = jit::get_kernel(
-        gemm_kernel_spec(run, a.dtype, c.dtype, gemm_kernel_bias(run, c.dtype, GemmOptions{}), false, hooks, header));
+        gemm_kernel_spec(run, a.dtype, c.dtype, gemm_kernel_bias(run, c.dtype, scaled), false, hooks, header));
     kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, hook_args);
 }
 }  // namespace loom::overlap

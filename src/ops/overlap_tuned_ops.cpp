@@ -76,7 +76,9 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
             return v;
         },
         [&](AgGemmOptions x, const MatrixView& out) {
-            x.alpha = o.alpha;  // the caller's scale, whichever options run
+            x.alpha = o.alpha;  // the caller's scales, whichever options run
+            x.scale_a = o.scale_a;
+            x.scale_b = o.scale_b;
             detail::ag_gemm_run(world, a, b, out, stream, x);
         });
 }
@@ -108,6 +110,8 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
         },
         [&](GemmRsOptions x, const MatrixView& out) {
             x.alpha = o.alpha;
+            x.scale_a = o.scale_a;
+            x.scale_b = o.scale_b;
             detail::gemm_rs_run(world, a, b, out, stream, x);
         });
 }
@@ -135,6 +139,8 @@ void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const Matri
         },
         [&](GemmArOptions x, const MatrixView& out) {
             x.alpha = o.alpha;
+            x.scale_a = o.scale_a;
+            x.scale_b = o.scale_b;
             detail::gemm_ar_run(world, a, b, out, stream, x);
         });
 }

@@ -84,6 +84,8 @@ void ref_gemm(const double* a, const double* b, int64_t m, int64_t n, int64_t k,
 struct DevBuf {
     void* p = nullptr;
     explicit DevBuf(std::size_t bytes) { EXPECT_EQ(cudaMalloc(&p, bytes < 256 ? 256 : bytes), cudaSuccess); }
+    DevBuf(const DevBuf&) = delete;
+    DevBuf& operator=(const DevBuf&) = delete;
     ~DevBuf() { cudaFree(p); }
 };
 void upload(void* dst, const HostMat& m) {
@@ -112,6 +114,22 @@ std::vector<double> download_as(const void* src, std::size_t n, DType dt) {
     return out;
 }
 void poison(void* p, std::size_t bytes) { ASSERT_EQ(cudaMemset(p, 0xFF, bytes), cudaSuccess); }  // NaN in bf16/f16/f32
+
+// An fp8 call's scales: alpha 0.5 on the host times two device floats, fp8_alpha(rank) and 2 (their product is
+// fp8_alpha(rank) exactly), so that each of the three must reach the products.
+struct Fp8Scales {
+    DevBuf buf{2 * sizeof(float)};
+    explicit Fp8Scales(int rank) {
+        const float v[2] = {fp8_alpha(rank), 2.f};
+        EXPECT_EQ(cudaMemcpy(buf.p, v, sizeof v, cudaMemcpyHostToDevice), cudaSuccess);
+    }
+    template <class Opts>
+    void apply(Opts& o) const {
+        o.alpha = 0.5f;
+        o.scale_a = static_cast<const float*>(buf.p);
+        o.scale_b = static_cast<const float*>(buf.p) + 1;
+    }
+};
 
 // Every element within tolerance: fp32 accumulation, partial products rounded to bf16 `roundings` times, plus
 // slack x abs (fp8's sums: fp8_slack). Returns "" or the first mismatch.
@@ -187,8 +205,10 @@ void run_ag(World& w, cudaStream_t s, const AgGemmOptions& o, int64_t rows, int6
     const int W = w.world_size(), me = w.rank();
     const std::size_t es = dtype_size(in);
     AgGemmOptions opts = o;
-    if (in == DType::F8E4M3) opts.alpha = fp8_alpha(me);
-    const AgCase c = ag_case(w, rows, n, k, tc, 0, in, opts.alpha);
+    std::optional<Fp8Scales> f8s;
+    if (in == DType::F8E4M3) f8s.emplace(me);
+    if (f8s) f8s->apply(opts);
+    const AgCase c = ag_case(w, rows, n, k, tc, 0, in, f8s ? fp8_alpha(me) : 1.0);
     DevBuf a(rows * k * es), b(n * k * es), out(rows * W * n * 2);
     upload(a.p, c.a[me]);
     upload(b.p, c.b);
@@ -227,6 +247,8 @@ std::string ag_back_to_back(World& w, cudaStream_t stream, int64_t rows, int64_t
     const int W = w.world_size(), me = w.rank();
     const int64_t m = rows * W, es = static_cast<int64_t>(dtype_size(in));
     const float alpha = in == DType::F8E4M3 ? fp8_alpha(me) : 1.f;
+    std::optional<Fp8Scales> f8s;
+    if (in == DType::F8E4M3) f8s.emplace(me);
     const AgCase cs[2] = {ag_case(w, rows, n, k, tc, 0, in, alpha), ag_case(w, rows, n, k, tc, 1, in, alpha)};
     DevBuf src0(rows * k * es), src1(rows * k * es), bsrc0(n * k * es), bsrc1(n * k * es);
     DevBuf* src[2] = {&src0, &src1};
@@ -244,7 +266,7 @@ std::string ag_back_to_back(World& w, cudaStream_t stream, int64_t rows, int64_t
             LOOM_CHECK_CUDA(cudaMemcpyAsync(b.p, bsrc[i % 2]->p, n * k * es, cudaMemcpyDeviceToDevice, stream));
             if (chk) poison(c.p, m * n * 2);
             AgGemmOptions o = options(i);
-            o.alpha = alpha;
+            if (f8s) f8s->apply(o);
             ag_gemm(w, MatrixView{a.p, in, rows, k, 0}, MatrixView{b.p, in, n, k, 0},
                     MatrixView{c.p, DType::BF16, m, n, 0}, stream, o);
             return std::string("ag_gemm (") + to_string(o.producer) + (o.config ? ", " + o.config->str() : "") + ")";
@@ -403,7 +425,9 @@ void run_rs(World& w, cudaStream_t s, int64_t rows_seg, int64_t n, int64_t k, in
     const int64_t es = static_cast<int64_t>(dtype_size(out_t)), ies = static_cast<int64_t>(dtype_size(in));
     const SumCase c = sum_case(w, m, n, k, tc, 0, in);
     GemmRsOptions opts = o;
-    if (in == DType::F8E4M3) opts.alpha = fp8_alpha(me);
+    std::optional<Fp8Scales> f8s;
+    if (in == DType::F8E4M3) f8s.emplace(me);
+    if (f8s) f8s->apply(opts);
     DevBuf a(m * k * ies), b(n * k * ies), plain_out(sym_out ? 0 : rows_seg * stride * es);
     void* const out = sym_out ? w.alloc_bytes(rows_seg * stride * es) : plain_out.p;
     upload(a.p, c.a[me]);
@@ -591,6 +615,8 @@ std::string rs_back_to_back(World& W_, cudaStream_t stream, const std::function<
     const int64_t n = 192, k = in == DType::F8E4M3 ? 256 : 128, es = static_cast<int64_t>(dtype_size(in));
     const int64_t rows_of[2] = {256, 128};
     const int kCalls = 1000;
+    std::optional<Fp8Scales> f8s;
+    if (in == DType::F8E4M3) f8s.emplace(me);
     SumCase cases[2][2];  // [size][input set]
     std::unique_ptr<DevBuf> src_a[2][2], src_b[2][2];
     for (int z = 0; z < 2; ++z)
@@ -614,7 +640,7 @@ std::string rs_back_to_back(World& W_, cudaStream_t stream, const std::function<
             if (check) poison(c.p, rows * n * 2);
             GemmRsOptions o;
             o.algo = algo_of(i);
-            if (in == DType::F8E4M3) o.alpha = fp8_alpha(me);
+            if (f8s) f8s->apply(o);
             gemm_rs(W_, MatrixView{a.p, in, m, k, 0}, MatrixView{b.p, in, n, k, 0},
                     MatrixView{c.p, DType::BF16, rows, n, 0}, stream, o);
             return std::string("gemm_rs (") + to_string(o.algo) + ")";
@@ -661,7 +687,9 @@ void run_ar(World& w, cudaStream_t s, int64_t m, int64_t n, int64_t k, int tc, c
     const int64_t ies = static_cast<int64_t>(dtype_size(in));
     const SumCase c = sum_case(w, m, n, k, tc, 0, in);
     GemmArOptions opts = o;
-    if (in == DType::F8E4M3) opts.alpha = fp8_alpha(me);
+    std::optional<Fp8Scales> f8s;
+    if (in == DType::F8E4M3) f8s.emplace(me);
+    if (f8s) f8s->apply(opts);
     DevBuf a(m * k * ies), b(n * k * ies), plain_out(sym_out ? 0 : m * n * 2);
     void* const out = sym_out ? w.alloc_bytes(m * n * 2) : plain_out.p;
     upload(a.p, c.a[me]);
@@ -677,6 +705,8 @@ void run_ar(World& w, cudaStream_t s, int64_t m, int64_t n, int64_t k, int tc, c
                 opts);
         GemmOptions go;
         go.alpha = opts.alpha;
+        go.scale_a = opts.scale_a;
+        go.scale_b = opts.scale_b;
         gemm(MatrixView{a.p, in, m, k, 0}, MatrixView{b.p, in, n, k, 0}, MatrixView{part32, DType::F32, m, n, 0}, go,
              s);
         all_reduce(w, BufferView{part32, DType::F32, static_cast<std::size_t>(m * n)},
@@ -1074,6 +1104,12 @@ TEST_F(Overlap, RejectsBadInputs) {
     EXPECT_THROW(gemm_ar(*w, MatrixView{a.p, DType::BF16, 8, 64, 0}, MatrixView{b.p, DType::BF16, 64, 64, 0},
                          MatrixView{c.p, DType::BF16, 8, 64, 0}, stream, nan_alpha),
                  Error);  // alpha not finite
+    float host_scale = 1.f;
+    GemmRsOptions host_ptr;
+    host_ptr.scale_a = &host_scale;
+    EXPECT_THROW(gemm_rs(*w, MatrixView{a.p, DType::BF16, 8 * W, 64, 0}, MatrixView{b.p, DType::BF16, 64, 64, 0},
+                         MatrixView{c.p, DType::BF16, 8, 64, 0}, stream, host_ptr),
+                 Error);  // a device scale in host memory
     w->barrier();
 }
 

@@ -42,6 +42,8 @@ struct Case {
     // 1 with no bias and beta 0 takes the Hopper kernel without epilogue arithmetic (TBias = void, stmatrix staging
     // for 16-bit outputs); anything else the affine one.
     float alpha = 0.75f;
+    // Device scales (GemmOptions::scale_a / scale_b, one float each in device memory); 0: none.
+    float scale_a = 0.f, scale_b = 0.f;
 };
 
 // The Hopper config of a forced case: the most stages that fit (at most 6).
@@ -119,7 +121,8 @@ std::vector<unsigned char> run_case(const Case& cs, uint64_t seed, cudaStream_t 
         }
     }
     // fp64 reference. B as given: [N, K] or [K, N] (the latter is fb read transposed).
-    const float alpha = cs.alpha;
+    // The products' whole scale: alpha times the device scales (exact in fp32 for the tests' values).
+    const float alpha = cs.alpha * (cs.scale_a != 0.f ? cs.scale_a : 1.f) * (cs.scale_b != 0.f ? cs.scale_b : 1.f);
     std::vector<double> ref(size_t(m) * n), f8_slack(size_t(m) * n);
     std::vector<float> bt(fb);  // [N, K] view for the reference
     std::vector<unsigned char> hb_dev(hb);
@@ -148,7 +151,9 @@ std::vector<unsigned char> run_case(const Case& cs, uint64_t seed, cudaStream_t 
 
     DevBuf<unsigned char> da(ha.size()), db(hb.size());
     DevBuf<unsigned char> dc(hc.size());
-    DevBuf<float> dbias(n);
+    DevBuf<float> dbias(n), dscales(2);
+    const float scales[2] = {cs.scale_a, cs.scale_b};
+    LOOM_CHECK_CUDA(cudaMemcpy(dscales.p, scales, sizeof scales, cudaMemcpyHostToDevice));
     LOOM_CHECK_CUDA(cudaMemcpy(da.p, ha.data(), ha.size(), cudaMemcpyHostToDevice));
     LOOM_CHECK_CUDA(cudaMemcpy(db.p, hb_dev.data(), hb.size(), cudaMemcpyHostToDevice));
     LOOM_CHECK_CUDA(cudaMemcpy(dc.p, hc.data(), hc.size(), cudaMemcpyHostToDevice));
@@ -158,7 +163,9 @@ std::vector<unsigned char> run_case(const Case& cs, uint64_t seed, cudaStream_t 
     loom::MatrixView B = cs.b_kn ? loom::MatrixView{db.p, cs.in, k, n, 0} : loom::MatrixView{db.p, cs.in, n, k, 0};
     loom::MatrixView C{dc.p, cs.out, m, n, 0};
     loom::GemmOptions opts;
-    opts.alpha = alpha;
+    opts.alpha = cs.alpha;
+    if (cs.scale_a != 0.f) opts.scale_a = dscales.p;
+    if (cs.scale_b != 0.f) opts.scale_b = dscales.p + 1;
     opts.beta = cs.beta;
     opts.b_kn = cs.b_kn;
     opts.force_sm80 = cs.sm80;
@@ -374,6 +381,81 @@ TEST_F(Gemm, Fp8ForcedConfigsAndSplitTail) {
     run_case({200, 1000, 1504, F8, DType::BF16, false, true, 0.f, false, 1, 0, 64, 208}, 231);
     run_case({1000, 1000, 2048, F8, DType::BF16, false, false, 0.f, false, 3, 12, 128, 256, 1.f}, 232);
     run_case({1000, 1000, 2064, F8, DType::F32, false, true, 0.f, false, 2, 9, 192, 176}, 233);
+}
+
+// ---- device scales (GemmOptions::scale_a / scale_b) --------------------------------------------------------------
+// Fields as above, then scale_a, scale_b. Every epilogue the scales reach: the affine TMA-store one (fp8 and bf16,
+// with alpha 1 and without), the direct stores (beta), the split tail, 192-row tiles, the sm_80 kernel; one scale
+// alone.
+TEST_F(Gemm, DeviceScales) {
+    constexpr DType F8 = DType::F8E4M3, BF = DType::BF16;
+    run_case({512, 512, 512, F8, BF, false, false, 0.f, false, 0, 0, 0, 0, 0.75f, 1.5f, 0.25f}, 240);
+    run_case({384, 256, 640, F8, BF, false, false, 0.f, false, 0, 0, 0, 0, 1.f, 3.f, 0.5f}, 241);   // alpha 1
+    run_case({300, 264, 256, F8, BF, false, true, 0.5f, false, 0, 0, 0, 0, 0.75f, 2.f, 0.f}, 242);  // beta, scale_a
+    run_case({1000, 1000, 2048, F8, BF, false, false, 0.f, false, 3, 12, 128, 256, 1.f, 0.f, 0.125f}, 243);
+    run_case({777, 1048, 528, F8, BF, false, false, 0.f, false, 1, 0, 192, 176, 1.f, 1.5f, 2.f}, 244);
+    run_case({256, 384, 512, BF, DType::F32, false, true, 0.f, false, 0, 0, 0, 0, 1.f, 0.5f, 3.f}, 245);
+    run_case({200, 136, 256, BF, BF, false, false, 0.f, true, 0, 0, 0, 0, 0.75f, 2.f, 0.5f}, 246);  // sm_80
+}
+
+// The scales are read when the kernel runs, in stream order: a scale written on the stream between two calls (no host
+// synchronisation) and a captured graph replayed after the scale changed both scale by the value current at launch.
+// Doubling a scale doubles every bf16 output exactly.
+TEST_F(Gemm, DeviceScalesAreReadWhenTheKernelRuns) {
+    const int m = 256, n = 384, k = 512;
+    std::vector<unsigned char> ha(size_t(m) * k), hb(size_t(n) * k);
+    const auto fa = loom::test::random_floats(ha.size(), 250), fb = loom::test::random_floats(hb.size(), 251);
+    for (size_t i = 0; i < ha.size(); ++i) encode_input(fa[i], DType::F8E4M3, &ha[i]);
+    for (size_t i = 0; i < hb.size(); ++i) encode_input(fb[i], DType::F8E4M3, &hb[i]);
+    DevBuf<unsigned char> da(ha.size()), db(hb.size());
+    DevBuf<uint16_t> c1(size_t(m) * n), c2(size_t(m) * n), c3(size_t(m) * n);
+    DevBuf<float> scale(1);
+    LOOM_CHECK_CUDA(cudaMemcpy(da.p, ha.data(), ha.size(), cudaMemcpyHostToDevice));
+    LOOM_CHECK_CUDA(cudaMemcpy(db.p, hb.data(), hb.size(), cudaMemcpyHostToDevice));
+    float* pinned = nullptr;
+    LOOM_CHECK_CUDA(cudaMallocHost(reinterpret_cast<void**>(&pinned), 2 * sizeof(float)));
+    pinned[0] = 0.5f;
+    pinned[1] = 1.f;
+    cudaStream_t s;
+    LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const loom::MatrixView A{da.p, DType::F8E4M3, m, k, 0}, B{db.p, DType::F8E4M3, n, k, 0};
+    loom::GemmOptions o;
+    o.scale_a = scale.p;
+    auto out = [&](uint16_t* c) { return loom::MatrixView{c, DType::BF16, m, n, 0}; };
+    LOOM_CHECK_CUDA(cudaMemcpyAsync(scale.p, &pinned[0], sizeof(float), cudaMemcpyHostToDevice, s));
+    loom::gemm(A, B, out(c1.p), o, s);
+    LOOM_CHECK_CUDA(cudaMemcpyAsync(scale.p, &pinned[1], sizeof(float), cudaMemcpyHostToDevice, s));
+    loom::gemm(A, B, out(c2.p), o, s);
+    // A graph of the call, captured with the scale at 1 and replayed with it at 2.
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    LOOM_CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    loom::gemm(A, B, out(c3.p), o, s);
+    LOOM_CHECK_CUDA(cudaStreamEndCapture(s, &graph));
+    LOOM_CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+    const float two = 2.f;
+    LOOM_CHECK_CUDA(cudaMemcpy(scale.p, &two, sizeof two, cudaMemcpyHostToDevice));
+    LOOM_CHECK_CUDA(cudaGraphLaunch(exec, s));
+    LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+    std::vector<uint16_t> h1(size_t(m) * n), h2(h1.size()), h3(h1.size());
+    LOOM_CHECK_CUDA(cudaMemcpy(h1.data(), c1.p, h1.size() * 2, cudaMemcpyDeviceToHost));
+    LOOM_CHECK_CUDA(cudaMemcpy(h2.data(), c2.p, h2.size() * 2, cudaMemcpyDeviceToHost));
+    LOOM_CHECK_CUDA(cudaMemcpy(h3.data(), c3.p, h3.size() * 2, cudaMemcpyDeviceToHost));
+    size_t bad = 0, nonzero = 0;
+    for (size_t i = 0; i < h1.size(); ++i) {
+        const float v1 = loom::test::bf16_to_float(h1[i]), v2 = loom::test::bf16_to_float(h2[i]),
+                    v3 = loom::test::bf16_to_float(h3[i]);
+        nonzero += v1 != 0.f;
+        if (!(v2 == 2.f * v1 && v3 == 2.f * v2) && bad++ < 5)
+            ADD_FAILURE() << "element " << i << ": " << v1 << " (scale 0.5), " << v2 << " (1), " << v3 << " (2, graph)";
+    }
+    EXPECT_EQ(bad, 0u);
+    EXPECT_GT(nonzero, h1.size() / 2);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(s);
+    cudaFreeHost(pinned);
 }
 
 // ---- autotuning --------------------------------------------------------------------------------------------------

@@ -294,8 +294,9 @@ TEST(GemmValidate, NamesTheProblem) {
     EXPECT_THROW(loom::gemm_validate(a, b, c, o), loom::Error);
 }
 
-// fp8 e4m3: accepted by loom::gemm's validation only (the overlapped ops keep to bf16 / f16), B as [N, K], K a
-// multiple of 16, both operands e4m3; configs carry 128-element k-blocks, and the split tail counts those.
+// fp8 e4m3: accepted where gemm_validate allows it (loom::gemm and, since session 22, the overlapped ops), B as
+// [N, K], K a multiple of 16, both operands e4m3; configs carry 128-element k-blocks, and the split tail counts those.
+// Device scales: device memory, 4-byte aligned.
 TEST(GemmValidate, Fp8Inputs) {
     alignas(16) static char buf[1 << 16];
     loom::MatrixView a{buf, DType::F8E4M3, 64, 64, 0}, b{buf, DType::F8E4M3, 64, 64, 0};
@@ -311,6 +312,13 @@ TEST(GemmValidate, Fp8Inputs) {
     EXPECT_THROW(loom::gemm_validate(a, b16, c, {}, true), loom::Error);
     loom::MatrixView c8{buf, DType::F8E4M3, 64, 64, 0};
     EXPECT_THROW(loom::gemm_validate(a, b, c8, {}, true), loom::Error);  // fp8 output is not offered
+    float host_scale = 1.f;
+    loom::GemmOptions host_ptr;
+    host_ptr.scale_b = &host_scale;  // a device scale in host memory (or no GPU to ask)
+    EXPECT_THROW(loom::gemm_validate(a, b, c, host_ptr, true), loom::Error);
+    loom::GemmOptions odd;
+    odd.scale_a = reinterpret_cast<const float*>(reinterpret_cast<std::uintptr_t>(buf) + 2);
+    EXPECT_THROW(loom::gemm_validate(a, b, c, odd, true), loom::Error);  // not 4-byte aligned
 
     const auto cfg =
         loom::gemm_heuristic(8192, 8192, 8192, false, 90, 132, true, loom::GemmTiles::Plain, DType::F8E4M3);

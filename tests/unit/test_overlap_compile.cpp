@@ -77,9 +77,11 @@ TEST(OverlapCompile, HookedGemmHasNoSpills) {
     }
 }
 
-// fp8 e4m3 inputs (the overlapped ops take them since session 22): the same hooks over the e4m3 wgmma mainloop, the
-// tile widths the Overlap heuristic picks most (its plans keep to 128-row tiles), bf16 and fp32 outputs.
-TEST(OverlapCompile, HookedFp8GemmHasNoSpills) {
+// fp8 e4m3 inputs and scaled products (the overlapped ops take both since session 22): the same hooks over the e4m3
+// wgmma mainloop, and with an alpha or device scales the affine epilogue's instantiation (TBias = float) of every
+// policy whose hooks do not take the accumulators (those scale the accumulators instead), for bf16 inputs too; the
+// widths the Overlap heuristic picks most (128-row tiles), bf16 and fp32 outputs.
+TEST(OverlapCompile, HookedFp8AndScaledGemmHasNoSpills) {
     const struct {
         const char* hooks;
         const char* header;
@@ -90,22 +92,35 @@ TEST(OverlapCompile, HookedFp8GemmHasNoSpills) {
                     {"loom::kernels::overlap::RsAccHooks", "loom/kernels/gemm_rs.cuh"},
                     {"loom::kernels::overlap::RsPullHooks", "loom/kernels/gemm_rs_pull.cuh"},
                     {"loom::kernels::overlap::ArEpilogueHooks", "loom/kernels/gemm_ar.cuh"}};
+    const struct {
+        DType in, out;
+        bool scaled;
+    } variants[] = {{DType::F8E4M3, DType::BF16, false},
+                    {DType::F8E4M3, DType::F32, false},
+                    {DType::F8E4M3, DType::BF16, true},
+                    {DType::BF16, DType::BF16, true}};
     for (const auto& pol : policies) {
-        const bool fused = std::string(pol.hooks).find("EpilogueHooks") != std::string::npos;
+        const std::string hooks = pol.hooks;
+        const bool fused = hooks.find("EpilogueHooks") != std::string::npos;
+        const bool acc_hooks =
+            hooks.find("RsAccHooks") != std::string::npos || hooks.find("RsPull") != std::string::npos;
         for (int bn : {256, 192, 128}) {
-            for (DType out : {DType::BF16, DType::F32}) {
+            for (const auto& v : variants) {
+                if (v.scaled && acc_hooks) continue;  // the same instantiation as unscaled
                 loom::GemmConfig c;
                 c.block_m = 128;
                 c.block_n = bn;
-                c.block_k = loom::kernels::gemm_block_k(1);
+                c.block_k = loom::kernels::gemm_block_k(static_cast<int>(loom::dtype_size(v.in)));
                 c.cluster_m = 1;
                 c.tail_splits = pol.tail_splits > 0 ? pol.tail_splits : 1;
                 c.stages = std::min(
-                    loom::kernels::gemm_sm90_max_stages(128, bn, fused ? static_cast<int>(loom::dtype_size(out)) : 0),
+                    loom::kernels::gemm_sm90_max_stages(128, bn, fused ? static_cast<int>(loom::dtype_size(v.out)) : 0),
                     6);
+                loom::GemmOptions o;
+                if (v.scaled) o.alpha = 0.5f;
                 const std::optional<DType> bias =
-                    fused ? std::optional(DType::F32) : loom::gemm_kernel_bias(c, out, loom::GemmOptions{});
-                const auto spec = loom::gemm_kernel_spec(c, DType::F8E4M3, out, bias, false, pol.hooks, pol.header);
+                    fused ? std::optional(DType::F32) : loom::gemm_kernel_bias(c, v.out, o);
+                const auto spec = loom::gemm_kernel_spec(c, v.in, v.out, bias, false, pol.hooks, pol.header);
                 const auto r = loom::jit::compile(spec, 90);
                 EXPECT_FALSE(r.cubin.empty()) << spec.display();
                 EXPECT_EQ(r.spill_bytes, 0) << spec.display() << "\n" << r.resource_report;

@@ -207,8 +207,13 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     // A BLOCK_N that is not a multiple of the slab width ends with a slab overlapping the one before it (see
     // slab_frag0 below); narrower tiles than one slab take the direct stores.
     constexpr bool kTmaStore = kTmaStoreEpilogue && BLOCK_N >= kStoreCols;
-    // TBias = void: the host promises alpha = 1 and no bias, and the epilogue converts the accumulators as they are.
+    // TBias = void: the host promises alpha = 1, no bias and no device scales, and the epilogue converts the
+    // accumulators as they are.
     constexpr bool kAffine = !tile::kSameType<TBias, void>;
+    // Accumulator hooks send and sum the accumulators before the epilogue: their kernels scale the accumulators by
+    // alpha times the device scales right after the mainloop (the host leaves TBias to the output type); every other
+    // kernel scales in its affine epilogue (the host takes TBias = float when alpha != 1 or a device scale is given).
+    constexpr bool kScalesAcc = Hooks::kAccEpilogue;
     static_assert(kAffine || (kTmaStore && !Hooks::kEpilogueHooks && sizeof(TOut) == 2),
                   "TBias = void (alpha 1, no bias) is for the plain TMA-store epilogue of 16-bit outputs");
     constexpr int kSlabs = (BLOCK_N + kStoreCols - 1) / kStoreCols;
@@ -239,7 +244,10 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     const int warpgroup = static_cast<int>(threadIdx.x) / 128;
     const int wg_thread = static_cast<int>(threadIdx.x) % 128;
     const uint32_t cta_rank = CLUSTER_M > 1 ? ptx::cluster_ctarank() : 0u;
+    // kScalesAcc: alpha times the device scales, read once per CTA at its start.
+    __shared__ float acc_scale;
     if (threadIdx.x == 0) {
+        if constexpr (kScalesAcc) acc_scale = args.alpha * gemm_device_scales(args);
         pipe->init(kConsumers * CLUSTER_M);  // one arrival per consumer warpgroup of the cluster releases a slot
         ptx::tma_prefetch_descriptor(&tmap_a);
         ptx::tma_prefetch_descriptor(&tmap_b);
@@ -383,12 +391,11 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
 #pragma unroll
                 for (int i = 0; i < BLOCK_N / 2; ++i) acc[i] = 0.f;
             }
-            if constexpr (!tile::kSameType<Hooks, tile::GemmNoHooks>) {
-                // The overlapped ops' scale (GemmArgs::acc_scale; uniform, read from the constant bank). The plain
-                // kernel is compiled without it: its alpha goes through the affine epilogue.
-                if (args.acc_scale != 1.f) {
+            if constexpr (kScalesAcc) {
+                const float s = acc_scale;  // uniform
+                if (s != 1.f) {
 #pragma unroll
-                    for (int i = 0; i < BLOCK_N / 2; ++i) acc[i] *= args.acc_scale;
+                    for (int i = 0; i < BLOCK_N / 2; ++i) acc[i] *= s;
                 }
             }
             if constexpr (kSplitTail) {
@@ -426,6 +433,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                     uint8_t* const e_bufs = kUnhoisted ? smem_store + e_warpgroup * kStagingBytes : store_bufs;
                     // One fragment's pair of outputs, (row lane / 4 + 8 h, columns 8 j + 2 (lane % 4) + {0, 1}) of the
                     // warp's rows: alpha x + bias, or (TBias = void: alpha = 1, no bias) the accumulators as they are.
+                    const float e_alpha = kAffine && !kScalesAcc ? args.alpha * gemm_device_scales(args) : 1.f;
                     auto value = [&](int j, int h) -> float2 {
                         const float x = acc[4 * j + 2 * h + 0], y = acc[4 * j + 2 * h + 1];
                         if constexpr (!kAffine) {
@@ -438,7 +446,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                                 b0 = tile::to_float(bias[col]);
                                 b1 = tile::to_float(bias[col + 1]);
                             }
-                            return make_float2(args.alpha * x + b0, args.alpha * y + b1);
+                            return make_float2(e_alpha * x + b0, e_alpha * y + b1);
                         }
                     };
                     // One slab's fragments as pairs into a 128B-swizzled buffer whose row r_lo + 8 h holds the thread's
@@ -535,7 +543,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                                                             static_cast<const TBias*>(args.bias),
                                                             args.m,
                                                             args.n,
-                                                            args.alpha,
+                                                            kScalesAcc ? 1.f : args.alpha * gemm_device_scales(args),
                                                             args.beta};
                 const int row = d_row0() + warpgroup * 64 + warp * 16 + lane / 4;
                 const int col = t.col0 + 2 * (lane % 4);

@@ -33,12 +33,23 @@ struct GemmArgs {
     // box hold stale data, which reaches only output rows >= m (never stored). Honoured for loads through the
     // kernel's own tmap_a.
     int32_t a_box_rows = 0;
-    // Hooked kernels only (the overlapped ops; the plain kernel's scale is alpha): the accumulators times acc_scale
-    // right after the mainloop, before any hook, split-tail fix-up or epilogue sees them, so every algorithm of an op
-    // (fused epilogues, published partials, pulled tiles) sums the same scaled products: fp8's per-tensor scales
-    // (scale_a x scale_b), in gemm_rs / gemm_ar per rank before the sum. 1: unscaled.
-    float acc_scale = 1.f;
+    // Device scales (one float each, read when the kernel runs, so a scale computed on the GPU needs no host
+    // synchronisation: fp8's dynamic per-tensor scales, as torch._scaled_mm's scale_a / scale_b); null: 1. The
+    // products are scaled by alpha times these: in the affine epilogue (TBias != void), or, with accumulator hooks
+    // (which send the accumulators themselves), on the accumulators right after the mainloop.
+    const float* scale_a = nullptr;
+    const float* scale_b = nullptr;
 };
+
+#if defined(__CUDACC__)
+// The product of GemmArgs' device scales (1 without them).
+LOOM_DEVICE LOOM_FORCEINLINE float gemm_device_scales(const GemmArgs& args) {
+    float s = 1.f;
+    if (args.scale_a != nullptr) s *= *args.scale_a;
+    if (args.scale_b != nullptr) s *= *args.scale_b;
+    return s;
+}
+#endif
 
 // A k-block of the Hopper kernel in elements of the input type: one 128-byte swizzle row (64 bf16 / fp16, 128 fp8).
 LOOM_HOST_DEVICE constexpr int gemm_block_k(int in_elem_bytes) { return 128 / in_elem_bytes; }

@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kSm80Threads)
                                                 static_cast<const TBias*>(args.bias),
                                                 args.m,
                                                 args.n,
-                                                args.alpha,
+                                                args.alpha * gemm_device_scales(args),
                                                 args.beta};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {

@@ -51,7 +51,12 @@ struct GemmConfig {
 
 struct GemmOptions {
     float alpha = 1.f;
-    float beta = 0.f;                    // 0: C is not read (may hold anything)
+    float beta = 0.f;  // 0: C is not read (may hold anything)
+    // Device scales: C = alpha x (*scale_a) x (*scale_b) x A B^T + ..., each one float in device memory, read when the
+    // kernel runs (stream-ordered: a scale computed on the GPU needs no host synchronisation; fp8's per-tensor scales,
+    // as torch._scaled_mm's). nullptr: 1.
+    const float* scale_a = nullptr;
+    const float* scale_b = nullptr;
     BufferView bias{};                   // [N] f32/bf16/f16; data == nullptr: no bias
     bool b_kn = false;                   // B given as [K, N] instead of [N, K]
     const GemmConfig* config = nullptr;  // overrides the heuristic (validated)
@@ -181,6 +186,10 @@ int gemm_bind_split_tail(GemmSm90Launch& l, const GemmConfig& cfg, int64_t m, in
 
 // Persistent grid of the Hopper kernel: min(#tiles, #SMs), rounded to whole clusters.
 int64_t gemm_sm90_grid(int64_t m, int64_t n, const GemmConfig& cfg, int num_sms);
+
+// A device scale (GemmOptions::scale_a / scale_b and the overlapped ops'): null, or 4-byte aligned device (or managed)
+// memory; raises loom::Error naming `op` and `name` otherwise.
+void gemm_check_device_scale(const char* op, const char* name, const float* p);
 
 // Validation shared by gemm() and the overlapped ops: raises loom::Error naming what was expected and given.
 // allow_f8: fp8 e4m3 inputs are accepted (loom::gemm and the overlapped ops pass it).

@@ -60,7 +60,12 @@ struct AgGemmOptions {
     // all_gather(A) when the call's work completes. data == nullptr: the op's internal buffer.
     MatrixView gathered{};
     const GemmConfig* config = nullptr;  // GEMM tile config (cluster_m must be 1); nullptr: the heuristic
-    float alpha = 1.f;  // C = alpha x gather(A) B^T (fp8: scale_a x scale_b, one for every rank's rows)
+    // C = alpha x scale_a x scale_b x gather(A) B^T: fp8's per-tensor scales, as a host float (alpha) or as device
+    // floats read when the op runs (scale_a / scale_b: no host synchronisation for scales computed on the GPU; null:
+    // 1). One scale for every rank's rows of A.
+    float alpha = 1.f;
+    const float* scale_a = nullptr;
+    const float* scale_b = nullptr;
 };
 
 // How gemm_rs reduces (docs/overlap.md).
@@ -98,7 +103,11 @@ struct GemmRsOptions {
     RsAlgo algo = RsAlgo::Auto;
     RsTransport transport = RsTransport::Auto;  // FusedEpilogue only
     std::size_t ce_chunk_bytes = 0;             // CopyEngine: bytes per copy (whole tile columns); 0: 2 MiB
-    float alpha = 1.f;  // this rank's partial product times alpha before the sum (fp8: its scale_a x scale_b)
+    // This rank's partial product times alpha x scale_a x scale_b before the sum (fp8: its per-tensor scales; the
+    // device floats scale_a / scale_b are read when the op runs; null: 1).
+    float alpha = 1.f;
+    const float* scale_a = nullptr;
+    const float* scale_b = nullptr;
 };
 
 enum class ArAlgo {
@@ -118,7 +127,11 @@ struct GemmArOptions {
     int comm_sms = 0;                    // ReduceKernel blocks; 0: heuristic (one per tile, at most 32)
     const GemmConfig* config = nullptr;  // cluster_m must be 1
     ArAlgo algo = ArAlgo::Auto;
-    float alpha = 1.f;  // this rank's partial product times alpha before the sum (fp8: its scale_a x scale_b)
+    // This rank's partial product times alpha x scale_a x scale_b before the sum (fp8: its per-tensor scales; the
+    // device floats scale_a / scale_b are read when the op runs; null: 1).
+    float alpha = 1.f;
+    const float* scale_a = nullptr;
+    const float* scale_b = nullptr;
 };
 
 // a: [M / W, K] (this rank's rows, dense), b: [N_loc, K], c: [M, N_loc]. M / W may be any size >= 1.
