@@ -149,7 +149,7 @@ void ag_gemm_direct(World& world, const MatrixView& a, const MatrixView& b, cons
     h.target = st.chunk_total;
     // The gather map is never read (every tile is own or a peer's): a map of A's shape over A's address does.
     overlap::launch_gemm(kHooks, kHeader, MatrixView{a.data, a.dtype, R * W, K, 0}, b, c, cfg, st.num_sms, stream, h,
-                         sc);
+                         sc, overlap::ScaleAt::Accumulators);
     if (by_stream)
         for (int d = 0; d < W; ++d)
             if (d != me) stream_ops::signal_ce(world, &sig->read_done[me], epoch, d, stream);
@@ -257,7 +257,7 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
         spec.template_args = {tma ? "1" : "0"};
         push_kernel = &jit::get_kernel(spec);
     }
-    overlap::prepare_gemm(kHooks, kHeader, gview, c, plan.gemm, sc);
+    overlap::prepare_gemm(kHooks, kHeader, gview, c, plan.gemm, sc, overlap::ScaleAt::Accumulators);
 
     // The own rows in place: with the copy engine (or direct), no gathered buffer asked for, own M-blocks whole and
     // a shard TMA can read, the GEMM loads this rank's tiles from its shard and the copy of them (a D2D copy kernel
@@ -349,7 +349,8 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
     h.timeout_ns = world.ctx().wait_timeout_ns;
     h.rows_per_rank = static_cast<int32_t>(R);
     h.shift_m = static_cast<int32_t>(me * R / plan.gemm.block_m);
-    overlap::launch_gemm(kHooks, kHeader, gview, b, c, plan.gemm, st.num_sms, stream, h, sc);
+    overlap::launch_gemm(kHooks, kHeader, gview, b, c, plan.gemm, st.num_sms, stream, h, sc,
+                         overlap::ScaleAt::Accumulators);
     if (side_after_gemm) enqueue_copy_engine_side();
     overlap::join(st, stream);
 }

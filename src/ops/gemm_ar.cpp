@@ -101,7 +101,7 @@ void gemm_ar_reduce_kernel(World& world, overlap::OpState& st, const MatrixView&
     // Compile (or fetch) both kernels before the call number advances: a JIT error must leave every counter as
     // it was, or the next call would wait for targets its peers never reach.
     const jit::Kernel& reduce_kernel = jit::get_kernel(spec);
-    overlap::prepare_gemm(kHooks, kHeader, a, c, plan.gemm, sc);
+    overlap::prepare_gemm(kHooks, kHeader, a, c, plan.gemm, sc, overlap::ScaleAt::Epilogue);
     const uint64_t epoch = ++st.calls;
     void* const partial = partials + (epoch % 2) * half_stride;
     const MatrixView pview{partial, c.dtype, M, N, 0};
@@ -133,7 +133,8 @@ void gemm_ar_reduce_kernel(World& world, overlap::OpState& st, const MatrixView&
     h.epoch = epoch;
     h.num_n = static_cast<int32_t>(num_n);
     h.shift_m = 0;
-    overlap::launch_gemm(kHooks, kHeader, a, b, pview, plan.gemm, st.num_sms, stream, h, sc);
+    overlap::launch_gemm(kHooks, kHeader, a, b, pview, plan.gemm, st.num_sms, stream, h, sc,
+                         overlap::ScaleAt::Epilogue);
     overlap::join(st, stream);
 }
 }  // namespace

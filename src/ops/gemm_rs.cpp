@@ -250,7 +250,7 @@ void gemm_rs_scatter(World& world, overlap::OpState& st, const MatrixView& a, co
     spec.template_args = {dtype_cuda_name(c.dtype)};
     // Both kernels compiled before the counters advance (a JIT error leaves them as they were).
     const jit::Kernel& scatter_kernel = jit::get_kernel(spec);
-    overlap::prepare_gemm(kNotifyHooks, kHeader, a, pview, plan.gemm, sc);
+    overlap::prepare_gemm(kNotifyHooks, kHeader, a, pview, plan.gemm, sc, overlap::ScaleAt::Epilogue);
 
     const int64_t num_n = (N + plan.gemm.block_n - 1) / plan.gemm.block_n;
     const uint64_t epoch = ++st.calls;
@@ -287,7 +287,8 @@ void gemm_rs_scatter(World& world, overlap::OpState& st, const MatrixView& a, co
     h.epoch = epoch;
     h.num_n = static_cast<int32_t>(num_n);
     h.shift_m = rp.shift_m;
-    overlap::launch_gemm(kNotifyHooks, kHeader, a, b, pview, plan.gemm, st.num_sms, stream, h, sc);
+    overlap::launch_gemm(kNotifyHooks, kHeader, a, b, pview, plan.gemm, st.num_sms, stream, h, sc,
+                         overlap::ScaleAt::Epilogue);
     overlap::join(st, stream);
 }
 

@@ -267,9 +267,10 @@ char* gemm_into_parity_half(World& world, OpState& st, const MatrixView& a, cons
 bool debug() { return env_flag("LOOM_OVERLAP_DEBUG"); }
 
 void prepare_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& c,
-                  const GemmConfig& cfg, const OpScale& sc) {
-    (void)jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, gemm_kernel_bias(cfg, c.dtype, gemm_options(sc)),
-                                           false, hooks, header));
+                  const GemmConfig& cfg, const OpScale& sc, ScaleAt at) {
+    const GemmOptions epilogue = at == ScaleAt::Epilogue ? gemm_options(sc) : GemmOptions{};
+    (void)jit::get_kernel(
+        gemm_kernel_spec(cfg, a.dtype, c.dtype, gemm_kernel_bias(cfg, c.dtype, epilogue), false, hooks, header));
 }
 
 GemmConfig gemm_config(int64_t m, int64_t n, int64_t k, int arch, int gemm_sms, bool split_tail, DType in) {

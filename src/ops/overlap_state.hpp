@@ -105,16 +105,21 @@ void check_tile_count(const char* op, int64_t m, int64_t n, const GemmConfig& cf
 // other algorithms' calls).
 char* gemm_into_parity_half(World& world, OpState& st, const MatrixView& a, const MatrixView& b, DType dtype,
                             const OpScale& sc, cudaStream_t stream);
-// Launch the Hopper GEMM with a hooks policy (not one with accumulator hooks); `hook_args` are the hooks' bytes
-// (trivially copyable); the products scaled by `sc` in the affine epilogue where it is not 1.
+// Where a hooks policy's kernel applies the products' scale: on the accumulators after the mainloop (the policies
+// tile::kScalesAccumulators names: AgGemmHooks, RsAccHooks, RsPullHooks; the kernel's epilogue stays the unscaled
+// one) or in the affine epilogue (TileNotifyHooks, ArEpilogueHooks: TBias = float where `sc` is not 1).
+enum class ScaleAt { Accumulators, Epilogue };
+// Launch the Hopper GEMM with a hooks policy whose kernel scales `at` (as tile::kScalesAccumulators says);
+// `hook_args` are the hooks' bytes (trivially copyable); the products scaled by `sc`.
 template <class HookArgs>
 void launch_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& b, const MatrixView& c,
-                 const GemmConfig& cfg, int num_sms, cudaStream_t stream, const HookArgs& hook_args, const OpScale& sc);
+                 const GemmConfig& cfg, int num_sms, cudaStream_t stream, const HookArgs& hook_args, const OpScale& sc,
+                 ScaleAt at);
 
 // Compile (or fetch from the JIT cache) the hooked GEMM that launch_gemm will launch for these operands, so that a
 // JIT error is raised before the op advances its call counters.
 void prepare_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& c,
-                  const GemmConfig& cfg, const OpScale& sc);
+                  const GemmConfig& cfg, const OpScale& sc, ScaleAt at);
 
 bool debug();  // LOOM_OVERLAP_DEBUG
 
@@ -153,16 +158,17 @@ void groups_inside_bands(GemmConfig& cfg, int64_t blocks_per_rank);
 namespace loom::overlap {
 template <class HookArgs>
 void launch_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& b, const MatrixView& c,
-                 const GemmConfig& cfg, int num_sms, cudaStream_t stream, const HookArgs& hook_args,
-                 const OpScale& sc) {
+                 const GemmConfig& cfg, int num_sms, cudaStream_t stream, const HookArgs& hook_args, const OpScale& sc,
+                 ScaleAt at) {
     const GemmOptions scaled = gemm_options(sc);
     GemmSm90Launch l = gemm_sm90_launch(a, b, c, scaled, cfg, num_sms, stream);
+    const GemmOptions epilogue = at == ScaleAt::Epilogue ? scaled : GemmOptions{};
     // ag_gemm's config may split the tail (gemm_config(..., split_tail = true)): the launch binds the workspace.
     GemmConfig run = cfg;
     std::unique_lock<std::mutex> ws_lock;
     run.tail_splits = gemm_bind_split_tail(l, cfg, a.rows, c.cols, a.cols, stream, ws_lock);
     const jit::Kernel& kernel = jit::get_kernel(
-        gemm_kernel_spec(run, a.dtype, c.dtype, gemm_kernel_bias(run, c.dtype, scaled), false, hooks, header));
+        gemm_kernel_spec(run, a.dtype, c.dtype, gemm_kernel_bias(run, c.dtype, epilogue), false, hooks, header));
     kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, hook_args);
 }
 }  // namespace loom::overlap

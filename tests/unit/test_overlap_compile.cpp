@@ -79,8 +79,9 @@ TEST(OverlapCompile, HookedGemmHasNoSpills) {
 
 // fp8 e4m3 inputs and scaled products (the overlapped ops take both since session 22): the same hooks over the e4m3
 // wgmma mainloop, and with an alpha or device scales the affine epilogue's instantiation (TBias = float) of every
-// policy whose hooks do not take the accumulators (those scale the accumulators instead), for bf16 inputs too; the
-// widths the Overlap heuristic picks most (128-row tiles), bf16 and fp32 outputs.
+// policy that scales in its epilogue (the tile::kScalesAccumulators ones scale the accumulators in the unscaled
+// instantiation), for bf16 inputs too; the widths the Overlap heuristic picks most (128-row tiles), bf16 and fp32
+// outputs.
 TEST(OverlapCompile, HookedFp8AndScaledGemmHasNoSpills) {
     const struct {
         const char* hooks;
@@ -102,11 +103,11 @@ TEST(OverlapCompile, HookedFp8AndScaledGemmHasNoSpills) {
     for (const auto& pol : policies) {
         const std::string hooks = pol.hooks;
         const bool fused = hooks.find("EpilogueHooks") != std::string::npos;
-        const bool acc_hooks =
-            hooks.find("RsAccHooks") != std::string::npos || hooks.find("RsPull") != std::string::npos;
+        const bool acc_hooks = hooks.find("RsAccHooks") != std::string::npos ||
+                               hooks.find("RsPull") != std::string::npos || hooks.find("AgGemm") != std::string::npos;
         for (int bn : {256, 192, 128}) {
             for (const auto& v : variants) {
-                if (v.scaled && acc_hooks) continue;  // the same instantiation as unscaled
+                if (v.scaled && acc_hooks) continue;  // scaled on the accumulators: the unscaled instantiation
                 loom::GemmConfig c;
                 c.block_m = 128;
                 c.block_n = bn;

@@ -40,6 +40,7 @@ struct AgGemmHooks {
     static constexpr bool kNotifiesAfterStore = false;
     static constexpr bool kEpilogueHooks = false;
     static constexpr bool kAccEpilogue = false;
+    static constexpr bool kScalesAccumulators = true;  // tile::kScalesAccumulators
     AgGemmHookArgs a;
 
     // Is the tile one of this rank's own M-blocks, read in place from its shard? (With own_local the tile lies

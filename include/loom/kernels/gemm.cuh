@@ -210,10 +210,10 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     // TBias = void: the host promises alpha = 1, no bias and no device scales, and the epilogue converts the
     // accumulators as they are.
     constexpr bool kAffine = !tile::kSameType<TBias, void>;
-    // Accumulator hooks send and sum the accumulators before the epilogue: their kernels scale the accumulators by
-    // alpha times the device scales right after the mainloop (the host leaves TBias to the output type); every other
-    // kernel scales in its affine epilogue (the host takes TBias = float when alpha != 1 or a device scale is given).
-    constexpr bool kScalesAcc = Hooks::kAccEpilogue;
+    // tile::kScalesAccumulators: the accumulators are scaled by alpha times the device scales right after the
+    // mainloop (the host leaves TBias to the output type); every other kernel scales in its affine epilogue (the host
+    // takes TBias = float when alpha != 1 or a device scale is given).
+    constexpr bool kScalesAcc = tile::kScalesAccumulators<Hooks>;
     static_assert(kAffine || (kTmaStore && !Hooks::kEpilogueHooks && sizeof(TOut) == 2),
                   "TBias = void (alpha 1, no bias) is for the plain TMA-store epilogue of 16-bit outputs");
     constexpr int kSlabs = (BLOCK_N + kStoreCols - 1) / kStoreCols;

@@ -35,8 +35,8 @@ struct GemmArgs {
     int32_t a_box_rows = 0;
     // Device scales (one float each, read when the kernel runs, so a scale computed on the GPU needs no host
     // synchronisation: fp8's dynamic per-tensor scales, as torch._scaled_mm's scale_a / scale_b); null: 1. The
-    // products are scaled by alpha times these: in the affine epilogue (TBias != void), or, with accumulator hooks
-    // (which send the accumulators themselves), on the accumulators right after the mainloop.
+    // products are scaled by alpha times these: in the affine epilogue (TBias != void), or, with the hooks
+    // tile::kScalesAccumulators names, on the accumulators right after the mainloop.
     const float* scale_a = nullptr;
     const float* scale_b = nullptr;
 };
