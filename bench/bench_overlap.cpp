@@ -109,7 +109,19 @@ using loom::bench::TimeOptions;
 
 bool g_align = true;         // Args::align, for med()
 double g_align_hold_us = 0;  // --align-hold-us: barrier_on_stream's hold before each timed run
-bool g_trace = false;        // --trace: rank 0 prints every timed point's median and wall time (finding the slow part)
+bool g_trace = false;
+// --scaled: every call of an op passes alpha 0.5 and device scales 2 and 1 (product 1, so its results compare with the
+// unscaled baselines bit for bit in scale), so that the op runs its scaled kernels; null: unscaled calls.
+const float* g_scales = nullptr;
+template <class Opts>
+Opts with_scales(Opts o) {
+    if (g_scales != nullptr) {
+        o.alpha = 0.5f;
+        o.scale_a = g_scales;
+        o.scale_b = g_scales + 1;
+    }
+    return o;
+}  // --trace: rank 0 prints every timed point's median and wall time (finding the slow part)
 
 // Every rank's timed runs start together on the device (unless --no-align) and the slowest rank's median counts.
 TimeOptions time_options(loom::World& w, int iters) {
@@ -302,6 +314,7 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         seq_loom(s);
         LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
         nlohmann::json row{{"M", M}, {"N", N}, {"K", K}, {"N_loc", n_loc}, {"world", W}, {"dtype", dtype_name(in)}};
+        if (g_scales != nullptr) row["scaled"] = true;
         if (g_align_hold_us > 0) row["align_hold_us"] = g_align_hold_us;
         // loom_us is the automatic choice's time; each producer is timed too (the direct one where ranks share a
         // GPU and M / W is a multiple of 128, the heuristic's BLOCK_M at these shapes).
@@ -313,7 +326,7 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             loom::AgGemmOptions o;
             o.producer = prod;
             LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, M * n_loc * 2));
-            loom::ag_gemm(w, A, B, C, s, o);
+            loom::ag_gemm(w, A, B, C, s, with_scales(o));
             LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
             const double diff = max_scaled_diff(c, c_ref, M * n_loc);
             const std::string name = std::string("overlap_") + loom::to_string(prod);
@@ -321,7 +334,8 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             if (!agreed_ok(w, diff, 2e-2,
                            fmt::format("ag_gemm {} N={} K={} vs all_gather + gemm", loom::to_string(prod), N, K)))
                 continue;
-            const double t = med([&](cudaStream_t st) { loom::ag_gemm(w, A, B, C, st, o); }, s, w, args.iters);
+            const double t =
+                med([&](cudaStream_t st) { loom::ag_gemm(w, A, B, C, st, with_scales(o)); }, s, w, args.iters);
             row[name + "_us"] = t;
             if (prod == loom::AgProducer::Auto) t_auto = t;
         }
@@ -336,7 +350,9 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         const double t_comm = med(comm_fn, s, w, args.iters), t_gemm = med(gemm_fn, s, w, args.iters);
         const double t_seq = med(seq_loom, s, w, args.iters);
         // And the four interleaved (the efficiency's figures; see meds).
-        const std::function<void(cudaStream_t)> ag_auto = [&](cudaStream_t st) { loom::ag_gemm(w, A, B, C, st, {}); };
+        const std::function<void(cudaStream_t)> ag_auto = [&](cudaStream_t st) {
+            loom::ag_gemm(w, A, B, C, st, with_scales(loom::AgGemmOptions{}));
+        };
         if (std::isfinite(t_auto))
             row["interleaved"] = interleaved_block(meds({ag_auto, gemm_fn, comm_fn, seq_loom}, s, w, args.iters));
         if (args.host_us) row["host_enqueue_us"] = host_block({ag_auto, gemm_fn, comm_fn, seq_loom}, s, w);
@@ -422,9 +438,10 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, rows * N * 2));
         loom::GemmRsOptions op_opts;  // the op (a): Auto, or --rs-algo
         op_opts.algo = args.rs_algo;
-        loom::gemm_rs(w, A, B, C, s, op_opts);
+        loom::gemm_rs(w, A, B, C, s, with_scales(op_opts));
         LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
         nlohmann::json row{{"M", M}, {"N", N}, {"K", K}, {"K_loc", k_loc}, {"world", W}, {"dtype", dtype_name(in)}};
+        if (g_scales != nullptr) row["scaled"] = true;
         if (args.rs_algo != loom::RsAlgo::Auto) row["rs_algo"] = loom::to_string(args.rs_algo);
         if (g_align_hold_us > 0) row["align_hold_us"] = g_align_hold_us;
         const double diff = max_scaled_diff(c, c_ref, rows * N);
@@ -435,12 +452,12 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         // to *diff), then timed alone; NAN when the check failed.
         auto checked_us = [&](const loom::GemmRsOptions& o, const std::string& label, double* diff = nullptr) {
             LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, rows * N * 2));
-            loom::gemm_rs(w, A, B, C, s, o);
+            loom::gemm_rs(w, A, B, C, s, with_scales(o));
             LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
             const double d = max_scaled_diff(c, c_ref, rows * N);
             if (diff) *diff = d;
             return agreed_ok(w, d, 2e-2, fmt::format("gemm_rs ({}) N={} K={}", label, N, K))
-                       ? med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w, args.iters)
+                       ? med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, with_scales(o)); }, s, w, args.iters)
                        : NAN;
         };
         // Each algorithm on its own (auto: the fused epilogue when M / W is a multiple of BLOCK_M, the sequence where
@@ -502,7 +519,7 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                 for (int mode : {1, 2, 3}) {
                     const loom::ScopedEnv skip("LOOM_DIAG_RS_FUSED_SKIP", std::to_string(mode));
                     diag[(tr == loom::RsTransport::Sm ? "" : "ce_") + std::to_string(mode)] =
-                        med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w, args.iters);
+                        med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, with_scales(o)); }, s, w, args.iters);
                 }
             }
             row["fused_diag_skip_us"] = diag;
@@ -523,7 +540,7 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                 o.comm_sms = p;
                 o.algo = loom::RsAlgo::ScatterReduce;  // the only algorithm with communication blocks
                 sweep[std::to_string(p)] =
-                    med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, o); }, s, w, args.iters);
+                    med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, with_scales(o)); }, s, w, args.iters);
             }
             row["comm_sms_sweep_us"] = sweep;
         }
@@ -538,7 +555,7 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         const double t_gemm = med(gemm_fn, s, w, args.iters), t_comm = med(comm_fn, s, w, args.iters);
         nlohmann::json baselines{{"loom_gemm_then_reduce_scatter", med(seq_loom, s, w, args.iters)}};
         const std::function<void(cudaStream_t)> rs_auto = [&](cudaStream_t st) {
-            loom::gemm_rs(w, A, B, C, st, op_opts);
+            loom::gemm_rs(w, A, B, C, st, with_scales(op_opts));
         };
         if (ok) {
             t = med(rs_auto, s, w, args.iters);
@@ -552,7 +569,8 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                 return std::function<void(cudaStream_t)>([&, mode](cudaStream_t st) {
                     const loom::ScopedEnv skip("LOOM_DIAG_RS_FUSED_SKIP",
                                                mode > 0 ? std::optional(std::to_string(mode)) : std::nullopt);
-                    loom::gemm_rs(w, A, B, C, st, {0, nullptr, loom::RsAlgo::FusedPull});
+                    loom::gemm_rs(w, A, B, C, st,
+                                  with_scales(loom::GemmRsOptions{0, nullptr, loom::RsAlgo::FusedPull}));
                 });
             };
             const std::vector<double> t4 = meds({pull(0), pull(1), pull(2), gemm_fn}, s, w, args.iters);
@@ -640,12 +658,15 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                 gemm_fn(st);
                 comm_fn(st);
             };
-            const std::function<void(cudaStream_t)> op = [&](cudaStream_t st) { loom::gemm_ar(w, A, B, C, st); };
+            const std::function<void(cudaStream_t)> op = [&](cudaStream_t st) {
+                loom::gemm_ar(w, A, B, C, st, with_scales(loom::GemmArOptions{}));
+            };
             seq_loom(s);
             LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, M * N * 2));
             op(s);
             LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
             nlohmann::json row{{"M", M}, {"N", N}, {"K", K}, {"K_loc", k_loc}, {"world", W}, {"dtype", dtype_name(in)}};
+            if (g_scales != nullptr) row["scaled"] = true;
             if (g_align_hold_us > 0) row["align_hold_us"] = g_align_hold_us;
             const double diff = max_scaled_diff(c, c_ref, M * N);
             row["check"] = diff;
@@ -690,13 +711,13 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                 const std::string name = loom::to_string(algo);
                 try {
                     LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, M * N * 2));
-                    loom::gemm_ar(w, A, B, C, s, o);
+                    loom::gemm_ar(w, A, B, C, s, with_scales(o));
                     LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
                     const double d = max_scaled_diff(c, c_ref, M * N);
                     row["check_" + name] = d;
                     if (agreed_ok(w, d, 2e-2, fmt::format("gemm_ar ({}) M={} N={} K={}", name, M, N, K)))
-                        row["overlap_" + name + "_us"] =
-                            med([&](cudaStream_t st) { loom::gemm_ar(w, A, B, C, st, o); }, s, w, args.iters);
+                        row["overlap_" + name + "_us"] = med(
+                            [&](cudaStream_t st) { loom::gemm_ar(w, A, B, C, st, with_scales(o)); }, s, w, args.iters);
                 } catch (const loom::Error& e) {
                     row["error_" + name] = e.what();
                 }
@@ -708,12 +729,14 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                     o.comm_sms = p;
                     o.algo = loom::ArAlgo::ReduceKernel;  // the only algorithm with reduce blocks
                     LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, M * N * 2));
-                    loom::gemm_ar(w, A, B, C, s, o);
+                    loom::gemm_ar(w, A, B, C, s, with_scales(o));
                     LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
                     const bool good = agreed_ok(w, max_scaled_diff(c, c_ref, M * N), 2e-2,
                                                 fmt::format("gemm_ar comm_sms {} M={} N={} K={}", p, M, N, K));
                     sweep[std::to_string(p)] =
-                        good ? med([&](cudaStream_t st) { loom::gemm_ar(w, A, B, C, st, o); }, s, w, args.iters) : NAN;
+                        good ? med([&](cudaStream_t st) { loom::gemm_ar(w, A, B, C, st, with_scales(o)); }, s, w,
+                                   args.iters)
+                             : NAN;
                 }
                 row["comm_sms_sweep_us"] = sweep;
             }
@@ -725,13 +748,14 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                 // with the op and the sequence.
                 void* c_sym = w.alloc_bytes(M * N * 2);
                 const MatrixView Csym{c_sym, DType::BF16, M, N, 0};
-                const std::vector<double> pc =
-                    meds({op, [&](cudaStream_t st) { loom::gemm_ar(w, A, B, Csym, st); }, seq_loom,
-                          [&](cudaStream_t st) {
-                              gemm_fn(st);
-                              loom::all_reduce(w, {partial, DType::BF16, count}, {c, DType::BF16, count}, st);
-                          }},
-                         s, w, args.iters);
+                const std::vector<double> pc = meds(
+                    {op, [&](cudaStream_t st) { loom::gemm_ar(w, A, B, Csym, st, with_scales(loom::GemmArOptions{})); },
+                     seq_loom,
+                     [&](cudaStream_t st) {
+                         gemm_fn(st);
+                         loom::all_reduce(w, {partial, DType::BF16, count}, {c, DType::BF16, count}, st);
+                     }},
+                    s, w, args.iters);
                 row["plain_c_interleaved"] = {{"op_us", pc[0]},
                                               {"op_symmetric_c_us", pc[1]},
                                               {"sequence_us", pc[2]},
@@ -805,6 +829,10 @@ int main(int argc, char** argv) {
     app.add_option("--rs-fused-bn", args.rs_fused_bn,
                    "also time the fused gemm_rs at each of these BLOCK_N (e.g. 128,192,256)")
         ->delimiter(',');
+    bool scaled = false;
+    app.add_flag("--scaled", scaled,
+                 "every op call passes alpha 0.5 and device scales 2 and 1 (product 1): times the scaled kernels "
+                 "against the same baselines (rows carry scaled)");
     std::string dtype = "bf16";
     app.add_option("--dtype", dtype,
                    "A and B: bf16, or f8e4m3 (C and the partial products bf16; cuBLASLt in its fp8 fast-accumulation "
@@ -867,12 +895,20 @@ int main(int argc, char** argv) {
             }
         }
         loom::bench::NcclBaseline nccl(w, args.nccl, loom::collective_topology(w).shared_gpu);
+        float* scales = nullptr;
+        if (scaled) {
+            const float v[2] = {2.f, 1.f};
+            LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&scales), sizeof v));
+            LOOM_CHECK_CUDA(cudaMemcpy(scales, v, sizeof v, cudaMemcpyHostToDevice));
+            g_scales = scales;
+        }
         if (w.rank() == 0 && !nccl.note().empty()) std::printf("%s\n", nccl.note().c_str());
         if (ops == "all" || ops == "ag") bench_ag(w, args, have_nvshmem, nccl, torch, s);
         if (ops == "all" || ops == "rs") bench_rs(w, args, have_nvshmem && args.nvshmem_rs, nccl, torch, s);
         if (ops == "all" || ops == "ar") bench_ar(w, args, have_nvshmem, nccl, s);
         if (have_nvshmem) loom::nvshmem::finalize();
         loom::release_overlap_state(w);
+        if (scales != nullptr) cudaFree(scales);
         return 0;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench-overlap: %s\n", e.what());
