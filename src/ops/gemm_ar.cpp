@@ -59,8 +59,7 @@ void gemm_ar_fused(World& world, overlap::OpState& st, const MatrixView& a, cons
     h.me = me;
     h.world = W;
     h.num_n = static_cast<int32_t>(num_n);
-    GemmSm90Launch l = gemm_sm90_launch(a, b, c, GemmOptions{}, cfg, st.num_sms, stream);
-    overlap::apply_scale(l.args, sc);
+    GemmSm90Launch l = gemm_sm90_launch(a, b, c, overlap::gemm_options(sc), cfg, st.num_sms, stream);
     l.launch.smem = kernels::gemm_sm90_smem_bytes(cfg.block_m, cfg.block_n, cfg.stages, static_cast<int>(es));
     // Epilogue hooks store whole 64-row slabs of the warpgroup's staged part.
     l.tmap_d = make_tma_2d(c, kernels::kGemmWholeTileBoxRows, kernels::gemm_store_box_cols(static_cast<int>(es)));

@@ -132,8 +132,7 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
     h.rows_per_rank = static_cast<int32_t>(rows_seg);
     h.group = std::min<int32_t>(cfg.group_m, static_cast<int32_t>(blocks_per_rank));
     h.diag_skip = static_cast<int32_t>(env_int("LOOM_DIAG_RS_FUSED_SKIP", 0) & 3);  // diagnostics: wrong results
-    GemmSm90Launch l = gemm_sm90_launch(a, b, c, GemmOptions{}, cfg, fs.num_sms, stream);
-    overlap::apply_scale(l.args, sc);
+    const GemmSm90Launch l = gemm_sm90_launch(a, b, c, overlap::gemm_options(sc), cfg, fs.num_sms, stream);
     if (transport != RsTransport::CopyEngine || W == 1) {
         kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, h);
         return;
@@ -222,9 +221,8 @@ void gemm_rs_pull(World& world, const MatrixView& a, const MatrixView& b, const 
     // Diagnostics: bits 1 and 2 give wrong results; bit 4 hands every part to the finish kernel (right results).
     h.diag_skip = static_cast<int32_t>(env_int("LOOM_DIAG_RS_FUSED_SKIP", 0) & 7);
     h.leftover = leftover;
-    GemmSm90Launch l =
-        gemm_sm90_launch(a, b, MatrixView{partial, c.dtype, M, N, 0}, GemmOptions{}, cfg, ps.num_sms, stream);
-    overlap::apply_scale(l.args, sc);
+    const GemmSm90Launch l = gemm_sm90_launch(a, b, MatrixView{partial, c.dtype, M, N, 0}, overlap::gemm_options(sc),
+                                              cfg, ps.num_sms, stream);
     kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, h);
     // The parts the reducers left: a few blocks, each of which may wait for a rank's tile holding its SM, so they
     // leave most of the SMs to the ranks whose GEMMs are still running (ranks sharing a GPU).

@@ -206,12 +206,6 @@ void check_scale(const char* op, const OpScale& s) {
     gemm_check_device_scale(op, "scale_b", s.b);
 }
 
-void apply_scale(kernels::GemmArgs& args, const OpScale& s) {
-    args.alpha = s.alpha;
-    args.scale_a = s.a;
-    args.scale_b = s.b;
-}
-
 GemmOptions gemm_options(const OpScale& s) {
     GemmOptions o;
     o.alpha = s.alpha;

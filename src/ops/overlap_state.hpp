@@ -75,10 +75,9 @@ void join(OpState& st, cudaStream_t stream);
 
 // Shared validation: raises loom::Error naming what was expected and given.
 void check_inputs(const char* op, const MatrixView& a, const MatrixView& b, const MatrixView& c);
-// An op's scale of its products: the options' alpha and device scales (scale_a / scale_b, null: 1). Its hooked GEMM
-// takes them as GemmArgs::alpha / scale_a / scale_b (apply_scale) and, unless its hooks take the accumulators
-// (kAccEpilogue: they scale those), the affine epilogue's kernel (gemm_kernel_bias of gemm_options); its loom::gemm
-// calls take them as GemmOptions.
+// An op's scale of its products: the options' alpha and device scales (scale_a / scale_b, null: 1). As GemmOptions
+// (gemm_options) they reach loom::gemm and the hooked GEMM's GemmArgs (gemm_sm90_launch); the hooked kernel applies
+// them on the accumulators or in its affine epilogue (ScaleAt below).
 struct OpScale {
     float alpha = 1.f;
     const float* a = nullptr;
@@ -89,7 +88,6 @@ OpScale scale_of(const Opts& o) {
     return OpScale{o.alpha, o.scale_a, o.scale_b};
 }
 void check_scale(const char* op, const OpScale& s);  // alpha finite; the device scales as gemm_check_device_scale
-void apply_scale(kernels::GemmArgs& args, const OpScale& s);
 GemmOptions gemm_options(const OpScale& s);
 // in: the input type (its block_k). split_tail_ok: the op's hooks publish nothing per tile, so its GEMM may split the
 // tail (ag_gemm; the kernel spec names those hooks, gemm_kernel_spec); otherwise tail_splits must be 1.

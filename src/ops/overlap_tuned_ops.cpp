@@ -31,6 +31,15 @@ struct ScratchOut {
     }
 };
 
+// A candidate's options with the caller's scales: tuning chooses how the op runs, never what it computes.
+template <class Opts>
+Opts with_callers_scales(Opts x, const Opts& caller) {
+    x.alpha = caller.alpha;
+    x.scale_a = caller.scale_a;
+    x.scale_b = caller.scale_b;
+    return x;
+}
+
 template <class Opts>
 void add_tiles(std::vector<overlap::TuneOption<Opts>>& out, const GemmConfig& plan_tile, int64_t m, int64_t n,
                int num_sms) {
@@ -75,11 +84,8 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
             add_tiles(v, plan.gemm, M, b.rows, st.num_sms);
             return v;
         },
-        [&](AgGemmOptions x, const MatrixView& out) {
-            x.alpha = o.alpha;  // the caller's scales, whichever options run
-            x.scale_a = o.scale_a;
-            x.scale_b = o.scale_b;
-            detail::ag_gemm_run(world, a, b, out, stream, x);
+        [&](const AgGemmOptions& x, const MatrixView& out) {
+            detail::ag_gemm_run(world, a, b, out, stream, with_callers_scales(x, o));
         });
 }
 
@@ -108,11 +114,8 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
             add_tiles(v, plan.gemm, a.rows, b.rows, st.num_sms);
             return v;
         },
-        [&](GemmRsOptions x, const MatrixView& out) {
-            x.alpha = o.alpha;
-            x.scale_a = o.scale_a;
-            x.scale_b = o.scale_b;
-            detail::gemm_rs_run(world, a, b, out, stream, x);
+        [&](const GemmRsOptions& x, const MatrixView& out) {
+            detail::gemm_rs_run(world, a, b, out, stream, with_callers_scales(x, o));
         });
 }
 
@@ -137,11 +140,8 @@ void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const Matri
             add_tiles(v, plan.gemm, a.rows, b.rows, st.num_sms);
             return v;
         },
-        [&](GemmArOptions x, const MatrixView& out) {
-            x.alpha = o.alpha;
-            x.scale_a = o.scale_a;
-            x.scale_b = o.scale_b;
-            detail::gemm_ar_run(world, a, b, out, stream, x);
+        [&](const GemmArOptions& x, const MatrixView& out) {
+            detail::gemm_ar_run(world, a, b, out, stream, with_callers_scales(x, o));
         });
 }
 
