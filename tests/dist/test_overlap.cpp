@@ -859,7 +859,8 @@ TEST_F(Overlap, GemmRsReferenceStepsAgree) {
 }
 
 // Every algorithm (Auto: the fused epilogue at these shapes, the sequence where ranks share a GPU): M of one row, M not
-// a multiple of 8 or of the tile, an N tail (N = 448: 7 slabs of 64), two consumer warpgroups (M = 128).
+// a multiple of 8 or of the tile, an N tail (N = 448: 7 slabs of 64), two consumer warpgroups (M = 128), the second
+// of them partly past M (M = 100: the fused epilogue sends and sums only the 16-row groups inside C).
 TEST_F(Overlap, GemmAr) {
     for (ArAlgo algo : {ArAlgo::FusedEpilogue, ArAlgo::ReduceKernel, ArAlgo::Sequential, ArAlgo::Auto}) {
         GemmArOptions o;
@@ -869,6 +870,7 @@ TEST_F(Overlap, GemmAr) {
         run_ar(*w, stream, 40, 384, 512, 21, "ar_40" + tag, o);
         run_ar(*w, stream, 37, 448, 320, 23, "ar_37" + tag, o);
         run_ar(*w, stream, 128, 512, 256, 22, "ar_128" + tag, o);
+        run_ar(*w, stream, 100, 384, 192, 25, "ar_100" + tag, o);
     }
     GemmArOptions seq;
     seq.algo = ArAlgo::Sequential;

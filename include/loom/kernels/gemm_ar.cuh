@@ -18,9 +18,9 @@
 // SM taken from the GEMM, which for M <= 128 is one wave of tiles bound by the bandwidth of reading B, so every SM
 // counts. The kernel stages each consumer warpgroup's 64 x BLOCK_N part of the tile (TOut, 128B-swizzled 8 KiB slabs;
 // gemm.cuh kWholeTile); then its issuing thread
-//   1. bulk-copies the staged part (cp.async.bulk shared -> peer global) into this rank's slot of every peer's
-//      receive buffer, waits for the copies (wait_group 0, proxy fence) and raises tile_in[me][part] := epoch at
-//      every peer (st.release.sys);
+//   1. bulk-copies the staged part (cp.async.bulk shared -> peer global; at M < 64 only its rows inside C, in
+//      16-row groups) into this rank's slot of every peer's receive buffer, waits for the copies (wait_group 0, proxy
+//      fence) and raises tile_in[me][part] := epoch at every peer (st.release.sys);
 //   2. waits (acquire, sys) for tile_in[q][part] >= epoch of every peer q;
 // and the warpgroup sums the W copies in fp32 in rank order 0..W-1 (its own from the staging buffer, the peers' from
 // the receive buffer; the same order, hence the same bits, on every rank), rounds once to TOut in place and stores C
@@ -100,12 +100,23 @@ struct ArEpilogueHooks {
         const int64_t tile = static_cast<int64_t>(t.m_block) * a.num_n + t.n_block;
         const int64_t part = 2 * tile + warpgroup;
         const int64_t offset = tile * kTileBytes + warpgroup * (kTileBytes / (BLOCK_M / 64));
+        // The part's rows inside C, in 16-row groups (a chunk row of the staging buffer: 16 rows x 128 bytes of a
+        // slab): at M < 64 only those travel and are summed. (At M = 16 the whole 64-row part was 4x the bytes the
+        // all_reduce of the same C moves; docs/overlap.md "Session 23".)
+        constexpr int kChunksPerSlab = static_cast<int>(kGemmStoreBufBytes / 16) / 128;
+        const int live_groups = (min(max(t.rows - warpgroup * 64, 0), 64) + 15) / 16;
         if (wg_thread == 0) {
             for (int d = 0; d < a.world; ++d) {
                 if (d == a.me) continue;
                 uint8_t* dst = a.recv + static_cast<int64_t>(d - a.me) * a.heap_bytes +
                                rs_slot_of(a.me, d) * a.slot_bytes + offset;
-                ptx::cp_async_bulk_s2g(dst, bufs, static_cast<uint32_t>(slabs) * kGemmStoreBufBytes);
+                if (live_groups == kChunksPerSlab) {
+                    ptx::cp_async_bulk_s2g(dst, bufs, static_cast<uint32_t>(slabs) * kGemmStoreBufBytes);
+                } else if (live_groups > 0) {
+                    for (int sl = 0; sl < slabs; ++sl)
+                        ptx::cp_async_bulk_s2g(dst + sl * kGemmStoreBufBytes, bufs + sl * kGemmStoreBufBytes,
+                                               static_cast<uint32_t>(live_groups) * (kGemmStoreBufBytes / 4));
+                }
             }
             ptx::tma_store_commit();
             ptx::tma_store_wait<0>();
@@ -127,6 +138,7 @@ struct ArEpilogueHooks {
             const uint8_t* src = a.recv + offset;
             const int chunks = staged_chunks<kSlabs, kInFlight>(slabs);
             // Round c0's chunks of rank q's copy: this rank's from the staging buffer, a peer's from its slot.
+            // Chunks of rows past C (c % kChunksPerSlab >= live_groups) were not sent: their sums are never stored.
             auto load = [&](int q, int c0, uint4(&v)[kInFlight]) {
                 if (q == a.me) {
 #pragma unroll
@@ -135,8 +147,10 @@ struct ArEpilogueHooks {
                 } else {
 #pragma unroll
                     for (int i = 0; i < kInFlight; ++i)
-                        v[i] = __ldcg(reinterpret_cast<const uint4*>(src + rs_slot_of(q, a.me) * a.slot_bytes +
-                                                                     ((c0 + i) * 128 + wg_thread) * 16));
+                        v[i] = (c0 + i) % kChunksPerSlab < live_groups
+                                   ? __ldcg(reinterpret_cast<const uint4*>(src + rs_slot_of(q, a.me) * a.slot_bytes +
+                                                                           ((c0 + i) * 128 + wg_thread) * 16))
+                                   : make_uint4(0, 0, 0, 0);
                 }
             };
             for (int c0 = 0; c0 < chunks; c0 += kInFlight) {
