@@ -18,11 +18,11 @@
 // Every timed loom config is first checked against cuBLASLt's output on the same inputs (similarity
 // calc_diff < 1e-5, no NaN; C is pre-filled with NaN so unwritten elements fail); a failing config is reported
 // and never timed. --sweep times, per shape, the heuristic config and alternatives (BLOCK_N, cluster on/off,
-// stages, and the heuristic's BLOCK_N with the split-K tail toggled: off where the heuristic splits, 2 splits
-// where it does not but the grid leaves a tail) and prints one line per (shape, variant). Configs without a cluster run
-// first for every shape, then the clustered ones (a deadlock traps after ~17 s and ends the process: the partial JSON,
-// <out>.partial, keeps what was measured). --cluster 1|2 restricts the sweep to one kind. docs/gemm.md says how to read
-// the table.
+// stages (skinny M: narrow tiles with rings up to 16 deep), and the heuristic's BLOCK_N with the split-K tail toggled:
+// off where the heuristic splits, 2 splits where it does not but the grid leaves a tail) and prints one line per
+// (shape, variant). Configs without a cluster run first for every shape, then the clustered ones (a deadlock traps
+// after ~17 s and ends the process: the partial JSON, <out>.partial, keeps what was measured). --cluster 1|2 restricts
+// the sweep to one kind. docs/gemm.md says how to read the table.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -55,7 +55,7 @@ struct Variant {
 };
 
 // The most stages (<= 6, as the heuristic takes) that fit the shared memory.
-int max_stages(int bm, int bn) { return std::min(loom::kernels::gemm_sm90_max_stages(bm, bn), 6); }
+int max_stages(int bm, int bn) { return loom::kernels::gemm_sm90_plan_stages(bm, bn); }
 
 // The heuristic's config plus alternatives with cluster_m == `cluster` (the heuristic is listed in its own pass).
 std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int cluster, int sms, loom::DType in) {
@@ -99,10 +99,20 @@ std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int 
                          c.tail_splits > 1 ? fmt::format("_tail{}", c.tail_splits) : ""),
              c);
     };
-    // The BLOCK_N / stage / group alternatives run every tile whole.
-    for (int bn : {256, 240, 224, 208, 192, 176, 160, 144, 128}) add(128, bn, max_stages(128, bn), heur.group_m, 1);
-    add(128, 256, 3, heur.group_m, 1);
-    add(128, heur.block_n, max_stages(128, heur.block_n), 16, 1);
+    // Skinny GEMMs (one M-block) stream B from memory: narrow tiles with rings deeper than the heuristic's 6 stages.
+    if (s.m <= 128 && cluster == 1) {
+        for (int bn : {64, 128}) {
+            const int deepest = loom::kernels::gemm_sm90_max_stages(heur.block_m, bn);
+            for (int st : {4, 8, 10, 12, deepest})
+                if (st <= deepest) add(heur.block_m, bn, st, 1, 1);
+        }
+    }
+    // The BLOCK_N / stage / group alternatives run every tile whole (128-row tiles: not for a 64-row M).
+    if (heur.block_m == 128) {
+        for (int bn : {256, 240, 224, 208, 192, 176, 160, 144, 128}) add(128, bn, max_stages(128, bn), heur.group_m, 1);
+        add(128, 256, 3, heur.group_m, 1);
+        add(128, heur.block_n, max_stages(128, heur.block_n), 16, 1);
+    }
     // 192-row tiles (three consumer warpgroups; BLOCK_N <= kGemmMaxBlockN192 under their 128-register cap),
     // single-CTA only, whole and with the automatic split tail.
     if (cluster == 1 && s.m > 128) {

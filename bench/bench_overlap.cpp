@@ -494,7 +494,7 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             for (int bn : args.rs_fused_bn) {
                 loom::GemmConfig cfg = planned;
                 cfg.block_n = bn;
-                cfg.stages = std::min(loom::kernels::gemm_sm90_max_stages(cfg.block_m, bn), 6);
+                cfg.stages = loom::kernels::gemm_sm90_plan_stages(cfg.block_m, bn);
                 cfg.grid = 0;
                 loom::GemmRsOptions o;
                 o.algo = loom::RsAlgo::FusedEpilogue;

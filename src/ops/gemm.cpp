@@ -39,7 +39,7 @@ bool gemm_takes_sm80(const GemmOptions& o, const GemmDevice& dev) {
 }
 
 void gemm_complete_config(GemmConfig& c, int64_t m, int64_t n, int num_sms) {
-    c.stages = std::min(kernels::gemm_sm90_max_stages(c.block_m, c.block_n), 6);
+    c.stages = kernels::gemm_sm90_plan_stages(c.block_m, c.block_n);
     // Keep the CTAs that run together close to square in L2: group_m M-blocks x (num_sms / group_m) N-blocks.
     c.group_m = static_cast<int>(std::clamp<int64_t>(
         static_cast<int64_t>(std::lround(std::sqrt(num_sms * static_cast<double>(c.block_n) / c.block_m))), 1,
@@ -241,8 +241,16 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
     // Single-wave split-K only where the persistent plan leaves more than half the SMs idle. Measured (H200,
     // docs/gemm.md "Skinny M"): 8 x 4096 x 4096 0.81 -> 0.93x cuBLASLt (64 tiles of 64 x 64 -> 64 x 128 split 4);
     // with a wave nearly full (128 tiles of 64 x 64 at M = 16 ... 64, N = 8192) the split plans' wider tiles lost
-    // 3-10 % and were not taken.
-    if (may_split && static_cast<int64_t>(cfg.grid) * 2 <= num_sms) cfg = choose(true);
+    // 3-10 % and were not taken. Since the rings went 12 deep (session 23) a wave over a third full streams a short
+    // K faster whole: 64 tiles of 64 x 64 at K = 4096 took 19.8 us against the split's 21.1 (bf16; fp8 13.1 against
+    // 15.6), while at K = 14336 the split still won (bf16 44.7 against 49.8 us; fp8 tied) and at 32 tiles or fewer
+    // it won everywhere (16 x 2048 x 4096: 14.7 against 18.3 us). Forced splits (LOOM_GEMM_TAIL_SPLITS) apply
+    // whenever the wave is at most half full.
+    const int64_t k_blocks = ceil_div(k, cfg.block_k);
+    const bool wave_thin = static_cast<int64_t>(cfg.grid) * 2 <= num_sms;
+    const bool short_k_streams_whole =
+        static_cast<int64_t>(cfg.grid) * 3 > num_sms && k_blocks <= kGemmSkinnyWholeMaxKBlocks && requested == 0;
+    if (may_split && wave_thin && !short_k_streams_whole) cfg = choose(true);
     return cfg;
 }
 
@@ -270,7 +278,8 @@ void gemm_validate_config(const GemmConfig& c, bool b_kn, DType in) {
     const int block_k = kernels::gemm_block_k(static_cast<int>(dtype_size(in)));
     LOOM_CHECK(c.block_k == block_k, "gemm config: expected block_k {} (one 128-byte row of {}), given {}", block_k,
                dtype_name(in), c.block_k);
-    LOOM_CHECK(c.stages >= 2 && c.stages <= 8, "gemm config: expected stages in [2, 8], given {}", c.stages);
+    LOOM_CHECK(c.stages >= 2 && c.stages <= kernels::kGemmSm90MaxStages,
+               "gemm config: expected stages in [2, {}], given {}", kernels::kGemmSm90MaxStages, c.stages);
     LOOM_CHECK(kernels::gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages) <= kernels::kGemmSm90MaxSmem,
                "gemm config: {} needs {} B of shared memory, the limit is {}", c.str(),
                kernels::gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages), kernels::kGemmSm90MaxSmem);

@@ -62,7 +62,7 @@ GemmConfig fused_config(GemmConfig c, int64_t m, int64_t n, int64_t rows_seg, in
     if (forced && rows_seg % c.block_m != 0 && rows_seg % 64 == 0) c.block_m = 64;
     if (c.block_n == 240 || c.block_n == 224) c.block_n = 256;
     if (out_bytes == 4 && (c.block_n == 208 || c.block_n == 144)) c.block_n -= 16;
-    c.stages = std::min(kernels::gemm_sm90_max_stages(c.block_m, c.block_n), 6);
+    c.stages = kernels::gemm_sm90_plan_stages(c.block_m, c.block_n);
     c.grid = static_cast<int>(gemm_sm90_grid(m, n, c, num_sms));
     return c;
 }

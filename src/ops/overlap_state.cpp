@@ -99,7 +99,7 @@ GemmConfig whole_tile_config(GemmConfig c, int out_bytes) {
     const int step = 128 / std::max(out_bytes, 1);
     c.block_n = std::min(256, (c.block_n + step - 1) / step * step);
     for (;;) {
-        c.stages = std::min(kernels::gemm_sm90_max_stages(c.block_m, c.block_n, out_bytes), 6);
+        c.stages = kernels::gemm_sm90_plan_stages(c.block_m, c.block_n, out_bytes);
         if (c.stages >= 3 || c.block_n - 64 < step) break;
         c.block_n -= 64;
     }

@@ -99,9 +99,10 @@ TEST(GemmHeuristic, SplitsTheTailWave) {
     const auto forced_skinny = loom::gemm_heuristic(16, 4096, 4096, false, 90, 132);
     EXPECT_EQ(forced_skinny.tail_splits, 2) << forced_skinny.str();
     unsetenv("LOOM_GEMM_TAIL_SPLITS");
-    // Automatic there: every tile split so that the units fill the SMs (a skinny GEMM's B read by every SM).
-    for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{16, 4096, 4096},
-                                  {8, 4096, 4096},
+    // Automatic there: every tile split so that the units fill the SMs (a skinny GEMM's B read by every SM), where
+    // the wave is at most a third full or K is long (docs/gemm.md "Session 23").
+    for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{16, 4096, 14336},
+                                  {16, 2048, 4096},
                                   {16, 1280, 8192},
                                   {128, 1024, 4096}}) {
         const auto c = loom::gemm_heuristic(m, n, k, false, 90, 132);
@@ -115,12 +116,32 @@ TEST(GemmHeuristic, SplitsTheTailWave) {
         EXPECT_EQ(p.dp_tiles, 0) << c.str();
         EXPECT_EQ(p.splits, c.tail_splits) << c.str();
     }
-    // A wave at least half full keeps the persistent plan: no split (measured faster, docs/gemm.md "Skinny M").
-    for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{16, 8192, 14336}, {64, 8192, 4096}}) {
+    // A wave at least half full keeps the persistent plan: no split (measured faster, docs/gemm.md "Skinny M"); so
+    // does one over a third full with a short K (64 tiles, K = 4096: docs/gemm.md "Session 23").
+    for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{16, 8192, 14336},
+                                  {64, 8192, 4096},
+                                  {8, 4096, 4096},
+                                  {16, 4096, 4096},
+                                  {64, 4096, 4096}}) {
         const auto c = loom::gemm_heuristic(m, n, k, false, 90, 132);
         EXPECT_EQ(c.tail_splits, 1) << c.str();
         EXPECT_EQ(c.block_n, 64) << c.str();
+        // Their 64 x 64 tiles stream B with 12 stages in flight (docs/gemm.md "Session 23": 3-5 % over 6).
+        EXPECT_EQ(c.stages, loom::kernels::kGemmPlanMaxStages) << c.str();
     }
+    // The ring depth: as deep as shared memory allows up to kGemmPlanMaxStages; the large tiles keep what fits.
+    EXPECT_EQ(loom::kernels::gemm_sm90_plan_stages(64, 64), 12);
+    EXPECT_EQ(loom::kernels::gemm_sm90_plan_stages(128, 64), 8);
+    EXPECT_EQ(loom::kernels::gemm_sm90_plan_stages(64, 128), 8);
+    EXPECT_EQ(loom::kernels::gemm_sm90_plan_stages(128, 128), 6);
+    EXPECT_EQ(loom::kernels::gemm_sm90_plan_stages(128, 256), 4);
+    EXPECT_EQ(loom::gemm_heuristic(128, 8192, 14336, false, 90, 132).stages, 8);
+    EXPECT_EQ(loom::gemm_heuristic(8192, 8192, 8192, false, 90, 132).stages, 4);
+    for (int bm : {64, 128, 192})
+        for (int bn = 16; bn <= 256; bn += 16)
+            EXPECT_LE(loom::kernels::gemm_sm90_smem_bytes(bm, bn, loom::kernels::gemm_sm90_plan_stages(bm, bn)),
+                      loom::kernels::kGemmSm90MaxSmem)
+                << bm << " x " << bn;
 }
 
 // The plain GEMM's tiles on the odd-N shapes (docs/gemm.md "Session 14"): N = 3696 as 43 x 21 = 903 tiles of
@@ -408,7 +429,7 @@ TEST(GemmCompile, HopperKernelHasNoSpills) {
             loom::GemmConfig c;
             c.block_n = bn;
             c.cluster_m = cluster;
-            c.stages = std::min(loom::kernels::gemm_sm90_max_stages(c.block_m, bn), 6);
+            c.stages = loom::kernels::gemm_sm90_plan_stages(c.block_m, bn);
             cfgs.push_back(c);
         }
         loom::GemmConfig three;
@@ -475,6 +496,18 @@ TEST(GemmCompile, HopperKernelHasNoSpills) {
     small.cluster_m = 1;
     expect_clean(loom::jit::compile(loom::gemm_kernel_spec(small, DType::F16, DType::F32, DType::BF16, false), 90),
                  small.str());
+    // The skinny GEMMs' deep rings (the plan's 12 stages at 64 x 64, 8 at 128 x 64), plain epilogue and affine.
+    for (const auto& [bm, bn] : {std::pair{64, 64}, std::pair{128, 64}}) {
+        loom::GemmConfig deep;
+        deep.block_m = bm;
+        deep.block_n = bn;
+        deep.stages = loom::kernels::gemm_sm90_plan_stages(bm, bn);
+        deep.cluster_m = 1;
+        EXPECT_NO_THROW(loom::gemm_validate_config(deep, false)) << deep.str();
+        for (const std::optional<DType> bias : {std::optional<DType>{}, std::optional<DType>{DType::F32}})
+            expect_clean(loom::jit::compile(loom::gemm_kernel_spec(deep, DType::BF16, DType::BF16, bias, false), 90),
+                         deep.str());
+    }
     loom::GemmConfig f32out;  // TMA-store epilogue with 32-column fp32 boxes
     f32out.block_n = 128;
     f32out.stages = 5;
@@ -494,8 +527,8 @@ TEST(GemmCompile, SplitTailKernelHasNoSpills) {
     for (const Cfg& x :
          {Cfg{128, 256, 4, true, DType::BF16}, Cfg{128, 256, 4, true, DType::F32}, Cfg{128, 256, 4, false, DType::BF16},
           Cfg{128, 224, 4, true, DType::BF16}, Cfg{128, 192, 4, true, DType::F16}, Cfg{128, 128, 6, true, DType::F32},
-          Cfg{64, 176, 6, true, DType::F32}, Cfg{64, 256, 5, true, DType::BF16}, Cfg{192, 176, 4, true, DType::BF16},
-          Cfg{192, 176, 4, true, DType::F32}, Cfg{192, 128, 5, true, DType::BF16},
+          Cfg{64, 176, 6, true, DType::F32}, Cfg{64, 256, 5, true, DType::BF16}, Cfg{64, 128, 8, true, DType::BF16},
+          Cfg{192, 176, 4, true, DType::BF16}, Cfg{192, 176, 4, true, DType::F32}, Cfg{192, 128, 5, true, DType::BF16},
           Cfg{192, 160, 4, false, DType::F16}}) {
         for (bool b_kn : {false, true}) {
             loom::GemmConfig c;
@@ -544,7 +577,7 @@ TEST(GemmCompile, Fp8KernelHasNoSpills) {
         c.block_m = x.bm;
         c.block_n = x.bn;
         c.tail_splits = x.splits;
-        c.stages = std::min(loom::kernels::gemm_sm90_max_stages(x.bm, x.bn), 6);
+        c.stages = loom::kernels::gemm_sm90_plan_stages(x.bm, x.bn);
         EXPECT_NO_THROW(loom::gemm_validate_config(c, false, DType::F8E4M3)) << c.str();
         const std::optional<DType> bias = x.affine ? std::optional<DType>(DType::F32) : std::nullopt;
         const auto spec = loom::gemm_kernel_spec(c, DType::F8E4M3, x.out, bias, false);

@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                   "BLOCK_M is 64, 128 or 192 (one, two or three consumer warpgroups)");
     static_assert(BLOCK_N % 16 == 0 && BLOCK_N >= 16 && BLOCK_N <= 256, "BLOCK_N: multiple of 16 in [16, 256]");
     static_assert(kBKMajor || BLOCK_N % 64 == 0, "B as [K, N] needs BLOCK_N a multiple of 64");
-    static_assert(STAGES >= 2 && STAGES <= 8, "STAGES in [2, 8]");
+    static_assert(STAGES >= 2 && STAGES <= kGemmSm90MaxStages, "STAGES in [2, kGemmSm90MaxStages]");
     static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "CLUSTER_M is 1 or 2");
     constexpr bool kFp8 = tile::kSameType<TIn, __nv_fp8_e4m3>;
     static_assert(sizeof(TIn) == 2 || (kFp8 && kBKMajor), "inputs are bf16 or fp16, or fp8 e4m3 with B as [N, K]");

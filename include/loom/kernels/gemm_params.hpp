@@ -92,12 +92,27 @@ LOOM_HOST_DEVICE constexpr uint32_t gemm_sm90_smem_bytes(int block_m, int block_
            static_cast<uint32_t>(stages) * 16u + 1024u;
 }
 
-// sm_90's opt-in dynamic shared memory per block, and the most STAGES (<= 8) whose footprint fits in it.
+// sm_90's opt-in dynamic shared memory per block; the kernel's bound on STAGES; and the most STAGES (<= cap) whose
+// footprint fits in that memory. Deep rings matter only for small tiles (64 x 64: 16 KiB a stage), whose skinny GEMMs
+// stream B from memory and need many k-blocks in flight per SM.
 inline constexpr uint32_t kGemmSm90MaxSmem = 227u * 1024u;
-LOOM_HOST_DEVICE constexpr int gemm_sm90_max_stages(int block_m, int block_n, int whole_tile_out_bytes = 0) {
-    int s = 8;
+inline constexpr int kGemmSm90MaxStages = 16;
+LOOM_HOST_DEVICE constexpr int gemm_sm90_max_stages(int block_m, int block_n, int whole_tile_out_bytes = 0,
+                                                    int cap = kGemmSm90MaxStages) {
+    int s = cap;
     while (s > 2 && gemm_sm90_smem_bytes(block_m, block_n, s, whole_tile_out_bytes) > kGemmSm90MaxSmem) --s;
     return s;
+}
+
+// The ring depth every planner takes (heuristic, overlapped ops, bench-gemm's alternatives): the most stages that
+// fit, at most kGemmPlanMaxStages. Only tiles of <= 192 rows + columns get past 6 (64 x 64: 13 fit, 64 x 128 and
+// 128 x 64: 8); the large tiles of big GEMMs fit 4-6 as before. Measured on the H200 (docs/gemm.md "Session 23"):
+// skinny GEMMs (M <= 128, one M-block) stream B from memory, and 64 x 64 tiles with 8-13 stages ran 3-5 % faster than
+// with 6 (16 x 8192 x 14336 bf16: 72.1 -> 69.3-70.0 us), 128 x 64 with 8 up to 4 %; 12 and 13 tied 10 within the spread
+// and did best where one partial wave runs the whole GEMM (8 x 4096 x 4096).
+inline constexpr int kGemmPlanMaxStages = 12;
+LOOM_HOST_DEVICE constexpr int gemm_sm90_plan_stages(int block_m, int block_n, int whole_tile_out_bytes = 0) {
+    return gemm_sm90_max_stages(block_m, block_n, whole_tile_out_bytes, kGemmPlanMaxStages);
 }
 
 // Split-tail workspace: floats of one partial-accumulator slot (one tail tile, one split).
