@@ -106,6 +106,9 @@ std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int 
             for (int st : {4, 8, 10, 12, deepest})
                 if (st <= deepest) add(heur.block_m, bn, st, 1, 1);
         }
+        // 64 < M <= 128: 64-row tiles too (two M-blocks sharing each N-block's B through L2).
+        if (heur.block_m == 128)
+            for (int bn : {64, 128, 256}) add(64, bn, max_stages(64, bn), 2, 1);
     }
     // The BLOCK_N / stage / group alternatives run every tile whole (128-row tiles: not for a 64-row M).
     if (heur.block_m == 128) {

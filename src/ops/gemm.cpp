@@ -244,12 +244,13 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
     // 3-10 % and were not taken. Since the rings went 12 deep (session 23) a wave over a third full streams a short
     // K faster whole: 64 tiles of 64 x 64 at K = 4096 took 19.8 us against the split's 21.1 (bf16; fp8 13.1 against
     // 15.6), while at K = 14336 the split still won (bf16 44.7 against 49.8 us; fp8 tied) and at 32 tiles or fewer
-    // it won everywhere (16 x 2048 x 4096: 14.7 against 18.3 us). Forced splits (LOOM_GEMM_TAIL_SPLITS) apply
-    // whenever the wave is at most half full.
+    // it won everywhere (16 x 2048 x 4096: 14.7 against 18.3 us). Only the 64-row tiles' 12-stage rings stream so:
+    // 128 x 64 tiles (8 stages) whole at 128 x 4096 x 14336 fp8 (112 k-blocks) took 35.4 us, 0.79x cuBLASLt. Forced
+    // splits (LOOM_GEMM_TAIL_SPLITS) apply whenever the wave is at most half full.
     const int64_t k_blocks = ceil_div(k, cfg.block_k);
     const bool wave_thin = static_cast<int64_t>(cfg.grid) * 2 <= num_sms;
-    const bool short_k_streams_whole =
-        static_cast<int64_t>(cfg.grid) * 3 > num_sms && k_blocks <= kGemmSkinnyWholeMaxKBlocks && requested == 0;
+    const bool short_k_streams_whole = cfg.block_m == 64 && static_cast<int64_t>(cfg.grid) * 3 > num_sms &&
+                                       k_blocks <= kGemmSkinnyWholeMaxKBlocks && requested == 0;
     if (may_split && wave_thin && !short_k_streams_whole) cfg = choose(true);
     return cfg;
 }

@@ -116,6 +116,10 @@ TEST(GemmHeuristic, SplitsTheTailWave) {
         EXPECT_EQ(p.dp_tiles, 0) << c.str();
         EXPECT_EQ(p.splits, c.tail_splits) << c.str();
     }
+    // 128-row tiles split a half-empty wave whatever K (128 x 4096 x 14336 fp8, 112 k-blocks: whole 0.79x cuBLASLt).
+    const auto fp8_128 =
+        loom::gemm_heuristic(128, 4096, 14336, false, 90, 132, true, loom::GemmTiles::Plain, DType::F8E4M3);
+    EXPECT_GE(fp8_128.tail_splits, 2) << fp8_128.str();
     // A wave at least half full keeps the persistent plan: no split (measured faster, docs/gemm.md "Skinny M"); so
     // does one over a third full with a short K (64 tiles, K = 4096: docs/gemm.md "Session 23").
     for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{16, 8192, 14336},

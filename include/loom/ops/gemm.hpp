@@ -104,8 +104,8 @@ inline constexpr double kGemmTileMargin = 0.01;
 
 // Heuristic cost of a split tail's fix-up (writing, and in one CTA reading back, the fp32 partials), in tiles.
 inline constexpr double kGemmTailFixupCost = 0.1;
-// A persistent plan that fills between a third and a half of the SMs runs whole, not split on every SM, when K has at
-// most this many k-blocks (gemm_heuristic; docs/gemm.md "Session 23").
+// A persistent plan of 64-row tiles that fills between a third and a half of the SMs runs whole, not split on every
+// SM, when K has at most this many k-blocks (gemm_heuristic; docs/gemm.md "Session 23").
 inline constexpr int64_t kGemmSkinnyWholeMaxKBlocks = 128;
 
 // The split-K tail of the Hopper kernel with `grid` persistent CTAs (kernels/gemm.cuh, tile/tile_order.hpp).
