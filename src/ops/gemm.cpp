@@ -251,7 +251,23 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
     const bool wave_thin = static_cast<int64_t>(cfg.grid) * 2 <= num_sms;
     const bool short_k_streams_whole = cfg.block_m == 64 && static_cast<int64_t>(cfg.grid) * 3 > num_sms &&
                                        k_blocks <= kGemmSkinnyWholeMaxKBlocks && requested == 0;
-    if (may_split && wave_thin && !short_k_streams_whole) cfg = choose(true);
+    if (may_split && wave_thin && !short_k_streams_whole) {
+        // 64 < M <= 128: 64 x 64 tiles over the M-blocks, whole, where they fill more than half the SMs and K is short
+        // (the same streaming as above, with each N-block's B read by both M-blocks through L2). Measured (H200,
+        // docs/gemm.md "Session 23", call 8), against the split 128-row plan: 128 x 4096 x 4096 21.3 / 24.2 us (bf16)
+        // and 13.7 / 18.0 (fp8), 128 x 4096 x 8192 32.6 / 33.7 and 20.4 / 23.2, 128 x 3072 x 4096 19.4 / 19.5 and
+        // 13.0 / 15.4; at 64 such tiles (128 x 2048 x 4096) the split won in bf16 (16.0 against 18.7 us).
+        if (tile_set == GemmTiles::Plain && m > 64 && m <= 128 && requested == 0 &&
+            k_blocks <= kGemmSkinnyWholeMaxKBlocks) {
+            GemmConfig narrow = cfg;
+            narrow.block_m = 64;
+            narrow.block_n = 64;
+            narrow.tail_splits = 1;
+            detail::gemm_complete_config(narrow, m, n, num_sms);
+            if (static_cast<int64_t>(narrow.grid) * 2 > num_sms) return narrow;
+        }
+        cfg = choose(true);
+    }
     return cfg;
 }
 

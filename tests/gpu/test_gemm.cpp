@@ -244,6 +244,9 @@ TEST_F(Gemm, Fp32Out) {
 }
 TEST_F(Gemm, Skinny) {
     for (int m : {1, 7, 16, 33, 64, 65, 100, 128}) run_case({m, 1024, 512}, 10 + m);
+    // 64 < M <= 128 where the heuristic takes 64 x 64 tiles over two M-blocks, whole (the second partly past M).
+    run_case({100, 4096, 512}, 18);
+    run_case({72, 4096, 512}, 19);
 }
 TEST_F(Gemm, Tails) {
     run_case({77, 136, 200}, 20);
@@ -372,6 +375,7 @@ TEST_F(Gemm, Fp8TailsAndSkinny) {
     run_case({333, 520, 1040, F8, DType::BF16, false, false, 0.f, false, 0, 0, 0, 0, 1.f}, 221);
     run_case({129, 264, 16, F8, DType::F32}, 222);
     for (int m : {1, 16, 65, 128}) run_case({m, 1024, 512, F8, DType::BF16}, 223 + m);
+    run_case({120, 4096, 1024, F8, DType::BF16}, 249);  // 64 x 64 tiles over two M-blocks (see Gemm.Skinny)
 }
 // Forced configs: 192-row tiles with a partial last slab, one consumer warpgroup, and the split-K tail (whose
 // k-block count is in 128-element blocks: K = 2000 would not do, 2048 is 16 of them).
