@@ -256,8 +256,10 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
         // (the same streaming as above, with each N-block's B read by both M-blocks through L2). Measured (H200,
         // docs/gemm.md "Session 23", call 8), against the split 128-row plan: 128 x 4096 x 4096 21.3 / 24.2 us (bf16)
         // and 13.7 / 18.0 (fp8), 128 x 4096 x 8192 32.6 / 33.7 and 20.4 / 23.2, 128 x 3072 x 4096 19.4 / 19.5 and
-        // 13.0 / 15.4; at 64 such tiles (128 x 2048 x 4096) the split won in bf16 (16.0 against 18.7 us).
-        if (tile_set == GemmTiles::Plain && m > 64 && m <= 128 && requested == 0 &&
+        // 13.0 / 15.4; at 64 such tiles (128 x 2048 x 4096) the split won in bf16 (16.0 against 18.7 us). M >= 96:
+        // the second M-block's 64-row A boxes mostly past M slow every load (as session 10 found for one M-block),
+        // and at M = 72 the plan lost (call 10: 72 x 4096 x 8192 bf16 42.5 against 33.1 us).
+        if (tile_set == GemmTiles::Plain && m >= kGemmNarrowMinM && m <= 128 && requested == 0 &&
             k_blocks <= kGemmSkinnyWholeMaxKBlocks) {
             GemmConfig narrow = cfg;
             narrow.block_m = 64;

@@ -107,6 +107,9 @@ inline constexpr double kGemmTailFixupCost = 0.1;
 // A persistent plan of 64-row tiles that fills between a third and a half of the SMs runs whole, not split on every
 // SM, when K has at most this many k-blocks (gemm_heuristic; docs/gemm.md "Session 23").
 inline constexpr int64_t kGemmSkinnyWholeMaxKBlocks = 128;
+// Between this M and 128 a thin wave of 128-row tiles gives way to 64 x 64 tiles over both M-blocks, whole (the same
+// k-block bound; gemm_heuristic, docs/gemm.md "Session 23"): below it the second M-block is mostly past M.
+inline constexpr int64_t kGemmNarrowMinM = 96;
 
 // The split-K tail of the Hopper kernel with `grid` persistent CTAs (kernels/gemm.cuh, tile/tile_order.hpp).
 struct GemmTailPlan {
