@@ -18,11 +18,11 @@
 // Every timed loom config is first checked against cuBLASLt's output on the same inputs (similarity
 // calc_diff < 1e-5, no NaN; C is pre-filled with NaN so unwritten elements fail); a failing config is reported
 // and never timed. --sweep times, per shape, the heuristic config and alternatives (BLOCK_N, cluster on/off,
-// stages (skinny M: narrow tiles with rings up to 16 deep), and the heuristic's BLOCK_N with the split-K tail toggled:
-// off where the heuristic splits, 2 splits where it does not but the grid leaves a tail) and prints one line per
-// (shape, variant). Configs without a cluster run first for every shape, then the clustered ones (a deadlock traps
-// after ~17 s and ends the process: the partial JSON, <out>.partial, keeps what was measured). --cluster 1|2 restricts
-// the sweep to one kind. docs/gemm.md says how to read the table.
+// stages (the plans' depth; skinny M: narrow tiles with rings as deep as fit), and the heuristic's BLOCK_N with the
+// split-K tail toggled: off where the heuristic splits, 2 splits where it does not but the grid leaves a tail) and
+// prints one line per (shape, variant). Configs without a cluster run first for every shape, then the clustered ones (a
+// deadlock traps after ~17 s and ends the process: the partial JSON, <out>.partial, keeps what was measured). --cluster
+// 1|2 restricts the sweep to one kind. docs/gemm.md says how to read the table.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -53,9 +53,6 @@ struct Variant {
     std::string name;
     loom::GemmConfig cfg;
 };
-
-// The most stages (<= 6, as the heuristic takes) that fit the shared memory.
-int max_stages(int bm, int bn) { return loom::kernels::gemm_sm90_plan_stages(bm, bn); }
 
 // The heuristic's config plus alternatives with cluster_m == `cluster` (the heuristic is listed in its own pass).
 std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int cluster, int sms, loom::DType in) {
@@ -99,7 +96,7 @@ std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int 
                          c.tail_splits > 1 ? fmt::format("_tail{}", c.tail_splits) : ""),
              c);
     };
-    // Skinny GEMMs (one M-block) stream B from memory: narrow tiles with rings deeper than the heuristic's 6 stages.
+    // Skinny GEMMs (M <= 128) stream B from memory: narrow tiles at ring depths around the plan's (12 at 64 x 64).
     if (s.m <= 128 && cluster == 1) {
         for (int bn : {64, 128}) {
             const int deepest = loom::kernels::gemm_sm90_max_stages(heur.block_m, bn);
@@ -107,21 +104,22 @@ std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int 
                 if (st <= deepest) add(heur.block_m, bn, st, 1, 1);
         }
         // 64 < M <= 128: 64-row tiles too (two M-blocks sharing each N-block's B through L2).
-        if (heur.block_m == 128)
-            for (int bn : {64, 128, 256}) add(64, bn, max_stages(64, bn), 2, 1);
+        if (s.m > 64)
+            for (int bn : {64, 128, 256}) add(64, bn, loom::kernels::gemm_sm90_plan_stages(64, bn), 2, 1);
     }
-    // The BLOCK_N / stage / group alternatives run every tile whole (128-row tiles: not for a 64-row M).
-    if (heur.block_m == 128) {
-        for (int bn : {256, 240, 224, 208, 192, 176, 160, 144, 128}) add(128, bn, max_stages(128, bn), heur.group_m, 1);
+    // The BLOCK_N / stage / group alternatives run every tile whole (128-row tiles: not for M <= 64).
+    if (s.m > 64) {
+        for (int bn : {256, 240, 224, 208, 192, 176, 160, 144, 128})
+            add(128, bn, loom::kernels::gemm_sm90_plan_stages(128, bn), heur.group_m, 1);
         add(128, 256, 3, heur.group_m, 1);
-        add(128, heur.block_n, max_stages(128, heur.block_n), 16, 1);
+        add(128, heur.block_n, loom::kernels::gemm_sm90_plan_stages(128, heur.block_n), 16, 1);
     }
     // 192-row tiles (three consumer warpgroups; BLOCK_N <= kGemmMaxBlockN192 under their 128-register cap),
     // single-CTA only, whole and with the automatic split tail.
     if (cluster == 1 && s.m > 128) {
         for (int bn : {176, 160, 144, 128}) {
-            add(192, bn, max_stages(192, bn), heur.group_m, 1);
-            add(192, bn, max_stages(192, bn), heur.group_m, 0);
+            add(192, bn, loom::kernels::gemm_sm90_plan_stages(192, bn), heur.group_m, 1);
+            add(192, bn, loom::kernels::gemm_sm90_plan_stages(192, bn), heur.group_m, 0);
         }
     }
     return v;

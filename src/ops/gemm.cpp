@@ -247,10 +247,9 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
     // it won everywhere (16 x 2048 x 4096: 14.7 against 18.3 us). Only the 64-row tiles' 12-stage rings stream so:
     // 128 x 64 tiles (8 stages) whole at 128 x 4096 x 14336 fp8 (112 k-blocks) took 35.4 us, 0.79x cuBLASLt. Forced
     // splits (LOOM_GEMM_TAIL_SPLITS) apply whenever the wave is at most half full.
-    const int64_t k_blocks = ceil_div(k, cfg.block_k);
     const bool wave_thin = static_cast<int64_t>(cfg.grid) * 2 <= num_sms;
-    const bool short_k_streams_whole = cfg.block_m == 64 && static_cast<int64_t>(cfg.grid) * 3 > num_sms &&
-                                       k_blocks <= kGemmSkinnyWholeMaxKBlocks && requested == 0;
+    const bool short_k = ceil_div(k, cfg.block_k) <= kGemmSkinnyWholeMaxKBlocks && requested == 0;
+    const bool short_k_streams_whole = short_k && cfg.block_m == 64 && static_cast<int64_t>(cfg.grid) * 3 > num_sms;
     if (may_split && wave_thin && !short_k_streams_whole) {
         // 64 < M <= 128: 64 x 64 tiles over the M-blocks, whole, where they fill more than half the SMs and K is short
         // (the same streaming as above, with each N-block's B read by both M-blocks through L2). Measured (H200,
@@ -259,8 +258,7 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
         // 13.0 / 15.4; at 64 such tiles (128 x 2048 x 4096) the split won in bf16 (16.0 against 18.7 us). M >= 96:
         // the second M-block's 64-row A boxes mostly past M slow every load (as session 10 found for one M-block),
         // and at M = 72 the plan lost (call 10: 72 x 4096 x 8192 bf16 42.5 against 33.1 us).
-        if (tile_set == GemmTiles::Plain && m >= kGemmNarrowMinM && m <= 128 && requested == 0 &&
-            k_blocks <= kGemmSkinnyWholeMaxKBlocks) {
+        if (short_k && tile_set == GemmTiles::Plain && m >= kGemmNarrowMinM && m <= 128) {
             GemmConfig narrow = cfg;
             narrow.block_m = 64;
             narrow.block_n = 64;

@@ -22,8 +22,9 @@ bool gemm_takes_sm80(const GemmOptions& o, const GemmDevice& dev);
 GemmConfig gemm_config_for(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o,
                            const GemmDevice& dev, cudaStream_t stream, std::string* source);
 
-// Stages (the most that fit, <= 6), raster group (about sqrt(SMs x BLOCK_N / BLOCK_M) M-blocks, LOOM_GEMM_GROUP_M
-// overrides it) and persistent grid of a tile choice, as gemm_heuristic sets them; tail_splits is left as it is.
+// Stages (kernels::gemm_sm90_plan_stages: the most that fit, <= 12), raster group (about sqrt(SMs x BLOCK_N / BLOCK_M)
+// M-blocks, LOOM_GEMM_GROUP_M overrides it) and persistent grid of a tile choice, as gemm_heuristic sets them;
+// tail_splits is left as it is.
 void gemm_complete_config(GemmConfig& c, int64_t m, int64_t n, int num_sms);
 
 // Set on this thread while an overlapped op's candidates are timed (src/ops/overlap_tune.cpp): loom::gemm calls

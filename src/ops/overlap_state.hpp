@@ -133,7 +133,7 @@ int comm_blocks(int requested, int dflt, int num_sms);
 // and the stages beside the staged tile within the shared memory.
 std::string whole_tile_unfit(const GemmConfig& cfg, int out_bytes);
 // `c` adapted to a fused epilogue: BLOCK_N rounded up to whole 128-byte slab rows (the heuristic picks 144 or 160 on
-// small shapes), then the stages that fit beside the staged tile (at most 6; at least 3, narrowing BLOCK_N by 64 if
+// small shapes), then the stages that fit beside the staged tile (at most 12; at least 3, narrowing BLOCK_N by 64 if
 // needed: 128 x 256 bf16 gets 3). The grid is left to the caller.
 GemmConfig whole_tile_config(GemmConfig c, int out_bytes);
 

@@ -39,12 +39,14 @@
 namespace loom::kernels::overlap {
 
 // ---- the staged part (ArEpilogueHooks) -------------------------------------------------------------------------
-// Chunks (16 bytes per thread of the warpgroup, kInFlight per round) covering the first `slabs` staged slabs of the
-// part, rounded up to whole rounds: a round may run past the staged slabs (N tail) into the part's next slab, whose
-// sums are never stored, but never past the part.
+// A chunk: 16 bytes per thread of the warpgroup, i.e. 16 rows x 128 bytes of a slab; a thread's chunk c is bytes
+// (c x 128 + thread) x 16 of the part. Per slab (64 rows): 4.
+inline constexpr int kChunksPerSlab = static_cast<int>(kGemmStoreBufBytes / 16) / 128;
+// Chunks (kInFlight per round) covering the first `slabs` staged slabs of the part, rounded up to whole rounds: a
+// round may run past the staged slabs (N tail) into the part's next slab, whose sums are never stored, but never past
+// the part.
 template <int kSlabs, int kInFlight>
 LOOM_DEVICE LOOM_FORCEINLINE int staged_chunks(int slabs) {
-    constexpr int kChunksPerSlab = static_cast<int>(kGemmStoreBufBytes / 16) / 128;  // per thread: 4
     static_assert((kSlabs * kChunksPerSlab) % kInFlight == 0, "rounds stay inside the warpgroup's part");
     return (slabs * kChunksPerSlab + kInFlight - 1) / kInFlight * kInFlight;
 }
@@ -100,10 +102,9 @@ struct ArEpilogueHooks {
         const int64_t tile = static_cast<int64_t>(t.m_block) * a.num_n + t.n_block;
         const int64_t part = 2 * tile + warpgroup;
         const int64_t offset = tile * kTileBytes + warpgroup * (kTileBytes / (BLOCK_M / 64));
-        // The part's rows inside C, in 16-row groups (a chunk row of the staging buffer: 16 rows x 128 bytes of a
-        // slab): at M < 64 only those travel and are summed. (At M = 16 the whole 64-row part was 4x the bytes the
-        // all_reduce of the same C moves; docs/overlap.md "Session 23".)
-        constexpr int kChunksPerSlab = static_cast<int>(kGemmStoreBufBytes / 16) / 128;
+        // The part's rows inside C, in 16-row groups (one chunk of each slab): at M < 64 only those travel and are
+        // summed. (At M = 16 the whole 64-row part was 4x the bytes the all_reduce of the same C moves;
+        // docs/overlap.md "Session 23".)
         const int live_groups = (min(max(t.rows - warpgroup * 64, 0), 64) + 15) / 16;
         if (wg_thread == 0) {
             for (int d = 0; d < a.world; ++d) {
