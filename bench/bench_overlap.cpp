@@ -562,6 +562,25 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             row["interleaved"] = interleaved_block(meds({rs_auto, gemm_fn, comm_fn, seq_loom}, s, w, args.iters));
             if (args.host_us) row["host_enqueue_us"] = host_block({rs_auto, gemm_fn, comm_fn, seq_loom}, s, w);
         }
+        if (ok && args.rs_fused_diag && !loom::collective_topology(w).shared_gpu) {
+            // The copy-engine fused epilogue taken apart, timed interleaved run by run with the whole op and the GEMM
+            // alone (LOOM_DIAG_RS_FUSED_SKIP; results wrong by design): the copy engine moving no bytes (16), then
+            // also no outbox stores, waits or combine (3 | 16: the hooked kernel's structure), then also no system
+            // fence before each published tile (8), and the whole op without that fence alone.
+            const auto ce = [&](int mode) {
+                return std::function<void(cudaStream_t)>([&, mode](cudaStream_t st) {
+                    const loom::ScopedEnv skip("LOOM_DIAG_RS_FUSED_SKIP",
+                                               mode > 0 ? std::optional(std::to_string(mode)) : std::nullopt);
+                    loom::gemm_rs(w, A, B, C, st,
+                                  with_scales(loom::GemmRsOptions{0, nullptr, loom::RsAlgo::FusedEpilogue,
+                                                                  loom::RsTransport::CopyEngine}));
+                });
+            };
+            const std::vector<double> t6 = meds({ce(0), ce(16), ce(19), ce(27), ce(8), gemm_fn}, s, w, args.iters);
+            row["ce_diag_interleaved_us"] = {{"op", t6[0]},        {"no_ce_bytes", t6[1]},
+                                             {"structure", t6[2]}, {"structure_no_fence", t6[3]},
+                                             {"no_fence", t6[4]},  {"gemm", t6[5]}};
+        }
         if (ok && args.rs_fused_diag) {
             // The fused pull with its reducers doing nothing (mode 1) or only waiting for every tile (mode 2), timed
             // interleaved with the whole op and the GEMM alone (LOOM_DIAG_RS_FUSED_SKIP; results wrong by design).

@@ -131,7 +131,9 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
     h.shift_m = static_cast<int32_t>(((me + 1) % W) * blocks_per_rank);
     h.rows_per_rank = static_cast<int32_t>(rows_seg);
     h.group = std::min<int32_t>(cfg.group_m, static_cast<int32_t>(blocks_per_rank));
-    h.diag_skip = static_cast<int32_t>(env_int("LOOM_DIAG_RS_FUSED_SKIP", 0) & 3);  // diagnostics: wrong results
+    // Diagnostics, wrong results: bits 1, 2 and 8 reach the kernel; 16 keeps the copy engine's bytes (signals only).
+    const long long diag = env_int("LOOM_DIAG_RS_FUSED_SKIP", 0);
+    h.diag_skip = static_cast<int32_t>(diag & 11);
     const GemmSm90Launch l = gemm_sm90_launch(a, b, c, overlap::gemm_options(sc), cfg, fs.num_sms, stream);
     if (transport != RsTransport::CopyEngine || W == 1) {
         kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, h);
@@ -167,7 +169,8 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
                 stream_ops::wait_value(fs.side, &fs.sig->tile[lead], fs.stored_total[lead]);
                 stream_ops::put_signal_ce(
                     world, h.scratch + kernels::overlap::rs_slot_of(me, d) * slot_bytes + at * tile_bytes,
-                    outbox + d * slot_bytes + at * tile_bytes, static_cast<std::size_t>(rows * cols * tile_bytes),
+                    outbox + d * slot_bytes + at * tile_bytes,
+                    (diag & 16) != 0 ? 0 : static_cast<std::size_t>(rows * cols * tile_bytes),
                     &fs.sig->tile_in[me][lead], epoch, d, fs.side);
             }
         }

@@ -169,9 +169,11 @@ struct RsAccHooks {
     LOOM_DEVICE LOOM_FORCEINLINE void publish() const {
         ptx::named_barrier_sync(1, kConsumers * 128);  // the pending tile's stores issued, `pending` written
         const int32_t p = rs_pending_push();
-        if (p < 0) return;  // uniform: every thread read the same value
-        ptx::fence_acq_rel_sys();
-        ptx::named_barrier_sync(1, kConsumers * 128);
+        if (p < 0) return;             // uniform: every thread read the same value
+        if ((a.diag_skip & 8) == 0) {  // diagnostics (racy without it): the fence's own cost
+            ptx::fence_acq_rel_sys();
+            ptx::named_barrier_sync(1, kConsumers * 128);
+        }
         if (threadIdx.x == 0) {
             const int32_t d = p / kMaxTileSignals, tile = p % kMaxTileSignals;
             if (a.outbox != nullptr) {
