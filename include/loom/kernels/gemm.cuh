@@ -34,7 +34,11 @@
 // Accumulator hooks (Hooks::kAccEpilogue; GEMM+ReduceScatter's fused epilogue, kernels/gemm_rs.cuh): after the
 //   mainloop the hooks get the fp32 accumulators (epilogue_acc): they may send them elsewhere (the tile is then not
 //   stored here) or change them; the plain epilogue then stores them, d_row_offset() rows above t.row0 in D. Nothing
-//   else changes: the staging buffers and stages are the plain kernel's.
+//   else changes: the staging buffers and stages are the plain kernel's. With tile::kHasAccRingCopies<Hooks> the
+//   kernel then adds the hooks' copies of the tile (e.g. peers' partial sums of it) to the accumulators: the producer,
+//   after the tile's last k-block, waits for them (hooks.ring_wait) and bulk-copies each warpgroup part into the B slot
+//   of a ring stage, as if they were more k-blocks; each consumer warpgroup adds its parts from shared memory and
+//   releases the stages. So the consumers neither poll signals nor wait on global loads in their epilogue.
 // Side warps (tile::kHasSideWarps<Hooks>; GEMM+ReduceScatter's fused pull, kernels/gemm_rs_pull.cuh): the producer
 //   warpgroup's three warps that issue no TMA run hooks.side_warps() beside the GEMM; no role changes its register
 //   budget then (setmaxnreg), so every thread keeps the launch bound's 168.
@@ -52,6 +56,7 @@
 
 #include "loom/config.hpp"
 #include "loom/kernels/gemm_params.hpp"
+#include "loom/ptx/async.cuh"
 #include "loom/ptx/cluster.cuh"
 #include "loom/ptx/memory.cuh"
 #include "loom/ptx/sm80.cuh"
@@ -197,10 +202,14 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     constexpr int kBlockK = gemm_block_k(sizeof(TIn));               // elements of one 128-byte row
     constexpr uint32_t kABytes = tile::swizzled_box_bytes(BLOCK_M);  // (BLOCK_M, kBlockK): 128 B per row
     constexpr uint32_t kBBytes = tile::swizzled_box_bytes(BLOCK_N);  // (BLOCK_N, kBlockK)
-    constexpr int kProducerRegs = 40;
-    // Per consumer thread after setmaxnreg: (40 + kConsumers x kConsumerRegs) x 128 <= 64 Ki registers. (ptxas
-    // allocates for the launch bound's cap either way: 168 with two consumers, 128 with three.)
-    constexpr int kConsumerRegs = kConsumers == 3 ? 152 : kConsumers == 2 ? 232 : 240;
+    // Copies of the tile through the ring (tile::kHasAccRingCopies; below) give the producer thread more to hold.
+    constexpr bool kAccRing = tile::kHasAccRingCopies<Hooks>;
+    constexpr int kProducerRegs = kAccRing ? 64 : 40;
+    // Per consumer thread after setmaxnreg: (kProducerRegs + kConsumers x kConsumerRegs) x 128 <= 64 Ki registers.
+    // (ptxas allocates for the launch bound's cap either way: 168 with two consumers, 128 with three; what binds is
+    // the producer's budget, which its code must fit.)
+    constexpr int kConsumerRegs = kConsumers == 3 ? 152 : kConsumers == 2 ? (kAccRing ? 224 : 232) : 240;
+    static_assert(kProducerRegs + kConsumers * kConsumerRegs <= 512, "registers per SM");
     // TMA-store epilogue: slabs 128 bytes wide (kStoreCols elements of TOut); 16 rows per warp, 64 per warpgroup with
     // epilogue hooks.
     constexpr int kStoreCols = gemm_store_box_cols(sizeof(TOut));
@@ -229,6 +238,13 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
         return slab * kFragsPerSlab < BLOCK_N / 8 - kFragsPerSlab ? slab * kFragsPerSlab : BLOCK_N / 8 - kFragsPerSlab;
     };
     constexpr int kWarpBufs = gemm_warp_store_bufs(BLOCK_M);  // the plain epilogue's staging buffers per warp
+    // Copies of the tile through the ring (tile::kHasAccRingCopies): a warpgroup's 64 x BLOCK_N part of TOut is
+    // kRingPieces B slots (one for 16-bit TOut, two for fp32), each kRingPieceVecs 16-byte vectors per thread.
+    constexpr int kRingPieces = static_cast<int>(sizeof(TOut)) / 2;
+    constexpr int kRingVecElems = 16 / static_cast<int>(sizeof(TOut));
+    constexpr int kRingPieceVecs = BLOCK_N / 2 / kRingVecElems / kRingPieces;
+    static_assert(!kAccRing || (Hooks::kAccEpilogue && kRingPieceVecs * 128 * 16 == kBBytes),
+                  "ring copies: accumulator hooks; a part of the tile fills whole B slots");
 
     extern __shared__ uint8_t smem_raw[];
     // 128B-swizzled TMA boxes and wgmma descriptors need 1024-byte aligned tiles.
@@ -325,6 +341,24 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                     }
                     st.advance();
                 }
+                if constexpr (kAccRing) {
+                    // The tile's copies for its epilogue, in the order the consumers add them: copy by copy, each
+                    // warpgroup's part (contiguous in the copy) as kRingPieces B slots.
+                    const int copies = hooks.template ring_copies<TOut, BLOCK_M, BLOCK_N>(t);
+                    if (copies > 0) {
+                        hooks.template ring_wait<TOut, BLOCK_M, BLOCK_N>(t);
+                        ptx::fence_proxy_async_global();  // what the acquire made visible, to the bulk copies
+                        for (int c = 0; c < copies; ++c) {
+                            const uint8_t* src = hooks.template ring_copy<TOut, BLOCK_M, BLOCK_N>(t, c);
+                            for (int piece = 0; piece < kConsumers * kRingPieces; ++piece) {
+                                uint64_t* full = pipe->producer_acquire(st, kBBytes);
+                                ptx::cp_async_bulk_g2s(smem_b + st.stage * kBBytes, src + piece * kBBytes, kBBytes,
+                                                       full);
+                                st.advance();
+                            }
+                        }
+                    }
+                }
             }
         }
         if constexpr (tile::kHasSideWarps<Hooks>) {
@@ -407,6 +441,42 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
             // across the epilogue it made the tightest configs spill).
             if constexpr (Hooks::kAccEpilogue) {
                 if (!hooks.template epilogue_acc<TOut, BLOCK_M, BLOCK_N>(acc, t)) continue;
+            }
+            if constexpr (kAccRing) {
+                // The copies the producer streams after the mainloop (above): warpgroup g adds the slots of its part,
+                // then its warp 0 releases them once all four warps have read (every warpgroup waits for and
+                // releases every slot, so the ring's phases stay in step).
+                const int copies = hooks.template ring_copies<TOut, BLOCK_M, BLOCK_N>(t);
+                const uint32_t r_tid = ptx::tid_x_unhoisted();
+                const int r_wg = static_cast<int>(r_tid / 128);
+                for (int c = 0; c < copies; ++c) {
+                    // (The warpgroup loop not unrolled: its body does not depend on g, one copy of it is enough.)
+#pragma unroll 1
+                    for (int g = 0; g < kConsumers; ++g) {
+#pragma unroll
+                        for (int piece = 0; piece < kRingPieces; ++piece) {
+                            pipe->consumer_wait_lean(st);
+                            if (g == r_wg) {
+                                const uint8_t* slot = smem_b + st.stage * kBBytes + (r_tid % 128) * 16;
+                                // Four vectors in flight at a time: all of them at once (64 registers beside the
+                                // 128 accumulators) made ptxas spill.
+#pragma unroll
+                                for (int v0 = 0; v0 < kRingPieceVecs; v0 += 4) {
+                                    uint4 x[4];
+#pragma unroll
+                                    for (int v = 0; v < 4; ++v) x[v] = ptx::ld_shared_v4(slot + (v0 + v) * 128 * 16);
+#pragma unroll
+                                    for (int v = 0; v < 4; ++v)
+                                        tile::add_vector<TOut>(acc + kRingVecElems * (piece * kRingPieceVecs + v0 + v),
+                                                               x[v]);
+                                }
+                                ptx::named_barrier_sync(2 + r_wg, 128);
+                            }
+                            release_slot<CLUSTER_M>(pipe, st.stage);
+                            st.advance();
+                        }
+                    }
+                }
             }
             const auto d_row0 = [&]() -> int32_t {
                 if constexpr (Hooks::kAccEpilogue) {

@@ -104,16 +104,22 @@ LOOM_DEVICE LOOM_FORCEINLINE uint4 vec_pack(const float (&acc)[kVecElems<T>]) {
 //            raises tile_in[me][tile] := epoch at d (release, sys), or with the copy engine counts the tile on its
 //            chunk (stored[lead] += 1) for the host's copy stream.
 //   d == me  a few k-blocks before the end of the mainloop the producer thread prefetches every peer's copy of the
-//            tile into L2 (one bulk prefetch each). After it, thread 0 of each warpgroup waits for every peer's tile
-//            (or chunk; acquire, sys), named barrier, and the threads add the peers' vectors to their accumulators in
-//            rank order (fp32); the kernel stores the sums to C [M / W, N] at row t.row0 - me * M / W. Precision:
-//            the own partial stays fp32, the peers' arrive rounded to TOut once.
+//            tile into L2 (one bulk prefetch each). After the tile's last k-block it waits for every peer's tile (or
+//            chunk; acquire, sys) and streams the copies through the TMA ring as if they were more k-blocks (the
+//            kernel's ring copies, tile::kHasAccRingCopies: each warpgroup part into a stage's B slot); the consumers
+//            add their parts from shared memory to their accumulators in rank order (fp32) and the kernel stores the
+//            sums to C [M / W, N] at row t.row0 - me * M / W. Nothing on the consumers' path polls a signal or waits
+//            on a global load (until session 24 thread 0 of each warpgroup waited for the signals and the threads
+//            loaded the copies from L2, four 16-byte vectors in flight: ~1-2 us per own tile with the tensor cores
+//            idle). Precision: the own partial stays fp32, the peers' arrive rounded to TOut once.
 // Deadlock freedom: pushes never wait. A tile of rank p's rows is at rotated M-position (m - shift_p) mod num_m,
 // which is in the last M / W rows of positions for p and earlier for every other rank q (q's last positions are
 // q's own rows), and the grouped order is monotonic in that position for a fixed n-block: every tile a wait
 // needs has a smaller linear index in the pushing rank than the waiting tile in the waiting rank. By induction
 // over the linear index (each CTA walks increasing indices; all CTAs resident: grid <= the usable SMs), every
-// wait ends. A signal is pending only while its CTA is not waiting (published before any wait).
+// wait ends. A signal is pending only while its CTA is not waiting (published before any wait): the producer waits
+// for an own tile's copies only after it issued all of that tile's k-blocks, so the consumers finish the mainloop
+// and publish their pending push before they need the copies.
 // Write-after-read of the scratch: calls alternate between the two parity halves (the half is half of the
 // allocation, not of the call's size); a rank reaches call e + 2 only after its call e + 1 waited for every peer's
 // call e + 1 pushes, which each peer made after finishing call e (stream order), reads included.
@@ -145,6 +151,7 @@ struct RsAccHooks {
     static constexpr bool kNotifiesAfterStore = false;
     static constexpr bool kEpilogueHooks = false;
     static constexpr bool kAccEpilogue = true;
+    static constexpr bool kAccRingCopies = true;  // peers' copies of an own tile come through the TMA ring
     RsFusedHookArgs a;
 
     LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const tile::TileGrid& g, int32_t& m_block,
@@ -202,6 +209,34 @@ struct RsAccHooks {
             if (q != a.me) ptx::cp_async_bulk_prefetch_l2(src + rs_slot_of(q, a.me) * a.slot_bytes, kTileBytes);
     }
 
+    // Signal of an own tile's copies: per tile when peers push over NVLink, per chunk with the copy engine.
+    LOOM_DEVICE LOOM_FORCEINLINE int64_t own_tile_signal(const tile::TileCoord& t) const {
+        const int32_t band0 = a.me * a.blocks_per_rank;
+        return a.outbox != nullptr
+                   ? static_cast<int64_t>(band0) * a.num_n +
+                         rs_chunk_lead(t.m_block - band0, t.n_block, a.blocks_per_rank, a.num_n, a.group, a.chunk_n)
+                   : int64_t(t.m_block) * a.num_n + t.n_block;
+    }
+    // Ring copies (tile::kHasAccRingCopies): an own tile gets every peer's copy, in rank order.
+    template <class TOut, int BLOCK_M, int BLOCK_N>
+    LOOM_DEVICE LOOM_FORCEINLINE int ring_copies(const tile::TileCoord& t) const {
+        const bool own = t.m_block / a.blocks_per_rank == a.me;
+        return own && (a.diag_skip & 2) == 0 ? a.world - 1 : 0;
+    }
+    template <class TOut, int BLOCK_M, int BLOCK_N>
+    LOOM_DEVICE LOOM_FORCEINLINE void ring_wait(const tile::TileCoord& t) const {
+        const int64_t tile_id = own_tile_signal(t);
+        for (int q = 0; q < a.world; ++q)
+            if (q != a.me)
+                lang::wait_ge_sys_or_trap(a.tile_in + static_cast<int64_t>(q) * kMaxTileSignals + tile_id, a.epoch,
+                                          a.timeout_ns, "gemm_rs: GEMM waits for a peer's tile");
+    }
+    template <class TOut, int BLOCK_M, int BLOCK_N>
+    LOOM_DEVICE LOOM_FORCEINLINE const uint8_t* ring_copy(const tile::TileCoord& t, int c) const {
+        const int q = c < a.me ? c : c + 1;  // the c-th peer in rank order
+        return a.scratch + tile_offset<BLOCK_M, BLOCK_N, TOut>(t, a.me, 0) + rs_slot_of(q, a.me) * a.slot_bytes;
+    }
+
     template <class TOut, int BLOCK_M, int BLOCK_N>
     LOOM_DEVICE LOOM_FORCEINLINE bool epilogue_acc(float (&acc)[BLOCK_N / 2], const tile::TileCoord& t) const {
         constexpr int E = kVecElems<TOut>;
@@ -226,37 +261,7 @@ struct RsAccHooks {
             if (tid == 0) rs_pending_push() = band * kMaxTileSignals + t.m_block * a.num_n + t.n_block;
             return false;
         }
-        // An own tile: every peer's copy added to this rank's fp32 partial, in rank order.
-        if ((a.diag_skip & 2) == 0) {
-            if (wg_thread == 0) {
-                // Peers' stores signal per tile; the copy engine per chunk.
-                const int32_t band0 = a.me * a.blocks_per_rank;
-                const int64_t tile_id = a.outbox != nullptr
-                                            ? static_cast<int64_t>(band0) * a.num_n +
-                                                  rs_chunk_lead(t.m_block - band0, t.n_block, a.blocks_per_rank,
-                                                                a.num_n, a.group, a.chunk_n)
-                                            : int64_t(t.m_block) * a.num_n + t.n_block;
-                for (int q = 0; q < a.world; ++q)
-                    if (q != a.me)
-                        lang::wait_ge_sys_or_trap(a.tile_in + static_cast<int64_t>(q) * kMaxTileSignals + tile_id,
-                                                  a.epoch, a.timeout_ns, "gemm_rs: GEMM waits for a peer's tile");
-            }
-            ptx::named_barrier_sync(2 + warpgroup, 128);
-            const uint8_t* src = a.scratch + tile_offset<BLOCK_M, BLOCK_N, TOut>(t, a.me, warpgroup) + wg_thread * 16;
-            for (int q = 0; q < a.world; ++q) {
-                if (q == a.me) continue;
-                const uint8_t* copy = src + rs_slot_of(q, a.me) * a.slot_bytes;
-#pragma unroll
-                for (int v0 = 0; v0 < kVecs; v0 += kInFlight) {
-                    uint4 x[kInFlight];
-#pragma unroll
-                    for (int i = 0; i < kInFlight; ++i)
-                        x[i] = __ldcg(reinterpret_cast<const uint4*>(copy + (v0 + i) * kVecStride));
-#pragma unroll
-                    for (int i = 0; i < kInFlight; ++i) acc_add_vector<TOut>(acc + E * (v0 + i), x[i]);
-                }
-            }
-        }
+        // An own tile: the kernel adds every peer's copy (ring_copies below).
         return true;
     }
     // An own tile's rows in C [M / W, N].

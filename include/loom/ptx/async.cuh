@@ -47,6 +47,19 @@ LOOM_DEVICE LOOM_FORCEINLINE void mbarrier_expect_tx(uint64_t* bar, uint32_t tx_
     unsupported_arch();
 #endif
 }
+// ---- shared memory --------------------------------------------------------------------------------------------
+// One 16-byte load from shared memory (16-byte aligned), e.g. of a slot a bulk copy filled once its mbarrier phase
+// completed. Volatile: a loop of them stays in program order with the arithmetic between (the compiler may not hoist
+// every load of an unrolled loop ahead of it, which costs a register per word).
+LOOM_DEVICE LOOM_FORCEINLINE uint4 ld_shared_v4(const void* p) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(smem_addr(p))
+                 : "memory");
+    return v;
+}
+
 // ---- bulk copies (cp.async.bulk, sm_90) ----------------------------------------------------------------------
 // global -> shared::cta; completion: `bytes` transaction bytes on `bar` (pair with mbarrier_arrive_expect_tx).
 LOOM_DEVICE LOOM_FORCEINLINE void cp_async_bulk_g2s(void* smem_dst, const void* gmem_src, uint32_t bytes,

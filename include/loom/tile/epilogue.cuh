@@ -49,6 +49,14 @@ LOOM_DEVICE LOOM_FORCEINLINE void store_pair(T* p, float x, float y) {
     }
 }
 
+// acc[0, 16 / sizeof(T)) += the elements of one 16-byte vector of T, in fp32.
+template <class T>
+LOOM_DEVICE LOOM_FORCEINLINE void add_vector(float* acc, const uint4& x) {
+    const T* e = reinterpret_cast<const T*>(&x);
+#pragma unroll
+    for (int k = 0; k < 16 / static_cast<int>(sizeof(T)); ++k) acc[k] += to_float(e[k]);
+}
+
 // Two values rounded to a 16-bit T and packed (x in the low half), as stmatrix / a 4-byte store takes them.
 template <class T>
 LOOM_DEVICE LOOM_FORCEINLINE uint32_t pack_pair(float x, float y) {

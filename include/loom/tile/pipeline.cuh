@@ -42,6 +42,16 @@ LOOM_DEVICE LOOM_FORCEINLINE void mbarrier_wait(uint64_t* bar, uint32_t parity, 
     }
 }
 
+// The same wait, bounded by a count of polls instead of the clock and with no report before the trap: for waits in
+// code with no registers to spare (the consumers' epilogue, 128 accumulators live under a 168-register cap), where
+// the report's stores and the 64-bit clock made ptxas spill. Each try_wait may suspend the thread for a while, so
+// 2^30 polls bound the wait at seconds to minutes: a deadlock, never slowness.
+LOOM_DEVICE LOOM_FORCEINLINE void mbarrier_wait_lean(uint64_t* bar, uint32_t parity) {
+    uint32_t polls = 0;
+    while (!ptx::mbarrier_try_wait_parity(bar, parity))
+        if (++polls == (1u << 30)) __trap();
+}
+
 // Position in the ring: slot index and the phase parity of the current pass.
 template <int STAGES>
 struct PipelineState {
@@ -82,6 +92,9 @@ struct TmaPipeline {
     // Consumer (every thread that reads the slot): wait until its TMA bytes have landed.
     LOOM_DEVICE LOOM_FORCEINLINE void consumer_wait(const PipelineState<STAGES>& st) {
         mbarrier_wait(&full[st.stage], st.phase, "pipeline full");
+    }
+    LOOM_DEVICE LOOM_FORCEINLINE void consumer_wait_lean(const PipelineState<STAGES>& st) {
+        mbarrier_wait_lean(&full[st.stage], st.phase);
     }
 
     // Consumer (one thread per arriving unit, after its reads of the slot are complete): hand the slot back.

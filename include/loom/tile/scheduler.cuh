@@ -36,6 +36,18 @@
 //                        finish<BLOCK_M>() (every consumer thread, after the CTA's last tile).
 //                        GEMM+ReduceScatter's fused epilogue (kernels/gemm_rs.cuh) pushes peers' tiles and sums its
 //                        own there.
+//   kAccRingCopies       (optional member, with kAccEpilogue; false when absent) copies of the tile's accumulators
+//                        that the kernel adds after epilogue_acc returned true, streamed through the TMA ring: each
+//                        copy is a whole tile of TOut in fragment order (warpgroup c's 64 x BLOCK_N part at
+//                        c x 64 x BLOCK_N x sizeof(TOut), its thread i's 16-byte vector v at byte 16 (128 v + i) of the
+//                        part), added in copy order. ring_copies<TOut, BLOCK_M, BLOCK_N>(tile) (the producer thread and
+//                        every consumer thread, the same answer: how many, 0 for none); ring_wait<...>(tile) (the
+//                        producer thread, after the tile's last k-block and before its copies' loads: waits, acquire,
+//                        until every copy is in place; the kernel then fences the async proxy); ring_copy<...>(tile,
+//                        c) (the producer thread: copy c's address). The producer bulk-copies each part into the B
+//                        slot of a ring stage (BLOCK_N x 128 bytes: one part of 16-bit TOut, half of an fp32 one), the
+//                        consumers add their part from shared memory and release the stage. Nothing polls global
+//                        memory on the consumers' path. GEMM+ReduceScatter's fused epilogue adds peers' copies there.
 //   kSideWarps           (optional member; false when absent) the producer warpgroup's three warps that issue no TMA
 //                        (32-127 of it) run side_warps<TOut, BLOCK_M, BLOCK_N>(thread) (thread 0-95) concurrently
 //                        with the whole GEMM, and the CTA ends when they return. Neither role then changes its
@@ -55,6 +67,11 @@ namespace loom::tile {
 template <class Hooks>
 inline constexpr bool kHasSideWarps = requires {
     requires Hooks::kSideWarps;
+};
+// Whether accumulator hooks stream copies of the tile through the ring (kAccRingCopies above).
+template <class Hooks>
+inline constexpr bool kHasAccRingCopies = requires {
+    requires Hooks::kAccRingCopies;
 };
 
 // Policies whose kernel scales the accumulators right after the mainloop (GemmArgs::alpha times the device scales)
