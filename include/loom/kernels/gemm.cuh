@@ -204,12 +204,17 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     constexpr uint32_t kBBytes = tile::swizzled_box_bytes(BLOCK_N);  // (BLOCK_N, kBlockK)
     // Copies of the tile through the ring (tile::kHasAccRingCopies; below) give the producer thread more to hold.
     constexpr bool kAccRing = tile::kHasAccRingCopies<Hooks>;
-    constexpr int kProducerRegs = kAccRing ? 64 : 40;
-    // Per consumer thread after setmaxnreg: (kProducerRegs + kConsumers x kConsumerRegs) x 128 <= 64 Ki registers.
-    // (ptxas allocates for the launch bound's cap either way: 168 with two consumers, 128 with three; what binds is
-    // the producer's budget, which its code must fit.)
-    constexpr int kConsumerRegs = kConsumers == 3 ? 152 : kConsumers == 2 ? (kAccRing ? 224 : 232) : 240;
-    static_assert(kProducerRegs + kConsumers * kConsumerRegs <= 512, "registers per SM");
+    constexpr int kProducerRegs = kAccRing ? 56 : 40;
+    // setmaxnreg moves registers between the roles inside the CTA's launch allocation (the launch bound's registers
+    // per thread, a multiple of 8: 168 for 384 threads, 128 for 512): a consumer's setmaxnreg.inc waits until the
+    // producer's dec freed enough, so asking for more than the allocation hangs the consumers (it did, with 64 + 2 x
+    // 224). (ptxas compiles the consumers for the launch bound's registers either way; what binds is the producer's
+    // budget, which its code must fit.)
+    constexpr int kLaunchRegs = tile::min_int(65536 / (128 * (kConsumers + 1)) / 8 * 8, 248);
+    constexpr int kConsumerRegs =
+        tile::min_int(((kConsumers + 1) * kLaunchRegs - kProducerRegs) / kConsumers / 8 * 8, 240);
+    static_assert(kProducerRegs + kConsumers * kConsumerRegs <= (kConsumers + 1) * kLaunchRegs,
+                  "setmaxnreg within the CTA's launch allocation");
     // TMA-store epilogue: slabs 128 bytes wide (kStoreCols elements of TOut); 16 rows per warp, 64 per warpgroup with
     // epilogue hooks.
     constexpr int kStoreCols = gemm_store_box_cols(sizeof(TOut));
@@ -332,13 +337,6 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                             }
                         }
                     }
-                    if constexpr (Hooks::kAccEpilogue) {
-                        // kAccPrefetchKBlocks loads before the tile's last (or at its first for a short K), some
-                        // STAGES + kAccPrefetchKBlocks k-blocks before its epilogue: e.g. an L2 prefetch of what the
-                        // epilogue will read, early enough to land, late enough to stay in L2.
-                        if (kb + kAccPrefetchKBlocks == w.kb_count || (kb == 0 && w.kb_count < kAccPrefetchKBlocks))
-                            hooks.template prefetch_epilogue<TOut, BLOCK_M, BLOCK_N>(t);
-                    }
                     st.advance();
                 }
                 if constexpr (kAccRing) {
@@ -348,8 +346,8 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                     if (copies > 0) {
                         hooks.template ring_wait<TOut, BLOCK_M, BLOCK_N>(t);
                         ptx::fence_proxy_async_global();  // what the acquire made visible, to the bulk copies
-                        for (int c = 0; c < copies; ++c) {
-                            const uint8_t* src = hooks.template ring_copy<TOut, BLOCK_M, BLOCK_N>(t, c);
+                        const uint8_t* src = hooks.template ring_copy<TOut, BLOCK_M, BLOCK_N>(t);
+                        for (int c = 0; c < copies; ++c, src += hooks.ring_copy_stride()) {
                             for (int piece = 0; piece < kConsumers * kRingPieces; ++piece) {
                                 uint64_t* full = pipe->producer_acquire(st, kBBytes);
                                 ptx::cp_async_bulk_g2s(smem_b + st.stage * kBBytes, src + piece * kBBytes, kBBytes,

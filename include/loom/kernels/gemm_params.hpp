@@ -53,10 +53,6 @@ LOOM_DEVICE LOOM_FORCEINLINE float gemm_device_scales(const GemmArgs& args) {
 
 // A k-block of the Hopper kernel in elements of the input type: one 128-byte swizzle row (64 bf16 / fp16, 128 fp8).
 LOOM_HOST_DEVICE constexpr int gemm_block_k(int in_elem_bytes) { return 128 / in_elem_bytes; }
-// Accumulator epilogue hooks (kAccEpilogue): the producer calls prefetch_epilogue this many loads before the tile's
-// last, so STAGES more k-blocks before its epilogue (~0.5 us each at 128 x 256 on an H200: a few us for an L2
-// prefetch to land, too little for the GEMM's operand traffic to evict it again).
-inline constexpr int kAccPrefetchKBlocks = 4;
 
 // TMA-store epilogue of gemm_sm90_tma_wgmma: output slabs of 128 bytes per row (one 128B swizzle span,
 // gemm_store_box_cols(sizeof(TOut)) columns). The plain epilogue is per warp: each consumer warp stages its 16 rows

@@ -103,15 +103,14 @@ LOOM_DEVICE LOOM_FORCEINLINE uint4 vec_pack(const float (&acc)[kVecElems<T>]) {
 //            a whole mainloop old by then, are performed), the consumers meet at a named barrier and thread 0
 //            raises tile_in[me][tile] := epoch at d (release, sys), or with the copy engine counts the tile on its
 //            chunk (stored[lead] += 1) for the host's copy stream.
-//   d == me  a few k-blocks before the end of the mainloop the producer thread prefetches every peer's copy of the
-//            tile into L2 (one bulk prefetch each). After the tile's last k-block it waits for every peer's tile (or
-//            chunk; acquire, sys) and streams the copies through the TMA ring as if they were more k-blocks (the
-//            kernel's ring copies, tile::kHasAccRingCopies: each warpgroup part into a stage's B slot); the consumers
-//            add their parts from shared memory to their accumulators in rank order (fp32) and the kernel stores the
-//            sums to C [M / W, N] at row t.row0 - me * M / W. Nothing on the consumers' path polls a signal or waits
-//            on a global load (until session 24 thread 0 of each warpgroup waited for the signals and the threads
-//            loaded the copies from L2, four 16-byte vectors in flight: ~1-2 us per own tile with the tensor cores
-//            idle). Precision: the own partial stays fp32, the peers' arrive rounded to TOut once.
+//   d == me  after the tile's last k-block the producer thread waits for every peer's tile (or chunk; acquire,
+//            sys) and streams the copies through the TMA ring as if they were more k-blocks (the kernel's ring copies,
+//            tile::kHasAccRingCopies: each warpgroup part into a stage's B slot); the consumers add their parts from
+//            shared memory to their accumulators in rank order (fp32) and the kernel stores the sums to C [M / W, N] at
+//            row t.row0 - me * M / W. Nothing on the consumers' path polls a signal or waits on a global load (until
+//            session 24 thread 0 of each warpgroup waited for the signals and the threads loaded the copies from L2,
+//            four 16-byte vectors in flight: ~1-2 us per own tile with the tensor cores idle). Precision: the own
+//            partial stays fp32, the peers' arrive rounded to TOut once.
 // Deadlock freedom: pushes never wait. A tile of rank p's rows is at rotated M-position (m - shift_p) mod num_m,
 // which is in the last M / W rows of positions for p and earlier for every other rank q (q's last positions are
 // q's own rows), and the grouped order is monotonic in that position for a fixed n-block: every tile a wait
@@ -199,16 +198,6 @@ struct RsAccHooks {
         }
     }
 
-    // The producer thread, a few k-blocks before an own tile's epilogue: every peer's copy of the tile into L2.
-    template <class TOut, int BLOCK_M, int BLOCK_N>
-    LOOM_DEVICE LOOM_FORCEINLINE void prefetch_epilogue(const tile::TileCoord& t) const {
-        if (t.m_block / a.blocks_per_rank != a.me || (a.diag_skip & 2) != 0) return;
-        constexpr uint32_t kTileBytes = uint32_t(BLOCK_M) * BLOCK_N * sizeof(TOut);  // both parts, contiguous
-        const uint8_t* src = a.scratch + tile_offset<BLOCK_M, BLOCK_N, TOut>(t, a.me, 0);
-        for (int q = 0; q < a.world; ++q)
-            if (q != a.me) ptx::cp_async_bulk_prefetch_l2(src + rs_slot_of(q, a.me) * a.slot_bytes, kTileBytes);
-    }
-
     // Signal of an own tile's copies: per tile when peers push over NVLink, per chunk with the copy engine.
     LOOM_DEVICE LOOM_FORCEINLINE int64_t own_tile_signal(const tile::TileCoord& t) const {
         const int32_t band0 = a.me * a.blocks_per_rank;
@@ -231,11 +220,13 @@ struct RsAccHooks {
                 lang::wait_ge_sys_or_trap(a.tile_in + static_cast<int64_t>(q) * kMaxTileSignals + tile_id, a.epoch,
                                           a.timeout_ns, "gemm_rs: GEMM waits for a peer's tile");
     }
+    // Copy c (the c-th peer in rank order) at ring_copy(t) + c * ring_copy_stride(): the peers' slots are in rank
+    // order (rs_slot_of).
     template <class TOut, int BLOCK_M, int BLOCK_N>
-    LOOM_DEVICE LOOM_FORCEINLINE const uint8_t* ring_copy(const tile::TileCoord& t, int c) const {
-        const int q = c < a.me ? c : c + 1;  // the c-th peer in rank order
-        return a.scratch + tile_offset<BLOCK_M, BLOCK_N, TOut>(t, a.me, 0) + rs_slot_of(q, a.me) * a.slot_bytes;
+    LOOM_DEVICE LOOM_FORCEINLINE const uint8_t* ring_copy(const tile::TileCoord& t) const {
+        return a.scratch + tile_offset<BLOCK_M, BLOCK_N, TOut>(t, a.me, 0);
     }
+    LOOM_DEVICE LOOM_FORCEINLINE int64_t ring_copy_stride() const { return a.slot_bytes; }
 
     template <class TOut, int BLOCK_M, int BLOCK_N>
     LOOM_DEVICE LOOM_FORCEINLINE bool epilogue_acc(float (&acc)[BLOCK_N / 2], const tile::TileCoord& t) const {

@@ -169,8 +169,6 @@ struct RsPullHooks {
         c.done = 0;
         for (int w = 0; w < 16; ++w) c.started[w] = 0;
     }
-    template <class TOut, int BLOCK_M, int BLOCK_N>
-    LOOM_DEVICE LOOM_FORCEINLINE void prefetch_epilogue(const tile::TileCoord&) const {}
     LOOM_DEVICE LOOM_FORCEINLINE int32_t d_row_offset() const { return 0; }
 
     // Every consumer thread, at a tile's epilogue and after the CTA's last: each warp's lane 0 waits for its bulk

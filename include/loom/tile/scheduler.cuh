@@ -27,15 +27,12 @@
 //                        dead); finish<BLOCK_M>() (every consumer thread, after the CTA's last tile).
 //                        GEMM+AllReduce's fused epilogue (kernels/gemm_ar.cuh) sends and sums its parts there.
 //   kAccEpilogue         the hooks see the fp32 accumulators before the kernel's own epilogue (the plain per-warp
-//                        TMA stores): init_cta() as above; prefetch_epilogue<TOut, BLOCK_M, BLOCK_N>(tile) (the
-//                        producer thread, kAccPrefetchKBlocks loads before the tile's last, or at its first when it
-//                        has fewer: e.g. an L2 prefetch of what the epilogue will read);
-//                        epilogue_acc<TOut, BLOCK_M, BLOCK_N>(acc, tile) (every consumer thread after the mainloop:
-//                        may send the accumulators elsewhere and return false, so the tile is not stored, or change
-//                        them and return true); d_row_offset() (the stored tile goes to row t.row0 - offset of D);
-//                        finish<BLOCK_M>() (every consumer thread, after the CTA's last tile).
-//                        GEMM+ReduceScatter's fused epilogue (kernels/gemm_rs.cuh) pushes peers' tiles and sums its
-//                        own there.
+//                        TMA stores): init_cta() as above; epilogue_acc<TOut, BLOCK_M, BLOCK_N>(acc, tile) (every
+//                        consumer thread after the mainloop: may send the accumulators elsewhere and return false, so
+//                        the tile is not stored, or change them and return true); d_row_offset() (the stored tile goes
+//                        to row t.row0 - offset of D); finish<BLOCK_M>() (every consumer thread, after the CTA's last
+//                        tile). GEMM+ReduceScatter's fused epilogue (kernels/gemm_rs.cuh) pushes peers' tiles and sums
+//                        its own there.
 //   kAccRingCopies       (optional member, with kAccEpilogue; false when absent) copies of the tile's accumulators
 //                        that the kernel adds after epilogue_acc returned true, streamed through the TMA ring: each
 //                        copy is a whole tile of TOut in fragment order (warpgroup c's 64 x BLOCK_N part at
@@ -43,11 +40,12 @@
 //                        part), added in copy order. ring_copies<TOut, BLOCK_M, BLOCK_N>(tile) (the producer thread and
 //                        every consumer thread, the same answer: how many, 0 for none); ring_wait<...>(tile) (the
 //                        producer thread, after the tile's last k-block and before its copies' loads: waits, acquire,
-//                        until every copy is in place; the kernel then fences the async proxy); ring_copy<...>(tile,
-//                        c) (the producer thread: copy c's address). The producer bulk-copies each part into the B
-//                        slot of a ring stage (BLOCK_N x 128 bytes: one part of 16-bit TOut, half of an fp32 one), the
-//                        consumers add their part from shared memory and release the stage. Nothing polls global
-//                        memory on the consumers' path. GEMM+ReduceScatter's fused epilogue adds peers' copies there.
+//                        until every copy is in place; the kernel then fences the async proxy); ring_copy<...>(tile)
+//                        and ring_copy_stride() (the producer thread: copy c at ring_copy + c x stride). The producer
+//                        bulk-copies each part into the B slot of a ring stage (BLOCK_N x 128 bytes: one part of 16-bit
+//                        TOut, half of an fp32 one), the consumers add their part from shared memory and release the
+//                        stage. Nothing polls global memory on the consumers' path. GEMM+ReduceScatter's fused epilogue
+//                        adds peers' copies there.
 //   kSideWarps           (optional member; false when absent) the producer warpgroup's three warps that issue no TMA
 //                        (32-127 of it) run side_warps<TOut, BLOCK_M, BLOCK_N>(thread) (thread 0-95) concurrently
 //                        with the whole GEMM, and the CTA ends when they return. Neither role then changes its
