@@ -248,6 +248,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     constexpr int kRingPieces = static_cast<int>(sizeof(TOut)) / 2;
     constexpr int kRingVecElems = 16 / static_cast<int>(sizeof(TOut));
     constexpr int kRingPieceVecs = BLOCK_N / 2 / kRingVecElems / kRingPieces;
+    constexpr int kRingInFlight = kRingPieceVecs % 4 == 0 ? 4 : kRingPieceVecs % 2 == 0 ? 2 : 1;
     static_assert(!kAccRing || (Hooks::kAccEpilogue && kRingPieceVecs * 128 * 16 == kBBytes),
                   "ring copies: accumulator hooks; a part of the tile fills whole B slots");
 
@@ -456,15 +457,16 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                             pipe->consumer_wait_lean(st);
                             if (g == r_wg) {
                                 const uint8_t* slot = smem_b + st.stage * kBBytes + (r_tid % 128) * 16;
-                                // Four vectors in flight at a time: all of them at once (64 registers beside the
-                                // 128 accumulators) made ptxas spill.
+                                // kRingInFlight vectors at a time (a divisor of the piece's: BLOCK_N 160 has 10):
+                                // all of them at once (64 registers beside the 128 accumulators) made ptxas spill.
 #pragma unroll
-                                for (int v0 = 0; v0 < kRingPieceVecs; v0 += 4) {
-                                    uint4 x[4];
+                                for (int v0 = 0; v0 < kRingPieceVecs; v0 += kRingInFlight) {
+                                    uint4 x[kRingInFlight];
 #pragma unroll
-                                    for (int v = 0; v < 4; ++v) x[v] = ptx::ld_shared_v4(slot + (v0 + v) * 128 * 16);
+                                    for (int v = 0; v < kRingInFlight; ++v)
+                                        x[v] = ptx::ld_shared_v4(slot + (v0 + v) * 128 * 16);
 #pragma unroll
-                                    for (int v = 0; v < 4; ++v)
+                                    for (int v = 0; v < kRingInFlight; ++v)
                                         tile::add_vector<TOut>(acc + kRingVecElems * (piece * kRingPieceVecs + v0 + v),
                                                                x[v]);
                                 }
