@@ -177,14 +177,21 @@ struct RsAccHooks {
         const int32_t p = rs_pending_push();
         if (p < 0) return;             // uniform: every thread read the same value
         if ((a.diag_skip & 8) == 0) {  // diagnostics (racy without it): the fence's own cost
-            ptx::fence_acq_rel_sys();
+            // With the copy-engine transport the stores' readers are this GPU's own copy engine and stream memory
+            // operations, which read through its L2: GPU scope makes the stores visible to them. (A system-scope fence
+            // here cost 2.5-10 us per GEMM at the small-K shapes, session 24.) Stores over NVLink: system scope.
+            if (a.outbox != nullptr) {
+                ptx::fence_acq_rel_gpu();
+            } else {
+                ptx::fence_acq_rel_sys();
+            }
             ptx::named_barrier_sync(1, kConsumers * 128);
         }
         if (threadIdx.x == 0) {
             const int32_t d = p / kMaxTileSignals, tile = p % kMaxTileSignals;
             if (a.outbox != nullptr) {
                 const int32_t band0 = d * a.blocks_per_rank;
-                ptx::red_add_release_sys(a.stored + static_cast<int64_t>(band0) * a.num_n +
+                ptx::red_add_release_gpu(a.stored + static_cast<int64_t>(band0) * a.num_n +
                                              rs_chunk_lead(tile / a.num_n - band0, tile % a.num_n, a.blocks_per_rank,
                                                            a.num_n, a.group, a.chunk_n),
                                          uint64_t{1});
