@@ -99,10 +99,10 @@ LOOM_DEVICE LOOM_FORCEINLINE uint4 vec_pack(const float (&acc)[kVecElems<T>]) {
 // the same kernel, so the positions agree without naming them. Per tile of rank d's rows:
 //   d != me  every thread stores its vectors into our slot of d's scratch (over NVLink, or on one GPU) or, with the
 //            copy-engine transport, of the local outbox; the tile is not stored to C and its signal is pending. At
-//            the start of this CTA's next epilogue (or at its end) every thread fences (acq_rel, sys: its stores,
-//            a whole mainloop old by then, are performed), the consumers meet at a named barrier and thread 0
-//            raises tile_in[me][tile] := epoch at d (release, sys), or with the copy engine counts the tile on its
-//            chunk (stored[lead] += 1) for the host's copy stream.
+//            the start of this CTA's next epilogue (or at its end) every thread fences (acq_rel, sys; gpu with the
+//            copy engine: its stores, a whole mainloop old by then, are performed), the consumers meet at a named
+//            barrier and thread 0 raises tile_in[me][tile] := epoch at d (release, sys), or with the copy engine
+//            counts the tile on its chunk (stored[lead] += 1, release, gpu) for the host's copy stream.
 //   d == me  after the tile's last k-block the producer thread waits for every peer's tile (or chunk; acquire,
 //            sys) and streams the copies through the TMA ring as if they were more k-blocks (the kernel's ring copies,
 //            tile::kHasAccRingCopies: each warpgroup part into a stage's B slot); the consumers add their parts from

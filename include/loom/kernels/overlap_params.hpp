@@ -122,7 +122,7 @@ struct RsFusedHookArgs {
     // Copy-engine transport (RsTransport::CopyEngine; outbox == nullptr: the epilogue stores peers' tiles over
     // NVLink itself). Chunk: chunk_n consecutive columns of one group of a band (rs_chunk_lead), named by
     // band * blocks_per_rank * num_n + its lead (`lead` below). A peer's tile is stored into this rank's local outbox
-    // instead, band d's slot at d * slot_bytes, and stored[lead] += 1 (release, sys) once the stores are performed;
+    // instead, band d's slot at d * slot_bytes, and stored[lead] += 1 (release, gpu) once the stores are performed;
     // the host's copy-engine stream waits for each whole chunk (stored[lead] at its cumulative target), copies it
     // into our slot of the owner's scratch and sets tile_in[me][lead] := epoch there. An own tile waits for
     // tile_in[q][lead of its chunk] of every peer q.
