@@ -208,8 +208,8 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     // setmaxnreg moves registers between the roles inside the CTA's launch allocation (the launch bound's registers
     // per thread, a multiple of 8: 168 for 384 threads, 128 for 512): a consumer's setmaxnreg.inc waits until the
     // producer's dec freed enough, so asking for more than the allocation hangs the consumers (it did, with 64 + 2 x
-    // 224). (ptxas compiles the consumers for the launch bound's registers either way; what binds is the producer's
-    // budget, which its code must fit.)
+    // 224). ptxas fits each role's code in its budget: the ring-copy kernels need 56 for the producer's waits and
+    // copies (40 spilled) and 224 for the fp32-output consumers' adds (216 spilled).
     constexpr int kLaunchRegs = tile::min_int(65536 / (128 * (kConsumers + 1)) / 8 * 8, 248);
     constexpr int kConsumerRegs =
         tile::min_int(((kConsumers + 1) * kLaunchRegs - kProducerRegs) / kConsumers / 8 * 8, 240);
