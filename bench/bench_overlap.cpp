@@ -565,8 +565,8 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         if (ok && args.rs_fused_diag && !loom::collective_topology(w).shared_gpu) {
             // The copy-engine fused epilogue taken apart, timed interleaved run by run with the whole op and the GEMM
             // alone (LOOM_DIAG_RS_FUSED_SKIP; results wrong by design): the copy engine moving no bytes (16), then
-            // also no outbox stores, waits or combine (3 | 16: the hooked kernel's structure), then also no system
-            // fence before each published tile (8), and the whole op without that fence alone.
+            // also no outbox stores, waits or combine (3 | 16: the hooked kernel's structure), then also no fence
+            // before each published tile (8), and the whole op without that fence alone.
             const auto ce = [&](int mode) {
                 return std::function<void(cudaStream_t)>([&, mode](cudaStream_t st) {
                     const loom::ScopedEnv skip("LOOM_DIAG_RS_FUSED_SKIP",

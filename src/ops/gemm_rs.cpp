@@ -131,7 +131,8 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
     h.shift_m = static_cast<int32_t>(((me + 1) % W) * blocks_per_rank);
     h.rows_per_rank = static_cast<int32_t>(rows_seg);
     h.group = std::min<int32_t>(cfg.group_m, static_cast<int32_t>(blocks_per_rank));
-    // Diagnostics, wrong results: bits 1, 2 and 8 reach the kernel; 16 keeps the copy engine's bytes (signals only).
+    // Diagnostics, wrong results: bits 1, 2 and 8 reach the kernel; 16 leaves out the copy engine's bytes (signals
+    // only).
     const long long diag = env_int("LOOM_DIAG_RS_FUSED_SKIP", 0);
     h.diag_skip = static_cast<int32_t>(diag & 11);
     const GemmSm90Launch l = gemm_sm90_launch(a, b, c, overlap::gemm_options(sc), cfg, fs.num_sms, stream);

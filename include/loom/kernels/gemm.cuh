@@ -210,9 +210,9 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     // producer's dec freed enough, so asking for more than the allocation hangs the consumers (it did, with 64 + 2 x
     // 224). ptxas fits each role's code in its budget: the ring-copy kernels need 56 for the producer's waits and
     // copies (40 spilled) and 224 for the fp32-output consumers' adds (216 spilled).
-    constexpr int kLaunchRegs = tile::min_int(65536 / (128 * (kConsumers + 1)) / 8 * 8, 248);
-    constexpr int kConsumerRegs =
-        tile::min_int(((kConsumers + 1) * kLaunchRegs - kProducerRegs) / kConsumers / 8 * 8, 240);
+    constexpr auto at_most = [](int v, int cap) { return v < cap ? v : cap; };
+    constexpr int kLaunchRegs = at_most(65536 / (128 * (kConsumers + 1)) / 8 * 8, 248);
+    constexpr int kConsumerRegs = at_most(((kConsumers + 1) * kLaunchRegs - kProducerRegs) / kConsumers / 8 * 8, 240);
     static_assert(kProducerRegs + kConsumers * kConsumerRegs <= (kConsumers + 1) * kLaunchRegs,
                   "setmaxnreg within the CTA's launch allocation");
     // TMA-store epilogue: slabs 128 bytes wide (kStoreCols elements of TOut); 16 rows per warp, 64 per warpgroup with

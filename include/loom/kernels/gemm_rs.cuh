@@ -136,13 +136,6 @@ LOOM_DEVICE LOOM_FORCEINLINE uint4 acc_vector(const float* acc) {  // acc[0, E) 
     for (int k = 0; k < kVecElems<TOut>; ++k) v[k] = acc[k];
     return vec_pack<TOut>(v);
 }
-template <class TOut>
-LOOM_DEVICE LOOM_FORCEINLINE void acc_add_vector(float* acc, const uint4& x) {  // acc[0, E) += one vector of TOut
-    float v[kVecElems<TOut>];
-    vec_add<TOut>(x, v, true);
-#pragma unroll
-    for (int k = 0; k < kVecElems<TOut>; ++k) acc[k] += v[k];
-}
 
 struct RsAccHooks {
     static constexpr bool kWaitsBeforeLoad = false;
@@ -240,7 +233,6 @@ struct RsAccHooks {
         constexpr int E = kVecElems<TOut>;
         constexpr int kVecs = BLOCK_N / 2 / E;  // the thread's accumulators as 16-byte vectors of TOut
         constexpr int kVecStride = 128 * 16;    // bytes from vector v to v + 1 of one thread (fragment order)
-        constexpr int kInFlight = kVecs % 4 == 0 ? 4 : kVecs % 2 == 0 ? 2 : 1;  // loads per thread per round
         publish<BLOCK_M / 64>();
         const uint32_t tid = ptx::tid_x_unhoisted();
         const int warpgroup = static_cast<int>(tid / 128), wg_thread = static_cast<int>(tid % 128);

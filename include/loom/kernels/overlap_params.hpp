@@ -115,8 +115,8 @@ struct RsFusedHookArgs {
     int32_t shift_m;          // first M-block of rank me + 1: own rows last
     int32_t rows_per_rank;    // M / W
     // Diagnostics only (LOOM_DIAG_RS_FUSED_SKIP; 0 in normal use): bit 0 skips the peer pushes (their signals are
-    // still raised), bit 1 the own tiles' waits and combine. Results are wrong by design: for timing the parts of
-    // the fused epilogue apart (bench-overlap --rs-fused-diag).
+    // still raised), bit 1 the own tiles' waits and combine, bit 3 the fence before a pushed tile is published.
+    // Results are wrong by design: for timing the parts of the fused epilogue apart (bench-overlap --rs-fused-diag).
     int32_t diag_skip;
     int32_t group;  // M-blocks per group of the slot layout (rs_slot_tile): the GEMM's group_m
     // Copy-engine transport (RsTransport::CopyEngine; outbox == nullptr: the epilogue stores peers' tiles over

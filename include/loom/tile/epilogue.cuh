@@ -17,8 +17,6 @@ inline constexpr bool kSameType = false;
 template <class A>
 inline constexpr bool kSameType<A, A> = true;
 
-LOOM_HOST_DEVICE constexpr int min_int(int a, int b) { return a < b ? a : b; }
-
 template <class T>
 LOOM_DEVICE LOOM_FORCEINLINE float to_float(T v) {
     if constexpr (sizeof(T) == 4) {
