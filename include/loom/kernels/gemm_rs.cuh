@@ -59,19 +59,12 @@ struct TileNotifyHooks {
 template <class T>
 inline constexpr int kVecElems = 16 / static_cast<int>(sizeof(T));
 
+// acc = (first ? 0 : acc) + the vector's elements, in fp32: tile::add_vector with a first source that assigns.
 template <class T>
 LOOM_DEVICE LOOM_FORCEINLINE void vec_add(const uint4& v, float (&acc)[kVecElems<T>], bool first) {
     const T* e = reinterpret_cast<const T*>(&v);
 #pragma unroll
-    for (int k = 0; k < kVecElems<T>; ++k) {
-        float x;
-        if constexpr (sizeof(T) == 4) {
-            x = e[k];
-        } else {
-            x = static_cast<float>(e[k]);
-        }
-        acc[k] = first ? x : acc[k] + x;
-    }
+    for (int k = 0; k < kVecElems<T>; ++k) acc[k] = first ? tile::to_float(e[k]) : acc[k] + tile::to_float(e[k]);
 }
 template <class T>
 LOOM_DEVICE LOOM_FORCEINLINE uint4 vec_pack(const float (&acc)[kVecElems<T>]) {
