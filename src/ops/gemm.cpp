@@ -461,6 +461,8 @@ GemmSm90Launch gemm_sm90_launch(const MatrixView& a, const MatrixView& b, const 
         o.beta);
     GemmSm90Launch l{};
     const int64_t m = a.rows, k = a.cols, n = c.cols;
+    // The kernel assumes every tile has k-blocks (kernels/gemm.cuh: no zeroing after an empty mainloop).
+    LOOM_CHECK(m > 0 && n > 0 && k > 0, "gemm: expected non-empty shapes, given M={} N={} K={}", m, n, k);
     // Skinny A (one M-block, single-CTA tiles): a box of M rows rounded up to 8 (one 128B-swizzle atom), not BLOCK_M.
     const int a_box_rows = m < cfg.block_m && cfg.cluster_m == 1 ? static_cast<int>((m + 7) / 8 * 8) : cfg.block_m;
     l.tmap_a = make_tma_2d(a, a_box_rows, cfg.block_k);

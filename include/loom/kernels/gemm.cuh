@@ -259,6 +259,14 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     uint8_t* smem_b = smem + STAGES * kABytes;
     // Epilogue hooks stage the warpgroup's whole part of the tile (kSlabs buffers) and act on it at once.
     constexpr bool kWholeTile = Hooks::kEpilogueHooks;
+    // The consumers look the next tile up before the epilogue (below) where that spills nothing
+    // (tests/unit/test_gemm_compile.cpp, test_overlap_compile.cpp): whole single-CTA tiles, in the plain GEMM and
+    // in hooked GEMMs that keep nothing else across the epilogue (ag_gemm's with 16-bit output; gemm_ar's). The
+    // split-tail, clustered, accumulator-hook (gemm_rs), side-warp (the fused pull), notifying and fp32-output
+    // ag_gemm kernels spilled 4-32 bytes with it.
+    constexpr bool kLookahead = !kSplitTail && CLUSTER_M == 1 && !Hooks::kAccEpilogue && !Hooks::kNotifiesAfterStore &&
+                                !tile::kHasSideWarps<Hooks> &&
+                                (tile::kSameType<Hooks, tile::GemmNoHooks> || sizeof(TOut) == 2);
     constexpr uint32_t kStagingBytes = gemm_staging_bytes_per_wg(BLOCK_M, BLOCK_N, kWholeTile ? int(sizeof(TOut)) : 0);
     uint8_t* smem_store = smem_b + STAGES * kBBytes;  // kConsumers x kStagingBytes
     auto* pipe = reinterpret_cast<tile::TmaPipeline<STAGES>*>(smem_store + kConsumers * kStagingBytes);
@@ -371,7 +379,24 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
         uint32_t store_count = 0;  // slabs this warpgroup has stored; selects the staging buffer
         float acc[BLOCK_N / 2];
         tile::PipelineState<STAGES> st;
-        while (next_work<kSplitTail>(sched, hooks, args, num_k_blocks, t, w)) {
+        // kLookahead: the next unit is looked up while this one's last MMAs drain (below), not after its epilogue,
+        // so the tile order's integer divisions (~0.1 us of dependent latency) stay off the boundary between two
+        // mainloops, where the tensor cores idle. It holds the next unit in registers across the epilogue, which
+        // the kernels with the least room cannot afford without spilling (kLookahead above).
+        tile::TileCoord t_next;
+        tile::WorkUnit w_next;
+        bool more_ahead = false;
+        if constexpr (kLookahead) more_ahead = next_work<kSplitTail>(sched, hooks, args, num_k_blocks, t_next, w_next);
+        const auto next_unit = [&]() {
+            if constexpr (kLookahead) {
+                t = t_next;
+                w = w_next;
+                return more_ahead;
+            } else {
+                return next_work<kSplitTail>(sched, hooks, args, num_k_blocks, t, w);
+            }
+        };
+        while (next_unit()) {
             // The split unit's (tail tile << 8) | split, -1 for a whole tile: one register across the mainloop.
             const int32_t tail_id = w.split < 0 ? -1 : ((w.linear - args.dp_tiles) << 8) | w.split;
             if constexpr (kSplitTail || kWholeTile) {
@@ -417,13 +442,14 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                 prev_stage = st.stage;
                 st.advance();
             }
+            if constexpr (kLookahead)
+                more_ahead = next_work<kSplitTail>(sched, hooks, args, num_k_blocks, t_next, w_next);
             ptx::wgmma_wait_group<0>();
             ptx::wgmma_fence_operands(acc);
             if (w.kb_count > 0) release_slot<CLUSTER_M>(pipe, prev_stage);
-            if (w.kb_count == 0) {
-#pragma unroll
-                for (int i = 0; i < BLOCK_N / 2; ++i) acc[i] = 0.f;
-            }
+            // No unit is empty: K >= 1 (gemm_sm90_launch checks it) and splits <= k-blocks (gemm_tail_plan), and the
+            // split-tail and whole-tile kernels zero the accumulators before the mainloop anyway. (A guard zeroing
+            // them after an empty unit cost 128 selects per thread and tile, with the tensor cores idle.)
             if constexpr (kScalesAcc) {
                 const float s = acc_scale;  // uniform
                 if (s != 1.f) {
