@@ -260,13 +260,11 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     // Epilogue hooks stage the warpgroup's whole part of the tile (kSlabs buffers) and act on it at once.
     constexpr bool kWholeTile = Hooks::kEpilogueHooks;
     // The consumers look the next tile up before the epilogue (below) where that spills nothing
-    // (tests/unit/test_gemm_compile.cpp, test_overlap_compile.cpp): whole single-CTA tiles, in the plain GEMM and
-    // in hooked GEMMs that keep nothing else across the epilogue (ag_gemm's with 16-bit output; gemm_ar's). The
-    // split-tail, clustered, accumulator-hook (gemm_rs), side-warp (the fused pull), notifying and fp32-output
-    // ag_gemm kernels spilled 4-32 bytes with it.
-    constexpr bool kLookahead = !kSplitTail && CLUSTER_M == 1 && !Hooks::kAccEpilogue && !Hooks::kNotifiesAfterStore &&
-                                !tile::kHasSideWarps<Hooks> &&
-                                (tile::kSameType<Hooks, tile::GemmNoHooks> || sizeof(TOut) == 2);
+    // (tests/unit/test_gemm_compile.cpp, test_overlap_compile.cpp): whole single-CTA tiles. The split-tail, clustered,
+    // notifying (TileNotifyHooks), side-warp (the fused pull) and fp32-output accumulator-hook kernels spilled 4-32
+    // bytes with it, even holding only the next tile's two blocks.
+    constexpr bool kLookahead = !kSplitTail && CLUSTER_M == 1 && !Hooks::kNotifiesAfterStore &&
+                                !tile::kHasSideWarps<Hooks> && !(Hooks::kAccEpilogue && sizeof(TOut) == 4);
     constexpr uint32_t kStagingBytes = gemm_staging_bytes_per_wg(BLOCK_M, BLOCK_N, kWholeTile ? int(sizeof(TOut)) : 0);
     uint8_t* smem_store = smem_b + STAGES * kBBytes;  // kConsumers x kStagingBytes
     auto* pipe = reinterpret_cast<tile::TmaPipeline<STAGES>*>(smem_store + kConsumers * kStagingBytes);
@@ -379,19 +377,20 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
         uint32_t store_count = 0;  // slabs this warpgroup has stored; selects the staging buffer
         float acc[BLOCK_N / 2];
         tile::PipelineState<STAGES> st;
-        // kLookahead: the next unit is looked up while this one's last MMAs drain (below), not after its epilogue,
+        // kLookahead: the next tile is looked up while this one's last MMAs drain (below), not after its epilogue,
         // so the tile order's integer divisions (~0.1 us of dependent latency) stay off the boundary between two
-        // mainloops, where the tensor cores idle. It holds the next unit in registers across the epilogue, which
-        // the kernels with the least room cannot afford without spilling (kLookahead above).
-        tile::TileCoord t_next;
-        tile::WorkUnit w_next;
-        bool more_ahead = false;
-        if constexpr (kLookahead) more_ahead = next_work<kSplitTail>(sched, hooks, args, num_k_blocks, t_next, w_next);
+        // mainloops, where the tensor cores idle. Only its blocks are held across the epilogue (two registers;
+        // m_block -1: none left), the rest of its coordinates is filled in after it.
+        int32_t mb_next = -1, nb_next = 0;
+        if constexpr (kLookahead) sched.next_blocks(hooks, mb_next, nb_next);
         const auto next_unit = [&]() {
             if constexpr (kLookahead) {
-                t = t_next;
-                w = w_next;
-                return more_ahead;
+                if (mb_next < 0) return false;
+                sched.set_blocks(mb_next, nb_next, t);
+                w.split = -1;
+                w.kb_begin = 0;
+                w.kb_count = num_k_blocks;
+                return true;
             } else {
                 return next_work<kSplitTail>(sched, hooks, args, num_k_blocks, t, w);
             }
@@ -442,8 +441,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                 prev_stage = st.stage;
                 st.advance();
             }
-            if constexpr (kLookahead)
-                more_ahead = next_work<kSplitTail>(sched, hooks, args, num_k_blocks, t_next, w_next);
+            if constexpr (kLookahead) sched.next_blocks(hooks, mb_next, nb_next);
             ptx::wgmma_wait_group<0>();
             ptx::wgmma_fence_operands(acc);
             if (w.kb_count > 0) release_slot<CLUSTER_M>(pipe, prev_stage);

@@ -132,6 +132,22 @@ struct PersistentScheduler {
         next += static_cast<int32_t>(gridDim.x) / CLUSTER_M;
         return true;
     }
+    // next_tile in two steps, for a caller that looks a tile up early and keeps it in few registers: the policy's
+    // order (the divisions) gives the tile's blocks, m_block -1 when this CTA has no tile left; set_blocks then
+    // fills in the rest of the coordinates.
+    LOOM_DEVICE LOOM_FORCEINLINE void next_blocks(const Hooks& hooks, int32_t& m_block, int32_t& n_block) {
+        if (next >= grid.num_tiles()) {
+            m_block = -1;
+            return;
+        }
+        hooks.tile_order(next, grid, m_block, n_block);
+        next += static_cast<int32_t>(gridDim.x) / CLUSTER_M;
+    }
+    LOOM_DEVICE LOOM_FORCEINLINE void set_blocks(int32_t m_block, int32_t n_block, TileCoord& t) const {
+        t.m_block = m_block * CLUSTER_M + rank;
+        t.n_block = n_block;
+        set_extent(t);
+    }
 
     // Split-K tail (tile_order.hpp: split_tail_unit; single-CTA tiles only): walks work units instead of tiles.
     // `t` is the unit's tile in the policy's order, `w` its split and k-blocks. units (split_tail_units),
@@ -151,6 +167,9 @@ struct PersistentScheduler {
     LOOM_DEVICE LOOM_FORCEINLINE void set_tile(const Hooks& hooks, int32_t linear, TileCoord& t) const {
         hooks.tile_order(linear, grid, t.m_block, t.n_block);
         t.m_block = t.m_block * CLUSTER_M + rank;
+        set_extent(t);
+    }
+    LOOM_DEVICE LOOM_FORCEINLINE void set_extent(TileCoord& t) const {
         t.row0 = t.m_block * BLOCK_M;
         t.col0 = t.n_block * BLOCK_N;
         t.rows = (m - t.row0) < BLOCK_M ? (m - t.row0) : BLOCK_M;
