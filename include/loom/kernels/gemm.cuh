@@ -70,6 +70,13 @@
 
 namespace loom::kernels {
 
+// A whole tile's work unit: every k-block.
+LOOM_DEVICE LOOM_FORCEINLINE void whole_tile_unit(int32_t num_k_blocks, tile::WorkUnit& w) {
+    w.split = -1;
+    w.kb_begin = 0;
+    w.kb_count = num_k_blocks;
+}
+
 // The next tile (kSplitTail = false: whole tiles, w.kb_* = the full K) or split-tail work unit of this CTA; the
 // producer and the consumers call it with the same arguments and so see the same sequence.
 template <bool kSplitTail, class Sched, class Hooks>
@@ -78,9 +85,7 @@ LOOM_DEVICE LOOM_FORCEINLINE bool next_work(Sched& sched, const Hooks& hooks, co
     if constexpr (kSplitTail) {
         return sched.next_unit(hooks, args.work_units, args.dp_tiles, args.tail_splits, num_k_blocks, t, w);
     } else {
-        w.split = -1;
-        w.kb_begin = 0;
-        w.kb_count = num_k_blocks;
+        whole_tile_unit(num_k_blocks, w);
         return sched.next_tile(hooks, t);
     }
 }
@@ -261,7 +266,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     constexpr bool kWholeTile = Hooks::kEpilogueHooks;
     // The consumers look the next tile up before the epilogue (below) where that spills nothing
     // (tests/unit/test_gemm_compile.cpp, test_overlap_compile.cpp): whole single-CTA tiles. The split-tail, clustered,
-    // notifying (TileNotifyHooks), side-warp (the fused pull) and fp32-output accumulator-hook kernels spilled 4-32
+    // notifying (TileNotifyHooks), side-warp (the fused pull) and fp32-output accumulator-hook kernels spilled 4-20
     // bytes with it, even holding only the next tile's two blocks.
     constexpr bool kLookahead = !kSplitTail && CLUSTER_M == 1 && !Hooks::kNotifiesAfterStore &&
                                 !tile::kHasSideWarps<Hooks> && !(Hooks::kAccEpilogue && sizeof(TOut) == 4);
@@ -387,9 +392,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
             if constexpr (kLookahead) {
                 if (mb_next < 0) return false;
                 sched.set_blocks(mb_next, nb_next, t);
-                w.split = -1;
-                w.kb_begin = 0;
-                w.kb_count = num_k_blocks;
+                whole_tile_unit(num_k_blocks, w);
                 return true;
             } else {
                 return next_work<kSplitTail>(sched, hooks, args, num_k_blocks, t, w);
