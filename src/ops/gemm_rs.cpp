@@ -6,13 +6,13 @@
 //   local outbox, whose chunks a side stream copies); an own tile waits for tile_in[q][tile] >= e of every peer q,
 //   adds their copies to its accumulators and is stored to C.
 //
-// FusedPull (M / W a multiple of BLOCK_M; Auto's choice where ranks share a GPU and M / W is a multiple of 64), on
-// the caller's stream, every usable SM (kernels/gemm_rs_pull.cuh):
+// FusedPull (M / W a multiple of BLOCK_M; Auto's choice where ranks share a GPU, M / W is a multiple of 64 and
+// K_loc x the input's bytes <= 8 KiB), on the caller's stream, every usable SM (kernels/gemm_rs_pull.cuh):
 //   GEMM(partial [M, N] into this call's parity half of a symmetric buffer, bands interleaved tile by tile; each
 //   tile published to its owner: tile_in[me][tile] := e there); the producer warpgroup's spare warps sum the W copies
 //   of this rank's tiles into C as tile_in[q][tile] >= e for every rank q; gemm_rs_pull_finish sums what they left.
 //
-// Sequential (Auto's choice where ranks share a GPU and M / W is not a multiple of 64): loom::gemm into this call's
+// Sequential (Auto's choice where ranks share a GPU and the fused pull is not): loom::gemm into this call's
 // parity half of a symmetric [M, N]
 //   buffer, then loom::reduce_scatter (straight into C when C is dense, else in place and copied out).
 //
@@ -344,7 +344,8 @@ RsChoice gemm_rs_distinct_auto(int64_t tiles, int num_sms) {
     return {RsAlgo::FusedEpilogue, RsTransport::CopyEngine};
 }
 
-RsAlgo gemm_rs_algo(RsAlgo requested, bool ranks_share_gpu, const GemmConfig* config, int64_t rows_seg) {
+RsAlgo gemm_rs_algo(RsAlgo requested, bool ranks_share_gpu, const GemmConfig* config, int64_t rows_seg,
+                    int64_t k_bytes) {
     LOOM_CHECK(requested != RsAlgo::Sequential || config == nullptr,
                "gemm_rs: the sequential algorithm runs loom::gemm's own config; expected no config");
     if (requested != RsAlgo::Auto) return requested;
@@ -354,10 +355,15 @@ RsAlgo gemm_rs_algo(RsAlgo requested, bool ranks_share_gpu, const GemmConfig* co
         if (!fused_unfit(rows_seg, *config).empty()) return RsAlgo::ScatterReduce;
         return ranks_share_gpu ? RsAlgo::FusedPull : RsAlgo::FusedEpilogue;
     }
-    // Ranks sharing a GPU: the fused pull where its tile (128 rows, or 64: gemm_rs_plan) fits M / W, else the
-    // sequence (docs/overlap.md "Session 18": on average about even with the sequence at 4 ranks on one H200, ~1 %
-    // ahead at 8, with nothing in its GEMM waiting for the slowest rank's share).
-    if (ranks_share_gpu) return rows_seg % 64 == 0 ? RsAlgo::FusedPull : RsAlgo::Sequential;
+    // Ranks sharing a GPU: the fused pull where its tile (128 rows, or 64: gemm_rs_plan) fits M / W and the
+    // reduce-scatter is worth hiding, else the sequence. All ranks' GEMMs and their reduce-scatter share one GPU, so
+    // the reduce-scatter's time over the GEMM's goes as 1 / (K_loc x the input's bytes) whatever W is, while the
+    // pull's own cost (its interleaved tile order, publishing, reducers beside the MMAs) is a few % of the GEMM.
+    // Measured (docs/overlap.md "Session 27", one H200): at K_loc x bytes <= 7.4 KiB the pull beat or tied the
+    // sequence (bf16 K_loc <= 3696 at 4 and 8 ranks, fp8 K_loc <= 7392 at 4); at 14-18 KiB (bf16 K_loc 7168-9216 at
+    // 4 ranks) it read 0.963-0.998 of it in every run (fp8 K_loc 9216, 9 KiB: 0.995).
+    if (ranks_share_gpu)
+        return rows_seg % 64 == 0 && k_bytes <= kSharedPullMaxKBytes ? RsAlgo::FusedPull : RsAlgo::Sequential;
     return RsAlgo::Auto;
 }
 
@@ -405,7 +411,8 @@ void gemm_rs_run(World& world, const MatrixView& a, const MatrixView& b, const M
 
     // A requested transport asks for the fused epilogue: Auto takes the fused pull or the sequence (ranks sharing a
     // GPU) only when none was requested.
-    RsAlgo algo = gemm_rs_algo(o.algo, st.shared_gpu && o.transport == RsTransport::Auto, o.config, rows_seg);
+    RsAlgo algo = gemm_rs_algo(o.algo, st.shared_gpu && o.transport == RsTransport::Auto, o.config, rows_seg,
+                               K * static_cast<int64_t>(dtype_size(a.dtype)));
     RsTransport transport_req = o.transport;
     OverlapPlan plan;
     if (algo != RsAlgo::Sequential)

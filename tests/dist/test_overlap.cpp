@@ -836,7 +836,7 @@ TEST_F(Overlap, GemmRsReferenceStepsAgree) {
         // sum in another order).
         const std::vector<double> rs_out = download_bf16(out_rs.p, rows * n);
         const bool sequential =
-            gemm_rs_algo(RsAlgo::Auto, collective_topology(W_).shared_gpu, nullptr, rows) == RsAlgo::Sequential;
+            gemm_rs_algo(RsAlgo::Auto, collective_topology(W_).shared_gpu, nullptr, rows, 2 * k) == RsAlgo::Sequential;
         const std::string e3 = worst_scaled(rs_out, scatter);
         if (!e3.empty() && err.empty()) err = "gemm_rs against gemm + reduce_scatter: " + e3;
         const std::string e3b = sequential ? worst(rs_out, bench_out_then, n) : std::string();

@@ -79,26 +79,31 @@ TEST(OverlapChoice, GemmRsByWaves) {
 }
 
 TEST(OverlapChoice, GemmRsAlgo) {
-    // Auto: the plan decides with a GPU per rank; where ranks share one, the fused pull when M / W is a multiple of 64,
-    // else the sequence.
-    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, false, nullptr, 1024), RsAlgo::Auto);
-    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, nullptr, 1024), RsAlgo::FusedPull);
-    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, nullptr, 192), RsAlgo::FusedPull);
-    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, nullptr, 136), RsAlgo::Sequential);
+    // Auto: the plan decides with a GPU per rank; where ranks share one, the fused pull when M / W is a multiple of 64
+    // and K_loc x the input's bytes is at most 8 KiB, else the sequence.
+    const int64_t kb = 2 * 2752;  // bf16, K_loc 2752 (M = 8192, K = 11008 at 4 ranks)
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, false, nullptr, 1024, kb), RsAlgo::Auto);
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, nullptr, 1024, kb), RsAlgo::FusedPull);
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, nullptr, 192, kb), RsAlgo::FusedPull);
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, nullptr, 136, kb), RsAlgo::Sequential);
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, nullptr, 1024, 2 * 4096), RsAlgo::FusedPull);
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, nullptr, 1024, 2 * 7168), RsAlgo::Sequential);  // bf16, deep K
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, nullptr, 1024, 1 * 7168), RsAlgo::FusedPull);   // fp8
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, false, nullptr, 1024, 2 * 7168), RsAlgo::Auto);  // a GPU per rank
     // A caller's tile decides between the two hooked algorithms, on a shared GPU too.
     loom::GemmConfig whole;
     whole.block_m = 128;
     whole.block_n = 256;
     whole.stages = 4;
-    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, false, &whole, 1024), RsAlgo::FusedEpilogue);
-    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, &whole, 1024), RsAlgo::FusedPull);
-    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, &whole, 136), RsAlgo::ScatterReduce);
-    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, false, &whole, 136), RsAlgo::ScatterReduce);  // 136 % 128 != 0
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, false, &whole, 1024, kb), RsAlgo::FusedEpilogue);
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, &whole, 1024, 2 * 9216), RsAlgo::FusedPull);
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, &whole, 136, kb), RsAlgo::ScatterReduce);
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, false, &whole, 136, kb), RsAlgo::ScatterReduce);  // 136 % 128 != 0
     // Requested algorithms pass through; the sequence takes no config.
-    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::FusedEpilogue, true, nullptr, 1024), RsAlgo::FusedEpilogue);
-    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::ScatterReduce, true, nullptr, 1024), RsAlgo::ScatterReduce);
-    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Sequential, false, nullptr, 136), RsAlgo::Sequential);
-    EXPECT_NE(error_of([&] { loom::gemm_rs_algo(RsAlgo::Sequential, false, &whole, 1024); }).find("expected no config"),
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::FusedEpilogue, true, nullptr, 1024, kb), RsAlgo::FusedEpilogue);
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::ScatterReduce, true, nullptr, 1024, kb), RsAlgo::ScatterReduce);
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Sequential, false, nullptr, 136, kb), RsAlgo::Sequential);
+    EXPECT_NE(error_of([&] { loom::gemm_rs_algo(RsAlgo::Sequential, false, &whole, 1024, kb); }).find("expected no config"),
               std::string::npos);
     EXPECT_STREQ(loom::to_string(RsAlgo::Sequential), "sequential");
     EXPECT_STREQ(loom::to_string(RsAlgo::FusedPull), "fused-pull");

@@ -70,14 +70,15 @@ struct AgGemmOptions {
 
 // How gemm_rs reduces (docs/overlap.md).
 enum class RsAlgo {
-    Auto,           // where ranks share a GPU: FusedPull when M / W is a multiple of 64, else Sequential; with a GPU
+    Auto,           // where ranks share a GPU: FusedPull when M / W is a multiple of 64 and K_loc x the input's
+                    // bytes <= kSharedPullMaxKBytes, else Sequential; with a GPU
                     // per rank: when M / W is a multiple of the GEMM's BLOCK_M, by the GEMM's waves of tiles the
                     // FusedEpilogue (Sm transport: one wave; CopyEngine: three or more) or Sequential (between; see
                     // gemm_rs_distinct_auto), else ScatterReduce
     FusedEpilogue,  // the GEMM's epilogue pushes peers' tiles (bulk copies) and sums its own rows: one kernel
     ScatterReduce,  // GEMM + a scatter-reduce kernel of comm_sms blocks on a side stream (any M / W)
     Sequential,     // loom::gemm into a symmetric buffer, then loom::reduce_scatter: no overlap. Auto's choice where
-                    // ranks share a GPU and M / W is not a multiple of 64. The fused epilogue measured slower than it
+                    // ranks share a GPU and FusedPull is not (above). The fused epilogue measured slower than it
                     // there (8 ranks on one H200: 0.89-1.01x; each rank's share of the SMs runs its tiles at its own
                     // pace, and an own tile's sum waits for the slowest peer's copy)
     FusedPull,      // one kernel (M / W a multiple of BLOCK_M): the GEMM stores its whole partial product (plain
@@ -187,11 +188,14 @@ struct RsChoice {
 };
 RsChoice gemm_rs_distinct_auto(int64_t tiles, int num_sms);
 // gemm_rs's algorithm: where ranks share a GPU and no config is given, FusedPull when M / W = rows_seg is a multiple
-// of 64, else Sequential; with a config (the hooked GEMM's tile), when that tile fits (rows_seg a multiple of BLOCK_M)
-// FusedPull where ranks share a GPU and FusedEpilogue where not, else ScatterReduce; otherwise Auto (gemm_rs_plan
-// decides by the heuristic's tile). Requested algorithms pass through; Sequential with
-// a config is refused (it runs loom::gemm's own).
-RsAlgo gemm_rs_algo(RsAlgo requested, bool ranks_share_gpu, const GemmConfig* config, int64_t rows_seg);
+// of 64 and k_bytes (K_loc x the input's element size) <= kSharedPullMaxKBytes, else Sequential (with a deep K the
+// reduce-scatter is a small part of the GEMM's time and the pull's own cost exceeds it); with a config (the hooked
+// GEMM's tile), when that tile fits (rows_seg a multiple of BLOCK_M) FusedPull where ranks share a GPU and
+// FusedEpilogue where not, else ScatterReduce; otherwise Auto (gemm_rs_plan decides by the heuristic's tile).
+// Requested algorithms pass through; Sequential with a config is refused (it runs loom::gemm's own).
+inline constexpr int64_t kSharedPullMaxKBytes = 8192;
+RsAlgo gemm_rs_algo(RsAlgo requested, bool ranks_share_gpu, const GemmConfig* config, int64_t rows_seg,
+                    int64_t k_bytes);
 // gemm_ar's algorithm: Auto is Sequential where ranks share a GPU and no config is given; with a config (the hooked
 // GEMM's tile), FusedEpilogue when that tile stages whole slabs of out_bytes elements, else ReduceKernel; otherwise
 // Auto (gemm_ar_plan decides by the heuristic's tile). Requested algorithms pass through; Sequential with a config is
