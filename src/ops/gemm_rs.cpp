@@ -359,9 +359,9 @@ RsAlgo gemm_rs_algo(RsAlgo requested, bool ranks_share_gpu, const GemmConfig* co
     // reduce-scatter is worth hiding, else the sequence. All ranks' GEMMs and their reduce-scatter share one GPU, so
     // the reduce-scatter's time over the GEMM's goes as 1 / (K_loc x the input's bytes) whatever W is, while the
     // pull's own cost (its interleaved tile order, publishing, reducers beside the MMAs) is a few % of the GEMM.
-    // Measured (docs/overlap.md "Session 27", one H200): at K_loc x bytes <= 7.4 KiB the pull beat or tied the
-    // sequence (bf16 K_loc <= 3696 at 4 and 8 ranks, fp8 K_loc <= 7392 at 4); at 14-18 KiB (bf16 K_loc 7168-9216 at
-    // 4 ranks) it read 0.963-0.998 of it in every run (fp8 K_loc 9216, 9 KiB: 0.995).
+    // Measured (docs/overlap.md "Session 27", one H200): at K_loc x bytes <= 7.4 KiB the pull read 0.990-1.064 of
+    // the sequence (bf16 K_loc <= 3696 at 4 and 8 ranks, fp8 K_loc <= 7392 at 4); at 14-18 KiB (bf16 K_loc
+    // 7168-9216 at 4 ranks) 0.963-0.998 in every run (fp8 K_loc 9216, 9 KiB: 0.993-0.995).
     if (ranks_share_gpu)
         return rows_seg % 64 == 0 && k_bytes <= kSharedPullMaxKBytes ? RsAlgo::FusedPull : RsAlgo::Sequential;
     return RsAlgo::Auto;
