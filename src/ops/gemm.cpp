@@ -428,25 +428,15 @@ jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, std
 
 namespace {
 // The kernels' arguments for whole tiles (no split tail); the split-tail fields are set by the caller that splits.
-kernels::GemmArgs whole_tile_args(const MatrixView& c, int64_t m, int64_t n, int64_t k, const GemmOptions& o,
-                                  int group_m) {
-    kernels::GemmArgs args{c.data,
-                           o.bias.data,
-                           c.stride(),
-                           static_cast<int32_t>(m),
-                           static_cast<int32_t>(n),
-                           static_cast<int32_t>(k),
-                           o.alpha,
-                           o.beta,
-                           group_m,
-                           /*partials=*/nullptr,
-                           /*tile_counters=*/nullptr,
-                           /*dp_tiles=*/0,
-                           /*tail_splits=*/1,
-                           /*work_units=*/0,
-                           /*num_k_blocks=*/0,
-                           /*tiles_m=*/0,
-                           /*tiles_n=*/0};
+kernels::GemmArgs whole_tile_args(const MatrixView& c, int64_t m, int64_t n, int64_t k, const GemmOptions& o) {
+    kernels::GemmArgs args{.d = c.data,
+                           .bias = o.bias.data,
+                           .ldd = c.stride(),
+                           .m = static_cast<int32_t>(m),
+                           .n = static_cast<int32_t>(n),
+                           .k = static_cast<int32_t>(k),
+                           .alpha = o.alpha,
+                           .beta = o.beta};
     args.scale_a = o.scale_a;
     args.scale_b = o.scale_b;
     return args;
@@ -473,8 +463,10 @@ GemmSm90Launch gemm_sm90_launch(const MatrixView& a, const MatrixView& b, const 
     // kGemmWholeTileBoxRows (see GemmSm90Launch::tmap_d).
     l.tmap_d =
         make_tma_2d(c, kernels::kGemmStoreBoxRows, kernels::gemm_store_box_cols(static_cast<int>(dtype_size(c.dtype))));
-    l.args = whole_tile_args(c, m, n, k, o, cfg.group_m);
+    l.args = whole_tile_args(c, m, n, k, o);
     l.args.a_box_rows = a_box_rows < cfg.block_m ? a_box_rows : 0;
+    l.args.grid =
+        tile::FastTileGrid::of(tile::scheduler_grid(m, n, cfg.block_m, cfg.block_n, cfg.cluster_m, cfg.group_m));
     const int64_t grid = cfg.grid > 0 ? cfg.grid : gemm_sm90_grid(m, n, cfg, num_sms);
     l.launch.grid = dim3(static_cast<unsigned>(std::max<int64_t>(grid, cfg.cluster_m)));
     l.launch.cluster = dim3(static_cast<unsigned>(cfg.cluster_m), 1, 1);
@@ -506,8 +498,6 @@ int gemm_bind_split_tail(GemmSm90Launch& l, const GemmConfig& cfg, int64_t m, in
     l.args.tail_splits = tail.splits;
     l.args.work_units = static_cast<int32_t>(tail.units());
     l.args.num_k_blocks = static_cast<int32_t>(ceil_div(k, cfg.block_k));
-    l.args.tiles_m = static_cast<int32_t>(ceil_div(m, cfg.block_m));
-    l.args.tiles_n = static_cast<int32_t>(ceil_div(n, cfg.block_n));
     lock = std::move(held);
     return tail.splits;
 }
@@ -541,7 +531,7 @@ void gemm_launch(const MatrixView& a, const MatrixView& b, const MatrixView& c, 
     if (cfg.sm80) {
         if (debug) fmt::print(stderr, "loom::gemm M={} N={} K={}: {} ({})\n", m, n, k, cfg.str(), source);
         const jit::Kernel* kernel = &jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, bias_t, o.b_kn));
-        const kernels::GemmArgs args = whole_tile_args(c, m, n, k, o, cfg.group_m);
+        const kernels::GemmArgs args = whole_tile_args(c, m, n, k, o);
         jit::LaunchConfig lc;
         lc.grid = dim3(static_cast<unsigned>(ceil_div(n, kernels::kSm80BlockN)),
                        static_cast<unsigned>(ceil_div(m, kernels::kSm80BlockM)));

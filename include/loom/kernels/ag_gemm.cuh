@@ -70,7 +70,8 @@ struct AgGemmHooks {
         }
     }
 
-    LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const tile::TileGrid& g, int32_t& m_block,
+    template <class Grid>
+    LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const Grid& g, int32_t& m_block,
                                                  int32_t& n_block) const {
         tile::rotated_order(linear, g, a.shift_m, m_block, n_block);
     }

@@ -295,11 +295,13 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
         __syncthreads();
     }
 
-    // The split-tail kernel takes the tile grid and the k-blocks from the host: read from the constant bank where used
-    // rather than computed once and held in registers.
-    using Scheduler = tile::PersistentScheduler<BLOCK_M, BLOCK_N, Hooks, CLUSTER_M>;
-    Scheduler sched = kSplitTail ? Scheduler(args.m, args.n, tile::TileGrid{args.tiles_m, args.tiles_n, args.group_m})
-                                 : Scheduler(args.m, args.n, args.group_m);
+    // The tile grid with its divisors (and for the split tail the k-blocks) come from the host: read from the constant
+    // bank where used rather than computed once and held in registers. kFastOrder: the tile order multiplies by the
+    // host's divisors instead of dividing (tile_order.hpp, FastTileGrid); the split-tail and notifying kernels keep the
+    // divisions, which spilled 4-16 bytes there.
+    constexpr bool kFastOrder = !kSplitTail && !Hooks::kNotifiesAfterStore;
+    using Scheduler = tile::PersistentScheduler<BLOCK_M, BLOCK_N, Hooks, CLUSTER_M, kFastOrder>;
+    Scheduler sched(args.m, args.n, args.grid, tile::BoolConstant<!kSplitTail>{});
     const int num_k_blocks = kSplitTail ? args.num_k_blocks : (args.k + kBlockK - 1) / kBlockK;
     tile::TileCoord t;
     tile::WorkUnit w;  // k-blocks [w.kb_begin, w.kb_begin + w.kb_count) of tile t; w.split >= 0: a split-tail unit

@@ -68,7 +68,8 @@ struct ArEpilogueHooks {
     static constexpr bool kAccEpilogue = false;
     ArFusedHookArgs a;
 
-    LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const tile::TileGrid& g, int32_t& m_block,
+    template <class Grid>
+    LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const Grid& g, int32_t& m_block,
                                                  int32_t& n_block) const {
         tile::rotated_order(linear, g, 0, m_block, n_block);
     }

@@ -3,43 +3,48 @@
 #pragma once
 
 #include "loom/config.hpp"
+#include "loom/tile/tile_order.hpp"
 
 namespace loom::kernels {
 
-// Runtime arguments shared by the GEMM kernels. Plain data; every host-built GemmArgs sets all fields (the split-tail
-// ones to {nullptr, nullptr, 0, 1, 0, 0, 0, 0} outside loom::gemm's split-tail launch).
+// Runtime arguments shared by the GEMM kernels. Plain data; the host builds them in one place (gemm_sm90_launch, and
+// the sm_80 launch in src/ops/gemm.cpp); the split-tail fields keep their defaults outside loom::gemm's split-tail
+// launch.
 struct GemmArgs {
     void* d;           // [m, n] row-major output (also the beta input)
     const void* bias;  // [n] or null
     int64_t ldd;       // elements
     int32_t m, n, k;
     float alpha, beta;
-    int32_t group_m;  // raster group (M-blocks)
-    // Split-K tail (gemm_sm90_tma_wgmma<..., kSplitTail = true> only; tile_order.hpp: split_tail_unit): tiles
-    // [0, dp_tiles) run whole, each later tile as tail_splits K-splits. partials: [tail tile][split] slots of
-    // BLOCK_M x BLOCK_N fp32 (gemm_split_tail_slot_floats); tile_counters: one arrival counter per tail tile,
-    // zero before the launch and left zero after it. tail_splits 1: no split tail (the rest unused). The counts
-    // below are the host's, so that the kernel reads them from the constant bank instead of holding registers.
-    float* partials;
-    uint32_t* tile_counters;
-    int32_t dp_tiles;
-    int32_t tail_splits;   // <= 256
-    int32_t work_units;    // dp_tiles + tail tiles x tail_splits
-    int32_t num_k_blocks;  // ceil(k / gemm_block_k(input element bytes))
-    int32_t tiles_m, tiles_n;
     // Rows of A's TMA box when A has fewer rows than BLOCK_M (skinny M: the box is M rounded up to 8 instead of
     // BLOCK_M, so the loads fetch no out-of-bounds rows; with BLOCK_M-row boxes the 64 x 64 config took 105 us at
     // M = 16 against 77 at M = 64 (N 8192, K 14336, H200), with M-row boxes 72); 0: BLOCK_M. The smem rows past the
     // box hold stale data, which reaches only output rows >= m (never stored). Honoured for loads through the
     // kernel's own tmap_a.
     int32_t a_box_rows = 0;
+    // Split-K tail (gemm_sm90_tma_wgmma<..., kSplitTail = true> only; tile_order.hpp: split_tail_unit): tiles
+    // [0, dp_tiles) run whole, each later tile as tail_splits K-splits. partials: [tail tile][split] slots of
+    // BLOCK_M x BLOCK_N fp32 (gemm_split_tail_slot_floats); tile_counters: one arrival counter per tail tile,
+    // zero before the launch and left zero after it. tail_splits 1: no split tail (the rest unused). The counts
+    // below are the host's, so that the kernel reads them from the constant bank instead of holding registers.
+    float* partials = nullptr;
+    uint32_t* tile_counters = nullptr;
+    int32_t dp_tiles = 0;
+    int32_t tail_splits = 1;   // <= 256
+    int32_t work_units = 0;    // dp_tiles + tail tiles x tail_splits
+    int32_t num_k_blocks = 0;  // ceil(k / gemm_block_k(input element bytes))
     // Device scales (one float each, read when the kernel runs, so a scale computed on the GPU needs no host
     // synchronisation: fp8's dynamic per-tensor scales, as torch._scaled_mm's scale_a / scale_b); null: 1. The
     // products are scaled by alpha times these: in the affine epilogue (TBias != void), or, with the hooks
     // tile::kScalesAccumulators names, on the accumulators right after the mainloop.
     const float* scale_a = nullptr;
     const float* scale_b = nullptr;
+    // The Hopper kernel's tile grid (tile::scheduler_grid of m, n and the config) with its grouped order's divisors.
+    tile::FastTileGrid grid{};
 };
+// The kernels take GemmArgs by value. Past 128 bytes the compiler handled it otherwise and the 128 x 256 kernels with
+// an affine epilogue spilled 400-600 bytes (measured: 128 bytes clean, 136 spilled, the kernel code unchanged).
+static_assert(sizeof(GemmArgs) <= 128, "GemmArgs: keep it within 128 bytes (see above)");
 
 #if defined(__CUDACC__)
 // The product of GemmArgs' device scales (1 without them).

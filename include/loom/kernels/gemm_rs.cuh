@@ -45,7 +45,8 @@ struct TileNotifyHooks {
     static constexpr bool kAccEpilogue = false;
     TileNotifyHookArgs a;
 
-    LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const tile::TileGrid& g, int32_t& m_block,
+    template <class Grid>
+    LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const Grid& g, int32_t& m_block,
                                                  int32_t& n_block) const {
         tile::rotated_order(linear, g, a.shift_m, m_block, n_block);
     }
@@ -139,9 +140,13 @@ struct RsAccHooks {
     static constexpr bool kAccRingCopies = true;  // peers' copies of an own tile come through the TMA ring
     RsFusedHookArgs a;
 
-    LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const tile::TileGrid& g, int32_t& m_block,
+    template <class Grid>
+    LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const Grid& g, int32_t& m_block,
                                                  int32_t& n_block) const {
-        tile::rotated_order(linear, g, a.shift_m, m_block, n_block);
+        // The plain divisions (the grid without its divisors): with the multiplies and shifts the fp32-output 128 x 256
+        // kernels spilled 24 bytes, and the 16-bit-output kernel looks the next tile up while its MMAs drain
+        // (kLookahead, kernels/gemm.cuh), where the divisions cost nothing.
+        tile::rotated_order(linear, static_cast<const tile::TileGrid&>(g), a.shift_m, m_block, n_block);
     }
     LOOM_DEVICE LOOM_FORCEINLINE void before_load(const tile::TileCoord&) const {}
     LOOM_DEVICE LOOM_FORCEINLINE void after_store(const tile::TileCoord&) const {}

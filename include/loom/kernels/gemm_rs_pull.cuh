@@ -157,7 +157,8 @@ struct RsPullHooks {
     static constexpr bool kSideWarps = true;
     RsPullHookArgs a;
 
-    LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const tile::TileGrid& g, int32_t& m_block,
+    template <class Grid>
+    LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const Grid& g, int32_t& m_block,
                                                  int32_t& n_block) const {
         rs_pull_tile_order(linear, a.world, a.blocks_per_rank, g.num_n, a.group, m_block, n_block);
     }

@@ -6,8 +6,11 @@
 // the same time share A rows and B columns in L2.
 //
 // Overlap hooks (template policy of the GEMM kernels; the default GemmNoHooks compiles to nothing):
-//   tile(linear, grid)   which output tile the linear index is: a custom order, e.g. rank-rotated so an
-//                        AllGather+GEMM starts with the rows this rank already holds.
+//   tile_order(linear, grid, m_block, n_block)
+//                        which output tile the linear index is: a custom order, e.g. rank-rotated so an
+//                        AllGather+GEMM starts with the rows this rank already holds. grid is the scheduler's
+//                        (a template parameter): a FastTileGrid (host-made, with the grouped order's divisors:
+//                        grouped_order / rotated_order given it divide by multiplying) or a plain TileGrid.
 //   before_load(tile)    called by the producer thread before the first TMA load of the tile's operands; waits
 //                        (acquire) on a signal that the operands are in place. The kernel then issues
 //                        fence.proxy.async.global so the TMA (async proxy) reads what the acquire made visible.
@@ -88,7 +91,8 @@ struct GemmNoHooks {
     static constexpr bool kNotifiesAfterStore = false;
     static constexpr bool kEpilogueHooks = false;
     static constexpr bool kAccEpilogue = false;
-    LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const TileGrid& g, int32_t& m_block,
+    template <class Grid>
+    LOOM_DEVICE LOOM_FORCEINLINE void tile_order(int32_t linear, const Grid& g, int32_t& m_block,
                                                  int32_t& n_block) const {
         grouped_order(linear, g, m_block, n_block);
     }
@@ -104,24 +108,43 @@ struct GemmNoHooks {
 // ...; CTA rank r of the cluster takes M-block CLUSTER_M * m + r. Every CTA of a cluster thus walks the same
 // number of tiles (the multicast needs all of them); a rank whose M-block lies past M gets rows <= 0 (its loads
 // are zero-filled, its stores clipped, its hooks skipped).
-template <int BLOCK_M, int BLOCK_N, class Hooks, int CLUSTER_M = 1>
+template <bool B>
+struct BoolConstant {
+    static constexpr bool value = B;
+};
+
+// The scheduler's grid type: with kFastOrder the host's divisors come along (FastTileGrid), else the plain TileGrid,
+// whose order divides.
+template <bool kFastOrder>
+struct SchedulerGridOf {
+    using type = FastTileGrid;
+};
+template <>
+struct SchedulerGridOf<false> {
+    using type = TileGrid;
+};
+
+template <int BLOCK_M, int BLOCK_N, class Hooks, int CLUSTER_M = 1, bool kFastOrder = true>
 struct PersistentScheduler {
-    TileGrid grid;
+    // scheduler_grid(m, n, ...), with the host's divisors when kFastOrder (the hooks' orders then multiply and shift
+    // instead of dividing: hooks take either grid type).
+    using Grid = typename SchedulerGridOf<kFastOrder>::type;
+    Grid grid;
     int32_t m, n;
     int32_t next;
     int32_t rank;
 
-    LOOM_DEVICE PersistentScheduler(int32_t m_, int32_t n_, int32_t group_m) : m(m_), n(n_) {
-        const int32_t blocks_m = (m + BLOCK_M - 1) / BLOCK_M;
-        grid.num_m = (blocks_m + CLUSTER_M - 1) / CLUSTER_M;
-        grid.num_n = (n + BLOCK_N - 1) / BLOCK_N;
-        const int32_t g = group_m / CLUSTER_M;
-        grid.group_m = g < 1 ? 1 : g;
-        next = static_cast<int32_t>(blockIdx.x) / CLUSTER_M;
-        rank = static_cast<int32_t>(blockIdx.x) % CLUSTER_M;
-    }
-    // The same with the tile grid precomputed by the host (runtime values read where used, no divisions here).
-    LOOM_DEVICE PersistentScheduler(int32_t m_, int32_t n_, const TileGrid& g) : grid(g), m(m_), n(n_) {
+    // g: the host's scheduler_grid with its divisors (GemmArgs::grid). kCountBlocks: the M- and N-block counts are
+    // computed here, divisions by the compile-time tile sizes, rather than read from g in the parameters where used:
+    // read there, they made GEMM+ReduceScatter's fused-epilogue kernels spill 16-20 bytes; the split-tail kernels
+    // (kCountBlocks false) spilled 4-16 bytes the other way.
+    template <bool kCountBlocks>
+    LOOM_DEVICE PersistentScheduler(int32_t m_, int32_t n_, const FastTileGrid& g, BoolConstant<kCountBlocks>)
+        : grid(static_cast<const Grid&>(g)), m(m_), n(n_) {
+        if constexpr (kCountBlocks) {
+            grid.num_m = ((m + BLOCK_M - 1) / BLOCK_M + CLUSTER_M - 1) / CLUSTER_M;
+            grid.num_n = (n + BLOCK_N - 1) / BLOCK_N;
+        }
         next = static_cast<int32_t>(blockIdx.x) / CLUSTER_M;
         rank = static_cast<int32_t>(blockIdx.x) % CLUSTER_M;
     }

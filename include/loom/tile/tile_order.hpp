@@ -21,6 +21,67 @@ struct TileCoord {
     int32_t rows, cols;  // extent inside the matrix (<= BLOCK_M / BLOCK_N at the tails)
 };
 
+// n / d for 0 <= n < 2^31 by a multiply-high, an add and a shift, with d (1 <= d < 2^31) fixed in advance: with
+// l = ceil(log2 d) and mul = floor(2^32 (2^l - d) / d) + 1, n / d = (umulhi(n, mul) + n) >> l (Granlund and
+// Montgomery's round-up method; the sum stays below 2^32 because umulhi(n, mul) < n). A division by a runtime value is
+// ~15 dependent instructions on the GPU (a float reciprocal and corrections).
+struct FastDiv {
+    uint32_t mul;
+    uint32_t shift;
+
+    LOOM_HOST_DEVICE static constexpr FastDiv of(int32_t d) {
+        uint32_t l = 0;
+        while ((uint64_t{1} << l) < static_cast<uint64_t>(d)) ++l;
+        const uint64_t m =
+            ((uint64_t{1} << 32) * ((uint64_t{1} << l) - static_cast<uint64_t>(d))) / static_cast<uint64_t>(d);
+        return FastDiv{static_cast<uint32_t>(m + 1), l};
+    }
+    LOOM_HOST_DEVICE int32_t div(int32_t n) const {
+        const uint32_t u = static_cast<uint32_t>(n);
+#if defined(__CUDA_ARCH__)
+        const uint32_t hi = __umulhi(u, mul);
+#else
+        const uint32_t hi = static_cast<uint32_t>((static_cast<uint64_t>(u) * mul) >> 32);
+#endif
+        return static_cast<int32_t>((hi + u) >> shift);
+    }
+};
+
+// A tile grid with its grouped order's divisors, made once on the host (FastTileGrid::of) and passed to the persistent
+// GEMM in its arguments: the scheduler then maps a tile index with multiplies and shifts read from the constant bank.
+// (Two divisions by runtime values were a chain of ~30 dependent instructions on the boundary between two tiles, where
+// the tensor cores idle: docs/gemm.md "Session 27".) Packed into 28 bytes: GemmArgs must stay within 128 (its static
+// assert says why).
+struct FastTileGrid : TileGrid {
+    uint32_t mul[3];   // FastDiv multipliers: by group_m x num_n, by group_m, by the last group's M-blocks
+    uint8_t shift[3];  // and their shifts
+
+    LOOM_HOST_DEVICE FastDiv per_group() const { return FastDiv{mul[0], shift[0]}; }
+    LOOM_HOST_DEVICE FastDiv group_rows() const { return FastDiv{mul[1], shift[1]}; }
+    LOOM_HOST_DEVICE FastDiv last_rows() const { return FastDiv{mul[2], shift[2]}; }
+
+    LOOM_HOST_DEVICE static constexpr FastTileGrid of(const TileGrid& g) {
+        const int32_t groups = (g.num_m + g.group_m - 1) / g.group_m;
+        const FastDiv d[3] = {FastDiv::of(g.group_m * g.num_n), FastDiv::of(g.group_m),
+                              FastDiv::of(g.num_m - (groups - 1) * g.group_m)};
+        return FastTileGrid{
+            g,
+            {d[0].mul, d[1].mul, d[2].mul},
+            {static_cast<uint8_t>(d[0].shift), static_cast<uint8_t>(d[1].shift), static_cast<uint8_t>(d[2].shift)}};
+    }
+};
+
+// The grid the persistent GEMM's scheduler walks (tile/scheduler.cuh): ceil(ceil(m / block_m) / cluster_m) x
+// ceil(n / block_n) tiles (of clusters along M), raster groups of max(group_m / cluster_m, 1); the host makes it, with
+// its divisors, for GemmArgs::grid.
+LOOM_HOST_DEVICE constexpr TileGrid scheduler_grid(int64_t m, int64_t n, int block_m, int block_n, int cluster_m,
+                                                   int group_m) {
+    const int64_t blocks_m = (m + block_m - 1) / block_m;
+    const int32_t g = group_m / cluster_m;
+    return TileGrid{static_cast<int32_t>((blocks_m + cluster_m - 1) / cluster_m),
+                    static_cast<int32_t>((n + block_n - 1) / block_n), g < 1 ? 1 : g};
+}
+
 // Grouped raster order over a grid of num_m x num_n blocks: linear index -> (m_block, n_block).
 LOOM_HOST_DEVICE inline void grouped_order(int32_t linear, const TileGrid& g, int32_t& m_block, int32_t& n_block) {
     const int32_t per_group = g.group_m * g.num_n;
@@ -31,13 +92,24 @@ LOOM_HOST_DEVICE inline void grouped_order(int32_t linear, const TileGrid& g, in
     m_block = first_m + in_group % rows_in_group;
     n_block = in_group / rows_in_group;
 }
+// The same order with the host's divisors (0 <= linear < num_tiles).
+LOOM_HOST_DEVICE inline void grouped_order(int32_t linear, const FastTileGrid& g, int32_t& m_block, int32_t& n_block) {
+    const int32_t group = g.per_group().div(linear);
+    const int32_t first_m = group * g.group_m;
+    const bool last = g.num_m - first_m < g.group_m;
+    const int32_t rows_in_group = last ? g.num_m - first_m : g.group_m;
+    const int32_t in_group = linear - group * (g.group_m * g.num_n);
+    n_block = (last ? g.last_rows() : g.group_rows()).div(in_group);
+    m_block = first_m + (in_group - n_block * rows_in_group);
+}
 
 // Rank-rotated order for the overlapped GEMMs: the grouped order over M-blocks shifted by `shift_m` blocks (e.g.
 // the first block of this rank's rows), wrapping around, so the tiles whose operands are local come first.
 // Contract: 0 <= shift_m < num_m (the host's plans guarantee it). The wrap is a compare and subtract: a `% num_m`
 // in the consumers' tile loop, next to 128 live accumulators, made the 128 x 256 GEMM spill 48 / 12 bytes; this
-// form has none (tests/unit/test_overlap_compile.cpp).
-LOOM_HOST_DEVICE inline void rotated_order(int32_t linear, const TileGrid& g, int32_t shift_m, int32_t& m_block,
+// form has none (tests/unit/test_overlap_compile.cpp). Grid: TileGrid, or FastTileGrid (the GEMM's scheduler's).
+template <class Grid>
+LOOM_HOST_DEVICE inline void rotated_order(int32_t linear, const Grid& g, int32_t shift_m, int32_t& m_block,
                                            int32_t& n_block) {
     grouped_order(linear, g, m_block, n_block);
     m_block += shift_m;
