@@ -297,9 +297,11 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
 
     // The tile grid with its divisors (and for the split tail the k-blocks) come from the host: read from the constant
     // bank where used rather than computed once and held in registers. kFastOrder: the tile order multiplies by the
-    // host's divisors instead of dividing (tile_order.hpp, FastTileGrid); the split-tail and notifying kernels keep the
-    // divisions, which spilled 4-16 bytes there.
-    constexpr bool kFastOrder = !kSplitTail && !Hooks::kNotifiesAfterStore;
+    // host's divisors instead of dividing (tile_order.hpp, FastTileGrid), where the next tile is looked up on the tile
+    // boundary (no kLookahead: the clustered kernels, fp8's on a whole GPU, the fused pull, fp32-output accumulator
+    // hooks). The lookahead kernels keep the divisions, off the boundary anyway (with the multiplies bf16's 8192 x 1376
+    // x 4096 read 1 % slower); the split-tail and notifying kernels too (they spilled 4-16 bytes with them).
+    constexpr bool kFastOrder = !kLookahead && !kSplitTail && !Hooks::kNotifiesAfterStore;
     using Scheduler = tile::PersistentScheduler<BLOCK_M, BLOCK_N, Hooks, CLUSTER_M, kFastOrder>;
     Scheduler sched(args.m, args.n, args.grid, tile::BoolConstant<!kSplitTail>{});
     const int num_k_blocks = kSplitTail ? args.num_k_blocks : (args.k + kBlockK - 1) / kBlockK;
