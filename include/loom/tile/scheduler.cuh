@@ -100,14 +100,7 @@ struct GemmNoHooks {
     LOOM_DEVICE LOOM_FORCEINLINE void after_store(const TileCoord&) const {}
 };
 
-// Walks this CTA's tiles: blockIdx.x, blockIdx.x + gridDim.x, ... Producer and consumers each own a copy and
-// see the same sequence (next_tile), or, with the split-K tail of the plain GEMM, the same work units (next_unit).
-//
-// With CLUSTER_M > 1 (clusters of CLUSTER_M consecutive CTAs along x, sharing the B tile by TMA multicast) the
-// policy orders cluster tiles: a grid of ceil(num_m / CLUSTER_M) x num_n, cluster c walking c, c + #clusters,
-// ...; CTA rank r of the cluster takes M-block CLUSTER_M * m + r. Every CTA of a cluster thus walks the same
-// number of tiles (the multicast needs all of them); a rank whose M-block lies past M gets rows <= 0 (its loads
-// are zero-filled, its stores clipped, its hooks skipped).
+// A compile-time bool, as a constructor's tag.
 template <bool B>
 struct BoolConstant {
     static constexpr bool value = B;
@@ -124,6 +117,14 @@ struct SchedulerGridOf<false> {
     using type = TileGrid;
 };
 
+// Walks this CTA's tiles: blockIdx.x, blockIdx.x + gridDim.x, ... Producer and consumers each own a copy and
+// see the same sequence (next_tile), or, with the split-K tail of the plain GEMM, the same work units (next_unit).
+//
+// With CLUSTER_M > 1 (clusters of CLUSTER_M consecutive CTAs along x, sharing the B tile by TMA multicast) the
+// policy orders cluster tiles: a grid of ceil(num_m / CLUSTER_M) x num_n, cluster c walking c, c + #clusters,
+// ...; CTA rank r of the cluster takes M-block CLUSTER_M * m + r. Every CTA of a cluster thus walks the same
+// number of tiles (the multicast needs all of them); a rank whose M-block lies past M gets rows <= 0 (its loads
+// are zero-filled, its stores clipped, its hooks skipped).
 template <int BLOCK_M, int BLOCK_N, class Hooks, int CLUSTER_M = 1, bool kFastOrder = true>
 struct PersistentScheduler {
     // scheduler_grid(m, n, ...), with the host's divisors when kFastOrder (the hooks' orders then multiply and shift
