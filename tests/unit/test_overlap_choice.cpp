@@ -89,7 +89,7 @@ TEST(OverlapChoice, GemmRsAlgo) {
     EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, nullptr, 1024, 2 * 4096), RsAlgo::FusedPull);
     EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, nullptr, 1024, 2 * 7168), RsAlgo::Sequential);  // bf16, deep K
     EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, true, nullptr, 1024, 1 * 7168), RsAlgo::FusedPull);   // fp8
-    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, false, nullptr, 1024, 2 * 7168), RsAlgo::Auto);  // a GPU per rank
+    EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Auto, false, nullptr, 1024, 2 * 7168), RsAlgo::Auto);       // a GPU per rank
     // A caller's tile decides between the two hooked algorithms, on a shared GPU too.
     loom::GemmConfig whole;
     whole.block_m = 128;
@@ -103,8 +103,9 @@ TEST(OverlapChoice, GemmRsAlgo) {
     EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::FusedEpilogue, true, nullptr, 1024, kb), RsAlgo::FusedEpilogue);
     EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::ScatterReduce, true, nullptr, 1024, kb), RsAlgo::ScatterReduce);
     EXPECT_EQ(loom::gemm_rs_algo(RsAlgo::Sequential, false, nullptr, 136, kb), RsAlgo::Sequential);
-    EXPECT_NE(error_of([&] { loom::gemm_rs_algo(RsAlgo::Sequential, false, &whole, 1024, kb); }).find("expected no config"),
-              std::string::npos);
+    EXPECT_NE(
+        error_of([&] { loom::gemm_rs_algo(RsAlgo::Sequential, false, &whole, 1024, kb); }).find("expected no config"),
+        std::string::npos);
     EXPECT_STREQ(loom::to_string(RsAlgo::Sequential), "sequential");
     EXPECT_STREQ(loom::to_string(RsAlgo::FusedPull), "fused-pull");
     // The fused pull's plan: the fused epilogue's tile, a 64-row one where only that fits M / W.
