@@ -136,7 +136,8 @@ struct PersistentScheduler {
     int32_t rank;
 
     // g: the host's scheduler_grid with its divisors (GemmArgs::grid). kCountBlocks: the M- and N-block counts are
-    // computed here, divisions by the compile-time tile sizes, rather than read from g in the parameters where used:
+    // computed here (scheduler_grid's formula, in 32 bits: keep the two alike), divisions by the compile-time tile
+    // sizes, rather than read from g in the parameters where used:
     // read there, they made GEMM+ReduceScatter's fused-epilogue kernels spill 16-20 bytes; the split-tail kernels
     // (kCountBlocks false) spilled 4-16 bytes the other way.
     template <bool kCountBlocks>

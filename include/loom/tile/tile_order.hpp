@@ -73,7 +73,7 @@ struct FastTileGrid : TileGrid {
 
 // The grid the persistent GEMM's scheduler walks (tile/scheduler.cuh): ceil(ceil(m / block_m) / cluster_m) x
 // ceil(n / block_n) tiles (of clusters along M), raster groups of max(group_m / cluster_m, 1); the host makes it, with
-// its divisors, for GemmArgs::grid.
+// its divisors, for GemmArgs::grid. (PersistentScheduler recounts the blocks on the device with the same formula.)
 LOOM_HOST_DEVICE constexpr TileGrid scheduler_grid(int64_t m, int64_t n, int block_m, int block_n, int cluster_m,
                                                    int group_m) {
     const int64_t blocks_m = (m + block_m - 1) / block_m;
