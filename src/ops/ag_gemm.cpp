@@ -180,6 +180,7 @@ namespace detail {
 void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
                  const AgGemmOptions& o) {
     constexpr const char* op = "ag_gemm";
+    overlap::refuse_capture(stream, op);
     overlap::OpState& st = overlap::op_state(world, overlap::OpKind::AgGemm, op);
     const int W = world.world_size(), me = world.local_rank();
     overlap::check_inputs(op, a, b, c);

@@ -11,11 +11,19 @@ namespace loom {
 namespace {
 
 // Push through the copy engine, paced by stream signals instead of barrier kernels (no SM involved): `stream` raises
-// ready[me] = e at every peer (its out may be written: its earlier work on out is done, stream order); side stream i
-// waits for ready[d] >= e of its destination d, copies this rank's chunk into slot `me` of d's out and raises
-// done[me] = e at d; the own chunk (out of place) is copied on a side stream too; `stream` joins the side streams and
-// waits for done[q] >= e from every peer. Measured against two barrier-kernel launches (entry, exit): see
-// docs/collectives.md.
+// ready[me] = v at every peer (its out may be written: its earlier work on out is done, stream order); side stream i
+// waits for ready[d] of its destination d, copies this rank's chunk into slot `me` of d's out and raises done[me] =
+// v at d; the own chunk (out of place) is copied on a side stream too; `stream` joins the side streams and waits for
+// done[q] from every peer. Measured against two barrier-kernel launches (entry, exit): see docs/collectives.md.
+// Two signal sets (CollState::ce_sig):
+//   called eagerly: v = this call's count (the same on every rank), waits >= v; nothing is reset;
+//   captured in a CUDA graph, whose replays repeat every value: v = 1, waits == 1, and each signal is reset by the
+//   rank it lives on once seen — ready[d] on the side stream before the copy, done[q] on `stream` at the end. A
+//   reset cannot meet a peer's next write: d raises ready[d] here for its next call only after its current call
+//   saw done[me], which this rank raises after the reset (a stream write carries a memory barrier); q raises done[q]
+//   here for its next call only after this rank's next ready, which `stream` raises after this call's resets.
+// Eager calls keep the counts because each reset is one more stream operation on the critical path (two ranks on
+// one H200, 256 KiB - 16 MiB: the resets cost 4-7 us a call, session 28).
 //
 // Ranks on distinct GPUs: the first `head` bytes of every chunk (LOOM_AG_CE_SM_SHARE percent, default 15, 16-byte
 // multiple) go through all_gather_push (ld/st, on `stream`, between the fork and the join) while the copy engine
@@ -34,11 +42,13 @@ void all_gather_push_copy_engine(World& world, coll::CollState& st, const Buffer
         return v;
     }();
     const std::size_t head = st.topo.shared_gpu ? 0 : B * static_cast<std::size_t>(share) / 100 / 16 * 16;
-    std::uint64_t* const ready = st.ce_sig + 2 * kMaxLocalPeers;
-    std::uint64_t* const done = st.ce_sig + 3 * kMaxLocalPeers;
-    const std::uint64_t e = ++st.ce_ag_calls;
+    const bool graph = stream_ops::capturing(stream);
+    std::uint64_t* const ready = st.ce_sig + (graph ? 4 : 2) * kMaxLocalPeers;
+    std::uint64_t* const done = st.ce_sig + (graph ? 5 : 3) * kMaxLocalPeers;
+    const std::uint64_t v = graph ? 1 : ++st.ce_ag_calls;
+    const stream_ops::WaitCmp cmp = graph ? stream_ops::WaitCmp::EQ : stream_ops::WaitCmp::GEQ;
     for (int d = 0; d < W; ++d)
-        if (d != me) stream_ops::signal_ce(world, &ready[me], e, d, stream);
+        if (d != me) stream_ops::signal_ce(world, &ready[me], v, d, stream);
     const bool own_copy = in != mine;
     const std::size_t n = static_cast<std::size_t>(W - 1) + (own_copy ? 1 : 0);
     coll::ce_fork(st, stream, n);
@@ -55,24 +65,25 @@ void all_gather_push_copy_engine(World& world, coll::CollState& st, const Buffer
         l.blocks = coll::pick_blocks(head, 64 * 1024, 64, opts, st);
         coll::launch(world, l, stream);
     }
-    if (head < B) {
-        for (int i = 1; i < W; ++i) {
-            const int d = (me + i) % W;
-            cudaStream_t side = coll::ce_stream(st, static_cast<std::size_t>(i - 1));
-            stream_ops::wait_value(side, &ready[d], e);
-            stream_ops::put_signal_ce(world, mine + head, in + head, B - head, &done[me], e, d, side);
-        }
-        if (own_copy)
-            LOOM_CHECK_CUDA(
-                cudaMemcpyAsync(mine + head, in + head, B - head, cudaMemcpyDefault, coll::ce_stream(st, n - 1)));
-    } else {
-        for (int i = 1; i < W; ++i)  // every byte went through the kernel: the done signals only
-            stream_ops::signal_ce(world, &done[me], e, (me + i) % W,
-                                  coll::ce_stream(st, static_cast<std::size_t>(i - 1)));
+    for (int i = 1; i < W; ++i) {
+        const int d = (me + i) % W;
+        cudaStream_t side = coll::ce_stream(st, static_cast<std::size_t>(i - 1));
+        // head == B: every byte went through the kernel, whose own barrier paced it. Eagerly only the done signal
+        // is raised; captured, ready[d] is still waited for, to be reset.
+        if (head < B || graph) stream_ops::wait_value(side, &ready[d], v, cmp);
+        if (graph) stream_ops::write_value(side, &ready[d], 0);
+        if (head < B) stream_ops::put_ce(world, mine + head, in + head, B - head, d, side);
+        stream_ops::signal_ce(world, &done[me], v, d, side);
     }
+    if (own_copy && head < B)
+        LOOM_CHECK_CUDA(
+            cudaMemcpyAsync(mine + head, in + head, B - head, cudaMemcpyDefault, coll::ce_stream(st, n - 1)));
     coll::ce_join(st, stream, n);
     for (int q = 0; q < W; ++q)
-        if (q != me) stream_ops::wait_value(stream, &done[q], e);
+        if (q != me) stream_ops::wait_value(stream, &done[q], v, cmp);
+    if (graph)
+        for (int q = 0; q < W; ++q)
+            if (q != me) stream_ops::write_value(stream, &done[q], 0);
 }
 
 }  // namespace

@@ -48,8 +48,8 @@ struct Plan {
 };
 
 // Rows of CollState::ce_sig (each kMaxLocalPeers signals): reduce_scatter's ready and freed, all_gather's ready and
-// done.
-inline constexpr int kCeSignals = 4;
+// done (eager calls), all_gather's ready and done (calls captured in a CUDA graph).
+inline constexpr int kCeSignals = 6;
 
 struct CollState {
     kernels::coll::SyncState* sync = nullptr;  // symmetric, zeroed once
@@ -68,13 +68,19 @@ struct CollState {
     // kernel launch, which is most of a small collective's latency. Bounded: cleared past kMaxPlans entries.
     std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
     static constexpr std::size_t kMaxPlans = 4096;
-    // Copy-engine reduce_scatter (scatter / ce): symmetric [2][kMaxLocalPeers] signals — ready[q]: rank q's push of
-    // round r landed here; freed[q]: rank q reduced round r, so its buffers may be refilled — and the round count
-    // (same on every rank: every rank makes the same calls).
-    // Then the copy-engine push all_gather's [2][kMaxLocalPeers]: ag_ready[q] — rank q's out may be written for
-    // call e; ag_done[q] — rank q's chunk of call e landed here; and its call count.
+    // The copy-engine paths' stream signals, symmetric [kCeSignals][kMaxLocalPeers], zeroed once. Stream memory
+    // operations take constant values, which a captured CUDA graph repeats on every replay, so where a path may be
+    // captured no value depends on a host call count; instead a signal is reset to 0 by the rank it lives on, within
+    // the call that raised it, once no peer can still write it in that call and before the owner meets its peers in
+    // the next call. Graphs then replay back to back with no host synchronisation
+    // (Collectives.GraphReplaysBackToBack).
+    //   reduce_scatter (scatter / ce): ready[q] = k + 1 — rank q's push of round k of this call landed here;
+    //     freed[q] = k + 1 — rank q reduced round k, its buffer k % 2 may be refilled. Reset at the end of a call.
+    //   all_gather (push / ce), eager calls: ag_ready[q] = e — rank q's out may be written in call e; ag_done[q] =
+    //     e — rank q's chunk of call e landed here; e = ce_ag_calls, never reset (a reset costs the eager call a
+    //     stream operation on its critical path). Captured calls: the next two rows, values 1, reset once seen
+    //     (all_gather.cpp).
     std::uint64_t* ce_sig = nullptr;
-    std::uint64_t ce_round = 0;
     std::uint64_t ce_ag_calls = 0;
     // Side streams of the copy-engine path (copy_engine_fanout), created on first use.
     std::vector<cudaStream_t> ce_streams;

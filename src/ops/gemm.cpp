@@ -9,6 +9,7 @@
 
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/stream_ops.hpp"
 #include "loom/runtime/tma.hpp"
 #include "ops/gemm_internal.hpp"
 
@@ -103,9 +104,7 @@ std::mutex& tail_workspace_mutex() {
 // old buffers. nullptr while the stream captures a graph: a captured launch would keep this workspace's pointers,
 // which a later call on the stream may free (growth) or use at the same time as a replay (on any stream).
 TailWorkspace* tail_workspace(int device, cudaStream_t stream, size_t partial_floats, size_t num_counters) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    LOOM_CHECK_CUDA(cudaStreamIsCapturing(stream, &capture));
-    if (capture != cudaStreamCaptureStatusNone) return nullptr;
+    if (stream_ops::capturing(stream)) return nullptr;
     static std::map<std::pair<int, cudaStream_t>, TailWorkspace> cache;
     TailWorkspace& ws = cache[{device, stream}];
     if (ws.partial_floats >= partial_floats && ws.num_counters >= num_counters) return &ws;

@@ -193,6 +193,7 @@ namespace detail {
 void gemm_ar_run(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
                  const GemmArOptions& o) {
     constexpr const char* op = "gemm_ar";
+    overlap::refuse_capture(stream, op);
     overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmAr, op);
     const int W = world.world_size();
     overlap::check_inputs(op, a, b, c);

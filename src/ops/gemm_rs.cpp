@@ -394,6 +394,7 @@ namespace detail {
 void gemm_rs_run(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
                  const GemmRsOptions& o) {
     constexpr const char* op = "gemm_rs";
+    overlap::refuse_capture(stream, op);
     overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmRs, op);
     const int W = world.world_size();
     overlap::check_inputs(op, a, b, c);

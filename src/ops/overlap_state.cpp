@@ -10,6 +10,7 @@
 #include "loom/ops/collectives.hpp"
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/stream_ops.hpp"
 
 namespace loom::overlap {
 namespace {
@@ -256,6 +257,15 @@ char* gemm_into_parity_half(World& world, OpState& st, const MatrixView& a, cons
     char* const half = static_cast<char*>(st.sym) + (epoch % 2) * half_stride;
     gemm(a, b, MatrixView{half, dtype, M, N, 0}, gemm_options(sc), stream);
     return half;
+}
+
+void refuse_capture(cudaStream_t stream, const char* op) {
+    LOOM_CHECK(!stream_ops::capturing(stream),
+               "{}: expected a stream that is not capturing a CUDA graph: the overlapped ops compute their signal "
+               "targets and buffer halves on the host per call, so a replayed graph would reuse one call's (wrong "
+               "results or a hang). Call {} outside the capture, or capture its sequence instead (loom::gemm and the "
+               "collectives replay correctly)",
+               op, op);
 }
 
 bool debug() { return env_flag("LOOM_OVERLAP_DEBUG"); }

@@ -119,6 +119,12 @@ void launch_gemm(const char* hooks, const char* header, const MatrixView& a, con
 void prepare_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& c,
                   const GemmConfig& cfg, const OpScale& sc, ScaleAt at);
 
+// Raises when `stream` is capturing a CUDA graph. The overlapped ops compute their signal targets and pick their
+// buffer halves on the host, per call: a replayed graph would repeat one call's targets and halves, and its waits
+// would pass on the previous replay's signals (wrong results) or never (a hang). Called before the op touches any
+// state, so the capture stays valid and the caller can end it.
+void refuse_capture(cudaStream_t stream, const char* op);
+
 bool debug();  // LOOM_OVERLAP_DEBUG
 
 // Communication blocks of an op on `num_sms` usable SMs (overlap_usable_sms): `requested` (> 0, the caller's

@@ -61,7 +61,6 @@ class TunedOptions {
             if (auto it = chosen_.find(id); it != chosen_.end()) return it->second.resolved();
         }
         const std::vector<TuneOption<Opts>> candidates = make();
-        if (detail::capturing_and_tuning(stream)) return candidates.at(0).opts;  // Auto (no config), decided later
         std::vector<std::string> names;
         for (const auto& c : candidates) names.push_back(c.name);
         const std::size_t i = tuned_choice(

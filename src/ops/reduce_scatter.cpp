@@ -7,12 +7,16 @@ namespace loom {
 
 namespace {
 
-// Scatter through the copy engine, reduce locally, in rounds (no SM moves data between GPUs): round r pushes, for
-// every peer d, elements [off, off + n) of in's chunk d into slot `me` of buffer r % 2 of d's scratch
-// (cudaMemcpyAsync on side stream d, after d freed that buffer: freed[d] >= r - 2) and raises ready[me] = r at
-// d; the caller's stream waits for ready[q] >= r from every peer, reduces the round into out[off, off + n)
-// (reduce_scatter_ce_reduce) and raises freed[me] = r at every peer. Two buffers, so the pushes of round r + 1
-// run under the reduce of round r. Any in and out; only the scratch is symmetric.
+// Scatter through the copy engine, reduce locally, in rounds (no SM moves data between GPUs). After an entry barrier
+// (every peer finished its earlier calls, so every scratch buffer is free), round k of the call pushes, for every
+// peer d, elements [off, off + n) of in's chunk d into slot `me` of buffer k % 2 of d's scratch (cudaMemcpyAsync on
+// side stream d; from round 2 on after d freed that buffer: freed[d] >= k - 1) and raises ready[me] = k + 1 at d;
+// the caller's stream waits for ready[q] >= k + 1 from every peer, reduces the round into out[off, off + n)
+// (reduce_scatter_ce_reduce) and, where a later round of the call refills the buffer, raises freed[me] = k + 1 at
+// every peer. Two buffers, so the pushes of round k + 1 run under the reduce of round k. At the end the stream
+// resets this rank's ready and freed to 0: every write a peer makes to them in this call was waited for, and the
+// peers' next writes follow the next call's entry barrier. The values depend only on the round within the call, so
+// a captured graph replays correctly (CollState::ce_sig). Any in and out; only the scratch is symmetric.
 void reduce_scatter_copy_engine(World& world, coll::CollState& st, const BufferView& in, const BufferView& out,
                                 cudaStream_t stream, const CollOptions& opts) {
     const int W = world.world_size(), me = world.rank();
@@ -32,31 +36,33 @@ void reduce_scatter_copy_engine(World& world, coll::CollState& st, const BufferV
     l.template_args = {coll::cuda_type(in.dtype), opts.op == ReduceOp::Max ? "1" : "0"};
     l.params = coll::base_params(st);
     l.params.round_elems = C;
-    for (std::size_t off = 0; off < S; off += C) {
-        const std::size_t n = S - off < C ? S - off : C;
-        const std::uint64_t r = ++st.ce_round;
-        char* const buf = st.scratch + (r % 2) * static_cast<std::size_t>(W) * C * es;
+    const std::size_t rounds = (S + C - 1) / C;
+    for (std::size_t k = 0; k < rounds; ++k) {
+        const std::size_t off = k * C, n = S - off < C ? S - off : C;
+        char* const buf = st.scratch + (k % 2) * static_cast<std::size_t>(W) * C * es;
         for (int i = 1; i < W; ++i) {
             const int d = (me + i) % W;
             cudaStream_t side = coll::ce_stream(st, i - 1);
-            if (r > 2) stream_ops::wait_value(side, &freed[d], r - 2);
+            if (k >= 2) stream_ops::wait_value(side, &freed[d], k - 1);
             stream_ops::put_ce(world, buf + static_cast<std::size_t>(me) * C * es, src + (d * S + off) * es, n * es, d,
                                side);
-            stream_ops::signal_ce(world, &ready[me], r, d, side);
+            stream_ops::signal_ce(world, &ready[me], k + 1, d, side);
         }
         for (int q = 0; q < W; ++q)
-            if (q != me) stream_ops::wait_value(stream, &ready[q], r);
+            if (q != me) stream_ops::wait_value(stream, &ready[q], k + 1);
         l.params.in = src + (me * S + off) * es;
         l.params.out = dst + off * es;
         l.params.count = n;
         l.params.scratch = buf;
         l.blocks = coll::pick_blocks(n * es * W, 256 * 1024, 64, opts, st);
         coll::launch(world, l, stream);
-        for (int d = 0; d < W; ++d)
-            if (d != me) stream_ops::signal_ce(world, &freed[me], r, d, stream);
+        if (k + 2 < rounds)
+            for (int d = 0; d < W; ++d)
+                if (d != me) stream_ops::signal_ce(world, &freed[me], k + 1, d, stream);
     }
-    // Join the side streams (their last signals are in stream order before everything later on `stream`).
+    // Join the side streams (their last waits on freed are in stream order before the reset), then reset.
     coll::ce_join(st, stream, static_cast<std::size_t>(W - 1));
+    LOOM_CHECK_CUDA(cudaMemsetAsync(ready, 0, 2 * kMaxLocalPeers * sizeof(std::uint64_t), stream));
 }
 
 }  // namespace

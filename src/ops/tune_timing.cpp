@@ -5,6 +5,7 @@
 
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/stream_ops.hpp"
 
 namespace loom::detail {
 
@@ -14,9 +15,7 @@ DeviceScratch::~DeviceScratch() { cudaFree(p); }
 
 bool capturing_and_tuning(cudaStream_t stream) {
     if (!env_flag("LOOM_AUTOTUNE")) return false;
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    LOOM_CHECK_CUDA(cudaStreamIsCapturing(stream, &capture));
-    return capture != cudaStreamCaptureStatusNone;
+    return stream_ops::capturing(stream);
 }
 
 double median_launch_us(const std::function<void()>& launch, cudaStream_t stream, const DeviceScratch& flush,

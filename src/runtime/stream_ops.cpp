@@ -53,6 +53,12 @@ void put_signal_ce(World& world, void* dst, const void* src, std::size_t bytes, 
     signal_ce(world, sig, value, peer, stream);
 }
 
+bool capturing(cudaStream_t stream) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    LOOM_CHECK_CUDA(cudaStreamIsCapturing(stream, &status));
+    return status != cudaStreamCaptureStatusNone;
+}
+
 void wait_stream_bounded(cudaStream_t stream, const char* what) {
     const auto timeout = env_ms("LOOM_WAIT_TIMEOUT_MS", std::chrono::milliseconds(0));
     if (timeout.count() <= 0) {

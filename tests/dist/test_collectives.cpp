@@ -823,6 +823,150 @@ TEST_F(Collectives, CudaGraphCaptureAndReplay) {
     ASSERT_TRUE(err.empty()) << err;
 }
 
+// One graph replayed back to back with no host synchronisation between replays (#6: capturable in a CUDA graph and
+// reusable back to back). The copy-engine paths pace themselves with stream memory operations, whose values a
+// graph freezes: until 2026-12 they carried per-call host counts, so a rank in replay k + 1 passed its waits on the
+// signals of replay k and took stale data. Each replay takes new inputs (copied in on the stream before it) and
+// its outputs are copied out on the stream after it; one rank per replay starts late (a large copy first), so its
+// peers run ahead into the next replay. Every element of every replay is checked. With LOOM_COLL_SCRATCH=1M
+// (the dist_small_scratch step) the copy-engine reduce_scatter runs several rounds per call.
+TEST_F(Collectives, GraphReplaysBackToBack) {
+    const int W = w->world_size(), me = w->rank();
+    const DType t = DType::BF16;
+    constexpr int kReplays = 6;
+    const std::size_t n = 384 * 1024 / W + 5, B = n * 2;  // elements per rank (odd: tails)
+    struct Case {
+        const char* name;
+        CollKind kind;
+        CollOptions opts;
+    };
+    const std::vector<Case> cases = {
+        {"all_gather push/ce", CollKind::AllGather, {CollAlgo::Push, DataPath::CopyEngine}},
+        {"all_gather pull/ce", CollKind::AllGather, {CollAlgo::Pull, DataPath::CopyEngine}},
+        {"all_gather auto", CollKind::AllGather, {}},
+        {"reduce_scatter auto", CollKind::ReduceScatter, {}},
+        {"reduce_scatter scatter/ce", CollKind::ReduceScatter, {CollAlgo::Scatter, DataPath::CopyEngine}},
+        {"all_reduce two_shot/ce", CollKind::AllReduce, {CollAlgo::TwoShot, DataPath::CopyEngine}},
+        {"all_reduce auto", CollKind::AllReduce, {}},
+        {"all_to_all push/ce", CollKind::AllToAll, {CollAlgo::Push, DataPath::CopyEngine}},
+    };
+    // Elements in and out per rank of each case: all_gather n -> W n, reduce_scatter W n -> n, all_reduce n -> n,
+    // all_to_all W n -> W n (n per peer).
+    auto in_count = [&](CollKind k) { return k == CollKind::ReduceScatter || k == CollKind::AllToAll ? n * W : n; };
+    auto out_count = [&](CollKind k) { return k == CollKind::AllGather || k == CollKind::AllToAll ? n * W : n; };
+    std::vector<std::unique_ptr<Sym>> ins, outs;
+    std::vector<void*> staged, history;  // per case: kReplays inputs, kReplays outputs (plain device memory)
+    std::vector<std::vector<std::vector<std::vector<char>>>> inputs(cases.size());  // [case][replay][rank]
+    for (std::size_t c = 0; c < cases.size(); ++c) {
+        const std::size_t ib = in_count(cases[c].kind) * 2, ob = out_count(cases[c].kind) * 2;
+        ins.push_back(std::make_unique<Sym>(*w, ib));
+        outs.push_back(std::make_unique<Sym>(*w, ob));
+        void *st = nullptr, *h = nullptr;
+        cuda_or_die(cudaMalloc(&st, ib * kReplays), "cudaMalloc");
+        cuda_or_die(cudaMalloc(&h, ob * kReplays), "cudaMalloc");
+        staged.push_back(st);
+        history.push_back(h);
+        inputs[c].resize(kReplays);
+        for (int r = 0; r < kReplays; ++r) {
+            for (int q = 0; q < W; ++q)
+                inputs[c][r].push_back(
+                    make_input(t, in_count(cases[c].kind), seed_of(q, 700 + static_cast<int>(c), r)));
+            upload(static_cast<char*>(st) + r * ib, inputs[c][r][me]);
+        }
+    }
+    void* delay = nullptr;  // the late rank's copy: 2 x 128 MiB
+    constexpr std::size_t kDelayBytes = std::size_t{128} << 20;
+    cuda_or_die(cudaMalloc(&delay, 2 * kDelayBytes), "cudaMalloc");
+    auto enqueue = [&] {
+        for (std::size_t c = 0; c < cases.size(); ++c) {
+            const Case& k = cases[c];
+            const BufferView in{ins[c]->p, t, in_count(k.kind)}, out{outs[c]->p, t, out_count(k.kind)};
+            switch (k.kind) {
+                case CollKind::AllGather:
+                    all_gather(*w, in, out, stream, k.opts);
+                    break;
+                case CollKind::ReduceScatter:
+                    reduce_scatter(*w, in, out, stream, k.opts);
+                    break;
+                case CollKind::AllReduce:
+                    all_reduce(*w, in, out, stream, k.opts);
+                    break;
+                default:
+                    all_to_all(*w, in, out, stream, k.opts);
+                    break;
+            }
+        }
+    };
+    // One eager round first: creates the collective state, the side streams and JIT-loads every kernel outside the
+    // capture (all of which synchronise, which a capturing thread must not do).
+    enqueue();
+    sync_or_die(stream);
+    w->barrier();
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    enqueue();
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int r = 0; r < kReplays; ++r) {
+        if (r % W == me)  // this replay's late rank
+            cuda_or_die(cudaMemcpyAsync(static_cast<char*>(delay) + kDelayBytes, delay, kDelayBytes,
+                                        cudaMemcpyDeviceToDevice, stream),
+                        "delay copy");
+        for (std::size_t c = 0; c < cases.size(); ++c) {
+            const std::size_t ib = in_count(cases[c].kind) * 2, ob = out_count(cases[c].kind) * 2;
+            cuda_or_die(cudaMemcpyAsync(ins[c]->p, static_cast<char*>(staged[c]) + r * ib, ib, cudaMemcpyDeviceToDevice,
+                                        stream),
+                        "input copy");
+            cuda_or_die(cudaMemsetAsync(outs[c]->p, 0xA5, ob, stream), "poison");
+        }
+        cuda_or_die(cudaGraphLaunch(exec, stream), "graph launch");
+        for (std::size_t c = 0; c < cases.size(); ++c) {
+            const std::size_t ob = out_count(cases[c].kind) * 2;
+            cuda_or_die(cudaMemcpyAsync(static_cast<char*>(history[c]) + r * ob, outs[c]->p, ob,
+                                        cudaMemcpyDeviceToDevice, stream),
+                        "output copy");
+        }
+    }
+    sync_or_die(stream);
+    std::string err;
+    for (std::size_t c = 0; c < cases.size() && err.empty(); ++c) {
+        const CollKind k = cases[c].kind;
+        const std::size_t ob = out_count(k) * 2;
+        const auto h = download(history[c], ob * kReplays);
+        for (int r = 0; r < kReplays && err.empty(); ++r) {
+            const std::vector<char> got(h.begin() + r * ob, h.begin() + (r + 1) * ob);
+            const auto& x = inputs[c][r];
+            auto fail = [&](std::size_t i, double g, double want) {
+                err = std::string(cases[c].name) + ", replay " + std::to_string(r) + ", element " + std::to_string(i) +
+                      ": got " + std::to_string(g) + ", expected " + std::to_string(want);
+            };
+            if (k == CollKind::AllGather) {  // chunk q = rank q's input
+                for (int q = 0; q < W && err.empty(); ++q)
+                    if (std::memcmp(got.data() + q * B, x[q].data(), B) != 0) fail(q * n, 0, 0);
+            } else if (k == CollKind::AllToAll) {  // chunk q = rank q's chunk for me
+                for (int q = 0; q < W && err.empty(); ++q)
+                    if (std::memcmp(got.data() + q * B, x[q].data() + me * B, B) != 0) fail(q * n, 0, 0);
+            } else {
+                const std::size_t base = k == CollKind::ReduceScatter ? me * n : 0;
+                for (std::size_t i = 0; i < n && err.empty(); ++i) {
+                    double ref = 0;
+                    for (int q = 0; q < W; ++q) ref += value_at(t, x[q], base + i);
+                    const double g = value_at(t, got, i);
+                    if (!(std::fabs(g - ref) <= tolerance(t, ref, W))) fail(i, g, ref);
+                }
+            }
+        }
+    }
+    const std::string v = agree(*w, err);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    for (void* p : staged) cudaFree(p);
+    for (void* p : history) cudaFree(p);
+    cudaFree(delay);
+    ASSERT_TRUE(v.empty()) << v;
+}
+
 // LL needs no symmetric buffer (only its LL area is): all_gather and all_to_all between plain cudaMalloc buffers.
 TEST_F(Collectives, LLWithPlainBuffers) {
     const int W = w->world_size(), me = w->rank();

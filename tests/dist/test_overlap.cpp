@@ -1077,6 +1077,47 @@ TEST_F(Overlap, Fp8GemmAr) {
     }
 }
 
+// The overlapped ops refuse a capturing stream (their signal targets and buffer halves are the host's, per call: a
+// replayed graph would reuse one call's), before touching any state: the capture stays valid and ends cleanly, and
+// the ops then run eagerly as before.
+TEST_F(Overlap, RefusesGraphCapture) {
+    const int W = w->world_size();
+    DevBuf a(64 * 64 * W * 2), b(64 * 64 * 2), c(64 * 64 * W * 2);
+    const MatrixView bv{b.p, DType::BF16, 64, 64, 0};
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    auto refused = [&](const std::function<void()>& call) {
+        try {
+            call();
+        } catch (const Error& e) {
+            return std::string(e.what()).find("capturing a CUDA graph") != std::string::npos;
+        }
+        return false;
+    };
+    GemmRsOptions pull;
+    pull.algo = RsAlgo::FusedPull;
+    GemmArOptions seq;
+    seq.algo = ArAlgo::Sequential;
+    const bool ag = refused([&] {
+        ag_gemm(*w, MatrixView{a.p, DType::BF16, 8, 64, 0}, bv, MatrixView{c.p, DType::BF16, 8 * W, 64, 0}, stream);
+    });
+    const bool rs = refused([&] {
+        gemm_rs(*w, MatrixView{a.p, DType::BF16, 8 * W, 64, 0}, bv, MatrixView{c.p, DType::BF16, 8, 64, 0}, stream,
+                pull);
+    });
+    const bool ar = refused([&] {
+        gemm_ar(*w, MatrixView{a.p, DType::BF16, 8, 64, 0}, bv, MatrixView{c.p, DType::BF16, 8, 64, 0}, stream, seq);
+    });
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);  // still a valid (empty) capture
+    cudaGraphDestroy(graph);
+    EXPECT_TRUE(ag) << "ag_gemm did not refuse the capturing stream";
+    EXPECT_TRUE(rs) << "gemm_rs did not refuse the capturing stream";
+    EXPECT_TRUE(ar) << "gemm_ar did not refuse the capturing stream";
+    gemm_ar(*w, MatrixView{a.p, DType::BF16, 8, 64, 0}, bv, MatrixView{c.p, DType::BF16, 8, 64, 0}, stream);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    w->barrier();
+}
+
 TEST_F(Overlap, RejectsBadInputs) {
     const int W = w->world_size();
     DevBuf a(64 * 64 * 2), b(64 * 64 * 2), c(64 * 64 * W * 2);

@@ -41,6 +41,10 @@ void put_signal_ce(World& world, void* dst, const void* src, std::size_t bytes, 
 void write_value(cudaStream_t stream, std::uint64_t* addr, std::uint64_t value);
 void wait_value(cudaStream_t stream, const std::uint64_t* addr, std::uint64_t value, WaitCmp cmp = WaitCmp::GEQ);
 
+// Whether `stream` is capturing a CUDA graph: the stream operations then become graph nodes whose values every replay
+// repeats, so a protocol that would write a per-call count must use constants and resets instead.
+bool capturing(cudaStream_t stream);
+
 // Synchronise `stream`, raising loom::Error after LOOM_WAIT_TIMEOUT_MS (when set) instead of hanging on a
 // stream wait whose signal never comes.
 void wait_stream_bounded(cudaStream_t stream, const char* what);
