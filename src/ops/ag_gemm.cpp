@@ -180,8 +180,8 @@ namespace detail {
 void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
                  const AgGemmOptions& o) {
     constexpr const char* op = "ag_gemm";
-    overlap::refuse_capture(stream, op);
-    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::AgGemm, op);
+    const bool captured = overlap::check_capture(stream, op, o.producer == AgProducer::Sequential);
+    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::AgGemm, op, captured);
     const int W = world.world_size(), me = world.local_rank();
     overlap::check_inputs(op, a, b, c);
     const overlap::OpScale sc = overlap::scale_of(o);
@@ -224,7 +224,7 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
                    op, g.data, M * K * es);
         gather = g.data;
     } else if (producer != AgProducer::Direct) {
-        gather = overlap::ensure_symmetric(world, st, static_cast<std::size_t>(M * K) * es);
+        gather = overlap::ensure_symmetric(world, st, static_cast<std::size_t>(M * K) * es, captured);
     }
     // The direct producer has no gather buffer; its GEMM's A map (never read: every tile is redirected) spans A.
     const MatrixView gview{gather ? gather : a.data, a.dtype, M, K, 0};

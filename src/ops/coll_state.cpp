@@ -328,7 +328,8 @@ loom::CollTopology loom::collective_topology(World& world) {
 
 namespace loom::coll {
 
-void launch_barrier(World& world, CollState& st, cudaStream_t stream, uint32_t hold_ns) {
+namespace {
+Launch barrier_launch(CollState& st, uint32_t hold_ns) {
     Launch l;
     l.header = "loom/kernels/coll_common.cuh";
     l.name = "loom::kernels::coll::coll_barrier";
@@ -336,8 +337,15 @@ void launch_barrier(World& world, CollState& st, cudaStream_t stream, uint32_t h
     l.threads = 32;
     l.params = base_params(st);
     l.params.hold_ns = hold_ns;
-    launch(world, l, stream);
+    return l;
 }
+}  // namespace
+
+void launch_barrier(World& world, CollState& st, cudaStream_t stream, uint32_t hold_ns) {
+    launch(world, barrier_launch(st, hold_ns), stream);
+}
+
+void prepare_barrier(CollState& st) { kernel_of(barrier_launch(st, 0)); }
 
 void check_buffer(const char* op, const char* which, const BufferView& b) {
     LOOM_CHECK(b.count > 0, "{}: expected {} to hold at least one element, given count 0", op, which);

@@ -130,6 +130,9 @@ void ce_fork(CollState& st, cudaStream_t stream, std::size_t n);
 void ce_join(CollState& st, cudaStream_t stream, std::size_t n);
 // The one-block peer barrier (copy-engine path).
 void launch_barrier(World& world, CollState& st, cudaStream_t stream, uint32_t hold_ns = 0);
+// Compiles and loads launch_barrier's kernel without launching it: for a caller that launches it only when capturing a
+// CUDA graph, where loading a module is not allowed, so its eager calls load it first.
+void prepare_barrier(CollState& st);
 
 // Params with the state's pointers filled in.
 kernels::coll::Params base_params(const CollState& st);

@@ -193,8 +193,8 @@ namespace detail {
 void gemm_ar_run(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
                  const GemmArOptions& o) {
     constexpr const char* op = "gemm_ar";
-    overlap::refuse_capture(stream, op);
-    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmAr, op);
+    const bool captured = overlap::check_capture(stream, op, o.algo == ArAlgo::Sequential);
+    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmAr, op, captured);
     const int W = world.world_size();
     overlap::check_inputs(op, a, b, c);
     const overlap::OpScale sc = overlap::scale_of(o);

@@ -34,6 +34,7 @@
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/stream_ops.hpp"
 #include "loom/runtime/tma.hpp"
+#include "ops/coll_state.hpp"
 #include "ops/overlap_state.hpp"
 #include "ops/overlap_tune.hpp"
 
@@ -69,13 +70,21 @@ GemmConfig fused_config(GemmConfig c, int64_t m, int64_t n, int64_t rows_seg, in
 
 void gemm_rs_sequential(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c,
                         const overlap::OpScale& sc, cudaStream_t stream) {
-    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmRsSequential, "gemm_rs");
+    const bool captured = stream_ops::capturing(stream);
+    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmRsSequential, "gemm_rs", captured);
     const int W = world.world_size(), me = world.rank();
     const int64_t M = a.rows, N = b.rows, rows_seg = M / W;
     const std::size_t es = dtype_size(c.dtype), count = static_cast<std::size_t>(M * N);
     const std::size_t seg = static_cast<std::size_t>(rows_seg * N);
     // Parity halves: a peer may still read (pull) this rank's partial of call e while call e + 1's GEMM runs; it has
     // finished by the time this rank's reduce_scatter of call e + 1 has met it, before call e + 2 writes the half.
+    // Captured in a graph, every replay writes the same half: the ranks meet on the device first (every peer's
+    // earlier reads of it are done). Eager calls load that barrier's kernel (loading is not allowed in a capture).
+    if (captured) {
+        barrier_on_stream(world, stream);
+    } else {
+        coll::prepare_barrier(coll::coll_state(world));
+    }
     char* const partial = overlap::gemm_into_parity_half(world, st, a, b, c.dtype, sc, stream);
     const BufferView in{partial, c.dtype, count};
     // Straight into a dense C, symmetric or not: the pull ReduceScatter (each rank reads its rows of every partial)
@@ -394,8 +403,8 @@ namespace detail {
 void gemm_rs_run(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
                  const GemmRsOptions& o) {
     constexpr const char* op = "gemm_rs";
-    overlap::refuse_capture(stream, op);
-    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmRs, op);
+    const bool captured = overlap::check_capture(stream, op, o.algo == RsAlgo::Sequential);
+    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmRs, op, captured);
     const int W = world.world_size();
     overlap::check_inputs(op, a, b, c);
     const overlap::OpScale sc = overlap::scale_of(o);

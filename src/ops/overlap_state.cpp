@@ -76,11 +76,15 @@ void destroy(World& world, OpState& st) {
 
 }  // namespace
 
-OpState& op_state(World& world, OpKind kind, const char* op) {
+OpState& op_state(World& world, OpKind kind, const char* op, bool captured) {
     auto& r = registry();
     std::lock_guard<std::mutex> lock(r.mu);
     const Ctx c = world.ctx();
     auto& slot = r.states[{&world, c.heap[c.local_rank], static_cast<int>(kind)}];
+    LOOM_CHECK(slot || !captured,
+               "{}: a CUDA graph capture needs the op's state: call {} once outside the capture with the same shape "
+               "and options first (creating it synchronises the device, which a capture forbids)",
+               op, op);
     if (!slot) slot = create(world, op);
     return *slot;
 }
@@ -134,8 +138,12 @@ void loom::release_overlap_state(World& world) {
 
 namespace loom::overlap {
 
-void* ensure_symmetric(World& world, OpState& st, std::size_t bytes) {
+void* ensure_symmetric(World& world, OpState& st, std::size_t bytes, bool captured) {
     if (bytes <= st.sym_bytes) return st.sym;
+    LOOM_CHECK(!captured,
+               "overlap: a CUDA graph capture needs the op's buffer of {} bytes (it has {}): call the op once outside "
+               "the capture with the same shape and options first (growing it synchronises the device)",
+               bytes, st.sym_bytes);
     LOOM_CHECK_CUDA(cudaDeviceSynchronize());
     world.barrier("loom/overlap/grow");  // every rank's device is done with the old buffer
     if (st.sym) world.free(st.sym);
@@ -146,9 +154,9 @@ void* ensure_symmetric(World& world, OpState& st, std::size_t bytes) {
     return st.sym;
 }
 
-std::size_t ensure_parity_halves(World& world, OpState& st, std::size_t half_bytes) {
+std::size_t ensure_parity_halves(World& world, OpState& st, std::size_t half_bytes, bool captured) {
     half_bytes = (half_bytes + 1023) / 1024 * 1024;
-    ensure_symmetric(world, st, 2 * half_bytes);
+    ensure_symmetric(world, st, 2 * half_bytes, captured);
     const std::size_t stride = st.sym_bytes / 2 / 1024 * 1024;
     LOOM_CHECK(stride >= half_bytes, "overlap: internal: parity half {} B < {} B", stride, half_bytes);
     return stride;
@@ -251,21 +259,23 @@ void check_tile_count(const char* op, int64_t m, int64_t n, const GemmConfig& cf
 char* gemm_into_parity_half(World& world, OpState& st, const MatrixView& a, const MatrixView& b, DType dtype,
                             const OpScale& sc, cudaStream_t stream) {
     const int64_t M = a.rows, N = b.rows;
-    const std::size_t half_stride =
-        ensure_parity_halves(world, st, static_cast<std::size_t>(M * N) * dtype_size(dtype));
+    const std::size_t half_stride = ensure_parity_halves(world, st, static_cast<std::size_t>(M * N) * dtype_size(dtype),
+                                                         stream_ops::capturing(stream));
     const uint64_t epoch = ++st.calls;
     char* const half = static_cast<char*>(st.sym) + (epoch % 2) * half_stride;
     gemm(a, b, MatrixView{half, dtype, M, N, 0}, gemm_options(sc), stream);
     return half;
 }
 
-void refuse_capture(cudaStream_t stream, const char* op) {
-    LOOM_CHECK(!stream_ops::capturing(stream),
-               "{}: expected a stream that is not capturing a CUDA graph: the overlapped ops compute their signal "
-               "targets and buffer halves on the host per call, so a replayed graph would reuse one call's (wrong "
-               "results or a hang). Call {} outside the capture, or capture its sequence instead (loom::gemm and the "
-               "collectives replay correctly)",
+bool check_capture(cudaStream_t stream, const char* op, bool sequential) {
+    const bool captured = stream_ops::capturing(stream);
+    LOOM_CHECK(!captured || sequential,
+               "{}: expected a stream that is not capturing a CUDA graph, or the sequential algorithm: the overlapped "
+               "algorithms compute their signal targets and buffer halves on the host per call, so a replayed graph "
+               "would reuse one call's (wrong results or a hang). Call {} outside the capture, or pass its Sequential "
+               "algorithm (loom::gemm and a collective, which replay correctly)",
                op, op);
+    return captured;
 }
 
 bool debug() { return env_flag("LOOM_OVERLAP_DEBUG"); }

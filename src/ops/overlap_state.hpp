@@ -54,17 +54,19 @@ struct OpState {
     int device = 0;
 };
 
-// The op's state, created (collectively) on first use; raises for a World the overlapped ops do not support.
-OpState& op_state(World& world, OpKind kind, const char* op);
+// The op's state, created (collectively) on first use; raises for a World the overlapped ops do not support. While
+// capturing a CUDA graph (`captured`) it must exist already: creating it synchronises the device.
+OpState& op_state(World& world, OpKind kind, const char* op, bool captured = false);
 
 // st.sym with at least `bytes` (collective: every rank asks for the same sizes in the same calls). Growing
-// synchronises the device and meets every rank first (peers may still read the old buffer), then reallocates.
-void* ensure_symmetric(World& world, OpState& st, std::size_t bytes);
+// synchronises the device and meets every rank first (peers may still read the old buffer), then reallocates; while
+// capturing a CUDA graph (`captured`) it raises instead.
+void* ensure_symmetric(World& world, OpState& st, std::size_t bytes, bool captured = false);
 // st.sym as two parity halves of at least `half_bytes` each (ensure_symmetric's collective growth); returns the
 // offset of half 1 (half e % 2 of call e starts at (e % 2) x that). The halves sit at half of the allocation, 1 KiB
 // aligned, not at this call's size: the same on every rank and in every call between growths, so a smaller call right
 // after a larger one does not write its half inside the previous call's, which peers may still be reading.
-std::size_t ensure_parity_halves(World& world, OpState& st, std::size_t half_bytes);
+std::size_t ensure_parity_halves(World& world, OpState& st, std::size_t half_bytes, bool captured = false);
 // st.local with at least `bytes` (cudaMalloc; the device is synchronised before a reallocation).
 void* ensure_local(OpState& st, std::size_t bytes);
 
@@ -101,6 +103,8 @@ void check_tile_count(const char* op, int64_t m, int64_t n, const GemmConfig& cf
 // The sequential algorithms' first step: loom::gemm into this call's parity half of st's symmetric buffer ([M, N] of
 // `dtype`, the products scaled by `sc`); advances st.calls and returns the half (the halves alternate with the op's
 // other algorithms' calls).
+// Captured in a CUDA graph, every replay writes the half picked at capture (the caller makes that safe: gemm_rs
+// meets its peers first, gemm_ar's all_reduce lets no peer read a rank's input after it completes there).
 char* gemm_into_parity_half(World& world, OpState& st, const MatrixView& a, const MatrixView& b, DType dtype,
                             const OpScale& sc, cudaStream_t stream);
 // Where a hooks policy's kernel applies the products' scale: on the accumulators after the mainloop (the policies
@@ -119,11 +123,13 @@ void launch_gemm(const char* hooks, const char* header, const MatrixView& a, con
 void prepare_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& c,
                   const GemmConfig& cfg, const OpScale& sc, ScaleAt at);
 
-// Raises when `stream` is capturing a CUDA graph. The overlapped ops compute their signal targets and pick their
-// buffer halves on the host, per call: a replayed graph would repeat one call's targets and halves, and its waits
-// would pass on the previous replay's signals (wrong results) or never (a hang). Called before the op touches any
-// state, so the capture stays valid and the caller can end it.
-void refuse_capture(cudaStream_t stream, const char* op);
+// Whether `stream` is capturing a CUDA graph; raises if it is and the call does not run its op's sequential algorithm
+// (`sequential`: AgProducer / RsAlgo / ArAlgo::Sequential requested). The overlapped algorithms compute their signal
+// targets and pick their buffer halves on the host, per call: a replayed graph would repeat one call's targets and
+// halves, and its waits would pass on the previous replay's signals (wrong results) or never (a hang). The sequences
+// are loom::gemm and the collectives, which replay correctly (the callers make their buffer reuse replay-safe).
+// Called before the op touches any state, so a refused capture stays valid and the caller can end it.
+bool check_capture(cudaStream_t stream, const char* op, bool sequential);
 
 bool debug();  // LOOM_OVERLAP_DEBUG
 

@@ -66,7 +66,8 @@ void run_tuned(World& world, overlap::OpKind kind, const char* op, const MatrixV
 
 void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
              const AgGemmOptions& o) {
-    overlap::refuse_capture(stream, "ag_gemm");  // before op_state or the tuner touch anything
+    overlap::check_capture(stream, "ag_gemm",
+                           o.producer == AgProducer::Sequential);  // before op_state or the tuner touch anything
     const bool choices_left = o.producer == AgProducer::Auto && o.sm_path == DataPath::Auto && o.comm_sms == 0 &&
                               o.config == nullptr && o.gathered.data == nullptr;
     if (!choices_left) return detail::ag_gemm_run(world, a, b, c, stream, o);
@@ -92,7 +93,8 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
 
 void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
              const GemmRsOptions& o) {
-    overlap::refuse_capture(stream, "gemm_rs");  // before op_state or the tuner touch anything
+    overlap::check_capture(stream, "gemm_rs",
+                           o.algo == RsAlgo::Sequential);  // before op_state or the tuner touch anything
     const bool choices_left = o.algo == RsAlgo::Auto && o.transport == RsTransport::Auto && o.comm_sms == 0 &&
                               o.config == nullptr && o.ce_chunk_bytes == 0;
     if (!choices_left) return detail::gemm_rs_run(world, a, b, c, stream, o);
@@ -123,7 +125,8 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
 
 void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
              const GemmArOptions& o) {
-    overlap::refuse_capture(stream, "gemm_ar");  // before op_state or the tuner touch anything
+    overlap::check_capture(stream, "gemm_ar",
+                           o.algo == ArAlgo::Sequential);  // before op_state or the tuner touch anything
     const bool choices_left = o.algo == ArAlgo::Auto && o.comm_sms == 0 && o.config == nullptr;
     if (!choices_left) return detail::gemm_ar_run(world, a, b, c, stream, o);
     auto with = [](ArAlgo algo) {

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -113,6 +114,22 @@ void poison(void* p, std::size_t bytes) {
     cuda_or_die(cudaDeviceSynchronize(), "poison sync");
 }
 void sync_or_die(cudaStream_t s) { cuda_or_die(cudaStreamSynchronize(s), "stream sync"); }
+
+// One eager round of `enqueue` (it creates the collective state and side streams and JIT-loads every kernel, all of
+// which synchronise, which a capturing thread must not do), then the same calls captured into an instantiated graph.
+cudaGraphExec_t warm_and_capture(World& w, cudaStream_t s, const std::function<void()>& enqueue) {
+    enqueue();
+    sync_or_die(s);
+    w.barrier();
+    cudaGraph_t graph = nullptr;
+    cuda_or_die(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "begin capture");
+    enqueue();
+    cuda_or_die(cudaStreamEndCapture(s, &graph), "end capture");
+    cudaGraphExec_t exec = nullptr;
+    cuda_or_die(cudaGraphInstantiate(&exec, graph, 0), "graph instantiate");
+    cudaGraphDestroy(graph);
+    return exec;
+}
 
 std::string agree(World& w, const std::string& mine) { return test::agree(w, mine, "test/collectives/verdict"); }
 
@@ -769,17 +786,7 @@ TEST_F(Collectives, CudaGraphCaptureAndReplay) {
         all_reduce(*w, BufferView{in.p, t, n}, BufferView{ar2.p, t, n}, stream, CollOptions{CollAlgo::TwoShot});
         all_reduce(*w, BufferView{in2.p, t, n2}, BufferView{ar3.p, t, n2}, stream, CollOptions{CollAlgo::LL});
     };
-    // One eager round first: creates the collective state and JIT-loads every kernel outside the capture (both
-    // synchronise the device, which a capturing thread must not do).
-    enqueue();
-    sync_or_die(stream);
-    w->barrier();
-    cudaGraph_t graph = nullptr;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    enqueue();
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    cudaGraphExec_t exec = nullptr;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    cudaGraphExec_t exec = warm_and_capture(*w, stream, enqueue);
     std::string err;
     for (int replay = 0; replay < 6 && err.empty(); ++replay) {
         std::vector<std::vector<char>> all(W), all2(W);
@@ -819,7 +826,6 @@ TEST_F(Collectives, CudaGraphCaptureAndReplay) {
         if (!v.empty()) err = v;
     }
     cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
     ASSERT_TRUE(err.empty()) << err;
 }
 
@@ -897,17 +903,7 @@ TEST_F(Collectives, GraphReplaysBackToBack) {
             }
         }
     };
-    // One eager round first: creates the collective state, the side streams and JIT-loads every kernel outside the
-    // capture (all of which synchronise, which a capturing thread must not do).
-    enqueue();
-    sync_or_die(stream);
-    w->barrier();
-    cudaGraph_t graph = nullptr;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    enqueue();
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    cudaGraphExec_t exec = nullptr;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    cudaGraphExec_t exec = warm_and_capture(*w, stream, enqueue);
     for (int r = 0; r < kReplays; ++r) {
         if (r % W == me)  // this replay's late rank
             cuda_or_die(cudaMemcpyAsync(static_cast<char*>(delay) + kDelayBytes, delay, kDelayBytes,
@@ -941,12 +937,12 @@ TEST_F(Collectives, GraphReplaysBackToBack) {
                 err = std::string(cases[c].name) + ", replay " + std::to_string(r) + ", element " + std::to_string(i) +
                       ": got " + std::to_string(g) + ", expected " + std::to_string(want);
             };
-            if (k == CollKind::AllGather) {  // chunk q = rank q's input
+            if (k == CollKind::AllGather || k == CollKind::AllToAll) {  // bitwise: chunk q = rank q's (chunk for me)
+                const std::size_t from = k == CollKind::AllGather ? 0 : me * n;
                 for (int q = 0; q < W && err.empty(); ++q)
-                    if (std::memcmp(got.data() + q * B, x[q].data(), B) != 0) fail(q * n, 0, 0);
-            } else if (k == CollKind::AllToAll) {  // chunk q = rank q's chunk for me
-                for (int q = 0; q < W && err.empty(); ++q)
-                    if (std::memcmp(got.data() + q * B, x[q].data() + me * B, B) != 0) fail(q * n, 0, 0);
+                    for (std::size_t i = 0; i < n && err.empty(); ++i)
+                        if (std::memcmp(got.data() + (q * n + i) * 2, x[q].data() + (from + i) * 2, 2) != 0)
+                            fail(q * n + i, value_at(t, got, q * n + i), value_at(t, x[q], from + i));
             } else {
                 const std::size_t base = k == CollKind::ReduceScatter ? me * n : 0;
                 for (std::size_t i = 0; i < n && err.empty(); ++i) {
@@ -960,7 +956,6 @@ TEST_F(Collectives, GraphReplaysBackToBack) {
     }
     const std::string v = agree(*w, err);
     cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
     for (void* p : staged) cudaFree(p);
     for (void* p : history) cudaFree(p);
     cudaFree(delay);

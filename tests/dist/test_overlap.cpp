@@ -1077,9 +1077,9 @@ TEST_F(Overlap, Fp8GemmAr) {
     }
 }
 
-// The overlapped ops refuse a capturing stream (their signal targets and buffer halves are the host's, per call: a
-// replayed graph would reuse one call's), before touching any state: the capture stays valid and ends cleanly, and
-// the ops then run eagerly as before.
+// The overlapped algorithms refuse a capturing stream (their signal targets and buffer halves are the host's, per
+// call: a replayed graph would reuse one call's), before touching any state: the capture stays valid and ends
+// cleanly, and the ops then run eagerly as before. (The sequential algorithms may be captured: below.)
 TEST_F(Overlap, RefusesGraphCapture) {
     const int W = w->world_size();
     DevBuf a(64 * 64 * W * 2), b(64 * 64 * 2), c(64 * 64 * W * 2);
@@ -1095,8 +1095,8 @@ TEST_F(Overlap, RefusesGraphCapture) {
     };
     GemmRsOptions pull;
     pull.algo = RsAlgo::FusedPull;
-    GemmArOptions seq;
-    seq.algo = ArAlgo::Sequential;
+    GemmArOptions fused;
+    fused.algo = ArAlgo::FusedEpilogue;
     const bool ag = refused([&] {
         ag_gemm(*w, MatrixView{a.p, DType::BF16, 8, 64, 0}, bv, MatrixView{c.p, DType::BF16, 8 * W, 64, 0}, stream);
     });
@@ -1105,7 +1105,7 @@ TEST_F(Overlap, RefusesGraphCapture) {
                 pull);
     });
     const bool ar = refused([&] {
-        gemm_ar(*w, MatrixView{a.p, DType::BF16, 8, 64, 0}, bv, MatrixView{c.p, DType::BF16, 8, 64, 0}, stream, seq);
+        gemm_ar(*w, MatrixView{a.p, DType::BF16, 8, 64, 0}, bv, MatrixView{c.p, DType::BF16, 8, 64, 0}, stream, fused);
     });
     cudaGraph_t graph = nullptr;
     ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);  // still a valid (empty) capture
@@ -1115,6 +1115,121 @@ TEST_F(Overlap, RefusesGraphCapture) {
     EXPECT_TRUE(ar) << "gemm_ar did not refuse the capturing stream";
     gemm_ar(*w, MatrixView{a.p, DType::BF16, 8, 64, 0}, bv, MatrixView{c.p, DType::BF16, 8, 64, 0}, stream);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    w->barrier();
+}
+
+// The sequential algorithms in a CUDA graph, replayed back to back with no host synchronisation: one graph holds
+// ag_gemm, gemm_rs and gemm_ar (each Sequential: loom::gemm and a collective; the buffer halves fixed at capture,
+// gemm_rs meeting its peers before its GEMM). Before replay r the inputs of set r % 2 are copied in on the stream and
+// one rank starts late (a large copy first), so its peers run ahead into the next replay; after it the outputs are
+// copied out. Every element of every replay is checked.
+TEST_F(Overlap, GraphReplaysSequentialBackToBack) {
+    const int W = w->world_size(), me = w->rank();
+    constexpr int kReplays = 6;
+    const DType bf = DType::BF16;
+    const int64_t ag_rows = 72, ag_n = 192, ag_k = 256;  // ag_gemm: A [72, 256] a rank, C [72 W, 192]
+    const int64_t rs_seg = 40, rs_n = 320, rs_k = 192;   // gemm_rs: A [40 W, 192], C [40, 320]
+    const int64_t ar_m = 24, ar_n = 256, ar_k = 320;     // gemm_ar: C [24, 256]
+    const AgCase ag[2] = {ag_case(*w, ag_rows, ag_n, ag_k, 90, 0), ag_case(*w, ag_rows, ag_n, ag_k, 90, 1)};
+    const SumCase rs[2] = {sum_case(*w, rs_seg * W, rs_n, rs_k, 91, 0), sum_case(*w, rs_seg * W, rs_n, rs_k, 91, 1)};
+    const SumCase ar[2] = {sum_case(*w, ar_m, ar_n, ar_k, 92, 0), sum_case(*w, ar_m, ar_n, ar_k, 92, 1)};
+    std::vector<std::unique_ptr<DevBuf>> keep;
+    auto dev = [&](std::size_t bytes) {
+        keep.push_back(std::make_unique<DevBuf>(bytes));
+        return keep.back()->p;
+    };
+    struct Input {
+        void* dst;
+        void* src[2];
+        std::size_t bytes;
+    };
+    std::vector<Input> inputs;
+    auto input = [&](const HostMat& set0, const HostMat& set1) {
+        const std::size_t bytes = set0.raw.size();
+        const Input in{dev(bytes), {dev(bytes), dev(bytes)}, bytes};
+        upload(in.src[0], set0);
+        upload(in.src[1], set1);
+        inputs.push_back(in);
+        return in.dst;
+    };
+    void* const ag_a = input(ag[0].a[me], ag[1].a[me]);
+    void* const ag_b = input(ag[0].b, ag[1].b);
+    void* const rs_a = input(rs[0].a[me], rs[1].a[me]);
+    void* const rs_b = input(rs[0].b[me], rs[1].b[me]);
+    void* const ar_a = input(ar[0].a[me], ar[1].a[me]);
+    void* const ar_b = input(ar[0].b[me], ar[1].b[me]);
+    const std::size_t ag_bytes = ag_rows * W * ag_n * 2, rs_bytes = rs_seg * rs_n * 2, ar_bytes = ar_m * ar_n * 2;
+    void *const ag_c = dev(ag_bytes), *const rs_c = dev(rs_bytes), *const ar_c = dev(ar_bytes);
+    char *const ag_h = static_cast<char*>(dev(ag_bytes * kReplays)),
+                *const rs_h = static_cast<char*>(dev(rs_bytes * kReplays)),
+                *const ar_h = static_cast<char*>(dev(ar_bytes * kReplays));
+    constexpr std::size_t kDelayBytes = std::size_t{64} << 20;
+    char* const delay = static_cast<char*>(dev(2 * kDelayBytes));
+    for (const Input& in : inputs) LOOM_CHECK_CUDA(cudaMemcpy(in.dst, in.src[0], in.bytes, cudaMemcpyDeviceToDevice));
+    AgGemmOptions ago;
+    ago.producer = AgProducer::Sequential;
+    GemmRsOptions rso;
+    rso.algo = RsAlgo::Sequential;
+    GemmArOptions aro;
+    aro.algo = ArAlgo::Sequential;
+    auto enqueue = [&] {
+        ag_gemm(*w, MatrixView{ag_a, bf, ag_rows, ag_k, 0}, MatrixView{ag_b, bf, ag_n, ag_k, 0},
+                MatrixView{ag_c, bf, ag_rows * W, ag_n, 0}, stream, ago);
+        gemm_rs(*w, MatrixView{rs_a, bf, rs_seg * W, rs_k, 0}, MatrixView{rs_b, bf, rs_n, rs_k, 0},
+                MatrixView{rs_c, bf, rs_seg, rs_n, 0}, stream, rso);
+        gemm_ar(*w, MatrixView{ar_a, bf, ar_m, ar_k, 0}, MatrixView{ar_b, bf, ar_n, ar_k, 0},
+                MatrixView{ar_c, bf, ar_m, ar_n, 0}, stream, aro);
+    };
+    // One eager round (it creates the ops' state and buffers and loads every kernel: all of which synchronise, which
+    // a capturing thread must not do), then the capture.
+    w->barrier();
+    enqueue();
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    w->barrier();
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    std::string err;
+    try {
+        enqueue();
+    } catch (const std::exception& e) {
+        err = std::string("capture: ") + e.what();
+    }
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    cudaGraphExec_t exec = nullptr;
+    if (err.empty() && cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) err = "graph instantiate failed";
+    cudaGraphDestroy(graph);
+    agree(*w, err, "graph_capture");
+    if (!err.empty()) return;
+    for (int r = 0; r < kReplays; ++r) {
+        if (r % W == me)  // this replay's late rank
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(delay + kDelayBytes, delay, kDelayBytes, cudaMemcpyDeviceToDevice, stream));
+        for (const Input& in : inputs)
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(in.dst, in.src[r % 2], in.bytes, cudaMemcpyDeviceToDevice, stream));
+        for (auto [p, bytes] : {std::pair{ag_c, ag_bytes}, std::pair{rs_c, rs_bytes}, std::pair{ar_c, ar_bytes}})
+            LOOM_CHECK_CUDA(cudaMemsetAsync(p, 0xFF, bytes, stream));  // NaN
+        LOOM_CHECK_CUDA(cudaGraphLaunch(exec, stream));
+        LOOM_CHECK_CUDA(cudaMemcpyAsync(ag_h + r * ag_bytes, ag_c, ag_bytes, cudaMemcpyDeviceToDevice, stream));
+        LOOM_CHECK_CUDA(cudaMemcpyAsync(rs_h + r * rs_bytes, rs_c, rs_bytes, cudaMemcpyDeviceToDevice, stream));
+        LOOM_CHECK_CUDA(cudaMemcpyAsync(ar_h + r * ar_bytes, ar_c, ar_bytes, cudaMemcpyDeviceToDevice, stream));
+    }
+    if (cudaStreamSynchronize(stream) != cudaSuccess) err = "stream failed";
+    for (int r = 0; r < kReplays && err.empty(); ++r) {
+        const int set = r % 2;
+        std::string e =
+            compare(download_bf16(ag_h + r * ag_bytes, ag_rows * W * ag_n), ag[set].ref, ag[set].abs, 0, ag_n);
+        if (!e.empty()) e = "ag_gemm " + e;
+        if (e.empty()) {
+            e = compare_segment(rs[set], me, rs_seg, rs_n, rs_h + r * rs_bytes);
+            if (!e.empty()) e = "gemm_rs " + e;
+        }
+        if (e.empty()) {
+            e = compare(download_bf16(ar_h + r * ar_bytes, ar_m * ar_n), ar[set].ref, ar[set].abs, 1, ar_n);
+            if (!e.empty()) e = "gemm_ar " + e;
+        }
+        if (!e.empty()) err = "replay " + std::to_string(r) + ": " + e;
+    }
+    cudaGraphExecDestroy(exec);
+    agree(*w, err, "graph_replays");
     w->barrier();
 }
 

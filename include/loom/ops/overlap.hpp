@@ -13,8 +13,12 @@
 // layer's weight). The communication buffers (gather buffer, scratch, partial products, signals) are symmetric-heap
 // memory the op allocates (world.alloc) on first use and keeps per World until release_overlap_state(); A, B and C may
 // be any device memory of this rank. Needs sm_90 (the Hopper GEMM with overlap hooks) and a single-node world (world
-// size == local world size). Signals carry per-call counts computed on the host: a captured CUDA graph must not be
-// replayed (re-run the op).
+// size == local world size).
+// CUDA graphs: the overlapped algorithms' signals carry per-call counts and pick buffer halves on the host, which a
+// replayed graph would repeat, so on a capturing stream they raise (before touching any state). The sequential
+// algorithms (AgProducer / RsAlgo / ArAlgo::Sequential: loom::gemm and a collective) may be captured and replayed
+// back to back; call the op once outside the capture with the same shapes and options first (that creates its state
+// and buffers and loads its kernels, which a capture forbids).
 //
 // Autotuning: a call that leaves every choice to Loom (default options: no config, algorithm / producer / transport /
 // data path Auto, comm_sms 0, no gathered buffer, no CE chunk size) runs the options decided once per (World, shape,
