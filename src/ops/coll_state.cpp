@@ -345,7 +345,11 @@ void launch_barrier(World& world, CollState& st, cudaStream_t stream, uint32_t h
     launch(world, barrier_launch(st, hold_ns), stream);
 }
 
-void prepare_barrier(CollState& st) { kernel_of(barrier_launch(st, 0)); }
+void prepare_barrier(CollState& st) {
+    if (st.barrier_loaded) return;
+    kernel_of(barrier_launch(st, 0));
+    st.barrier_loaded = true;
+}
 
 void check_buffer(const char* op, const char* which, const BufferView& b) {
     LOOM_CHECK(b.count > 0, "{}: expected {} to hold at least one element, given count 0", op, which);

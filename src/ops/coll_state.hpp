@@ -86,6 +86,7 @@ struct CollState {
     std::vector<cudaStream_t> ce_streams;
     std::vector<cudaEvent_t> ce_done;
     cudaEvent_t ce_fork = nullptr;
+    bool barrier_loaded = false;  // prepare_barrier ran (the JIT's own cache is per process)
 };
 
 // The World's state, created (collectively) on first use. Raises for a world the collectives do not support.
