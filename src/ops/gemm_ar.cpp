@@ -67,10 +67,10 @@ void gemm_ar_fused(World& world, overlap::OpState& st, const MatrixView& a, cons
 }
 
 void gemm_ar_sequential(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b,
-                        const MatrixView& c, const overlap::OpScale& sc, cudaStream_t stream) {
+                        const MatrixView& c, const overlap::OpScale& sc, cudaStream_t stream, bool captured) {
     const int64_t M = a.rows, N = b.rows;
     const std::size_t es = dtype_size(c.dtype), count = static_cast<std::size_t>(M * N);
-    char* const partial = overlap::gemm_into_parity_half(world, st, a, b, c.dtype, sc, stream);
+    char* const partial = overlap::gemm_into_parity_half(world, st, a, b, c.dtype, sc, stream, captured);
     // Into C directly when C is dense, symmetric or not (all_reduce's two-shot stages the shards of a plain C in its
     // scratch: no copy afterwards). A strided C: in place on the symmetric partial, then copied.
     if (c.stride() == N) {
@@ -212,7 +212,7 @@ void gemm_ar_run(World& world, const MatrixView& a, const MatrixView& b, const M
     const ArAlgo algo = gemm_ar_algo(o.algo, st.shared_gpu, o.config, out_bytes);
     if (algo == ArAlgo::Sequential) {
         gemm_validate(a, b, c, GemmOptions{}, /*allow_f8=*/true);
-        gemm_ar_sequential(world, st, a, b, c, sc, stream);
+        gemm_ar_sequential(world, st, a, b, c, sc, stream, captured);
         return;
     }
     OverlapPlan plan = gemm_ar_plan(M, N, K, W, o.comm_sms, st.arch, st.num_sms, algo, out_bytes, a.dtype);

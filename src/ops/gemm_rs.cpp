@@ -69,8 +69,7 @@ GemmConfig fused_config(GemmConfig c, int64_t m, int64_t n, int64_t rows_seg, in
 }
 
 void gemm_rs_sequential(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c,
-                        const overlap::OpScale& sc, cudaStream_t stream) {
-    const bool captured = stream_ops::capturing(stream);
+                        const overlap::OpScale& sc, cudaStream_t stream, bool captured) {
     overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmRsSequential, "gemm_rs", captured);
     const int W = world.world_size(), me = world.rank();
     const int64_t M = a.rows, N = b.rows, rows_seg = M / W;
@@ -85,7 +84,7 @@ void gemm_rs_sequential(World& world, const MatrixView& a, const MatrixView& b, 
     } else {
         coll::prepare_barrier(coll::coll_state(world));
     }
-    char* const partial = overlap::gemm_into_parity_half(world, st, a, b, c.dtype, sc, stream);
+    char* const partial = overlap::gemm_into_parity_half(world, st, a, b, c.dtype, sc, stream, captured);
     const BufferView in{partial, c.dtype, count};
     // Straight into a dense C, symmetric or not: the pull ReduceScatter (each rank reads its rows of every partial)
     // needs only the input symmetric. In place and copied out measured ~5 % slower with 8 ranks on one H200 (an extra
@@ -442,7 +441,7 @@ void gemm_rs_run(World& world, const MatrixView& a, const MatrixView& b, const M
         if (overlap::debug())
             fmt::print(stderr, "loom::gemm_rs M={} N={} K_loc={} W={}: sequential (loom::gemm, loom::reduce_scatter)\n",
                        M, N, K, W);
-        gemm_rs_sequential(world, a, b, c, sc, stream);
+        gemm_rs_sequential(world, a, b, c, sc, stream, captured);
         return;
     }
     overlap::use_config(op, plan, o.config, M, N, st.num_sms, a.dtype);

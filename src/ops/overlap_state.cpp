@@ -257,10 +257,10 @@ void check_tile_count(const char* op, int64_t m, int64_t n, const GemmConfig& cf
 }
 
 char* gemm_into_parity_half(World& world, OpState& st, const MatrixView& a, const MatrixView& b, DType dtype,
-                            const OpScale& sc, cudaStream_t stream) {
+                            const OpScale& sc, cudaStream_t stream, bool captured) {
     const int64_t M = a.rows, N = b.rows;
-    const std::size_t half_stride = ensure_parity_halves(world, st, static_cast<std::size_t>(M * N) * dtype_size(dtype),
-                                                         stream_ops::capturing(stream));
+    const std::size_t half_stride =
+        ensure_parity_halves(world, st, static_cast<std::size_t>(M * N) * dtype_size(dtype), captured);
     const uint64_t epoch = ++st.calls;
     char* const half = static_cast<char*>(st.sym) + (epoch % 2) * half_stride;
     gemm(a, b, MatrixView{half, dtype, M, N, 0}, gemm_options(sc), stream);

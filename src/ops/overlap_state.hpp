@@ -103,10 +103,11 @@ void check_tile_count(const char* op, int64_t m, int64_t n, const GemmConfig& cf
 // The sequential algorithms' first step: loom::gemm into this call's parity half of st's symmetric buffer ([M, N] of
 // `dtype`, the products scaled by `sc`); advances st.calls and returns the half (the halves alternate with the op's
 // other algorithms' calls).
-// Captured in a CUDA graph, every replay writes the half picked at capture (the caller makes that safe: gemm_rs
-// meets its peers first, gemm_ar's all_reduce lets no peer read a rank's input after it completes there).
+// Captured in a CUDA graph (`captured`: check_capture's answer), every replay writes the half picked at capture (the
+// caller makes that safe: gemm_rs meets its peers first, gemm_ar's all_reduce lets no peer read a rank's input after it
+// completes there).
 char* gemm_into_parity_half(World& world, OpState& st, const MatrixView& a, const MatrixView& b, DType dtype,
-                            const OpScale& sc, cudaStream_t stream);
+                            const OpScale& sc, cudaStream_t stream, bool captured);
 // Where a hooks policy's kernel applies the products' scale: on the accumulators after the mainloop (the policies
 // tile::kScalesAccumulators names: AgGemmHooks, RsAccHooks, RsPullHooks; the kernel's epilogue stays the unscaled
 // one) or in the affine epilogue (TileNotifyHooks, ArEpilogueHooks: TBias = float where `sc` is not 1).

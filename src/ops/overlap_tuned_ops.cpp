@@ -66,11 +66,10 @@ void run_tuned(World& world, overlap::OpKind kind, const char* op, const MatrixV
 
 void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
              const AgGemmOptions& o) {
-    overlap::check_capture(stream, "ag_gemm",
-                           o.producer == AgProducer::Sequential);  // before op_state or the tuner touch anything
     const bool choices_left = o.producer == AgProducer::Auto && o.sm_path == DataPath::Auto && o.comm_sms == 0 &&
                               o.config == nullptr && o.gathered.data == nullptr;
     if (!choices_left) return detail::ag_gemm_run(world, a, b, c, stream, o);
+    overlap::check_capture(stream, "ag_gemm", false);  // before op_state or the tuner touch anything
     run_tuned<AgGemmOptions>(
         world, overlap::OpKind::AgGemm, "ag_gemm", a, b, c, stream,
         [&](const overlap::OpState& st) {
@@ -93,11 +92,10 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
 
 void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
              const GemmRsOptions& o) {
-    overlap::check_capture(stream, "gemm_rs",
-                           o.algo == RsAlgo::Sequential);  // before op_state or the tuner touch anything
     const bool choices_left = o.algo == RsAlgo::Auto && o.transport == RsTransport::Auto && o.comm_sms == 0 &&
                               o.config == nullptr && o.ce_chunk_bytes == 0;
     if (!choices_left) return detail::gemm_rs_run(world, a, b, c, stream, o);
+    overlap::check_capture(stream, "gemm_rs", false);  // before op_state or the tuner touch anything
     auto with = [](RsAlgo algo, RsTransport t = RsTransport::Auto) {
         GemmRsOptions x;
         x.algo = algo;
@@ -125,10 +123,9 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
 
 void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
              const GemmArOptions& o) {
-    overlap::check_capture(stream, "gemm_ar",
-                           o.algo == ArAlgo::Sequential);  // before op_state or the tuner touch anything
     const bool choices_left = o.algo == ArAlgo::Auto && o.comm_sms == 0 && o.config == nullptr;
     if (!choices_left) return detail::gemm_ar_run(world, a, b, c, stream, o);
+    overlap::check_capture(stream, "gemm_ar", false);  // before op_state or the tuner touch anything
     auto with = [](ArAlgo algo) {
         GemmArOptions x;
         x.algo = algo;

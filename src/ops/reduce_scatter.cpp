@@ -62,7 +62,7 @@ void reduce_scatter_copy_engine(World& world, coll::CollState& st, const BufferV
     }
     // Join the side streams (their last waits on freed are in stream order before the reset), then reset.
     coll::ce_join(st, stream, static_cast<std::size_t>(W - 1));
-    LOOM_CHECK_CUDA(cudaMemsetAsync(ready, 0, 2 * kMaxLocalPeers * sizeof(std::uint64_t), stream));
+    LOOM_CHECK_CUDA(cudaMemsetAsync(ready, 0, 2 * kMaxLocalPeers * sizeof(std::uint64_t), stream));  // ready, freed
 }
 
 }  // namespace
