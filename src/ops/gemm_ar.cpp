@@ -3,13 +3,15 @@
 // FusedEpilogue (the default where the tile fits), one kernel on the caller's stream, every usable SM:
 //   stream  GEMM with ArEpilogueHooks: per tile part, push it into our slot of every peer's receive half (e % 2),
 //           tile_in[me][part] := e there; wait tile_in[q][part] >= e of every peer q; sum the W copies (rank order,
-//           fp32), TMA-store C
+//           fp32), TMA-store C. The call number e is the device's (Signals::launches), so the call can be captured
+//           in a CUDA graph and replayed; its buffer, signals and counter are its own (OpKind::GemmArFused).
 // ReduceKernel:
 //   stream  fork ── GEMM(partial[e % 2] (symmetric), tile[i] = e after each tile's stores) ── join
 //   side         gemm_ar_reduce: per tile, wait tile[i] >= e on every rank, sum the W partial tiles (rank
 //                order, fp32), write C
 // Sequential (Auto's choice where ranks share a GPU): loom::gemm into this call's parity half, then loom::all_reduce.
-// All take their parity half from the op's one symmetric buffer and share the call counter, so calls may mix them.
+// ReduceKernel and Sequential take their parity half from the op's one symmetric buffer and share the host call
+// counter, so calls may mix them (and the fused epilogue, which keeps to its own state).
 #include <algorithm>
 
 #include "loom/kernels/overlap_params.hpp"
@@ -29,8 +31,9 @@ constexpr const char* kHooks = "loom::kernels::overlap::TileNotifyHooks";
 constexpr const char* kFusedHooks = "loom::kernels::overlap::ArEpilogueHooks";
 constexpr const char* kHeader = "loom/kernels/gemm_ar.cuh";
 
+// st: the fused epilogue's own state (OpKind::GemmArFused).
 void gemm_ar_fused(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b, const MatrixView& c,
-                   const GemmConfig& cfg, const overlap::OpScale& sc, cudaStream_t stream) {
+                   const GemmConfig& cfg, const overlap::OpScale& sc, cudaStream_t stream, bool captured) {
     constexpr const char* op = "gemm_ar";
     const int W = world.world_size(), me = world.local_rank();
     const int64_t M = a.rows, N = b.rows;
@@ -43,18 +46,19 @@ void gemm_ar_fused(World& world, overlap::OpState& st, const MatrixView& a, cons
                kernels::overlap::kMaxTileSignals / 2, num_m * num_n);
     const int64_t slot_bytes = num_m * num_n * cfg.block_m * cfg.block_n * es;
     const std::size_t half_stride =
-        overlap::ensure_parity_halves(world, st, static_cast<std::size_t>(std::max(W - 1, 1) * slot_bytes));
+        overlap::ensure_parity_halves(world, st, static_cast<std::size_t>(std::max(W - 1, 1) * slot_bytes), captured);
     const jit::Kernel& kernel =
         jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, DType::F32, false, kFusedHooks, kHeader));
 
-    const uint64_t epoch = ++st.calls;
+    // No per-call value: the kernel numbers the call and picks its half (kernels/gemm_ar.cuh).
     kernels::overlap::ArFusedHookArgs h{};
-    h.recv = static_cast<uint8_t*>(st.sym) + static_cast<int64_t>(epoch % 2) * static_cast<int64_t>(half_stride);
+    h.recv = static_cast<uint8_t*>(st.sym);
     h.tile_in = &st.sig->tile_in[0][0];
+    h.launches = &st.sig->launches;
+    h.half_stride = static_cast<int64_t>(half_stride);
     const Ctx ctx = world.ctx();
     h.heap_bytes = static_cast<int64_t>(ctx.heap_size);
     h.slot_bytes = slot_bytes;
-    h.epoch = epoch;
     h.timeout_ns = ctx.wait_timeout_ns;
     h.me = me;
     h.world = W;
@@ -193,7 +197,8 @@ namespace detail {
 void gemm_ar_run(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
                  const GemmArOptions& o) {
     constexpr const char* op = "gemm_ar";
-    const bool captured = overlap::check_capture(stream, op, o.algo == ArAlgo::Sequential);
+    // ReduceKernel cannot be replayed; Auto's choice is checked once planned (below).
+    const bool captured = overlap::check_capture(stream, op, o.algo != ArAlgo::ReduceKernel);
     overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmAr, op, captured);
     const int W = world.world_size();
     overlap::check_inputs(op, a, b, c);
@@ -221,9 +226,11 @@ void gemm_ar_run(World& world, const MatrixView& a, const MatrixView& b, const M
     if (overlap::debug())
         fmt::print(stderr, "loom::gemm_ar M={} N={} K_loc={} W={} SMs {} of {}: {}\n", M, N, K, W, st.num_sms,
                    st.device_sms, plan.str());
+    if (captured) overlap::check_capture(stream, op, plan.ar_algo == ArAlgo::FusedEpilogue);
     if (plan.ar_algo == ArAlgo::FusedEpilogue) {
         gemm_validate(a, b, c, GemmOptions{}, /*allow_f8=*/true);
-        gemm_ar_fused(world, st, a, b, c, plan.gemm, sc, stream);
+        gemm_ar_fused(world, overlap::op_state(world, overlap::OpKind::GemmArFused, op, captured), a, b, c, plan.gemm,
+                      sc, stream, captured);
     } else {
         gemm_ar_reduce_kernel(world, st, a, b, c, plan, sc, stream);
     }

@@ -267,13 +267,13 @@ char* gemm_into_parity_half(World& world, OpState& st, const MatrixView& a, cons
     return half;
 }
 
-bool check_capture(cudaStream_t stream, const char* op, bool sequential) {
+bool check_capture(cudaStream_t stream, const char* op, bool replayable) {
     const bool captured = stream_ops::capturing(stream);
-    LOOM_CHECK(!captured || sequential,
-               "{}: expected a stream that is not capturing a CUDA graph, or the sequential algorithm: the overlapped "
-               "algorithms compute their signal targets and buffer halves on the host per call, so a replayed graph "
-               "would reuse one call's (wrong results or a hang). Call {} outside the capture, or pass its Sequential "
-               "algorithm (loom::gemm and a collective, which replay correctly)",
+    LOOM_CHECK(!captured || replayable,
+               "{}: expected a stream that is not capturing a CUDA graph, or an algorithm that replays: this one "
+               "computes its signal targets and buffer halves on the host per call, so a replayed graph would reuse "
+               "one call's (wrong results or a hang). Call {} outside the capture, or pass its Sequential algorithm "
+               "(loom::gemm and a collective; for gemm_ar also FusedEpilogue, whose call number is the device's)",
                op, op);
     return captured;
 }

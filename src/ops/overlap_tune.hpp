@@ -69,6 +69,14 @@ class TunedOptions {
         return chosen_.emplace(id, candidates[i]).first->second.resolved();
     }
 
+    // The options decided for `key` by an earlier get, if any (no tuning, nothing collective).
+    std::optional<Opts> find(World& world, const std::string& key) {
+        std::lock_guard<std::mutex> lock(mu_);
+        const auto it = chosen_.find({&world, key});
+        if (it == chosen_.end()) return std::nullopt;
+        return it->second.resolved();
+    }
+
   private:
     std::mutex mu_;
     std::map<std::pair<const World*, std::string>, TuneOption<Opts>> chosen_;

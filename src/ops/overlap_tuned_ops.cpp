@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "loom/ops/overlap.hpp"
+#include "loom/runtime/error.hpp"
+#include "loom/runtime/stream_ops.hpp"
 #include "ops/overlap_state.hpp"
 #include "ops/overlap_tune.hpp"
 #include "ops/tune_timing.hpp"
@@ -50,11 +52,23 @@ void add_tiles(std::vector<overlap::TuneOption<Opts>>& out, const GemmConfig& pl
 // Runs the op with the options decided for this call's key. candidates(st): the op's candidates, Auto first;
 // run(x, out): the op with options x into out (the tuning runs' into a scratch output, the call's into C). One
 // instantiation, so one TunedOptions, per op.
+// While `stream` captures a CUDA graph nothing may be decided (deciding may time candidates and meets the ranks): the
+// options an eager call with this key decided run, and the op raises if they cannot be replayed (check_capture).
 template <class Opts, class Candidates, class Run>
 void run_tuned(World& world, overlap::OpKind kind, const char* op, const MatrixView& a, const MatrixView& b,
                const MatrixView& c, cudaStream_t stream, const Candidates& candidates, const Run& run) {
-    const overlap::OpState& st = overlap::op_state(world, kind, op);
+    const bool captured = stream_ops::capturing(stream);
+    const overlap::OpState& st = overlap::op_state(world, kind, op, captured);
     static overlap::TunedOptions<Opts> tuned;
+    if (captured) {
+        const std::optional<Opts> decided = tuned.find(world, tune_key(a, b, c, world, st));
+        LOOM_CHECK(decided.has_value(),
+                   "{}: a CUDA graph capture with every choice left to Loom runs the options an eager call decided: "
+                   "call {} once outside the capture with the same shapes first (deciding may time the candidates)",
+                   op, op);
+        run(*decided, c);
+        return;
+    }
     ScratchOut scratch{c, {}};
     const Opts chosen = tuned.get(
         world, op, tune_key(a, b, c, world, st), [&] { return candidates(st); },
@@ -69,7 +83,6 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
     const bool choices_left = o.producer == AgProducer::Auto && o.sm_path == DataPath::Auto && o.comm_sms == 0 &&
                               o.config == nullptr && o.gathered.data == nullptr;
     if (!choices_left) return detail::ag_gemm_run(world, a, b, c, stream, o);
-    overlap::check_capture(stream, "ag_gemm", false);  // before op_state or the tuner touch anything
     run_tuned<AgGemmOptions>(
         world, overlap::OpKind::AgGemm, "ag_gemm", a, b, c, stream,
         [&](const overlap::OpState& st) {
@@ -95,7 +108,6 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
     const bool choices_left = o.algo == RsAlgo::Auto && o.transport == RsTransport::Auto && o.comm_sms == 0 &&
                               o.config == nullptr && o.ce_chunk_bytes == 0;
     if (!choices_left) return detail::gemm_rs_run(world, a, b, c, stream, o);
-    overlap::check_capture(stream, "gemm_rs", false);  // before op_state or the tuner touch anything
     auto with = [](RsAlgo algo, RsTransport t = RsTransport::Auto) {
         GemmRsOptions x;
         x.algo = algo;
@@ -125,7 +137,6 @@ void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const Matri
              const GemmArOptions& o) {
     const bool choices_left = o.algo == ArAlgo::Auto && o.comm_sms == 0 && o.config == nullptr;
     if (!choices_left) return detail::gemm_ar_run(world, a, b, c, stream, o);
-    overlap::check_capture(stream, "gemm_ar", false);  // before op_state or the tuner touch anything
     auto with = [](ArAlgo algo) {
         GemmArOptions x;
         x.algo = algo;

@@ -1077,9 +1077,11 @@ TEST_F(Overlap, Fp8GemmAr) {
     }
 }
 
-// The overlapped algorithms refuse a capturing stream (their signal targets and buffer halves are the host's, per
-// call: a replayed graph would reuse one call's), before touching any state: the capture stays valid and ends
-// cleanly, and the ops then run eagerly as before. (The sequential algorithms may be captured: below.)
+// The overlapped algorithms that cannot be replayed refuse a capturing stream (their signal targets and buffer halves
+// are the host's, per call: a replayed graph would reuse one call's), before touching any state: the capture stays
+// valid and ends cleanly, and the ops then run eagerly as before. Default options (every choice left to Loom) under
+// capture run only what an eager call with the same shapes decided: with none, the op raises. (The replayable
+// algorithms are captured below.)
 TEST_F(Overlap, RefusesGraphCapture) {
     const int W = w->world_size();
     DevBuf a(64 * 64 * W * 2), b(64 * 64 * 2), c(64 * 64 * W * 2);
@@ -1089,50 +1091,61 @@ TEST_F(Overlap, RefusesGraphCapture) {
         try {
             call();
         } catch (const Error& e) {
-            return std::string(e.what()).find("capturing a CUDA graph") != std::string::npos;
+            return std::string(e.what()).find("CUDA graph") != std::string::npos;
         }
         return false;
     };
+    AgGemmOptions ce;
+    ce.producer = AgProducer::CopyEngine;
     GemmRsOptions pull;
     pull.algo = RsAlgo::FusedPull;
-    GemmArOptions fused;
-    fused.algo = ArAlgo::FusedEpilogue;
+    GemmArOptions reduce;
+    reduce.algo = ArAlgo::ReduceKernel;
     const bool ag = refused([&] {
-        ag_gemm(*w, MatrixView{a.p, DType::BF16, 8, 64, 0}, bv, MatrixView{c.p, DType::BF16, 8 * W, 64, 0}, stream);
+        ag_gemm(*w, MatrixView{a.p, DType::BF16, 8, 64, 0}, bv, MatrixView{c.p, DType::BF16, 8 * W, 64, 0}, stream, ce);
     });
     const bool rs = refused([&] {
         gemm_rs(*w, MatrixView{a.p, DType::BF16, 8 * W, 64, 0}, bv, MatrixView{c.p, DType::BF16, 8, 64, 0}, stream,
                 pull);
     });
     const bool ar = refused([&] {
-        gemm_ar(*w, MatrixView{a.p, DType::BF16, 8, 64, 0}, bv, MatrixView{c.p, DType::BF16, 8, 64, 0}, stream, fused);
+        gemm_ar(*w, MatrixView{a.p, DType::BF16, 8, 64, 0}, bv, MatrixView{c.p, DType::BF16, 8, 64, 0}, stream, reduce);
+    });
+    // No eager call has decided the default options for M = 7.
+    const bool ar_undecided = refused([&] {
+        gemm_ar(*w, MatrixView{a.p, DType::BF16, 7, 64, 0}, bv, MatrixView{c.p, DType::BF16, 7, 64, 0}, stream);
     });
     cudaGraph_t graph = nullptr;
     ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);  // still a valid (empty) capture
     cudaGraphDestroy(graph);
-    EXPECT_TRUE(ag) << "ag_gemm did not refuse the capturing stream";
-    EXPECT_TRUE(rs) << "gemm_rs did not refuse the capturing stream";
-    EXPECT_TRUE(ar) << "gemm_ar did not refuse the capturing stream";
+    EXPECT_TRUE(ag) << "ag_gemm (copy engine) did not refuse the capturing stream";
+    EXPECT_TRUE(rs) << "gemm_rs (fused pull) did not refuse the capturing stream";
+    EXPECT_TRUE(ar) << "gemm_ar (reduce kernel) did not refuse the capturing stream";
+    EXPECT_TRUE(ar_undecided) << "gemm_ar with undecided default options did not refuse the capturing stream";
     gemm_ar(*w, MatrixView{a.p, DType::BF16, 8, 64, 0}, bv, MatrixView{c.p, DType::BF16, 8, 64, 0}, stream);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     w->barrier();
 }
 
-// The sequential algorithms in a CUDA graph, replayed back to back with no host synchronisation: one graph holds
-// ag_gemm, gemm_rs and gemm_ar (each Sequential: loom::gemm and a collective; the buffer halves fixed at capture,
-// gemm_rs meeting its peers before its GEMM). Before replay r the inputs of set r % 2 are copied in on the stream and
-// one rank starts late (a large copy first), so its peers run ahead into the next replay; after it the outputs are
-// copied out. Every element of every replay is checked.
-TEST_F(Overlap, GraphReplaysSequentialBackToBack) {
+// The replayable algorithms in one CUDA graph, replayed back to back with no host synchronisation: ag_gemm, gemm_rs
+// and gemm_ar Sequential (loom::gemm and a collective; the buffer halves fixed at capture, gemm_rs meeting its peers
+// before its GEMM), gemm_ar's fused epilogue twice (two shapes: its device call number flips the buffer half inside a
+// replay) and gemm_ar with default options (what the eager call decided). Before replay r the inputs of set r % 2 are
+// copied in on the stream and one rank starts late (a large copy first), so its peers run ahead into the next replay;
+// after it the outputs are copied out. After replay 2 one eager fused call runs (an odd count: every later replay
+// uses the halves the other way round). Every element of every output is checked.
+TEST_F(Overlap, GraphReplaysBackToBack) {
     const int W = w->world_size(), me = w->rank();
-    constexpr int kReplays = 6;
+    constexpr int kReplays = 6, kEagerAfter = 2;
     const DType bf = DType::BF16;
     const int64_t ag_rows = 72, ag_n = 192, ag_k = 256;  // ag_gemm: A [72, 256] a rank, C [72 W, 192]
     const int64_t rs_seg = 40, rs_n = 320, rs_k = 192;   // gemm_rs: A [40 W, 192], C [40, 320]
     const int64_t ar_m = 24, ar_n = 256, ar_k = 320;     // gemm_ar: C [24, 256]
+    const int64_t fm = 100, fn = 448, fk = 192;          // gemm_ar fused, second shape: C [100, 448]
     const AgCase ag[2] = {ag_case(*w, ag_rows, ag_n, ag_k, 90, 0), ag_case(*w, ag_rows, ag_n, ag_k, 90, 1)};
     const SumCase rs[2] = {sum_case(*w, rs_seg * W, rs_n, rs_k, 91, 0), sum_case(*w, rs_seg * W, rs_n, rs_k, 91, 1)};
     const SumCase ar[2] = {sum_case(*w, ar_m, ar_n, ar_k, 92, 0), sum_case(*w, ar_m, ar_n, ar_k, 92, 1)};
+    const SumCase arf[2] = {sum_case(*w, fm, fn, fk, 93, 0), sum_case(*w, fm, fn, fk, 93, 1)};
     std::vector<std::unique_ptr<DevBuf>> keep;
     auto dev = [&](std::size_t bytes) {
         keep.push_back(std::make_unique<DevBuf>(bytes));
@@ -1158,11 +1171,36 @@ TEST_F(Overlap, GraphReplaysSequentialBackToBack) {
     void* const rs_b = input(rs[0].b[me], rs[1].b[me]);
     void* const ar_a = input(ar[0].a[me], ar[1].a[me]);
     void* const ar_b = input(ar[0].b[me], ar[1].b[me]);
-    const std::size_t ag_bytes = ag_rows * W * ag_n * 2, rs_bytes = rs_seg * rs_n * 2, ar_bytes = ar_m * ar_n * 2;
-    void *const ag_c = dev(ag_bytes), *const rs_c = dev(rs_bytes), *const ar_c = dev(ar_bytes);
-    char *const ag_h = static_cast<char*>(dev(ag_bytes * kReplays)),
-                *const rs_h = static_cast<char*>(dev(rs_bytes * kReplays)),
-                *const ar_h = static_cast<char*>(dev(ar_bytes * kReplays));
+    void* const arf_a = input(arf[0].a[me], arf[1].a[me]);
+    void* const arf_b = input(arf[0].b[me], arf[1].b[me]);
+    // An output: its buffer, and where each replay's copy of it goes. check(set, bytes): "" or what is wrong.
+    struct Output {
+        std::string name;
+        void* c;
+        std::size_t bytes;
+        char* replays;
+        std::function<std::string(int, const void*)> check;
+    };
+    std::vector<Output> outputs;
+    auto output = [&](const std::string& name, std::size_t bytes, std::function<std::string(int, const void*)> check) {
+        outputs.push_back({name, dev(bytes), bytes, static_cast<char*>(dev(bytes * kReplays)), std::move(check)});
+        return outputs.back().c;
+    };
+    auto ar_check = [&](const SumCase* cs, int64_t m, int64_t n) {
+        return [cs, m, n](int set, const void* p) {
+            return compare(download_bf16(p, m * n), cs[set].ref, cs[set].abs, 1, n);
+        };
+    };
+    void* const ag_c = output("ag_gemm sequential", ag_rows * W * ag_n * 2, [&](int set, const void* p) {
+        return compare(download_bf16(p, ag_rows * W * ag_n), ag[set].ref, ag[set].abs, 0, ag_n);
+    });
+    void* const rs_c = output("gemm_rs sequential", rs_seg * rs_n * 2,
+                              [&](int set, const void* p) { return compare_segment(rs[set], me, rs_seg, rs_n, p); });
+    void* const ar_c = output("gemm_ar sequential", ar_m * ar_n * 2, ar_check(ar, ar_m, ar_n));
+    void* const arf1_c = output("gemm_ar fused", ar_m * ar_n * 2, ar_check(ar, ar_m, ar_n));
+    void* const arf2_c = output("gemm_ar fused (second shape)", fm * fn * 2, ar_check(arf, fm, fn));
+    void* const ard_c = output("gemm_ar default options", ar_m * ar_n * 2, ar_check(ar, ar_m, ar_n));
+    void* const eager_c = dev(fm * fn * 2);  // the eager fused call's output
     constexpr std::size_t kDelayBytes = std::size_t{64} << 20;
     char* const delay = static_cast<char*>(dev(2 * kDelayBytes));
     for (const Input& in : inputs) LOOM_CHECK_CUDA(cudaMemcpy(in.dst, in.src[0], in.bytes, cudaMemcpyDeviceToDevice));
@@ -1170,18 +1208,26 @@ TEST_F(Overlap, GraphReplaysSequentialBackToBack) {
     ago.producer = AgProducer::Sequential;
     GemmRsOptions rso;
     rso.algo = RsAlgo::Sequential;
-    GemmArOptions aro;
-    aro.algo = ArAlgo::Sequential;
+    GemmArOptions seq, fused;
+    seq.algo = ArAlgo::Sequential;
+    fused.algo = ArAlgo::FusedEpilogue;
+    auto fused_second = [&](void* c) {
+        gemm_ar(*w, MatrixView{arf_a, bf, fm, fk, 0}, MatrixView{arf_b, bf, fn, fk, 0}, MatrixView{c, bf, fm, fn, 0},
+                stream, fused);
+    };
     auto enqueue = [&] {
         ag_gemm(*w, MatrixView{ag_a, bf, ag_rows, ag_k, 0}, MatrixView{ag_b, bf, ag_n, ag_k, 0},
                 MatrixView{ag_c, bf, ag_rows * W, ag_n, 0}, stream, ago);
         gemm_rs(*w, MatrixView{rs_a, bf, rs_seg * W, rs_k, 0}, MatrixView{rs_b, bf, rs_n, rs_k, 0},
                 MatrixView{rs_c, bf, rs_seg, rs_n, 0}, stream, rso);
-        gemm_ar(*w, MatrixView{ar_a, bf, ar_m, ar_k, 0}, MatrixView{ar_b, bf, ar_n, ar_k, 0},
-                MatrixView{ar_c, bf, ar_m, ar_n, 0}, stream, aro);
+        const MatrixView a{ar_a, bf, ar_m, ar_k, 0}, b{ar_b, bf, ar_n, ar_k, 0};
+        gemm_ar(*w, a, b, MatrixView{ar_c, bf, ar_m, ar_n, 0}, stream, seq);
+        gemm_ar(*w, a, b, MatrixView{arf1_c, bf, ar_m, ar_n, 0}, stream, fused);
+        fused_second(arf2_c);
+        gemm_ar(*w, a, b, MatrixView{ard_c, bf, ar_m, ar_n, 0}, stream);
     };
-    // One eager round (it creates the ops' state and buffers and loads every kernel: all of which synchronise, which
-    // a capturing thread must not do), then the capture.
+    // One eager round (it creates the ops' state and buffers, loads every kernel and decides the default options:
+    // all of which synchronise, which a capturing thread must not do), then the capture.
     w->barrier();
     enqueue();
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
@@ -1200,33 +1246,38 @@ TEST_F(Overlap, GraphReplaysSequentialBackToBack) {
     cudaGraphDestroy(graph);
     agree(*w, err, "graph_capture");
     if (!err.empty()) return;
-    for (int r = 0; r < kReplays; ++r) {
-        if (r % W == me)  // this replay's late rank
-            LOOM_CHECK_CUDA(cudaMemcpyAsync(delay + kDelayBytes, delay, kDelayBytes, cudaMemcpyDeviceToDevice, stream));
-        for (const Input& in : inputs)
-            LOOM_CHECK_CUDA(cudaMemcpyAsync(in.dst, in.src[r % 2], in.bytes, cudaMemcpyDeviceToDevice, stream));
-        for (auto [p, bytes] : {std::pair{ag_c, ag_bytes}, std::pair{rs_c, rs_bytes}, std::pair{ar_c, ar_bytes}})
-            LOOM_CHECK_CUDA(cudaMemsetAsync(p, 0xFF, bytes, stream));  // NaN
-        LOOM_CHECK_CUDA(cudaGraphLaunch(exec, stream));
-        LOOM_CHECK_CUDA(cudaMemcpyAsync(ag_h + r * ag_bytes, ag_c, ag_bytes, cudaMemcpyDeviceToDevice, stream));
-        LOOM_CHECK_CUDA(cudaMemcpyAsync(rs_h + r * rs_bytes, rs_c, rs_bytes, cudaMemcpyDeviceToDevice, stream));
-        LOOM_CHECK_CUDA(cudaMemcpyAsync(ar_h + r * ar_bytes, ar_c, ar_bytes, cudaMemcpyDeviceToDevice, stream));
+    try {
+        for (int r = 0; r < kReplays; ++r) {
+            if (r % W == me)  // this replay's late rank
+                LOOM_CHECK_CUDA(
+                    cudaMemcpyAsync(delay + kDelayBytes, delay, kDelayBytes, cudaMemcpyDeviceToDevice, stream));
+            for (const Input& in : inputs)
+                LOOM_CHECK_CUDA(cudaMemcpyAsync(in.dst, in.src[r % 2], in.bytes, cudaMemcpyDeviceToDevice, stream));
+            for (const Output& o : outputs) LOOM_CHECK_CUDA(cudaMemsetAsync(o.c, 0xFF, o.bytes, stream));  // NaN
+            LOOM_CHECK_CUDA(cudaGraphLaunch(exec, stream));
+            for (const Output& o : outputs)
+                LOOM_CHECK_CUDA(
+                    cudaMemcpyAsync(o.replays + r * o.bytes, o.c, o.bytes, cudaMemcpyDeviceToDevice, stream));
+            if (r == kEagerAfter) {
+                LOOM_CHECK_CUDA(cudaMemsetAsync(eager_c, 0xFF, fm * fn * 2, stream));
+                fused_second(eager_c);  // inputs of set r % 2, as this replay's
+            }
+        }
+    } catch (const std::exception& e) {
+        err = std::string("replays: ") + e.what();
     }
-    if (cudaStreamSynchronize(stream) != cudaSuccess) err = "stream failed";
-    for (int r = 0; r < kReplays && err.empty(); ++r) {
-        const int set = r % 2;
-        std::string e =
-            compare(download_bf16(ag_h + r * ag_bytes, ag_rows * W * ag_n), ag[set].ref, ag[set].abs, 0, ag_n);
-        if (!e.empty()) e = "ag_gemm " + e;
-        if (e.empty()) {
-            e = compare_segment(rs[set], me, rs_seg, rs_n, rs_h + r * rs_bytes);
-            if (!e.empty()) e = "gemm_rs " + e;
+    if (cudaStreamSynchronize(stream) != cudaSuccess && err.empty()) err = "stream failed";
+    for (int r = 0; r < kReplays && err.empty(); ++r)
+        for (const Output& o : outputs) {
+            const std::string e = o.check(r % 2, o.replays + r * o.bytes);
+            if (!e.empty()) {
+                err = "replay " + std::to_string(r) + ", " + o.name + ": " + e;
+                break;
+            }
         }
-        if (e.empty()) {
-            e = compare(download_bf16(ar_h + r * ar_bytes, ar_m * ar_n), ar[set].ref, ar[set].abs, 1, ar_n);
-            if (!e.empty()) e = "gemm_ar " + e;
-        }
-        if (!e.empty()) err = "replay " + std::to_string(r) + ": " + e;
+    if (err.empty()) {
+        const std::string e = ar_check(arf, fm, fn)(kEagerAfter % 2, eager_c);
+        if (!e.empty()) err = "eager gemm_ar fused between replays: " + e;
     }
     cudaGraphExecDestroy(exec);
     agree(*w, err, "graph_replays");

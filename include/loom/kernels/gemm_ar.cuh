@@ -28,6 +28,10 @@
 // before it waits: no cycle (all CTAs resident, grid <= the usable SMs). Write-after-read of the receive buffer:
 // calls alternate parity halves, and a rank's call e + 2 starts after its call e + 1 waited for every peer's parts
 // of call e + 1, which every peer pushed after finishing call e (stream order), its reads of half e % 2 included.
+// The call number e and so the half are the device's (Signals::launches, read by every CTA at its start and advanced
+// by the last: lang/launch_epoch.cuh), not the host's: a CUDA graph that captured the call replays it as call e + 1,
+// e + 2, ... The fused epilogue has its own op state (buffer, signals, counter): the other algorithms' calls between
+// two of its calls do not touch them, so the argument above holds across them.
 #pragma once
 
 #ifndef LOOM_NO_DEVICE_PRINTF
@@ -60,6 +64,12 @@ LOOM_DEVICE LOOM_FORCEINLINE void store_staged_slabs(const ptx::TmaDescriptor* t
     ptx::tma_store_commit();
 }
 
+// This call's number in the CTA (ArEpilogueHooks: written by init_cta, read after the kernel's __syncthreads).
+LOOM_DEVICE LOOM_FORCEINLINE uint64_t& ar_call_epoch() {
+    __shared__ uint64_t epoch;
+    return epoch;
+}
+
 struct ArEpilogueHooks {
     static constexpr bool kWaitsBeforeLoad = false;
     static constexpr bool kRedirectsA = false;
@@ -75,7 +85,9 @@ struct ArEpilogueHooks {
     }
     LOOM_DEVICE LOOM_FORCEINLINE void before_load(const tile::TileCoord&) const {}
     LOOM_DEVICE LOOM_FORCEINLINE void after_store(const tile::TileCoord&) const {}
-    LOOM_DEVICE LOOM_FORCEINLINE void init_cta() const {}
+    // The CTA's thread 0, before the kernel's first __syncthreads: this call's number (lang/launch_epoch.cuh), read
+    // by every thread of the CTA in store_tile.
+    LOOM_DEVICE LOOM_FORCEINLINE void init_cta() const { ar_call_epoch() = lang::launch_epoch_enter(a.launches); }
 
     // Every consumer thread, before its warpgroup stages the tile: the previous tile's C stores have read the
     // staging buffers out (each warpgroup's issuing thread waits for its bulk groups; the warpgroup's barrier).
@@ -100,6 +112,8 @@ struct ArEpilogueHooks {
         const int warpgroup = static_cast<int>(tid / 128), wg_thread = static_cast<int>(tid % 128);
         const int32_t cols = n - t.col0;
         const int slabs = cols >= BLOCK_N ? kSlabs : (cols + kStoreCols - 1) / kStoreCols;  // staged
+        const uint64_t epoch = ar_call_epoch();
+        uint8_t* const recv = a.recv + static_cast<int64_t>(epoch % 2) * a.half_stride;  // this call's half
         const int64_t tile = static_cast<int64_t>(t.m_block) * a.num_n + t.n_block;
         const int64_t part = 2 * tile + warpgroup;
         const int64_t offset = tile * kTileBytes + warpgroup * (kTileBytes / (BLOCK_M / 64));
@@ -110,8 +124,8 @@ struct ArEpilogueHooks {
         if (wg_thread == 0) {
             for (int d = 0; d < a.world; ++d) {
                 if (d == a.me) continue;
-                uint8_t* dst = a.recv + static_cast<int64_t>(d - a.me) * a.heap_bytes +
-                               rs_slot_of(a.me, d) * a.slot_bytes + offset;
+                uint8_t* dst =
+                    recv + static_cast<int64_t>(d - a.me) * a.heap_bytes + rs_slot_of(a.me, d) * a.slot_bytes + offset;
                 if (live_groups == kChunksPerSlab) {
                     ptx::cp_async_bulk_s2g(dst, bufs, static_cast<uint32_t>(slabs) * kGemmStoreBufBytes);
                 } else if (live_groups > 0) {
@@ -128,16 +142,16 @@ struct ArEpilogueHooks {
                 uint8_t* flag =
                     reinterpret_cast<uint8_t*>(a.tile_in + static_cast<int64_t>(a.me) * kMaxTileSignals + part);
                 ptx::st_release_sys(reinterpret_cast<uint64_t*>(flag + static_cast<int64_t>(d - a.me) * a.heap_bytes),
-                                    a.epoch);
+                                    epoch);
             }
             for (int q = 0; q < a.world; ++q)
                 if (q != a.me)
-                    lang::wait_ge_sys_or_trap(a.tile_in + static_cast<int64_t>(q) * kMaxTileSignals + part, a.epoch,
+                    lang::wait_ge_sys_or_trap(a.tile_in + static_cast<int64_t>(q) * kMaxTileSignals + part, epoch,
                                               a.timeout_ns, "gemm_ar: GEMM waits for a peer's tile");
         }
         ptx::named_barrier_sync(2 + warpgroup, 128);
         {
-            const uint8_t* src = a.recv + offset;
+            const uint8_t* src = recv + offset;
             const int chunks = staged_chunks<kSlabs, kInFlight>(slabs);
             // Round c0's chunks of rank q's copy: this rank's from the staging buffer, a peer's from its slot.
             // Chunks of rows past C (c % kChunksPerSlab >= live_groups) were not sent: their sums are never stored.

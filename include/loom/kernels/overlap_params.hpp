@@ -4,10 +4,12 @@
 // Signal conventions (docs/overlap.md): every counter is a 64-bit monotonic value in the symmetric heap, zeroed
 // once when the op's state is created and never reset. Targets are computed on the host from per-op call
 // counts that are equal on every rank (the ops are collective: every rank makes the same calls in the same
-// order with the same shapes and options), and compared wrap-safely (GE).
+// order with the same shapes and options), and compared wrap-safely (GE) — except gemm_ar's fused epilogue, whose
+// call number lives on the device (Signals::launches), so that its calls replay from a CUDA graph.
 #pragma once
 
 #include "loom/config.hpp"
+#include "loom/lang/launch_epoch.cuh"
 #include "loom/tile/tile_order.hpp"
 
 namespace loom::kernels::overlap {
@@ -34,7 +36,10 @@ struct Signals {
     // AG+GEMM, direct producer. read_done[r] at rank d: the last call whose GEMM on rank r finished (it read d's
     // staging half of that call; d overwrites the half two calls later only once every peer is past it).
     uint64_t read_done[kMaxLocalPeers];
-    uint64_t pad[16 - 1];
+    // GEMM+AR, fused epilogue (ArEpilogueHooks): the kernel's call number, kept and advanced on the device
+    // (lang/launch_epoch.cuh), so a replayed CUDA graph numbers its calls anew. This rank's only.
+    lang::LaunchEpoch launches;
+    uint64_t pad[16 - 3];
     // GEMM+RS / GEMM+AR: tile[i] = the call number whose tile i the local GEMM has stored (TMA stores complete).
     uint64_t tile[kMaxTileSignals];
     // GEMM+RS: tile_in[r][i] at rank d = the last call whose rows of output tile i owned by d rank r pushed into
@@ -220,19 +225,23 @@ struct ArParams {
 };
 
 // GEMM+AR, fused epilogue (ArEpilogueHooks, kernels/gemm_ar.cuh). The receive buffer is this call's parity half of
-// the op's symmetric buffer: W - 1 slots (slot_bytes each), sender q's at rs_slot_of(q, me); each holds every output
-// tile q pushed here, tile i (m_block * num_n + n_block) at i * BLOCK_M * BLOCK_N * sizeof(TOut), as its 128B-swizzled
-// 8 KiB staging slabs, warpgroup-major. Signals: tile_in[q][2 * i + warpgroup] at rank d = the last call whose part
-// (tile i, warpgroup) rank q pushed into d's receive buffer.
+// the symmetric buffer of the fused epilogue's own op state (OpKind::GemmArFused): W - 1 slots (slot_bytes each),
+// sender q's at rs_slot_of(q, me); each holds every output tile q pushed here, tile i (m_block * num_n + n_block) at i
+// * BLOCK_M * BLOCK_N * sizeof(TOut), as its 128B-swizzled 8 KiB staging slabs, warpgroup-major. Signals: tile_in[q][2
+// * i + warpgroup] at rank d = the last call whose part (tile i, warpgroup) rank q pushed into d's receive buffer. No
+// host per-call value: the call number e comes from `launches` on the device (every CTA reads it at its start), and the
+// call's half of the receive buffer is recv + (e % 2) * half_stride, so the same arguments serve every call and every
+// replay of a captured one.
 struct ArFusedHookArgs {
-    uint8_t* recv;        // this call's half of this rank's receive buffer (symmetric)
-    uint64_t* tile_in;    // this rank's Signals::tile_in[0] ([kMaxLocalPeers][kMaxTileSignals], flat)
-    int64_t heap_bytes;   // Ctx::heap_size: rank d's copy of symmetric p is p + (d - me) * heap_bytes
-    int64_t slot_bytes;   // num_m * num_n tiles
-    uint64_t epoch;       // this call's number: the value of tile_in signals
-    uint64_t timeout_ns;  // bound of the waits for peers' parts (0: unbounded)
-    int32_t me, world;    // local rank and local world size
-    int32_t num_n;        // N-blocks
+    uint8_t* recv;                // this rank's receive buffer (symmetric): two parity halves
+    uint64_t* tile_in;            // this rank's Signals::tile_in[0] ([kMaxLocalPeers][kMaxTileSignals], flat)
+    lang::LaunchEpoch* launches;  // this rank's Signals::launches: the value of tile_in signals is the call number
+    int64_t half_stride;          // offset of parity half 1
+    int64_t heap_bytes;           // Ctx::heap_size: rank d's copy of symmetric p is p + (d - me) * heap_bytes
+    int64_t slot_bytes;           // num_m * num_n tiles
+    uint64_t timeout_ns;          // bound of the waits for peers' parts (0: unbounded)
+    int32_t me, world;            // local rank and local world size
+    int32_t num_n;                // N-blocks
     int32_t pad;
 };
 

@@ -5,6 +5,7 @@
 #include "loom/lang/context.cuh"
 #include "loom/lang/copy.cuh"
 #include "loom/lang/group.cuh"
+#include "loom/lang/launch_epoch.cuh"
 #include "loom/lang/ll.cuh"
 #include "loom/lang/rank.cuh"
 #include "loom/lang/share.cuh"

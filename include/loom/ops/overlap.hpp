@@ -14,11 +14,16 @@
 // memory the op allocates (world.alloc) on first use and keeps per World until release_overlap_state(); A, B and C may
 // be any device memory of this rank. Needs sm_90 (the Hopper GEMM with overlap hooks) and a single-node world (world
 // size == local world size).
-// CUDA graphs: the overlapped algorithms' signals carry per-call counts and pick buffer halves on the host, which a
-// replayed graph would repeat, so on a capturing stream they raise (before touching any state). The sequential
-// algorithms (AgProducer / RsAlgo / ArAlgo::Sequential: loom::gemm and a collective) may be captured and replayed
-// back to back; call the op once outside the capture with the same shapes and options first (that creates its state
-// and buffers and loads its kernels, which a capture forbids).
+// CUDA graphs: these may be captured and replayed back to back —
+//   - the sequential algorithms (AgProducer / RsAlgo / ArAlgo::Sequential: loom::gemm and a collective);
+//   - gemm_ar's fused epilogue (ArAlgo::FusedEpilogue, Auto's choice with a GPU per rank where the tile fits), which
+//     numbers its calls on the device;
+//   - default options (every choice left to Loom), when the options an eager call decided for the shapes are one of
+//     the above.
+// Call the op once outside the capture with the same shapes and options first: that creates its state and buffers,
+// loads its kernels and makes the default options' choice, none of which a capture allows. The other overlapped
+// algorithms compute their signal targets and buffer halves on the host per call, which a replay would repeat: on a
+// capturing stream they raise, before touching any state.
 //
 // Autotuning: a call that leaves every choice to Loom (default options: no config, algorithm / producer / transport /
 // data path Auto, comm_sms 0, no gathered buffer, no CE chunk size) runs the options decided once per (World, shape,
