@@ -30,7 +30,9 @@
 // Epilogue hooks (Hooks::kEpilogueHooks; GEMM+AllReduce's fused epilogue, kernels/gemm_ar.cuh): each consumer
 //   warpgroup stages its whole 64 x BLOCK_N part of the tile (kWholeTile: BLOCK_N x sizeof(TOut) x 64 bytes per
 //   warpgroup, so fewer stages fit: 128 x 256 bf16 gets 3) and the hooks store, send or combine it; the
-//   accumulators are zeroed before each mainloop so that they are dead during the hooks' work.
+//   accumulators are zeroed before each mainloop so that they are dead during the hooks' work. Every consumer thread
+//   calls hooks.consumer_start() once at the start of its path (after the CTA's __syncthreads, while the producer
+//   already loads): work whose latency the first mainloop hides (gemm_ar's call number).
 // Accumulator hooks (Hooks::kAccEpilogue; GEMM+ReduceScatter's fused epilogue, kernels/gemm_rs.cuh): after the
 //   mainloop the hooks get the fp32 accumulators (epilogue_acc): they may send them elsewhere (the tile is then not
 //   stored here) or change them; the plain epilogue then stores them, d_row_offset() rows above t.row0 in D. Nothing
@@ -381,6 +383,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     } else {
         // ---- consumer warpgroups: wgmma over the ring, then the epilogue -----------------------------------
         if constexpr (!tile::kHasSideWarps<Hooks>) ptx::setmaxnreg_inc<kConsumerRegs>();
+        if constexpr (Hooks::kEpilogueHooks) hooks.consumer_start();
         const int warp = wg_thread / 32, lane = wg_thread % 32;
         uint8_t* store_bufs = smem_store + warpgroup * kStagingBytes;
         uint32_t store_count = 0;  // slabs this warpgroup has stored; selects the staging buffer

@@ -64,9 +64,10 @@ LOOM_DEVICE LOOM_FORCEINLINE void store_staged_slabs(const ptx::TmaDescriptor* t
     ptx::tma_store_commit();
 }
 
-// This call's number in the CTA (ArEpilogueHooks: written by init_cta, read after the kernel's __syncthreads).
-LOOM_DEVICE LOOM_FORCEINLINE uint64_t& ar_call_epoch() {
-    __shared__ uint64_t epoch;
+// This call's number in the CTA (ArEpilogueHooks): 0 until consumer thread 0 has entered the launch epoch
+// (consumer_start), then the number (>= 1), read by every consumer thread in store_tile.
+LOOM_DEVICE LOOM_FORCEINLINE volatile uint64_t& ar_call_epoch() {
+    __shared__ volatile uint64_t epoch;
     return epoch;
 }
 
@@ -85,9 +86,15 @@ struct ArEpilogueHooks {
     }
     LOOM_DEVICE LOOM_FORCEINLINE void before_load(const tile::TileCoord&) const {}
     LOOM_DEVICE LOOM_FORCEINLINE void after_store(const tile::TileCoord&) const {}
-    // The CTA's thread 0, before the kernel's first __syncthreads: this call's number (lang/launch_epoch.cuh), read
-    // by every thread of the CTA in store_tile.
-    LOOM_DEVICE LOOM_FORCEINLINE void init_cta() const { ar_call_epoch() = lang::launch_epoch_enter(a.launches); }
+    // The CTA's thread 0, before the kernel's first __syncthreads: no number yet.
+    LOOM_DEVICE LOOM_FORCEINLINE void init_cta() const { ar_call_epoch() = 0; }
+    // Every consumer thread at its start: thread 0 (a consumer) enters the launch epoch (lang/launch_epoch.cuh) here
+    // rather than in init_cta, so that its two dependent global round trips overlap the first mainloop instead of
+    // holding the whole CTA (the producer's first loads) at the __syncthreads. Measured, two ranks on one H200: in
+    // init_cta the op took 2.5-5.6 us longer at M = 16 (docs/overlap.md "Session 29").
+    LOOM_DEVICE LOOM_FORCEINLINE void consumer_start() const {
+        if (threadIdx.x == 0) ar_call_epoch() = lang::launch_epoch_enter(a.launches);
+    }
 
     // Every consumer thread, before its warpgroup stages the tile: the previous tile's C stores have read the
     // staging buffers out (each warpgroup's issuing thread waits for its bulk groups; the warpgroup's barrier).
@@ -112,7 +119,9 @@ struct ArEpilogueHooks {
         const int warpgroup = static_cast<int>(tid / 128), wg_thread = static_cast<int>(tid % 128);
         const int32_t cols = n - t.col0;
         const int slabs = cols >= BLOCK_N ? kSlabs : (cols + kStoreCols - 1) / kStoreCols;  // staged
-        const uint64_t epoch = ar_call_epoch();
+        uint64_t epoch;
+        while ((epoch = ar_call_epoch()) == 0) {
+        }  // set long before, by thread 0 ahead of its first mainloop
         uint8_t* const recv = a.recv + static_cast<int64_t>(epoch % 2) * a.half_stride;  // this call's half
         const int64_t tile = static_cast<int64_t>(t.m_block) * a.num_n + t.n_block;
         const int64_t part = 2 * tile + warpgroup;
