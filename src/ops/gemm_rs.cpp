@@ -4,7 +4,9 @@
 //   GEMM(tiles rows-of-rank-(me+1) first, own rows last): the accumulators of a peer's tile are stored into slot
 //   `me` of its scratch half (e % 2) and tile_in[me][tile] := e raised there (or, copy-engine transport, into the
 //   local outbox, whose chunks a side stream copies); an own tile waits for tile_in[q][tile] >= e of every peer q,
-//   adds their copies to its accumulators and is stored to C.
+//   adds their copies to its accumulators and is stored to C. With the SM transport the call number e is the
+//   device's (Signals::launches; state OpKind::GemmRsFusedSm), so the call can be captured in a CUDA graph; the
+//   copy-engine transport's stream operations carry the host's (OpKind::GemmRsFused).
 //
 // FusedPull (M / W a multiple of BLOCK_M; Auto's choice where ranks share a GPU, M / W is a multiple of 64 and
 // K_loc x the input's bytes <= 8 KiB), on the caller's stream, every usable SM (kernels/gemm_rs_pull.cuh):
@@ -100,10 +102,14 @@ void gemm_rs_sequential(World& world, const MatrixView& a, const MatrixView& b, 
 }
 
 void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, GemmConfig cfg,
-                   RsTransport transport, std::size_t ce_chunk_bytes, const overlap::OpScale& sc, cudaStream_t stream) {
+                   RsTransport transport, std::size_t ce_chunk_bytes, const overlap::OpScale& sc, cudaStream_t stream,
+                   bool captured) {
     constexpr const char* op = "gemm_rs";
-    overlap::OpState& fs = overlap::op_state(world, overlap::OpKind::GemmRsFused, op);
     const int W = world.world_size(), me = world.local_rank();
+    // The copy engine moves the tiles only between ranks (W > 1); its stream operations need the host's call number.
+    const bool ce = transport == RsTransport::CopyEngine && W > 1;
+    overlap::OpState& fs =
+        overlap::op_state(world, ce ? overlap::OpKind::GemmRsFused : overlap::OpKind::GemmRsFusedSm, op, captured);
     const int64_t M = a.rows, N = b.rows, rows_seg = M / W;
     const int64_t es = static_cast<int64_t>(dtype_size(c.dtype));
     const std::string unfit = fused_unfit(rows_seg, cfg);
@@ -119,18 +125,24 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
     const int64_t slot_bytes = blocks_per_rank * num_n * cfg.block_m * cfg.block_n * es;
     const int64_t half_bytes = std::max(W - 1, 1) * slot_bytes;  // one slot per peer
     const int64_t half_stride =
-        static_cast<int64_t>(overlap::ensure_parity_halves(world, fs, static_cast<std::size_t>(half_bytes)));
+        static_cast<int64_t>(overlap::ensure_parity_halves(world, fs, static_cast<std::size_t>(half_bytes), captured));
     const jit::Kernel& kernel = jit::get_kernel(gemm_kernel_spec(
         cfg, a.dtype, c.dtype, gemm_kernel_bias(cfg, c.dtype, GemmOptions{}), false, kFusedHooks, kHeader));
 
-    const uint64_t epoch = ++fs.calls;
     kernels::overlap::RsFusedHookArgs h{};
-    h.scratch = static_cast<uint8_t*>(fs.sym) + static_cast<int64_t>(epoch % 2) * half_stride;
     h.tile_in = &fs.sig->tile_in[0][0];
     const Ctx ctx = world.ctx();
     h.heap_bytes = static_cast<int64_t>(ctx.heap_size);
     h.slot_bytes = slot_bytes;
-    h.epoch = epoch;
+    const uint64_t epoch = ce ? ++fs.calls : 0;  // the SM transport's is the kernel's (h.launches)
+    if (ce) {
+        h.scratch = static_cast<uint8_t*>(fs.sym) + static_cast<int64_t>(epoch % 2) * half_stride;
+        h.epoch = epoch;
+    } else {
+        h.scratch = static_cast<uint8_t*>(fs.sym);
+        h.launches = &fs.sig->launches;
+        h.half_stride = half_stride;
+    }
     h.timeout_ns = ctx.wait_timeout_ns;
     h.me = me;
     h.world = W;
@@ -144,7 +156,7 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
     const long long diag = env_int("LOOM_DIAG_RS_FUSED_SKIP", 0);
     h.diag_skip = static_cast<int32_t>(diag & 11);
     const GemmSm90Launch l = gemm_sm90_launch(a, b, c, overlap::gemm_options(sc), cfg, fs.num_sms, stream);
-    if (transport != RsTransport::CopyEngine || W == 1) {
+    if (!ce) {
         kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, h);
         return;
     }
@@ -402,7 +414,12 @@ namespace detail {
 void gemm_rs_run(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
                  const GemmRsOptions& o) {
     constexpr const char* op = "gemm_rs";
-    const bool captured = overlap::check_capture(stream, op, o.algo == RsAlgo::Sequential);
+    // The fused pull and the scatter-reduce cannot be replayed; the fused epilogue with the SM transport can. Auto's
+    // choice is checked once made (below).
+    const bool captured = overlap::check_capture(
+        stream, op,
+        o.algo == RsAlgo::Sequential ||
+            ((o.algo == RsAlgo::Auto || o.algo == RsAlgo::FusedEpilogue) && o.transport != RsTransport::CopyEngine));
     overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmRs, op, captured);
     const int W = world.world_size();
     overlap::check_inputs(op, a, b, c);
@@ -456,10 +473,13 @@ void gemm_rs_run(World& world, const MatrixView& a, const MatrixView& b, const M
     // else Sm: ranks sharing a GPU cannot take the copy engine (a copy within one GPU is a runtime copy kernel: the
     // persistent GEMM, waiting for the peers' copies, would starve it).
     const RsTransport transport = gemm_rs_transport(transport_req, plan.rs_algo, st.shared_gpu);
+    if (captured)
+        overlap::check_capture(
+            stream, op, plan.rs_algo == RsAlgo::FusedEpilogue && (transport != RsTransport::CopyEngine || W == 1));
     if (plan.rs_algo == RsAlgo::FusedPull) {
         gemm_rs_pull(world, a, b, c, plan.gemm, sc, stream);
     } else if (plan.rs_algo == RsAlgo::FusedEpilogue) {
-        gemm_rs_fused(world, a, b, c, plan.gemm, transport, o.ce_chunk_bytes, sc, stream);
+        gemm_rs_fused(world, a, b, c, plan.gemm, transport, o.ce_chunk_bytes, sc, stream, captured);
     } else {
         gemm_rs_scatter(world, st, a, b, c, plan, sc, stream);
     }

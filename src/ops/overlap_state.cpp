@@ -273,7 +273,8 @@ bool check_capture(cudaStream_t stream, const char* op, bool replayable) {
                "{}: expected a stream that is not capturing a CUDA graph, or an algorithm that replays: this one "
                "computes its signal targets and buffer halves on the host per call, so a replayed graph would reuse "
                "one call's (wrong results or a hang). Call {} outside the capture, or pass its Sequential algorithm "
-               "(loom::gemm and a collective; for gemm_ar also FusedEpilogue, whose call number is the device's)",
+               "(loom::gemm and a collective), or for gemm_ar FusedEpilogue, for gemm_rs FusedEpilogue with the Sm "
+               "transport (their call numbers are the device's)",
                op, op);
     return captured;
 }

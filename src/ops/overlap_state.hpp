@@ -21,8 +21,9 @@ namespace loom::overlap {
 // GemmRsFused and GemmRsPull have their own signals and buffers: calls may switch gemm_rs algorithms, and no
 // algorithm's write-after-read protocol covers another's buffers.
 // AgGemmDirect likewise: its staging halves are read by peers' GEMMs while another producer's gather buffer would be
-// written. GemmArFused: gemm_ar's fused epilogue numbers its calls on the device (Signals::launches), which the host
-// counter of the other gemm_ar algorithms cannot follow.
+// written. GemmArFused, GemmRsFusedSm: gemm_ar's fused epilogue and gemm_rs's with the SM transport number their calls
+// on the device (Signals::launches), which the host counters of the other algorithms (and of gemm_rs's copy-engine
+// transport, GemmRsFused) cannot follow.
 enum class OpKind : int {
     AgGemm = 0,
     GemmRs = 1,
@@ -31,7 +32,8 @@ enum class OpKind : int {
     AgGemmDirect = 4,
     GemmRsSequential = 5,
     GemmRsPull = 6,
-    GemmArFused = 7
+    GemmArFused = 7,
+    GemmRsFusedSm = 8
 };
 
 struct OpState {
@@ -128,11 +130,11 @@ void prepare_gemm(const char* hooks, const char* header, const MatrixView& a, co
 
 // Whether `stream` is capturing a CUDA graph; raises if it is and the call's algorithm cannot be replayed
 // (`replayable`). Replayable: the Sequential algorithms (AgProducer / RsAlgo / ArAlgo::Sequential: loom::gemm and the
-// collectives, whose callers make their buffer reuse replay-safe) and gemm_ar's fused epilogue (its call number and
-// buffer half are the device's). The other overlapped algorithms compute their signal targets and pick their buffer
-// halves on the host, per call: a replayed graph would repeat one call's targets and halves, and its waits would pass
-// on the previous replay's signals (wrong results) or never (a hang). Called before the op touches any state, so a
-// refused capture stays valid and the caller can end it.
+// collectives, whose callers make their buffer reuse replay-safe), gemm_ar's fused epilogue and gemm_rs's with the SM
+// transport (their call numbers and buffer halves are the device's). The other overlapped algorithms compute their
+// signal targets and pick their buffer halves on the host, per call: a replayed graph would repeat one call's targets
+// and halves, and its waits would pass on the previous replay's signals (wrong results) or never (a hang). Called
+// before the op touches any state, so a refused capture stays valid and the caller can end it.
 bool check_capture(cudaStream_t stream, const char* op, bool replayable);
 
 bool debug();  // LOOM_OVERLAP_DEBUG

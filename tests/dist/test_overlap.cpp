@@ -1129,11 +1129,12 @@ TEST_F(Overlap, RefusesGraphCapture) {
 
 // The replayable algorithms in one CUDA graph, replayed back to back with no host synchronisation: ag_gemm, gemm_rs
 // and gemm_ar Sequential (loom::gemm and a collective; the buffer halves fixed at capture, gemm_rs meeting its peers
-// before its GEMM), gemm_ar's fused epilogue twice (two shapes: its device call number flips the buffer half inside a
-// replay) and gemm_ar with default options (what the eager call decided). Before replay r the inputs of set r % 2 are
-// copied in on the stream and one rank starts late (a large copy first), so its peers run ahead into the next replay;
-// after it the outputs are copied out. After replay 2 one eager fused call runs (an odd count: every later replay
-// uses the halves the other way round). Every element of every output is checked.
+// before its GEMM), gemm_rs's fused epilogue with the SM transport, gemm_ar's fused epilogue twice (two shapes: its
+// device call number flips the buffer half inside a replay) and gemm_ar with default options (what the eager call
+// decided). Before replay r the inputs of set r % 2 are copied in on the stream and one rank starts late (a large copy
+// first), so its peers run ahead into the next replay; after it the outputs are copied out. After replay 2 one eager
+// call of each fused op runs (an odd count: every later replay uses the halves the other way round). Every element of
+// every output is checked.
 TEST_F(Overlap, GraphReplaysBackToBack) {
     const int W = w->world_size(), me = w->rank();
     constexpr int kReplays = 6, kEagerAfter = 2;
@@ -1142,10 +1143,12 @@ TEST_F(Overlap, GraphReplaysBackToBack) {
     const int64_t rs_seg = 40, rs_n = 320, rs_k = 192;   // gemm_rs: A [40 W, 192], C [40, 320]
     const int64_t ar_m = 24, ar_n = 256, ar_k = 320;     // gemm_ar: C [24, 256]
     const int64_t fm = 100, fn = 448, fk = 192;          // gemm_ar fused, second shape: C [100, 448]
+    const int64_t rf_seg = 128, rf_n = 384, rf_k = 256;  // gemm_rs fused: A [128 W, 256], C [128, 384]
     const AgCase ag[2] = {ag_case(*w, ag_rows, ag_n, ag_k, 90, 0), ag_case(*w, ag_rows, ag_n, ag_k, 90, 1)};
     const SumCase rs[2] = {sum_case(*w, rs_seg * W, rs_n, rs_k, 91, 0), sum_case(*w, rs_seg * W, rs_n, rs_k, 91, 1)};
     const SumCase ar[2] = {sum_case(*w, ar_m, ar_n, ar_k, 92, 0), sum_case(*w, ar_m, ar_n, ar_k, 92, 1)};
     const SumCase arf[2] = {sum_case(*w, fm, fn, fk, 93, 0), sum_case(*w, fm, fn, fk, 93, 1)};
+    const SumCase rsf[2] = {sum_case(*w, rf_seg * W, rf_n, rf_k, 94, 0), sum_case(*w, rf_seg * W, rf_n, rf_k, 94, 1)};
     std::vector<std::unique_ptr<DevBuf>> keep;
     auto dev = [&](std::size_t bytes) {
         keep.push_back(std::make_unique<DevBuf>(bytes));
@@ -1173,6 +1176,8 @@ TEST_F(Overlap, GraphReplaysBackToBack) {
     void* const ar_b = input(ar[0].b[me], ar[1].b[me]);
     void* const arf_a = input(arf[0].a[me], arf[1].a[me]);
     void* const arf_b = input(arf[0].b[me], arf[1].b[me]);
+    void* const rsf_a = input(rsf[0].a[me], rsf[1].a[me]);
+    void* const rsf_b = input(rsf[0].b[me], rsf[1].b[me]);
     // An output: its buffer, and where each replay's copy of it goes. check(set, bytes): "" or what is wrong.
     struct Output {
         std::string name;
@@ -1196,11 +1201,14 @@ TEST_F(Overlap, GraphReplaysBackToBack) {
     });
     void* const rs_c = output("gemm_rs sequential", rs_seg * rs_n * 2,
                               [&](int set, const void* p) { return compare_segment(rs[set], me, rs_seg, rs_n, p); });
+    auto rsf_check = [&](int set, const void* p) { return compare_segment(rsf[set], me, rf_seg, rf_n, p); };
+    void* const rsf_c = output("gemm_rs fused (SM transport)", rf_seg * rf_n * 2, rsf_check);
     void* const ar_c = output("gemm_ar sequential", ar_m * ar_n * 2, ar_check(ar, ar_m, ar_n));
     void* const arf1_c = output("gemm_ar fused", ar_m * ar_n * 2, ar_check(ar, ar_m, ar_n));
     void* const arf2_c = output("gemm_ar fused (second shape)", fm * fn * 2, ar_check(arf, fm, fn));
     void* const ard_c = output("gemm_ar default options", ar_m * ar_n * 2, ar_check(ar, ar_m, ar_n));
-    void* const eager_c = dev(fm * fn * 2);  // the eager fused call's output
+    void* const eager_c = dev(fm * fn * 2);  // the eager fused calls' outputs
+    void* const eager_rs_c = dev(rf_seg * rf_n * 2);
     constexpr std::size_t kDelayBytes = std::size_t{64} << 20;
     char* const delay = static_cast<char*>(dev(2 * kDelayBytes));
     for (const Input& in : inputs) LOOM_CHECK_CUDA(cudaMemcpy(in.dst, in.src[0], in.bytes, cudaMemcpyDeviceToDevice));
@@ -1208,9 +1216,16 @@ TEST_F(Overlap, GraphReplaysBackToBack) {
     ago.producer = AgProducer::Sequential;
     GemmRsOptions rso;
     rso.algo = RsAlgo::Sequential;
+    GemmRsOptions rsfo;
+    rsfo.algo = RsAlgo::FusedEpilogue;
+    rsfo.transport = RsTransport::Sm;
     GemmArOptions seq, fused;
     seq.algo = ArAlgo::Sequential;
     fused.algo = ArAlgo::FusedEpilogue;
+    auto rs_fused = [&](void* c) {
+        gemm_rs(*w, MatrixView{rsf_a, bf, rf_seg * W, rf_k, 0}, MatrixView{rsf_b, bf, rf_n, rf_k, 0},
+                MatrixView{c, bf, rf_seg, rf_n, 0}, stream, rsfo);
+    };
     auto fused_second = [&](void* c) {
         gemm_ar(*w, MatrixView{arf_a, bf, fm, fk, 0}, MatrixView{arf_b, bf, fn, fk, 0}, MatrixView{c, bf, fm, fn, 0},
                 stream, fused);
@@ -1220,6 +1235,7 @@ TEST_F(Overlap, GraphReplaysBackToBack) {
                 MatrixView{ag_c, bf, ag_rows * W, ag_n, 0}, stream, ago);
         gemm_rs(*w, MatrixView{rs_a, bf, rs_seg * W, rs_k, 0}, MatrixView{rs_b, bf, rs_n, rs_k, 0},
                 MatrixView{rs_c, bf, rs_seg, rs_n, 0}, stream, rso);
+        rs_fused(rsf_c);
         const MatrixView a{ar_a, bf, ar_m, ar_k, 0}, b{ar_b, bf, ar_n, ar_k, 0};
         gemm_ar(*w, a, b, MatrixView{ar_c, bf, ar_m, ar_n, 0}, stream, seq);
         gemm_ar(*w, a, b, MatrixView{arf1_c, bf, ar_m, ar_n, 0}, stream, fused);
@@ -1260,7 +1276,9 @@ TEST_F(Overlap, GraphReplaysBackToBack) {
                     cudaMemcpyAsync(o.replays + r * o.bytes, o.c, o.bytes, cudaMemcpyDeviceToDevice, stream));
             if (r == kEagerAfter) {
                 LOOM_CHECK_CUDA(cudaMemsetAsync(eager_c, 0xFF, fm * fn * 2, stream));
+                LOOM_CHECK_CUDA(cudaMemsetAsync(eager_rs_c, 0xFF, rf_seg * rf_n * 2, stream));
                 fused_second(eager_c);  // inputs of set r % 2, as this replay's
+                rs_fused(eager_rs_c);
             }
         }
     } catch (const std::exception& e) {
@@ -1278,6 +1296,10 @@ TEST_F(Overlap, GraphReplaysBackToBack) {
     if (err.empty()) {
         const std::string e = ar_check(arf, fm, fn)(kEagerAfter % 2, eager_c);
         if (!e.empty()) err = "eager gemm_ar fused between replays: " + e;
+    }
+    if (err.empty()) {
+        const std::string e = rsf_check(kEagerAfter % 2, eager_rs_c);
+        if (!e.empty()) err = "eager gemm_rs fused between replays: " + e;
     }
     cudaGraphExecDestroy(exec);
     agree(*w, err, "graph_replays");

@@ -116,7 +116,22 @@ LOOM_DEVICE LOOM_FORCEINLINE uint4 vec_pack(const float (&acc)[kVecElems<T>]) {
 // Write-after-read of the scratch: calls alternate between the two parity halves (the half is half of the
 // allocation, not of the call's size); a rank reaches call e + 2 only after its call e + 1 waited for every peer's
 // call e + 1 pushes, which each peer made after finishing call e (stream order), reads included.
+// The call number and so the half: RsFusedHookArgs (the device's with the SM transport, the host's with the copy
+// engine). Thread 0 enters it in init_cta and puts both in shared memory (RsCall), before the CTA's __syncthreads,
+// which orders those stores before every other thread's reads, so nobody waits for them. (Entered by consumer thread 0
+// at its start instead, as gemm_ar's fused epilogue does to keep the enter's two dependent global round trips off the
+// CTA's start, the producer needed a wait for the number: a CTA whose first tile is its own and whose k-blocks fit in
+// the ring never blocks on the consumers, and number 0 would pass the peers' tile waits on an earlier call's signals.)
+// The readers take them from shared memory at each use (volatile) rather than holding them (ring_wait).
 // alpha = 1 and no bias (gemm_rs passes neither).
+struct RsCall {
+    uint64_t epoch;    // this call's number (the value of tile_in signals)
+    uint8_t* scratch;  // this call's half of the scratch
+};
+LOOM_DEVICE LOOM_FORCEINLINE volatile RsCall& rs_call() {
+    __shared__ volatile RsCall call;
+    return call;
+}
 LOOM_DEVICE LOOM_FORCEINLINE int32_t& rs_pending_push() {
     // band * kMaxTileSignals + tile of this CTA's pushed tile whose signal is not raised yet, or -1. Thread 0 writes.
     __shared__ int32_t pending;
@@ -150,7 +165,13 @@ struct RsAccHooks {
     }
     LOOM_DEVICE LOOM_FORCEINLINE void before_load(const tile::TileCoord&) const {}
     LOOM_DEVICE LOOM_FORCEINLINE void after_store(const tile::TileCoord&) const {}
-    LOOM_DEVICE LOOM_FORCEINLINE void init_cta() const { rs_pending_push() = -1; }
+    // Thread 0, before the CTA's __syncthreads: the call (RsCall above).
+    LOOM_DEVICE LOOM_FORCEINLINE void init_cta() const {
+        rs_pending_push() = -1;
+        const uint64_t e = a.launches != nullptr ? lang::launch_epoch_enter(a.launches) : a.epoch;
+        rs_call().scratch = a.launches != nullptr ? a.scratch + static_cast<int64_t>(e % 2) * a.half_stride : a.scratch;
+        rs_call().epoch = e;
+    }
 
     // Byte offset of warpgroup wg's part of tile t in a scratch slot of rank `band`'s rows.
     template <int BLOCK_M, int BLOCK_N, class TOut>
@@ -190,7 +211,7 @@ struct RsAccHooks {
                 uint8_t* flag =
                     reinterpret_cast<uint8_t*>(a.tile_in + static_cast<int64_t>(a.me) * kMaxTileSignals + tile);
                 ptx::st_release_sys(reinterpret_cast<uint64_t*>(flag + static_cast<int64_t>(d - a.me) * a.heap_bytes),
-                                    a.epoch);
+                                    rs_call().epoch);
             }
             rs_pending_push() = -1;
         }
@@ -213,16 +234,24 @@ struct RsAccHooks {
     template <class TOut, int BLOCK_M, int BLOCK_N>
     LOOM_DEVICE LOOM_FORCEINLINE void ring_wait(const tile::TileCoord& t) const {
         const int64_t tile_id = own_tile_signal(t);
-        for (int q = 0; q < a.world; ++q)
-            if (q != a.me)
-                lang::wait_ge_sys_or_trap(a.tile_in + static_cast<int64_t>(q) * kMaxTileSignals + tile_id, a.epoch,
-                                          a.timeout_ns, "gemm_rs: GEMM waits for a peer's tile");
+        for (int q = 0; q < a.world; ++q) {
+            if (q == a.me) continue;
+            // The call number re-read from shared memory in every poll: held in registers over the spin it made the
+            // producer (56 registers) spill 24 bytes at 128 x 128 and 64 x 256 (a kernel parameter is re-read free).
+            const uint64_t* sig = a.tile_in + static_cast<int64_t>(q) * kMaxTileSignals + tile_id;
+            lang::spin_or_trap(
+                a.timeout_ns, "gemm_rs: GEMM waits for a peer's tile", sig, lang::Cmp::GE,
+                [&] { return static_cast<int64_t>(ptx::ld_acquire_sys(sig) - rs_call().epoch) >= 0; },
+                [&] {
+                    return lang::WaitValues{rs_call().epoch, ptx::ld_acquire_sys(sig)};
+                });
+        }
     }
     // Copy c (the c-th peer in rank order) at ring_copy(t) + c * ring_copy_stride(): the peers' slots are in rank
     // order (rs_slot_of).
     template <class TOut, int BLOCK_M, int BLOCK_N>
     LOOM_DEVICE LOOM_FORCEINLINE const uint8_t* ring_copy(const tile::TileCoord& t) const {
-        return a.scratch + tile_offset<BLOCK_M, BLOCK_N, TOut>(t, a.me, 0);
+        return rs_call().scratch + tile_offset<BLOCK_M, BLOCK_N, TOut>(t, a.me, 0);
     }
     LOOM_DEVICE LOOM_FORCEINLINE int64_t ring_copy_stride() const { return a.slot_bytes; }
 
@@ -239,7 +268,8 @@ struct RsAccHooks {
             if ((a.diag_skip & 1) == 0) {
                 // Over NVLink into our slot of the owner's scratch, or (copy-engine transport) into the local outbox.
                 uint8_t* dst = (a.outbox != nullptr ? a.outbox + band * a.slot_bytes
-                                                    : a.scratch + static_cast<int64_t>(band - a.me) * a.heap_bytes +
+                                                    : rs_call().scratch +  // RsCall
+                                                          static_cast<int64_t>(band - a.me) * a.heap_bytes +
                                                           rs_slot_of(a.me, band) * a.slot_bytes) +
                                tile_offset<BLOCK_M, BLOCK_N, TOut>(t, band, warpgroup) + wg_thread * 16;
 #pragma unroll

@@ -4,8 +4,9 @@
 // Signal conventions (docs/overlap.md): every counter is a 64-bit monotonic value in the symmetric heap, zeroed
 // once when the op's state is created and never reset. Targets are computed on the host from per-op call
 // counts that are equal on every rank (the ops are collective: every rank makes the same calls in the same
-// order with the same shapes and options), and compared wrap-safely (GE) — except gemm_ar's fused epilogue, whose
-// call number lives on the device (Signals::launches), so that its calls replay from a CUDA graph.
+// order with the same shapes and options), and compared wrap-safely (GE) — except gemm_ar's fused epilogue and
+// gemm_rs's with the SM transport, whose call numbers live on the device (Signals::launches), so that their calls
+// replay from a CUDA graph.
 #pragma once
 
 #include "loom/config.hpp"
@@ -36,8 +37,9 @@ struct Signals {
     // AG+GEMM, direct producer. read_done[r] at rank d: the last call whose GEMM on rank r finished (it read d's
     // staging half of that call; d overwrites the half two calls later only once every peer is past it).
     uint64_t read_done[kMaxLocalPeers];
-    // GEMM+AR, fused epilogue (ArEpilogueHooks): the kernel's call number, kept and advanced on the device
-    // (lang/launch_epoch.cuh), so a replayed CUDA graph numbers its calls anew. This rank's only.
+    // GEMM+AR's fused epilogue (ArEpilogueHooks), GEMM+RS's with the SM transport (RsAccHooks): the kernel's call
+    // number, kept and advanced on the device (lang/launch_epoch.cuh), so a replayed CUDA graph numbers its calls
+    // anew. This rank's only.
     lang::LaunchEpoch launches;
     uint64_t pad[16 - 3];
     // GEMM+RS / GEMM+AR: tile[i] = the call number whose tile i the local GEMM has stored (TMA stores complete).
@@ -107,18 +109,23 @@ LOOM_HOST_DEVICE inline int64_t rs_chunk_lead(int32_t rel, int32_t n, int32_t bp
     return rs_slot_tile(rel / group * group, n / chunk_n * chunk_n, bpr, num_n, group);
 }
 
+// The call number e: with `launches` (the SM transport) the device's (Signals::launches, lang/launch_epoch.cuh), and
+// this call's half is scratch + (e % 2) * half_stride, so that a replayed CUDA graph numbers its calls anew; without
+// (the copy-engine transport, whose stream operations carry the host's number) `epoch`, and `scratch` is the half.
 struct RsFusedHookArgs {
-    uint8_t* scratch;         // this call's half of this rank's scratch (symmetric)
-    uint64_t* tile_in;        // this rank's Signals::tile_in[0] ([kMaxLocalPeers][kMaxTileSignals], flat)
-    int64_t heap_bytes;       // Ctx::heap_size: rank d's copy of symmetric p is p + (d - me) * heap_bytes
-    int64_t slot_bytes;       // blocks_per_rank * num_n tiles
-    uint64_t epoch;           // this call's number: the value of tile_in signals
-    uint64_t timeout_ns;      // bound of the waits for peers' tiles (0: unbounded)
-    int32_t me, world;        // local rank and local world size
-    int32_t blocks_per_rank;  // (M / W) / BLOCK_M
-    int32_t num_n;            // N-blocks
-    int32_t shift_m;          // first M-block of rank me + 1: own rows last
-    int32_t rows_per_rank;    // M / W
+    uint8_t* scratch;             // this rank's scratch (symmetric): both halves, or this call's half (see above)
+    uint64_t* tile_in;            // this rank's Signals::tile_in[0] ([kMaxLocalPeers][kMaxTileSignals], flat)
+    lang::LaunchEpoch* launches;  // this rank's Signals::launches, or null
+    int64_t half_stride;          // offset of parity half 1 (with `launches`)
+    int64_t heap_bytes;           // Ctx::heap_size: rank d's copy of symmetric p is p + (d - me) * heap_bytes
+    int64_t slot_bytes;           // blocks_per_rank * num_n tiles
+    uint64_t epoch;               // without `launches`: this call's number, the value of tile_in signals
+    uint64_t timeout_ns;          // bound of the waits for peers' tiles (0: unbounded)
+    int32_t me, world;            // local rank and local world size
+    int32_t blocks_per_rank;      // (M / W) / BLOCK_M
+    int32_t num_n;                // N-blocks
+    int32_t shift_m;              // first M-block of rank me + 1: own rows last
+    int32_t rows_per_rank;        // M / W
     // Diagnostics only (LOOM_DIAG_RS_FUSED_SKIP; 0 in normal use): bit 0 skips the peer pushes (their signals are
     // still raised), bit 1 the own tiles' waits and combine, bit 3 the fence before a pushed tile is published.
     // Results are wrong by design: for timing the parts of the fused epilogue apart (bench-overlap --rs-fused-diag).

@@ -121,26 +121,45 @@ LOOM_DEVICE LOOM_FORCEINLINE uint64_t spin_until(const Ctx& ctx, const char* tag
     }
 }
 
-// One thread's bounded acquire (sys scope) spin for *sig >= target (wrap-safe), for device code that has no Ctx:
-// the overlapped GEMMs' hooks, inside wgmma kernels. Never prints (a printf call would make ptxas serialise the
-// MMAs): on timeout (timeout_ns > 0) it posts a DiagRecord tagged `tag` to the process's mailbox (the host fills in
-// the rank) and traps; the clock is read only after 1024 missed polls.
-LOOM_DEVICE LOOM_FORCEINLINE void wait_ge_sys_or_trap(const uint64_t* sig, uint64_t target, uint64_t timeout_ns,
-                                                      const char* tag) {
+// What a timed-out wait reports (spin_or_trap).
+struct WaitValues {
+    uint64_t expected;
+    uint64_t observed;
+};
+
+// One thread's bounded spin for device code that has no Ctx (the overlapped GEMMs' hooks, inside wgmma kernels):
+// until done() returns true. Never prints (a printf call would make ptxas serialise the MMAs): on timeout
+// (timeout_ns > 0) it posts a DiagRecord tagged `tag` to the process's mailbox (the host fills in the rank) with
+// `addr`, `cmp` and report()'s WaitValues, and traps; the clock is read only after 1024 missed polls. report() runs
+// on the cold path only, so a target that done() re-reads from memory need not stay in registers over the spin.
+template <class Done, class Report>
+LOOM_DEVICE LOOM_FORCEINLINE void spin_or_trap(uint64_t timeout_ns, const char* tag, const void* addr, Cmp cmp,
+                                               Done&& done, Report&& report) {
     uint64_t start = 0;
     for (uint32_t it = 1;; ++it) {
-        if (static_cast<int64_t>(ptx::ld_acquire_sys(sig) - target) >= 0) return;
+        if (done()) return;
         if (timeout_ns != 0 && (it & 1023u) == 0) {
             const uint64_t now = ptx::globaltimer();
             if (start == 0) {
                 start = now;
             } else if (now - start > timeout_ns) {
-                detail::diag_post(nullptr, DiagKind::Signal, -1, tag, sig, static_cast<uint32_t>(Cmp::GE), target,
-                                  ptx::ld_acquire_sys(sig), now - start);
+                const WaitValues v = report();
+                detail::diag_post(nullptr, DiagKind::Signal, -1, tag, addr, static_cast<uint32_t>(cmp), v.expected,
+                                  v.observed, now - start);
                 __trap();
             }
         }
     }
+}
+
+// spin_or_trap for an acquire (sys scope) *sig >= target (wrap-safe).
+LOOM_DEVICE LOOM_FORCEINLINE void wait_ge_sys_or_trap(const uint64_t* sig, uint64_t target, uint64_t timeout_ns,
+                                                      const char* tag) {
+    spin_or_trap(
+        timeout_ns, tag, sig, Cmp::GE, [&] { return static_cast<int64_t>(ptx::ld_acquire_sys(sig) - target) >= 0; },
+        [&] {
+            return WaitValues{target, ptx::ld_acquire_sys(sig)};
+        });
 }
 
 }  // namespace loom::lang
