@@ -90,9 +90,8 @@ struct ArEpilogueHooks {
     LOOM_DEVICE LOOM_FORCEINLINE void init_cta() const { ar_call_epoch() = 0; }
     // Every consumer thread at its start: thread 0 (a consumer) enters the launch epoch (lang/launch_epoch.cuh) here
     // rather than in init_cta, so that its two dependent global round trips overlap the first mainloop instead of
-    // holding the whole CTA (the producer's first loads) at the __syncthreads. Measured on two ranks sharing one H200
-    // (docs/overlap.md "Session 29"): entered in init_cta the op averaged 0.5-1.4 us over the host-numbered build at
-    // 8192 x 8192 (inside the run-to-run spread); entered here it ties that build within 1 us.
+    // holding the whole CTA (the producer's first loads) at the __syncthreads (session 29; entered here the fused
+    // epilogue ties the host-numbered build within the runs' spread, docs/overlap.md "Session 30").
     LOOM_DEVICE LOOM_FORCEINLINE void consumer_start() const {
         if (threadIdx.x == 0) ar_call_epoch() = lang::launch_epoch_enter(a.launches);
     }
@@ -120,9 +119,12 @@ struct ArEpilogueHooks {
         const int warpgroup = static_cast<int>(tid / 128), wg_thread = static_cast<int>(tid % 128);
         const int32_t cols = n - t.col0;
         const int slabs = cols >= BLOCK_N ? kSlabs : (cols + kStoreCols - 1) / kStoreCols;  // staged
-        uint64_t epoch;
-        while ((epoch = ar_call_epoch()) == 0) {
-        }  // set long before, by thread 0 ahead of its first mainloop
+        // Set long before, by thread 0 ahead of its first mainloop: the wait normally passes at once.
+        uint64_t epoch = 0;
+        const auto numbered = [&] { return (epoch = ar_call_epoch()) != 0; };
+        const auto seen = [&] { return lang::WaitValues{0, epoch}; };
+        lang::spin_or_trap(a.timeout_ns, "gemm_ar: consumer waits for the call number",
+                           const_cast<const uint64_t*>(&ar_call_epoch()), lang::Cmp::NE, numbered, seen);
         uint8_t* const recv = a.recv + static_cast<int64_t>(epoch % 2) * a.half_stride;  // this call's half
         const int64_t tile = static_cast<int64_t>(t.m_block) * a.num_n + t.n_block;
         const int64_t part = 2 * tile + warpgroup;
