@@ -237,7 +237,7 @@ struct RsAccHooks {
         for (int q = 0; q < a.world; ++q) {
             if (q == a.me) continue;
             // The call number re-read from shared memory in every poll: held in registers over the spin it made the
-            // producer (56 registers) spill 24 bytes at 128 x 128 and 64 x 256 (a kernel parameter is re-read free).
+            // producer (56 registers) spill 24 bytes in most tile shapes (a kernel parameter is re-read free).
             const uint64_t* sig = a.tile_in + static_cast<int64_t>(q) * kMaxTileSignals + tile_id;
             lang::spin_or_trap(
                 a.timeout_ns, "gemm_rs: GEMM waits for a peer's tile", sig, lang::Cmp::GE,
