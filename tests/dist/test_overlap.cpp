@@ -1131,10 +1131,10 @@ TEST_F(Overlap, RefusesGraphCapture) {
 // and gemm_ar Sequential (loom::gemm and a collective; the buffer halves fixed at capture, gemm_rs meeting its peers
 // before its GEMM), gemm_rs's fused epilogue with the SM transport, gemm_ar's fused epilogue twice (two shapes: its
 // device call number flips the buffer half inside a replay) and gemm_ar with default options (what the eager call
-// decided). Before replay r the inputs of set r % 2 are copied in on the stream and one rank starts late (a large copy
-// first), so its peers run ahead into the next replay; after it the outputs are copied out. After replay 2 one eager
-// call of each fused op runs (an odd count: every later replay uses the halves the other way round). Every element of
-// every output is checked.
+// decided), gemm_rs with default options at a decode-sized shape (its Auto replays on either topology). Before replay r
+// the inputs of set r % 2 are copied in on the stream and one rank starts late (a large copy first), so its peers run
+// ahead into the next replay; after it the outputs are copied out. After replay 2 one eager call of each fused op runs
+// (an odd count: every later replay uses the halves the other way round). Every element of every output is checked.
 TEST_F(Overlap, GraphReplaysBackToBack) {
     const int W = w->world_size(), me = w->rank();
     constexpr int kReplays = 6, kEagerAfter = 2;
@@ -1144,11 +1144,15 @@ TEST_F(Overlap, GraphReplaysBackToBack) {
     const int64_t ar_m = 24, ar_n = 256, ar_k = 320;     // gemm_ar: C [24, 256]
     const int64_t fm = 100, fn = 448, fk = 192;          // gemm_ar fused, second shape: C [100, 448]
     const int64_t rf_seg = 128, rf_n = 384, rf_k = 256;  // gemm_rs fused: A [128 W, 256], C [128, 384]
+    // gemm_rs with default options, a decode-sized layer: the sequence where ranks share a GPU (K_loc x 2 bytes >
+    // 8 KiB), the fused epilogue with the SM transport with a GPU per rank (one wave of tiles) — both replayable.
+    const int64_t rd_seg = 128, rd_n = 128, rd_k = 4160;
     const AgCase ag[2] = {ag_case(*w, ag_rows, ag_n, ag_k, 90, 0), ag_case(*w, ag_rows, ag_n, ag_k, 90, 1)};
     const SumCase rs[2] = {sum_case(*w, rs_seg * W, rs_n, rs_k, 91, 0), sum_case(*w, rs_seg * W, rs_n, rs_k, 91, 1)};
     const SumCase ar[2] = {sum_case(*w, ar_m, ar_n, ar_k, 92, 0), sum_case(*w, ar_m, ar_n, ar_k, 92, 1)};
     const SumCase arf[2] = {sum_case(*w, fm, fn, fk, 93, 0), sum_case(*w, fm, fn, fk, 93, 1)};
     const SumCase rsf[2] = {sum_case(*w, rf_seg * W, rf_n, rf_k, 94, 0), sum_case(*w, rf_seg * W, rf_n, rf_k, 94, 1)};
+    const SumCase rsd[2] = {sum_case(*w, rd_seg * W, rd_n, rd_k, 95, 0), sum_case(*w, rd_seg * W, rd_n, rd_k, 95, 1)};
     std::vector<std::unique_ptr<DevBuf>> keep;
     auto dev = [&](std::size_t bytes) {
         keep.push_back(std::make_unique<DevBuf>(bytes));
@@ -1178,6 +1182,8 @@ TEST_F(Overlap, GraphReplaysBackToBack) {
     void* const arf_b = input(arf[0].b[me], arf[1].b[me]);
     void* const rsf_a = input(rsf[0].a[me], rsf[1].a[me]);
     void* const rsf_b = input(rsf[0].b[me], rsf[1].b[me]);
+    void* const rsd_a = input(rsd[0].a[me], rsd[1].a[me]);
+    void* const rsd_b = input(rsd[0].b[me], rsd[1].b[me]);
     // An output: its buffer, and where each replay's copy of it goes. check(set, bytes): "" or what is wrong.
     struct Output {
         std::string name;
@@ -1203,6 +1209,8 @@ TEST_F(Overlap, GraphReplaysBackToBack) {
                               [&](int set, const void* p) { return compare_segment(rs[set], me, rs_seg, rs_n, p); });
     auto rsf_check = [&](int set, const void* p) { return compare_segment(rsf[set], me, rf_seg, rf_n, p); };
     void* const rsf_c = output("gemm_rs fused (SM transport)", rf_seg * rf_n * 2, rsf_check);
+    void* const rsd_c = output("gemm_rs default options", rd_seg * rd_n * 2,
+                               [&](int set, const void* p) { return compare_segment(rsd[set], me, rd_seg, rd_n, p); });
     void* const ar_c = output("gemm_ar sequential", ar_m * ar_n * 2, ar_check(ar, ar_m, ar_n));
     void* const arf1_c = output("gemm_ar fused", ar_m * ar_n * 2, ar_check(ar, ar_m, ar_n));
     void* const arf2_c = output("gemm_ar fused (second shape)", fm * fn * 2, ar_check(arf, fm, fn));
@@ -1236,6 +1244,8 @@ TEST_F(Overlap, GraphReplaysBackToBack) {
         gemm_rs(*w, MatrixView{rs_a, bf, rs_seg * W, rs_k, 0}, MatrixView{rs_b, bf, rs_n, rs_k, 0},
                 MatrixView{rs_c, bf, rs_seg, rs_n, 0}, stream, rso);
         rs_fused(rsf_c);
+        gemm_rs(*w, MatrixView{rsd_a, bf, rd_seg * W, rd_k, 0}, MatrixView{rsd_b, bf, rd_n, rd_k, 0},
+                MatrixView{rsd_c, bf, rd_seg, rd_n, 0}, stream);
         const MatrixView a{ar_a, bf, ar_m, ar_k, 0}, b{ar_b, bf, ar_n, ar_k, 0};
         gemm_ar(*w, a, b, MatrixView{ar_c, bf, ar_m, ar_n, 0}, stream, seq);
         gemm_ar(*w, a, b, MatrixView{arf1_c, bf, ar_m, ar_n, 0}, stream, fused);

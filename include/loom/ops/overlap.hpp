@@ -17,8 +17,9 @@
 // CUDA graphs: these may be captured and replayed back to back —
 //   - the sequential algorithms (AgProducer / RsAlgo / ArAlgo::Sequential: loom::gemm and a collective);
 //   - gemm_ar's fused epilogue (ArAlgo::FusedEpilogue, Auto's choice with a GPU per rank where the tile fits) and
-//     gemm_rs's fused epilogue with the SM transport (RsAlgo::FusedEpilogue, RsTransport::Sm; with a GPU per rank
-//     Auto's transport is the copy engine, which cannot be replayed), which number their calls on the device;
+//     gemm_rs's fused epilogue with the SM transport (RsAlgo::FusedEpilogue, RsTransport::Sm; Auto's choice with a
+//     GPU per rank when the GEMM's tiles fit one wave; past three waves Auto takes the copy-engine transport, which
+//     cannot be replayed), which number their calls on the device;
 //   - default options (every choice left to Loom), when the options an eager call decided for the shapes are one of
 //     the above.
 // Call the op once outside the capture with the same shapes and options first: that creates its state and buffers,
