@@ -49,6 +49,13 @@ constexpr const char* kFusedHooks = "loom::kernels::overlap::RsAccHooks";
 constexpr const char* kPullHeader = "loom/kernels/gemm_rs_pull.cuh";
 constexpr const char* kPullHooks = "loom::kernels::overlap::RsPullHooks";
 
+// Whether the fused epilogue's tiles go through the copy engine: only between ranks (W > 1). Its stream operations
+// carry the host's call number (OpKind::GemmRsFused), so such a call cannot be replayed from a CUDA graph; otherwise
+// the kernel numbers its calls on the device (OpKind::GemmRsFusedSm) and can.
+bool fused_by_copy_engine(RsTransport transport, int world_size) {
+    return transport == RsTransport::CopyEngine && world_size > 1;
+}
+
 // Why the fused epilogue cannot run this shape with this tile config, or "" when it can.
 std::string fused_unfit(int64_t rows_seg, const GemmConfig& cfg) {
     if (rows_seg % cfg.block_m != 0)
@@ -106,8 +113,7 @@ void gemm_rs_fused(World& world, const MatrixView& a, const MatrixView& b, const
                    bool captured) {
     constexpr const char* op = "gemm_rs";
     const int W = world.world_size(), me = world.local_rank();
-    // The copy engine moves the tiles only between ranks (W > 1); its stream operations need the host's call number.
-    const bool ce = transport == RsTransport::CopyEngine && W > 1;
+    const bool ce = fused_by_copy_engine(transport, W);
     overlap::OpState& fs =
         overlap::op_state(world, ce ? overlap::OpKind::GemmRsFused : overlap::OpKind::GemmRsFusedSm, op, captured);
     const int64_t M = a.rows, N = b.rows, rows_seg = M / W;
@@ -474,8 +480,8 @@ void gemm_rs_run(World& world, const MatrixView& a, const MatrixView& b, const M
     // persistent GEMM, waiting for the peers' copies, would starve it).
     const RsTransport transport = gemm_rs_transport(transport_req, plan.rs_algo, st.shared_gpu);
     if (captured)
-        overlap::check_capture(
-            stream, op, plan.rs_algo == RsAlgo::FusedEpilogue && (transport != RsTransport::CopyEngine || W == 1));
+        overlap::check_capture(stream, op,
+                               plan.rs_algo == RsAlgo::FusedEpilogue && !fused_by_copy_engine(transport, W));
     if (plan.rs_algo == RsAlgo::FusedPull) {
         gemm_rs_pull(world, a, b, c, plan.gemm, sc, stream);
     } else if (plan.rs_algo == RsAlgo::FusedEpilogue) {
