@@ -43,7 +43,7 @@
 #include "harness.hpp"
 #include "loom/bf16.hpp"
 #include "loom/jit/jit.hpp"
-#include "loom/kernels/coll_params.hpp"
+#include "loom/kernels/collectives/coll_params.hpp"
 #include "loom/ops/collectives.hpp"
 #include "loom/runtime/driver.hpp"
 #include "loom/runtime/env.hpp"

@@ -14,7 +14,7 @@
 namespace loom::jit {
 
 struct KernelSample {
-    std::string header;  // "loom/kernels/gemm.cuh"
+    std::string header;  // "loom/kernels/gemm/gemm.cuh"
     std::string name;    // qualified kernel template
     std::vector<std::string> template_args;
     bool sm90_only = false;

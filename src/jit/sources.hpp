@@ -16,7 +16,7 @@ const std::vector<std::pair<std::string_view, std::string_view>>& embedded_heade
 // SHA-256 over every embedded header's path and contents: a change to any Loom header changes every key.
 const std::string& embedded_set_hash();
 
-// Is `header` one of the embedded headers ("loom/kernels/gemm.cuh")?
+// Is `header` one of the embedded headers ("loom/kernels/gemm/gemm.cuh")?
 bool is_embedded(std::string_view header);
 
 // A directory holding the embedded set as files (<dir>/loom/...), to be passed with -I. Content-addressed

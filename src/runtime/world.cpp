@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <thread>
+#include <typeindex>
 
 #include "loom/runtime/driver.hpp"
 #include "loom/runtime/error.hpp"
@@ -50,6 +53,24 @@ struct World::Impl {
     DiagMailbox* diag = nullptr;  // device address of the process's diagnostic mailbox (runtime/diag_mailbox.hpp)
     bool shut_down = false;
     bool barrier_at_shutdown = true;
+    // The extension slot (World::state): op states by key, in creation order for destruction.
+    struct StateEntry {
+        std::type_index type;
+        std::unique_ptr<WorldState> state;
+        std::uint64_t order;
+    };
+    std::mutex states_mu;
+    std::map<std::string, StateEntry, std::less<>> states;
+    std::uint64_t states_created = 0;
+
+    // Destroys every state, newest first (local resources only: the heap goes next and takes their symmetric memory).
+    void destroy_states() noexcept {
+        std::vector<StateEntry*> order;
+        for (auto& [key, e] : states) order.push_back(&e);
+        std::sort(order.begin(), order.end(), [](const StateEntry* a, const StateEntry* b) { return a->order > b->order; });
+        for (StateEntry* e : order) e->state.reset();
+        states.clear();
+    }
 
     ~Impl() { shutdown(); }
 
@@ -92,6 +113,7 @@ struct World::Impl {
                              info.rank, e.what());
             }
         }
+        destroy_states();
         allocator.reset();
         heap.reset();   // local: unmaps and releases
         store.reset();  // rank 0: stops serving (every rank has left the barrier, or the wait gave up)
@@ -258,6 +280,47 @@ SymmetricHeap& World::heap() {
     Impl& w = live();
     LOOM_CHECK(w.heap, "World::heap: this World has no symmetric heap (created with create_heap = false)");
     return *w.heap;
+}
+
+WorldState* World::find_state(std::string_view key, const std::type_info& type) {
+    Impl& w = live();
+    std::lock_guard<std::mutex> lock(w.states_mu);
+    const auto it = w.states.find(key);
+    if (it == w.states.end()) return nullptr;
+    LOOM_CHECK(it->second.type == std::type_index(type), "World::state: key '{}' is held by another state type ({}), "
+               "asked for {}", key, it->second.type.name(), type.name());
+    return it->second.state.get();
+}
+
+WorldState& World::adopt_state(std::string_view key, const std::type_info& type, std::unique_ptr<WorldState> s) {
+    Impl& w = live();
+    std::lock_guard<std::mutex> lock(w.states_mu);
+    auto [it, fresh] = w.states.try_emplace(std::string(key), Impl::StateEntry{std::type_index(type), nullptr, 0});
+    LOOM_CHECK(fresh, "World::state: key '{}' was created twice (two threads using one World at once?)", key);
+    it->second.state = std::move(s);
+    it->second.order = w.states_created++;
+    return *it->second.state;
+}
+
+void World::release_states(std::string_view prefix) {
+    Impl& w = live();
+    std::vector<std::pair<std::string, std::unique_ptr<WorldState>>> mine;
+    {
+        std::lock_guard<std::mutex> lock(w.states_mu);
+        for (auto it = w.states.begin(); it != w.states.end();) {
+            if (std::string_view(it->first).substr(0, prefix.size()) == prefix) {
+                mine.emplace_back(it->first, std::move(it->second.state));
+                it = w.states.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+    // Every rank releases (or has no state to release) together: the count decides whether peers must be met.
+    if (mine.empty()) return;
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+    barrier(fmt::format("release-states/{}", prefix));  // no peer still reads these states' buffers
+    for (auto& [key, st] : mine) st->release(*this);    // key order: the same collective frees on every rank
 }
 
 void World::shutdown() {

@@ -24,7 +24,7 @@
 
 #include "common/reference.hpp"
 #include "common/test_env.hpp"
-#include "loom/kernels/coll_params.hpp"
+#include "loom/kernels/collectives/coll_params.hpp"
 #include "loom/ops/collectives.hpp"
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"

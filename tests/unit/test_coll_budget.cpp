@@ -1,10 +1,10 @@
-// SMs the collectives use per rank when ranks share a GPU (src/ops/coll_state.cpp: shared_gpu_sm_budget): the MPS
+// SMs the collectives use per rank when ranks share a GPU (src/ops/collectives/coll_state.cpp: shared_gpu_sm_budget): the MPS
 // share when every rank has one, else the GPU divided among the ranks, so that their barrier kernels fit at once.
 #include <gtest/gtest.h>
 
 #include <tuple>
 
-#include "ops/coll_state.hpp"
+#include "ops/collectives/coll_state.hpp"
 
 namespace loom::coll {
 namespace {

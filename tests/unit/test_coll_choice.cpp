@@ -1,4 +1,4 @@
-// The automatic collective choice (src/ops/coll_algo.cpp): the rows follow the H200 measurements in
+// The automatic collective choice (src/ops/collectives/coll_algo.cpp): the rows follow the H200 measurements in
 // docs/perf/*.json, and infeasible algorithms (buffers outside the symmetric heap) are never chosen.
 #include <gtest/gtest.h>
 

@@ -267,7 +267,7 @@ TEST(GemmHeuristic, TailPlan) {
     EXPECT_THROW(loom::gemm_validate_config(v, false), loom::Error);
     v.cluster_m = 1;
     EXPECT_THROW(loom::gemm_kernel_spec(v, DType::BF16, DType::BF16, DType::F32, false,
-                                        "loom::kernels::overlap::TileNotifyHooks", "loom/kernels/gemm_rs.cuh"),
+                                        "loom::kernels::overlap::TileNotifyHooks", "loom/kernels/overlap/gemm_rs.cuh"),
                  loom::Error);
 }
 

@@ -101,7 +101,7 @@ TEST(JitPtxasParse, ReadsTheEntryBlock) {
 
 TEST(JitSpec, Display) {
     loom::jit::KernelSpec s{
-        .header = "loom/kernels/gemm.cuh", .name = "loom::kernels::gemm", .template_args = {"128", "4"}};
+        .header = "loom/kernels/gemm/gemm.cuh", .name = "loom::kernels::gemm", .template_args = {"128", "4"}};
     EXPECT_EQ(s.display(), "loom::kernels::gemm<128, 4>");
     s.template_args.clear();
     EXPECT_EQ(s.display(), "loom::kernels::gemm");

@@ -1,4 +1,4 @@
-// The overlapped ops' automatic choices and their refusals (src/ops/ag_gemm.cpp ag_gemm_producer, src/ops/gemm_rs.cpp
+// The overlapped ops' automatic choices and their refusals (src/ops/overlap/ag_gemm/ag_gemm.cpp ag_gemm_producer, src/ops/overlap/gemm_rs/gemm_rs.cpp
 // gemm_rs_transport), on the host: what Auto resolves to for ranks on distinct GPUs and ranks sharing one, and the
 // clear errors for a producer or transport that cannot run.
 #include <gtest/gtest.h>

@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "loom/jit/jit.hpp"
-#include "loom/kernels/gemm_params.hpp"
+#include "loom/kernels/gemm/gemm_params.hpp"
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
@@ -33,13 +33,13 @@ TEST(OverlapCompile, HookedGemmHasNoSpills) {
         const char* hooks;
         const char* header;
         int tail_splits;  // 2: the split-tail instantiation (ag_gemm's hooks take it)
-    } policies[] = {{"loom::kernels::overlap::AgGemmHooks", "loom/kernels/ag_gemm.cuh"},
-                    {"loom::kernels::overlap::AgGemmHooks", "loom/kernels/ag_gemm.cuh", 2},
-                    {"loom::kernels::overlap::TileNotifyHooks", "loom/kernels/gemm_rs.cuh"},
-                    {"loom::kernels::overlap::TileNotifyHooks", "loom/kernels/gemm_ar.cuh"},
-                    {"loom::kernels::overlap::RsAccHooks", "loom/kernels/gemm_rs.cuh"},
-                    {"loom::kernels::overlap::RsPullHooks", "loom/kernels/gemm_rs_pull.cuh"},
-                    {"loom::kernels::overlap::ArEpilogueHooks", "loom/kernels/gemm_ar.cuh"}};
+    } policies[] = {{"loom::kernels::overlap::AgGemmHooks", "loom/kernels/overlap/ag_gemm.cuh"},
+                    {"loom::kernels::overlap::AgGemmHooks", "loom/kernels/overlap/ag_gemm.cuh", 2},
+                    {"loom::kernels::overlap::TileNotifyHooks", "loom/kernels/overlap/gemm_rs.cuh"},
+                    {"loom::kernels::overlap::TileNotifyHooks", "loom/kernels/overlap/gemm_ar.cuh"},
+                    {"loom::kernels::overlap::RsAccHooks", "loom/kernels/overlap/gemm_rs.cuh"},
+                    {"loom::kernels::overlap::RsPullHooks", "loom/kernels/overlap/gemm_rs_pull.cuh"},
+                    {"loom::kernels::overlap::ArEpilogueHooks", "loom/kernels/overlap/gemm_ar.cuh"}};
     for (const auto& pol : policies) {
         for (int bm : {128, 64}) {
             for (int bn : {256, 240, 224, 192, 176, 128, 64}) {
@@ -87,12 +87,12 @@ TEST(OverlapCompile, HookedFp8AndScaledGemmHasNoSpills) {
         const char* hooks;
         const char* header;
         int tail_splits;
-    } policies[] = {{"loom::kernels::overlap::AgGemmHooks", "loom/kernels/ag_gemm.cuh"},
-                    {"loom::kernels::overlap::AgGemmHooks", "loom/kernels/ag_gemm.cuh", 2},
-                    {"loom::kernels::overlap::TileNotifyHooks", "loom/kernels/gemm_rs.cuh"},
-                    {"loom::kernels::overlap::RsAccHooks", "loom/kernels/gemm_rs.cuh"},
-                    {"loom::kernels::overlap::RsPullHooks", "loom/kernels/gemm_rs_pull.cuh"},
-                    {"loom::kernels::overlap::ArEpilogueHooks", "loom/kernels/gemm_ar.cuh"}};
+    } policies[] = {{"loom::kernels::overlap::AgGemmHooks", "loom/kernels/overlap/ag_gemm.cuh"},
+                    {"loom::kernels::overlap::AgGemmHooks", "loom/kernels/overlap/ag_gemm.cuh", 2},
+                    {"loom::kernels::overlap::TileNotifyHooks", "loom/kernels/overlap/gemm_rs.cuh"},
+                    {"loom::kernels::overlap::RsAccHooks", "loom/kernels/overlap/gemm_rs.cuh"},
+                    {"loom::kernels::overlap::RsPullHooks", "loom/kernels/overlap/gemm_rs_pull.cuh"},
+                    {"loom::kernels::overlap::ArEpilogueHooks", "loom/kernels/overlap/gemm_ar.cuh"}};
     const struct {
         DType in, out;
         bool scaled;
@@ -160,13 +160,13 @@ TEST(OverlapCompile, CommKernelsCompile) {
         const char* arg;
         bool no_spills;
     } kernels[] = {
-        {"loom/kernels/ag_gemm.cuh", "loom::kernels::overlap::ag_gemm_push", "0", false},
-        {"loom/kernels/ag_gemm.cuh", "loom::kernels::overlap::ag_gemm_push", "1", false},
-        {"loom/kernels/ag_gemm.cuh", "loom::kernels::overlap::ag_gemm_direct_stage", nullptr, true},
-        {"loom/kernels/gemm_rs.cuh", "loom::kernels::overlap::gemm_rs_scatter_reduce", "__nv_bfloat16", true},
-        {"loom/kernels/gemm_rs.cuh", "loom::kernels::overlap::gemm_rs_scatter_reduce", "float", true},
-        {"loom/kernels/gemm_ar.cuh", "loom::kernels::overlap::gemm_ar_reduce", "__half", true},
-        {"loom/kernels/gemm_ar.cuh", "loom::kernels::overlap::gemm_ar_reduce", "float", true}};
+        {"loom/kernels/overlap/ag_gemm.cuh", "loom::kernels::overlap::ag_gemm_push", "0", false},
+        {"loom/kernels/overlap/ag_gemm.cuh", "loom::kernels::overlap::ag_gemm_push", "1", false},
+        {"loom/kernels/overlap/ag_gemm.cuh", "loom::kernels::overlap::ag_gemm_direct_stage", nullptr, true},
+        {"loom/kernels/overlap/gemm_rs.cuh", "loom::kernels::overlap::gemm_rs_scatter_reduce", "__nv_bfloat16", true},
+        {"loom/kernels/overlap/gemm_rs.cuh", "loom::kernels::overlap::gemm_rs_scatter_reduce", "float", true},
+        {"loom/kernels/overlap/gemm_ar.cuh", "loom::kernels::overlap::gemm_ar_reduce", "__half", true},
+        {"loom/kernels/overlap/gemm_ar.cuh", "loom::kernels::overlap::gemm_ar_reduce", "float", true}};
     for (const auto& k : kernels) {
         loom::jit::KernelSpec spec;
         spec.header = k.header;
@@ -185,7 +185,7 @@ TEST(OverlapCompile, PullFinishKernelCompiles) {
     for (const char* out : {"__nv_bfloat16", "__half", "float"}) {
         for (const auto& [bm, bn] : {std::pair{128, 256}, std::pair{64, 128}, std::pair{128, 176}}) {
             loom::jit::KernelSpec spec;
-            spec.header = "loom/kernels/gemm_rs_pull.cuh";
+            spec.header = "loom/kernels/overlap/gemm_rs_pull.cuh";
             spec.name = "loom::kernels::overlap::gemm_rs_pull_finish";
             spec.template_args = {out, std::to_string(bm), std::to_string(bn)};
             const auto r = loom::jit::compile(spec, 90);

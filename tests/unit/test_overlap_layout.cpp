@@ -1,5 +1,5 @@
 // gemm_rs's fused-epilogue slot layout and copy-engine chunks (kernels/overlap_params.hpp), on the host: the layout is
-// a bijection onto the slot's tiles, and every chunk the host's copy stream enumerates (src/ops/gemm_rs.cpp: groups in
+// a bijection onto the slot's tiles, and every chunk the host's copy stream enumerates (src/ops/overlap/gemm_rs/gemm_rs.cpp: groups in
 // order, chunk_n columns at a time) is one contiguous run of slot tiles whose members all name it as their chunk — the
 // device's signal index (rs_chunk_lead) and the host's copy range must agree, or a copy would carry tiles whose
 // owner waits on another chunk's signal.
@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "loom/kernels/overlap_params.hpp"
+#include "loom/kernels/overlap/overlap_params.hpp"
 
 namespace {
 

@@ -15,7 +15,7 @@
 namespace loom::jit {
 
 struct KernelSpec {
-    // Header to #include: a Loom header ("loom/kernels/gemm.cuh") or a path to a user's file.
+    // Header to #include: a Loom header ("loom/kernels/gemm/gemm.cuh") or a path to a user's file.
     std::string header;
     // Kernel template (qualified) and its literal template arguments: {"loom::kernels::gemm", {"128", "4"}}.
     // With no template_args the kernel is a plain __global__ function.

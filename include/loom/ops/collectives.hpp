@@ -71,7 +71,7 @@ void barrier_on_stream(World& world, cudaStream_t stream, double hold_us = 0);
 // collective call creates the state again.
 void release_collective_state(World& world);
 
-// The automatic choice (see src/ops/coll_algo.cpp for the table).
+// The automatic choice (see src/ops/collectives/coll_algo.cpp for the table).
 struct CollChoice {
     CollAlgo algo = CollAlgo::Auto;
     DataPath path = DataPath::Auto;

@@ -25,7 +25,7 @@
 #include <string>
 
 #include "loom/jit/jit.hpp"
-#include "loom/kernels/gemm_params.hpp"
+#include "loom/kernels/gemm/gemm_params.hpp"
 #include "loom/tensor.hpp"
 
 namespace loom {
@@ -151,14 +151,14 @@ GemmConfig gemm_config_for(const MatrixView& a, const MatrixView& b, const Matri
 
 // JIT spec of gemm_sm90_tma_wgmma (or gemm_sm80_mma_sync when cfg.sm80) with literal template arguments.
 // `hooks` names the policy type (default loom::tile::GemmNoHooks); `header` the header that defines it and
-// includes loom/kernels/gemm.cuh. cfg.tail_splits >= 2 selects the split-tail instantiation (the default hooks or
+// includes loom/kernels/gemm/gemm.cuh. cfg.tail_splits >= 2 selects the split-tail instantiation (the default hooks or
 // ag_gemm's: kernels/gemm.cuh admits hooks without epilogue or after-store parts).
 // `bias`: the bias element type of a kernel that applies alpha and a bias; std::nullopt for one whose launches have
 // alpha = 1 and no bias (TBias = void: the Hopper TMA-store epilogue then stages with stmatrix, no arithmetic; the
 // caller makes sure of alpha and bias, and that the config uses that epilogue — gemm_plain_epilogue()).
 jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, std::optional<DType> bias, bool b_kn,
                                  const std::string& hooks = "loom::tile::GemmNoHooks",
-                                 const std::string& header = "loom/kernels/gemm.cuh");
+                                 const std::string& header = "loom/kernels/gemm/gemm.cuh");
 
 // Whether a Hopper config's launches can take the TBias = void kernel (gemm_kernel_spec with no bias type): the
 // TMA-store epilogue (cfg.tma_store, BLOCK_N at least one store box of `out`) with a 16-bit `out`, not the sm_80

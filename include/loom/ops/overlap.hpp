@@ -33,7 +33,7 @@
 // tile widths) are timed on every rank at that first call — the ops in step into scratch outputs, each run after a
 // device barrier, three rotated rounds — and rank 0's pick of the slowest-rank medians is persisted under
 // LOOM_CACHE_DIR/tune/<op>/; without it a persisted pick is taken (rank 0's reading, all-gathered), else Auto. Any
-// option given runs as given, untuned. src/ops/overlap_tune.hpp; docs/overlap.md "Configs".
+// option given runs as given, untuned. src/ops/overlap/overlap_tune.hpp; docs/overlap.md "Configs".
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -101,7 +101,7 @@ const char* to_string(RsAlgo a);
 
 // How gemm_rs's fused epilogue moves the tiles of peers' rows (docs/overlap.md).
 enum class RsTransport {
-    Auto,        // CopyEngine when every rank has a GPU of its own, else Sm (src/ops/gemm_rs.cpp says why)
+    Auto,        // CopyEngine when every rank has a GPU of its own, else Sm (src/ops/overlap/gemm_rs/gemm_rs.cpp says why)
     Sm,          // the epilogue bulk-copies each tile (cp.async.bulk shared -> peer global) over NVLink
     CopyEngine,  // the epilogue stores each tile locally (an outbox); a side stream waits for whole chunks (runs of
                  // columns of one raster group) and copies them with the copy engine (ranks on distinct GPUs only:

@@ -5,11 +5,16 @@
 
 #include <memory>
 #include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <typeinfo>
 
 #include "loom/lang/context.cuh"
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/store.hpp"
 #include "loom/runtime/symmetric_heap.hpp"
+#include "loom/runtime/world_state.hpp"
 
 namespace loom {
 
@@ -62,6 +67,24 @@ class World {
     Ctx ctx() const;  // the device handle
     SymmetricHeap& heap();
 
+    // Per-World op state (world_state.hpp): the S under S::kKey, constructed as S(*this) on first use (collective
+    // when S's constructor is: every rank then makes the same first call). Calls on one World come from one thread
+    // at a time, as every collective's do.
+    template <class S>
+    S& state() {
+        static_assert(std::is_base_of_v<WorldState, S>, "World::state<S>: S derives from loom::WorldState");
+        if (WorldState* s = find_state(S::kKey, typeid(S))) return static_cast<S&>(*s);
+        return static_cast<S&>(adopt_state(S::kKey, typeid(S), std::make_unique<S>(*this)));
+    }
+    // The S if it exists, else nullptr (creates nothing: e.g. a CUDA-graph capture, which may not create state).
+    template <class S>
+    S* find_state() {
+        return static_cast<S*>(find_state(S::kKey, typeid(S)));
+    }
+    // Releases every state whose key starts with `prefix` ("" for all): synchronises the device, meets the peers, then
+    // calls release() and destroys each, in key order. Collective. The next use creates a state anew.
+    void release_states(std::string_view prefix);
+
     // Explicit, idempotent; the destructor calls it. Synchronizes the device, then a bounded barrier over the
     // store (LOOM_SHUTDOWN_TIMEOUT_MS) so rank 0 keeps serving the store until every rank is done with it; a
     // rank that never arrives (it died) is reported on stderr and local resources are released anyway. Never
@@ -72,6 +95,8 @@ class World {
     struct Impl;
 
   private:
+    WorldState* find_state(std::string_view key, const std::type_info& type);
+    WorldState& adopt_state(std::string_view key, const std::type_info& type, std::unique_ptr<WorldState> s);
     Impl& live() const;
     void init(const RankInfo& info, const WorldOptions& opts);  // raises when moved from or shut down
     std::unique_ptr<Impl> impl_;

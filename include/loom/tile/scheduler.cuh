@@ -78,7 +78,7 @@ inline constexpr bool kHasAccRingCopies = requires {
 // Policies whose kernel scales the accumulators right after the mainloop (GemmArgs::alpha times the device scales)
 // instead of in the affine epilogue: accumulator hooks, which send and sum the accumulators themselves, and policies
 // that say so (kScalesAccumulators: AgGemmHooks, whose 128 x 256 fp32-output epilogue spilled with a runtime scale).
-// The host launchers mirror the choice (src/ops/overlap_state.hpp: ScaleAt).
+// The host launchers mirror the choice (src/ops/overlap/overlap_state.hpp: ScaleAt).
 template <class Hooks>
 inline constexpr bool kScalesAccumulators = Hooks::kAccEpilogue || requires {
     requires Hooks::kScalesAccumulators;

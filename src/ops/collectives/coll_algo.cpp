@@ -1,0 +1,279 @@
+#include "ops/collectives/coll_algo.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+
+#include "loom/runtime/error.hpp"
+#include "ops/collectives/coll_state.hpp"
+
+namespace loom {
+
+const char* to_string(CollKind k) {
+    switch (k) {
+        case CollKind::AllGather:
+            return "all_gather";
+        case CollKind::ReduceScatter:
+            return "reduce_scatter";
+        case CollKind::AllReduce:
+            return "all_reduce";
+        case CollKind::AllToAll:
+            return "all_to_all";
+        case CollKind::AllToAllV:
+            return "all_to_all_v";
+    }
+    return "?";
+}
+const char* to_string(CollAlgo a) {
+    switch (a) {
+        case CollAlgo::Auto:
+            return "auto";
+        case CollAlgo::Push:
+            return "push";
+        case CollAlgo::Pull:
+            return "pull";
+        case CollAlgo::Ring:
+            return "ring";
+        case CollAlgo::Scatter:
+            return "scatter";
+        case CollAlgo::OneShot:
+            return "one_shot";
+        case CollAlgo::TwoShot:
+            return "two_shot";
+        case CollAlgo::LL:
+            return "ll";
+    }
+    return "?";
+}
+const char* to_string(DataPath p) {
+    switch (p) {
+        case DataPath::Auto:
+            return "auto";
+        case DataPath::LdSt:
+            return "ld";
+        case DataPath::Tma:
+            return "tma";
+        case DataPath::CopyEngine:
+            return "ce";
+    }
+    return "?";
+}
+
+namespace coll {
+
+namespace {
+constexpr std::size_t KiB = 1024, MiB = 1024 * KiB, kAny = SIZE_MAX;
+}
+
+// Rows from bench-collectives (docs/perf/{all_gather,reduce_scatter,all_reduce,all_to_all}.json).
+// Shared GPU: one H200 with the ranks sharing it under MPS, W = 2 and 8: ld/st beats the TMA path from 1 MiB to
+// 16 MiB (e.g. all_gather 1 MiB at W = 2: 15 us vs 40 us), the copy engine wins past that, and two-shot beats
+// one-shot AllReduce at 256 KiB (W = 2: 15.5 vs 16.5 us; W = 8: 33 vs 55 us).
+// Distinct GPUs: two H200s joined by NVLink (18 links), W = 2: ring beats push by 0.5-1.5 us up to 16 MiB, ld/st
+// wins to 64 MiB, the copy engine past that (all_gather 1 GiB: 1658 us vs 1802 ld/st and 2004 TMA; all_to_all
+// 1 GiB: 1661 vs 1803 and 2019), and LL AllReduce beats two-shot at 256 KiB (12.0 vs 17.8 us). TMA bulk copies
+// lost at every size on both machines. LL all_gather / reduce_scatter / all_to_all (3105597, two H200s, W = 2):
+// 7.6-10.1 us per call up to 128 KiB chunks against 12.7-22.4 for the best other algorithm (e.g. reduce_scatter,
+// 128 KiB out: 9.4 vs 21.0 scatter, NCCL 15.6), and at 512 KiB chunks (9688a01) 12.7-13.8 against 15.4-21.4.
+// Shared GPU (9688a01): LL wins to 128 KiB chunks at W = 2 and 8 (all_gather W = 8, 128 KiB per rank: 40.6 us vs
+// 52.6 pull) and ties the others at 512 KiB; LL all_reduce wins to 256 KiB at W = 2 (14.3 vs 16.9 two-shot) but
+// only to 64 KiB at W = 8 (256 KiB: 55 vs 41). AllReduce past 64 MiB on distinct GPUs (c1fb602): reduce_scatter
+// pull + copy-engine all_gather beats the one-kernel two-shot (1 GiB: 3061 vs 3434 us, NCCL 3262; 256 MiB: 796
+// vs 879; 64 MiB: a tie, 230 vs 232). The copy-engine reduce_scatter (scatter / ce) is offered but lost to pull at
+// every size (1 GiB: 1748 vs 1661 us), so no row picks it. Shared GPU, session 13 (16 MiB - 1 GiB, W = 2 / 4 / 8):
+// the fan-out push (all_gather_push_fanout, grid-strided) beats the copy engine at every size (W = 8, 1 GiB: 2810
+// vs 4431 us; W = 2 with half the rank's SMs as blocks, 1 GiB: 889 vs 1043). Sizes are choose_collective's
+// `bytes`.
+const std::vector<ChoiceRow>& choice_table() {
+    static const std::vector<ChoiceRow> rows = {
+        // AllGather (bytes per rank)
+        {CollKind::AllGather, 512 * KiB, GpuSharing::Distinct, CollAlgo::LL, DataPath::LdSt,
+         "latency, one GPU per rank: flag-in-data to its capacity (measured)"},
+        {CollKind::AllGather, 128 * KiB, GpuSharing::Any, CollAlgo::LL, DataPath::LdSt,
+         "latency: flag-in-data, no barrier (measured)"},
+        {CollKind::AllGather, 16 * MiB, GpuSharing::Distinct, CollAlgo::Ring, DataPath::LdSt,
+         "one GPU per rank, two ranks: ring (measured)", 2},
+        {CollKind::AllGather, kAny, GpuSharing::Shared, CollAlgo::Push, DataPath::LdSt,
+         "ranks sharing a GPU: fan-out push, the input read once for every out (measured)"},
+        {CollKind::AllGather, 8 * MiB, GpuSharing::Any, CollAlgo::Push, DataPath::LdSt, "one pass, all SMs' ld/st"},
+        {CollKind::AllGather, kAny, GpuSharing::Any, CollAlgo::Push, DataPath::CopyEngine,
+         "large: copy engine (one GPU per rank: 15 % of each chunk through SM stores beside it; measured)"},
+        {CollKind::AllGather, 8 * MiB, GpuSharing::Any, CollAlgo::Pull, DataPath::LdSt, "out not symmetric: pull"},
+        {CollKind::AllGather, 64 * MiB, GpuSharing::Distinct, CollAlgo::Pull, DataPath::LdSt,
+         "out not symmetric: pull"},
+        {CollKind::AllGather, kAny, GpuSharing::Any, CollAlgo::Pull, DataPath::CopyEngine,
+         "out not symmetric: pull, copy engine"},
+        // ReduceScatter (bytes of out)
+        {CollKind::ReduceScatter, 512 * KiB, GpuSharing::Distinct, CollAlgo::LL, DataPath::LdSt,
+         "latency, one GPU per rank: flag-in-data to its capacity (measured)"},
+        {CollKind::ReduceScatter, 128 * KiB, GpuSharing::Any, CollAlgo::LL, DataPath::LdSt,
+         "latency: flag-in-data, no barrier (measured)"},
+        {CollKind::ReduceScatter, kAny, GpuSharing::Any, CollAlgo::Pull, DataPath::LdSt,
+         "one pass, reduce in registers"},
+        {CollKind::ReduceScatter, 64 * KiB, GpuSharing::Any, CollAlgo::Scatter, DataPath::LdSt, "in not symmetric"},
+        {CollKind::ReduceScatter, kAny, GpuSharing::Any, CollAlgo::Scatter, DataPath::Tma, "in not symmetric"},
+        // AllReduce (bytes of the buffer)
+        {CollKind::AllReduce, 256 * KiB, GpuSharing::Distinct, CollAlgo::LL, DataPath::LdSt,
+         "latency, one GPU per rank: flag-in-data to 256 KiB (measured)"},
+        {CollKind::AllReduce, 256 * KiB, GpuSharing::Any, CollAlgo::LL, DataPath::LdSt,
+         "latency, two ranks: flag-in-data to 256 KiB (measured)", 2},
+        {CollKind::AllReduce, 64 * KiB, GpuSharing::Any, CollAlgo::LL, DataPath::LdSt,
+         "latency: flag-in-data, no barrier"},
+        {CollKind::AllReduce, 64 * MiB, GpuSharing::Distinct, CollAlgo::TwoShot, DataPath::LdSt,
+         "bandwidth: W reads + W writes"},
+        {CollKind::AllReduce, kAny, GpuSharing::Distinct, CollAlgo::TwoShot, DataPath::CopyEngine,
+         "large, one GPU per rank: reduce_scatter (pull) then a copy-engine all_gather"},
+        {CollKind::AllReduce, kAny, GpuSharing::Any, CollAlgo::TwoShot, DataPath::LdSt,
+         "bandwidth: W reads + W writes (out not symmetric: staged in the scratch)"},
+        {CollKind::AllReduce, kAny, GpuSharing::Any, CollAlgo::OneShot, DataPath::LdSt, "in not symmetric"},
+        // AllToAll (bytes per peer)
+        {CollKind::AllToAll, 512 * KiB, GpuSharing::Distinct, CollAlgo::LL, DataPath::LdSt,
+         "latency, one GPU per rank: flag-in-data to its capacity (measured)"},
+        {CollKind::AllToAll, 128 * KiB, GpuSharing::Any, CollAlgo::LL, DataPath::LdSt,
+         "latency: flag-in-data, no barrier (measured)"},
+        {CollKind::AllToAll, 16 * MiB, GpuSharing::Any, CollAlgo::Push, DataPath::LdSt, "ld/st"},
+        {CollKind::AllToAll, 64 * MiB, GpuSharing::Distinct, CollAlgo::Push, DataPath::LdSt,
+         "one GPU per rank: ld/st to 64 MiB (measured)"},
+        {CollKind::AllToAll, kAny, GpuSharing::Any, CollAlgo::Push, DataPath::CopyEngine,
+         "large: copy engine (measured)"},
+        {CollKind::AllToAll, 16 * MiB, GpuSharing::Any, CollAlgo::Pull, DataPath::LdSt,
+         "out not symmetric: pull (measured, session 21)"},
+        {CollKind::AllToAll, kAny, GpuSharing::Any, CollAlgo::Pull, DataPath::CopyEngine,
+         "out not symmetric: pull, copy engine (measured, session 21: 32 MiB per peer at W = 2 on two GPUs, 127 us "
+         "vs 132 ld/st)"},
+        {CollKind::AllToAllV, 16 * MiB, GpuSharing::Any, CollAlgo::Push, DataPath::LdSt, "ld/st (capacity bytes)"},
+        {CollKind::AllToAllV, kAny, GpuSharing::Any, CollAlgo::Push, DataPath::Tma,
+         "large (capacity bytes; no copy-engine path)"},
+        {CollKind::AllToAllV, 16 * MiB, GpuSharing::Any, CollAlgo::Pull, DataPath::LdSt,
+         "out not symmetric: pull (capacity bytes; as the equal splits)"},
+        {CollKind::AllToAllV, kAny, GpuSharing::Any, CollAlgo::Pull, DataPath::Tma,
+         "out not symmetric: pull, large (capacity bytes; no copy-engine path)"},
+    };
+    return rows;
+}
+
+bool offered(CollKind kind, CollAlgo algo, DataPath path) {
+    const bool ld = path == DataPath::LdSt, tma = path == DataPath::Tma, ce = path == DataPath::CopyEngine;
+    switch (kind) {
+        case CollKind::AllGather:
+            if (algo == CollAlgo::Push || algo == CollAlgo::Pull) return ld || tma || ce;
+            return (algo == CollAlgo::Ring && (ld || tma)) || (algo == CollAlgo::LL && ld);
+        case CollKind::ReduceScatter:
+            return ((algo == CollAlgo::Pull || algo == CollAlgo::Ring || algo == CollAlgo::LL) && ld) ||
+                   (algo == CollAlgo::Scatter && (ld || tma || ce));
+        case CollKind::AllReduce:
+            return ((algo == CollAlgo::TwoShot || algo == CollAlgo::LL) && ld) || (algo == CollAlgo::TwoShot && ce) ||
+                   (algo == CollAlgo::OneShot && (ld || tma));
+        case CollKind::AllToAll:
+            return ((algo == CollAlgo::Push || algo == CollAlgo::Pull) && (ld || tma || ce)) ||
+                   (algo == CollAlgo::LL && ld);
+        case CollKind::AllToAllV:
+            return (algo == CollAlgo::Push || algo == CollAlgo::Pull) && (ld || tma);
+    }
+    return false;
+}
+
+bool feasible(CollKind kind, CollAlgo algo, bool in_sym, bool out_sym) {
+    if (algo == CollAlgo::LL) return true;  // only the LL area is symmetric
+    switch (kind) {
+        case CollKind::AllGather:
+            return algo == CollAlgo::Pull ? in_sym : out_sym;
+        case CollKind::ReduceScatter:
+            return algo == CollAlgo::Pull ? in_sym : true;
+        case CollKind::AllReduce:
+            return algo == CollAlgo::TwoShot ? in_sym : true;  // out not symmetric: staged (all_reduce.cpp)
+        case CollKind::AllToAll:
+        case CollKind::AllToAllV:
+            return algo == CollAlgo::Pull ? in_sym : out_sym;
+    }
+    return false;
+}
+
+DataPath default_path(CollKind kind, CollAlgo algo, std::size_t bytes, const CollTopology& topo) {
+    // AllReduce one-shot's TMA push is offered but not yet measured against ld/st: ld/st until bench-collectives
+    // says otherwise.
+    if (kind == CollKind::AllReduce) return DataPath::LdSt;
+    if (offered(kind, algo, DataPath::Tma) && topo.arch >= 90 && bytes > 256 * KiB) return DataPath::Tma;
+    return DataPath::LdSt;
+}
+
+namespace {
+bool sharing_matches(GpuSharing s, const CollTopology& topo) {
+    return s == GpuSharing::Any || (s == GpuSharing::Shared) == topo.shared_gpu;
+}
+}  // namespace
+
+}  // namespace coll
+
+CollChoice choose_collective(CollKind kind, std::size_t bytes, const CollTopology& topo, bool in_symmetric,
+                             bool out_symmetric) {
+    using namespace coll;
+    const auto& rows = choice_table();
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        const ChoiceRow& r = rows[i];
+        if (r.kind != kind || bytes > r.max_bytes || !sharing_matches(r.sharing, topo)) continue;
+        if (r.max_world > 0 && topo.world > r.max_world) continue;
+        if (!feasible(kind, r.algo, in_symmetric, out_symmetric)) continue;
+        DataPath path = r.path;
+        if (path == DataPath::Tma && topo.arch < 90) path = DataPath::LdSt;
+        return CollChoice{r.algo, path, 0, fmt::format("table row {}: {}", i, r.why)};
+    }
+    return CollChoice{CollAlgo::Auto, DataPath::Auto, 0, "no feasible algorithm"};
+}
+
+std::string explain_collectives(const CollTopology& topo) {
+    using namespace coll;
+    std::string s = fmt::format("Loom collectives: automatic choice (world {}, {}, sm_{})\n", topo.world,
+                                topo.shared_gpu ? "ranks share a GPU" : "one GPU per rank", topo.arch);
+    s += "table (first feasible row wins; edit src/ops/collectives/coll_algo.cpp from bench-collectives results):\n";
+    const auto& rows = choice_table();
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        const ChoiceRow& r = rows[i];
+        s += fmt::format("  [{:2}] {:<15} <= {:>10}  {:<8} {:<5} {:<8} {:<4} {}\n", i, to_string(r.kind),
+                         r.max_bytes == SIZE_MAX ? std::string("any") : fmt::format("{}", r.max_bytes),
+                         r.sharing == GpuSharing::Any      ? "any"
+                         : r.sharing == GpuSharing::Shared ? "shared"
+                                                           : "distinct",
+                         r.max_world > 0 ? fmt::format("W<={}", r.max_world) : std::string("any W"), to_string(r.algo),
+                         to_string(r.path), r.why);
+    }
+    s += "choice with symmetric buffers:\n";
+    for (CollKind k : {CollKind::AllGather, CollKind::ReduceScatter, CollKind::AllReduce, CollKind::AllToAll}) {
+        s += fmt::format("  {:<15}", to_string(k));
+        for (std::size_t b = 1024; b <= (std::size_t(1) << 30); b *= 16) {
+            const CollChoice c = choose_collective(k, b, topo);
+            s += fmt::format(" {}:{}/{}", b >= (1u << 20) ? fmt::format("{}M", b >> 20) : fmt::format("{}K", b >> 10),
+                             to_string(c.algo), to_string(c.path));
+        }
+        s += "\n";
+    }
+    return s;
+}
+
+namespace coll {
+
+CollChoice resolve(CollKind kind, std::size_t bytes, World& world, CollState& st, const CollOptions& opts,
+                   bool in_symmetric, bool out_symmetric) {
+    const char* op = to_string(kind);
+    CollChoice c;
+    if (opts.algo == CollAlgo::Auto) {
+        c = choose_collective(kind, bytes, st.topo, in_symmetric, out_symmetric);
+        LOOM_CHECK(c.algo != CollAlgo::Auto,
+                   "{}: no algorithm can run with these buffers (in {}symmetric, out {}symmetric): allocate them "
+                   "with world.alloc",
+                   op, in_symmetric ? "" : "not ", out_symmetric ? "" : "not ");
+    } else {
+        c.algo = opts.algo;
+        c.path = default_path(kind, c.algo, bytes, st.topo);
+        c.reason = "CollOptions::algo";
+    }
+    if (opts.path != DataPath::Auto) c.path = opts.path;
+    LOOM_CHECK(offered(kind, c.algo, c.path), "{}: the {} algorithm has no {} data path", op, to_string(c.algo),
+               to_string(c.path));
+    LOOM_CHECK(c.path != DataPath::Tma || st.topo.arch >= 90, "{}: the tma data path needs sm_90, given sm_{}", op,
+               st.topo.arch);
+    return c;
+}
+
+}  // namespace coll
+}  // namespace loom

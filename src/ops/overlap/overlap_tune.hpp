@@ -1,0 +1,99 @@
+// Autotuning of the overlapped ops (ag_gemm, gemm_rs, gemm_ar): when a call leaves every choice to Loom (no config,
+// algorithm / producer / transport Auto, comm_sms 0, ...), the options it runs with are decided once per (World, op,
+// shape, types) and process, by jit::autotune over the op's candidates — the first of which is Auto itself:
+//   LOOM_AUTOTUNE=1  every candidate timed on every rank (collective: the ops run in step; an output scratch, not
+//                    the caller's C), the slowest rank's median decides, the winner persisted (rank 0);
+//   otherwise        a persisted winner, else Auto.
+// Every rank runs the same choice: without LOOM_AUTOTUNE rank 0's reading of the persisted file is all-gathered
+// and taken by all (the ranks might read it at different times). The first call of a key is collective, as every
+// call of these ops is.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "loom/ops/gemm.hpp"
+#include "loom/ops/overlap.hpp"
+#include "loom/runtime/world.hpp"
+#include "jit/tune_timing.hpp"
+
+namespace loom::overlap {
+
+// The index of the chosen candidate (see above). `run(i)` runs candidate i once, on `stream`, into scratch outputs.
+std::size_t tuned_choice(World& world, const std::string& op, const std::string& bucket,
+                         const std::vector<std::string>& names, const std::function<void(std::size_t)>& run,
+                         cudaStream_t stream);
+
+// One candidate: a name unique among the op's, its options, and the GEMM config they point at (options hold a
+// pointer; the candidate owns the config).
+template <class Opts>
+struct TuneOption {
+    std::string name;
+    Opts opts;
+    std::optional<GemmConfig> config;
+    Opts resolved() const {
+        Opts o = opts;
+        o.config = config ? &*config : nullptr;
+        return o;
+    }
+};
+
+// An op's decisions, per (World, key): the chosen candidate, kept for the life of the process.
+template <class Opts>
+class TunedOptions {
+  public:
+    // The options for `key`, deciding them on first use (make(): the candidates, Auto first; run(o): one call of the
+    // op with options o into scratch outputs). The returned options point into this object (stable).
+    Opts get(World& world, const char* op, const std::string& key,
+             const std::function<std::vector<TuneOption<Opts>>()>& make, const std::function<void(const Opts&)>& run,
+             cudaStream_t stream) {
+        const std::pair<const World*, std::string> id{&world, key};
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            if (auto it = chosen_.find(id); it != chosen_.end()) return it->second.resolved();
+        }
+        const std::vector<TuneOption<Opts>> candidates = make();
+        std::vector<std::string> names;
+        for (const auto& c : candidates) names.push_back(c.name);
+        const std::size_t i = tuned_choice(
+            world, op, key, names, [&](std::size_t j) { run(candidates[j].resolved()); }, stream);
+        std::lock_guard<std::mutex> lock(mu_);
+        return chosen_.emplace(id, candidates[i]).first->second.resolved();
+    }
+
+    // The options decided for `key` by an earlier get, if any (no tuning, nothing collective).
+    std::optional<Opts> find(World& world, const std::string& key) {
+        std::lock_guard<std::mutex> lock(mu_);
+        const auto it = chosen_.find({&world, key});
+        if (it == chosen_.end()) return std::nullopt;
+        return it->second.resolved();
+    }
+
+  private:
+    std::mutex mu_;
+    std::map<std::pair<const World*, std::string>, TuneOption<Opts>> chosen_;
+};
+
+// The BLOCK_N alternatives of an overlapped GEMM's tile (128-row tiles, one CTA each, whole tiles, the most stages
+// that fit, grid 0: the op plans it), the plan's own width left out.
+std::vector<GemmConfig> tile_alternatives(const GemmConfig& plan_tile, int64_t m, int64_t n, int num_sms);
+
+}  // namespace loom::overlap
+
+namespace loom::detail {
+// The overlapped ops with their options as given (no tuning): src/ops/{ag_gemm,gemm_rs,gemm_ar}.cpp.
+void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
+                 const AgGemmOptions& o);
+void gemm_rs_run(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
+                 const GemmRsOptions& o);
+void gemm_ar_run(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
+                 const GemmArOptions& o);
+}  // namespace loom::detail

@@ -1,0 +1,131 @@
+#include "loom/runtime/settings.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <mutex>
+
+#include "loom/runtime/error.hpp"
+#include "runtime/settings_override.hpp"
+
+namespace loom {
+namespace {
+
+std::string lower(std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+    return s;
+}
+
+std::optional<std::string> get(const EnvLookup& env, const char* name) {
+    auto v = env(name);
+    if (v && v->empty()) return std::nullopt;
+    return v;
+}
+
+JitCompiler parse_compiler(const std::optional<std::string>& v) {
+    if (!v) return JitCompiler::Nvrtc;
+    const std::string s = lower(*v);
+    if (s == "nvrtc") return JitCompiler::Nvrtc;
+    if (s == "nvrtc-ptxas") return JitCompiler::NvrtcPtxas;
+    if (s == "nvcc") return JitCompiler::Nvcc;
+    if (s == "cache-only") return JitCompiler::CacheOnly;
+    LOOM_FAIL("LOOM_JIT_COMPILER: expected nvrtc, nvrtc-ptxas, nvcc or cache-only, given '{}'", *v);
+}
+
+LogLevel parse_level(const std::optional<std::string>& v) {
+    if (!v) return LogLevel::Warn;
+    const std::string s = lower(*v);
+    if (s == "error") return LogLevel::Error;
+    if (s == "warn" || s == "warning") return LogLevel::Warn;
+    if (s == "info") return LogLevel::Info;
+    if (s == "debug") return LogLevel::Debug;
+    LOOM_FAIL("LOOM_LOG_LEVEL: expected error, warn, info or debug, given '{}'", *v);
+}
+
+std::mutex g_mu;
+std::unique_ptr<Settings> g_settings;
+
+}  // namespace
+
+Settings settings_from(const EnvLookup& env) {
+    Settings s;
+    s.rank = rank_info_from_env(env);
+    s.symmetric_size = env_bytes(env, "LOOM_SYMMETRIC_SIZE", s.symmetric_size);
+    LOOM_CHECK(s.symmetric_size > 0, "LOOM_SYMMETRIC_SIZE: expected a size > 0, given 0");
+    s.coll_scratch = env_bytes(env, "LOOM_COLL_SCRATCH", s.coll_scratch);
+    s.wait_timeout = env_ms(env, "LOOM_WAIT_TIMEOUT_MS", s.wait_timeout);
+    s.store_timeout = env_ms(env, "LOOM_STORE_TIMEOUT_MS", s.store_timeout);
+    LOOM_CHECK(s.store_timeout.count() > 0, "LOOM_STORE_TIMEOUT_MS: expected a timeout > 0 ms, given {}",
+               s.store_timeout.count());
+    s.shutdown_timeout = std::min(s.shutdown_timeout, s.store_timeout);
+    if (auto v = get(env, "LOOM_CACHE_DIR")) {
+        s.cache_dir = *v;
+    } else if (auto x = get(env, "XDG_CACHE_HOME")) {
+        s.cache_dir = *x + "/loom";
+    } else if (auto h = get(env, "HOME")) {
+        s.cache_dir = *h + "/.cache/loom";
+    } else {
+        s.cache_dir = "/tmp/loom-cache";
+    }
+    s.jit_compiler = parse_compiler(get(env, "LOOM_JIT_COMPILER"));
+    for (const char* var : {"LOOM_CUDA_HOME", "CUDA_HOME", "CUDA_PATH"})
+        if (auto v = get(env, var)) {
+            s.cuda_home = *v;
+            break;
+        }
+    if (auto v = get(env, "LOOM_NVSHMEM_HOME")) s.nvshmem_home = *v;
+    s.autotune = env_flag(env, "LOOM_AUTOTUNE");
+    s.log_level = parse_level(get(env, "LOOM_LOG_LEVEL"));
+    s.diag_mailbox = env_flag(env, "LOOM_DIAG_MAILBOX");
+    return s;
+}
+
+const Settings& settings() {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (!g_settings) g_settings = std::make_unique<Settings>(settings_from(process_env()));
+    return *g_settings;
+}
+
+const char* to_string(JitCompiler c) {
+    switch (c) {
+        case JitCompiler::Nvrtc:
+            return "nvrtc";
+        case JitCompiler::NvrtcPtxas:
+            return "nvrtc-ptxas";
+        case JitCompiler::Nvcc:
+            return "nvcc";
+        case JitCompiler::CacheOnly:
+            return "cache-only";
+    }
+    return "?";
+}
+
+const char* to_string(LogLevel l) {
+    switch (l) {
+        case LogLevel::Error:
+            return "error";
+        case LogLevel::Warn:
+            return "warn";
+        case LogLevel::Info:
+            return "info";
+        case LogLevel::Debug:
+            return "debug";
+    }
+    return "?";
+}
+
+namespace detail {
+
+ScopedSettings::ScopedSettings(const Settings& s) {
+    settings();  // parsed once, so the previous value is the process's
+    std::lock_guard<std::mutex> lock(g_mu);
+    old_ = std::make_unique<Settings>(*g_settings);
+    *g_settings = s;
+}
+
+ScopedSettings::~ScopedSettings() {
+    std::lock_guard<std::mutex> lock(g_mu);
+    *g_settings = *old_;
+}
+
+}  // namespace detail
+}  // namespace loom
