@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <mutex>
 
 #include "loom/runtime/error.hpp"
@@ -76,6 +77,10 @@ Settings settings_from(const EnvLookup& env) {
     s.autotune = env_flag(env, "LOOM_AUTOTUNE");
     s.log_level = parse_level(get(env, "LOOM_LOG_LEVEL"));
     s.diag_mailbox = env_flag(env, "LOOM_DIAG_MAILBOX");
+    if (auto v = get(env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")) {
+        const double pct = std::atof(v->c_str());
+        s.mps_thread_percentage = pct > 0 && pct <= 100 ? static_cast<int>(pct) : 0;
+    }
     return s;
 }
 

@@ -67,7 +67,8 @@ struct World::Impl {
     void destroy_states() noexcept {
         std::vector<StateEntry*> order;
         for (auto& [key, e] : states) order.push_back(&e);
-        std::sort(order.begin(), order.end(), [](const StateEntry* a, const StateEntry* b) { return a->order > b->order; });
+        std::sort(order.begin(), order.end(),
+                  [](const StateEntry* a, const StateEntry* b) { return a->order > b->order; });
         for (StateEntry* e : order) e->state.reset();
         states.clear();
     }
@@ -287,8 +288,10 @@ WorldState* World::find_state(std::string_view key, const std::type_info& type) 
     std::lock_guard<std::mutex> lock(w.states_mu);
     const auto it = w.states.find(key);
     if (it == w.states.end()) return nullptr;
-    LOOM_CHECK(it->second.type == std::type_index(type), "World::state: key '{}' is held by another state type ({}), "
-               "asked for {}", key, it->second.type.name(), type.name());
+    LOOM_CHECK(it->second.type == std::type_index(type),
+               "World::state: key '{}' is held by another state type ({}), "
+               "asked for {}",
+               key, it->second.type.name(), type.name());
     return it->second.state.get();
 }
 

@@ -25,20 +25,21 @@ enum class JitCompiler {
 };
 
 struct Settings {
-    RankInfo rank;                                        // rank facts (env.hpp)
-    std::size_t symmetric_size = std::size_t{1} << 30;    // LOOM_SYMMETRIC_SIZE: bytes of each rank's heap
-    std::size_t coll_scratch = std::size_t{64} << 20;     // LOOM_COLL_SCRATCH: the collectives' symmetric scratch
-    std::chrono::milliseconds wait_timeout{0};            // LOOM_WAIT_TIMEOUT_MS: device spin-wait bound (0: none)
-    std::chrono::milliseconds store_timeout{300000};      // LOOM_STORE_TIMEOUT_MS: bootstrap-store waits
-    std::chrono::milliseconds shutdown_timeout{60000};    // the World's shutdown barrier (min with store_timeout)
-    std::string cache_dir;                                // LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, ~/.cache/loom
-    JitCompiler jit_compiler = JitCompiler::Nvrtc;        // LOOM_JIT_COMPILER: nvrtc, nvrtc-ptxas, nvcc, cache-only
-    std::chrono::seconds jit_timeout{600};                // time limit of the nvcc / ptxas subprocesses
-    std::string cuda_home;                                // LOOM_CUDA_HOME, CUDA_HOME, CUDA_PATH; empty: build-time
-    std::string nvshmem_home;                             // LOOM_NVSHMEM_HOME; empty: build-time path, else the wheel
-    bool autotune = false;                                // LOOM_AUTOTUNE: time candidate configs, persist winners
-    LogLevel log_level = LogLevel::Warn;                  // LOOM_LOG_LEVEL: error, warn, info, debug
-    bool diag_mailbox = false;                            // LOOM_DIAG_MAILBOX: timed-out waits also post a record
+    RankInfo rank;                                      // rank facts (env.hpp)
+    std::size_t symmetric_size = std::size_t{1} << 30;  // LOOM_SYMMETRIC_SIZE: bytes of each rank's heap
+    std::size_t coll_scratch = std::size_t{64} << 20;   // LOOM_COLL_SCRATCH: the collectives' symmetric scratch
+    std::chrono::milliseconds wait_timeout{0};          // LOOM_WAIT_TIMEOUT_MS: device spin-wait bound (0: none)
+    std::chrono::milliseconds store_timeout{300000};    // LOOM_STORE_TIMEOUT_MS: bootstrap-store waits
+    std::chrono::milliseconds shutdown_timeout{60000};  // the World's shutdown barrier (min with store_timeout)
+    std::string cache_dir;                              // LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, ~/.cache/loom
+    JitCompiler jit_compiler = JitCompiler::Nvrtc;      // LOOM_JIT_COMPILER: nvrtc, nvrtc-ptxas, nvcc, cache-only
+    std::chrono::seconds jit_timeout{600};              // time limit of the nvcc / ptxas subprocesses
+    std::string cuda_home;                              // LOOM_CUDA_HOME, CUDA_HOME, CUDA_PATH; empty: build-time
+    std::string nvshmem_home;                           // LOOM_NVSHMEM_HOME; empty: build-time path, else the wheel
+    bool autotune = false;                              // LOOM_AUTOTUNE: time candidate configs, persist winners
+    LogLevel log_level = LogLevel::Warn;                // LOOM_LOG_LEVEL: error, warn, info, debug
+    bool diag_mailbox = false;                          // LOOM_DIAG_MAILBOX: timed-out waits also post a record
+    int mps_thread_percentage = 0;                      // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (MPS's; 0: unset)
 };
 
 // The process's settings, parsed from the environment on first use; raises loom::Error naming a malformed variable.
