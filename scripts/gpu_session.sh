@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# One device-machine call: GPU tests and benchmarks, each step time-boxed. The device tool returns at most 8
-# files, so every log goes into OUT/session.log and only the benchmark JSON files sit beside it.
-#   usage: scripts/gpu_session.sh <build dir> <out dir> [steps...]
-#   steps: gpu_tests dist2 dist4 dist8 demo bench_lang bench_runtime bench_gemm bench_jit (default: all)
+# usage: scripts/gpu_session.sh <build dir> <out dir> [steps...]
+# GPU tests and benchmarks in one call, each step time-boxed. Every log goes into OUT/session.log; only the
+# benchmark JSON files sit beside it.
+#   steps: gpu_tests dist2 dist4 dist8 demo bench_lang bench_runtime bench_gemm bench_jit diag (default: these)
+#          bench_gemm_c1 (bench-gemm with 1-CTA clusters forced, into gemm_cluster1.json)
 #          dist_small_scratch (Collectives.* at 8 ranks, LOOM_COLL_SCRATCH=1M)
 #          overlap (test_overlap at 2/4/8 ranks + examples 07/08), bench_overlap, bench_overlap_quick (not default)
 #          bench_coll (not default; 4 files: run it in a call of its own, or with steps that write few files)
@@ -12,9 +13,19 @@
 #          bench_lang_shared (bench_lang with both ranks on GPU 0, into OUT/shared: the shared-GPU figures on a
 #          machine with several GPUs)
 #          save_cache (LOOM_CACHE_DIR as OUT/jit-cache.tgz)
-#   LOOM_DIST_FILTER  gtest filter for the multi-rank steps (default: all tests)
-#   LOOM_OVERLAP_RANKS  ranks for bench_overlap* (default: one per GPU, or 8 sharing a single GPU); LOOM_BENCH_ARGS  extra arguments for bench_overlap
-#   (e.g. "--quick --iters 5 --rs-comm-sms 8,24"); LOOM_TORCH_ARGS  for torch_tp (e.g. "--quick --iters 5")
+#   diag runs the diagnostic-mailbox tests with LOOM_DIAG_MAILBOX=1 LOOM_DIAG_SLOW_TESTS=1 (the slow ones included).
+# Variables:
+#   LOOM_DIST_FILTER     GoogleTest filter of the multi-rank steps (default: every test)
+#   LOOM_DIST2_SECONDS   time limit of the dist2 step (default 150)
+#   LOOM_OVERLAP_RANKS   ranks of bench_overlap* (default: one per GPU, or 8 sharing a single GPU)
+#   LOOM_BENCH_ARGS      extra arguments of bench_overlap (e.g. "--quick --iters 5 --rs-comm-sms 8,24")
+#   LOOM_TORCH_ARGS      extra arguments of torch_tp (e.g. "--quick --iters 5")
+#   LOOM_COLL_MAX        largest size of bench_coll2 (default 1G)
+#   LOOM_CACHE_DIR       JIT cache (default /tmp/loom-cache); LOOM_WAIT_TIMEOUT_MS device wait bound (default 20000)
+#   LOOM_GIT_COMMIT      commit recorded in the benchmark JSON (default: git rev-parse --short HEAD)
+# The script exports LOOM_SOURCE_DIR (the repository, for tests and benchmarks), NCCL_NVLS_ENABLE=0,
+# NVSHMEM_DISABLE_NVLS=1 and TORCH_SYMM_MEM_DISABLE_MULTICAST=1 (NVLink multicast stays off).
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; fi
 set -u
 b=${1:?build dir}
 out=${2:?out dir}

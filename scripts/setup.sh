@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Installs Loom's build dependencies (pinned) and builds Loom into ./build. Idempotent.
-#   LOOM_BUILD_DIR   build directory (default: build)
-#   LOOM_SKIP_DEPS=1 skip the package installation (dependencies already present)
+# usage: scripts/setup.sh
+# Installs Loom's build dependencies (pinned apt packages, the nvidia-nvshmem-cu13 wheel) and builds Loom (Release,
+# Ninja). Idempotent. Needs the CUDA 13 toolkit (nvcc on PATH or in /usr/local/cuda).
+#   LOOM_BUILD_DIR     build directory (default build)
+#   LOOM_SKIP_DEPS=1   install nothing (the dependencies are present)
+#   LOOM_NVSHMEM_HOME  NVSHMEM install the build records (default: the nvidia-nvshmem-cu13 wheel)
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${LOOM_BUILD_DIR:-build}

@@ -1,6 +1,16 @@
 #!/usr/bin/env bash
-# Tests: installs dependencies, builds, checks formatting, runs the CPU tests (always), builds a consumer
-# project against the installed package, and runs the GPU tests when a GPU is present (skipped otherwise).
+# usage: scripts/test.sh
+# Installs the dependencies and builds (scripts/setup.sh), checks formatting (clang-format), installs the package
+# and builds tests/consumer against it (the getting-started program; it runs, or says there is no GPU), runs the
+# CPU tests, and runs the GPU tests (tests/run_gpu_tests.sh: 1 process, then 2, 4 and 8 ranks under loomrun) when
+# a GPU is present.
+#   LOOM_BUILD_DIR        build directory (default build)
+#   LOOM_SKIP_DEPS=1, LOOM_NVSHMEM_HOME: as for scripts/setup.sh
+#   LOOM_GTEST_ARGS       extra GoogleTest flags for the GPU tests (e.g. --gtest_filter=Overlap.*)
+#   LOOM_WAIT_TIMEOUT_MS  device wait bound of the GPU tests (default 20000)
+#   LOOM_SOURCE_DIR       repository root for tests and benchmarks run from a moved build (default: found from
+#                         the executable's path)
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
