@@ -4,7 +4,7 @@
 #   usage: scripts/gpu_session.sh <build dir> <out dir> [steps...]
 #   steps: gpu_tests dist2 dist4 dist8 demo bench_lang bench_runtime bench_gemm bench_jit (default: all)
 #          dist_small_scratch (Collectives.* at 8 ranks, LOOM_COLL_SCRATCH=1M)
-#          overlap (test_overlap at 2/4/8 ranks + examples 07/08), bench_overlap, bench_overlap_quick (not default)
+#          overlap (test_overlap at 2/4/8 ranks + examples 05/06), bench_overlap, bench_overlap_quick (not default)
 #          bench_coll (not default; 4 files: run it in a call of its own, or with steps that write few files)
 #          bench_coll2 (bench_coll at 2 ranks only: on a two-GPU machine, one rank per GPU with NCCL beside)
 #          topo (GPUs, links, PyTorch's view), torch_tp (bench/torch_async_tp.py on every GPU: torch_tp.json, which
@@ -83,9 +83,9 @@ for s in $steps; do
             for n in 2 4 8; do
                 run 120 overlap$n "$b/bin/loomrun" -n $n "$b/tests/loom_dist_tests" --gtest_filter='Overlap.*'
             done
-            run 60 example07 "$b/bin/loomrun" -n 4 "$b/examples/07_overlapping_allgather_gemm"
-            run 60 example07sm "$b/bin/loomrun" -n 4 "$b/examples/07_overlapping_allgather_gemm" 1000 1024 2048 sm
-            run 60 example08 "$b/bin/loomrun" -n 4 "$b/examples/08_overlapping_gemm_reduce_scatter"
+            run 60 example05 "$b/bin/loomrun" -n 4 "$b/examples/05_overlapping_allgather_gemm"
+            run 60 example05sm "$b/bin/loomrun" -n 4 "$b/examples/05_overlapping_allgather_gemm" 1000 1024 2048 sm
+            run 60 example06 "$b/bin/loomrun" -n 4 "$b/examples/06_overlapping_gemm_reduce_scatter"
             ;;
         topo)
             run 30 topo bash -c 'nvidia-smi -L; nvidia-smi topo -m; python3 -c "import torch; print(torch.__version__, torch.cuda.device_count())"; ldd '"$b"'/bench/bench-collectives | grep -i nccl'
