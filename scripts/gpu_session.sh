@@ -66,9 +66,10 @@ for s in $steps; do
             ;;
         bench_gemm) run 80 bench_gemm "$b/bench/bench-gemm" --out "$out/gemm.json" ;;
         bench_gemm_c1) LOOM_GEMM_CLUSTER=1 run 80 bench_gemm_c1 "$b/bench/bench-gemm" --out "$out/gemm_cluster1.json" ;;
-        diag)  # the mailbox: no-printf missing notify (~5 s) and a stalled tile pipeline (~17 s cycle bound)
-            LOOM_DIAG_MAILBOX=1 LOOM_DIAG_SLOW_TESTS=1 run 90 diag "$b/bin/loomrun" -n 2 "$b/tests/loom_dist_tests" \
+        diag)  # the mailbox: no-printf missing notify (~5 s), then a stalled tile pipeline (probe, ~17 s)
+            LOOM_DIAG_MAILBOX=1 run 90 diag "$b/bin/loomrun" -n 2 "$b/tests/loom_dist_tests" \
                 --gtest_filter='DiagMailboxGpu.*:LangSignal.MissingNotifyEndsInTimeoutDiagnostic'
+            LOOM_DIAG_MAILBOX=1 run 60 diag_stall "$b/bench/probe-pipeline-stall"
             ;;
         bench_jit) run 20 bench_jit "$b/bench/bench-jit" --reps 2 --out "$out/jit.json" ;;
         bench_coll)  # 4 files (all_gather/reduce_scatter/all_reduce/all_to_all.json), rows of both rank counts

@@ -1,32 +1,19 @@
 // Signals across ranks: message passing litmus, many notifiers on one counter, epochs across the 64-bit wrap,
-// and the bounded-wait diagnostic (in a child process).
+// and the bounded-wait diagnostic (in a child process: loom_test_child lang-missing-notify).
 #include <cuda_runtime.h>
-#include <fcntl.h>
-#include <unistd.h>
 
-#include <chrono>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "common/child_process.hpp"
 #include "common/test_env.hpp"
-#include "loom/jit/jit.hpp"
-#include "loom/runtime/env.hpp"
+#include "common/test_kernels.hpp"
 #include "loom/runtime/error.hpp"
 
 namespace {
 
-using loom::Ctx;
 using loom::jit::LaunchConfig;
-
-const loom::jit::Kernel& lang_kernel(const std::string& name, std::vector<std::string> targs = {}) {
-    loom::jit::KernelSpec spec;
-    spec.header = LOOM_SOURCE_DIR "/tests/dist/kernels/lang_test.cuh";
-    spec.name = name;
-    spec.template_args = std::move(targs);
-    return loom::jit::get_kernel(spec);
-}
+using loom::test::lang_kernel;
 
 // Mirrors loom::lang::Scope (device headers are not host-compilable; same underlying int).
 enum class Scope : int { Gpu, Sys };
@@ -112,35 +99,13 @@ TEST(LangSignal, EpochsAcrossTheWrap) {
     w.free(sig);
 }
 
-// Runs in the child only (LOOM_LANG_TIMEOUT_CHILD=1): a wait nobody satisfies, on a one-rank Ctx of its own.
-TEST(LangTimeoutChild, WaitForMissingNotify) {
-    if (!std::getenv("LOOM_LANG_TIMEOUT_CHILD")) GTEST_SKIP() << "runs as the child of LangSignal.MissingNotify";
-    LOOM_REQUIRE_GPU();
-    const std::size_t heap = 1 << 20;
-    char* buf = nullptr;
-    LOOM_CHECK_CUDA(cudaMalloc(&buf, heap));
-    LOOM_CHECK_CUDA(cudaMemset(buf, 0, heap));
-    Ctx ctx{};
-    ctx.rank = 0;
-    ctx.world = ctx.local_world = 1;
-    ctx.heap_size = heap;
-    ctx.heap[0] = buf;
-    ctx.wait_timeout_ns =
-        uint64_t(loom::env_ms("LOOM_WAIT_TIMEOUT_MS", std::chrono::milliseconds(300)).count()) * 1000000ull;
-    lang_kernel("loom_test::missing_notify")(LaunchConfig{dim3(1), dim3(64)}, ctx, reinterpret_cast<uint64_t*>(buf));
-    const cudaError_t e = cudaDeviceSynchronize();
-    ADD_FAILURE() << "kernel ended: " << cudaGetErrorString(e);  // the child always fails; the parent checks why
-}
-
 TEST(LangSignal, MissingNotifyEndsInTimeoutDiagnostic) {
     LOOM_REQUIRE_GPU();
-    if (std::getenv("LOOM_LANG_TIMEOUT_CHILD")) GTEST_SKIP();
     auto& w = loom::test::world();
     if (w.rank() == 0) {
         // The child traps; it runs outside loomrun's MPS server so the trap stays in its own context.
-        auto [status, output] = loom::test::run_test_child(
-            "LangTimeoutChild.*", {{"LOOM_LANG_TIMEOUT_CHILD", "1"}, {"LOOM_WAIT_TIMEOUT_MS", "300"}});
-        EXPECT_NE(status, 0) << output;
+        const auto [status, output] = loom::test::run_child("lang-missing-notify", {{"LOOM_WAIT_TIMEOUT_MS", "300"}});
+        EXPECT_EQ(status, 3) << output;
         EXPECT_NE(output.find("loom: wait timeout: rank 0 block (0,0,0) thread 0 tag wait"), std::string::npos)
             << output;
         EXPECT_NE(output.find("expected >= 1 observed 0"), std::string::npos) << output;
