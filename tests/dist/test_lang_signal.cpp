@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/child_process.hpp"
+#include "common/epoch_rounds.hpp"
 #include "common/test_env.hpp"
 #include "common/test_kernels.hpp"
 #include "loom/runtime/error.hpp"
@@ -74,28 +75,31 @@ TEST(LangSignal, ManyBlocksNotifyOneCounterExactly) {
     w.free(counter);
 }
 
+// The counter crosses 2^64 half way. A compare that ignores the wrap returns early (or answers wrongly) in the
+// rounds next to it: the rounds' records must match the reference on epoch indices (tests/common/epoch_rounds.hpp),
+// and must include answers that a plain compare gets wrong, or the run could not tell the two apart.
 TEST(LangSignal, EpochsAcrossTheWrap) {
     LOOM_REQUIRE_GPU();
     auto& w = loom::test::world();
     const uint32_t iters = 1000000;
     const uint64_t base = ~uint64_t(0) - iters / 2;  // targets wrap past 2^64 half way
     auto* sig = w.alloc<uint64_t>(1);
-    uint32_t* errors = nullptr;
-    LOOM_CHECK_CUDA(cudaMalloc(&errors, 4));
-    LOOM_CHECK_CUDA(cudaMemset(errors, 0, 4));
+    loom::test::EpochRound* rounds = nullptr;
+    LOOM_CHECK_CUDA(cudaMalloc(&rounds, iters * sizeof *rounds));
     LOOM_CHECK_CUDA(cudaMemcpy(sig, &base, 8, cudaMemcpyHostToDevice));
     w.barrier("epochs");
     lang_kernel("loom_test::epochs")(LaunchConfig{dim3(1), dim3(32)}, w.ctx(), sig, base, iters,
-                                     partner_of(w.rank(), w.world_size()), errors);
+                                     partner_of(w.rank(), w.world_size()), rounds);
     LOOM_CHECK_CUDA(cudaDeviceSynchronize());
-    uint32_t bad = 1;
+    std::vector<loom::test::EpochRound> got(iters);
     uint64_t last = 0;
-    LOOM_CHECK_CUDA(cudaMemcpy(&bad, errors, 4, cudaMemcpyDeviceToHost));
+    LOOM_CHECK_CUDA(cudaMemcpy(got.data(), rounds, iters * sizeof *rounds, cudaMemcpyDeviceToHost));
     LOOM_CHECK_CUDA(cudaMemcpy(&last, sig, 8, cudaMemcpyDeviceToHost));
-    EXPECT_EQ(bad, 0u);
+    EXPECT_EQ(loom::test::check_epoch_rounds(base, got), "");
+    EXPECT_GT(loom::test::answers_a_plain_compare_gets_wrong(base, got), 0u) << "the epochs do not straddle 2^64";
     EXPECT_EQ(last, base + iters);
     w.barrier("epochs-done");
-    LOOM_CHECK_CUDA(cudaFree(errors));
+    LOOM_CHECK_CUDA(cudaFree(rounds));
     w.free(sig);
 }
 
