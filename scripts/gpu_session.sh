@@ -5,7 +5,7 @@
 #   steps: gpu_tests dist2 dist4 dist8 demo bench_lang bench_runtime bench_gemm bench_jit diag (default: these)
 #          bench_gemm_c1 (bench-gemm with 1-CTA clusters forced, into gemm_cluster1.json)
 #          dist_small_scratch (Collectives.* at 8 ranks, LOOM_COLL_SCRATCH=1M)
-#          overlap (test_overlap at 2/4/8 ranks + examples 07/08), bench_overlap, bench_overlap_quick (not default)
+#          overlap (test_overlap at 2/4/8 ranks + examples 05/06), bench_overlap, bench_overlap_quick (not default)
 #          bench_coll (not default; 4 files: run it in a call of its own, or with steps that write few files)
 #          bench_coll2 (bench_coll at 2 ranks only: on a two-GPU machine, one rank per GPU with NCCL beside)
 #          topo (GPUs, links, PyTorch's view), torch_tp (bench/torch_async_tp.py on every GPU: torch_tp.json, which
@@ -77,9 +77,10 @@ for s in $steps; do
             ;;
         bench_gemm) run 80 bench_gemm "$b/bench/bench-gemm" --out "$out/gemm.json" ;;
         bench_gemm_c1) LOOM_GEMM_CLUSTER=1 run 80 bench_gemm_c1 "$b/bench/bench-gemm" --out "$out/gemm_cluster1.json" ;;
-        diag)  # the mailbox: no-printf missing notify (~5 s) and a stalled tile pipeline (~17 s cycle bound)
-            LOOM_DIAG_MAILBOX=1 LOOM_DIAG_SLOW_TESTS=1 run 90 diag "$b/bin/loomrun" -n 2 "$b/tests/loom_dist_tests" \
+        diag)  # the mailbox: no-printf missing notify (~5 s), then a stalled tile pipeline (probe, ~17 s)
+            LOOM_DIAG_MAILBOX=1 run 90 diag "$b/bin/loomrun" -n 2 "$b/tests/loom_dist_tests" \
                 --gtest_filter='DiagMailboxGpu.*:LangSignal.MissingNotifyEndsInTimeoutDiagnostic'
+            LOOM_DIAG_MAILBOX=1 run 60 diag_stall "$b/bench/probe-pipeline-stall"
             ;;
         bench_jit) run 20 bench_jit "$b/bench/bench-jit" --reps 2 --out "$out/jit.json" ;;
         bench_coll)  # 4 files (all_gather/reduce_scatter/all_reduce/all_to_all.json), rows of both rank counts
@@ -94,9 +95,9 @@ for s in $steps; do
             for n in 2 4 8; do
                 run 120 overlap$n "$b/bin/loomrun" -n $n "$b/tests/loom_dist_tests" --gtest_filter='Overlap.*'
             done
-            run 60 example07 "$b/bin/loomrun" -n 4 "$b/examples/07_overlapping_allgather_gemm"
-            run 60 example07sm "$b/bin/loomrun" -n 4 "$b/examples/07_overlapping_allgather_gemm" 1000 1024 2048 sm
-            run 60 example08 "$b/bin/loomrun" -n 4 "$b/examples/08_overlapping_gemm_reduce_scatter"
+            run 60 example05 "$b/bin/loomrun" -n 4 "$b/examples/05_overlapping_allgather_gemm"
+            run 60 example05sm "$b/bin/loomrun" -n 4 "$b/examples/05_overlapping_allgather_gemm" 1000 1024 2048 sm
+            run 60 example06 "$b/bin/loomrun" -n 4 "$b/examples/06_overlapping_gemm_reduce_scatter"
             ;;
         topo)
             run 30 topo bash -c 'nvidia-smi -L; nvidia-smi topo -m; python3 -c "import torch; print(torch.__version__, torch.cuda.device_count())"; ldd '"$b"'/bench/bench-collectives | grep -i nccl'

@@ -4,7 +4,7 @@
 #   usage: tests/run_gpu_tests.sh <build dir>      extra gtest flags: LOOM_GTEST_ARGS="--gtest_filter=..."
 set -uo pipefail
 build=${1:?usage: tests/run_gpu_tests.sh <build dir>}
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 loomrun="$build/bin/loomrun"
 gtest_args=${LOOM_GTEST_ARGS:-}
 export LOOM_WAIT_TIMEOUT_MS=${LOOM_WAIT_TIMEOUT_MS:-20000}
@@ -19,7 +19,7 @@ step() {
     fi
 }
 
-for exe in "$build/tests/loom_gpu_tests" "$build/tests/loom_dist_tests" "$loomrun"; do
+for exe in "$build/tests/loom_gpu_tests" "$build/tests/loom_dist_tests" "$build/tests/loom_test_child" "$loomrun"; do
     [[ -x $exe ]] || { echo "FAILED: $exe not built" >&2; exit 1; }
 done
 

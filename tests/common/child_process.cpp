@@ -7,12 +7,20 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 
 namespace loom::test {
 
-ChildResult run_test_child(const std::string& filter, const std::vector<std::pair<std::string, std::string>>& env,
-                           int timeout_s) {
+std::string child_helper_path() {
+    std::error_code ec;
+    return (std::filesystem::read_symlink("/proc/self/exe", ec).parent_path() / "loom_test_child").string();
+}
+
+ChildResult run_child(const std::string& which, const std::vector<std::pair<std::string, std::string>>& env,
+                      int timeout_s) {
     ChildResult r;
+    const std::string helper = child_helper_path();
+    const std::string exec_failed = "(child: cannot run " + helper + ")\n";  // formatted before fork
     int out[2];
     if (pipe(out) != 0) {
         r.output = "(parent: pipe failed)";
@@ -29,8 +37,8 @@ ChildResult run_test_child(const std::string& filter, const std::vector<std::pai
         close(out[0]);
         for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
         setenv("CUDA_MPS_PIPE_DIRECTORY", "/nonexistent/loom-test-child-no-mps", 1);
-        const std::string arg = "--gtest_filter=" + filter;
-        execl("/proc/self/exe", "loom-test-child", arg.c_str(), nullptr);
+        execl(helper.c_str(), "loom_test_child", which.c_str(), nullptr);
+        (void)!write(2, exec_failed.data(), exec_failed.size());
         _exit(127);
     }
     close(out[1]);

@@ -1,4 +1,5 @@
-// Runs this test binary again as a child process, for tests whose subject ends the process (a trapped kernel).
+// Runs a case of the child helper (tests/helpers/loom_test_child.cpp) for tests whose subject ends the process (a
+// trapped kernel).
 #pragma once
 
 #include <string>
@@ -12,10 +13,13 @@ struct ChildResult {
     std::string output;  // stdout and stderr, interleaved
 };
 
-// fork + exec of /proc/self/exe with `--gtest_filter=<filter>` and `env` added to the environment. The child runs
-// outside loomrun's MPS server (a trap in an MPS client would fault every client of the GPU). Bounded: a child
-// still running after `timeout_s` is killed and the output says so.
-ChildResult run_test_child(const std::string& filter, const std::vector<std::pair<std::string, std::string>>& env,
-                           int timeout_s = 180);
+// The helper binary loom_test_child, beside the running test binary.
+std::string child_helper_path();
+
+// fork + exec of loom_test_child (beside this test binary) with argument `which` and `env` added to the environment.
+// The child runs outside loomrun's MPS server (a trap in an MPS client would fault every client of the GPU).
+// Bounded: a child still running after `timeout_s` is killed and the output says so.
+ChildResult run_child(const std::string& which, const std::vector<std::pair<std::string, std::string>>& env,
+                      int timeout_s = 180);
 
 }  // namespace loom::test

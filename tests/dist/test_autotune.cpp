@@ -6,12 +6,12 @@
 
 #include "common/test_env.hpp"
 #include "loom/jit/autotune.hpp"
+#include "runtime/settings_override.hpp"
 
 namespace {
 
-TEST(DistAutotune, SlowestRankDecidesAndAllAgree) {
+TEST(AutotuneAcrossRanks, SlowestRankDecidesAndAllAgree) {
     loom::World& w = loom::test::world();
-    setenv("LOOM_AUTOTUNE", "1", 1);
     loom::jit::TuneRequest r;
     r.op = "dist_autotune_test";
     r.shape_bucket = loom::jit::shape_bucket({{"n", 1 << 20}});
@@ -25,8 +25,17 @@ TEST(DistAutotune, SlowestRankDecidesAndAllAgree) {
         if (c.name == "steady") return 50.0 + w.rank();
         return 400.0;
     };
-    auto res = loom::jit::autotune(r, &w);
-    unsetenv("LOOM_AUTOTUNE");
+    const loom::jit::TuneResult res = [&] {
+        // Tuning on for this call: in the process's settings, and LOOM_AUTOTUNE for a tuner that reads the
+        // environment itself.
+        loom::Settings tuned = loom::settings();
+        tuned.autotune = true;
+        const loom::detail::ScopedSettings on(tuned);
+        setenv("LOOM_AUTOTUNE", "1", 1);
+        auto tuned_result = loom::jit::autotune(r, &w);
+        unsetenv("LOOM_AUTOTUNE");
+        return tuned_result;
+    }();
     EXPECT_EQ(res.source, "tuned");
     if (w.world_size() > 1) {
         EXPECT_EQ(res.choice.name, "steady");

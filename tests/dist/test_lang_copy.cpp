@@ -1,6 +1,6 @@
 // One-sided data movement between ranks, bitwise: every put/get variant (Thread/Warp/Block x ld-st/TMA;
 // blocking, nbi + quiet, put_signal), odd sizes and misaligned offsets, fresh random data, poisoned
-// destinations; then LL8/LL16 packets and barrier_all (block and grid).
+// destinations; then LL8/LL16 packets.
 #include <cuda_runtime.h>
 
 #include <cstring>
@@ -9,26 +9,19 @@
 #include <vector>
 
 #include "common/test_env.hpp"
-#include "loom/jit/jit.hpp"
+#include "common/test_kernels.hpp"
 #include "loom/runtime/error.hpp"
 
 namespace {
 
 using loom::jit::LaunchConfig;
+using loom::test::lang_kernel;
 
 // Mirrors loom_test::Op (tests/dist/kernels/lang_test.cuh).
 enum class Op : int { Put, PutNbi, PutSignal, Get, GetNbi };
 const char* op_name(Op op) {
     const char* names[] = {"put", "put_nbi+quiet", "put_signal", "get", "get_nbi+quiet"};
     return names[int(op)];
-}
-
-const loom::jit::Kernel& lang_kernel(const std::string& name, std::vector<std::string> targs = {}) {
-    loom::jit::KernelSpec spec;
-    spec.header = LOOM_SOURCE_DIR "/tests/dist/kernels/lang_test.cuh";
-    spec.name = name;
-    spec.template_args = std::move(targs);
-    return loom::jit::get_kernel(spec);
 }
 
 // Bytes rank `sender` puts / exposes in case `c`: reproducible on every rank, different per case and rank.
@@ -132,35 +125,6 @@ TEST(LangCopy, LowLatencyPackets) {
     LOOM_CHECK_CUDA(cudaFree(scratch));
     w.free(ack);
     w.free(packets);
-}
-
-TEST(LangBarrier, NoRankPassesEarly) {
-    LOOM_REQUIRE_GPU();
-    auto& w = loom::test::world();
-    // BarrierState is 16 + 6 + 8 words (loom::lang::BarrierState).
-    auto* state = w.alloc<uint64_t>(16);
-    auto* slots = w.alloc<uint64_t>(8);
-    uint32_t* errors = nullptr;
-    LOOM_CHECK_CUDA(cudaMalloc(&errors, 4));
-    LOOM_CHECK_CUDA(cudaMemset(state, 0, 16 * 8));  // once: the counters are monotonic from here on
-    const uint32_t rounds = 20000;
-    for (int grid_mode : {0, 1}) {
-        LOOM_CHECK_CUDA(cudaMemset(slots, 0, 64));
-        LOOM_CHECK_CUDA(cudaMemset(errors, 0, 4));
-        LOOM_CHECK_CUDA(cudaDeviceSynchronize());
-        w.barrier("barrier");
-        LaunchConfig cfg{dim3(grid_mode ? 8 : 1), dim3(128)};
-        cfg.cooperative = grid_mode != 0;
-        lang_kernel("loom_test::barrier_rounds")(cfg, w.ctx(), state, slots, rounds, grid_mode, errors);
-        LOOM_CHECK_CUDA(cudaDeviceSynchronize());
-        uint32_t bad = 1;
-        LOOM_CHECK_CUDA(cudaMemcpy(&bad, errors, 4, cudaMemcpyDeviceToHost));
-        EXPECT_EQ(bad, 0u) << (grid_mode ? "grid" : "block") << " barrier: a rank passed before all arrived";
-        w.barrier("barrier-done");
-    }
-    LOOM_CHECK_CUDA(cudaFree(errors));
-    w.free(slots);
-    w.free(state);
 }
 
 }  // namespace

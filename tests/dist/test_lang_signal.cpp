@@ -1,32 +1,20 @@
 // Signals across ranks: message passing litmus, many notifiers on one counter, epochs across the 64-bit wrap,
-// and the bounded-wait diagnostic (in a child process).
+// and the bounded-wait diagnostic (in a child process: loom_test_child lang-missing-notify).
 #include <cuda_runtime.h>
-#include <fcntl.h>
-#include <unistd.h>
 
-#include <chrono>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "common/child_process.hpp"
+#include "common/epoch_rounds.hpp"
 #include "common/test_env.hpp"
-#include "loom/jit/jit.hpp"
-#include "loom/runtime/env.hpp"
+#include "common/test_kernels.hpp"
 #include "loom/runtime/error.hpp"
 
 namespace {
 
-using loom::Ctx;
 using loom::jit::LaunchConfig;
-
-const loom::jit::Kernel& lang_kernel(const std::string& name, std::vector<std::string> targs = {}) {
-    loom::jit::KernelSpec spec;
-    spec.header = LOOM_SOURCE_DIR "/tests/dist/kernels/lang_test.cuh";
-    spec.name = name;
-    spec.template_args = std::move(targs);
-    return loom::jit::get_kernel(spec);
-}
+using loom::test::lang_kernel;
 
 // Mirrors loom::lang::Scope (device headers are not host-compilable; same underlying int).
 enum class Scope : int { Gpu, Sys };
@@ -87,60 +75,41 @@ TEST(LangSignal, ManyBlocksNotifyOneCounterExactly) {
     w.free(counter);
 }
 
+// The counter crosses 2^64 half way. A compare that ignores the wrap returns early (or answers wrongly) in the
+// rounds next to it: the rounds' records must match the reference on epoch indices (tests/common/epoch_rounds.hpp),
+// and must include answers that a plain compare gets wrong, or the run could not tell the two apart.
 TEST(LangSignal, EpochsAcrossTheWrap) {
     LOOM_REQUIRE_GPU();
     auto& w = loom::test::world();
     const uint32_t iters = 1000000;
     const uint64_t base = ~uint64_t(0) - iters / 2;  // targets wrap past 2^64 half way
     auto* sig = w.alloc<uint64_t>(1);
-    uint32_t* errors = nullptr;
-    LOOM_CHECK_CUDA(cudaMalloc(&errors, 4));
-    LOOM_CHECK_CUDA(cudaMemset(errors, 0, 4));
+    loom::test::EpochRound* rounds = nullptr;
+    LOOM_CHECK_CUDA(cudaMalloc(&rounds, iters * sizeof *rounds));
     LOOM_CHECK_CUDA(cudaMemcpy(sig, &base, 8, cudaMemcpyHostToDevice));
     w.barrier("epochs");
     lang_kernel("loom_test::epochs")(LaunchConfig{dim3(1), dim3(32)}, w.ctx(), sig, base, iters,
-                                     partner_of(w.rank(), w.world_size()), errors);
+                                     partner_of(w.rank(), w.world_size()), rounds);
     LOOM_CHECK_CUDA(cudaDeviceSynchronize());
-    uint32_t bad = 1;
+    std::vector<loom::test::EpochRound> got(iters);
     uint64_t last = 0;
-    LOOM_CHECK_CUDA(cudaMemcpy(&bad, errors, 4, cudaMemcpyDeviceToHost));
+    LOOM_CHECK_CUDA(cudaMemcpy(got.data(), rounds, iters * sizeof *rounds, cudaMemcpyDeviceToHost));
     LOOM_CHECK_CUDA(cudaMemcpy(&last, sig, 8, cudaMemcpyDeviceToHost));
-    EXPECT_EQ(bad, 0u);
+    EXPECT_EQ(loom::test::check_epoch_rounds(base, got), "");
+    EXPECT_GT(loom::test::answers_a_plain_compare_gets_wrong(base, got), 0u) << "the epochs do not straddle 2^64";
     EXPECT_EQ(last, base + iters);
     w.barrier("epochs-done");
-    LOOM_CHECK_CUDA(cudaFree(errors));
+    LOOM_CHECK_CUDA(cudaFree(rounds));
     w.free(sig);
-}
-
-// Runs in the child only (LOOM_LANG_TIMEOUT_CHILD=1): a wait nobody satisfies, on a one-rank Ctx of its own.
-TEST(LangTimeoutChild, WaitForMissingNotify) {
-    if (!std::getenv("LOOM_LANG_TIMEOUT_CHILD")) GTEST_SKIP() << "runs as the child of LangSignal.MissingNotify";
-    LOOM_REQUIRE_GPU();
-    const std::size_t heap = 1 << 20;
-    char* buf = nullptr;
-    LOOM_CHECK_CUDA(cudaMalloc(&buf, heap));
-    LOOM_CHECK_CUDA(cudaMemset(buf, 0, heap));
-    Ctx ctx{};
-    ctx.rank = 0;
-    ctx.world = ctx.local_world = 1;
-    ctx.heap_size = heap;
-    ctx.heap[0] = buf;
-    ctx.wait_timeout_ns =
-        uint64_t(loom::env_ms("LOOM_WAIT_TIMEOUT_MS", std::chrono::milliseconds(300)).count()) * 1000000ull;
-    lang_kernel("loom_test::missing_notify")(LaunchConfig{dim3(1), dim3(64)}, ctx, reinterpret_cast<uint64_t*>(buf));
-    const cudaError_t e = cudaDeviceSynchronize();
-    ADD_FAILURE() << "kernel ended: " << cudaGetErrorString(e);  // the child always fails; the parent checks why
 }
 
 TEST(LangSignal, MissingNotifyEndsInTimeoutDiagnostic) {
     LOOM_REQUIRE_GPU();
-    if (std::getenv("LOOM_LANG_TIMEOUT_CHILD")) GTEST_SKIP();
     auto& w = loom::test::world();
     if (w.rank() == 0) {
         // The child traps; it runs outside loomrun's MPS server so the trap stays in its own context.
-        auto [status, output] = loom::test::run_test_child(
-            "LangTimeoutChild.*", {{"LOOM_LANG_TIMEOUT_CHILD", "1"}, {"LOOM_WAIT_TIMEOUT_MS", "300"}});
-        EXPECT_NE(status, 0) << output;
+        const auto [status, output] = loom::test::run_child("lang-missing-notify", {{"LOOM_WAIT_TIMEOUT_MS", "300"}});
+        EXPECT_EQ(status, 3) << output;
         EXPECT_NE(output.find("loom: wait timeout: rank 0 block (0,0,0) thread 0 tag wait"), std::string::npos)
             << output;
         EXPECT_NE(output.find("expected >= 1 observed 0"), std::string::npos) << output;

@@ -1,19 +1,19 @@
 // NVSHMEM through Loom: bootstrap over the World's store, a JIT kernel compiled with nvcc and linked with
 // libnvshmem_device (nvJitLink), device state set up by get_kernel, and the host-side on-stream collectives.
-// Run: loomrun -n 2 build/tests/loom_dist_tests --gtest_filter='*Nvshmem*'
+// Run: loomrun -n 2 build/tests/loom_dist_tests --gtest_filter='NvshmemJit.*'
 #include <cuda_runtime_api.h>
 
-#include <cstdlib>
 #include <vector>
 
 #include "common/test_env.hpp"
 #include "loom/jit/jit.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/nvshmem.hpp"
+#include "loom/runtime/settings.hpp"
 
 namespace {
 
-TEST(DistNvshmem, JitKernelPutsToNextPeAndCollectivesRun) {
+TEST(NvshmemJit, KernelPutsToTheNextPeAndHostCollectivesRun) {
     LOOM_REQUIRE_GPU();
     loom::World& w = loom::test::world();
     LOOM_CHECK_CUDA(cudaSetDevice(w.device()));
@@ -52,7 +52,7 @@ TEST(DistNvshmem, JitKernelPutsToNextPeAndCollectivesRun) {
     // when several processes share a GPU without MPS ("limited MPG"); loomrun starts MPS for shared GPUs.
     int devices = 0;
     LOOM_CHECK_CUDA(cudaGetDeviceCount(&devices));
-    const bool shared_without_mps = w.local_world_size() > devices && !std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+    const bool shared_without_mps = w.local_world_size() > devices && loom::settings().mps_thread_percentage == 0;
     if (shared_without_mps) {
         loom::nvshmem::free(dst);
         loom::nvshmem::finalize();

@@ -145,7 +145,7 @@ bool serialised(const loom::jit::CompileResult& r) {
     return r.resource_report.find("C7510") != std::string::npos || r.log.find("C7510") != std::string::npos;
 }
 
-TEST(DiagCompile, NoPrintfWaitsKeepWgmmaAsync) {
+TEST(DiagMailboxCompile, NoPrintfWaitsKeepWgmmaAsync) {
     const auto quiet = compile_diag("loom_diag_test::wgmma_with_waits", false, 90);
     EXPECT_FALSE(quiet.cubin.empty());
     EXPECT_FALSE(calls_printf(quiet)) << quiet.resource_report;
@@ -158,7 +158,7 @@ TEST(DiagCompile, NoPrintfWaitsKeepWgmmaAsync) {
     EXPECT_TRUE(serialised(loud)) << loud.log << "\n" << loud.resource_report;
 }
 
-TEST(DiagCompile, TimeoutKernelsCompileWithAndWithoutPrintf) {
+TEST(DiagMailboxCompile, TimeoutKernelsCompileWithAndWithoutPrintf) {
     for (int arch : {90, 80}) {
         SCOPED_TRACE("sm_" + std::to_string(arch));
         const auto quiet = compile_diag("loom_diag_test::missing_notify", false, arch);

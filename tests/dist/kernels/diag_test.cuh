@@ -1,7 +1,7 @@
-// Kernels of the diagnostic-mailbox tests (tests/unit/test_diag_mailbox.cpp compiles them, tests/dist/
-// test_diag_mailbox.cpp runs them in a child process). By default they are the kernels the mailbox exists for:
-// LOOM_NO_DEVICE_PRINTF 1, defined before any Loom header. Compiled with LOOM_DIAG_TEST_WITH_PRINTF they are the
-// control: the same waits with device printf.
+// Kernels of the diagnostic-mailbox tests: tests/unit/test_diag_mailbox.cpp compiles them, loom_test_child runs
+// missing_notify for tests/dist/test_diag_mailbox.cpp, and bench/probes/pipeline_stall.cpp runs pipeline_stall. By
+// default they are the kernels the mailbox exists for: LOOM_NO_DEVICE_PRINTF 1, defined before any Loom header.
+// Compiled with LOOM_DIAG_TEST_WITH_PRINTF they are the control: the same waits with device printf.
 #pragma once
 
 #if !defined(LOOM_DIAG_TEST_WITH_PRINTF)

@@ -2,6 +2,7 @@
 // unit test. Every kernel gets the Ctx by value; buffers named *_symm are symmetric allocations.
 #pragma once
 
+#include "epoch_round.cuh"
 #include "loom/lang/lang.cuh"
 
 namespace loom_test {
@@ -47,15 +48,19 @@ __global__ void wait_count(Ctx ctx, uint64_t* counter_symm, uint64_t expected, u
 
 // Epochs: `iters` notify/wait rounds with a partner on a counter that starts at `base` (chosen near 2^64 so that
 // the compares cross the wrap). Round k sets the partner's counter to base + k and waits for base + k on mine;
-// warp scope. errors[0] counts rounds whose token value was not past the target.
-__global__ void epochs(Ctx ctx, uint64_t* sig_symm, uint64_t base, uint32_t iters, int partner, uint32_t* errors) {
-    uint32_t bad = 0;
+// warp scope. rounds[k - 1] records what the wait returned and the answers of lang::compare around the target
+// (epoch_round.cuh); the host checks them against the answers on epoch indices, which do not wrap.
+__global__ void epochs(Ctx ctx, uint64_t* sig_symm, uint64_t base, uint32_t iters, int partner, EpochRound* rounds) {
     for (uint32_t k = 1; k <= iters; ++k) {
-        notify(warp, ctx, sig_symm, partner, base + k, SignalOp::Set, Scope::Sys);
-        const Token t = wait(warp, ctx, sig_symm, Cmp::GE, base + k);
-        if (threadIdx.x == 0) bad += !compare(t.dep, Cmp::GE, base + k);
+        const uint64_t target = base + k;
+        notify(warp, ctx, sig_symm, partner, target, SignalOp::Set, Scope::Sys);
+        const Token t = wait(warp, ctx, sig_symm, Cmp::GE, target);
+        if (threadIdx.x == 0) {
+            const uint32_t answers = epoch_answers(
+                target, t.dep, [](uint64_t v, int cmp, uint64_t tg) { return compare(v, static_cast<Cmp>(cmp), tg); });
+            rounds[k - 1] = EpochRound{t.dep, answers, 0};
+        }
     }
-    if (threadIdx.x == 0 && bad) atomicAdd(errors, bad);
 }
 
 // ---- put / get variants --------------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
-// Example 08: GEMM+ReduceScatter, the second layer of a tensor-parallel MLP. Every rank holds a K-slice of the
+// Example 06: GEMM+ReduceScatter, the second layer of a tensor-parallel MLP. Every rank holds a K-slice of the
 // activations A [M, K_loc] and of the weight B [N, K_loc]; loom::gemm_rs computes the partial product and, while
 // the GEMM is still running, pushes each finished tile to the rank that owns its rows, which sums the W
 // contributions in fp32 in rank order. Verification: rank r's rows against an fp64 CPU reference of
 // sum over ranks of A_q B_q^T (every rank regenerates its peers' inputs from their seeds), every element.
-//   loomrun -n 4 build/examples/08_overlapping_gemm_reduce_scatter [M N K_loc]
+//   loomrun -n 4 build/examples/06_overlapping_gemm_reduce_scatter [M N K_loc]
 #include <cuda_runtime.h>
 
 #include <cmath>

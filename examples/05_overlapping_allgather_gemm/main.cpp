@@ -1,9 +1,9 @@
-// Example 07: AllGather+GEMM, the first layer of a tensor-parallel MLP. Every rank holds rows
+// Example 05: AllGather+GEMM, the first layer of a tensor-parallel MLP. Every rank holds rows
 // [r * M/W, (r + 1) * M/W) of the activations A and its own column block of the weight B; loom::ag_gemm
 // gathers A while the GEMM already consumes the rows that have arrived (own rows first).
 // Verification: the op also returns the gathered A (a symmetric buffer), which must equal every rank's shard
 // bitwise, and C must match loom::gemm on that gathered A (same kernel family, so tolerance-tight).
-//   loomrun -n 4 build/examples/07_overlapping_allgather_gemm [rows_per_rank N_loc K] [ce|sm]
+//   loomrun -n 4 build/examples/05_overlapping_allgather_gemm [rows_per_rank N_loc K] [ce|sm]
 #include <cuda_runtime.h>
 
 #include <cmath>
