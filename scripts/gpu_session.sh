@@ -13,7 +13,7 @@
 #          bench_lang_shared (bench_lang with both ranks on GPU 0, into OUT/shared: the shared-GPU figures on a
 #          machine with several GPUs)
 #          save_cache (LOOM_CACHE_DIR as OUT/jit-cache.tgz)
-#   diag runs the diagnostic-mailbox tests with LOOM_DIAG_MAILBOX=1 LOOM_DIAG_SLOW_TESTS=1 (the slow ones included).
+#   diag runs the diagnostic-mailbox tests with LOOM_DIAG_MAILBOX=1, then the stalled-pipeline probe.
 # Variables:
 #   LOOM_DIST_FILTER     GoogleTest filter of the multi-rank steps (default: every test)
 #   LOOM_DIST2_SECONDS   time limit of the dist2 step (default 150)
