@@ -16,8 +16,7 @@
 //            [--ops all_gather,reduce_scatter,all_reduce,all_to_all] [--append] [--no-nvshmem] [--no-nccl]
 //            [--b2b-max 1M] [--b2b-reps 20] [--lat-max 64K] [--lat-iters 200] [--align-hold-us 0]
 //   Every timed run starts behind loom::barrier_on_stream; --align-hold-us makes that barrier keep the stream for so
-//   long after the ranks met (rows carry "align_hold_us"; docs/collectives.md "Session 15": 0 and 30 us timed the
-//   same all_gather / reduce_scatter).
+//   long after the ranks met (rows carry "align_hold_us"; 0 and 30 us time the same all_gather / reduce_scatter).
 //   build/bench/bench-collectives --explain      the automatic choice table (no GPU needed: then for 2/4/8 ranks)
 //   --plain-out --ops all_reduce,all_to_all: out from cudaMalloc (rows "out_plain": true): two-shot stages its
 //   shards, all_to_all pulls.
@@ -52,6 +51,7 @@
 #include "loom/runtime/stream_ops.hpp"
 #include "loom/runtime/world.hpp"
 #include "nccl.hpp"
+#include "ops/collectives/coll_choice.hpp"
 
 namespace fs = std::filesystem;
 using loom::BufferView;

@@ -53,6 +53,7 @@
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/nvshmem.hpp"
 #include "nccl.hpp"
+#include "ops/collectives/coll_choice.hpp"
 
 namespace {
 

@@ -4,7 +4,7 @@
 //
 // Multi-rank discipline: a rank never leaves a test (or a step of it) alone. Every check computes its verdict,
 // the verdicts of all ranks are gathered through the store (agree()), and only then asserted, so all ranks fail
-// and return together and the next collective call finds every peer (a lone failing rank used to leave its
+// and return together and the next collective call finds every peer (a lone failing rank would leave its
 // peers waiting until loomrun's timeout). Host writes to device buffers are complete (device synchronised)
 // before the host barrier that precedes a collective: the collectives run on a non-blocking stream, which does
 // not wait for the legacy default stream that cudaMemcpy / cudaMemset use.
@@ -26,8 +26,8 @@
 #include "common/test_env.hpp"
 #include "loom/kernels/collectives/coll_params.hpp"
 #include "loom/ops/collectives.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
 #include "loom/runtime/store.hpp"
 
 namespace loom {
@@ -184,7 +184,7 @@ TEST_F(Collectives, AllGatherEveryAlgorithmAndPath) {
 TEST_F(Collectives, AllGatherInPlaceAutoAndLarge) {
     // In place on every algorithm and path. Chunks of 8194 bytes start 2 bytes past a 16-byte boundary, so the
     // TMA paths move a byte head, a bulk body and a byte tail; pull must read each peer's input from the peer's
-    // own slot of its out (the H200 run failed here: it read slot `me`, poison).
+    // own slot of its out (slot `me` of the peer's out is poison).
     const AlgoPath aps[] = {
         {CollAlgo::Push, DataPath::LdSt}, {CollAlgo::Push, DataPath::Tma}, {CollAlgo::Push, DataPath::CopyEngine},
         {CollAlgo::Pull, DataPath::LdSt}, {CollAlgo::Pull, DataPath::Tma}, {CollAlgo::Pull, DataPath::CopyEngine},
@@ -509,7 +509,7 @@ TEST_F(Collectives, AllReducePlainOutBackToBack) {
 // ---- scratch rounds: three rounds, the last one short, at every world size -------------------------------------
 // Elements per peer per round for a scratch of `slots` x C elements (mirrors src/ops: multiples of 16).
 std::size_t round_elems(std::size_t slots, std::size_t es) {
-    const std::size_t scratch = env_bytes("LOOM_COLL_SCRATCH", std::size_t(64) << 20);
+    const std::size_t scratch = settings().coll_scratch;
     return scratch / (slots * es) / 16 * 16;
 }
 
@@ -771,9 +771,9 @@ TEST_F(Collectives, LLChainedInPlaceBackToBack) {
 
 // A graph of collectives with different grids, replayed with fresh inputs: LL (5 blocks of 52 packets), the
 // copy-engine all_gather (its barrier kernels advance only block 0's epoch), two-shot (1 block), and LL again with
-// another grid and packet count (64 blocks of 79 packets). The H200 run failed at replay 1: the LL area was laid out
-// with the launch's packets per block as the stride, so a block could read a stale packet of another block whose
-// flag (that block's epoch then) equalled its own epoch now. The layout is now fixed per (parity, block, source).
+// another grid and packet count (64 blocks of 79 packets). The LL area's layout is fixed per (parity, block, source):
+// with the launch's packets per block as the stride, a block could read a stale packet of another block whose flag
+// (that block's epoch then) equals its own epoch now.
 TEST_F(Collectives, CudaGraphCaptureAndReplay) {
     const int W = w->world_size(), me = w->rank();
     const std::size_t n = 1025, n2 = 20000;
@@ -831,8 +831,8 @@ TEST_F(Collectives, CudaGraphCaptureAndReplay) {
 
 // One graph replayed back to back with no host synchronisation between replays (#6: capturable in a CUDA graph and
 // reusable back to back). The copy-engine paths pace themselves with stream memory operations, whose values a
-// graph freezes: until 2026-12 they carried per-call host counts, so a rank in replay k + 1 passed its waits on the
-// signals of replay k and took stale data. Each replay takes new inputs (copied in on the stream before it) and
+// graph freezes: with per-call host counts, a rank in replay k + 1 would pass its waits on the signals of replay k
+// and take stale data. Each replay takes new inputs (copied in on the stream before it) and
 // its outputs are copied out on the stream after it; one rank per replay starts late (a large copy first), so its
 // peers run ahead into the next replay. Every element of every replay is checked. With LOOM_COLL_SCRATCH=1M
 // (the dist_small_scratch step) the copy-engine reduce_scatter runs several rounds per call.

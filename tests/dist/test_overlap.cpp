@@ -25,6 +25,7 @@
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "ops/collectives/coll_choice.hpp"
 
 namespace loom {
 namespace {

@@ -1,8 +1,8 @@
-// The automatic collective choice (src/ops/collectives/coll_algo.cpp): the rows follow the H200 measurements in
+// The automatic collective choice (src/ops/collectives/coll_choice.cpp): the rows follow the H200 measurements in
 // docs/perf/*.json, and infeasible algorithms (buffers outside the symmetric heap) are never chosen.
 #include <gtest/gtest.h>
 
-#include "loom/ops/collectives.hpp"
+#include "ops/collectives/coll_choice.hpp"
 
 namespace loom {
 namespace {

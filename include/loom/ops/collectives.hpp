@@ -8,12 +8,15 @@
 // read or write a peer's buffer need it in the symmetric heap (allocate it with world.alloc): the error says
 // which buffer. In-place: all_gather with in == out + rank * in.count, reduce_scatter with out == in +
 // rank * out.count, all_reduce with out == in. Node-local worlds only (world size == local world size <= 8).
+//
+// State: each algorithm keeps its own state in the World (signals, scratch, side streams), created by its first
+// call — which synchronises the device and meets the peers, so it must not be a call captured in a CUDA graph
+// (the error says so): make one eager call of every captured sequence first, as a warm-up does.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <string>
 
 #include "loom/runtime/world.hpp"
 #include "loom/tensor.hpp"
@@ -52,9 +55,8 @@ void all_to_all(World& world, BufferView in, BufferView out, cudaStream_t stream
 // rank, taken from in at send_offsets (int64[world], device; nullptr: packed prefix sums). Each rank's out
 // (capacity out.count, the same on every rank; symmetric for Push — with out outside the symmetric heap, Pull reads
 // the blocks from the senders: in symmetric, send_offsets nullptr or symmetric) receives the blocks packed in
-// source-rank order;
-// recv_counts (int64[world], device, may be nullptr) receives what each rank sent. Counts are read on the
-// device: no host synchronisation. A block that would not fit in out is reported and traps.
+// source-rank order; recv_counts (int64[world], device, may be nullptr) receives what each rank sent. Counts are
+// read on the device: no host synchronisation. A block that would not fit in out is reported and traps.
 void all_to_all_v(World& world, BufferView in, BufferView out, const int64_t* send_counts, const int64_t* send_offsets,
                   int64_t* recv_counts, cudaStream_t stream, const CollOptions& opts = {});
 
@@ -66,31 +68,10 @@ void all_to_all_v(World& world, BufferView in, BufferView out, const int64_t* se
 // leave, and that host latency lands inside what follows).
 void barrier_on_stream(World& world, cudaStream_t stream, double hold_us = 0);
 
-// Frees the symmetric state the collectives keep per World (scratch, LL packets, signals; ~70 MiB at the default
-// LOOM_COLL_SCRATCH). Collective: every rank calls it, with no collective of this World in flight. The next
-// collective call creates the state again.
+// Frees the state the collectives keep in the World (World::release_states("collectives/"): signals, side streams,
+// and the symmetric scratch and LL area where an algorithm used them; at most ~80 MiB per rank at the default
+// LOOM_COLL_SCRATCH and 8 ranks). Collective: every rank calls it, with no collective of this World in flight. The
+// next collective call creates what it needs again.
 void release_collective_state(World& world);
-
-// The automatic choice (see src/ops/collectives/coll_algo.cpp for the table).
-struct CollChoice {
-    CollAlgo algo = CollAlgo::Auto;
-    DataPath path = DataPath::Auto;
-    int blocks = 0;
-    std::string reason;  // which table row (or constraint) decided
-};
-struct CollTopology {
-    int world = 1;
-    bool shared_gpu = false;  // ranks share one GPU (MPS)
-    int arch = 90;
-    int ranks_per_gpu = 1;  // ranks on this rank's GPU, itself included
-};
-// This world's topology as the choice sees it (collective: every rank calls it; the ops compute it once per World).
-CollTopology collective_topology(World& world);
-// bytes: all_gather / all_to_all: the per-rank input; reduce_scatter: the per-rank output; all_reduce: the buffer.
-// in_symmetric / out_symmetric say which algorithms are feasible.
-CollChoice choose_collective(CollKind kind, std::size_t bytes, const CollTopology& topo, bool in_symmetric = true,
-                             bool out_symmetric = true);
-// The table and the choice at a few sizes, as printed by bench-collectives --explain (and loom-info).
-std::string explain_collectives(const CollTopology& topo);
 
 }  // namespace loom

@@ -11,6 +11,7 @@
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/stream_ops.hpp"
+#include "ops/collectives/coll_choice.hpp"
 
 namespace loom::overlap {
 namespace {

@@ -9,7 +9,7 @@
 //                              carries one chunk per step.
 // kPath: kPathLdSt (every thread moves 16-byte vectors) or kPathTma (the block leader streams cp.async.bulk
 // through smem staging). all_gather_push_fanout<kW> is push over ld/st for ranks sharing a GPU (the host picks it).
-// The copy-engine path is host-side (src/ops/collectives/all_gather.cpp) around coll_barrier.
+// The copy-engine paths are host-side (src/ops/collectives/all_gather/push_ce.cpp, pull_ce.cpp).
 //
 // Block b moves bytes [lo, hi) of every rank's chunk (block_share), and synchronises with block b of the peers.
 // In-place: in == out + me * count (the own chunk is then not copied).

@@ -92,8 +92,8 @@ LOOM_DEVICE LOOM_FORCEINLINE ThreadShare thread_share(const Params& p, uint64_t 
 // Block b's share of one round of a scratch loop: its share of a full round of C elements, clipped to the n
 // elements of this round. Block b must own the same scratch addresses in every round, the last (shorter) one
 // included: the barrier that frees a round's scratch is per block (block b with block b of each peer), so a
-// block writing a range another block reduced in the previous round would race with that block (seen at 8 ranks:
-// block_share(n) of the last round overlapped the previous round's range of a lower block).
+// block writing a range another block reduced in the previous round would race with that block (block_share(n) of
+// the last round would overlap the previous round's range of a lower block).
 LOOM_DEVICE LOOM_FORCEINLINE Range round_share(uint64_t C, uint64_t n, uint64_t align) {
     Range r = block_share(C, align);
     if (r.lo > n) r.lo = n;

@@ -17,10 +17,9 @@
 // of (parity, block b, source q) does not depend on the launch's packets per block (p.ll_packets <= the stride),
 // so it is only ever written by block b of rank q, whose flags are block b's epochs. Block b's epoch is monotonic,
 // hence every stale packet there carries a flag < the current epoch and never matches (flags are the low 32
-// bits of the epoch: a match would need 2^32 launches of one block). (Until 2026-11 the stride was
-// p.ll_packets: a launch with another packet count read packets left by *another* block, whose epoch may equal
-// this block's current one — block epochs differ, e.g. the copy-engine barriers advance only block 0 — and
-// accepted stale data: the graph-replay failure.)
+// bits of the epoch: a match would need 2^32 launches of one block). The stride is not p.ll_packets: a launch
+// with another packet count would read packets left by *another* block, whose epoch may equal this block's
+// current one — block epochs differ, e.g. the copy-engine barriers advance only block 0 — and accept stale data.
 // Parity: block b of a launch uses the parity of its epoch. Overwriting is safe: a peer writes parity p of my
 // region in its call e only after receiving my block b's packets of call e-1 (every LL kernel sends from every
 // block to every peer) or passing a barrier with my block b in a call between, so my block b has finished every

@@ -1,5 +1,5 @@
-// Plain data shared by the collective kernels (include/loom/kernels/{all_gather,reduce_scatter,all_reduce,
-// all_to_all}.cuh) and their host launchers (src/ops/*.cpp). Compiles under the host compiler, nvcc and NVRTC.
+// Plain data shared by the collective kernels (include/loom/kernels/collectives/{all_gather,reduce_scatter,all_reduce,
+// all_to_all}.cuh) and their host launchers (src/ops/collectives/). Compiles under the host compiler, nvcc and NVRTC.
 #pragma once
 
 #include "loom/config.hpp"

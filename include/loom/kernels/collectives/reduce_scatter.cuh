@@ -22,8 +22,8 @@
 //                                        result is the same on every rank (one owner per chunk) but not bitwise
 //                                        that of pull / scatter.
 //   reduce_scatter_ce_reduce<T, kOp>     one round's local reduce of the copy-engine scatter (the pushes are
-//                                        cudaMemcpyAsync on side streams; src/ops/collectives/reduce_scatter.cpp pipelines
-//                                        the rounds).
+//                                        cudaMemcpyAsync on side streams;
+//                                        src/ops/collectives/reduce_scatter/scatter_ce.cpp pipelines the rounds).
 // Block b handles elements [lo, hi) of the chunk (block_share) and synchronises with block b of the peers.
 // In-place: out == in + me * count.
 #pragma once
@@ -105,10 +105,10 @@ __global__ void __launch_bounds__(512) reduce_scatter_ring(Ctx ctx, Params p) {
     }
 }
 
-// One round of the copy-engine reduce_scatter (src/ops/collectives/reduce_scatter.cpp: every rank pushes its part for rank q
-// into slot `me` of q's scratch with the copy engine, round by round, double-buffered): out[0, count) = op over
-// sources in rank order of (q == me ? in : scratch + q * round_elems), each [0, count). The host orders it after
-// every peer's push of the round (stream waits) and signals the peers after it.
+// One round of the copy-engine reduce_scatter (src/ops/collectives/reduce_scatter/scatter_ce.cpp: every rank pushes its
+// part for rank q into slot `me` of q's scratch with the copy engine, round by round, double-buffered): out[0, count) =
+// op over sources in rank order of (q == me ? in : scratch + q * round_elems), each [0, count). The host orders it
+// after every peer's push of the round (stream waits) and signals the peers after it.
 template <class T, int kOp>
 __global__ void __launch_bounds__(512) reduce_scatter_ce_reduce(Ctx ctx, Params p) {
     const int W = ctx.local_world, me = ctx.local_rank;

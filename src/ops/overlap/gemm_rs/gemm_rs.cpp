@@ -36,7 +36,7 @@
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/stream_ops.hpp"
 #include "loom/runtime/tma.hpp"
-#include "ops/collectives/coll_state.hpp"
+#include "ops/collectives/barrier.hpp"
 #include "ops/overlap/overlap_state.hpp"
 #include "ops/overlap/overlap_tune.hpp"
 
@@ -91,7 +91,7 @@ void gemm_rs_sequential(World& world, const MatrixView& a, const MatrixView& b, 
     if (captured) {
         barrier_on_stream(world, stream);
     } else {
-        coll::prepare_barrier(coll::coll_state(world));
+        coll::prepare_barrier(world);
     }
     char* const partial = overlap::gemm_into_parity_half(world, st, a, b, c.dtype, sc, stream, captured);
     const BufferView in{partial, c.dtype, count};
@@ -416,7 +416,8 @@ OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, in
 
 namespace detail {
 
-// The op with the options as given (loom::gemm_rs decides Auto's tuned options first: src/ops/overlap/overlap_tuned_ops.cpp).
+// The op with the options as given (loom::gemm_rs decides Auto's tuned options first:
+// src/ops/overlap/overlap_tuned_ops.cpp).
 void gemm_rs_run(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
                  const GemmRsOptions& o) {
     constexpr const char* op = "gemm_rs";

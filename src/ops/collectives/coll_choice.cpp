@@ -1,11 +1,12 @@
-#include "ops/collectives/coll_algo.hpp"
+#include "ops/collectives/coll_choice.hpp"
 
 #include <fmt/format.h>
 
 #include <cstdint>
 
+#include "loom/jit/jit.hpp"
 #include "loom/runtime/error.hpp"
-#include "ops/collectives/coll_state.hpp"
+#include "loom/runtime/store.hpp"
 
 namespace loom {
 
@@ -65,25 +66,19 @@ namespace {
 constexpr std::size_t KiB = 1024, MiB = 1024 * KiB, kAny = SIZE_MAX;
 }
 
-// Rows from bench-collectives (docs/perf/{all_gather,reduce_scatter,all_reduce,all_to_all}.json).
-// Shared GPU: one H200 with the ranks sharing it under MPS, W = 2 and 8: ld/st beats the TMA path from 1 MiB to
-// 16 MiB (e.g. all_gather 1 MiB at W = 2: 15 us vs 40 us), the copy engine wins past that, and two-shot beats
-// one-shot AllReduce at 256 KiB (W = 2: 15.5 vs 16.5 us; W = 8: 33 vs 55 us).
-// Distinct GPUs: two H200s joined by NVLink (18 links), W = 2: ring beats push by 0.5-1.5 us up to 16 MiB, ld/st
-// wins to 64 MiB, the copy engine past that (all_gather 1 GiB: 1658 us vs 1802 ld/st and 2004 TMA; all_to_all
-// 1 GiB: 1661 vs 1803 and 2019), and LL AllReduce beats two-shot at 256 KiB (12.0 vs 17.8 us). TMA bulk copies
-// lost at every size on both machines. LL all_gather / reduce_scatter / all_to_all (3105597, two H200s, W = 2):
-// 7.6-10.1 us per call up to 128 KiB chunks against 12.7-22.4 for the best other algorithm (e.g. reduce_scatter,
-// 128 KiB out: 9.4 vs 21.0 scatter, NCCL 15.6), and at 512 KiB chunks (9688a01) 12.7-13.8 against 15.4-21.4.
-// Shared GPU (9688a01): LL wins to 128 KiB chunks at W = 2 and 8 (all_gather W = 8, 128 KiB per rank: 40.6 us vs
-// 52.6 pull) and ties the others at 512 KiB; LL all_reduce wins to 256 KiB at W = 2 (14.3 vs 16.9 two-shot) but
-// only to 64 KiB at W = 8 (256 KiB: 55 vs 41). AllReduce past 64 MiB on distinct GPUs (c1fb602): reduce_scatter
-// pull + copy-engine all_gather beats the one-kernel two-shot (1 GiB: 3061 vs 3434 us, NCCL 3262; 256 MiB: 796
-// vs 879; 64 MiB: a tie, 230 vs 232). The copy-engine reduce_scatter (scatter / ce) is offered but lost to pull at
-// every size (1 GiB: 1748 vs 1661 us), so no row picks it. Shared GPU, session 13 (16 MiB - 1 GiB, W = 2 / 4 / 8):
-// the fan-out push (all_gather_push_fanout, grid-strided) beats the copy engine at every size (W = 8, 1 GiB: 2810
-// vs 4431 us; W = 2 with half the rank's SMs as blocks, 1 GiB: 889 vs 1043). Sizes are choose_collective's
-// `bytes`.
+// Rows from bench-collectives on H200s, one line of evidence each (docs/perf/<op>.json, rows by algo/path, size,
+// ranks and machine: "shared" is one H200 shared by the ranks under MPS, "two GPUs" two H200s joined by NVLink):
+// - LL to its capacity on two GPUs, to 128 KiB chunks shared: all_gather.json, reduce_scatter.json, all_to_all.json
+//   ll/ld against the best other algorithm per size.
+// - all_gather shared: the fan-out push (push/ld, grid-strided) beats every other path at every size, 16 MiB - 1 GiB
+//   (all_gather.json, W = 8, 1 GiB: push/ld 2761 us, push/ce 4399).
+// - all_gather two GPUs: ring to 16 MiB at W = 2, ld/st to 8 MiB, then the copy engine (all_gather.json, 1 GiB).
+// - all_reduce: LL to 256 KiB on two GPUs and at W = 2, to 64 KiB beyond; two-shot past that; two-shot/ce past
+//   64 MiB on two GPUs (all_reduce.json, 1 GiB: two_shot/ce 3019 us, two_shot/ld 3185, NCCL 3279).
+// - all_to_all two GPUs: ld/st to 64 MiB per peer, then the copy engine (all_to_all.json, 64 MiB: push/ld 120 us,
+//   push/ce 127); out not symmetric: pull/ce past 16 MiB (all_to_all.json out_plain, 64 MiB: pull/ce 130, pull/ld 132).
+// - TMA bulk copies lost at every size on both machines; scatter/ce reduce_scatter lost to pull at every size
+//   (reduce_scatter.json), so no row picks it. Sizes are choose_collective's `bytes`.
 const std::vector<ChoiceRow>& choice_table() {
     static const std::vector<ChoiceRow> rows = {
         // AllGather (bytes per rank)
@@ -137,10 +132,9 @@ const std::vector<ChoiceRow>& choice_table() {
         {CollKind::AllToAll, kAny, GpuSharing::Any, CollAlgo::Push, DataPath::CopyEngine,
          "large: copy engine (measured)"},
         {CollKind::AllToAll, 16 * MiB, GpuSharing::Any, CollAlgo::Pull, DataPath::LdSt,
-         "out not symmetric: pull (measured, session 21)"},
+         "out not symmetric: pull (measured)"},
         {CollKind::AllToAll, kAny, GpuSharing::Any, CollAlgo::Pull, DataPath::CopyEngine,
-         "out not symmetric: pull, copy engine (measured, session 21: 32 MiB per peer at W = 2 on two GPUs, 127 us "
-         "vs 132 ld/st)"},
+         "out not symmetric: pull, copy engine (measured)"},
         {CollKind::AllToAllV, 16 * MiB, GpuSharing::Any, CollAlgo::Push, DataPath::LdSt, "ld/st (capacity bytes)"},
         {CollKind::AllToAllV, kAny, GpuSharing::Any, CollAlgo::Push, DataPath::Tma,
          "large (capacity bytes; no copy-engine path)"},
@@ -205,6 +199,21 @@ bool sharing_matches(GpuSharing s, const CollTopology& topo) {
 
 }  // namespace coll
 
+CollTopology collective_topology(World& world) {
+    // Shared GPU: another rank reports this rank's PCI bus id (through the store).
+    char bus[64] = {};
+    LOOM_CHECK_CUDA(cudaDeviceGetPCIBusId(bus, sizeof(bus), world.device()));
+    const std::string mine(bus);
+    const auto all = world.store().all_gather("loom/coll/busid", Bytes(mine.begin(), mine.end()));
+    CollTopology t{world.world_size(), false, jit::current_arch()};
+    for (int r = 0; r < world.world_size(); ++r)
+        if (r != world.rank() && std::string(all[r].begin(), all[r].end()) == mine) {
+            t.shared_gpu = true;
+            ++t.ranks_per_gpu;
+        }
+    return t;
+}
+
 CollChoice choose_collective(CollKind kind, std::size_t bytes, const CollTopology& topo, bool in_symmetric,
                              bool out_symmetric) {
     using namespace coll;
@@ -225,7 +234,7 @@ std::string explain_collectives(const CollTopology& topo) {
     using namespace coll;
     std::string s = fmt::format("Loom collectives: automatic choice (world {}, {}, sm_{})\n", topo.world,
                                 topo.shared_gpu ? "ranks share a GPU" : "one GPU per rank", topo.arch);
-    s += "table (first feasible row wins; edit src/ops/collectives/coll_algo.cpp from bench-collectives results):\n";
+    s += "table (first feasible row wins; edit src/ops/collectives/coll_choice.cpp from bench-collectives results):\n";
     const auto& rows = choice_table();
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const ChoiceRow& r = rows[i];
@@ -252,26 +261,26 @@ std::string explain_collectives(const CollTopology& topo) {
 
 namespace coll {
 
-CollChoice resolve(CollKind kind, std::size_t bytes, World& world, CollState& st, const CollOptions& opts,
+CollChoice resolve(CollKind kind, std::size_t bytes, const CollTopology& topo, const CollOptions& opts,
                    bool in_symmetric, bool out_symmetric) {
     const char* op = to_string(kind);
     CollChoice c;
     if (opts.algo == CollAlgo::Auto) {
-        c = choose_collective(kind, bytes, st.topo, in_symmetric, out_symmetric);
+        c = choose_collective(kind, bytes, topo, in_symmetric, out_symmetric);
         LOOM_CHECK(c.algo != CollAlgo::Auto,
                    "{}: no algorithm can run with these buffers (in {}symmetric, out {}symmetric): allocate them "
                    "with world.alloc",
                    op, in_symmetric ? "" : "not ", out_symmetric ? "" : "not ");
     } else {
         c.algo = opts.algo;
-        c.path = default_path(kind, c.algo, bytes, st.topo);
+        c.path = default_path(kind, c.algo, bytes, topo);
         c.reason = "CollOptions::algo";
     }
     if (opts.path != DataPath::Auto) c.path = opts.path;
     LOOM_CHECK(offered(kind, c.algo, c.path), "{}: the {} algorithm has no {} data path", op, to_string(c.algo),
                to_string(c.path));
-    LOOM_CHECK(c.path != DataPath::Tma || st.topo.arch >= 90, "{}: the tma data path needs sm_90, given sm_{}", op,
-               st.topo.arch);
+    LOOM_CHECK(c.path != DataPath::Tma || topo.arch >= 90, "{}: the tma data path needs sm_90, given sm_{}", op,
+               topo.arch);
     return c;
 }
 

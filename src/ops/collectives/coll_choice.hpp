@@ -1,0 +1,62 @@
+// The automatic choice of collective algorithm and data path: a table of rows, first feasible match wins
+// (coll_choice.cpp). Update the rows from bench-collectives measurements (docs/perf/<op>.json; docs/collectives.md
+// says how). Internal: used by the ops, their tests, bench-collectives --explain and the overlapped ops.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "loom/ops/collectives.hpp"
+
+namespace loom {
+
+struct CollChoice {
+    CollAlgo algo = CollAlgo::Auto;
+    DataPath path = DataPath::Auto;
+    int blocks = 0;
+    std::string reason;  // which table row (or constraint) decided
+};
+struct CollTopology {
+    int world = 1;
+    bool shared_gpu = false;  // ranks share one GPU (MPS)
+    int arch = 90;
+    int ranks_per_gpu = 1;  // ranks on this rank's GPU, itself included
+};
+// This world's topology as the choice sees it. Collective (a store all-gather): every rank calls it; the ops compute
+// it once per World (coll::Core).
+CollTopology collective_topology(World& world);
+// bytes: all_gather / all_to_all: the per-rank input; reduce_scatter: the per-rank output; all_reduce: the buffer.
+// in_symmetric / out_symmetric say which algorithms are feasible.
+CollChoice choose_collective(CollKind kind, std::size_t bytes, const CollTopology& topo, bool in_symmetric = true,
+                             bool out_symmetric = true);
+// The table and the choice at a few sizes, as printed by bench-collectives --explain.
+std::string explain_collectives(const CollTopology& topo);
+
+namespace coll {
+
+enum class GpuSharing { Any, Shared, Distinct };
+
+struct ChoiceRow {
+    CollKind kind;
+    std::size_t max_bytes;  // the row applies up to this size (inclusive); SIZE_MAX: no limit
+    GpuSharing sharing;
+    CollAlgo algo;
+    DataPath path;
+    const char* why;
+    int max_world = 0;  // the row applies up to this world size; 0: any
+};
+
+const std::vector<ChoiceRow>& choice_table();
+// Is `algo` on `path` offered for `kind` (independent of buffers)?
+bool offered(CollKind kind, CollAlgo algo, DataPath path);
+// The data path an explicitly chosen algorithm uses when the caller leaves the path on Auto.
+DataPath default_path(CollKind kind, CollAlgo algo, std::size_t bytes, const CollTopology& topo);
+// Can `algo` run with these buffers (symmetric-ness)?
+bool feasible(CollKind kind, CollAlgo algo, bool in_symmetric, bool out_symmetric);
+// Resolves Auto in opts from the choice; checks the algorithm / path pair is offered for the op.
+CollChoice resolve(CollKind kind, std::size_t bytes, const CollTopology& topo, const CollOptions& opts,
+                   bool in_symmetric, bool out_symmetric);
+
+}  // namespace coll
+}  // namespace loom

@@ -1,0 +1,44 @@
+// loom::reduce_scatter: validate, choose, dispatch to one algorithm (algorithms.hpp).
+#include "loom/runtime/error.hpp"
+#include "ops/collectives/coll_check.hpp"
+#include "ops/collectives/reduce_scatter/algorithms.hpp"
+
+namespace loom {
+
+namespace {
+
+void check_args(World& world, const BufferView& in, const BufferView& out) {
+    const char* op = "reduce_scatter";
+    coll::check_buffer(op, "in", in);
+    coll::check_buffer(op, "out", out);
+    coll::check_same_dtype(op, in, out);
+    coll::check_float_dtype(op, in);
+    const int W = world.world_size();
+    LOOM_CHECK(in.count % static_cast<std::size_t>(W) == 0,
+               "{}: expected in.count divisible by the world size {}, given {}", op, W, in.count);
+    LOOM_CHECK(out.count == in.count / W, "{}: expected out.count == in.count / world size = {} / {} = {}, given {}",
+               op, in.count, W, in.count / W, out.count);
+    char* const my_chunk = static_cast<char*>(in.data) + world.rank() * out.count * dtype_size(in.dtype);
+    LOOM_CHECK(out.data == my_chunk || !coll::overlaps(in.data, in.bytes(), out.data, out.bytes()),
+               "{}: out overlaps in but is not in's chunk of this rank (in-place needs out == in + rank x out.count)",
+               op);
+}
+
+}  // namespace
+
+void reduce_scatter(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts) {
+    const char* op = "reduce_scatter";
+    coll::Core& core = coll::core(world, stream, op);
+    const coll::PlanKey key = coll::plan_key(CollKind::ReduceScatter, in, out, opts);
+    if (core.plans.replay(key, stream)) return;  // this exact call was validated and resolved before
+    check_args(world, in, out);
+    const bool in_sym = world.is_symmetric(in.data, in.bytes()), out_sym = world.is_symmetric(out.data, out.bytes());
+    const CollChoice c = coll::resolve(CollKind::ReduceScatter, out.bytes(), core.budget.topo, opts, in_sym, out_sym);
+    if (c.algo == CollAlgo::Scatter && c.path == DataPath::CopyEngine) {
+        coll::reduce_scatter_scatter_ce(world, core, in, out, opts, stream);
+    } else {
+        coll::reduce_scatter_ld_tma(world, core, key, c, in, out, opts, stream);
+    }
+}
+
+}  // namespace loom
