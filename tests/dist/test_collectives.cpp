@@ -26,8 +26,8 @@
 #include "common/test_env.hpp"
 #include "loom/kernels/collectives/coll_params.hpp"
 #include "loom/ops/collectives.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
 #include "loom/runtime/store.hpp"
 
 namespace loom {
@@ -509,7 +509,7 @@ TEST_F(Collectives, AllReducePlainOutBackToBack) {
 // ---- scratch rounds: three rounds, the last one short, at every world size -------------------------------------
 // Elements per peer per round for a scratch of `slots` x C elements (mirrors src/ops: multiples of 16).
 std::size_t round_elems(std::size_t slots, std::size_t es) {
-    const std::size_t scratch = env_bytes("LOOM_COLL_SCRATCH", std::size_t(64) << 20);
+    const std::size_t scratch = settings().coll_scratch;
     return scratch / (slots * es) / 16 * 16;
 }
 

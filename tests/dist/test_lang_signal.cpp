@@ -12,8 +12,8 @@
 #include "common/child_process.hpp"
 #include "common/test_env.hpp"
 #include "loom/jit/jit.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
 
 namespace {
 
@@ -125,8 +125,7 @@ TEST(LangTimeoutChild, WaitForMissingNotify) {
     ctx.world = ctx.local_world = 1;
     ctx.heap_size = heap;
     ctx.heap[0] = buf;
-    ctx.wait_timeout_ns =
-        uint64_t(loom::env_ms("LOOM_WAIT_TIMEOUT_MS", std::chrono::milliseconds(300)).count()) * 1000000ull;
+    ctx.wait_timeout_ns = uint64_t(loom::settings().wait_timeout.count()) * 1000000ull;  // the parent's 300 ms
     lang_kernel("loom_test::missing_notify")(LaunchConfig{dim3(1), dim3(64)}, ctx, reinterpret_cast<uint64_t*>(buf));
     const cudaError_t e = cudaDeviceSynchronize();
     ADD_FAILURE() << "kernel ended: " << cudaGetErrorString(e);  // the child always fails; the parent checks why

@@ -1,10 +1,10 @@
 // Host launcher of include/loom/kernels/collectives/all_gather.cuh: validate, choose, launch.
 #include <vector>
 
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/stream_ops.hpp"
 #include "ops/collectives/coll_state.hpp"
+#include "runtime/env_vars.hpp"
 
 namespace loom {
 

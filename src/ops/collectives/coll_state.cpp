@@ -9,8 +9,8 @@
 #include <mutex>
 
 #include "loom/jit/jit.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "runtime/env_vars.hpp"
 
 namespace loom::coll {
 

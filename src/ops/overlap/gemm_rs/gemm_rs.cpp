@@ -32,13 +32,13 @@
 #include "loom/ops/collectives.hpp"
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/stream_ops.hpp"
 #include "loom/runtime/tma.hpp"
 #include "ops/collectives/coll_state.hpp"
 #include "ops/overlap/overlap_state.hpp"
 #include "ops/overlap/overlap_tune.hpp"
+#include "runtime/env_vars.hpp"
 
 namespace loom {
 
@@ -416,7 +416,8 @@ OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, in
 
 namespace detail {
 
-// The op with the options as given (loom::gemm_rs decides Auto's tuned options first: src/ops/overlap/overlap_tuned_ops.cpp).
+// The op with the options as given (loom::gemm_rs decides Auto's tuned options first:
+// src/ops/overlap/overlap_tuned_ops.cpp).
 void gemm_rs_run(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
                  const GemmRsOptions& o) {
     constexpr const char* op = "gemm_rs";
