@@ -45,9 +45,9 @@
 #include "loom/kernels/collectives/coll_params.hpp"
 #include "loom/ops/collectives.hpp"
 #include "loom/runtime/driver.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/nvshmem.hpp"
+#include "loom/runtime/settings.hpp"
 #include "loom/runtime/stream_ops.hpp"
 #include "loom/runtime/world.hpp"
 #include "nccl.hpp"
@@ -605,7 +605,7 @@ int main(int argc, char** argv) {
         // W-th of it; all_to_all's both the size), plus the collectives' scratch and LL area.
         const std::size_t need = 2 * args.max_bytes + 160 * MiB;
         loom::WorldOptions opts;
-        opts.symmetric_size = std::max(loom::env_bytes("LOOM_SYMMETRIC_SIZE", 0), need);
+        opts.symmetric_size = std::max(loom::settings().symmetric_size, need);
         loom::World w = loom::World::from_env(opts);
         const loom::CollTopology topo = loom::collective_topology(w);
         if (args.explain && w.rank() == 0) std::printf("%s\n", loom::explain_collectives(topo).c_str());

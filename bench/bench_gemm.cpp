@@ -39,8 +39,9 @@
 #include "harness.hpp"
 #include "loom/bf16.hpp"
 #include "loom/ops/gemm.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
+#include "runtime/settings_override.hpp"
 
 namespace {
 
@@ -246,7 +247,7 @@ int main(int argc, char** argv) {
             std::vector<Variant> vs =
                 pass == 0 ? std::vector<Variant>{{"heuristic", heur}} : variants(s, heur, pass, sms, in);
             if (pass == 0 && autotune) {
-                const loom::ScopedEnv tune("LOOM_AUTOTUNE", "1");
+                const loom::detail::ScopedSettings tune([](loom::Settings& s) { s.autotune = true; });
                 std::string source;
                 const loom::GemmConfig tuned = loom::gemm_config_for(A, B, C, {}, stream, &source);
                 vs.push_back({"autotuned", tuned});

@@ -25,9 +25,9 @@
 #include "harness.hpp"
 #include "loom/jit/jit.hpp"
 #include "loom/runtime/driver.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/nvshmem.hpp"
+#include "loom/runtime/settings.hpp"
 #include "loom/runtime/stream_ops.hpp"
 #include "loom/runtime/world.hpp"
 
@@ -337,8 +337,7 @@ int main(int argc, char** argv) {
             return 1;
         }
         loom::WorldOptions opts;
-        opts.symmetric_size =
-            std::max(loom::env_bytes("LOOM_SYMMETRIC_SIZE", 0), args.max_bytes + (std::size_t{64} << 20));
+        opts.symmetric_size = std::max(loom::settings().symmetric_size, args.max_bytes + (std::size_t{64} << 20));
         loom::World world = loom::World::from_env(opts);
         LOOM_CHECK(world.world_size() >= 2, "bench-lang: expected at least 2 ranks (loomrun -n 2), given {}",
                    world.world_size());

@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "../tests/common/scoped_env.hpp"
 #include "cublaslt.hpp"
 #include "harness.hpp"
 #include "loom/bf16.hpp"
@@ -49,9 +50,9 @@
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/driver.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/nvshmem.hpp"
+#include "loom/runtime/settings.hpp"
 #include "nccl.hpp"
 #include "ops/collectives/coll_choice.hpp"
 
@@ -901,7 +902,7 @@ int main(int argc, char** argv) {
         // Every algorithm keeps its own symmetric state (the sequences' [M, N] parity halves alone are 256 MiB at
         // N = 8192), and all of them are timed in one process: 1 GiB ran out at the largest gemm_rs shapes.
         loom::WorldOptions wopts;
-        wopts.symmetric_size = std::max(loom::env_bytes("LOOM_SYMMETRIC_SIZE", 0), std::size_t{4} << 30);
+        wopts.symmetric_size = std::max(loom::settings().symmetric_size, std::size_t{4} << 30);
         auto w = loom::World::from_env(wopts);
         cudaStream_t s;
         LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

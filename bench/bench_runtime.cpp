@@ -24,6 +24,7 @@
 #include "loom/jit/jit.hpp"
 #include "loom/runtime/driver.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
 #include "loom/runtime/world.hpp"
 
 namespace fs = std::filesystem;
@@ -100,7 +101,7 @@ int main(int argc, char** argv) {
         }
         constexpr std::size_t kGiB = std::size_t{1} << 30;
         loom::WorldOptions opts;
-        opts.symmetric_size = std::max(loom::env_bytes("LOOM_SYMMETRIC_SIZE", kGiB), kGiB);
+        opts.symmetric_size = std::max(loom::settings().symmetric_size, kGiB);
         loom::World world = loom::World::from_env(opts);
         const double ready_us = us_since_process_start();
         char* dst = static_cast<char*>(world.alloc_bytes(kGiB));

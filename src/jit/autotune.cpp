@@ -13,9 +13,10 @@
 #include "jit/sha256.hpp"
 #include "jit/sources.hpp"
 #include "jit/toolchain.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
 #include "loom/runtime/world.hpp"
+#include "runtime/log.hpp"
 
 #ifndef LOOM_VERSION
 #define LOOM_VERSION "0"
@@ -131,7 +132,7 @@ TuneResult autotune(const TuneRequest& req, World* world) {
         return std::nullopt;
     };
 
-    if (!env_flag("LOOM_AUTOTUNE")) {
+    if (!settings().autotune) {
         if (auto j = read_persisted(path)) {
             if (auto i = index_of(j->value("winner", ""))) {
                 return {req.candidates[*i], *i, "persisted", j->value("winner_us", 0.0)};
@@ -166,9 +167,9 @@ TuneResult autotune(const TuneRequest& req, World* world) {
                 best_local = std::min(best_local, t);
             }
             if (rank == 0) {
-                fmt::print(stderr, "\r[loom tune] {} {}: round {}/{} {}/{} {} {} (best {:.1f} us)\033[K", req.op,
-                           req.shape_bucket, round + 1, rounds, j + 1, n, req.candidates[i].name,
-                           std::isfinite(t) ? fmt::format("{:.1f} us", t) : std::string("failed"), best_local);
+                log_progress(LogLevel::Warn, "tune {} {}: round {}/{} {}/{} {} {} (best {:.1f} us)", req.op,
+                             req.shape_bucket, round + 1, rounds, j + 1, n, req.candidates[i].name,
+                             std::isfinite(t) ? fmt::format("{:.1f} us", t) : std::string("failed"), best_local);
             }
         }
     }
@@ -195,13 +196,13 @@ TuneResult autotune(const TuneRequest& req, World* world) {
         for (std::size_t i = 1; i < n; ++i)
             if (worst[i] < worst[winner]) winner = i;
         if (!std::isfinite(worst[winner])) winner = n;  // nothing ran everywhere
-        fmt::print(stderr, "\n");
+        log_progress_end(LogLevel::Warn);
         if (winner < n) {
             // Persist before publishing: once any rank has the winner, the file is there for later runs.
             try {
                 persist(path, result_json(req, worst, winner, ranks));
             } catch (const Error& e) {
-                fmt::print(stderr, "[loom tune] warning: result not persisted: {}\n", e.what());
+                log(LogLevel::Warn, "tune {} {}: result not persisted: {}", req.op, req.shape_bucket, e.what());
             }
         }
         if (world) world->store().set(tag + "/winner", std::to_string(winner));

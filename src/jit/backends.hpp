@@ -21,7 +21,7 @@ struct Job {
     std::string work_dir;                   // scratch directory for subprocess outputs
     std::vector<std::string> include_dirs;  // -I, in order (embedded set, user dirs, CUDA)
     std::string name_expr;                  // "ns::kernel<1, 2>", or "" when the TU only includes the header
-    bool want_ptx = false;                  // LOOM_JIT_DUMP_PTX: also return PTX text
+    bool want_ptx = false;                  // also return PTX text (LOOM_LOG_LEVEL=debug)
 };
 
 struct Output {

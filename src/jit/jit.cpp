@@ -14,8 +14,9 @@
 #include "jit/sources.hpp"
 #include "jit/subprocess.hpp"
 #include "jit/toolchain.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
+#include "runtime/log.hpp"
 
 #ifndef LOOM_VERSION
 #define LOOM_VERSION "0"
@@ -42,13 +43,20 @@ using namespace detail;
 
 enum class Mode { Nvrtc, NvrtcPtxas, Nvcc };
 
-Mode requested_mode(const KernelSpec& spec) {
+// The compiler whose entries this spec uses (part of the cache key). Cache-only looks up NVRTC's entries, the
+// default compiler's, and never compiles.
+Mode requested_mode(const KernelSpec& spec, JitCompiler setting) {
     if (spec.needs_nvshmem || spec.force_nvcc) return Mode::Nvcc;
-    std::string v = env_str("LOOM_JIT_COMPILER").value_or("");
-    if (v.empty() || v == "nvrtc") return Mode::Nvrtc;
-    if (v == "nvcc") return Mode::Nvcc;
-    if (v == "nvrtc-ptxas") return Mode::NvrtcPtxas;
-    LOOM_FAIL("LOOM_JIT_COMPILER: expected nvrtc, nvrtc-ptxas or nvcc, given '{}'", v);
+    switch (setting) {
+        case JitCompiler::Nvcc:
+            return Mode::Nvcc;
+        case JitCompiler::NvrtcPtxas:
+            return Mode::NvrtcPtxas;
+        case JitCompiler::Nvrtc:
+        case JitCompiler::CacheOnly:
+            break;
+    }
+    return Mode::Nvrtc;
 }
 
 const char* mode_name(Mode m) { return m == Mode::Nvrtc ? "nvrtc" : m == Mode::Nvcc ? "nvcc" : "nvrtc-ptxas"; }
@@ -180,12 +188,10 @@ std::optional<CompileResult> read_entry(const std::string& dir) {
     }
 }
 
+// kernel.sass beside the cubin, when cuobjdump is there.
 void dump_sass(const std::string& dir) {
     const auto& tc = toolchain();
-    if (tc.cuobjdump.empty()) {
-        write_file(dir + "/kernel.sass", "cuobjdump not found (set LOOM_CUDA_HOME)\n");
-        return;
-    }
+    if (tc.cuobjdump.empty()) return;
     auto r = run_process({tc.cuobjdump, "-sass", dir + "/kernel.cubin"}, std::chrono::seconds(120));
     write_file(dir + "/kernel.sass", r.output);
 }
@@ -210,27 +216,25 @@ CompileResult compile(const KernelSpec& spec, int arch) {
     auto t0 = std::chrono::steady_clock::now();
     LOOM_CHECK(!spec.name.empty() || spec.template_args.empty(),
                "KernelSpec for header {}: template arguments given without a kernel name", spec.header);
-    const Mode mode = requested_mode(spec);
+    const Settings& conf = settings();
+    const Mode mode = requested_mode(spec, conf.jit_compiler);
     const std::string target = sm_name(arch);
     const HeaderRef href = resolve_header(spec);
     const std::string tu = make_tu(spec, href);
     const std::string key = cache_key(spec, arch, mode, tu, href);
     const std::string root = cache_root();
     const std::string dir = root + "/jit/" + key;
-    const bool debug = env_flag("LOOM_JIT_DEBUG");
+    const bool debug = log_enabled(LogLevel::Debug);
     auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
 
     if (auto hit = read_entry(dir)) {
         hit->seconds = elapsed();
-        if (debug) {
-            fmt::print(stderr, "[loom jit] cache hit {} for {} ({:.3f} s, {})\n", spec.display(), target, hit->seconds,
-                       dir);
-        }
+        log(LogLevel::Debug, "jit: cache hit {} for {} ({:.3f} s, {})", spec.display(), target, hit->seconds, dir);
         return *hit;
     }
-    LOOM_CHECK(!env_flag("LOOM_JIT_DISABLE"),
-               "LOOM_JIT_DISABLE=1 and {} for {} is not in the cache (key {} under {}/jit)", spec.display(), target,
-               key, root);
+    LOOM_CHECK(conf.jit_compiler != JitCompiler::CacheOnly,
+               "LOOM_JIT_COMPILER=cache-only and {} for {} is not in the cache (key {} under {}/jit)", spec.display(),
+               target, key, root);
 
     // Compile into a private directory, then rename it into place: readers see a whole entry or none.
     make_dirs(root + "/jit");
@@ -248,7 +252,7 @@ CompileResult compile(const KernelSpec& spec, int arch) {
     const auto& cuda_inc = toolchain().cuda_include_dirs;
     job.include_dirs.insert(job.include_dirs.end(), cuda_inc.begin(), cuda_inc.end());
     job.name_expr = spec.name.empty() ? "" : spec.display();
-    job.want_ptx = env_flag("LOOM_JIT_DUMP_PTX");
+    job.want_ptx = debug;
     write_file(job.tu_path, tu);
 
     Output out;
@@ -261,9 +265,9 @@ CompileResult compile(const KernelSpec& spec, int arch) {
                 out = nvrtc_compile(job, mode == Mode::NvrtcPtxas);
             } catch (const CompileFailure& f) {
                 failures = fmt::format("--- {} ---\n{}\n", f.compiler(), f.log());
-                if (!env_flag("LOOM_JIT_NO_FALLBACK") && !toolchain().nvcc.empty()) {
-                    fmt::print(stderr, "[loom jit] {} failed for {} ({}); retrying with nvcc\n", f.compiler(),
-                               spec.display(), target);
+                if (conf.jit_nvcc_fallback && !toolchain().nvcc.empty()) {
+                    log(LogLevel::Warn, "jit: {} failed for {} ({}); retrying with nvcc", f.compiler(), spec.display(),
+                        target);
                     out = nvcc_compile(job);
                     out.log =
                         fmt::format("[loom jit] {} failed; compiled by nvcc (fallback).\n{}", f.compiler(), out.log);
@@ -302,7 +306,7 @@ CompileResult compile(const KernelSpec& spec, int arch) {
     fill_resources(r, meta);
     write_file(tmp + "/kernel.cubin", std::string_view(r.cubin.data(), r.cubin.size()));
     if (job.want_ptx && !out.ptx.empty()) write_file(tmp + "/kernel.ptx", out.ptx);
-    if (env_flag("LOOM_JIT_DUMP_SASS")) dump_sass(tmp);
+    if (debug) dump_sass(tmp);
     write_file(tmp + "/meta.json", meta.dump(2));  // last: an entry with meta.json is complete
 
     std::error_code ec;
@@ -322,10 +326,8 @@ CompileResult compile(const KernelSpec& spec, int arch) {
     }
     r.tu_path = dir + "/kernel.cu";
     r.cache_dir = dir;
-    if (debug) {
-        fmt::print(stderr, "[loom jit] compiled {} for {} with {} in {:.3f} s ({} regs, {} B spills, {})\n",
-                   spec.display(), target, r.compiler, r.seconds, r.registers, r.spill_bytes, dir);
-    }
+    log(LogLevel::Debug, "jit: compiled {} for {} with {} in {:.3f} s ({} regs, {} B spills, {})", spec.display(),
+        target, r.compiler, r.seconds, r.registers, r.spill_bytes, dir);
     return r;
 }
 

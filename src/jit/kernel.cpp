@@ -6,9 +6,9 @@
 
 #include "loom/jit/jit.hpp"
 #include "loom/runtime/driver.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/nvshmem.hpp"
+#include "loom/runtime/settings.hpp"
 #include "runtime/diag_mailbox.hpp"
 
 namespace loom::jit {
@@ -51,7 +51,8 @@ std::string spec_fingerprint(const KernelSpec& s) {
     f += '\x1f';
     for (const auto& d : s.include_dirs) f += d + '\x1e';
     f += fmt::format("\x1f{}{}", int(s.needs_nvshmem), int(s.force_nvcc));
-    f += '\x1f' + env_str("LOOM_JIT_COMPILER").value_or("");
+    f += '\x1f';
+    f += to_string(settings().jit_compiler);
     return f;
 }
 

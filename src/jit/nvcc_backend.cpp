@@ -7,8 +7,8 @@
 #include "jit/backends.hpp"
 #include "jit/subprocess.hpp"
 #include "jit/toolchain.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
 
 namespace loom::jit::detail {
 namespace {
@@ -74,7 +74,7 @@ Output nvcc_compile(const Job& job) {
     if (nvshmem) argv.push_back("-I" + nvshmem_home().home + "/include");
     for (const auto& d : job.spec->defines) argv.push_back("-D" + d);
     argv.push_back(job.tu_path);
-    auto timeout = std::chrono::seconds(env_int("LOOM_JIT_TIMEOUT_S", 600));
+    const auto timeout = settings().jit_timeout;
     auto r = run_process(argv, timeout);
     Output out;
     out.log = r.output;

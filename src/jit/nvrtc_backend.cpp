@@ -7,8 +7,8 @@
 #include "jit/backends.hpp"
 #include "jit/subprocess.hpp"
 #include "jit/toolchain.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
 
 namespace loom::jit::detail {
 
@@ -101,7 +101,7 @@ Output nvrtc_compile(const Job& job, bool via_ptxas) {
     std::string ptx_path = job.work_dir + "/kernel.ptx", cubin_path = job.work_dir + "/kernel.cubin";
     write_file(ptx_path, out.ptx);
     std::vector<std::string> argv{tc.ptxas, "-arch=" + sm_name(job.arch), "-v", "-o", cubin_path, ptx_path};
-    auto timeout = std::chrono::seconds(env_int("LOOM_JIT_TIMEOUT_S", 600));
+    const auto timeout = settings().jit_timeout;
     auto r = run_process(argv, timeout);
     out.log += r.output;
     if (r.exit_code != 0) {

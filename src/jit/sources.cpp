@@ -30,7 +30,7 @@ bool is_embedded(std::string_view header) {
 }
 
 std::string embedded_include_dir() {
-    // Re-checked on every call (one stat): the cache may be cleared, or LOOM_CACHE_DIR changed, while running.
+    // Re-checked on every call (one stat): the cache may be cleared, or settings().cache_dir changed, while running.
     static std::mutex mu;
     std::lock_guard lock(mu);
     const std::string root = cache_root() + "/headers";

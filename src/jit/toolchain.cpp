@@ -12,8 +12,8 @@
 
 #include "jit/subprocess.hpp"
 #include "loom/runtime/driver.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
 
 #ifndef LOOM_CUDA_INCLUDE_DIR
 #define LOOM_CUDA_INCLUDE_DIR ""
@@ -89,12 +89,7 @@ std::string which(const std::string& tool) {
 
 Toolchain locate() {
     Toolchain t;
-    for (const char* var : {"LOOM_CUDA_HOME", "CUDA_HOME", "CUDA_PATH"}) {
-        if (auto v = env_str(var); v && !v->empty()) {
-            t.cuda_home = *v;
-            break;
-        }
-    }
+    t.cuda_home = settings().cuda_home;
     if (t.cuda_home.empty()) t.cuda_home = home_from_build_include();
     if (!t.cuda_home.empty()) {
         for (const std::string& d : {t.cuda_home + "/include", t.cuda_home + "/include/cccl"})
@@ -180,8 +175,8 @@ const NvshmemHome& nvshmem_home() {
             return file_exists(home + "/include/nvshmem.h") && file_exists(home + "/lib");
         };
         std::string home;
-        if (auto v = env_str("LOOM_NVSHMEM_HOME"); v && ok(*v)) {
-            home = *v;
+        if (const std::string& v = settings().nvshmem_home; ok(v)) {
+            home = v;
         } else if (ok(LOOM_NVSHMEM_HOME_DEFAULT)) {
             home = LOOM_NVSHMEM_HOME_DEFAULT;
         } else {
@@ -211,15 +206,7 @@ const NvshmemHome& nvshmem_home() {
 }
 
 std::string cache_root() {
-    std::string root;
-    if (auto v = env_str("LOOM_CACHE_DIR"); v && !v->empty()) {
-        root = *v;
-    } else if (auto x = env_str("XDG_CACHE_HOME"); x && !x->empty()) {
-        root = *x + "/loom";
-    } else {
-        const char* home = std::getenv("HOME");
-        root = std::string(home && *home ? home : "/tmp") + "/.cache/loom";
-    }
+    const std::string& root = settings().cache_dir;
     make_dirs(root);
     return root;
 }

@@ -1,8 +1,9 @@
 // Where the JIT's tools and headers are, and their versions (part of every cache key).
 //
-// Located once per process (thread-safe static). Precedence for the CUDA toolkit: LOOM_CUDA_HOME, CUDA_HOME,
-// CUDA_PATH, then the toolkit Loom was built against. NVSHMEM: LOOM_NVSHMEM_HOME, the build-time
-// LOOM_NVSHMEM_HOME_DEFAULT, then the nvidia-nvshmem pip wheel (found through python3).
+// Located once per process (thread-safe static). Precedence for the CUDA toolkit: settings().cuda_home
+// (LOOM_CUDA_HOME, CUDA_HOME, CUDA_PATH), then the toolkit Loom was built against; its tools there, else on PATH.
+// NVSHMEM: settings().nvshmem_home (LOOM_NVSHMEM_HOME), the build-time LOOM_NVSHMEM_HOME_DEFAULT, then the
+// nvidia-nvshmem pip wheel (found through python3).
 #pragma once
 
 #include <string>
@@ -32,7 +33,7 @@ struct NvshmemHome {
 // Raises loom::Error naming every place looked when no NVSHMEM install is found.
 const NvshmemHome& nvshmem_home();
 
-// LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, else ~/.cache/loom. Created when missing.
+// settings().cache_dir (LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, else ~/.cache/loom). Created when missing.
 std::string cache_root();
 
 // File helpers used across the JIT.

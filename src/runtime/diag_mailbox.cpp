@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "loom/runtime/driver.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
 
 namespace loom::diag {
 namespace {
@@ -187,10 +187,7 @@ DiagMailbox* create_mailbox(DiagMailbox*& device) {
 
 }  // namespace
 
-bool enabled() {
-    static const bool on = env_flag("LOOM_DIAG_MAILBOX");
-    return on;
-}
+bool enabled() { return settings().diag_mailbox; }
 
 DiagMailbox* attach(int rank) {
     if (!enabled()) return nullptr;

@@ -1,4 +1,4 @@
-// Environment parsing: rank facts from the launcher's conventions and typed LOOM_* settings.
+// Environment parsing: rank facts from the launchers' conventions, and typed readers of single variables.
 #include "loom/runtime/env.hpp"
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "loom/runtime/error.hpp"
+#include "runtime/env_vars.hpp"
 
 namespace loom {
 namespace {
@@ -224,7 +225,7 @@ std::size_t parse_bytes(const std::string& text, const std::string& what) {
     return static_cast<std::size_t>(n << shift);
 }
 
-std::optional<std::string> env_str(const char* name) { return get(process_env(), name); }
+std::optional<std::string> env_str(const EnvLookup& env, const char* name) { return get(env, name); }
 
 long long env_int(const EnvLookup& env, const char* name, long long fallback) {
     auto v = get(env, name);
@@ -256,17 +257,12 @@ std::chrono::milliseconds env_ms(const EnvLookup& env, const char* name, std::ch
     return std::chrono::milliseconds(*n);
 }
 
+std::optional<std::string> env_str(const char* name) { return get(process_env(), name); }
 long long env_int(const char* name, long long fallback) { return env_int(process_env(), name, fallback); }
 bool env_flag(const char* name) { return env_flag(process_env(), name); }
 std::size_t env_bytes(const char* name, std::size_t fallback) { return env_bytes(process_env(), name, fallback); }
 std::chrono::milliseconds env_ms(const char* name, std::chrono::milliseconds fallback) {
     return env_ms(process_env(), name, fallback);
-}
-
-std::chrono::milliseconds store_timeout() {
-    auto t = env_ms("LOOM_STORE_TIMEOUT_MS", std::chrono::milliseconds(300000));
-    LOOM_CHECK(t.count() > 0, "LOOM_STORE_TIMEOUT_MS: expected a timeout > 0 ms, given {}", t.count());
-    return t;
 }
 
 }  // namespace loom

@@ -1,11 +1,12 @@
+// The one parse of Loom's environment variables, and the process's copy of its result.
 #include "loom/runtime/settings.hpp"
 
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <mutex>
 
 #include "loom/runtime/error.hpp"
+#include "runtime/env_vars.hpp"
 #include "runtime/settings_override.hpp"
 
 namespace loom {
@@ -16,12 +17,6 @@ std::string lower(std::string s) {
     return s;
 }
 
-std::optional<std::string> get(const EnvLookup& env, const char* name) {
-    auto v = env(name);
-    if (v && v->empty()) return std::nullopt;
-    return v;
-}
-
 JitCompiler parse_compiler(const std::optional<std::string>& v) {
     if (!v) return JitCompiler::Nvrtc;
     const std::string s = lower(*v);
@@ -29,7 +24,7 @@ JitCompiler parse_compiler(const std::optional<std::string>& v) {
     if (s == "nvrtc-ptxas") return JitCompiler::NvrtcPtxas;
     if (s == "nvcc") return JitCompiler::Nvcc;
     if (s == "cache-only") return JitCompiler::CacheOnly;
-    LOOM_FAIL("LOOM_JIT_COMPILER: expected nvrtc, nvrtc-ptxas, nvcc or cache-only, given '{}'", *v);
+    LOOM_FAIL("LOOM_JIT_COMPILER: expected nvrtc, nvrtc-ptxas, nvcc or cache-only, given \"{}\"", *v);
 }
 
 LogLevel parse_level(const std::optional<std::string>& v) {
@@ -39,11 +34,15 @@ LogLevel parse_level(const std::optional<std::string>& v) {
     if (s == "warn" || s == "warning") return LogLevel::Warn;
     if (s == "info") return LogLevel::Info;
     if (s == "debug") return LogLevel::Debug;
-    LOOM_FAIL("LOOM_LOG_LEVEL: expected error, warn, info or debug, given '{}'", *v);
+    LOOM_FAIL("LOOM_LOG_LEVEL: expected error, warn, info or debug, given \"{}\"", *v);
 }
 
-std::mutex g_mu;
-std::unique_ptr<Settings> g_settings;
+// Never destroyed: Worlds shut down (and read their timeouts) during static destruction. A parse that throws leaves
+// the static uninitialised, so the next call parses again.
+Settings& process_settings() {
+    static Settings* const s = new Settings(settings_from(process_env()));
+    return *s;
+}
 
 }  // namespace
 
@@ -58,37 +57,33 @@ Settings settings_from(const EnvLookup& env) {
     LOOM_CHECK(s.store_timeout.count() > 0, "LOOM_STORE_TIMEOUT_MS: expected a timeout > 0 ms, given {}",
                s.store_timeout.count());
     s.shutdown_timeout = std::min(s.shutdown_timeout, s.store_timeout);
-    if (auto v = get(env, "LOOM_CACHE_DIR")) {
+    if (auto v = env_str(env, "LOOM_CACHE_DIR")) {
         s.cache_dir = *v;
-    } else if (auto x = get(env, "XDG_CACHE_HOME")) {
+    } else if (auto x = env_str(env, "XDG_CACHE_HOME")) {
         s.cache_dir = *x + "/loom";
-    } else if (auto h = get(env, "HOME")) {
+    } else if (auto h = env_str(env, "HOME")) {
         s.cache_dir = *h + "/.cache/loom";
     } else {
-        s.cache_dir = "/tmp/loom-cache";
+        s.cache_dir = "/tmp/.cache/loom";
     }
-    s.jit_compiler = parse_compiler(get(env, "LOOM_JIT_COMPILER"));
+    s.jit_compiler = parse_compiler(env_str(env, "LOOM_JIT_COMPILER"));
     for (const char* var : {"LOOM_CUDA_HOME", "CUDA_HOME", "CUDA_PATH"})
-        if (auto v = get(env, var)) {
+        if (auto v = env_str(env, var)) {
             s.cuda_home = *v;
             break;
         }
-    if (auto v = get(env, "LOOM_NVSHMEM_HOME")) s.nvshmem_home = *v;
+    if (auto v = env_str(env, "LOOM_NVSHMEM_HOME")) s.nvshmem_home = *v;
     s.autotune = env_flag(env, "LOOM_AUTOTUNE");
-    s.log_level = parse_level(get(env, "LOOM_LOG_LEVEL"));
+    s.log_level = parse_level(env_str(env, "LOOM_LOG_LEVEL"));
     s.diag_mailbox = env_flag(env, "LOOM_DIAG_MAILBOX");
-    if (auto v = get(env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")) {
+    if (auto v = env_str(env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")) {
         const double pct = std::atof(v->c_str());
         s.mps_thread_percentage = pct > 0 && pct <= 100 ? static_cast<int>(pct) : 0;
     }
     return s;
 }
 
-const Settings& settings() {
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (!g_settings) g_settings = std::make_unique<Settings>(settings_from(process_env()));
-    return *g_settings;
-}
+const Settings& settings() { return process_settings(); }
 
 const char* to_string(JitCompiler c) {
     switch (c) {
@@ -120,17 +115,11 @@ const char* to_string(LogLevel l) {
 
 namespace detail {
 
-ScopedSettings::ScopedSettings(const Settings& s) {
-    settings();  // parsed once, so the previous value is the process's
-    std::lock_guard<std::mutex> lock(g_mu);
-    old_ = std::make_unique<Settings>(*g_settings);
-    *g_settings = s;
+ScopedSettings::ScopedSettings(const Settings& s) : old_(std::make_unique<Settings>(process_settings())) {
+    process_settings() = s;
 }
 
-ScopedSettings::~ScopedSettings() {
-    std::lock_guard<std::mutex> lock(g_mu);
-    *g_settings = *old_;
-}
+ScopedSettings::~ScopedSettings() { process_settings() = *old_; }
 
 }  // namespace detail
 }  // namespace loom

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
 #include "socket_util.hpp"
 #include "store_server.hpp"
 
@@ -143,7 +144,7 @@ Store::Store(int rank, int world_size, const std::string& addr, int port, std::c
 }
 
 Store::Store(const RankInfo& info)
-    : Store(info.rank, info.world_size, info.master_addr, info.master_port, store_timeout()) {}
+    : Store(info.rank, info.world_size, info.master_addr, info.master_port, settings().store_timeout) {}
 
 Store::~Store() = default;
 

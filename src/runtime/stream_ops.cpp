@@ -4,8 +4,8 @@
 #include <thread>
 
 #include "loom/runtime/driver.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
 #include "loom/runtime/world.hpp"
 
 namespace loom::stream_ops {
@@ -60,7 +60,7 @@ bool capturing(cudaStream_t stream) {
 }
 
 void wait_stream_bounded(cudaStream_t stream, const char* what) {
-    const auto timeout = env_ms("LOOM_WAIT_TIMEOUT_MS", std::chrono::milliseconds(0));
+    const auto timeout = settings().wait_timeout;
     if (timeout.count() <= 0) {
         LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
         return;

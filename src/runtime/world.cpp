@@ -10,13 +10,12 @@
 
 #include "loom/runtime/driver.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
 #include "runtime/diag_mailbox.hpp"
 #include "runtime/heap_allocator.hpp"
 
 namespace loom {
 namespace {
-
-constexpr std::size_t kDefaultSymmetricSize = std::size_t{1} << 30;
 
 // One collective heap call as every rank reports it, so all ranks can check they made the same call.
 struct HeapCall {
@@ -124,7 +123,7 @@ struct World::Impl {
     // touches peers), then "leave" (every rank has stopped polling), after which rank 0 may stop the server.
     // A Store barrier would wait for the full store timeout; this one polls with its own bound.
     void shutdown_barrier() {
-        const auto timeout = env_ms("LOOM_SHUTDOWN_TIMEOUT_MS", std::chrono::milliseconds(60000));
+        const auto timeout = settings().shutdown_timeout;
         const auto deadline = std::chrono::steady_clock::now() + timeout;
         auto wait_all = [&](const std::string& key) {
             auto pause = std::chrono::milliseconds(1);
@@ -150,7 +149,7 @@ struct World::Impl {
     }
 };
 
-World World::from_env(const WorldOptions& opts) { return World(rank_info_from_env(), opts); }
+World World::from_env(const WorldOptions& opts) { return World(settings().rank, opts); }
 
 World::World(const RankInfo& info, const WorldOptions& opts) : impl_(std::make_unique<Impl>()) {
     try {
@@ -169,7 +168,8 @@ void World::init(const RankInfo& info, const WorldOptions& opts) {
                "WorldOptions: a symmetric heap needs a device (bind_device = false with create_heap = true)");
     // Without a GPU every rank fails here alike, before anyone waits for anyone.
     if (opts.create_heap && !driver::available()) LOOM_FAIL("no GPU: {}", driver::unavailable_reason());
-    w.store = std::make_unique<Store>(info.rank, info.world_size, info.master_addr, info.master_port, store_timeout());
+    w.store = std::make_unique<Store>(info.rank, info.world_size, info.master_addr, info.master_port,
+                                      settings().store_timeout);
 
     if (opts.bind_device && driver::available()) {
         int count = 0;
@@ -181,12 +181,10 @@ void World::init(const RankInfo& info, const WorldOptions& opts) {
         w.device = dev;
         w.diag = diag::attach(info.rank);
     }
-    const auto wait_ms = env_ms("LOOM_WAIT_TIMEOUT_MS", std::chrono::milliseconds(0));
-    w.wait_timeout_ns = static_cast<std::uint64_t>(wait_ms.count()) * 1000000ull;
+    w.wait_timeout_ns = static_cast<std::uint64_t>(settings().wait_timeout.count()) * 1000000ull;
 
     if (opts.create_heap) {
-        std::size_t bytes =
-            opts.symmetric_size ? opts.symmetric_size : env_bytes("LOOM_SYMMETRIC_SIZE", kDefaultSymmetricSize);
+        const std::size_t bytes = opts.symmetric_size ? opts.symmetric_size : settings().symmetric_size;
         w.heap = std::make_unique<SymmetricHeap>(*w.store, info, w.device, bytes);
         w.allocator = std::make_unique<detail::HeapAllocator>(w.heap->size());
     }

@@ -10,6 +10,7 @@
 #include "common/test_env.hpp"
 #include "common/test_kernels.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
 
 namespace {
 

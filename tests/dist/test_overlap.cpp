@@ -18,14 +18,16 @@
 #include <vector>
 
 #include "common/reference.hpp"
+#include "common/scoped_env.hpp"
 #include "common/test_env.hpp"
 #include "loom/jit/jit.hpp"
 #include "loom/ops/collectives.hpp"
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "ops/collectives/coll_choice.hpp"
+#include "loom/runtime/settings.hpp"
+#include "runtime/settings_override.hpp"
 
 namespace loom {
 namespace {
@@ -968,7 +970,7 @@ TEST_F(Overlap, BackToBack) {
 // outputs), every rank runs rank 0's pick — against the reference, every element, at that call and the next (decided
 // from memory) — and rank 0 persisted one result per op under the cache's tune/ directory.
 TEST_F(Overlap, AutotunedOptions) {
-    const ScopedEnv tune("LOOM_AUTOTUNE", "1");
+    const detail::ScopedSettings tune([](Settings& s) { s.autotune = true; });
     for (int call = 0; call < 2; ++call) {
         const std::string tag = "_call" + std::to_string(call);
         run_rs(*w, stream, 128, 256, 256, 70, {}, "rs_tuned" + tag);

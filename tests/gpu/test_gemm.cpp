@@ -23,8 +23,9 @@
 #include "common/reference.hpp"
 #include "common/test_env.hpp"
 #include "loom/ops/gemm.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
+#include "runtime/settings_override.hpp"
 
 namespace {
 
@@ -472,8 +473,10 @@ TEST_F(Gemm, AutotunePicksPersistsAndKeepsTheCallersOutput) {
     namespace fs = std::filesystem;
     const fs::path dir = fs::path(::testing::TempDir()) / ("loom-gemm-tune-" + std::to_string(::getpid()));
     fs::remove_all(dir);
-    const loom::ScopedEnv cache("LOOM_CACHE_DIR", dir.string());
-    const loom::ScopedEnv tune("LOOM_AUTOTUNE", "1");
+    const loom::detail::ScopedSettings tune([&](loom::Settings& s) {
+        s.cache_dir = dir.string();
+        s.autotune = true;
+    });
     // Skinny M (64-row tiles): few candidates to compile in the fresh cache.
     Case cs{48, 1024, 512};
     cs.alpha = 1.f;

@@ -1,11 +1,16 @@
-// Rank facts and typed settings parsed from synthetic environments (the EnvLookup overloads).
+// Rank facts, typed variables and loom::Settings parsed from synthetic environments (EnvLookup), and the process's
+// settings switched for a scope (ScopedSettings).
 #include <gtest/gtest.h>
 
 #include <map>
 #include <string>
+#include <utility>
 
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
+#include "runtime/env_vars.hpp"
+#include "runtime/settings_override.hpp"
 
 namespace {
 
@@ -233,19 +238,168 @@ TEST(Env, IntFlagAndMilliseconds) {
     EXPECT_THROW(loom::env_ms(env, "N", std::chrono::milliseconds(1)), loom::Error);
 }
 
-TEST(Env, StoreTimeoutDefault) {
-    const char* old = std::getenv("LOOM_STORE_TIMEOUT_MS");
-    std::string saved = old ? old : "";
-    unsetenv("LOOM_STORE_TIMEOUT_MS");
-    EXPECT_EQ(loom::store_timeout().count(), 300000);
-    setenv("LOOM_STORE_TIMEOUT_MS", "1500", 1);
-    EXPECT_EQ(loom::store_timeout().count(), 1500);
-    setenv("LOOM_STORE_TIMEOUT_MS", "0", 1);
-    EXPECT_THROW(loom::store_timeout(), loom::Error);
-    if (old)
-        setenv("LOOM_STORE_TIMEOUT_MS", saved.c_str(), 1);
-    else
-        unsetenv("LOOM_STORE_TIMEOUT_MS");
+// ---- loom::Settings ---------------------------------------------------------------------------------------------
+
+loom::Settings settings_of(const Vars& vars) { return loom::settings_from(lookup(vars)); }
+
+// settings_from(vars) raises, naming `var` and the value given.
+void expect_settings_error(const Vars& vars, const std::string& var) {
+    try {
+        settings_of(vars);
+        ADD_FAILURE() << "parsed without error: " << var;
+    } catch (const loom::Error& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find(var), std::string::npos) << msg;
+        EXPECT_NE(msg.find("\"" + vars.at(var) + "\""), std::string::npos) << msg;
+    }
+}
+
+TEST(Settings, Defaults) {
+    const loom::Settings s = settings_of({{"HOME", "/home/u"}});
+    EXPECT_EQ(s.rank.source, "default");
+    EXPECT_EQ(s.rank.world_size, 1);
+    EXPECT_EQ(s.rank.device, -1);
+    EXPECT_EQ(s.symmetric_size, std::size_t{1} << 30);
+    EXPECT_EQ(s.coll_scratch, std::size_t{64} << 20);
+    EXPECT_EQ(s.wait_timeout.count(), 0);
+    EXPECT_EQ(s.store_timeout.count(), 300000);
+    EXPECT_EQ(s.shutdown_timeout.count(), 60000);
+    EXPECT_EQ(s.cache_dir, "/home/u/.cache/loom");
+    EXPECT_EQ(s.jit_compiler, loom::JitCompiler::Nvrtc);
+    EXPECT_TRUE(s.jit_nvcc_fallback);
+    EXPECT_EQ(s.jit_timeout.count(), 600);
+    EXPECT_EQ(s.cuda_home, "");
+    EXPECT_EQ(s.nvshmem_home, "");
+    EXPECT_FALSE(s.autotune);
+    EXPECT_EQ(s.log_level, loom::LogLevel::Warn);
+    EXPECT_FALSE(s.diag_mailbox);
+    EXPECT_EQ(s.mps_thread_percentage, 0);
+}
+
+TEST(Settings, EachVariable) {
+    const loom::Settings s = settings_of({{"LOOM_RANK", "1"},
+                                          {"LOOM_WORLD_SIZE", "2"},
+                                          {"LOOM_DEVICE", "3"},
+                                          {"LOOM_SYMMETRIC_SIZE", "2G"},
+                                          {"LOOM_COLL_SCRATCH", "1M"},
+                                          {"LOOM_WAIT_TIMEOUT_MS", "20000"},
+                                          {"LOOM_STORE_TIMEOUT_MS", "90000"},
+                                          {"LOOM_CACHE_DIR", "/scratch/loom"},
+                                          {"LOOM_JIT_COMPILER", "nvcc"},
+                                          {"LOOM_CUDA_HOME", "/opt/cuda"},
+                                          {"LOOM_NVSHMEM_HOME", "/opt/nvshmem"},
+                                          {"LOOM_AUTOTUNE", "1"},
+                                          {"LOOM_LOG_LEVEL", "debug"},
+                                          {"LOOM_DIAG_MAILBOX", "on"},
+                                          {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "25"}});
+    EXPECT_EQ(s.rank.source, "loom");
+    EXPECT_EQ(s.rank.rank, 1);
+    EXPECT_EQ(s.rank.device, 3);
+    EXPECT_EQ(s.symmetric_size, std::size_t{2} << 30);
+    EXPECT_EQ(s.coll_scratch, std::size_t{1} << 20);
+    EXPECT_EQ(s.wait_timeout.count(), 20000);
+    EXPECT_EQ(s.store_timeout.count(), 90000);
+    EXPECT_EQ(s.shutdown_timeout.count(), 60000);
+    EXPECT_EQ(s.cache_dir, "/scratch/loom");
+    EXPECT_EQ(s.jit_compiler, loom::JitCompiler::Nvcc);
+    EXPECT_EQ(s.cuda_home, "/opt/cuda");
+    EXPECT_EQ(s.nvshmem_home, "/opt/nvshmem");
+    EXPECT_TRUE(s.autotune);
+    EXPECT_EQ(s.log_level, loom::LogLevel::Debug);
+    EXPECT_TRUE(s.diag_mailbox);
+    EXPECT_EQ(s.mps_thread_percentage, 25);
+}
+
+TEST(Settings, FallbacksAndEmptyValues) {
+    // The cache: LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, else ~/.cache/loom, else /tmp/.cache/loom.
+    EXPECT_EQ(settings_of({{"XDG_CACHE_HOME", "/xdg"}, {"HOME", "/home/u"}}).cache_dir, "/xdg/loom");
+    EXPECT_EQ(settings_of({{"LOOM_CACHE_DIR", ""}, {"HOME", "/home/u"}}).cache_dir, "/home/u/.cache/loom");
+    EXPECT_EQ(settings_of({}).cache_dir, "/tmp/.cache/loom");
+    // The toolkit: LOOM_CUDA_HOME, else CUDA_HOME, else CUDA_PATH.
+    EXPECT_EQ(settings_of({{"CUDA_HOME", "/a"}, {"CUDA_PATH", "/b"}}).cuda_home, "/a");
+    EXPECT_EQ(settings_of({{"CUDA_PATH", "/b"}}).cuda_home, "/b");
+    EXPECT_EQ(settings_of({{"LOOM_CUDA_HOME", "/c"}, {"CUDA_HOME", "/a"}}).cuda_home, "/c");
+    // Empty values count as unset.
+    const loom::Settings e = settings_of(
+        {{"LOOM_SYMMETRIC_SIZE", ""}, {"LOOM_JIT_COMPILER", ""}, {"LOOM_LOG_LEVEL", ""}, {"LOOM_AUTOTUNE", ""}});
+    EXPECT_EQ(e.symmetric_size, std::size_t{1} << 30);
+    EXPECT_EQ(e.jit_compiler, loom::JitCompiler::Nvrtc);
+    EXPECT_EQ(e.log_level, loom::LogLevel::Warn);
+    EXPECT_FALSE(e.autotune);
+    // The shutdown barrier waits at most the store timeout.
+    EXPECT_EQ(settings_of({{"LOOM_STORE_TIMEOUT_MS", "1500"}}).shutdown_timeout.count(), 1500);
+    // An MPS share outside (0, 100] is no share.
+    EXPECT_EQ(settings_of({{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "0"}}).mps_thread_percentage, 0);
+    EXPECT_EQ(settings_of({{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "150"}}).mps_thread_percentage, 0);
+    EXPECT_EQ(settings_of({{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "12.5"}}).mps_thread_percentage, 12);
+}
+
+TEST(Settings, JitCompilers) {
+    using loom::JitCompiler;
+    for (auto [text, want] : {std::pair{"nvrtc", JitCompiler::Nvrtc}, std::pair{"nvrtc-ptxas", JitCompiler::NvrtcPtxas},
+                              std::pair{"nvcc", JitCompiler::Nvcc}, std::pair{"cache-only", JitCompiler::CacheOnly},
+                              std::pair{"NVCC", JitCompiler::Nvcc}}) {
+        const loom::Settings s = settings_of({{"LOOM_JIT_COMPILER", text}});
+        EXPECT_EQ(s.jit_compiler, want) << text;
+        if (std::string(text) != "NVCC") EXPECT_STREQ(loom::to_string(s.jit_compiler), text);
+    }
+}
+
+TEST(Settings, LogLevels) {
+    using loom::LogLevel;
+    for (auto [text, want] : {std::pair{"error", LogLevel::Error}, std::pair{"warn", LogLevel::Warn},
+                              std::pair{"warning", LogLevel::Warn}, std::pair{"info", LogLevel::Info},
+                              std::pair{"debug", LogLevel::Debug}, std::pair{"DEBUG", LogLevel::Debug}}) {
+        EXPECT_EQ(settings_of({{"LOOM_LOG_LEVEL", text}}).log_level, want) << text;
+    }
+    EXPECT_STREQ(loom::to_string(LogLevel::Info), "info");
+    // log_enabled compares against the process's level.
+    const loom::detail::ScopedSettings info([](loom::Settings& s) { s.log_level = LogLevel::Info; });
+    EXPECT_TRUE(loom::log_enabled(LogLevel::Error));
+    EXPECT_TRUE(loom::log_enabled(LogLevel::Info));
+    EXPECT_FALSE(loom::log_enabled(LogLevel::Debug));
+}
+
+TEST(Settings, MalformedValuesNameTheVariable) {
+    expect_settings_error({{"LOOM_SYMMETRIC_SIZE", "lots"}}, "LOOM_SYMMETRIC_SIZE");
+    expect_settings_error({{"LOOM_COLL_SCRATCH", "1.5G"}}, "LOOM_COLL_SCRATCH");
+    expect_settings_error({{"LOOM_WAIT_TIMEOUT_MS", "-1"}}, "LOOM_WAIT_TIMEOUT_MS");
+    expect_settings_error({{"LOOM_STORE_TIMEOUT_MS", "soon"}}, "LOOM_STORE_TIMEOUT_MS");
+    expect_settings_error({{"LOOM_JIT_COMPILER", "clang"}}, "LOOM_JIT_COMPILER");
+    expect_settings_error({{"LOOM_AUTOTUNE", "maybe"}}, "LOOM_AUTOTUNE");
+    expect_settings_error({{"LOOM_LOG_LEVEL", "verbose"}}, "LOOM_LOG_LEVEL");
+    expect_settings_error({{"LOOM_DIAG_MAILBOX", "2"}}, "LOOM_DIAG_MAILBOX");
+    expect_settings_error({{"LOOM_DEVICE", "gpu0"}}, "LOOM_DEVICE");
+    expect_settings_error({{"LOOM_RANK", "one"}, {"LOOM_WORLD_SIZE", "2"}}, "LOOM_RANK");
+    // Values that parse but cannot be used.
+    EXPECT_THROW(settings_of({{"LOOM_SYMMETRIC_SIZE", "0"}}), loom::Error);
+    try {
+        settings_of({{"LOOM_STORE_TIMEOUT_MS", "0"}});
+        ADD_FAILURE() << "accepted a store timeout of 0 ms";
+    } catch (const loom::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("LOOM_STORE_TIMEOUT_MS"), std::string::npos) << e.what();
+    }
+}
+
+TEST(Settings, ScopedSettingsSwitchAndRestore) {
+    const loom::Settings before = loom::settings();
+    {
+        const loom::detail::ScopedSettings tune([](loom::Settings& s) { s.autotune = !s.autotune; });
+        EXPECT_EQ(loom::settings().autotune, !before.autotune);
+        {
+            loom::Settings other = loom::settings();
+            other.cache_dir = "/elsewhere";
+            const loom::detail::ScopedSettings nested(other);
+            EXPECT_EQ(loom::settings().cache_dir, "/elsewhere");
+            EXPECT_EQ(loom::settings().autotune, !before.autotune);
+        }
+        EXPECT_EQ(loom::settings().cache_dir, before.cache_dir);
+    }
+    EXPECT_EQ(loom::settings().autotune, before.autotune);
+    // The reference stays valid across switches.
+    const loom::Settings& ref = loom::settings();
+    const loom::detail::ScopedSettings quiet([](loom::Settings& s) { s.log_level = loom::LogLevel::Error; });
+    EXPECT_EQ(ref.log_level, loom::LogLevel::Error);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // CPU tests of Loom's JIT (NVRTC needs no GPU): hashing, the disk cache (hit, miss, invalidation, concurrent
-// writers), compiler errors, the nvcc and nvrtc-ptxas paths, and the NVSHMEM device-link path.
+// writers, cache-only), compiler errors, the nvcc and nvrtc-ptxas paths, debug artifacts, and the NVSHMEM
+// device-link path. Each test switches the process's settings (cache directory, compiler) with ScopedSettings.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
@@ -11,13 +12,16 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "jit/backends.hpp"
 #include "jit/sha256.hpp"
 #include "jit/toolchain.hpp"
 #include "loom/jit/jit.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
+#include "runtime/settings_override.hpp"
 
 extern char** environ;
 
@@ -27,21 +31,26 @@ namespace {
 
 const std::string kKernels = std::string(LOOM_SOURCE_DIR) + "/tests/unit/kernels";
 
-using loom::ScopedEnv;
+using loom::JitCompiler;
+using loom::Settings;
+using loom::detail::ScopedSettings;
 
-// A fresh cache directory per test (LOOM_CACHE_DIR), removed afterwards.
+// A fresh cache directory per test with the default compiler, removed afterwards.
 class JitCache : public ::testing::Test {
   protected:
     void SetUp() override {
         dir_ = fs::path(::testing::TempDir()) / fmt::format("loom-jit-{}-{}", ::getpid(), counter_++);
         fs::remove_all(dir_);
         fs::create_directories(dir_);
-        env_.emplace("LOOM_CACHE_DIR", dir_.string());
-        compiler_.emplace("LOOM_JIT_COMPILER", std::nullopt);
+        settings_.emplace([this](Settings& s) {
+            s.cache_dir = dir_.string();
+            s.jit_compiler = JitCompiler::Nvrtc;
+            s.jit_nvcc_fallback = true;
+            s.log_level = loom::LogLevel::Warn;
+        });
     }
     void TearDown() override {
-        env_.reset();
-        compiler_.reset();
+        settings_.reset();
         fs::remove_all(dir_);
     }
     loom::jit::KernelSpec add_spec(const std::string& dir = kKernels) const {
@@ -59,7 +68,7 @@ class JitCache : public ::testing::Test {
         return out;
     }
     fs::path dir_;
-    std::optional<ScopedEnv> env_, compiler_;
+    std::optional<ScopedSettings> settings_;
     static inline int counter_ = 0;
 };
 
@@ -174,14 +183,23 @@ TEST_F(JitCache, IncludedHeaderChangeInvalidates) {
     EXPECT_TRUE(loom::jit::compile(spec, 90).from_cache);
 }
 
-TEST_F(JitCache, DisableMakesMissAnError) {
-    ScopedEnv off("LOOM_JIT_DISABLE", "1");
-    try {
-        loom::jit::compile(add_spec(), 90);
-        FAIL() << "expected loom::Error";
-    } catch (const loom::Error& e) {
-        EXPECT_NE(std::string(e.what()).find("LOOM_JIT_DISABLE"), std::string::npos) << e.what();
+TEST_F(JitCache, CacheOnlyMakesMissAnError) {
+    {
+        const ScopedSettings off([](Settings& s) { s.jit_compiler = JitCompiler::CacheOnly; });
+        try {
+            loom::jit::compile(add_spec(), 90);
+            FAIL() << "expected loom::Error";
+        } catch (const loom::Error& e) {
+            EXPECT_NE(std::string(e.what()).find("LOOM_JIT_COMPILER=cache-only"), std::string::npos) << e.what();
+        }
+        EXPECT_FALSE(fs::exists(dir_ / "jit") && !entries().empty()) << "cache-only compiled something";
     }
+    // The entries NVRTC wrote are the ones cache-only uses.
+    const auto compiled = loom::jit::compile(add_spec(), 90);
+    const ScopedSettings off([](Settings& s) { s.jit_compiler = JitCompiler::CacheOnly; });
+    const auto hit = loom::jit::compile(add_spec(), 90);
+    EXPECT_TRUE(hit.from_cache);
+    EXPECT_EQ(hit.cache_key, compiled.cache_key);
 }
 
 TEST_F(JitCache, DamagedEntryIsRecompiled) {
@@ -194,7 +212,7 @@ TEST_F(JitCache, DamagedEntryIsRecompiled) {
 }
 
 TEST_F(JitCache, MalformedKernelRaisesWithLog) {
-    ScopedEnv nofallback("LOOM_JIT_NO_FALLBACK", "1");
+    const ScopedSettings nofallback([](Settings& s) { s.jit_nvcc_fallback = false; });
     loom::jit::KernelSpec s;
     s.header = kKernels + "/jit_broken.cuh";
     s.name = "jit_test::broken";
@@ -245,17 +263,21 @@ TEST_F(JitCache, NvccPathMatchesNvrtcEntry) {
     EXPECT_EQ(nvcc.lowered_name, nvrtc.lowered_name);
     EXPECT_GT(nvcc.registers, 0) << nvcc.log;
     EXPECT_TRUE(loom::jit::compile(spec, 90).from_cache);
-    // The environment selects nvcc too.
+    // The setting selects nvcc too, under the same key as force_nvcc (the compiler is part of the key).
     spec.force_nvcc = false;
-    ScopedEnv env("LOOM_JIT_COMPILER", "nvcc");
-    EXPECT_EQ(loom::jit::compile(spec, 90).compiler, "nvcc");
+    const ScopedSettings nvcc_setting([](Settings& s) { s.jit_compiler = JitCompiler::Nvcc; });
+    const auto by_setting = loom::jit::compile(spec, 90);
+    EXPECT_EQ(by_setting.compiler, "nvcc");
+    EXPECT_EQ(by_setting.cache_key, nvcc.cache_key);
 }
 
 TEST_F(JitCache, NvrtcPtxasPath) {
     if (loom::jit::detail::toolchain().ptxas.empty()) GTEST_SKIP() << "ptxas not found";
-    ScopedEnv env("LOOM_JIT_COMPILER", "nvrtc-ptxas");
-    ScopedEnv ptx("LOOM_JIT_DUMP_PTX", "1");
+    const auto nvrtc = loom::jit::compile(add_spec(), 90);
+    const ScopedSettings ptxas([](Settings& s) { s.jit_compiler = JitCompiler::NvrtcPtxas; });
     auto r = loom::jit::compile(add_spec(), 90);
+    EXPECT_FALSE(r.from_cache);
+    EXPECT_NE(r.cache_key, nvrtc.cache_key);
     EXPECT_EQ(r.compiler, "nvrtc-ptxas");
     EXPECT_GT(r.registers, 0) << r.log;
     auto entries = loom::jit::detail::cubin_entries(r.cubin);
@@ -263,9 +285,32 @@ TEST_F(JitCache, NvrtcPtxasPath) {
     EXPECT_TRUE(fs::exists(r.cache_dir + "/kernel.ptx"));
 }
 
-TEST_F(JitCache, BadCompilerSettingRaises) {
-    ScopedEnv env("LOOM_JIT_COMPILER", "clang");
-    EXPECT_THROW(loom::jit::compile(add_spec(), 90), loom::Error);
+// LOOM_LOG_LEVEL=debug: every compile and cache hit is printed with its time, and the entry keeps kernel.ptx (and
+// kernel.sass when cuobjdump is there) beside the cubin.
+TEST_F(JitCache, DebugLevelPrintsAndKeepsPtxAndSass) {
+    const ScopedSettings debug([](Settings& s) { s.log_level = loom::LogLevel::Debug; });
+    ::testing::internal::CaptureStderr();
+    const auto miss = loom::jit::compile(add_spec(), 90);
+    const auto hit = loom::jit::compile(add_spec(), 90);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("jit: compiled jit_test::add_n<7, float> for sm_90a with nvrtc in "), std::string::npos) << err;
+    EXPECT_NE(err.find("jit: cache hit jit_test::add_n<7, float> for sm_90a ("), std::string::npos) << err;
+    EXPECT_NE(err.find("loom[rank "), std::string::npos) << err;
+    EXPECT_TRUE(hit.from_cache);
+    EXPECT_TRUE(fs::exists(miss.cache_dir + "/kernel.ptx"));
+    if (!loom::jit::detail::toolchain().cuobjdump.empty()) {
+        EXPECT_TRUE(fs::exists(miss.cache_dir + "/kernel.sass"));
+    }
+}
+
+TEST_F(JitCache, DefaultLevelIsQuietAndKeepsOnlyTheCubin) {
+    ::testing::internal::CaptureStderr();
+    const auto r = loom::jit::compile(add_spec(), 90);
+    loom::jit::compile(add_spec(), 90);
+    EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+    EXPECT_TRUE(fs::exists(r.cache_dir + "/kernel.cubin"));
+    EXPECT_FALSE(fs::exists(r.cache_dir + "/kernel.ptx"));
+    EXPECT_FALSE(fs::exists(r.cache_dir + "/kernel.sass"));
 }
 
 TEST_F(JitCache, MissingHeaderRaises) {
@@ -297,7 +342,7 @@ TEST_F(JitCache, NvshmemDeviceLinkProducesLinkedCubin) {
     EXPECT_TRUE(loom::jit::compile(s, 90).from_cache);
 }
 
-// One child of ConcurrentWritersLeaveOneEntry: compiles the shared spec into the inherited LOOM_CACHE_DIR.
+// One child of ConcurrentWritersLeaveOneEntry: compiles the shared spec into the cache its environment names.
 TEST(JitConcurrentChild, Compile) {
     if (!std::getenv("LOOM_JIT_TEST_CHILD")) GTEST_SKIP() << "run by JitCache.ConcurrentWritersLeaveOneEntry";
     loom::jit::KernelSpec s;
@@ -309,7 +354,17 @@ TEST(JitConcurrentChild, Compile) {
 }
 
 TEST_F(JitCache, ConcurrentWritersLeaveOneEntry) {
-    ScopedEnv child("LOOM_JIT_TEST_CHILD", "1");
+    // The children read their settings from this environment, plus the cache directory and the child marker.
+    std::vector<std::string> env_strings{"LOOM_JIT_TEST_CHILD=1", "LOOM_CACHE_DIR=" + dir_.string()};
+    for (char** e = environ; *e; ++e) {
+        const std::string_view v(*e);
+        if (!v.starts_with("LOOM_JIT_TEST_CHILD=") && !v.starts_with("LOOM_CACHE_DIR=") &&
+            !v.starts_with("LOOM_JIT_COMPILER="))
+            env_strings.emplace_back(v);
+    }
+    std::vector<char*> envp;
+    for (auto& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
     std::vector<pid_t> pids;
     for (int i = 0; i < 8; ++i) {
         std::vector<std::string> args{"/proc/self/exe", "--gtest_filter=JitConcurrentChild.Compile"};
@@ -320,7 +375,7 @@ TEST_F(JitCache, ConcurrentWritersLeaveOneEntry) {
         posix_spawn_file_actions_init(&quiet);
         posix_spawn_file_actions_addopen(&quiet, 1, "/dev/null", O_WRONLY, 0);
         pid_t pid = -1;
-        int rc = posix_spawn(&pid, "/proc/self/exe", &quiet, nullptr, argv.data(), environ);
+        int rc = posix_spawn(&pid, "/proc/self/exe", &quiet, nullptr, argv.data(), envp.data());
         posix_spawn_file_actions_destroy(&quiet);
         ASSERT_EQ(rc, 0);
         pids.push_back(pid);

@@ -6,11 +6,14 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "loom/jit/autotune.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
+#include "runtime/settings_override.hpp"
 
 namespace fs = std::filesystem;
 
@@ -21,13 +24,22 @@ class Autotune : public ::testing::Test {
     void SetUp() override {
         dir_ = fs::path(::testing::TempDir()) / ("loom-tune-" + std::to_string(::getpid()));
         fs::remove_all(dir_);
-        setenv("LOOM_CACHE_DIR", dir_.c_str(), 1);
-        unsetenv("LOOM_AUTOTUNE");
+        settings_.emplace([this](loom::Settings& s) {
+            s.cache_dir = dir_.string();
+            s.autotune = false;
+        });
     }
     void TearDown() override {
-        unsetenv("LOOM_CACHE_DIR");
-        unsetenv("LOOM_AUTOTUNE");
+        settings_.reset();
         fs::remove_all(dir_);
+    }
+    // LOOM_AUTOTUNE=1 or unset, for the rest of the test.
+    void set_autotune(bool on) {
+        settings_.reset();
+        settings_.emplace([this, on](loom::Settings& s) {
+            s.cache_dir = dir_.string();
+            s.autotune = on;
+        });
     }
     loom::jit::TuneRequest request() {
         loom::jit::TuneRequest r;
@@ -45,6 +57,7 @@ class Autotune : public ::testing::Test {
         return r;
     }
     fs::path dir_;
+    std::optional<loom::detail::ScopedSettings> settings_;
     int calls_ = 0;
 };
 
@@ -61,7 +74,7 @@ TEST_F(Autotune, HeuristicWithoutTuningAndNoTiming) {
 }
 
 TEST_F(Autotune, TunesPersistsAndReuses) {
-    setenv("LOOM_AUTOTUNE", "1", 1);
+    set_autotune(true);
     auto r = loom::jit::autotune(request());
     EXPECT_EQ(r.source, "tuned");
     EXPECT_EQ(r.choice.name, "b");
@@ -71,7 +84,7 @@ TEST_F(Autotune, TunesPersistsAndReuses) {
     const std::string file = loom::jit::tune_file("test_op", "m1024_n4096", 1, 90);
     EXPECT_TRUE(fs::exists(file)) << file;
 
-    unsetenv("LOOM_AUTOTUNE");
+    set_autotune(false);
     auto p = loom::jit::autotune(request());
     EXPECT_EQ(p.source, "persisted");
     EXPECT_EQ(p.choice.name, "b");
@@ -89,7 +102,7 @@ TEST_F(Autotune, TunesPersistsAndReuses) {
 // rounds = 3: every candidate timed three times in rotated orders, the median of its rounds decides (one slow round
 // does not lose a candidate the race, one lucky round does not win it); a candidate that threw is not run again.
 TEST_F(Autotune, RoundsTakeTheMedianInRotatedOrders) {
-    setenv("LOOM_AUTOTUNE", "1", 1);
+    set_autotune(true);
     auto r = request();
     r.rounds = 3;
     std::vector<std::string> order;
@@ -115,7 +128,7 @@ TEST_F(Autotune, RoundsTakeTheMedianInRotatedOrders) {
 }
 
 TEST_F(Autotune, AllCandidatesFailingRaisesWithReasons) {
-    setenv("LOOM_AUTOTUNE", "1", 1);
+    set_autotune(true);
     auto r = request();
     r.time_us = [](const loom::jit::TuneCandidate& c) -> double {
         if (c.name == "a") return std::numeric_limits<double>::quiet_NaN();

@@ -12,7 +12,9 @@
 
 #include "loom/runtime/driver.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
 #include "loom/runtime/world.hpp"
+#include "runtime/settings_override.hpp"
 #include "unit/forked.hpp"
 
 namespace {
@@ -117,7 +119,7 @@ TEST(WorldCpu, RankFactsBarrierAndCtx) {
 TEST(WorldCpu, WaitTimeoutReachesTheCtx) {
     Job job(2, 2);
     expect_all_zero(run_children(2, [&](int rank) {
-        ::setenv("LOOM_WAIT_TIMEOUT_MS", "1500", 1);
+        const loom::detail::ScopedSettings bound([](loom::Settings& s) { s.wait_timeout = 1500ms; });
         loom::World w = job.make(rank);
         CHILD_CHECK(w.ctx().wait_timeout_ns == 1500ull * 1000000ull);
         return 0;
@@ -183,7 +185,7 @@ TEST(WorldCpu, ShutdownIsBoundedWhenAPeerDied) {
     // Rank 1 dies without shutting down: rank 0 (the store host) warns and returns within the bound.
     Job job(2, 2);
     auto status = run_children(2, [&](int rank) {
-        ::setenv("LOOM_SHUTDOWN_TIMEOUT_MS", "500", 1);
+        const loom::detail::ScopedSettings bound([](loom::Settings& s) { s.shutdown_timeout = 500ms; });
         loom::World w = job.make(rank);
         w.barrier("up");
         if (rank == 1) ::_exit(0);
@@ -196,7 +198,7 @@ TEST(WorldCpu, ShutdownIsBoundedWhenAPeerDied) {
     // Rank 0 dies: rank 1 finds the store gone and still returns promptly.
     Job job2(2, 2);
     status = run_children(2, [&](int rank) {
-        ::setenv("LOOM_SHUTDOWN_TIMEOUT_MS", "3000", 1);
+        const loom::detail::ScopedSettings bound([](loom::Settings& s) { s.shutdown_timeout = 3000ms; });
         loom::World w = job2.make(rank);
         w.barrier("up");
         if (rank == 0) {

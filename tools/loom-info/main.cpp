@@ -1,11 +1,13 @@
 // loom-info: what this machine offers Loom. `--has-gpu` exits 0 when a GPU is usable, else prints why and exits 1.
 // Default output: driver and runtime versions, each visible GPU (name, compute capability, SMs, memory, L2),
-// the P2P access matrix, whether an MPS control daemon is running, and where the NVSHMEM wheel is.
+// the P2P access matrix, whether an MPS control daemon is running, where NVSHMEM is, and Loom's settings as this
+// process reads them from the environment (or the error naming a malformed variable).
 #include <cuda_runtime_api.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +15,8 @@
 #include <string>
 
 #include "loom/runtime/driver.hpp"
+#include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
 
 namespace fs = std::filesystem;
 
@@ -48,9 +52,19 @@ std::string capture(const char* cmd) {
     return out;
 }
 
+// The process's settings, or null with `error` set when a variable is malformed.
+const loom::Settings* settings_or_null(std::string& error) {
+    try {
+        return &loom::settings();
+    } catch (const loom::Error& e) {
+        error = e.what();
+        return nullptr;
+    }
+}
+
 std::string nvshmem_status() {
-    std::string home;
-    if (const char* e = std::getenv("LOOM_NVSHMEM_HOME"); e && *e) home = e;
+    std::string home, error;
+    if (const loom::Settings* s = settings_or_null(error)) home = s->nvshmem_home;
     if (home.empty()) home = capture("python3 -c 'import nvidia.nvshmem as n; print(list(n.__path__)[0])' 2>/dev/null");
     if (home.empty()) return "not found (pip install nvidia-nvshmem-cu13==3.4.5, or set LOOM_NVSHMEM_HOME)";
     std::error_code ec;
@@ -59,6 +73,36 @@ std::string nvshmem_status() {
     return home + (host && dev ? " (host and device libraries present)"
                    : host      ? " (libnvshmem_device.a missing)"
                                : " (libnvshmem_host.so.3 missing)");
+}
+
+std::string bytes(std::size_t n) {
+    if (n % (std::size_t{1} << 30) == 0) return std::to_string(n >> 30) + " GiB";
+    if (n % (std::size_t{1} << 20) == 0) return std::to_string(n >> 20) + " MiB";
+    return std::to_string(n) + " bytes";
+}
+
+std::string ms(std::chrono::milliseconds t) { return t.count() ? std::to_string(t.count()) + " ms" : "none"; }
+
+void print_settings() {
+    std::string error;
+    const loom::Settings* s = settings_or_null(error);
+    if (!s) {
+        std::printf("settings: %s\n", error.c_str());
+        return;
+    }
+    const loom::RankInfo& r = s->rank;
+    const std::string device = r.device >= 0 ? std::to_string(r.device) : "local rank % GPUs";
+    std::printf("settings:\n");
+    std::printf("  rank %d of %d (%s), local %d of %d, rendezvous %s:%d, device %s\n", r.rank, r.world_size,
+                r.source.c_str(), r.local_rank, r.local_world_size, r.master_addr.c_str(), r.master_port,
+                device.c_str());
+    std::printf("  symmetric heap %s, collectives' scratch %s\n", bytes(s->symmetric_size).c_str(),
+                bytes(s->coll_scratch).c_str());
+    std::printf("  wait timeout %s, store timeout %s\n", ms(s->wait_timeout).c_str(), ms(s->store_timeout).c_str());
+    std::printf("  JIT compiler %s, cache %s, CUDA %s, autotune %s\n", loom::to_string(s->jit_compiler),
+                s->cache_dir.c_str(), s->cuda_home.empty() ? "(build-time toolkit)" : s->cuda_home.c_str(),
+                s->autotune ? "on" : "off");
+    std::printf("  log level %s, diag mailbox %s\n", loom::to_string(s->log_level), s->diag_mailbox ? "on" : "off");
 }
 
 }  // namespace
@@ -71,7 +115,10 @@ int main(int argc, char** argv) {
     }
     if (!loom::driver::available()) {
         std::printf("no GPU: %s\n", loom::driver::unavailable_reason().c_str());
-        if (!has_gpu_only) std::printf("NVSHMEM: %s\n", nvshmem_status().c_str());
+        if (!has_gpu_only) {
+            std::printf("NVSHMEM: %s\n", nvshmem_status().c_str());
+            print_settings();
+        }
         return 1;
     }
     if (has_gpu_only) {
@@ -111,5 +158,6 @@ int main(int argc, char** argv) {
     }
     std::printf("MPS: %s\n", mps_status().c_str());
     std::printf("NVSHMEM: %s\n", nvshmem_status().c_str());
+    print_settings();
     return 0;
 }

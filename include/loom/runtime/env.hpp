@@ -12,9 +12,7 @@
 // local_world_size.
 #pragma once
 
-#include <chrono>
 #include <cstddef>
-#include <cstdlib>
 #include <functional>
 #include <optional>
 #include <string>
@@ -42,49 +40,8 @@ EnvLookup process_env();
 // local world not dividing, ...).
 RankInfo rank_info_from_env(const EnvLookup& env = process_env());
 
-// Typed helpers for LOOM_* settings; errors name the variable and the value given. Unset or empty -> fallback.
-std::optional<std::string> env_str(const char* name);
-long long env_int(const char* name, long long fallback);
-bool env_flag(const char* name);  // "1", "true", "yes", "on" / "0", "false", "no", "off" (case-insensitive)
-std::size_t env_bytes(const char* name, std::size_t fallback);  // accepts 1073741824, 1G, 512M, 64K, 2GiB
-std::chrono::milliseconds env_ms(const char* name, std::chrono::milliseconds fallback);
-
-// The same parsers on a given lookup (tests) ...
-long long env_int(const EnvLookup& env, const char* name, long long fallback);
-bool env_flag(const EnvLookup& env, const char* name);
-std::size_t env_bytes(const EnvLookup& env, const char* name, std::size_t fallback);
-std::chrono::milliseconds env_ms(const EnvLookup& env, const char* name, std::chrono::milliseconds fallback);
-// ... and on a bare value; `what` names the source in errors. Byte suffixes are binary (K = KiB = 1024).
+// A byte count: 1073741824, 1G, 512M, 64K or 2GiB (binary suffixes, K = KiB = 1024); `what` names the source in
+// errors.
 std::size_t parse_bytes(const std::string& text, const std::string& what);
-
-// Sets (or, with nullopt, unsets) an environment variable for one scope and restores its old value: for tests and
-// benchmarks that switch a LOOM_* setting around some calls (the library reads most of them at each call).
-class ScopedEnv {
-  public:
-    ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-        if (const char* old = std::getenv(name)) old_ = old;
-        if (value) {
-            setenv(name, value->c_str(), 1);
-        } else {
-            unsetenv(name);
-        }
-    }
-    ~ScopedEnv() {
-        if (old_) {
-            setenv(name_, old_->c_str(), 1);
-        } else {
-            unsetenv(name_);
-        }
-    }
-    ScopedEnv(const ScopedEnv&) = delete;
-    ScopedEnv& operator=(const ScopedEnv&) = delete;
-
-  private:
-    const char* name_;
-    std::optional<std::string> old_;
-};
-
-// LOOM_STORE_TIMEOUT_MS (default 300000): bound on every bootstrap-store wait and on connecting to it.
-std::chrono::milliseconds store_timeout();
 
 }  // namespace loom

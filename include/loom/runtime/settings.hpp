@@ -1,8 +1,20 @@
 // loom::Settings: every process-wide setting Loom reads from the environment, read once per process.
 //
-// The variables (README "Environment"): rank facts (env.hpp: LOOM_RANK, ... or torchrun's / Open MPI's / Slurm's),
-// LOOM_DEVICE, LOOM_SYMMETRIC_SIZE, LOOM_COLL_SCRATCH, LOOM_WAIT_TIMEOUT_MS, LOOM_STORE_TIMEOUT_MS, LOOM_CACHE_DIR,
-// LOOM_JIT_COMPILER, LOOM_CUDA_HOME, LOOM_NVSHMEM_HOME, LOOM_AUTOTUNE, LOOM_LOG_LEVEL, LOOM_DIAG_MAILBOX.
+// The variables (README "Environment"):
+//   rank facts            LOOM_RANK, LOOM_WORLD_SIZE, LOOM_LOCAL_RANK, LOOM_LOCAL_WORLD_SIZE, LOOM_MASTER_ADDR,
+//                         LOOM_MASTER_PORT, or torchrun's / Open MPI's / Slurm's (env.hpp); LOOM_DEVICE
+//   LOOM_SYMMETRIC_SIZE   bytes of each rank's symmetric heap (1G)
+//   LOOM_COLL_SCRATCH     the collectives' symmetric scratch (64M)
+//   LOOM_WAIT_TIMEOUT_MS  bound on every device spin-wait and bounded stream drain (0: none)
+//   LOOM_STORE_TIMEOUT_MS bound on every bootstrap-store wait (300000)
+//   LOOM_CACHE_DIR        the JIT's disk cache ($XDG_CACHE_HOME/loom, else ~/.cache/loom)
+//   LOOM_JIT_COMPILER     nvrtc (default), nvrtc-ptxas, nvcc, or cache-only (a cache miss is an error)
+//   LOOM_CUDA_HOME        the CUDA toolkit (else CUDA_HOME, CUDA_PATH, the toolkit Loom was built against)
+//   LOOM_NVSHMEM_HOME     NVSHMEM (else the build-time path, else the nvidia-nvshmem-cu13 wheel)
+//   LOOM_AUTOTUNE         1: time candidate configs on first use of a shape and persist the winners
+//   LOOM_LOG_LEVEL        error, warn (default), info, debug; debug also keeps kernel.ptx / kernel.sass in the cache
+//   LOOM_DIAG_MAILBOX     1: a timed-out device wait also posts a record the host prints
+// Sizes take 1073741824, 512M, 1G or 2GiB; flags 1/true/yes/on or 0/false/no/off; an empty value counts as unset.
 // Ops never read the environment: per-call tuning goes through their option structs.
 #pragma once
 
@@ -14,25 +26,28 @@
 
 namespace loom {
 
+// Error: failures only. Warn: warnings, and the progress of work the user asked for (autotuning). Info: one line per
+// notable event. Debug: every JIT compile and cache hit with its time, each op's choice.
 enum class LogLevel { Error = 0, Warn = 1, Info = 2, Debug = 3 };
 
-// How the JIT compiles a kernel missing from the cache.
+// How the JIT compiles a kernel missing from the cache. The choice is part of the cache key.
 enum class JitCompiler {
     Nvrtc,       // NVRTC to a cubin (nvcc when NVRTC fails)
     NvrtcPtxas,  // NVRTC to PTX, then the ptxas program
     Nvcc,        // the nvcc program
-    CacheOnly,   // no compiler at run time: a cache miss is an error
+    CacheOnly,   // no compiler at run time: the entries NVRTC wrote are used, a miss is an error
 };
 
 struct Settings {
-    RankInfo rank;                                      // rank facts (env.hpp)
+    RankInfo rank;                                      // rank facts and LOOM_DEVICE (env.hpp)
     std::size_t symmetric_size = std::size_t{1} << 30;  // LOOM_SYMMETRIC_SIZE: bytes of each rank's heap
     std::size_t coll_scratch = std::size_t{64} << 20;   // LOOM_COLL_SCRATCH: the collectives' symmetric scratch
     std::chrono::milliseconds wait_timeout{0};          // LOOM_WAIT_TIMEOUT_MS: device spin-wait bound (0: none)
     std::chrono::milliseconds store_timeout{300000};    // LOOM_STORE_TIMEOUT_MS: bootstrap-store waits
-    std::chrono::milliseconds shutdown_timeout{60000};  // the World's shutdown barrier (min with store_timeout)
+    std::chrono::milliseconds shutdown_timeout{60000};  // the World's shutdown barrier (at most store_timeout)
     std::string cache_dir;                              // LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, ~/.cache/loom
     JitCompiler jit_compiler = JitCompiler::Nvrtc;      // LOOM_JIT_COMPILER: nvrtc, nvrtc-ptxas, nvcc, cache-only
+    bool jit_nvcc_fallback = true;                      // nvcc retries a kernel NVRTC failed on (tests turn it off)
     std::chrono::seconds jit_timeout{600};              // time limit of the nvcc / ptxas subprocesses
     std::string cuda_home;                              // LOOM_CUDA_HOME, CUDA_HOME, CUDA_PATH; empty: build-time
     std::string nvshmem_home;                           // LOOM_NVSHMEM_HOME; empty: build-time path, else the wheel
@@ -42,7 +57,8 @@ struct Settings {
     int mps_thread_percentage = 0;                      // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (MPS's; 0: unset)
 };
 
-// The process's settings, parsed from the environment on first use; raises loom::Error naming a malformed variable.
+// The process's settings, parsed from the environment on first use and never again; raises loom::Error naming a
+// malformed variable (and parses again on the next call). Cheap after the first call.
 const Settings& settings();
 // The same parse over any lookup (tests, tools).
 Settings settings_from(const EnvLookup& env);

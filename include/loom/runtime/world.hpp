@@ -29,7 +29,7 @@ struct WorldOptions {
 
 class World {
   public:
-    // Everything from the environment in one call (see RankInfo for the conventions).
+    // From the process's settings (settings().rank: the environment, read once; see RankInfo for the conventions).
     static World from_env(const WorldOptions& opts = {});
     World(const RankInfo& info, const WorldOptions& opts);
     ~World();  // collective when the heap exists; bounded even if a peer has died
@@ -86,8 +86,8 @@ class World {
     void release_states(std::string_view prefix);
 
     // Explicit, idempotent; the destructor calls it. Synchronizes the device, then a bounded barrier over the
-    // store (LOOM_SHUTDOWN_TIMEOUT_MS) so rank 0 keeps serving the store until every rank is done with it; a
-    // rank that never arrives (it died) is reported on stderr and local resources are released anyway. Never
+    // store (60 s, at most LOOM_STORE_TIMEOUT_MS) so rank 0 keeps serving the store until every rank is done with
+    // it; a rank that never arrives (it died) is reported on stderr and local resources are released anyway. Never
     // throws. Every other call on a World that is shut down raises.
     void shutdown();
     bool is_shut_down() const;

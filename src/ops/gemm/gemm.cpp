@@ -7,11 +7,11 @@
 #include <unordered_map>
 #include <utility>
 
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/stream_ops.hpp"
 #include "loom/runtime/tma.hpp"
 #include "ops/gemm/gemm_internal.hpp"
+#include "runtime/env_vars.hpp"
 
 namespace loom {
 namespace detail {

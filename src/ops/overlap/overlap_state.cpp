@@ -8,10 +8,10 @@
 #include <type_traits>
 
 #include "loom/ops/collectives.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/stream_ops.hpp"
 #include "ops/collectives/coll_choice.hpp"
+#include "runtime/env_vars.hpp"
 
 namespace loom::overlap {
 namespace {

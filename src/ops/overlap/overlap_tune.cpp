@@ -3,13 +3,13 @@
 #include <cstring>
 #include <optional>
 
+#include "jit/tune_timing.hpp"
 #include "loom/jit/autotune.hpp"
 #include "loom/jit/jit.hpp"
 #include "loom/ops/collectives.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
 #include "ops/gemm/gemm_internal.hpp"
-#include "jit/tune_timing.hpp"
 
 namespace loom::overlap {
 
@@ -43,7 +43,7 @@ std::size_t tuned_choice(World& world, const std::string& op, const std::string&
         const Suppress guard;
         return jit::autotune(req, &world);
     }();
-    if (env_flag("LOOM_AUTOTUNE")) return r.index;  // rank 0 picked, every rank got its pick
+    if (settings().autotune) return r.index;  // rank 0 picked, every rank got its pick
     // Persisted or heuristic, read by each rank on its own: take rank 0's.
     Bytes mine(sizeof(std::uint64_t));
     const std::uint64_t index = r.index;

@@ -21,12 +21,12 @@
 #include "loom/jit/jit.hpp"
 #include "loom/kernels/overlap/overlap_params.hpp"
 #include "loom/ops/overlap.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/stream_ops.hpp"
 #include "loom/runtime/tma.hpp"
 #include "ops/overlap/overlap_state.hpp"
 #include "ops/overlap/overlap_tune.hpp"
+#include "runtime/env_vars.hpp"
 
 namespace loom {
 
@@ -176,7 +176,8 @@ OverlapPlan ag_gemm_plan(int64_t m, int64_t n_loc, int64_t k, int world_size, Ag
 
 namespace detail {
 
-// The op with the options as given (loom::ag_gemm decides Auto's tuned options first: src/ops/overlap/overlap_tuned_ops.cpp).
+// The op with the options as given (loom::ag_gemm decides Auto's tuned options first:
+// src/ops/overlap/overlap_tuned_ops.cpp).
 void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
                  const AgGemmOptions& o) {
     constexpr const char* op = "ag_gemm";

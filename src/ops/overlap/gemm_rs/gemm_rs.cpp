@@ -32,13 +32,13 @@
 #include "loom/ops/collectives.hpp"
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/stream_ops.hpp"
 #include "loom/runtime/tma.hpp"
 #include "ops/collectives/barrier.hpp"
 #include "ops/overlap/overlap_state.hpp"
 #include "ops/overlap/overlap_tune.hpp"
+#include "runtime/env_vars.hpp"
 
 namespace loom {
 
