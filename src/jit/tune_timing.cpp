@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
 #include "loom/runtime/stream_ops.hpp"
 
 namespace loom::detail {
@@ -13,10 +13,7 @@ DeviceScratch::DeviceScratch(std::size_t bytes) { LOOM_CHECK_CUDA(cudaMalloc(&p,
 
 DeviceScratch::~DeviceScratch() { cudaFree(p); }
 
-bool capturing_and_tuning(cudaStream_t stream) {
-    if (!env_flag("LOOM_AUTOTUNE")) return false;
-    return stream_ops::capturing(stream);
-}
+bool capturing_and_tuning(cudaStream_t stream) { return settings().autotune && stream_ops::capturing(stream); }
 
 double median_launch_us(const std::function<void()>& launch, cudaStream_t stream, const DeviceScratch& flush,
                         const std::function<void()>& align) {

@@ -25,6 +25,7 @@
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "ops/gemm/gemm_internal.hpp"
 
 namespace loom {
 namespace {

@@ -23,8 +23,10 @@
 #include "common/reference.hpp"
 #include "common/test_env.hpp"
 #include "loom/ops/gemm.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
+#include "ops/gemm/gemm_internal.hpp"
+#include "runtime/settings_override.hpp"
 
 namespace {
 
@@ -465,15 +467,17 @@ TEST_F(Gemm, DeviceScalesAreReadWhenTheKernelRuns) {
 
 // ---- autotuning --------------------------------------------------------------------------------------------------
 
-// LOOM_AUTOTUNE=1 in a fresh cache: loom::gemm times its candidates on a scratch output the first time it sees a
-// shape, runs the winner (checked against the fp64 reference), persists it, and decides the same shape from memory
-// afterwards; the user's C is left alone by the timing runs; inside a graph capture nothing is timed.
+// Tuning (Settings::autotune) in a fresh cache: loom::gemm times its candidates on a scratch output the first time it
+// sees a shape, runs the winner (checked against the fp64 reference), persists it, and decides the same shape from
+// memory afterwards; the user's C is left alone by the timing runs; inside a graph capture nothing is timed.
 TEST_F(Gemm, AutotunePicksPersistsAndKeepsTheCallersOutput) {
     namespace fs = std::filesystem;
     const fs::path dir = fs::path(::testing::TempDir()) / ("loom-gemm-tune-" + std::to_string(::getpid()));
     fs::remove_all(dir);
-    const loom::ScopedEnv cache("LOOM_CACHE_DIR", dir.string());
-    const loom::ScopedEnv tune("LOOM_AUTOTUNE", "1");
+    loom::Settings tuning = loom::settings();
+    tuning.cache_dir = dir.string();
+    tuning.autotune = true;
+    const loom::detail::ScopedSettings scoped(tuning);
     // Skinny M (64-row tiles): few candidates to compile in the fresh cache.
     Case cs{48, 1024, 512};
     cs.alpha = 1.f;
@@ -606,9 +610,8 @@ TEST_F(Gemm, SplitTailLarge) {
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     const int m = 8192, n = 3696, k = 8192;
-    // The overlapped GEMMs' heuristic (128-row tiles; LOOM_GEMM_CLUSTER / LOOM_GEMM_TAIL_SPLITS override it); the plain
-    // GEMM's runs 192 x 176 whole (run below too).
-    if (major == 9 && sms == 132 && !std::getenv("LOOM_GEMM_CLUSTER") && !std::getenv("LOOM_GEMM_TAIL_SPLITS"))
+    // The overlapped GEMMs' heuristic (128-row tiles); the plain GEMM's runs 192 x 176 whole (run below too).
+    if (major == 9 && sms == 132)
         EXPECT_EQ(loom::gemm_heuristic(m, n, k, false, 90, sms, true, loom::GemmTiles::Overlap).tail_splits, 5);
     std::vector<uint16_t> ha(size_t(m) * k), hb(size_t(n) * k);
     const auto fa = loom::test::random_floats(ha.size(), 150), fb = loom::test::random_floats(hb.size(), 151);
