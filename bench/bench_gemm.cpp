@@ -6,10 +6,11 @@
 // interleaved, same binary). Each row names cuBLASLt's chosen algorithm (cublaslt_algo: cublasLt.h enum ids).
 //
 //   bench-gemm [--out docs/perf/gemm.json] [--quick] [--sweep] [--cluster 1|2] [--iters N] [--shapes MxNxK,...]
-//              [--dtype bf16|f8e4m3] [--autotune]
+//              [--dtype bf16|f8e4m3] [--autotune] [--heuristic-cluster 1|2]
 //
-// --autotune: per shape, also the config loom::gemm takes with LOOM_AUTOTUNE=1 (its candidates timed by the autotuner,
-// the winner persisted under LOOM_CACHE_DIR/tune/gemm/), checked and timed like the heuristic's as variant "autotuned".
+// --autotune: per shape, also the config loom::gemm takes when tuning (Settings::autotune: its candidates timed by the
+// autotuner, the winner persisted under the cache directory's tune/gemm/), checked and timed like the heuristic's as
+// variant "autotuned". --heuristic-cluster: the heuristic's plan with that cluster size instead of its own choice.
 //
 // fp8 (op "gemm_fp8"): the ratio is to cuBLASLt with CUBLASLT_MATMUL_DESC_FAST_ACCUM (the products summed in the
 // tensor cores' precision, as Loom's kernel sums them); cuBLASLt's default (partial sums promoted to fp32 on the CUDA
@@ -41,6 +42,7 @@
 #include "loom/ops/gemm.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/settings.hpp"
+#include "ops/gemm/gemm_internal.hpp"
 #include "runtime/settings_override.hpp"
 
 namespace {
@@ -55,8 +57,17 @@ struct Variant {
     loom::GemmConfig cfg;
 };
 
+// The heuristic's plan for `s`: its own cluster size (heuristic_cluster 0) or the one given.
+loom::GemmConfig heuristic(const Shape& s, int arch, int sms, loom::DType in, bool split_tail, int heuristic_cluster) {
+    if (heuristic_cluster == 0)
+        return loom::gemm_heuristic(s.m, s.n, s.k, false, arch, sms, split_tail, loom::GemmTiles::Plain, in);
+    return loom::detail::gemm_heuristic_clustered(s.m, s.n, s.k, false, arch, sms, split_tail, loom::GemmTiles::Plain,
+                                                  in, heuristic_cluster);
+}
+
 // The heuristic's config plus alternatives with cluster_m == `cluster` (the heuristic is listed in its own pass).
-std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int cluster, int sms, loom::DType in) {
+std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int cluster, int sms, loom::DType in,
+                              int heuristic_cluster) {
     std::vector<Variant> v;
     auto push = [&](const std::string& name, const loom::GemmConfig& c) {
         for (const auto& x : v)
@@ -70,10 +81,9 @@ std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int 
         if (heur.tail_splits >= 2) {
             c.tail_splits = 1;
             push("heuristic_nosplit", c);
-            // The heuristic's own plan without splits (as LOOM_GEMM_TAIL_SPLITS=0): its BLOCK_N and grid may differ,
-            // e.g. where fewer tiles than SMs make the whole GEMM a split tail.
-            push("heuristic_splits_off",
-                 loom::gemm_heuristic(s.m, s.n, s.k, false, 90, sms, /*split_tail=*/false, loom::GemmTiles::Plain, in));
+            // The heuristic's own plan without splits: its BLOCK_N and grid may differ, e.g. where fewer tiles than
+            // SMs make the whole GEMM a split tail.
+            push("heuristic_splits_off", heuristic(s, 90, sms, in, /*split_tail=*/false, heuristic_cluster));
         } else if (const auto plan = loom::gemm_tail_plan(s.m, s.n, s.k, heur, heur.grid, 2); plan.splits >= 2) {
             c.tail_splits = plan.splits;
             push("heuristic_tail2", c);
@@ -167,6 +177,10 @@ int main(int argc, char** argv) {
     app.add_option("--shapes", custom, "these shapes (MxNxK, comma-separated) instead of the issue's")->delimiter(',');
     bool autotune = false;
     app.add_flag("--autotune", autotune, "also time the autotuner's choice per shape (variant \"autotuned\")");
+    int heuristic_cluster = 0;
+    app.add_option("--heuristic-cluster", heuristic_cluster,
+                   "the heuristic's plan with this cluster_m instead of its own choice (0: its own)")
+        ->check(CLI::Range(0, 2));
     std::string dtype = "bf16";
     app.add_option("--dtype", dtype, "input type (fp8: B as [N, K], K a multiple of 16)")
         ->capture_default_str()
@@ -233,8 +247,7 @@ int main(int argc, char** argv) {
             }
             loom::MatrixView A{a, in, s.m, s.k, 0}, B{b, in, s.n, s.k, 0};
             loom::MatrixView C{c, loom::DType::BF16, s.m, s.n, 0};
-            const auto heur =
-                loom::gemm_heuristic(s.m, s.n, s.k, false, major * 10 + minor, sms, true, loom::GemmTiles::Plain, in);
+            const auto heur = heuristic(s, major * 10 + minor, sms, in, true, heuristic_cluster);
             // fp8: the like-for-like baseline sums in the tensor cores' precision (fast accumulation).
             loom::bench::LtGemm lt(s.m, s.n, s.k, f8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF, /*fast_accum=*/f8);
             std::optional<loom::bench::LtGemm> lt_promoted;
@@ -244,8 +257,8 @@ int main(int argc, char** argv) {
             std::vector<uint16_t> ref(mn);
             LOOM_CHECK_CUDA(cudaMemcpy(ref.data(), c_ref, mn * 2, cudaMemcpyDeviceToHost));
             const double flops = 2.0 * s.m * s.n * s.k;
-            std::vector<Variant> vs =
-                pass == 0 ? std::vector<Variant>{{"heuristic", heur}} : variants(s, heur, pass, sms, in);
+            std::vector<Variant> vs = pass == 0 ? std::vector<Variant>{{"heuristic", heur}}
+                                                : variants(s, heur, pass, sms, in, heuristic_cluster);
             if (pass == 0 && autotune) {
                 const loom::detail::ScopedSettings tune([](loom::Settings& s) { s.autotune = true; });
                 std::string source;

@@ -15,6 +15,7 @@
 #include "loom/jit/jit.hpp"
 #include "loom/ops/gemm.hpp"
 #include "loom/runtime/driver.hpp"
+#include "ops/gemm/gemm_internal.hpp"
 
 namespace fs = std::filesystem;
 

@@ -46,6 +46,7 @@
 #include "cublaslt.hpp"
 #include "harness.hpp"
 #include "loom/bf16.hpp"
+#include "loom/kernels/gemm/gemm_params.hpp"
 #include "loom/ops/collectives.hpp"
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"

@@ -76,7 +76,7 @@ for s in $steps; do
             done
             ;;
         bench_gemm) run 80 bench_gemm "$b/bench/bench-gemm" --out "$out/gemm.json" ;;
-        bench_gemm_c1) LOOM_GEMM_CLUSTER=1 run 80 bench_gemm_c1 "$b/bench/bench-gemm" --out "$out/gemm_cluster1.json" ;;
+        bench_gemm_c1) run 80 bench_gemm_c1 "$b/bench/bench-gemm" --heuristic-cluster 1 --out "$out/gemm_cluster1.json" ;;
         diag)  # the mailbox: no-printf missing notify (~5 s), then a stalled tile pipeline (probe, ~17 s)
             LOOM_DIAG_MAILBOX=1 run 90 diag "$b/bin/loomrun" -n 2 "$b/tests/loom_dist_tests" \
                 --gtest_filter='DiagMailboxGpu.*:LangSignal.MissingNotifyEndsInTimeoutDiagnostic'

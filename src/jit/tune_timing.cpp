@@ -13,10 +13,7 @@ DeviceScratch::DeviceScratch(std::size_t bytes) { LOOM_CHECK_CUDA(cudaMalloc(&p,
 
 DeviceScratch::~DeviceScratch() { cudaFree(p); }
 
-bool capturing_and_tuning(cudaStream_t stream) {
-    if (!settings().autotune) return false;
-    return stream_ops::capturing(stream);
-}
+bool capturing_and_tuning(cudaStream_t stream) { return settings().autotune && stream_ops::capturing(stream); }
 
 double median_launch_us(const std::function<void()>& launch, cudaStream_t stream, const DeviceScratch& flush,
                         const std::function<void()>& align) {

@@ -20,7 +20,8 @@ struct DeviceScratch {
 // Over twice the H200's 50 MB L2: what median_launch_us overwrites before each timed launch.
 inline constexpr std::size_t kTuneFlushBytes = std::size_t{128} << 20;
 
-// LOOM_AUTOTUNE=1 while `stream` captures a graph: nothing may be timed (the call runs its default, undecided).
+// Tuning (Settings::autotune) while `stream` captures a graph: nothing may be timed (the call runs its default,
+// undecided).
 bool capturing_and_tuning(cudaStream_t stream);
 
 // Median time of `launch` on `stream` in microseconds: one untimed launch first (it compiles the kernels and warms the

@@ -28,6 +28,7 @@
 #include "ops/collectives/coll_choice.hpp"
 #include "loom/runtime/settings.hpp"
 #include "runtime/settings_override.hpp"
+#include "ops/gemm/gemm_internal.hpp"
 
 namespace loom {
 namespace {

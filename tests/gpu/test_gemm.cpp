@@ -25,6 +25,7 @@
 #include "loom/ops/gemm.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/settings.hpp"
+#include "ops/gemm/gemm_internal.hpp"
 #include "runtime/settings_override.hpp"
 
 namespace {
@@ -466,9 +467,9 @@ TEST_F(Gemm, DeviceScalesAreReadWhenTheKernelRuns) {
 
 // ---- autotuning --------------------------------------------------------------------------------------------------
 
-// LOOM_AUTOTUNE=1 in a fresh cache: loom::gemm times its candidates on a scratch output the first time it sees a
-// shape, runs the winner (checked against the fp64 reference), persists it, and decides the same shape from memory
-// afterwards; the user's C is left alone by the timing runs; inside a graph capture nothing is timed.
+// Tuning (Settings::autotune) in a fresh cache: loom::gemm times its candidates on a scratch output the first time it
+// sees a shape, runs the winner (checked against the fp64 reference), persists it, and decides the same shape from
+// memory afterwards; the user's C is left alone by the timing runs; inside a graph capture nothing is timed.
 TEST_F(Gemm, AutotunePicksPersistsAndKeepsTheCallersOutput) {
     namespace fs = std::filesystem;
     const fs::path dir = fs::path(::testing::TempDir()) / ("loom-gemm-tune-" + std::to_string(::getpid()));
@@ -609,9 +610,8 @@ TEST_F(Gemm, SplitTailLarge) {
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     const int m = 8192, n = 3696, k = 8192;
-    // The overlapped GEMMs' heuristic (128-row tiles; LOOM_GEMM_CLUSTER / LOOM_GEMM_TAIL_SPLITS override it); the plain
-    // GEMM's runs 192 x 176 whole (run below too).
-    if (major == 9 && sms == 132 && !std::getenv("LOOM_GEMM_CLUSTER") && !std::getenv("LOOM_GEMM_TAIL_SPLITS"))
+    // The overlapped GEMMs' heuristic (128-row tiles); the plain GEMM's runs 192 x 176 whole (run below too).
+    if (major == 9 && sms == 132)
         EXPECT_EQ(loom::gemm_heuristic(m, n, k, false, 90, sms, true, loom::GemmTiles::Overlap).tail_splits, 5);
     std::vector<uint16_t> ha(size_t(m) * k), hb(size_t(n) * k);
     const auto fa = loom::test::random_floats(ha.size(), 150), fb = loom::test::random_floats(hb.size(), 151);

@@ -16,10 +16,17 @@
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/tile/tile_order.hpp"
+#include "ops/gemm/gemm_internal.hpp"
 
 namespace {
 
 using loom::DType;
+
+// The heuristic planning with 2-CTA clusters (bench-gemm --heuristic-cluster 2).
+loom::GemmConfig clustered2(int64_t m, int64_t n, int64_t k) {
+    return loom::detail::gemm_heuristic_clustered(m, n, k, false, 90, 132, true, loom::GemmTiles::Plain, DType::BF16,
+                                                  2);
+}
 
 TEST(GemmHeuristic, PicksWideTilesAndFitsSharedMemory) {
     const auto c = loom::gemm_heuristic(8192, 8192, 8192, false, 90, 132);
@@ -29,13 +36,17 @@ TEST(GemmHeuristic, PicksWideTilesAndFitsSharedMemory) {
     EXPECT_EQ(c.stages, 4);
     EXPECT_EQ(c.grid, 132);
     EXPECT_EQ(c.cluster_m, 1);  // clusters measured slower on the H200 (docs/perf/gemm_cluster2.json)
-    setenv("LOOM_GEMM_CLUSTER", "2", 1);
-    EXPECT_EQ(loom::gemm_heuristic(8192, 8192, 8192, false, 90, 132).cluster_m, 2);  // forced
-    unsetenv("LOOM_GEMM_CLUSTER");
+    EXPECT_EQ(clustered2(8192, 8192, 8192).cluster_m, 2);
+    EXPECT_EQ(clustered2(8192, 8192, 8192).group_m % 2, 0);  // whole clusters in a raster group
+    // gemm_heuristic is the clustered plan with its own choice: one CTA per tile for bf16.
+    EXPECT_EQ(loom::detail::gemm_heuristic_clustered(8192, 8192, 8192, false, 90, 132, true, loom::GemmTiles::Plain,
+                                                     DType::BF16, 1)
+                  .str(),
+              c.str());
     EXPECT_NO_THROW(loom::gemm_validate_config(c, false));
     // N = 1792: 7 x 256 columns leave a 4th wave of 52 tiles at 448 tiles; 224 fills 8 x 64 = 512 tiles in 4
-    // waves: 4 x 224 / 0.98 beats the 52 tail tiles split 2 ways (3 + 1/2 + 0.1 waves of 256 columns). Measured
-    // 1.040x against 1.000x cuBLASLt (docs/gemm.md "Session 14").
+    // waves: 4 x 224 / 0.98 beats the 52 tail tiles split 2 ways (3 + 1/2 + 0.1 waves of 256 columns)
+    // (docs/perf/gemm.json, 8192 x 1792 x 4096).
     const auto n1792 = loom::gemm_heuristic(8192, 1792, 4096, false, 90, 132);
     EXPECT_EQ(n1792.block_m, 128);
     EXPECT_EQ(n1792.block_n, 224);
@@ -73,9 +84,7 @@ TEST(GemmHeuristic, SplitsTheTailWave) {
     EXPECT_EQ(heuristic128(8192, 3840, 8192, true, 132).tail_splits, 3);
     // Off when asked (gemm_rs / gemm_ar: their hooks publish every tile) and with clusters.
     EXPECT_EQ(heuristic128(8192, 3840, 8192, false, 132, /*split=*/false).tail_splits, 1);
-    setenv("LOOM_GEMM_CLUSTER", "2", 1);
-    EXPECT_EQ(loom::gemm_heuristic(8192, 3840, 8192, false, 90, 132).tail_splits, 1);
-    unsetenv("LOOM_GEMM_CLUSTER");
+    EXPECT_EQ(clustered2(8192, 3840, 8192).tail_splits, 1);
     for (int sms : {132, 114, 14}) {
         const auto plan = loom::gemm_rs_plan(8192, 3840, 8192, 8, 0, 90, sms);
         EXPECT_EQ(plan.gemm.tail_splits, 1) << sms;
@@ -87,20 +96,8 @@ TEST(GemmHeuristic, SplitsTheTailWave) {
         EXPECT_EQ(ag.gemm.grid, plain.grid) << sms;
     }
     EXPECT_EQ(loom::ag_gemm_plan(8192, 3840, 8192, 8, loom::AgProducer::CopyEngine, 0, 90, 132).gemm.tail_splits, 3);
-    // LOOM_GEMM_TAIL_SPLITS: 0 (or 1) off, n forced.
-    setenv("LOOM_GEMM_TAIL_SPLITS", "0", 1);
-    EXPECT_EQ(heuristic128(8192, 3840, 8192, false, 132).tail_splits, 1);
-    setenv("LOOM_GEMM_TAIL_SPLITS", "1", 1);
-    EXPECT_EQ(heuristic128(8192, 3840, 8192, false, 132).tail_splits, 1);
-    setenv("LOOM_GEMM_TAIL_SPLITS", "2", 1);
-    EXPECT_EQ(heuristic128(8192, 3840, 8192, false, 132).tail_splits, 2);
-    EXPECT_EQ(loom::gemm_heuristic(8192, 8192, 8192, false, 90, 132).tail_splits, 2);  // forced where there is a tail
-    // Fewer tiles than SMs: the one partial wave is the tail; forced splits apply to it, a CTA per unit.
-    const auto forced_skinny = loom::gemm_heuristic(16, 4096, 4096, false, 90, 132);
-    EXPECT_EQ(forced_skinny.tail_splits, 2) << forced_skinny.str();
-    unsetenv("LOOM_GEMM_TAIL_SPLITS");
-    // Automatic there: every tile split so that the units fill the SMs (a skinny GEMM's B read by every SM), where
-    // the wave is at most a third full or K is long (docs/gemm.md "Session 23").
+    // Fewer tiles than SMs: the one partial wave is the tail, every tile split so that the units fill the SMs (a skinny
+    // GEMM's B read by every SM), where the wave is at most a third full or K is long (docs/perf/gemm_skinny.json).
     for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{16, 4096, 14336},
                                   {16, 2048, 4096},
                                   {16, 1280, 8192},
@@ -117,7 +114,7 @@ TEST(GemmHeuristic, SplitsTheTailWave) {
         EXPECT_EQ(p.splits, c.tail_splits) << c.str();
     }
     // 64 < M <= 128 with a thin wave of 128-row tiles: 64 x 64 tiles over both M-blocks, whole, where they fill more
-    // than half the SMs and K has at most 128 k-blocks (docs/gemm.md "Session 23").
+    // than half the SMs and K has at most 128 k-blocks (docs/perf/gemm_skinny.json, gemm_skinny_fp8.json).
     for (const auto& [m, n, k, in] : {std::tuple<int64_t, int64_t, int64_t, DType>{128, 4096, 4096, DType::BF16},
                                       {96, 4096, 4096, DType::BF16},
                                       {128, 4096, 8192, DType::BF16},
@@ -142,12 +139,12 @@ TEST(GemmHeuristic, SplitsTheTailWave) {
     }
     EXPECT_EQ(loom::gemm_heuristic(128, 4096, 4096, false, 90, 132, false, loom::GemmTiles::Overlap).block_m, 128);
     // Without the split tail (split_tail = false) the persistent 128 x 64 plan stays: the 64-row tiles replace only a
-    // split on every SM. (128 x 64 whole at 128 x 4096 x 14336 fp8 measured 0.79x cuBLASLt, the 64 x 64 plan 0.93x.)
+    // split on every SM.
     const auto fp8_128 =
         loom::gemm_heuristic(128, 4096, 14336, false, 90, 132, false, loom::GemmTiles::Plain, DType::F8E4M3);
     EXPECT_EQ(fp8_128.block_m, 128) << fp8_128.str();  // no split asked for: the persistent 128 x 64 plan
-    // A wave at least half full keeps the persistent plan: no split (measured faster, docs/gemm.md "Skinny M"); so
-    // does one over a third full with a short K (64 tiles, K = 4096: docs/gemm.md "Session 23").
+    // A wave at least half full keeps the persistent plan: no split; so does one over a third full with a short K
+    // (64 tiles, K = 4096) (docs/perf/gemm_skinny.json).
     for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{16, 8192, 14336},
                                   {64, 8192, 4096},
                                   {8, 4096, 4096},
@@ -156,7 +153,7 @@ TEST(GemmHeuristic, SplitsTheTailWave) {
         const auto c = loom::gemm_heuristic(m, n, k, false, 90, 132);
         EXPECT_EQ(c.tail_splits, 1) << c.str();
         EXPECT_EQ(c.block_n, 64) << c.str();
-        // Their 64 x 64 tiles stream B with 12 stages in flight (docs/gemm.md "Session 23": 3-5 % over 6).
+        // Their 64 x 64 tiles stream B with 12 stages in flight (kGemmPlanMaxStages).
         EXPECT_EQ(c.stages, loom::kernels::kGemmPlanMaxStages) << c.str();
     }
     // The ring depth: as deep as shared memory allows up to kGemmPlanMaxStages; the large tiles keep what fits.
@@ -174,11 +171,11 @@ TEST(GemmHeuristic, SplitsTheTailWave) {
                 << bm << " x " << bn;
 }
 
-// The plain GEMM's tiles on the odd-N shapes (docs/gemm.md "Session 14"): N = 3696 as 43 x 21 = 903 tiles of
-// 192 x 176 (6.84 waves, three consumer warpgroups) instead of 960 of 128 x 256 split 3 ways (measured 0.988-0.992x
-// against 0.962x cuBLASLt); N = 1376 as 64 x 8 = 512 of 128 x 176 (3.88 waves; 192 x 160, 387 tiles in 2.93 waves,
-// costs 1 % more by the model and measured the same, 1.04-1.05x) instead of 384 of 128 x 256, 11 % of them past N
-// (1.00x). 192-row tiles never for M <= 128, never wider than kGemmMaxBlockN192, never in the overlapped GEMMs.
+// The plain GEMM's tiles on the odd-N shapes (docs/perf/gemm_sweep.json): N = 3696 as 43 x 21 = 903 tiles of
+// 192 x 176 (6.84 waves, three consumer warpgroups) instead of 960 of 128 x 256 split 3 ways; N = 1376 as 64 x 8 = 512
+// of 128 x 176 (3.88 waves; 192 x 160, 387 tiles in 2.93 waves, costs 1 % more by the model) instead of 384 of
+// 128 x 256, 11 % of them past N. 192-row tiles never for M <= 128, never wider than kGemmMaxBlockN192, never in the
+// overlapped GEMMs.
 TEST(GemmHeuristic, TakesThreeConsumerTiles) {
     const auto n3696 = loom::gemm_heuristic(8192, 3696, 8192, false, 90, 132);
     EXPECT_EQ(n3696.block_m, 192);
@@ -204,9 +201,9 @@ TEST(GemmHeuristic, TakesThreeConsumerTiles) {
     EXPECT_EQ(loom::gemm_rs_plan(8192, 1376, 4096, 8, 0, 90, 132).gemm.block_m, 128);
 }
 
-// The overlapped GEMMs weigh 128-row tiles as the plain GEMM does (docs/overlap.md "Session 17"): where the plain
-// heuristic keeps 128 rows, ag_gemm's copy-engine plan on all SMs is the same config. At W = 2, N_loc = 5504 that is
-// 128 x 240 with a split tail (session 8's table gave 128 x 256: 22 N-blocks, the last half empty).
+// The overlapped GEMMs weigh 128-row tiles as the plain GEMM does: where the plain heuristic keeps 128 rows,
+// ag_gemm's copy-engine plan on all SMs is the same config. At W = 2, N_loc = 5504 that is 128 x 240 with a split
+// tail (not 128 x 256: 22 N-blocks, the last half empty).
 TEST(GemmHeuristic, OverlapTilesAreThePlainOnesOf128Rows) {
     const int64_t shapes[][2] = {{11008, 4096}, {14336, 4096}, {28672, 8192}, {53248, 16384}, {29568, 8192}};
     int compared = 0;
@@ -345,7 +342,7 @@ TEST(GemmValidate, NamesTheProblem) {
     EXPECT_THROW(loom::gemm_validate(a, b, c, o), loom::Error);
 }
 
-// fp8 e4m3: accepted where gemm_validate allows it (loom::gemm and, since session 22, the overlapped ops), B as
+// fp8 e4m3: accepted where gemm_validate allows it (loom::gemm and the overlapped ops), B as
 // [N, K], K a multiple of 16, both operands e4m3; configs carry 128-element k-blocks, and the split tail counts those.
 // Device scales: device memory, 4-byte aligned.
 TEST(GemmValidate, Fp8Inputs) {

@@ -13,6 +13,7 @@
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
+#include "ops/gemm/gemm_internal.hpp"
 
 namespace {
 

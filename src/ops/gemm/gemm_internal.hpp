@@ -1,12 +1,165 @@
-// loom::gemm's pieces shared by src/ops/gemm/gemm.cpp (the launch) and src/ops/gemm/gemm_tune.cpp (the config choice and the
-// autotuner, which times candidates through the same launch path).
+// loom::gemm's internals: the heuristic and the split-tail plan, the autotuner's candidates, validation, and the
+// launch builders that the overlapped GEMMs (src/ops/overlap/) reuse with their hooks.
+//
+// Files of src/ops/gemm/: gemm.cpp (the entry: validate, choose, dispatch), heuristic.cpp (the analytic choice and the
+// tile plans), tune.cpp (the config choice per key, the autotuner), validate.cpp, launch_sm90.cpp (kernel spec, tensor
+// maps, the Hopper launch), launch_sm80.cpp, split_tail.cpp (the workspace per device and stream).
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loom/jit/jit.hpp"
+#include "loom/kernels/gemm/gemm_params.hpp"
 #include "loom/ops/gemm.hpp"
 
-namespace loom::detail {
+namespace loom {
+
+// ---- the analytic choice -----------------------------------------------------------------------------------------
+
+// Which tiles gemm_heuristic weighs.
+enum class GemmTiles {
+    // loom::gemm: 128- and 192-row tiles (64-row ones for M <= 64), 128 x 256 preferred within kGemmTileMargin.
+    Plain,
+    // The overlapped GEMMs (ag_gemm, gemm_rs, gemm_ar): 128-row tiles only (their hooks align M-blocks with the ranks'
+    // row chunks, which 192 rarely divides), weighed as Plain weighs them (the hooked kernels share the plain kernel's
+    // mainloop and epilogue); no clusters.
+    Overlap,
+};
+
+// The analytic choice, a pure function of its arguments: minimise (waves of persistent tiles) x (cost of one tile,
+// from the measured efficiency of each BLOCK_M x BLOCK_N). A partial last wave costs a whole wave, or, split s ways
+// along K (gemm_tail_plan), 1 / s + kGemmTailFixupCost of one. Where that plan fills at most half the SMs (a skinny
+// GEMM with few tiles), it is redone with the tail planned on every SM: the one partial wave is then the whole GEMM,
+// split along K, and the grid becomes one CTA per split unit. split_tail = false: never split the tail (gemm_rs /
+// gemm_ar, whose hooked kernels publish every tile). `in`: the input type (its size sets block_k and so the k-blocks
+// the split tail counts).
+GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, int num_sms, bool split_tail = true,
+                          GemmTiles tiles = GemmTiles::Plain, DType in = DType::BF16);
+
+// fp8's 2-CTA clusters need at least this many SMs: faster on a whole H200 (132, docs/perf/gemm_fp8.json), slower than
+// single-CTA tiles on a 26-SM MPS share (docs/perf/ag_gemm_fp8.json: gemm_us at 4 ranks on one H200).
+inline constexpr int kGemmFp8ClusterMinSms = 100;
+
+// The widest BLOCK_N of 192-row tiles: their 512-thread CTA compiles under a 128-register cap. wgmma n208 does not
+// compile under it (ptxas: "Insufficient registers (128)"), and 192-wide tiles spill in the affine, [K, N]-B and
+// split-tail kernels (tests/unit/test_gemm_compile.cpp checks every 192-row kernel for spills).
+inline constexpr int kGemmMaxBlockN192 = 176;
+
+// The heuristic's preference for 128 x 256 tiles: another tile must be this much cheaper by the cost model, whose
+// fitted per-tile efficiencies spread +-1-2 % between runs (docs/perf/gemm_sweep.json).
+inline constexpr double kGemmTileMargin = 0.01;
+
+// Heuristic cost of a split tail's fix-up (writing, and in one CTA reading back, the fp32 partials), in tiles.
+inline constexpr double kGemmTailFixupCost = 0.1;
+// A persistent plan of 64-row tiles that fills between a third and a half of the SMs runs whole, not split on every
+// SM, when K has at most this many k-blocks (docs/perf/gemm_skinny.json).
+inline constexpr int64_t kGemmSkinnyWholeMaxKBlocks = 128;
+// Between this M and 128 a thin wave of 128-row tiles gives way to 64 x 64 tiles over both M-blocks, whole (the same
+// k-block bound): below it the second M-block is mostly past M (docs/perf/gemm_skinny.json).
+inline constexpr int64_t kGemmNarrowMinM = 96;
+
+// The most K-splits of a tail tile: the kernel packs (tail tile << 8) | split into an int32.
+inline constexpr int kGemmMaxTailSplits = 256;
+
+// The split-K tail of the Hopper kernel with `grid` persistent CTAs (kernels/gemm/gemm.cuh, tile/tile_order.hpp).
+struct GemmTailPlan {
+    int64_t tiles = 0;       // output tiles
+    int64_t dp_tiles = 0;    // computed whole: floor(tiles / grid) * grid, the full waves
+    int64_t tail_tiles = 0;  // tiles - dp_tiles
+    int splits = 1;          // K-splits of each tail tile; 1: no split tail
+    int64_t units() const { return dp_tiles + tail_tiles * splits; }
+};
+// `requested` splits: 0 = automatic, min(grid / tail_tiles, num_k_blocks / 4); n >= 1: n, capped at the number of
+// k-blocks (every split gets at least one). splits is 1 when that leaves < 2, when there is no tail, or for
+// cluster_m != 1.
+GemmTailPlan gemm_tail_plan(int64_t m, int64_t n, int64_t k, const GemmConfig& cfg, int64_t grid, int requested);
+
+// Persistent grid of the Hopper kernel: min(#tiles, #SMs), rounded to whole clusters.
+int64_t gemm_sm90_grid(int64_t m, int64_t n, const GemmConfig& cfg, int num_sms);
+
+// ---- autotuning (jit/autotune.hpp) -------------------------------------------------------------------------------
+
+// The autotuner's candidates: the heuristic's config first, then what bench-gemm --sweep times — 128-row tiles of every
+// BLOCK_N (the most stages that fit, whole tiles), 192-row tiles whole and with the automatic split tail (M > 128),
+// 64-row tiles (M <= 64), the heuristic with its split tail toggled, 2-CTA clusters at BLOCK_N 256 and the
+// heuristic's (with one CTA per tile where the heuristic clusters). Every candidate passes gemm_validate_config.
+std::vector<GemmConfig> gemm_tune_candidates(int64_t m, int64_t n, int64_t k, bool b_kn, DType in, int arch,
+                                             int num_sms);
+// A config as the autotuner keeps it (JSON of every field), and back; from_json raises loom::Error on a malformed one.
+std::string gemm_config_to_json(const GemmConfig& cfg);
+GemmConfig gemm_config_from_json(const std::string& json);
+
+// The config loom::gemm runs for these arguments (opts.config if given, else as loom/ops/gemm.hpp describes; may
+// tune, and then synchronises `stream`). `source`, when given, gets "config", "tuned", "persisted" or "heuristic".
+GemmConfig gemm_config_for(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& opts,
+                           cudaStream_t stream = nullptr, std::string* source = nullptr);
+
+// ---- building blocks for kernels that reuse the Hopper GEMM with overlap hooks (AllGather+GEMM, GEMM+RS) ----------
+
+// JIT spec of gemm_sm90_tma_wgmma (or gemm_sm80_mma_sync when cfg.sm80) with literal template arguments.
+// `hooks` names the policy type (default loom::tile::GemmNoHooks); `header` the header that defines it and
+// includes loom/kernels/gemm/gemm.cuh. cfg.tail_splits >= 2 selects the split-tail instantiation (the default hooks or
+// ag_gemm's: kernels/gemm/gemm.cuh admits hooks without epilogue or after-store parts).
+// `bias`: the bias element type of a kernel that applies alpha and a bias; std::nullopt for one whose launches have
+// alpha = 1 and no bias (TBias = void: the Hopper TMA-store epilogue then stages with stmatrix, no arithmetic; the
+// caller makes sure of alpha and bias, and that the config uses that epilogue — gemm_plain_epilogue()).
+jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, std::optional<DType> bias, bool b_kn,
+                                 const std::string& hooks = "loom::tile::GemmNoHooks",
+                                 const std::string& header = "loom/kernels/gemm/gemm.cuh");
+
+// Whether a Hopper config's launches can take the TBias = void kernel (gemm_kernel_spec with no bias type): the
+// TMA-store epilogue (cfg.tma_store, BLOCK_N at least one store box of `out`) with a 16-bit `out`, not the sm_80
+// path.
+bool gemm_plain_epilogue(const GemmConfig& cfg, DType out);
+// The bias type gemm_kernel_spec should get for launches with these options: the bias's type when there is one, none
+// (the kernel without epilogue arithmetic) for alpha = 1 where gemm_plain_epilogue() holds, else F32 (unused).
+std::optional<DType> gemm_kernel_bias(const GemmConfig& cfg, DType out, const GemmOptions& opts);
+
+// Everything but the hooks object to launch the Hopper kernel: kernel(launch, tmap_a, tmap_b, tmap_d, args, hooks).
+// The launch carries the cluster dims (cfg.cluster_m, 1, 1). args has no split tail (tail_splits 1, no
+// workspace): gemm_bind_split_tail adds it.
+struct GemmSm90Launch {
+    CUtensorMap tmap_a;
+    CUtensorMap tmap_b;
+    CUtensorMap tmap_d;  // C, for the TMA-store epilogue: kGemmStoreBoxRows-row boxes (per-warp stores); a GEMM
+                         // with epilogue hooks re-encodes it with kGemmWholeTileBoxRows
+    kernels::GemmArgs args;
+    jit::LaunchConfig launch;
+};
+GemmSm90Launch gemm_sm90_launch(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& opts,
+                                const GemmConfig& cfg, int num_sms, cudaStream_t stream);
+
+// The split-K tail of one launch (loom::gemm, and ag_gemm's hooked GEMM): with cfg.tail_splits >= 2, the tail plan
+// at the launch's grid (none where the grid leaves no tail; splits capped at the k-blocks), the workspace of
+// (device, stream) reserved and l.args' split fields set; returns the splits the launch runs (1: whole tiles; also
+// while the stream captures a graph, whose launches must not keep a workspace that a later call may grow). From a
+// return >= 2 on, `lock` holds the workspace until the caller's launch is enqueued.
+int gemm_bind_split_tail(GemmSm90Launch& l, const GemmConfig& cfg, int64_t m, int64_t n, int64_t k, cudaStream_t stream,
+                         std::unique_lock<std::mutex>& lock);
+
+// ---- validation --------------------------------------------------------------------------------------------------
+
+// A device scale (GemmOptions::scale_a / scale_b and the overlapped ops'): null, or 4-byte aligned device (or managed)
+// memory; raises loom::Error naming `op` and `name` otherwise.
+void gemm_check_device_scale(const char* op, const char* name, const float* p);
+
+// Validation shared by gemm() and the overlapped ops: raises loom::Error naming what was expected and given.
+// allow_f8: fp8 e4m3 inputs are accepted (loom::gemm and the overlapped ops pass it).
+void gemm_validate(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& opts,
+                   bool allow_f8 = false);
+// `in`: the input type, whose 128-byte rows set the expected block_k.
+void gemm_validate_config(const GemmConfig& cfg, bool b_kn, DType in = DType::BF16);
+
+namespace detail {
+
+inline constexpr int64_t gemm_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 struct GemmDevice {
     int device = 0;
@@ -15,17 +168,21 @@ struct GemmDevice {
 };
 // The current device's, cached per device.
 GemmDevice gemm_device();
-// Whether loom::gemm runs the sm_80 kernel: below sm_90, or forced (GemmOptions::force_sm80, LOOM_GEMM_FORCE_SM80).
+// Whether loom::gemm runs the sm_80 kernel: below sm_90, or forced (GemmOptions::force_sm80).
 bool gemm_takes_sm80(const GemmOptions& o, const GemmDevice& dev);
+
+// gemm_heuristic with the cluster size given (1 or 2) instead of chosen: what the heuristic would plan with that
+// cluster size (bench-gemm --heuristic-cluster). gemm_heuristic is this with its own choice.
+GemmConfig gemm_heuristic_clustered(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, int num_sms, bool split_tail,
+                                    GemmTiles tiles, DType in, int cluster_m);
+
+// Stages (kernels::gemm_sm90_plan_stages: the most that fit, <= 12), raster group (about sqrt(SMs x BLOCK_N / BLOCK_M)
+// M-blocks) and persistent grid of a tile choice, as gemm_heuristic sets them; tail_splits is left as it is.
+void gemm_complete_config(GemmConfig& c, int64_t m, int64_t n, int num_sms);
 
 // gemm_config_for() for the device `dev` (loom::gemm has looked it up already).
 GemmConfig gemm_config_for(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o,
                            const GemmDevice& dev, cudaStream_t stream, std::string* source);
-
-// Stages (kernels::gemm_sm90_plan_stages: the most that fit, <= 12), raster group (about sqrt(SMs x BLOCK_N / BLOCK_M)
-// M-blocks, LOOM_GEMM_GROUP_M overrides it) and persistent grid of a tile choice, as gemm_heuristic sets them;
-// tail_splits is left as it is.
-void gemm_complete_config(GemmConfig& c, int64_t m, int64_t n, int num_sms);
 
 // Set on this thread while an overlapped op's candidates are timed (src/ops/overlap/overlap_tune.cpp): loom::gemm calls
 // made by those candidates (the sequential algorithms' GEMM) then take the heuristic, neither timing nor remembering
@@ -35,8 +192,22 @@ bool& gemm_tuning_suppressed();
 
 // Launches validated inputs with `cfg` as loom::gemm does after choosing it: the sm_80 path where forced or below
 // sm_90, the direct-store epilogue for beta != 0, the split tail bound to (device, stream). Raises loom::Error on a
-// config the inputs cannot take. `source` (for LOOM_GEMM_DEBUG) names where cfg came from; nullptr prints nothing.
+// config the inputs cannot take. `source` names where cfg came from, printed with the config at log level debug;
+// nullptr prints nothing.
 void gemm_launch(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o, GemmConfig cfg,
                  const GemmDevice& dev, cudaStream_t stream, const char* source);
 
-}  // namespace loom::detail
+// The two kernels' launches for a checked config (cfg.sm80 selects the first); `bias` as gemm_kernel_bias gives it.
+void gemm_launch_sm80(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o,
+                      const GemmConfig& cfg, std::optional<DType> bias, cudaStream_t stream, const char* source);
+void gemm_launch_sm90(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o,
+                      GemmConfig cfg, std::optional<DType> bias, int num_sms, cudaStream_t stream, const char* source);
+
+// Prints "loom::gemm M= N= K=: <config> (<source>)" to stderr at log level debug; nothing for a null source.
+void gemm_log_config(int64_t m, int64_t n, int64_t k, const GemmConfig& cfg, const char* source);
+
+// The kernels' arguments for whole tiles (no split tail); gemm_bind_split_tail sets the split-tail fields.
+kernels::GemmArgs gemm_whole_tile_args(const MatrixView& c, int64_t m, int64_t n, int64_t k, const GemmOptions& o);
+
+}  // namespace detail
+}  // namespace loom

@@ -170,6 +170,7 @@ void groups_inside_bands(GemmConfig& cfg, int64_t blocks_per_rank);
 }  // namespace loom::overlap
 
 #include "loom/jit/jit.hpp"
+#include "ops/gemm/gemm_internal.hpp"
 
 namespace loom::overlap {
 template <class HookArgs>

@@ -8,7 +8,7 @@
 // walk the output tiles in the order of the Hooks policy (loom/tile/scheduler.cuh).
 //
 // Warp roles (BLOCK_M / 64 = 1, 2 or 3 consumer warpgroups + 1 producer warpgroup, one CTA per SM; three compile
-// under a 128-register cap, hence BLOCK_N <= 176 there, ops/gemm.hpp: kGemmMaxBlockN192):
+// under a 128-register cap, hence BLOCK_N <= 176 there, src/ops/gemm/gemm_internal.hpp: kGemmMaxBlockN192):
 //   consumers  warpgroup c computes rows [64c, 64c + 64) of the tile with wgmma m64nBLOCK_Nk16, keeps one
 //              k-block of MMAs in flight, releases a slot when the MMAs that read it retired, then runs the
 //              epilogue while the producer already streams the next tile's k-blocks. The epilogue is per warp, with

@@ -1,5 +1,5 @@
 // Plain-data parameters of the GEMM kernels, shared by the device templates (gemm.cuh, gemm_sm80.cuh) and
-// the host launcher (src/ops/gemm/gemm.cpp). Compiles under the host compiler, nvcc and NVRTC.
+// the host launchers (src/ops/gemm/launch_sm90.cpp, launch_sm80.cpp). Compiles under the host compiler, nvcc and NVRTC.
 #pragma once
 
 #include "loom/config.hpp"
@@ -7,9 +7,9 @@
 
 namespace loom::kernels {
 
-// Runtime arguments shared by the GEMM kernels. Plain data; the host builds them in one place (gemm_sm90_launch, and
-// the sm_80 launch in src/ops/gemm/gemm.cpp); the split-tail fields keep their defaults outside loom::gemm's split-tail
-// launch.
+// Runtime arguments shared by the GEMM kernels. Plain data; the host builds them in one place (gemm_whole_tile_args in
+// src/ops/gemm/launch_sm90.cpp); the split-tail fields keep their defaults outside a split-tail launch
+// (gemm_bind_split_tail).
 struct GemmArgs {
     void* d;           // [m, n] row-major output (also the beta input)
     const void* bias;  // [n] or null
@@ -17,10 +17,9 @@ struct GemmArgs {
     int32_t m, n, k;
     float alpha, beta;
     // Rows of A's TMA box when A has fewer rows than BLOCK_M (skinny M: the box is M rounded up to 8 instead of
-    // BLOCK_M, so the loads fetch no out-of-bounds rows; with BLOCK_M-row boxes the 64 x 64 config took 105 us at
-    // M = 16 against 77 at M = 64 (N 8192, K 14336, H200), with M-row boxes 72); 0: BLOCK_M. The smem rows past the
-    // box hold stale data, which reaches only output rows >= m (never stored). Honoured for loads through the
-    // kernel's own tmap_a.
+    // BLOCK_M, so the loads fetch no out-of-bounds rows, which would make a skinny GEMM slower than one of BLOCK_M
+    // rows); 0: BLOCK_M. The smem rows past the box hold stale data, which reaches only output rows >= m (never
+    // stored). Honoured for loads through the kernel's own tmap_a.
     int32_t a_box_rows = 0;
     // Split-K tail (gemm_sm90_tma_wgmma<..., kSplitTail = true> only; tile_order.hpp: split_tail_unit): tiles
     // [0, dp_tiles) run whole, each later tile as tail_splits K-splits. partials: [tail tile][split] slots of
@@ -42,8 +41,8 @@ struct GemmArgs {
     // The Hopper kernel's tile grid (tile::scheduler_grid of m, n and the config) with its grouped order's divisors.
     tile::FastTileGrid grid{};
 };
-// The kernels take GemmArgs by value. Past 128 bytes the compiler handled it otherwise and the 128 x 256 kernels with
-// an affine epilogue spilled 400-600 bytes (measured: 128 bytes clean, 136 spilled, the kernel code unchanged).
+// The kernels take GemmArgs by value. Past 128 bytes the compiler passes it otherwise and the 128 x 256 kernels with
+// an affine epilogue spill 400-600 bytes (tests/unit/test_gemm_compile.cpp checks for spills).
 static_assert(sizeof(GemmArgs) <= 128, "GemmArgs: keep it within 128 bytes (see above)");
 
 #if defined(__CUDACC__)
@@ -107,10 +106,8 @@ LOOM_HOST_DEVICE constexpr int gemm_sm90_max_stages(int block_m, int block_n, in
 
 // The ring depth every planner takes (heuristic, overlapped ops, bench-gemm's alternatives): the most stages that
 // fit, at most kGemmPlanMaxStages. Only tiles of <= 192 rows + columns get past 6 (64 x 64: 13 fit, 64 x 128 and
-// 128 x 64: 8); the large tiles of big GEMMs fit 4-6 as before. Measured on the H200 (docs/gemm.md "Session 23"):
-// skinny GEMMs (M <= 128, one M-block) stream B from memory, and 64 x 64 tiles with 8-13 stages ran 3-5 % faster than
-// with 6 (16 x 8192 x 14336 bf16: 72.1 -> 69.3-70.0 us), 128 x 64 with 8 up to 4 %; 12 and 13 tied 10 within the spread
-// and did best where one partial wave runs the whole GEMM (8 x 4096 x 4096).
+// 128 x 64: 8); the large tiles of big GEMMs fit 4-6. Skinny GEMMs (M <= 128, one M-block) stream B from memory and
+// run 3-5 % faster with 8-13 stages than with 6; 12 and 13 tie 10 (docs/perf/gemm_skinny.json).
 inline constexpr int kGemmPlanMaxStages = 12;
 LOOM_HOST_DEVICE constexpr int gemm_sm90_plan_stages(int block_m, int block_n, int whole_tile_out_bytes = 0) {
     return gemm_sm90_max_stages(block_m, block_n, whole_tile_out_bytes, kGemmPlanMaxStages);

@@ -1,5 +1,5 @@
-// loom::gemm's config choice: the autotuner's winner (timed here with LOOM_AUTOTUNE=1, or persisted by an earlier
-// tuning run), else the heuristic; decided once per key and process. See "autotuning" in loom/ops/gemm.hpp.
+// loom::gemm's config choice: the autotuner's winner (timed here with Settings::autotune, or persisted by an earlier
+// tuning run), else the heuristic; decided once per key and process (loom/ops/gemm.hpp, "Config choice").
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -9,11 +9,10 @@
 #include <tuple>
 #include <vector>
 
+#include "jit/tune_timing.hpp"
 #include "loom/jit/autotune.hpp"
-#include "loom/ops/gemm.hpp"
 #include "loom/runtime/error.hpp"
 #include "ops/gemm/gemm_internal.hpp"
-#include "jit/tune_timing.hpp"
 
 namespace loom {
 namespace {
@@ -47,6 +46,33 @@ struct Decision {
     GemmConfig config;
     std::string source;  // "tuned", "persisted" or "heuristic"
 };
+
+// The autotuner's decision for `key` (jit/autotune.hpp): timed when tuning, else persisted or the heuristic. The
+// candidates run on a scratch output: the user's C is neither overwritten by the tuning runs nor read (beta) by them.
+Decision decide(const Key& key, const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o,
+                const detail::GemmDevice& dev, cudaStream_t stream) {
+    jit::TuneRequest req;
+    req.op = "gemm";
+    req.shape_bucket = key.bucket();
+    req.arch = dev.arch;
+    for (const GemmConfig& cand : gemm_tune_candidates(key.m, key.n, key.k, o.b_kn, a.dtype, dev.arch, dev.num_sms))
+        req.candidates.push_back({cand.str(), gemm_config_to_json(cand)});
+    req.heuristic = 0;
+    req.rounds = 3;  // rotated: the GPU warms over a tuning run (jit/autotune.hpp)
+    std::optional<detail::DeviceScratch> out, flush;
+    req.time_us = [&](const jit::TuneCandidate& cand) {
+        if (!out) {
+            out.emplace(static_cast<size_t>(c.rows) * c.stride() * dtype_size(c.dtype));
+            flush.emplace(detail::kTuneFlushBytes);
+        }
+        const MatrixView scratch{out->p, c.dtype, c.rows, c.cols, c.ld};
+        const GemmConfig cfg = gemm_config_from_json(cand.config);
+        return detail::median_launch_us([&] { detail::gemm_launch(a, b, scratch, o, cfg, dev, stream, nullptr); },
+                                        stream, *flush);
+    };
+    const jit::TuneResult r = jit::autotune(req, nullptr);
+    return Decision{gemm_config_from_json(r.choice.config), r.source};
+}
 
 }  // namespace
 
@@ -147,62 +173,32 @@ GemmConfig gemm_config_for(const MatrixView& a, const MatrixView& b, const Matri
 
 GemmConfig detail::gemm_config_for(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o,
                                    const GemmDevice& dev, cudaStream_t stream, std::string* source) {
-    auto set_source = [source](const std::string& s) {
+    auto decided_by = [source](const char* s, const GemmConfig& cfg) {
         if (source) *source = s;
+        return cfg;
     };
-    if (o.config) {
-        set_source("config");
-        return *o.config;
-    }
+    if (o.config) return decided_by("config", *o.config);
     const int64_t m = a.rows, k = a.cols, n = c.cols;
     auto heuristic = [&] {
         return gemm_heuristic(m, n, k, o.b_kn, dev.arch, dev.num_sms, true, GemmTiles::Plain, a.dtype);
     };
     // The sm_80 path has one config: nothing to tune. Suppressed: an overlapped op's candidates are being timed.
-    if (detail::gemm_takes_sm80(o, dev) || detail::gemm_tuning_suppressed()) {
-        set_source("heuristic");
-        return heuristic();
-    }
+    if (gemm_takes_sm80(o, dev) || gemm_tuning_suppressed()) return decided_by("heuristic", heuristic());
     const Key key{dev.device, dev.num_sms, m, n, k, a.dtype, c.dtype, o.b_kn, epilogue_kind(o)};
     // Held while a key is decided: a tuning run (seconds, once per key) keeps other threads' first calls waiting.
     static std::mutex mu;
     static std::map<Key, Decision> decided;
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = decided.find(key); it != decided.end()) {
-        set_source(it->second.source);
+        if (source) *source = it->second.source;
         return it->second.config;
     }
-    if (detail::capturing_and_tuning(stream)) {
-        set_source("heuristic");  // no timing inside a capture: this call takes the heuristic, a later one tunes
-        return heuristic();
-    }
-
-    jit::TuneRequest req;
-    req.op = "gemm";
-    req.shape_bucket = key.bucket();
-    req.arch = dev.arch;
-    for (const GemmConfig& cand : gemm_tune_candidates(m, n, k, o.b_kn, a.dtype, dev.arch, dev.num_sms))
-        req.candidates.push_back({cand.str(), gemm_config_to_json(cand)});
-    req.heuristic = 0;
-    req.rounds = 3;  // rotated: the GPU warms over a tuning run (jit/autotune.hpp)
-    std::optional<detail::DeviceScratch> out, flush;
-    req.time_us = [&](const jit::TuneCandidate& cand) {
-        if (!out) {
-            // A scratch output: the user's C is neither overwritten by the tuning runs nor read (beta) by them.
-            out.emplace(static_cast<size_t>(c.rows) * c.stride() * dtype_size(c.dtype));
-            flush.emplace(detail::kTuneFlushBytes);
-        }
-        const MatrixView scratch{out->p, c.dtype, c.rows, c.cols, c.ld};
-        const GemmConfig cfg = gemm_config_from_json(cand.config);
-        return detail::median_launch_us([&] { detail::gemm_launch(a, b, scratch, o, cfg, dev, stream, nullptr); },
-                                        stream, *flush);
-    };
-    const jit::TuneResult r = jit::autotune(req, nullptr);
-    // The heuristic's config is kept too: a key's config is decided once per process (LOOM_GEMM_* variables are read
-    // then), which also spares later calls the heuristic's host time.
-    const Decision d{gemm_config_from_json(r.choice.config), r.source};
-    decided.emplace(key, d);
-    set_source(d.source);
+    // No timing inside a capture: this call takes the heuristic, a later one tunes.
+    if (capturing_and_tuning(stream)) return decided_by("heuristic", heuristic());
+    // The heuristic's config is kept too: a key's config is decided once per process, which also spares later calls
+    // the heuristic's host time.
+    const Decision& d = decided.emplace(key, decide(key, a, b, c, o, dev, stream)).first->second;
+    if (source) *source = d.source;
     return d.config;
 }
 

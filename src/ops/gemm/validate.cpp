@@ -1,0 +1,109 @@
+// Input and config validation of loom::gemm, shared with the overlapped GEMMs: every error names what was expected and
+// what was given.
+#include <cmath>
+#include <cstdint>
+
+#include "loom/runtime/error.hpp"
+#include "ops/gemm/gemm_internal.hpp"
+
+namespace loom {
+
+void gemm_validate_config(const GemmConfig& c, bool b_kn, DType in) {
+    if (c.sm80) return;
+    LOOM_CHECK(c.block_m == 64 || c.block_m == 128 || c.block_m == 192,
+               "gemm config: expected block_m 64, 128 or 192, given {}", c.block_m);
+    LOOM_CHECK(c.block_n % 16 == 0 && c.block_n >= 16 && c.block_n <= 256,
+               "gemm config: expected block_n a multiple of 16 in [16, 256], given {}", c.block_n);
+    // Three consumer warpgroups compile under a 128-register cap (512 threads): wgmma n208 and wider needs more.
+    LOOM_CHECK(c.block_m != 192 || c.block_n <= kGemmMaxBlockN192,
+               "gemm config: block_m 192 expects block_n <= {} (the 128 registers of a 512-thread CTA), given {}",
+               kGemmMaxBlockN192, c.block_n);
+    LOOM_CHECK(c.block_m != 192 || c.cluster_m == 1, "gemm config: block_m 192 expects cluster_m 1, given {}",
+               c.cluster_m);
+    LOOM_CHECK(!b_kn || c.block_n % 64 == 0, "gemm config: B as [K, N] needs block_n a multiple of 64, given {}",
+               c.block_n);
+    const int block_k = kernels::gemm_block_k(static_cast<int>(dtype_size(in)));
+    LOOM_CHECK(c.block_k == block_k, "gemm config: expected block_k {} (one 128-byte row of {}), given {}", block_k,
+               dtype_name(in), c.block_k);
+    LOOM_CHECK(c.stages >= 2 && c.stages <= kernels::kGemmSm90MaxStages,
+               "gemm config: expected stages in [2, {}], given {}", kernels::kGemmSm90MaxStages, c.stages);
+    LOOM_CHECK(kernels::gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages) <= kernels::kGemmSm90MaxSmem,
+               "gemm config: {} needs {} B of shared memory, the limit is {}", c.str(),
+               kernels::gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages), kernels::kGemmSm90MaxSmem);
+    LOOM_CHECK(c.cluster_m == 1 || c.cluster_m == 2, "gemm config: expected cluster_m 1 or 2, given {}", c.cluster_m);
+    LOOM_CHECK(c.group_m >= 1, "gemm config: expected group_m >= 1, given {}", c.group_m);
+    LOOM_CHECK(c.grid >= 0 && c.grid % c.cluster_m == 0,
+               "gemm config: expected grid >= 0 and a multiple of cluster_m {}, given {}", c.cluster_m, c.grid);
+    LOOM_CHECK(c.tail_splits >= 1 && c.tail_splits <= kGemmMaxTailSplits,
+               "gemm config: expected tail_splits in [1, {}] (1: no split tail), given {}", kGemmMaxTailSplits,
+               c.tail_splits);
+    LOOM_CHECK(c.tail_splits == 1 || c.cluster_m == 1,
+               "gemm config: the split tail needs cluster_m 1, given tail_splits {} with cluster_m {}", c.tail_splits,
+               c.cluster_m);
+}
+
+void gemm_validate(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o, bool allow_f8) {
+    const bool f8 = a.dtype == DType::F8E4M3;
+    if (allow_f8) {
+        LOOM_CHECK(a.dtype == DType::BF16 || a.dtype == DType::F16 || f8,
+                   "gemm: expected A bf16, f16 or f8e4m3, given {}", dtype_name(a.dtype));
+    } else {
+        LOOM_CHECK(a.dtype == DType::BF16 || a.dtype == DType::F16, "gemm: expected A bf16 or f16, given {}",
+                   dtype_name(a.dtype));
+    }
+    LOOM_CHECK(b.dtype == a.dtype, "gemm: expected B of A's dtype {}, given {}", dtype_name(a.dtype),
+               dtype_name(b.dtype));
+    LOOM_CHECK(c.dtype == DType::BF16 || c.dtype == DType::F16 || c.dtype == DType::F32,
+               "gemm: expected C bf16, f16 or f32, given {}", dtype_name(c.dtype));
+    const int64_t m = a.rows, k = a.cols;
+    const int64_t n = o.b_kn ? b.cols : b.rows;
+    const int64_t bk = o.b_kn ? b.rows : b.cols;
+    LOOM_CHECK(m > 0 && n > 0 && k > 0, "gemm: expected non-empty shapes, given M={} N={} K={}", m, n, k);
+    LOOM_CHECK(bk == k, "gemm: expected B with K={} ({}), given {} x {}", k, o.b_kn ? "[K, N]" : "[N, K]", b.rows,
+               b.cols);
+    LOOM_CHECK(c.rows == m && c.cols == n, "gemm: expected C of {} x {}, given {} x {}", m, n, c.rows, c.cols);
+    LOOM_CHECK(n % 8 == 0 && k % 8 == 0, "gemm: expected N and K multiples of 8, given N={} K={}", n, k);
+    if (f8) {
+        // wgmma takes 8-bit operands K-major only; TMA needs 16-byte rows.
+        LOOM_CHECK(!o.b_kn,
+                   "gemm: f8e4m3 inputs expect B as [N, K] (wgmma reads 8-bit operands K-major only), given "
+                   "b_kn (B as [K, N])");
+        LOOM_CHECK(k % 16 == 0, "gemm: f8e4m3 inputs expect K a multiple of 16 (16-byte rows), given K={}", k);
+    }
+    LOOM_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, "gemm: shapes must fit in int32, given {} {} {}", m,
+               n, k);
+    for (const auto* v : {&a, &b, &c}) {
+        const char* name = v == &a ? "A" : v == &b ? "B" : "C";
+        LOOM_CHECK(v->data != nullptr, "gemm: {} has a null data pointer", name);
+        LOOM_CHECK(reinterpret_cast<std::uintptr_t>(v->data) % 16 == 0,
+                   "gemm: expected {} 16-byte aligned, given address {}", name, v->data);
+        LOOM_CHECK(v->stride() >= v->cols, "gemm: expected {}'s ld >= cols {}, given {}", name, v->cols, v->stride());
+        LOOM_CHECK((v->stride() * dtype_size(v->dtype)) % 16 == 0,
+                   "gemm: expected {}'s row stride a multiple of 16 bytes, given ld {} ({} B)", name, v->stride(),
+                   v->stride() * dtype_size(v->dtype));
+    }
+    if (o.bias.data) {
+        LOOM_CHECK(o.bias.dtype == DType::F32 || o.bias.dtype == DType::BF16 || o.bias.dtype == DType::F16,
+                   "gemm: expected bias f32, bf16 or f16, given {}", dtype_name(o.bias.dtype));
+        LOOM_CHECK(static_cast<int64_t>(o.bias.count) == n, "gemm: expected bias of N={} elements, given {}", n,
+                   o.bias.count);
+        LOOM_CHECK(reinterpret_cast<std::uintptr_t>(o.bias.data) % 4 == 0, "gemm: expected bias 4-byte aligned");
+    }
+    LOOM_CHECK(std::isfinite(o.alpha) && std::isfinite(o.beta), "gemm: expected finite alpha/beta, given {} {}",
+               o.alpha, o.beta);
+    gemm_check_device_scale("gemm", "scale_a", o.scale_a);
+    gemm_check_device_scale("gemm", "scale_b", o.scale_b);
+}
+
+void gemm_check_device_scale(const char* op, const char* name, const float* p) {
+    if (p == nullptr) return;
+    LOOM_CHECK(reinterpret_cast<std::uintptr_t>(p) % 4 == 0, "{}: expected {} 4-byte aligned, given {}", op, name,
+               static_cast<const void*>(p));
+    cudaPointerAttributes attr{};
+    const cudaError_t e = cudaPointerGetAttributes(&attr, p);
+    LOOM_CHECK(e == cudaSuccess && (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged),
+               "{}: expected {} to point at one float in device memory (read when the kernel runs), given {} ({})", op,
+               name, static_cast<const void*>(p), e == cudaSuccess ? "host memory" : cudaGetErrorString(e));
+}
+
+}  // namespace loom
