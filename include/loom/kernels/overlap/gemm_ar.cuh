@@ -71,12 +71,8 @@ LOOM_DEVICE LOOM_FORCEINLINE volatile uint64_t& ar_call_epoch() {
     return epoch;
 }
 
+// Protocol (tile/hooks.cuh): StagedEpilogue.
 struct ArEpilogueHooks {
-    static constexpr bool kWaitsBeforeLoad = false;
-    static constexpr bool kRedirectsA = false;
-    static constexpr bool kNotifiesAfterStore = false;
-    static constexpr bool kEpilogueHooks = true;
-    static constexpr bool kAccEpilogue = false;
     ArFusedHookArgs a;
 
     template <class Grid>
@@ -84,8 +80,6 @@ struct ArEpilogueHooks {
                                                  int32_t& n_block) const {
         tile::rotated_order(linear, g, 0, m_block, n_block);
     }
-    LOOM_DEVICE LOOM_FORCEINLINE void before_load(const tile::TileCoord&) const {}
-    LOOM_DEVICE LOOM_FORCEINLINE void after_store(const tile::TileCoord&) const {}
     // The CTA's thread 0, before the kernel's first __syncthreads: no number yet.
     LOOM_DEVICE LOOM_FORCEINLINE void init_cta() const { ar_call_epoch() = 0; }
     // Every consumer thread at its start: thread 0 (a consumer) enters the launch epoch (lang/launch_epoch.cuh) here
@@ -206,6 +200,7 @@ struct ArEpilogueHooks {
     template <int BLOCK_M>
     LOOM_DEVICE LOOM_FORCEINLINE void finish() const {}
 };
+static_assert(tile::GemmHooks<ArEpilogueHooks> && tile::StagedEpilogue<ArEpilogueHooks>);
 
 // T: the partial / output element type. gridDim.x = P blocks, 256 threads.
 template <class T>
