@@ -107,7 +107,7 @@ LOOM_HOST_DEVICE constexpr int gemm_sm90_max_stages(int block_m, int block_n, in
 
 // The ring depth every planner takes (heuristic, overlapped ops, bench-gemm's alternatives): the most stages that
 // fit, at most kGemmPlanMaxStages. Only tiles of <= 192 rows + columns get past 6 (64 x 64: 13 fit, 64 x 128 and
-// 128 x 64: 8); the large tiles of big GEMMs fit 4-6 as before. Measured on the H200 (docs/gemm.md "Session 23"):
+// 128 x 64: 8); the large tiles of big GEMMs fit 4-6. Measured on the H200:
 // skinny GEMMs (M <= 128, one M-block) stream B from memory, and 64 x 64 tiles with 8-13 stages ran 3-5 % faster than
 // with 6 (16 x 8192 x 14336 bf16: 72.1 -> 69.3-70.0 us), 128 x 64 with 8 up to 4 %; 12 and 13 tied 10 within the spread
 // and did best where one partial wave runs the whole GEMM (8 x 4096 x 4096).

@@ -96,10 +96,10 @@ LOOM_DEVICE LOOM_FORCEINLINE uint4 vec_pack(const float (&acc)[kVecElems<T>]) {
 //            sys) and streams the copies through the TMA ring as if they were more k-blocks (the kernel's ring copies,
 //            tile::AccRingCopies: each warpgroup part into a stage's B slot); the consumers add their parts from
 //            shared memory to their accumulators in rank order (fp32) and the kernel stores the sums to C [M / W, N] at
-//            row t.row0 - me * M / W. Nothing on the consumers' path polls a signal or waits on a global load (until
-//            session 24 thread 0 of each warpgroup waited for the signals and the threads loaded the copies from L2,
-//            four 16-byte vectors in flight: ~1-2 us per own tile with the tensor cores idle). Precision: the own
-//            partial stays fp32, the peers' arrive rounded to TOut once.
+//            row t.row0 - me * M / W. Nothing on the consumers' path polls a signal or waits on a global load (thread
+//            0 of each warpgroup waiting for the signals and the threads loading the copies from L2, four 16-byte
+//            vectors in flight, cost ~1-2 us per own tile with the tensor cores idle). Precision: the own partial
+//            stays fp32, the peers' arrive rounded to TOut once.
 // Deadlock freedom: pushes never wait. A tile of rank p's rows is at rotated M-position (m - shift_p) mod num_m,
 // which is in the last M / W rows of positions for p and earlier for every other rank q (q's last positions are
 // q's own rows), and the grouped order is monotonic in that position for a fixed n-block: every tile a wait
@@ -179,7 +179,7 @@ struct RsAccHooks {
         if ((a.diag_skip & 8) == 0) {  // diagnostics (racy without it): the fence's own cost
             // With the copy-engine transport the stores' readers are this GPU's own copy engine and stream memory
             // operations, which read through its L2: GPU scope makes the stores visible to them. (A system-scope fence
-            // here cost 2.5-10 us per GEMM at the small-K shapes, session 24.) Stores over NVLink: system scope.
+            // here cost 2.5-10 us per GEMM at the small-K shapes.) Stores over NVLink: system scope.
             if (a.outbox != nullptr) {
                 ptx::fence_acq_rel_gpu();
             } else {
