@@ -78,9 +78,9 @@ TEST(OverlapCompile, HookedGemmHasNoSpills) {
     }
 }
 
-// fp8 e4m3 inputs and scaled products (the overlapped ops take both since session 22): the same hooks over the e4m3
+// fp8 e4m3 inputs and scaled products (the overlapped ops take both): the same hooks over the e4m3
 // wgmma mainloop, and with an alpha or device scales the affine epilogue's instantiation (TBias = float) of every
-// policy that scales in its epilogue (the tile::kScalesAccumulators ones scale the accumulators in the unscaled
+// policy that scales in its epilogue (the tile::ScalesAccumulators ones scale the accumulators in the unscaled
 // instantiation), for bf16 inputs too; the widths the Overlap heuristic picks most (128-row tiles), bf16 and fp32
 // outputs.
 TEST(OverlapCompile, HookedFp8AndScaledGemmHasNoSpills) {

@@ -50,7 +50,7 @@ struct FastDiv {
 // A tile grid with its grouped order's divisors, made once on the host (FastTileGrid::of) and passed to the persistent
 // GEMM in its arguments: the scheduler then maps a tile index with multiplies and shifts read from the constant bank.
 // (Two divisions by runtime values were a chain of ~30 dependent instructions on the boundary between two tiles, where
-// the tensor cores idle: docs/gemm.md "Session 27".) Packed into 28 bytes: GemmArgs must stay within 128 (its static
+// the tensor cores idle.) Packed into 28 bytes: GemmArgs must stay within 128 (its static
 // assert says why).
 struct FastTileGrid : TileGrid {
     uint32_t mul[3];   // FastDiv multipliers: by group_m x num_n, by group_m, by the last group's M-blocks

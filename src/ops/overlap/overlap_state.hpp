@@ -113,10 +113,10 @@ void check_tile_count(const char* op, int64_t m, int64_t n, const GemmConfig& cf
 char* gemm_into_parity_half(World& world, OpState& st, const MatrixView& a, const MatrixView& b, DType dtype,
                             const OpScale& sc, cudaStream_t stream, bool captured);
 // Where a hooks policy's kernel applies the products' scale: on the accumulators after the mainloop (the policies
-// tile::kScalesAccumulators names: AgGemmHooks, RsAccHooks, RsPullHooks; the kernel's epilogue stays the unscaled
+// tile::ScalesAccumulators names: AgGemmHooks, RsAccHooks, RsPullHooks; the kernel's epilogue stays the unscaled
 // one) or in the affine epilogue (TileNotifyHooks, ArEpilogueHooks: TBias = float where `sc` is not 1).
 enum class ScaleAt { Accumulators, Epilogue };
-// Launch the Hopper GEMM with a hooks policy whose kernel scales `at` (as tile::kScalesAccumulators says);
+// Launch the Hopper GEMM with a hooks policy whose kernel scales `at` (as tile::ScalesAccumulators says);
 // `hook_args` are the hooks' bytes (trivially copyable); the products scaled by `sc`.
 template <class HookArgs>
 void launch_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& b, const MatrixView& c,

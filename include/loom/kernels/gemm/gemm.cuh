@@ -5,7 +5,7 @@
 // shared memory) -> registers -> 128B-swizzled staging buffers in shared memory -> TMA stores (a BLOCK_N that is not
 // a multiple of the store box ends with a slab overlapping the one before it; when beta != 0 or BLOCK_N is narrower
 // than one box, vectorised global stores). Persistent: gridDim.x <= #SMs CTAs
-// walk the output tiles in the order of the Hooks policy (loom/tile/scheduler.cuh).
+// walk the output tiles in the order of the Hooks policy (tile/scheduler.cuh, tile/hooks.cuh).
 //
 // Warp roles (BLOCK_M / 64 = 1, 2 or 3 consumer warpgroups + 1 producer warpgroup, one CTA per SM; three compile
 // under a 128-register cap, hence BLOCK_N <= 176 there, src/ops/gemm/gemm_internal.hpp: kGemmMaxBlockN192):
@@ -17,8 +17,8 @@
 //              staging buffers (stmatrix for 16-bit output without alpha / bias, TBias = void; pair stores
 //              otherwise) and its lane 0 issues the slab's TMA store (16-row box), which completes asynchronously
 //              while the warp goes on (to the next slab, or the next tile's MMAs).
-//   producer   one thread: per tile, hooks.before_load(), then per k-block: wait slot empty, expect_tx, TMA A
-//              (BLOCK_M x 64) and B (BLOCK_N x 64, or 64 x BLOCK_N when B is [K, N]). setmaxnreg moves its
+//   producer   one thread: per tile, hooks.before_load() (LoadWait), then per k-block: wait slot empty, expect_tx,
+//              TMA A (BLOCK_M x 64) and B (BLOCK_N x 64, or 64 x BLOCK_N when B is [K, N]). setmaxnreg moves its
 //              registers to the consumers (40 / 232 per thread).
 // Clusters (CLUSTER_M = 2): two CTAs with adjacent M-blocks and the same N-block; each loads its own A and half
 //   of the shared B tile, multicast into both CTAs' shared memory, so L2 -> SM traffic per k-block drops from
@@ -27,25 +27,30 @@
 // Shared memory: STAGES x (BLOCK_M + BLOCK_N) x 128 B + BLOCK_M / 64 x 2 x 8 KiB staging (1 x 8 KiB with three
 //   consumers) (+ barriers, + 1 KiB alignment slack): 128 x 256, 4 stages = 225 KiB; 192 x 176, 4 stages = 209 KiB
 //   (gemm_params.hpp: gemm_sm90_smem_bytes).
-// Epilogue hooks (Hooks::kEpilogueHooks; GEMM+AllReduce's fused epilogue, kernels/gemm_ar.cuh): each consumer
-//   warpgroup stages its whole 64 x BLOCK_N part of the tile (kWholeTile: BLOCK_N x sizeof(TOut) x 64 bytes per
-//   warpgroup, so fewer stages fit: 128 x 256 bf16 gets 3) and the hooks store, send or combine it; the
-//   accumulators are zeroed before each mainloop so that they are dead during the hooks' work. Every consumer thread
-//   calls hooks.consumer_start() once at the start of its path (after the CTA's __syncthreads, while the producer
-//   already loads): work whose latency the first mainloop hides (gemm_ar's call number).
-// Accumulator hooks (Hooks::kAccEpilogue; GEMM+ReduceScatter's fused epilogue, kernels/gemm_rs.cuh): after the
-//   mainloop the hooks get the fp32 accumulators (epilogue_acc): they may send them elsewhere (the tile is then not
-//   stored here) or change them; the plain epilogue then stores them, d_row_offset() rows above t.row0 in D. Nothing
-//   else changes: the staging buffers and stages are the plain kernel's. With tile::kHasAccRingCopies<Hooks> the
-//   kernel then adds the hooks' copies of the tile (e.g. peers' partial sums of it) to the accumulators: the producer,
-//   after the tile's last k-block, waits for them (hooks.ring_wait) and bulk-copies each warpgroup part into the B slot
-//   of a ring stage, as if they were more k-blocks; each consumer warpgroup adds its parts from shared memory and
-//   releases the stages. So the consumers neither poll signals nor wait on global loads in their epilogue.
-// Side warps (tile::kHasSideWarps<Hooks>; GEMM+ReduceScatter's fused pull, kernels/gemm_rs_pull.cuh): the producer
-//   warpgroup's three warps that issue no TMA run hooks.side_warps() beside the GEMM; no role changes its register
-//   budget then (setmaxnreg), so every thread keeps the launch bound's 168.
-// Split-K tail (kSplitTail; CLUSTER_M = 1; the plain GEMM, or hooks without epilogue / after-store parts, e.g.
-//   ag_gemm's, whose before_load then runs once per work unit): the CTAs walk work units instead of tiles
+// Hooks: the policy's protocols (tile/hooks.cuh states each one's contract) and what the kernel does for them.
+//   TileOrder       the scheduler walks the CTA's tiles in the policy's order.
+//   LoadWait        the producer calls hooks.before_load() before a tile's first load (above) and fences the async
+//                   proxy; ASource may point the tile's A loads at another tensor map.
+//   StoreNotify     after the tile's stores complete and a barrier of the consumers, thread 0 calls after_store. The
+//                   kernel then looks the next tile up on the tile boundary, with the divisions (kLookahead,
+//                   kFastOrder below).
+//   StagedEpilogue  (GEMM+AllReduce's fused epilogue) each consumer warpgroup stages its whole 64 x BLOCK_N part of the
+//                   tile (kWholeTile: BLOCK_N x sizeof(TOut) x 64 bytes per warpgroup, so fewer stages fit: 128 x 256
+//                   bf16 gets 3) and the hooks store, send or combine it; the accumulators are zeroed before each
+//                   mainloop, dead during the hooks' work.
+//   AccEpilogue     (GEMM+ReduceScatter's fused epilogue and fused pull) the hooks get the fp32 accumulators after the
+//                   mainloop; the plain epilogue stores what they keep, d_row_offset() rows above t.row0 in D. The
+//                   staging buffers and stages are the plain kernel's. With AccRingCopies the kernel then adds the
+//                   hooks' copies of the tile (e.g. peers' partial sums of it): the producer, after the tile's last
+//                   k-block, waits for them (ring_wait) and bulk-copies each warpgroup part into the B slot of a ring
+//                   stage, as if they were more k-blocks; each consumer warpgroup adds its parts from shared memory and
+//                   releases the stages. So the consumers neither poll signals nor wait on global loads in their
+//                   epilogue.
+//   SideWarps       (GEMM+ReduceScatter's fused pull) the producer warpgroup's three warps that issue no TMA run
+//                   hooks.side_warps() beside the GEMM; no role changes its register budget then (setmaxnreg), so
+//                   every thread keeps the launch bound's 168.
+// Split-K tail (kSplitTail; CLUSTER_M = 1; the plain GEMM, or hooks with neither an epilogue protocol nor StoreNotify,
+//   e.g. ag_gemm's, whose before_load then runs once per work unit): the CTAs walk work units instead of tiles
 //   (tile_order.hpp: split_tail_unit): whole tiles for the full waves, then each tail tile as args.tail_splits
 //   K-ranges. A split unit's consumers hand their fp32 partial to a workspace slot and count themselves in on the
 //   tile's counter; the last of the splits to arrive sums the slots in split order and runs the epilogue
@@ -180,8 +185,9 @@ LOOM_DEVICE LOOM_FORCEINLINE void release_slot(tile::TmaPipeline<STAGES>* pipe, 
 // global stores that also read D for beta != 0. (Two instantiations rather than a runtime branch: both epilogues in one
 // kernel exceed the 168 registers a 384-thread CTA compiles for, and spill.) kSplitTail: walk the split-K tail's work
 // units (args.dp_tiles, args.tail_splits, args.partials, args.tile_counters; see the top of this file); only with
-// CLUSTER_M = 1 and the default hooks. A separate instantiation, chosen by the host when the tail is split, so the
-// plain kernel is the same as without it.
+// CLUSTER_M = 1 and hooks with neither an epilogue protocol nor StoreNotify. A separate instantiation, chosen by the
+// host when the tail is split, so the plain kernel is the same as without it. Hooks: a GEMM hooks policy
+// (tile/hooks.cuh: tile::GemmHooks), a __grid_constant__ parameter.
 template <class TIn, class TOut, class TBias, int BLOCK_M, int BLOCK_N, int STAGES, bool kBKMajor, int CLUSTER_M = 1,
           bool kTmaStoreEpilogue = true, class Hooks = tile::GemmNoHooks, bool kSplitTail = false>
 __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
@@ -197,20 +203,22 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "CLUSTER_M is 1 or 2");
     constexpr bool kFp8 = tile::kSameType<TIn, __nv_fp8_e4m3>;
     static_assert(sizeof(TIn) == 2 || (kFp8 && kBKMajor), "inputs are bf16 or fp16, or fp8 e4m3 with B as [N, K]");
-    static_assert(!kSplitTail ||
-                      (CLUSTER_M == 1 && !Hooks::kEpilogueHooks && !Hooks::kAccEpilogue && !Hooks::kNotifiesAfterStore),
-                  "the split tail walks single-CTA tiles and publishes nothing per tile: no epilogue or after-store "
-                  "hooks (hooks that order tiles, wait before loads or redirect A take part)");
-    static_assert(!Hooks::kAccEpilogue || (CLUSTER_M == 1 && !Hooks::kEpilogueHooks && !Hooks::kNotifiesAfterStore),
-                  "accumulator epilogue hooks: single-CTA tiles, neither whole-tile epilogue nor after-store hooks");
+    static_assert(tile::GemmHooks<Hooks>,
+                  "Hooks: a tile order, trivially copyable, at most one epilogue protocol, the accumulators' without "
+                  "StoreNotify (tile/hooks.cuh)");
+    static_assert(!kSplitTail || (CLUSTER_M == 1 && !tile::StagedEpilogue<Hooks> && !tile::AccEpilogue<Hooks> &&
+                                  !tile::StoreNotify<Hooks>),
+                  "the split tail walks single-CTA tiles and publishes nothing per tile: no epilogue protocol, no "
+                  "StoreNotify (TileOrder, LoadWait and ASource take part)");
+    static_assert(!tile::AccEpilogue<Hooks> || CLUSTER_M == 1, "AccEpilogue: single-CTA tiles");
 #if LOOM_SM90A
     constexpr int kConsumers = BLOCK_M / 64;
     constexpr bool kBF16 = tile::kSameType<TIn, __nv_bfloat16>;
     constexpr int kBlockK = gemm_block_k(sizeof(TIn));               // elements of one 128-byte row
     constexpr uint32_t kABytes = tile::swizzled_box_bytes(BLOCK_M);  // (BLOCK_M, kBlockK): 128 B per row
     constexpr uint32_t kBBytes = tile::swizzled_box_bytes(BLOCK_N);  // (BLOCK_N, kBlockK)
-    // Copies of the tile through the ring (tile::kHasAccRingCopies; below) give the producer thread more to hold.
-    constexpr bool kAccRing = tile::kHasAccRingCopies<Hooks>;
+    // Copies of the tile through the ring (tile::AccRingCopies; below) give the producer thread more to hold.
+    constexpr bool kAccRing = tile::AccRingCopies<Hooks>;
     constexpr int kProducerRegs = kAccRing ? 56 : 40;
     // setmaxnreg moves registers between the roles inside the CTA's launch allocation (the launch bound's registers
     // per thread, a multiple of 8: 168 for 384 threads, 128 for 512): a consumer's setmaxnreg.inc waits until the
@@ -223,7 +231,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     static_assert(kProducerRegs + kConsumers * kConsumerRegs <= (kConsumers + 1) * kLaunchRegs,
                   "setmaxnreg within the CTA's launch allocation");
     // TMA-store epilogue: slabs 128 bytes wide (kStoreCols elements of TOut); 16 rows per warp, 64 per warpgroup with
-    // epilogue hooks.
+    // StagedEpilogue hooks.
     constexpr int kStoreCols = gemm_store_box_cols(sizeof(TOut));
     // A BLOCK_N that is not a multiple of the slab width ends with a slab overlapping the one before it (see
     // slab_frag0 below); narrower tiles than one slab take the direct stores.
@@ -231,15 +239,15 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     // TBias = void: the host promises alpha = 1, no bias and no device scales, and the epilogue converts the
     // accumulators as they are.
     constexpr bool kAffine = !tile::kSameType<TBias, void>;
-    // tile::kScalesAccumulators: the accumulators are scaled by alpha times the device scales right after the
+    // tile::ScalesAccumulators: the accumulators are scaled by alpha times the device scales right after the
     // mainloop (the host leaves TBias to the output type); every other kernel scales in its affine epilogue (the host
     // takes TBias = float when alpha != 1 or a device scale is given).
-    constexpr bool kScalesAcc = tile::kScalesAccumulators<Hooks>;
-    static_assert(kAffine || (kTmaStore && !Hooks::kEpilogueHooks && sizeof(TOut) == 2),
+    constexpr bool kScalesAcc = tile::ScalesAccumulators<Hooks>;
+    static_assert(kAffine || (kTmaStore && !tile::StagedEpilogue<Hooks> && sizeof(TOut) == 2),
                   "TBias = void (alpha 1, no bias) is for the plain TMA-store epilogue of 16-bit outputs");
     constexpr int kSlabs = (BLOCK_N + kStoreCols - 1) / kStoreCols;
-    static_assert(!Hooks::kEpilogueHooks || (kTmaStore && BLOCK_N % kStoreCols == 0 && CLUSTER_M == 1),
-                  "epilogue hooks take part in the TMA-store epilogue (BLOCK_N a multiple of the store box), "
+    static_assert(!tile::StagedEpilogue<Hooks> || (kTmaStore && BLOCK_N % kStoreCols == 0 && CLUSTER_M == 1),
+                  "StagedEpilogue takes part in the TMA-store epilogue (BLOCK_N a multiple of the store box), "
                   "single-CTA tiles");
     constexpr int kFragsPerSlab = kStoreCols / 8;  // 8-column accumulator fragments per slab
     // The first fragment of slab s: s x kFragsPerSlab, except that the last slab of a BLOCK_N that is not a multiple
@@ -250,28 +258,28 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
         return slab * kFragsPerSlab < BLOCK_N / 8 - kFragsPerSlab ? slab * kFragsPerSlab : BLOCK_N / 8 - kFragsPerSlab;
     };
     constexpr int kWarpBufs = gemm_warp_store_bufs(BLOCK_M);  // the plain epilogue's staging buffers per warp
-    // Copies of the tile through the ring (tile::kHasAccRingCopies): a warpgroup's 64 x BLOCK_N part of TOut is
+    // Copies of the tile through the ring (tile::AccRingCopies): a warpgroup's 64 x BLOCK_N part of TOut is
     // kRingPieces B slots (one for 16-bit TOut, two for fp32), each kRingPieceVecs 16-byte vectors per thread.
     constexpr int kRingPieces = static_cast<int>(sizeof(TOut)) / 2;
     constexpr int kRingVecElems = 16 / static_cast<int>(sizeof(TOut));
     constexpr int kRingPieceVecs = BLOCK_N / 2 / kRingVecElems / kRingPieces;
     constexpr int kRingInFlight = kRingPieceVecs % 4 == 0 ? 4 : kRingPieceVecs % 2 == 0 ? 2 : 1;
-    static_assert(!kAccRing || (Hooks::kAccEpilogue && kRingPieceVecs * 128 * 16 == kBBytes),
-                  "ring copies: accumulator hooks; a part of the tile fills whole B slots");
+    static_assert(!kAccRing || kRingPieceVecs * 128 * 16 == kBBytes,
+                  "ring copies: a part of the tile fills whole B slots");
 
     extern __shared__ uint8_t smem_raw[];
     // 128B-swizzled TMA boxes and wgmma descriptors need 1024-byte aligned tiles.
     uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uint64_t>(smem_raw) + 1023) & ~uint64_t(1023));
     uint8_t* smem_a = smem;
     uint8_t* smem_b = smem + STAGES * kABytes;
-    // Epilogue hooks stage the warpgroup's whole part of the tile (kSlabs buffers) and act on it at once.
-    constexpr bool kWholeTile = Hooks::kEpilogueHooks;
+    // StagedEpilogue: the warpgroup stages its whole part of the tile (kSlabs buffers) and the hooks act on it at once.
+    constexpr bool kWholeTile = tile::StagedEpilogue<Hooks>;
     // The consumers look the next tile up before the epilogue (below) where that spills nothing
     // (tests/unit/test_gemm_compile.cpp, test_overlap_compile.cpp): whole single-CTA tiles. The split-tail, clustered,
-    // notifying (TileNotifyHooks), side-warp (the fused pull) and fp32-output accumulator-hook kernels spilled 4-20
+    // StoreNotify (TileNotifyHooks), SideWarps (the fused pull) and fp32-output AccEpilogue kernels spilled 4-20
     // bytes with it, even holding only the next tile's two blocks.
-    constexpr bool kLookahead = !kSplitTail && CLUSTER_M == 1 && !Hooks::kNotifiesAfterStore &&
-                                !tile::kHasSideWarps<Hooks> && !(Hooks::kAccEpilogue && sizeof(TOut) == 4);
+    constexpr bool kLookahead = !kSplitTail && CLUSTER_M == 1 && !tile::StoreNotify<Hooks> && !tile::SideWarps<Hooks> &&
+                                !(tile::AccEpilogue<Hooks> && sizeof(TOut) == 4);
     constexpr uint32_t kStagingBytes = gemm_staging_bytes_per_wg(BLOCK_M, BLOCK_N, kWholeTile ? int(sizeof(TOut)) : 0);
     uint8_t* smem_store = smem_b + STAGES * kBBytes;  // kConsumers x kStagingBytes
     auto* pipe = reinterpret_cast<tile::TmaPipeline<STAGES>*>(smem_store + kConsumers * kStagingBytes);
@@ -287,8 +295,8 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
         ptx::tma_prefetch_descriptor(&tmap_a);
         ptx::tma_prefetch_descriptor(&tmap_b);
         ptx::tma_prefetch_descriptor(&tmap_d);
-        if constexpr (Hooks::kRedirectsA) hooks.prefetch_a();
-        if constexpr (Hooks::kEpilogueHooks || Hooks::kAccEpilogue) hooks.init_cta();
+        if constexpr (tile::ASource<Hooks>) hooks.prefetch_a();
+        if constexpr (tile::CtaLifetime<Hooks>) hooks.init_cta();
     }
     // The peer multicasts into our slots and arrives on our barriers: their init must be visible cluster-wide.
     if constexpr (CLUSTER_M > 1) {
@@ -303,7 +311,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     // boundary (no kLookahead: the clustered kernels, fp8's on a whole GPU, the fused pull, fp32-output accumulator
     // hooks). The lookahead kernels keep the divisions, off the boundary anyway (with the multiplies bf16's 8192 x 1376
     // x 4096 read 1 % slower); the split-tail and notifying kernels too (they spilled 4-16 bytes with them).
-    constexpr bool kFastOrder = !kLookahead && !kSplitTail && !Hooks::kNotifiesAfterStore;
+    constexpr bool kFastOrder = !kLookahead && !kSplitTail && !tile::StoreNotify<Hooks>;
     using Scheduler = tile::PersistentScheduler<BLOCK_M, BLOCK_N, Hooks, CLUSTER_M, kFastOrder>;
     Scheduler sched(args.m, args.n, args.grid, tile::BoolConstant<!kSplitTail>{});
     const int num_k_blocks = kSplitTail ? args.num_k_blocks : (args.k + kBlockK - 1) / kBlockK;
@@ -312,18 +320,18 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
 
     if (warpgroup == kConsumers) {
         // ---- producer warpgroup: one thread issues every TMA ------------------------------------------------
-        if constexpr (!tile::kHasSideWarps<Hooks>) ptx::setmaxnreg_dec<kProducerRegs>();
+        if constexpr (!tile::SideWarps<Hooks>) ptx::setmaxnreg_dec<kProducerRegs>();
         if (wg_thread == 0) {
             tile::PipelineState<STAGES> st;
             while (next_work<kSplitTail>(sched, hooks, args, num_k_blocks, t, w)) {
-                if constexpr (Hooks::kWaitsBeforeLoad) {
+                if constexpr (tile::LoadWait<Hooks>) {
                     if (t.rows > 0) hooks.before_load(t);
                     ptx::fence_proxy_async_global();
                 }
                 // The tile's A rows: tmap_a at t.row0, or wherever the hooks redirect them.
                 const ptx::TmaDescriptor* map_a = &tmap_a;
                 int32_t row_a = t.row0;
-                if constexpr (Hooks::kRedirectsA) hooks.a_source(t, map_a, row_a);
+                if constexpr (tile::ASource<Hooks>) hooks.a_source(t, map_a, row_a);
                 // A's box: BLOCK_M rows, or fewer for a skinny A through tmap_a (GemmArgs::a_box_rows).
                 const uint32_t a_bytes =
                     map_a == &tmap_a && args.a_box_rows > 0 ? static_cast<uint32_t>(args.a_box_rows) * 128u : kABytes;
@@ -377,13 +385,13 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                 }
             }
         }
-        if constexpr (tile::kHasSideWarps<Hooks>) {
+        if constexpr (tile::SideWarps<Hooks>) {
             if (wg_thread >= 32) hooks.template side_warps<TOut, BLOCK_M, BLOCK_N>(wg_thread - 32);
         }
     } else {
         // ---- consumer warpgroups: wgmma over the ring, then the epilogue -----------------------------------
-        if constexpr (!tile::kHasSideWarps<Hooks>) ptx::setmaxnreg_inc<kConsumerRegs>();
-        if constexpr (Hooks::kEpilogueHooks) hooks.consumer_start();
+        if constexpr (!tile::SideWarps<Hooks>) ptx::setmaxnreg_inc<kConsumerRegs>();
+        if constexpr (tile::StagedEpilogue<Hooks>) hooks.consumer_start();
         const int warp = wg_thread / 32, lane = wg_thread % 32;
         uint8_t* store_bufs = smem_store + warpgroup * kStagingBytes;
         uint32_t store_count = 0;  // slabs this warpgroup has stored; selects the staging buffer
@@ -469,10 +477,10 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                 // A split unit: hand the partial over; only the CTA that completes the tile stores it.
                 if (tail_id >= 0 && !split_tail_fixup<BLOCK_M, BLOCK_N>(acc, args, tail_id)) continue;
             }
-            // Accumulator hooks may send the tile away (this CTA then stores nothing of it); the rest is stored
+            // AccEpilogue hooks may send the tile away (this CTA then stores nothing of it); the rest is stored
             // d_row_offset() rows above t.row0 in D (read where used, from the parameter space: held in a register
             // across the epilogue it made the tightest configs spill).
-            if constexpr (Hooks::kAccEpilogue) {
+            if constexpr (tile::AccEpilogue<Hooks>) {
                 if (!hooks.template epilogue_acc<TOut, BLOCK_M, BLOCK_N>(acc, t)) continue;
             }
             if constexpr (kAccRing) {
@@ -513,7 +521,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                 }
             }
             const auto d_row0 = [&]() -> int32_t {
-                if constexpr (Hooks::kAccEpilogue) {
+                if constexpr (tile::AccEpilogue<Hooks>) {
                     return t.row0 - hooks.d_row_offset();
                 } else {
                     return t.row0;
@@ -525,10 +533,10 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
             // per thread leave little room under 168. One epilogue path per instantiation for the same reason.)
             if constexpr (kTmaStore) {
                 {
-                    // The thread's coordinates. The split-tail kernel and epilogue hooks recompute them here from an
-                    // unhoisted %tid.x: held across the mainloop (as the plain kernel's compiler does) they leave the
-                    // fix-up / the hooks too few registers under 168 and they spill.
-                    constexpr bool kUnhoisted = kSplitTail || kWholeTile || Hooks::kAccEpilogue || kConsumers == 3;
+                    // The thread's coordinates. The split-tail kernel and the epilogue protocols recompute them here
+                    // from an unhoisted %tid.x: held across the mainloop (as the plain kernel's compiler does) they
+                    // leave the fix-up / the hooks too few registers under 168 and they spill.
+                    constexpr bool kUnhoisted = kSplitTail || kWholeTile || tile::AccEpilogue<Hooks> || kConsumers == 3;
                     const uint32_t e_tid = kUnhoisted ? ptx::tid_x_unhoisted() : 0u;
                     const int e_warpgroup = kUnhoisted ? static_cast<int>(e_tid / 128) : warpgroup;
                     const int e_wg_thread = kUnhoisted ? static_cast<int>(e_tid % 128) : wg_thread;
@@ -572,7 +580,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                         }
                     };
                     if constexpr (kWholeTile) {
-                        // Epilogue hooks: the warpgroup stages its whole 64 x BLOCK_N part (slab s in buffer s), every
+                        // StagedEpilogue: the warpgroup stages its whole 64 x BLOCK_N part (slab s in buffer s), every
                         // buffer read out by the previous tile's stores first (the hooks' wait and barrier).
                         hooks.template before_epilogue<TOut, BLOCK_M, BLOCK_N>(t);
                         const int r_lo = e_warp * 16 + e_lane / 4;  // row inside the warpgroup's 64-row slab
@@ -631,9 +639,9 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                             ++store_count;
                         }
                     }
-                    if constexpr (Hooks::kNotifiesAfterStore) {
+                    if constexpr (tile::StoreNotify<Hooks>) {
                         // The hook publishes the tile: its stores complete, not just issued, by every thread that
-                        // issued some (bulk groups are per thread): each warp's lane 0, or with epilogue hooks the
+                        // issued some (bulk groups are per thread): each warp's lane 0, or with StagedEpilogue the
                         // warpgroup's thread 0.
                         if ((kWholeTile ? e_wg_thread : e_lane) == 0) {
                             ptx::tma_store_wait<0>();
@@ -657,13 +665,13 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                     epi.store(row + 8, col + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
                 }
             }
-            if constexpr (Hooks::kNotifiesAfterStore) {
+            if constexpr (tile::StoreNotify<Hooks>) {
                 ptx::named_barrier_sync(1, kConsumers * 128);
                 if (threadIdx.x == 0 && t.rows > 0) hooks.after_store(t);
             }
         }
-        // Epilogue hooks may still have a tile to publish (its stores issued, its signal not yet raised).
-        if constexpr (Hooks::kEpilogueHooks || Hooks::kAccEpilogue) hooks.template finish<BLOCK_M>();
+        // The hooks may still have a tile to publish (its stores issued, its signal not yet raised).
+        if constexpr (tile::CtaLifetime<Hooks>) hooks.template finish<BLOCK_M>();
         // The staging buffers must stay alive (and the stores land) before the CTA exits (bulk groups are per thread:
         // each warp's lane 0 issued its own).
         if (lane == 0) ptx::tma_store_wait<0>();

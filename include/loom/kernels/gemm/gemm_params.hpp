@@ -35,7 +35,7 @@ struct GemmArgs {
     // Device scales (one float each, read when the kernel runs, so a scale computed on the GPU needs no host
     // synchronisation: fp8's dynamic per-tensor scales, as torch._scaled_mm's scale_a / scale_b); null: 1. The
     // products are scaled by alpha times these: in the affine epilogue (TBias != void), or, with the hooks
-    // tile::kScalesAccumulators names, on the accumulators right after the mainloop.
+    // tile::ScalesAccumulators names (tile/hooks.cuh), on the accumulators right after the mainloop.
     const float* scale_a = nullptr;
     const float* scale_b = nullptr;
     // The Hopper kernel's tile grid (tile::scheduler_grid of m, n and the config) with its grouped order's divisors.

@@ -3,9 +3,9 @@
 //
 //   producer  moves this rank's shard into rows [me * M/W, (me + 1) * M/W) of every rank's gather buffer
 //             (symmetric [M, K]) and raises the chunk signal there. Either the copy engine (host side:
-//             src/ops/overlap/ag_gemm/ag_gemm.cpp, cudaMemcpyAsync + cuStreamWriteValue64 on a side stream), or the SM kernel
-//             ag_gemm_push below (a few blocks on a side stream, ld/st or TMA data path). Or, ranks sharing a GPU,
-//             nobody (the direct producer): each rank copies its shard into its own symmetric staging and raises
+//             src/ops/overlap/ag_gemm/ag_gemm.cpp, cudaMemcpyAsync + cuStreamWriteValue64 on a side stream), or the SM
+//             kernel ag_gemm_push below (a few blocks on a side stream, ld/st or TMA data path). Or, ranks sharing a
+//             GPU, nobody (the direct producer): each rank copies its shard into its own symmetric staging and raises
 //             chunk[me] at every rank; the GEMMs read every peer's rows in place from there (a_peer maps).
 //   consumer  the persistent Hopper GEMM (kernels/gemm.cuh) with AgGemmHooks: tiles in rank-rotated order (this
 //             rank's own rows first, then the next rank's, ...); before a tile's operands are loaded its
@@ -32,15 +32,10 @@
 
 namespace loom::kernels::overlap {
 
-// The GEMM policy (see tile::GemmNoHooks for the interface). before_load runs on the GEMM's producer thread
-// only, for tiles with rows inside M; the kernel adds fence.proxy.async.global after it.
+// The GEMM policy (protocols: tile/hooks.cuh). before_load runs on the GEMM's producer thread only, for tiles with
+// rows inside M; the kernel adds fence.proxy.async.global after it.
 struct AgGemmHooks {
-    static constexpr bool kWaitsBeforeLoad = true;
-    static constexpr bool kRedirectsA = true;
-    static constexpr bool kNotifiesAfterStore = false;
-    static constexpr bool kEpilogueHooks = false;
-    static constexpr bool kAccEpilogue = false;
-    static constexpr bool kScalesAccumulators = true;  // tile::kScalesAccumulators
+    static constexpr bool kScalesAccumulators = true;  // tile::ScalesAccumulators
     AgGemmHookArgs a;
 
     // Is the tile one of this rank's own M-blocks, read in place from its shard? (With own_local the tile lies
@@ -83,8 +78,9 @@ struct AgGemmHooks {
         for (int32_t r = first; r <= last; ++r)
             lang::wait_ge_sys_or_trap(a.chunk + r, a.target, a.timeout_ns, "ag_gemm: GEMM waits for a chunk");
     }
-    LOOM_DEVICE LOOM_FORCEINLINE void after_store(const tile::TileCoord&) const {}
 };
+static_assert(tile::GemmHooks<AgGemmHooks> && tile::LoadWait<AgGemmHooks> && tile::ASource<AgGemmHooks> &&
+              tile::ScalesAccumulators<AgGemmHooks>);
 
 // SM producer: gridDim.x blocks (every rank the same), each moves its share of this rank's chunk to every rank
 // (this rank first, so the rank-rotated GEMM starts at once; then me + 1, me + 2, ...) and adds 1 to
@@ -126,8 +122,8 @@ __global__ void __launch_bounds__(512) ag_gemm_push(Ctx ctx, AgPushParams p) {
     }
 }
 
-// Direct producer (ranks sharing a GPU; host side src/ops/overlap/ag_gemm/ag_gemm.cpp ag_gemm_direct): call e's one kernel
-// before its GEMM, in stream order. It replaces 2W - 1 stream memory operations (cuStreamWaitValue64 /
+// Direct producer (ranks sharing a GPU; host side src/ops/overlap/ag_gemm/ag_gemm.cpp ag_gemm_direct): call e's one
+// kernel before its GEMM, in stream order. It replaces 2W - 1 stream memory operations (cuStreamWaitValue64 /
 // cuStreamWriteValue64, each a trip through the GPU's front end) and the runtime's copy:
 //   block 0    read_done[me] := e - 1 at every peer: this rank's GEMM of call e - 1 (which read the peers' staging
 //              halves) finished, since it precedes this kernel in stream order;

@@ -71,12 +71,8 @@ LOOM_DEVICE LOOM_FORCEINLINE volatile uint64_t& ar_call_epoch() {
     return epoch;
 }
 
+// Protocol (tile/hooks.cuh): StagedEpilogue.
 struct ArEpilogueHooks {
-    static constexpr bool kWaitsBeforeLoad = false;
-    static constexpr bool kRedirectsA = false;
-    static constexpr bool kNotifiesAfterStore = false;
-    static constexpr bool kEpilogueHooks = true;
-    static constexpr bool kAccEpilogue = false;
     ArFusedHookArgs a;
 
     template <class Grid>
@@ -84,14 +80,12 @@ struct ArEpilogueHooks {
                                                  int32_t& n_block) const {
         tile::rotated_order(linear, g, 0, m_block, n_block);
     }
-    LOOM_DEVICE LOOM_FORCEINLINE void before_load(const tile::TileCoord&) const {}
-    LOOM_DEVICE LOOM_FORCEINLINE void after_store(const tile::TileCoord&) const {}
     // The CTA's thread 0, before the kernel's first __syncthreads: no number yet.
     LOOM_DEVICE LOOM_FORCEINLINE void init_cta() const { ar_call_epoch() = 0; }
     // Every consumer thread at its start: thread 0 (a consumer) enters the launch epoch (lang/launch_epoch.cuh) here
     // rather than in init_cta, so that its two dependent global round trips overlap the first mainloop instead of
-    // holding the whole CTA (the producer's first loads) at the __syncthreads (session 29; entered here the fused
-    // epilogue ties the host-numbered build within the runs' spread, docs/overlap.md "Session 30").
+    // holding the whole CTA (the producer's first loads) at the __syncthreads (entered here, the fused epilogue ties
+    // the host-numbered build within the runs' spread).
     LOOM_DEVICE LOOM_FORCEINLINE void consumer_start() const {
         if (threadIdx.x == 0) ar_call_epoch() = lang::launch_epoch_enter(a.launches);
     }
@@ -130,8 +124,7 @@ struct ArEpilogueHooks {
         const int64_t part = 2 * tile + warpgroup;
         const int64_t offset = tile * kTileBytes + warpgroup * (kTileBytes / (BLOCK_M / 64));
         // The part's rows inside C, in 16-row groups (one chunk of each slab): at M < 64 only those travel and are
-        // summed. (At M = 16 the whole 64-row part was 4x the bytes the all_reduce of the same C moves;
-        // docs/overlap.md "Session 23".)
+        // summed. (At M = 16 the whole 64-row part was 4x the bytes the all_reduce of the same C moves.)
         const int live_groups = (min(max(t.rows - warpgroup * 64, 0), 64) + 15) / 16;
         if (wg_thread == 0) {
             for (int d = 0; d < a.world; ++d) {
@@ -206,6 +199,7 @@ struct ArEpilogueHooks {
     template <int BLOCK_M>
     LOOM_DEVICE LOOM_FORCEINLINE void finish() const {}
 };
+static_assert(tile::GemmHooks<ArEpilogueHooks> && tile::StagedEpilogue<ArEpilogueHooks>);
 
 // T: the partial / output element type. gridDim.x = P blocks, 256 threads.
 template <class T>

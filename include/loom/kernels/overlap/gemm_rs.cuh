@@ -38,11 +38,6 @@ namespace loom::kernels::overlap {
 // The GEMM policy of GEMM+RS and GEMM+AR: rotated grouped order, one signal per stored tile. after_store runs
 // on thread 0 after every consumer's TMA stores of the tile completed (see kernels/gemm.cuh).
 struct TileNotifyHooks {
-    static constexpr bool kWaitsBeforeLoad = false;
-    static constexpr bool kRedirectsA = false;
-    static constexpr bool kNotifiesAfterStore = true;
-    static constexpr bool kEpilogueHooks = false;
-    static constexpr bool kAccEpilogue = false;
     TileNotifyHookArgs a;
 
     template <class Grid>
@@ -50,11 +45,11 @@ struct TileNotifyHooks {
                                                  int32_t& n_block) const {
         tile::rotated_order(linear, g, a.shift_m, m_block, n_block);
     }
-    LOOM_DEVICE LOOM_FORCEINLINE void before_load(const tile::TileCoord&) const {}
     LOOM_DEVICE LOOM_FORCEINLINE void after_store(const tile::TileCoord& t) const {
         ptx::st_release_sys(a.tile + (static_cast<int64_t>(t.m_block) * a.num_n + t.n_block), a.epoch);
     }
 };
+static_assert(tile::GemmHooks<TileNotifyHooks> && tile::StoreNotify<TileNotifyHooks>);
 
 // ---- element helpers (16-byte vectors of T, fp32 math) ------------------------------------------------------
 template <class T>
@@ -86,7 +81,7 @@ LOOM_DEVICE LOOM_FORCEINLINE uint4 vec_pack(const float (&acc)[kVecElems<T>]) {
 // The GEMM itself does the ReduceScatter: no second kernel, no SM taken from it. Every M-block belongs to one rank
 // (M / W a multiple of BLOCK_M: the host's condition for this algorithm). The order is rotated as for the
 // scatter-reduce: rows of rank me + 1 first, own rows last. The hooks take the fp32 accumulators after the mainloop
-// (gemm.cuh kAccEpilogue); the kernel keeps the plain epilogue and its shared memory (4 stages of 128 x 256).
+// (tile::AccEpilogue); the kernel keeps the plain epilogue and its shared memory (4 stages of 128 x 256).
 // A slot part (warpgroup wg's 64 x BLOCK_N of a tile, TOut) holds the accumulators in fragment order: 16-byte vector
 // v of warpgroup thread i (its accumulators [E v, E v + E), E = 16 / sizeof(TOut)) at byte 16 (128 v + i), so a
 // warp's store or load covers 512 contiguous bytes; sender and receiver are the same thread of the same warpgroup in
@@ -99,12 +94,12 @@ LOOM_DEVICE LOOM_FORCEINLINE uint4 vec_pack(const float (&acc)[kVecElems<T>]) {
 //            counts the tile on its chunk (stored[lead] += 1, release, gpu) for the host's copy stream.
 //   d == me  after the tile's last k-block the producer thread waits for every peer's tile (or chunk; acquire,
 //            sys) and streams the copies through the TMA ring as if they were more k-blocks (the kernel's ring copies,
-//            tile::kHasAccRingCopies: each warpgroup part into a stage's B slot); the consumers add their parts from
+//            tile::AccRingCopies: each warpgroup part into a stage's B slot); the consumers add their parts from
 //            shared memory to their accumulators in rank order (fp32) and the kernel stores the sums to C [M / W, N] at
-//            row t.row0 - me * M / W. Nothing on the consumers' path polls a signal or waits on a global load (until
-//            session 24 thread 0 of each warpgroup waited for the signals and the threads loaded the copies from L2,
-//            four 16-byte vectors in flight: ~1-2 us per own tile with the tensor cores idle). Precision: the own
-//            partial stays fp32, the peers' arrive rounded to TOut once.
+//            row t.row0 - me * M / W. Nothing on the consumers' path polls a signal or waits on a global load (thread
+//            0 of each warpgroup waiting for the signals and the threads loading the copies from L2, four 16-byte
+//            vectors in flight, cost ~1-2 us per own tile with the tensor cores idle). Precision: the own partial
+//            stays fp32, the peers' arrive rounded to TOut once.
 // Deadlock freedom: pushes never wait. A tile of rank p's rows is at rotated M-position (m - shift_p) mod num_m,
 // which is in the last M / W rows of positions for p and earlier for every other rank q (q's last positions are
 // q's own rows), and the grouped order is monotonic in that position for a fixed n-block: every tile a wait
@@ -146,13 +141,8 @@ LOOM_DEVICE LOOM_FORCEINLINE uint4 acc_vector(const float* acc) {  // acc[0, E) 
     return vec_pack<TOut>(v);
 }
 
+// Protocols (tile/hooks.cuh): AccEpilogue, and AccRingCopies for the peers' copies of an own tile.
 struct RsAccHooks {
-    static constexpr bool kWaitsBeforeLoad = false;
-    static constexpr bool kRedirectsA = false;
-    static constexpr bool kNotifiesAfterStore = false;
-    static constexpr bool kEpilogueHooks = false;
-    static constexpr bool kAccEpilogue = true;
-    static constexpr bool kAccRingCopies = true;  // peers' copies of an own tile come through the TMA ring
     RsFusedHookArgs a;
 
     template <class Grid>
@@ -163,8 +153,6 @@ struct RsAccHooks {
         // (kLookahead, kernels/gemm.cuh), where the divisions cost nothing.
         tile::rotated_order(linear, static_cast<const tile::TileGrid&>(g), a.shift_m, m_block, n_block);
     }
-    LOOM_DEVICE LOOM_FORCEINLINE void before_load(const tile::TileCoord&) const {}
-    LOOM_DEVICE LOOM_FORCEINLINE void after_store(const tile::TileCoord&) const {}
     // Thread 0, before the CTA's __syncthreads: the call (RsCall above).
     LOOM_DEVICE LOOM_FORCEINLINE void init_cta() const {
         rs_pending_push() = -1;
@@ -191,7 +179,7 @@ struct RsAccHooks {
         if ((a.diag_skip & 8) == 0) {  // diagnostics (racy without it): the fence's own cost
             // With the copy-engine transport the stores' readers are this GPU's own copy engine and stream memory
             // operations, which read through its L2: GPU scope makes the stores visible to them. (A system-scope fence
-            // here cost 2.5-10 us per GEMM at the small-K shapes, session 24.) Stores over NVLink: system scope.
+            // here cost 2.5-10 us per GEMM at the small-K shapes.) Stores over NVLink: system scope.
             if (a.outbox != nullptr) {
                 ptx::fence_acq_rel_gpu();
             } else {
@@ -225,7 +213,7 @@ struct RsAccHooks {
                          rs_chunk_lead(t.m_block - band0, t.n_block, a.blocks_per_rank, a.num_n, a.group, a.chunk_n)
                    : int64_t(t.m_block) * a.num_n + t.n_block;
     }
-    // Ring copies (tile::kHasAccRingCopies): an own tile gets every peer's copy, in rank order.
+    // Ring copies (tile::AccRingCopies): an own tile gets every peer's copy, in rank order.
     template <class TOut, int BLOCK_M, int BLOCK_N>
     LOOM_DEVICE LOOM_FORCEINLINE int ring_copies(const tile::TileCoord& t) const {
         const bool own = t.m_block / a.blocks_per_rank == a.me;
@@ -290,6 +278,7 @@ struct RsAccHooks {
         publish<BLOCK_M / 64>();
     }
 };
+static_assert(tile::GemmHooks<RsAccHooks> && tile::AccRingCopies<RsAccHooks>);
 
 // Rows [r0, r1) x columns [c0, c0 + cols) of this rank's segment: out = sum over q < W of the rows' copy from
 // rank q (q == me: the local partial; else slot q of the scratch), fp32, rank order. cols is a multiple of the

@@ -7,9 +7,9 @@
 //              tile's epilogue (or at the CTA's end) each warp's lane 0 waits for its bulk stores of the tile (issued a
 //              whole mainloop earlier, so complete by then), fences the async proxy and counts its warp in (shared
 //              memory, release at CTA scope). No barrier, no system-scope release on their path.
-//   publisher  the producer warpgroup's warp 1, lane 0 (kSideWarps): walks the CTA's tiles in the scheduler's order
-//              and, once every consumer warp counted tile i in (acquire, CTA scope), sets tile_in[me][tile] := epoch at
-//              the rank that owns the tile's rows (release, sys).
+//   publisher  the producer warpgroup's warp 1, lane 0 (tile::SideWarps): walks the CTA's tiles in the scheduler's
+//              order and, once every consumer warp counted tile i in (acquire, CTA scope), sets tile_in[me][tile] :=
+//              epoch at the rank that owns the tile's rows (release, sys).
 //   reducers   the producer warpgroup's warps 2 and 3: this rank's own tiles, each cut into W parts of BLOCK_M / W
 //              rows, are dealt round-robin over the CTAs in the order every rank completes them; per part the
 //              reducers' thread 0 polls (acquire, sys) tile_in[q][tile] >= epoch of every rank q (this one's
@@ -22,9 +22,9 @@
 // tiles, and the bands' interleaving spreads every rank's reductions over the whole GEMM.
 // Deadlock freedom. No CTA of the GEMM holds its SM waiting for another rank: once the CTA's last tile is published
 // (`done`), a reducer waits for a part at most kRsPullGraceNs (200 us) more and then hands that part and every later
-// one of its walk to gemm_rs_pull_finish (the leftover list) and ends. (The first version waited until every part was
-// ready: with 8 ranks sharing one H200 under MPS a rank's last CTAs then found no SM, held by the other ranks' waiting
-// CTAs, and every reducer timed out, once in nine benchmark runs.) So every rank's GEMM completes whatever the others
+// one of its walk to gemm_rs_pull_finish (the leftover list) and ends. (Waiting until every part is ready can hang:
+// with 8 ranks sharing one H200 under MPS a rank's last CTAs may find no SM, held by the other ranks' waiting CTAs,
+// and every reducer times out: once in nine benchmark runs.) So every rank's GEMM completes whatever the others
 // do, as a plain GEMM does, and gemm_rs_pull_finish (a few blocks, stream-ordered after it) waits only for tiles that
 // complete. The publisher waits only for its own CTA's consumers, which never wait.
 // Write-after-read of the partial halves: a rank writes half e % 2 again in call e + 2, which starts after its call
@@ -146,15 +146,9 @@ LOOM_DEVICE LOOM_FORCEINLINE void rs_pull_reduce_unit(const RsPullHookArgs& a, i
     }
 }
 
+// Protocols (tile/hooks.cuh): SideWarps, and AccEpilogue only to learn of a tile's epilogue (the previous tile's
+// stores are then complete, without a stall); the accumulators are left as they are and stored by the plain epilogue.
 struct RsPullHooks {
-    static constexpr bool kWaitsBeforeLoad = false;
-    static constexpr bool kRedirectsA = false;
-    static constexpr bool kNotifiesAfterStore = false;
-    static constexpr bool kEpilogueHooks = false;
-    // The accumulator hooks only to learn of a tile's epilogue (the previous tile's stores are then complete, without
-    // a stall); the accumulators are left as they are and stored by the plain epilogue.
-    static constexpr bool kAccEpilogue = true;
-    static constexpr bool kSideWarps = true;
     RsPullHookArgs a;
 
     template <class Grid>
@@ -162,8 +156,6 @@ struct RsPullHooks {
                                                  int32_t& n_block) const {
         rs_pull_tile_order(linear, a.world, a.blocks_per_rank, g.num_n, a.group, m_block, n_block);
     }
-    LOOM_DEVICE LOOM_FORCEINLINE void before_load(const tile::TileCoord&) const {}
-    LOOM_DEVICE LOOM_FORCEINLINE void after_store(const tile::TileCoord&) const {}
     LOOM_DEVICE LOOM_FORCEINLINE void init_cta() const {
         RsPullCta& c = rs_pull_cta();
         c.stored = 0;
@@ -270,6 +262,7 @@ struct RsPullHooks {
         }
     }
 };
+static_assert(tile::GemmHooks<RsPullHooks> && tile::AccEpilogue<RsPullHooks> && tile::SideWarps<RsPullHooks>);
 
 // The parts the GEMM's reducers handed over (RsPullHookArgs::leftover of this call's parity), on the GEMM's stream
 // right after it: block b takes entries b, b + gridDim.x, ...; its thread 0 waits (acquire, sys; bounded by
