@@ -16,6 +16,7 @@
 #include "loom/ops/gemm.hpp"
 #include "loom/runtime/driver.hpp"
 #include "ops/gemm/gemm_internal.hpp"
+#include "runtime/settings_override.hpp"
 
 namespace fs = std::filesystem;
 
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
     app.add_option("--out", out, "output file (default: print only)");
     loom::bench::parse_or_exit(app, argc, argv);
     const fs::path cache = fs::temp_directory_path() / ("loom-bench-jit-" + std::to_string(::getpid()));
-    setenv("LOOM_CACHE_DIR", cache.c_str(), 1);
+    const loom::detail::ScopedSettings in_cache([&](loom::Settings& s) { s.cache_dir = cache.string(); });
     loom::bench::Report report("jit", 1, argc, argv);
     const auto spec = gemm_spec(false);
 

@@ -26,15 +26,8 @@ TEST(AutotuneAcrossRanks, SlowestRankDecidesAndAllAgree) {
         return 400.0;
     };
     const loom::jit::TuneResult res = [&] {
-        // Tuning on for this call: in the process's settings, and LOOM_AUTOTUNE for a tuner that reads the
-        // environment itself.
-        loom::Settings tuned = loom::settings();
-        tuned.autotune = true;
-        const loom::detail::ScopedSettings on(tuned);
-        setenv("LOOM_AUTOTUNE", "1", 1);
-        auto tuned_result = loom::jit::autotune(r, &w);
-        unsetenv("LOOM_AUTOTUNE");
-        return tuned_result;
+        const loom::detail::ScopedSettings on([](loom::Settings& s) { s.autotune = true; });  // tuning on, this call
+        return loom::jit::autotune(r, &w);
     }();
     EXPECT_EQ(res.source, "tuned");
     if (w.world_size() > 1) {

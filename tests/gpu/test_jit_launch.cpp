@@ -11,6 +11,8 @@
 #include "loom/jit/jit.hpp"
 #include "loom/lang/context.cuh"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
+#include "runtime/settings_override.hpp"
 
 namespace {
 
@@ -167,9 +169,12 @@ TEST(JitLaunch, NvrtcPtxasAndNvccBuildsLaunchToo) {
         s.name = "jit_test::add_n";
         s.template_args = {"2", "int"};
         s.force_nvcc = nvcc;
-        if (!nvcc) setenv("LOOM_JIT_COMPILER", "nvrtc-ptxas", 1);
-        const loom::jit::Kernel& k = loom::jit::get_kernel(s);
-        unsetenv("LOOM_JIT_COMPILER");
+        const loom::jit::Kernel& k = [&]() -> const loom::jit::Kernel& {
+            if (nvcc) return loom::jit::get_kernel(s);
+            const loom::detail::ScopedSettings ptxas(
+                [](loom::Settings& x) { x.jit_compiler = loom::JitCompiler::NvrtcPtxas; });
+            return loom::jit::get_kernel(s);
+        }();
         EXPECT_EQ(k.info().compiler, nvcc ? "nvcc" : "nvrtc-ptxas");
         const int n = 1000;
         std::vector<int> x(n);
