@@ -12,7 +12,7 @@ using loom::uint64_t;
 // from base = k * rounds, so nothing is reset between launches. The lower rank of the pair starts.
 // mode 0: release/acquire at sys scope (the default notify/wait); 1: at gpu scope; 2: relaxed signal_op at sys
 // scope + the default (acquire) wait, an acquire load per poll; 3: as 2 with relaxed polls and one fence.acquire
-// after them (the default wait of sessions 5-10);
+// after them (an alternative wait, kept for comparison);
 // 4: relaxed signal + relaxed poll with no acquire at all — exactly what nvshmemx_signal_op +
 // nvshmem_signal_wait_until do (a volatile store, a volatile poll); 5: release as fence.release.sys + relaxed
 // store (a candidate for notify's release) + the default wait.

@@ -49,9 +49,9 @@ LOOM_DEVICE LOOM_FORCEINLINE uint64_t load_relaxed(const uint64_t* addr, Scope s
     return scope == Scope::Sys ? ptx::ld_relaxed_sys(addr) : ptx::ld_relaxed_gpu(addr);
 }
 // The bounded spin of one thread; returns the observed value that satisfied the compare, with acquire semantics
-// at `scope`: an acquire load per poll. Measured against relaxed polls ended by one fence.acquire (the default of
-// sessions 5-10), bench-lang ping-pong with the mode a compile-time constant, 3 interleaved passes, two calls
-// (two H200s / 2 ranks sharing GPU 0 under MPS): 1.314 / 1.388 against 1.303 / 1.382 us per round trip on two
+// at `scope`: an acquire load per poll. Measured against relaxed polls ended by one fence.acquire
+// (docs/perf/lang_signal.json), bench-lang ping-pong with the mode a compile-time constant, 3 interleaved passes, two
+// calls (two H200s / 2 ranks sharing GPU 0 under MPS): 1.314 / 1.388 against 1.303 / 1.382 us per round trip on two
 // GPUs (equal), 0.542 / 0.563 against 0.630 / 0.621 us on one GPU (the fence cost ~40 ns per wait there).
 LOOM_DEVICE LOOM_FORCEINLINE uint64_t spin_wait(const Ctx& ctx, const char* tag, const uint64_t* sig, Cmp cmp,
                                                 uint64_t value, Scope scope) {

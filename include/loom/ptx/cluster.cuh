@@ -39,7 +39,7 @@ LOOM_DEVICE LOOM_FORCEINLINE void cluster_sync() {
 // peer's producer then overwrites it with TMA, a WAR hazard on reads that are already done. An explicit
 // `.release.cluster` compiles to MEMBAR.ALL.CTA + ERRBAR + CGAERRBAR before every arrive, i.e. in every k-block of
 // every consumer warp: ncu showed the consumers stalled on it (41 % of their stall cycles) and the 2-CTA cluster
-// GEMM ran at 0.66x cuBLASLt; without it, 0.97x (session 8). A caller that must publish its own writes to the
+// GEMM ran at 0.66x cuBLASLt; without it, 0.97x. A caller that must publish its own writes to the
 // peer needs a fence of its own before this arrive.
 LOOM_DEVICE LOOM_FORCEINLINE void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta) {
 #if LOOM_ARCH >= 900
