@@ -2,9 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
-#include <memory>
-#include <mutex>
 #include <type_traits>
 
 #include "loom/ops/collectives.hpp"
@@ -13,80 +10,75 @@
 #include "loom/runtime/stream_ops.hpp"
 
 namespace loom::overlap {
-namespace {
 
 static_assert(std::is_trivially_copyable_v<kernels::overlap::AgGemmHookArgs>);
 static_assert(std::is_trivially_copyable_v<kernels::overlap::TileNotifyHookArgs>);
 static_assert(std::is_trivially_copyable_v<kernels::overlap::RsParams>);
 
-struct Registry {
-    std::mutex mu;
-    // Keyed by the World, its heap base (a new World at the same address maps a new heap) and the op kind.
-    std::map<std::tuple<const World*, const void*, int>, std::unique_ptr<OpState>> states;
-};
-Registry& registry() {
-    static Registry r;
-    return r;
+DeviceFacts::DeviceFacts(World& world) : device(world.device()) {
+    int major = 0, minor = 0;
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&device_sms, cudaDevAttrMultiProcessorCount, device));
+    // Under MPS the attribute reports this client's share of the SMs; the GEMM grids and comm-block counts are
+    // planned on it (see overlap_usable_sms and docs/overlap.md "Deadlock freedom").
+    num_sms = overlap_usable_sms(device_sms);
+    arch = major * 10 + minor;
+    shared_gpu = collective_topology(world).shared_gpu;
 }
 
-std::unique_ptr<OpState> create(World& world, const char* op) {
+void check_state_outside_capture(const char* op, bool captured) {
+    LOOM_CHECK(!captured,
+               "{}: a CUDA graph capture needs the op's state: call {} once outside the capture with the same shape "
+               "and options first (creating it synchronises the device, which a capture forbids)",
+               op, op);
+}
+
+const DeviceFacts& device_facts(World& world, const char* op, bool captured) {
     LOOM_CHECK(world.world_size() == world.local_world_size(),
                "{}: expected a single-node world (world size == local world size), given world size {} with {} ranks "
                "on this node",
                op, world.world_size(), world.local_world_size());
     LOOM_CHECK(world.local_world_size() <= kMaxLocalPeers, "{}: expected at most {} ranks per node, given {}", op,
                kMaxLocalPeers, world.local_world_size());
-    auto st = std::make_unique<OpState>();
-    st->device = world.device();
-    int major = 0, minor = 0;
-    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, st->device));
-    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, st->device));
-    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&st->device_sms, cudaDevAttrMultiProcessorCount, st->device));
-    // Under MPS the attribute reports this client's share of the SMs; the GEMM grids and comm-block counts are
-    // planned on it (see overlap_usable_sms and docs/overlap.md "Deadlock freedom").
-    st->num_sms = overlap_usable_sms(st->device_sms);
-    LOOM_CHECK(st->num_sms >= 2,
+    const DeviceFacts& d = op_state<DeviceFacts>(world, op, captured);
+    LOOM_CHECK(d.num_sms >= 2,
                "{}: expected at least 2 usable SMs (one for the GEMM, one for the communication blocks), given {} "
                "(device {} SMs; CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / LOOM_OVERLAP_SMS)",
-               op, st->num_sms, st->device_sms);
-    st->shared_gpu = collective_topology(world).shared_gpu;
-    st->arch = major * 10 + minor;
-    LOOM_CHECK(st->arch >= 90,
+               op, d.num_sms, d.device_sms);
+    LOOM_CHECK(d.arch >= 90,
                "{}: expected a GPU of compute capability >= 9.0 (Hopper GEMM with overlap hooks), "
                "given {}.{}",
-               op, major, minor);
-    st->sig = world.alloc<kernels::overlap::Signals>(1);
-    LOOM_CHECK_CUDA(cudaMemset(st->sig, 0, sizeof(kernels::overlap::Signals)));
-    LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&st->side, cudaStreamNonBlocking));
-    LOOM_CHECK_CUDA(cudaEventCreateWithFlags(&st->forked, cudaEventDisableTiming));
-    LOOM_CHECK_CUDA(cudaEventCreateWithFlags(&st->joined, cudaEventDisableTiming));
+               op, d.arch / 10, d.arch % 10);
+    return d;
+}
+
+void zero_symmetric_signals(World& world, void* p, std::size_t bytes, const char* key) {
+    LOOM_CHECK_CUDA(cudaMemset(p, 0, bytes));
     LOOM_CHECK_CUDA(cudaDeviceSynchronize());
-    world.barrier(std::string("loom/overlap/state/") + op);  // every rank's signals are zero before any peer writes
-    return st;
+    world.barrier(std::string("loom/overlap/state/") + key);  // every rank's signals are zero before any peer writes
 }
 
-void destroy(World& world, OpState& st) {
-    if (st.side) cudaStreamDestroy(st.side);
-    if (st.forked) cudaEventDestroy(st.forked);
-    if (st.joined) cudaEventDestroy(st.joined);
-    if (st.local) cudaFree(st.local);
-    if (st.sym) world.free(st.sym);
-    if (st.sig) world.free(st.sig);
+void SymmetricBuffer::release(World& world) {
+    if (p) world.free(p);
+    p = nullptr;
+    bytes = 0;
 }
 
-}  // namespace
+LocalBuffer::~LocalBuffer() {
+    if (p) cudaFree(p);
+}
 
-OpState& op_state(World& world, OpKind kind, const char* op, bool captured) {
-    auto& r = registry();
-    std::lock_guard<std::mutex> lock(r.mu);
-    const Ctx c = world.ctx();
-    auto& slot = r.states[{&world, c.heap[c.local_rank], static_cast<int>(kind)}];
-    LOOM_CHECK(slot || !captured,
-               "{}: a CUDA graph capture needs the op's state: call {} once outside the capture with the same shape "
-               "and options first (creating it synchronises the device, which a capture forbids)",
-               op, op);
-    if (!slot) slot = create(world, op);
-    return *slot;
+SideStream::SideStream() {
+    LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    LOOM_CHECK_CUDA(cudaEventCreateWithFlags(&forked, cudaEventDisableTiming));
+    LOOM_CHECK_CUDA(cudaEventCreateWithFlags(&joined, cudaEventDisableTiming));
+}
+
+SideStream::~SideStream() {
+    if (stream) cudaStreamDestroy(stream);
+    if (forked) cudaEventDestroy(forked);
+    if (joined) cudaEventDestroy(joined);
 }
 
 std::string whole_tile_unfit(const GemmConfig& cfg, int out_bytes) {
@@ -114,73 +106,51 @@ GemmConfig whole_tile_config(GemmConfig c, int out_bytes) {
 }  // namespace loom::overlap
 
 // Declared in loom/ops/overlap.hpp (namespace loom).
-void loom::release_overlap_state(World& world) {
-    using namespace loom::overlap;
-    auto& r = registry();
-    std::vector<std::unique_ptr<OpState>> mine;
-    {
-        std::lock_guard<std::mutex> lock(r.mu);
-        for (auto it = r.states.begin(); it != r.states.end();) {
-            if (std::get<0>(it->first) == &world) {
-                mine.push_back(std::move(it->second));
-                it = r.states.erase(it);
-            } else {
-                ++it;
-            }
-        }
-    }
-    if (mine.empty()) return;
-    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
-    world.barrier("loom/overlap/release");  // no peer still reads our buffers
-    // Map order (kind) is the same on every rank, so the collective frees match.
-    for (auto& st : mine) destroy(world, *st);
-}
+void loom::release_overlap_state(World& world) { world.release_states("overlap/"); }
 
 namespace loom::overlap {
 
-void* ensure_symmetric(World& world, OpState& st, std::size_t bytes, bool captured) {
-    if (bytes <= st.sym_bytes) return st.sym;
+void* ensure_symmetric(World& world, SymmetricBuffer& buf, std::size_t bytes, bool captured) {
+    if (bytes <= buf.bytes) return buf.p;
     LOOM_CHECK(!captured,
                "overlap: a CUDA graph capture needs the op's buffer of {} bytes (it has {}): call the op once outside "
                "the capture with the same shape and options first (growing it synchronises the device)",
-               bytes, st.sym_bytes);
+               bytes, buf.bytes);
     LOOM_CHECK_CUDA(cudaDeviceSynchronize());
     world.barrier("loom/overlap/grow");  // every rank's device is done with the old buffer
-    if (st.sym) world.free(st.sym);
-    st.sym = nullptr;
-    st.sym_bytes = 0;
-    st.sym = world.alloc_bytes(bytes, 1024);
-    st.sym_bytes = bytes;
-    return st.sym;
+    buf.release(world);
+    buf.p = world.alloc_bytes(bytes, 1024);
+    buf.bytes = bytes;
+    return buf.p;
 }
 
-std::size_t ensure_parity_halves(World& world, OpState& st, std::size_t half_bytes, bool captured) {
+std::size_t ensure_parity_halves(World& world, SymmetricBuffer& buf, std::size_t half_bytes, bool captured) {
     half_bytes = (half_bytes + 1023) / 1024 * 1024;
-    ensure_symmetric(world, st, 2 * half_bytes, captured);
-    const std::size_t stride = st.sym_bytes / 2 / 1024 * 1024;
+    ensure_symmetric(world, buf, 2 * half_bytes, captured);
+    const std::size_t stride = buf.bytes / 2 / 1024 * 1024;
     LOOM_CHECK(stride >= half_bytes, "overlap: internal: parity half {} B < {} B", stride, half_bytes);
     return stride;
 }
 
-void* ensure_local(OpState& st, std::size_t bytes) {
-    if (bytes <= st.local_bytes) return st.local;
+void* ensure_local(LocalBuffer& buf, std::size_t bytes) {
+    if (bytes <= buf.bytes) return buf.p;
     LOOM_CHECK_CUDA(cudaDeviceSynchronize());
-    if (st.local) LOOM_CHECK_CUDA(cudaFree(st.local));
-    st.local = nullptr;
-    st.local_bytes = 0;
-    LOOM_CHECK_CUDA(cudaMalloc(&st.local, bytes));
-    st.local_bytes = bytes;
-    return st.local;
+    if (buf.p) LOOM_CHECK_CUDA(cudaFree(buf.p));
+    buf.p = nullptr;
+    buf.bytes = 0;
+    LOOM_CHECK_CUDA(cudaMalloc(&buf.p, bytes));
+    buf.bytes = bytes;
+    return buf.p;
 }
 
-void fork(OpState& st, cudaStream_t stream) {
-    LOOM_CHECK_CUDA(cudaEventRecord(st.forked, stream));
-    LOOM_CHECK_CUDA(cudaStreamWaitEvent(st.side, st.forked, 0));
+void fork(SideStream& side, cudaStream_t stream) {
+    LOOM_CHECK_CUDA(cudaEventRecord(side.forked, stream));
+    LOOM_CHECK_CUDA(cudaStreamWaitEvent(side.stream, side.forked, 0));
 }
 
-void join(OpState& st, cudaStream_t stream) {
-    LOOM_CHECK_CUDA(cudaEventRecord(st.joined, st.side));
-    LOOM_CHECK_CUDA(cudaStreamWaitEvent(stream, st.joined, 0));
+void join(SideStream& side, cudaStream_t stream) {
+    LOOM_CHECK_CUDA(cudaEventRecord(side.joined, side.stream));
+    LOOM_CHECK_CUDA(cudaStreamWaitEvent(stream, side.joined, 0));
 }
 
 void check_inputs(const char* op, const MatrixView& a, const MatrixView& b, const MatrixView& c) {
@@ -256,13 +226,13 @@ void check_tile_count(const char* op, int64_t m, int64_t n, const GemmConfig& cf
                kernels::overlap::kMaxTileSignals, num_m, num_n, m, n, cfg.str());
 }
 
-char* gemm_into_parity_half(World& world, OpState& st, const MatrixView& a, const MatrixView& b, DType dtype,
-                            const OpScale& sc, cudaStream_t stream, bool captured) {
+char* gemm_into_parity_half(World& world, PartialHalves& partials, const MatrixView& a, const MatrixView& b,
+                            DType dtype, const OpScale& sc, cudaStream_t stream, bool captured) {
     const int64_t M = a.rows, N = b.rows;
     const std::size_t half_stride =
-        ensure_parity_halves(world, st, static_cast<std::size_t>(M * N) * dtype_size(dtype), captured);
-    const uint64_t epoch = ++st.calls;
-    char* const half = static_cast<char*>(st.sym) + (epoch % 2) * half_stride;
+        ensure_parity_halves(world, partials.buf, static_cast<std::size_t>(M * N) * dtype_size(dtype), captured);
+    const uint64_t epoch = ++partials.calls;
+    char* const half = static_cast<char*>(partials.buf.p) + (epoch % 2) * half_stride;
     gemm(a, b, MatrixView{half, dtype, M, N, 0}, gemm_options(sc), stream);
     return half;
 }

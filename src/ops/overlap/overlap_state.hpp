@@ -1,9 +1,11 @@
-// Per-World state of the overlapped ops (ag_gemm, gemm_rs, gemm_ar): one OpState per op kind holding the
-// symmetric signal block, the op's symmetric and local buffers, a side stream with its fork / join events and
-// the host-side call counters from which every signal target is computed.
+// State of the overlapped ops (ag_gemm, gemm_rs, gemm_ar), owned by the World (loom::WorldState).
 //
-// Created on the first call of an op on a World (collective: every rank makes the same first call) and kept until
-// release_overlap_state(world). Calls on one World must come from one thread at a time (as for collectives).
+// Each algorithm declares one state type with the key "overlap/<op>/<algorithm>": its symmetric signals (a struct of
+// kernels/overlap/overlap_params.hpp holding the fields it uses), its buffers, a side stream where it has one, and the
+// host-side call counters from which its signal targets are computed. op_state<S>() creates it on the algorithm's
+// first call on a World (collective: every rank makes the same first call) and the World keeps it until
+// release_overlap_state(world) (World::release_states("overlap/")) or its own end. Calls on one World come from one
+// thread at a time (as for collectives). The pieces below are what the states are made of; the helpers work on them.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -11,73 +13,109 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
-#include <vector>
+#include <string>
 
 #include "loom/kernels/overlap/overlap_params.hpp"
 #include "loom/ops/overlap.hpp"
+#include "loom/runtime/world.hpp"
+#include "loom/runtime/world_state.hpp"
+#include "ops/gemm/gemm_internal.hpp"
 
 namespace loom::overlap {
 
-// GemmRsFused and GemmRsPull have their own signals and buffers: calls may switch gemm_rs algorithms, and no
-// algorithm's write-after-read protocol covers another's buffers.
-// AgGemmDirect likewise: its staging halves are read by peers' GEMMs while another producer's gather buffer would be
-// written. GemmArFused, GemmRsFusedSm: gemm_ar's fused epilogue and gemm_rs's with the SM transport number their calls
-// on the device (Signals::launches), which the host counters of the other algorithms (and of gemm_rs's copy-engine
-// transport, GemmRsFused) cannot follow.
-enum class OpKind : int {
-    AgGemm = 0,
-    GemmRs = 1,
-    GemmAr = 2,
-    GemmRsFused = 3,
-    AgGemmDirect = 4,
-    GemmRsSequential = 5,
-    GemmRsPull = 6,
-    GemmArFused = 7,
-    GemmRsFusedSm = 8
-};
-
-struct OpState {
-    kernels::overlap::Signals* sig = nullptr;  // symmetric, zeroed once
-    void* sym = nullptr;                       // op buffer in the symmetric heap (gather / scratch / partials)
-    std::size_t sym_bytes = 0;
-    void* local = nullptr;  // local buffer (gemm_rs: the partial product)
-    std::size_t local_bytes = 0;
-    cudaStream_t side = nullptr;
-    cudaEvent_t forked = nullptr, joined = nullptr;
-    std::uint64_t calls = 0;          // this op's calls on this World (the epoch of the current call)
-    std::uint64_t chunk_total = 0;    // ag_gemm: target of Signals::chunk after the current call
-    std::uint64_t started_total = 0;  // ag_gemm (Sm producer): target of Signals::started
-    std::uint64_t freed_total = 0;    // gemm_rs: Signals::freed a peer reaches once it finished the last call
-    // gemm_rs fused, copy-engine transport: Signals::tile[m_block] (tiles of that M-block stored to the outbox,
-    // cumulative over calls) once the current call's GEMM is done.
-    std::vector<std::uint64_t> stored_total;
-    int arch = 0;
-    int device_sms = 0;       // cudaDevAttrMultiProcessorCount (under MPS: this client's share)
-    bool shared_gpu = false;  // another rank runs on this GPU (ranks_share_gpu)
-    int num_sms = 0;          // the SMs this process can occupy (overlap_usable_sms): what the plans divide
+// The device facts every overlapped op plans on (no symmetric memory). Created on the first overlapped call on a
+// World: collective, the ranks compare their GPUs through the store.
+struct DeviceFacts final : WorldState {
+    static constexpr const char* kKey = "overlap/device";
+    explicit DeviceFacts(World& world);
     int device = 0;
+    int arch = 0;             // compute capability x 10
+    int device_sms = 0;       // cudaDevAttrMultiProcessorCount (under MPS: this client's share)
+    int num_sms = 0;          // the SMs this process can occupy (overlap_usable_sms): what the plans divide
+    bool shared_gpu = false;  // another rank runs on this GPU (collective_topology)
 };
 
-// The op's state, created (collectively) on first use; raises for a World the overlapped ops do not support. While
-// capturing a CUDA graph (`captured`) it must exist already: creating it synchronises the device.
-OpState& op_state(World& world, OpKind kind, const char* op, bool captured = false);
+// Raises the op's error for a state that a CUDA graph capture (`captured`) would have to create.
+void check_state_outside_capture(const char* op, bool captured);
 
-// st.sym with at least `bytes` (collective: every rank asks for the same sizes in the same calls). Growing
-// synchronises the device and meets every rank first (peers may still read the old buffer), then reallocates; while
-// capturing a CUDA graph (`captured`) it raises instead.
-void* ensure_symmetric(World& world, OpState& st, std::size_t bytes, bool captured = false);
-// st.sym as two parity halves of at least `half_bytes` each (ensure_symmetric's collective growth); returns the
-// offset of half 1 (half e % 2 of call e starts at (e % 2) x that). The halves sit at half of the allocation, 1 KiB
-// aligned, not at this call's size: the same on every rank and in every call between growths, so a smaller call right
-// after a larger one does not write its half inside the previous call's, which peers may still be reading.
-std::size_t ensure_parity_halves(World& world, OpState& st, std::size_t half_bytes, bool captured = false);
-// st.local with at least `bytes` (cudaMalloc; the device is synchronised before a reallocation).
-void* ensure_local(OpState& st, std::size_t bytes);
+// The World's S (an algorithm's state, or DeviceFacts), created on first use. While capturing a CUDA graph
+// (`captured`) it must exist already: creating a state synchronises the device (and meets the peers).
+template <class S>
+S& op_state(World& world, const char* op, bool captured = false) {
+    if (S* s = world.find_state<S>()) return *s;
+    check_state_outside_capture(op, captured);
+    return world.state<S>();
+}
+
+// The World's DeviceFacts (op_state); raises for a World the overlapped ops do not support.
+const DeviceFacts& device_facts(World& world, const char* op, bool captured = false);
+
+// An algorithm's symmetric signals: one Sig in the symmetric heap, zeroed once. Creating them meets every rank after
+// zeroing, so no peer writes a rank's signals before they are zero. Freed by release() (the state's).
+void zero_symmetric_signals(World& world, void* p, std::size_t bytes, const char* key);
+template <class Sig>
+struct SymmetricSignals {
+    Sig* p = nullptr;
+    SymmetricSignals(World& world, const char* key) : p(world.alloc<Sig>(1)) {
+        zero_symmetric_signals(world, p, sizeof(Sig), key);
+    }
+    Sig* operator->() const { return p; }
+    void release(World& world) {
+        if (p) world.free(p);
+        p = nullptr;
+    }
+};
+
+// A symmetric buffer an algorithm grows on demand (gather buffer, scratch, partial products). Freed by release().
+struct SymmetricBuffer {
+    void* p = nullptr;
+    std::size_t bytes = 0;
+    void release(World& world);
+};
+
+// A local device buffer (cudaMalloc), freed with its state.
+struct LocalBuffer {
+    void* p = nullptr;
+    std::size_t bytes = 0;
+    LocalBuffer() = default;
+    LocalBuffer(const LocalBuffer&) = delete;
+    LocalBuffer& operator=(const LocalBuffer&) = delete;
+    ~LocalBuffer();
+};
+
+// A side stream with its fork / join events, destroyed with its state.
+struct SideStream {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t forked = nullptr, joined = nullptr;
+    SideStream();
+    SideStream(const SideStream&) = delete;
+    SideStream& operator=(const SideStream&) = delete;
+    ~SideStream();
+};
+
+// buf with at least `bytes` (collective: every rank asks for the same sizes in the same calls). Growing synchronises
+// the device and meets every rank first (peers may still read the old buffer), then reallocates; while capturing a
+// CUDA graph (`captured`) it raises instead.
+void* ensure_symmetric(World& world, SymmetricBuffer& buf, std::size_t bytes, bool captured = false);
+// buf as two parity halves of at least `half_bytes` each (ensure_symmetric's collective growth); returns the offset
+// of half 1 (half e % 2 of call e starts at (e % 2) x that). The halves sit at half of the allocation, 1 KiB aligned,
+// not at this call's size: the same on every rank and in every call between growths, so a smaller call right after a
+// larger one does not write its half inside the previous call's, which peers may still be reading.
+std::size_t ensure_parity_halves(World& world, SymmetricBuffer& buf, std::size_t half_bytes, bool captured = false);
+// buf with at least `bytes` (cudaMalloc; the device is synchronised before a reallocation).
+void* ensure_local(LocalBuffer& buf, std::size_t bytes);
 
 // The side stream starts after everything enqueued on `stream` so far (fork) and `stream` continues after
 // everything enqueued on the side stream (join).
-void fork(OpState& st, cudaStream_t stream);
-void join(OpState& st, cudaStream_t stream);
+void fork(SideStream& side, cudaStream_t stream);
+void join(SideStream& side, cudaStream_t stream);
+
+// The sequential algorithms' partial products: loom::gemm's output in parity halves of one symmetric buffer, the half
+// chosen by the call counter.
+struct PartialHalves {
+    SymmetricBuffer buf;
+    std::uint64_t calls = 0;  // the calls that wrote a half (the epoch of the current call)
+};
 
 // Shared validation: raises loom::Error naming what was expected and given.
 void check_inputs(const char* op, const MatrixView& a, const MatrixView& b, const MatrixView& c);
@@ -104,14 +142,14 @@ void use_config(const char* op, OverlapPlan& plan, const GemmConfig* config, int
                 DType in, bool split_tail_ok = false);
 // Raises unless cfg's tiles over [m, n] fit the per-tile signals (kMaxTileSignals).
 void check_tile_count(const char* op, int64_t m, int64_t n, const GemmConfig& cfg);
-// The sequential algorithms' first step: loom::gemm into this call's parity half of st's symmetric buffer ([M, N] of
-// `dtype`, the products scaled by `sc`); advances st.calls and returns the half (the halves alternate with the op's
-// other algorithms' calls).
+// The sequential algorithms' first step: loom::gemm into this call's parity half of `partials` ([M, N] of `dtype`, the
+// products scaled by `sc`); advances partials.calls and returns the half (the halves alternate with the other calls
+// that share `partials`).
 // Captured in a CUDA graph (`captured`: check_capture's answer), every replay writes the half picked at capture (the
 // caller makes that safe: gemm_rs meets its peers first, gemm_ar's all_reduce lets no peer read a rank's input after it
 // completes there).
-char* gemm_into_parity_half(World& world, OpState& st, const MatrixView& a, const MatrixView& b, DType dtype,
-                            const OpScale& sc, cudaStream_t stream, bool captured);
+char* gemm_into_parity_half(World& world, PartialHalves& partials, const MatrixView& a, const MatrixView& b,
+                            DType dtype, const OpScale& sc, cudaStream_t stream, bool captured);
 // Where a hooks policy's kernel applies the products' scale: on the accumulators after the mainloop (the policies
 // tile::kScalesAccumulators names: AgGemmHooks, RsAccHooks, RsPullHooks; the kernel's epilogue stays the unscaled
 // one) or in the affine epilogue (TileNotifyHooks, ArEpilogueHooks: TBias = float where `sc` is not 1).

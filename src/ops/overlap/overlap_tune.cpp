@@ -3,13 +3,13 @@
 #include <cstring>
 #include <optional>
 
+#include "jit/tune_timing.hpp"
 #include "loom/jit/autotune.hpp"
 #include "loom/jit/jit.hpp"
 #include "loom/ops/collectives.hpp"
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "ops/gemm/gemm_internal.hpp"
-#include "jit/tune_timing.hpp"
 
 namespace loom::overlap {
 

@@ -1,6 +1,6 @@
 // Autotuning of the overlapped ops (ag_gemm, gemm_rs, gemm_ar): when a call leaves every choice to Loom (no config,
 // algorithm / producer / transport Auto, comm_sms 0, ...), the options it runs with are decided once per (World, op,
-// shape, types) and process, by jit::autotune over the op's candidates — the first of which is Auto itself:
+// shape, types) by jit::autotune over the op's candidates — the first of which is Auto itself:
 //   LOOM_AUTOTUNE=1  every candidate timed on every rank (collective: the ops run in step; an output scratch, not
 //                    the caller's C), the slowest rank's median decides, the winner persisted (rank 0);
 //   otherwise        a persisted winner, else Auto.
@@ -14,16 +14,16 @@
 #include <cstddef>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "jit/tune_timing.hpp"
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/world.hpp"
-#include "jit/tune_timing.hpp"
+#include "loom/runtime/world_state.hpp"
 
 namespace loom::overlap {
 
@@ -46,40 +46,46 @@ struct TuneOption {
     }
 };
 
-// An op's decisions, per (World, key): the chosen candidate, kept for the life of the process.
+// An op's decisions on one World, per key: the chosen candidate, kept with the World's overlap state
+// (release_overlap_state drops them; the next call decides again). Key: "overlap/<op>/tuned" (kTunedKey).
 template <class Opts>
-class TunedOptions {
+inline constexpr const char* kTunedKey = nullptr;
+template <>
+inline constexpr const char* kTunedKey<AgGemmOptions> = "overlap/ag_gemm/tuned";
+template <>
+inline constexpr const char* kTunedKey<GemmRsOptions> = "overlap/gemm_rs/tuned";
+template <>
+inline constexpr const char* kTunedKey<GemmArOptions> = "overlap/gemm_ar/tuned";
+
+template <class Opts>
+class TunedOptions final : public WorldState {
   public:
+    static constexpr const char* kKey = kTunedKey<Opts>;
+    explicit TunedOptions(World&) {}
+
     // The options for `key`, deciding them on first use (make(): the candidates, Auto first; run(o): one call of the
     // op with options o into scratch outputs). The returned options point into this object (stable).
     Opts get(World& world, const char* op, const std::string& key,
              const std::function<std::vector<TuneOption<Opts>>()>& make, const std::function<void(const Opts&)>& run,
              cudaStream_t stream) {
-        const std::pair<const World*, std::string> id{&world, key};
-        {
-            std::lock_guard<std::mutex> lock(mu_);
-            if (auto it = chosen_.find(id); it != chosen_.end()) return it->second.resolved();
-        }
+        if (auto it = chosen_.find(key); it != chosen_.end()) return it->second.resolved();
         const std::vector<TuneOption<Opts>> candidates = make();
         std::vector<std::string> names;
         for (const auto& c : candidates) names.push_back(c.name);
         const std::size_t i = tuned_choice(
             world, op, key, names, [&](std::size_t j) { run(candidates[j].resolved()); }, stream);
-        std::lock_guard<std::mutex> lock(mu_);
-        return chosen_.emplace(id, candidates[i]).first->second.resolved();
+        return chosen_.emplace(key, candidates[i]).first->second.resolved();
     }
 
     // The options decided for `key` by an earlier get, if any (no tuning, nothing collective).
-    std::optional<Opts> find(World& world, const std::string& key) {
-        std::lock_guard<std::mutex> lock(mu_);
-        const auto it = chosen_.find({&world, key});
+    std::optional<Opts> find(const std::string& key) const {
+        const auto it = chosen_.find(key);
         if (it == chosen_.end()) return std::nullopt;
         return it->second.resolved();
     }
 
   private:
-    std::mutex mu_;
-    std::map<std::pair<const World*, std::string>, TuneOption<Opts>> chosen_;
+    std::map<std::string, TuneOption<Opts>> chosen_;
 };
 
 // The BLOCK_N alternatives of an overlapped GEMM's tile (128-row tiles, one CTA each, whole tiles, the most stages

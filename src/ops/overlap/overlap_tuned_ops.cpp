@@ -6,21 +6,21 @@
 #include <string>
 #include <vector>
 
+#include "jit/tune_timing.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/stream_ops.hpp"
 #include "ops/overlap/overlap_state.hpp"
 #include "ops/overlap/overlap_tune.hpp"
-#include "jit/tune_timing.hpp"
 
 namespace loom {
 namespace {
 
 // The key of a call: shape, types, world, the SMs the ops plan on, whether ranks share a GPU.
 std::string tune_key(const MatrixView& a, const MatrixView& b, const MatrixView& c, const World& world,
-                     const overlap::OpState& st) {
+                     const overlap::DeviceFacts& dev) {
     return fmt::format("m{}_n{}_k{}_{}_{}_w{}_sms{}{}", a.rows, b.rows, a.cols, dtype_name(a.dtype),
-                       dtype_name(c.dtype), world.world_size(), st.num_sms, st.shared_gpu ? "_shared" : "");
+                       dtype_name(c.dtype), world.world_size(), dev.num_sms, dev.shared_gpu ? "_shared" : "");
 }
 
 // Scratch output of C's shape for the tuning runs (the caller's C is left alone), allocated on first use.
@@ -49,19 +49,18 @@ void add_tiles(std::vector<overlap::TuneOption<Opts>>& out, const GemmConfig& pl
         out.push_back({"auto/" + t.str(), Opts{}, t});
 }
 
-// Runs the op with the options decided for this call's key. candidates(st): the op's candidates, Auto first;
-// run(x, out): the op with options x into out (the tuning runs' into a scratch output, the call's into C). One
-// instantiation, so one TunedOptions, per op.
+// Runs the op with the options decided for this call's key. candidates(dev): the op's candidates, Auto first;
+// run(x, out): the op with options x into out (the tuning runs' into a scratch output, the call's into C).
 // While `stream` captures a CUDA graph nothing may be decided (deciding may time candidates and meets the ranks): the
 // options an eager call with this key decided run, and the op raises if they cannot be replayed (check_capture).
 template <class Opts, class Candidates, class Run>
-void run_tuned(World& world, overlap::OpKind kind, const char* op, const MatrixView& a, const MatrixView& b,
-               const MatrixView& c, cudaStream_t stream, const Candidates& candidates, const Run& run) {
+void run_tuned(World& world, const char* op, const MatrixView& a, const MatrixView& b, const MatrixView& c,
+               cudaStream_t stream, const Candidates& candidates, const Run& run) {
     const bool captured = stream_ops::capturing(stream);
-    const overlap::OpState& st = overlap::op_state(world, kind, op, captured);
-    static overlap::TunedOptions<Opts> tuned;
+    const overlap::DeviceFacts& dev = overlap::device_facts(world, op, captured);
     if (captured) {
-        const std::optional<Opts> decided = tuned.find(world, tune_key(a, b, c, world, st));
+        const auto* tuned = world.find_state<overlap::TunedOptions<Opts>>();
+        const std::optional<Opts> decided = tuned ? tuned->find(tune_key(a, b, c, world, dev)) : std::optional<Opts>();
         LOOM_CHECK(decided.has_value(),
                    "{}: a CUDA graph capture with every choice left to Loom runs the options an eager call decided: "
                    "call {} once outside the capture with the same shapes first (deciding may time the candidates)",
@@ -70,8 +69,8 @@ void run_tuned(World& world, overlap::OpKind kind, const char* op, const MatrixV
         return;
     }
     ScratchOut scratch{c, {}};
-    const Opts chosen = tuned.get(
-        world, op, tune_key(a, b, c, world, st), [&] { return candidates(st); },
+    const Opts chosen = world.state<overlap::TunedOptions<Opts>>().get(
+        world, op, tune_key(a, b, c, world, dev), [&] { return candidates(dev); },
         [&](const Opts& x) { run(x, scratch.view()); }, stream);
     run(chosen, c);
 }
@@ -84,18 +83,18 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
                               o.config == nullptr && o.gathered.data == nullptr;
     if (!choices_left) return detail::ag_gemm_run(world, a, b, c, stream, o);
     run_tuned<AgGemmOptions>(
-        world, overlap::OpKind::AgGemm, "ag_gemm", a, b, c, stream,
-        [&](const overlap::OpState& st) {
+        world, "ag_gemm", a, b, c, stream,
+        [&](const overlap::DeviceFacts& dev) {
             std::vector<overlap::TuneOption<AgGemmOptions>> v{{"auto", {}, {}}};
             v.push_back({"sequential", AgGemmOptions{AgProducer::Sequential}, {}});
             v.push_back({"copy-engine", AgGemmOptions{AgProducer::CopyEngine}, {}});
             v.push_back({"sm/tma", AgGemmOptions{AgProducer::Sm, DataPath::Tma}, {}});
             v.push_back({"sm/ldst", AgGemmOptions{AgProducer::Sm, DataPath::LdSt}, {}});
-            if (st.shared_gpu) v.push_back({"direct", AgGemmOptions{AgProducer::Direct}, {}});
+            if (dev.shared_gpu) v.push_back({"direct", AgGemmOptions{AgProducer::Direct}, {}});
             const int64_t W = world.world_size(), M = a.rows * W;
             const OverlapPlan plan = ag_gemm_plan(M, b.rows, a.cols, static_cast<int>(W), AgProducer::CopyEngine, 0,
-                                                  st.arch, st.num_sms, st.shared_gpu, a.dtype);
-            add_tiles(v, plan.gemm, M, b.rows, st.num_sms);
+                                                  dev.arch, dev.num_sms, dev.shared_gpu, a.dtype);
+            add_tiles(v, plan.gemm, M, b.rows, dev.num_sms);
             return v;
         },
         [&](const AgGemmOptions& x, const MatrixView& out) {
@@ -115,17 +114,17 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
         return x;
     };
     run_tuned<GemmRsOptions>(
-        world, overlap::OpKind::GemmRs, "gemm_rs", a, b, c, stream,
-        [&](const overlap::OpState& st) {
+        world, "gemm_rs", a, b, c, stream,
+        [&](const overlap::DeviceFacts& dev) {
             std::vector<overlap::TuneOption<GemmRsOptions>> v{{"auto", {}, {}}};
             v.push_back({"sequential", with(RsAlgo::Sequential), {}});
             v.push_back({"fused-epilogue", with(RsAlgo::FusedEpilogue), {}});
-            if (!st.shared_gpu) v.push_back({"fused-epilogue/sm", with(RsAlgo::FusedEpilogue, RsTransport::Sm), {}});
+            if (!dev.shared_gpu) v.push_back({"fused-epilogue/sm", with(RsAlgo::FusedEpilogue, RsTransport::Sm), {}});
             v.push_back({"fused-pull", with(RsAlgo::FusedPull), {}});
             v.push_back({"scatter-reduce", with(RsAlgo::ScatterReduce), {}});
-            const OverlapPlan plan = gemm_rs_plan(a.rows, b.rows, a.cols, world.world_size(), 0, st.arch, st.num_sms,
+            const OverlapPlan plan = gemm_rs_plan(a.rows, b.rows, a.cols, world.world_size(), 0, dev.arch, dev.num_sms,
                                                   RsAlgo::Auto, static_cast<int>(dtype_size(c.dtype)), a.dtype);
-            add_tiles(v, plan.gemm, a.rows, b.rows, st.num_sms);
+            add_tiles(v, plan.gemm, a.rows, b.rows, dev.num_sms);
             return v;
         },
         [&](const GemmRsOptions& x, const MatrixView& out) {
@@ -143,15 +142,15 @@ void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const Matri
         return x;
     };
     run_tuned<GemmArOptions>(
-        world, overlap::OpKind::GemmAr, "gemm_ar", a, b, c, stream,
-        [&](const overlap::OpState& st) {
+        world, "gemm_ar", a, b, c, stream,
+        [&](const overlap::DeviceFacts& dev) {
             std::vector<overlap::TuneOption<GemmArOptions>> v{{"auto", {}, {}}};
             v.push_back({"sequential", with(ArAlgo::Sequential), {}});
             v.push_back({"fused-epilogue", with(ArAlgo::FusedEpilogue), {}});
             v.push_back({"reduce-kernel", with(ArAlgo::ReduceKernel), {}});
-            const OverlapPlan plan = gemm_ar_plan(a.rows, b.rows, a.cols, world.world_size(), 0, st.arch, st.num_sms,
+            const OverlapPlan plan = gemm_ar_plan(a.rows, b.rows, a.cols, world.world_size(), 0, dev.arch, dev.num_sms,
                                                   ArAlgo::Auto, static_cast<int>(dtype_size(c.dtype)), a.dtype);
-            add_tiles(v, plan.gemm, a.rows, b.rows, st.num_sms);
+            add_tiles(v, plan.gemm, a.rows, b.rows, dev.num_sms);
             return v;
         },
         [&](const GemmArOptions& x, const MatrixView& out) {

@@ -28,10 +28,10 @@
 // before it waits: no cycle (all CTAs resident, grid <= the usable SMs). Write-after-read of the receive buffer:
 // calls alternate parity halves, and a rank's call e + 2 starts after its call e + 1 waited for every peer's parts
 // of call e + 1, which every peer pushed after finishing call e (stream order), its reads of half e % 2 included.
-// The call number e and so the half are the device's (Signals::launches, read by every CTA at its start and advanced
-// by the last: lang/launch_epoch.cuh), not the host's: a CUDA graph that captured the call replays it as call e + 1,
-// e + 2, ... The fused epilogue has its own op state (buffer, signals, counter): the other algorithms' calls between
-// two of its calls do not touch them, so the argument above holds across them.
+// The call number e and so the half are the device's (ArFusedSignals::launches, read by every CTA at its start and
+// advanced by the last: lang/launch_epoch.cuh), not the host's: a CUDA graph that captured the call replays it as call
+// e + 1, e + 2, ... The fused epilogue has its own op state (buffer, signals, counter): the other algorithms' calls
+// between two of its calls do not touch them, so the argument above holds across them.
 #pragma once
 
 #ifndef LOOM_NO_DEVICE_PRINTF

@@ -67,6 +67,40 @@ std::string OverlapPlan::str() const {
                        ar_algo == ArAlgo::Auto ? "" : " ar ", ar_algo == ArAlgo::Auto ? "" : to_string(ar_algo));
 }
 
+namespace overlap {
+
+// The copy-engine and SM producers' state (the sequence without a gathered buffer takes only its gather buffer).
+struct AgGatherState final : WorldState {
+    static constexpr const char* kKey = "overlap/ag_gemm/gather";
+    explicit AgGatherState(World& world) : sig(world, kKey) {}
+    void release(World& world) override {
+        gather.release(world);
+        sig.release(world);
+    }
+    SymmetricSignals<kernels::overlap::AgGatherSignals> sig;
+    SymmetricBuffer gather;  // [M, K]
+    SideStream side;
+    uint64_t calls = 0;          // the producers' calls on this World (the epoch of the current call)
+    uint64_t chunk_total = 0;    // target of chunk after the current call
+    uint64_t started_total = 0;  // SM producer: target of started
+};
+
+// The direct producer's state: its staging halves and signals.
+struct AgDirectState final : WorldState {
+    static constexpr const char* kKey = "overlap/ag_gemm/direct";
+    explicit AgDirectState(World& world) : sig(world, kKey) {}
+    void release(World& world) override {
+        staging.release(world);
+        sig.release(world);
+    }
+    SymmetricSignals<kernels::overlap::AgDirectSignals> sig;
+    SymmetricBuffer staging;   // two parity halves of this rank's shard
+    uint64_t calls = 0;        // the direct producer's calls on this World (the epoch of the current call)
+    uint64_t chunk_total = 0;  // target of chunk after the current call
+};
+
+}  // namespace overlap
+
 namespace {
 
 constexpr const char* kHooks = "loom::kernels::overlap::AgGemmHooks";
@@ -84,7 +118,7 @@ void ag_gemm_sequential(World& world, const MatrixView& a, const MatrixView& b, 
     gemm(gview, b, c, overlap::gemm_options(sc), stream);
 }
 
-// The direct producer (its own OpState: staging halves and signals). Per call e on every rank, on the stream:
+// The direct producer (its own state: staging halves and signals). Per call e on every rank, on the stream:
 //   stage kernel (kernels/ag_gemm.cuh ag_gemm_direct_stage: read_done[me] := e - 1 at every peer, wait read_done[q]
 //   >= e - 2 of every peer q, copy the shard into staging half e % 2, chunk[me] += 1 per block at every rank) ──
 //   GEMM (own rows from the shard; rank r's rows from r's half e % 2 through a_peer[r], after chunk[r] >= T).
@@ -101,13 +135,13 @@ bool direct_stage_by_stream() {
 }
 
 void ag_gemm_direct(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmConfig& cfg,
-                    kernels::overlap::AgGemmHookArgs h, const overlap::OpScale& sc, cudaStream_t stream) {
+                    kernels::overlap::AgGemmHookArgs h, const overlap::OpScale& sc, int num_sms, cudaStream_t stream) {
     constexpr const char* op = "ag_gemm";
-    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::AgGemmDirect, op);
+    overlap::AgDirectState& st = overlap::op_state<overlap::AgDirectState>(world, op);
     const int W = world.world_size(), me = world.local_rank();
     const int64_t R = a.rows, K = a.cols;
     const std::size_t shard_bytes = static_cast<std::size_t>(R * K) * dtype_size(a.dtype);
-    const std::size_t half_stride = overlap::ensure_parity_halves(world, st, shard_bytes);
+    const std::size_t half_stride = overlap::ensure_parity_halves(world, st.staging, shard_bytes);
     const bool by_stream = direct_stage_by_stream();
     // Compiled before the counters advance (a JIT error leaves them as they were).
     const jit::Kernel* stage = nullptr;
@@ -118,8 +152,8 @@ void ag_gemm_direct(World& world, const MatrixView& a, const MatrixView& b, cons
         stage = &jit::get_kernel(spec);
     }
     const uint64_t epoch = ++st.calls;
-    char* const staging = static_cast<char*>(st.sym) + (epoch % 2) * half_stride;
-    auto* sig = st.sig;
+    char* const staging = static_cast<char*>(st.staging.p) + (epoch % 2) * half_stride;
+    auto* sig = st.sig.p;
     if (by_stream) {
         if (epoch > 2)
             for (int q = 0; q < W; ++q)
@@ -148,8 +182,8 @@ void ag_gemm_direct(World& world, const MatrixView& a, const MatrixView& b, cons
     h.chunk = sig->chunk;
     h.target = st.chunk_total;
     // The gather map is never read (every tile is own or a peer's): a map of A's shape over A's address does.
-    overlap::launch_gemm(kHooks, kHeader, MatrixView{a.data, a.dtype, R * W, K, 0}, b, c, cfg, st.num_sms, stream, h,
-                         sc, overlap::ScaleAt::Accumulators);
+    overlap::launch_gemm(kHooks, kHeader, MatrixView{a.data, a.dtype, R * W, K, 0}, b, c, cfg, num_sms, stream, h, sc,
+                         overlap::ScaleAt::Accumulators);
     if (by_stream)
         for (int d = 0; d < W; ++d)
             if (d != me) stream_ops::signal_ce(world, &sig->read_done[me], epoch, d, stream);
@@ -176,12 +210,13 @@ OverlapPlan ag_gemm_plan(int64_t m, int64_t n_loc, int64_t k, int world_size, Ag
 
 namespace detail {
 
-// The op with the options as given (loom::ag_gemm decides Auto's tuned options first: src/ops/overlap/overlap_tuned_ops.cpp).
+// The op with the options as given (loom::ag_gemm decides Auto's tuned options first:
+// src/ops/overlap/overlap_tuned_ops.cpp).
 void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
                  const AgGemmOptions& o) {
     constexpr const char* op = "ag_gemm";
     const bool captured = overlap::check_capture(stream, op, o.producer == AgProducer::Sequential);
-    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::AgGemm, op, captured);
+    const overlap::DeviceFacts& dev = overlap::device_facts(world, op, captured);
     const int W = world.world_size(), me = world.local_rank();
     overlap::check_inputs(op, a, b, c);
     const overlap::OpScale sc = overlap::scale_of(o);
@@ -204,15 +239,21 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
     // The copy engine's and the direct producer's plan (no comm blocks: the same GEMM); the SM producer's, planned
     // beside its blocks, only when it is the one. (One heuristic call per call: host time, before the GEMM's launch.)
     OverlapPlan plan =
-        ag_gemm_plan(M, N, K, W, AgProducer::CopyEngine, o.comm_sms, st.arch, st.num_sms, st.shared_gpu, a.dtype);
+        ag_gemm_plan(M, N, K, W, AgProducer::CopyEngine, o.comm_sms, dev.arch, dev.num_sms, dev.shared_gpu, a.dtype);
     const GemmConfig& tile = o.config ? *o.config : plan.gemm;
     const AgProducer producer =
-        ag_gemm_producer(o.producer, W, R, tile.block_m, o.gathered.data != nullptr, st.shared_gpu,
-                         o.config ? 0 : overlap::tile_count(M, N, tile), st.num_sms);
+        ag_gemm_producer(o.producer, W, R, tile.block_m, o.gathered.data != nullptr, dev.shared_gpu,
+                         o.config ? 0 : overlap::tile_count(M, N, tile), dev.num_sms);
     LOOM_CHECK(producer != AgProducer::Sequential || o.config == nullptr,
                "{}: the sequential producer runs loom::gemm's own config; expected no config", op);
     if (producer == AgProducer::Sm)
-        plan = ag_gemm_plan(M, N, K, W, producer, o.comm_sms, st.arch, st.num_sms, st.shared_gpu, a.dtype);
+        plan = ag_gemm_plan(M, N, K, W, producer, o.comm_sms, dev.arch, dev.num_sms, dev.shared_gpu, a.dtype);
+    // The producers' state: the copy engine's and the SM producer's, and the sequence's gather buffer when none is
+    // given.
+    overlap::AgGatherState* const st =
+        producer != AgProducer::Direct && (producer != AgProducer::Sequential || !o.gathered.data)
+            ? &overlap::op_state<overlap::AgGatherState>(world, op, captured)
+            : nullptr;
     void* gather = nullptr;
     if (o.gathered.data) {
         const MatrixView& g = o.gathered;
@@ -224,7 +265,7 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
                    op, g.data, M * K * es);
         gather = g.data;
     } else if (producer != AgProducer::Direct) {
-        gather = overlap::ensure_symmetric(world, st, static_cast<std::size_t>(M * K) * es, captured);
+        gather = overlap::ensure_symmetric(world, st->gather, static_cast<std::size_t>(M * K) * es, captured);
     }
     // The direct producer has no gather buffer; its GEMM's A map (never read: every tile is redirected) spans A.
     const MatrixView gview{gather ? gather : a.data, a.dtype, M, K, 0};
@@ -234,7 +275,7 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
         return;
     }
 
-    overlap::use_config(op, plan, o.config, M, N, st.num_sms, a.dtype, /*split_tail_ok=*/true);
+    overlap::use_config(op, plan, o.config, M, N, dev.num_sms, a.dtype, /*split_tail_ok=*/true);
     // Raster groups inside a rank's rows (the heuristic's plan; a caller's config is run as given): the rotated order
     // then runs every own tile before the first peer's, so no CTA of the first wave waits for a copy. A group
     // straddling two ranks' rows (M / W smaller than group_m M-blocks: small M, or W = 8) puts tiles of the next
@@ -243,8 +284,8 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
     if (!o.config && R % plan.gemm.block_m == 0) overlap::groups_inside_bands(plan.gemm, R / plan.gemm.block_m);
     if (overlap::debug())
         fmt::print(stderr, "loom::ag_gemm M={} N={} K={} W={} producer {} SMs {} of {}: {} (call {}, signals at {})\n",
-                   M, N, K, W, to_string(producer), st.num_sms, st.device_sms, plan.str(), st.calls + 1,
-                   static_cast<void*>(st.sig));
+                   M, N, K, W, to_string(producer), dev.num_sms, dev.device_sms, plan.str(), st ? st->calls + 1 : 0,
+                   st ? static_cast<void*>(st->sig.p) : nullptr);
 
     // Both kernels compiled before the counters advance (a JIT error leaves them as they were).
     const bool tma = o.sm_path != DataPath::LdSt;
@@ -278,40 +319,41 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
         h.timeout_ns = world.ctx().wait_timeout_ns;
         h.rows_per_rank = static_cast<int32_t>(R);
         h.shift_m = static_cast<int32_t>(me * R / plan.gemm.block_m);
-        ag_gemm_direct(world, a, b, c, plan.gemm, h, sc, stream);
+        ag_gemm_direct(world, a, b, c, plan.gemm, h, sc, dev.num_sms, stream);
         return;
     }
-    const uint64_t epoch = ++st.calls;
-    auto* sig = st.sig;
+    overlap::AgGatherState& gs = *st;
+    const uint64_t epoch = ++gs.calls;
+    auto* sig = gs.sig.p;
     char* const my_rows = static_cast<char*>(gather) + static_cast<std::size_t>(me) * chunk_bytes;
     // The copy engine's side stream: this rank's ready signal, then per peer d (from me + 1): wait d's ready, copy the
     // shard into d's gather rows, raise chunk[me] there; with own_local chunk[me] here too (nothing to copy).
     auto enqueue_copy_engine_side = [&] {
         for (int d = 0; d < W; ++d)
-            if (d != me) stream_ops::signal_ce(world, &sig->ready[me], epoch, d, st.side);
+            if (d != me) stream_ops::signal_ce(world, &sig->ready[me], epoch, d, gs.side.stream);
         for (int i = 1; i < W; ++i) {
             const int d = (me + i) % W;
-            stream_ops::wait_value(st.side, &sig->ready[d], epoch, stream_ops::WaitCmp::GEQ);
-            stream_ops::put_ce(world, my_rows, a.data, chunk_bytes, d, st.side);
-            stream_ops::signal_ce(world, &sig->chunk[me], st.chunk_total, d, st.side);
+            stream_ops::wait_value(gs.side.stream, &sig->ready[d], epoch, stream_ops::WaitCmp::GEQ);
+            stream_ops::put_ce(world, my_rows, a.data, chunk_bytes, d, gs.side.stream);
+            stream_ops::signal_ce(world, &sig->chunk[me], gs.chunk_total, d, gs.side.stream);
         }
         // In place (own_local): chunk[me] still gets this call's total, so that a later call with the SM producer,
         // which adds to it, reaches its target.
-        if (own_local) stream_ops::signal_ce(world, &sig->chunk[me], st.chunk_total, me, st.side);
+        if (own_local) stream_ops::signal_ce(world, &sig->chunk[me], gs.chunk_total, me, gs.side.stream);
     };
-    overlap::fork(st, stream);
+    overlap::fork(gs.side, stream);
     // With one GPU per rank the side stream's work is enqueued after the GEMM's launch: the GEMM starts on the own
     // rows, which need none of it, and its launch does not wait behind the host's 3W - 2 stream operations (on an
     // idle GPU those were GPU idle time at the start of every call).
-    const bool side_after_gemm = producer == AgProducer::CopyEngine && !st.shared_gpu;
+    const bool side_after_gemm = producer == AgProducer::CopyEngine && !dev.shared_gpu;
     if (producer == AgProducer::CopyEngine) {
-        st.chunk_total += 1;
+        gs.chunk_total += 1;
         // This rank's own rows, unless read in place: a copy within one GPU is a runtime copy kernel, which the
         // persistent GEMM (every SM when no other rank shares the GPU) would starve if both were queued at once. In
         // stream order before the GEMM it never competes (and the GEMM starts on these rows anyway).
         if (!own_local) {
             stream_ops::put_ce(world, my_rows, a.data, chunk_bytes, me, stream);
-            stream_ops::signal_ce(world, &sig->chunk[me], st.chunk_total, me, stream);
+            stream_ops::signal_ce(world, &sig->chunk[me], gs.chunk_total, me, stream);
         }
         // Ranks sharing a GPU: every copy is a runtime copy kernel, which needs SMs of this rank's MPS share. Next to
         // the persistent GEMM (all but two SMs of the share, spinning on the peers' chunks) 8 ranks on one H200 hung
@@ -319,14 +361,14 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
         // sender's last one (the likeliest to be issued while its own GEMM already held the share). Here the GEMM
         // starts after this rank's copies, so the copies of a rank never compete with its GEMM. No overlap on
         // shared GPUs with this producer.
-        if (st.shared_gpu) {
+        if (dev.shared_gpu) {
             enqueue_copy_engine_side();
-            overlap::join(st, stream);
+            overlap::join(gs.side, stream);
         }
     } else {
         const int P = plan.comm_blocks;
-        st.chunk_total += static_cast<uint64_t>(P);
-        st.started_total += static_cast<uint64_t>(P);
+        gs.chunk_total += static_cast<uint64_t>(P);
+        gs.started_total += static_cast<uint64_t>(P);
         kernels::overlap::AgPushParams pp{};
         pp.a_local = a.data;
         pp.gather = gather;
@@ -339,21 +381,21 @@ void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const M
         lc.grid = dim3(static_cast<unsigned>(P));
         lc.block = dim3(512);
         lc.smem = tma ? 128 + std::size_t(pp.stages) * pp.stage_bytes : 0;  // lang::tma_staging_bytes
-        lc.stream = st.side;
+        lc.stream = gs.side.stream;
         const Ctx ctx = world.ctx();
         (*push_kernel)(lc, ctx, pp);
         // The GEMM takes the remaining SMs only once every producer block is resident: it can never starve them.
-        stream_ops::wait_value(stream, &sig->started, st.started_total, stream_ops::WaitCmp::GEQ);
+        stream_ops::wait_value(stream, &sig->started, gs.started_total, stream_ops::WaitCmp::GEQ);
     }
     h.chunk = sig->chunk;
-    h.target = st.chunk_total;
+    h.target = gs.chunk_total;
     h.timeout_ns = world.ctx().wait_timeout_ns;
     h.rows_per_rank = static_cast<int32_t>(R);
     h.shift_m = static_cast<int32_t>(me * R / plan.gemm.block_m);
-    overlap::launch_gemm(kHooks, kHeader, gview, b, c, plan.gemm, st.num_sms, stream, h, sc,
+    overlap::launch_gemm(kHooks, kHeader, gview, b, c, plan.gemm, dev.num_sms, stream, h, sc,
                          overlap::ScaleAt::Accumulators);
     if (side_after_gemm) enqueue_copy_engine_side();
-    overlap::join(st, stream);
+    overlap::join(gs.side, stream);
 }
 
 }  // namespace detail
