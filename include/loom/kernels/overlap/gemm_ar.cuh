@@ -1,6 +1,6 @@
 // GEMM+AllReduce for small M (decode, small-batch prefill; M <= 128): C[M, N] on every rank = sum over ranks q
 // of A_q[M, K_loc] * B_q[N, K_loc]^T, accumulated in fp32 in rank order 0..W-1. Two algorithms here (a third,
-// ArAlgo::Sequential, is loom::gemm then loom::all_reduce: src/ops/overlap/gemm_ar/gemm_ar.cpp).
+// ArAlgo::Sequential, is loom::gemm then loom::all_reduce: src/ops/overlap/gemm_ar/sequential.cpp).
 //
 // Reduce kernel (ArAlgo::ReduceKernel), two kernels running concurrently on every rank:
 //

@@ -22,8 +22,11 @@
 #include "jit/tune_timing.hpp"
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"
+#include "loom/runtime/error.hpp"
+#include "loom/runtime/stream_ops.hpp"
 #include "loom/runtime/world.hpp"
 #include "loom/runtime/world_state.hpp"
+#include "ops/overlap/common/state.hpp"
 
 namespace loom::overlap {
 
@@ -92,14 +95,57 @@ class TunedOptions final : public WorldState {
 // that fit, grid 0: the op plans it), the plan's own width left out.
 std::vector<GemmConfig> tile_alternatives(const GemmConfig& plan_tile, int64_t m, int64_t n, int num_sms);
 
-}  // namespace loom::overlap
+// Candidates "auto/<tile>": Auto with each of tile_alternatives' tiles.
+template <class Opts>
+void add_tiles(std::vector<TuneOption<Opts>>& out, const GemmConfig& plan_tile, int64_t m, int64_t n, int num_sms) {
+    for (const GemmConfig& t : tile_alternatives(plan_tile, m, n, num_sms))
+        out.push_back({"auto/" + t.str(), Opts{}, t});
+}
 
-namespace loom::detail {
-// The overlapped ops with their options as given (no tuning): src/ops/{ag_gemm,gemm_rs,gemm_ar}.cpp.
-void ag_gemm_run(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
-                 const AgGemmOptions& o);
-void gemm_rs_run(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
-                 const GemmRsOptions& o);
-void gemm_ar_run(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
-                 const GemmArOptions& o);
-}  // namespace loom::detail
+// The key of a call: shape, types, world, the SMs the ops plan on, whether ranks share a GPU.
+std::string tune_key(const MatrixView& a, const MatrixView& b, const MatrixView& c, const World& world,
+                     const DeviceFacts& dev);
+
+// Scratch output of C's shape for the tuning runs (the caller's C is left alone), allocated on first use.
+struct ScratchOut {
+    const MatrixView& c;
+    std::optional<detail::DeviceScratch> buf;
+    MatrixView view();
+};
+
+// A candidate's options with the caller's scales: tuning chooses how the op runs, never what it computes.
+template <class Opts>
+Opts with_callers_scales(Opts x, const Opts& caller) {
+    x.alpha = caller.alpha;
+    x.scale_a = caller.scale_a;
+    x.scale_b = caller.scale_b;
+    return x;
+}
+
+// Runs the op with the options decided for this call's key. candidates(dev): the op's candidates, Auto first;
+// run(x, out): the op with options x into out (the tuning runs' into a scratch output, the call's into C).
+// While `stream` captures a CUDA graph nothing may be decided (deciding may time candidates and meets the ranks): the
+// options an eager call with this key decided run, and the op raises if they cannot be replayed (check_capture).
+template <class Opts, class Candidates, class Run>
+void run_tuned(World& world, const char* op, const MatrixView& a, const MatrixView& b, const MatrixView& c,
+               cudaStream_t stream, const Candidates& candidates, const Run& run) {
+    const bool captured = stream_ops::capturing(stream);
+    const DeviceFacts& dev = device_facts(world, op, captured);
+    if (captured) {
+        const auto* tuned = world.find_state<TunedOptions<Opts>>();
+        const std::optional<Opts> decided = tuned ? tuned->find(tune_key(a, b, c, world, dev)) : std::optional<Opts>();
+        LOOM_CHECK(decided.has_value(),
+                   "{}: a CUDA graph capture with every choice left to Loom runs the options an eager call decided: "
+                   "call {} once outside the capture with the same shapes first (deciding may time the candidates)",
+                   op, op);
+        run(*decided, c);
+        return;
+    }
+    ScratchOut scratch{c, {}};
+    const Opts chosen = world.state<TunedOptions<Opts>>().get(
+        world, op, tune_key(a, b, c, world, dev), [&] { return candidates(dev); },
+        [&](const Opts& x) { run(x, scratch.view()); }, stream);
+    run(chosen, c);
+}
+
+}  // namespace loom::overlap
