@@ -53,6 +53,7 @@
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/nvshmem.hpp"
 #include "nccl.hpp"
+#include "ops/overlap/gemm_rs/gemm_rs.hpp"
 
 namespace {
 

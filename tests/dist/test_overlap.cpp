@@ -25,6 +25,9 @@
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "ops/gemm/gemm_internal.hpp"
+#include "ops/overlap/common/state.hpp"
+#include "ops/overlap/gemm_rs/gemm_rs.hpp"
 
 namespace loom {
 namespace {

@@ -16,6 +16,8 @@
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/tile/tile_order.hpp"
+#include "ops/overlap/ag_gemm/ag_gemm.hpp"
+#include "ops/overlap/gemm_rs/gemm_rs.hpp"
 
 namespace {
 

@@ -13,6 +13,11 @@
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
+#include "ops/gemm/gemm_internal.hpp"
+#include "ops/overlap/ag_gemm/ag_gemm.hpp"
+#include "ops/overlap/common/state.hpp"
+#include "ops/overlap/gemm_ar/gemm_ar.hpp"
+#include "ops/overlap/gemm_rs/gemm_rs.hpp"
 
 namespace {
 

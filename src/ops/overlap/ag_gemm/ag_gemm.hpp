@@ -24,8 +24,25 @@
 #include "loom/kernels/overlap/overlap_params.hpp"
 #include "loom/ops/overlap.hpp"
 #include "ops/overlap/common/checks.hpp"
+#include "ops/overlap/common/plan.hpp"
 #include "ops/overlap/common/state.hpp"
 #include "ops/overlap/common/tune.hpp"
+
+namespace loom {
+
+// The producer Auto resolves to, or the requested one once checked (raises for one that cannot run). Ranks sharing a
+// GPU: Direct where it applies (world > 1, rows_per_rank = M / W a multiple of the GEMM's block_m, no gathered
+// buffer), else CopyEngine. A GPU per rank: Sequential when the GEMM's `tiles` fit one wave on `num_sms` (every tile
+// then runs at once, so a peer's tile waits for its rows as long as the sequence's GEMM does, and the copy engine's
+// latency comes on top; docs/perf/ag_gemm.json), else CopyEngine (tiles 0: not known).
+AgProducer ag_gemm_producer(AgProducer requested, int world_size, int64_t rows_per_rank, int block_m, bool gathered,
+                            bool ranks_share_gpu, int64_t tiles = 0, int num_sms = 0);
+// The GEMM beside the producer on `num_sms` SMs (the SM producer's blocks take comm_sms or a default by the chunk
+// size). in: the input type (fp8's k-blocks are 128 elements: block_k, and the bytes the SM producer moves).
+OverlapPlan ag_gemm_plan(int64_t m, int64_t n_loc, int64_t k, int world_size, AgProducer producer, int comm_sms,
+                         int arch, int num_sms, bool ranks_share_gpu = false, DType in = DType::BF16);
+
+}  // namespace loom
 
 namespace loom::overlap {
 

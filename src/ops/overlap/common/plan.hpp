@@ -6,6 +6,23 @@
 
 #include "loom/ops/overlap.hpp"
 
+namespace loom {
+
+// The configs the heuristics pick (printed at the debug log level).
+struct OverlapPlan {
+    GemmConfig gemm;  // grid = the SMs left to the GEMM
+    int comm_blocks = 0;
+    // SMs left free for work the CUDA runtime runs on SMs behind the op's back: a cudaMemcpyAsync between two
+    // allocations of one GPU (ranks sharing it) is a copy kernel, which a persistent GEMM spinning on that very copy's
+    // signal would otherwise starve.
+    int reserved_sms = 0;
+    RsAlgo rs_algo = RsAlgo::Auto;  // gemm_rs_plan: the algorithm chosen (never Auto there)
+    ArAlgo ar_algo = ArAlgo::Auto;  // gemm_ar_plan: the algorithm chosen (never Auto there)
+    std::string str() const;
+};
+
+}  // namespace loom
+
 namespace loom::overlap {
 
 // Communication blocks of an op on `num_sms` usable SMs (overlap_usable_sms): `requested` (> 0, the caller's

@@ -122,7 +122,6 @@ void join(SideStream& side, cudaStream_t stream) {
 // Declared in loom/ops/overlap.hpp (namespace loom).
 void loom::release_overlap_state(World& world) { world.release_states("overlap/"); }
 
-// Declared in loom/ops/overlap.hpp (namespace loom).
 int loom::overlap_usable_sms(int device_sms, const EnvLookup& env) {
     LOOM_CHECK(device_sms >= 1, "overlap_usable_sms: expected the device's SM count >= 1, given {}", device_sms);
     const long long forced = env_int(env, "LOOM_OVERLAP_SMS", 0);

@@ -15,8 +15,19 @@
 #include <string>
 
 #include "loom/ops/overlap.hpp"
+#include "loom/runtime/env.hpp"
 #include "loom/runtime/world.hpp"
 #include "loom/runtime/world_state.hpp"
+
+namespace loom {
+
+// The SMs this process can occupy at once, which the plans divide between the GEMM and the communication blocks:
+// LOOM_OVERLAP_SMS when set (> 0, at most device_sms), else device_sms. Under MPS, cudaDevAttrMultiProcessorCount
+// already reports the client's share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), so device_sms is that attribute. Raises for a
+// malformed value.
+int overlap_usable_sms(int device_sms, const EnvLookup& env = process_env());
+
+}  // namespace loom
 
 namespace loom::overlap {
 

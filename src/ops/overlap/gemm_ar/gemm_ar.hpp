@@ -25,8 +25,23 @@
 #include "loom/kernels/overlap/overlap_params.hpp"
 #include "loom/ops/overlap.hpp"
 #include "ops/overlap/common/checks.hpp"
+#include "ops/overlap/common/plan.hpp"
 #include "ops/overlap/common/state.hpp"
 #include "ops/overlap/common/tune.hpp"
+
+namespace loom {
+
+// gemm_ar's algorithm: Auto is Sequential where ranks share a GPU and no config is given; with a config (the hooked
+// GEMM's tile), FusedEpilogue when that tile stages whole slabs of out_bytes elements, else ReduceKernel; otherwise
+// Auto (gemm_ar_plan decides by the heuristic's tile). Requested algorithms pass through; Sequential with a config is
+// refused (it runs loom::gemm's own).
+ArAlgo gemm_ar_algo(ArAlgo requested, bool ranks_share_gpu, const GemmConfig* config, int out_bytes);
+// The GEMM and the algorithm (plan.ar_algo, never Auto) on `num_sms` SMs: the fused epilogue where the tile fits
+// (every SM to the GEMM), else the reduce kernel's blocks beside it. out_bytes: C's element size.
+OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms,
+                         ArAlgo algo = ArAlgo::Auto, int out_bytes = 2, DType in = DType::BF16);
+
+}  // namespace loom
 
 namespace loom::overlap {
 

@@ -37,8 +37,45 @@
 #include "loom/kernels/overlap/overlap_params.hpp"
 #include "loom/ops/overlap.hpp"
 #include "ops/overlap/common/checks.hpp"
+#include "ops/overlap/common/plan.hpp"
 #include "ops/overlap/common/state.hpp"
 #include "ops/overlap/common/tune.hpp"
+
+namespace loom {
+
+// The fused epilogue's transport Auto resolves to, or the requested one once checked: CopyEngine when every rank has
+// its own GPU, else Sm (the copy engine is refused with ranks sharing a GPU, and for the other algorithms, which move
+// their tiles their own way).
+RsTransport gemm_rs_transport(RsTransport requested, RsAlgo algo, bool ranks_share_gpu);
+
+// gemm_rs's Auto with a GPU per rank once the plan took the fused epilogue, by the plan's waves of `tiles` on `num_sms`
+// (docs/perf/gemm_rs.json): one wave or less, the fused epilogue with its own NVLink pushes (Sm: the lowest latency;
+// the copy engine's chunks would wait for whole raster groups); up to three waves, the sequence (the copy engine's
+// chunks of the peers' tiles arrive too late for the own tiles' epilogues, and the Sm pushes stall the GEMM's loads);
+// from three waves, the copy engine.
+struct RsChoice {
+    RsAlgo algo;
+    RsTransport transport;
+};
+RsChoice gemm_rs_distinct_auto(int64_t tiles, int num_sms);
+
+// Ranks sharing a GPU: K_loc x the input's bytes up to which Auto takes the fused pull (docs/perf/gemm_rs.json, one
+// H200: the pull's speedup over the sequence 0.99-1.06x up to 7.4 KiB, 0.96-1.00x at 14-18 KiB).
+inline constexpr int64_t kSharedPullMaxKBytes = 8192;
+// gemm_rs's algorithm. Ranks sharing a GPU, no config: FusedPull when M / W = rows_seg is a multiple of 64 and k_bytes
+// (K_loc x the input's element size) <= kSharedPullMaxKBytes, else Sequential (with a deep K the reduce-scatter is a
+// small part of the GEMM's time and the pull's own cost exceeds it). With a config (the hooked GEMM's tile): when that
+// tile fits (rows_seg a multiple of BLOCK_M) FusedPull where ranks share a GPU and FusedEpilogue where not, else
+// ScatterReduce. Otherwise Auto (gemm_rs_plan decides by the heuristic's tile). Requested algorithms pass through;
+// Sequential with a config is refused (it runs loom::gemm's own).
+RsAlgo gemm_rs_algo(RsAlgo requested, bool ranks_share_gpu, const GemmConfig* config, int64_t rows_seg,
+                    int64_t k_bytes);
+// The GEMM and the algorithm (plan.rs_algo, never Auto) on `num_sms` SMs: the fused algorithms where the tile fits
+// (every SM to the GEMM), else the scatter-reduce's blocks beside it. out_bytes: C's element size.
+OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms,
+                         RsAlgo algo = RsAlgo::Auto, int out_bytes = 2, DType in = DType::BF16);
+
+}  // namespace loom
 
 namespace loom::overlap {
 
