@@ -51,6 +51,7 @@ struct AgGemmOptions {
     float alpha = 1.f;
     const float* scale_a = nullptr;
     const float* scale_b = nullptr;
+    int num_sms = 0;  // the SMs the op plans on; 0: the device's (under MPS the client's share)
 };
 
 // How gemm_rs reduces.
@@ -84,6 +85,7 @@ struct GemmRsOptions {
     float alpha = 1.f;
     const float* scale_a = nullptr;
     const float* scale_b = nullptr;
+    int num_sms = 0;  // the SMs the op plans on; 0: the device's (under MPS the client's share)
 };
 
 // How gemm_ar reduces.
@@ -103,6 +105,7 @@ struct GemmArOptions {
     float alpha = 1.f;
     const float* scale_a = nullptr;
     const float* scale_b = nullptr;
+    int num_sms = 0;  // the SMs the op plans on; 0: the device's (under MPS the client's share)
 };
 
 // a: [M / W, K] (this rank's rows, dense), b: [N_loc, K], c: [M, N_loc].

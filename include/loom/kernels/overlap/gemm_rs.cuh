@@ -35,6 +35,17 @@
 
 namespace loom::kernels::overlap {
 
+// Diagnostics of the fused gemm_rs kernels, compiled in only where LOOM_DIAG_RS_FUSED_SKIP is defined (bench-overlap's
+// and the tests' own builds; the ops never define it). RsAccHooks: bit 0 skips the peer pushes (their signals are still
+// raised), bit 1 the own tiles' waits and combine, bit 3 the fence before a pushed tile is published. RsPullHooks:
+// bit 0, the reducers do nothing; bit 1, they wait for every tile but sum nothing; bit 2, they hand every part to
+// gemm_rs_pull_finish at once. Bits 0 and 1 give wrong results by design: for timing the parts apart.
+#if defined(LOOM_DIAG_RS_FUSED_SKIP)
+inline constexpr int kRsDiagSkip = LOOM_DIAG_RS_FUSED_SKIP;
+#else
+inline constexpr int kRsDiagSkip = 0;
+#endif
+
 // The GEMM policy of GEMM+RS and GEMM+AR: rotated grouped order, one signal per stored tile. after_store runs
 // on thread 0 after every consumer's TMA stores of the tile completed (see kernels/gemm.cuh).
 struct TileNotifyHooks {
@@ -188,7 +199,7 @@ struct RsAccHooks {
         ptx::named_barrier_sync(1, kConsumers * 128);  // the pending tile's stores issued, `pending` written
         const int32_t p = rs_pending_push();
         if (p < 0) return;             // uniform: every thread read the same value
-        if ((a.diag_skip & 8) == 0) {  // diagnostics (racy without it): the fence's own cost
+        if ((kRsDiagSkip & 8) == 0) {  // diagnostics (racy without it): the fence's own cost
             // With the copy-engine transport the stores' readers are this GPU's own copy engine and stream memory
             // operations, which read through its L2: GPU scope makes the stores visible to them. (A system-scope fence
             // here cost 2.5-10 us per GEMM at the small-K shapes, session 24.) Stores over NVLink: system scope.
@@ -229,7 +240,7 @@ struct RsAccHooks {
     template <class TOut, int BLOCK_M, int BLOCK_N>
     LOOM_DEVICE LOOM_FORCEINLINE int ring_copies(const tile::TileCoord& t) const {
         const bool own = t.m_block / a.blocks_per_rank == a.me;
-        return own && (a.diag_skip & 2) == 0 ? a.world - 1 : 0;
+        return own && (kRsDiagSkip & 2) == 0 ? a.world - 1 : 0;
     }
     template <class TOut, int BLOCK_M, int BLOCK_N>
     LOOM_DEVICE LOOM_FORCEINLINE void ring_wait(const tile::TileCoord& t) const {
@@ -265,7 +276,7 @@ struct RsAccHooks {
         const int warpgroup = static_cast<int>(tid / 128), wg_thread = static_cast<int>(tid % 128);
         const int32_t band = t.m_block / a.blocks_per_rank;
         if (band != a.me) {
-            if ((a.diag_skip & 1) == 0) {
+            if ((kRsDiagSkip & 1) == 0) {
                 // Over NVLink into our slot of the owner's scratch, or (copy-engine transport) into the local outbox.
                 uint8_t* dst = (a.outbox != nullptr ? a.outbox + band * a.slot_bytes
                                                     : rs_call().scratch +  // RsCall

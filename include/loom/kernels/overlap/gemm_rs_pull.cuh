@@ -236,7 +236,7 @@ struct RsPullHooks {
             return;
         }
         thread -= 32;
-        if ((a.diag_skip & 1) != 0) return;
+        if ((kRsDiagSkip & 1) != 0) return;
         RsPullCta& c = rs_pull_cta();
         const int64_t units = int64_t(a.blocks_per_rank) * a.num_n * a.world;
         const int64_t step = gridDim.x;
@@ -246,8 +246,8 @@ struct RsPullHooks {
                 int32_t mb, nb;
                 const int64_t tile_id = rs_pull_unit_tile(a, u, mb, nb);
                 uint64_t give_up_at = 0;  // set once the CTA's GEMM work is done
-                bool ready = (a.diag_skip & 4) == 0 && rs_pull_ready(a, tile_id);
-                while (!ready && (a.diag_skip & 4) == 0) {
+                bool ready = (kRsDiagSkip & 4) == 0 && rs_pull_ready(a, tile_id);
+                while (!ready && (kRsDiagSkip & 4) == 0) {
                     if (give_up_at == 0 && c.done != 0u) give_up_at = ptx::globaltimer() + kRsPullGraceNs;
                     if (give_up_at != 0 && ptx::globaltimer() > give_up_at) break;
                     ptx::nanosleep(100);
@@ -265,7 +265,7 @@ struct RsPullHooks {
             }
             ptx::named_barrier_sync(kRsPullReducerBarrier, kThreads);
             if (c.verdict[k & 1u] == 0u) return;
-            if ((a.diag_skip & 2) != 0) continue;
+            if ((kRsDiagSkip & 2) != 0) continue;
             rs_pull_reduce_unit<TOut, BLOCK_M, BLOCK_N, kThreads>(a, u, thread);
         }
     }

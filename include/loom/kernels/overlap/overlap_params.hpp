@@ -179,11 +179,7 @@ struct RsFusedHookArgs {
     int32_t num_n;                // N-blocks
     int32_t shift_m;              // first M-block of rank me + 1: own rows last
     int32_t rows_per_rank;        // M / W
-    // Diagnostics only (LOOM_DIAG_RS_FUSED_SKIP; 0 in normal use): bit 0 skips the peer pushes (their signals are
-    // still raised), bit 1 the own tiles' waits and combine, bit 3 the fence before a pushed tile is published.
-    // Results are wrong by design: for timing the parts of the fused epilogue apart (bench-overlap --rs-fused-diag).
-    int32_t diag_skip;
-    int32_t group;  // M-blocks per group of the slot layout (rs_slot_tile): the GEMM's group_m
+    int32_t group;                // M-blocks per group of the slot layout (rs_slot_tile): the GEMM's group_m
     // Copy-engine transport (RsTransport::CopyEngine; outbox == nullptr: the epilogue stores peers' tiles over
     // NVLink itself). Chunk: chunk_n consecutive columns of one group of a band (rs_chunk_lead), named by
     // band * blocks_per_rank * num_n + its lead (`lead` below). A peer's tile is stored into this rank's local outbox
@@ -214,10 +210,6 @@ struct RsPullHookArgs {
     int32_t num_n;            // N-blocks
     int32_t n;                // N (the last N-block may be partial)
     int32_t group;            // M-blocks per raster group inside a band (divides blocks_per_rank)
-    // Diagnostics only (LOOM_DIAG_RS_FUSED_SKIP; 0 in normal use): bit 0, the reducers do nothing; bit 1, they wait
-    // for every tile but sum nothing (results wrong by design: bench-overlap --rs-fused-diag); bit 2, they hand every
-    // part to gemm_rs_pull_finish at once (results right: the tests' way to that path).
-    int32_t diag_skip;
     // Units (own tile j, part p: u = j W + p) the GEMM's reducers left to gemm_rs_pull_finish (local, zeroed once):
     // [0, 2) the counts of calls of parity 0 / 1, [4 + parity * kMaxTileSignals, ...) their unit lists.
     uint32_t* leftover;

@@ -26,7 +26,7 @@ AgCall validate(World& world, const MatrixView& a, const MatrixView& b, const Ma
     x.stream = stream;
     x.captured = captured;
     x.dev = &overlap::device_facts(world, op, captured);
-    x.num_sms = x.dev->num_sms;
+    x.num_sms = overlap::plan_sms(*x.dev, o.num_sms, op);
     x.W = world.world_size();
     x.me = world.local_rank();
     overlap::check_inputs(op, a, b, c);
@@ -73,10 +73,10 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
                               o.config == nullptr && o.gathered.data == nullptr;
     if (!choices_left) return as_given(world, a, b, c, stream, o);
     overlap::run_tuned<AgGemmOptions>(
-        world, "ag_gemm", a, b, c, stream,
-        [&](const overlap::DeviceFacts& dev) { return overlap::ag_gemm_candidates(world, a, b, dev); },
+        world, "ag_gemm", a, b, c, stream, o.num_sms,
+        [&](const overlap::DeviceFacts& dev, int sms) { return overlap::ag_gemm_candidates(world, a, b, dev, sms); },
         [&](const AgGemmOptions& x, const MatrixView& out) {
-            as_given(world, a, b, out, stream, overlap::with_callers_scales(x, o));
+            as_given(world, a, b, out, stream, overlap::with_callers_terms(x, o));
         });
 }
 

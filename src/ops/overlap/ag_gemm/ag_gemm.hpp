@@ -113,6 +113,6 @@ void ag_gemm_direct(const AgCall& x, kernels::overlap::AgGemmHookArgs h);
 
 // The autotuner's candidates for a call with every choice left to Loom (Auto first).
 std::vector<TuneOption<AgGemmOptions>> ag_gemm_candidates(const World& world, const MatrixView& a, const MatrixView& b,
-                                                          const DeviceFacts& dev);
+                                                          const DeviceFacts& dev, int num_sms);
 
 }  // namespace loom::overlap

@@ -3,71 +3,39 @@
 //   stage kernel (kernels/overlap/ag_gemm.cuh ag_gemm_direct_stage: read_done[me] := e - 1 at every peer, wait
 //   read_done[q] >= e - 2 of every peer q, copy the shard into staging half e % 2, chunk[me] += 1 per block at every
 //   rank) ── GEMM (own rows from the shard; rank r's rows from r's half e % 2 through a_peer[r], after chunk[r] >= T).
-// LOOM_AG_DIRECT_STAGE=stream (tuning) does the same with the runtime's copy and stream memory operations instead
-// (wait read_done, cudaMemcpyAsync, chunk[me] := T at every rank, GEMM, read_done[me] := e at every peer): 2W - 1
-// cuStreamWaitValue64 / cuStreamWriteValue64 per call, to time what the kernel saves.
 #include <algorithm>
 #include <cstring>
-#include <string>
 
 #include "loom/jit/jit.hpp"
-#include "loom/runtime/env.hpp"
-#include "loom/runtime/error.hpp"
-#include "loom/runtime/stream_ops.hpp"
 #include "loom/runtime/tma.hpp"
 #include "ops/overlap/ag_gemm/ag_gemm.hpp"
 #include "ops/overlap/common/hooked_gemm.hpp"
 
 namespace loom::overlap {
-namespace {
-
-bool direct_stage_by_stream() {
-    static const bool v = [] {
-        const std::string s = env_str("LOOM_AG_DIRECT_STAGE").value_or("kernel");
-        LOOM_CHECK(s == "kernel" || s == "stream", "LOOM_AG_DIRECT_STAGE: expected kernel or stream, given '{}'", s);
-        return s == "stream";
-    }();
-    return v;
-}
-
-}  // namespace
 
 void ag_gemm_direct(const AgCall& x, kernels::overlap::AgGemmHookArgs h) {
     World& world = *x.world;
     AgDirectState& st = op_state<AgDirectState>(world, "ag_gemm");
-    const int W = x.W, me = x.me;
+    const int W = x.W;
     const std::size_t shard_bytes = x.chunk_bytes;
     const std::size_t half_stride = ensure_parity_halves(world, st.staging, shard_bytes);
-    const bool by_stream = direct_stage_by_stream();
+    jit::KernelSpec spec;
+    spec.header = kAgHeader;
+    spec.name = "loom::kernels::overlap::ag_gemm_direct_stage";
     // Compiled before the counters advance (a JIT error leaves them as they were).
-    const jit::Kernel* stage = nullptr;
-    if (!by_stream) {
-        jit::KernelSpec spec;
-        spec.header = kAgHeader;
-        spec.name = "loom::kernels::overlap::ag_gemm_direct_stage";
-        stage = &jit::get_kernel(spec);
-    }
+    const jit::Kernel& stage = jit::get_kernel(spec);
     const uint64_t epoch = ++st.calls;
     char* const staging = static_cast<char*>(st.staging.p) + (epoch % 2) * half_stride;
-    auto* sig = st.sig.p;
-    if (by_stream) {
-        if (epoch > 2)
-            for (int q = 0; q < W; ++q)
-                if (q != me) stream_ops::wait_value(x.stream, &sig->read_done[q], epoch - 2, stream_ops::WaitCmp::GEQ);
-        LOOM_CHECK_CUDA(cudaMemcpyAsync(staging, x.a.data, shard_bytes, cudaMemcpyDeviceToDevice, x.stream));
-        st.chunk_total += 1;
-        for (int d = 0; d < W; ++d) stream_ops::signal_ce(world, &sig->chunk[me], st.chunk_total, d, x.stream);
-    } else {
-        // Blocks: ~256 KiB of the shard each, at most 32 (the same count on every rank: the GEMM's target).
-        const auto blocks = static_cast<unsigned>(std::clamp<std::size_t>(shard_bytes >> 18, 1, 32));
-        st.chunk_total += blocks;
-        kernels::overlap::AgDirectParams p{x.a.data, staging, sig, shard_bytes, epoch};
-        jit::LaunchConfig lc;
-        lc.grid = dim3(blocks);
-        lc.block = dim3(512);
-        lc.stream = x.stream;
-        (*stage)(lc, world.ctx(), p);
-    }
+    auto* const sig = st.sig.p;
+    // Blocks: ~256 KiB of the shard each, at most 32 (the same count on every rank: the GEMM's target).
+    const auto blocks = static_cast<unsigned>(std::clamp<std::size_t>(shard_bytes >> 18, 1, 32));
+    st.chunk_total += blocks;
+    kernels::overlap::AgDirectParams p{x.a.data, staging, sig, shard_bytes, epoch};
+    jit::LaunchConfig lc;
+    lc.grid = dim3(blocks);
+    lc.block = dim3(512);
+    lc.stream = x.stream;
+    stage(lc, world.ctx(), p);
     const GemmConfig& cfg = x.plan.gemm;
     h.direct = 1;
     h.world = W;
@@ -81,9 +49,6 @@ void ag_gemm_direct(const AgCall& x, kernels::overlap::AgGemmHookArgs h) {
     // The gather map is never read (every tile is own or a peer's): a map of A's shape over A's address does.
     launch_gemm(kAgHooks, kAgHeader, MatrixView{x.a.data, x.a.dtype, x.R * W, x.K, 0}, x.b, x.c, cfg, x.num_sms,
                 x.stream, h, x.sc, ScaleAt::Accumulators);
-    if (by_stream)
-        for (int d = 0; d < W; ++d)
-            if (d != me) stream_ops::signal_ce(world, &sig->read_done[me], epoch, d, x.stream);
 }
 
 }  // namespace loom::overlap

@@ -136,7 +136,7 @@ kernels::overlap::AgGemmHookArgs prepare_overlapped(AgCall& x, const AgGemmOptio
 }
 
 std::vector<TuneOption<AgGemmOptions>> ag_gemm_candidates(const World& world, const MatrixView& a, const MatrixView& b,
-                                                          const DeviceFacts& dev) {
+                                                          const DeviceFacts& dev, int num_sms) {
     std::vector<TuneOption<AgGemmOptions>> v{{"auto", {}, {}}};
     v.push_back({"sequential", AgGemmOptions{AgProducer::Sequential}, {}});
     v.push_back({"copy-engine", AgGemmOptions{AgProducer::CopyEngine}, {}});
@@ -145,8 +145,8 @@ std::vector<TuneOption<AgGemmOptions>> ag_gemm_candidates(const World& world, co
     if (dev.shared_gpu) v.push_back({"direct", AgGemmOptions{AgProducer::Direct}, {}});
     const int64_t W = world.world_size(), M = a.rows * W;
     const OverlapPlan plan = ag_gemm_plan(M, b.rows, a.cols, static_cast<int>(W), AgProducer::CopyEngine, 0, dev.arch,
-                                          dev.num_sms, dev.shared_gpu, a.dtype);
-    add_tiles(v, plan.gemm, M, b.rows, dev.num_sms);
+                                          num_sms, dev.shared_gpu, a.dtype);
+    add_tiles(v, plan.gemm, M, b.rows, num_sms);
     return v;
 }
 

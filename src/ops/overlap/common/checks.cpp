@@ -4,7 +4,6 @@
 #include <cstdint>
 
 #include "loom/kernels/overlap/overlap_params.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/stream_ops.hpp"
 #include "ops/gemm/gemm_internal.hpp"
@@ -83,7 +82,5 @@ bool check_capture(cudaStream_t stream, const char* op, bool replayable) {
                op, op);
     return captured;
 }
-
-bool debug() { return env_flag("LOOM_OVERLAP_DEBUG"); }
 
 }  // namespace loom::overlap

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "loom/ops/overlap.hpp"
+#include "loom/runtime/settings.hpp"
 #include "ops/overlap/common/plan.hpp"
 
 namespace loom::overlap {
@@ -46,6 +47,7 @@ void check_tile_count(const char* op, int64_t m, int64_t n, const GemmConfig& cf
 // before the op touches any state, so a refused capture stays valid and the caller can end it.
 bool check_capture(cudaStream_t stream, const char* op, bool replayable);
 
-bool debug();  // LOOM_OVERLAP_DEBUG
+// Whether the ops print their plans (the debug log level, LOOM_LOG_LEVEL=debug).
+inline bool debug() { return log_enabled(LogLevel::Debug); }
 
 }  // namespace loom::overlap

@@ -1,9 +1,9 @@
 #include "ops/overlap/common/state.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "loom/ops/collectives.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 
 namespace loom::overlap {
@@ -13,9 +13,6 @@ DeviceFacts::DeviceFacts(World& world) : device(world.device()) {
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&device_sms, cudaDevAttrMultiProcessorCount, device));
-    // Under MPS the attribute reports this client's share of the SMs; the GEMM grids and comm-block counts are
-    // planned on it (see overlap_usable_sms and docs/overlap.md "Deadlock freedom").
-    num_sms = overlap_usable_sms(device_sms);
     arch = major * 10 + minor;
     shared_gpu = collective_topology(world).shared_gpu;
 }
@@ -35,15 +32,22 @@ const DeviceFacts& device_facts(World& world, const char* op, bool captured) {
     LOOM_CHECK(world.local_world_size() <= kMaxLocalPeers, "{}: expected at most {} ranks per node, given {}", op,
                kMaxLocalPeers, world.local_world_size());
     const DeviceFacts& d = op_state<DeviceFacts>(world, op, captured);
-    LOOM_CHECK(d.num_sms >= 2,
-               "{}: expected at least 2 usable SMs (one for the GEMM, one for the communication blocks), given {} "
-               "(device {} SMs; CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / LOOM_OVERLAP_SMS)",
-               op, d.num_sms, d.device_sms);
     LOOM_CHECK(d.arch >= 90,
                "{}: expected a GPU of compute capability >= 9.0 (Hopper GEMM with overlap hooks), "
                "given {}.{}",
                op, d.arch / 10, d.arch % 10);
     return d;
+}
+
+int plan_sms(const DeviceFacts& dev, int requested, const char* op) {
+    // Under MPS the attribute reports this client's share of the SMs; the GEMM grids and comm-block counts are
+    // planned on it (docs/overlap.md "Deadlock freedom").
+    const int sms = overlap_usable_sms(dev.device_sms, requested);
+    LOOM_CHECK(sms >= 2,
+               "{}: expected at least 2 usable SMs (one for the GEMM, one for the communication blocks), given {} "
+               "(device {} SMs; CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / the options' num_sms)",
+               op, sms, dev.device_sms);
+    return sms;
 }
 
 void zero_symmetric_signals(World& world, void* p, std::size_t bytes, const char* key) {
@@ -122,12 +126,11 @@ void join(SideStream& side, cudaStream_t stream) {
 // Declared in loom/ops/overlap.hpp (namespace loom).
 void loom::release_overlap_state(World& world) { world.release_states("overlap/"); }
 
-int loom::overlap_usable_sms(int device_sms, const EnvLookup& env) {
+int loom::overlap_usable_sms(int device_sms, int requested) {
     LOOM_CHECK(device_sms >= 1, "overlap_usable_sms: expected the device's SM count >= 1, given {}", device_sms);
-    const long long forced = env_int(env, "LOOM_OVERLAP_SMS", 0);
-    LOOM_CHECK(forced >= 0, "LOOM_OVERLAP_SMS: expected a number of SMs >= 0 (0: derive it), given {}", forced);
-    if (forced > 0) return static_cast<int>(std::min<long long>(forced, device_sms));
-    // Under MPS the attribute already reports the client's share (seen on the H200: 14 SMs at
-    // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=12), so it is used as is.
+    LOOM_CHECK(requested >= 0, "num_sms: expected a number of SMs >= 0 (0: the device's), given {}", requested);
+    if (requested > 0) return std::min(requested, device_sms);
+    // Under MPS the attribute already reports the client's share (14 SMs at CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=12 on the
+    // H200), so it is used as is.
     return device_sms;
 }

@@ -15,17 +15,16 @@
 #include <string>
 
 #include "loom/ops/overlap.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/world.hpp"
 #include "loom/runtime/world_state.hpp"
 
 namespace loom {
 
-// The SMs this process can occupy at once, which the plans divide between the GEMM and the communication blocks:
-// LOOM_OVERLAP_SMS when set (> 0, at most device_sms), else device_sms. Under MPS, cudaDevAttrMultiProcessorCount
-// already reports the client's share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), so device_sms is that attribute. Raises for a
-// malformed value.
-int overlap_usable_sms(int device_sms, const EnvLookup& env = process_env());
+// The SMs an op plans on, which the plans divide between the GEMM and the communication blocks: `requested` (the
+// options' num_sms) when > 0, at most device_sms; else device_sms. Under MPS, cudaDevAttrMultiProcessorCount already
+// reports the client's share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), so device_sms is that attribute. Raises for a
+// negative request.
+int overlap_usable_sms(int device_sms, int requested);
 
 }  // namespace loom
 
@@ -39,7 +38,6 @@ struct DeviceFacts final : WorldState {
     int device = 0;
     int arch = 0;             // compute capability x 10
     int device_sms = 0;       // cudaDevAttrMultiProcessorCount (under MPS: this client's share)
-    int num_sms = 0;          // the SMs this process can occupy (overlap_usable_sms): what the plans divide
     bool shared_gpu = false;  // another rank runs on this GPU (collective_topology)
 };
 
@@ -57,6 +55,9 @@ S& op_state(World& world, const char* op, bool captured = false) {
 
 // The World's DeviceFacts (op_state); raises for a World the overlapped ops do not support.
 const DeviceFacts& device_facts(World& world, const char* op, bool captured = false);
+// The SMs a call plans on (overlap_usable_sms of its options' num_sms); raises below 2 (one for the GEMM, one for the
+// communication blocks).
+int plan_sms(const DeviceFacts& dev, int requested, const char* op);
 
 // An algorithm's symmetric signals: one Sig in the symmetric heap, zeroed once. Creating them meets every rank after
 // zeroing, so no peer writes a rank's signals before they are zero. Freed by release() (the state's).

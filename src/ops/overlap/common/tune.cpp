@@ -10,8 +10,8 @@
 #include "loom/jit/autotune.hpp"
 #include "loom/jit/jit.hpp"
 #include "loom/ops/collectives.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
 #include "ops/gemm/gemm_internal.hpp"
 
 namespace loom::overlap {
@@ -46,7 +46,7 @@ std::size_t tuned_choice(World& world, const std::string& op, const std::string&
         const Suppress guard;
         return jit::autotune(req, &world);
     }();
-    if (env_flag("LOOM_AUTOTUNE")) return r.index;  // rank 0 picked, every rank got its pick
+    if (settings().autotune) return r.index;  // rank 0 picked, every rank got its pick
     // Persisted or heuristic, read by each rank on its own: take rank 0's.
     Bytes mine(sizeof(std::uint64_t));
     const std::uint64_t index = r.index;
@@ -76,9 +76,9 @@ std::vector<GemmConfig> tile_alternatives(const GemmConfig& plan_tile, int64_t m
 }
 
 std::string tune_key(const MatrixView& a, const MatrixView& b, const MatrixView& c, const World& world,
-                     const DeviceFacts& dev) {
+                     const DeviceFacts& dev, int num_sms) {
     return fmt::format("m{}_n{}_k{}_{}_{}_w{}_sms{}{}", a.rows, b.rows, a.cols, dtype_name(a.dtype),
-                       dtype_name(c.dtype), world.world_size(), dev.num_sms, dev.shared_gpu ? "_shared" : "");
+                       dtype_name(c.dtype), world.world_size(), num_sms, dev.shared_gpu ? "_shared" : "");
 }
 
 MatrixView ScratchOut::view() {

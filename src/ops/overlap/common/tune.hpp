@@ -1,10 +1,11 @@
 // Autotuning of the overlapped ops (ag_gemm, gemm_rs, gemm_ar): when a call leaves every choice to Loom (no config,
 // algorithm / producer / transport Auto, comm_sms 0, ...), the options it runs with are decided once per (World, op,
 // shape, types) by jit::autotune over the op's candidates — the first of which is Auto itself:
-//   LOOM_AUTOTUNE=1  every candidate timed on every rank (collective: the ops run in step; an output scratch, not
-//                    the caller's C), the slowest rank's median decides, the winner persisted (rank 0);
+//   settings().autotune (LOOM_AUTOTUNE=1)  every candidate timed on every rank (collective: the ops run in step; an
+//                    output scratch, not the caller's C), the slowest rank's median decides, the winner persisted
+//                    (rank 0);
 //   otherwise        a persisted winner, else Auto.
-// Every rank runs the same choice: without LOOM_AUTOTUNE rank 0's reading of the persisted file is all-gathered
+// Every rank runs the same choice: without autotune rank 0's reading of the persisted file is all-gathered
 // and taken by all (the ranks might read it at different times). The first call of a key is collective, as every
 // call of these ops is.
 #pragma once
@@ -102,9 +103,9 @@ void add_tiles(std::vector<TuneOption<Opts>>& out, const GemmConfig& plan_tile, 
         out.push_back({"auto/" + t.str(), Opts{}, t});
 }
 
-// The key of a call: shape, types, world, the SMs the ops plan on, whether ranks share a GPU.
+// The key of a call: shape, types, world, the SMs the op plans on, whether ranks share a GPU.
 std::string tune_key(const MatrixView& a, const MatrixView& b, const MatrixView& c, const World& world,
-                     const DeviceFacts& dev);
+                     const DeviceFacts& dev, int num_sms);
 
 // Scratch output of C's shape for the tuning runs (the caller's C is left alone), allocated on first use.
 struct ScratchOut {
@@ -113,27 +114,32 @@ struct ScratchOut {
     MatrixView view();
 };
 
-// A candidate's options with the caller's scales: tuning chooses how the op runs, never what it computes.
+// A candidate's options with the caller's scales and SM count: tuning chooses how the op runs, never what it
+// computes nor on how many SMs.
 template <class Opts>
-Opts with_callers_scales(Opts x, const Opts& caller) {
+Opts with_callers_terms(Opts x, const Opts& caller) {
     x.alpha = caller.alpha;
     x.scale_a = caller.scale_a;
     x.scale_b = caller.scale_b;
+    x.num_sms = caller.num_sms;
     return x;
 }
 
-// Runs the op with the options decided for this call's key. candidates(dev): the op's candidates, Auto first;
+// Runs the op with the options decided for this call's key (num_sms: the caller's request, overlap_usable_sms).
+// candidates(dev, sms): the op's candidates, Auto first;
 // run(x, out): the op with options x into out (the tuning runs' into a scratch output, the call's into C).
 // While `stream` captures a CUDA graph nothing may be decided (deciding may time candidates and meets the ranks): the
 // options an eager call with this key decided run, and the op raises if they cannot be replayed (check_capture).
 template <class Opts, class Candidates, class Run>
 void run_tuned(World& world, const char* op, const MatrixView& a, const MatrixView& b, const MatrixView& c,
-               cudaStream_t stream, const Candidates& candidates, const Run& run) {
+               cudaStream_t stream, int num_sms, const Candidates& candidates, const Run& run) {
     const bool captured = stream_ops::capturing(stream);
     const DeviceFacts& dev = device_facts(world, op, captured);
+    const int sms = plan_sms(dev, num_sms, op);
+    const std::string key = tune_key(a, b, c, world, dev, sms);
     if (captured) {
         const auto* tuned = world.find_state<TunedOptions<Opts>>();
-        const std::optional<Opts> decided = tuned ? tuned->find(tune_key(a, b, c, world, dev)) : std::optional<Opts>();
+        const std::optional<Opts> decided = tuned ? tuned->find(key) : std::optional<Opts>();
         LOOM_CHECK(decided.has_value(),
                    "{}: a CUDA graph capture with every choice left to Loom runs the options an eager call decided: "
                    "call {} once outside the capture with the same shapes first (deciding may time the candidates)",
@@ -143,8 +149,7 @@ void run_tuned(World& world, const char* op, const MatrixView& a, const MatrixVi
     }
     ScratchOut scratch{c, {}};
     const Opts chosen = world.state<TunedOptions<Opts>>().get(
-        world, op, tune_key(a, b, c, world, dev), [&] { return candidates(dev); },
-        [&](const Opts& x) { run(x, scratch.view()); }, stream);
+        world, op, key, [&] { return candidates(dev, sms); }, [&](const Opts& x) { run(x, scratch.view()); }, stream);
     run(chosen, c);
 }
 

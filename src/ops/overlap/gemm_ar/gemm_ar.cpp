@@ -24,7 +24,7 @@ ArCall validate(World& world, const MatrixView& a, const MatrixView& b, const Ma
     x.stream = stream;
     x.captured = captured;
     x.dev = &overlap::device_facts(world, op, captured);
-    x.num_sms = x.dev->num_sms;
+    x.num_sms = overlap::plan_sms(*x.dev, o.num_sms, op);
     x.W = world.world_size();
     overlap::check_inputs(op, a, b, c);
     x.sc = overlap::scale_of(o);
@@ -68,10 +68,10 @@ void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const Matri
     const bool choices_left = o.algo == ArAlgo::Auto && o.comm_sms == 0 && o.config == nullptr;
     if (!choices_left) return as_given(world, a, b, c, stream, o);
     overlap::run_tuned<GemmArOptions>(
-        world, "gemm_ar", a, b, c, stream,
-        [&](const overlap::DeviceFacts& dev) { return overlap::gemm_ar_candidates(world, a, b, c, dev); },
+        world, "gemm_ar", a, b, c, stream, o.num_sms,
+        [&](const overlap::DeviceFacts& dev, int sms) { return overlap::gemm_ar_candidates(world, a, b, c, dev, sms); },
         [&](const GemmArOptions& x, const MatrixView& out) {
-            as_given(world, a, b, out, stream, overlap::with_callers_scales(x, o));
+            as_given(world, a, b, out, stream, overlap::with_callers_terms(x, o));
         });
 }
 

@@ -107,6 +107,6 @@ void gemm_ar_reduce_kernel(const ArCall& x);
 
 // The autotuner's candidates for a call with every choice left to Loom (Auto first).
 std::vector<TuneOption<GemmArOptions>> gemm_ar_candidates(const World& world, const MatrixView& a, const MatrixView& b,
-                                                          const MatrixView& c, const DeviceFacts& dev);
+                                                          const MatrixView& c, const DeviceFacts& dev, int num_sms);
 
 }  // namespace loom::overlap

@@ -76,7 +76,7 @@ void choose_algo(ArCall& x, const GemmArOptions& o) {
 }
 
 std::vector<TuneOption<GemmArOptions>> gemm_ar_candidates(const World& world, const MatrixView& a, const MatrixView& b,
-                                                          const MatrixView& c, const DeviceFacts& dev) {
+                                                          const MatrixView& c, const DeviceFacts& dev, int num_sms) {
     auto with = [](ArAlgo algo) {
         GemmArOptions x;
         x.algo = algo;
@@ -86,9 +86,9 @@ std::vector<TuneOption<GemmArOptions>> gemm_ar_candidates(const World& world, co
     v.push_back({"sequential", with(ArAlgo::Sequential), {}});
     v.push_back({"fused-epilogue", with(ArAlgo::FusedEpilogue), {}});
     v.push_back({"reduce-kernel", with(ArAlgo::ReduceKernel), {}});
-    const OverlapPlan plan = gemm_ar_plan(a.rows, b.rows, a.cols, world.world_size(), 0, dev.arch, dev.num_sms,
+    const OverlapPlan plan = gemm_ar_plan(a.rows, b.rows, a.cols, world.world_size(), 0, dev.arch, num_sms,
                                           ArAlgo::Auto, static_cast<int>(dtype_size(c.dtype)), a.dtype);
-    add_tiles(v, plan.gemm, a.rows, b.rows, dev.num_sms);
+    add_tiles(v, plan.gemm, a.rows, b.rows, num_sms);
     return v;
 }
 

@@ -5,7 +5,6 @@
 #include <string>
 
 #include "loom/jit/jit.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/stream_ops.hpp"
 #include "ops/gemm/gemm_internal.hpp"
@@ -48,14 +47,15 @@ kernels::overlap::RsFusedHookArgs fused_args(const RsCall& x, const FusedShape& 
     h.shift_m = static_cast<int32_t>(((me + 1) % W) * f.blocks_per_rank);
     h.rows_per_rank = static_cast<int32_t>(x.rows_seg);
     h.group = std::min<int32_t>(cfg.group_m, static_cast<int32_t>(f.blocks_per_rank));
-    // Diagnostics, wrong results: bits 1, 2 and 8 reach the kernel.
-    h.diag_skip = static_cast<int32_t>(env_int("LOOM_DIAG_RS_FUSED_SKIP", 0) & 11);
     return h;
 }
 
+// The RsAccHooks GEMM; a diagnostic call's (x.diag) built with its bits 1, 2 and 8 (wrong results by design).
 const jit::Kernel& fused_kernel(const RsCall& x, const GemmConfig& cfg) {
-    return jit::get_kernel(gemm_kernel_spec(cfg, x.a.dtype, x.c.dtype, gemm_kernel_bias(cfg, x.c.dtype, GemmOptions{}),
-                                            false, kFusedHooks, kRsHeader));
+    jit::KernelSpec spec = gemm_kernel_spec(cfg, x.a.dtype, x.c.dtype, gemm_kernel_bias(cfg, x.c.dtype, GemmOptions{}),
+                                            false, kFusedHooks, kRsHeader);
+    if ((x.diag & 11) != 0) spec.defines.push_back(fmt::format("LOOM_DIAG_RS_FUSED_SKIP={}", x.diag & 11));
+    return jit::get_kernel(spec);
 }
 
 void fused_sm(const RsCall& x, const GemmConfig& cfg, const FusedShape& f) {
@@ -125,7 +125,7 @@ void fused_ce(const RsCall& x, const GemmConfig& cfg, const FusedShape& f, std::
     fork(st.side, x.stream);
     kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, h);
     // Diagnostics, wrong results: bit 16 leaves out the copy engine's bytes (signals only).
-    enqueue_copies(*x.world, st, h, chunk_n, tile_bytes, epoch, (env_int("LOOM_DIAG_RS_FUSED_SKIP", 0) & 16) != 0);
+    enqueue_copies(*x.world, st, h, chunk_n, tile_bytes, epoch, (x.diag & 16) != 0);
     join(st.side, x.stream);
 }
 

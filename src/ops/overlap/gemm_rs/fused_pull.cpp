@@ -5,7 +5,6 @@
 #include <string>
 
 #include "loom/jit/jit.hpp"
-#include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "ops/gemm/gemm_internal.hpp"
 #include "ops/overlap/common/hooked_gemm.hpp"
@@ -31,8 +30,6 @@ kernels::overlap::RsPullHookArgs pull_args(const RsCall& x, const GemmConfig& cf
     h.num_n = static_cast<int32_t>((x.N + cfg.block_n - 1) / cfg.block_n);
     h.n = static_cast<int32_t>(x.N);
     h.group = cfg.group_m;
-    // Diagnostics: bits 1 and 2 give wrong results; bit 4 hands every part to the finish kernel (right results).
-    h.diag_skip = static_cast<int32_t>(env_int("LOOM_DIAG_RS_FUSED_SKIP", 0) & 7);
     return h;
 }
 
@@ -56,8 +53,12 @@ void gemm_rs_pull(const RsCall& x) {
     groups_inside_bands(cfg, bpr);  // raster groups inside a band (rs_pull_tile_order)
     const int64_t half_stride = static_cast<int64_t>(ensure_parity_halves(
         *x.world, st.partials, static_cast<std::size_t>(x.M * x.N) * static_cast<std::size_t>(x.out_bytes)));
-    const jit::Kernel& kernel = jit::get_kernel(gemm_kernel_spec(
-        cfg, x.a.dtype, x.c.dtype, gemm_kernel_bias(cfg, x.c.dtype, GemmOptions{}), false, kPullHooks, kRsPullHeader));
+    jit::KernelSpec spec = gemm_kernel_spec(cfg, x.a.dtype, x.c.dtype, gemm_kernel_bias(cfg, x.c.dtype, GemmOptions{}),
+                                            false, kPullHooks, kRsPullHeader);
+    // A diagnostic call's (x.diag) kernel: bits 1 and 2 give wrong results; bit 4 hands every part to the finish
+    // kernel (right results).
+    if ((x.diag & 7) != 0) spec.defines.push_back(fmt::format("LOOM_DIAG_RS_FUSED_SKIP={}", x.diag & 7));
+    const jit::Kernel& kernel = jit::get_kernel(spec);
     const jit::Kernel& finish = finish_kernel(x, cfg);
     // The reducers' leftover lists (zeroed once: each finish kernel zeroes the next call's count).
     const bool fresh = st.leftover.bytes == 0;

@@ -26,7 +26,7 @@ RsCall validate(World& world, const MatrixView& a, const MatrixView& b, const Ma
     x.stream = stream;
     x.captured = captured;
     x.dev = &overlap::device_facts(world, op, captured);
-    x.num_sms = x.dev->num_sms;
+    x.num_sms = overlap::plan_sms(*x.dev, o.num_sms, op);
     x.W = world.world_size();
     overlap::check_inputs(op, a, b, c);
     x.sc = overlap::scale_of(o);
@@ -45,9 +45,9 @@ RsCall validate(World& world, const MatrixView& a, const MatrixView& b, const Ma
     return x;
 }
 
-// The op with the options as given.
+// The op with the options as given (diag: gemm_rs_diagnostic's bits).
 void as_given(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
-              const GemmRsOptions& o) {
+              const GemmRsOptions& o, int diag = 0) {
     // The fused pull and the scatter-reduce cannot be replayed; the fused epilogue with the SM transport can. Auto's
     // choice is checked once made (prepare_overlapped).
     const bool captured = overlap::check_capture(
@@ -55,6 +55,7 @@ void as_given(World& world, const MatrixView& a, const MatrixView& b, const Matr
         o.algo == RsAlgo::Sequential ||
             ((o.algo == RsAlgo::Auto || o.algo == RsAlgo::FusedEpilogue) && o.transport != RsTransport::CopyEngine));
     RsCall x = validate(world, a, b, c, stream, o, captured);
+    x.diag = diag;
     overlap::choose_algo(x, o);
     if (x.algo == RsAlgo::Sequential) return overlap::gemm_rs_sequential(x);
     overlap::prepare_overlapped(x, o);
@@ -76,11 +77,16 @@ void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const Matri
                               o.config == nullptr && o.ce_chunk_bytes == 0;
     if (!choices_left) return as_given(world, a, b, c, stream, o);
     overlap::run_tuned<GemmRsOptions>(
-        world, "gemm_rs", a, b, c, stream,
-        [&](const overlap::DeviceFacts& dev) { return overlap::gemm_rs_candidates(world, a, b, c, dev); },
+        world, "gemm_rs", a, b, c, stream, o.num_sms,
+        [&](const overlap::DeviceFacts& dev, int sms) { return overlap::gemm_rs_candidates(world, a, b, c, dev, sms); },
         [&](const GemmRsOptions& x, const MatrixView& out) {
-            as_given(world, a, b, out, stream, overlap::with_callers_scales(x, o));
+            as_given(world, a, b, out, stream, overlap::with_callers_terms(x, o));
         });
+}
+
+void overlap::gemm_rs_diagnostic(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c,
+                                 cudaStream_t stream, const GemmRsOptions& o, int skip) {
+    as_given(world, a, b, c, stream, o, skip);
 }
 
 }  // namespace loom

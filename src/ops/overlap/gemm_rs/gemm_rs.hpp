@@ -165,6 +165,7 @@ struct RsCall {
     int W = 0;
     int64_t M = 0, K = 0, N = 0, rows_seg = 0;  // rows_seg = M / W
     int out_bytes = 0;                          // C's element size
+    int diag = 0;                               // gemm_rs_diagnostic's bits (0: the shipping kernels)
     // Chosen:
     RsAlgo algo = RsAlgo::Auto;                 // Sequential, or what the plan then resolves (plan.rs_algo)
     RsTransport transport = RsTransport::Auto;  // the fused epilogue's
@@ -189,8 +190,15 @@ void gemm_rs_fused(const RsCall& x, std::size_t ce_chunk_bytes);
 void gemm_rs_pull(const RsCall& x);
 void gemm_rs_scatter(const RsCall& x);
 
+// gemm_rs with the options as given and its fused kernels built with LOOM_DIAG_RS_FUSED_SKIP = `skip` (the bits of
+// kernels/overlap/gemm_rs.cuh kRsDiagSkip: & 11 for the fused epilogue, & 7 for the fused pull); bit 4 (16) makes the
+// copy-engine transport copy no bytes. For bench-overlap --rs-fused-diag and the tests' way to the pull's finish
+// kernel; the ops never build these kernels.
+void gemm_rs_diagnostic(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c,
+                        cudaStream_t stream, const GemmRsOptions& o, int skip);
+
 // The autotuner's candidates for a call with every choice left to Loom (Auto first).
 std::vector<TuneOption<GemmRsOptions>> gemm_rs_candidates(const World& world, const MatrixView& a, const MatrixView& b,
-                                                          const MatrixView& c, const DeviceFacts& dev);
+                                                          const MatrixView& c, const DeviceFacts& dev, int num_sms);
 
 }  // namespace loom::overlap

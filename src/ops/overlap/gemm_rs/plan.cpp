@@ -176,7 +176,7 @@ void prepare_overlapped(RsCall& x, const GemmRsOptions& o) {
 }
 
 std::vector<TuneOption<GemmRsOptions>> gemm_rs_candidates(const World& world, const MatrixView& a, const MatrixView& b,
-                                                          const MatrixView& c, const DeviceFacts& dev) {
+                                                          const MatrixView& c, const DeviceFacts& dev, int num_sms) {
     auto with = [](RsAlgo algo, RsTransport t = RsTransport::Auto) {
         GemmRsOptions x;
         x.algo = algo;
@@ -189,9 +189,9 @@ std::vector<TuneOption<GemmRsOptions>> gemm_rs_candidates(const World& world, co
     if (!dev.shared_gpu) v.push_back({"fused-epilogue/sm", with(RsAlgo::FusedEpilogue, RsTransport::Sm), {}});
     v.push_back({"fused-pull", with(RsAlgo::FusedPull), {}});
     v.push_back({"scatter-reduce", with(RsAlgo::ScatterReduce), {}});
-    const OverlapPlan plan = gemm_rs_plan(a.rows, b.rows, a.cols, world.world_size(), 0, dev.arch, dev.num_sms,
+    const OverlapPlan plan = gemm_rs_plan(a.rows, b.rows, a.cols, world.world_size(), 0, dev.arch, num_sms,
                                           RsAlgo::Auto, static_cast<int>(dtype_size(c.dtype)), a.dtype);
-    add_tiles(v, plan.gemm, a.rows, b.rows, dev.num_sms);
+    add_tiles(v, plan.gemm, a.rows, b.rows, num_sms);
     return v;
 }
 
