@@ -148,7 +148,7 @@ double med(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, loom::Wo
 // Several ops timed interleaved run by run (harness time_ops): the overlapped op, the GEMM alone, the collective alone
 // and the sequence see the same clocks and heat, so their ratios (row "interleaved": efficiency, speedup over the
 // sequence) do not carry the drift between points timed seconds apart (two H200s: the same GEMM read 479 and 522 us
-// in two calls). Interleaved, the overlapped op read 2-10 % slower than timed alone (two H200s, session 9), so
+// in two calls). Interleaved, the overlapped op reads 2-10 % slower than timed alone (two H200s), so
 // loom_us, the collective, the GEMM and every baseline stay timed alone and are compared with each other, and the
 // interleaved block is reported beside them; overlap_efficiency is the interleaved one (overlap_efficiency_alone the
 // other).
@@ -191,8 +191,8 @@ nlohmann::json host_block(const std::vector<std::function<void(cudaStream_t)>>& 
     return out;
 }
 // The op and one library baseline interleaved run by run ("paired": {name: {loom_us, baseline_us, speedup}}): their
-// ratio without the drift between points timed apart (two H200s, session 12: the same fused gemm_rs read 1791 and
-// 2034 us at one shape, timed ~10 s apart). Only where the op passed its check.
+// ratio without the drift between points timed apart (two H200s: the same fused gemm_rs read 1791 and 2034 us at one
+// shape, timed ~10 s apart). Only where the op passed its check.
 void paired(nlohmann::json& row, const std::string& name, const std::function<void(cudaStream_t)>& op,
             const std::function<void(cudaStream_t)>& baseline, cudaStream_t s, loom::World& w, int iters) {
     const std::vector<double> t = meds({op, baseline}, s, w, iters);

@@ -34,8 +34,7 @@ enum class AgProducer {
                  // tiles fit one wave, else CopyEngine
     CopyEngine,  // cudaMemcpyAsync into each peer's gather buffer + a stream-written signal, on a side stream
     Sm,          // ag_gemm_push blocks on a side stream (comm_sms of them; the GEMM gets the other SMs)
-    Direct,      // no gather: the GEMMs read every peer's rows in place from its symmetric staging copy (ranks sharing
-                 // a GPU; M / W a multiple of the GEMM's BLOCK_M, no `gathered` buffer)
+    Direct,      // ranks sharing a GPU: the GEMMs read every peer's rows in place (M / W a multiple of BLOCK_M)
     Sequential,  // loom::all_gather into the gather buffer, then loom::gemm: no overlap
 };
 const char* to_string(AgProducer p);
@@ -62,8 +61,7 @@ enum class RsAlgo {
     FusedEpilogue,  // the GEMM's epilogue pushes the peers' tiles and sums its own rows: one kernel
     ScatterReduce,  // GEMM + a scatter-reduce kernel of comm_sms blocks on a side stream (any M / W)
     Sequential,     // loom::gemm into a symmetric buffer, then loom::reduce_scatter: no overlap
-    FusedPull,      // one kernel (M / W a multiple of BLOCK_M): the GEMM stores and publishes its partial product; the
-                    // producer warpgroup's spare warps pull and sum this rank's tiles as they become ready
+    FusedPull,      // one kernel: the GEMM publishes its partial product's tiles; spare warps pull and sum this rank's
 };
 const char* to_string(RsAlgo a);
 
@@ -71,8 +69,7 @@ const char* to_string(RsAlgo a);
 enum class RsTransport {
     Auto,        // CopyEngine when every rank has a GPU of its own, else Sm
     Sm,          // the epilogue bulk-copies each tile to its owner over NVLink
-    CopyEngine,  // the epilogue stores tiles locally; a side stream copies whole chunks with the copy engine (ranks on
-                 // distinct GPUs only)
+    CopyEngine,  // a side stream copies the epilogue's tiles with the copy engine (ranks on distinct GPUs only)
 };
 const char* to_string(RsTransport t);
 
@@ -90,8 +87,7 @@ struct GemmRsOptions {
 
 // How gemm_ar reduces.
 enum class ArAlgo {
-    Auto,           // Sequential where ranks share a GPU; else FusedEpilogue when the GEMM's tile fits it, else
-                    // ReduceKernel
+    Auto,           // Sequential where ranks share a GPU, else FusedEpilogue where the tile fits, else ReduceKernel
     FusedEpilogue,  // the GEMM's epilogue pushes each tile to every peer and sums the W copies: one kernel
     ReduceKernel,   // GEMM + a reduce kernel of comm_sms blocks on a side stream pulling each tile once stored
     Sequential,     // loom::gemm into a symmetric buffer, then loom::all_reduce: no overlap

@@ -90,8 +90,7 @@ struct ArEpilogueHooks {
     LOOM_DEVICE LOOM_FORCEINLINE void init_cta() const { ar_call_epoch() = 0; }
     // Every consumer thread at its start: thread 0 (a consumer) enters the launch epoch (lang/launch_epoch.cuh) here
     // rather than in init_cta, so that its two dependent global round trips overlap the first mainloop instead of
-    // holding the whole CTA (the producer's first loads) at the __syncthreads (session 29; entered here the fused
-    // epilogue ties the host-numbered build within the runs' spread, docs/overlap.md "Session 30").
+    // holding the whole CTA (the producer's first loads) at the __syncthreads.
     LOOM_DEVICE LOOM_FORCEINLINE void consumer_start() const {
         if (threadIdx.x == 0) ar_call_epoch() = lang::launch_epoch_enter(a.launches);
     }
@@ -130,8 +129,7 @@ struct ArEpilogueHooks {
         const int64_t part = 2 * tile + warpgroup;
         const int64_t offset = tile * kTileBytes + warpgroup * (kTileBytes / (BLOCK_M / 64));
         // The part's rows inside C, in 16-row groups (one chunk of each slab): at M < 64 only those travel and are
-        // summed. (At M = 16 the whole 64-row part was 4x the bytes the all_reduce of the same C moves;
-        // docs/overlap.md "Session 23".)
+        // summed (at M = 16 the whole 64-row part is 4x the bytes the all_reduce of the same C moves).
         const int live_groups = (min(max(t.rows - warpgroup * 64, 0), 64) + 15) / 16;
         if (wg_thread == 0) {
             for (int d = 0; d < a.world; ++d) {

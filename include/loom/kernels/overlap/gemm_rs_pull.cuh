@@ -22,16 +22,14 @@
 // tiles, and the bands' interleaving spreads every rank's reductions over the whole GEMM.
 // Deadlock freedom. No CTA of the GEMM holds its SM waiting for another rank: once the CTA's last tile is published
 // (`done`), a reducer waits for a part at most kRsPullGraceNs (200 us) more and then hands that part and every later
-// one of its walk to gemm_rs_pull_finish (the leftover list) and ends. (The first version waited until every part was
-// ready: with 8 ranks sharing one H200 under MPS a rank's last CTAs then found no SM, held by the other ranks' waiting
-// CTAs, and every reducer timed out, once in nine benchmark runs.) So every rank's GEMM completes whatever the others
-// do, as a plain GEMM does, and gemm_rs_pull_finish (a few blocks, stream-ordered after it) waits only for tiles that
-// complete. The publisher waits only for its own CTA's consumers, which never wait.
-// Write-after-read of the partial halves: a rank writes half e % 2 again in call e + 2, which starts after its call
-// e + 1 ended (GEMM and finish); together they waited for every rank's call e + 1 tiles of its rows, which each rank
-// stored only after its call e had ended (stream order), its reducers' and finish kernel's reads of our half e % 2
-// included.
-// alpha = 1 and no bias (gemm_rs passes neither).
+// one of its walk to gemm_rs_pull_finish (the leftover list) and ends. (Waiting until every part is ready can hang:
+// with 8 ranks sharing one H200 under MPS a rank's last CTAs may find no SM, held by the other ranks' waiting CTAs.)
+// So every rank's GEMM completes whatever the others do, as a plain GEMM does, and gemm_rs_pull_finish (a few blocks,
+// stream-ordered after it) waits only for tiles that complete. The publisher waits only for its own CTA's consumers,
+// which never wait. Write-after-read of the partial halves: a rank writes half e % 2 again in call e + 2, which starts
+// after its call e + 1 ended (GEMM and finish); together they waited for every rank's call e + 1 tiles of its rows,
+// which each rank stored only after its call e had ended (stream order), its reducers' and finish kernel's reads of our
+// half e % 2 included. alpha = 1 and no bias (gemm_rs passes neither).
 #pragma once
 
 #ifndef LOOM_NO_DEVICE_PRINTF
