@@ -56,6 +56,7 @@
 #include "loom/runtime/settings.hpp"
 #include "nccl.hpp"
 #include "ops/collectives/coll_choice.hpp"
+#include "ops/overlap/gemm_rs/gemm_rs.hpp"
 
 namespace {
 
@@ -150,7 +151,7 @@ double med(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, loom::Wo
 // Several ops timed interleaved run by run (harness time_ops): the overlapped op, the GEMM alone, the collective alone
 // and the sequence see the same clocks and heat, so their ratios (row "interleaved": efficiency, speedup over the
 // sequence) do not carry the drift between points timed seconds apart (two H200s: the same GEMM read 479 and 522 us
-// in two calls). Interleaved, the overlapped op read 2-10 % slower than timed alone (two H200s, session 9), so
+// in two calls). Interleaved, the overlapped op reads 2-10 % slower than timed alone (two H200s), so
 // loom_us, the collective, the GEMM and every baseline stay timed alone and are compared with each other, and the
 // interleaved block is reported beside them; overlap_efficiency is the interleaved one (overlap_efficiency_alone the
 // other).
@@ -193,8 +194,8 @@ nlohmann::json host_block(const std::vector<std::function<void(cudaStream_t)>>& 
     return out;
 }
 // The op and one library baseline interleaved run by run ("paired": {name: {loom_us, baseline_us, speedup}}): their
-// ratio without the drift between points timed apart (two H200s, session 12: the same fused gemm_rs read 1791 and
-// 2034 us at one shape, timed ~10 s apart). Only where the op passed its check.
+// ratio without the drift between points timed apart (two H200s: the same fused gemm_rs read 1791 and 2034 us at one
+// shape, timed ~10 s apart). Only where the op passed its check.
 void paired(nlohmann::json& row, const std::string& name, const std::function<void(cudaStream_t)>& op,
             const std::function<void(cudaStream_t)>& baseline, cudaStream_t s, loom::World& w, int iters) {
     const std::vector<double> t = meds({op, baseline}, s, w, iters);
@@ -509,9 +510,9 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             row["fused_tile_sweep_us"] = sweep;
         }
         if (ok && args.rs_fused_diag) {
-            // The fused epilogue with parts left out (LOOM_DIAG_RS_FUSED_SKIP: 1 no peer pushes, 2 no waits and
-            // combine, 3 neither): timing only, the results are wrong by design and not checked. Every rank sets
-            // the same mode, so no wait is left without its signal.
+            // The fused epilogue with parts left out (its diagnostic builds, overlap::gemm_rs_diagnostic: 1 no peer
+            // pushes, 2 no waits and combine, 3 neither): timing only, the results are wrong by design and not
+            // checked. Every rank runs the same mode, so no wait is left without its signal.
             // With the copy-engine transport (key "ce_<mode>") "no pushes" leaves out the epilogue's copies into
             // the outbox (the copy engine still moves the chunks).
             nlohmann::json diag;
@@ -520,9 +521,11 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                 if (tr == loom::RsTransport::CopyEngine && !own_gpus) continue;
                 loom::GemmRsOptions o{0, nullptr, loom::RsAlgo::FusedEpilogue, tr};
                 for (int mode : {1, 2, 3}) {
-                    const loom::ScopedEnv skip("LOOM_DIAG_RS_FUSED_SKIP", std::to_string(mode));
-                    diag[(tr == loom::RsTransport::Sm ? "" : "ce_") + std::to_string(mode)] =
-                        med([&](cudaStream_t st) { loom::gemm_rs(w, A, B, C, st, with_scales(o)); }, s, w, args.iters);
+                    diag[(tr == loom::RsTransport::Sm ? "" : "ce_") + std::to_string(mode)] = med(
+                        [&](cudaStream_t st) {
+                            loom::overlap::gemm_rs_diagnostic(w, A, B, C, st, with_scales(o), mode);
+                        },
+                        s, w, args.iters);
                 }
             }
             row["fused_diag_skip_us"] = diag;
@@ -567,16 +570,16 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         }
         if (ok && args.rs_fused_diag && !loom::collective_topology(w).shared_gpu) {
             // The copy-engine fused epilogue taken apart, timed interleaved run by run with the whole op and the GEMM
-            // alone (LOOM_DIAG_RS_FUSED_SKIP; results wrong by design): the copy engine moving no bytes (16), then
+            // alone (overlap::gemm_rs_diagnostic; results wrong by design): the copy engine moving no bytes (16), then
             // also no outbox stores, waits or combine (3 | 16: the hooked kernel's structure), then also no fence
             // before each published tile (8), and the whole op without that fence alone.
             const auto ce = [&](int mode) {
                 return std::function<void(cudaStream_t)>([&, mode](cudaStream_t st) {
-                    const loom::ScopedEnv skip("LOOM_DIAG_RS_FUSED_SKIP",
-                                               mode > 0 ? std::optional(std::to_string(mode)) : std::nullopt);
-                    loom::gemm_rs(w, A, B, C, st,
-                                  with_scales(loom::GemmRsOptions{0, nullptr, loom::RsAlgo::FusedEpilogue,
-                                                                  loom::RsTransport::CopyEngine}));
+                    loom::overlap::gemm_rs_diagnostic(
+                        w, A, B, C, st,
+                        with_scales(loom::GemmRsOptions{0, nullptr, loom::RsAlgo::FusedEpilogue,
+                                                        loom::RsTransport::CopyEngine}),
+                        mode);
                 });
             };
             const std::vector<double> t6 = meds({ce(0), ce(16), ce(19), ce(27), ce(8), gemm_fn}, s, w, args.iters);
@@ -586,13 +589,11 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         }
         if (ok && args.rs_fused_diag) {
             // The fused pull with its reducers doing nothing (mode 1) or only waiting for every tile (mode 2), timed
-            // interleaved with the whole op and the GEMM alone (LOOM_DIAG_RS_FUSED_SKIP; results wrong by design).
+            // interleaved with the whole op and the GEMM alone (overlap::gemm_rs_diagnostic; results wrong by design).
             const auto pull = [&](int mode) {
                 return std::function<void(cudaStream_t)>([&, mode](cudaStream_t st) {
-                    const loom::ScopedEnv skip("LOOM_DIAG_RS_FUSED_SKIP",
-                                               mode > 0 ? std::optional(std::to_string(mode)) : std::nullopt);
-                    loom::gemm_rs(w, A, B, C, st,
-                                  with_scales(loom::GemmRsOptions{0, nullptr, loom::RsAlgo::FusedPull}));
+                    loom::overlap::gemm_rs_diagnostic(
+                        w, A, B, C, st, with_scales(loom::GemmRsOptions{0, nullptr, loom::RsAlgo::FusedPull}), mode);
                 });
             };
             const std::vector<double> t4 = meds({pull(0), pull(1), pull(2), gemm_fn}, s, w, args.iters);
@@ -843,7 +844,7 @@ int main(int argc, char** argv) {
         ->delimiter(',');
     app.add_flag("--rs-fused-diag", args.rs_fused_diag,
                  "also time the fused gemm_rs with its peer pushes, its waits + combine, or both left out "
-                 "(LOOM_DIAG_RS_FUSED_SKIP=1|2|3; timing only, results wrong by design)");
+                 "(its kernels built with LOOM_DIAG_RS_FUSED_SKIP=1|2|3; timing only, results wrong by design)");
     app.add_option("--rs-ce-chunk", args.rs_ce_chunk_kib,
                    "also time the fused gemm_rs with the copy-engine transport at these chunk sizes in KiB (e.g. "
                    "1024,2048,4096; ranks on distinct GPUs only)")

@@ -29,6 +29,11 @@
 #include "loom/runtime/settings.hpp"
 #include "runtime/settings_override.hpp"
 #include "ops/gemm/gemm_internal.hpp"
+#include "loom/runtime/settings.hpp"
+#include "ops/gemm/gemm_internal.hpp"
+#include "ops/overlap/common/state.hpp"
+#include "ops/overlap/gemm_rs/gemm_rs.hpp"
+#include "runtime/settings_override.hpp"
 
 namespace loom {
 namespace {
@@ -419,6 +424,23 @@ std::string compare_segment(const SumCase& c, int me, int64_t rows, int64_t n, c
     return compare(download_as(out, rows * n, dt), ref, abs, 1, n, slack);
 }
 
+// The fused pull's reducers hand every part to its finish kernel (kernels/overlap/gemm_rs.cuh kRsDiagSkip bit 2):
+// a diagnostic build of its kernel with right results, the tests' way to gemm_rs_pull_finish's whole path.
+constexpr int kPullAllToFinish = 4;
+// gemm_rs calls made through call_gemm_rs while a ScopedRsDiag lives run overlap::gemm_rs_diagnostic with its bits.
+int rs_diag_skip = 0;
+struct ScopedRsDiag {
+    explicit ScopedRsDiag(int skip) { rs_diag_skip = skip; }
+    ~ScopedRsDiag() { rs_diag_skip = 0; }
+    ScopedRsDiag(const ScopedRsDiag&) = delete;
+    ScopedRsDiag& operator=(const ScopedRsDiag&) = delete;
+};
+void call_gemm_rs(World& w, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t s,
+                  const GemmRsOptions& o) {
+    if (rs_diag_skip != 0) return overlap::gemm_rs_diagnostic(w, a, b, c, s, o, rs_diag_skip);
+    gemm_rs(w, a, b, c, s, o);
+}
+
 // sym_out: C in the symmetric heap; ldc > 0: C with that row stride (elements); out_t: C's dtype; in: the inputs'
 // type (fp8: each rank scales by its fp8_alpha).
 void run_rs(World& w, cudaStream_t s, int64_t rows_seg, int64_t n, int64_t k, int tc, const GemmRsOptions& o,
@@ -440,8 +462,8 @@ void run_rs(World& w, cudaStream_t s, int64_t rows_seg, int64_t n, int64_t k, in
     w.barrier();
     std::string err;
     try {
-        gemm_rs(w, MatrixView{a.p, in, m, k, 0}, MatrixView{b.p, in, n, k, 0}, MatrixView{out, out_t, rows_seg, n, ldc},
-                s, opts);
+        call_gemm_rs(w, MatrixView{a.p, in, m, k, 0}, MatrixView{b.p, in, n, k, 0},
+                     MatrixView{out, out_t, rows_seg, n, ldc}, s, opts);
         if (cudaStreamSynchronize(s) != cudaSuccess) err = "stream failed";
     } catch (const std::exception& e) {
         err = e.what();
@@ -528,7 +550,7 @@ TEST_F(Overlap, GemmRsFusedPull) {
     run_rs(*w, stream, 256, 512, 512, 29, pull, "pull_symmetric_c", /*sym_out=*/true);
     run_rs(*w, stream, 128, 200, 256, 30, pull, "pull_strided_c", /*sym_out=*/false, /*ldc=*/208);
     // Every part summed by the finish kernel instead of the GEMM's reducers (as when a rank is late).
-    const ScopedEnv to_finish("LOOM_DIAG_RS_FUSED_SKIP", "4");
+    const ScopedRsDiag to_finish(kPullAllToFinish);
     run_rs(*w, stream, 384, 320, 192, 31, pull, "pull_finish_kernel_384_n320");
     run_rs(*w, stream, 64, 200, 128, 32, {0, &small, RsAlgo::FusedPull}, "pull_finish_kernel_64x128_tile");
 }
@@ -645,8 +667,8 @@ std::string rs_back_to_back(World& W_, cudaStream_t stream, const std::function<
             GemmRsOptions o;
             o.algo = algo_of(i);
             if (f8s) f8s->apply(o);
-            gemm_rs(W_, MatrixView{a.p, in, m, k, 0}, MatrixView{b.p, in, n, k, 0},
-                    MatrixView{c.p, DType::BF16, rows, n, 0}, stream, o);
+            call_gemm_rs(W_, MatrixView{a.p, in, m, k, 0}, MatrixView{b.p, in, n, k, 0},
+                         MatrixView{c.p, DType::BF16, rows, n, 0}, stream, o);
             return std::string("gemm_rs (") + to_string(o.algo) + ")";
         },
         [&](int i) {
@@ -670,13 +692,13 @@ TEST_F(Overlap, GemmRsFusedBackToBack) {
 
 // The fused pull's partial halves, signals and leftover lists, every call the fused pull: a rank writes a half again
 // two calls later, while its peers' reducers may still read it unless the protocol holds (kernels/gemm_rs_pull.cuh).
-// Every third call its reducers hand every part to the finish kernel (LOOM_DIAG_RS_FUSED_SKIP=4), which otherwise
-// sums only the parts left when a rank is late.
+// Every third call its reducers hand every part to the finish kernel (kPullAllToFinish), which otherwise sums only
+// the parts left when a rank is late.
 TEST_F(Overlap, GemmRsFusedPullBackToBack) {
-    std::optional<ScopedEnv> to_finish;  // set for the call about to be made
+    std::optional<ScopedRsDiag> to_finish;  // set for the call about to be made
     const std::string err = rs_back_to_back(*w, stream, [&](int i) {
         to_finish.reset();
-        if (i % 3 == 1) to_finish.emplace("LOOM_DIAG_RS_FUSED_SKIP", "4");
+        if (i % 3 == 1) to_finish.emplace(kPullAllToFinish);
         return RsAlgo::FusedPull;
     });
     to_finish.reset();
@@ -739,14 +761,13 @@ void run_ar(World& w, cudaStream_t s, int64_t m, int64_t n, int64_t k, int tc, c
     if (sym_out) w.free(out);
 }
 
-// The shape at which rank 7 of 8 ranks sharing one H200 failed bench-overlap's check (session 7: M = 8192,
-// N = K_loc = 4608; the heuristic's GEMM splits its tail there, in rank 7's rows): each step of the sequential
-// reference against an independent one, on every rank, every element — bench-overlap's own sequence (default GEMM
-// into a symmetric buffer, Auto ReduceScatter, no host synchronisation between them) against whole tiles + scatter,
-// the heuristic GEMM (split tail where the heuristic picks it) against whole tiles, the pull ReduceScatter against
-// the scatter one, and gemm_rs (Auto) against the ReduceScatter of the whole-tile GEMM. A failure names the step.
-// Session 8 found the cause with it: no step was wrong; bench-overlap's element-wise measure read an ulp of the
-// split-tail partials (rounded to bf16 in another order) next to sums near zero as 0.19 (see worst_scaled).
+// M = 8192, N = K_loc = 4608 (the heuristic's GEMM splits its tail there, in the last rank's rows at 8 ranks): each
+// step of the sequential reference against an independent one, on every rank, every element — bench-overlap's own
+// sequence (default GEMM into a symmetric buffer, Auto ReduceScatter, no host synchronisation between them) against
+// whole tiles + scatter, the heuristic GEMM (split tail where the heuristic picks it) against whole tiles, the pull
+// ReduceScatter against the scatter one, and gemm_rs (Auto) against the ReduceScatter of the whole-tile GEMM. A failure
+// names the step. An element-wise measure reads an ulp of the split-tail partials (rounded to bf16 in another order)
+// next to sums near zero as large (see worst_scaled).
 TEST_F(Overlap, GemmRsReferenceStepsAgree) {
     World& W_ = *w;
     const int W = W_.world_size(), me = W_.rank();
@@ -775,7 +796,7 @@ TEST_F(Overlap, GemmRsReferenceStepsAgree) {
     };
     // Against the reference's largest magnitude, max |x - y| / max |y|: for sums of W partials that two GEMMs with
     // different summation orders (split tail or not) each rounded to bf16. Element-wise, an ulp of an addend next to
-    // a sum near zero reads large (it read 0.19 at 8 ranks, and was taken for a wrong result in session 7).
+    // a sum near zero reads large (0.19 at 8 ranks).
     auto worst_scaled = [](const std::vector<double>& x, const std::vector<double>& y) {
         double d = 0, scale = 0;
         for (std::size_t i = 0; i < y.size(); ++i) {
@@ -993,7 +1014,7 @@ TEST_F(Overlap, AutotunedOptions) {
     w->barrier();
 }
 
-// ---- the SM share under MPS: overlap_usable_sms trusts cudaDevAttrMultiProcessorCount to be the client's share ----
+// ---- the SM share under MPS: overlap_usable_sms trusts cudaDevAttrMultiProcessorCount to be the client's share -----
 TEST_F(Overlap, MpsShareIsTheAttribute) {
     const char* pct = std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
     if (!pct) GTEST_SKIP() << "not an MPS client with an active thread percentage";
@@ -1006,7 +1027,7 @@ TEST_F(Overlap, MpsShareIsTheAttribute) {
     if (std::string(prop.name).find("H200") != std::string::npos) {
         EXPECT_NEAR(sms, 132 * share, 2.0 + 1e-9) << "attribute " << sms << " at " << pct << " %";
     }
-    if (!std::getenv("LOOM_OVERLAP_SMS")) EXPECT_EQ(overlap_usable_sms(sms), sms);
+    EXPECT_EQ(overlap_usable_sms(sms, 0), sms);
 }
 
 // ---- input validation: clear errors, raised identically on every rank (no collective step is reached) -----------

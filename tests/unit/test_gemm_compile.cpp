@@ -17,6 +17,8 @@
 #include "loom/runtime/error.hpp"
 #include "loom/tile/tile_order.hpp"
 #include "ops/gemm/gemm_internal.hpp"
+#include "ops/overlap/ag_gemm/ag_gemm.hpp"
+#include "ops/overlap/gemm_rs/gemm_rs.hpp"
 
 namespace {
 

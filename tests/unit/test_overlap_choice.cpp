@@ -1,5 +1,5 @@
-// The overlapped ops' automatic choices and their refusals (src/ops/overlap/ag_gemm/ag_gemm.cpp ag_gemm_producer, src/ops/overlap/gemm_rs/gemm_rs.cpp
-// gemm_rs_transport), on the host: what Auto resolves to for ranks on distinct GPUs and ranks sharing one, and the
+// The overlapped ops' automatic choices and their refusals (src/ops/overlap/{ag_gemm,gemm_rs,gemm_ar}/plan.cpp), on the
+// host: what Auto resolves to for ranks on distinct GPUs and ranks sharing one, and the
 // clear errors for a producer or transport that cannot run.
 #include <gtest/gtest.h>
 
@@ -8,6 +8,9 @@
 
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
+#include "ops/overlap/ag_gemm/ag_gemm.hpp"
+#include "ops/overlap/gemm_ar/gemm_ar.hpp"
+#include "ops/overlap/gemm_rs/gemm_rs.hpp"
 
 namespace {
 

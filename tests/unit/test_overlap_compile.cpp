@@ -3,7 +3,6 @@
 // invariants (comm blocks leave SMs to the GEMM; the GEMM grid fits beside them).
 #include <gtest/gtest.h>
 
-#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -14,18 +13,14 @@
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
 #include "ops/gemm/gemm_internal.hpp"
+#include "ops/overlap/ag_gemm/ag_gemm.hpp"
+#include "ops/overlap/common/state.hpp"
+#include "ops/overlap/gemm_ar/gemm_ar.hpp"
+#include "ops/overlap/gemm_rs/gemm_rs.hpp"
 
 namespace {
 
 using loom::DType;
-
-loom::EnvLookup env_of(std::map<std::string, std::string> vars) {
-    return [vars](const std::string& name) -> std::optional<std::string> {
-        auto it = vars.find(name);
-        if (it == vars.end() || it->second.empty()) return std::nullopt;
-        return it->second;
-    };
-}
 
 // Every BLOCK_N class the heuristic picks, one and two consumer warpgroups, bf16 and fp32 outputs: the hooks'
 // tile order and waits must not push the 168-register consumers (128 accumulators at 128 x 256) into spills.
@@ -48,7 +43,7 @@ TEST(OverlapCompile, HookedGemmHasNoSpills) {
                 for (DType out : {DType::BF16, DType::F32}) {
                     // gemm_ar's fused epilogue stages whole 128-byte slab rows (it falls back to its reduce kernel
                     // for other tiles). gemm_rs's RsAccHooks keep the plain epilogue and its stages; its plan never
-                    // takes BLOCK_N 240 / 224 (gemm_rs.cpp fused_config: ptxas spills them).
+                    // takes BLOCK_N 240 / 224 (gemm_rs/plan.cpp fused_config: ptxas spills them).
                     const bool fused = std::string(pol.hooks).find("EpilogueHooks") != std::string::npos;
                     if (fused && (bn * static_cast<int>(loom::dtype_size(out))) % 128 != 0) continue;
                     if (std::string(pol.hooks).find("RsAccHooks") != std::string::npos && (bn == 240 || bn == 224))
@@ -78,7 +73,7 @@ TEST(OverlapCompile, HookedGemmHasNoSpills) {
     }
 }
 
-// fp8 e4m3 inputs and scaled products (the overlapped ops take both): the same hooks over the e4m3
+// fp8 e4m3 inputs and scaled products: the same hooks over the e4m3
 // wgmma mainloop, and with an alpha or device scales the affine epilogue's instantiation (TBias = float) of every
 // policy that scales in its epilogue (the tile::ScalesAccumulators ones scale the accumulators in the unscaled
 // instantiation), for bf16 inputs too; the widths the Overlap heuristic picks most (128-row tiles), bf16 and fp32
@@ -196,6 +191,31 @@ TEST(OverlapCompile, PullFinishKernelCompiles) {
     }
 }
 
+// The diagnostic builds of the fused gemm_rs kernels (LOOM_DIAG_RS_FUSED_SKIP: bench-overlap --rs-fused-diag and the
+// tests' way to the pull's finish kernel) compile; the ops never build them.
+TEST(OverlapCompile, DiagnosticBuildsCompile) {
+    const struct {
+        const char* hooks;
+        const char* header;
+        const char* skip;
+    } builds[] = {{"loom::kernels::overlap::RsAccHooks", "loom/kernels/overlap/gemm_rs.cuh", "11"},
+                  {"loom::kernels::overlap::RsPullHooks", "loom/kernels/overlap/gemm_rs_pull.cuh", "7"}};
+    for (const auto& d : builds) {
+        loom::GemmConfig c;
+        c.block_m = 128;
+        c.block_n = 256;
+        c.cluster_m = 1;
+        c.tail_splits = 1;
+        c.stages = loom::kernels::gemm_sm90_plan_stages(128, 256);
+        auto spec = loom::gemm_kernel_spec(c, DType::BF16, DType::BF16,
+                                           loom::gemm_kernel_bias(c, DType::BF16, loom::GemmOptions{}), false, d.hooks,
+                                           d.header);
+        spec.defines.push_back(std::string("LOOM_DIAG_RS_FUSED_SKIP=") + d.skip);
+        const auto r = loom::jit::compile(spec, 90);
+        EXPECT_FALSE(r.cubin.empty()) << spec.display();
+    }
+}
+
 // gemm_rs: Auto takes the fused epilogue when M / W is a multiple of BLOCK_M (every SM to the GEMM, the plain
 // kernel's stages, no tile width its kernel spills at), the scatter-reduce otherwise.
 TEST(OverlapPlan, GemmRsPicksTheFusedEpilogueWhereItFits) {
@@ -214,7 +234,7 @@ TEST(OverlapPlan, GemmRsPicksTheFusedEpilogueWhereItFits) {
                           227u * 1024u)
                     << f.str();
             }
-            // Never a width at which ptxas spills the fused kernel (gemm_rs.cpp fused_config), whatever N.
+            // Never a width at which ptxas spills the fused kernel (gemm_rs/plan.cpp fused_config), whatever N.
             for (int64_t n = 512; n <= 16384; n += 112) {
                 for (int out_bytes : {2, 4}) {
                     const auto g = loom::gemm_rs_plan(8192, n, 4096, world, 0, 90, sms, loom::RsAlgo::Auto, out_bytes);
@@ -261,15 +281,15 @@ TEST(OverlapPlan, GemmArPicksTheFusedEpilogueWhereItFits) {
     }
 }
 
-TEST(OverlapPlan, UsableSmsAreTheAttributeOrTheOverride) {
+TEST(OverlapPlan, UsableSmsAreTheAttributeOrTheOption) {
     // Under MPS the attribute already is the client's share (checked on the GPU by Overlap.MpsShareIsTheAttribute),
-    // so the percentage is not applied a second time.
-    EXPECT_EQ(loom::overlap_usable_sms(132, env_of({})), 132);
-    EXPECT_EQ(loom::overlap_usable_sms(14, env_of({{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "12"}})), 14);
-    EXPECT_EQ(loom::overlap_usable_sms(66, env_of({{"LOOM_OVERLAP_SMS", "40"}})), 40);  // the override wins
-    EXPECT_EQ(loom::overlap_usable_sms(132, env_of({{"LOOM_OVERLAP_SMS", "500"}})), 132);
-    EXPECT_THROW(loom::overlap_usable_sms(132, env_of({{"LOOM_OVERLAP_SMS", "-3"}})), loom::Error);
-    EXPECT_THROW(loom::overlap_usable_sms(0, env_of({})), loom::Error);
+    // so the percentage is not applied a second time: with num_sms 0 the attribute is used as is.
+    EXPECT_EQ(loom::overlap_usable_sms(132, 0), 132);
+    EXPECT_EQ(loom::overlap_usable_sms(14, 0), 14);
+    EXPECT_EQ(loom::overlap_usable_sms(66, 40), 40);  // the options' num_sms wins
+    EXPECT_EQ(loom::overlap_usable_sms(132, 500), 132);
+    EXPECT_THROW(loom::overlap_usable_sms(132, -3), loom::Error);
+    EXPECT_THROW(loom::overlap_usable_sms(0, 0), loom::Error);
 }
 
 // The comm kernel runs concurrently with the persistent GEMM and its blocks spin: they must leave SMs to the GEMM

@@ -1,8 +1,8 @@
 // gemm_rs's fused-epilogue slot layout and copy-engine chunks (kernels/overlap_params.hpp), on the host: the layout is
-// a bijection onto the slot's tiles, and every chunk the host's copy stream enumerates (src/ops/overlap/gemm_rs/gemm_rs.cpp: groups in
-// order, chunk_n columns at a time) is one contiguous run of slot tiles whose members all name it as their chunk — the
-// device's signal index (rs_chunk_lead) and the host's copy range must agree, or a copy would carry tiles whose
-// owner waits on another chunk's signal.
+// a bijection onto the slot's tiles, and every chunk the host's copy stream enumerates
+// (src/ops/overlap/gemm_rs/fused_epilogue.cpp: groups in order, chunk_n columns at a time) is one contiguous run of
+// slot tiles whose members all name it as their chunk — the device's signal index (rs_chunk_lead) and the host's copy
+// range must agree, or a copy would carry tiles whose owner waits on another chunk's signal.
 #include <gtest/gtest.h>
 
 #include <algorithm>

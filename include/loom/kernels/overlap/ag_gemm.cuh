@@ -3,8 +3,8 @@
 //
 //   producer  moves this rank's shard into rows [me * M/W, (me + 1) * M/W) of every rank's gather buffer
 //             (symmetric [M, K]) and raises the chunk signal there. Either the copy engine (host side:
-//             src/ops/overlap/ag_gemm/ag_gemm.cpp, cudaMemcpyAsync + cuStreamWriteValue64 on a side stream), or the SM
-//             kernel ag_gemm_push below (a few blocks on a side stream, ld/st or TMA data path). Or, ranks sharing a
+//             src/ops/overlap/ag_gemm/copy_engine.cpp, cudaMemcpyAsync + cuStreamWriteValue64 on a side stream), or the
+//             SM kernel ag_gemm_push below (a few blocks on a side stream, ld/st or TMA data path). Or, ranks sharing a
 //             GPU, nobody (the direct producer): each rank copies its shard into its own symmetric staging and raises
 //             chunk[me] at every rank; the GEMMs read every peer's rows in place from there (a_peer maps).
 //   consumer  the persistent Hopper GEMM (kernels/gemm.cuh) with AgGemmHooks: tiles in rank-rotated order (this
@@ -14,9 +14,10 @@
 //             own_local (the copy-engine producer, M / W a multiple of BLOCK_M) the own rows' tiles load from the
 //             A shard itself through a second tensor map and wait for nothing: no copy of them precedes the GEMM.
 //
-// Signals (kernels/overlap_params.hpp): chunk[r] counts the pieces of rank r's chunk that landed (cumulative
-// over calls; the host passes this call's target), ready[r] says rank r's gather buffer may be overwritten for
-// this call (its previous GEMM is done: the producer runs after it in stream order and publishes it first).
+// Signals (kernels/overlap/overlap_params.hpp AgGatherSignals, AgDirectSignals): chunk[r] counts the pieces of rank r's
+// chunk that landed (cumulative over calls; the host passes this call's target), ready[r] says rank r's gather buffer
+// may be overwritten for this call (its previous GEMM is done: the producer runs after it in stream order and publishes
+// it first).
 #pragma once
 
 #ifndef LOOM_NO_DEVICE_PRINTF
@@ -122,7 +123,7 @@ __global__ void __launch_bounds__(512) ag_gemm_push(Ctx ctx, AgPushParams p) {
     }
 }
 
-// Direct producer (ranks sharing a GPU; host side src/ops/overlap/ag_gemm/ag_gemm.cpp ag_gemm_direct): call e's one
+// Direct producer (ranks sharing a GPU; host side src/ops/overlap/ag_gemm/direct.cpp): call e's one
 // kernel before its GEMM, in stream order. It replaces 2W - 1 stream memory operations (cuStreamWaitValue64 /
 // cuStreamWriteValue64, each a trip through the GPU's front end) and the runtime's copy:
 //   block 0    read_done[me] := e - 1 at every peer: this rank's GEMM of call e - 1 (which read the peers' staging

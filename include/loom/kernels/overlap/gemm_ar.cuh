@@ -1,6 +1,6 @@
 // GEMM+AllReduce for small M (decode, small-batch prefill; M <= 128): C[M, N] on every rank = sum over ranks q
 // of A_q[M, K_loc] * B_q[N, K_loc]^T, accumulated in fp32 in rank order 0..W-1. Two algorithms here (a third,
-// ArAlgo::Sequential, is loom::gemm then loom::all_reduce: src/ops/overlap/gemm_ar/gemm_ar.cpp).
+// ArAlgo::Sequential, is loom::gemm then loom::all_reduce: src/ops/overlap/gemm_ar/sequential.cpp).
 //
 // Reduce kernel (ArAlgo::ReduceKernel), two kernels running concurrently on every rank:
 //
@@ -28,10 +28,10 @@
 // before it waits: no cycle (all CTAs resident, grid <= the usable SMs). Write-after-read of the receive buffer:
 // calls alternate parity halves, and a rank's call e + 2 starts after its call e + 1 waited for every peer's parts
 // of call e + 1, which every peer pushed after finishing call e (stream order), its reads of half e % 2 included.
-// The call number e and so the half are the device's (Signals::launches, read by every CTA at its start and advanced
-// by the last: lang/launch_epoch.cuh), not the host's: a CUDA graph that captured the call replays it as call e + 1,
-// e + 2, ... The fused epilogue has its own op state (buffer, signals, counter): the other algorithms' calls between
-// two of its calls do not touch them, so the argument above holds across them.
+// The call number e and so the half are the device's (ArFusedSignals::launches, read by every CTA at its start and
+// advanced by the last: lang/launch_epoch.cuh), not the host's: a CUDA graph that captured the call replays it as call
+// e + 1, e + 2, ... The fused epilogue has its own op state (buffer, signals, counter): the other algorithms' calls
+// between two of its calls do not touch them, so the argument above holds across them.
 #pragma once
 
 #ifndef LOOM_NO_DEVICE_PRINTF
@@ -84,8 +84,7 @@ struct ArEpilogueHooks {
     LOOM_DEVICE LOOM_FORCEINLINE void init_cta() const { ar_call_epoch() = 0; }
     // Every consumer thread at its start: thread 0 (a consumer) enters the launch epoch (lang/launch_epoch.cuh) here
     // rather than in init_cta, so that its two dependent global round trips overlap the first mainloop instead of
-    // holding the whole CTA (the producer's first loads) at the __syncthreads (entered here, the fused epilogue ties
-    // the host-numbered build within the runs' spread).
+    // holding the whole CTA (the producer's first loads) at the __syncthreads.
     LOOM_DEVICE LOOM_FORCEINLINE void consumer_start() const {
         if (threadIdx.x == 0) ar_call_epoch() = lang::launch_epoch_enter(a.launches);
     }
@@ -124,7 +123,7 @@ struct ArEpilogueHooks {
         const int64_t part = 2 * tile + warpgroup;
         const int64_t offset = tile * kTileBytes + warpgroup * (kTileBytes / (BLOCK_M / 64));
         // The part's rows inside C, in 16-row groups (one chunk of each slab): at M < 64 only those travel and are
-        // summed. (At M = 16 the whole 64-row part was 4x the bytes the all_reduce of the same C moves.)
+        // summed (at M = 16 the whole 64-row part is 4x the bytes the all_reduce of the same C moves).
         const int live_groups = (min(max(t.rows - warpgroup * 64, 0), 64) + 15) / 16;
         if (wg_thread == 0) {
             for (int d = 0; d < a.world; ++d) {

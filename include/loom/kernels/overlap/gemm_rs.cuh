@@ -35,6 +35,17 @@
 
 namespace loom::kernels::overlap {
 
+// Diagnostics of the fused gemm_rs kernels, compiled in only where LOOM_DIAG_RS_FUSED_SKIP is defined (bench-overlap's
+// and the tests' own builds; the ops never define it). RsAccHooks: bit 0 skips the peer pushes (their signals are still
+// raised), bit 1 the own tiles' waits and combine, bit 3 the fence before a pushed tile is published. RsPullHooks:
+// bit 0, the reducers do nothing; bit 1, they wait for every tile but sum nothing; bit 2, they hand every part to
+// gemm_rs_pull_finish at once. Bits 0 and 1 give wrong results by design: for timing the parts apart.
+#if defined(LOOM_DIAG_RS_FUSED_SKIP)
+inline constexpr int kRsDiagSkip = LOOM_DIAG_RS_FUSED_SKIP;
+#else
+inline constexpr int kRsDiagSkip = 0;
+#endif
+
 // The GEMM policy of GEMM+RS and GEMM+AR: rotated grouped order, one signal per stored tile. after_store runs
 // on thread 0 after every consumer's TMA stores of the tile completed (see kernels/gemm.cuh).
 struct TileNotifyHooks {
@@ -96,10 +107,9 @@ LOOM_DEVICE LOOM_FORCEINLINE uint4 vec_pack(const float (&acc)[kVecElems<T>]) {
 //            sys) and streams the copies through the TMA ring as if they were more k-blocks (the kernel's ring copies,
 //            tile::AccRingCopies: each warpgroup part into a stage's B slot); the consumers add their parts from
 //            shared memory to their accumulators in rank order (fp32) and the kernel stores the sums to C [M / W, N] at
-//            row t.row0 - me * M / W. Nothing on the consumers' path polls a signal or waits on a global load (thread
-//            0 of each warpgroup waiting for the signals and the threads loading the copies from L2, four 16-byte
-//            vectors in flight, cost ~1-2 us per own tile with the tensor cores idle). Precision: the own partial
-//            stays fp32, the peers' arrive rounded to TOut once.
+//            row t.row0 - me * M / W. Nothing on the consumers' path polls a signal or waits on a global load (the
+//            tensor cores would idle for it). Precision: the own partial stays fp32, the peers' arrive rounded to TOut
+//            once.
 // Deadlock freedom: pushes never wait. A tile of rank p's rows is at rotated M-position (m - shift_p) mod num_m,
 // which is in the last M / W rows of positions for p and earlier for every other rank q (q's last positions are
 // q's own rows), and the grouped order is monotonic in that position for a fixed n-block: every tile a wait
@@ -176,10 +186,10 @@ struct RsAccHooks {
         ptx::named_barrier_sync(1, kConsumers * 128);  // the pending tile's stores issued, `pending` written
         const int32_t p = rs_pending_push();
         if (p < 0) return;             // uniform: every thread read the same value
-        if ((a.diag_skip & 8) == 0) {  // diagnostics (racy without it): the fence's own cost
+        if ((kRsDiagSkip & 8) == 0) {  // diagnostics (racy without it): the fence's own cost
             // With the copy-engine transport the stores' readers are this GPU's own copy engine and stream memory
-            // operations, which read through its L2: GPU scope makes the stores visible to them. (A system-scope fence
-            // here cost 2.5-10 us per GEMM at the small-K shapes.) Stores over NVLink: system scope.
+            // operations, which read through its L2: GPU scope makes the stores visible to them (a system-scope fence
+            // here costs 2.5-10 us per GEMM at small K). Stores over NVLink: system scope.
             if (a.outbox != nullptr) {
                 ptx::fence_acq_rel_gpu();
             } else {
@@ -217,7 +227,7 @@ struct RsAccHooks {
     template <class TOut, int BLOCK_M, int BLOCK_N>
     LOOM_DEVICE LOOM_FORCEINLINE int ring_copies(const tile::TileCoord& t) const {
         const bool own = t.m_block / a.blocks_per_rank == a.me;
-        return own && (a.diag_skip & 2) == 0 ? a.world - 1 : 0;
+        return own && (kRsDiagSkip & 2) == 0 ? a.world - 1 : 0;
     }
     template <class TOut, int BLOCK_M, int BLOCK_N>
     LOOM_DEVICE LOOM_FORCEINLINE void ring_wait(const tile::TileCoord& t) const {
@@ -253,7 +263,9 @@ struct RsAccHooks {
         const int warpgroup = static_cast<int>(tid / 128), wg_thread = static_cast<int>(tid % 128);
         const int32_t band = t.m_block / a.blocks_per_rank;
         if (band != a.me) {
-            if ((a.diag_skip & 1) == 0) {
+            // Pending until this CTA's next publish (its named barrier orders this write and the stores below).
+            if (tid == 0) rs_pending_push() = band * kMaxTileSignals + t.m_block * a.num_n + t.n_block;
+            if ((kRsDiagSkip & 1) == 0) {
                 // Over NVLink into our slot of the owner's scratch, or (copy-engine transport) into the local outbox.
                 uint8_t* dst = (a.outbox != nullptr ? a.outbox + band * a.slot_bytes
                                                     : rs_call().scratch +  // RsCall
@@ -264,7 +276,6 @@ struct RsAccHooks {
                 for (int v = 0; v < kVecs; ++v)
                     *reinterpret_cast<uint4*>(dst + v * kVecStride) = acc_vector<TOut>(acc + E * v);
             }
-            if (tid == 0) rs_pending_push() = band * kMaxTileSignals + t.m_block * a.num_n + t.n_block;
             return false;
         }
         // An own tile: the kernel adds every peer's copy (ring_copies below).

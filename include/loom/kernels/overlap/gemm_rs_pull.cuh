@@ -23,15 +23,13 @@
 // Deadlock freedom. No CTA of the GEMM holds its SM waiting for another rank: once the CTA's last tile is published
 // (`done`), a reducer waits for a part at most kRsPullGraceNs (200 us) more and then hands that part and every later
 // one of its walk to gemm_rs_pull_finish (the leftover list) and ends. (Waiting until every part is ready can hang:
-// with 8 ranks sharing one H200 under MPS a rank's last CTAs may find no SM, held by the other ranks' waiting CTAs,
-// and every reducer times out: once in nine benchmark runs.) So every rank's GEMM completes whatever the others
-// do, as a plain GEMM does, and gemm_rs_pull_finish (a few blocks, stream-ordered after it) waits only for tiles that
-// complete. The publisher waits only for its own CTA's consumers, which never wait.
-// Write-after-read of the partial halves: a rank writes half e % 2 again in call e + 2, which starts after its call
-// e + 1 ended (GEMM and finish); together they waited for every rank's call e + 1 tiles of its rows, which each rank
-// stored only after its call e had ended (stream order), its reducers' and finish kernel's reads of our half e % 2
-// included.
-// alpha = 1 and no bias (gemm_rs passes neither).
+// with 8 ranks sharing one H200 under MPS a rank's last CTAs may find no SM, held by the other ranks' waiting CTAs.)
+// So every rank's GEMM completes whatever the others do, as a plain GEMM does, and gemm_rs_pull_finish (a few blocks,
+// stream-ordered after it) waits only for tiles that complete. The publisher waits only for its own CTA's consumers,
+// which never wait. Write-after-read of the partial halves: a rank writes half e % 2 again in call e + 2, which starts
+// after its call e + 1 ended (GEMM and finish); together they waited for every rank's call e + 1 tiles of its rows,
+// which each rank stored only after its call e had ended (stream order), its reducers' and finish kernel's reads of our
+// half e % 2 included. alpha = 1 and no bias (gemm_rs passes neither).
 #pragma once
 
 #ifndef LOOM_NO_DEVICE_PRINTF
@@ -228,7 +226,7 @@ struct RsPullHooks {
             return;
         }
         thread -= 32;
-        if ((a.diag_skip & 1) != 0) return;
+        if ((kRsDiagSkip & 1) != 0) return;
         RsPullCta& c = rs_pull_cta();
         const int64_t units = int64_t(a.blocks_per_rank) * a.num_n * a.world;
         const int64_t step = gridDim.x;
@@ -238,8 +236,8 @@ struct RsPullHooks {
                 int32_t mb, nb;
                 const int64_t tile_id = rs_pull_unit_tile(a, u, mb, nb);
                 uint64_t give_up_at = 0;  // set once the CTA's GEMM work is done
-                bool ready = (a.diag_skip & 4) == 0 && rs_pull_ready(a, tile_id);
-                while (!ready && (a.diag_skip & 4) == 0) {
+                bool ready = (kRsDiagSkip & 4) == 0 && rs_pull_ready(a, tile_id);
+                while (!ready && (kRsDiagSkip & 4) == 0) {
                     if (give_up_at == 0 && c.done != 0u) give_up_at = ptx::globaltimer() + kRsPullGraceNs;
                     if (give_up_at != 0 && ptx::globaltimer() > give_up_at) break;
                     ptx::nanosleep(100);
@@ -257,7 +255,7 @@ struct RsPullHooks {
             }
             ptx::named_barrier_sync(kRsPullReducerBarrier, kThreads);
             if (c.verdict[k & 1u] == 0u) return;
-            if ((a.diag_skip & 2) != 0) continue;
+            if ((kRsDiagSkip & 2) != 0) continue;
             rs_pull_reduce_unit<TOut, BLOCK_M, BLOCK_N, kThreads>(a, u, thread);
         }
     }

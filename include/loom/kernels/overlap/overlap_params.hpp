@@ -1,12 +1,12 @@
-// Plain data shared by the overlapped GEMM kernels (kernels/{ag_gemm,gemm_rs,gemm_ar}.cuh) and their host
-// launchers (src/ops/{ag_gemm,gemm_rs,gemm_ar}.cpp). Compiles under the host compiler, nvcc and NVRTC.
+// Plain data shared by the overlapped GEMM kernels (kernels/overlap/{ag_gemm,gemm_rs,gemm_rs_pull,gemm_ar}.cuh) and
+// their host launchers (src/ops/overlap/). Compiles under the host compiler, nvcc and NVRTC.
 //
 // Signal conventions (docs/overlap.md): every counter is a 64-bit monotonic value in the symmetric heap, zeroed
-// once when the op's state is created and never reset. Targets are computed on the host from per-op call
-// counts that are equal on every rank (the ops are collective: every rank makes the same calls in the same
+// once when the algorithm's state is created and never reset. Targets are computed on the host from per-algorithm
+// call counts that are equal on every rank (the ops are collective: every rank makes the same calls in the same
 // order with the same shapes and options), and compared wrap-safely (GE) — except gemm_ar's fused epilogue and
-// gemm_rs's with the SM transport, whose call numbers live on the device (Signals::launches), so that their calls
-// replay from a CUDA graph.
+// gemm_rs's with the SM transport, whose call numbers live on the device (`launches`), so that their calls replay
+// from a CUDA graph.
 #pragma once
 
 #include "loom/config.hpp"
@@ -15,38 +15,91 @@
 
 namespace loom::kernels::overlap {
 
-// Tile signals per op: one per output tile (m_block * num_n + n_block) of the local GEMM.
+// Tile signals per algorithm: one per output tile (m_block * num_n + n_block) of the local GEMM.
 inline constexpr int kMaxTileSignals = 1 << 16;
 // Most blocks a communication kernel of an overlapped op may use.
 inline constexpr int kMaxCommBlocks = 64;
 // Threads of a gemm_rs_scatter_reduce block.
 inline constexpr int kScatterReduceThreads = 384;
 
-// One per op kind and World (symmetric). Fields are written by the named producers only.
-struct Signals {
-    // AG+GEMM. chunk[r] at rank d: cumulative count of rank r's chunk pieces that landed in d's gather buffer
-    // (the SM producer adds 1 per block, the copy engine sets the new total). ready[r] at rank d: the last call
-    // for which rank r's gather buffer is free (its previous GEMM finished). started: SM producer blocks of this
-    // rank that are running (the GEMM's stream waits for them: the GEMM never occupies the SMs they need).
+// ---- symmetric signals: one struct per algorithm, holding the fields it uses --------------------------------------
+// Each lives in the symmetric heap, one per World and algorithm (its state in src/ops/overlap/). Fields are written by
+// the named producers only.
+
+// ag_gemm, copy-engine and SM producers (kernels/overlap/ag_gemm.cuh). 136 bytes.
+struct AgGatherSignals {
+    // chunk[r] at rank d: cumulative count of rank r's chunk pieces that landed in d's gather buffer (the SM producer
+    // adds 1 per block, the copy engine sets the new total).
     uint64_t chunk[kMaxLocalPeers];
+    // ready[r] at rank d: the last call for which rank r's gather buffer is free (its previous GEMM finished).
     uint64_t ready[kMaxLocalPeers];
+    // SM producer blocks of this rank that are running (the GEMM's stream waits for them: the GEMM never occupies the
+    // SMs they need).
     uint64_t started;
-    // GEMM+RS. freed[r] at rank d: cumulative count of rank r's scatter-reduce blocks that finished reading r's
-    // scratch (d may then push the next call's tiles into it).
-    uint64_t freed[kMaxLocalPeers];
-    // AG+GEMM, direct producer. read_done[r] at rank d: the last call whose GEMM on rank r finished (it read d's
-    // staging half of that call; d overwrites the half two calls later only once every peer is past it).
+};
+
+// ag_gemm, direct producer (ag_gemm_direct_stage). 128 bytes.
+struct AgDirectSignals {
+    // chunk[r] at rank d: cumulative count of the blocks of rank r's stage kernels that copied their share of r's
+    // shard into r's staging half.
+    uint64_t chunk[kMaxLocalPeers];
+    // read_done[r] at rank d: the last call whose GEMM on rank r finished (it read d's staging half of that call; d
+    // overwrites the half two calls later only once every peer is past it).
     uint64_t read_done[kMaxLocalPeers];
-    // GEMM+AR's fused epilogue (ArEpilogueHooks), GEMM+RS's with the SM transport (RsAccHooks): the kernel's call
-    // number, kept and advanced on the device (lang/launch_epoch.cuh), so a replayed CUDA graph numbers its calls
-    // anew. This rank's only.
-    lang::LaunchEpoch launches;
-    uint64_t pad[16 - 3];
-    // GEMM+RS / GEMM+AR: tile[i] = the call number whose tile i the local GEMM has stored (TMA stores complete).
+};
+
+// gemm_rs, scatter-reduce (TileNotifyHooks + gemm_rs_scatter_reduce). 4.5 MiB.
+struct RsScatterSignals {
+    // freed[r] at rank d: cumulative count of rank r's scatter-reduce blocks that finished reading r's scratch (d may
+    // then push the next call's tiles into it).
+    uint64_t freed[kMaxLocalPeers];
+    // tile[i] = the call number whose tile i the local GEMM has stored (TMA stores complete).
     uint64_t tile[kMaxTileSignals];
-    // GEMM+RS: tile_in[r][i] at rank d = the last call whose rows of output tile i owned by d rank r pushed into
-    // d's scratch (set, not added: a tile index that gets no push in some call, because that call's shape made
-    // different tiles, must not fall behind).
+    // tile_in[r][i] at rank d = the last call whose rows of output tile i owned by d rank r pushed into d's scratch
+    // (set, not added: a tile index that gets no push in some call, because that call's shape made different tiles,
+    // must not fall behind).
+    uint64_t tile_in[kMaxLocalPeers][kMaxTileSignals];
+};
+
+// gemm_rs, fused epilogue with the SM transport (RsAccHooks, launches set). 4 MiB + 128 bytes.
+struct RsFusedSmSignals {
+    // The kernel's call number, kept and advanced on the device (lang/launch_epoch.cuh), so a replayed CUDA graph
+    // numbers its calls anew. This rank's only.
+    lang::LaunchEpoch launches;
+    uint64_t pad[14];
+    // tile_in[q][i] at rank d = the last call whose tile i of d's rows rank q pushed into d's scratch.
+    uint64_t tile_in[kMaxLocalPeers][kMaxTileSignals];
+};
+
+// gemm_rs, fused epilogue with the copy-engine transport (RsAccHooks, outbox set). 4.5 MiB.
+struct RsFusedCeSignals {
+    // stored[lead] = cumulative count of the tiles of chunk `lead` the local GEMM stored into its outbox (the host's
+    // copy stream waits for each whole chunk).
+    uint64_t stored[kMaxTileSignals];
+    // tile_in[q][lead] at rank d = the last call whose chunk `lead` of d's rows rank q's copy engine copied into d's
+    // scratch.
+    uint64_t tile_in[kMaxLocalPeers][kMaxTileSignals];
+};
+
+// gemm_rs, fused pull (RsPullHooks). 4 MiB.
+struct RsPullSignals {
+    // tile_in[q][i] at rank d = the last call whose tile i of d's rows rank q stored (and published) in its partial.
+    uint64_t tile_in[kMaxLocalPeers][kMaxTileSignals];
+};
+
+// gemm_ar, reduce kernel (TileNotifyHooks + gemm_ar_reduce). 512 KiB.
+struct ArReduceSignals {
+    // tile[i] = the call number whose tile i the local GEMM has stored (TMA stores complete); peers read it.
+    uint64_t tile[kMaxTileSignals];
+};
+
+// gemm_ar, fused epilogue (ArEpilogueHooks). 4 MiB + 128 bytes.
+struct ArFusedSignals {
+    // The kernel's call number, kept and advanced on the device (lang/launch_epoch.cuh). This rank's only.
+    lang::LaunchEpoch launches;
+    uint64_t pad[14];
+    // tile_in[q][2 i + warpgroup] at rank d = the last call whose part (tile i, warpgroup) rank q pushed into d's
+    // receive buffer.
     uint64_t tile_in[kMaxLocalPeers][kMaxTileSignals];
 };
 
@@ -59,7 +112,7 @@ struct alignas(64) TensorMapBytes {
 
 // AllGather+GEMM: wait for the chunks that hold a tile's rows; rank-rotated order (own rows first).
 struct AgGemmHookArgs {
-    const uint64_t* chunk;  // this rank's Signals::chunk
+    const uint64_t* chunk;  // this rank's AgGatherSignals::chunk or AgDirectSignals::chunk
     uint64_t target;        // chunk[r] >= target: rank r's rows of this call are in the gather buffer
     uint64_t timeout_ns;    // 0: unbounded
     int32_t rows_per_rank;  // M / world
@@ -80,7 +133,7 @@ struct AgGemmHookArgs {
 
 // GEMM+RS / GEMM+AR: publish each stored tile; order rotated by shift_m M-blocks.
 struct TileNotifyHookArgs {
-    uint64_t* tile;  // this rank's Signals::tile
+    uint64_t* tile;  // this rank's RsScatterSignals::tile or ArReduceSignals::tile
     uint64_t epoch;  // value stored for this call
     int32_t num_n;   // N-blocks of the GEMM
     int32_t shift_m;
@@ -109,13 +162,13 @@ LOOM_HOST_DEVICE inline int64_t rs_chunk_lead(int32_t rel, int32_t n, int32_t bp
     return rs_slot_tile(rel / group * group, n / chunk_n * chunk_n, bpr, num_n, group);
 }
 
-// The call number e: with `launches` (the SM transport) the device's (Signals::launches, lang/launch_epoch.cuh), and
+// The call number e: with `launches` (the SM transport) the device's (RsFusedSmSignals::launches), and
 // this call's half is scratch + (e % 2) * half_stride, so that a replayed CUDA graph numbers its calls anew; without
 // (the copy-engine transport, whose stream operations carry the host's number) `epoch`, and `scratch` is the half.
 struct RsFusedHookArgs {
-    uint8_t* scratch;             // this rank's scratch (symmetric): both halves, or this call's half (see above)
-    uint64_t* tile_in;            // this rank's Signals::tile_in[0] ([kMaxLocalPeers][kMaxTileSignals], flat)
-    lang::LaunchEpoch* launches;  // this rank's Signals::launches, or null
+    uint8_t* scratch;   // this rank's scratch (symmetric): both halves, or this call's half (see above)
+    uint64_t* tile_in;  // this rank's Rs{FusedSm,FusedCe}Signals::tile_in[0] ([kMaxLocalPeers][kMaxTileSignals])
+    lang::LaunchEpoch* launches;  // this rank's RsFusedSmSignals::launches, or null
     int64_t half_stride;          // offset of parity half 1 (with `launches`)
     int64_t heap_bytes;           // Ctx::heap_size: rank d's copy of symmetric p is p + (d - me) * heap_bytes
     int64_t slot_bytes;           // blocks_per_rank * num_n tiles
@@ -126,11 +179,7 @@ struct RsFusedHookArgs {
     int32_t num_n;                // N-blocks
     int32_t shift_m;              // first M-block of rank me + 1: own rows last
     int32_t rows_per_rank;        // M / W
-    // Diagnostics only (LOOM_DIAG_RS_FUSED_SKIP; 0 in normal use): bit 0 skips the peer pushes (their signals are
-    // still raised), bit 1 the own tiles' waits and combine, bit 3 the fence before a pushed tile is published.
-    // Results are wrong by design: for timing the parts of the fused epilogue apart (bench-overlap --rs-fused-diag).
-    int32_t diag_skip;
-    int32_t group;  // M-blocks per group of the slot layout (rs_slot_tile): the GEMM's group_m
+    int32_t group;                // M-blocks per group of the slot layout (rs_slot_tile): the GEMM's group_m
     // Copy-engine transport (RsTransport::CopyEngine; outbox == nullptr: the epilogue stores peers' tiles over
     // NVLink itself). Chunk: chunk_n consecutive columns of one group of a band (rs_chunk_lead), named by
     // band * blocks_per_rank * num_n + its lead (`lead` below). A peer's tile is stored into this rank's local outbox
@@ -140,7 +189,7 @@ struct RsFusedHookArgs {
     // tile_in[q][lead of its chunk] of every peer q.
     int32_t chunk_n;   // columns per copy-engine chunk (>= 1)
     uint8_t* outbox;   // local [world][slot_bytes]
-    uint64_t* stored;  // this rank's Signals::tile, indexed by lead (cumulative tile counts; targets on the host)
+    uint64_t* stored;  // this rank's RsFusedCeSignals::stored, indexed by lead (cumulative counts; host targets)
 };
 
 // GEMM+RS, fused pull (RsPullHooks, kernels/gemm_rs_pull.cuh). Every M-block belongs to one rank's rows (rows_per_rank
@@ -151,7 +200,7 @@ struct RsFusedHookArgs {
 struct RsPullHookArgs {
     uint8_t* partial;         // this call's parity half of this rank's symmetric partial [M, N] (row stride n)
     uint8_t* out;             // C [M / W, N], leading dimension ldc (elements)
-    uint64_t* tile_in;        // this rank's Signals::tile_in[0] ([kMaxLocalPeers][kMaxTileSignals], flat)
+    uint64_t* tile_in;        // this rank's RsPullSignals::tile_in[0] ([kMaxLocalPeers][kMaxTileSignals], flat)
     int64_t heap_bytes;       // Ctx::heap_size: rank d's copy of symmetric p is p + (d - me) * heap_bytes
     int64_t ldc;              // C's row stride (elements)
     uint64_t epoch;           // this call's number: the value of tile_in signals
@@ -161,10 +210,6 @@ struct RsPullHookArgs {
     int32_t num_n;            // N-blocks
     int32_t n;                // N (the last N-block may be partial)
     int32_t group;            // M-blocks per raster group inside a band (divides blocks_per_rank)
-    // Diagnostics only (LOOM_DIAG_RS_FUSED_SKIP; 0 in normal use): bit 0, the reducers do nothing; bit 1, they wait
-    // for every tile but sum nothing (results wrong by design: bench-overlap --rs-fused-diag); bit 2, they hand every
-    // part to gemm_rs_pull_finish at once (results right: the tests' way to that path).
-    int32_t diag_skip;
     // Units (own tile j, part p: u = j W + p) the GEMM's reducers left to gemm_rs_pull_finish (local, zeroed once):
     // [0, 2) the counts of calls of parity 0 / 1, [4 + parity * kMaxTileSignals, ...) their unit lists.
     uint32_t* leftover;
@@ -191,7 +236,7 @@ LOOM_HOST_DEVICE inline void rs_pull_tile_order(int32_t linear, int32_t world, i
 struct AgPushParams {
     const void* a_local;   // [rows_per_rank, K] dense
     void* gather;          // symmetric [M, K] dense
-    Signals* sig;          // symmetric
+    AgGatherSignals* sig;  // symmetric
     uint64_t chunk_bytes;  // rows_per_rank * K * element size
     uint64_t epoch;        // this call (ready signals)
     uint32_t stage_bytes;  // TMA data path staging
@@ -200,20 +245,20 @@ struct AgPushParams {
 
 // ag_gemm_direct_stage (the direct producer, ranks sharing a GPU): this rank's shard -> its own staging half.
 struct AgDirectParams {
-    const void* shard;  // [rows_per_rank, K] dense: this rank's A
-    void* staging;      // this call's half of the op's symmetric staging (this rank's address)
-    Signals* sig;       // symmetric
-    uint64_t bytes;     // rows_per_rank * K * element size
-    uint64_t epoch;     // this call (1, 2, ...)
+    const void* shard;     // [rows_per_rank, K] dense: this rank's A
+    void* staging;         // this call's half of the op's symmetric staging (this rank's address)
+    AgDirectSignals* sig;  // symmetric
+    uint64_t bytes;        // rows_per_rank * K * element size
+    uint64_t epoch;        // this call (1, 2, ...)
 };
 
 // gemm_rs_scatter_reduce: tiles of the local partial product -> the scratch of the rank that owns their rows;
 // this rank's own tiles reduced (fp32) as soon as every peer's copy of them landed.
 struct RsParams {
-    const void* partial;  // [m, n] dense, written by the GEMM of this call
-    void* scratch;        // symmetric [world][rows_seg][n]: slot r holds rank r's rows destined to this rank
-    void* out;            // [rows_seg, n], leading dimension ldo
-    Signals* sig;         // symmetric
+    const void* partial;    // [m, n] dense, written by the GEMM of this call
+    void* scratch;          // symmetric [world][rows_seg][n]: slot r holds rank r's rows destined to this rank
+    void* out;              // [rows_seg, n], leading dimension ldo
+    RsScatterSignals* sig;  // symmetric
     int64_t ldo;
     int32_t m, n, rows_seg;  // rows_seg = m / world
     int32_t block_m, block_n, group_m, shift_m;
@@ -225,14 +270,14 @@ struct RsParams {
 struct ArParams {
     const void* partial;   // symmetric [m, n] dense (this call's parity buffer)
     void* out;             // [m, n], leading dimension ldo
-    const uint64_t* tile;  // this rank's Signals::tile (peers' copies are read through symm_at)
+    const uint64_t* tile;  // this rank's ArReduceSignals::tile (peers' copies are read through symm_at)
     int64_t ldo;
     int32_t m, n, block_m, block_n, group_m, pad;
     uint64_t epoch;
 };
 
 // GEMM+AR, fused epilogue (ArEpilogueHooks, kernels/gemm_ar.cuh). The receive buffer is this call's parity half of
-// the symmetric buffer of the fused epilogue's own op state (OpKind::GemmArFused): W - 1 slots (slot_bytes each),
+// the fused epilogue's own symmetric buffer (its state: buffer, ArFusedSignals): W - 1 slots (slot_bytes each),
 // sender q's at rs_slot_of(q, me); each holds every output tile q pushed here, tile i (m_block * num_n + n_block) at i
 // * BLOCK_M * BLOCK_N * sizeof(TOut), as its 128B-swizzled 8 KiB staging slabs, warpgroup-major. Signals: tile_in[q][2
 // * i + warpgroup] at rank d = the last call whose part (tile i, warpgroup) rank q pushed into d's receive buffer. No
@@ -240,15 +285,16 @@ struct ArParams {
 // call's half of the receive buffer is recv + (e % 2) * half_stride, so the same arguments serve every call and every
 // replay of a captured one.
 struct ArFusedHookArgs {
-    uint8_t* recv;                // this rank's receive buffer (symmetric): two parity halves
-    uint64_t* tile_in;            // this rank's Signals::tile_in[0] ([kMaxLocalPeers][kMaxTileSignals], flat)
-    lang::LaunchEpoch* launches;  // this rank's Signals::launches: the value of tile_in signals is the call number
-    int64_t half_stride;          // offset of parity half 1
-    int64_t heap_bytes;           // Ctx::heap_size: rank d's copy of symmetric p is p + (d - me) * heap_bytes
-    int64_t slot_bytes;           // num_m * num_n tiles
-    uint64_t timeout_ns;          // bound of the waits for peers' parts (0: unbounded)
-    int32_t me, world;            // local rank and local world size
-    int32_t num_n;                // N-blocks
+    uint8_t* recv;      // this rank's receive buffer (symmetric): two parity halves
+    uint64_t* tile_in;  // this rank's ArFusedSignals::tile_in[0] ([kMaxLocalPeers][kMaxTileSignals], flat)
+    lang::LaunchEpoch*
+        launches;         // this rank's ArFusedSignals::launches: the value of tile_in signals is the call number
+    int64_t half_stride;  // offset of parity half 1
+    int64_t heap_bytes;   // Ctx::heap_size: rank d's copy of symmetric p is p + (d - me) * heap_bytes
+    int64_t slot_bytes;   // num_m * num_n tiles
+    uint64_t timeout_ns;  // bound of the waits for peers' parts (0: unbounded)
+    int32_t me, world;    // local rank and local world size
+    int32_t num_n;        // N-blocks
     int32_t pad;
 };
 

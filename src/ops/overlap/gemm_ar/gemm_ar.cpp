@@ -1,241 +1,78 @@
-// loom::gemm_ar: GEMM+AllReduce for small M (kernels/gemm_ar.cuh; docs/overlap.md). Two algorithms:
-//
-// FusedEpilogue (the default where the tile fits), one kernel on the caller's stream, every usable SM:
-//   stream  GEMM with ArEpilogueHooks: per tile part, push it into our slot of every peer's receive half (e % 2),
-//           tile_in[me][part] := e there; wait tile_in[q][part] >= e of every peer q; sum the W copies (rank order,
-//           fp32), TMA-store C. The call number e is the device's (Signals::launches), so the call can be captured
-//           in a CUDA graph and replayed; its buffer, signals and counter are its own (OpKind::GemmArFused).
-// ReduceKernel:
-//   stream  fork ── GEMM(partial[e % 2] (symmetric), tile[i] = e after each tile's stores) ── join
-//   side         gemm_ar_reduce: per tile, wait tile[i] >= e on every rank, sum the W partial tiles (rank
-//                order, fp32), write C
-// Sequential (Auto's choice where ranks share a GPU): loom::gemm into this call's parity half, then loom::all_reduce.
-// ReduceKernel and Sequential take their parity half from the op's one symmetric buffer and share the host call
-// counter, so calls may mix them (and the fused epilogue, which keeps to its own state).
-#include <algorithm>
+// loom::gemm_ar: GEMM+AllReduce for small M (kernels/overlap/gemm_ar.cuh; docs/overlap.md). The entry validates the
+// call, chooses the algorithm (plan.cpp) and dispatches to it: fused_epilogue.cpp, reduce_kernel.cpp, sequential.cpp.
+// A call that leaves every choice to Loom runs the options the autotuner decided for its shape (common/tune.hpp).
+#include "ops/overlap/gemm_ar/gemm_ar.hpp"
 
-#include "loom/kernels/overlap/overlap_params.hpp"
-#include "loom/ops/collectives.hpp"
-#include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
-#include "loom/runtime/tma.hpp"
-#include "ops/overlap/overlap_state.hpp"
-#include "ops/overlap/overlap_tune.hpp"
+#include "ops/gemm/gemm_internal.hpp"
 
 namespace loom {
-
 namespace {
-constexpr int64_t kMaxM = 128;
-constexpr const char* kHooks = "loom::kernels::overlap::TileNotifyHooks";
-constexpr const char* kFusedHooks = "loom::kernels::overlap::ArEpilogueHooks";
-constexpr const char* kHeader = "loom/kernels/overlap/gemm_ar.cuh";
 
-// st: the fused epilogue's own state (OpKind::GemmArFused).
-void gemm_ar_fused(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b, const MatrixView& c,
-                   const GemmConfig& cfg, const overlap::OpScale& sc, cudaStream_t stream, bool captured) {
+using overlap::ArCall;
+
+// The call's inputs checked, its facts gathered (the World's DeviceFacts: created on the first call).
+ArCall validate(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
+                const GemmArOptions& o, bool captured) {
     constexpr const char* op = "gemm_ar";
-    const int W = world.world_size(), me = world.local_rank();
-    const int64_t M = a.rows, N = b.rows;
-    const int64_t es = static_cast<int64_t>(dtype_size(c.dtype));
-    const std::string unfit = overlap::whole_tile_unfit(cfg, static_cast<int>(es));
-    LOOM_CHECK(unfit.empty(), "{} (fused epilogue): expected {}", op, unfit);
-    const int64_t num_m = (M + cfg.block_m - 1) / cfg.block_m, num_n = (N + cfg.block_n - 1) / cfg.block_n;
-    LOOM_CHECK(2 * num_m * num_n <= kernels::overlap::kMaxTileSignals,
-               "{} (fused epilogue): expected at most {} output tiles, given {}", op,
-               kernels::overlap::kMaxTileSignals / 2, num_m * num_n);
-    const int64_t slot_bytes = num_m * num_n * cfg.block_m * cfg.block_n * es;
-    const std::size_t half_stride =
-        overlap::ensure_parity_halves(world, st, static_cast<std::size_t>(std::max(W - 1, 1) * slot_bytes), captured);
-    const jit::Kernel& kernel =
-        jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, DType::F32, false, kFusedHooks, kHeader));
-
-    // No per-call value: the kernel numbers the call and picks its half (kernels/gemm_ar.cuh).
-    kernels::overlap::ArFusedHookArgs h{};
-    h.recv = static_cast<uint8_t*>(st.sym);
-    h.tile_in = &st.sig->tile_in[0][0];
-    h.launches = &st.sig->launches;
-    h.half_stride = static_cast<int64_t>(half_stride);
-    const Ctx ctx = world.ctx();
-    h.heap_bytes = static_cast<int64_t>(ctx.heap_size);
-    h.slot_bytes = slot_bytes;
-    h.timeout_ns = ctx.wait_timeout_ns;
-    h.me = me;
-    h.world = W;
-    h.num_n = static_cast<int32_t>(num_n);
-    GemmSm90Launch l = gemm_sm90_launch(a, b, c, overlap::gemm_options(sc), cfg, st.num_sms, stream);
-    l.launch.smem = kernels::gemm_sm90_smem_bytes(cfg.block_m, cfg.block_n, cfg.stages, static_cast<int>(es));
-    // Epilogue hooks store whole 64-row slabs of the warpgroup's staged part.
-    l.tmap_d = make_tma_2d(c, kernels::kGemmWholeTileBoxRows, kernels::gemm_store_box_cols(static_cast<int>(es)));
-    kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, h);
-}
-
-void gemm_ar_sequential(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b,
-                        const MatrixView& c, const overlap::OpScale& sc, cudaStream_t stream, bool captured) {
-    const int64_t M = a.rows, N = b.rows;
-    const std::size_t es = dtype_size(c.dtype), count = static_cast<std::size_t>(M * N);
-    char* const partial = overlap::gemm_into_parity_half(world, st, a, b, c.dtype, sc, stream, captured);
-    // Into C directly when C is dense, symmetric or not (all_reduce's two-shot stages the shards of a plain C in its
-    // scratch: no copy afterwards). A strided C: in place on the symmetric partial, then copied.
-    if (c.stride() == N) {
-        all_reduce(world, BufferView{partial, c.dtype, count}, BufferView{c.data, c.dtype, count}, stream);
-        return;
-    }
-    all_reduce(world, BufferView{partial, c.dtype, count}, BufferView{partial, c.dtype, count}, stream);
-    LOOM_CHECK_CUDA(cudaMemcpy2DAsync(c.data, static_cast<std::size_t>(c.stride()) * es, partial, N * es, N * es,
-                                      static_cast<std::size_t>(M), cudaMemcpyDeviceToDevice, stream));
-}
-
-void gemm_ar_reduce_kernel(World& world, overlap::OpState& st, const MatrixView& a, const MatrixView& b,
-                           const MatrixView& c, const OverlapPlan& plan, const overlap::OpScale& sc,
-                           cudaStream_t stream) {
-    const int64_t M = a.rows, N = b.rows;
-    const std::size_t es = dtype_size(c.dtype);
-    const std::size_t half_bytes = (static_cast<std::size_t>(M * N) * es + 1023) / 1024 * 1024;
-    const int64_t num_n = (N + plan.gemm.block_n - 1) / plan.gemm.block_n;
-    // Parity halves at a fixed offset (nothing orders a peer's reads of call e - 1 before our GEMM of call e).
-    const std::size_t half_stride = overlap::ensure_parity_halves(world, st, half_bytes);
-    char* const partials = static_cast<char*>(st.sym);
-
-    jit::KernelSpec spec;
-    spec.header = kHeader;
-    spec.name = "loom::kernels::overlap::gemm_ar_reduce";
-    spec.template_args = {dtype_cuda_name(c.dtype)};
-    // Compile (or fetch) both kernels before the call number advances: a JIT error must leave every counter as
-    // it was, or the next call would wait for targets its peers never reach.
-    const jit::Kernel& reduce_kernel = jit::get_kernel(spec);
-    overlap::prepare_gemm(kHooks, kHeader, a, c, plan.gemm, sc, overlap::ScaleAt::Epilogue);
-    const uint64_t epoch = ++st.calls;
-    void* const partial = partials + (epoch % 2) * half_stride;
-    const MatrixView pview{partial, c.dtype, M, N, 0};
-    gemm_validate(a, b, pview, GemmOptions{}, /*allow_f8=*/true);
-
-    kernels::overlap::ArParams ap{};
-    ap.partial = partial;
-    ap.out = c.data;
-    ap.tile = st.sig->tile;
-    ap.ldo = c.stride();
-    ap.m = static_cast<int32_t>(M);
-    ap.n = static_cast<int32_t>(N);
-    ap.block_m = plan.gemm.block_m;
-    ap.block_n = plan.gemm.block_n;
-    ap.group_m = std::max(plan.gemm.group_m, 1);
-    ap.epoch = epoch;
-
-    overlap::fork(st, stream);
-    {
-        jit::LaunchConfig lc;
-        lc.grid = dim3(static_cast<unsigned>(plan.comm_blocks));
-        lc.block = dim3(256);
-        lc.stream = st.side;
-        const Ctx ctx = world.ctx();
-        reduce_kernel(lc, ctx, ap);
-    }
-    kernels::overlap::TileNotifyHookArgs h{};
-    h.tile = st.sig->tile;
-    h.epoch = epoch;
-    h.num_n = static_cast<int32_t>(num_n);
-    h.shift_m = 0;
-    overlap::launch_gemm(kHooks, kHeader, a, b, pview, plan.gemm, st.num_sms, stream, h, sc,
-                         overlap::ScaleAt::Epilogue);
-    overlap::join(st, stream);
-}
-}  // namespace
-
-const char* to_string(ArAlgo a) {
-    switch (a) {
-        case ArAlgo::Auto:
-            return "auto";
-        case ArAlgo::FusedEpilogue:
-            return "fused-epilogue";
-        case ArAlgo::ReduceKernel:
-            return "reduce-kernel";
-        case ArAlgo::Sequential:
-            return "sequential";
-    }
-    return "?";
-}
-
-ArAlgo gemm_ar_algo(ArAlgo requested, bool ranks_share_gpu, const GemmConfig* config, int out_bytes) {
-    LOOM_CHECK(requested != ArAlgo::Sequential || config == nullptr,
-               "gemm_ar: the sequential algorithm runs loom::gemm's own config; expected no config");
-    if (requested != ArAlgo::Auto) return requested;
-    // With the caller's tile, that tile decides whether the fused epilogue fits.
-    if (config)
-        return overlap::whole_tile_unfit(*config, out_bytes).empty() ? ArAlgo::FusedEpilogue : ArAlgo::ReduceKernel;
-    return ranks_share_gpu ? ArAlgo::Sequential : ArAlgo::Auto;
-}
-
-OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms,
-                         ArAlgo algo, int out_bytes, DType in) {
-    (void)world_size;
-    OverlapPlan p;
-    if (algo != ArAlgo::ReduceKernel) {
-        // The fused epilogue takes no SM from the GEMM (for M <= 128 one wave of tiles bound by reading B).
-        GemmConfig f =
-            overlap::whole_tile_config(overlap::gemm_config(m, n, k_loc, arch, num_sms, false, in), out_bytes);
-        f.grid = static_cast<int>(gemm_sm90_grid(m, n, f, num_sms));
-        if (algo == ArAlgo::FusedEpilogue || overlap::whole_tile_unfit(f, out_bytes).empty()) {
-            p.gemm = f;
-            p.ar_algo = ArAlgo::FusedEpilogue;
-            return p;
-        }
-    }
-    const GemmConfig all =
-        gemm_heuristic(m, n, k_loc, false, arch, num_sms, /*split_tail=*/false, GemmTiles::Overlap, in);
-    const int64_t tiles = overlap::tile_count(m, n, all);
-    // One reduce block per tile (a tile's pull is ~W x 16-64 KiB), at most 32; the GEMM keeps the rest.
-    p.comm_blocks = overlap::comm_blocks(comm_sms, static_cast<int>(std::clamp<int64_t>(tiles, 1, 32)), num_sms);
-    p.gemm = overlap::gemm_config(m, n, k_loc, arch, num_sms - p.comm_blocks, false, in);
-    p.ar_algo = ArAlgo::ReduceKernel;
-    return p;
-}
-
-namespace detail {
-
-// The op with the options as given (loom::gemm_ar decides Auto's tuned options first: src/ops/overlap/overlap_tuned_ops.cpp).
-void gemm_ar_run(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
-                 const GemmArOptions& o) {
-    constexpr const char* op = "gemm_ar";
-    // ReduceKernel cannot be replayed; Auto's choice is checked once planned (below).
-    const bool captured = overlap::check_capture(stream, op, o.algo != ArAlgo::ReduceKernel);
-    overlap::OpState& st = overlap::op_state(world, overlap::OpKind::GemmAr, op, captured);
-    const int W = world.world_size();
+    ArCall x;
+    x.world = &world;
+    x.a = a;
+    x.b = b;
+    x.c = c;
+    x.stream = stream;
+    x.captured = captured;
+    x.dev = &overlap::device_facts(world, op, captured);
+    x.num_sms = overlap::plan_sms(*x.dev, o.num_sms, op);
+    x.W = world.world_size();
     overlap::check_inputs(op, a, b, c);
-    const overlap::OpScale sc = overlap::scale_of(o);
-    overlap::check_scale(op, sc);
-    const int64_t M = a.rows, K = a.cols, N = b.rows;
-    LOOM_CHECK(M <= kMaxM,
+    x.sc = overlap::scale_of(o);
+    overlap::check_scale(op, x.sc);
+    x.M = a.rows;
+    x.K = a.cols;
+    x.N = b.rows;
+    LOOM_CHECK(x.M <= overlap::kArMaxM,
                "{}: expected M <= {} (the low-latency one-shot variant), given M = {}; use gemm_rs + all_gather or "
                "gemm + all_reduce for larger M",
-               op, kMaxM, M);
-    LOOM_CHECK(c.rows == M && c.cols == N, "{}: expected C of [M, N] = [{}, {}], given {} x {}", op, M, N, c.rows,
-               c.cols);
+               op, overlap::kArMaxM, x.M);
+    LOOM_CHECK(c.rows == x.M && c.cols == x.N, "{}: expected C of [M, N] = [{}, {}], given {} x {}", op, x.M, x.N,
+               c.rows, c.cols);
     LOOM_CHECK(o.comm_sms >= 0, "{}: expected comm_sms >= 0, given {}", op, o.comm_sms);
-    const int out_bytes = static_cast<int>(dtype_size(c.dtype));
-
-    const ArAlgo algo = gemm_ar_algo(o.algo, st.shared_gpu, o.config, out_bytes);
-    if (algo == ArAlgo::Sequential) {
-        gemm_validate(a, b, c, GemmOptions{}, /*allow_f8=*/true);
-        gemm_ar_sequential(world, st, a, b, c, sc, stream, captured);
-        return;
-    }
-    OverlapPlan plan = gemm_ar_plan(M, N, K, W, o.comm_sms, st.arch, st.num_sms, algo, out_bytes, a.dtype);
-    overlap::use_config(op, plan, o.config, M, N, st.num_sms, a.dtype);
-    overlap::check_tile_count(op, M, N, plan.gemm);
-    if (overlap::debug())
-        fmt::print(stderr, "loom::gemm_ar M={} N={} K_loc={} W={} SMs {} of {}: {}\n", M, N, K, W, st.num_sms,
-                   st.device_sms, plan.str());
-    if (captured) overlap::check_capture(stream, op, plan.ar_algo == ArAlgo::FusedEpilogue);
-    if (plan.ar_algo == ArAlgo::FusedEpilogue) {
-        gemm_validate(a, b, c, GemmOptions{}, /*allow_f8=*/true);
-        gemm_ar_fused(world, overlap::op_state(world, overlap::OpKind::GemmArFused, op, captured), a, b, c, plan.gemm,
-                      sc, stream, captured);
-    } else {
-        gemm_ar_reduce_kernel(world, st, a, b, c, plan, sc, stream);
-    }
+    x.out_bytes = static_cast<int>(dtype_size(c.dtype));
+    return x;
 }
 
-}  // namespace detail
+// The op with the options as given.
+void as_given(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
+              const GemmArOptions& o) {
+    // ReduceKernel cannot be replayed; Auto's choice is checked once planned (choose_algo).
+    const bool captured = overlap::check_capture(stream, "gemm_ar", o.algo != ArAlgo::ReduceKernel);
+    ArCall x = validate(world, a, b, c, stream, o, captured);
+    overlap::choose_algo(x, o);
+    if (x.algo == ArAlgo::Sequential) {
+        gemm_validate(a, b, c, GemmOptions{}, /*allow_f8=*/true);
+        return overlap::gemm_ar_sequential(x);
+    }
+    if (x.plan.ar_algo == ArAlgo::FusedEpilogue) {
+        gemm_validate(a, b, c, GemmOptions{}, /*allow_f8=*/true);
+        return overlap::gemm_ar_fused(x);
+    }
+    overlap::gemm_ar_reduce_kernel(x);
+}
+
+}  // namespace
+
+void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
+             const GemmArOptions& o) {
+    const bool choices_left = o.algo == ArAlgo::Auto && o.comm_sms == 0 && o.config == nullptr;
+    if (!choices_left) return as_given(world, a, b, c, stream, o);
+    overlap::run_tuned<GemmArOptions>(
+        world, "gemm_ar", a, b, c, stream, o.num_sms,
+        [&](const overlap::DeviceFacts& dev, int sms) { return overlap::gemm_ar_candidates(world, a, b, c, dev, sms); },
+        [&](const GemmArOptions& x, const MatrixView& out) {
+            as_given(world, a, b, out, stream, overlap::with_callers_terms(x, o));
+        });
+}
 
 }  // namespace loom

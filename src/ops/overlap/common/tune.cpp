@@ -1,7 +1,10 @@
-#include "ops/overlap/overlap_tune.hpp"
+#include "ops/overlap/common/tune.hpp"
+
+#include <fmt/format.h>
 
 #include <cstring>
 #include <optional>
+#include <string>
 
 #include "jit/tune_timing.hpp"
 #include "loom/jit/autotune.hpp"
@@ -70,6 +73,17 @@ std::vector<GemmConfig> tile_alternatives(const GemmConfig& plan_tile, int64_t m
         out.push_back(c);
     }
     return out;
+}
+
+std::string tune_key(const MatrixView& a, const MatrixView& b, const MatrixView& c, const World& world,
+                     const DeviceFacts& dev, int num_sms) {
+    return fmt::format("m{}_n{}_k{}_{}_{}_w{}_sms{}{}", a.rows, b.rows, a.cols, dtype_name(a.dtype),
+                       dtype_name(c.dtype), world.world_size(), num_sms, dev.shared_gpu ? "_shared" : "");
+}
+
+MatrixView ScratchOut::view() {
+    if (!buf) buf.emplace(static_cast<std::size_t>(c.rows * c.stride()) * dtype_size(c.dtype));
+    return MatrixView{buf->p, c.dtype, c.rows, c.cols, c.ld};
 }
 
 }  // namespace loom::overlap

@@ -1,0 +1,53 @@
+// The overlapped ops' shared validation: raises loom::Error naming what was expected and what was given.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "loom/ops/overlap.hpp"
+#include "loom/runtime/settings.hpp"
+#include "ops/overlap/common/plan.hpp"
+
+namespace loom::overlap {
+
+// A, B, C of the op: types, pointers, alignment, leading dimensions, K (B as [N, K]).
+void check_inputs(const char* op, const MatrixView& a, const MatrixView& b, const MatrixView& c);
+
+// An op's scale of its products: the options' alpha and device scales (scale_a / scale_b, null: 1). As GemmOptions
+// (gemm_options) they reach loom::gemm and the hooked GEMM's GemmArgs (gemm_sm90_launch); the hooked kernel applies
+// them on the accumulators or in its affine epilogue (ScaleAt, hooked_gemm.hpp).
+struct OpScale {
+    float alpha = 1.f;
+    const float* a = nullptr;
+    const float* b = nullptr;
+};
+template <class Opts>
+OpScale scale_of(const Opts& o) {
+    return OpScale{o.alpha, o.scale_a, o.scale_b};
+}
+void check_scale(const char* op, const OpScale& s);  // alpha finite; the device scales as gemm_check_device_scale
+
+// in: the input type (its block_k). split_tail_ok: the op's hooks publish nothing per tile, so its GEMM may split the
+// tail (ag_gemm; the kernel spec names those hooks, gemm_kernel_spec); otherwise tail_splits must be 1.
+void check_config(const char* op, const GemmConfig& cfg, DType in, bool split_tail_ok = false);
+// The caller's tile, when given, in place of the plan's (a grid of 0 is planned on the SMs the plan leaves to the
+// GEMM: num_sms minus the comm blocks and the reserved SMs); then check_config.
+void use_config(const char* op, OverlapPlan& plan, const GemmConfig* config, int64_t m, int64_t n, int num_sms,
+                DType in, bool split_tail_ok = false);
+// Raises unless cfg's tiles over [m, n] fit the per-tile signals (kMaxTileSignals).
+void check_tile_count(const char* op, int64_t m, int64_t n, const GemmConfig& cfg);
+
+// Whether `stream` is capturing a CUDA graph; raises if it is and the call's algorithm cannot be replayed
+// (`replayable`). Replayable: the Sequential algorithms (AgProducer / RsAlgo / ArAlgo::Sequential: loom::gemm and the
+// collectives, whose callers make their buffer reuse replay-safe), gemm_ar's fused epilogue and gemm_rs's with the SM
+// transport (their call numbers and buffer halves are the device's). The other overlapped algorithms compute their
+// signal targets and pick their buffer halves on the host, per call: a replayed graph would repeat one call's targets
+// and halves, and its waits would pass on the previous replay's signals (wrong results) or never (a hang). Called
+// before the op touches any state, so a refused capture stays valid and the caller can end it.
+bool check_capture(cudaStream_t stream, const char* op, bool replayable);
+
+// Whether the ops print their plans (the debug log level, LOOM_LOG_LEVEL=debug).
+inline bool debug() { return log_enabled(LogLevel::Debug); }
+
+}  // namespace loom::overlap
