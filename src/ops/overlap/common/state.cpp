@@ -5,6 +5,7 @@
 
 #include "loom/ops/collectives.hpp"
 #include "loom/runtime/error.hpp"
+#include "ops/collectives/coll_choice.hpp"
 
 namespace loom::overlap {
 

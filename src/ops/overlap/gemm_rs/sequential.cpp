@@ -2,7 +2,7 @@
 // (RsSequentialState), then loom::reduce_scatter.
 #include "loom/ops/collectives.hpp"
 #include "loom/runtime/error.hpp"
-#include "ops/collectives/coll_state.hpp"
+#include "ops/collectives/barrier.hpp"
 #include "ops/overlap/common/hooked_gemm.hpp"
 #include "ops/overlap/gemm_rs/gemm_rs.hpp"
 
@@ -23,7 +23,7 @@ void gemm_rs_sequential(const RsCall& x) {
     if (x.captured) {
         barrier_on_stream(world, x.stream);
     } else {
-        coll::prepare_barrier(coll::coll_state(world));
+        coll::prepare_barrier(world);
     }
     char* const partial = gemm_into_parity_half(world, st.partials, x.a, x.b, c.dtype, x.sc, x.stream, x.captured);
     const BufferView in{partial, c.dtype, count};
