@@ -1,6 +1,7 @@
-# Writes OUT: a C++ source defining loom::jit::detail::embedded_headers(), every header under ROOT/loom as
-# (relative path, contents). Contents are emitted as hex bytes so that no header text can break the literal.
-file(GLOB_RECURSE headers RELATIVE ${ROOT} ${ROOT}/loom/*.cuh ${ROOT}/loom/*.hpp)
+# Writes OUT: a C++ source defining loom::jit::detail::embedded_headers(), every header of HEADERS (paths relative to
+# ROOT, comma-separated: cmake/sources.cmake's list) as (relative path, contents). Contents are emitted as hex bytes so
+# that no header text can break the literal.
+string(REPLACE "," ";" headers "${HEADERS}")
 list(SORT headers)
 set(body "")
 set(table "")
