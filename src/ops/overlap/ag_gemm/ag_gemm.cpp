@@ -19,19 +19,8 @@ AgCall validate(World& world, const MatrixView& a, const MatrixView& b, const Ma
                 const AgGemmOptions& o, bool captured) {
     constexpr const char* op = "ag_gemm";
     AgCall x;
-    x.world = &world;
-    x.a = a;
-    x.b = b;
-    x.c = c;
-    x.stream = stream;
-    x.captured = captured;
-    x.dev = &overlap::device_facts(world, op, captured);
-    x.num_sms = overlap::plan_sms(*x.dev, o.num_sms, op);
-    x.W = world.world_size();
+    overlap::begin_call(x, op, world, a, b, c, stream, o, captured);
     x.me = world.local_rank();
-    overlap::check_inputs(op, a, b, c);
-    x.sc = overlap::scale_of(o);
-    overlap::check_scale(op, x.sc);
     LOOM_CHECK(a.stride() == a.cols, "{}: expected this rank's A shard dense (ld == K = {}), given ld {}", op, a.cols,
                a.stride());
     x.R = a.rows;

@@ -50,46 +50,28 @@ inline constexpr const char* kAgHooks = "loom::kernels::overlap::AgGemmHooks";
 inline constexpr const char* kAgHeader = "loom/kernels/overlap/ag_gemm.cuh";
 
 // The copy-engine and SM producers' state (the sequence without a gathered buffer takes only its gather buffer).
-// Symmetric: the gather buffer and AgGatherSignals (136 bytes).
-struct AgGatherState final : WorldState {
+// Symmetric: AgGatherSignals (136 bytes) and buf, the gather buffer [M, K].
+struct AgGatherState final : SignalState<kernels::overlap::AgGatherSignals> {
     static constexpr const char* kKey = "overlap/ag_gemm/gather";
-    explicit AgGatherState(World& world) : sig(world, kKey) {}
-    void release(World& world) override {
-        gather.release(world);
-        sig.release(world);
-    }
-    SymmetricSignals<kernels::overlap::AgGatherSignals> sig;
-    SymmetricBuffer gather;  // [M, K]
+    explicit AgGatherState(World& world) : SignalState(world, kKey) {}
     SideStream side;
     uint64_t calls = 0;          // the producers' calls on this World (the epoch of the current call)
     uint64_t chunk_total = 0;    // target of chunk after the current call
     uint64_t started_total = 0;  // SM producer: target of started
 };
 
-// The direct producer's state. Symmetric: its staging halves and AgDirectSignals (128 bytes).
-struct AgDirectState final : WorldState {
+// The direct producer's state. Symmetric: AgDirectSignals (128 bytes) and buf, the staging: two parity halves of this
+// rank's shard.
+struct AgDirectState final : SignalState<kernels::overlap::AgDirectSignals> {
     static constexpr const char* kKey = "overlap/ag_gemm/direct";
-    explicit AgDirectState(World& world) : sig(world, kKey) {}
-    void release(World& world) override {
-        staging.release(world);
-        sig.release(world);
-    }
-    SymmetricSignals<kernels::overlap::AgDirectSignals> sig;
-    SymmetricBuffer staging;   // two parity halves of this rank's shard
+    explicit AgDirectState(World& world) : SignalState(world, kKey) {}
     uint64_t calls = 0;        // the direct producer's calls on this World (the epoch of the current call)
     uint64_t chunk_total = 0;  // target of chunk after the current call
 };
 
 // One call of ag_gemm, validated (ag_gemm.cpp), then chosen (choose_producer).
-struct AgCall {
-    World* world = nullptr;
-    MatrixView a, b, c;
-    cudaStream_t stream = nullptr;
-    OpScale sc;
-    const DeviceFacts* dev = nullptr;
-    int num_sms = 0;  // the SMs the op plans on
-    bool captured = false;
-    int W = 0, me = 0;
+struct AgCall : OpCall {
+    int me = 0;                          // local rank
     int64_t R = 0, M = 0, K = 0, N = 0;  // R = M / W rows per rank
     std::size_t chunk_bytes = 0;         // R x K x the element size
     // Chosen:

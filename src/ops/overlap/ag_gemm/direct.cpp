@@ -18,14 +18,14 @@ void ag_gemm_direct(const AgCall& x, kernels::overlap::AgGemmHookArgs h) {
     AgDirectState& st = op_state<AgDirectState>(world, "ag_gemm");
     const int W = x.W;
     const std::size_t shard_bytes = x.chunk_bytes;
-    const std::size_t half_stride = ensure_parity_halves(world, st.staging, shard_bytes);
+    const std::size_t half_stride = ensure_parity_halves(world, st.buf, shard_bytes);
     jit::KernelSpec spec;
     spec.header = kAgHeader;
     spec.name = "loom::kernels::overlap::ag_gemm_direct_stage";
     // Compiled before the counters advance (a JIT error leaves them as they were).
     const jit::Kernel& stage = jit::get_kernel(spec);
     const uint64_t epoch = ++st.calls;
-    char* const staging = static_cast<char*>(st.staging.p) + (epoch % 2) * half_stride;
+    char* const staging = static_cast<char*>(st.buf.p) + (epoch % 2) * half_stride;
     auto* const sig = st.sig.p;
     // Blocks: ~256 KiB of the shard each, at most 32 (the same count on every rank: the GEMM's target).
     const auto blocks = static_cast<unsigned>(std::clamp<std::size_t>(shard_bytes >> 18, 1, 32));

@@ -91,7 +91,7 @@ void choose_producer(AgCall& x, const AgGemmOptions& o) {
                    op, g.data, x.M * x.K * es);
         x.gather = g.data;
     } else if (x.producer != AgProducer::Direct) {
-        x.gather = ensure_symmetric(*x.world, x.st->gather, static_cast<std::size_t>(x.M * x.K) * es, x.captured);
+        x.gather = ensure_symmetric(*x.world, x.st->buf, static_cast<std::size_t>(x.M * x.K) * es, x.captured);
     }
     // The direct producer has no gather buffer; its GEMM's A map (never read: every tile is redirected) spans A.
     x.gview = MatrixView{x.gather ? x.gather : x.a.data, x.a.dtype, x.M, x.K, 0};

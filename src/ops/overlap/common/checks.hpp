@@ -1,4 +1,5 @@
-// The overlapped ops' shared validation: raises loom::Error naming what was expected and what was given.
+// The overlapped ops' shared validation (raises loom::Error naming what was expected and what was given), and the
+// validated call every op's algorithms take.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -8,6 +9,7 @@
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/settings.hpp"
 #include "ops/overlap/common/plan.hpp"
+#include "ops/overlap/common/state.hpp"
 
 namespace loom::overlap {
 
@@ -37,6 +39,36 @@ void use_config(const char* op, OverlapPlan& plan, const GemmConfig* config, int
                 DType in, bool split_tail_ok = false);
 // Raises unless cfg's tiles over [m, n] fit the per-tile signals (kMaxTileSignals).
 void check_tile_count(const char* op, int64_t m, int64_t n, const GemmConfig& cfg);
+
+// What every op's validated call holds; the op's call type extends it with its shape and its choice.
+struct OpCall {
+    World* world = nullptr;
+    MatrixView a, b, c;
+    cudaStream_t stream = nullptr;
+    OpScale sc;
+    const DeviceFacts* dev = nullptr;
+    int num_sms = 0;  // the SMs the op plans on (plan_sms)
+    bool captured = false;
+    int W = 0;  // world size
+};
+// The validation every op starts with: the World's DeviceFacts (created on its first call), the SMs the call plans on,
+// A, B, C and the products' scale.
+template <class Opts>
+void begin_call(OpCall& x, const char* op, World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c,
+                cudaStream_t stream, const Opts& o, bool captured) {
+    x.world = &world;
+    x.a = a;
+    x.b = b;
+    x.c = c;
+    x.stream = stream;
+    x.captured = captured;
+    x.dev = &device_facts(world, op, captured);
+    x.num_sms = plan_sms(*x.dev, o.num_sms, op);
+    x.W = world.world_size();
+    check_inputs(op, a, b, c);
+    x.sc = scale_of(o);
+    check_scale(op, x.sc);
+}
 
 // Whether `stream` is capturing a CUDA graph; raises if it is and the call's algorithm cannot be replayed
 // (`replayable`). Replayable: the Sequential algorithms (AgProducer / RsAlgo / ArAlgo::Sequential: loom::gemm and the

@@ -30,6 +30,15 @@ char* gemm_into_parity_half(World& world, PartialHalves& partials, const MatrixV
     return half;
 }
 
+kernels::overlap::TileNotifyHookArgs tile_notify_args(uint64_t* tile, uint64_t epoch, int64_t num_n, int32_t shift_m) {
+    kernels::overlap::TileNotifyHookArgs h{};
+    h.tile = tile;
+    h.epoch = epoch;
+    h.num_n = static_cast<int32_t>(num_n);
+    h.shift_m = shift_m;
+    return h;
+}
+
 void prepare_gemm(const char* hooks, const char* header, const MatrixView& a, const MatrixView& c,
                   const GemmConfig& cfg, const OpScale& sc, ScaleAt at) {
     const GemmOptions epilogue = at == ScaleAt::Epilogue ? gemm_options(sc) : GemmOptions{};

@@ -4,9 +4,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <mutex>
 
 #include "loom/jit/jit.hpp"
+#include "loom/kernels/overlap/overlap_params.hpp"
 #include "loom/ops/overlap.hpp"
 #include "ops/gemm/gemm_internal.hpp"
 #include "ops/overlap/common/checks.hpp"
@@ -37,6 +39,21 @@ void launch_gemm(const char* hooks, const char* header, const MatrixView& a, con
     const jit::Kernel& kernel = jit::get_kernel(
         gemm_kernel_spec(run, a.dtype, c.dtype, gemm_kernel_bias(run, c.dtype, epilogue), false, hooks, header));
     kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, hook_args);
+}
+
+// TileNotifyHooks' arguments (gemm_rs's scatter-reduce, gemm_ar's reduce kernel): tile[i] := epoch once the GEMM
+// stored tile i, in the grouped raster rotated by shift_m M-blocks.
+kernels::overlap::TileNotifyHookArgs tile_notify_args(uint64_t* tile, uint64_t epoch, int64_t num_n, int32_t shift_m);
+
+// A communication kernel of `blocks` blocks of `threads` on `side` (the caller forked it), with `args`.
+template <class... Args>
+void launch_on_side(const jit::Kernel& kernel, const SideStream& side, unsigned blocks, unsigned threads,
+                    const Args&... args) {
+    jit::LaunchConfig lc;
+    lc.grid = dim3(blocks);
+    lc.block = dim3(threads);
+    lc.stream = side.stream;
+    kernel(lc, args...);
 }
 
 // Compile (or fetch from the JIT cache) the hooked GEMM that launch_gemm will launch for these operands, so that a

@@ -119,11 +119,33 @@ void* ensure_local(LocalBuffer& buf, std::size_t bytes);
 void fork(SideStream& side, cudaStream_t stream);
 void join(SideStream& side, cudaStream_t stream);
 
+// The common base of an algorithm's state: its symmetric signals (Sig) and symmetric buffer (the algorithm names what
+// it holds), both freed by release(). A state type adds its key, local resources and counters:
+//   struct S final : SignalState<kernels::overlap::SSignals> {
+//       static constexpr const char* kKey = "overlap/<op>/<algorithm>";
+//       explicit S(World& world) : SignalState(world, kKey) {}
+//   };
+template <class Sig>
+struct SignalState : WorldState {
+    SignalState(World& world, const char* key) : sig(world, key) {}
+    void release(World& world) override {
+        buf.release(world);
+        sig.release(world);
+    }
+    SymmetricSignals<Sig> sig;
+    SymmetricBuffer buf;
+};
+
 // The sequential algorithms' partial products: loom::gemm's output in parity halves of one symmetric buffer, the half
 // chosen by the call counter.
 struct PartialHalves {
     SymmetricBuffer buf;
     std::uint64_t calls = 0;  // the calls that wrote a half (the epoch of the current call)
+};
+// The common base of a state that holds only PartialHalves (no signals).
+struct PartialsState : WorldState {
+    void release(World& world) override { partials.buf.release(world); }
+    PartialHalves partials;
 };
 
 }  // namespace loom::overlap

@@ -30,13 +30,13 @@ void gemm_ar_fused(const ArCall& x) {
                kernels::overlap::kMaxTileSignals / 2, num_m * num_n);
     const int64_t slot_bytes = num_m * num_n * cfg.block_m * cfg.block_n * es;
     const std::size_t half_stride =
-        ensure_parity_halves(world, st.recv, static_cast<std::size_t>(std::max(W - 1, 1) * slot_bytes), x.captured);
+        ensure_parity_halves(world, st.buf, static_cast<std::size_t>(std::max(W - 1, 1) * slot_bytes), x.captured);
     const jit::Kernel& kernel =
         jit::get_kernel(gemm_kernel_spec(cfg, x.a.dtype, x.c.dtype, DType::F32, false, kFusedHooks, kArHeader));
 
     // No per-call value: the kernel numbers the call and picks its half (kernels/overlap/gemm_ar.cuh).
     kernels::overlap::ArFusedHookArgs h{};
-    h.recv = static_cast<uint8_t*>(st.recv.p);
+    h.recv = static_cast<uint8_t*>(st.buf.p);
     h.tile_in = &st.sig->tile_in[0][0];
     h.launches = &st.sig->launches;
     h.half_stride = static_cast<int64_t>(half_stride);

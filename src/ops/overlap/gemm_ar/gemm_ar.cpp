@@ -17,18 +17,7 @@ ArCall validate(World& world, const MatrixView& a, const MatrixView& b, const Ma
                 const GemmArOptions& o, bool captured) {
     constexpr const char* op = "gemm_ar";
     ArCall x;
-    x.world = &world;
-    x.a = a;
-    x.b = b;
-    x.c = c;
-    x.stream = stream;
-    x.captured = captured;
-    x.dev = &overlap::device_facts(world, op, captured);
-    x.num_sms = overlap::plan_sms(*x.dev, o.num_sms, op);
-    x.W = world.world_size();
-    overlap::check_inputs(op, a, b, c);
-    x.sc = overlap::scale_of(o);
-    overlap::check_scale(op, x.sc);
+    overlap::begin_call(x, op, world, a, b, c, stream, o, captured);
     x.M = a.rows;
     x.K = a.cols;
     x.N = b.rows;

@@ -51,45 +51,28 @@ inline constexpr int64_t kArMaxM = 128;
 
 // The partial products' halves and their call counter, which the reduce kernel and the sequence share. Symmetric:
 // 2 x M x N of C's type (no signals).
-struct ArPartialsState final : WorldState {
+struct ArPartialsState final : PartialsState {
     static constexpr const char* kKey = "overlap/gemm_ar/partials";
     explicit ArPartialsState(World&) {}
-    void release(World& world) override { partials.buf.release(world); }
-    PartialHalves partials;
 };
 
-// The reduce kernel's signals and side stream (its partials: ArPartialsState). Symmetric: ArReduceSignals (512 KiB).
-struct ArReduceState final : WorldState {
+// The reduce kernel's signals and side stream (its partials: ArPartialsState). Symmetric: ArReduceSignals (512 KiB);
+// buf unused.
+struct ArReduceState final : SignalState<kernels::overlap::ArReduceSignals> {
     static constexpr const char* kKey = "overlap/gemm_ar/reduce_kernel";
-    explicit ArReduceState(World& world) : sig(world, kKey) {}
-    void release(World& world) override { sig.release(world); }
-    SymmetricSignals<kernels::overlap::ArReduceSignals> sig;
+    explicit ArReduceState(World& world) : SignalState(world, kKey) {}
     SideStream side;
 };
 
-// The fused epilogue; the kernel numbers the calls. Symmetric: the receive halves and ArFusedSignals (4 MiB + 128
-// bytes).
-struct ArFusedState final : WorldState {
+// The fused epilogue; the kernel numbers the calls. Symmetric: ArFusedSignals (4 MiB + 128 bytes) and buf, the
+// receive buffer: two parity halves of W - 1 slots.
+struct ArFusedState final : SignalState<kernels::overlap::ArFusedSignals> {
     static constexpr const char* kKey = "overlap/gemm_ar/fused_epilogue";
-    explicit ArFusedState(World& world) : sig(world, kKey) {}
-    void release(World& world) override {
-        recv.release(world);
-        sig.release(world);
-    }
-    SymmetricSignals<kernels::overlap::ArFusedSignals> sig;
-    SymmetricBuffer recv;  // two parity halves of W - 1 slots
+    explicit ArFusedState(World& world) : SignalState(world, kKey) {}
 };
 
 // One call of gemm_ar, validated (gemm_ar.cpp), then chosen (choose_algo).
-struct ArCall {
-    World* world = nullptr;
-    MatrixView a, b, c;
-    cudaStream_t stream = nullptr;
-    OpScale sc;
-    const DeviceFacts* dev = nullptr;
-    int num_sms = 0;  // the SMs the op plans on
-    bool captured = false;
-    int W = 0;
+struct ArCall : OpCall {
     int64_t M = 0, K = 0, N = 0;
     int out_bytes = 0;  // C's element size
     // Chosen:

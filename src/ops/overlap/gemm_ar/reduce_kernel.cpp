@@ -54,19 +54,8 @@ void gemm_ar_reduce_kernel(const ArCall& x) {
     ap.epoch = epoch;
 
     fork(st.side, x.stream);
-    {
-        jit::LaunchConfig lc;
-        lc.grid = dim3(static_cast<unsigned>(x.plan.comm_blocks));
-        lc.block = dim3(256);
-        lc.stream = st.side.stream;
-        const Ctx ctx = world.ctx();
-        reduce_kernel(lc, ctx, ap);
-    }
-    kernels::overlap::TileNotifyHookArgs h{};
-    h.tile = st.sig->tile;
-    h.epoch = epoch;
-    h.num_n = static_cast<int32_t>(num_n);
-    h.shift_m = 0;
+    launch_on_side(reduce_kernel, st.side, static_cast<unsigned>(x.plan.comm_blocks), 256, world.ctx(), ap);
+    const kernels::overlap::TileNotifyHookArgs h = tile_notify_args(st.sig->tile, epoch, num_n, 0);
     launch_gemm(kNotifyHooks, kArHeader, x.a, x.b, pview, cfg, x.num_sms, x.stream, h, x.sc, ScaleAt::Epilogue);
     join(st.side, x.stream);
 }

@@ -61,11 +61,11 @@ const jit::Kernel& fused_kernel(const RsCall& x, const GemmConfig& cfg) {
 void fused_sm(const RsCall& x, const GemmConfig& cfg, const FusedShape& f) {
     RsFusedSmState& st = op_state<RsFusedSmState>(*x.world, "gemm_rs", x.captured);
     const int64_t half_stride = static_cast<int64_t>(
-        ensure_parity_halves(*x.world, st.scratch, static_cast<std::size_t>(f.half_bytes), x.captured));
+        ensure_parity_halves(*x.world, st.buf, static_cast<std::size_t>(f.half_bytes), x.captured));
     const jit::Kernel& kernel = fused_kernel(x, cfg);
     // No per-call value: the kernel numbers the call and picks its half (kernels/overlap/gemm_rs.cuh).
     kernels::overlap::RsFusedHookArgs h = fused_args(x, f, cfg, &st.sig->tile_in[0][0]);
-    h.scratch = static_cast<uint8_t*>(st.scratch.p);
+    h.scratch = static_cast<uint8_t*>(st.buf.p);
     h.launches = &st.sig->launches;
     h.half_stride = half_stride;
     const GemmSm90Launch l = gemm_sm90_launch(x.a, x.b, x.c, gemm_options(x.sc), cfg, x.num_sms, x.stream);
@@ -105,11 +105,11 @@ void enqueue_copies(World& world, RsFusedCeState& st, const kernels::overlap::Rs
 void fused_ce(const RsCall& x, const GemmConfig& cfg, const FusedShape& f, std::size_t ce_chunk_bytes) {
     RsFusedCeState& st = op_state<RsFusedCeState>(*x.world, "gemm_rs", x.captured);
     const int64_t half_stride = static_cast<int64_t>(
-        ensure_parity_halves(*x.world, st.scratch, static_cast<std::size_t>(f.half_bytes), x.captured));
+        ensure_parity_halves(*x.world, st.buf, static_cast<std::size_t>(f.half_bytes), x.captured));
     const jit::Kernel& kernel = fused_kernel(x, cfg);
     kernels::overlap::RsFusedHookArgs h = fused_args(x, f, cfg, &st.sig->tile_in[0][0]);
     const uint64_t epoch = ++st.calls;
-    h.scratch = static_cast<uint8_t*>(st.scratch.p) + static_cast<int64_t>(epoch % 2) * half_stride;
+    h.scratch = static_cast<uint8_t*>(st.buf.p) + static_cast<int64_t>(epoch % 2) * half_stride;
     h.epoch = epoch;
     const GemmSm90Launch l = gemm_sm90_launch(x.a, x.b, x.c, gemm_options(x.sc), cfg, x.num_sms, x.stream);
     const int64_t tile_bytes = int64_t(cfg.block_m) * cfg.block_n * x.out_bytes;

@@ -52,7 +52,7 @@ void gemm_rs_pull(const RsCall& x) {
     const int32_t bpr = static_cast<int32_t>(x.rows_seg / cfg.block_m);
     groups_inside_bands(cfg, bpr);  // raster groups inside a band (rs_pull_tile_order)
     const int64_t half_stride = static_cast<int64_t>(ensure_parity_halves(
-        *x.world, st.partials, static_cast<std::size_t>(x.M * x.N) * static_cast<std::size_t>(x.out_bytes)));
+        *x.world, st.buf, static_cast<std::size_t>(x.M * x.N) * static_cast<std::size_t>(x.out_bytes)));
     jit::KernelSpec spec = gemm_kernel_spec(cfg, x.a.dtype, x.c.dtype, gemm_kernel_bias(cfg, x.c.dtype, GemmOptions{}),
                                             false, kPullHooks, kRsPullHeader);
     // A diagnostic call's (x.diag) kernel: bits 1 and 2 give wrong results; bit 4 hands every part to the finish
@@ -67,7 +67,7 @@ void gemm_rs_pull(const RsCall& x) {
     if (fresh) LOOM_CHECK_CUDA(cudaMemsetAsync(leftover, 0, 4 * sizeof(uint32_t), x.stream));
 
     const uint64_t epoch = ++st.calls;
-    uint8_t* const partial = static_cast<uint8_t*>(st.partials.p) + static_cast<int64_t>(epoch % 2) * half_stride;
+    uint8_t* const partial = static_cast<uint8_t*>(st.buf.p) + static_cast<int64_t>(epoch % 2) * half_stride;
     kernels::overlap::RsPullHookArgs h = pull_args(x, cfg, bpr);
     h.partial = partial;
     h.tile_in = &st.sig->tile_in[0][0];

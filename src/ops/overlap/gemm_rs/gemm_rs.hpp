@@ -83,86 +83,54 @@ inline constexpr const char* kRsHeader = "loom/kernels/overlap/gemm_rs.cuh";
 inline constexpr const char* kRsPullHeader = "loom/kernels/overlap/gemm_rs_pull.cuh";
 
 // The sequence's state: its partial products' halves (no signals). Symmetric: 2 x M x N of C's type.
-struct RsSequentialState final : WorldState {
+struct RsSequentialState final : PartialsState {
     static constexpr const char* kKey = "overlap/gemm_rs/sequential";
     explicit RsSequentialState(World&) {}
-    void release(World& world) override { partials.buf.release(world); }
-    PartialHalves partials;
 };
 
 // The fused epilogue with the SM transport; the kernel numbers the calls (RsFusedSmSignals::launches), so they replay
-// from a CUDA graph. Symmetric: the scratch halves and RsFusedSmSignals (4 MiB + 128 bytes).
-struct RsFusedSmState final : WorldState {
+// from a CUDA graph. Symmetric: RsFusedSmSignals (4 MiB + 128 bytes) and buf, the scratch: two parity halves of W - 1
+// slots.
+struct RsFusedSmState final : SignalState<kernels::overlap::RsFusedSmSignals> {
     static constexpr const char* kKey = "overlap/gemm_rs/fused_epilogue_sm";
-    explicit RsFusedSmState(World& world) : sig(world, kKey) {}
-    void release(World& world) override {
-        scratch.release(world);
-        sig.release(world);
-    }
-    SymmetricSignals<kernels::overlap::RsFusedSmSignals> sig;
-    SymmetricBuffer scratch;  // two parity halves of W - 1 slots
+    explicit RsFusedSmState(World& world) : SignalState(world, kKey) {}
 };
 
 // The fused epilogue with the copy-engine transport: its stream operations carry the host's call number. Symmetric:
-// the scratch halves and RsFusedCeSignals (4.5 MiB); local: the outbox.
-struct RsFusedCeState final : WorldState {
+// RsFusedCeSignals (4.5 MiB) and buf, the scratch: two parity halves of W - 1 slots.
+struct RsFusedCeState final : SignalState<kernels::overlap::RsFusedCeSignals> {
     static constexpr const char* kKey = "overlap/gemm_rs/fused_epilogue_ce";
-    explicit RsFusedCeState(World& world) : sig(world, kKey) {}
-    void release(World& world) override {
-        scratch.release(world);
-        sig.release(world);
-    }
-    SymmetricSignals<kernels::overlap::RsFusedCeSignals> sig;
-    SymmetricBuffer scratch;  // two parity halves of W - 1 slots
-    LocalBuffer outbox;       // [W][slot_bytes]
-    SideStream side;          // the copies
-    uint64_t calls = 0;       // this transport's calls on the World (the epoch of the current call)
+    explicit RsFusedCeState(World& world) : SignalState(world, kKey) {}
+    LocalBuffer outbox;  // [W][slot_bytes]
+    SideStream side;     // the copies
+    uint64_t calls = 0;  // this transport's calls on the World (the epoch of the current call)
     // RsFusedCeSignals::stored[lead] (tiles of that chunk stored to the outbox, cumulative over calls) once the
     // current call's GEMM is done.
     std::vector<uint64_t> stored_total;
 };
 
-// The fused pull. Symmetric: the partial products' halves and RsPullSignals (4 MiB); local: the reducers' leftover
-// lists.
-struct RsPullState final : WorldState {
+// The fused pull. Symmetric: RsPullSignals (4 MiB) and buf, the partial products: two parity halves of [M, N]; local:
+// the reducers' leftover lists.
+struct RsPullState final : SignalState<kernels::overlap::RsPullSignals> {
     static constexpr const char* kKey = "overlap/gemm_rs/fused_pull";
-    explicit RsPullState(World& world) : sig(world, kKey) {}
-    void release(World& world) override {
-        partials.release(world);
-        sig.release(world);
-    }
-    SymmetricSignals<kernels::overlap::RsPullSignals> sig;
-    SymmetricBuffer partials;  // two parity halves of [M, N]
-    LocalBuffer leftover;      // kRsPullLeftoverWords
-    uint64_t calls = 0;        // the fused pull's calls on the World (the epoch of the current call)
+    explicit RsPullState(World& world) : SignalState(world, kKey) {}
+    LocalBuffer leftover;  // kRsPullLeftoverWords
+    uint64_t calls = 0;    // the fused pull's calls on the World (the epoch of the current call)
 };
 
-// The scatter-reduce. Symmetric: the scratch and RsScatterSignals (4.5 MiB); local: the partial product.
-struct RsScatterState final : WorldState {
+// The scatter-reduce. Symmetric: RsScatterSignals (4.5 MiB) and buf, the scratch [W][M / W][N]; local: the partial
+// product.
+struct RsScatterState final : SignalState<kernels::overlap::RsScatterSignals> {
     static constexpr const char* kKey = "overlap/gemm_rs/scatter_reduce";
-    explicit RsScatterState(World& world) : sig(world, kKey) {}
-    void release(World& world) override {
-        scratch.release(world);
-        sig.release(world);
-    }
-    SymmetricSignals<kernels::overlap::RsScatterSignals> sig;
-    SymmetricBuffer scratch;  // [W][M / W][N]
-    LocalBuffer partial;      // [M, N]
+    explicit RsScatterState(World& world) : SignalState(world, kKey) {}
+    LocalBuffer partial;  // [M, N]
     SideStream side;
     uint64_t calls = 0;        // the scatter-reduce's calls on the World (the epoch of the current call)
     uint64_t freed_total = 0;  // RsScatterSignals::freed a peer reaches once it finished the last call
 };
 
 // One call of gemm_rs, validated (gemm_rs.cpp), then chosen (choose_algo).
-struct RsCall {
-    World* world = nullptr;
-    MatrixView a, b, c;
-    cudaStream_t stream = nullptr;
-    OpScale sc;
-    const DeviceFacts* dev = nullptr;
-    int num_sms = 0;  // the SMs the op plans on
-    bool captured = false;
-    int W = 0;
+struct RsCall : OpCall {
     int64_t M = 0, K = 0, N = 0, rows_seg = 0;  // rows_seg = M / W
     int out_bytes = 0;                          // C's element size
     int diag = 0;                               // gemm_rs_diagnostic's bits (0: the shipping kernels)

@@ -39,8 +39,8 @@ void gemm_rs_scatter(const RsCall& x) {
     RsScatterState& st = op_state<RsScatterState>(world, "gemm_rs");
     const GemmConfig& cfg = x.plan.gemm;
     const std::size_t full_bytes = static_cast<std::size_t>(x.M * x.N) * dtype_size(x.c.dtype);
-    void* scratch = ensure_symmetric(world, st.scratch, full_bytes);  // [W][M / W][N]
-    void* partial = ensure_local(st.partial, full_bytes);             // [M, N]
+    void* scratch = ensure_symmetric(world, st.buf, full_bytes);  // [W][M / W][N]
+    void* partial = ensure_local(st.partial, full_bytes);         // [M, N]
     const MatrixView pview{partial, x.c.dtype, x.M, x.N, 0};
 
     jit::KernelSpec spec;
@@ -60,19 +60,9 @@ void gemm_rs_scatter(const RsCall& x) {
     st.freed_total += static_cast<uint64_t>(P);
 
     fork(st.side, x.stream);
-    {
-        jit::LaunchConfig lc;
-        lc.grid = dim3(static_cast<unsigned>(P));
-        lc.block = dim3(kernels::overlap::kScatterReduceThreads);
-        lc.stream = st.side.stream;
-        const Ctx ctx = world.ctx();
-        scatter_kernel(lc, ctx, rp);
-    }
-    kernels::overlap::TileNotifyHookArgs h{};
-    h.tile = st.sig->tile;
-    h.epoch = epoch;
-    h.num_n = static_cast<int32_t>(num_n);
-    h.shift_m = rp.shift_m;
+    launch_on_side(scatter_kernel, st.side, static_cast<unsigned>(P), kernels::overlap::kScatterReduceThreads,
+                   world.ctx(), rp);
+    const kernels::overlap::TileNotifyHookArgs h = tile_notify_args(st.sig->tile, epoch, num_n, rp.shift_m);
     launch_gemm(kNotifyHooks, kRsHeader, x.a, x.b, pview, cfg, x.num_sms, x.stream, h, x.sc, ScaleAt::Epilogue);
     join(st.side, x.stream);
 }
