@@ -174,7 +174,7 @@ concept SideWarps = requires(const H& h, int thread) {
 // mainloop, for AccEpilogue policies (they send and sum the accumulators themselves) and for policies that ask for it
 // with `static constexpr bool kScalesAccumulators = true` (AgGemmHooks: its 128 x 256 fp32-output epilogue spilled
 // with a runtime scale); in the affine epilogue otherwise. The host launchers mirror the choice
-// (src/ops/overlap/overlap_state.hpp: ScaleAt).
+// (src/ops/overlap/common/hooked_gemm.hpp: ScaleAt).
 template <class H>
 concept ScalesAccumulators = AccEpilogue<H> || requires {
     requires H::kScalesAccumulators;

@@ -184,7 +184,7 @@ void gemm_complete_config(GemmConfig& c, int64_t m, int64_t n, int num_sms);
 GemmConfig gemm_config_for(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o,
                            const GemmDevice& dev, cudaStream_t stream, std::string* source);
 
-// Set on this thread while an overlapped op's candidates are timed (src/ops/overlap/overlap_tune.cpp): loom::gemm calls
+// Set on this thread while an overlapped op's candidates are timed (src/ops/overlap/common/tune.cpp): loom::gemm calls
 // made by those candidates (the sequential algorithms' GEMM) then take the heuristic, neither timing nor remembering
 // anything — a rank whose GEMM key was already decided would otherwise skip a tuning its peers run, and wait for them
 // inside the collective part for seconds.
