@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/child_process.hpp"
 #include "jit/backends.hpp"
 #include "jit/sha256.hpp"
 #include "jit/toolchain.hpp"
@@ -342,40 +343,29 @@ TEST_F(JitCache, NvshmemDeviceLinkProducesLinkedCubin) {
     EXPECT_TRUE(loom::jit::compile(s, 90).from_cache);
 }
 
-// One child of ConcurrentWritersLeaveOneEntry: compiles the shared spec into the cache its environment names.
-TEST(JitConcurrentChild, Compile) {
-    if (!std::getenv("LOOM_JIT_TEST_CHILD")) GTEST_SKIP() << "run by JitCache.ConcurrentWritersLeaveOneEntry";
-    loom::jit::KernelSpec s;
-    s.header = kKernels + "/jit_add.cuh";
-    s.name = "jit_test::add_n";
-    s.template_args = {"11", "float"};
-    auto r = loom::jit::compile(s, 90);
-    ASSERT_FALSE(r.cubin.empty());
-}
-
 TEST_F(JitCache, ConcurrentWritersLeaveOneEntry) {
-    // The children read their settings from this environment, plus the cache directory and the child marker.
-    std::vector<std::string> env_strings{"LOOM_JIT_TEST_CHILD=1", "LOOM_CACHE_DIR=" + dir_.string()};
+    // Eight loom_test_child jit-cache-writer processes compile one spec into this cache at once; their settings come
+    // from this environment plus the cache directory.
+    std::vector<std::string> env_strings{"LOOM_CACHE_DIR=" + dir_.string()};
     for (char** e = environ; *e; ++e) {
         const std::string_view v(*e);
-        if (!v.starts_with("LOOM_JIT_TEST_CHILD=") && !v.starts_with("LOOM_CACHE_DIR=") &&
-            !v.starts_with("LOOM_JIT_COMPILER="))
-            env_strings.emplace_back(v);
+        if (!v.starts_with("LOOM_CACHE_DIR=") && !v.starts_with("LOOM_JIT_COMPILER=")) env_strings.emplace_back(v);
     }
     std::vector<char*> envp;
     for (auto& e : env_strings) envp.push_back(e.data());
     envp.push_back(nullptr);
     std::vector<pid_t> pids;
     for (int i = 0; i < 8; ++i) {
-        std::vector<std::string> args{"/proc/self/exe", "--gtest_filter=JitConcurrentChild.Compile"};
+        const std::string helper = loom::test::child_helper_path();
+        std::vector<std::string> args{helper, "jit-cache-writer"};
         std::vector<char*> argv;
         for (auto& a : args) argv.push_back(a.data());
         argv.push_back(nullptr);
-        posix_spawn_file_actions_t quiet;  // the children's GoogleTest output would only clutter the log
+        posix_spawn_file_actions_t quiet;  // the children's output would only clutter the log
         posix_spawn_file_actions_init(&quiet);
         posix_spawn_file_actions_addopen(&quiet, 1, "/dev/null", O_WRONLY, 0);
         pid_t pid = -1;
-        int rc = posix_spawn(&pid, "/proc/self/exe", &quiet, nullptr, argv.data(), envp.data());
+        int rc = posix_spawn(&pid, helper.c_str(), &quiet, nullptr, argv.data(), envp.data());
         posix_spawn_file_actions_destroy(&quiet);
         ASSERT_EQ(rc, 0);
         pids.push_back(pid);
