@@ -7,6 +7,10 @@
 namespace loom::coll {
 
 void check_buffer(const char* op, const char* which, const BufferView& b) {
+    // First: every later check and size computation divides or multiplies by the element size.
+    LOOM_CHECK(dtype_size(b.dtype) > 0,
+               "{}: expected {} of a known dtype (f32, f16, bf16, f8e4m3, i32, i64, u8), given DType value {}", op,
+               which, static_cast<int>(b.dtype));
     LOOM_CHECK(b.count > 0, "{}: expected {} to hold at least one element, given count 0", op, which);
     LOOM_CHECK(b.data != nullptr, "{}: expected a device pointer for {}, given nullptr", op, which);
     const auto a = reinterpret_cast<std::uintptr_t>(b.data);
