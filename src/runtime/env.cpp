@@ -257,12 +257,4 @@ std::chrono::milliseconds env_ms(const EnvLookup& env, const char* name, std::ch
     return std::chrono::milliseconds(*n);
 }
 
-std::optional<std::string> env_str(const char* name) { return get(process_env(), name); }
-long long env_int(const char* name, long long fallback) { return env_int(process_env(), name, fallback); }
-bool env_flag(const char* name) { return env_flag(process_env(), name); }
-std::size_t env_bytes(const char* name, std::size_t fallback) { return env_bytes(process_env(), name, fallback); }
-std::chrono::milliseconds env_ms(const char* name, std::chrono::milliseconds fallback) {
-    return env_ms(process_env(), name, fallback);
-}
-
 }  // namespace loom

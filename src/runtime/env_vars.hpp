@@ -20,11 +20,4 @@ bool env_flag(const EnvLookup& env, const char* name);
 std::size_t env_bytes(const EnvLookup& env, const char* name, std::size_t fallback);
 std::chrono::milliseconds env_ms(const EnvLookup& env, const char* name, std::chrono::milliseconds fallback);
 
-// The same on the process's environment, read at each call.
-std::optional<std::string> env_str(const char* name);
-long long env_int(const char* name, long long fallback);
-bool env_flag(const char* name);
-std::size_t env_bytes(const char* name, std::size_t fallback);
-std::chrono::milliseconds env_ms(const char* name, std::chrono::milliseconds fallback);
-
 }  // namespace loom
