@@ -141,6 +141,7 @@ set(LOOM_SOURCES
     src/runtime/store_server.cpp
     src/runtime/stream_ops.cpp
     src/runtime/symmetric_heap.cpp
+    src/runtime/symmetric_zeroed.cpp
     src/runtime/tma.cpp
     src/runtime/world.cpp
 )

@@ -4,6 +4,7 @@
 
 #include "loom/runtime/error.hpp"
 #include "ops/collectives/coll_state.hpp"
+#include "runtime/symmetric_zeroed.hpp"
 
 namespace loom::coll {
 
@@ -11,10 +12,7 @@ using kernels::coll::kLLPacketsPerBlock;
 using kernels::coll::kMaxLLBlocks;
 
 LLArea::LLArea(World& world) : bytes(std::size_t(2) * kMaxLLBlocks * world.world_size() * kLLPacketsPerBlock * 16) {
-    data = world.alloc<char>(bytes);
-    LOOM_CHECK_CUDA(cudaMemset(data, 0, bytes));
-    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
-    world.barrier("loom/coll/ll");  // every rank's area is zeroed before any peer writes a packet into it
+    data = detail::alloc_zeroed<char>(world, bytes);
 }
 
 void LLArea::release(World& world) {

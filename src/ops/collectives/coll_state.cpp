@@ -6,6 +6,7 @@
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/settings.hpp"
 #include "loom/runtime/stream_ops.hpp"
+#include "runtime/symmetric_zeroed.hpp"
 
 namespace loom::coll {
 
@@ -45,12 +46,9 @@ Core::Core(World& world) {
                world.world_size(), world.local_world_size());
     LOOM_CHECK(world.local_world_size() <= kMaxLocalPeers, "collectives: expected at most {} ranks per node, given {}",
                kMaxLocalPeers, world.local_world_size());
-    sync = world.alloc<SyncState>(1);
-    LOOM_CHECK_CUDA(cudaMemset(sync, 0, sizeof(SyncState)));
-    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+    sync = detail::alloc_zeroed<SyncState>(world, 1);
     budget.topo = collective_topology(world);
     plan_sms(world, budget);
-    world.barrier("loom/coll/core");  // every rank's sync block is zeroed before any peer signals into it
 }
 
 void Core::release(World& world) { world.free(sync); }

@@ -22,6 +22,7 @@
 #include "loom/runtime/stream_ops.hpp"
 #include "ops/collectives/all_gather/algorithms.hpp"
 #include "ops/collectives/copy_engine.hpp"
+#include "runtime/symmetric_zeroed.hpp"
 
 namespace loom::coll {
 
@@ -36,12 +37,7 @@ constexpr std::size_t kSmSharePercent = 15;
 // of eager calls (rows 0, 1), of captured calls (rows 2, 3).
 struct PushCeSignals final : WorldState {
     static constexpr const char* kKey = "collectives/all_gather/push_ce";
-    explicit PushCeSignals(World& world) {
-        sig = world.alloc<std::uint64_t>(4 * kMaxLocalPeers);
-        LOOM_CHECK_CUDA(cudaMemset(sig, 0, 4 * kMaxLocalPeers * sizeof(std::uint64_t)));
-        LOOM_CHECK_CUDA(cudaDeviceSynchronize());
-        world.barrier("loom/coll/all_gather/push_ce");  // zeroed on every rank before any peer signals into it
-    }
+    explicit PushCeSignals(World& world) { sig = detail::alloc_zeroed<std::uint64_t>(world, 4 * kMaxLocalPeers); }
     void release(World& world) override { world.free(sig); }
 
     std::uint64_t* sig = nullptr;

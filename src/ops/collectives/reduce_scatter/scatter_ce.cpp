@@ -15,6 +15,7 @@
 #include "ops/collectives/barrier.hpp"
 #include "ops/collectives/copy_engine.hpp"
 #include "ops/collectives/reduce_scatter/algorithms.hpp"
+#include "runtime/symmetric_zeroed.hpp"
 
 namespace loom::coll {
 
@@ -24,12 +25,7 @@ namespace {
 // (row 1), zeroed when created and reset to 0 at the end of every call.
 struct ScatterCeSignals final : WorldState {
     static constexpr const char* kKey = "collectives/reduce_scatter/scatter_ce";
-    explicit ScatterCeSignals(World& world) {
-        sig = world.alloc<std::uint64_t>(2 * kMaxLocalPeers);
-        LOOM_CHECK_CUDA(cudaMemset(sig, 0, 2 * kMaxLocalPeers * sizeof(std::uint64_t)));
-        LOOM_CHECK_CUDA(cudaDeviceSynchronize());
-        world.barrier("loom/coll/reduce_scatter/scatter_ce");  // zeroed on every rank before any peer signals into it
-    }
+    explicit ScatterCeSignals(World& world) { sig = detail::alloc_zeroed<std::uint64_t>(world, 2 * kMaxLocalPeers); }
     void release(World& world) override { world.free(sig); }
 
     std::uint64_t* sig = nullptr;

@@ -53,7 +53,7 @@ inline constexpr const char* kAgHeader = "loom/kernels/overlap/ag_gemm.cuh";
 // Symmetric: AgGatherSignals (136 bytes) and buf, the gather buffer [M, K].
 struct AgGatherState final : SignalState<kernels::overlap::AgGatherSignals> {
     static constexpr const char* kKey = "overlap/ag_gemm/gather";
-    explicit AgGatherState(World& world) : SignalState(world, kKey) {}
+    explicit AgGatherState(World& world) : SignalState(world) {}
     SideStream side;
     uint64_t calls = 0;          // the producers' calls on this World (the epoch of the current call)
     uint64_t chunk_total = 0;    // target of chunk after the current call
@@ -64,7 +64,7 @@ struct AgGatherState final : SignalState<kernels::overlap::AgGatherSignals> {
 // rank's shard.
 struct AgDirectState final : SignalState<kernels::overlap::AgDirectSignals> {
     static constexpr const char* kKey = "overlap/ag_gemm/direct";
-    explicit AgDirectState(World& world) : SignalState(world, kKey) {}
+    explicit AgDirectState(World& world) : SignalState(world) {}
     uint64_t calls = 0;        // the direct producer's calls on this World (the epoch of the current call)
     uint64_t chunk_total = 0;  // target of chunk after the current call
 };

@@ -51,12 +51,6 @@ int plan_sms(const DeviceFacts& dev, int requested, const char* op) {
     return sms;
 }
 
-void zero_symmetric_signals(World& world, void* p, std::size_t bytes, const char* key) {
-    LOOM_CHECK_CUDA(cudaMemset(p, 0, bytes));
-    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
-    world.barrier(std::string("loom/overlap/state/") + key);  // every rank's signals are zero before any peer writes
-}
-
 void SymmetricBuffer::release(World& world) {
     if (p) world.free(p);
     p = nullptr;

@@ -17,6 +17,7 @@
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/world.hpp"
 #include "loom/runtime/world_state.hpp"
+#include "runtime/symmetric_zeroed.hpp"
 
 namespace loom {
 
@@ -59,15 +60,12 @@ const DeviceFacts& device_facts(World& world, const char* op, bool captured = fa
 // communication blocks).
 int plan_sms(const DeviceFacts& dev, int requested, const char* op);
 
-// An algorithm's symmetric signals: one Sig in the symmetric heap, zeroed once. Creating them meets every rank after
-// zeroing, so no peer writes a rank's signals before they are zero. Freed by release() (the state's).
-void zero_symmetric_signals(World& world, void* p, std::size_t bytes, const char* key);
+// An algorithm's symmetric signals: one Sig in the symmetric heap, zeroed once (detail::alloc_zeroed: no peer writes a
+// rank's signals before they are zero). Freed by release() (the state's).
 template <class Sig>
 struct SymmetricSignals {
     Sig* p = nullptr;
-    SymmetricSignals(World& world, const char* key) : p(world.alloc<Sig>(1)) {
-        zero_symmetric_signals(world, p, sizeof(Sig), key);
-    }
+    explicit SymmetricSignals(World& world) : p(detail::alloc_zeroed<Sig>(world, 1)) {}
     Sig* operator->() const { return p; }
     void release(World& world) {
         if (p) world.free(p);
@@ -123,11 +121,11 @@ void join(SideStream& side, cudaStream_t stream);
 // it holds), both freed by release(). A state type adds its key, local resources and counters:
 //   struct S final : SignalState<kernels::overlap::SSignals> {
 //       static constexpr const char* kKey = "overlap/<op>/<algorithm>";
-//       explicit S(World& world) : SignalState(world, kKey) {}
+//       explicit S(World& world) : SignalState(world) {}
 //   };
 template <class Sig>
 struct SignalState : WorldState {
-    SignalState(World& world, const char* key) : sig(world, key) {}
+    explicit SignalState(World& world) : sig(world) {}
     void release(World& world) override {
         buf.release(world);
         sig.release(world);

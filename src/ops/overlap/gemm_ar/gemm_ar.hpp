@@ -60,7 +60,7 @@ struct ArPartialsState final : PartialsState {
 // buf unused.
 struct ArReduceState final : SignalState<kernels::overlap::ArReduceSignals> {
     static constexpr const char* kKey = "overlap/gemm_ar/reduce_kernel";
-    explicit ArReduceState(World& world) : SignalState(world, kKey) {}
+    explicit ArReduceState(World& world) : SignalState(world) {}
     SideStream side;
 };
 
@@ -68,7 +68,7 @@ struct ArReduceState final : SignalState<kernels::overlap::ArReduceSignals> {
 // receive buffer: two parity halves of W - 1 slots.
 struct ArFusedState final : SignalState<kernels::overlap::ArFusedSignals> {
     static constexpr const char* kKey = "overlap/gemm_ar/fused_epilogue";
-    explicit ArFusedState(World& world) : SignalState(world, kKey) {}
+    explicit ArFusedState(World& world) : SignalState(world) {}
 };
 
 // One call of gemm_ar, validated (gemm_ar.cpp), then chosen (choose_algo).

@@ -93,14 +93,14 @@ struct RsSequentialState final : PartialsState {
 // slots.
 struct RsFusedSmState final : SignalState<kernels::overlap::RsFusedSmSignals> {
     static constexpr const char* kKey = "overlap/gemm_rs/fused_epilogue_sm";
-    explicit RsFusedSmState(World& world) : SignalState(world, kKey) {}
+    explicit RsFusedSmState(World& world) : SignalState(world) {}
 };
 
 // The fused epilogue with the copy-engine transport: its stream operations carry the host's call number. Symmetric:
 // RsFusedCeSignals (4.5 MiB) and buf, the scratch: two parity halves of W - 1 slots.
 struct RsFusedCeState final : SignalState<kernels::overlap::RsFusedCeSignals> {
     static constexpr const char* kKey = "overlap/gemm_rs/fused_epilogue_ce";
-    explicit RsFusedCeState(World& world) : SignalState(world, kKey) {}
+    explicit RsFusedCeState(World& world) : SignalState(world) {}
     LocalBuffer outbox;  // [W][slot_bytes]
     SideStream side;     // the copies
     uint64_t calls = 0;  // this transport's calls on the World (the epoch of the current call)
@@ -113,7 +113,7 @@ struct RsFusedCeState final : SignalState<kernels::overlap::RsFusedCeSignals> {
 // the reducers' leftover lists.
 struct RsPullState final : SignalState<kernels::overlap::RsPullSignals> {
     static constexpr const char* kKey = "overlap/gemm_rs/fused_pull";
-    explicit RsPullState(World& world) : SignalState(world, kKey) {}
+    explicit RsPullState(World& world) : SignalState(world) {}
     LocalBuffer leftover;  // kRsPullLeftoverWords
     uint64_t calls = 0;    // the fused pull's calls on the World (the epoch of the current call)
 };
@@ -122,7 +122,7 @@ struct RsPullState final : SignalState<kernels::overlap::RsPullSignals> {
 // product.
 struct RsScatterState final : SignalState<kernels::overlap::RsScatterSignals> {
     static constexpr const char* kKey = "overlap/gemm_rs/scatter_reduce";
-    explicit RsScatterState(World& world) : SignalState(world, kKey) {}
+    explicit RsScatterState(World& world) : SignalState(world) {}
     LocalBuffer partial;  // [M, N]
     SideStream side;
     uint64_t calls = 0;        // the scatter-reduce's calls on the World (the epoch of the current call)
