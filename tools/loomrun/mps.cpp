@@ -63,6 +63,7 @@ int run_control(const std::string& control, const std::vector<std::string>& args
     pid_t pid = ::fork();
     if (pid < 0) return -1;
     if (pid == 0) {
+        ::signal(SIGPIPE, SIG_DFL);  // loomrun ignores it; the daemon started from here keeps the default
         ::setenv("CUDA_MPS_PIPE_DIRECTORY", pipe_dir.c_str(), 1);
         ::setenv("CUDA_MPS_LOG_DIRECTORY", log_dir.c_str(), 1);
         ::dup2(in[0], 0);
