@@ -186,13 +186,20 @@ RankInfo rank_info_from_env(const EnvLookup& env) {
                    "expected LOOM_MASTER_ADDR or MASTER_ADDR (the host of rank 0)",
                    nodes, info.world_size, info.local_world_size, info.source);
     }
-    for (const char* name : {"LOOM_MASTER_PORT", "MASTER_PORT"}) {
-        if (auto p = get(env, name)) {
-            auto v = to_ll(*p);
-            LOOM_CHECK(v && *v >= 0 && *v <= 65535, "{}: expected a TCP port in [0, 65535], given \"{}\"", name, *p);
-            info.master_port = static_cast<int>(*v);
-            break;
-        }
+    // MASTER_PORT is torch.distributed's: under torchrun its store already listens there (and a torch script under
+    // mpirun or loomrun binds it), so Loom's store takes the next port.
+    if (auto p = get(env, "LOOM_MASTER_PORT")) {
+        auto v = to_ll(*p);
+        LOOM_CHECK(v && *v >= 0 && *v <= 65535, "LOOM_MASTER_PORT: expected a TCP port in [0, 65535], given \"{}\"",
+                   *p);
+        info.master_port = static_cast<int>(*v);
+    } else if (auto m = get(env, "MASTER_PORT")) {
+        auto v = to_ll(*m);
+        LOOM_CHECK(v && *v >= 1 && *v <= 65534,
+                   "MASTER_PORT: expected a TCP port in [1, 65534] (Loom's store takes MASTER_PORT + 1; "
+                   "LOOM_MASTER_PORT sets it directly), given \"{}\"",
+                   *m);
+        info.master_port = static_cast<int>(*v) + 1;
     }
     if (auto d = get(env, "LOOM_DEVICE")) {
         auto v = to_ll(*d);

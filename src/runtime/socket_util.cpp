@@ -77,8 +77,10 @@ int tcp_listen(const std::string& addr, int port, int* bound_port) {
     if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
         int err = errno;
         ::close(fd);
-        LOOM_CHECK(err != EADDRINUSE, "{}:{} is in use; set LOOM_MASTER_PORT (or MASTER_PORT) to a free port", addr,
-                   port);
+        LOOM_CHECK(err != EADDRINUSE,
+                   "{}:{} is in use; set LOOM_MASTER_PORT to a free port (Loom's store port; without it the store "
+                   "takes MASTER_PORT + 1, else 29500)",
+                   addr, port);
         LOOM_FAIL("cannot bind the store to {}:{}: {}", addr, port, std::strerror(err));
     }
     if (::listen(fd, 1024) != 0) {

@@ -16,7 +16,7 @@ int ms_left(Clock::time_point deadline);
 // Listens on (addr, port); addr is resolved as IPv4 and a loopback address binds only loopback, any other
 // address binds every interface (the name may resolve differently on other hosts). port 0 picks a free port.
 // Returns the listening fd (non-blocking, close-on-exec) and the bound port. A busy port raises
-// "addr:port is in use; set LOOM_MASTER_PORT ...".
+// "addr:port is in use; set LOOM_MASTER_PORT to a free port ...".
 int tcp_listen(const std::string& addr, int port, int* bound_port);
 
 // One connection attempt bounded by `deadline`; returns the fd (blocking, close-on-exec, TCP_NODELAY) or -1

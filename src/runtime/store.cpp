@@ -59,7 +59,7 @@ struct Store::Impl {
             auto now = Clock::now();
             LOOM_CHECK(now < deadline,
                        "rank {} could not connect to the {} within {} ms ({} attempts, last error: {}); is rank 0 "
-                       "running, and are LOOM_MASTER_ADDR/LOOM_MASTER_PORT (or MASTER_ADDR/MASTER_PORT) right?",
+                       "running, and are LOOM_MASTER_ADDR/LOOM_MASTER_PORT (or MASTER_ADDR/MASTER_PORT + 1) right?",
                        rank, where(), timeout.count(), attempts, why);
             std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
             backoff = std::min(backoff * 2, std::chrono::milliseconds(500));

@@ -99,7 +99,7 @@ TEST(Env, Torchrun) {
     EXPECT_EQ(info.node, 1);
     EXPECT_EQ(info.local_rank, 2);
     EXPECT_EQ(info.master_addr, "10.0.0.1");
-    EXPECT_EQ(info.master_port, 29501);
+    EXPECT_EQ(info.master_port, 29502) << "MASTER_PORT is torchrun's store; Loom's takes the next port";
 }
 
 TEST(Env, OpenMpi) {
@@ -191,7 +191,13 @@ TEST(Env, InconsistentValues) {
 TEST(Env, PortAndAddress) {
     expect_error({{"LOOM_MASTER_PORT", "70000"}}, {"LOOM_MASTER_PORT", "\"70000\"", "[0, 65535]"});
     expect_error({{"MASTER_PORT", "http"}}, {"MASTER_PORT", "\"http\""});
-    EXPECT_EQ(parse({{"MASTER_PORT", "0"}}).master_port, 0);
+    // Loom's store takes MASTER_PORT + 1; LOOM_MASTER_PORT is taken as given (0: rank 0 picks a free port).
+    EXPECT_EQ(parse({{"MASTER_PORT", "29500"}}).master_port, 29501);
+    EXPECT_EQ(parse({{"MASTER_PORT", "1"}}).master_port, 2);
+    EXPECT_EQ(parse({{"MASTER_PORT", "29500"}, {"LOOM_MASTER_PORT", "29500"}}).master_port, 29500);
+    EXPECT_EQ(parse({{"LOOM_MASTER_PORT", "0"}}).master_port, 0);
+    for (const char* edge : {"0", "65535", "-3"})
+        expect_error({{"MASTER_PORT", edge}}, {"MASTER_PORT", "[1, 65534]", "MASTER_PORT + 1", "LOOM_MASTER_PORT"});
     // Several nodes need an address.
     expect_error({{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "2"}},
                  {"LOOM_MASTER_ADDR", "MASTER_ADDR", "2-node"});

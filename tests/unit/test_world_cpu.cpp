@@ -1,12 +1,17 @@
 // loom::World without a symmetric heap (create_heap = false, bind_device = false), over the real store, with
 // one forked process per rank: rank facts, barriers, the Ctx, collective agreement of heap calls, shutdown
-// (idempotent, bounded when a peer has died), move-only ownership.
+// (idempotent, bounded when a peer has died), move-only ownership, and the bootstrap under torchrun's variables
+// beside a listener on MASTER_PORT.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -232,6 +237,106 @@ TEST(WorldCpu, MovedWorldKeepsWorking) {
         CHILD_CHECK(a.is_shut_down());
         return 0;
     }));
+}
+
+// A listening loopback socket on `port` (0: a free one), as torch.distributed's store holds MASTER_PORT; -1 when
+// the port is taken.
+int listen_on(int port, int* bound) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_port = htons(static_cast<std::uint16_t>(port));
+    socklen_t len = sizeof(sa);
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || ::listen(fd, 16) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+        if (fd >= 0) ::close(fd);
+        return -1;
+    }
+    *bound = ntohs(sa.sin_port);
+    return fd;
+}
+
+// torchrun's store: a listener on MASTER_PORT, chosen so that MASTER_PORT + 1 is free now.
+struct TorchStore {
+    int fd = -1, port = 0;
+    TorchStore() {
+        for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+            fd = listen_on(0, &port);
+            int next = 0, probe = port < 65535 ? listen_on(port + 1, &next) : -1;
+            if (probe >= 0) {
+                ::close(probe);
+            } else if (fd >= 0) {
+                ::close(fd);
+                fd = -1;
+            }
+        }
+    }
+    ~TorchStore() {
+        if (fd >= 0) ::close(fd);
+    }
+};
+
+loom::RankInfo torchrun_rank(int rank, int world, int master_port, const std::string& loom_port = "") {
+    std::map<std::string, std::string> vars{
+        {"RANK", std::to_string(rank)},       {"WORLD_SIZE", std::to_string(world)},
+        {"LOCAL_RANK", std::to_string(rank)}, {"LOCAL_WORLD_SIZE", std::to_string(world)},
+        {"MASTER_ADDR", "127.0.0.1"},         {"MASTER_PORT", std::to_string(master_port)},
+        {"LOOM_MASTER_PORT", loom_port}};
+    return loom::rank_info_from_env([vars](const std::string& name) -> std::optional<std::string> {
+        auto it = vars.find(name);
+        return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
+    });
+}
+
+// torchrun --nproc-per-node 3 with no Loom variable: the World's store comes up on MASTER_PORT + 1 while torchrun's
+// store holds MASTER_PORT, and torchrun's listener is left alone.
+TEST(WorldCpu, ComesUpUnderTorchrunBesideItsStore) {
+    TorchStore torch;
+    ASSERT_GE(torch.fd, 0) << "no free port pair on loopback";
+    constexpr int kWorld = 3;
+    expect_all_zero(run_children(kWorld, [&](int rank) {
+        const loom::RankInfo info = torchrun_rank(rank, kWorld, torch.port);
+        CHILD_CHECK(info.source == "torchrun" && info.rank == rank && info.world_size == kWorld);
+        CHILD_CHECK(info.master_port == torch.port + 1);
+        loom::World w(info, kCpuOnly);
+        CHILD_CHECK(w.store().port() == torch.port + 1);
+        const std::uint64_t mine = 0x9e3779b97f4a7c15ull * (rank + 1) ^ static_cast<std::uint64_t>(::getpid());
+        loom::Bytes bytes(reinterpret_cast<const std::uint8_t*>(&mine),
+                          reinterpret_cast<const std::uint8_t*>(&mine + 1));
+        auto all = w.store().all_gather("torchrun", bytes);
+        CHILD_CHECK(static_cast<int>(all.size()) == kWorld && all[rank] == bytes);
+        w.barrier("torchrun");
+        w.shutdown();
+        return 0;
+    }));
+    int next = 0, again = listen_on(torch.port, &next);
+    EXPECT_LT(again, 0) << "torchrun's listener on MASTER_PORT " << torch.port << " is still there";
+    if (again >= 0) ::close(again);
+}
+
+// When MASTER_PORT + 1 is taken too, rank 0 fails at once naming the port and the variable that moves it; with
+// LOOM_MASTER_PORT set the same job comes up.
+TEST(WorldCpu, BusyStorePortNamesTheVariableToSet) {
+    TorchStore torch;
+    ASSERT_GE(torch.fd, 0) << "no free port pair on loopback";
+    int next = 0, squatter = listen_on(torch.port + 1, &next);
+    ASSERT_GE(squatter, 0);
+    expect_all_zero(run_children(1, [&](int) {
+        try {
+            loom::World w(torchrun_rank(0, 1, torch.port), kCpuOnly);
+            return 2;
+        } catch (const loom::Error& e) {
+            CHILD_CHECK(contains(e.what(), "127.0.0.1:" + std::to_string(torch.port + 1) + " is in use"));
+            CHILD_CHECK(contains(e.what(), "set LOOM_MASTER_PORT to a free port"));
+            CHILD_CHECK(contains(e.what(), "MASTER_PORT + 1"));
+        }
+        loom::World w(torchrun_rank(0, 1, torch.port, "0"), kCpuOnly);  // 0: rank 0 picks a free port
+        CHILD_CHECK(w.store().port() != torch.port && w.store().port() != torch.port + 1);
+        w.barrier("solo");
+        return 0;
+    }));
+    ::close(squatter);
 }
 
 TEST(WorldCpu, HeapWithoutGpuSaysSo) {

@@ -4,19 +4,28 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
+#include <thread>
+
+#include "procs.hpp"
 
 namespace loomrun {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// How long the final sweep waits for killed leftovers to be reaped (a process tearing down a GPU context can take
+// seconds to die after SIGKILL).
+constexpr auto kReapBound = std::chrono::seconds(5);
 
 int g_signal_pipe = -1;  // write end of the self-pipe; the handler's only state
 
@@ -87,7 +96,8 @@ struct Rank {
 
 std::string describe(int status) {
     if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
-    return fmt::format("was killed by signal {} ({})", WTERMSIG(status), ::strsignal(WTERMSIG(status)));
+    const char* name = ::sigabbrev_np(WTERMSIG(status));
+    return fmt::format("was killed by SIG{} (signal {})", name ? name : "?", WTERMSIG(status));
 }
 
 int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
@@ -96,10 +106,15 @@ pid_t spawn(const LaunchSpec& spec, int r, Stream& out, Stream& err) {
     int o[2], e[2];
     if (::pipe2(o, O_CLOEXEC) != 0 || ::pipe2(e, O_CLOEXEC) != 0)
         throw std::runtime_error(fmt::format("pipe2: {}", std::strerror(errno)));
+    const pid_t launcher = ::getpid();
     pid_t pid = ::fork();
     if (pid < 0) throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
     if (pid == 0) {
         ::setpgid(0, 0);
+        // Die with loomrun however it ends (kept across exec). A loomrun that died before the prctl shows in
+        // getppid(): the rank has already been adopted by another process.
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (::getppid() != launcher) ::_exit(128 + SIGKILL);
         for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) ::signal(sig, SIG_DFL);
         sigset_t none;
         sigemptyset(&none);
@@ -109,12 +124,13 @@ pid_t spawn(const LaunchSpec& spec, int r, Stream& out, Stream& err) {
         ::dup2(o[1], 1);
         ::dup2(e[1], 2);
         for (auto& [k, v] : spec.common) ::setenv(k.c_str(), v.c_str(), 1);
-        ::setenv("LOOM_RANK", std::to_string(r).c_str(), 1);
-        ::setenv("LOOM_WORLD_SIZE", std::to_string(spec.nranks).c_str(), 1);
-        ::setenv("LOOM_LOCAL_RANK", std::to_string(r).c_str(), 1);
-        ::setenv("LOOM_LOCAL_WORLD_SIZE", std::to_string(spec.nranks).c_str(), 1);
-        ::setenv("LOOM_MASTER_ADDR", "127.0.0.1", 1);
+        const std::string rank = std::to_string(r), world = std::to_string(spec.nranks);
+        for (const char* var : {"LOOM_RANK", "LOOM_LOCAL_RANK", "RANK", "LOCAL_RANK"}) ::setenv(var, rank.c_str(), 1);
+        for (const char* var : {"LOOM_WORLD_SIZE", "LOOM_LOCAL_WORLD_SIZE", "WORLD_SIZE", "LOCAL_WORLD_SIZE"})
+            ::setenv(var, world.c_str(), 1);
+        for (const char* var : {"LOOM_MASTER_ADDR", "MASTER_ADDR"}) ::setenv(var, "127.0.0.1", 1);
         ::setenv("LOOM_MASTER_PORT", std::to_string(spec.port).c_str(), 1);
+        if (spec.torch_port > 0) ::setenv("MASTER_PORT", std::to_string(spec.torch_port).c_str(), 1);
         if (!spec.devices.empty())
             ::setenv("LOOM_DEVICE", std::to_string(spec.devices[r % spec.devices.size()]).c_str(), 1);
         else
@@ -137,6 +153,53 @@ pid_t spawn(const LaunchSpec& spec, int r, Stream& out, Stream& err) {
     return pid;
 }
 
+// Processes the ranks started that left their process group and outlived their parent: loomrun, a subreaper,
+// adopted them.
+std::vector<pid_t> adopted(const std::vector<Rank>& ranks, const std::vector<pid_t>& helpers) {
+    std::vector<pid_t> out;
+    for (pid_t c : children_of(::getpid())) {
+        bool ours = std::find(helpers.begin(), helpers.end(), c) != helpers.end();
+        for (const Rank& rk : ranks) ours |= rk.pid == c;
+        if (!ours) out.push_back(c);
+    }
+    return out;
+}
+
+// Reaps the children that have exited, recording the ranks' statuses; returns the ranks reaped, in order.
+std::vector<int> reap(std::vector<Rank>& ranks) {
+    std::vector<int> done;
+    int status = 0;
+    for (pid_t pid; (pid = ::waitpid(-1, &status, WNOHANG)) > 0;)
+        for (int r = 0; r < static_cast<int>(ranks.size()); ++r)
+            if (ranks[r].pid == pid && ranks[r].running) {
+                ranks[r].running = false;
+                ranks[r].status = status;
+                done.push_back(r);
+            }
+    return done;
+}
+
+// Once every rank has exited: SIGKILLs what the ranks left running (members of their process groups, adopted
+// processes) and reaps the adopted ones, waiting at most kReapBound.
+void sweep_leftovers(std::vector<Rank>& ranks, const std::vector<pid_t>& helpers) {
+    reap(ranks);
+    int groups = 0, others = 0;
+    for (const Rank& rk : ranks)
+        if (rk.pid > 0 && ::kill(-rk.pid, 0) == 0 && ::kill(-rk.pid, SIGKILL) == 0) ++groups;
+    for (pid_t c : adopted(ranks, helpers))
+        if (live_process(c) && ::kill(c, SIGKILL) == 0) ++others;
+    if (groups + others > 0)
+        std::fprintf(
+            stderr,
+            "loomrun: killed what the ranks left running (in %d rank process group(s); %d adopted by loomrun)\n",
+            groups, others);
+    const auto deadline = Clock::now() + kReapBound;
+    while (!adopted(ranks, helpers).empty() && Clock::now() < deadline) {
+        reap(ranks);
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+}
+
 }  // namespace
 
 int run_job(const LaunchSpec& spec) {
@@ -149,6 +212,7 @@ int run_job(const LaunchSpec& spec) {
     sa.sa_flags = SA_RESTART;
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) ::sigaction(sig, &sa, nullptr);
     ::signal(SIGPIPE, SIG_IGN);
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
 
     const int n = spec.nranks;
     std::vector<Rank> ranks(n);
@@ -157,15 +221,18 @@ int run_job(const LaunchSpec& spec) {
     bool terminating = false, killed = false;
     Clock::time_point kill_at{};
     std::optional<int> code;
+    std::string reason;
 
     auto terminate_all = [&](int sig) {
         for (auto& rk : ranks)
             if (rk.pid > 0) ::kill(-rk.pid, sig);  // the whole group: the rank and what it started
+        for (pid_t c : adopted(ranks, spec.helpers)) ::kill(c, sig);
     };
     auto begin_termination = [&](int result, const std::string& why) {
         if (terminating) return;
         terminating = true;
         code = result;
+        reason = why;
         std::fprintf(stderr, "loomrun: %s; stopping all ranks\n", why.c_str());
         terminate_all(SIGTERM);
         kill_at = Clock::now() + spec.grace;
@@ -177,6 +244,7 @@ int run_job(const LaunchSpec& spec) {
             ranks[r].pid = spawn(spec, r, streams[2 * r], streams[2 * r + 1]);
             ranks[r].running = true;
             ++running;
+            if (spec.on_start) spec.on_start(ranks[r].pid);
         }
     } catch (const std::exception& e) {
         begin_termination(1, fmt::format("cannot start the ranks ({})", e.what()));
@@ -220,13 +288,8 @@ int run_job(const LaunchSpec& spec) {
             for (std::size_t i = 1; i < fds.size(); ++i)
                 if (fds[i].revents) polled[i - 1]->read_some();
         }
-        for (int r = 0; r < n; ++r) {
-            Rank& rk = ranks[r];
-            if (!rk.running) continue;
-            int status = 0;
-            if (::waitpid(rk.pid, &status, WNOHANG) != rk.pid) continue;
-            rk.running = false;
-            rk.status = status;
+        for (int r : reap(ranks)) {  // also reaps adopted processes that have exited
+            const int status = ranks[r].status;
             --running;
             if (!terminating && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
                 begin_termination(exit_code(status), fmt::format("rank {} {}", r, describe(status)));
@@ -242,6 +305,8 @@ int run_job(const LaunchSpec& spec) {
         }
     }
     for (auto& s : streams) s.close_stream();
+    sweep_leftovers(ranks, spec.helpers);
+    if (code.value_or(0) != 0) std::fprintf(stderr, "loomrun: exit status %d: %s\n", *code, reason.c_str());
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) ::signal(sig, SIG_DFL);
     ::close(sp[0]);
     ::close(sp[1]);

@@ -4,11 +4,14 @@
 //
 // Each rank gets LOOM_RANK, LOOM_WORLD_SIZE, LOOM_LOCAL_RANK, LOOM_LOCAL_WORLD_SIZE, LOOM_MASTER_ADDR,
 // LOOM_MASTER_PORT and LOOM_DEVICE (its GPU, round-robin over the visible GPUs or --gpus; CUDA_VISIBLE_DEVICES
-// is left as it is so ranks on different GPUs can map each other's memory), plus NCCL_NVLS_ENABLE=0 and
-// NVSHMEM_DISABLE_NVLS=1 (NVLink multicast is never used). Ranks sharing a GPU run under MPS (see mps.hpp).
-// The launcher never initialises CUDA itself.
+// is left as it is so ranks on different GPUs can map each other's memory), torchrun's RANK, WORLD_SIZE,
+// LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (another free port than Loom's, for
+// torch.distributed's own store), plus NCCL_NVLS_ENABLE=0 and NVSHMEM_DISABLE_NVLS=1 (NVLink multicast is never
+// used). Ranks sharing a GPU run under MPS (see mps.hpp). Ranks die with loomrun, even a SIGKILLed one
+// (launcher.hpp, sweeper.hpp). The launcher never initialises CUDA itself.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,15 +19,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <tuple>
 
 #include "gpus.hpp"
 #include "launcher.hpp"
 #include "mps.hpp"
+#include "sweeper.hpp"
 
 namespace {
 
-// A loopback port that is free now; rank 0's store binds it moments later.
-int pick_free_port() {
+// A loopback port that is free now, held by the returned socket until it is closed.
+std::pair<int, int> hold_free_port() {
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) throw std::runtime_error("socket() failed while picking a port");
     sockaddr_in sa{};
@@ -36,8 +41,18 @@ int pick_free_port() {
         ::close(fd);
         throw std::runtime_error("cannot find a free port; pass --port");
     }
-    ::close(fd);
-    return ntohs(sa.sin_port);
+    return {fd, ntohs(sa.sin_port)};
+}
+
+// Free loopback ports for Loom's store (`given`, else a free one) and for torch.distributed's (MASTER_PORT), distinct:
+// each is held while the next is picked. Rank 0 of each binds its port moments later.
+std::pair<int, int> pick_ports(int given) {
+    auto [fd1, first] = hold_free_port();
+    auto [fd2, second] = hold_free_port();
+    ::close(fd1);
+    ::close(fd2);
+    if (!given) return {first, second};
+    return {given, first != given ? first : second};
 }
 
 }  // namespace
@@ -70,14 +85,19 @@ int main(int argc, char** argv) {
         return 2;
     }
 
+    ::signal(SIGPIPE, SIG_IGN);  // a reader or helper that went away is an error to handle, not a reason to die
     try {
+        // First, so that whatever loomrun starts from here on is cleaned up even when loomrun is SIGKILLed.
+        loomrun::Sweeper sweeper;
         const int physical = loomrun::physical_gpu_count();
         const int visible = loomrun::visible_gpu_count(physical, std::getenv("CUDA_VISIBLE_DEVICES"));
         loomrun::LaunchSpec spec;
         spec.command = command;
         spec.nranks = nranks;
         spec.devices = loomrun::gpu_list(gpus, visible);
-        spec.port = port ? port : pick_free_port();
+        std::tie(spec.port, spec.torch_port) = pick_ports(port);
+        spec.on_start = [&sweeper](pid_t pgid) { sweeper.watch_group(pgid); };
+        if (sweeper.pid() > 0) spec.helpers.push_back(sweeper.pid());
         spec.timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
         spec.common = {{"NCCL_NVLS_ENABLE", "0"}, {"NVSHMEM_DISABLE_NVLS", "1"}};
 
@@ -93,6 +113,7 @@ int main(int argc, char** argv) {
         for (auto& kv : mps.rank_env()) spec.common.push_back(kv);
         int code = loomrun::run_job(spec);
         mps.stop();
+        sweeper.release();
         return code;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "loomrun: %s\n", e.what());

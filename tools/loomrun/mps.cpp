@@ -16,6 +16,8 @@
 #include <fstream>
 #include <thread>
 
+#include "procs.hpp"
+
 namespace loomrun {
 namespace {
 
@@ -61,6 +63,7 @@ int run_control(const std::string& control, const std::vector<std::string>& args
     pid_t pid = ::fork();
     if (pid < 0) return -1;
     if (pid == 0) {
+        ::signal(SIGPIPE, SIG_DFL);  // loomrun ignores it; the daemon started from here keeps the default
         ::setenv("CUDA_MPS_PIPE_DIRECTORY", pipe_dir.c_str(), 1);
         ::setenv("CUDA_MPS_LOG_DIRECTORY", log_dir.c_str(), 1);
         ::dup2(in[0], 0);
@@ -95,14 +98,93 @@ int run_control(const std::string& control, const std::vector<std::string>& args
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-std::string make_temp_dir(const char* what) {
+std::string temp_root() {
     const char* tmp = std::getenv("TMPDIR");
-    std::string templ = fmt::format("{}/loomrun-mps-{}-XXXXXX", tmp && *tmp ? tmp : "/tmp", what);
+    return tmp && *tmp ? tmp : "/tmp";
+}
+
+constexpr const char* kPipePrefix = "loomrun-mps-pipe-";
+constexpr const char* kLogPrefix = "loomrun-mps-log-";
+constexpr const char* kOwnerFile = "loomrun.owner";
+
+std::string make_temp_dir(const char* prefix) {
+    std::string templ = temp_root() + "/" + prefix + "XXXXXX";
     if (!::mkdtemp(templ.data())) return "";
     return templ;
 }
 
+// Whether an MPS process (control daemon or server) runs with CUDA_MPS_PIPE_DIRECTORY = `pipe_dir`. Only this
+// user's processes can be read, which are the only ones loomrun starts.
+bool mps_process_serving(const std::string& pipe_dir) {
+    DIR* d = ::opendir("/proc");
+    if (!d) return false;
+    const std::string want = "CUDA_MPS_PIPE_DIRECTORY=" + pipe_dir;
+    bool found = false;
+    while (dirent* e = ::readdir(d)) {
+        if (!std::isdigit(static_cast<unsigned char>(e->d_name[0]))) continue;
+        const std::string proc = std::string("/proc/") + e->d_name;
+        std::ifstream comm_file(proc + "/comm");
+        std::string comm;
+        if (!std::getline(comm_file, comm) || comm.rfind("nvidia-cuda-mps", 0) != 0) continue;
+        std::ifstream env(proc + "/environ", std::ios::binary);
+        for (std::string var; std::getline(env, var, '\0');)
+            if (var == want) found = true;
+        if (found) break;
+    }
+    ::closedir(d);
+    return found;
+}
+
+// Stops the daemon of one stale pipe directory (its owner is gone) and removes its directories.
+void reap_one(const std::string& control, const std::string& pipe_dir, const ProcId& owner,
+              const std::string& log_dir) {
+    std::error_code ec;
+    int rc = -2;  // not asked
+    if (!control.empty() && std::filesystem::exists(pipe_dir + "/control", ec))
+        rc = run_control(control, {}, pipe_dir, log_dir, "quit\n", log_dir + "/loomrun-control.out");
+    if (rc != 0 && mps_process_serving(pipe_dir)) {
+        std::fprintf(stderr,
+                     "loomrun: warning: the MPS daemon of loomrun pid %d (which is gone) still runs and could not be "
+                     "stopped (%s); stop it with `echo quit | CUDA_MPS_PIPE_DIRECTORY=%s nvidia-cuda-mps-control`\n",
+                     static_cast<int>(owner.pid),
+                     control.empty() ? "nvidia-cuda-mps-control is not on PATH"
+                     : rc < 0        ? "quit timed out"
+                                     : fmt::format("quit: exit status {}", rc).c_str(),
+                     pipe_dir.c_str());
+        return;
+    }
+    std::filesystem::remove_all(pipe_dir, ec);
+    if (!log_dir.empty()) std::filesystem::remove_all(log_dir, ec);
+    std::fprintf(stderr, "loomrun: %s of loomrun pid %d, which is gone (pipe directory %s)\n",
+                 rc == 0 ? "stopped the MPS daemon" : "removed the MPS directories", static_cast<int>(owner.pid),
+                 pipe_dir.c_str());
+}
+
 }  // namespace
+
+void reap_stale_mps_daemons(pid_t dead) {
+    const std::string root = temp_root();
+    DIR* d = ::opendir(root.c_str());
+    if (!d) return;
+    std::vector<std::string> pipes;
+    while (dirent* e = ::readdir(d))
+        if (std::strncmp(e->d_name, kPipePrefix, std::strlen(kPipePrefix)) == 0) pipes.push_back(e->d_name);
+    ::closedir(d);
+    const std::string control = find_in_path("nvidia-cuda-mps-control");
+    for (const std::string& name : pipes) {
+        const std::string pipe_dir = root + "/" + name;
+        struct stat st {};
+        if (::lstat(pipe_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::getuid()) continue;
+        std::ifstream f(pipe_dir + "/" + kOwnerFile);
+        std::string who, log_dir;
+        if (!std::getline(f, who)) continue;  // being set up by a loomrun starting now
+        std::getline(f, log_dir);
+        if (log_dir.rfind(root + "/" + kLogPrefix, 0) != 0 || log_dir.find("..") != std::string::npos) log_dir.clear();
+        auto owner = proc_id_from_text(who);
+        if (!owner || (owner->pid != dead && still_running(*owner))) continue;
+        reap_one(control, pipe_dir, *owner, log_dir);
+    }
+}
 
 int mps_thread_percentage(int ranks_per_gpu) {
     if (ranks_per_gpu <= 2) return 100 / std::max(1, ranks_per_gpu);
@@ -119,6 +201,7 @@ Mps::Mps(int ranks_per_gpu, bool disabled, bool no_gpus) {
         std::fprintf(stderr, "loomrun: MPS not needed (no GPU visible)\n");
         return;
     }
+    reap_stale_mps_daemons();
     if (ranks_per_gpu <= 1) {
         std::fprintf(stderr, "loomrun: MPS not needed (one rank per GPU)\n");
         return;
@@ -147,9 +230,12 @@ Mps::Mps(int ranks_per_gpu, bool disabled, bool no_gpus) {
                      ranks_per_gpu);
         return;
     }
-    pipe_dir_ = make_temp_dir("pipe");
-    log_dir_ = make_temp_dir("log");
-    if (pipe_dir_.empty() || log_dir_.empty()) {
+    pipe_dir_ = make_temp_dir(kPipePrefix);
+    log_dir_ = make_temp_dir(kLogPrefix);
+    const auto me = live_process(::getpid());
+    if (pipe_dir_.empty() || log_dir_.empty() || !me ||
+        !(std::ofstream(pipe_dir_ + "/" + kOwnerFile) << to_text(*me) << "\n"
+                                                      << log_dir_ << "\n")) {
         std::fprintf(stderr, "loomrun: warning: cannot create MPS directories (%s); continuing without MPS\n",
                      std::strerror(errno));
         stop();

@@ -7,9 +7,9 @@
 //   slurm     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, and the tasks per node from SLURM_NTASKS_PER_NODE or
 //             SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE ("4(x2)", "4,4")
 // The rendezvous address is LOOM_MASTER_ADDR, else MASTER_ADDR, else 127.0.0.1 (allowed only on one node);
-// the port is LOOM_MASTER_PORT, else MASTER_PORT, else 29500. Without a local rank/world the job is taken to
-// be one node. Ranks must be laid out node by node: local_rank == rank % local_world_size, node = rank /
-// local_world_size.
+// the port of Loom's store is LOOM_MASTER_PORT, else MASTER_PORT + 1 (MASTER_PORT is torch.distributed's: under
+// torchrun its own store listens there), else 29500. Without a local rank/world the job is taken to be one node. Ranks
+// must be laid out node by node: local_rank == rank % local_world_size, node = rank / local_world_size.
 #pragma once
 
 #include <cstddef>
