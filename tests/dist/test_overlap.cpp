@@ -328,9 +328,23 @@ TEST_F(Overlap, AgGemmSequential) {
 // The direct producer (peers' rows read in place from their staging): single calls, then 300 back to back with the
 // inputs alternating between two sets and every fourth call taking the copy engine (separate buffers and signals),
 // so a staging half is rewritten while peers may still be in the previous call; rows per rank not a multiple of the
-// tile is a clear error.
+// tile is a clear error, and so is one rank (no peer to read from).
 TEST_F(Overlap, AgGemmDirect) {
     const AgGemmOptions direct{AgProducer::Direct};
+    if (w->world_size() == 1) {
+        // One rank has no peer to read from: the direct producer refuses, naming the rank count.
+        DevBuf a(128 * 256 * 2), b(192 * 256 * 2), c(128 * 192 * 2);
+        std::string err;
+        try {
+            ag_gemm(*w, MatrixView{a.p, DType::BF16, 128, 256, 0}, MatrixView{b.p, DType::BF16, 192, 256, 0},
+                    MatrixView{c.p, DType::BF16, 128, 192, 0}, stream, direct);
+        } catch (const Error& e) {
+            err = e.what();
+        }
+        EXPECT_NE(err.find("the direct producer needs"), std::string::npos) << err;
+        EXPECT_NE(err.find("more than one rank (given 1)"), std::string::npos) << err;
+        return;
+    }
     run_ag(*w, stream, direct, 256, 192, 256, 50, "ag_direct_256", false);
     run_ag(*w, stream, direct, 128, 136, 320, 51, "ag_direct_128_n136", false);
     World& W_ = *w;
@@ -504,11 +518,14 @@ TEST_F(Overlap, GemmRsSequential) {
     EXPECT_THROW(gemm_rs(*w, av, bv, cv, stream, with_transport), Error);
 }
 
-// A 64 x 128 tile for gemm_rs with 64 rows per rank and N = 200 (the heuristic's config, single-CTA, whole tiles).
+// A 64 x 128 tile for gemm_rs with 64 rows per rank and N = 200 (the heuristic's config, single-CTA, whole tiles),
+// with the ring depth of that tile: the heuristic's own tile may be narrower (64 x 64 at W = 1, whose 12 stages do not
+// fit beside a 128-wide B tile).
 GemmConfig tile_64x128(const World& w) {
     GemmConfig c = gemm_heuristic(64 * w.world_size(), 200, 128, false, 90, 132);
     c.block_m = 64;
     c.block_n = 128;
+    c.stages = kernels::gemm_sm90_plan_stages(c.block_m, c.block_n);
     c.cluster_m = 1;
     c.tma_store = true;
     c.tail_splits = 1;

@@ -28,8 +28,9 @@ void gemm_validate_config(const GemmConfig& c, bool b_kn, DType in) {
     LOOM_CHECK(c.stages >= 2 && c.stages <= kernels::kGemmSm90MaxStages,
                "gemm config: expected stages in [2, {}], given {}", kernels::kGemmSm90MaxStages, c.stages);
     LOOM_CHECK(kernels::gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages) <= kernels::kGemmSm90MaxSmem,
-               "gemm config: {} needs {} B of shared memory, the limit is {}", c.str(),
-               kernels::gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages), kernels::kGemmSm90MaxSmem);
+               "gemm config: {} needs {} B of shared memory, the limit is {}: expected stages <= {} for {} x {} tiles",
+               c.str(), kernels::gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages), kernels::kGemmSm90MaxSmem,
+               kernels::gemm_sm90_max_stages(c.block_m, c.block_n), c.block_m, c.block_n);
     LOOM_CHECK(c.cluster_m == 1 || c.cluster_m == 2, "gemm config: expected cluster_m 1 or 2, given {}", c.cluster_m);
     LOOM_CHECK(c.group_m >= 1, "gemm config: expected group_m >= 1, given {}", c.group_m);
     LOOM_CHECK(c.grid >= 0 && c.grid % c.cluster_m == 0,

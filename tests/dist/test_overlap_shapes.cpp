@@ -1,0 +1,251 @@
+// The overlapped GEMMs (gemm_ar, gemm_rs, ag_gemm) over a grid of M from 1 to 300 (primes 17, 97, 251 among them), a
+// few N and K_loc, at whatever world size loomrun gives (1..8), against an fp64 device reference: every rank
+// regenerates its peers' inputs from their seeds and sums their products with a naive kernel
+// (tests/common/kernels/gemm_reference.cuh). Outputs poisoned with NaN, every element checked; verdicts agreed
+// across ranks. Also loom::gemm at issue #40's shape with this process's own heuristic (under loomrun's MPS shares,
+// the share's config), and gemm_ar at that shape planned on 26 SMs.
+// Run: loomrun -n {1,2,3,4,8} build/tests/loom_dist_tests --gtest_filter='OverlapShapes.*'
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/gemm_reference.hpp"
+#include "common/reference.hpp"
+#include "common/test_env.hpp"
+#include "loom/ops/gemm.hpp"
+#include "loom/ops/overlap.hpp"
+#include "loom/runtime/error.hpp"
+
+namespace loom {
+namespace {
+
+uint64_t seed_of(int rank, int tc, int what) { return 0x2545f4914f6cdd1dull * (rank + 1) + 7919ull * tc + what + 31; }
+
+struct DevMem {
+    void* p = nullptr;
+    explicit DevMem(std::size_t bytes) { LOOM_CHECK_CUDA(cudaMalloc(&p, bytes < 256 ? 256 : bytes)); }
+    ~DevMem() { cudaFree(p); }
+    DevMem(const DevMem&) = delete;
+    DevMem& operator=(const DevMem&) = delete;
+};
+
+// n bf16 values in [-1, 1) from `seed`, uploaded to dst.
+void upload_bf16(void* dst, int64_t n, uint64_t seed) {
+    const auto f = test::random_floats(static_cast<std::size_t>(n), seed);
+    std::vector<uint16_t> h(f.size());
+    for (std::size_t i = 0; i < f.size(); ++i) h[i] = test::float_to_bf16(f[i]);
+    LOOM_CHECK_CUDA(cudaMemcpy(dst, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+}
+
+// NaN in bf16; complete before the call (whose stream does not wait for the legacy stream).
+void poison(void* p, std::size_t bytes) {
+    LOOM_CHECK_CUDA(cudaMemset(p, 0xFF, bytes));
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+}
+
+// Runs `op` (which enqueues the call on s) and checks rows [row0, row0 + rows) of C (bf16, [rows, n]) against the
+// reference; "" or what is wrong. Tolerance: partial sums rounded to bf16 once (`roundings` = 1) or not at all.
+template <class Op>
+std::string run_and_compare(cudaStream_t s, const Op& op, const test::DeviceReference& ref, const void* c, int64_t row0,
+                            int64_t rows, int64_t n, int roundings) {
+    try {
+        op();
+        const cudaError_t e = cudaStreamSynchronize(s);
+        if (e != cudaSuccess) return std::string("stream failed: ") + cudaGetErrorString(e);
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    std::vector<double> r, a;
+    ref.download(r, a, row0, rows, s);
+    return test::compare_to_reference(test::download_matrix(c, DType::BF16, rows, n, n), r, a, n, 1.0 / 128,
+                                      roundings ? 1.0 / 256 : 1.0 / 65536, 1e-3);
+}
+
+class OverlapShapes : public WorldStreamTest {};
+
+// gemm_ar: C[M, N] = sum over ranks of A_r[M, K] B_r[N, K]^T, M <= 128 (larger M is refused).
+void check_ar(World& w, cudaStream_t s, int64_t m, int64_t n, int64_t k, int tc, GemmArOptions o,
+              const std::string& label) {
+    const int W = w.world_size(), me = w.rank();
+    DevMem a(m * k * 2), b(n * k * 2), c(m * n * 2), pa(m * k * 2), pb(n * k * 2);
+    test::DeviceReference ref(m, n);
+    for (int r = 0; r < W; ++r) {  // every rank's inputs, regenerated from its seeds
+        upload_bf16(pa.p, m * k, seed_of(r, tc, 1));
+        upload_bf16(pb.p, n * k, seed_of(r, tc, 2));
+        ref.add(pa.p, pb.p, DType::BF16, false, k, 1.0, r > 0, s);
+        LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+    }
+    upload_bf16(a.p, m * k, seed_of(me, tc, 1));
+    upload_bf16(b.p, n * k, seed_of(me, tc, 2));
+    poison(c.p, m * n * 2);
+    w.barrier();
+    const std::string err = run_and_compare(
+        s,
+        [&] {
+            gemm_ar(w, MatrixView{a.p, DType::BF16, m, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
+                    MatrixView{c.p, DType::BF16, m, n, 0}, s, o);
+        },
+        ref, c.p, 0, m, n, 1);
+    const std::string all = test::agree(w, err, "test/overlap_shapes/" + label);
+    EXPECT_TRUE(all.empty()) << label << ":\n" << all;
+    w.barrier();
+}
+
+// gemm_rs: C_r[rows, N] = rows [r rows, (r + 1) rows) of the sum over ranks of A_r[rows W, K] B_r[N, K]^T.
+void check_rs(World& w, cudaStream_t s, int64_t rows, int64_t n, int64_t k, int tc, GemmRsOptions o,
+              const std::string& label) {
+    const int W = w.world_size(), me = w.rank();
+    const int64_t m = rows * W;
+    DevMem a(m * k * 2), b(n * k * 2), c(rows * n * 2), pa(m * k * 2), pb(n * k * 2);
+    test::DeviceReference ref(m, n);
+    for (int r = 0; r < W; ++r) {
+        upload_bf16(pa.p, m * k, seed_of(r, tc, 3));
+        upload_bf16(pb.p, n * k, seed_of(r, tc, 4));
+        ref.add(pa.p, pb.p, DType::BF16, false, k, 1.0, r > 0, s);
+        LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+    }
+    upload_bf16(a.p, m * k, seed_of(me, tc, 3));
+    upload_bf16(b.p, n * k, seed_of(me, tc, 4));
+    poison(c.p, rows * n * 2);
+    w.barrier();
+    const std::string err = run_and_compare(
+        s,
+        [&] {
+            gemm_rs(w, MatrixView{a.p, DType::BF16, m, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
+                    MatrixView{c.p, DType::BF16, rows, n, 0}, s, o);
+        },
+        ref, c.p, me * rows, rows, n, 1);
+    const std::string all = test::agree(w, err, "test/overlap_shapes/" + label);
+    EXPECT_TRUE(all.empty()) << label << ":\n" << all;
+    w.barrier();
+}
+
+// ag_gemm: C[rows W, N] = all_gather(A_r[rows, K]) B_me[N, K]^T (one rounding: the GEMM's output).
+void check_ag(World& w, cudaStream_t s, int64_t rows, int64_t n, int64_t k, int tc, AgGemmOptions o,
+              const std::string& label) {
+    const int W = w.world_size(), me = w.rank();
+    const int64_t m = rows * W;
+    DevMem a(rows * k * 2), b(n * k * 2), c(m * n * 2), gathered(m * k * 2);
+    for (int r = 0; r < W; ++r)  // the gathered A, regenerated shard by shard
+        upload_bf16(static_cast<char*>(gathered.p) + r * rows * k * 2, rows * k, seed_of(r, tc, 5));
+    upload_bf16(a.p, rows * k, seed_of(me, tc, 5));
+    upload_bf16(b.p, n * k, seed_of(me, tc, 6));
+    test::DeviceReference ref(m, n);
+    ref.add(gathered.p, b.p, DType::BF16, false, k, 1.0, false, s);
+    poison(c.p, m * n * 2);
+    LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+    w.barrier();
+    const std::string err = run_and_compare(
+        s,
+        [&] {
+            ag_gemm(w, MatrixView{a.p, DType::BF16, rows, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
+                    MatrixView{c.p, DType::BF16, m, n, 0}, s, o);
+        },
+        ref, c.p, 0, m, n, 0);
+    const std::string all = test::agree(w, err, "test/overlap_shapes/" + label);
+    EXPECT_TRUE(all.empty()) << label << ":\n" << all;
+    w.barrier();
+}
+
+struct NK {
+    int64_t n, k;
+};
+// Two (N, K_loc) pairs, alternated over the M grid: an N tail of every common tile width with a deeper K, and a wide N
+// with a short K.
+constexpr NK kShapes[] = {{1032, 136}, {136, 520}};
+
+std::string tag(const char* op, int64_t m, const NK& s, const char* algo) {
+    return fmt::format("{}_m{}_n{}_k{}_{}", op, m, s.n, s.k, algo);
+}
+
+TEST_F(OverlapShapes, GemmArOverM) {
+    int tc = 0;
+    for (int64_t m : {1, 2, 17, 64, 97, 128}) {
+        const NK& s = kShapes[tc % 2];
+        for (ArAlgo algo : {ArAlgo::Auto, ArAlgo::Sequential, ArAlgo::ReduceKernel, ArAlgo::FusedEpilogue}) {
+            // Every algorithm at M = 17 and 97; Auto elsewhere.
+            if (algo != ArAlgo::Auto && m != 17 && m != 97) continue;
+            GemmArOptions o;
+            o.algo = algo;
+            check_ar(*w, stream, m, s.n, s.k, 100 + tc, o, tag("ar", m, s, to_string(algo)));
+        }
+        ++tc;
+    }
+    // M past the one-shot variant's bound: a loom::Error naming it, on every rank.
+    for (int64_t m : {251, 300}) {
+        DevMem a(m * 64 * 2), b(64 * 64 * 2), c(m * 64 * 2);
+        std::string err;
+        try {
+            gemm_ar(*w, MatrixView{a.p, DType::BF16, m, 64, 0}, MatrixView{b.p, DType::BF16, 64, 64, 0},
+                    MatrixView{c.p, DType::BF16, m, 64, 0}, stream);
+        } catch (const Error& e) {
+            err = e.what();
+        }
+        EXPECT_NE(err.find("expected M <= 128"), std::string::npos) << err;
+        w->barrier();
+    }
+}
+
+TEST_F(OverlapShapes, GemmRsOverM) {
+    int tc = 0;
+    for (int64_t rows : {1, 2, 17, 64, 97, 128, 251, 300}) {
+        const NK& s = kShapes[tc % 2];
+        for (RsAlgo algo : {RsAlgo::Auto, RsAlgo::Sequential, RsAlgo::ScatterReduce, RsAlgo::FusedPull}) {
+            // The fused pull needs rows a multiple of its tile's BLOCK_M (64 or 128): rows 64 and 128 only.
+            if (algo == RsAlgo::FusedPull && rows % 64 != 0) continue;
+            if (algo != RsAlgo::Auto && algo != RsAlgo::FusedPull && rows != 17 && rows != 97 && rows != 251) continue;
+            GemmRsOptions o;
+            o.algo = algo;
+            check_rs(*w, stream, rows, s.n, s.k, 200 + tc, o, tag("rs", rows, s, to_string(algo)));
+        }
+        ++tc;
+    }
+}
+
+TEST_F(OverlapShapes, AgGemmOverM) {
+    int tc = 0;
+    for (int64_t rows : {1, 2, 17, 64, 97, 128, 251, 300}) {
+        const NK& s = kShapes[tc % 2];
+        for (AgProducer p : {AgProducer::Auto, AgProducer::CopyEngine, AgProducer::Sm, AgProducer::Sequential}) {
+            if (p != AgProducer::Auto && rows != 17 && rows != 97 && rows != 251) continue;
+            AgGemmOptions o;
+            o.producer = p;
+            check_ag(*w, stream, rows, s.n, s.k, 300 + tc, o, tag("ag", rows, s, to_string(p)));
+        }
+        ++tc;
+    }
+}
+
+// Issue #40: loom::gemm at M = 17, N = 4096, K = 2048 with this process's own heuristic (under loomrun -n 4 on one
+// H200 each rank has a 20 % MPS share, 26 SMs, and gets 64 x 160 tiles), then gemm_ar at that shape with its default
+// plan and planned on 26 SMs.
+TEST_F(OverlapShapes, IssueShapeAtThisShare) {
+    const int64_t m = 17, n = 4096, k = 2048;
+    {
+        DevMem a(m * k * 2), b(n * k * 2), c(m * n * 2);
+        upload_bf16(a.p, m * k, seed_of(w->rank(), 400, 1));
+        upload_bf16(b.p, n * k, seed_of(w->rank(), 400, 2));
+        test::DeviceReference ref(m, n);
+        ref.add(a.p, b.p, DType::BF16, false, k, 1.0, false, stream);
+        poison(c.p, m * n * 2);
+        LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+        const std::string err = run_and_compare(
+            stream,
+            [&] {
+                gemm(MatrixView{a.p, DType::BF16, m, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
+                     MatrixView{c.p, DType::BF16, m, n, 0}, {}, stream);
+            },
+            ref, c.p, 0, m, n, 0);
+        const std::string all = test::agree(*w, err, "test/overlap_shapes/issue_gemm");
+        EXPECT_TRUE(all.empty()) << "loom::gemm 17 x 4096 x 2048 at this process's SMs:\n" << all;
+    }
+    check_ar(*w, stream, m, n, k, 401, {}, "issue_gemm_ar");
+    GemmArOptions at26;
+    at26.num_sms = 26;
+    check_ar(*w, stream, m, n, k, 402, at26, "issue_gemm_ar_26_sms");
+}
+
+}  // namespace
+}  // namespace loom
