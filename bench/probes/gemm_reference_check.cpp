@@ -34,17 +34,22 @@ std::vector<uint16_t> download(const void* p, std::size_t n) {
 }
 
 struct Tally {
-    std::size_t wrong = 0;
+    std::size_t wrong = 0, unwritten = 0;  // unwritten: still the NaN poison
     double max_err = 0;
+    std::size_t first_col = SIZE_MAX, last_col = 0;  // the columns of the wrong elements
 };
 
-Tally compare(const std::vector<uint16_t>& c, const std::vector<double>& ref) {
+Tally compare(const std::vector<uint16_t>& c, const std::vector<double>& ref, std::size_t n) {
     Tally t;
     for (std::size_t i = 0; i < ref.size(); ++i) {
         const double x = loom::bf16_to_float(c[i]);
         const double err = std::fabs(x - ref[i]);
         t.max_err = std::max(t.max_err, std::isfinite(x) ? err : INFINITY);
-        if (!(err <= std::ldexp(std::fabs(ref[i]), -7) + std::ldexp(1.0, -7))) ++t.wrong;
+        if (err <= std::ldexp(std::fabs(ref[i]), -7) + std::ldexp(1.0, -7)) continue;
+        ++t.wrong;
+        t.unwritten += std::isnan(x);
+        t.first_col = std::min(t.first_col, i % n);
+        t.last_col = std::max(t.last_col, i % n);
     }
     return t;
 }
@@ -87,9 +92,11 @@ int main(int argc, char** argv) {
         LOOM_CHECK_CUDA(cudaMemset(c, 0xff, nc * 2));  // NaN: an element never written is wrong
         fn();
         LOOM_CHECK_CUDA(cudaDeviceSynchronize());
-        const Tally t = compare(download(c, nc), ref);
-        std::printf("rank %s sms %d %dx%dx%d %-12s wrong %zu of %zu  max |err| %.4g\n", rank ? rank : "-", sms, m, n, k,
-                    name.c_str(), t.wrong, nc, t.max_err);
+        const Tally t = compare(download(c, nc), ref, n);
+        std::printf("rank %s sms %d %dx%dx%d %-12s wrong %zu of %zu (%zu unwritten", rank ? rank : "-", sms, m, n, k,
+                    name.c_str(), t.wrong, nc, t.unwritten);
+        if (t.wrong) std::printf(", columns %zu..%zu", t.first_col, t.last_col);
+        std::printf(")  max |err| %.4g\n", t.max_err);
     };
     const loom::GemmConfig cfg = loom::gemm_heuristic(m, n, k, false, 90, sms);
     const loom::MatrixView va{a, loom::DType::BF16, m, k, k}, vb{b, loom::DType::BF16, n, k, k};
