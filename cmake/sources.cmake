@@ -112,6 +112,7 @@ set(LOOM_SOURCES
     src/ops/overlap/ag_gemm/ag_gemm.cpp
     src/ops/overlap/ag_gemm/copy_engine.cpp
     src/ops/overlap/ag_gemm/direct.cpp
+    src/ops/overlap/ag_gemm/gathered_copy.cpp
     src/ops/overlap/ag_gemm/plan.cpp
     src/ops/overlap/ag_gemm/sequential.cpp
     src/ops/overlap/ag_gemm/sm_push.cpp
