@@ -20,6 +20,9 @@
 //   build/bench/bench-collectives --explain      the automatic choice table (no GPU needed: then for 2/4/8 ranks)
 //   --plain-out --ops all_reduce,all_to_all: out from cudaMalloc (rows "out_plain": true): two-shot stages its
 //   shards, all_to_all pulls.
+//   --plain: per size also a row "timing": "placements_interleaved": the automatic choice with in and out symmetric,
+//   in plain, out plain and both plain (cudaMalloc), interleaved run by run (placements_us, the choice for each, and
+//   "plain_over_symmetric": both plain / symmetric); the both-plain result is checked.
 //
 // Baselines: NVSHMEM fcollect / reducescatter / sum_reduce / alltoall (on-stream, NVSHMEM_TEAM_WORLD, bf16 sum),
 // NCCL's C API (one communicator over the same ranks; NCCL needs one GPU per rank, so it is skipped with a note
@@ -85,6 +88,7 @@ struct Args {
     int lat_iters = 200;
     double align_hold_us = 0;  // loom::barrier_on_stream's hold before each timed run
     bool plain_out = false;    // --plain-out: all_reduce / all_to_all into a cudaMalloc'd out (rows "out_plain")
+    bool plain = false;        // --plain: the placements row (symmetric vs plain in / out / both, interleaved)
 };
 
 Args parse(int argc, char** argv) {
@@ -110,6 +114,9 @@ Args parse(int argc, char** argv) {
     app.add_flag("--plain-out", a.plain_out,
                  "all_reduce / all_to_all into an out from cudaMalloc (outside the symmetric heap: two-shot stages its "
                  "shards in the scratch, all_to_all pulls); rows carry \"out_plain\": true");
+    app.add_flag("--plain", a.plain,
+                 "per size also time the automatic choice with in and out symmetric, in plain, out plain and both "
+                 "plain (cudaMalloc), interleaved run by run (rows \"timing\": \"placements_interleaved\")");
     loom::bench::add_bytes_option(app, "--b2b-max", a.b2b_max,
                                   "sizes up to this (default 1M; 0: none) also get a back-to-back latency row");
     app.add_option("--b2b-reps", a.b2b_reps, "calls per timed run in the back-to-back rows")
@@ -128,6 +135,8 @@ Args parse(int argc, char** argv) {
     loom::bench::parse_or_exit(app, argc, argv);
     a.nvshmem = !no_nvshmem;
     a.nccl = !no_nccl;
+    LOOM_CHECK(!(a.plain && a.plain_out),
+               "bench-collectives: --plain times the plain buffers beside symmetric ones; it excludes --plain-out");
     LOOM_CHECK(a.min_bytes >= 1 && a.min_bytes <= a.max_bytes,
                "bench-collectives: expected 1 <= --min-bytes <= --max-bytes, given {} and {}", a.min_bytes,
                a.max_bytes);
@@ -283,9 +292,111 @@ struct CopyBuffers {
     std::size_t bytes = 0;
 };
 
+// --plain: in and out buffers from cudaMalloc, of the symmetric ones' size (null without --plain).
+struct PlainBuffers {
+    void* in = nullptr;
+    void* out = nullptr;
+};
+
+// The automatic choice of op `k` on in / out.
+std::function<void(cudaStream_t)> auto_call(loom::World& w, CollKind k, const Shape& sh, void* in, void* out) {
+    const BufferView i{in, DType::BF16, sh.in_count}, o{out, DType::BF16, sh.out_count};
+    return [&w, k, i, o](cudaStream_t s) {
+        switch (k) {
+            case CollKind::AllGather:
+                loom::all_gather(w, i, o, s);
+                break;
+            case CollKind::ReduceScatter:
+                loom::reduce_scatter(w, i, o, s);
+                break;
+            case CollKind::AllReduce:
+                loom::all_reduce(w, i, o, s);
+                break;
+            default:
+                loom::all_to_all(w, i, o, s);
+                break;
+        }
+    };
+}
+
+// Bytes a call with both buffers plain copies beyond the symmetric call (each read and written once more): the
+// staged all_gather and all_to_all copy in into the scratch; reduce_scatter and all_reduce take algorithms that use
+// the scratch anyway (their cost is the difference of algorithms, timed).
+std::size_t staged_copy_bytes(const loom::CollChoice& c, const Shape& sh) { return c.staged ? sh.in_count * 2 : 0; }
+
+// --plain: the automatic choice on the four placements of in and out, interleaved run by run (the same clocks and
+// MPS scheduling for each), and the both-plain result checked once.
+void bench_placements(loom::World& w, CollKind k, const std::string& op, const Shape& sh,
+                      const loom::CollTopology& topo, const TimeOptions& topts, void* sin, void* sout,
+                      const PlainBuffers& pb, cudaStream_t stream, Report& report) {
+    const int W = w.world_size(), me = w.rank();
+    fill_bf16(pb.in, sh.in_count, me + 1, stream);
+    w.barrier("bench-coll/placements");
+    const char* names[] = {"symmetric", "in_plain", "out_plain", "both_plain"};
+    void* const ins[] = {sin, pb.in, sin, pb.in};
+    void* const outs[] = {sout, sout, pb.out, pb.out};
+    std::vector<std::function<void(cudaStream_t)>> fns;
+    json choice = json::object();
+    loom::CollChoice both{};
+    for (int i = 0; i < 4; ++i) {
+        fns.push_back(auto_call(w, k, sh, ins[i], outs[i]));
+        const loom::CollChoice c = loom::choose_collective(k, sh.choice_bytes, topo, ins[i] == sin, outs[i] == sout);
+        choice[names[i]] =
+            std::string(loom::to_string(c.algo)) + "/" + loom::to_string(c.path) + (c.staged ? "+staged" : "");
+        if (i == 3) both = c;
+    }
+    const std::vector<loom::bench::Timing> ts = loom::bench::time_ops(fns, stream, topts);
+    // The both-plain result: first and last element of every chunk (data movement) or of the result (reductions).
+    LOOM_CHECK_CUDA(cudaMemsetAsync(pb.out, 0, sh.out_count * 2, stream));
+    fns[3](stream);
+    LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+    w.barrier("bench-coll/placements-checked");
+    auto expect = [&](std::size_t i, int want) {
+        const uint16_t h = bf16_at(pb.out, i);
+        LOOM_CHECK(h == loom::float_to_bf16(static_cast<float>(want)),
+                   "bench-collectives: {} plain in and out size {} rank {}: element {} is {}, expected {} (wrong "
+                   "result)",
+                   op, sh.size, me, i, loom::bf16_to_float(h), want);
+    };
+    if (k == CollKind::AllGather || k == CollKind::AllToAll) {
+        const std::size_t chunk = sh.out_count / W;
+        for (int r = 0; r < W; ++r) expect(r * chunk, r + 1), expect(r * chunk + chunk - 1, r + 1);
+    } else {
+        expect(0, W * (W + 1) / 2);
+        expect(sh.out_count - 1, W * (W + 1) / 2);
+    }
+    json us = json::object();
+    for (int i = 0; i < 4; ++i) us[names[i]] = ts[i].median_us;
+    // The staging copy's estimate at 4.3 TB/s of device-memory traffic (a D2D copy on an H200, one rank alone).
+    const std::size_t staged = staged_copy_bytes(both, sh);
+    json row = {{"ranks", W},
+                {"size_bytes", sh.size},
+                {"size", human(sh.size)},
+                {"dtype", "bf16"},
+                {"algo", "auto"},
+                {"path", "auto"},
+                {"timing", "placements_interleaved"},
+                {"iters", topts.iters},
+                {"loom_us", ts[3].median_us},
+                {"placements_us", us},
+                {"placements_choice", choice},
+                {"plain_over_symmetric", ts[3].median_us / ts[0].median_us},
+                {"staged_copy_bytes", staged},
+                {"staged_copy_estimate_us", 2.0 * double(staged) / 4.3e6},
+                {"shared_gpu", topo.shared_gpu},
+                {"checked", true}};
+    report.add_row(row);
+    if (me == 0)
+        std::printf(
+            "%-15s %6s placements     symmetric %.2f us, in plain %.2f, out plain %.2f, both plain %.2f "
+            "(x%.2f)\n",
+            op.c_str(), human(sh.size).c_str(), ts[0].median_us, ts[1].median_us, ts[2].median_us, ts[3].median_us,
+            ts[3].median_us / ts[0].median_us);
+}
+
 void bench_op(loom::World& w, const Args& args, const std::string& op, const loom::CollTopology& topo, Nvshmem& nv,
-              loom::bench::NcclBaseline& nccl, const CopyBuffers& copy, void* sin, void* sout, cudaStream_t stream,
-              int argc, char** argv) {
+              loom::bench::NcclBaseline& nccl, const CopyBuffers& copy, void* sin, void* sout,
+              const PlainBuffers& plain, cudaStream_t stream, int argc, char** argv) {
     const CollKind k = kind_of(op);
     const int W = w.world_size(), me = w.rank();
     Report report(op, W, argc, argv);
@@ -459,6 +570,7 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
                 std::printf("%-15s %6s %-14s %10.2f us  busBW %8.2f GB/s\n", op.c_str(), human(sh.size).c_str(),
                             name.c_str(), t.median_us, alg * factor);
         }
+        if (plain.in) bench_placements(w, k, op, sh, topo, topts, sin, sout, plain, stream, report);
         // Latency the nccl-tests way: b2b_reps calls back to back per timed run (L2 flushed before each run), for
         // the automatic choice and each baseline. Per-call timing above carries a floor of launch and event
         // overhead of several us that hides small-message latency; here consecutive launches overlap.
@@ -635,7 +747,17 @@ int main(int argc, char** argv) {
             LOOM_CHECK_CUDA(cudaMalloc(&copy.dst, buf));
             LOOM_CHECK_CUDA(cudaMemset(copy.src, 0x3c, buf));
         }
-        for (const auto& op : args.ops) bench_op(w, args, op, topo, nv, nccl, copy, sin, sout, stream, argc, argv);
+        PlainBuffers plain;
+        if (args.plain) {
+            LOOM_CHECK_CUDA(cudaMalloc(&plain.in, buf));
+            LOOM_CHECK_CUDA(cudaMalloc(&plain.out, buf));
+        }
+        for (const auto& op : args.ops)
+            bench_op(w, args, op, topo, nv, nccl, copy, sin, sout, plain, stream, argc, argv);
+        if (plain.in) {
+            LOOM_CHECK_CUDA(cudaFree(plain.out));
+            LOOM_CHECK_CUDA(cudaFree(plain.in));
+        }
         if (copy.src) {
             LOOM_CHECK_CUDA(cudaFree(copy.dst));
             LOOM_CHECK_CUDA(cudaFree(copy.src));

@@ -82,6 +82,7 @@ set(LOOM_SOURCES
     src/ops/collectives/all_gather/ld_tma.cpp
     src/ops/collectives/all_gather/pull_ce.cpp
     src/ops/collectives/all_gather/push_ce.cpp
+    src/ops/collectives/all_gather/staged.cpp
     src/ops/collectives/all_reduce/all_reduce.cpp
     src/ops/collectives/all_reduce/ld_tma.cpp
     src/ops/collectives/all_reduce/two_shot_ce.cpp
@@ -89,6 +90,8 @@ set(LOOM_SOURCES
     src/ops/collectives/all_to_all/all_to_all_v.cpp
     src/ops/collectives/all_to_all/ce.cpp
     src/ops/collectives/all_to_all/ld_tma.cpp
+    src/ops/collectives/all_to_all/staged.cpp
+    src/ops/collectives/all_to_all/staged_v.cpp
     src/ops/collectives/barrier.cpp
     src/ops/collectives/coll_check.cpp
     src/ops/collectives/coll_choice.cpp
@@ -109,6 +112,7 @@ set(LOOM_SOURCES
     src/ops/overlap/ag_gemm/ag_gemm.cpp
     src/ops/overlap/ag_gemm/copy_engine.cpp
     src/ops/overlap/ag_gemm/direct.cpp
+    src/ops/overlap/ag_gemm/gathered_copy.cpp
     src/ops/overlap/ag_gemm/plan.cpp
     src/ops/overlap/ag_gemm/sequential.cpp
     src/ops/overlap/ag_gemm/sm_push.cpp

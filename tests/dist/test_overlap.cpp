@@ -205,9 +205,9 @@ AgCase ag_case(World& w, int64_t rows, int64_t n, int64_t k, int tc, int set, DT
 
 // with_gathered: pass a gathered buffer and check it too; without one, the copy-engine producer reads the own rows
 // in place where M / W is a multiple of BLOCK_M (ag_gemm's own_local). in: the inputs' type (fp8: each rank scales by
-// its fp8_alpha).
+// its fp8_alpha). plain_gathered: the gathered buffer from cudaMalloc, outside the symmetric heap.
 void run_ag(World& w, cudaStream_t s, const AgGemmOptions& o, int64_t rows, int64_t n, int64_t k, int tc,
-            const std::string& label, bool with_gathered = true, DType in = DType::BF16) {
+            const std::string& label, bool with_gathered = true, DType in = DType::BF16, bool plain_gathered = false) {
     const int W = w.world_size(), me = w.rank();
     const std::size_t es = dtype_size(in);
     AgGemmOptions opts = o;
@@ -219,7 +219,11 @@ void run_ag(World& w, cudaStream_t s, const AgGemmOptions& o, int64_t rows, int6
     upload(a.p, c.a[me]);
     upload(b.p, c.b);
     poison(out.p, rows * W * n * 2);
-    void* gathered = w.alloc_bytes(rows * W * k * es);
+    void* gathered = nullptr;
+    if (plain_gathered)
+        EXPECT_EQ(cudaMalloc(&gathered, rows * W * k * es), cudaSuccess);
+    else
+        gathered = w.alloc_bytes(rows * W * k * es);
     poison(gathered, rows * W * k * es);
     if (with_gathered) opts.gathered = MatrixView{gathered, in, rows * W, k, 0};
     w.barrier();
@@ -241,7 +245,10 @@ void run_ag(World& w, cudaStream_t s, const AgGemmOptions& o, int64_t rows, int6
     }
     agree(w, err, label);
     w.barrier();
-    w.free(gathered);
+    if (plain_gathered)
+        cudaFree(gathered);
+    else
+        w.free(gathered);
 }
 
 // `calls` ag_gemm calls back to back with the inputs alternating between two sets (call i: set i % 2, options(i)),
@@ -302,6 +309,32 @@ TEST_F(Overlap, AgGemmOwnRowsInPlace) {
 // The sequence (all_gather into the gather buffer, then loom::gemm): with and without a gathered buffer, rows per rank
 // off the tile, then 60 calls back to back mixing it with the copy engine and the SM producer, whose signals and
 // counters it leaves as they were; a config with it is a clear error.
+// A gathered buffer outside the symmetric heap (A, B and C are cudaMalloc'd in every test here): the copy engine and
+// the SM producer gather into their own buffer and copy it into the caller's after the GEMM, the sequence
+// all_gathers into it (staged); each call checks C and the gathered rows; then 40 calls back to back alternating
+// the producers with the plain gathered buffer in every call (C checked at a few).
+TEST_F(Overlap, AgGemmPlainGathered) {
+    int tc = 80;
+    for (AgProducer p : {AgProducer::CopyEngine, AgProducer::Sm, AgProducer::Sequential})
+        for (int64_t rows : {int64_t(200), int64_t(256)})
+            run_ag(*w, stream, AgGemmOptions{p}, rows, 192, 256, ++tc,
+                   std::string("ag_plain_gathered_") + to_string(p) + "_" + std::to_string(rows), true, DType::BF16,
+                   true);
+    World& W_ = *w;
+    const int64_t rows = 128, k = 256;
+    void* gathered = nullptr;
+    ASSERT_EQ(cudaMalloc(&gathered, rows * W_.world_size() * k * 2), cudaSuccess);
+    const std::string err = ag_back_to_back(
+        W_, stream, rows, 192, k, ++tc, 40, [](int i) { return i < 3 || i % 13 == 0 || i == 39; },
+        [&](int i) {
+            AgGemmOptions o{i % 3 == 0 ? AgProducer::CopyEngine : i % 3 == 1 ? AgProducer::Sm : AgProducer::Sequential};
+            o.gathered = MatrixView{gathered, DType::BF16, rows * W_.world_size(), k, 0};
+            return o;
+        });
+    agree(W_, err, "ag_plain_gathered_back_to_back");
+    cudaFree(gathered);
+}
+
 TEST_F(Overlap, AgGemmSequential) {
     const AgGemmOptions seq{AgProducer::Sequential};
     run_ag(*w, stream, seq, 256, 192, 256, 60, "ag_seq_256");

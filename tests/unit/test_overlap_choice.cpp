@@ -53,6 +53,22 @@ TEST(OverlapChoice, AgGemmProducer) {
               std::string::npos);
 }
 
+// Where ag_gemm gathers A: a gathered buffer outside the symmetric heap is written through the state's buffer and
+// copied (the overlapped producers' peers write into the gather buffer) except by the sequence, whose loom::all_gather
+// takes any out.
+TEST(OverlapChoice, AgGemmGatherPlacement) {
+    using loom::AgGatherAt;
+    for (AgProducer p : {AgProducer::CopyEngine, AgProducer::Sm}) {
+        EXPECT_EQ(loom::ag_gather_at(p, false, false), AgGatherAt::Own) << loom::to_string(p);
+        EXPECT_EQ(loom::ag_gather_at(p, true, true), AgGatherAt::Callers) << loom::to_string(p);
+        EXPECT_EQ(loom::ag_gather_at(p, true, false), AgGatherAt::OwnThenCopy) << loom::to_string(p);
+    }
+    EXPECT_EQ(loom::ag_gather_at(AgProducer::Sequential, false, false), AgGatherAt::Own);
+    EXPECT_EQ(loom::ag_gather_at(AgProducer::Sequential, true, true), AgGatherAt::Callers);
+    EXPECT_EQ(loom::ag_gather_at(AgProducer::Sequential, true, false), AgGatherAt::Callers);
+    EXPECT_EQ(loom::ag_gather_at(AgProducer::Direct, false, false), AgGatherAt::None);
+}
+
 TEST(OverlapChoice, GemmRsTransport) {
     EXPECT_EQ(loom::gemm_rs_transport(RsTransport::Auto, RsAlgo::FusedEpilogue, false), RsTransport::CopyEngine);
     EXPECT_EQ(loom::gemm_rs_transport(RsTransport::Auto, RsAlgo::FusedEpilogue, true), RsTransport::Sm);

@@ -183,6 +183,18 @@ bool feasible(CollKind kind, CollAlgo algo, bool in_sym, bool out_sym) {
     return false;
 }
 
+Staged staged_buffer(CollKind kind, CollAlgo algo) {
+    switch (kind) {
+        case CollKind::AllGather:
+        case CollKind::AllToAll:
+            return algo == CollAlgo::Pull ? Staged::In : Staged::None;
+        case CollKind::AllToAllV:
+            return algo == CollAlgo::Push ? Staged::Out : Staged::None;
+        default:
+            return Staged::None;  // reduce_scatter's scatter and all_reduce's one-shot take any buffers
+    }
+}
+
 DataPath default_path(CollKind kind, CollAlgo algo, std::size_t bytes, const CollTopology& topo) {
     // AllReduce one-shot's TMA push is offered but not yet measured against ld/st: ld/st until bench-collectives
     // says otherwise.
@@ -218,15 +230,26 @@ CollChoice choose_collective(CollKind kind, std::size_t bytes, const CollTopolog
                              bool out_symmetric) {
     using namespace coll;
     const auto& rows = choice_table();
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-        const ChoiceRow& r = rows[i];
-        if (r.kind != kind || bytes > r.max_bytes || !sharing_matches(r.sharing, topo)) continue;
-        if (r.max_world > 0 && topo.world > r.max_world) continue;
-        if (!feasible(kind, r.algo, in_symmetric, out_symmetric)) continue;
-        DataPath path = r.path;
-        if (path == DataPath::Tma && topo.arch < 90) path = DataPath::LdSt;
-        return CollChoice{r.algo, path, 0, fmt::format("table row {}: {}", i, r.why)};
-    }
+    // First pass: the buffers as given. Second: an algorithm that runs with its buffer staged in the scratch.
+    for (const bool staged : {false, true})
+        for (std::size_t i = 0; i < rows.size(); ++i) {
+            const ChoiceRow& r = rows[i];
+            if (r.kind != kind || bytes > r.max_bytes || !sharing_matches(r.sharing, topo)) continue;
+            if (r.max_world > 0 && topo.world > r.max_world) continue;
+            const Staged sb = staged_buffer(kind, r.algo);
+            if (staged ? sb == Staged::None || !feasible(kind, r.algo, in_symmetric || sb == Staged::In,
+                                                         out_symmetric || sb == Staged::Out)
+                       : !feasible(kind, r.algo, in_symmetric, out_symmetric))
+                continue;
+            DataPath path = r.path;
+            if (path == DataPath::Tma && topo.arch < 90) path = DataPath::LdSt;
+            if (!staged) return CollChoice{r.algo, path, 0, fmt::format("table row {}: {}", i, r.why)};
+            if (path == DataPath::CopyEngine) path = DataPath::LdSt;
+            return CollChoice{r.algo, path, 0,
+                              fmt::format("table row {}: {}; {} staged through the scratch", i, r.why,
+                                          sb == Staged::In ? "in" : "out"),
+                              true};
+        }
     return CollChoice{CollAlgo::Auto, DataPath::Auto, 0, "no feasible algorithm"};
 }
 
@@ -246,15 +269,19 @@ std::string explain_collectives(const CollTopology& topo) {
                          r.max_world > 0 ? fmt::format("W<={}", r.max_world) : std::string("any W"), to_string(r.algo),
                          to_string(r.path), r.why);
     }
-    s += "choice with symmetric buffers:\n";
-    for (CollKind k : {CollKind::AllGather, CollKind::ReduceScatter, CollKind::AllReduce, CollKind::AllToAll}) {
-        s += fmt::format("  {:<15}", to_string(k));
-        for (std::size_t b = 1024; b <= (std::size_t(1) << 30); b *= 16) {
-            const CollChoice c = choose_collective(k, b, topo);
-            s += fmt::format(" {}:{}/{}", b >= (1u << 20) ? fmt::format("{}M", b >> 20) : fmt::format("{}K", b >> 10),
-                             to_string(c.algo), to_string(c.path));
+    for (const bool sym : {true, false}) {
+        s += sym ? "choice with symmetric buffers:\n" : "choice with in and out outside the symmetric heap:\n";
+        for (CollKind k : {CollKind::AllGather, CollKind::ReduceScatter, CollKind::AllReduce, CollKind::AllToAll,
+                           CollKind::AllToAllV}) {
+            s += fmt::format("  {:<15}", to_string(k));
+            for (std::size_t b = 1024; b <= (std::size_t(1) << 30); b *= 16) {
+                const CollChoice c = choose_collective(k, b, topo, sym, sym);
+                s += fmt::format(" {}:{}/{}{}",
+                                 b >= (1u << 20) ? fmt::format("{}M", b >> 20) : fmt::format("{}K", b >> 10),
+                                 to_string(c.algo), to_string(c.path), c.staged ? "+staged" : "");
+            }
+            s += "\n";
         }
-        s += "\n";
     }
     return s;
 }
@@ -275,10 +302,16 @@ CollChoice resolve(CollKind kind, std::size_t bytes, const CollTopology& topo, c
         c.algo = opts.algo;
         c.path = default_path(kind, c.algo, bytes, topo);
         c.reason = "CollOptions::algo";
+        c.staged = !feasible(kind, c.algo, in_symmetric, out_symmetric) && stageable(kind, c.algo);
     }
+    if (c.staged && c.path == DataPath::CopyEngine) c.path = DataPath::LdSt;
     if (opts.path != DataPath::Auto) c.path = opts.path;
     LOOM_CHECK(offered(kind, c.algo, c.path), "{}: the {} algorithm has no {} data path", op, to_string(c.algo),
                to_string(c.path));
+    LOOM_CHECK(!c.staged || c.path != DataPath::CopyEngine,
+               "{}: {} through the copy engine needs {} in the symmetric heap (allocate it with world.alloc); staged "
+               "through the scratch it runs on ld/st or tma: leave the data path to Loom or pass one of those",
+               op, to_string(c.algo), staged_buffer(kind, c.algo) == Staged::In ? "in" : "out");
     LOOM_CHECK(c.path != DataPath::Tma || topo.arch >= 90, "{}: the tma data path needs sm_90, given sm_{}", op,
                topo.arch);
     return c;

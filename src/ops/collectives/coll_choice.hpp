@@ -16,6 +16,10 @@ struct CollChoice {
     DataPath path = DataPath::Auto;
     int blocks = 0;
     std::string reason;  // which table row (or constraint) decided
+    // The algorithm runs over the symmetric scratch in place of the buffer it needs symmetric, in rounds of the
+    // scratch's size (coll::staged_buffer names which; the ops' staged.cpp files): where no algorithm can run on the
+    // buffers as given.
+    bool staged = false;
 };
 struct CollTopology {
     int world = 1;
@@ -27,7 +31,8 @@ struct CollTopology {
 // it once per World (coll::Core).
 CollTopology collective_topology(World& world);
 // bytes: all_gather / all_to_all: the per-rank input; reduce_scatter: the per-rank output; all_reduce: the buffer.
-// in_symmetric / out_symmetric say which algorithms are feasible.
+// in_symmetric / out_symmetric say which algorithms are feasible. Where none is, the first row whose algorithm can be
+// staged (coll::stageable) wins, staged (its copy-engine path replaced by ld/st: the staged paths are kernels).
 CollChoice choose_collective(CollKind kind, std::size_t bytes, const CollTopology& topo, bool in_symmetric = true,
                              bool out_symmetric = true);
 // The table and the choice at a few sizes, as printed by bench-collectives --explain.
@@ -54,7 +59,16 @@ bool offered(CollKind kind, CollAlgo algo, DataPath path);
 DataPath default_path(CollKind kind, CollAlgo algo, std::size_t bytes, const CollTopology& topo);
 // Can `algo` run with these buffers (symmetric-ness)?
 bool feasible(CollKind kind, CollAlgo algo, bool in_symmetric, bool out_symmetric);
-// Resolves Auto in opts from the choice; checks the algorithm / path pair is offered for the op.
+// Which buffer a staged algorithm keeps in the scratch in place of the caller's.
+enum class Staged { None, In, Out };
+// The buffer `algo` stages when it runs staged: in for all_gather's and all_to_all's pull (copied into the scratch
+// round by round; the peers read it there), out for all_to_all_v's push (a window of out per round, copied back);
+// None: `algo` has no staged variant.
+Staged staged_buffer(CollKind kind, CollAlgo algo);
+inline bool stageable(CollKind kind, CollAlgo algo) { return staged_buffer(kind, algo) != Staged::None; }
+// Resolves Auto in opts from the choice; checks the algorithm / path pair is offered for the op. An algorithm asked
+// for by name that cannot run on the buffers as given runs staged where it can (stageable; then not on the copy
+// engine); otherwise the op's own check names the buffer it needs symmetric.
 CollChoice resolve(CollKind kind, std::size_t bytes, const CollTopology& topo, const CollOptions& opts,
                    bool in_symmetric, bool out_symmetric);
 

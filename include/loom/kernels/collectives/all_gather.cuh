@@ -4,6 +4,9 @@
 //   all_gather_pull<T, kPath>  every rank reads slot r from every peer r's in (in symmetric). In place, rank r's
 //                              input is slot r of r's out: the source is addressed there, not at this rank's in
 //                              (in = out + me * count differs between ranks, so it is not a symmetric offset).
+//                              p.round_elems != 0 (in staged through the scratch, src/ops/collectives/all_gather/
+//                              staged.cpp): in holds one round of round_elems elements of every rank's input,
+//                              which land at the start of each chunk of out (chunks still count elements apart).
 //   all_gather_ring<T, kPath>  W-1 steps: at step s a rank forwards chunk (me - s) to the next rank's out, then
 //                              waits for chunk (me - s - 1) from the previous one (out symmetric). Each link
 //                              carries one chunk per step.
@@ -77,7 +80,8 @@ __global__ void __launch_bounds__(512) all_gather_pull(Ctx ctx, Params p) {
     const uint64_t e = begin_call(p.sync);
     const int W = ctx.local_world, me = ctx.local_rank;
     const uint64_t B = p.count * sizeof(T);
-    const Range r = block_share(B, 16);
+    const uint64_t moved = p.round_elems != 0 ? p.round_elems * sizeof(T) : B;  // bytes of each chunk moved
+    const Range r = block_share(moved, 16);
     char* const out = static_cast<char*>(p.out);
     const char* const in = static_cast<const char*>(p.in);
     const bool in_place = in == out + me * B;     // then every rank is in place (same options on every rank)

@@ -4,6 +4,10 @@
 //   all_to_all_push<T, kPath>    equal splits: block j of my in (p.count elements) goes to slot `me` of rank
 //                                j's out.
 //   all_to_all_pull<T, kPath>    equal splits, out anywhere: block `me` of rank j's in comes to slot j of my out.
+//                                p.round_elems != 0 (in staged through the scratch, src/ops/collectives/
+//                                all_to_all/staged.cpp): in holds one round of round_elems elements of each
+//                                block, packed (stride round_elems); they land at the start of out's blocks
+//                                (stride p.count).
 //   all_to_all_v_push<T, kPath>  variable splits, counts in device memory (MoE dispatch): p.send_counts[j]
 //                                (symmetric) elements from in + send_offsets[j] (packed prefix sums when null)
 //                                go to rank j, where they land packed by source rank: rank s's block starts at
@@ -13,6 +17,10 @@
 //                                reported and traps (never a write past out).
 //   all_to_all_v_pull<T, kPath>  the same result with out anywhere (in symmetric): each rank reads its blocks
 //                                from the senders' in (send_offsets null, or symmetric).
+//   Push with out staged (p.round_elems != 0: src/ops/collectives/all_to_all/staged_v.cpp): p.out is the
+//   receivers' scratch holding the window [round_base, round_base + round_elems) of their out; each block moves
+//   only its part inside the window, to (its out offset - round_base). The counts are checked against the whole
+//   capacity (p.count) in every round.
 // Block b moves its share of every peer's block and synchronises with block b of the peers.
 #pragma once
 
@@ -28,8 +36,10 @@ template <class T, int kPath, bool kPull>
 LOOM_DEVICE inline void all_to_all_equal(const Ctx& ctx, const Params& p) {
     const uint64_t e = begin_call(p.sync);
     const int W = ctx.local_world, me = ctx.local_rank;
-    const uint64_t B = p.count * sizeof(T);
-    const Range r = block_share(B, 16);
+    const uint64_t B = p.count * sizeof(T);  // out's block stride
+    // Bytes of each block moved, and in's block stride: one staged round (pull with in staged), else B.
+    const uint64_t moved = p.round_elems != 0 ? p.round_elems * sizeof(T) : B;
+    const Range r = block_share(moved, 16);
     barrier_peers(ctx, p.sync, sig_value(e, 1));
     if (r.size()) {
         with_path<kPath>(p, [&](const auto& path) {
@@ -37,10 +47,11 @@ LOOM_DEVICE inline void all_to_all_equal(const Ctx& ctx, const Params& p) {
                 const int peer = (me + i) % W;
                 if constexpr (kPull)
                     lang::get_nbi(lang::block, ctx, static_cast<char*>(p.out) + peer * B + r.lo,
-                                  static_cast<const char*>(p.in) + me * B + r.lo, r.size(), peer_rank(ctx, peer), path);
+                                  static_cast<const char*>(p.in) + me * moved + r.lo, r.size(), peer_rank(ctx, peer),
+                                  path);
                 else
                     lang::put_nbi(lang::block, ctx, static_cast<char*>(p.out) + me * B + r.lo,
-                                  static_cast<const char*>(p.in) + peer * B + r.lo, r.size(), peer_rank(ctx, peer),
+                                  static_cast<const char*>(p.in) + peer * moved + r.lo, r.size(), peer_rank(ctx, peer),
                                   path);
             }
             lang::quiet(lang::block, ctx);
@@ -115,11 +126,23 @@ LOOM_DEVICE inline void all_to_all_v_body(const Ctx& ctx, const Params& p) {
     with_path<kPath>(p, [&](const auto& path) {
         for (int i = 0; i < W; ++i) {
             const int peer = (me + i) % W;
-            const uint64_t B = static_cast<uint64_t>(s_cnt[peer]) * sizeof(T);
+            long long dst_off = s_out_off[peer], src_off = s_in_off[peer], cnt = s_cnt[peer];
+            if constexpr (!kPull) {
+                if (p.round_elems != 0) {  // out staged: only the part inside this round's window, window-relative
+                    const long long lo = static_cast<long long>(p.round_base);
+                    const long long hi = lo + static_cast<long long>(p.round_elems);
+                    const long long a = dst_off > lo ? dst_off : lo;
+                    const long long b = dst_off + cnt < hi ? dst_off + cnt : hi;
+                    cnt = b > a ? b - a : 0;
+                    src_off += a - dst_off;
+                    dst_off = a - lo;
+                }
+            }
+            const uint64_t B = static_cast<uint64_t>(cnt) * sizeof(T);
             const Range r = block_share(B, 16);
             if (!r.size()) continue;
-            char* const d = out + s_out_off[peer] * sizeof(T) + r.lo;
-            const char* const src = in + s_in_off[peer] * sizeof(T) + r.lo;
+            char* const d = out + dst_off * sizeof(T) + r.lo;
+            const char* const src = in + src_off * sizeof(T) + r.lo;
             if constexpr (kPull)
                 lang::get_nbi(lang::block, ctx, d, src, r.size(), peer_rank(ctx, peer), path);
             else

@@ -54,6 +54,7 @@ struct Params {
     uint64_t scratch_bytes;       // per rank
     char* ll;                     // symmetric LL area (LL packets only: nothing else is ever written there)
     uint64_t round_elems;         // scratch rounds: elements per peer per round
+    uint64_t round_base;          // all_to_all_v with out staged: the round's first element of out (its window)
     const int64_t* send_counts;   // all_to_all_v: symmetric, [world] elements this rank sends to each peer
     const int64_t* send_offsets;  // all_to_all_v: local, [world] element offsets into in (null: packed)
     int64_t* recv_counts;         // all_to_all_v: local, [world] filled with what each peer sent (may be null)

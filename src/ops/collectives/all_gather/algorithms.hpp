@@ -1,5 +1,5 @@
 // The all_gather algorithms, one per data path; all_gather.cpp validates, chooses and calls one. Each takes the
-// validated, resolved call: out symmetric for push and ring, in symmetric for pull.
+// validated, resolved call: out symmetric for push and ring, in symmetric for pull (staged: neither).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -17,5 +17,8 @@ void all_gather_push_ce(World& world, Core& core, const BufferView& in, const Bu
                         cudaStream_t stream);
 // Pull through the copy engine between two barrier kernels (pull_ce.cpp).
 void all_gather_pull_ce(World& world, Core& core, const BufferView& in, const BufferView& out, cudaStream_t stream);
+// Pull with in staged through the scratch, in rounds (staged.cpp): any in and out.
+void all_gather_staged(World& world, Core& core, const CollChoice& c, const BufferView& in, const BufferView& out,
+                       const CollOptions& opts, cudaStream_t stream);
 
 }  // namespace loom::coll

@@ -39,6 +39,10 @@ void all_gather(World& world, BufferView in, BufferView out, cudaStream_t stream
         coll::launch_ll_bytes(world, core, key, op, in.data, out.data, B, opts, stream);
         return;
     }
+    if (c.staged) {
+        coll::all_gather_staged(world, core, c, in, out, opts, stream);
+        return;
+    }
     if (c.algo == CollAlgo::Pull) {
         coll::check_symmetric(op, "pull", "in", world, in);
     } else {

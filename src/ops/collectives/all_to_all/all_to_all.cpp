@@ -36,6 +36,10 @@ void all_to_all(World& world, BufferView in, BufferView out, cudaStream_t stream
         coll::launch_ll_bytes(world, core, key, op, in.data, out.data, B, opts, stream);
         return;
     }
+    if (c.staged) {
+        coll::all_to_all_staged(world, core, c, in, out, opts, stream);
+        return;
+    }
     const bool pull = c.algo == CollAlgo::Pull;  // out anywhere: read the blocks from the peers' in
     if (pull) {
         coll::check_symmetric(op, "pull", "in", world, in);

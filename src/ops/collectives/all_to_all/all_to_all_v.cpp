@@ -1,8 +1,9 @@
-// loom::all_to_all_v: validate, choose, launch (kernels/collectives/all_to_all.cuh: all_to_all_v_push / _pull). Not
-// cached as a plan: the counts and offsets are part of the call.
+// loom::all_to_all_v: validate, choose, launch (kernels/collectives/all_to_all.cuh: all_to_all_v_push / _pull; with
+// out or the counts staged through symmetric memory: staged_v.cpp). Not cached as a plan: the counts and offsets are
+// part of the call.
 #include "loom/runtime/error.hpp"
+#include "ops/collectives/all_to_all/algorithms.hpp"
 #include "ops/collectives/coll_check.hpp"
-#include "ops/collectives/coll_state.hpp"
 
 namespace loom {
 
@@ -16,28 +17,17 @@ void check_args(World& world, const BufferView& in, const BufferView& out, const
     coll::check_same_dtype(kOp, in, out);
     const int W = world.world_size();
     LOOM_CHECK(send_counts != nullptr, "{}: expected send_counts (device int64[{}]), given nullptr", kOp, W);
-    LOOM_CHECK(world.is_symmetric(send_counts, sizeof(int64_t) * W),
-               "{}: send_counts ({}, {} bytes) is not in the symmetric heap; peers read it: allocate it with "
-               "world.alloc<int64_t>({})",
-               kOp, static_cast<const void*>(send_counts), sizeof(int64_t) * W, W);
     LOOM_CHECK(!coll::overlaps(in.data, in.bytes(), out.data, out.bytes()),
                "{}: in and out overlap (all_to_all_v is not in-place)", kOp);
 }
 
-// Pull (out anywhere: each rank reads its blocks from the senders) needs in and the senders' offsets symmetric;
-// push needs out symmetric.
-void check_placement(World& world, bool pull, const BufferView& in, const BufferView& out,
-                     const int64_t* send_offsets) {
-    if (!pull) {
+// Pull (out anywhere: each rank reads its blocks from the senders) needs in symmetric; push needs out symmetric
+// unless staged. The counts and offsets that peers read are staged where they are not symmetric (staged_v.cpp).
+void check_placement(World& world, const CollChoice& c, const BufferView& in, const BufferView& out) {
+    if (c.algo == CollAlgo::Pull)
+        coll::check_symmetric(kOp, "pull", "in", world, in);
+    else if (!c.staged)
         coll::check_symmetric(kOp, "push", "out", world, out);
-        return;
-    }
-    const int W = world.world_size();
-    coll::check_symmetric(kOp, "pull", "in", world, in);
-    LOOM_CHECK(send_offsets == nullptr || world.is_symmetric(send_offsets, sizeof(int64_t) * W),
-               "{}: the pull algorithm (Auto's choice for an out outside the symmetric heap) reads each sender's "
-               "send_offsets: pass nullptr (packed blocks) or allocate them with world.alloc<int64_t>({}), given {}",
-               kOp, W, static_cast<const void*>(send_offsets));
 }
 
 }  // namespace
@@ -51,7 +41,9 @@ void all_to_all_v(World& world, BufferView in, BufferView out, const int64_t* se
         coll::resolve(CollKind::AllToAllV, out.bytes() / W, core.budget.topo, opts,
                       world.is_symmetric(in.data, in.bytes()), world.is_symmetric(out.data, out.bytes()));
     const bool pull = c.algo == CollAlgo::Pull, tma = c.path == DataPath::Tma;
-    check_placement(world, pull, in, out, send_offsets);
+    check_placement(world, c, in, out);
+    const coll::A2avArgs a =
+        coll::stage_a2av_args(world, stream, pull, coll::A2avArgs{send_counts, send_offsets, recv_counts});
     coll::Launch l;
     l.header = "loom/kernels/collectives/all_to_all.cuh";
     l.name = pull ? "loom::kernels::coll::all_to_all_v_pull" : "loom::kernels::coll::all_to_all_v_push";
@@ -62,13 +54,16 @@ void all_to_all_v(World& world, BufferView in, BufferView out, const int64_t* se
     l.params.in = in.data;
     l.params.out = out.data;
     l.params.count = out.count;  // capacity
-    l.params.send_counts = send_counts;
-    l.params.send_offsets = send_offsets;
-    l.params.recv_counts = recv_counts;
+    l.params.send_counts = a.send_counts;
+    l.params.send_offsets = a.send_offsets;
+    l.params.recv_counts = a.recv_counts;
     if (tma) l.smem = coll::tma_staging(l.params);
     // The counts are on the device: size the grid from the capacity (an upper bound of the traffic per peer).
     l.blocks = coll::pick_blocks(out.bytes() / W, tma ? 512 * 1024 : 64 * 1024, tma ? 32 : 64, opts, core.budget);
-    coll::launch(world, l, stream);
+    if (c.staged)
+        coll::all_to_all_v_staged(world, core, l, out, stream);
+    else
+        coll::launch(world, l, stream);
 }
 
 }  // namespace loom

@@ -1,5 +1,6 @@
 // loom::ag_gemm: AllGather+GEMM (kernels/overlap/ag_gemm.cuh; docs/overlap.md). The entry validates the call, chooses
-// the producer (plan.cpp) and dispatches to it: copy_engine.cpp, sm_push.cpp, direct.cpp, sequential.cpp. A call that
+// the producer (plan.cpp) and dispatches to it: copy_engine.cpp, sm_push.cpp, direct.cpp, sequential.cpp (and
+// gathered_copy.cpp for a gathered buffer outside the symmetric heap). A call that
 // leaves every choice to Loom runs the options the autotuner decided for its shape (common/tune.hpp).
 #include "ops/overlap/ag_gemm/ag_gemm.hpp"
 
@@ -46,12 +47,16 @@ void as_given(World& world, const MatrixView& a, const MatrixView& b, const Matr
     const kernels::overlap::AgGemmHookArgs h = overlap::prepare_overlapped(x, o);
     switch (x.producer) {
         case AgProducer::Direct:
-            return overlap::ag_gemm_direct(x, h);
+            overlap::ag_gemm_direct(x, h);
+            break;
         case AgProducer::CopyEngine:
-            return overlap::ag_gemm_copy_engine(x, h);
+            overlap::ag_gemm_copy_engine(x, h);
+            break;
         default:
-            return overlap::ag_gemm_sm_push(x, h, o.sm_path != DataPath::LdSt);
+            overlap::ag_gemm_sm_push(x, h, o.sm_path != DataPath::LdSt);
+            break;
     }
+    if (x.gathered_out) overlap::ag_gemm_copy_gathered(x);
 }
 
 }  // namespace

@@ -37,6 +37,15 @@ namespace loom {
 // latency comes on top; docs/perf/ag_gemm.json), else CopyEngine (tiles 0: not known).
 AgProducer ag_gemm_producer(AgProducer requested, int world_size, int64_t rows_per_rank, int block_m, bool gathered,
                             bool ranks_share_gpu, int64_t tiles = 0, int num_sms = 0);
+// Where ag_gemm gathers A's shards for `producer` (no gathered buffer is allowed with Direct, which gathers nothing):
+//   Own          the gather state's buffer (no gathered buffer given);
+//   Callers      the caller's gathered buffer: symmetric, or any for Sequential (loom::all_gather takes any out);
+//   OwnThenCopy  the overlapped producers (CopyEngine, Sm), whose peers write into it, with a gathered buffer outside
+//                the symmetric heap: the state's buffer, copied into the caller's after the GEMM (one local copy of
+//                M x K elements on the stream; gathered_copy.cpp);
+//   None         Direct.
+enum class AgGatherAt { Own, Callers, OwnThenCopy, None };
+AgGatherAt ag_gather_at(AgProducer producer, bool gathered_given, bool gathered_symmetric);
 // The GEMM beside the producer on `num_sms` SMs (the SM producer's blocks take comm_sms or a default by the chunk
 // size). in: the input type (fp8's k-blocks are 128 elements: block_k, and the bytes the SM producer moves).
 OverlapPlan ag_gemm_plan(int64_t m, int64_t n_loc, int64_t k, int world_size, AgProducer producer, int comm_sms,
@@ -77,9 +86,10 @@ struct AgCall : OpCall {
     // Chosen:
     AgProducer producer = AgProducer::Auto;
     OverlapPlan plan;
-    AgGatherState* st = nullptr;  // copy engine, SM producer, and the sequence without a gathered buffer
-    void* gather = nullptr;       // the caller's gathered buffer or st's (none for the direct producer)
-    MatrixView gview;             // the GEMM's A: [M, K] over the gather buffer (the direct producer: over A)
+    AgGatherState* st = nullptr;   // copy engine, SM producer, and the sequence without a gathered buffer
+    void* gather = nullptr;        // the caller's gathered buffer or st's (none for the direct producer)
+    void* gathered_out = nullptr;  // AgGatherAt::OwnThenCopy: the caller's gathered buffer, copied into after the GEMM
+    MatrixView gview;              // the GEMM's A: [M, K] over the gather buffer (the direct producer: over A)
 };
 
 // The producer and its plan, and the producers' state and gather buffer (created or grown here: collective).
@@ -92,6 +102,8 @@ void ag_gemm_sequential(const AgCall& x);
 void ag_gemm_copy_engine(const AgCall& x, kernels::overlap::AgGemmHookArgs h);
 void ag_gemm_sm_push(const AgCall& x, kernels::overlap::AgGemmHookArgs h, bool tma);
 void ag_gemm_direct(const AgCall& x, kernels::overlap::AgGemmHookArgs h);
+// AgGatherAt::OwnThenCopy: the gather buffer copied into the caller's gathered buffer, on the stream after the GEMM.
+void ag_gemm_copy_gathered(const AgCall& x);
 
 // The autotuner's candidates for a call with every choice left to Loom (Auto first).
 std::vector<TuneOption<AgGemmOptions>> ag_gemm_candidates(const World& world, const MatrixView& a, const MatrixView& b,

@@ -44,6 +44,13 @@ AgProducer ag_gemm_producer(AgProducer requested, int world_size, int64_t rows_p
     return requested;
 }
 
+AgGatherAt ag_gather_at(AgProducer producer, bool gathered_given, bool gathered_symmetric) {
+    if (producer == AgProducer::Direct) return AgGatherAt::None;
+    if (!gathered_given) return AgGatherAt::Own;
+    if (gathered_symmetric || producer == AgProducer::Sequential) return AgGatherAt::Callers;
+    return AgGatherAt::OwnThenCopy;
+}
+
 OverlapPlan ag_gemm_plan(int64_t m, int64_t n_loc, int64_t k, int world_size, AgProducer producer, int comm_sms,
                          int arch, int num_sms, bool ranks_share_gpu, DType in) {
     OverlapPlan p;
@@ -78,21 +85,21 @@ void choose_producer(AgCall& x, const AgGemmOptions& o) {
     if (x.producer == AgProducer::Sm)
         x.plan =
             ag_gemm_plan(x.M, x.N, x.K, x.W, x.producer, o.comm_sms, dev.arch, x.num_sms, dev.shared_gpu, x.a.dtype);
-    if (x.producer != AgProducer::Direct && (x.producer != AgProducer::Sequential || !o.gathered.data))
-        x.st = &op_state<AgGatherState>(*x.world, op, x.captured);
-    const std::size_t es = dtype_size(x.a.dtype);
-    if (o.gathered.data) {
-        const MatrixView& g = o.gathered;
+    const std::size_t es = dtype_size(x.a.dtype), gather_bytes = static_cast<std::size_t>(x.M * x.K) * es;
+    const MatrixView& g = o.gathered;
+    if (g.data)
         LOOM_CHECK(g.dtype == x.a.dtype && g.rows == x.M && g.cols == x.K && g.stride() == x.K,
                    "{}: expected the gathered buffer dense [{}, {}] {}, given {} x {} (ld {}) {}", op, x.M, x.K,
                    dtype_name(x.a.dtype), g.rows, g.cols, g.stride(), dtype_name(g.dtype));
-        LOOM_CHECK(x.world->is_symmetric(g.data, static_cast<std::size_t>(x.M * x.K) * es),
-                   "{}: the gathered buffer ({}, {} bytes) is not in the symmetric heap: allocate it with world.alloc",
-                   op, g.data, x.M * x.K * es);
-        x.gather = g.data;
-    } else if (x.producer != AgProducer::Direct) {
-        x.gather = ensure_symmetric(*x.world, x.st->buf, static_cast<std::size_t>(x.M * x.K) * es, x.captured);
-    }
+    const AgGatherAt at =
+        ag_gather_at(x.producer, g.data != nullptr, g.data && x.world->is_symmetric(g.data, gather_bytes));
+    // The producers' signals and gather buffer; the sequence's gather buffer only when it has no gathered buffer.
+    if (at != AgGatherAt::None && (x.producer != AgProducer::Sequential || at == AgGatherAt::Own))
+        x.st = &op_state<AgGatherState>(*x.world, op, x.captured);
+    if (at == AgGatherAt::Callers) x.gather = g.data;
+    if (at == AgGatherAt::Own || at == AgGatherAt::OwnThenCopy)
+        x.gather = ensure_symmetric(*x.world, x.st->buf, gather_bytes, x.captured);
+    if (at == AgGatherAt::OwnThenCopy) x.gathered_out = g.data;
     // The direct producer has no gather buffer; its GEMM's A map (never read: every tile is redirected) spans A.
     x.gview = MatrixView{x.gather ? x.gather : x.a.data, x.a.dtype, x.M, x.K, 0};
     gemm_validate(x.gview, x.b, x.c, GemmOptions{}, /*allow_f8=*/true);

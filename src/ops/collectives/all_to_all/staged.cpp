@@ -1,0 +1,64 @@
+// all_to_all with in staged through the scratch (Auto's choice where neither in nor out is symmetric, past the LL
+// sizes; pull asked for by name with an in that is not symmetric). After a barrier kernel (every peer finished its
+// earlier collectives, which may still read this rank's scratch), each round copies the next C bytes of each of in's
+// W blocks into this rank's scratch, packed (one 2D device-to-device copy on the stream), and runs the pull kernel
+// over them: every rank reads round k of its block from every peer's scratch into block q of its out at offset k x C
+// (kernels/collectives/all_to_all.cuh, round_elems). The pull kernel's exit barrier frees the scratch for the next
+// round. Cost beyond the pull on symmetric buffers: one local copy of in and one barrier kernel, and a kernel launch
+// per round past the scratch.
+#include <algorithm>
+#include <string>
+
+#include "loom/runtime/error.hpp"
+#include "ops/collectives/all_to_all/algorithms.hpp"
+#include "ops/collectives/barrier.hpp"
+
+namespace loom::coll {
+
+namespace {
+
+// Column [off, off + n) of each of the W blocks (stride B) of src, packed into dst (stride n).
+void pack_round(char* dst, const char* src, std::size_t B, std::size_t off, std::size_t n, int W, cudaStream_t stream) {
+    // cudaMemcpy2DAsync takes pitches below 2^31 (cudaDevAttrMaxPitch on Hopper); one copy per block beyond.
+    if (B < (std::size_t(1) << 31)) {
+        LOOM_CHECK_CUDA(
+            cudaMemcpy2DAsync(dst, n, src + off, B, n, static_cast<std::size_t>(W), cudaMemcpyDeviceToDevice, stream));
+        return;
+    }
+    for (int j = 0; j < W; ++j)
+        LOOM_CHECK_CUDA(cudaMemcpyAsync(dst + j * n, src + j * B + off, n, cudaMemcpyDeviceToDevice, stream));
+}
+
+}  // namespace
+
+void all_to_all_staged(World& world, Core& core, const CollChoice& c, const BufferView& in, const BufferView& out,
+                       const CollOptions& opts, cudaStream_t stream) {
+    LOOM_CHECK(c.algo == CollAlgo::Pull && c.path != DataPath::CopyEngine,
+               "all_to_all: staged through the scratch runs pull over ld/st or tma, given {}/{}", to_string(c.algo),
+               to_string(c.path));
+    const int W = world.world_size();
+    const std::size_t B = in.bytes() / W;  // per peer
+    const Scratch& scratch = world.state<Scratch>();
+    const std::size_t C = std::min(B, scratch.bytes / W / 16 * 16);  // bytes per block per round
+    const bool tma = c.path == DataPath::Tma;
+    Launch l;
+    l.header = "loom/kernels/collectives/all_to_all.cuh";
+    l.name = "loom::kernels::coll::all_to_all_pull";
+    l.template_args = {"unsigned char", std::to_string(path_arg(c.path))};
+    l.params = core.params();
+    l.params.in = scratch.data;
+    l.params.count = B;  // block stride of out, bytes
+    if (tma) l.smem = tma_staging(l.params);
+    l.blocks = pick_blocks(C, tma ? 512 * 1024 : 64 * 1024, tma ? 32 : 64, opts, core.budget);
+    const jit::Kernel& k = load(l);  // compiled before anything is enqueued
+    launch_barrier(world, core, stream);
+    for (std::size_t off = 0; off < B; off += C) {
+        const std::size_t n = std::min(C, B - off);
+        pack_round(scratch.data, static_cast<const char*>(in.data), B, off, n, W, stream);
+        l.params.out = static_cast<char*>(out.data) + off;
+        l.params.round_elems = n;
+        launch(world, k, l, stream);
+    }
+}
+
+}  // namespace loom::coll
