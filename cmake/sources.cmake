@@ -143,5 +143,6 @@ set(LOOM_SOURCES
     src/runtime/symmetric_heap.cpp
     src/runtime/symmetric_zeroed.cpp
     src/runtime/tma.cpp
+    src/runtime/version.cpp
     src/runtime/world.cpp
 )
