@@ -135,6 +135,7 @@ set(LOOM_SOURCES
     src/runtime/fd_passing.cpp
     src/runtime/heap_allocator.cpp
     src/runtime/nvshmem.cpp
+    src/runtime/nvtx_range.cpp
     src/runtime/settings.cpp
     src/runtime/socket_util.cpp
     src/runtime/store.cpp

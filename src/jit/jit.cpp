@@ -1,6 +1,7 @@
 // loom::jit::compile: TU generation, cache key, disk cache, compiler choice and fallback.
 #include "loom/jit/jit.hpp"
 
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -18,6 +19,7 @@
 #include "loom/runtime/settings.hpp"
 #include "loom/version.hpp"
 #include "runtime/log.hpp"
+#include "runtime/nvtx_range.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -210,6 +212,8 @@ std::string keep_failed(const std::string& tmp, const std::string& root, const s
 }  // namespace
 
 CompileResult compile(const KernelSpec& spec, int arch) {
+    const loom::detail::NvtxRange nvtx("loom::jit::compile {}<{}> sm_{}", spec.name.empty() ? spec.header : spec.name,
+                                       fmt::join(spec.template_args, ", "), arch);
     auto t0 = std::chrono::steady_clock::now();
     LOOM_CHECK(!spec.name.empty() || spec.template_args.empty(),
                "KernelSpec for header {}: template arguments given without a kernel name", spec.header);

@@ -3,6 +3,7 @@
 #include "loom/runtime/error.hpp"
 #include "ops/collectives/coll_check.hpp"
 #include "ops/collectives/coll_state.hpp"
+#include "runtime/nvtx_range.hpp"
 
 namespace loom {
 
@@ -44,6 +45,7 @@ void check_placement(World& world, bool pull, const BufferView& in, const Buffer
 
 void all_to_all_v(World& world, BufferView in, BufferView out, const int64_t* send_counts, const int64_t* send_offsets,
                   int64_t* recv_counts, cudaStream_t stream, const CollOptions& opts) {
+    const loom::detail::NvtxRange nvtx("loom::all_to_all_v capacity={}", out.bytes());
     check_args(world, in, out, send_counts);
     coll::Core& core = coll::core(world, stream, kOp);
     const int W = world.world_size();
