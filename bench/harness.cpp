@@ -10,6 +10,7 @@
 
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/version.hpp"
 
 namespace loom::bench {
 namespace {
@@ -210,6 +211,8 @@ CLI::Option* add_bytes_option(CLI::App& app, const std::string& name, std::size_
 }
 
 void parse_or_exit(CLI::App& app, int argc, char** argv) {
+    app.set_version_flag(
+        "--version", fmt::format("{} (Loom {})", std::filesystem::path(argv[0]).filename().string(), loom::version()));
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -70,7 +70,8 @@ std::string gpu_name();  // "NVIDIA H200", or "none"
 
 // Command lines (CLI11). A byte-count option takes 4096, 64K, 16M, 1G or 2GiB (loom::parse_bytes).
 CLI::Option* add_bytes_option(CLI::App& app, const std::string& name, std::size_t& target, const std::string& help);
-// Parses argv: --help prints the usage and exits 0; a bad or unknown argument prints why and exits non-zero.
+// Parses argv: --help prints the usage and --version the program's and Loom's version, each exiting 0; a bad or
+// unknown argument prints why and exits non-zero.
 void parse_or_exit(CLI::App& app, int argc, char** argv);
 
 // Absolute path of `rel` (a file of the source tree, e.g. "bench/kernels/lang.cuh"), looked up under

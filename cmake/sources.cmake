@@ -139,6 +139,7 @@ set(LOOM_SOURCES
     src/runtime/fd_passing.cpp
     src/runtime/heap_allocator.cpp
     src/runtime/nvshmem.cpp
+    src/runtime/nvtx_range.cpp
     src/runtime/settings.cpp
     src/runtime/socket_util.cpp
     src/runtime/store.cpp
@@ -147,5 +148,6 @@ set(LOOM_SOURCES
     src/runtime/symmetric_heap.cpp
     src/runtime/symmetric_zeroed.cpp
     src/runtime/tma.cpp
+    src/runtime/version.cpp
     src/runtime/world.cpp
 )

@@ -1,5 +1,6 @@
 // Loom's public C++ API in one include: the World (ranks, symmetric heap, per-World op state), the process's
-// settings, the error type, tensor views, and the ops (loom::gemm, the collectives, the overlapped GEMMs).
+// settings, the error type, tensor views, the version (loom/version.hpp) and the ops (loom::gemm, the collectives,
+// the overlapped GEMMs).
 // Device code (kernels written in the Loom language) includes loom/lang/lang.cuh instead.
 #pragma once
 
@@ -11,3 +12,4 @@
 #include "loom/runtime/settings.hpp"
 #include "loom/runtime/world.hpp"
 #include "loom/tensor.hpp"
+#include "loom/version.hpp"

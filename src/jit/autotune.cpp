@@ -16,11 +16,8 @@
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/settings.hpp"
 #include "loom/runtime/world.hpp"
+#include "loom/version.hpp"
 #include "runtime/log.hpp"
-
-#ifndef LOOM_VERSION
-#define LOOM_VERSION "0"
-#endif
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -31,8 +28,8 @@ namespace {
 // What a tuned result depends on besides the key: Loom's version and headers (kernel code), the compilers.
 std::string versions() {
     const auto& tc = detail::toolchain();
-    return fmt::format("loom {} headers {} nvrtc {} driver {}", LOOM_VERSION, detail::embedded_set_hash().substr(0, 16),
-                       tc.nvrtc_version, detail::driver_version());
+    return fmt::format("loom {} headers {} nvrtc {} driver {}", LOOM_VERSION_STRING,
+                       detail::embedded_set_hash().substr(0, 16), tc.nvrtc_version, detail::driver_version());
 }
 
 std::string safe(const std::string& s) {

@@ -1,6 +1,7 @@
 // loom::jit::compile: TU generation, cache key, disk cache, compiler choice and fallback.
 #include "loom/jit/jit.hpp"
 
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -16,11 +17,9 @@
 #include "jit/toolchain.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/settings.hpp"
+#include "loom/version.hpp"
 #include "runtime/log.hpp"
-
-#ifndef LOOM_VERSION
-#define LOOM_VERSION "0"
-#endif
+#include "runtime/nvtx_range.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -112,7 +111,7 @@ std::string compiler_identity(Mode m, bool nvshmem) {
 
 std::string cache_key(const KernelSpec& spec, int arch, Mode m, const std::string& tu, const HeaderRef& h) {
     Sha256 s;
-    s.field("loom-jit-1").field(LOOM_VERSION).field(tu).field(embedded_set_hash()).field(h.user_hash);
+    s.field("loom-jit-1").field(LOOM_VERSION_STRING).field(tu).field(embedded_set_hash()).field(h.user_hash);
     s.field(sm_name(arch)).field(mode_name(m)).field(compiler_identity(m, spec.needs_nvshmem));
     s.field(driver_version());
     for (const auto& d : spec.defines) s.field("-D" + d);
@@ -149,7 +148,7 @@ json meta_of(const KernelSpec& spec, int arch, const CompileResult& r, const Res
                 {"resource_report", res.report},
                 {"log", r.log},
                 {"compile_seconds", r.seconds},
-                {"loom_version", LOOM_VERSION},
+                {"loom_version", LOOM_VERSION_STRING},
                 {"nvrtc_version", toolchain().nvrtc_version},
                 {"created_unix",
                  std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -213,6 +212,8 @@ std::string keep_failed(const std::string& tmp, const std::string& root, const s
 }  // namespace
 
 CompileResult compile(const KernelSpec& spec, int arch) {
+    const loom::detail::NvtxRange nvtx("loom::jit::compile {}<{}> sm_{}", spec.name.empty() ? spec.header : spec.name,
+                                       fmt::join(spec.template_args, ", "), arch);
     auto t0 = std::chrono::steady_clock::now();
     LOOM_CHECK(!spec.name.empty() || spec.template_args.empty(),
                "KernelSpec for header {}: template arguments given without a kernel name", spec.header);

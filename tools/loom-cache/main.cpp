@@ -11,6 +11,7 @@
 #include "jit/kernel_samples.hpp"
 #include "loom/jit/jit.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/version.hpp"
 
 namespace fs = std::filesystem;
 
@@ -102,6 +103,7 @@ int precompile(int arch, bool stop_on_error) {
 
 int main(int argc, char** argv) {
     CLI::App app{"Loom's JIT cache (LOOM_CACHE_DIR, default ~/.cache/loom)"};
+    app.set_version_flag("--version", fmt::format("loom-cache {}", loom::version()));
     app.require_subcommand(1);
     auto* l = app.add_subcommand("list", "list cached kernels");
     auto* t = app.add_subcommand("tuned", "list the autotuner's persisted results");

@@ -1,12 +1,13 @@
 // loom-info: what this machine offers Loom. `--has-gpu` exits 0 when a GPU is usable, else prints why and exits 1.
-// Default output: driver and runtime versions, each visible GPU (name, compute capability, SMs, memory, L2),
-// the P2P access matrix, whether an MPS control daemon is running, where NVSHMEM is, and Loom's settings as this
-// process reads them from the environment (or the error naming a malformed variable).
+// Default output: Loom's version, the driver and runtime versions, each visible GPU (name, compute capability, SMs,
+// memory, L2), the P2P access matrix, whether an MPS control daemon is running, where NVSHMEM is, and Loom's settings
+// as this process reads them from the environment (or the error naming a malformed variable).
 #include <cuda_runtime_api.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include "loom/runtime/driver.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/settings.hpp"
+#include "loom/version.hpp"
 
 namespace fs = std::filesystem;
 
@@ -108,11 +110,12 @@ void print_settings() {
 }  // namespace
 
 int main(int argc, char** argv) {
-    bool has_gpu_only = argc > 1 && std::strcmp(argv[1], "--has-gpu") == 0;
-    if (argc > 1 && !has_gpu_only) {
-        std::fprintf(stderr, "usage: loom-info [--has-gpu]\n");
-        return 2;
-    }
+    CLI::App app{"loom-info: what this machine offers Loom (GPUs, P2P, MPS, NVSHMEM, settings)"};
+    bool has_gpu_only = false;
+    app.add_flag("--has-gpu", has_gpu_only, "exit 0 when a GPU is usable, else print why and exit 1");
+    app.set_version_flag("--version", std::string("loom-info ") + loom::version());
+    CLI11_PARSE(app, argc, argv);
+    if (!has_gpu_only) std::printf("Loom %s\n", loom::version());
     if (!loom::driver::available()) {
         std::printf("no GPU: %s\n", loom::driver::unavailable_reason().c_str());
         if (!has_gpu_only) {

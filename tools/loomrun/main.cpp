@@ -23,6 +23,7 @@
 
 #include "gpus.hpp"
 #include "launcher.hpp"
+#include "loom/version.hpp"
 #include "mps.hpp"
 #include "sweeper.hpp"
 
@@ -71,6 +72,7 @@ int main(int argc, char** argv) {
     app.add_flag("--no-mps", no_mps, "do not start an MPS daemon when ranks share a GPU");
     app.add_option("--timeout", timeout_s, "stop all ranks and exit 124 after this many seconds (0: never)")
         ->check(CLI::NonNegativeNumber);
+    app.set_version_flag("--version", std::string("loomrun ") + loom::version());
     app.prefix_command();  // everything from the program name on belongs to the program
     app.footer("Example: loomrun -n 4 build/tests/loom_dist_tests --gtest_filter='AllGather*'");
     try {

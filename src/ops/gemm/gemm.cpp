@@ -10,6 +10,7 @@
 #include "loom/runtime/settings.hpp"
 #include "ops/gemm/gemm_internal.hpp"
 #include "runtime/env_vars.hpp"
+#include "runtime/nvtx_range.hpp"
 
 namespace loom {
 
@@ -21,6 +22,7 @@ std::string GemmConfig::str() const {
 }
 
 void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o, cudaStream_t stream) {
+    const loom::detail::NvtxRange nvtx("loom::gemm M={} N={} K={}", c.rows, c.cols, a.cols);
     gemm_validate(a, b, c, o, /*allow_f8=*/true);
     const detail::GemmDevice dev = detail::gemm_device();
     LOOM_CHECK(dev.arch >= 80, "gemm: expected a GPU of compute capability >= 8.0, given {}.{}", dev.arch / 10,

@@ -3,6 +3,7 @@
 #include "ops/collectives/all_gather/algorithms.hpp"
 #include "ops/collectives/coll_check.hpp"
 #include "ops/collectives/coll_ll.hpp"
+#include "runtime/nvtx_range.hpp"
 
 namespace loom {
 
@@ -27,6 +28,7 @@ void check_args(World& world, const BufferView& in, const BufferView& out) {
 }  // namespace
 
 void all_gather(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts) {
+    const loom::detail::NvtxRange nvtx("loom::all_gather bytes={}", in.bytes());
     const char* op = "all_gather";
     coll::Core& core = coll::core(world, stream, op);
     const coll::PlanKey key = coll::plan_key(CollKind::AllGather, in, out, opts);

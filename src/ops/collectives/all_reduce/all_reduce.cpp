@@ -3,6 +3,7 @@
 #include "ops/collectives/all_reduce/algorithms.hpp"
 #include "ops/collectives/coll_check.hpp"
 #include "ops/collectives/coll_ll.hpp"
+#include "runtime/nvtx_range.hpp"
 
 namespace loom {
 
@@ -46,6 +47,7 @@ CollChoice choose(const coll::Core& core, const BufferView& out, std::size_t byt
 }  // namespace
 
 void all_reduce(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts) {
+    const loom::detail::NvtxRange nvtx("loom::all_reduce bytes={}", in.bytes());
     coll::Core& core = coll::core(world, stream, kOp);
     const coll::PlanKey key = coll::plan_key(CollKind::AllReduce, in, out, opts);
     if (core.plans.replay(key, stream)) return;  // this exact call was validated and resolved before

@@ -3,6 +3,7 @@
 #include "ops/collectives/all_to_all/algorithms.hpp"
 #include "ops/collectives/coll_check.hpp"
 #include "ops/collectives/coll_ll.hpp"
+#include "runtime/nvtx_range.hpp"
 
 namespace loom {
 
@@ -24,6 +25,7 @@ void check_args(World& world, const BufferView& in, const BufferView& out) {
 }  // namespace
 
 void all_to_all(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts) {
+    const loom::detail::NvtxRange nvtx("loom::all_to_all bytes={}", in.bytes());
     const char* op = "all_to_all";
     coll::Core& core = coll::core(world, stream, op);
     const coll::PlanKey key = coll::plan_key(CollKind::AllToAll, in, out, opts);

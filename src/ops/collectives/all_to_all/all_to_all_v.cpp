@@ -4,6 +4,7 @@
 #include "loom/runtime/error.hpp"
 #include "ops/collectives/all_to_all/algorithms.hpp"
 #include "ops/collectives/coll_check.hpp"
+#include "runtime/nvtx_range.hpp"
 
 namespace loom {
 
@@ -34,6 +35,7 @@ void check_placement(World& world, const CollChoice& c, const BufferView& in, co
 
 void all_to_all_v(World& world, BufferView in, BufferView out, const int64_t* send_counts, const int64_t* send_offsets,
                   int64_t* recv_counts, cudaStream_t stream, const CollOptions& opts) {
+    const loom::detail::NvtxRange nvtx("loom::all_to_all_v capacity={}", out.bytes());
     check_args(world, in, out, send_counts);
     coll::Core& core = coll::core(world, stream, kOp);
     const int W = world.world_size();

@@ -2,6 +2,7 @@
 #include "loom/runtime/error.hpp"
 #include "ops/collectives/coll_check.hpp"
 #include "ops/collectives/reduce_scatter/algorithms.hpp"
+#include "runtime/nvtx_range.hpp"
 
 namespace loom {
 
@@ -27,6 +28,7 @@ void check_args(World& world, const BufferView& in, const BufferView& out) {
 }  // namespace
 
 void reduce_scatter(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts) {
+    const loom::detail::NvtxRange nvtx("loom::reduce_scatter bytes={}", in.bytes());
     const char* op = "reduce_scatter";
     coll::Core& core = coll::core(world, stream, op);
     const coll::PlanKey key = coll::plan_key(CollKind::ReduceScatter, in, out, opts);

@@ -9,6 +9,7 @@
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
 #include "ops/gemm/gemm_internal.hpp"
+#include "runtime/nvtx_range.hpp"
 
 namespace loom {
 namespace {
@@ -63,6 +64,7 @@ void as_given(World& world, const MatrixView& a, const MatrixView& b, const Matr
 
 void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
              const AgGemmOptions& o) {
+    const loom::detail::NvtxRange nvtx("loom::ag_gemm M={} N={} K={}", c.rows, c.cols, a.cols);
     const bool choices_left = o.producer == AgProducer::Auto && o.sm_path == DataPath::Auto && o.comm_sms == 0 &&
                               o.config == nullptr && o.gathered.data == nullptr;
     if (!choices_left) return as_given(world, a, b, c, stream, o);

@@ -6,6 +6,7 @@
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
 #include "ops/gemm/gemm_internal.hpp"
+#include "runtime/nvtx_range.hpp"
 
 namespace loom {
 namespace {
@@ -54,6 +55,7 @@ void as_given(World& world, const MatrixView& a, const MatrixView& b, const Matr
 
 void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
              const GemmArOptions& o) {
+    const loom::detail::NvtxRange nvtx("loom::gemm_ar M={} N={} K={}", a.rows, c.cols, a.cols);
     const bool choices_left = o.algo == ArAlgo::Auto && o.comm_sms == 0 && o.config == nullptr;
     if (!choices_left) return as_given(world, a, b, c, stream, o);
     overlap::run_tuned<GemmArOptions>(

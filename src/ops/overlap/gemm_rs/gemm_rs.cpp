@@ -8,6 +8,7 @@
 
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
+#include "runtime/nvtx_range.hpp"
 
 namespace loom {
 namespace {
@@ -62,6 +63,7 @@ void as_given(World& world, const MatrixView& a, const MatrixView& b, const Matr
 
 void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
              const GemmRsOptions& o) {
+    const loom::detail::NvtxRange nvtx("loom::gemm_rs M={} N={} K={}", a.rows, c.cols, a.cols);
     const bool choices_left = o.algo == RsAlgo::Auto && o.transport == RsTransport::Auto && o.comm_sms == 0 &&
                               o.config == nullptr && o.ce_chunk_bytes == 0;
     if (!choices_left) return as_given(world, a, b, c, stream, o);
