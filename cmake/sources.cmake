@@ -46,6 +46,7 @@ set(LOOM_HEADERS
     include/loom/ptx/special.cuh
     include/loom/ptx/tma.cuh
     include/loom/ptx/wgmma.cuh
+    include/loom/runtime/device_memory.hpp
     include/loom/runtime/driver.hpp
     include/loom/runtime/env.hpp
     include/loom/runtime/error.hpp
@@ -132,6 +133,7 @@ set(LOOM_SOURCES
     src/ops/overlap/gemm_rs/plan.cpp
     src/ops/overlap/gemm_rs/scatter_reduce.cpp
     src/ops/overlap/gemm_rs/sequential.cpp
+    src/runtime/call_agreement.cpp
     src/runtime/diag_mailbox.cpp
     src/runtime/driver.cpp
     src/runtime/env.cpp
@@ -140,6 +142,7 @@ set(LOOM_SOURCES
     src/runtime/heap_allocator.cpp
     src/runtime/nvshmem.cpp
     src/runtime/nvtx_range.cpp
+    src/runtime/pointer_check.cpp
     src/runtime/settings.cpp
     src/runtime/socket_util.cpp
     src/runtime/store.cpp

@@ -8,6 +8,7 @@
 #include "loom/ops/collectives.hpp"
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"
+#include "loom/runtime/device_memory.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/settings.hpp"
 #include "loom/runtime/world.hpp"

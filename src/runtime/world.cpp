@@ -246,6 +246,15 @@ bool World::is_symmetric(const void* p, std::size_t bytes) const {
     return c >= base && c - base < w.heap->size() && bytes <= w.heap->size() - (c - base);
 }
 
+std::optional<World::Allocation> World::symmetric_allocation(const void* p) const {
+    const Impl& w = live();
+    if (!w.heap || !is_symmetric(p)) return std::nullopt;
+    const auto a = w.allocator->allocation_containing(
+        static_cast<std::size_t>(static_cast<const char*>(p) - w.heap->local_base()));
+    if (!a) return std::nullopt;
+    return Allocation{w.heap->local_base() + a->first, a->second};
+}
+
 void* World::peer_ptr(const void* p, int peer) const {
     const Impl& w = live();
     LOOM_CHECK(w.heap, "peer_ptr: this World has no symmetric heap");

@@ -37,8 +37,9 @@ class WorldTeardown : public ::testing::Environment {
 }  // namespace
 
 int main(int argc, char** argv) {
-    // Every wait is bounded in tests.
+    // Every wait is bounded in tests, and every collective call is compared across ranks first.
     setenv("LOOM_WAIT_TIMEOUT_MS", "20000", /*overwrite=*/0);
+    setenv("LOOM_CHECK_AGREEMENT", "1", /*overwrite=*/0);
     ::testing::InitGoogleTest(&argc, argv);
     const char* rank = std::getenv("LOOM_RANK");
     if (rank && std::atoi(rank) != 0) {

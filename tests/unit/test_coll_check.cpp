@@ -13,7 +13,7 @@ using loom::DType;
 
 std::string error_of(const BufferView& b) {
     try {
-        loom::coll::check_buffer("all_reduce", "in", b);
+        loom::coll::check_view("all_reduce", "in", b);
     } catch (const loom::Error& e) {
         return e.what();
     }

@@ -279,6 +279,7 @@ TEST(Settings, Defaults) {
     EXPECT_FALSE(s.autotune);
     EXPECT_EQ(s.log_level, loom::LogLevel::Warn);
     EXPECT_FALSE(s.diag_mailbox);
+    EXPECT_FALSE(s.check_agreement);
     EXPECT_EQ(s.mps_thread_percentage, 0);
 }
 
@@ -297,6 +298,7 @@ TEST(Settings, EachVariable) {
                                           {"LOOM_AUTOTUNE", "1"},
                                           {"LOOM_LOG_LEVEL", "debug"},
                                           {"LOOM_DIAG_MAILBOX", "on"},
+                                          {"LOOM_CHECK_AGREEMENT", "1"},
                                           {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "25"}});
     EXPECT_EQ(s.rank.source, "loom");
     EXPECT_EQ(s.rank.rank, 1);
@@ -313,6 +315,7 @@ TEST(Settings, EachVariable) {
     EXPECT_TRUE(s.autotune);
     EXPECT_EQ(s.log_level, loom::LogLevel::Debug);
     EXPECT_TRUE(s.diag_mailbox);
+    EXPECT_TRUE(s.check_agreement);
     EXPECT_EQ(s.mps_thread_percentage, 25);
 }
 

@@ -6,8 +6,10 @@
 // without waiting for the GPU and never synchronises the host, so back-to-back calls and CUDA-graph capture
 // work (the per-call epoch lives in device memory). Buffers are device memory of this rank; algorithms that
 // read or write a peer's buffer need it in the symmetric heap (allocate it with world.alloc): the error says
-// which buffer. In-place: all_gather with in == out + rank * in.count, reduce_scatter with out == in +
-// rank * out.count, all_reduce with out == in. Node-local worlds only (world size == local world size <= 8).
+// which buffer. Every buffer is checked before anything is launched (loom/runtime/device_memory.hpp): a host pointer,
+// or a symmetric buffer shorter than its count, raises loom::Error naming it. In-place: all_gather with in == out +
+// rank * in.count, reduce_scatter with out == in + rank * out.count, all_reduce with out == in. Node-local worlds only
+// (world size == local world size <= 8).
 //
 // State: each algorithm keeps its own state in the World (signals, scratch, side streams), created by its first
 // call — which synchronises the device and meets the peers, so it must not be a call captured in a CUDA graph
@@ -56,7 +58,8 @@ void all_to_all(World& world, BufferView in, BufferView out, cudaStream_t stream
 // (capacity out.count, the same on every rank; symmetric for Push — with out outside the symmetric heap, Pull reads
 // the blocks from the senders: in symmetric, send_offsets nullptr or symmetric) receives the blocks packed in
 // source-rank order; recv_counts (int64[world], device, may be nullptr) receives what each rank sent. Counts are
-// read on the device: no host synchronisation. A block that would not fit in out is reported and traps.
+// read on the device: no host synchronisation. A block past the sender's in (send_offsets[j] + send_counts[j] >
+// in.count) or past the receiver's out is reported and traps (with LOOM_CHECK_AGREEMENT=1: raises on every rank).
 void all_to_all_v(World& world, BufferView in, BufferView out, const int64_t* send_counts, const int64_t* send_offsets,
                   int64_t* recv_counts, cudaStream_t stream, const CollOptions& opts = {});
 

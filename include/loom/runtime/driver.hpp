@@ -34,6 +34,7 @@ namespace loom::driver {
     X(cuMemMap, 10020)                                   \
     X(cuMemUnmap, 10020)                                 \
     X(cuMemSetAccess, 10020)                             \
+    X(cuPointerGetAttributes, 7000)                      \
     X(cuLibraryLoadData, 12000)                          \
     X(cuLibraryUnload, 12000)                            \
     X(cuLibraryGetGlobal, 12000)                         \

@@ -14,6 +14,7 @@
 //   LOOM_AUTOTUNE         1: time candidate configs on first use of a shape and persist the winners
 //   LOOM_LOG_LEVEL        error, warn (default), info, debug; debug also keeps kernel.ptx / kernel.sass in the cache
 //   LOOM_DIAG_MAILBOX     1: a timed-out device wait also posts a record the host prints
+//   LOOM_CHECK_AGREEMENT  1: every collective / overlapped call is compared across ranks first (a host round trip)
 // Sizes take 1073741824, 512M, 1G or 2GiB; flags 1/true/yes/on or 0/false/no/off; an empty value counts as unset.
 // Ops never read the environment: per-call tuning goes through their option structs.
 #pragma once
@@ -54,6 +55,8 @@ struct Settings {
     bool autotune = false;                              // LOOM_AUTOTUNE: time candidate configs, persist winners
     LogLevel log_level = LogLevel::Warn;                // LOOM_LOG_LEVEL: error, warn, info, debug
     bool diag_mailbox = false;                          // LOOM_DIAG_MAILBOX: timed-out waits also post a record
+    bool check_agreement = false;                       // LOOM_CHECK_AGREEMENT: compare each collective call's
+                                                        // signature across ranks first (runtime/call_agreement.hpp)
     int mps_thread_percentage = 0;                      // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (MPS's; 0: unset)
 };
 

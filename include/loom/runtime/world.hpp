@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -57,6 +58,13 @@ class World {
     void free(void* p);  // collective; raises for a pointer not returned by alloc
 
     bool is_symmetric(const void* p, std::size_t bytes = 1) const;
+    // The live allocation of this rank's symmetric heap (alloc_bytes' pointer and size) that holds byte p; nullopt
+    // outside the heap or in its free space.
+    struct Allocation {
+        const void* start = nullptr;
+        std::size_t bytes = 0;
+    };
+    std::optional<Allocation> symmetric_allocation(const void* p) const;
     // Address of `p` (a symmetric pointer of this rank) in `peer`'s heap, as mapped in this process.
     void* peer_ptr(const void* p, int peer) const;
     template <class T>

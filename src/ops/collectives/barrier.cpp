@@ -5,6 +5,7 @@
 #include "loom/ops/collectives.hpp"
 #include "loom/runtime/error.hpp"
 #include "ops/collectives/coll_state.hpp"
+#include "runtime/call_agreement.hpp"
 #include "runtime/nvtx_range.hpp"
 
 namespace loom::coll {
@@ -40,6 +41,12 @@ namespace loom {
 
 void barrier_on_stream(World& world, cudaStream_t stream, double hold_us) {
     const loom::detail::NvtxRange nvtx("loom::barrier_on_stream");
+    const detail::AgreedCall agreed(
+        world, [] { return detail::CallSignature("barrier_on_stream"); },
+        [hold_us] {
+            LOOM_CHECK(hold_us >= 0 && hold_us <= 1e6, "barrier_on_stream: expected hold_us in [0, 1e6], given {}",
+                       hold_us);
+        });
     LOOM_CHECK(hold_us >= 0 && hold_us <= 1e6, "barrier_on_stream: expected hold_us in [0, 1e6], given {}", hold_us);
     const coll::Core& core = coll::core(world, stream, "barrier_on_stream");
     coll::launch_barrier(world, core, stream, static_cast<uint32_t>(hold_us * 1e3));

@@ -62,6 +62,7 @@ PlanKey plan_key(CollKind kind, const BufferView& in, const BufferView& out, con
                    in.count,
                    out.count,
                    static_cast<int>(in.dtype),
+                   static_cast<int>(out.dtype),
                    static_cast<int>(opts.algo),
                    static_cast<int>(opts.path),
                    static_cast<int>(opts.op),
@@ -78,7 +79,8 @@ std::size_t PlanKeyHash::operator()(const PlanKey& k) const {
     mix(reinterpret_cast<std::uintptr_t>(k.out));
     mix(k.in_count);
     mix(k.out_count);
-    mix((static_cast<std::uint64_t>(k.dtype) << 32) | static_cast<std::uint32_t>(k.algo));
+    mix((static_cast<std::uint64_t>(k.dtype) << 32) | static_cast<std::uint32_t>(k.out_dtype));
+    mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.algo)));
     mix((static_cast<std::uint64_t>(k.path) << 32) | static_cast<std::uint32_t>(k.reduce_op));
     mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.num_sms)));
     return static_cast<std::size_t>(h);

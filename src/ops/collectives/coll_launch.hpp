@@ -46,7 +46,7 @@ struct PlanKey {
     const void* in = nullptr;
     const void* out = nullptr;
     std::size_t in_count = 0, out_count = 0;
-    int dtype = 0, algo = 0, path = 0, reduce_op = 0, num_sms = 0;
+    int dtype = 0, out_dtype = 0, algo = 0, path = 0, reduce_op = 0, num_sms = 0;
     bool operator==(const PlanKey&) const = default;
 };
 struct PlanKeyHash {

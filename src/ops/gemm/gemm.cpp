@@ -27,6 +27,7 @@ void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const G
     const detail::GemmDevice dev = detail::gemm_device();
     LOOM_CHECK(dev.arch >= 80, "gemm: expected a GPU of compute capability >= 8.0, given {}.{}", dev.arch / 10,
                dev.arch % 10);
+    gemm_check_memory("gemm", a, b, c, o, nullptr, dev.device);
     std::string source;
     const GemmConfig cfg = detail::gemm_config_for(a, b, c, o, dev, stream, &source);
     detail::gemm_launch(a, b, c, o, cfg, dev, stream, source.c_str());

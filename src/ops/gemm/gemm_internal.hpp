@@ -18,6 +18,7 @@
 #include "loom/jit/jit.hpp"
 #include "loom/kernels/gemm/gemm_params.hpp"
 #include "loom/ops/gemm.hpp"
+#include "loom/runtime/world.hpp"
 
 namespace loom {
 
@@ -147,8 +148,12 @@ int gemm_bind_split_tail(GemmSm90Launch& l, const GemmConfig& cfg, int64_t m, in
 // ---- validation --------------------------------------------------------------------------------------------------
 
 // A device scale (GemmOptions::scale_a / scale_b and the overlapped ops'): null, or 4-byte aligned device (or managed)
-// memory; raises loom::Error naming `op` and `name` otherwise.
-void gemm_check_device_scale(const char* op, const char* name, const float* p);
+// memory of `device` (-1: the current device); raises loom::Error naming `op` and `name` otherwise.
+void gemm_check_device_scale(const char* op, const char* name, const float* p, int device = -1);
+// After gemm_validate: A, B, C and the bias, each whole, are memory `device` may use (one live symmetric allocation of
+// `world` when in its heap; world may be null). runtime/pointer_check.hpp.
+void gemm_check_memory(const char* op, const MatrixView& a, const MatrixView& b, const MatrixView& c,
+                       const GemmOptions& o, const World* world, int device);
 
 // Validation shared by gemm() and the overlapped ops: raises loom::Error naming what was expected and given.
 // allow_f8: fp8 e4m3 inputs are accepted (loom::gemm and the overlapped ops pass it).

@@ -5,6 +5,7 @@
 
 #include "loom/runtime/error.hpp"
 #include "ops/gemm/gemm_internal.hpp"
+#include "runtime/pointer_check.hpp"
 
 namespace loom {
 
@@ -75,7 +76,7 @@ void gemm_validate(const MatrixView& a, const MatrixView& b, const MatrixView& c
                n, k);
     for (const auto* v : {&a, &b, &c}) {
         const char* name = v == &a ? "A" : v == &b ? "B" : "C";
-        LOOM_CHECK(v->data != nullptr, "gemm: {} has a null data pointer", name);
+        LOOM_CHECK(v->data != nullptr, "gemm: expected a device pointer for {}, given nullptr", name);
         LOOM_CHECK(reinterpret_cast<std::uintptr_t>(v->data) % 16 == 0,
                    "gemm: expected {} 16-byte aligned, given address {}", name, v->data);
         LOOM_CHECK(v->stride() >= v->cols, "gemm: expected {}'s ld >= cols {}, given {}", name, v->cols, v->stride());
@@ -96,15 +97,25 @@ void gemm_validate(const MatrixView& a, const MatrixView& b, const MatrixView& c
     gemm_check_device_scale("gemm", "scale_b", o.scale_b);
 }
 
-void gemm_check_device_scale(const char* op, const char* name, const float* p) {
+void gemm_check_device_scale(const char* op, const char* name, const float* p, int device) {
     if (p == nullptr) return;
     LOOM_CHECK(reinterpret_cast<std::uintptr_t>(p) % 4 == 0, "{}: expected {} 4-byte aligned, given {}", op, name,
                static_cast<const void*>(p));
-    cudaPointerAttributes attr{};
-    const cudaError_t e = cudaPointerGetAttributes(&attr, p);
-    LOOM_CHECK(e == cudaSuccess && (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged),
-               "{}: expected {} to point at one float in device memory (read when the kernel runs), given {} ({})", op,
-               name, static_cast<const void*>(p), e == cudaSuccess ? "host memory" : cudaGetErrorString(e));
+    if (device < 0 && cudaGetDevice(&device) != cudaSuccess) {
+        cudaGetLastError();
+        device = 0;
+    }
+    detail::check_memory(nullptr, device, op, name, p, sizeof(float));
+}
+
+void gemm_check_memory(const char* op, const MatrixView& a, const MatrixView& b, const MatrixView& c,
+                       const GemmOptions& o, const World* world, int device) {
+    detail::check_memory(world, device, op, "A", a.data, detail::matrix_bytes(op, "A", a));
+    detail::check_memory(world, device, op, "B", b.data, detail::matrix_bytes(op, "B", b));
+    detail::check_memory(world, device, op, "C", c.data, detail::matrix_bytes(op, "C", c));
+    if (o.bias.data)
+        detail::check_memory(world, device, op, "bias", o.bias.data,
+                             detail::buffer_bytes(op, "bias", o.bias.count, o.bias.dtype));
 }
 
 }  // namespace loom

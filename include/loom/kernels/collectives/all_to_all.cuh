@@ -13,8 +13,9 @@
 //                                go to rank j, where they land packed by source rank: rank s's block starts at
 //                                sum over s' < s of send_counts_{s'}[j]. The sender reads the other ranks'
 //                                counts after the entry barrier, so no host round trip. recv_counts[s] (local,
-//                                optional) receives what rank s sent. Out of capacity (p.count elements) is
-//                                reported and traps (never a write past out).
+//                                optional) receives what rank s sent. Out of capacity (p.count elements), or a
+//                                block past the sender's in (p.in_count elements), is reported and traps (never a
+//                                read or write out of bounds).
 //   all_to_all_v_pull<T, kPath>  the same result with out anywhere (in symmetric): each rank reads its blocks
 //                                from the senders' in (send_offsets null, or symmetric).
 //   Push with out staged (p.round_elems != 0: src/ops/collectives/all_to_all/staged_v.cpp): p.out is the
@@ -83,7 +84,31 @@ __noinline__ LOOM_DEVICE inline void a2av_negative(const Ctx& ctx, int sender, i
            count);
     __trap();
 }
+__noinline__ LOOM_DEVICE inline void a2av_past_in(const Ctx& ctx, int receiver, long long offset, long long count,
+                                                  unsigned long long in_count) {
+    printf(
+        "loom: all_to_all_v (rank %d): send_offsets[%d] + send_counts[%d] = %lld + %lld is past in.count = %llu (or "
+        "negative)\n",
+        ctx.rank, receiver, receiver, offset, count, in_count);
+    __trap();
+}
 }  // namespace detail
+
+// Every block this rank sends lies in its in: checked by the sender on its own counts and offsets before the entry
+// barrier, so a rank with a bad block stops there and no peer reads past its in.
+LOOM_DEVICE inline void all_to_all_v_check_sends(const Ctx& ctx, const Params& p) {
+    if (threadIdx.x != 0) return;
+    long long packed = 0;
+    for (int j = 0; j < ctx.local_world; ++j) {
+        const long long cnt = p.send_counts[j];
+        if (cnt < 0) detail::a2av_negative(ctx, ctx.rank, peer_rank(ctx, j), cnt);
+        const long long src = p.send_offsets ? p.send_offsets[j] : packed;
+        if (src < 0 || static_cast<unsigned long long>(src) > p.in_count ||
+            static_cast<unsigned long long>(cnt) > p.in_count - static_cast<unsigned long long>(src))
+            detail::a2av_past_in(ctx, peer_rank(ctx, j), src, cnt, p.in_count);
+        packed += cnt;
+    }
+}
 
 // Variable splits (see the top of the file). Push: block j of mine goes to rank j. kPull: rank j's block for me comes
 // here — everything a receiver needs is on the senders, read after the entry barrier: their counts (symmetric), the
@@ -95,6 +120,7 @@ LOOM_DEVICE inline void all_to_all_v_body(const Ctx& ctx, const Params& p) {
     const int W = ctx.local_world, me = ctx.local_rank;
     char* const out = static_cast<char*>(p.out);
     const char* const in = static_cast<const char*>(p.in);
+    all_to_all_v_check_sends(ctx, p);
     barrier_peers(ctx, p.sync, sig_value(e, 1));  // every rank's counts and inputs are written
     // Per peer j (the receiver when pushing, the sender when pulling): the block's offset in the receiver's out, its
     // count, and its offset in the sender's in.
@@ -107,7 +133,8 @@ LOOM_DEVICE inline void all_to_all_v_body(const Ctx& ctx, const Params& p) {
             for (int s = 0; s < sender; ++s) off += lang::symm_at(ctx, p.send_counts, peer_rank(ctx, s))[receiver];
             const long long cnt = sc[receiver];
             if (cnt < 0) detail::a2av_negative(ctx, peer_rank(ctx, sender), peer_rank(ctx, receiver), cnt);
-            if (off < 0 || static_cast<unsigned long long>(off + cnt) > p.count)
+            if (off < 0 || static_cast<unsigned long long>(off) > p.count ||
+                static_cast<unsigned long long>(cnt) > p.count - static_cast<unsigned long long>(off))
                 detail::a2av_overflow(ctx, peer_rank(ctx, sender), peer_rank(ctx, receiver), off, cnt, p.count);
             long long src = 0;
             if (p.send_offsets)

@@ -58,6 +58,7 @@ struct Params {
     const int64_t* send_counts;   // all_to_all_v: symmetric, [world] elements this rank sends to each peer
     const int64_t* send_offsets;  // all_to_all_v: local, [world] element offsets into in (null: packed)
     int64_t* recv_counts;         // all_to_all_v: local, [world] filled with what each peer sent (may be null)
+    uint64_t in_count;            // all_to_all_v: elements of this rank's in (its blocks must lie inside)
     uint32_t stage_bytes;         // TMA staging: bytes per stage
     uint32_t stages;              // TMA staging: stages
     uint32_t ll_packets;          // LL: packets per block

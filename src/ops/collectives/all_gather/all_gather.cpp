@@ -11,11 +11,11 @@ namespace {
 
 void check_args(World& world, const BufferView& in, const BufferView& out) {
     const char* op = "all_gather";
-    coll::check_buffer(op, "in", in);
-    coll::check_buffer(op, "out", out);
+    coll::check_buffer(op, "in", world, in);
+    coll::check_buffer(op, "out", world, out);
     coll::check_same_dtype(op, in, out);
     const int W = world.world_size();
-    LOOM_CHECK(out.count == in.count * static_cast<std::size_t>(W),
+    LOOM_CHECK(out.count == coll::times_world(op, "world size x in.count", in.count, W),
                "{}: expected out.count == world size x in.count = {} x {} = {}, given {}", op, W, in.count,
                in.count * W, out.count);
     const std::size_t B = in.bytes();
@@ -30,10 +30,13 @@ void check_args(World& world, const BufferView& in, const BufferView& out) {
 void all_gather(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts) {
     const loom::detail::NvtxRange nvtx("loom::all_gather bytes={}", in.bytes());
     const char* op = "all_gather";
+    const detail::AgreedCall agreed(
+        world, [&] { return coll::signature(world, CollKind::AllGather, in, out, opts); },
+        [&] { check_args(world, in, out); });
     coll::Core& core = coll::core(world, stream, op);
     const coll::PlanKey key = coll::plan_key(CollKind::AllGather, in, out, opts);
     if (core.plans.replay(key, stream)) return;  // this exact call was validated and resolved before
-    check_args(world, in, out);
+    if (!agreed.checked()) check_args(world, in, out);
     const std::size_t B = in.bytes();
     const bool in_sym = world.is_symmetric(in.data, B), out_sym = world.is_symmetric(out.data, out.bytes());
     const CollChoice c = coll::resolve(CollKind::AllGather, B, core.budget.topo, opts, in_sym, out_sym);

@@ -11,9 +11,9 @@ namespace {
 
 constexpr const char* kOp = "all_reduce";
 
-void check_args(const BufferView& in, const BufferView& out) {
-    coll::check_buffer(kOp, "in", in);
-    coll::check_buffer(kOp, "out", out);
+void check_args(World& world, const BufferView& in, const BufferView& out) {
+    coll::check_buffer(kOp, "in", world, in);
+    coll::check_buffer(kOp, "out", world, out);
     coll::check_same_dtype(kOp, in, out);
     coll::check_float_dtype(kOp, in);
     LOOM_CHECK(out.count == in.count, "{}: expected out.count == in.count = {}, given {}", kOp, in.count, out.count);
@@ -48,10 +48,13 @@ CollChoice choose(const coll::Core& core, const BufferView& out, std::size_t byt
 
 void all_reduce(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts) {
     const loom::detail::NvtxRange nvtx("loom::all_reduce bytes={}", in.bytes());
+    const detail::AgreedCall agreed(
+        world, [&] { return coll::signature(world, CollKind::AllReduce, in, out, opts); },
+        [&] { check_args(world, in, out); });
     coll::Core& core = coll::core(world, stream, kOp);
     const coll::PlanKey key = coll::plan_key(CollKind::AllReduce, in, out, opts);
     if (core.plans.replay(key, stream)) return;  // this exact call was validated and resolved before
-    check_args(in, out);
+    if (!agreed.checked()) check_args(world, in, out);
     const std::size_t bytes = in.bytes();
     const bool in_sym = world.is_symmetric(in.data, bytes), out_sym = world.is_symmetric(out.data, bytes);
     CollChoice c = choose(core, out, bytes, opts, in_sym, out_sym);

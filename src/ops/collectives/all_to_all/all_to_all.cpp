@@ -11,8 +11,8 @@ namespace {
 
 void check_args(World& world, const BufferView& in, const BufferView& out) {
     const char* op = "all_to_all";
-    coll::check_buffer(op, "in", in);
-    coll::check_buffer(op, "out", out);
+    coll::check_buffer(op, "in", world, in);
+    coll::check_buffer(op, "out", world, out);
     coll::check_same_dtype(op, in, out);
     const int W = world.world_size();
     LOOM_CHECK(in.count % static_cast<std::size_t>(W) == 0,
@@ -27,10 +27,13 @@ void check_args(World& world, const BufferView& in, const BufferView& out) {
 void all_to_all(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts) {
     const loom::detail::NvtxRange nvtx("loom::all_to_all bytes={}", in.bytes());
     const char* op = "all_to_all";
+    const detail::AgreedCall agreed(
+        world, [&] { return coll::signature(world, CollKind::AllToAll, in, out, opts); },
+        [&] { check_args(world, in, out); });
     coll::Core& core = coll::core(world, stream, op);
     const coll::PlanKey key = coll::plan_key(CollKind::AllToAll, in, out, opts);
     if (core.plans.replay(key, stream)) return;  // this exact call was validated and resolved before
-    check_args(world, in, out);
+    if (!agreed.checked()) check_args(world, in, out);
     const std::size_t B = in.bytes() / world.world_size();  // per peer
     const bool in_sym = world.is_symmetric(in.data, in.bytes()), out_sym = world.is_symmetric(out.data, out.bytes());
     const CollChoice c = coll::resolve(CollKind::AllToAll, B, core.budget.topo, opts, in_sym, out_sym);

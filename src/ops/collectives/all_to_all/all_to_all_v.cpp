@@ -1,10 +1,17 @@
 // loom::all_to_all_v: validate, choose, launch (kernels/collectives/all_to_all.cuh: all_to_all_v_push / _pull; with
 // out or the counts staged through symmetric memory: staged_v.cpp). Not cached as a plan: the counts and offsets are
 // part of the call.
+#include <cstring>
+#include <vector>
+
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
+#include "loom/runtime/stream_ops.hpp"
 #include "ops/collectives/all_to_all/algorithms.hpp"
 #include "ops/collectives/coll_check.hpp"
+#include "ops/collectives/coll_state.hpp"
 #include "runtime/nvtx_range.hpp"
+#include "runtime/pointer_check.hpp"
 
 namespace loom {
 
@@ -12,14 +19,58 @@ namespace {
 
 constexpr const char* kOp = "all_to_all_v";
 
-void check_args(World& world, const BufferView& in, const BufferView& out, const int64_t* send_counts) {
-    coll::check_buffer(kOp, "in", in);
-    coll::check_buffer(kOp, "out", out);
+// An int64[world] argument: aligned, and memory this rank's GPU may use.
+void check_counts_array(World& world, const char* which, const int64_t* p) {
+    const std::size_t bytes = sizeof(int64_t) * static_cast<std::size_t>(world.world_size());
+    LOOM_CHECK(reinterpret_cast<std::uintptr_t>(p) % alignof(int64_t) == 0,
+               "{}: expected {} (int64[{}]) aligned to 8 bytes, given address {}", kOp, which, world.world_size(),
+               static_cast<const void*>(p));
+    detail::check_memory(&world, world.device(), kOp, which, p, bytes);
+}
+
+void check_args(World& world, const BufferView& in, const BufferView& out, const int64_t* send_counts,
+                const int64_t* send_offsets, const int64_t* recv_counts) {
+    coll::check_buffer(kOp, "in", world, in);
+    coll::check_buffer(kOp, "out", world, out);
     coll::check_same_dtype(kOp, in, out);
     const int W = world.world_size();
     LOOM_CHECK(send_counts != nullptr, "{}: expected send_counts (device int64[{}]), given nullptr", kOp, W);
+    check_counts_array(world, "send_counts", send_counts);
+    if (send_offsets) check_counts_array(world, "send_offsets", send_offsets);
+    if (recv_counts) check_counts_array(world, "recv_counts", recv_counts);
     LOOM_CHECK(!coll::overlaps(in.data, in.bytes(), out.data, out.bytes()),
                "{}: in and out overlap (all_to_all_v is not in-place)", kOp);
+}
+
+// Checking mode, outside a graph capture: the counts and offsets the kernel will read, copied to the host (a stream
+// synchronisation) and exchanged, so that a block past a sender's in or past a receiver's out raises the same
+// loom::Error on every rank before the launch instead of trapping in it.
+void check_counts_on_host(World& world, const BufferView& in, const BufferView& out, const int64_t* send_counts,
+                          const int64_t* send_offsets, cudaStream_t stream) {
+    const int W = world.world_size();
+    std::vector<int64_t> mine(2 + 2 * static_cast<std::size_t>(W), 0);
+    mine[0] = static_cast<int64_t>(in.count);
+    mine[1] = send_offsets != nullptr;
+    LOOM_CHECK_CUDA(cudaMemcpyAsync(mine.data() + 2, send_counts, sizeof(int64_t) * W, cudaMemcpyDefault, stream));
+    if (send_offsets)
+        LOOM_CHECK_CUDA(
+            cudaMemcpyAsync(mine.data() + 2 + W, send_offsets, sizeof(int64_t) * W, cudaMemcpyDefault, stream));
+    LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+    Bytes b(mine.size() * sizeof(int64_t));
+    std::memcpy(b.data(), mine.data(), b.size());
+    std::vector<coll::A2avSends> all;
+    for (const Bytes& r : world.store().all_gather("loom/a2av-counts", b)) {
+        LOOM_CHECK(r.size() == b.size(), "{}: a peer's counts are {} bytes, expected {}", kOp, r.size(), b.size());
+        std::vector<int64_t> v(mine.size());
+        std::memcpy(v.data(), r.data(), r.size());
+        coll::A2avSends s;
+        s.in_count = static_cast<std::uint64_t>(v[0]);
+        s.counts.assign(v.begin() + 2, v.begin() + 2 + W);
+        if (v[1]) s.offsets.assign(v.begin() + 2 + W, v.end());
+        all.push_back(std::move(s));
+    }
+    const std::string e = coll::a2av_counts_error(all, out.count);
+    LOOM_CHECK(e.empty(), "{} (checked on the host because LOOM_CHECK_AGREEMENT is on)", e);
 }
 
 // Pull (out anywhere: each rank reads its blocks from the senders) needs in symmetric; push needs out symmetric
@@ -36,7 +87,17 @@ void check_placement(World& world, const CollChoice& c, const BufferView& in, co
 void all_to_all_v(World& world, BufferView in, BufferView out, const int64_t* send_counts, const int64_t* send_offsets,
                   int64_t* recv_counts, cudaStream_t stream, const CollOptions& opts) {
     const loom::detail::NvtxRange nvtx("loom::all_to_all_v capacity={}", out.bytes());
-    check_args(world, in, out, send_counts);
+    const bool capturing = settings().check_agreement && stream_ops::capturing(stream);  // asked in checking mode only
+    const detail::AgreedCall agreed(
+        world,
+        [&] {
+            return coll::signature(world, CollKind::AllToAllV, in, out, opts)
+                .add("send_counts", detail::placement_field(world, send_counts))
+                .add("send_offsets", detail::placement_field(world, send_offsets))
+                .add("stream capturing", capturing ? "yes" : "no");
+        },
+        [&] { check_args(world, in, out, send_counts, send_offsets, recv_counts); });
+    if (!agreed.checked()) check_args(world, in, out, send_counts, send_offsets, recv_counts);
     coll::Core& core = coll::core(world, stream, kOp);
     const int W = world.world_size();
     const CollChoice c =
@@ -44,6 +105,7 @@ void all_to_all_v(World& world, BufferView in, BufferView out, const int64_t* se
                       world.is_symmetric(in.data, in.bytes()), world.is_symmetric(out.data, out.bytes()));
     const bool pull = c.algo == CollAlgo::Pull, tma = c.path == DataPath::Tma;
     check_placement(world, c, in, out);
+    if (agreed.checked() && !capturing) check_counts_on_host(world, in, out, send_counts, send_offsets, stream);
     const coll::A2avArgs a =
         coll::stage_a2av_args(world, stream, pull, coll::A2avArgs{send_counts, send_offsets, recv_counts});
     coll::Launch l;
@@ -59,6 +121,7 @@ void all_to_all_v(World& world, BufferView in, BufferView out, const int64_t* se
     l.params.send_counts = a.send_counts;
     l.params.send_offsets = a.send_offsets;
     l.params.recv_counts = a.recv_counts;
+    l.params.in_count = in.count;
     if (tma) l.smem = coll::tma_staging(l.params);
     // The counts are on the device: size the grid from the capacity (an upper bound of the traffic per peer).
     l.blocks = coll::pick_blocks(out.bytes() / W, tma ? 512 * 1024 : 64 * 1024, tma ? 32 : 64, opts, core.budget);

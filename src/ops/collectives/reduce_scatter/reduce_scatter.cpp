@@ -10,8 +10,8 @@ namespace {
 
 void check_args(World& world, const BufferView& in, const BufferView& out) {
     const char* op = "reduce_scatter";
-    coll::check_buffer(op, "in", in);
-    coll::check_buffer(op, "out", out);
+    coll::check_buffer(op, "in", world, in);
+    coll::check_buffer(op, "out", world, out);
     coll::check_same_dtype(op, in, out);
     coll::check_float_dtype(op, in);
     const int W = world.world_size();
@@ -30,10 +30,13 @@ void check_args(World& world, const BufferView& in, const BufferView& out) {
 void reduce_scatter(World& world, BufferView in, BufferView out, cudaStream_t stream, const CollOptions& opts) {
     const loom::detail::NvtxRange nvtx("loom::reduce_scatter bytes={}", in.bytes());
     const char* op = "reduce_scatter";
+    const detail::AgreedCall agreed(
+        world, [&] { return coll::signature(world, CollKind::ReduceScatter, in, out, opts); },
+        [&] { check_args(world, in, out); });
     coll::Core& core = coll::core(world, stream, op);
     const coll::PlanKey key = coll::plan_key(CollKind::ReduceScatter, in, out, opts);
     if (core.plans.replay(key, stream)) return;  // this exact call was validated and resolved before
-    check_args(world, in, out);
+    if (!agreed.checked()) check_args(world, in, out);
     const bool in_sym = world.is_symmetric(in.data, in.bytes()), out_sym = world.is_symmetric(out.data, out.bytes());
     const CollChoice c = coll::resolve(CollKind::ReduceScatter, out.bytes(), core.budget.topo, opts, in_sym, out_sym);
     if (c.algo == CollAlgo::Scatter && c.path == DataPath::CopyEngine) {

@@ -9,12 +9,34 @@
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
 #include "ops/gemm/gemm_internal.hpp"
+#include "runtime/call_agreement.hpp"
 #include "runtime/nvtx_range.hpp"
+#include "runtime/pointer_check.hpp"
 
 namespace loom {
 namespace {
 
 using overlap::AgCall;
+
+// The optional gather buffer, whole, in memory this rank's GPU may use (its shape and heap placement: plan.cpp).
+void check_gathered(World& world, const AgGemmOptions& o) {
+    const MatrixView& g = o.gathered;
+    if (g.data == nullptr) return;
+    const char* which = "AgGemmOptions::gathered";
+    detail::check_memory(&world, world.device(), "ag_gemm", which, g.data, detail::matrix_bytes("ag_gemm", which, g));
+}
+
+detail::CallSignature signature(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c,
+                                const AgGemmOptions& o) {
+    detail::CallSignature s = overlap::signature(world, "ag_gemm", a, b, c);
+    s.add("AgGemmOptions::producer", to_string(o.producer))
+        .add("AgGemmOptions::sm_path", to_string(o.sm_path))
+        .add("AgGemmOptions::comm_sms", o.comm_sms)
+        .add("AgGemmOptions::gathered", detail::placement_field(world, o.gathered.data))
+        .add("AgGemmOptions::config", overlap::config_field(o.config))
+        .add("AgGemmOptions::num_sms", o.num_sms);
+    return s;
+}
 
 // The call's inputs checked, its facts gathered (the World's DeviceFacts: created on the first call).
 AgCall validate(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
@@ -35,6 +57,7 @@ AgCall validate(World& world, const MatrixView& a, const MatrixView& b, const Ma
                x.R, x.N, c.rows, c.cols);
     LOOM_CHECK(x.M <= INT32_MAX, "{}: expected M to fit in int32, given {}", op, x.M);
     LOOM_CHECK(o.comm_sms >= 0, "{}: expected comm_sms >= 0, given {}", op, o.comm_sms);
+    check_gathered(world, o);
     return x;
 }
 
@@ -65,6 +88,12 @@ void as_given(World& world, const MatrixView& a, const MatrixView& b, const Matr
 void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
              const AgGemmOptions& o) {
     const loom::detail::NvtxRange nvtx("loom::ag_gemm M={} N={} K={}", c.rows, c.cols, a.cols);
+    const detail::AgreedCall agreed(
+        world, [&] { return signature(world, a, b, c, o); },
+        [&] {
+            overlap::check_args(world, "ag_gemm", a, b, c, o);
+            check_gathered(world, o);
+        });
     const bool choices_left = o.producer == AgProducer::Auto && o.sm_path == DataPath::Auto && o.comm_sms == 0 &&
                               o.config == nullptr && o.gathered.data == nullptr;
     if (!choices_left) return as_given(world, a, b, c, stream, o);

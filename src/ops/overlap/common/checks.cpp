@@ -10,7 +10,7 @@
 
 namespace loom::overlap {
 
-void check_inputs(const char* op, const MatrixView& a, const MatrixView& b, const MatrixView& c) {
+void check_inputs(World& world, const char* op, const MatrixView& a, const MatrixView& b, const MatrixView& c) {
     LOOM_CHECK(a.dtype == DType::BF16 || a.dtype == DType::F16 || a.dtype == DType::F8E4M3,
                "{}: expected A bf16, f16 or f8e4m3, given {}", op, dtype_name(a.dtype));
     LOOM_CHECK(b.dtype == a.dtype, "{}: expected B of A's dtype {}, given {}", op, dtype_name(a.dtype),
@@ -34,12 +34,26 @@ void check_inputs(const char* op, const MatrixView& a, const MatrixView& b, cons
                b.rows, b.cols);
     LOOM_CHECK(a.dtype != DType::F8E4M3 || a.cols % 16 == 0,
                "{}: f8e4m3 inputs expect K a multiple of 16 (16-byte rows), given K={}", op, a.cols);
+    gemm_check_memory(op, a, b, c, GemmOptions{}, &world, world.device());
 }
 
-void check_scale(const char* op, const OpScale& s) {
+detail::CallSignature signature(World& world, const char* op, const MatrixView& a, const MatrixView& b,
+                                const MatrixView& c) {
+    detail::CallSignature s(op);
+    for (const auto* v : {&a, &b, &c}) {
+        const std::string name = v == &a ? "A" : v == &b ? "B" : "C";
+        s.add(name + ".rows", v->rows).add(name + ".cols", v->cols).add(name + ".dtype", detail::dtype_field(v->dtype));
+    }
+    s.add("A", detail::placement_field(world, a.data)).add("C", detail::placement_field(world, c.data));
+    return s;
+}
+
+std::string config_field(const GemmConfig* config) { return config ? config->str() : "heuristic"; }
+
+void check_scale(const char* op, const OpScale& s, int device) {
     LOOM_CHECK(std::isfinite(s.alpha), "{}: expected a finite alpha, given {}", op, s.alpha);
-    gemm_check_device_scale(op, "scale_a", s.a);
-    gemm_check_device_scale(op, "scale_b", s.b);
+    gemm_check_device_scale(op, "scale_a", s.a, device);
+    gemm_check_device_scale(op, "scale_b", s.b, device);
 }
 
 void check_config(const char* op, const GemmConfig& cfg, DType in, bool split_tail_ok) {

@@ -5,16 +5,19 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
 
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/settings.hpp"
 #include "ops/overlap/common/plan.hpp"
 #include "ops/overlap/common/state.hpp"
+#include "runtime/call_agreement.hpp"
 
 namespace loom::overlap {
 
-// A, B, C of the op: types, pointers, alignment, leading dimensions, K (B as [N, K]).
-void check_inputs(const char* op, const MatrixView& a, const MatrixView& b, const MatrixView& c);
+// A, B, C of the op: types, pointers, alignment, leading dimensions, K (B as [N, K]), and each whole in memory this
+// rank's GPU may use (one live symmetric allocation when in the heap: runtime/pointer_check.hpp).
+void check_inputs(World& world, const char* op, const MatrixView& a, const MatrixView& b, const MatrixView& c);
 
 // An op's scale of its products: the options' alpha and device scales (scale_a / scale_b, null: 1). As GemmOptions
 // (gemm_options) they reach loom::gemm and the hooked GEMM's GemmArgs (gemm_sm90_launch); the hooked kernel applies
@@ -28,7 +31,23 @@ template <class Opts>
 OpScale scale_of(const Opts& o) {
     return OpScale{o.alpha, o.scale_a, o.scale_b};
 }
-void check_scale(const char* op, const OpScale& s);  // alpha finite; the device scales as gemm_check_device_scale
+// alpha finite; the device scales as gemm_check_device_scale, on `device`.
+void check_scale(const char* op, const OpScale& s, int device = -1);
+
+// The argument checks every op's call makes before anything else, on its own (check_inputs, check_scale): run alone,
+// or inside the cross-rank check (signature(), runtime/call_agreement.hpp).
+template <class Opts>
+void check_args(World& world, const char* op, const MatrixView& a, const MatrixView& b, const MatrixView& c,
+                const Opts& o) {
+    check_inputs(world, op, a, b, c);
+    check_scale(op, scale_of(o), world.device());
+}
+// An overlapped call's signature for the cross-rank check: the op, A's, B's and C's shapes and dtypes, where A and C
+// lie in the symmetric heap; the caller adds its options.
+detail::CallSignature signature(World& world, const char* op, const MatrixView& a, const MatrixView& b,
+                                const MatrixView& c);
+// The config field of a signature: "heuristic" or the config's str().
+std::string config_field(const GemmConfig* config);
 
 // in: the input type (its block_k). split_tail_ok: the op's hooks publish nothing per tile, so its GEMM may split the
 // tail (ag_gemm; the kernel spec names those hooks, gemm_kernel_spec); otherwise tail_splits must be 1.
@@ -65,9 +84,9 @@ void begin_call(OpCall& x, const char* op, World& world, const MatrixView& a, co
     x.dev = &device_facts(world, op, captured);
     x.num_sms = plan_sms(*x.dev, o.num_sms, op);
     x.W = world.world_size();
-    check_inputs(op, a, b, c);
+    check_inputs(world, op, a, b, c);
     x.sc = scale_of(o);
-    check_scale(op, x.sc);
+    check_scale(op, x.sc, world.device());
 }
 
 // Whether `stream` is capturing a CUDA graph; raises if it is and the call's algorithm cannot be replayed

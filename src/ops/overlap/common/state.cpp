@@ -4,6 +4,7 @@
 #include <string>
 
 #include "loom/ops/collectives.hpp"
+#include "loom/runtime/device_memory.hpp"
 #include "loom/runtime/error.hpp"
 #include "ops/collectives/coll_choice.hpp"
 
@@ -58,7 +59,9 @@ void SymmetricBuffer::release(World& world) {
 }
 
 LocalBuffer::~LocalBuffer() {
-    if (p) cudaFree(p);
+    if (!p) return;
+    forget_device_memory(p);  // may have been an op's buffer: its range leaves the op checks' cache
+    cudaFree(p);
 }
 
 SideStream::SideStream() {
@@ -98,7 +101,10 @@ std::size_t ensure_parity_halves(World& world, SymmetricBuffer& buf, std::size_t
 void* ensure_local(LocalBuffer& buf, std::size_t bytes) {
     if (bytes <= buf.bytes) return buf.p;
     LOOM_CHECK_CUDA(cudaDeviceSynchronize());
-    if (buf.p) LOOM_CHECK_CUDA(cudaFree(buf.p));
+    if (buf.p) {
+        forget_device_memory(buf.p);
+        LOOM_CHECK_CUDA(cudaFree(buf.p));
+    }
     buf.p = nullptr;
     buf.bytes = 0;
     LOOM_CHECK_CUDA(cudaMalloc(&buf.p, bytes));

@@ -6,12 +6,23 @@
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
 #include "ops/gemm/gemm_internal.hpp"
+#include "runtime/call_agreement.hpp"
 #include "runtime/nvtx_range.hpp"
 
 namespace loom {
 namespace {
 
 using overlap::ArCall;
+
+detail::CallSignature signature(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c,
+                                const GemmArOptions& o) {
+    detail::CallSignature s = overlap::signature(world, "gemm_ar", a, b, c);
+    s.add("GemmArOptions::algo", to_string(o.algo))
+        .add("GemmArOptions::comm_sms", o.comm_sms)
+        .add("GemmArOptions::config", overlap::config_field(o.config))
+        .add("GemmArOptions::num_sms", o.num_sms);
+    return s;
+}
 
 // The call's inputs checked, its facts gathered (the World's DeviceFacts: created on the first call).
 ArCall validate(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
@@ -56,6 +67,9 @@ void as_given(World& world, const MatrixView& a, const MatrixView& b, const Matr
 void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
              const GemmArOptions& o) {
     const loom::detail::NvtxRange nvtx("loom::gemm_ar M={} N={} K={}", a.rows, c.cols, a.cols);
+    const detail::AgreedCall agreed(
+        world, [&] { return signature(world, a, b, c, o); },
+        [&] { overlap::check_args(world, "gemm_ar", a, b, c, o); });
     const bool choices_left = o.algo == ArAlgo::Auto && o.comm_sms == 0 && o.config == nullptr;
     if (!choices_left) return as_given(world, a, b, c, stream, o);
     overlap::run_tuned<GemmArOptions>(

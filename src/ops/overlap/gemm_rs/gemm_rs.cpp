@@ -8,12 +8,25 @@
 
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
+#include "runtime/call_agreement.hpp"
 #include "runtime/nvtx_range.hpp"
 
 namespace loom {
 namespace {
 
 using overlap::RsCall;
+
+detail::CallSignature signature(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c,
+                                const GemmRsOptions& o) {
+    detail::CallSignature s = overlap::signature(world, "gemm_rs", a, b, c);
+    s.add("GemmRsOptions::algo", to_string(o.algo))
+        .add("GemmRsOptions::transport", to_string(o.transport))
+        .add("GemmRsOptions::comm_sms", o.comm_sms)
+        .add("GemmRsOptions::ce_chunk_bytes", o.ce_chunk_bytes)
+        .add("GemmRsOptions::config", overlap::config_field(o.config))
+        .add("GemmRsOptions::num_sms", o.num_sms);
+    return s;
+}
 
 // The call's inputs checked, its facts gathered (the World's DeviceFacts: created on the first call).
 RsCall validate(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
@@ -64,6 +77,9 @@ void as_given(World& world, const MatrixView& a, const MatrixView& b, const Matr
 void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
              const GemmRsOptions& o) {
     const loom::detail::NvtxRange nvtx("loom::gemm_rs M={} N={} K={}", a.rows, c.cols, a.cols);
+    const detail::AgreedCall agreed(
+        world, [&] { return signature(world, a, b, c, o); },
+        [&] { overlap::check_args(world, "gemm_rs", a, b, c, o); });
     const bool choices_left = o.algo == RsAlgo::Auto && o.transport == RsTransport::Auto && o.comm_sms == 0 &&
                               o.config == nullptr && o.ce_chunk_bytes == 0;
     if (!choices_left) return as_given(world, a, b, c, stream, o);

@@ -1,0 +1,186 @@
+#include "runtime/pointer_check.hpp"
+
+#include <cuda.h>
+
+#include <limits>
+
+#include "loom/runtime/device_memory.hpp"
+#include "loom/runtime/driver.hpp"
+#include "loom/runtime/error.hpp"
+
+namespace loom::detail {
+
+std::size_t checked_mul(const char* op, const char* what, std::size_t a, std::size_t b) {
+    std::size_t r = 0;
+    LOOM_CHECK(!__builtin_mul_overflow(a, b, &r), "{}: {} overflows: {} x {} does not fit in 64 bits", op, what, a, b);
+    return r;
+}
+
+std::size_t buffer_bytes(const char* op, const char* which, std::size_t count, DType dtype) {
+    return checked_mul(op, fmt::format("{}'s size in bytes ({}.count x element size)", which, which).c_str(), count,
+                       static_cast<std::size_t>(dtype_size(dtype)));
+}
+
+std::size_t matrix_bytes(const char* op, const char* which, const MatrixView& m) {
+    LOOM_CHECK(m.rows > 0 && m.cols > 0 && m.stride() >= m.cols,
+               "{}: expected {} with rows > 0, cols > 0 and ld >= cols, given {} x {} with ld {}", op, which, m.rows,
+               m.cols, m.stride());
+    const auto rows = static_cast<std::size_t>(m.rows), cols = static_cast<std::size_t>(m.cols),
+               ld = static_cast<std::size_t>(m.stride());
+    const std::string what = fmt::format("{}'s extent ((rows - 1) x ld + cols elements)", which);
+    std::size_t elems = checked_mul(op, what.c_str(), rows - 1, ld);
+    LOOM_CHECK(!__builtin_add_overflow(elems, cols, &elems), "{}: {} overflows", op, what);
+    return checked_mul(op, what.c_str(), elems, static_cast<std::size_t>(dtype_size(m.dtype)));
+}
+
+const char* to_string(MemoryKind k) {
+    switch (k) {
+        case MemoryKind::Unregistered:
+            return "host memory unknown to CUDA (malloc, a static array or the stack) or no memory at all";
+        case MemoryKind::Host:
+            return "page-locked host memory (cudaMallocHost / cudaHostRegister)";
+        case MemoryKind::Device:
+            return "device memory";
+        case MemoryKind::Managed:
+            return "managed memory";
+    }
+    return "?";
+}
+
+MemoryRange query_memory(std::uintptr_t address) {
+    // The runtime call makes the device's primary context current, which the driver's query needs.
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, reinterpret_cast<const void*>(address)) != cudaSuccess) {
+        cudaGetLastError();
+        return {};
+    }
+    MemoryRange r;
+    switch (attr.type) {
+        case cudaMemoryTypeDevice:
+            r.kind = MemoryKind::Device;
+            break;
+        case cudaMemoryTypeManaged:
+            r.kind = MemoryKind::Managed;
+            break;
+        case cudaMemoryTypeHost:
+            r.kind = MemoryKind::Host;
+            return r;
+        default:
+            return r;
+    }
+    r.device = attr.device;
+    CUpointer_attribute names[] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    CUdeviceptr start = 0;
+    std::size_t size = 0;
+    void* values[] = {&start, &size};
+    LOOM_CU(cuPointerGetAttributes, 2, names, values, static_cast<CUdeviceptr>(address));
+    r.start = static_cast<std::uintptr_t>(start);
+    r.size = size;
+    if (!r.contains(address)) {  // no range reported: keep this address alone
+        r.start = address;
+        r.size = 1;
+    }
+    return r;
+}
+
+MemoryRangeCache::MemoryRangeCache(Query query, std::size_t max_entries)
+    : query_(std::move(query)), max_entries_(max_entries) {}
+
+MemoryRange MemoryRangeCache::find(std::uintptr_t address) {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = ranges_.upper_bound(address);
+        if (it != ranges_.begin() && std::prev(it)->second.contains(address)) return std::prev(it)->second;
+    }
+    const MemoryRange r = query_(address);
+    if (r.kind == MemoryKind::Device || r.kind == MemoryKind::Managed) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (ranges_.size() >= max_entries_) ranges_.clear();
+        ranges_[r.start] = r;
+    }
+    return r;
+}
+
+void MemoryRangeCache::forget(std::uintptr_t address) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = ranges_.upper_bound(address);
+    if (it != ranges_.begin() && std::prev(it)->second.contains(address)) ranges_.erase(std::prev(it));
+}
+
+void MemoryRangeCache::clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ranges_.clear();
+}
+
+std::size_t MemoryRangeCache::size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ranges_.size();
+}
+
+MemoryRangeCache& memory_ranges() {
+    static MemoryRangeCache* const c = new MemoryRangeCache(query_memory);  // never destroyed: used at exit
+    return *c;
+}
+
+namespace {
+
+// "" when `device` may use the memory of answer r, else what it is.
+std::string unusable(const MemoryRange& r, int device) {
+    if (r.kind == MemoryKind::Managed || (r.kind == MemoryKind::Device && r.device == device)) return "";
+    if (r.kind == MemoryKind::Device) return fmt::format("device memory of GPU {}", r.device);
+    return to_string(r.kind);
+}
+
+}  // namespace
+
+void check_usable(const char* op, const char* which, const void* p, std::size_t bytes, int device,
+                  const MemoryRange& first, const MemoryRange& last) {
+    const std::string a = unusable(first, device);
+    LOOM_CHECK(
+        a.empty(),
+        "{}: expected {} to be device memory of GPU {} (cudaMalloc, world.alloc, a GPU tensor) or managed memory, "
+        "given {} ({}): a kernel must never touch it",
+        op, which, device, p, a);
+    const std::string b = unusable(last, device);
+    LOOM_CHECK(b.empty(),
+               "{}: expected all {} bytes of {} in device memory of GPU {}, given {} whose last byte ({}) is {}: the "
+               "buffer is shorter than its count says",
+               op, bytes, which, device, p, static_cast<const void*>(static_cast<const char*>(p) + bytes - 1), b);
+}
+
+void check_in_allocation(const char* op, const char* which, const void* p, std::size_t bytes,
+                         const std::optional<World::Allocation>& a) {
+    LOOM_CHECK(a.has_value(),
+               "{}: {} ({}) points into the symmetric heap but into no live allocation (freed, or never returned by "
+               "world.alloc)",
+               op, which, p);
+    const std::size_t offset =
+        static_cast<std::size_t>(static_cast<const char*>(p) - static_cast<const char*>(a->start));
+    LOOM_CHECK(bytes <= a->bytes - offset,
+               "{}: expected {} to lie in one symmetric allocation, given {} needing {} bytes at offset {} of an "
+               "allocation of {} bytes (at {}): allocate at least {} bytes",
+               op, which, p, bytes, offset, a->bytes, a->start, offset + bytes);
+}
+
+void check_memory(const World* world, int device, const char* op, const char* which, const void* p, std::size_t bytes) {
+    if (world && world->is_symmetric(p))
+        return check_in_allocation(op, which, p, bytes, world->symmetric_allocation(p));
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    LOOM_CHECK(bytes <= std::numeric_limits<std::uintptr_t>::max() - a + 1,
+               "{}: {} ({}, {} bytes) runs past the end of the address space", op, which, p, bytes);
+    MemoryRangeCache& cache = memory_ranges();
+    const MemoryRange first = cache.find(a);
+    const MemoryRange last = first.contains(a + bytes - 1) ? first : cache.find(a + bytes - 1);
+    check_usable(op, which, p, bytes, device, first, last);
+}
+
+}  // namespace loom::detail
+
+namespace loom {
+
+void forget_device_memory(const void* p) {
+    if (p == nullptr) return detail::memory_ranges().clear();
+    detail::memory_ranges().forget(reinterpret_cast<std::uintptr_t>(p));
+}
+
+}  // namespace loom
