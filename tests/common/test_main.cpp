@@ -37,7 +37,7 @@ class WorldTeardown : public ::testing::Environment {
 }  // namespace
 
 int main(int argc, char** argv) {
-    // Every wait is bounded in tests.
+    // Tests hear of a hang after 20 s rather than the default 300 s.
     setenv("LOOM_WAIT_TIMEOUT_MS", "20000", /*overwrite=*/0);
     ::testing::InitGoogleTest(&argc, argv);
     const char* rank = std::getenv("LOOM_RANK");
