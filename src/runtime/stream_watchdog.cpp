@@ -13,9 +13,14 @@
 namespace loom::detail {
 namespace {
 
-constexpr std::chrono::milliseconds kMinPoll{10};  // while calls complete
-constexpr std::chrono::milliseconds kMaxPoll{50};  // idle, or nothing completed lately
+// The poll interval: kMinPoll after a poll that saw calls complete, doubling up to kMaxPoll while none do (idle, or
+// a stalled stream). A stalled call is reported at most kMaxPoll + kConfirmGap after its bound.
+constexpr std::chrono::milliseconds kMinPoll{10};
+constexpr std::chrono::milliseconds kMaxPoll{50};
 constexpr std::chrono::milliseconds kConfirmGap{10};
+// Reading a call's signals: at most kReadSlots of its waits (the rest count as unreadable), given kReadLimit.
+constexpr std::size_t kReadSlots = 4096;
+constexpr std::chrono::milliseconds kReadLimit{2000};
 
 }  // namespace
 
@@ -63,8 +68,10 @@ void StreamWatchdog::watch(PendingCall c) {
 
 void StreamWatchdog::run() {
     if (cudaSetDevice(device_) != cudaSuccess ||
-        cudaStreamCreateWithFlags(&read_, cudaStreamNonBlocking) != cudaSuccess) {
-        read_ = nullptr;  // signals unreadable: a timeout is still reported, without the observed values
+        cudaStreamCreateWithFlags(&read_, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaHostAlloc(reinterpret_cast<void**>(&read_buf_), kReadSlots * sizeof(std::uint64_t), cudaHostAllocDefault) !=
+            cudaSuccess) {
+        read_buf_ = nullptr;  // signals unreadable: a timeout is still reported, without the observed values
         cudaGetLastError();
     }
     std::chrono::milliseconds interval = kMinPoll;
@@ -73,11 +80,12 @@ void StreamWatchdog::run() {
         wake_.wait_for(lock, interval, [&] { return stop_; });
         if (stop_) break;
         lock.unlock();
-        const bool busy = sweep();
+        const bool progress = sweep();
         lock.lock();
-        interval = busy ? std::min(interval * 2, kMaxPoll) : kMaxPoll;
+        interval = progress ? kMinPoll : std::min(interval * 2, kMaxPoll);
     }
     lock.unlock();
+    if (read_buf_) cudaFreeHost(read_buf_);  // the World synchronised the device before stopping the thread
     if (read_) cudaStreamDestroy(read_);
 }
 
@@ -118,8 +126,7 @@ bool StreamWatchdog::sweep() {
         std::fflush(stdout);
         std::abort();
     }
-    // Back off only while nothing completes (a stalled stream, or work longer than a poll).
-    return ledger_.outstanding() > 0 && !completed;
+    return completed;
 }
 
 // Whether an expired call is stuck on one of its own waits: some wait unsatisfied in two reads kConfirmGap apart,
@@ -148,19 +155,29 @@ bool StreamWatchdog::confirm(const PendingCall& c, std::vector<std::uint64_t>& o
     return outstanding();
 }
 
+// One 8-byte copy per wait into pinned memory on a non-blocking stream of the watchdog's own (it never waits for the
+// stalled streams), then a bounded wait for the copies.
 bool StreamWatchdog::read_signals(const PendingCall& c, std::vector<std::uint64_t>& observed) {
     observed.assign(c.waits.size(), 0);
-    if (!read_) return false;
+    if (!read_buf_ || c.waits.size() > kReadSlots) return false;
     for (std::size_t i = 0; i < c.waits.size(); ++i) {
-        // Pageable destination: the copy has completed when the call returns. On a non-blocking stream of its
-        // own, it never waits for the stalled streams.
-        if (cudaMemcpyAsync(&observed[i], c.waits[i].addr, sizeof(std::uint64_t), cudaMemcpyDeviceToHost, read_) !=
-                cudaSuccess ||
-            cudaStreamSynchronize(read_) != cudaSuccess) {
+        if (cudaMemcpyAsync(&read_buf_[i], c.waits[i].addr, sizeof(std::uint64_t), cudaMemcpyDeviceToHost, read_) !=
+            cudaSuccess) {
             cudaGetLastError();
             return false;
         }
     }
+    const auto deadline = std::chrono::steady_clock::now() + kReadLimit;
+    for (;;) {
+        const cudaError_t e = cudaStreamQuery(read_);
+        if (e == cudaSuccess) break;
+        if (e != cudaErrorNotReady || std::chrono::steady_clock::now() > deadline) {
+            cudaGetLastError();
+            return false;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    for (std::size_t i = 0; i < c.waits.size(); ++i) observed[i] = read_buf_[i];
     return true;
 }
 

@@ -46,7 +46,7 @@ class StreamWatchdog final : public WorldState {
 
   private:
     void run();
-    bool sweep();  // one poll; whether calls are still outstanding
+    bool sweep();  // one poll; whether calls completed
     bool confirm(const PendingCall& c, std::vector<std::uint64_t>& observed, bool& readable);
     bool read_signals(const PendingCall& c, std::vector<std::uint64_t>& observed);
     void recycle(PendingCall&& c);
@@ -60,8 +60,9 @@ class StreamWatchdog final : public WorldState {
     std::vector<cudaEvent_t> all_events_;
     std::thread thread_;
     bool stop_ = false;
-    bool broken_ = false;          // the thread's: the context reported an error; nothing is watched any more
-    cudaStream_t read_ = nullptr;  // the thread's: a non-blocking stream for reading signals
+    bool broken_ = false;                // the thread's: the context reported an error; nothing is watched any more
+    cudaStream_t read_ = nullptr;        // the thread's: a non-blocking stream for reading signals
+    std::uint64_t* read_buf_ = nullptr;  // the thread's: pinned, where the reads land
 };
 
 // One op call's stream waits, watched by the World's StreamWatchdog (inactive when LOOM_WAIT_TIMEOUT_MS is 0 or
