@@ -148,9 +148,11 @@ set(LOOM_SOURCES
     src/runtime/store.cpp
     src/runtime/store_server.cpp
     src/runtime/stream_ops.cpp
+    src/runtime/stream_watchdog.cpp
     src/runtime/symmetric_heap.cpp
     src/runtime/symmetric_zeroed.cpp
     src/runtime/tma.cpp
     src/runtime/version.cpp
+    src/runtime/wait_ledger.cpp
     src/runtime/world.cpp
 )

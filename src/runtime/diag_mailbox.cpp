@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,14 +39,30 @@ State& state() {
 // One 8-byte host-to-device copy on a private non-blocking stream: it never waits for the legacy stream, so a
 // kernel already running (perhaps waiting on a peer that waits on us) cannot block it.
 // Returns the first error (also left as the runtime's last error when not sticky: the caller clears it).
-cudaError_t write_pointer(CUdeviceptr global, DiagMailbox* value) {
+cudaError_t write_global(CUdeviceptr global, const void* value, std::size_t bytes) {
     cudaStream_t s = nullptr;
     cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     if (e != cudaSuccess) return e;
-    e = cudaMemcpyAsync(reinterpret_cast<void*>(global), &value, sizeof value, cudaMemcpyHostToDevice, s);
+    e = cudaMemcpyAsync(reinterpret_cast<void*>(global), value, bytes, cudaMemcpyHostToDevice, s);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s);
     cudaStreamDestroy(s);
     return e;
+}
+cudaError_t write_pointer(CUdeviceptr global, DiagMailbox* value) { return write_global(global, &value, sizeof value); }
+
+// At debug level every timed-out wait of the module prints its own line (lang/spin.cuh): loom_wait_verbose = 1.
+void bind_verbose(CUlibrary library) {
+    if (!log_enabled(LogLevel::Debug)) return;
+    CUdeviceptr global = 0;
+    std::size_t bytes = 0;
+    if (driver::api().cuLibraryGetGlobal(&global, &bytes, library, "loom_wait_verbose") != CUDA_SUCCESS ||
+        bytes != sizeof(std::uint32_t))
+        return;  // no Loom wait in the module (or a foreign global of that name)
+    const std::uint32_t one = 1;
+    if (const cudaError_t e = write_global(global, &one, sizeof one); e != cudaSuccess) {
+        if (is_sticky_device_error(e)) LOOM_CHECK_CUDA(e);
+        cudaGetLastError();
+    }
 }
 
 std::string tag_text(const char* tag) {
@@ -219,6 +236,7 @@ DiagMailbox* attach(int rank) {
 }
 
 void bind_library(CUlibrary library) {
+    bind_verbose(library);
     if (!enabled()) return;
     CUdeviceptr global = 0;
     std::size_t bytes = 0;

@@ -24,7 +24,8 @@ bool enabled();
 // warned about once on stderr and null is returned (the World works on; its timeouts trap without a report).
 DiagMailbox* attach(int rank);
 
-// The JIT, after loading a module in the current context: if the module defines loom_diag_mailbox, write the
+// The JIT, after loading a module in the current context: at LOOM_LOG_LEVEL debug, set the module's
+// loom_wait_verbose (every timed-out wait prints its own line). If the module defines loom_diag_mailbox, write the
 // mailbox's device address into it (now, or at attach() when no World exists yet). Waits only for its own copy
 // (non-blocking stream), never for kernels already running. Raises loom::Error when the module has a malformed
 // global or the context reports a sticky error; any other failure is warned about once and the load goes on.

@@ -37,7 +37,8 @@ class WorldTeardown : public ::testing::Environment {
 }  // namespace
 
 int main(int argc, char** argv) {
-    // Every wait is bounded in tests, and every collective call is compared across ranks first.
+    // Every wait is bounded in tests (20 s rather than the default 300 s: a hang is heard of sooner), and every
+    // collective call is compared across ranks first.
     setenv("LOOM_WAIT_TIMEOUT_MS", "20000", /*overwrite=*/0);
     setenv("LOOM_CHECK_AGREEMENT", "1", /*overwrite=*/0);
     ::testing::InitGoogleTest(&argc, argv);

@@ -111,11 +111,43 @@ TEST(LangSignal, MissingNotifyEndsInTimeoutDiagnostic) {
         // The child traps; it runs outside loomrun's MPS server so the trap stays in its own context.
         const auto [status, output] = loom::test::run_child("lang-missing-notify", {{"LOOM_WAIT_TIMEOUT_MS", "300"}});
         EXPECT_EQ(status, 3) << output;
-        EXPECT_NE(output.find("loom: wait timeout: rank 0 block (0,0,0) thread 0 tag wait"), std::string::npos)
+        EXPECT_NE(output.find("loom: wait timeout: rank 0: wait: a signal is missing at 0x"), std::string::npos)
             << output;
-        EXPECT_NE(output.find("expected >= 1 observed 0"), std::string::npos) << output;
+        EXPECT_NE(output.find("expected >= 1, observed 0, after "), std::string::npos) << output;
+        EXPECT_NE(output.find("(first of this rank: block (0,0,0) thread 0)"), std::string::npos) << output;
     }
     w.barrier("timeout-child");
+}
+
+std::size_t count(const std::string& s, const std::string& part) {
+    std::size_t n = 0;
+    for (auto p = s.find(part); p != std::string::npos; p = s.find(part, p + 1)) ++n;
+    return n;
+}
+
+// 26 blocks time out together (a collective's grid on a shared GPU): one summary line for the rank; each block's own
+// line only at LOOM_LOG_LEVEL=debug.
+TEST(LangSignal, TimedOutBlocksPrintOneSummaryLine) {
+    LOOM_REQUIRE_GPU();
+    auto& w = loom::test::world();
+    if (w.rank() == 0) {
+        const auto [status, output] = loom::test::run_child(
+            "lang-missing-notify-26", {{"LOOM_WAIT_TIMEOUT_MS", "300"}, {"LOOM_LOG_LEVEL", "warn"}});
+        EXPECT_EQ(status, 3) << output;
+        EXPECT_EQ(count(output, "loom: wait timeout: "), 1u) << output;
+        EXPECT_EQ(count(output, "loom: wait timeout: rank 0: wait: a signal is missing at 0x"), 1u) << output;
+        EXPECT_EQ(count(output, "loom: wait timeout detail: "), 0u) << output;
+
+        const auto [dstatus, doutput] = loom::test::run_child(
+            "lang-missing-notify-26", {{"LOOM_WAIT_TIMEOUT_MS", "300"}, {"LOOM_LOG_LEVEL", "debug"}});
+        EXPECT_EQ(dstatus, 3) << doutput;
+        EXPECT_EQ(count(doutput, "loom: wait timeout: "), 1u) << doutput;
+        // Every block that reached its report before the trap stopped the grid (in practice all 26); at least the
+        // summary's own block.
+        EXPECT_GE(count(doutput, "loom: wait timeout detail: rank 0 block ("), 1u) << doutput;
+        EXPECT_LE(count(doutput, "loom: wait timeout detail: rank 0 block ("), 26u) << doutput;
+    }
+    w.barrier("timeout-child-26");
 }
 
 }  // namespace

@@ -1,26 +1,37 @@
 // loom_test_child: the child processes of tests whose subject ends or shares the process (a kernel that traps leaves
 // its CUDA context unusable; cache writers must be separate processes). Tests start it through
 // tests/common/child_process.hpp and check its exit status and output. The child never joins the parent's job: it
-// has no World, or a one-rank World that hosts its own store.
+// has no World, a one-rank World that hosts its own store, or (ce-skip-collective) a World of two children.
 //   usage: loom_test_child <case>
 //     lang-missing-notify  a block waits for a signal nobody sends, on a one-rank Ctx without a World; the kernel
 //                          prints the timeout diagnostic and traps. Exit 3: the synchronising call failed.
 //     diag-missing-notify  the same wait in a kernel compiled with LOOM_NO_DEVICE_PRINTF, in a one-rank World with
 //                          the diagnostic mailbox (LOOM_DIAG_MAILBOX=1): the loom::Error of the synchronising call
 //                          and the World's shutdown warning carry the decoded record. Exit 3: the call raised.
+//     lang-missing-notify-26  the same wait in 26 blocks (a collective's block count on a shared GPU): one summary
+//                          line at the default log level, each block's own line only at LOOM_LOG_LEVEL=debug.
+//     ce-skip-collective   one rank of a two-rank job (LOOM_RANK, LOOM_MASTER_PORT, ... from the parent): both ranks
+//                          make all_gather call 1 through the copy engine; rank 1 then skips call 2 and sleeps
+//                          (LOOM_WAIT_TIMEOUT_MS + 15 s, exit 0); rank 0 prints "ce-skip: call 2 enqueued at <ns>"
+//                          (steady clock) and synchronises, which the stream watchdog ends: SIGABRT after its
+//                          diagnostic. Exit 4: the call completed.
 //     jit-cache-writer     compiles tests/unit/kernels/jit_add.cuh's add_n<11, float> for sm_90 into the cache
 //                          (LOOM_CACHE_DIR; no GPU needed): one of several concurrent writers. Exit 0: a cubin.
 //   Exit 4: a kernel that should have trapped completed; 2: a usage or set-up error. The wait bound is
-//   LOOM_WAIT_TIMEOUT_MS (300 ms when unset).
+//   LOOM_WAIT_TIMEOUT_MS (the tests pass 300; 0 counts as 300 ms, so that the kernel times out).
 #include <cuda_runtime.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <thread>
 
 #include "common/test_kernels.hpp"
+#include "loom/ops/collectives.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/settings.hpp"
 #include "loom/runtime/world.hpp"
@@ -44,8 +55,9 @@ std::uint64_t wait_timeout_ns() {
     _exit(status);  // no teardown: the context holds a sticky error
 }
 
-// The wait of tests/dist/kernels/lang_test.cuh's missing_notify on a Ctx of one rank over a plain allocation.
-[[noreturn]] void lang_missing_notify() {
+// The wait of tests/dist/kernels/lang_test.cuh's missing_notify on a Ctx of one rank over a plain allocation, in
+// `blocks` blocks.
+[[noreturn]] void lang_missing_notify(unsigned blocks) {
     const std::size_t heap = 1 << 20;
     char* buf = nullptr;
     LOOM_CHECK_CUDA(cudaMalloc(&buf, heap));
@@ -56,7 +68,7 @@ std::uint64_t wait_timeout_ns() {
     ctx.heap_size = heap;
     ctx.heap[0] = buf;
     ctx.wait_timeout_ns = wait_timeout_ns();
-    loom::test::lang_kernel("loom_test::missing_notify")(LaunchConfig{dim3(1), dim3(64)}, ctx,
+    loom::test::lang_kernel("loom_test::missing_notify")(LaunchConfig{dim3(blocks), dim3(64)}, ctx,
                                                          reinterpret_cast<std::uint64_t*>(buf));
     const cudaError_t e = cudaDeviceSynchronize();
     std::printf("lang-child: the kernel ended: %s\n", cudaGetErrorString(e));
@@ -94,6 +106,45 @@ loom::World solo_world() {
     leave(kCompleted);
 }
 
+// Rank 1 of the two skips all_gather call 2; rank 0 waits for it in the copy engine's stream waits, which only the
+// host watchdog bounds.
+[[noreturn]] void ce_skip_collective() {
+    const rlimit no_core{0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);  // the abort must not spend seconds writing a core file
+    loom::WorldOptions opts;
+    opts.symmetric_size = std::size_t{64} << 20;
+    loom::World w = loom::World::from_env(opts);
+    const std::size_t n = std::size_t{1} << 20;  // bytes per rank
+    auto* in = w.alloc<std::uint8_t>(n);
+    auto* out = w.alloc<std::uint8_t>(2 * n);
+    LOOM_CHECK_CUDA(cudaMemset(in, w.rank() + 1, n));
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+    cudaStream_t s = nullptr;
+    LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    loom::CollOptions o;
+    o.algo = loom::CollAlgo::Push;
+    o.path = loom::DataPath::CopyEngine;
+    const loom::BufferView inv{in, loom::DType::U8, n}, outv{out, loom::DType::U8, 2 * n};
+    loom::all_gather(w, inv, outv, s, o);  // call 1, every rank: creates the state
+    LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+    w.barrier("ce-skip: call 1 done");
+    if (w.rank() != 0) {
+        std::printf("ce-skip: rank %d skips call 2\n", w.rank());
+        std::fflush(stdout);
+        const auto ms = loom::settings().wait_timeout.count();
+        std::this_thread::sleep_for(std::chrono::milliseconds(ms + 15000));
+        leave(0);
+    }
+    const auto now = std::chrono::steady_clock::now().time_since_epoch();
+    std::printf("ce-skip: call 2 enqueued at %lld ns\n",
+                static_cast<long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()));
+    std::fflush(stdout);
+    loom::all_gather(w, inv, outv, s, o);
+    const cudaError_t e = cudaStreamSynchronize(s);
+    std::printf("ce-skip: call 2 ended: %s\n", cudaGetErrorString(e));
+    leave(kCompleted);
+}
+
 [[noreturn]] void jit_cache_writer() {
     loom::jit::KernelSpec spec;
     spec.header = LOOM_SOURCE_DIR "/tests/unit/kernels/jit_add.cuh";
@@ -107,13 +158,17 @@ loom::World solo_world() {
 int main(int argc, char** argv) {
     const std::string which = argc == 2 ? argv[1] : "";
     try {
-        if (which == "lang-missing-notify") lang_missing_notify();
+        if (which == "lang-missing-notify") lang_missing_notify(1);
+        if (which == "lang-missing-notify-26") lang_missing_notify(26);
+        if (which == "ce-skip-collective") ce_skip_collective();
         if (which == "diag-missing-notify") diag_missing_notify();
         if (which == "jit-cache-writer") jit_cache_writer();
     } catch (const std::exception& e) {
         std::fprintf(stderr, "loom_test_child %s: %s\n", which.c_str(), e.what());
         return kSetupError;
     }
-    std::fprintf(stderr, "usage: loom_test_child lang-missing-notify|diag-missing-notify|jit-cache-writer\n");
+    std::fprintf(stderr,
+                 "usage: loom_test_child lang-missing-notify|lang-missing-notify-26|ce-skip-collective|"
+                 "diag-missing-notify|jit-cache-writer\n");
     return kSetupError;
 }

@@ -267,7 +267,7 @@ TEST(Settings, Defaults) {
     EXPECT_EQ(s.rank.device, -1);
     EXPECT_EQ(s.symmetric_size, std::size_t{1} << 30);
     EXPECT_EQ(s.coll_scratch, std::size_t{64} << 20);
-    EXPECT_EQ(s.wait_timeout.count(), 0);
+    EXPECT_EQ(s.wait_timeout.count(), 300000);  // every wait is bounded unless the user opts out
     EXPECT_EQ(s.store_timeout.count(), 300000);
     EXPECT_EQ(s.shutdown_timeout.count(), 60000);
     EXPECT_EQ(s.cache_dir, "/home/u/.cache/loom");
@@ -281,6 +281,11 @@ TEST(Settings, Defaults) {
     EXPECT_FALSE(s.diag_mailbox);
     EXPECT_FALSE(s.check_agreement);
     EXPECT_EQ(s.mps_thread_percentage, 0);
+}
+
+TEST(Settings, WaitTimeoutZeroIsAnExplicitOptOut) {
+    EXPECT_EQ(settings_of({{"LOOM_WAIT_TIMEOUT_MS", "0"}}).wait_timeout.count(), 0);
+    EXPECT_EQ(settings_of({{"LOOM_WAIT_TIMEOUT_MS", ""}}).wait_timeout.count(), 300000);  // empty counts as unset
 }
 
 TEST(Settings, EachVariable) {

@@ -42,7 +42,8 @@ LOOM_DEVICE LOOM_FORCEINLINE void barrier_all(G g, const Ctx& ctx, BarrierState*
         ptx::red_add_release_sys(&remote->arrivals[ctx.local_rank], uint64_t(1));
     }
     for (uint32_t i = g.rank(); i < n; i += g.size())
-        spin_wait(ctx, "barrier_all", &st->arrivals[i], Cmp::GE, e, Scope::Sys);
+        spin_wait(ctx, "barrier_all", &st->arrivals[i], Cmp::GE, e, Scope::Sys,
+                  ctx.local_base_rank + static_cast<int>(i));
     g.sync();
     if (g.leader()) st->epoch = e;
 }

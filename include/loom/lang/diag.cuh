@@ -77,12 +77,22 @@ static_assert(sizeof(DiagMailbox) == 128 + kDiagRecords * sizeof(DiagRecord), "D
 
 // The process's mailbox as this module sees it; zero until the JIT (or the user, for modules it loads itself)
 // writes it. A definition: one per module. nvcc -rdc builds linking several Loom TUs define
-// LOOM_DIAG_MAILBOX_EXTERN in all but one.
+// LOOM_DIAG_MAILBOX_EXTERN in all but one. The same holds for the two words of the printed diagnostics
+// (lang/spin.cuh):
+//   loom_wait_timeout_claimed  0 until the first timed-out wait of this module claims it (atomic CAS): that wait
+//                              prints the rank's one summary line, the others print only at debug level;
+//   loom_wait_verbose          1: every timed-out wait also prints its own line (the JIT writes it at load when
+//                              LOOM_LOG_LEVEL is debug).
+// (unsigned int, not uint32_t: these are in the global namespace, where NVRTC has no uint32_t.)
 #if defined(LOOM_DIAG_MAILBOX_EXTERN)
 extern "C" __device__ loom::DiagMailbox* loom_diag_mailbox;
+extern "C" __device__ unsigned int loom_wait_timeout_claimed;
+extern "C" __device__ unsigned int loom_wait_verbose;
 #else
 extern "C" {
 __device__ loom::DiagMailbox* loom_diag_mailbox;
+__device__ unsigned int loom_wait_timeout_claimed;
+__device__ unsigned int loom_wait_verbose;
 }
 #endif
 

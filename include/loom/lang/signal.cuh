@@ -53,9 +53,10 @@ LOOM_DEVICE LOOM_FORCEINLINE uint64_t load_relaxed(const uint64_t* addr, Scope s
 // (docs/perf/lang_signal.json), bench-lang ping-pong with the mode a compile-time constant, 3 interleaved passes, two
 // calls (two H200s / 2 ranks sharing GPU 0 under MPS): 1.314 / 1.388 against 1.303 / 1.382 us per round trip on two
 // GPUs (equal), 0.542 / 0.563 against 0.630 / 0.621 us on one GPU (the fence cost ~40 ns per wait there).
+// `peer` (optional): the rank whose notify completes the wait, named in the timeout diagnostic.
 LOOM_DEVICE LOOM_FORCEINLINE uint64_t spin_wait(const Ctx& ctx, const char* tag, const uint64_t* sig, Cmp cmp,
-                                                uint64_t value, Scope scope) {
-    return spin_until(ctx, tag, sig, cmp, value, [&](uint64_t& observed) {
+                                                uint64_t value, Scope scope, int peer = -1) {
+    return spin_until(ctx, tag, peer, sig, cmp, value, [&](uint64_t& observed) {
         observed = load_acquire(sig, scope);
         return compare(observed, cmp, value);
     });
@@ -110,9 +111,11 @@ LOOM_DEVICE LOOM_FORCEINLINE void signal_op_relaxed(const Ctx& ctx, uint64_t* si
     signal_relaxed(symm_at(ctx, sig, peer), value, op, scope);
 }
 // nvshmem_signal_wait_until(sig, cmp, value): one thread; acquire; returns the value that satisfied the compare.
+// `tag` and `peer` (the rank whose notify completes it), when given, name the wait in the timeout diagnostic.
 LOOM_DEVICE LOOM_FORCEINLINE uint64_t signal_wait_until(const Ctx& ctx, const uint64_t* sig, Cmp cmp, uint64_t value,
-                                                        Scope scope = Scope::Sys) {
-    return spin_wait(ctx, "signal_wait_until", sig, cmp, value, scope);
+                                                        Scope scope = Scope::Sys, const char* tag = "signal_wait_until",
+                                                        int peer = -1) {
+    return spin_wait(ctx, tag, sig, cmp, value, scope, peer);
 }
 
 }  // namespace loom::lang

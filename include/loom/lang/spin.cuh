@@ -4,11 +4,16 @@
 //   1. writes a DiagRecord into the process's diagnostic mailbox (lang/diag.cuh), which the host decodes into the
 //      loom::Error of the next CUDA call that reports the sticky error;
 //   2. unless the kernel defines LOOM_NO_DEVICE_PRINTF 1 (every wgmma kernel must: a printf call serialises
-//      wgmma), prints
-//        loom: wait timeout: rank R block (x,y,z) thread T tag <tag> at <addr> expected <cmp> <value> observed
-//        <value> after <ms> ms
+//      wgmma), prints — the first timed-out wait of the rank's module only (it claims loom_wait_timeout_claimed),
+//      one summary line:
+//        loom: wait timeout: rank R: <tag>: the signal of rank P is missing at <addr>: expected <cmp> <value>,
+//        observed <value>, after <ms> ms (first of this rank: block (x,y,z) thread T)
+//      ("the signal of rank P is missing" when the wait names the peer that should write it); and, when
+//      LOOM_LOG_LEVEL is debug (loom_wait_verbose), every timed-out wait prints its own line:
+//        loom: wait timeout detail: rank R block (x,y,z) thread T tag <tag> at <addr> expected <cmp> <value>
+//        observed <value> after <ms> ms
 //   3. traps; the launcher then tears the job down.
-// With 0 it spins forever (production, by choice). Without a World (no mailbox) step 1 writes nothing.
+// With 0 it spins forever (an explicit opt-out). Without a World (no mailbox) step 1 writes nothing.
 #pragma once
 
 #include "loom/config.hpp"
@@ -73,25 +78,42 @@ LOOM_DEVICE LOOM_FORCEINLINE const char* cmp_name(Cmp cmp) {
 namespace detail {
 #if LOOM_NO_DEVICE_PRINTF
 // Cold path, mailbox only. Inlined: an out-of-line call would itself serialise wgmma.
-LOOM_DEVICE LOOM_FORCEINLINE void wait_timeout(const Ctx& ctx, const char* tag, const void* addr, Cmp cmp,
+LOOM_DEVICE LOOM_FORCEINLINE void wait_timeout(const Ctx& ctx, const char* tag, int peer, const void* addr, Cmp cmp,
                                                uint64_t expected, uint64_t observed, uint64_t elapsed_ns) {
+    (void)peer;
     diag_post(ctx.diag, DiagKind::Signal, ctx.rank, tag, addr, static_cast<uint32_t>(cmp), expected, observed,
               elapsed_ns);
     __trap();
 }
 #else
-// Cold path: mailbox record, then the printed diagnostic, then trap. Kept out of line so the spin loop stays small.
-__noinline__ LOOM_DEVICE inline void wait_timeout(const Ctx& ctx, const char* tag, const void* addr, Cmp cmp,
+// Cold path: mailbox record, then the printed diagnostic (the rank's summary by the first wait to claim it; every
+// wait's own line at debug level), then trap. Kept out of line so the spin loop stays small.
+__noinline__ LOOM_DEVICE inline void wait_timeout(const Ctx& ctx, const char* tag, int peer, const void* addr, Cmp cmp,
                                                   uint64_t expected, uint64_t observed, uint64_t elapsed_ns) {
     diag_post(ctx.diag, DiagKind::Signal, ctx.rank, tag, addr, static_cast<uint32_t>(cmp), expected, observed,
               elapsed_ns);
-    printf(
-        "loom: wait timeout: rank %d block (%u,%u,%u) thread %u tag %s at %p expected %s %llu observed %llu "
-        "after %llu ms\n",
-        ctx.rank, blockIdx.x, blockIdx.y, blockIdx.z,
-        threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z), tag, addr, cmp_name(cmp),
-        static_cast<unsigned long long>(expected), static_cast<unsigned long long>(observed),
-        static_cast<unsigned long long>(elapsed_ns / 1000000ull));
+    const unsigned thread = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    const auto e = static_cast<unsigned long long>(expected), o = static_cast<unsigned long long>(observed);
+    const auto ms = static_cast<unsigned long long>(elapsed_ns / 1000000ull);
+    if (ptx::atom_cas_relaxed_gpu(&loom_wait_timeout_claimed, 0u, 1u) == 0u) {
+        if (peer >= 0) {
+            printf(
+                "loom: wait timeout: rank %d: %s: the signal of rank %d is missing at %p: expected %s %llu, observed "
+                "%llu, after %llu ms (first of this rank: block (%u,%u,%u) thread %u)\n",
+                ctx.rank, tag, peer, addr, cmp_name(cmp), e, o, ms, blockIdx.x, blockIdx.y, blockIdx.z, thread);
+        } else {
+            printf(
+                "loom: wait timeout: rank %d: %s: a signal is missing at %p: expected %s %llu, observed %llu, after "
+                "%llu ms (first of this rank: block (%u,%u,%u) thread %u)\n",
+                ctx.rank, tag, addr, cmp_name(cmp), e, o, ms, blockIdx.x, blockIdx.y, blockIdx.z, thread);
+        }
+    }
+    if (loom_wait_verbose != 0u) {
+        printf(
+            "loom: wait timeout detail: rank %d block (%u,%u,%u) thread %u tag %s at %p expected %s %llu observed "
+            "%llu after %llu ms\n",
+            ctx.rank, blockIdx.x, blockIdx.y, blockIdx.z, thread, tag, addr, cmp_name(cmp), e, o, ms);
+    }
     __trap();
 }
 #endif
@@ -102,8 +124,9 @@ __noinline__ LOOM_DEVICE inline void wait_timeout(const Ctx& ctx, const char* ta
 // Called by one thread; returns the last observed value. The clock (globaltimer, a slow special register) is
 // first read after 1024 unsuccessful polls and then every 1024 polls, so short waits never touch it; the
 // timeout is therefore measured from a few microseconds into the wait.
+// `peer`: the rank whose write completes the wait (named in the diagnostic), or -1 when the waiter cannot say.
 template <class Poll>
-LOOM_DEVICE LOOM_FORCEINLINE uint64_t spin_until(const Ctx& ctx, const char* tag, const void* addr, Cmp cmp,
+LOOM_DEVICE LOOM_FORCEINLINE uint64_t spin_until(const Ctx& ctx, const char* tag, int peer, const void* addr, Cmp cmp,
                                                  uint64_t expected, Poll&& poll) {
     uint64_t observed = 0;
     const uint64_t timeout = ctx.wait_timeout_ns;
@@ -115,10 +138,15 @@ LOOM_DEVICE LOOM_FORCEINLINE uint64_t spin_until(const Ctx& ctx, const char* tag
             if (start == 0) {
                 start = now;
             } else if (now - start > timeout) {
-                detail::wait_timeout(ctx, tag, addr, cmp, expected, observed, now - start);
+                detail::wait_timeout(ctx, tag, peer, addr, cmp, expected, observed, now - start);
             }
         }
     }
+}
+template <class Poll>
+LOOM_DEVICE LOOM_FORCEINLINE uint64_t spin_until(const Ctx& ctx, const char* tag, const void* addr, Cmp cmp,
+                                                 uint64_t expected, Poll&& poll) {
+    return spin_until(ctx, tag, -1, addr, cmp, expected, static_cast<Poll&&>(poll));
 }
 
 // What a timed-out wait reports (spin_or_trap).

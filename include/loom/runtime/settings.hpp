@@ -5,7 +5,7 @@
 //                         LOOM_MASTER_PORT, or torchrun's / Open MPI's / Slurm's (env.hpp); LOOM_DEVICE
 //   LOOM_SYMMETRIC_SIZE   bytes of each rank's symmetric heap (1G)
 //   LOOM_COLL_SCRATCH     the collectives' symmetric scratch (64M)
-//   LOOM_WAIT_TIMEOUT_MS  bound on every device spin-wait and bounded stream drain (0: none)
+//   LOOM_WAIT_TIMEOUT_MS  bound on every device spin-wait and copy-engine stream wait (300000; 0: unbounded)
 //   LOOM_STORE_TIMEOUT_MS bound on every bootstrap-store wait (300000)
 //   LOOM_CACHE_DIR        the JIT's disk cache ($XDG_CACHE_HOME/loom, else ~/.cache/loom)
 //   LOOM_JIT_COMPILER     nvrtc (default), nvrtc-ptxas, nvcc, or cache-only (a cache miss is an error)
@@ -43,7 +43,7 @@ struct Settings {
     RankInfo rank;                                      // rank facts and LOOM_DEVICE (env.hpp)
     std::size_t symmetric_size = std::size_t{1} << 30;  // LOOM_SYMMETRIC_SIZE: bytes of each rank's heap
     std::size_t coll_scratch = std::size_t{64} << 20;   // LOOM_COLL_SCRATCH: the collectives' symmetric scratch
-    std::chrono::milliseconds wait_timeout{0};          // LOOM_WAIT_TIMEOUT_MS: device spin-wait bound (0: none)
+    std::chrono::milliseconds wait_timeout{300000};     // LOOM_WAIT_TIMEOUT_MS: every wait's bound (0: unbounded)
     std::chrono::milliseconds store_timeout{300000};    // LOOM_STORE_TIMEOUT_MS: bootstrap-store waits
     std::chrono::milliseconds shutdown_timeout{60000};  // the World's shutdown barrier (at most store_timeout)
     std::string cache_dir;                              // LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, ~/.cache/loom

@@ -6,8 +6,10 @@
 //
 // Ordering: put_ce then signal_ce on one stream is a put_signal: the driver's stream write carries a memory
 // barrier (CU_STREAM_WRITE_VALUE_DEFAULT), so a device wait that sees the value sees the data.
-// Bounds: a stream wait cannot be bounded by the GPU; the host's later synchronisation is where a missing
-// signal shows (wait_stream_bounded() polls the stream against LOOM_WAIT_TIMEOUT_MS and raises).
+// Bounds: a stream wait cannot be bounded by the GPU. The library's ops enqueue theirs through
+// detail::WatchedWaits (src/runtime/stream_watchdog.hpp), whose host watchdog reports a wait outstanding past
+// LOOM_WAIT_TIMEOUT_MS and aborts the process; wait_stream_bounded() synchronises a stream against the same bound
+// and raises.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -45,7 +47,7 @@ void wait_value(cudaStream_t stream, const std::uint64_t* addr, std::uint64_t va
 // repeats, so a protocol that would write a per-call count must use constants and resets instead.
 bool capturing(cudaStream_t stream);
 
-// Synchronise `stream`, raising loom::Error after LOOM_WAIT_TIMEOUT_MS (when set) instead of hanging on a
+// Synchronise `stream`, raising loom::Error after LOOM_WAIT_TIMEOUT_MS (unless 0) instead of hanging on a
 // stream wait whose signal never comes.
 void wait_stream_bounded(cudaStream_t stream, const char* what);
 

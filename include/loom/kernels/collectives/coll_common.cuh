@@ -55,7 +55,8 @@ LOOM_DEVICE inline void barrier_peers(const Ctx& ctx, SyncState* st, uint64_t va
     const int t = static_cast<int>(threadIdx.x);
     if (t < ctx.local_world) {
         lang::signal_op(ctx, &st->sig[blockIdx.x][ctx.local_rank], value, lang::SignalOp::Set, peer_rank(ctx, t));
-        lang::signal_wait_until(ctx, &st->sig[blockIdx.x][t], lang::Cmp::GE, value);
+        lang::signal_wait_until(ctx, &st->sig[blockIdx.x][t], lang::Cmp::GE, value, lang::Scope::Sys,
+                                "collective barrier (value: call << 20 | phase)", peer_rank(ctx, t));
     }
     __syncthreads();
 }

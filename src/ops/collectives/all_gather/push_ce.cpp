@@ -22,6 +22,7 @@
 #include "loom/runtime/stream_ops.hpp"
 #include "ops/collectives/all_gather/algorithms.hpp"
 #include "ops/collectives/copy_engine.hpp"
+#include "runtime/stream_watchdog.hpp"
 #include "runtime/symmetric_zeroed.hpp"
 
 namespace loom::coll {
@@ -76,6 +77,7 @@ void all_gather_push_ce(World& world, Core& core, const BufferView& inv, const B
     std::uint64_t* const done = s.sig + (graph ? 3 : 1) * kMaxLocalPeers;
     const std::uint64_t v = graph ? 1 : ++s.eager_calls;
     const stream_ops::WaitCmp cmp = graph ? stream_ops::WaitCmp::EQ : stream_ops::WaitCmp::GEQ;
+    detail::WatchedWaits watch(world, "all_gather", v, stream);  // the copy engine's waits, bounded on the host
     for (int d = 0; d < W; ++d)
         if (d != me) stream_ops::signal_ce(world, &ready[me], v, d, stream);
     const bool own_copy = in != mine;
@@ -87,7 +89,7 @@ void all_gather_push_ce(World& world, Core& core, const BufferView& inv, const B
         cudaStream_t side = ce.stream(static_cast<std::size_t>(i - 1));
         // head == B: every byte went through the kernel, whose own barrier paced it. Eagerly only the done signal
         // is raised; captured, ready[d] is still waited for, to be reset.
-        if (head < B || graph) stream_ops::wait_value(side, &ready[d], v, cmp);
+        if (head < B || graph) watch.wait_value(side, &ready[d], v, d, cmp);
         if (graph) stream_ops::write_value(side, &ready[d], 0);
         if (head < B) stream_ops::put_ce(world, mine + head, in + head, B - head, d, side);
         stream_ops::signal_ce(world, &done[me], v, d, side);
@@ -96,10 +98,11 @@ void all_gather_push_ce(World& world, Core& core, const BufferView& inv, const B
         LOOM_CHECK_CUDA(cudaMemcpyAsync(mine + head, in + head, B - head, cudaMemcpyDefault, ce.stream(n - 1)));
     ce.join(stream, n);
     for (int q = 0; q < W; ++q)
-        if (q != me) stream_ops::wait_value(stream, &done[q], v, cmp);
+        if (q != me) watch.wait_value(stream, &done[q], v, q, cmp);
     if (graph)
         for (int q = 0; q < W; ++q)
             if (q != me) stream_ops::write_value(stream, &done[q], 0);
+    watch.enqueued();
 }
 
 }  // namespace loom::coll

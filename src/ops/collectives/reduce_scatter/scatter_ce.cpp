@@ -15,6 +15,7 @@
 #include "ops/collectives/barrier.hpp"
 #include "ops/collectives/copy_engine.hpp"
 #include "ops/collectives/reduce_scatter/algorithms.hpp"
+#include "runtime/stream_watchdog.hpp"
 #include "runtime/symmetric_zeroed.hpp"
 
 namespace loom::coll {
@@ -29,6 +30,7 @@ struct ScatterCeSignals final : WorldState {
     void release(World& world) override { world.free(sig); }
 
     std::uint64_t* sig = nullptr;
+    std::uint64_t calls = 0;  // this rank's calls, for the watchdog's diagnostic
 };
 
 }  // namespace
@@ -38,13 +40,15 @@ void reduce_scatter_scatter_ce(World& world, Core& core, const BufferView& in, c
     const int W = world.world_size(), me = world.rank();
     const std::size_t es = dtype_size(in.dtype), S = out.count;
     const Scratch& scratch = world.state<Scratch>();
-    std::uint64_t* const ready = state<ScatterCeSignals>(world, stream, "reduce_scatter").sig;
+    ScatterCeSignals& signals = state<ScatterCeSignals>(world, stream, "reduce_scatter");
+    std::uint64_t* const ready = signals.sig;
     std::uint64_t* const freed = ready + kMaxLocalPeers;
     CopyEngine& ce = world.state<CopyEngine>();
     std::size_t C = scratch.bytes / (2 * static_cast<std::size_t>(W) * es) / 16 * 16;  // per slot per buffer
     if (C > S) C = S;
     const char* const src = static_cast<const char*>(in.data);
     char* const dst = static_cast<char*>(out.data);
+    detail::WatchedWaits watch(world, "reduce_scatter", ++signals.calls, stream);  // bounded on the host
     // Entry barrier: every peer finished its earlier collectives, whose kernels may still have used the scratch.
     launch_barrier(world, core, stream);
     ce.fork(stream, static_cast<std::size_t>(W - 1));
@@ -62,13 +66,13 @@ void reduce_scatter_scatter_ce(World& world, Core& core, const BufferView& in, c
         for (int i = 1; i < W; ++i) {
             const int d = (me + i) % W;
             cudaStream_t side = ce.stream(i - 1);
-            if (k >= 2) stream_ops::wait_value(side, &freed[d], k - 1);
+            if (k >= 2) watch.wait_value(side, &freed[d], k - 1, d);
             stream_ops::put_ce(world, buf + static_cast<std::size_t>(me) * C * es, src + (d * S + off) * es, n * es, d,
                                side);
             stream_ops::signal_ce(world, &ready[me], k + 1, d, side);
         }
         for (int q = 0; q < W; ++q)
-            if (q != me) stream_ops::wait_value(stream, &ready[q], k + 1);
+            if (q != me) watch.wait_value(stream, &ready[q], k + 1, q);
         l.params.in = src + (me * S + off) * es;
         l.params.out = dst + off * es;
         l.params.count = n;
@@ -82,6 +86,7 @@ void reduce_scatter_scatter_ce(World& world, Core& core, const BufferView& in, c
     // Join the side streams (their last waits on freed are in stream order before the reset), then reset.
     ce.join(stream, static_cast<std::size_t>(W - 1));
     LOOM_CHECK_CUDA(cudaMemsetAsync(ready, 0, 2 * kMaxLocalPeers * sizeof(std::uint64_t), stream));  // ready, freed
+    watch.enqueued();
 }
 
 }  // namespace loom::coll

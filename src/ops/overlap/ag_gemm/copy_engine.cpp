@@ -3,13 +3,15 @@
 #include "loom/runtime/stream_ops.hpp"
 #include "ops/overlap/ag_gemm/ag_gemm.hpp"
 #include "ops/overlap/common/hooked_gemm.hpp"
+#include "runtime/stream_watchdog.hpp"
 
 namespace loom::overlap {
 namespace {
 
 // The side stream's work: this rank's ready signal, then per peer d (from me + 1): wait d's ready, copy the shard into
 // d's gather rows, raise chunk[me] there; with own_local chunk[me] here too (nothing to copy).
-void enqueue_side(const AgCall& x, AgGatherState& st, char* my_rows, uint64_t epoch, bool own_local) {
+void enqueue_side(const AgCall& x, AgGatherState& st, char* my_rows, uint64_t epoch, bool own_local,
+                  detail::WatchedWaits& watch) {
     World& world = *x.world;
     auto* const sig = st.sig.p;
     const cudaStream_t side = st.side.stream;
@@ -17,7 +19,7 @@ void enqueue_side(const AgCall& x, AgGatherState& st, char* my_rows, uint64_t ep
         if (d != x.me) stream_ops::signal_ce(world, &sig->ready[x.me], epoch, d, side);
     for (int i = 1; i < x.W; ++i) {
         const int d = (x.me + i) % x.W;
-        stream_ops::wait_value(side, &sig->ready[d], epoch, stream_ops::WaitCmp::GEQ);
+        watch.wait_value(side, &sig->ready[d], epoch, d);
         stream_ops::put_ce(world, my_rows, x.a.data, x.chunk_bytes, d, side);
         stream_ops::signal_ce(world, &sig->chunk[x.me], st.chunk_total, d, side);
     }
@@ -35,6 +37,7 @@ void ag_gemm_copy_engine(const AgCall& x, kernels::overlap::AgGemmHookArgs h) {
     const uint64_t epoch = ++st.calls;
     auto* const sig = st.sig.p;
     char* const my_rows = static_cast<char*>(x.gather) + static_cast<std::size_t>(x.me) * x.chunk_bytes;
+    detail::WatchedWaits watch(world, "ag_gemm", epoch, x.stream);  // the side stream's waits, bounded on the host
     fork(st.side, x.stream);
     st.chunk_total += 1;
     // This rank's own rows, unless read in place: a copy within one GPU is a runtime copy kernel, which the persistent
@@ -49,7 +52,7 @@ void ag_gemm_copy_engine(const AgCall& x, kernels::overlap::AgGemmHookArgs h) {
     // and never land (a hang). So the GEMM starts after this rank's copies, which then never compete with its GEMM: no
     // overlap on shared GPUs with this producer.
     if (x.dev->shared_gpu) {
-        enqueue_side(x, st, my_rows, epoch, own_local);
+        enqueue_side(x, st, my_rows, epoch, own_local, watch);
         join(st.side, x.stream);
     }
     h.chunk = sig->chunk;
@@ -58,8 +61,9 @@ void ag_gemm_copy_engine(const AgCall& x, kernels::overlap::AgGemmHookArgs h) {
                 ScaleAt::Accumulators);
     // With one GPU per rank the side stream's work is enqueued after the GEMM's launch: the GEMM starts on the own
     // rows, which need none of it, and its launch does not wait behind the host's 3W - 2 stream operations.
-    if (!x.dev->shared_gpu) enqueue_side(x, st, my_rows, epoch, own_local);
+    if (!x.dev->shared_gpu) enqueue_side(x, st, my_rows, epoch, own_local, watch);
     join(st.side, x.stream);
+    watch.enqueued();
 }
 
 }  // namespace loom::overlap

@@ -4,6 +4,7 @@
 #include "loom/runtime/stream_ops.hpp"
 #include "ops/overlap/ag_gemm/ag_gemm.hpp"
 #include "ops/overlap/common/hooked_gemm.hpp"
+#include "runtime/stream_watchdog.hpp"
 
 namespace loom::overlap {
 
@@ -37,12 +38,14 @@ void ag_gemm_sm_push(const AgCall& x, kernels::overlap::AgGemmHookArgs h, bool t
     const Ctx ctx = x.world->ctx();
     push_kernel(lc, ctx, pp);
     // The GEMM takes the remaining SMs only once every producer block is resident: it can never starve them.
-    stream_ops::wait_value(x.stream, &sig->started, st.started_total, stream_ops::WaitCmp::GEQ);
+    detail::WatchedWaits watch(*x.world, "ag_gemm", epoch, x.stream);   // bounded on the host
+    watch.wait_value(x.stream, &sig->started, st.started_total, x.me);  // this rank's own producer blocks
     h.chunk = sig->chunk;
     h.target = st.chunk_total;
     launch_gemm(kAgHooks, kAgHeader, x.gview, x.b, x.c, x.plan.gemm, x.num_sms, x.stream, h, x.sc,
                 ScaleAt::Accumulators);
     join(st.side, x.stream);
+    watch.enqueued();
 }
 
 }  // namespace loom::overlap

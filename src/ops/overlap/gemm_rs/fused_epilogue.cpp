@@ -11,6 +11,7 @@
 #include "ops/overlap/common/hooked_gemm.hpp"
 #include "ops/overlap/common/plan.hpp"
 #include "ops/overlap/gemm_rs/gemm_rs.hpp"
+#include "runtime/stream_watchdog.hpp"
 
 namespace loom::overlap {
 namespace {
@@ -77,7 +78,7 @@ void fused_sm(const RsCall& x, const GemmConfig& cfg, const FusedShape& f) {
 // chunk into the outbox, copy it into our slot of d's scratch half and raise tile_in[me][lead] := epoch there.
 // `no_bytes` (diagnostics): the signals without the copies' bytes.
 void enqueue_copies(World& world, RsFusedCeState& st, const kernels::overlap::RsFusedHookArgs& h, int64_t chunk_n,
-                    int64_t tile_bytes, uint64_t epoch, bool no_bytes) {
+                    int64_t tile_bytes, uint64_t epoch, bool no_bytes, detail::WatchedWaits& watch) {
     const int W = h.world, me = h.me;
     const int32_t bpr = h.blocks_per_rank, nn = h.num_n, group = h.group;
     for (int i = 1; i < W; ++i) {
@@ -89,7 +90,7 @@ void enqueue_copies(World& world, RsFusedCeState& st, const kernels::overlap::Rs
                 const int64_t at = kernels::overlap::rs_slot_tile(first, n0, bpr, nn, group);  // first tile
                 const int64_t lead = int64_t(d) * bpr * nn + at;
                 st.stored_total[lead] += static_cast<uint64_t>(rows * cols);
-                stream_ops::wait_value(st.side.stream, &st.sig->stored[lead], st.stored_total[lead]);
+                watch.wait_value(st.side.stream, &st.sig->stored[lead], st.stored_total[lead], me);  // own GEMM
                 stream_ops::put_signal_ce(
                     world, h.scratch + kernels::overlap::rs_slot_of(me, d) * h.slot_bytes + at * tile_bytes,
                     h.outbox + d * h.slot_bytes + at * tile_bytes,
@@ -122,11 +123,13 @@ void fused_ce(const RsCall& x, const GemmConfig& cfg, const FusedShape& f, std::
     h.chunk_n = static_cast<int32_t>(chunk_n);
     // The side stream starts after the previous call (outbox read out, peers' scratch half free: see the kernel's
     // write-after-read note); the GEMM runs concurrently with it.
+    detail::WatchedWaits watch(*x.world, "gemm_rs", epoch, x.stream);  // the copy stream's waits, bounded on the host
     fork(st.side, x.stream);
     kernel(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, h);
     // Diagnostics, wrong results: bit 16 leaves out the copy engine's bytes (signals only).
-    enqueue_copies(*x.world, st, h, chunk_n, tile_bytes, epoch, (x.diag & 16) != 0);
+    enqueue_copies(*x.world, st, h, chunk_n, tile_bytes, epoch, (x.diag & 16) != 0, watch);
     join(st.side, x.stream);
+    watch.enqueued();
 }
 
 }  // namespace
