@@ -146,6 +146,7 @@ set(LOOM_SOURCES
     src/runtime/settings.cpp
     src/runtime/socket_util.cpp
     src/runtime/store.cpp
+    src/runtime/store_auth.cpp
     src/runtime/store_server.cpp
     src/runtime/stream_ops.cpp
     src/runtime/stream_watchdog.cpp

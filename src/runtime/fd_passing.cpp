@@ -127,6 +127,15 @@ void send_fd(const std::string& name, int fd, std::uint64_t tag, Deadline deadli
                    "fd passing: could not connect to '{}' before the deadline (is the peer listening?)", name);
         std::this_thread::sleep_for(pause);
     }
+    // Abstract names can be bound by any process of the network namespace: hand the descriptor (the rank's GPU
+    // memory) only to a listener of this user.
+    ucred cred{};
+    socklen_t cred_len = sizeof cred;
+    LOOM_CHECK_ERRNO(::getsockopt(sock.get(), SOL_SOCKET, SO_PEERCRED, &cred, &cred_len));
+    LOOM_CHECK(cred.uid == ::getuid(),
+               "fd passing: the listener on '{}' belongs to uid {} (pid {}), not to this user (uid {}); refusing to "
+               "send it a descriptor",
+               name, cred.uid, cred.pid, ::getuid());
     Message msg{kMagic, tag};
     iovec iov{&msg, sizeof msg};
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];

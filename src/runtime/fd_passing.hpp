@@ -3,8 +3,9 @@
 // The symmetric heap uses it to hand each cuMemCreate allocation's POSIX file descriptor to the other ranks
 // of the node. Every wait here is bounded by a deadline and raises loom::Error naming what never arrived.
 // Abstract socket names live in the network namespace (no file to clean up); the caller makes them unique
-// per job (the heap uses a nonce published by rank 0 through the store). Only processes of the same user
-// are accepted (SO_PEERCRED).
+// per job (the heap uses a nonce published by rank 0 through the store, which only the job's ranks can read).
+// Both ends check the other's credentials (SO_PEERCRED): a listener drops connections of other users, and a sender
+// raises rather than hand a descriptor to a listener of another user (one that bound the name first).
 #pragma once
 
 #include <chrono>

@@ -57,6 +57,11 @@ Settings settings_from(const EnvLookup& env) {
     LOOM_CHECK(s.store_timeout.count() > 0, "LOOM_STORE_TIMEOUT_MS: expected a timeout > 0 ms, given {}",
                s.store_timeout.count());
     s.shutdown_timeout = std::min(s.shutdown_timeout, s.store_timeout);
+    if (auto v = env_str(env, "LOOM_JOB_SECRET")) {
+        // The value is never printed.
+        LOOM_CHECK(v->size() >= 16, "LOOM_JOB_SECRET: expected at least 16 characters, given {}", v->size());
+        s.job_secret = *v;
+    }
     if (auto v = env_str(env, "LOOM_CACHE_DIR")) {
         s.cache_dir = *v;
     } else if (auto x = env_str(env, "XDG_CACHE_HOME")) {

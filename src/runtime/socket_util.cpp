@@ -64,12 +64,11 @@ bool resolve(const std::string& addr, int port, sockaddr_in* out, std::string* w
 
 }  // namespace
 
-int tcp_listen(const std::string& addr, int port, int* bound_port) {
+int tcp_bind(const std::string& addr, int port, int* bound_port) {
     LOOM_CHECK(port >= 0 && port <= 65535, "store port: expected a TCP port in [0, 65535], given {}", port);
     sockaddr_in sa{};
     std::string why;
     LOOM_CHECK(resolve(addr, port, &sa, &why), "store address (LOOM_MASTER_ADDR): {}", why);
-    if ((ntohl(sa.sin_addr.s_addr) >> 24) != 127) sa.sin_addr.s_addr = htonl(INADDR_ANY);
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     LOOM_CHECK_ERRNO(fd);
     int one = 1;
@@ -81,17 +80,23 @@ int tcp_listen(const std::string& addr, int port, int* bound_port) {
                    "{}:{} is in use; set LOOM_MASTER_PORT to a free port (Loom's store port; without it the store "
                    "takes MASTER_PORT + 1, else 29500)",
                    addr, port);
+        char ip[INET_ADDRSTRLEN] = "?";
+        inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof ip);
+        LOOM_CHECK(err != EADDRNOTAVAIL,
+                   "cannot bind the store to {} ({}): not an address of this host; rank 0 binds LOOM_MASTER_ADDR "
+                   "(or MASTER_ADDR) as given, so set it to one of this host's addresses, or to 0.0.0.0 on rank 0 "
+                   "to listen on every interface",
+                   addr, ip);
         LOOM_FAIL("cannot bind the store to {}:{}: {}", addr, port, std::strerror(err));
-    }
-    if (::listen(fd, 1024) != 0) {
-        int err = errno;
-        ::close(fd);
-        LOOM_FAIL("cannot listen on {}:{}: {}", addr, port, std::strerror(err));
     }
     socklen_t len = sizeof(sa);
     ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
     *bound_port = ntohs(sa.sin_port);
     return fd;
+}
+
+void tcp_listen(int fd, const std::string& addr, int port) {
+    if (::listen(fd, 1024) != 0) LOOM_FAIL("cannot listen on {}:{}: {}", addr, port, std::strerror(errno));
 }
 
 int tcp_connect(const std::string& addr, int port, Clock::time_point deadline, std::string* why) {

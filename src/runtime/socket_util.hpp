@@ -13,11 +13,14 @@ using Clock = std::chrono::steady_clock;
 // Milliseconds left until `deadline` for poll(): >= 0, capped so that it fits an int.
 int ms_left(Clock::time_point deadline);
 
-// Listens on (addr, port); addr is resolved as IPv4 and a loopback address binds only loopback, any other
-// address binds every interface (the name may resolve differently on other hosts). port 0 picks a free port.
-// Returns the listening fd (non-blocking, close-on-exec) and the bound port. A busy port raises
-// "addr:port is in use; set LOOM_MASTER_PORT to a free port ...".
-int tcp_listen(const std::string& addr, int port, int* bound_port);
+// Binds (addr, port) without listening yet, so that a caller can prepare before the first connection arrives.
+// addr is resolved as IPv4 on this host and exactly that address is bound: a loopback address accepts only local
+// connections; every interface (0.0.0.0) only when addr says so. port 0 picks a free port. Returns the fd
+// (non-blocking, close-on-exec) and the bound port. A busy port raises "addr:port is in use; set LOOM_MASTER_PORT
+// ...", an address that is not this host's raises naming it.
+int tcp_bind(const std::string& addr, int port, int* bound_port);
+// listen() on a socket from tcp_bind; raises naming (addr, port) on failure.
+void tcp_listen(int fd, const std::string& addr, int port);
 
 // One connection attempt bounded by `deadline`; returns the fd (blocking, close-on-exec, TCP_NODELAY) or -1
 // with `why` set (e.g. "Connection refused").
@@ -61,7 +64,8 @@ class Reader {
     std::size_t pos_ = 0;
 };
 
-// Largest frame either side accepts: guards against a stray client sending garbage lengths.
+// Largest reply frame a client accepts (an all-gather's reply holds every rank's value). The server bounds requests
+// far lower (store_server.hpp).
 inline constexpr std::uint32_t kMaxFrame = 1u << 30;
 
 }  // namespace loom::net

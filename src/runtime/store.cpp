@@ -10,6 +10,7 @@
 
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/settings.hpp"
+#include "runtime/store_auth.hpp"
 #include "socket_util.hpp"
 #include "store_server.hpp"
 
@@ -25,6 +26,20 @@ namespace {
 constexpr auto kClientGrace = std::chrono::milliseconds(2000);
 // Bound on how long rank 0's destructor keeps serving ranks that are still finishing.
 constexpr auto kMaxDrain = std::chrono::milliseconds(10000);
+
+// How this rank learns the job token (store_auth.hpp).
+enum class TokenSource { Secret, Generated, File };
+
+void check_key(const std::string& what, const std::string& key) {
+    LOOM_CHECK(key.size() <= Store::kMaxKeyBytes, "{}: key of {} bytes; expected at most {} bytes", what, key.size(),
+               Store::kMaxKeyBytes);
+}
+
+void check_value(const std::string& what, std::size_t bytes) {
+    LOOM_CHECK(bytes <= Store::kMaxValueBytes, "{}: value of {} bytes; expected at most {} bytes", what, bytes,
+               Store::kMaxValueBytes);
+}
+
 }  // namespace
 
 struct Store::Impl {
@@ -32,7 +47,10 @@ struct Store::Impl {
     std::string addr;
     int port;
     std::chrono::milliseconds timeout;
+    TokenSource source = TokenSource::Secret;
+    store_auth::Token token{};            // unless source == File: read after connecting
     std::unique_ptr<StoreServer> server;  // rank 0 only
+    bool wrote_token_file = false;        // rank 0: remove it when the server stops
 
     std::mutex mu;  // serialises requests on the one connection, and guards the fields below
     int fd = -1;
@@ -43,9 +61,56 @@ struct Store::Impl {
     ~Impl() {
         if (fd >= 0) ::close(fd);
         if (server) server->stop(std::min(timeout, kMaxDrain));
+        if (wrote_token_file) store_auth::remove_token_file(port);
     }
 
     std::string where() const { return fmt::format("store at {}:{}", addr, port); }
+
+    // [u32 length][u8 op][u32 timeout][fields]
+    std::string frame(Op op, const net::Writer& fields) const {
+        net::Writer body;
+        body.u8(static_cast<std::uint8_t>(op)).u32(static_cast<std::uint32_t>(timeout.count()));
+        std::string f = body.frame() + fields.data();
+        const auto len = static_cast<std::uint32_t>(f.size() - 4);  // the header covers op + timeout + fields
+        for (int i = 0; i < 4; ++i) f[i] = static_cast<char>((len >> (8 * i)) & 0xff);
+        return f;
+    }
+
+    // Sends `f` and receives one reply body; false with `why` ("closed", "timeout", ...) on failure.
+    bool round_trip(const std::string& f, Clock::time_point deadline, std::string* reply, std::string* why) {
+        if (!net::send_all(fd, f.data(), f.size(), deadline, why)) return false;
+        char hdr[4];
+        if (!net::recv_all(fd, hdr, 4, deadline, why)) return false;
+        const std::uint32_t len = net::Reader(std::string_view(hdr, 4)).u32();
+        if (len == 0 || len > net::kMaxFrame) {
+            *why = fmt::format("malformed reply length {}", len);
+            return false;
+        }
+        reply->resize(len);
+        return net::recv_all(fd, reply->data(), len, deadline, why);
+    }
+
+    // The hello on a fresh connection. false: the server closed it unanswered (it sheds connections that have not
+    // said hello when it is flooded) or did not answer in time; the caller retries. Raises when refused.
+    bool hello(Clock::time_point deadline, std::string* why) {
+        if (source == TokenSource::File) token = store_auth::derive_token(store_auth::read_token_file(port));
+        std::string_view t(reinterpret_cast<const char*>(token.data()), token.size());
+        std::string reply;
+        if (!round_trip(frame(Op::Hello, net::Writer().bytes(t).i32(rank).i32(world)), deadline, &reply, why))
+            return false;
+        const auto status = static_cast<Status>(static_cast<std::uint8_t>(reply[0]));
+        if (status == Status::Ok) return true;
+        const std::string msg(net::Reader(std::string_view(reply).substr(1)).bytes());
+        if (status == Status::Refused && msg == store_wire::kWrongToken)
+            LOOM_FAIL("rank {} was refused by the {}: wrong job token. {}", rank, where(),
+                      source == TokenSource::File
+                          ? fmt::format("This rank read rank 0's secret from {}, which belongs to another job: "
+                                        "without LOOM_JOB_SECRET every rank must run on rank 0's host; otherwise "
+                                        "export the same LOOM_JOB_SECRET to every rank",
+                                        store_auth::token_file(port))
+                          : std::string("Every rank must be given the same LOOM_JOB_SECRET (or Store secret)"));
+        LOOM_FAIL("rank {} was refused by the {}: {}", rank, where(), msg);
+    }
 
     void connect() {
         auto deadline = Clock::now() + timeout;
@@ -55,7 +120,12 @@ struct Store::Impl {
         while (true) {
             ++attempts;
             fd = net::tcp_connect(addr, port, deadline, &why);
-            if (fd >= 0) break;
+            if (fd >= 0) {
+                if (hello(deadline, &why)) return;
+                why = why == "closed" ? "the store closed the connection before answering the hello" : why;
+                ::close(fd);
+                fd = -1;
+            }
             auto now = Clock::now();
             LOOM_CHECK(now < deadline,
                        "rank {} could not connect to the {} within {} ms ({} attempts, last error: {}); is rank 0 "
@@ -64,43 +134,15 @@ struct Store::Impl {
             std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
             backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
         }
-        request(fmt::format("connecting rank {}", rank), Op::Hello, net::Writer().i32(rank).i32(world), true);
     }
 
     // Sends one request and returns the reply payload after its status byte. `what` names the call in errors.
-    std::string request(const std::string& what, Op op, const net::Writer& fields, bool locked = false) {
-        std::unique_lock<std::mutex> lock(mu, std::defer_lock);
-        if (!locked) lock.lock();
+    std::string request(const std::string& what, Op op, const net::Writer& fields) {
+        std::lock_guard<std::mutex> lock(mu);
         LOOM_CHECK(broken.empty(), "{} on rank {}: the store connection is unusable after an earlier error ({})", what,
                    rank, broken);
-        net::Writer body;
-        body.u8(static_cast<std::uint8_t>(op)).u32(static_cast<std::uint32_t>(timeout.count()));
-        std::string frame = body.frame() + fields.data();
-        // Patch the length: the header covers op + timeout + fields.
-        std::uint32_t len = static_cast<std::uint32_t>(frame.size() - 4);
-        for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((len >> (8 * i)) & 0xff);
-
-        auto deadline = Clock::now() + timeout + kClientGrace;
-        std::string why;
-        std::uint32_t reply_len = 0;
-        std::string reply;
-        bool ok = net::send_all(fd, frame.data(), frame.size(), deadline, &why);
-        if (ok) {
-            char hdr[4];
-            ok = net::recv_all(fd, hdr, 4, deadline, &why);
-            if (ok) {
-                reply_len = net::Reader(std::string_view(hdr, 4)).u32();
-                if (reply_len == 0 || reply_len > net::kMaxFrame) {
-                    ok = false;
-                    why = fmt::format("malformed reply length {}", reply_len);
-                }
-            }
-            if (ok) {
-                reply.resize(reply_len);
-                ok = net::recv_all(fd, reply.data(), reply_len, deadline, &why);
-            }
-        }
-        if (!ok) {
+        std::string reply, why;
+        if (!round_trip(frame(op, fields), Clock::now() + timeout + kClientGrace, &reply, &why)) {
             ::close(fd);
             fd = -1;
             if (why == "closed")
@@ -120,7 +162,8 @@ struct Store::Impl {
     }
 };
 
-Store::Store(int rank, int world_size, const std::string& addr, int port, std::chrono::milliseconds timeout)
+Store::Store(int rank, int world_size, const std::string& addr, int port, std::chrono::milliseconds timeout,
+             const std::string& secret)
     : impl_(std::make_unique<Impl>()) {
     LOOM_CHECK(world_size >= 1, "Store: expected a world size >= 1, given {}", world_size);
     LOOM_CHECK(rank >= 0 && rank < world_size, "Store: expected a rank in [0, {}), given {}", world_size, rank);
@@ -129,15 +172,36 @@ Store::Store(int rank, int world_size, const std::string& addr, int port, std::c
                rank);
     LOOM_CHECK(timeout.count() > 0 && timeout.count() <= 0xffffffffll,
                "Store: expected a timeout in (0, 2^32) ms, given {} ms", timeout.count());
+    const std::string& job_secret = secret.empty() ? settings().job_secret : secret;
+    LOOM_CHECK(job_secret.empty() || job_secret.size() >= store_auth::kMinSecretChars,
+               "Store: expected a job secret of at least {} characters (secret or LOOM_JOB_SECRET), given {} "
+               "characters",
+               store_auth::kMinSecretChars, job_secret.size());
     auto& s = *impl_;
     s.rank = rank;
     s.world = world_size;
     s.addr = addr;
     s.port = port;
     s.timeout = timeout;
+    std::string generated;
+    if (!job_secret.empty()) {
+        s.token = store_auth::derive_token(job_secret);
+    } else if (rank == 0) {
+        s.source = TokenSource::Generated;
+        generated = store_auth::random_secret();
+        s.token = store_auth::derive_token(generated);
+    } else {
+        s.source = TokenSource::File;
+    }
     if (rank == 0) {
-        s.server = std::make_unique<StoreServer>(addr, port, world_size);
+        s.server = std::make_unique<StoreServer>(addr, port, world_size, s.token);
         s.port = s.server->port();
+        // Written between bind and listen: a rank that reaches this server finds this server's secret.
+        if (s.source == TokenSource::Generated && world_size > 1) {
+            s.wrote_token_file = true;
+            store_auth::write_token_file(s.port, generated);
+        }
+        s.server->start();
     }
     std::lock_guard<std::mutex> lock(s.mu);
     s.connect();  // on failure the Impl (and rank 0's server) is destroyed with the half-built Store
@@ -153,17 +217,37 @@ int Store::world_size() const { return impl_->world; }
 int Store::port() const { return impl_->port; }
 std::chrono::milliseconds Store::timeout() const { return impl_->timeout; }
 
+namespace {
+
+// A key as errors quote it: whole up to 100 characters.
+std::string quoted(const std::string& key) {
+    if (key.size() <= 100) return fmt::format("\"{}\"", key);
+    return fmt::format("\"{}...\" ({} bytes)", key.substr(0, 100), key.size());
+}
+
+std::string call_name(const char* fn, const std::string& key) { return fmt::format("Store::{}({})", fn, quoted(key)); }
+
+}  // namespace
+
 void Store::set(const std::string& key, const Bytes& value) {
+    const std::string what = call_name("set", key);
+    check_key(what, key);
+    check_value(what, value.size());
     std::string_view v(reinterpret_cast<const char*>(value.data()), value.size());
-    impl_->request(fmt::format("Store::set(\"{}\")", key), Op::Set, net::Writer().bytes(key).bytes(v));
+    impl_->request(what, Op::Set, net::Writer().bytes(key).bytes(v));
 }
 
 void Store::set(const std::string& key, const std::string& value) {
-    impl_->request(fmt::format("Store::set(\"{}\")", key), Op::Set, net::Writer().bytes(key).bytes(value));
+    const std::string what = call_name("set", key);
+    check_key(what, key);
+    check_value(what, value.size());
+    impl_->request(what, Op::Set, net::Writer().bytes(key).bytes(value));
 }
 
 std::string Store::get_string(const std::string& key) {
-    std::string reply = impl_->request(fmt::format("Store::get(\"{}\")", key), Op::Get, net::Writer().bytes(key));
+    const std::string what = call_name("get", key);
+    check_key(what, key);
+    std::string reply = impl_->request(what, Op::Get, net::Writer().bytes(key));
     return std::string(net::Reader(reply).bytes());
 }
 
@@ -173,45 +257,61 @@ Bytes Store::get(const std::string& key) {
 }
 
 bool Store::check(const std::string& key) {
-    std::string reply = impl_->request(fmt::format("Store::check(\"{}\")", key), Op::Check, net::Writer().bytes(key));
+    const std::string what = call_name("check", key);
+    check_key(what, key);
+    std::string reply = impl_->request(what, Op::Check, net::Writer().bytes(key));
     return net::Reader(reply).u8() != 0;
 }
 
 void Store::wait(const std::vector<std::string>& keys) {
     if (keys.empty()) return;
+    const std::string what = fmt::format("Store::wait({} keys, first {})", keys.size(), quoted(keys[0]));
+    std::size_t bytes = 0;
+    for (auto& k : keys) {
+        check_key(what, k);
+        bytes += 4 + k.size();
+    }
+    LOOM_CHECK(bytes <= kMaxKeyBytes + kMaxValueBytes, "{}: {} bytes of keys; expected at most {} bytes in one wait",
+               what, bytes, kMaxKeyBytes + kMaxValueBytes);
     net::Writer w;
     w.u32(static_cast<std::uint32_t>(keys.size()));
     for (auto& k : keys) w.bytes(k);
-    impl_->request(fmt::format("Store::wait({} keys, first \"{}\")", keys.size(), keys[0]), Op::Wait, w);
+    impl_->request(what, Op::Wait, w);
 }
 
 std::int64_t Store::add(const std::string& key, std::int64_t delta) {
-    std::string reply =
-        impl_->request(fmt::format("Store::add(\"{}\", {})", key, delta), Op::Add, net::Writer().bytes(key).i64(delta));
+    const std::string what = fmt::format("Store::add({}, {})", quoted(key), delta);
+    check_key(what, key);
+    std::string reply = impl_->request(what, Op::Add, net::Writer().bytes(key).i64(delta));
     return net::Reader(reply).i64();
 }
 
 void Store::barrier(const std::string& tag) {
+    const std::string key = fmt::format("barrier/{}/", tag);
+    check_key(fmt::format("Store::barrier({})", quoted(tag)), key + "18446744073709551615");
     std::uint64_t call;
     {
         std::lock_guard<std::mutex> lock(impl_->mu);
         call = ++impl_->barrier_calls[tag];
     }
-    impl_->request(
-        fmt::format("Store::barrier(\"{}\") call #{}", tag, call), Op::Gather,
-        net::Writer().bytes(fmt::format("barrier/{}/{}", tag, call)).i32(impl_->rank).i32(impl_->world).bytes(""));
+    impl_->request(fmt::format("Store::barrier({}) call #{}", quoted(tag), call), Op::Gather,
+                   net::Writer().bytes(key + std::to_string(call)).i32(impl_->rank).i32(impl_->world).bytes(""));
 }
 
 std::vector<Bytes> Store::all_gather(const std::string& tag, const Bytes& mine) {
+    const std::string key = fmt::format("all_gather/{}/", tag);
+    const std::string what = fmt::format("Store::all_gather({})", quoted(tag));
+    check_key(what, key + "18446744073709551615");
+    check_value(what, mine.size());
     std::uint64_t call;
     {
         std::lock_guard<std::mutex> lock(impl_->mu);
         call = ++impl_->gather_calls[tag];
     }
     std::string_view v(reinterpret_cast<const char*>(mine.data()), mine.size());
-    std::string reply = impl_->request(
-        fmt::format("Store::all_gather(\"{}\") call #{}", tag, call), Op::Gather,
-        net::Writer().bytes(fmt::format("all_gather/{}/{}", tag, call)).i32(impl_->rank).i32(impl_->world).bytes(v));
+    std::string reply =
+        impl_->request(fmt::format("{} call #{}", what, call), Op::Gather,
+                       net::Writer().bytes(key + std::to_string(call)).i32(impl_->rank).i32(impl_->world).bytes(v));
     net::Reader r(reply);
     std::uint32_t n = r.u32();
     LOOM_CHECK(static_cast<int>(n) == impl_->world, "Store::all_gather(\"{}\"): expected {} values, given {}", tag,

@@ -1,10 +1,16 @@
 // Descriptor passing between processes (SCM_RIGHTS over abstract Unix sockets). memfds stand in for the
 // cuMemCreate handles: the receiver must see the sender's bytes through the descriptor it was given.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
@@ -129,6 +135,106 @@ TEST(FdPassing, DuplicateListenerNameIsAClearError) {
     } catch (const loom::Error& e) {
         EXPECT_NE(std::string(e.what()).find("already in use"), std::string::npos) << e.what();
     }
+}
+
+// A process of another user: runs `fn` after setuid(kNobody) in a forked child; the parent gets its pid and a pipe
+// end that becomes readable when the child writes to `ready`. Needs root (skipped otherwise).
+constexpr uid_t kNobody = 65534;
+
+struct OtherUser {
+    pid_t pid = -1;
+    int ready = -1;  // read end
+    ~OtherUser() {
+        if (pid > 0) {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, nullptr, 0);
+        }
+        if (ready >= 0) ::close(ready);
+    }
+    bool wait_ready() const {
+        pollfd p{ready, POLLIN, 0};
+        char b;
+        return ::poll(&p, 1, 5000) == 1 && ::read(ready, &b, 1) == 1;
+    }
+};
+
+template <class Fn>
+void start_other_user(OtherUser& other, Fn&& fn) {
+    int p[2];
+    ASSERT_EQ(::pipe(p), 0);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+        ::close(p[0]);
+        if (::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) ::_exit(3);
+        fn(p[1]);
+        ::_exit(0);
+    }
+    ::close(p[1]);
+    other.pid = pid;
+    other.ready = p[0];
+}
+
+TEST(FdPassing, SenderRefusesAListenerOfAnotherUser) {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a listener as another user";
+    const std::string name = unique_prefix("squatter");
+    OtherUser squatter;
+    // Another user binds the name first and would receive whatever is sent to it.
+    start_other_user(squatter, [&](int ready) {
+        loom::detail::FdListener listener(name);
+        [[maybe_unused]] auto w = ::write(ready, "r", 1);
+        ::pause();
+    });
+    ASSERT_TRUE(squatter.wait_ready());
+    UniqueFd fd = memfd_with("GPU memory of this rank");
+    try {
+        loom::detail::send_fd(name, fd.get(), 0, std::chrono::steady_clock::now() + 5s);
+        FAIL() << "sent a descriptor to another user's listener";
+    } catch (const loom::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("belongs to uid 65534"), std::string::npos) << e.what();
+    }
+}
+
+TEST(FdPassing, ListenerDropsASenderOfAnotherUser) {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a sender as another user";
+    const std::string name = unique_prefix("intruder");
+    loom::detail::FdListener listener(name);
+    OtherUser intruder;
+    // Another user sends a well-formed message (magic and a descriptor) with a forged tag, bypassing send_fd.
+    start_other_user(intruder, [&](int ready) {
+        sockaddr_un addr{};
+        addr.sun_family = AF_UNIX;
+        std::memcpy(addr.sun_path + 1, name.data(), name.size());
+        int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
+        auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+        if (::connect(s, reinterpret_cast<sockaddr*>(&addr), len) != 0) ::_exit(4);
+        std::uint64_t msg[2] = {0x6c6f6f6d66647631ull, 1};  // "loomfdv1", tag 1
+        int forged = ::memfd_create("forged", 0);
+        iovec iov{msg, sizeof msg};
+        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+        msghdr hdr{};
+        hdr.msg_iov = &iov;
+        hdr.msg_iovlen = 1;
+        hdr.msg_control = control;
+        hdr.msg_controllen = sizeof control;
+        cmsghdr* c = CMSG_FIRSTHDR(&hdr);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        std::memcpy(CMSG_DATA(c), &forged, sizeof forged);
+        if (::sendmsg(s, &hdr, 0) != static_cast<ssize_t>(sizeof msg)) ::_exit(5);
+        [[maybe_unused]] auto w = ::write(ready, "r", 1);
+        ::pause();
+    });
+    ASSERT_TRUE(intruder.wait_ready());
+    // The intruder's message is queued first; the listener must skip it and take the real one.
+    UniqueFd real = memfd_with("from this user");
+    auto deadline = std::chrono::steady_clock::now() + 5s;
+    loom::detail::send_fd(name, real.get(), 2, deadline);
+    auto got = listener.receive(deadline);
+    EXPECT_EQ(got.tag, 2u);
+    EXPECT_EQ(read_all(got.fd.get(), 14), "from this user");
 }
 
 }  // namespace

@@ -210,6 +210,30 @@ TEST_F(Loomrun, RanksGetTheirVariables) {
     EXPECT_TRUE(contains(fixed.out, "[rank 1] port=23456")) << fixed.out;
 }
 
+// Every rank of a job gets the same fresh 256-bit secret; another job gets another.
+TEST_F(Loomrun, RanksShareAFreshJobSecret) {
+    auto secrets = [] {
+        auto r = run_loomrun({"-n", "3", "/bin/sh", "-c", "echo secret=$LOOM_JOB_SECRET"});
+        EXPECT_EQ(r.code, 0) << r.err;
+        std::vector<std::string> found;
+        for (int rank = 0; rank < 3; ++rank) {
+            const std::string tag = fmt_rank(rank) + "secret=";
+            auto at = r.out.find(tag);
+            EXPECT_NE(at, std::string::npos) << r.out;
+            if (at != std::string::npos) found.push_back(r.out.substr(at + tag.size(), 64));
+        }
+        return found;
+    };
+    auto a = secrets(), b = secrets();
+    ASSERT_EQ(a.size(), 3u);
+    ASSERT_EQ(b.size(), 3u);
+    for (auto& s : a) {
+        EXPECT_EQ(s.find_first_not_of("0123456789abcdef"), std::string::npos) << s;
+        EXPECT_EQ(s, a[0]) << "ranks of one job got different secrets";
+    }
+    EXPECT_NE(a[0], b[0]) << "two jobs got the same secret";
+}
+
 TEST_F(Loomrun, OutputLinesCarryTheRankPrefix) {
     auto r = run_loomrun(
         {"-n", "2", "/bin/sh", "-c", "echo one; echo two; echo oops >&2; printf 'no newline'; printf 'tail' >&2"});

@@ -3,13 +3,15 @@
 //   loomrun -n N [--gpus LIST] [--port P] [--no-mps] [--timeout S] prog args...
 //
 // Each rank gets LOOM_RANK, LOOM_WORLD_SIZE, LOOM_LOCAL_RANK, LOOM_LOCAL_WORLD_SIZE, LOOM_MASTER_ADDR,
-// LOOM_MASTER_PORT and LOOM_DEVICE (its GPU, round-robin over the visible GPUs or --gpus; CUDA_VISIBLE_DEVICES
-// is left as it is so ranks on different GPUs can map each other's memory), torchrun's RANK, WORLD_SIZE,
-// LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (another free port than Loom's, for
+// LOOM_MASTER_PORT, LOOM_DEVICE (its GPU, round-robin over the visible GPUs or --gpus; CUDA_VISIBLE_DEVICES
+// is left as it is so ranks on different GPUs can map each other's memory), LOOM_JOB_SECRET (256 random bits
+// from /dev/urandom, fresh per job: only the job's ranks can join its bootstrap store), torchrun's RANK,
+// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (another free port than Loom's, for
 // torch.distributed's own store), plus NCCL_NVLS_ENABLE=0 and NVSHMEM_DISABLE_NVLS=1 (NVLink multicast is never
 // used). Ranks sharing a GPU run under MPS (see mps.hpp). Ranks die with loomrun, even a SIGKILLed one
 // (launcher.hpp, sweeper.hpp). The launcher never initialises CUDA itself.
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -20,6 +22,8 @@
 #include <cstdlib>
 #include <memory>
 #include <tuple>
+#include <stdexcept>
+#include <string>
 
 #include "gpus.hpp"
 #include "launcher.hpp"
@@ -54,6 +58,18 @@ std::pair<int, int> pick_ports(int given) {
     ::close(fd2);
     if (!given) return {first, second};
     return {given, first != given ? first : second};
+}
+
+// A fresh job secret: 32 bytes of /dev/urandom as 64 hex characters.
+std::string random_secret() {
+    unsigned char raw[32];
+    FILE* f = std::fopen("/dev/urandom", "rb");
+    const bool ok = f && std::fread(raw, 1, sizeof raw, f) == sizeof raw;
+    if (f) std::fclose(f);
+    if (!ok) throw std::runtime_error("cannot read /dev/urandom for the job secret");
+    std::string hex;
+    for (unsigned char b : raw) hex += fmt::format("{:02x}", b);
+    return hex;
 }
 
 }  // namespace
@@ -101,7 +117,7 @@ int main(int argc, char** argv) {
         spec.on_start = [&sweeper](pid_t pgid) { sweeper.watch_group(pgid); };
         if (sweeper.pid() > 0) spec.helpers.push_back(sweeper.pid());
         spec.timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
-        spec.common = {{"NCCL_NVLS_ENABLE", "0"}, {"NVSHMEM_DISABLE_NVLS", "1"}};
+        spec.common = {{"NCCL_NVLS_ENABLE", "0"}, {"NVSHMEM_DISABLE_NVLS", "1"}, {"LOOM_JOB_SECRET", random_secret()}};
 
         // Ranks per GPU: the most ranks any one device gets under the round-robin assignment.
         const int used = std::min<int>(nranks, static_cast<int>(spec.devices.size()));

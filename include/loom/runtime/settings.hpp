@@ -2,7 +2,8 @@
 //
 // The variables (README "Environment"):
 //   rank facts            LOOM_RANK, LOOM_WORLD_SIZE, LOOM_LOCAL_RANK, LOOM_LOCAL_WORLD_SIZE, LOOM_MASTER_ADDR,
-//                         LOOM_MASTER_PORT, or torchrun's / Open MPI's / Slurm's (env.hpp); LOOM_DEVICE
+//                         LOOM_MASTER_PORT, or torchrun's / Open MPI's / Slurm's (env.hpp); LOOM_DEVICE;
+//                         LOOM_JOB_SECRET (the bootstrap store's admission secret; loomrun sets it)
 //   LOOM_SYMMETRIC_SIZE   bytes of each rank's symmetric heap (1G)
 //   LOOM_COLL_SCRATCH     the collectives' symmetric scratch (64M)
 //   LOOM_WAIT_TIMEOUT_MS  bound on every device spin-wait and copy-engine stream wait (300000; 0: unbounded)
@@ -45,6 +46,7 @@ struct Settings {
     std::size_t coll_scratch = std::size_t{64} << 20;   // LOOM_COLL_SCRATCH: the collectives' symmetric scratch
     std::chrono::milliseconds wait_timeout{300000};     // LOOM_WAIT_TIMEOUT_MS: every wait's bound (0: unbounded)
     std::chrono::milliseconds store_timeout{300000};    // LOOM_STORE_TIMEOUT_MS: bootstrap-store waits
+    std::string job_secret;                             // LOOM_JOB_SECRET: >= 16 chars; empty: rank 0's token file
     std::chrono::milliseconds shutdown_timeout{60000};  // the World's shutdown barrier (at most store_timeout)
     std::string cache_dir;                              // LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, ~/.cache/loom
     JitCompiler jit_compiler = JitCompiler::Nvrtc;      // LOOM_JIT_COMPILER: nvrtc, nvrtc-ptxas, nvcc, cache-only

@@ -4,7 +4,14 @@
 // raises loom::Error naming the key (and, for barriers and all-gathers, the ranks that never arrived)
 // when it expires. Clients retry the connection until the timeout (rank 0 may start last). When rank 0's
 // server goes away, pending and later operations raise instead of hanging; after any error the Store is
-// unusable (its connection may be out of step) and every later call raises.
+// unusable (its connection may be out of step) and every later call raises, except a key or value over the
+// size limits, which raises before anything is sent.
+//
+// Admission: only the job's ranks may use the store. Each connection starts with a hello carrying a token derived
+// from the job secret (`secret`, else LOOM_JOB_SECRET, which loomrun sets; without either, rank 0 leaves a random
+// secret in a file only this user can read, which works when every rank runs on rank 0's host); the server
+// closes any connection that sends something else first, and accepts each rank once. Rank 0 listens on exactly
+// the given address (0.0.0.0, every interface, only when given). docs/reliability.md has the security model.
 //
 // Threads: one Store may be shared by threads; calls are serialised on its one connection, so a get() that
 // waits blocks the others until it returns.
@@ -15,6 +22,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -28,10 +36,16 @@ using Bytes = std::vector<std::uint8_t>;
 
 class Store {
   public:
+    // Limits on what one key and one value (or one rank's all-gather contribution) may hold, as PyTorch's TCPStore.
+    static constexpr std::size_t kMaxKeyBytes = std::size_t{8} << 10;
+    static constexpr std::size_t kMaxValueBytes = std::size_t{8} << 20;
+
     // rank 0 listens on (addr, port) and serves; every rank (0 included) is a client of that server.
-    // port 0 on rank 0 picks a free port (see port()); useful for tests.
-    Store(int rank, int world_size, const std::string& addr, int port, std::chrono::milliseconds timeout);
-    // From the rank facts, with LOOM_STORE_TIMEOUT_MS.
+    // port 0 on rank 0 picks a free port (see port()); useful for tests. `secret`: the job secret, the same on
+    // every rank (at least 16 characters); empty: LOOM_JOB_SECRET, else rank 0's token file (see above).
+    Store(int rank, int world_size, const std::string& addr, int port, std::chrono::milliseconds timeout,
+          const std::string& secret = {});
+    // From the rank facts, with LOOM_STORE_TIMEOUT_MS and LOOM_JOB_SECRET.
     explicit Store(const RankInfo& info);
     ~Store();
     Store(const Store&) = delete;
