@@ -202,6 +202,28 @@ class World:
 
         return Arg(self._h.ctx())
 
+    def all_gather_object(self, obj, tag: str = "object"):
+        """Collective over the bootstrap store (host side, no GPU): every rank's picklable obj, in rank order."""
+        import pickle
+
+        return [pickle.loads(b) for b in self._h.all_gather_bytes(tag, pickle.dumps(obj))]
+
+    def init_torch_distributed(self, backend: str = "nccl"):
+        """Initialises torch.distributed's default group with this World's ranks (when it is not initialised yet),
+        rendezvousing on a free port that rank 0 picks and shares over Loom's store: a torch.distributed baseline
+        runs beside Loom under loomrun, mpirun or srun with no further variable."""
+        import torch
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            return dist.group.WORLD
+        port = self.all_gather_object(_free_port() if self.rank == 0 else None, "torch-port")[0]
+        addr = self.info["master_addr"]
+        kwargs = {"device_id": torch.device("cuda", self.device)} if backend == "nccl" else {}
+        dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=self.rank,
+                                world_size=self.world_size, **kwargs)
+        return dist.group.WORLD
+
     def barrier(self, tag: str = ""):
         """Host barrier over the bootstrap store (collective); see loom.barrier_on_stream for a stream-ordered one."""
         self._h.barrier(tag)

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "bindings.hpp"
 #include "loom/ops/collectives.hpp"
@@ -173,6 +174,21 @@ void bind_world(nb::module_& m) {
                  const Ctx c = h.world.ctx();
                  return nb::bytes(reinterpret_cast<const char*>(&c), sizeof c);
              })
+        .def(
+            "all_gather_bytes",
+            [](WorldHandle& h, const std::string& tag, nb::bytes mine) {
+                Bytes b(static_cast<const std::uint8_t*>(mine.data()),
+                        static_cast<const std::uint8_t*>(mine.data()) + mine.size());
+                std::vector<Bytes> all;
+                {
+                    nb::gil_scoped_release unlocked;
+                    all = h.world.store().all_gather("loom.python/" + tag, b);
+                }
+                nb::list out;
+                for (const Bytes& v : all) out.append(nb::bytes(reinterpret_cast<const char*>(v.data()), v.size()));
+                return out;
+            },
+            "collective: every rank's bytes, in rank order, over the bootstrap store")
         .def(
             "barrier",
             [](WorldHandle& h, const std::string& tag) {

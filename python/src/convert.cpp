@@ -93,8 +93,8 @@ std::string dlpack_dtype_name(const nb::dlpack::dtype& t) {
 }
 
 MatrixView as_matrix(const AnyArray& t, const char* op, const char* arg) {
-    check_cuda(t, op, arg);
     const DType dt = element_type(t, op, arg);
+    check_cuda(t, op, arg);
     if (t.ndim() != 2) bad(fmt::format("{}: {} must be a 2-D tensor; given shape {}", op, arg, shape_str(t)));
     const int64_t rows = static_cast<int64_t>(t.shape(0)), cols = static_cast<int64_t>(t.shape(1));
     const int64_t s0 = t.stride(0), s1 = t.stride(1);
@@ -113,8 +113,8 @@ MatrixView as_matrix(const AnyArray& t, const char* op, const char* arg) {
 }
 
 BufferView as_buffer(const AnyArray& t, const char* op, const char* arg) {
-    check_cuda(t, op, arg);
     const DType dt = element_type(t, op, arg);
+    check_cuda(t, op, arg);
     // Contiguous: strides are the row-major ones (dimensions of extent 1 may carry any stride).
     int64_t expect = 1;
     for (size_t i = t.ndim(); i-- > 0;) {
