@@ -10,12 +10,14 @@ calls that the launch queue never fills), median of 9 repetitions:
     _C        the extension's binding, called from Python (DLPack conversion, GIL release)
     loom      the public function (loom.all_reduce(..., out=...)): argument parsing, the current stream
     torch.ops the registered custom op (torch.ops.loom.<op>_into): the dispatcher as torch.compile's graphs call it
-Writes py_call_overhead.json under --out (rank 0).
+Writes py_call_overhead.json under --out (rank 0), in docs/perf's schema (scripts/perf_summary.py).
 """
 import argparse
+import datetime
 import json
 import os
 import statistics
+import subprocess
 import time
 
 import torch
@@ -23,6 +25,9 @@ import torch
 import loom
 from loom import _C
 from loom._enums import parse
+
+
+SHAPES = {"all_reduce": "1024 f32", "gemm": "128x128x128 bf16", "gemm_ar": "16x1024x256 bf16"}
 
 
 def host_us(fn, iters, reps=9):
@@ -55,7 +60,7 @@ def main():
     world = loom.init()
     h, n = world._h, a.iters
     stream = lambda: torch.cuda.current_stream().cuda_stream  # noqa: E731
-    auto, ldst, tot = _C.CollAlgo.Auto, _C.DataPath.Auto, _C.ReduceOp.Sum
+    algo_auto, path_auto, op_sum = _C.CollAlgo.Auto, _C.DataPath.Auto, _C.ReduceOp.Sum
 
     x = world.empty((1024,), torch.float32)
     x.normal_()
@@ -68,7 +73,7 @@ def main():
     ar_algo = parse(_C.ArAlgo, "auto", "algo")
     cases = {
         "all_reduce": ((x, x, y), {
-            "_C": lambda: _C.all_reduce(h, x, y, stream(), auto, ldst, tot, 0),
+            "_C": lambda: _C.all_reduce(h, x, y, stream(), algo_auto, path_auto, op_sum, 0),
             "loom": lambda: loom.all_reduce(x, out=y, world=world),
             "torch.ops": lambda: torch.ops.loom.all_reduce_into(x, y, world.id, "auto", "auto", "sum", 0),
         }),
@@ -94,14 +99,21 @@ def main():
             world.barrier(f"{op}/{way}")
             us[way] = host_us(fn, n)
         us = {k: max(world.all_gather_object(v, f"{op}/{k}/max")) for k, v in us.items()}
-        rows.append({"op": op, "world": world.world_size, **{f"{k}_us": round(v, 2) for k, v in us.items()}})
+        base = {k: round(v, 3) for k, v in us.items() if k != "loom"}
+        rows.append({"shape": SHAPES[op], "op": op, "loom_us": round(us["loom"], 3), "baselines": base,
+                     "speedup": {k: round(v / us["loom"], 3) for k, v in base.items()}})
         if world.rank == 0:
             print(f"{op:>10}: " + "  ".join(f"{k} {v:6.2f} us" for k, v in us.items())
                   + f"  (python adds {us['loom'] - us['cpp']:.2f} us)", flush=True)
     if a.out and world.rank == 0:
-        doc = {"op": "py_call_overhead", "torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
-               "ranks": world.world_size, "iters": n, "loom": loom.__version__,
-               "command": "loomrun -n 2 python bench/py_call_overhead.py", "rows": rows}
+        commit = os.environ.get("LOOM_GIT_COMMIT") or subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or "unknown"
+        doc = {"op": "py_call_overhead", "command": f"loomrun -n {world.world_size} python bench/py_call_overhead.py",
+               "gpu": torch.cuda.get_device_name(), "commit": commit, "date": datetime.date.today().isoformat(),
+               "ranks": [world.world_size],
+               "note": f"host us per call (loom_us: the public Python function); baselines: the same call from C++ "
+                       f"(cpp), through the extension (_C), through torch.ops; torch {torch.__version__}",
+               "rows": rows}
         os.makedirs(a.out, exist_ok=True)
         with open(os.path.join(a.out, "py_call_overhead.json"), "w") as f:
             json.dump(doc, f, indent=1)
