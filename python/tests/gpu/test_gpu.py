@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import loom
-from conftest import poisoned, rank_tensor, rel_err, sym_input
+from gpu_helpers import poisoned, rank_tensor, rel_err, sym_input
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
