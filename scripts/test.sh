@@ -2,8 +2,8 @@
 # usage: scripts/test.sh
 # Installs the dependencies and builds (scripts/setup.sh), checks formatting (clang-format), installs the package
 # and builds tests/consumer against it (the getting-started program; it runs, or says there is no GPU), runs the
-# CPU tests, and runs the GPU tests (tests/run_gpu_tests.sh: 1 process, then 2, 4 and 8 ranks under loomrun) when
-# a GPU is present.
+# CPU tests and the Python package's (scripts/test_python.sh: fresh virtual environment, pip install ., pytest), and
+# runs the GPU tests (tests/run_gpu_tests.sh: 1 process, then 2, 4 and 8 ranks under loomrun) when a GPU is present.
 #   LOOM_BUILD_DIR        build directory (default build)
 #   LOOM_SKIP_DEPS=1, LOOM_NVSHMEM_HOME: as for scripts/setup.sh
 #   LOOM_GTEST_ARGS       extra GoogleTest flags for the GPU tests (e.g. --gtest_filter=Overlap.*)
@@ -28,6 +28,9 @@ cmake --build "$build_dir/consumer" >/dev/null
 
 echo "== CPU tests"
 ctest --test-dir "$build_dir" -L unit --output-on-failure -j 2
+
+echo "== Python package (fresh virtual environment, pip install ., CPU pytest)"
+scripts/test_python.sh "$build_dir"
 
 echo "== GPU tests"
 if "$build_dir/bin/loom-info" --has-gpu >/dev/null 2>&1; then

@@ -1,0 +1,33 @@
+"""Loom for Python: symmetric tensors, Loom's ops on torch tensors, and kernels compiled at run time.
+
+    import loom
+    world = loom.init()                          # from loomrun / torchrun / mpirun / srun, or torch.distributed
+    x = world.empty((1024, 4096), torch.bfloat16)  # in the symmetric heap
+    y = loom.all_gather(x)                       # on the current torch stream
+
+See docs/python.md. Torch is needed for the tensor API (any torch >= 2.4; tensors cross over DLPack); without it
+the World, rank facts and loom.jit's compile still import.
+"""
+from . import _C, jit
+from ._dtypes import DType
+from .world import Error, World, default_world, init, rank_info
+
+try:
+    from ._version import __version__
+except ImportError:  # a source tree that pip has not built
+    __version__ = "0.0.0+unknown"
+
+try:
+    import torch as _torch  # noqa: F401
+except ImportError:
+    _torch = None
+
+if _torch is not None:
+    from .ops import (ag_gemm, all_gather, all_reduce, all_to_all, all_to_all_v, barrier_on_stream, gemm, gemm_ar,
+                      gemm_rs, reduce_scatter)
+
+gpu_available = _C.gpu_available
+
+__all__ = ["Error", "World", "DType", "init", "default_world", "rank_info", "jit", "gpu_available", "gemm",
+           "all_gather", "reduce_scatter", "all_reduce", "all_to_all", "all_to_all_v", "ag_gemm", "gemm_rs",
+           "gemm_ar", "barrier_on_stream", "__version__"]

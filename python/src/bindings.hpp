@@ -1,0 +1,14 @@
+// The extension module loom._C: host code only (kernels are compiled at run time by Loom's JIT). Each bind_*
+// adds one part; the Python package (python/loom) is the API users call.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+namespace loom::py {
+
+void bind_world(nanobind::module_& m);  // RankInfo parsing, World, symmetric allocations
+void bind_ops(nanobind::module_& m);    // gemm, the collectives, the overlapped GEMMs
+void bind_jit(nanobind::module_& m);    // compile and launch a user's kernel
+void bind_bench(nanobind::module_& m);  // host time of an op call made from C++ (call-overhead measurement)
+
+}  // namespace loom::py
