@@ -3,6 +3,7 @@ environment, Worlds without a heap, the JIT's compile and argument packing. test
 tensor API."""
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 import threading
@@ -25,7 +26,8 @@ def test_rank_info_conventions():
     r = loom.rank_info({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
                         "MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "1234"})
     assert (r["rank"], r["world_size"], r["local_rank"], r["local_world_size"], r["node"]) == (3, 4, 1, 2, 1)
-    assert (r["master_addr"], r["master_port"], r["source"]) == ("10.1.2.3", 1234, "torchrun")
+    # Loom's store takes MASTER_PORT + 1: torchrun's own store holds MASTER_PORT.
+    assert (r["master_addr"], r["master_port"], r["source"]) == ("10.1.2.3", 1235, "torchrun")
     r = loom.rank_info({"LOOM_RANK": "0", "LOOM_WORLD_SIZE": "2", "RANK": "1", "WORLD_SIZE": "2"})
     assert (r["rank"], r["source"]) == (0, "loom")
     r = loom.rank_info({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"})
@@ -97,12 +99,17 @@ def _python(code, env):
     return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=120)
 
 
-def test_world_from_env_in_a_fresh_process(free_port):
-    code = ("import loom; w = loom.World.from_env(create_heap=False, bind_device=False); "
-            "print(w.rank, w.world_size, w.info['source'], w.info['master_port']); w.shutdown()")
-    p = _python(code, {"RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": str(free_port)})
+def test_world_from_env_beside_torchruns_store():
+    # A listener holds MASTER_PORT, as torchrun's store does; Loom's store comes up on MASTER_PORT + 1.
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        code = ("import loom; w = loom.World.from_env(create_heap=False, bind_device=False); "
+                "print(w.rank, w.world_size, w.info['source'], w.info['master_port']); w.shutdown()")
+        p = _python(code, {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     assert p.returncode == 0, p.stderr
-    assert p.stdout.split() == ["0", "1", "torchrun", str(free_port)]
+    assert p.stdout.split() == ["0", "1", "torchrun", str(port + 1)]
 
 
 def test_world_from_env_reports_a_malformed_variable():

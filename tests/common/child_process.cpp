@@ -17,7 +17,7 @@ std::string child_helper_path() {
 }
 
 ChildResult run_child(const std::string& which, const std::vector<std::pair<std::string, std::string>>& env,
-                      int timeout_s) {
+                      int timeout_s, bool outside_mps) {
     ChildResult r;
     const std::string helper = child_helper_path();
     const std::string exec_failed = "(child: cannot run " + helper + ")\n";  // formatted before fork
@@ -36,7 +36,7 @@ ChildResult run_child(const std::string& which, const std::vector<std::pair<std:
         dup2(out[1], 2);
         close(out[0]);
         for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-        setenv("CUDA_MPS_PIPE_DIRECTORY", "/nonexistent/loom-test-child-no-mps", 1);
+        if (outside_mps) setenv("CUDA_MPS_PIPE_DIRECTORY", "/nonexistent/loom-test-child-no-mps", 1);
         execl(helper.c_str(), "loom_test_child", which.c_str(), nullptr);
         (void)!write(2, exec_failed.data(), exec_failed.size());
         _exit(127);

@@ -17,9 +17,10 @@ struct ChildResult {
 std::string child_helper_path();
 
 // fork + exec of loom_test_child (beside this test binary) with argument `which` and `env` added to the environment.
-// The child runs outside loomrun's MPS server (a trap in an MPS client would fault every client of the GPU).
+// outside_mps: the child runs outside loomrun's MPS server (a trap in an MPS client would fault every client of the
+// GPU); false: it inherits this process's MPS server (a child that ends by a host signal, not a trap).
 // Bounded: a child still running after `timeout_s` is killed and the output says so.
 ChildResult run_child(const std::string& which, const std::vector<std::pair<std::string, std::string>>& env,
-                      int timeout_s = 180);
+                      int timeout_s = 180, bool outside_mps = true);
 
 }  // namespace loom::test

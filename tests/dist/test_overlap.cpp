@@ -1398,7 +1398,7 @@ TEST_F(Overlap, RejectsBadInputs) {
                          MatrixView{c.p, DType::BF16, 8 * W, 64, 0}, stream),
                  Error);  // fp32 A
     AgGemmOptions o;
-    o.gathered = MatrixView{c.p, DType::BF16, 8 * W, 64, 0};  // not symmetric
+    o.gathered = MatrixView{c.p, DType::BF16, 8 * W, 64, 0};  // C's own memory
     EXPECT_THROW(ag_gemm(*w, MatrixView{a.p, DType::BF16, 8, 64, 0}, MatrixView{b.p, DType::BF16, 64, 64, 0},
                          MatrixView{c.p, DType::BF16, 8 * W, 64, 0}, stream, o),
                  Error);

@@ -1,8 +1,9 @@
 // The host watchdog of copy-engine stream waits (src/runtime/stream_watchdog.hpp) on the GPU: a rank that skips a
 // copy-engine collective ends its peer in a named diagnostic within LOOM_WAIT_TIMEOUT_MS + 5 s. The two ranks of
 // that job are child processes (loom_test_child ce-skip-collective) of ranks 0 and 1 of this one: the watchdog
-// aborts its process, which must not be a rank of this job. They run outside loomrun's MPS server, on rank 0's GPU
-// (so all_gather goes through the copy engine alone).
+// aborts its process, which must not be a rank of this job. They run on rank 0's GPU (so all_gather goes through the
+// copy engine alone), as clients of this job's MPS server (the watchdog ends a child by SIGABRT, not by a trap), and
+// each is killed if it outlives the bound by 25 s.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -51,15 +52,16 @@ TEST(StreamWatchdog, SkippedCopyEngineCollectiveEndsInNamedDiagnostic) {
     EXPECT_NE(port, "-1") << "no free loopback port";
     if (w.rank() < 2 && port != "-1") {
         const std::string r = std::to_string(w.rank());
-        const auto [status, output] =
-            loom::test::run_child("ce-skip-collective", {{"LOOM_RANK", r},
-                                                         {"LOOM_WORLD_SIZE", "2"},
-                                                         {"LOOM_LOCAL_RANK", r},
-                                                         {"LOOM_LOCAL_WORLD_SIZE", "2"},
-                                                         {"LOOM_MASTER_ADDR", "127.0.0.1"},
-                                                         {"LOOM_MASTER_PORT", port},
-                                                         {"LOOM_DEVICE", gpu},
-                                                         {"LOOM_WAIT_TIMEOUT_MS", std::to_string(kTimeoutMs)}});
+        const auto [status, output] = loom::test::run_child("ce-skip-collective",
+                                                            {{"LOOM_RANK", r},
+                                                             {"LOOM_WORLD_SIZE", "2"},
+                                                             {"LOOM_LOCAL_RANK", r},
+                                                             {"LOOM_LOCAL_WORLD_SIZE", "2"},
+                                                             {"LOOM_MASTER_ADDR", "127.0.0.1"},
+                                                             {"LOOM_MASTER_PORT", port},
+                                                             {"LOOM_DEVICE", gpu},
+                                                             {"LOOM_WAIT_TIMEOUT_MS", std::to_string(kTimeoutMs)}},
+                                                            kTimeoutMs / 1000 + 25, /*outside_mps=*/false);
         const long long ended = steady_ns();
         if (w.rank() == 1) {
             EXPECT_EQ(status, 0) << output;

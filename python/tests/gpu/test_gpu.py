@@ -102,7 +102,9 @@ def test_all_to_all_v(world):
     W, me = world.world_size, world.rank
     counts = [[16 * (1 + (s * 7 + d * 3) % 5) for d in range(W)] for s in range(W)]  # counts[src][dst]
     total = [sum(c) for c in counts]
-    x = sym_input(world, (total[me],), torch.float32, seed=5)
+    # Symmetric allocations are collective (the same size on every rank): the largest, of which this rank sends a prefix.
+    x = world.empty((max(total),), torch.float32)[: total[me]]
+    x.copy_(rank_tensor(me, (total[me],), torch.float32, seed=5))
     send = world.empty((W,), torch.int64)
     send.copy_(torch.tensor(counts[me], dtype=torch.int64))
     cap = max(sum(counts[s][d] for s in range(W)) for d in range(W))

@@ -5,6 +5,7 @@
 #include "ops/overlap/ag_gemm/ag_gemm.hpp"
 
 #include <cstdint>
+#include <utility>
 
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/error.hpp"
@@ -18,12 +19,23 @@ namespace {
 
 using overlap::AgCall;
 
-// The optional gather buffer, whole, in memory this rank's GPU may use (its shape and heap placement: plan.cpp).
-void check_gathered(World& world, const AgGemmOptions& o) {
+// The optional gather buffer, whole, in memory this rank's GPU may use, and apart from A, B and C (the gather writes
+// it while the GEMM reads A and B and writes C). Its shape and heap placement: plan.cpp.
+void check_gathered(World& world, const AgGemmOptions& o, const MatrixView& a, const MatrixView& b,
+                    const MatrixView& c) {
     const MatrixView& g = o.gathered;
     if (g.data == nullptr) return;
     const char* which = "AgGemmOptions::gathered";
-    detail::check_memory(&world, world.device(), "ag_gemm", which, g.data, detail::matrix_bytes("ag_gemm", which, g));
+    const std::size_t bytes = detail::matrix_bytes("ag_gemm", which, g);
+    detail::check_memory(&world, world.device(), "ag_gemm", which, g.data, bytes);
+    const auto lo = reinterpret_cast<std::uintptr_t>(g.data), hi = lo + bytes;
+    for (const auto& [name, m] : {std::pair<const char*, const MatrixView*>{"A", &a}, {"B", &b}, {"C", &c}}) {
+        const auto mlo = reinterpret_cast<std::uintptr_t>(m->data);
+        const auto mhi = mlo + detail::matrix_bytes("ag_gemm", name, *m);
+        LOOM_CHECK(hi <= mlo || mhi <= lo,
+                   "ag_gemm: expected {} apart from {}, given overlapping ranges [{}, +{}) and [{}, +{})", which, name,
+                   g.data, bytes, m->data, mhi - mlo);
+    }
 }
 
 detail::CallSignature signature(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c,
@@ -57,7 +69,7 @@ AgCall validate(World& world, const MatrixView& a, const MatrixView& b, const Ma
                x.R, x.N, c.rows, c.cols);
     LOOM_CHECK(x.M <= INT32_MAX, "{}: expected M to fit in int32, given {}", op, x.M);
     LOOM_CHECK(o.comm_sms >= 0, "{}: expected comm_sms >= 0, given {}", op, o.comm_sms);
-    check_gathered(world, o);
+    check_gathered(world, o, a, b, c);
     return x;
 }
 
@@ -92,7 +104,7 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
         world, [&] { return signature(world, a, b, c, o); },
         [&] {
             overlap::check_args(world, "ag_gemm", a, b, c, o);
-            check_gathered(world, o);
+            check_gathered(world, o, a, b, c);
         });
     const bool choices_left = o.producer == AgProducer::Auto && o.sm_path == DataPath::Auto && o.comm_sms == 0 &&
                               o.config == nullptr && o.gathered.data == nullptr;
