@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <random>
 #include <string>
 #include <string_view>
 
@@ -100,6 +101,13 @@ inline std::optional<Reply> read_reply(int fd, std::chrono::milliseconds limit =
     std::string data(net::Reader(std::string_view(hdr, 4)).u32(), '\0');
     if (data.empty() || !net::recv_all(fd, data.data(), data.size(), deadline, &why)) return std::nullopt;
     return Reply{static_cast<Status>(static_cast<std::uint8_t>(data[0])), data.substr(1)};
+}
+
+// n bytes from rng: the fuzzers' frames and keys.
+inline std::string random_bytes(std::size_t n, std::mt19937_64& rng) {
+    std::string s(n, '\0');
+    for (auto& c : s) c = static_cast<char>(rng());
+    return s;
 }
 
 }  // namespace loom::test

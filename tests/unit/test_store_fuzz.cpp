@@ -34,18 +34,13 @@ using loom::test::body;
 using loom::test::framed;
 using loom::test::hello_frame;
 using loom::test::Op;
+using loom::test::random_bytes;
 using loom::test::raw_connect;
 using loom::test::read_reply;
 using loom::test::send_bytes;
 using loom::test::Status;
 namespace auth = loom::store_auth;
 namespace net = loom::net;
-
-std::string random_bytes(std::size_t n, std::mt19937_64& rng) {
-    std::string s(n, '\0');
-    for (auto& c : s) c = static_cast<char>(rng());
-    return s;
-}
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 

@@ -32,6 +32,7 @@ using loom::test::body;
 using loom::test::framed;
 using loom::test::hello_frame;
 using loom::test::Op;
+using loom::test::random_bytes;
 using loom::test::raw_connect;
 using loom::test::read_reply;
 using loom::test::read_until_close;
@@ -39,12 +40,6 @@ using loom::test::send_bytes;
 using loom::test::Status;
 namespace auth = loom::store_auth;
 namespace net = loom::net;
-
-std::string random_bytes(std::size_t n, std::mt19937_64& rng) {
-    std::string s(n, '\0');
-    for (auto& c : s) c = static_cast<char>(rng());
-    return s;
-}
 
 bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 
