@@ -21,9 +21,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <tuple>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include "gpus.hpp"
 #include "launcher.hpp"
