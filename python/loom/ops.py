@@ -132,11 +132,11 @@ _a2av_op = _custom_op("all_to_all_v", _a2av, lambda *_: None, mutates=("out", "r
 def all_to_all_v(x: Tensor, send_counts: Tensor, *, capacity: Optional[int] = None, out: Optional[Tensor] = None,
                  send_offsets: Optional[Tensor] = None, recv_counts: Optional[Tensor] = None, world=None,
                  algo: str = "auto", path: str = "auto", num_sms: int = 0):
-    """Variable splits with counts on the device (MoE): send_counts[j] (int64[W], in the symmetric heap) elements of
-    x go to rank j, taken from x at send_offsets (int64[W]; None: packed prefix sums). Each rank's out (1-D, capacity
-    elements, the same on every rank: pass out= or capacity=) receives the blocks packed in source-rank order;
-    recv_counts (int64[W], allocated when None) receives what each rank sent. Returns (out, recv_counts). Push needs
-    out symmetric; with a plain out, Pull reads from the senders (x symmetric). No host synchronisation."""
+    """Variable splits with counts on the device (MoE): send_counts[j] (int64[W]) elements of x go to rank j, taken
+    from x at send_offsets (int64[W]; None: packed prefix sums). Each rank's out (1-D, capacity elements, the same on
+    every rank: pass out= or capacity=) receives the blocks packed in source-rank order; recv_counts (int64[W],
+    allocated when None) receives what each rank sent. Returns (out, recv_counts). Any device tensors: counts, x and
+    out in the symmetric heap (world.empty) save the staging copies of docs/collectives.md. No host synchronisation."""
     w = resolve(world)
     if out is None:
         if capacity is None:
