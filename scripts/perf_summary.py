@@ -3,8 +3,8 @@
 
 usage: scripts/perf_summary.py [--check] [--root DIR]
 
-Writes docs/perf/README.md (one section per JSON file: command, GPU, commit, date and a table of its rows) and
-the summary table of README.md between <!-- perf-summary:begin --> and <!-- perf-summary:end -->.
+Writes docs/perf/README.md (a "Plots" section showing each docs/perf/plots/*.svg, which scripts/plot_perf.py
+draws, then one section per JSON file: command, GPU, commit, date and a table of its rows) and the summary table of README.md between <!-- perf-summary:begin --> and <!-- perf-summary:end -->.
 --check writes nothing: it fails when either file differs from what the JSON generates.
 Exits non-zero naming the file and field when a JSON file breaks the schema:
 
@@ -191,7 +191,18 @@ def file_section(name, d):
     return out
 
 
-def perf_readme(files):
+def plots_section(plots):
+    """plots: the SVG file names under docs/perf/plots/, each drawn from the JSON file of the same stem."""
+    out = ["## Plots", "",
+           "Drawn by `scripts/plot_perf.py` from the JSON files (`--check` verifies the committed SVGs); each plot's",
+           "title says which rows it shows.", ""]
+    for svg in plots:
+        stem = svg[:-4]
+        out += [f"![{stem}](plots/{svg})", "", f"[{svg}](plots/{svg}), from [{stem}](#{stem})", ""]
+    return out[:-1]
+
+
+def perf_readme(files, plots=()):
     out = [
         "# Measured performance",
         "",
@@ -201,7 +212,10 @@ def perf_readme(files):
         "in the same run. The JSON files hold further per-row fields (TFLOP/s, bandwidths, configs, checks).",
         "",
     ]
+    out += ["- [Plots](#plots)"] if plots else []
     out += [f"- [{n[:-5]}](#{n[:-5]})" for n in files]
+    if plots:
+        out += [""] + plots_section(plots)
     for name, d in files.items():
         out += [""] + file_section(name, d)
     return "\n".join(out) + "\n"
@@ -301,7 +315,9 @@ def main():
         files = load(perf_dir)
         with open(readme_path) as f:
             readme = f.read()
-        outputs = {os.path.join(perf_dir, "README.md"): perf_readme(files),
+        plots_dir = os.path.join(perf_dir, "plots")
+        plots = sorted(f for f in os.listdir(plots_dir) if f.endswith(".svg")) if os.path.isdir(plots_dir) else []
+        outputs = {os.path.join(perf_dir, "README.md"): perf_readme(files, plots),
                    readme_path: with_summary(readme, summary_table(files))}
     except SchemaError as e:
         print(f"perf_summary: {e}", file=sys.stderr)

@@ -6,7 +6,7 @@
 # after install: CMake >= 3.25. The libraries (fmt >= 9.1, nlohmann-json >= 3.11, CLI11 >= 2.1, GoogleTest >= 1.12)
 # are installed from the distribution when it has them; one that is missing or older is downloaded at a pinned
 # release by CMake (cmake/dependencies.cmake), which needs network access to github.com. NVSHMEM is the
-# nvidia-nvshmem-cu13 wheel (pip).
+# nvidia-nvshmem-cu13 wheel (pip); matplotlib (pip, the version scripts/plot_perf.py pins) draws docs/perf/plots.
 #   LOOM_BUILD_DIR     build directory (default build)
 #   LOOM_SKIP_DEPS=1   install nothing (the dependencies are present)
 #   LOOM_NVSHMEM_HOME  NVSHMEM install the build records (default: the nvidia-nvshmem-cu13 wheel)
@@ -92,6 +92,9 @@ if [[ "${LOOM_SKIP_DEPS:-0}" != 1 ]]; then
     check_lib_floors
     if ! python3 -c "import nvidia.nvshmem" 2>/dev/null; then
         python3 -m pip install -q --disable-pip-version-check "nvidia-nvshmem-cu13==3.4.5"
+    fi
+    if ! python3 -c "import matplotlib" 2>/dev/null; then
+        python3 -m pip install -q --disable-pip-version-check "matplotlib==3.11.2"
     fi
 fi
 require_cmake

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # usage: scripts/test.sh
-# Installs the dependencies and builds (scripts/setup.sh), checks formatting (clang-format), installs the package
+# Installs the dependencies and builds (scripts/setup.sh), checks formatting (clang-format) and that docs/perf's
+# generated README and plots match its JSON (scripts/perf_summary.py, scripts/plot_perf.py), installs the package
 # and builds tests/consumer against it (the getting-started program; it runs, or says there is no GPU), runs the
 # CPU tests and the Python package's (scripts/test_python.sh: fresh virtual environment, pip install ., pytest), and
 # runs the GPU tests (tests/run_gpu_tests.sh: 1 process, then 2, 4 and 8 ranks under loomrun) when a GPU is present.
@@ -18,6 +19,10 @@ build_dir=${LOOM_BUILD_DIR:-build}
 
 echo "== format check (clang-format, .clang-format)"
 git ls-files '*.cpp' '*.hpp' '*.cuh' '*.cu' | xargs clang-format --dry-run --Werror
+
+echo "== docs/perf generated files (perf_summary.py --check, plot_perf.py --check)"
+python3 scripts/perf_summary.py --check
+python3 scripts/plot_perf.py --check
 
 echo "== install + find_package(loom) consumer"
 rm -rf "$build_dir/install" "$build_dir/consumer"
