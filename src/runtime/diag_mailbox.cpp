@@ -14,6 +14,7 @@
 #include "loom/runtime/driver.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/settings.hpp"
+#include "runtime/log.hpp"
 
 namespace loom::diag {
 namespace {
@@ -171,10 +172,10 @@ namespace {
 void warn_once(const std::string& what) {
     static std::atomic<bool> warned{false};
     if (!warned.exchange(true))
-        std::fprintf(stderr,
-                     "loom: warning: diagnostic mailbox unavailable (%s); a timed-out wait in a kernel "
-                     "without printf will trap without a report\n",
-                     what.c_str());
+        log(LogLevel::Warn,
+            "warning: diagnostic mailbox unavailable ({}); a timed-out wait in a kernel without printf will trap "
+            "without a report",
+            what);
 }
 
 DiagMailbox* create_mailbox(DiagMailbox*& device) {

@@ -15,6 +15,7 @@
 #include "loom/runtime/driver.hpp"
 #include "loom/runtime/error.hpp"
 #include "runtime/fd_passing.hpp"
+#include "runtime/log.hpp"
 
 namespace loom {
 namespace {
@@ -60,8 +61,7 @@ void warn_cu(CUresult r, const char* what) {
     if (r == CUDA_SUCCESS) return;
     const char* name = nullptr;
     if (driver::available()) driver::api().cuGetErrorName(r, &name);
-    std::fprintf(stderr, "loom: warning: %s failed during symmetric heap teardown (%s)\n", what,
-                 name ? name : "unknown error");
+    log(LogLevel::Warn, "warning: {} failed during symmetric heap teardown ({})", what, name ? name : "unknown error");
 }
 
 }  // namespace
@@ -84,8 +84,7 @@ struct SymmetricHeap::Impl {
             cudaSetDevice(device);
             if (cudaDeviceSynchronize() != cudaSuccess) {
                 cudaGetLastError();
-                std::fprintf(stderr, "loom: warning: device %d reported an error before the heap was released\n",
-                             device);
+                log(LogLevel::Warn, "warning: device {} reported an error before the heap was released", device);
             }
         }
         for (std::size_t i = 0; i < mapped.size(); ++i)

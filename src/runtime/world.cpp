@@ -13,6 +13,7 @@
 #include "loom/runtime/settings.hpp"
 #include "runtime/diag_mailbox.hpp"
 #include "runtime/heap_allocator.hpp"
+#include "runtime/log.hpp"
 
 namespace loom {
 namespace {
@@ -101,16 +102,14 @@ struct World::Impl {
         shut_down = true;
         if (device >= 0 && (cudaSetDevice(device) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess)) {
             const cudaError_t e = cudaGetLastError();
-            std::fprintf(stderr, "loom: warning: rank %d: device %d reported '%s' at shutdown%s\n", info.rank, device,
-                         cudaGetErrorString(e), diag::report_for_error(e).c_str());
+            log(LogLevel::Warn, "warning: device {} reported '{}' at shutdown{}", device, cudaGetErrorString(e),
+                diag::report_for_error(e));
         }
         if (store && info.world_size > 1 && barrier_at_shutdown) {
             try {
                 shutdown_barrier();
             } catch (const std::exception& e) {
-                std::fprintf(stderr,
-                             "loom: warning: rank %d: shutdown barrier failed (%s); releasing local resources\n",
-                             info.rank, e.what());
+                log(LogLevel::Warn, "warning: shutdown barrier failed ({}); releasing local resources", e.what());
             }
         }
         destroy_states();
@@ -131,11 +130,10 @@ struct World::Impl {
                 std::int64_t n = store->add(key, 0);
                 if (n >= info.world_size) return true;
                 if (std::chrono::steady_clock::now() >= deadline) {
-                    std::fprintf(stderr,
-                                 "loom: warning: rank %d: only %lld of %d ranks reached shutdown within %lld ms (a "
-                                 "peer died?); releasing local resources\n",
-                                 info.rank, static_cast<long long>(n), info.world_size,
-                                 static_cast<long long>(timeout.count()));
+                    log(LogLevel::Warn,
+                        "warning: only {} of {} ranks reached shutdown within {} ms (a peer died?); releasing local "
+                        "resources",
+                        n, info.world_size, timeout.count());
                     return false;
                 }
                 std::this_thread::sleep_for(pause);

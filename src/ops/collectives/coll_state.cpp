@@ -6,6 +6,7 @@
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/settings.hpp"
 #include "loom/runtime/stream_ops.hpp"
+#include "runtime/log.hpp"
 #include "runtime/symmetric_zeroed.hpp"
 
 namespace loom::coll {
@@ -25,13 +26,12 @@ void plan_sms(World& world, Budget& b) {
     // No MPS share per rank: every rank's kernels compete for every SM.
     if (world.rank() == 0) {
         const std::string share = pct > 0 ? std::to_string(pct) : std::string("unset");
-        std::fprintf(stderr,
-                     "loom: warning: %d ranks share a GPU without an MPS share each "
-                     "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s): the collectives keep to %d of the %d SMs per "
-                     "rank so that every rank's launches stay resident, but the overlapped GEMMs do not and "
-                     "can wait for peers that do not get to run; give each rank its own share, at most 100 / ranks "
-                     "%% (loomrun does)\n",
-                     b.topo.ranks_per_gpu, share.c_str(), budget, b.num_sms);
+        log(LogLevel::Warn,
+            "warning: {} ranks share a GPU without an MPS share each (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={}): the "
+            "collectives keep to {} of the {} SMs per rank so that every rank's launches stay resident, but the "
+            "overlapped GEMMs do not and can wait for peers that do not get to run; give each rank its own share, at "
+            "most 100 / ranks % (loomrun does)",
+            b.topo.ranks_per_gpu, share, budget, b.num_sms);
     }
     b.resident_blocks = budget;
     b.num_sms = budget;
