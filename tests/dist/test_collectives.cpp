@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/device_io.hpp"
 #include "common/reference.hpp"
 #include "common/test_env.hpp"
 #include "loom/kernels/collectives/coll_params.hpp"
@@ -92,28 +93,12 @@ std::uint64_t seed_of(int rank, int test_case, int iter = 0) {
     return 0x9e3779b97f4a7c15ull * (rank + 1) + 1000003ull * test_case + 7919ull * iter + 12345;
 }
 
-// Host <-> device helpers, complete on return: cudaMemcpy from pageable memory may return before its DMA lands
-// and cudaMemset is asynchronous, both on the legacy stream, which the test's non-blocking stream does not wait
-// for. A CUDA error here is fatal for the rank (the context is likely sticky-broken): loomrun then stops all.
-void cuda_or_die(cudaError_t e, const char* what) {
-    if (e == cudaSuccess) return;
-    std::fprintf(stderr, "test_collectives: %s failed: %s\n", what, cudaGetErrorString(e));
-    std::abort();
-}
-void upload(void* dst, const std::vector<char>& src) {
-    cuda_or_die(cudaMemcpy(dst, src.data(), src.size(), cudaMemcpyHostToDevice), "upload");
-    cuda_or_die(cudaDeviceSynchronize(), "upload sync");
-}
-std::vector<char> download(const void* src, std::size_t bytes) {
-    std::vector<char> v(bytes);
-    cuda_or_die(cudaMemcpy(v.data(), src, bytes, cudaMemcpyDeviceToHost), "download");
-    return v;
-}
-void poison(void* p, std::size_t bytes) {
-    cuda_or_die(cudaMemset(p, 0xA5, bytes), "poison");
-    cuda_or_die(cudaDeviceSynchronize(), "poison sync");
-}
-void sync_or_die(cudaStream_t s) { cuda_or_die(cudaStreamSynchronize(s), "stream sync"); }
+using test::cuda_or_die;
+using test::download;
+using test::kPoison;
+using test::poison;
+using test::sync_or_die;
+using test::upload;
 
 // One eager round of `enqueue` (it creates the collective state and side streams and JIT-loads every kernel, all of
 // which synchronise, which a capturing thread must not do), then the same calls captured into an instantiated graph.
@@ -914,7 +899,7 @@ TEST_F(Collectives, GraphReplaysBackToBack) {
             cuda_or_die(cudaMemcpyAsync(ins[c]->p, static_cast<char*>(staged[c]) + r * ib, ib, cudaMemcpyDeviceToDevice,
                                         stream),
                         "input copy");
-            cuda_or_die(cudaMemsetAsync(outs[c]->p, 0xA5, ob, stream), "poison");
+            cuda_or_die(cudaMemsetAsync(outs[c]->p, kPoison, ob, stream), "poison");
         }
         cuda_or_die(cudaGraphLaunch(exec, stream), "graph launch");
         for (std::size_t c = 0; c < cases.size(); ++c) {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/device_io.hpp"
 #include "common/reference.hpp"
 #include "common/test_env.hpp"
 #include "loom/ops/collectives.hpp"
@@ -27,26 +28,12 @@
 namespace loom {
 namespace {
 
-void cuda_or_die(cudaError_t e, const char* what) {
-    if (e == cudaSuccess) return;
-    std::fprintf(stderr, "test_collectives_plain: %s failed: %s\n", what, cudaGetErrorString(e));
-    std::abort();
-}
-void upload(void* dst, const std::vector<char>& src) {
-    cuda_or_die(cudaMemcpy(dst, src.data(), src.size(), cudaMemcpyHostToDevice), "upload");
-    cuda_or_die(cudaDeviceSynchronize(), "upload sync");
-}
-std::vector<char> download(const void* src, std::size_t bytes) {
-    std::vector<char> v(bytes);
-    cuda_or_die(cudaMemcpy(v.data(), src, bytes, cudaMemcpyDeviceToHost), "download");
-    return v;
-}
-constexpr unsigned char kPoison = 0xA5;
-void poison(void* p, std::size_t bytes) {
-    cuda_or_die(cudaMemset(p, kPoison, bytes), "poison");
-    cuda_or_die(cudaDeviceSynchronize(), "poison sync");
-}
-void sync_or_die(cudaStream_t s) { cuda_or_die(cudaStreamSynchronize(s), "stream sync"); }
+using test::cuda_or_die;
+using test::download;
+using test::kPoison;
+using test::poison;
+using test::sync_or_die;
+using test::upload;
 
 std::uint64_t seed_of(int rank, int test_case, int iter = 0) {
     return 0x9e3779b97f4a7c15ull * (rank + 1) + 1000003ull * test_case + 7919ull * iter + 4242;

@@ -117,6 +117,25 @@ std::size_t tma_staging(Params& p) {
     return 128 + std::size_t(p.stages) * p.stage_bytes;  // lang::tma_staging_bytes (device header)
 }
 
+Launch staged_pull_launch(const char* op, const CollChoice& c, const char* header, const char* name, const Params& base,
+                          void* scratch, std::size_t stride, std::size_t round_bytes, const CollOptions& opts,
+                          const Budget& budget) {
+    LOOM_CHECK(c.algo == CollAlgo::Pull && c.path != DataPath::CopyEngine,
+               "{}: staged through the scratch runs pull over ld/st or tma, given {}/{}", op, to_string(c.algo),
+               to_string(c.path));
+    const bool tma = c.path == DataPath::Tma;
+    Launch l;
+    l.header = header;
+    l.name = name;
+    l.template_args = {"unsigned char", std::to_string(path_arg(c.path))};
+    l.params = base;
+    l.params.in = scratch;
+    l.params.count = stride;
+    if (tma) l.smem = tma_staging(l.params);
+    l.blocks = pick_blocks(round_bytes, tma ? 512 * 1024 : 64 * 1024, tma ? 32 : 64, opts, budget);
+    return l;
+}
+
 const char* cuda_type(DType t) {
     switch (t) {
         case DType::F32:

@@ -116,6 +116,14 @@ int pick_blocks(std::size_t work_bytes, std::size_t bytes_per_block, int cap, co
 // TMA staging of a launch: sets p.stages / p.stage_bytes and returns the dynamic smem bytes.
 std::size_t tma_staging(kernels::coll::Params& p);
 
+// The pull launch of a path that stages in through the scratch (all_gather's and all_to_all's staged paths): bytes
+// moved ("unsigned char"), in = the scratch, out's chunks or blocks `stride` bytes apart, blocks sized for
+// `round_bytes` per round; out and round_elems are the caller's, per round. Raises unless c is pull over ld/st or
+// TMA (the staged paths never use the copy engine).
+Launch staged_pull_launch(const char* op, const CollChoice& c, const char* header, const char* name,
+                          const kernels::coll::Params& base, void* scratch, std::size_t stride, std::size_t round_bytes,
+                          const CollOptions& opts, const Budget& budget);
+
 const char* cuda_type(DType t);  // "float", "__half", "__nv_bfloat16"; other types moved as unsigned words
 int path_arg(DataPath p);        // kPathLdSt / kPathTma
 

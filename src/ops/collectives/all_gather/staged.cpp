@@ -17,22 +17,13 @@ namespace loom::coll {
 
 void all_gather_staged(World& world, Core& core, const CollChoice& c, const BufferView& in, const BufferView& out,
                        const CollOptions& opts, cudaStream_t stream) {
-    LOOM_CHECK(c.algo == CollAlgo::Pull && c.path != DataPath::CopyEngine,
-               "all_gather: staged through the scratch runs pull over ld/st or tma, given {}/{}", to_string(c.algo),
-               to_string(c.path));
     const std::size_t B = in.bytes();
     const Scratch& scratch = world.state<Scratch>();
     const std::size_t C = std::min(B, scratch.bytes / 16 * 16);  // bytes per round, the same on every rank
-    const bool tma = c.path == DataPath::Tma;
-    Launch l;
-    l.header = "loom/kernels/collectives/all_gather.cuh";
-    l.name = "loom::kernels::coll::all_gather_pull";
-    l.template_args = {"unsigned char", std::to_string(path_arg(c.path))};
-    l.params = core.params();
-    l.params.in = scratch.data;
-    l.params.count = B;  // chunk stride of out, bytes
-    if (tma) l.smem = tma_staging(l.params);
-    l.blocks = pick_blocks(C, tma ? 512 * 1024 : 64 * 1024, tma ? 32 : 64, opts, core.budget);
+    // count: out's chunk stride, bytes
+    Launch l = staged_pull_launch("all_gather", c, "loom/kernels/collectives/all_gather.cuh",
+                                  "loom::kernels::coll::all_gather_pull", core.params(), scratch.data, B, C, opts,
+                                  core.budget);
     const jit::Kernel& k = load(l);  // compiled before anything is enqueued
     launch_barrier(world, core, stream);
     const char* const src = static_cast<const char*>(in.data);

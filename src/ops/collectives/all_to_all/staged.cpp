@@ -33,23 +33,14 @@ void pack_round(char* dst, const char* src, std::size_t B, std::size_t off, std:
 
 void all_to_all_staged(World& world, Core& core, const CollChoice& c, const BufferView& in, const BufferView& out,
                        const CollOptions& opts, cudaStream_t stream) {
-    LOOM_CHECK(c.algo == CollAlgo::Pull && c.path != DataPath::CopyEngine,
-               "all_to_all: staged through the scratch runs pull over ld/st or tma, given {}/{}", to_string(c.algo),
-               to_string(c.path));
     const int W = world.world_size();
     const std::size_t B = in.bytes() / W;  // per peer
     const Scratch& scratch = world.state<Scratch>();
     const std::size_t C = std::min(B, scratch.bytes / W / 16 * 16);  // bytes per block per round
-    const bool tma = c.path == DataPath::Tma;
-    Launch l;
-    l.header = "loom/kernels/collectives/all_to_all.cuh";
-    l.name = "loom::kernels::coll::all_to_all_pull";
-    l.template_args = {"unsigned char", std::to_string(path_arg(c.path))};
-    l.params = core.params();
-    l.params.in = scratch.data;
-    l.params.count = B;  // block stride of out, bytes
-    if (tma) l.smem = tma_staging(l.params);
-    l.blocks = pick_blocks(C, tma ? 512 * 1024 : 64 * 1024, tma ? 32 : 64, opts, core.budget);
+    // count: out's block stride, bytes
+    Launch l = staged_pull_launch("all_to_all", c, "loom/kernels/collectives/all_to_all.cuh",
+                                  "loom::kernels::coll::all_to_all_pull", core.params(), scratch.data, B, C, opts,
+                                  core.budget);
     const jit::Kernel& k = load(l);  // compiled before anything is enqueued
     launch_barrier(world, core, stream);
     for (std::size_t off = 0; off < B; off += C) {

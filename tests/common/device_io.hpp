@@ -1,0 +1,42 @@
+// Host <-> device helpers of the collective tests, complete on return: cudaMemcpy from pageable memory may return
+// before its DMA lands and cudaMemset is asynchronous, both on the legacy stream, which a test's non-blocking stream
+// does not wait for. A CUDA error here is fatal for the rank (the context is likely sticky-broken): loomrun then
+// stops all.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace loom::test {
+
+inline void cuda_or_die(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return;
+    std::fprintf(stderr, "test: %s failed: %s\n", what, cudaGetErrorString(e));
+    std::abort();
+}
+
+inline void upload(void* dst, const std::vector<char>& src) {
+    cuda_or_die(cudaMemcpy(dst, src.data(), src.size(), cudaMemcpyHostToDevice), "upload");
+    cuda_or_die(cudaDeviceSynchronize(), "upload sync");
+}
+
+inline std::vector<char> download(const void* src, std::size_t bytes) {
+    std::vector<char> v(bytes);
+    cuda_or_die(cudaMemcpy(v.data(), src, bytes, cudaMemcpyDeviceToHost), "download");
+    return v;
+}
+
+inline constexpr unsigned char kPoison = 0xA5;  // every byte of an output before the op writes it
+
+inline void poison(void* p, std::size_t bytes) {
+    cuda_or_die(cudaMemset(p, kPoison, bytes), "poison");
+    cuda_or_die(cudaDeviceSynchronize(), "poison sync");
+}
+
+inline void sync_or_die(cudaStream_t s) { cuda_or_die(cudaStreamSynchronize(s), "stream sync"); }
+
+}  // namespace loom::test
