@@ -1,6 +1,7 @@
 // loom._C.cpp_call_us: the host time of one op call made from C++ (a loop of back-to-back calls on the same views,
 // no Python in between), to set against the same call made from Python (bench/py_call_overhead.py).
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
 
 #include <chrono>
 #include <cstdint>

@@ -178,3 +178,12 @@ def test_enum_parsing():
     assert parse(_C.RsAlgo, "FusedEpilogue", "algo") == _C.RsAlgo.FusedEpilogue
     with pytest.raises(ValueError, match="'auto'"):
         parse(_C.ArAlgo, "magic", "algo")
+
+
+def test_every_binding_names_python_types():
+    """A C++ type in a signature (say std::string without nanobind's caster) makes every call a TypeError."""
+    from loom import _C
+
+    for name in dir(_C):
+        doc = getattr(getattr(_C, name), "__doc__", None) or ""
+        assert "std::" not in doc, f"loom._C.{name}: a parameter has no Python type: {doc.splitlines()[0]}"

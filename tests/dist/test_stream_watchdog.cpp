@@ -60,7 +60,10 @@ TEST(StreamWatchdog, SkippedCopyEngineCollectiveEndsInNamedDiagnostic) {
                                                              {"LOOM_MASTER_ADDR", "127.0.0.1"},
                                                              {"LOOM_MASTER_PORT", port},
                                                              {"LOOM_DEVICE", gpu},
-                                                             {"LOOM_WAIT_TIMEOUT_MS", std::to_string(kTimeoutMs)}},
+                                                             {"LOOM_WAIT_TIMEOUT_MS", std::to_string(kTimeoutMs)},
+                                                             // Off: with it on, rank 0's call 2 would wait in the
+                                                             // store for rank 1's signature, not on the stream.
+                                                             {"LOOM_CHECK_AGREEMENT", "0"}},
                                                             kTimeoutMs / 1000 + 25, /*outside_mps=*/false);
         const long long ended = steady_ns();
         if (w.rank() == 1) {

@@ -1,10 +1,11 @@
-// SMs the collectives use per rank when ranks share a GPU (src/ops/collectives/coll_launch.cpp: shared_gpu_sm_budget):
-// the MPS share when every rank has one, else the GPU divided among the ranks, so that their barrier kernels fit at
-// once.
+// SMs the collectives and overlapped ops use per rank when ranks share a GPU (src/ops/collectives/coll_choice.cpp:
+// shared_gpu_sm_budget): the MPS share when every rank has one, else the GPU divided among the ranks, so that their
+// kernels fit at once.
 #include <gtest/gtest.h>
 
 #include <tuple>
 
+#include "ops/collectives/coll_choice.hpp"
 #include "ops/collectives/coll_launch.hpp"
 #include "ops/collectives/coll_ll.hpp"
 

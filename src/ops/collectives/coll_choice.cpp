@@ -226,6 +226,13 @@ CollTopology collective_topology(World& world) {
     return t;
 }
 
+int shared_gpu_sm_budget(int attr_sms, int ranks_per_gpu, int mps_percentage) {
+    const int ranks = std::max(ranks_per_gpu, 1);
+    const long long pct = mps_percentage;
+    if (pct > 0 && pct * ranks <= 100) return attr_sms;  // a share per rank: the attribute already is the share
+    return std::max(1, attr_sms / ranks);
+}
+
 CollChoice choose_collective(CollKind kind, std::size_t bytes, const CollTopology& topo, bool in_symmetric,
                              bool out_symmetric) {
     using namespace coll;

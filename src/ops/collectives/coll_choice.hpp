@@ -30,6 +30,15 @@ struct CollTopology {
 // This world's topology as the choice sees it. Collective (a store all-gather): every rank calls it; the ops compute
 // it once per World (coll::Core).
 CollTopology collective_topology(World& world);
+// SMs one rank's kernels may plan on when ranks share a GPU (the collectives' and the overlapped ops' grids). The
+// ranks' kernels run at once, and a block that waits for a peer block which has no SM to start on waits forever
+// (reduce_scatter at 4 and 8 ranks with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100 for every rank; ag_gemm's persistent
+// GEMMs under torchrun or mpirun with no share set). With an MPS share per rank (mps_percentage x ranks <= 100, as
+// loomrun sets it) the device attribute already is the rank's share: attr_sms. Otherwise (0: unset, or shares past
+// 100 %) attr_sms / ranks_per_gpu, at least 1, so that one block per SM of every rank fits the GPU at once (the LL
+// kernels, whose packet capacity may need more blocks, then deal their packet blocks over that many:
+// Budget::resident_blocks, setup_ll).
+int shared_gpu_sm_budget(int attr_sms, int ranks_per_gpu, int mps_percentage);
 // bytes: all_gather / all_to_all: the per-rank input; reduce_scatter: the per-rank output; all_reduce: the buffer.
 // in_symmetric / out_symmetric say which algorithms are feasible. Where none is, the first row whose algorithm can be
 // staged (coll::stageable) wins, staged (its copy-engine path replaced by ld/st: the staged paths are kernels).

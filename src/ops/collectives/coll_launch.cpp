@@ -86,13 +86,6 @@ std::size_t PlanKeyHash::operator()(const PlanKey& k) const {
     return static_cast<std::size_t>(h);
 }
 
-int shared_gpu_sm_budget(int attr_sms, int ranks_per_gpu, int mps_percentage) {
-    const int ranks = std::max(ranks_per_gpu, 1);
-    const long long pct = mps_percentage;
-    if (pct > 0 && pct * ranks <= 100) return attr_sms;  // a share per rank: the attribute already is the share
-    return std::max(1, attr_sms / ranks);
-}
-
 int grid_stride_block_cap(const Budget& b, int cap, bool fanout) {
     if (!b.topo.shared_gpu) return cap;
     const int sms = std::max(b.num_sms, 1);

@@ -92,16 +92,6 @@ struct Budget {
     int resident_blocks = 0;
 };
 
-// SMs one rank's collectives may use when ranks share a GPU. The ranks' barrier kernels run at once, and a block
-// that waits for a peer block which has no SM to start on waits forever (reduce_scatter at 4 and 8 ranks with
-// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100 for every rank). With an MPS share per rank (mps_percentage x ranks <= 100,
-// as loomrun sets it) the device attribute already is the rank's share: attr_sms. Otherwise (0: unset, or shares
-// past 100 %) attr_sms / ranks_per_gpu, at least 1, so that one block per SM of every rank fits the GPU at once (the
-// LL kernels, whose packet capacity may need more blocks, then deal their packet blocks over that many:
-// Budget::resident_blocks, setup_ll). The overlapped GEMMs do not keep to it: an MPS share per rank remains the
-// supported setting.
-int shared_gpu_sm_budget(int attr_sms, int ranks_per_gpu, int mps_percentage);
-
 // The block cap of a grid-strided kernel (kFlagGridStride) when ranks share a GPU, where num_sms is the rank's MPS
 // share of the SMs (loomrun's shares: 66, 26 and 14 SMs at 2, 4 and 8 ranks on an H200): one block per SM of the
 // share for reduce_scatter's pull; for the fan-out all_gather push (fanout), whose writes are W times its reads, one

@@ -28,9 +28,9 @@ void plan_sms(World& world, Budget& b) {
         const std::string share = pct > 0 ? std::to_string(pct) : std::string("unset");
         log(LogLevel::Warn,
             "warning: {} ranks share a GPU without an MPS share each (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={}): the "
-            "collectives keep to {} of the {} SMs per rank so that every rank's launches stay resident, but the "
-            "overlapped GEMMs do not and can wait for peers that do not get to run; give each rank its own share, at "
-            "most 100 / ranks % (loomrun does)",
+            "collectives and overlapped ops keep to {} of the {} SMs per rank so that every rank's launches stay "
+            "resident beside its peers'; give each rank its own share, at most 100 / ranks % (loomrun does), for "
+            "kernels of other libraries to keep to it too",
             b.topo.ranks_per_gpu, share, budget, b.num_sms);
     }
     b.resident_blocks = budget;

@@ -6,6 +6,7 @@
 #include "loom/ops/collectives.hpp"
 #include "loom/runtime/device_memory.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
 #include "ops/collectives/coll_choice.hpp"
 
 namespace loom::overlap {
@@ -16,7 +17,11 @@ DeviceFacts::DeviceFacts(World& world) : device(world.device()) {
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&device_sms, cudaDevAttrMultiProcessorCount, device));
     arch = major * 10 + minor;
-    shared_gpu = collective_topology(world).shared_gpu;
+    const CollTopology topo = collective_topology(world);
+    shared_gpu = topo.shared_gpu;
+    // Ranks sharing the GPU without an MPS share each (torchrun, mpirun): every rank plans on its part of the SMs, so
+    // that the ranks' persistent GEMMs and communication blocks, which wait for each other, are resident at once.
+    if (shared_gpu) device_sms = shared_gpu_sm_budget(device_sms, topo.ranks_per_gpu, settings().mps_thread_percentage);
 }
 
 void check_state_outside_capture(const char* op, bool captured) {

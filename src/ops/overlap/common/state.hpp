@@ -38,7 +38,8 @@ struct DeviceFacts final : WorldState {
     explicit DeviceFacts(World& world);
     int device = 0;
     int arch = 0;             // compute capability x 10
-    int device_sms = 0;       // cudaDevAttrMultiProcessorCount (under MPS: this client's share)
+    int device_sms = 0;       // cudaDevAttrMultiProcessorCount (under MPS: this client's share); ranks sharing the
+                              // GPU without a share each: shared_gpu_sm_budget's part of it
     bool shared_gpu = false;  // another rank runs on this GPU (collective_topology)
 };
 
