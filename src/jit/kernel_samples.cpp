@@ -61,6 +61,14 @@ const std::vector<KernelSample>& kernel_samples() {
          true},
         {"loom/kernels/overlap/gemm_ar.cuh", "loom::kernels::overlap::gemm_ar_reduce", {"__nv_bfloat16"}},
         {"loom/kernels/overlap/gemm_ar.cuh", "loom::kernels::overlap::gemm_ar_reduce", {"__half"}},
+        // ---- MoE routing ----
+        {"loom/kernels/moe/routing.cuh", "loom::kernels::moe::moe_route_count", {}, false, {}},
+        {"loom/kernels/moe/routing.cuh", "loom::kernels::moe::moe_route_scan", {}, false, {}},
+        {"loom/kernels/moe/routing.cuh", "loom::kernels::moe::moe_route_scatter", {}, false, {}},
+        {"loom/kernels/moe/routing.cuh", "loom::kernels::moe::moe_permute", {"uint4"}},
+        {"loom/kernels/moe/routing.cuh", "loom::kernels::moe::moe_permute", {"unsigned short"}},
+        {"loom/kernels/moe/routing.cuh", "loom::kernels::moe::moe_topk_reduce", {"__nv_bfloat16", "float"}},
+        {"loom/kernels/moe/routing.cuh", "loom::kernels::moe::moe_topk_reduce", {"float", "__half"}},
         // ---- collectives ----
         {"loom/kernels/collectives/coll_common.cuh", "loom::kernels::coll::coll_barrier", {}},
         {"loom/kernels/collectives/all_gather.cuh", "loom::kernels::coll::all_gather_push", {"float", "0"}},
