@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -31,15 +30,14 @@ struct Model {
 };
 
 // Rows per expert: uniform (rows / E, the remainder spread over the first experts) or skewed (a power law over the
-// experts in a fixed shuffled order: the busiest expert gets several times the average, some get none).
+// experts in a fixed permuted order: the busiest expert gets several times the average, some get few or none).
 std::vector<int> routing(int rows, int e, bool skewed) {
     std::vector<int> s(e, rows / e);
     for (int i = 0; i < rows % e; ++i) ++s[i];
     if (!skewed) return s;
+    // Weight (i + 1)^-1.2 to expert (7919 i) mod E (7919 is prime: a fixed permutation; moe_torch_grouped.py too).
     std::vector<double> w(e);
-    for (int i = 0; i < e; ++i) w[i] = std::pow(1.0 / (i + 1), 1.2);
-    std::mt19937 rng(42);
-    std::shuffle(w.begin(), w.end(), rng);
+    for (int i = 0; i < e; ++i) w[(7919 * i) % e] = std::pow(1.0 / (i + 1), 1.2);
     double total = 0;
     for (double x : w) total += x;
     int given = 0;
