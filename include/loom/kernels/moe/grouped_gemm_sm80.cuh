@@ -2,8 +2,9 @@
 // sm_80 kernel's tile (kernels/gemm/gemm_sm80.cuh: cp.async + ldmatrix + mma.sync, 128 x 128 x 32, 256 threads).
 //
 // One CTA per tile of an upper bound of the tile count (the host's: ceil(max_rows / 128) + groups row blocks x
-// n blocks); each CTA builds the row-block prefix from the device offsets (grouped_tiles.cuh), maps its index through
-// the hooks' tile order, and leaves at once when the index is past the real tiles. A's rows past the group's end and
+// n blocks); each CTA builds the row-block prefix from the device offsets (grouped_tiles.cuh) and walks the linear
+// tiles blockIdx.x, blockIdx.x + gridDim.x, ... through the hooks' tile order (one each, unless max_rows understated
+// the rows; none when its index is past the real tiles). A's rows past the group's end and
 // B's rows / columns past n are read as zeros (cp.async zero-fill): B_e's base is its own expert's. Stores are masked
 // to the group's rows and C's columns.
 // SwiGLU: the tile's 128 B columns are, per warp column w (32 columns), 16 gate columns j0 + 16 w .. and the 16 up
@@ -21,28 +22,12 @@
 
 namespace loom::kernels::moe {
 
-// args.a / args.b: A [rows, k] (lda) and B, E experts stacked: [E * n, k] (kBKMajor) or [E * k, n] (ldb).
-// Grid: (upper bound of the tiles); block: kSm80Threads; dynamic smem: gemm_sm80_smem_bytes(STAGES) +
-// grouped_prefix_bytes(num_groups).
-template <class TIn, class TOut, int STAGES, bool kBKMajor, int kActivation, class Hooks = GroupedNoHooks>
-__global__ void __launch_bounds__(kSm80Threads)
-    grouped_gemm_sm80(const GroupedGemmArgs args, const __grid_constant__ Hooks hooks) {
-    constexpr GroupedAct kAct = static_cast<GroupedAct>(kActivation);
+// One tile of grouped_gemm_sm80 (every thread of the CTA).
+template <class TIn, class TOut, int STAGES, bool kBKMajor, GroupedAct kAct, class Hooks>
+LOOM_DEVICE LOOM_FORCEINLINE void grouped_tile_sm80(const Hooks& hooks, const GroupedTileGrid& grid,
+                                                    const GroupedGemmArgs& args, int32_t linear, TIn* smem) {
     constexpr bool kSwiGLU = kAct == GroupedAct::SwiGLU;
-    static_assert(STAGES >= 2 && STAGES <= 6, "STAGES in [2, 6]");
-    static_assert(sizeof(TIn) == 2, "inputs are bf16 or fp16");
-    static_assert(GroupedHooks<Hooks>, "Hooks: a grouped tile order, trivially copyable (grouped_tiles.cuh)");
-#if LOOM_ARCH >= 800
     constexpr int kOutCols = kSwiGLU ? kSm80BlockN / 2 : kSm80BlockN;
-    extern __shared__ uint8_t smem_raw[];
-    TIn* smem = reinterpret_cast<TIn*>(smem_raw);
-    int32_t* prefix = reinterpret_cast<int32_t*>(smem_raw + gemm_sm80_smem_bytes(STAGES));
-    __shared__ int32_t scan_scratch[32];
-    build_row_block_prefix<kSm80BlockM, kSm80Threads>(args, prefix, scan_scratch);
-    const GroupedTileGrid grid{prefix, args.num_groups, prefix[args.num_groups], (args.n_out + kOutCols - 1) / kOutCols,
-                               args.group_m};
-    const int32_t linear = static_cast<int32_t>(blockIdx.x);
-    if (linear >= grid.num_tiles()) return;  // uniform
     const GroupedTile t = grouped_tile<kSm80BlockM>(hooks, grid, args, linear);
     if constexpr (GroupedLoadWait<Hooks>) {
         if (threadIdx.x == 0) hooks.before_load(t.group, t.row0);
@@ -89,6 +74,33 @@ __global__ void __launch_bounds__(kSm80Threads)
     if constexpr (GroupedStoreNotify<Hooks>) {
         __syncthreads();
         if (threadIdx.x == 0) hooks.after_store(t.group, t.row0, t.rows, t.n_block);
+    }
+}
+
+// args.a / args.b: A [rows, k] (lda) and B, E experts stacked: [E * n, k] (kBKMajor) or [E * k, n] (ldb).
+// Grid: (upper bound of the tiles); block: kSm80Threads; dynamic smem: gemm_sm80_smem_bytes(STAGES) +
+// grouped_prefix_bytes(num_groups).
+template <class TIn, class TOut, int STAGES, bool kBKMajor, int kActivation, class Hooks = GroupedNoHooks>
+__global__ void __launch_bounds__(kSm80Threads)
+    grouped_gemm_sm80(const GroupedGemmArgs args, const __grid_constant__ Hooks hooks) {
+    constexpr GroupedAct kAct = static_cast<GroupedAct>(kActivation);
+    constexpr bool kSwiGLU = kAct == GroupedAct::SwiGLU;
+    static_assert(STAGES >= 2 && STAGES <= 6, "STAGES in [2, 6]");
+    static_assert(sizeof(TIn) == 2, "inputs are bf16 or fp16");
+    static_assert(GroupedHooks<Hooks>, "Hooks: a grouped tile order, trivially copyable (grouped_tiles.cuh)");
+#if LOOM_ARCH >= 800
+    constexpr int kOutCols = kSwiGLU ? kSm80BlockN / 2 : kSm80BlockN;
+    extern __shared__ uint8_t smem_raw[];
+    TIn* smem = reinterpret_cast<TIn*>(smem_raw);
+    int32_t* prefix = reinterpret_cast<int32_t*>(smem_raw + gemm_sm80_smem_bytes(STAGES));
+    __shared__ int32_t scan_scratch[32];
+    build_row_block_prefix<kSm80BlockM, kSm80Threads>(args, prefix, scan_scratch);
+    const GroupedTileGrid grid{prefix, args.num_groups, prefix[args.num_groups], (args.n_out + kOutCols - 1) / kOutCols,
+                               args.group_m};
+    for (int32_t linear = static_cast<int32_t>(blockIdx.x); linear < grid.num_tiles();
+         linear += static_cast<int32_t>(gridDim.x)) {
+        __syncthreads();  // the previous tile's last shared-memory reads are done before this tile's copies
+        grouped_tile_sm80<TIn, TOut, STAGES, kBKMajor, kAct>(hooks, grid, args, linear, smem);
     }
 #else
     __trap();
