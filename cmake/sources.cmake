@@ -18,6 +18,10 @@ set(LOOM_HEADERS
     include/loom/kernels/gemm/gemm_sm80.cuh
     include/loom/kernels/moe/routing.cuh
     include/loom/kernels/moe/routing_params.hpp
+    include/loom/kernels/moe/grouped_gemm.cuh
+    include/loom/kernels/moe/grouped_gemm_params.hpp
+    include/loom/kernels/moe/grouped_gemm_sm80.cuh
+    include/loom/kernels/moe/grouped_tiles.cuh
     include/loom/kernels/overlap/ag_gemm.cuh
     include/loom/kernels/overlap/gemm_ar.cuh
     include/loom/kernels/overlap/gemm_rs.cuh
@@ -114,6 +118,10 @@ set(LOOM_SOURCES
     src/ops/gemm/tune.cpp
     src/ops/gemm/validate.cpp
     src/ops/moe/routing.cpp
+    src/ops/moe/grouped_gemm.cpp
+    src/ops/moe/grouped_gemm_launch.cpp
+    src/ops/moe/grouped_gemm_plan.cpp
+    src/ops/moe/grouped_gemm_validate.cpp
     src/ops/overlap/ag_gemm/ag_gemm.cpp
     src/ops/overlap/ag_gemm/copy_engine.cpp
     src/ops/overlap/ag_gemm/direct.cpp

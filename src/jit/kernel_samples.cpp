@@ -26,6 +26,19 @@ const std::vector<KernelSample>& kernel_samples() {
         {"loom/kernels/gemm/gemm_sm80.cuh",
          "loom::kernels::gemm_sm80_mma_sync",
          {"__nv_bfloat16", "__nv_bfloat16", "float", "4", "true"}},
+        // ---- MoE: grouped GEMM ----
+        {"loom/kernels/moe/grouped_gemm.cuh",
+         "loom::kernels::moe::grouped_gemm_sm90",
+         {"__nv_bfloat16", "__nv_bfloat16", "128", "256", "4", "true", "0", "loom::kernels::moe::GroupedNoHooks"},
+         true},
+        {"loom/kernels/moe/grouped_gemm.cuh",
+         "loom::kernels::moe::grouped_gemm_sm90",
+         {"__nv_fp8_e4m3", "__nv_bfloat16", "64", "256", "6", "true", "1", "loom::kernels::moe::GroupedNoHooks"},
+         true},
+        {"loom/kernels/moe/grouped_gemm_sm80.cuh",
+         "loom::kernels::moe::grouped_gemm_sm80",
+         {"__nv_bfloat16", "__nv_bfloat16", "4", "false", "1", "loom::kernels::moe::GroupedNoHooks"}},
+        {"loom/kernels/moe/grouped_tiles.cuh", "", {}},  // device helpers and hooks of the two kernels above
         // ---- overlapped GEMM + collectives (h9) ----
         {"loom/kernels/overlap/ag_gemm.cuh",
          "loom::kernels::gemm_sm90_tma_wgmma",
