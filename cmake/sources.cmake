@@ -118,6 +118,9 @@ set(LOOM_SOURCES
     src/ops/gemm/tune.cpp
     src/ops/gemm/validate.cpp
     src/ops/moe/routing.cpp
+    src/ops/moe/tp/checks.cpp
+    src/ops/moe/tp/sequential.cpp
+    src/ops/moe/tp/tp_moe.cpp
     src/ops/moe/grouped_gemm.cpp
     src/ops/moe/grouped_gemm_launch.cpp
     src/ops/moe/grouped_gemm_plan.cpp

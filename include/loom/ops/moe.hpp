@@ -111,4 +111,51 @@ void moe_permute(const MatrixView& x, const MoeRouting& routing, const MatrixVie
 // rows: [>= offsets[G], H] bf16 / fp16 / fp32; y: [T, H] bf16 / fp16 / fp32.
 void moe_topk_reduce(const MatrixView& rows, const MoeRouting& routing, const MatrixView& y, cudaStream_t stream);
 
+// ---- TP-MoE -------------------------------------------------------------------------------------------------------
+//
+// Tensor-parallel MoE layers on one node (docs/moe.md): every rank holds an N-slice of every expert. Collective over
+// the World (same order, shapes and options on every rank); work is enqueued on `stream`, the host is not
+// synchronised (except when a state is created or grows). Buffers, state: the ops' own, in the symmetric heap, kept
+// until release_moe_state(world).
+//
+//   ag_moe   out = grouped GEMM of all_gather(x)'s routed rows with w_up's slices: the up projection
+//   moe_rs   out[T_loc, H] = reduce_scatter(top-k reduce(grouped GEMM of rows with w_down's slices)): the down
+//            projection, each rank receiving its own tokens
+//   moe_ar   out[T, H] = all_reduce(top-k reduce(grouped GEMM of rows with w_down's slices)): the down projection of a
+//            decode batch every rank holds whole
+
+enum class TpMoeAlgo {
+    Auto,        // Sequential
+    Sequential,  // Loom's collectives (all_gather / reduce_scatter / all_reduce) around the routing utilities and
+                 // grouped_gemm: no overlap
+};
+const char* to_string(TpMoeAlgo a);
+
+struct TpMoeOptions {
+    TpMoeAlgo algo = TpMoeAlgo::Auto;
+    GroupedGemmOptions gemm{};  // the grouped GEMM's options (ag_moe: e.g. activation = SwiGLU); max_rows is set by
+                                // the op
+};
+
+// x: [T_loc, H] this rank's tokens; topk_idx, topk_weights: [T_loc, k] (device int32 / fp32; weights may be null:
+// 1); w_up: E experts' N-slices stacked, [E x N_loc, H] (GroupedGemmOptions::b_layout NK; KN: [E x H, N_loc]);
+// routing: a routing of shape {W x T_loc, k, E, W, align} (moe_routing_view), which the op fills for the gathered
+// tokens (rank r's tokens are rows [r x T_loc, ...) of the gathered x; group r x E + e: rank r's tokens routed to
+// expert e); out: [>= routing max_rows, N_loc] (N_loc / 2 with SwiGLU), x's dtype or fp32 — the grouped rows.
+void ag_moe(World& world, const MatrixView& x, const int32_t* topk_idx, const float* topk_weights,
+            const MatrixView& w_up, const MoeRouting& routing, const MatrixView& out, cudaStream_t stream,
+            const TpMoeOptions& opts = {});
+// rows: [>= routing max_rows, K_loc] (ag_moe's out after the activation); w_down: [E x H, K_loc] (NK) — this rank's
+// K-slice of every expert's down weight; routing: ag_moe's; out: [T_loc, H] this rank's tokens, bf16 / fp16 / fp32.
+// The partial products are reduced over slots in fp32 (routing.weights), then over ranks in out's type.
+void moe_rs(World& world, const MatrixView& rows, const MatrixView& w_down, const MoeRouting& routing,
+            const MatrixView& out, cudaStream_t stream, const TpMoeOptions& opts = {});
+// As moe_rs for a batch every rank holds whole: routing of shape {T, k, E} (ranks 1, moe_route on the same ids on
+// every rank); out: [T, H], the same on every rank.
+void moe_ar(World& world, const MatrixView& rows, const MatrixView& w_down, const MoeRouting& routing,
+            const MatrixView& out, cudaStream_t stream, const TpMoeOptions& opts = {});
+
+// Frees the TP-MoE ops' state on this World (collective; synchronises the device).
+void release_moe_state(World& world);
+
 }  // namespace loom
