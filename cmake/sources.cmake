@@ -16,6 +16,12 @@ set(LOOM_HEADERS
     include/loom/kernels/gemm/gemm.cuh
     include/loom/kernels/gemm/gemm_params.hpp
     include/loom/kernels/gemm/gemm_sm80.cuh
+    include/loom/kernels/moe/routing.cuh
+    include/loom/kernels/moe/routing_params.hpp
+    include/loom/kernels/moe/grouped_gemm.cuh
+    include/loom/kernels/moe/grouped_gemm_params.hpp
+    include/loom/kernels/moe/grouped_gemm_sm80.cuh
+    include/loom/kernels/moe/grouped_tiles.cuh
     include/loom/kernels/overlap/ag_gemm.cuh
     include/loom/kernels/overlap/gemm_ar.cuh
     include/loom/kernels/overlap/gemm_rs.cuh
@@ -36,6 +42,7 @@ set(LOOM_HEADERS
     include/loom/loom.hpp
     include/loom/ops/collectives.hpp
     include/loom/ops/gemm.hpp
+    include/loom/ops/moe.hpp
     include/loom/ops/overlap.hpp
     include/loom/ptx/async.cuh
     include/loom/ptx/cluster.cuh
@@ -110,6 +117,14 @@ set(LOOM_SOURCES
     src/ops/gemm/split_tail.cpp
     src/ops/gemm/tune.cpp
     src/ops/gemm/validate.cpp
+    src/ops/moe/routing.cpp
+    src/ops/moe/tp/checks.cpp
+    src/ops/moe/tp/sequential.cpp
+    src/ops/moe/tp/tp_moe.cpp
+    src/ops/moe/grouped_gemm.cpp
+    src/ops/moe/grouped_gemm_launch.cpp
+    src/ops/moe/grouped_gemm_plan.cpp
+    src/ops/moe/grouped_gemm_validate.cpp
     src/ops/overlap/ag_gemm/ag_gemm.cpp
     src/ops/overlap/ag_gemm/copy_engine.cpp
     src/ops/overlap/ag_gemm/direct.cpp

@@ -24,10 +24,10 @@ except ImportError:
 
 if _torch is not None:
     from .ops import (ag_gemm, all_gather, all_reduce, all_to_all, all_to_all_v, barrier_on_stream, gemm, gemm_ar,
-                      gemm_rs, reduce_scatter)
+                      gemm_rs, grouped_gemm, reduce_scatter)
 
 gpu_available = _C.gpu_available
 
 __all__ = ["Error", "World", "DType", "init", "default_world", "rank_info", "jit", "gpu_available", "gemm",
-           "all_gather", "reduce_scatter", "all_reduce", "all_to_all", "all_to_all_v", "ag_gemm", "gemm_rs",
-           "gemm_ar", "barrier_on_stream", "__version__"]
+           "grouped_gemm", "all_gather", "reduce_scatter", "all_reduce", "all_to_all", "all_to_all_v", "ag_gemm",
+           "gemm_rs", "gemm_ar", "barrier_on_stream", "__version__"]

@@ -20,7 +20,7 @@ from . import _C
 from ._enums import parse
 from .world import lookup, resolve
 
-__all__ = ["gemm", "all_gather", "reduce_scatter", "all_reduce", "all_to_all", "all_to_all_v", "ag_gemm", "gemm_rs",
+__all__ = ["gemm", "grouped_gemm", "all_gather", "reduce_scatter", "all_reduce", "all_to_all", "all_to_all_v", "ag_gemm", "gemm_rs",
            "gemm_ar", "barrier_on_stream"]
 
 
@@ -194,6 +194,43 @@ def gemm(a: Tensor, b: Tensor, *, out: Optional[Tensor] = None, bias: Optional[T
         return _gemm(*args) if _eager() else _gemm_op(*args)
     args = (a, b, out, bias, scale_a, scale_b, float(alpha), float(beta), b_kn)
     (_gemm_into if _eager() else _gemm_into_op)(*args)
+    return out
+
+
+# ---- grouped_gemm (MoE) -------------------------------------------------------------------------------------------
+_ACTIVATIONS = {"none": 0, "swiglu": 1, "gelu": 2}
+
+
+def grouped_gemm(a: Tensor, b: Tensor, offsets: Tensor, *, num_experts: Optional[int] = None,
+                 out: Optional[Tensor] = None, b_layout: str = "nk", activation: str = "none", alpha: float = 1.0,
+                 scale_a: Optional[Tensor] = None, scale_b: Optional[Tensor] = None,
+                 out_dtype: Optional[torch.dtype] = None) -> Tensor:
+    """out[rows of group g] = act(alpha * scale_a * scale_b[e] * a[rows of g] @ B_e.T), e = g % num_experts, group g
+    owning rows [offsets[g], offsets[g + 1]) (offsets: int32 on the device, len G + 1; never read by the host).
+    b: [E, N, K] (b_layout "nk") or [E, K, N] ("kn"), or 2-D stacked [E * N, K] / [E * K, N] with num_experts given.
+    activation: "none", "swiglu" (out has N / 2 columns: silu(gate) * up, gate columns first), "gelu". bf16 / fp16 /
+    float8_e4m3fn (b_layout "nk") in; out bf16 / fp16 / fp32. Rows of out outside every group are left as they are
+    (uninitialised when out is None). Eager only (no torch.compile registration). docs/moe.md "Grouped GEMM"."""
+    if b.dim() == 3:
+        if num_experts is not None and num_experts != b.shape[0]:
+            raise ValueError(f"grouped_gemm: num_experts {num_experts} disagrees with b's {b.shape[0]} experts")
+        num_experts = b.shape[0]
+        b = b.reshape(b.shape[0] * b.shape[1], b.shape[2])
+    elif num_experts is None:
+        raise ValueError("grouped_gemm: a 2-D b needs num_experts=")
+    _matrix(a, "grouped_gemm", "a")
+    _matrix(b, "grouped_gemm", "b")
+    if b_layout not in ("nk", "kn"):
+        raise ValueError(f"grouped_gemm: b_layout must be 'nk' or 'kn'; given {b_layout!r}")
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"grouped_gemm: activation must be one of {sorted(_ACTIVATIONS)}; given {activation!r}")
+    b_kn = b_layout == "kn"
+    n = b.shape[1] if b_kn else b.shape[0] // num_experts
+    if out is None:
+        cols = n // 2 if activation == "swiglu" else n
+        out = a.new_empty((a.shape[0], cols), dtype=_out_dtype(a, out_dtype))
+    _C.grouped_gemm(_d(a), _d(b), int(num_experts), out, offsets, _stream(a), b_kn, _ACTIVATIONS[activation],
+                    float(alpha), _d(scale_a), _d(scale_b))
     return out
 
 

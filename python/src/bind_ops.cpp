@@ -12,6 +12,7 @@
 #include "convert.hpp"
 #include "loom/ops/collectives.hpp"
 #include "loom/ops/gemm.hpp"
+#include "loom/ops/moe.hpp"
 #include "loom/ops/overlap.hpp"
 #include "world_handle.hpp"
 
@@ -110,6 +111,33 @@ void bind_gemm(nb::module_& m) {
         arg("b_kn") = false, arg("scale_a") = nb::none(), arg("scale_b") = nb::none());
 }
 
+void bind_moe(nb::module_& m) {
+    m.def(
+        "grouped_gemm",
+        [](const AnyArray& a, const AnyArray& b, int num_experts, const AnyArray& c, const AnyArray& offsets,
+           std::uintptr_t stream, bool b_kn, int activation, float alpha, const OptArray& scale_a,
+           const OptArray& scale_b) {
+            const MatrixView va = as_matrix(a, "grouped_gemm", "a"), vb = as_matrix(b, "grouped_gemm", "b"),
+                             vc = as_matrix(c, "grouped_gemm", "out");
+            const BufferView off = as_buffer(offsets, "grouped_gemm", "offsets", DType::I32);
+            LOOM_CHECK(off.count >= 2, "grouped_gemm: expected offsets of num_groups + 1 >= 2 int32, given {}",
+                       off.count);
+            GroupedGemmOptions o;
+            o.b_layout = b_kn ? BLayout::KN : BLayout::NK;
+            o.activation = static_cast<MoeActivation>(activation);
+            o.alpha = alpha;
+            o.scale_a = as_scale(scale_a, "grouped_gemm", "scale_a");
+            o.scale_b = scale_b
+                            ? static_cast<const float*>(as_buffer(*scale_b, "grouped_gemm", "scale_b", DType::F32).data)
+                            : nullptr;
+            nb::gil_scoped_release unlocked;
+            grouped_gemm(va, vb, num_experts, vc, static_cast<const int32_t*>(off.data),
+                         static_cast<int>(off.count) - 1, as_stream(stream), o);
+        },
+        arg("a"), arg("b"), arg("num_experts"), arg("out"), arg("offsets"), arg("stream"), arg("b_kn") = false,
+        arg("activation") = 0, arg("alpha") = 1.f, arg("scale_a") = nb::none(), arg("scale_b") = nb::none());
+}
+
 void bind_overlap(nb::module_& m) {
     m.def(
         "ag_gemm",
@@ -178,6 +206,7 @@ void bind_overlap(nb::module_& m) {
 void bind_ops(nb::module_& m) {
     bind_enums(m);
     bind_gemm(m);
+    bind_moe(m);
     bind_collective<&all_gather>(m, "all_gather");
     bind_collective<&reduce_scatter>(m, "reduce_scatter");
     bind_collective<&all_reduce>(m, "all_reduce");

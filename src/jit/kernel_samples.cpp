@@ -26,6 +26,19 @@ const std::vector<KernelSample>& kernel_samples() {
         {"loom/kernels/gemm/gemm_sm80.cuh",
          "loom::kernels::gemm_sm80_mma_sync",
          {"__nv_bfloat16", "__nv_bfloat16", "float", "4", "true"}},
+        // ---- MoE: grouped GEMM ----
+        {"loom/kernels/moe/grouped_gemm.cuh",
+         "loom::kernels::moe::grouped_gemm_sm90",
+         {"__nv_bfloat16", "__nv_bfloat16", "128", "256", "4", "true", "0", "loom::kernels::moe::GroupedNoHooks"},
+         true},
+        {"loom/kernels/moe/grouped_gemm.cuh",
+         "loom::kernels::moe::grouped_gemm_sm90",
+         {"__nv_fp8_e4m3", "__nv_bfloat16", "64", "256", "6", "true", "1", "loom::kernels::moe::GroupedNoHooks"},
+         true},
+        {"loom/kernels/moe/grouped_gemm_sm80.cuh",
+         "loom::kernels::moe::grouped_gemm_sm80",
+         {"__nv_bfloat16", "__nv_bfloat16", "4", "false", "1", "loom::kernels::moe::GroupedNoHooks"}},
+        {"loom/kernels/moe/grouped_tiles.cuh", "", {}},  // device helpers and hooks of the two kernels above
         // ---- overlapped GEMM + collectives (h9) ----
         {"loom/kernels/overlap/ag_gemm.cuh",
          "loom::kernels::gemm_sm90_tma_wgmma",
@@ -61,6 +74,14 @@ const std::vector<KernelSample>& kernel_samples() {
          true},
         {"loom/kernels/overlap/gemm_ar.cuh", "loom::kernels::overlap::gemm_ar_reduce", {"__nv_bfloat16"}},
         {"loom/kernels/overlap/gemm_ar.cuh", "loom::kernels::overlap::gemm_ar_reduce", {"__half"}},
+        // ---- MoE routing ----
+        {"loom/kernels/moe/routing.cuh", "loom::kernels::moe::moe_route_count", {}, false, {}},
+        {"loom/kernels/moe/routing.cuh", "loom::kernels::moe::moe_route_scan", {}, false, {}},
+        {"loom/kernels/moe/routing.cuh", "loom::kernels::moe::moe_route_scatter", {}, false, {}},
+        {"loom/kernels/moe/routing.cuh", "loom::kernels::moe::moe_permute", {"uint4"}},
+        {"loom/kernels/moe/routing.cuh", "loom::kernels::moe::moe_permute", {"unsigned short"}},
+        {"loom/kernels/moe/routing.cuh", "loom::kernels::moe::moe_topk_reduce", {"__nv_bfloat16", "float"}},
+        {"loom/kernels/moe/routing.cuh", "loom::kernels::moe::moe_topk_reduce", {"float", "__half"}},
         // ---- collectives ----
         {"loom/kernels/collectives/coll_common.cuh", "loom::kernels::coll::coll_barrier", {}},
         {"loom/kernels/collectives/all_gather.cuh", "loom::kernels::coll::all_gather_push", {"float", "0"}},

@@ -122,6 +122,9 @@ std::string format_record(const DiagRecord& r, int fallback_rank) {
                 "rank's symmetric heap (sm {})",
                 who, static_cast<int64_t>(r.expected), base, base + local_world - 1, r.addr, r.smid);
         }
+        case DiagKind::BadIndex:
+            return fmt::format("bad index: {} tag {}: index {} read at {:#x} is out of range [0, {}) (sm {})", who, tag,
+                               static_cast<int64_t>(r.observed), r.addr, r.expected, r.smid);
     }
     return fmt::format("diagnostic record of unknown kind {}: {} tag {} at {:#x} expected {} observed {}", r.kind, who,
                        tag, r.addr, r.expected, r.observed);

@@ -15,6 +15,8 @@
 //                          (LOOM_WAIT_TIMEOUT_MS + 15 s, exit 0); rank 0 prints "ce-skip: call 2 enqueued at <ns>"
 //                          (steady clock) and synchronises, which the stream watchdog ends: SIGABRT after its
 //                          diagnostic. Exit 4: the call completed.
+//     moe-bad-expert       moe_route over ids with one out of range, in a one-rank World (the mailbox): the
+//                          synchronising call raises with the "bad index ... moe_route topk_idx" record. Exit 3.
 //     jit-cache-writer     compiles tests/unit/kernels/jit_add.cuh's add_n<11, float> for sm_90 into the cache
 //                          (LOOM_CACHE_DIR; no GPU needed): one of several concurrent writers. Exit 0: a cubin.
 //   Exit 4: a kernel that should have trapped completed; 2: a usage or set-up error. The wait bound is
@@ -29,9 +31,11 @@
 #include <exception>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/test_kernels.hpp"
 #include "loom/ops/collectives.hpp"
+#include "loom/ops/moe.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/settings.hpp"
 #include "loom/runtime/world.hpp"
@@ -145,6 +149,29 @@ loom::World solo_world() {
     leave(kCompleted);
 }
 
+// Token 5's second slot names expert 8 of 8: moe_route's count kernel traps with a BadIndex record.
+[[noreturn]] void moe_bad_expert() {
+    loom::World w = solo_world();
+    const loom::MoeRoutingShape shape{16, 2, 8};
+    std::vector<std::int32_t> idx(32);
+    for (int j = 0; j < 32; ++j) idx[j] = j % 8;
+    idx[11] = 8;
+    std::int32_t* d_idx = nullptr;
+    void* buf = nullptr;
+    LOOM_CHECK_CUDA(cudaMalloc(&d_idx, idx.size() * 4));
+    LOOM_CHECK_CUDA(cudaMalloc(&buf, loom::moe_routing_bytes(shape)));
+    LOOM_CHECK_CUDA(cudaMemcpy(d_idx, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
+    try {
+        loom::moe_route(d_idx, nullptr, loom::moe_routing_view(shape, buf, loom::moe_routing_bytes(shape)), nullptr);
+        LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+    } catch (const loom::Error& e) {
+        std::printf("moe-child: loom::Error: %s\n", e.what());
+        leave(kRaised);
+    }
+    std::printf("moe-child: moe_route completed; expected a trap\n");
+    leave(kCompleted);
+}
+
 [[noreturn]] void jit_cache_writer() {
     loom::jit::KernelSpec spec;
     spec.header = LOOM_SOURCE_DIR "/tests/unit/kernels/jit_add.cuh";
@@ -163,12 +190,13 @@ int main(int argc, char** argv) {
         if (which == "ce-skip-collective") ce_skip_collective();
         if (which == "diag-missing-notify") diag_missing_notify();
         if (which == "jit-cache-writer") jit_cache_writer();
+        if (which == "moe-bad-expert") moe_bad_expert();
     } catch (const std::exception& e) {
         std::fprintf(stderr, "loom_test_child %s: %s\n", which.c_str(), e.what());
         return kSetupError;
     }
     std::fprintf(stderr,
                  "usage: loom_test_child lang-missing-notify|lang-missing-notify-26|ce-skip-collective|"
-                 "diag-missing-notify|jit-cache-writer\n");
+                 "diag-missing-notify|jit-cache-writer|moe-bad-expert\n");
     return kSetupError;
 }

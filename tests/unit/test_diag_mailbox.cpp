@@ -69,6 +69,16 @@ TEST(DiagMailbox, DecodesBadPeer) {
               "0x1234 is not in this rank's symmetric heap (sm 17)");
 }
 
+TEST(DiagMailbox, DecodesBadIndex) {
+    DiagRecord r = record(DiagKind::BadIndex, 1, "moe_route topk_idx");
+    r.addr = 0x2000;
+    r.expected = 8;
+    r.observed = static_cast<uint64_t>(int64_t{-3});
+    EXPECT_EQ(loom::diag::format_record(r, 0),
+              "bad index: rank 1 block (3,0,0) thread 128 tag moe_route topk_idx: index -3 read at 0x2000 is out of "
+              "range [0, 8) (sm 17)");
+}
+
 TEST(DiagMailbox, TagIsBoundedAndPrintable) {
     DiagRecord r = record(DiagKind::Signal, 0, "");
     std::memset(r.tag, 'x', sizeof r.tag);  // no NUL at all: the decoder must stop at the field's end

@@ -41,6 +41,8 @@ enum class DiagKind : uint32_t {
     Mbarrier = 2,  // tile pipeline: expected = phase parity, observed = raw mbarrier word, elapsed in SM cycles
     BadPeer =
         3,  // lang symm_at: addr = the pointer, expected = the peer, observed = local_base_rank | local_world << 32
+    BadIndex = 4,  // an index read from memory is out of range: addr = the array, expected = the bound (valid
+                   // indices are [0, expected)), observed = the index (sign-extended), tag = what the array is
 };
 
 struct DiagRecord {

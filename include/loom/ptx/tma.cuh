@@ -44,6 +44,22 @@ LOOM_DEVICE LOOM_FORCEINLINE void tma_load_2d(void* smem_dst, const TmaDescripto
 #endif
 }
 
+// Load the 3-D box at (c0, c1, c2) (c2 the outermost dimension, e.g. the expert of stacked weights [E][rows][cols]):
+// as tma_load_2d, with the bounds of every dimension zero-filling what lies outside it.
+LOOM_DEVICE LOOM_FORCEINLINE void tma_load_3d(void* smem_dst, const TmaDescriptor* tmap, uint64_t* bar, int32_t c0,
+                                              int32_t c1, int32_t c2) {
+#if LOOM_ARCH >= 900
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
+        "[%2];\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
+        "l"(reinterpret_cast<uint64_t>(tmap)), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))), "r"(c0),
+        "r"(c1), "r"(c2)
+        : "memory");
+#else
+    __trap();
+#endif
+}
+
 // Multicast load: the box at (c0, c1) lands at the same shared-memory offset as smem_dst in every CTA of the
 // cluster whose bit is set in cta_mask, and each of those CTAs' mbarrier at bar's offset gets complete_tx of
 // the box's bytes. Issued by one thread; every destination must have initialised its barrier (cluster-wide

@@ -24,25 +24,22 @@ LOOM_DEVICE LOOM_FORCEINLINE int k32_offset(int r, int chunk) { return r * 32 + 
 LOOM_DEVICE LOOM_FORCEINLINE int n128_offset(int r, int chunk) { return r * 128 + ((chunk ^ (r & 7)) * 8); }
 }  // namespace detail
 
-// a: [m, k] row-major (lda elements). b: [n, k] (kBKMajor) or [k, n] row-major (ldb elements).
-// Grid: (ceil(n / 128), ceil(m / 128)); block: 256 threads; dynamic smem: gemm_sm80_smem_bytes(STAGES).
-template <class TIn, class TOut, class TBias, int STAGES, bool kBKMajor>
-__global__ void __launch_bounds__(kSm80Threads)
-    gemm_sm80_mma_sync(const TIn* __restrict__ a, int64_t lda, const TIn* __restrict__ b, int64_t ldb,
-                       const GemmArgs args) {
-    static_assert(STAGES >= 2 && STAGES <= 6, "STAGES in [2, 6]");
-    static_assert(sizeof(TIn) == 2, "inputs are bf16 or fp16");
-#if LOOM_ARCH >= 800
+// The mainloop of one 128 x 128 tile (256 threads, convergent), shared with the grouped GEMM (kernels/moe/): acc :=
+// A[row0 .., :] x B^T for tile column r = B's row (kBKMajor) or column b_col(r); rows of A at or past a_row_end and B's
+// rows / columns at or past n are read as zeros. b_col is called with r and with multiples of 8 (a [K, N] B is copied
+// in 8-column chunks, so it must map each aligned run of 8 to 8 consecutive columns). smem:
+// gemm_sm80_smem_bytes(STAGES).
+template <class TIn, int STAGES, bool kBKMajor, class BCol>
+LOOM_DEVICE LOOM_FORCEINLINE void sm80_tile_mainloop(const TIn* __restrict__ a, int64_t lda, int32_t row0,
+                                                     int32_t a_row_end, const TIn* __restrict__ b, int64_t ldb,
+                                                     int32_t n, int32_t k, const BCol& b_col, float (&acc)[4][4][4],
+                                                     TIn* smem) {
     constexpr bool kBF16 = tile::kSameType<TIn, __nv_bfloat16>;
     constexpr int BM = kSm80BlockM, BN = kSm80BlockN, BK = kSm80BlockK;
     constexpr int kStageElems = (BM + BN) * BK;
-    extern __shared__ uint8_t smem_raw[];
-    TIn* smem = reinterpret_cast<TIn*>(smem_raw);
-
     const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
     const int warp_m = warp / 4, warp_n = warp % 4;  // warp tile rows [64 warp_m, +64), cols [32 warp_n, +32)
-    const int row0 = static_cast<int>(blockIdx.y) * BM, col0 = static_cast<int>(blockIdx.x) * BN;
-    const int num_k_blocks = (args.k + BK - 1) / BK;
+    const int num_k_blocks = (k + BK - 1) / BK;
 
     // Copy one k-block into stage s: A 128 x 32 (512 chunks), B 128 x 32 or 32 x 128 (512 chunks), 2 + 2 per
     // thread. K % 8 == 0, so a chunk is entirely inside or outside the matrix.
@@ -55,7 +52,7 @@ __global__ void __launch_bounds__(kSm80Threads)
             const int c = tid + i * kSm80Threads;
             const int r = c / 4, ch = c % 4;
             const int gr = row0 + r, gk = k0 + ch * 8;
-            const bool ok = gr < args.m && gk < args.k;
+            const bool ok = gr < a_row_end && gk < k;
             ptx::cp_async_16_zfill(sa + detail::k32_offset(r, ch), ok ? a + gr * lda + gk : a, ok);
         }
 #pragma unroll
@@ -63,19 +60,18 @@ __global__ void __launch_bounds__(kSm80Threads)
             const int c = tid + i * kSm80Threads;
             if constexpr (kBKMajor) {
                 const int r = c / 4, ch = c % 4;
-                const int gn = col0 + r, gk = k0 + ch * 8;
-                const bool ok = gn < args.n && gk < args.k;
+                const int gn = b_col(r), gk = k0 + ch * 8;
+                const bool ok = gn < n && gk < k;
                 ptx::cp_async_16_zfill(sb + detail::k32_offset(r, ch), ok ? b + gn * ldb + gk : b, ok);
             } else {
                 const int r = c / 16, ch = c % 16;
-                const int gk = k0 + r, gn = col0 + ch * 8;
-                const bool ok = gk < args.k && gn < args.n;
+                const int gk = k0 + r, gn = b_col(ch * 8);
+                const bool ok = gk < k && gn < n;
                 ptx::cp_async_16_zfill(sb + detail::n128_offset(r, ch), ok ? b + gk * ldb + gn : b, ok);
             }
         }
     };
 
-    float acc[4][4][4];  // [m16 frag][n8 frag][4]
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -113,14 +109,14 @@ __global__ void __launch_bounds__(kSm80Threads)
                 uint32_t r4[4];
                 if constexpr (kBKMajor) {
                     // Matrices: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15).
-                    const int n = warp_n * 32 + jp * 16 + (lane / 16) * 8 + (lane % 8);
+                    const int nn = warp_n * 32 + jp * 16 + (lane / 16) * 8 + (lane % 8);
                     const int ch = kk * 2 + (lane / 8) % 2;
-                    ptx::ldmatrix_x4(r4, sb + detail::k32_offset(n, ch));
+                    ptx::ldmatrix_x4(r4, sb + detail::k32_offset(nn, ch));
                 } else {
                     // Transposed from [k][n]: (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15).
-                    const int k = kk * 16 + (lane / 8) % 2 * 8 + (lane % 8);
+                    const int kr = kk * 16 + (lane / 8) % 2 * 8 + (lane % 8);
                     const int ch = (warp_n * 32 + jp * 16) / 8 + lane / 16;
-                    ptx::ldmatrix_x4_trans(r4, sb + detail::n128_offset(k, ch));
+                    ptx::ldmatrix_x4_trans(r4, sb + detail::n128_offset(kr, ch));
                 }
                 bf[2 * jp][0] = r4[0];
                 bf[2 * jp][1] = r4[1];
@@ -134,6 +130,25 @@ __global__ void __launch_bounds__(kSm80Threads)
         }
     }
     ptx::cp_async_wait<0>();
+}
+
+// a: [m, k] row-major (lda elements). b: [n, k] (kBKMajor) or [k, n] row-major (ldb elements).
+// Grid: (ceil(n / 128), ceil(m / 128)); block: 256 threads; dynamic smem: gemm_sm80_smem_bytes(STAGES).
+template <class TIn, class TOut, class TBias, int STAGES, bool kBKMajor>
+__global__ void __launch_bounds__(kSm80Threads)
+    gemm_sm80_mma_sync(const TIn* __restrict__ a, int64_t lda, const TIn* __restrict__ b, int64_t ldb,
+                       const GemmArgs args) {
+    static_assert(STAGES >= 2 && STAGES <= 6, "STAGES in [2, 6]");
+    static_assert(sizeof(TIn) == 2, "inputs are bf16 or fp16");
+#if LOOM_ARCH >= 800
+    extern __shared__ uint8_t smem_raw[];
+    TIn* smem = reinterpret_cast<TIn*>(smem_raw);
+    const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+    const int warp_m = warp / 4, warp_n = warp % 4;  // warp tile rows [64 warp_m, +64), cols [32 warp_n, +32)
+    const int row0 = static_cast<int>(blockIdx.y) * kSm80BlockM, col0 = static_cast<int>(blockIdx.x) * kSm80BlockN;
+    float acc[4][4][4];  // [m16 frag][n8 frag][4]
+    sm80_tile_mainloop<TIn, STAGES, kBKMajor>(
+        a, lda, row0, args.m, b, ldb, args.n, args.k, [col0](int r) { return col0 + r; }, acc, smem);
 
     const tile::EpilogueParams<TOut, TBias> epi{static_cast<TOut*>(args.d),
                                                 args.ldd,

@@ -1,0 +1,187 @@
+// bench-moe: the MoE ops on one GPU. Mode `grouped`: loom::grouped_gemm (device group offsets) against cuBLAS's grouped
+// GEMM (cublasGemmGroupedBatchedEx, host-side sizes, one call) on the expert shapes — (N, K, E, top-k) of
+// Mixtral-8x7B, Mixtral-8x22B, Qwen1.5-MoE, DeepSeek-MoE, Qwen3-30B-A3B at 8192 and 128 tokens (rows = tokens x
+// top-k), uniform and skewed routing, bf16 in and out, B as [N, K] — timed interleaved by the harness (L2 flush,
+// events, median). Rows: docs/perf schema (shape fields, loom_us, baselines, speedup); bench/moe_torch_grouped.py times
+// torch._grouped_mm on the same shapes for the same file (docs/perf/grouped_gemm.json).
+//
+//     build/bench/bench-moe grouped --out grouped_gemm.json
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cublaslt.hpp"
+#include "harness.hpp"
+#include "loom/bf16.hpp"
+#include "loom/ops/moe.hpp"
+#include "loom/runtime/error.hpp"
+
+namespace {
+
+struct Model {
+    const char* name;
+    int n, k, e, topk;
+};
+
+// Rows per expert: uniform (rows / E, the remainder spread over the first experts) or skewed (a power law over the
+// experts in a fixed permuted order: the busiest expert gets several times the average, some get few or none).
+std::vector<int> routing(int rows, int e, bool skewed) {
+    std::vector<int> s(e, rows / e);
+    for (int i = 0; i < rows % e; ++i) ++s[i];
+    if (!skewed) return s;
+    // Weight (i + 1)^-1.2 to expert (7919 i) mod E (7919 is prime: a fixed permutation; moe_torch_grouped.py too).
+    std::vector<double> w(e);
+    for (int i = 0; i < e; ++i) w[(7919 * i) % e] = std::pow(1.0 / (i + 1), 1.2);
+    double total = 0;
+    for (double x : w) total += x;
+    int given = 0;
+    for (int i = 0; i < e; ++i) given += s[i] = static_cast<int>(std::floor(rows * w[i] / total));
+    for (int i = 0; given < rows; i = (i + 1) % e, ++given) ++s[i];
+    return s;
+}
+
+#define CUBLAS_OK(x)                                                                           \
+    do {                                                                                       \
+        const cublasStatus_t st_ = (x);                                                        \
+        LOOM_CHECK(st_ == CUBLAS_STATUS_SUCCESS, "{} failed: cuBLAS status {}", #x, int(st_)); \
+    } while (0)
+
+// DeepGEMM's calc_diff of two bf16 [rows, n] matrices over up to 256 rows spread evenly (NaN counts as a mismatch).
+double sampled_diff(const void* got, const void* ref, int rows, int n) {
+    const int step = std::max(1, rows / 256), count = (rows + step - 1) / step;
+    const size_t pitch = size_t(step) * n * 2;
+    std::vector<uint16_t> x(size_t(count) * n), y(size_t(count) * n);
+    LOOM_CHECK_CUDA(cudaMemcpy2D(x.data(), size_t(n) * 2, got, pitch, size_t(n) * 2, count, cudaMemcpyDeviceToHost));
+    LOOM_CHECK_CUDA(cudaMemcpy2D(y.data(), size_t(n) * 2, ref, pitch, size_t(n) * 2, count, cudaMemcpyDeviceToHost));
+    double xy = 0, xx = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+        const double a = loom::bf16_to_float(x[i]), b = loom::bf16_to_float(y[i]);
+        if (std::isnan(a)) return 1;
+        xy += a * b;
+        xx += a * a + b * b;
+    }
+    return xx > 0 ? 1 - 2 * xy / xx : 0;
+}
+
+int grouped(const std::string& out, int iters, int argc, char** argv) {
+    const std::vector<Model> models = {{"Mixtral-8x7B", 14336, 4096, 8, 2},
+                                       {"Mixtral-8x22B", 16384, 6144, 8, 2},
+                                       {"Qwen1.5-MoE", 1408, 2048, 60, 4},
+                                       {"DeepSeek-MoE", 1408, 2048, 64, 6},
+                                       {"Qwen3-30B-A3B", 768, 2048, 128, 8}};
+    loom::bench::Report report("grouped_gemm", 1, argc, argv);
+    cudaStream_t stream;
+    LOOM_CHECK_CUDA(cudaStreamCreate(&stream));
+    cublasHandle_t handle;
+    CUBLAS_OK(cublasCreate(&handle));
+    CUBLAS_OK(cublasSetStream(handle, stream));
+    loom::bench::TimeOptions topts;
+    topts.iters = iters;
+    std::printf("%-14s %6s %-8s %9s %9s %9s %8s\n", "model", "tokens", "routing", "loom_us", "cublas_us", "TFLOP/s",
+                "speedup");
+    for (const Model& m : models) {
+        for (int tokens : {8192, 128}) {
+            for (bool skewed : {false, true}) {
+                const int rows = tokens * m.topk;
+                const std::vector<int> sizes = routing(rows, m.e, skewed);
+                std::vector<int32_t> offsets(m.e + 1, 0);
+                for (int i = 0; i < m.e; ++i) offsets[i + 1] = offsets[i] + sizes[i];
+                void *a, *b, *c, *c_ref, *off;
+                const size_t a_bytes = size_t(rows) * m.k * 2, b_bytes = size_t(m.e) * m.n * m.k * 2,
+                             c_bytes = size_t(rows) * m.n * 2;
+                LOOM_CHECK_CUDA(cudaMalloc(&a, a_bytes));
+                LOOM_CHECK_CUDA(cudaMalloc(&b, b_bytes));
+                LOOM_CHECK_CUDA(cudaMalloc(&c, c_bytes));
+                LOOM_CHECK_CUDA(cudaMalloc(&c_ref, c_bytes));
+                LOOM_CHECK_CUDA(cudaMalloc(&off, offsets.size() * 4));
+                loom::bench::fill_random_bf16(a, size_t(rows) * m.k, 1);
+                loom::bench::fill_random_bf16(b, size_t(m.e) * m.n * m.k, 2);
+                LOOM_CHECK_CUDA(cudaMemcpy(off, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
+
+                // cuBLAS (column-major): C_e^T [N, M_e] = B_e^T' x A_e^T, i.e. m = N, n = M_e, k = K, B_e transposed.
+                std::vector<int> gm, gn, gk, glda, gldb, gldc, gsize;
+                std::vector<cublasOperation_t> ta, tb;
+                std::vector<float> alpha, beta;
+                std::vector<const void*> pa, pb;
+                std::vector<void*> pc;
+                for (int i = 0; i < m.e; ++i) {
+                    if (sizes[i] == 0) continue;
+                    gm.push_back(m.n), gn.push_back(sizes[i]), gk.push_back(m.k);
+                    ta.push_back(CUBLAS_OP_T), tb.push_back(CUBLAS_OP_N);
+                    glda.push_back(m.k), gldb.push_back(m.k), gldc.push_back(m.n), gsize.push_back(1);
+                    alpha.push_back(1.f), beta.push_back(0.f);
+                    pa.push_back(static_cast<char*>(b) + size_t(i) * m.n * m.k * 2);
+                    pb.push_back(static_cast<char*>(a) + size_t(offsets[i]) * m.k * 2);
+                    pc.push_back(static_cast<char*>(c_ref) + size_t(offsets[i]) * m.n * 2);
+                }
+                const int groups = static_cast<int>(gm.size());
+                void **dpa, **dpb, **dpc;
+                LOOM_CHECK_CUDA(cudaMalloc(&dpa, groups * sizeof(void*)));
+                LOOM_CHECK_CUDA(cudaMalloc(&dpb, groups * sizeof(void*)));
+                LOOM_CHECK_CUDA(cudaMalloc(&dpc, groups * sizeof(void*)));
+                LOOM_CHECK_CUDA(cudaMemcpy(dpa, pa.data(), groups * sizeof(void*), cudaMemcpyHostToDevice));
+                LOOM_CHECK_CUDA(cudaMemcpy(dpb, pb.data(), groups * sizeof(void*), cudaMemcpyHostToDevice));
+                LOOM_CHECK_CUDA(cudaMemcpy(dpc, pc.data(), groups * sizeof(void*), cudaMemcpyHostToDevice));
+                const auto run_cublas = [&](cudaStream_t) {
+                    CUBLAS_OK(cublasGemmGroupedBatchedEx(handle, ta.data(), tb.data(), gm.data(), gn.data(), gk.data(),
+                                                         alpha.data(), dpa, CUDA_R_16BF, glda.data(), dpb, CUDA_R_16BF,
+                                                         gldb.data(), beta.data(), dpc, CUDA_R_16BF, gldc.data(),
+                                                         groups, gsize.data(), CUBLAS_COMPUTE_32F));
+                };
+                const loom::MatrixView A{a, loom::DType::BF16, rows, m.k, 0};
+                const loom::MatrixView B{b, loom::DType::BF16, int64_t(m.e) * m.n, m.k, 0};
+                const loom::MatrixView C{c, loom::DType::BF16, rows, m.n, 0};
+                const auto run_loom = [&](cudaStream_t s) {
+                    loom::grouped_gemm(A, B, m.e, C, static_cast<const int32_t*>(off), m.e, s);
+                };
+                run_loom(stream);
+                run_cublas(stream);
+                LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+                const double diff = sampled_diff(c, c_ref, rows, m.n);
+                const auto ts = loom::bench::time_ops({run_loom, run_cublas}, stream, topts);
+                const double flops = 2.0 * rows * m.n * m.k;
+                const double loom_us = ts[0].median_us, cublas_us = ts[1].median_us;
+                std::printf("%-14s %6d %-8s %9.1f %9.1f %9.1f %8.3f  diff %.2g\n", m.name, tokens,
+                            skewed ? "skewed" : "uniform", loom_us, cublas_us, flops / loom_us / 1e6,
+                            cublas_us / loom_us, diff);
+                report.add_row({{"model", m.name},
+                                {"n", m.n},
+                                {"k", m.k},
+                                {"experts", m.e},
+                                {"topk", m.topk},
+                                {"tokens", tokens},
+                                {"rows", rows},
+                                {"routing", skewed ? "skewed" : "uniform"},
+                                {"dtype", "bf16"},
+                                {"calc_diff", diff},
+                                {"loom_us", loom_us},
+                                {"loom_tflops", flops / loom_us / 1e6},
+                                {"baselines", {{"cublas_grouped", cublas_us}}}});
+                cudaFree(dpa), cudaFree(dpb), cudaFree(dpc);
+                cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(c_ref), cudaFree(off);
+            }
+        }
+    }
+    cublasDestroy(handle);
+    report.write(out.empty() ? "/dev/stdout" : out);
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string mode = "grouped", out;
+    int iters = 30;
+    CLI::App app{"bench-moe: Loom's MoE ops (grouped: loom::grouped_gemm against cuBLAS's grouped GEMM)"};
+    app.add_option("mode", mode, "what to time")->check(CLI::IsMember({"grouped"}))->capture_default_str();
+    app.add_option("--out", out, "output file (default: print only)");
+    app.add_option("--iters", iters, "timed runs per shape")->capture_default_str()->check(CLI::PositiveNumber);
+    loom::bench::parse_or_exit(app, argc, argv);
+    return grouped(out, iters, argc, argv);
+}

@@ -1,0 +1,88 @@
+"""torch._grouped_mm on bench-moe grouped's shapes, rows in the docs/perf schema for docs/perf/grouped_gemm.json.
+
+    python bench/moe_torch_grouped.py --out torch_grouped.json
+
+(N, K, E, top-k) of Mixtral-8x7B, Mixtral-8x22B, Qwen1.5-MoE, DeepSeek-MoE, Qwen3-30B-A3B at 8192 and 128 tokens
+(rows = tokens x top-k), uniform and skewed routing (the same sizes as bench/bench_moe.cpp's `routing`), bf16:
+out[rows of e] = a[rows of e] @ w[e].T with w [E, N, K] and int32 cumulative offsets on the device. Timed with CUDA
+events after an L2 flush, median of --iters runs; each row's "baselines" holds {"torch_grouped_mm": us}.
+"""
+import argparse
+import json
+import math
+import statistics
+import subprocess
+
+import torch
+
+MODELS = [("Mixtral-8x7B", 14336, 4096, 8, 2), ("Mixtral-8x22B", 16384, 6144, 8, 2), ("Qwen1.5-MoE", 1408, 2048, 60, 4),
+          ("DeepSeek-MoE", 1408, 2048, 64, 6), ("Qwen3-30B-A3B", 768, 2048, 128, 8)]
+
+
+def routing(rows: int, e: int, skewed: bool):
+    """bench_moe.cpp's routing(): uniform, or weight (i + 1)^-1.2 to expert (7919 i) mod E (the same sizes)."""
+    s = [rows // e + (1 if i < rows % e else 0) for i in range(e)]
+    if not skewed:
+        return s
+    w = [0.0] * e
+    for i in range(e):
+        w[(7919 * i) % e] = (1.0 / (i + 1)) ** 1.2
+    total = sum(w)
+    s = [math.floor(rows * x / total) for x in w]
+    i = 0
+    while sum(s) < rows:
+        s[i] += 1
+        i = (i + 1) % e
+    return s
+
+
+def time_us(fn, iters: int) -> float:
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    for _ in range(5):
+        fn()
+    times = []
+    for _ in range(iters):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="")
+    p.add_argument("--iters", type=int, default=30)
+    args = p.parse_args()
+    rows_out = []
+    for name, n, k, e, topk in MODELS:
+        for tokens in (8192, 128):
+            for skewed in (False, True):
+                rows = tokens * topk
+                sizes = routing(rows, e, skewed)
+                a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+                w = torch.randn(e, n, k, device="cuda", dtype=torch.bfloat16)
+                offs = torch.tensor(sizes, device="cuda", dtype=torch.int32).cumsum(0, dtype=torch.int32)
+                fn = lambda: torch._grouped_mm(a, w.transpose(-2, -1), offs=offs, out_dtype=torch.bfloat16)  # noqa
+                us = time_us(fn, args.iters)
+                flops = 2.0 * rows * n * k
+                print(f"{name:14s} {tokens:6d} {'skewed' if skewed else 'uniform':8s} {us:9.1f} us "
+                      f"{flops / us / 1e6:7.1f} TFLOP/s")
+                rows_out.append({"model": name, "n": n, "k": k, "experts": e, "topk": topk, "tokens": tokens,
+                                 "rows": rows, "routing": "skewed" if skewed else "uniform", "dtype": "bf16",
+                                 "baselines": {"torch_grouped_mm": us}})
+    doc = {"op": "grouped_gemm_torch", "command": "python bench/moe_torch_grouped.py",
+           "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                    text=True).stdout.strip(),
+           "rows": rows_out}
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(doc, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,212 @@
+// Hopper grouped GEMM: for every group g, C[rows of g, :] = act(s_e x A[rows of g, :] x B_e^T), e = g % E, bf16 / fp16
+// (or fp8 e4m3 with B_e as [N, K]) in, fp32 accumulate; s_e = alpha x scale_a x scale_b[e].
+//
+// Data path: TMA (128B swizzle) -> STAGES-deep mbarrier ring -> wgmma (both operands from shared memory) -> registers
+// -> masked pair stores to global memory (st.global, clipped to the tile's group rows and to C's columns: a tile of a
+// group's last row block never writes the next group's rows). A is one 2-D map over [rows, K] (a tile's A box may
+// read rows past its group: they reach only rows that are never stored). B is a 3-D map over the experts [E][N][K]
+// (or [E][K][N]): a box never reads another expert's weights; rows and columns past N / K are zero-filled.
+// Persistent: gridDim.x <= #SMs CTAs walk the linear tiles of all groups (grouped_tiles.cuh: the row-block prefix each
+// CTA builds from the device offsets, the hooks' tile order).
+//
+// Warp roles (BLOCK_M / 64 = 1 or 2 consumer warpgroups + 1 producer warpgroup):
+//   consumers  warpgroup c computes rows [64c, 64c + 64) of the tile with wgmma m64nBLOCK_Nk16 (fp8: k32), keeps one
+//              k-block of MMAs in flight, releases a slot once the MMAs that read it retired, then stores the tile
+//              from registers while the producer already streams the next tile's k-blocks.
+//   producer   one thread: per tile, hooks.before_load(group, row0) (GroupedLoadWait), then per k-block: wait slot
+//              empty, expect_tx, TMA A (BLOCK_M x 128 B) and B (BLOCK_N rows x 128 B; [K, N] B as 64-column boxes).
+//              setmaxnreg moves its registers to the consumers.
+// SwiGLU (kAct): a tile computes BLOCK_N / 2 output columns j0.. from BLOCK_N / 2 gate rows of B_e (j0..) and the
+//   BLOCK_N / 2 up rows (n / 2 + j0..) side by side in its B slot, so each thread holds gate and up of the same
+//   output column (accumulator fragments f and f + BLOCK_N / 16) and the epilogue multiplies them in registers.
+// Shared memory: STAGES x (BLOCK_M + BLOCK_N) x 128 B + barriers + the row-block prefix (grouped_gemm_params.hpp).
+// Hooks: grouped_tiles.cuh (GroupedTileOrder, GroupedLoadWait, GroupedStoreNotify).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "loom/config.hpp"
+#include "loom/kernels/moe/grouped_gemm_params.hpp"
+#include "loom/kernels/moe/grouped_tiles.cuh"
+#include "loom/ptx/memory.cuh"
+#include "loom/ptx/special.cuh"
+#include "loom/ptx/tma.cuh"
+#include "loom/ptx/wgmma.cuh"
+#include "loom/tile/epilogue.cuh"
+#include "loom/tile/pipeline.cuh"
+#include "loom/tile/tma.cuh"
+
+namespace loom::kernels::moe {
+
+// TIn: __nv_bfloat16, __half, or __nv_fp8_e4m3 (kBKMajor only). TOut: __nv_bfloat16, __half or float. kBKMajor: B_e
+// is [N, K] (tmap_b over [E][N][K], boxes of BLOCK_N rows, BLOCK_N / 2 with SwiGLU); else [K, N] (tmap_b over
+// [E][K][N], boxes of 64 columns x 128 B rows of K). tmap_a: A [rows, K], boxes of BLOCK_M rows x 128 B.
+template <class TIn, class TOut, int BLOCK_M, int BLOCK_N, int STAGES, bool kBKMajor, int kActivation,
+          class Hooks = GroupedNoHooks>
+__global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
+    grouped_gemm_sm90(const __grid_constant__ ptx::TmaDescriptor tmap_a,
+                      const __grid_constant__ ptx::TmaDescriptor tmap_b, const GroupedGemmArgs args,
+                      const __grid_constant__ Hooks hooks) {
+    constexpr GroupedAct kAct = static_cast<GroupedAct>(kActivation);
+    constexpr bool kSwiGLU = kAct == GroupedAct::SwiGLU;
+    static_assert(BLOCK_M == 64 || BLOCK_M == 128, "BLOCK_M is 64 or 128 (one or two consumer warpgroups)");
+    static_assert(BLOCK_N % 16 == 0 && BLOCK_N >= 16 && BLOCK_N <= 256, "BLOCK_N: multiple of 16 in [16, 256]");
+    static_assert(kBKMajor || BLOCK_N % (kSwiGLU ? 128 : 64) == 0,
+                  "B as [K, N] needs BLOCK_N a multiple of 64 (of 128 with SwiGLU: 64-column boxes per half)");
+    static_assert(!kSwiGLU || BLOCK_N % 32 == 0, "SwiGLU halves the tile: BLOCK_N / 2 a multiple of 16");
+    static_assert(STAGES >= 2 && STAGES <= 16, "STAGES in [2, 16]");
+    constexpr bool kFp8 = tile::kSameType<TIn, __nv_fp8_e4m3>;
+    static_assert(sizeof(TIn) == 2 || (kFp8 && kBKMajor), "inputs are bf16 or fp16, or fp8 e4m3 with B as [N, K]");
+    static_assert(GroupedHooks<Hooks>, "Hooks: a grouped tile order, trivially copyable (grouped_tiles.cuh)");
+#if LOOM_SM90A
+    constexpr int kConsumers = BLOCK_M / 64;
+    constexpr int kThreads = 128 * (kConsumers + 1);
+    constexpr bool kBF16 = tile::kSameType<TIn, __nv_bfloat16>;
+    constexpr int kBlockK = 128 / static_cast<int>(sizeof(TIn));     // elements of one 128-byte row
+    constexpr uint32_t kABytes = tile::swizzled_box_bytes(BLOCK_M);  // (BLOCK_M, kBlockK)
+    constexpr uint32_t kBBytes = tile::swizzled_box_bytes(BLOCK_N);  // (BLOCK_N, kBlockK)
+    constexpr int kProducerRegs = 40;
+    constexpr auto at_most = [](int v, int cap) { return v < cap ? v : cap; };
+    constexpr int kLaunchRegs = at_most(65536 / kThreads / 8 * 8, 248);
+    constexpr int kConsumerRegs = at_most(((kConsumers + 1) * kLaunchRegs - kProducerRegs) / kConsumers / 8 * 8, 240);
+    constexpr int kOutCols = kSwiGLU ? BLOCK_N / 2 : BLOCK_N;  // output columns of a tile
+
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uint64_t>(smem_raw) + 1023) & ~uint64_t(1023));
+    uint8_t* smem_a = smem;
+    uint8_t* smem_b = smem + STAGES * kABytes;
+    auto* pipe = reinterpret_cast<tile::TmaPipeline<STAGES>*>(smem_b + STAGES * kBBytes);
+    int32_t* prefix = reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(pipe) + sizeof(tile::TmaPipeline<STAGES>));
+    __shared__ int32_t scan_scratch[32];
+
+    if (threadIdx.x == 0) {
+        pipe->init(kConsumers);  // one arrival per consumer warpgroup releases a slot
+        ptx::tma_prefetch_descriptor(&tmap_a);
+        ptx::tma_prefetch_descriptor(&tmap_b);
+    }
+    build_row_block_prefix<BLOCK_M, kThreads>(args, prefix, scan_scratch);  // ends with __syncthreads
+    const GroupedTileGrid grid{prefix, args.num_groups, prefix[args.num_groups], (args.n_out + kOutCols - 1) / kOutCols,
+                               args.group_m};
+    const int32_t num_tiles = grid.num_tiles();
+    const int num_k_blocks = (args.k + kBlockK - 1) / kBlockK;
+    const int warpgroup = static_cast<int>(threadIdx.x) / 128;
+    const int wg_thread = static_cast<int>(threadIdx.x) % 128;
+
+    if (warpgroup == kConsumers) {
+        // ---- producer warpgroup: one thread issues every TMA ------------------------------------------------
+        ptx::setmaxnreg_dec<kProducerRegs>();
+        if (wg_thread == 0) {
+            tile::PipelineState<STAGES> st;
+            for (int32_t linear = blockIdx.x; linear < num_tiles; linear += gridDim.x) {
+                const GroupedTile t = grouped_tile<BLOCK_M>(hooks, grid, args, linear);
+                if constexpr (GroupedLoadWait<Hooks>) {
+                    hooks.before_load(t.group, t.row0);
+                    ptx::fence_proxy_async_global();
+                }
+                const int32_t col0 = t.n_block * kOutCols;  // first product column (SwiGLU: of the gate half)
+                for (int kb = 0; kb < num_k_blocks; ++kb) {
+                    uint64_t* full = pipe->producer_acquire(st, kABytes + kBBytes);
+                    const int k0 = kb * kBlockK;
+                    uint8_t* b_slot = smem_b + st.stage * kBBytes;
+                    tile::tma_load_tile(smem_a + st.stage * kABytes, &tmap_a, full, k0, t.row0);
+                    if constexpr (kBKMajor) {
+                        if constexpr (kSwiGLU) {
+                            ptx::tma_load_3d(b_slot, &tmap_b, full, k0, col0, t.expert);
+                            ptx::tma_load_3d(b_slot + tile::swizzled_box_bytes(BLOCK_N / 2), &tmap_b, full, k0,
+                                             args.n / 2 + col0, t.expert);
+                        } else {
+                            ptx::tma_load_3d(b_slot, &tmap_b, full, k0, col0, t.expert);
+                        }
+                    } else {
+                        // 64-column boxes (kBlockK k-rows x 128 B each) side by side; SwiGLU: gate boxes, then up.
+#pragma unroll
+                        for (int j = 0; j < BLOCK_N / 64; ++j) {
+                            const int c = kSwiGLU && j >= BLOCK_N / 128 ? args.n / 2 + col0 + 64 * (j - BLOCK_N / 128)
+                                                                        : col0 + 64 * j;
+                            ptx::tma_load_3d(b_slot + j * tile::swizzled_box_bytes(kBlockK), &tmap_b, full, c, k0,
+                                             t.expert);
+                        }
+                    }
+                    st.advance();
+                }
+            }
+        }
+    } else {
+        // ---- consumer warpgroups: wgmma over the ring, then the masked register epilogue ----------------------
+        ptx::setmaxnreg_inc<kConsumerRegs>();
+        const int warp = wg_thread / 32, lane = wg_thread % 32;
+        float acc[BLOCK_N / 2];
+        tile::PipelineState<STAGES> st;
+        for (int32_t linear = blockIdx.x; linear < num_tiles; linear += gridDim.x) {
+            const GroupedTile t = grouped_tile<BLOCK_M>(hooks, grid, args, linear);
+            uint32_t prev_stage = 0;
+            for (int kb = 0; kb < num_k_blocks; ++kb) {
+                pipe->consumer_wait(st);
+                const uint8_t* a_tile = smem_a + st.stage * kABytes + warpgroup * 64 * 128;
+                const uint8_t* b_tile = smem_b + st.stage * kBBytes;
+                ptx::wgmma_fence_operands(acc);
+                ptx::wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < 4; ++kk) {
+                    // K-major, 128B swizzle: 8-row atoms 1024 B apart; a k16 (fp8: k32) step is 32 B along the row.
+                    const uint64_t da = ptx::wgmma_smem_desc(a_tile + kk * 32, 0, 1024, ptx::SmemSwizzle::B128);
+                    uint64_t db;
+                    if constexpr (kBKMajor) {
+                        db = ptx::wgmma_smem_desc(b_tile + kk * 32, 0, 1024, ptx::SmemSwizzle::B128);
+                    } else {
+                        // N-major: 64-column boxes 8 KiB apart (LBO), 8-k-row atoms 1024 B apart (SBO); a k16 step
+                        // is 16 rows = 2 KiB.
+                        db = ptx::wgmma_smem_desc(b_tile + kk * 2048, tile::swizzled_box_bytes(kBlockK), 1024,
+                                                  ptx::SmemSwizzle::B128);
+                    }
+                    const int scale_d = (kb > 0 || kk > 0) ? 1 : 0;
+                    if constexpr (kFp8) {
+                        ptx::wgmma_m64k32_e4m3<BLOCK_N>(acc, da, db, scale_d);
+                    } else {
+                        ptx::wgmma_m64k16<BLOCK_N, kBF16, 0, kBKMajor ? 0 : 1>(acc, da, db, scale_d);
+                    }
+                }
+                ptx::wgmma_commit_group();
+                ptx::wgmma_fence_operands(acc);
+                ptx::wgmma_wait_group<1>();
+                if (kb > 0 && wg_thread == 0) pipe->consumer_release(prev_stage);
+                prev_stage = st.stage;
+                st.advance();
+            }
+            ptx::wgmma_wait_group<0>();
+            ptx::wgmma_fence_operands(acc);
+            if (wg_thread == 0) pipe->consumer_release(prev_stage);
+
+            // Epilogue: thread owns (row 16 warp + lane / 4 (+8), columns 8 j + 2 (lane % 4) + {0, 1}) of its
+            // warpgroup's 64 rows; SwiGLU: gate in fragments [0, BLOCK_N / 16), up in the next BLOCK_N / 16.
+            const float s = grouped_scale(args, t.expert);
+            const int32_t row = t.row0 + warpgroup * 64 + warp * 16 + lane / 4;
+            const int32_t row_end = t.row0 + t.rows;
+            const int32_t col = t.n_block * kOutCols + 2 * (lane % 4);
+#pragma unroll
+            for (int j = 0; j < kOutCols / 8; ++j) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    float x = s * acc[4 * j + 2 * h], y = s * acc[4 * j + 2 * h + 1];
+                    if constexpr (kSwiGLU) {
+                        constexpr int kUp = BLOCK_N / 16 * 4;
+                        x = silu(x) * (s * acc[kUp + 4 * j + 2 * h]);
+                        y = silu(y) * (s * acc[kUp + 4 * j + 2 * h + 1]);
+                    }
+                    grouped_store_pair<TOut, kAct>(args, row + 8 * h, row_end, col + 8 * j, x, y);
+                }
+            }
+            if constexpr (GroupedStoreNotify<Hooks>) {
+                ptx::named_barrier_sync(1, kConsumers * 128);
+                if (threadIdx.x == 0) hooks.after_store(t.group, t.row0, t.rows, t.n_block);
+            }
+        }
+    }
+#else
+    __trap();  // compiled only to keep one TU for every arch; launched only on sm_90a
+#endif
+}
+
+}  // namespace loom::kernels::moe

@@ -1,0 +1,53 @@
+// Plain-data parameters of the grouped GEMM kernels (grouped_gemm.cuh, grouped_gemm_sm80.cuh), shared with their host
+// launcher (src/ops/moe/grouped_gemm_launch.cpp). Compiles under the host compiler, nvcc and NVRTC.
+#pragma once
+
+#include "loom/config.hpp"
+
+namespace loom::kernels::moe {
+
+// The epilogue's activation (a template argument: it changes the code), as loom::MoeActivation.
+enum class GroupedAct : int {
+    None = 0,
+    SwiGLU = 1,  // C[:, j] = silu(X[:, j]) * X[:, n / 2 + j] of the product X (gate columns, then up columns)
+    GeLU = 2,    // C = X * Phi(X) (erf form, torch's default)
+};
+
+// Runtime arguments of the grouped kernels. Group g owns rows [offsets[g], offsets[g + 1]) of A and C (clamped to
+// [0, rows]) and multiplies with expert g % num_experts.
+struct GroupedGemmArgs {
+    void* c;  // [rows, n_out] row-major, ldc elements
+    int64_t ldc;
+    const int32_t* offsets;  // device int32[num_groups + 1]
+    const void* a;           // sm_80 kernel only (the Hopper kernel loads through its tensor maps)
+    const void* b;
+    int64_t lda, ldb;  // sm_80 kernel only
+    int32_t num_groups;
+    int32_t num_experts;
+    int32_t rows;   // A's and C's rows
+    int32_t n;      // columns of each expert's product
+    int32_t n_out;  // columns of C: n, or n / 2 with SwiGLU
+    int32_t k;
+    int32_t group_m;  // raster group of the tile order (row blocks swept together)
+    float alpha;
+    const float* scale_a;  // 1 float or null
+    const float* scale_b;  // num_experts floats or null
+};
+
+// Shared memory of the grouped kernels' row-block prefix: int32[num_groups + 1] (tile/grouped order, below), 16-byte
+// rounded.
+LOOM_HOST_DEVICE constexpr uint32_t grouped_prefix_bytes(int num_groups) {
+    return (static_cast<uint32_t>(num_groups + 1) * 4u + 15u) / 16u * 16u;
+}
+
+// Dynamic shared memory of grouped_gemm_sm90: STAGES x (A + B tiles) (128 B per row), the barriers, the prefix, 1 KiB
+// alignment slack. (The epilogue stores from registers: no staging.)
+LOOM_HOST_DEVICE constexpr uint32_t grouped_gemm_sm90_smem_bytes(int block_m, int block_n, int stages, int num_groups) {
+    return static_cast<uint32_t>(stages) * static_cast<uint32_t>(block_m + block_n) * 128u +
+           static_cast<uint32_t>(stages) * 16u + grouped_prefix_bytes(num_groups) + 1024u;
+}
+
+// The most groups one launch takes: the prefix lives in shared memory (16 KiB at this bound).
+inline constexpr int kGroupedMaxGroups = 4095;
+
+}  // namespace loom::kernels::moe

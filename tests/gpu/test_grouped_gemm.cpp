@@ -1,0 +1,339 @@
+// loom::grouped_gemm against an fp64 host reference on fresh random inputs: random group sizes (0 included, all rows in
+// one group, sizes not multiples of any tile), E up to 256, offsets in device memory, both B layouts, bf16 / fp16 / fp8
+// in, SwiGLU / GeLU, the Hopper and the sm_80 kernels. C is poisoned with NaN first; every element of every group is
+// checked, and the rows past offsets[G] must keep their poison bit for bit.
+#include <cuda_fp8.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/reference.hpp"
+#include "common/test_env.hpp"
+#include "loom/ops/moe.hpp"
+#include "loom/runtime/error.hpp"
+
+namespace {
+
+using loom::BLayout;
+using loom::DType;
+using loom::MoeActivation;
+
+struct Case {
+    int e = 8, groups = 0;  // groups 0: e
+    int n = 256, k = 128;
+    std::vector<int> sizes;  // rows per group; empty: random (`rows` in total)
+    int rows = 700;
+    int extra_rows = 5;  // rows of A / C past offsets[G]: never written
+    BLayout layout = BLayout::NK;
+    DType in = DType::BF16, out = DType::BF16;
+    MoeActivation act = MoeActivation::None;
+    float alpha = 0.75f;
+    bool scales = false;  // scale_a and per-expert scale_b
+    bool sm80 = false;
+    const loom::GemmConfig* config = nullptr;
+};
+
+float encode(float f, DType t, unsigned char* dst) {
+    if (t == DType::F8E4M3) {
+        const __nv_fp8_e4m3 v(f);
+        std::memcpy(dst, &v, 1);
+        return static_cast<float>(v);
+    }
+    const uint16_t h = t == DType::BF16 ? loom::test::float_to_bf16(f) : loom::test::float_to_half(f);
+    std::memcpy(dst, &h, 2);
+    return t == DType::BF16 ? loom::test::bf16_to_float(h) : loom::test::half_to_float(h);
+}
+
+double read_out(const unsigned char* p, DType t) {
+    if (t == DType::F32) {
+        float f;
+        std::memcpy(&f, p, 4);
+        return f;
+    }
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return t == DType::BF16 ? loom::test::bf16_to_float(h) : loom::test::half_to_float(h);
+}
+
+struct Dev {
+    void* p = nullptr;
+    explicit Dev(size_t bytes) { LOOM_CHECK_CUDA(cudaMalloc(&p, bytes + 16)); }
+    ~Dev() { cudaFree(p); }
+};
+
+// Group sizes summing to `rows`: random cut points (so some groups get 0, and sizes are arbitrary).
+std::vector<int> random_sizes(int groups, int rows, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<int> cuts(groups - 1);
+    for (int& c : cuts) c = static_cast<int>(rng() % static_cast<uint64_t>(rows + 1));
+    std::sort(cuts.begin(), cuts.end());
+    std::vector<int> s(groups);
+    int prev = 0;
+    for (int g = 0; g < groups - 1; ++g) s[g] = cuts[g] - prev, prev = cuts[g];
+    s[groups - 1] = rows - prev;
+    return s;
+}
+
+void run_case(const Case& cs, uint64_t seed) {
+    const int E = cs.e, G = cs.groups > 0 ? cs.groups : cs.e, N = cs.n, K = cs.k;
+    const bool swiglu = cs.act == MoeActivation::SwiGLU;
+    const int n_out = swiglu ? N / 2 : N;
+    const std::vector<int> sizes = cs.sizes.empty() ? random_sizes(G, cs.rows, seed) : cs.sizes;
+    ASSERT_EQ(static_cast<int>(sizes.size()), G);
+    std::vector<int32_t> offsets(G + 1, 0);
+    for (int g = 0; g < G; ++g) offsets[g + 1] = offsets[g] + sizes[g];
+    const int used = offsets[G], rows = used + cs.extra_rows;
+    const size_t isz = cs.in == DType::F8E4M3 ? 1 : 2, osz = dtype_size(cs.out);
+
+    auto fa = loom::test::random_floats(size_t(rows) * K, seed + 1);
+    auto fb = loom::test::random_floats(size_t(E) * N * K, seed + 2);  // [E][N][K]
+    std::vector<unsigned char> ha(fa.size() * isz), hb(fb.size() * isz), hb_dev(fb.size() * isz);
+    for (size_t i = 0; i < fa.size(); ++i) fa[i] = encode(fa[i], cs.in, &ha[i * isz]);
+    for (size_t i = 0; i < fb.size(); ++i) fb[i] = encode(fb[i], cs.in, &hb[i * isz]);
+    hb_dev = hb;
+    if (cs.layout == BLayout::KN) {  // device gets [E][K][N]
+        for (int e = 0; e < E; ++e)
+            for (int r = 0; r < N; ++r)
+                for (int c = 0; c < K; ++c)
+                    std::memcpy(&hb_dev[((size_t(e) * K + c) * N + r) * isz], &hb[((size_t(e) * N + r) * K + c) * isz],
+                                isz);
+    }
+    std::vector<float> scale_b(E);
+    for (int e = 0; e < E; ++e) scale_b[e] = 0.5f + 0.125f * static_cast<float>(e % 8);
+    const float scale_a = 1.5f;
+
+    // Poison C: NaN in the output type.
+    std::vector<unsigned char> hc(size_t(rows) * n_out * osz);
+    for (size_t i = 0; i < size_t(rows) * n_out; ++i) {
+        if (cs.out == DType::F32) {
+            const float nan = std::nanf("");
+            std::memcpy(&hc[i * 4], &nan, 4);
+        } else {
+            const uint16_t nan = cs.out == DType::BF16 ? 0x7fc0 : 0x7e00;
+            std::memcpy(&hc[i * 2], &nan, 2);
+        }
+    }
+    const std::vector<unsigned char> poison = hc;
+
+    Dev da(ha.size()), db(hb_dev.size()), dc(hc.size()), doff(offsets.size() * 4), dsa(4), dsb(size_t(E) * 4);
+    LOOM_CHECK_CUDA(cudaMemcpy(da.p, ha.data(), ha.size(), cudaMemcpyHostToDevice));
+    LOOM_CHECK_CUDA(cudaMemcpy(db.p, hb_dev.data(), hb_dev.size(), cudaMemcpyHostToDevice));
+    LOOM_CHECK_CUDA(cudaMemcpy(dc.p, hc.data(), hc.size(), cudaMemcpyHostToDevice));
+    LOOM_CHECK_CUDA(cudaMemcpy(doff.p, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
+    LOOM_CHECK_CUDA(cudaMemcpy(dsa.p, &scale_a, 4, cudaMemcpyHostToDevice));
+    LOOM_CHECK_CUDA(cudaMemcpy(dsb.p, scale_b.data(), size_t(E) * 4, cudaMemcpyHostToDevice));
+
+    const loom::MatrixView A{da.p, cs.in, rows, K, 0};
+    const loom::MatrixView B = cs.layout == BLayout::NK ? loom::MatrixView{db.p, cs.in, int64_t(E) * N, K, 0}
+                                                        : loom::MatrixView{db.p, cs.in, int64_t(E) * K, N, 0};
+    const loom::MatrixView C{dc.p, cs.out, rows, n_out, 0};
+    loom::GroupedGemmOptions o;
+    o.b_layout = cs.layout;
+    o.activation = cs.act;
+    o.alpha = cs.alpha;
+    if (cs.scales) {
+        o.scale_a = static_cast<const float*>(dsa.p);
+        o.scale_b = static_cast<const float*>(dsb.p);
+    }
+    o.force_sm80 = cs.sm80;
+    o.config = cs.config;
+    loom::grouped_gemm(A, B, E, C, static_cast<const int32_t*>(doff.p), G, nullptr, o);
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+    LOOM_CHECK_CUDA(cudaMemcpy(hc.data(), dc.p, hc.size(), cudaMemcpyDeviceToHost));
+
+    const double out_eps = cs.out == DType::F32 ? 1e-6 : (cs.out == DType::BF16 ? 1.0 / 256 : 1.0 / 2048);
+    const bool f8 = cs.in == DType::F8E4M3;
+    size_t bad = 0;
+    std::vector<double> ref_all, got_all;
+    for (int g = 0; g < G; ++g) {
+        const int e = g % E;
+        const double s = double(cs.alpha) * (cs.scales ? double(scale_a) * scale_b[e] : 1.0);
+        for (int r = offsets[g]; r < offsets[g + 1]; ++r) {
+            // The product row X[r, :] in fp64, with each element's accumulation slack.
+            std::vector<double> x(N), tol(N);
+            for (int j = 0; j < N; ++j) {
+                double acc = 0, mag = 0;
+                const float* ar = &fa[size_t(r) * K];
+                const float* br = &fb[(size_t(e) * N + j) * K];
+                for (int kk = 0; kk < K; ++kk) {
+                    const double p = double(ar[kk]) * br[kk];
+                    acc += p;
+                    mag += std::fabs(p);
+                }
+                x[j] = s * acc;
+                tol[j] = std::fabs(s) * (1e-5 * std::sqrt(double(K)) + (f8 ? mag / 2048 : 1e-6 * mag));
+            }
+            for (int j = 0; j < n_out; ++j) {
+                double ref, t;
+                if (swiglu) {
+                    const double gt = x[j], up = x[N / 2 + j], sg = gt / (1 + std::exp(-gt));
+                    ref = sg * up;
+                    t = tol[j] * 1.1 * std::fabs(up) + tol[N / 2 + j] * std::fabs(sg);
+                } else if (cs.act == MoeActivation::GeLU) {
+                    ref = 0.5 * x[j] * (1 + std::erf(x[j] / std::sqrt(2.0)));
+                    t = 1.2 * tol[j];
+                } else {
+                    ref = x[j];
+                    t = tol[j];
+                }
+                t += out_eps * (std::fabs(ref) + 1e-3) + 1e-4;
+                const double got = read_out(&hc[(size_t(r) * n_out + j) * osz], cs.out);
+                ref_all.push_back(ref);
+                got_all.push_back(got);
+                if (!(std::fabs(got - ref) <= t)) {
+                    if (bad < 5)
+                        ADD_FAILURE() << "group " << g << " row " << r << " col " << j << ": got " << got
+                                      << ", expected " << ref;
+                    ++bad;
+                }
+            }
+        }
+    }
+    EXPECT_EQ(bad, 0u);
+    if (!ref_all.empty()) EXPECT_LT(loom::test::calc_diff(ref_all, got_all), f8 ? 1e-3 : 1e-5);
+    // Rows past offsets[G]: untouched.
+    const size_t tail = size_t(used) * n_out * osz;
+    EXPECT_EQ(std::memcmp(hc.data() + tail, poison.data() + tail, hc.size() - tail), 0)
+        << "rows outside every group were written";
+}
+
+class GroupedGemm : public ::testing::Test {
+  protected:
+    void SetUp() override { LOOM_REQUIRE_GPU(); }
+};
+
+TEST_F(GroupedGemm, RandomGroupsBothLayouts) {
+    uint64_t seed = 100;
+    for (BLayout layout : {BLayout::NK, BLayout::KN}) {
+        for (DType in : {DType::BF16, DType::F16}) {
+            Case cs;
+            cs.layout = layout;
+            cs.in = in;
+            cs.out = in;
+            cs.n = 320;  // not a multiple of the tile
+            cs.k = 200;
+            SCOPED_TRACE(std::string(layout == BLayout::NK ? "NK " : "KN ") + dtype_name(in));
+            run_case(cs, seed++);
+        }
+    }
+}
+
+TEST_F(GroupedGemm, EdgeGroupSizes) {
+    Case cs;
+    cs.e = 6;
+    cs.sizes = {0, 0, 517, 0, 0, 0};  // all rows in one group
+    run_case(cs, 7);
+    cs.sizes = {1, 0, 127, 128, 129, 0};  // around the tile
+    cs.out = DType::F32;
+    run_case(cs, 8);
+    cs.sizes = {0, 0, 0, 0, 0, 0};  // no rows at all
+    cs.extra_rows = 3;
+    run_case(cs, 9);
+}
+
+TEST_F(GroupedGemm, ManyExpertsAndSourceRankGroups) {
+    Case cs;
+    cs.e = 256;
+    cs.rows = 3000;
+    cs.n = 128;
+    cs.k = 64;
+    run_case(cs, 11);  // E = 256, ~12 rows per group: 64-row tiles
+    cs.e = 8;
+    cs.groups = 32;  // (source rank, expert) groups: group g uses expert g % 8
+    cs.rows = 1500;
+    cs.scales = true;
+    run_case(cs, 12);
+}
+
+TEST_F(GroupedGemm, Activations) {
+    uint64_t seed = 200;
+    for (BLayout layout : {BLayout::NK, BLayout::KN}) {
+        for (MoeActivation act : {MoeActivation::SwiGLU, MoeActivation::GeLU}) {
+            Case cs;
+            cs.layout = layout;
+            cs.act = act;
+            cs.n = 384;
+            cs.k = 136;
+            cs.scales = true;
+            SCOPED_TRACE(std::to_string(static_cast<int>(act)));
+            run_case(cs, seed++);
+        }
+    }
+}
+
+TEST_F(GroupedGemm, Fp8PerTensorScales) {
+    int major = 0;
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    if (major < 9) GTEST_SKIP() << "fp8 needs sm_90";
+    uint64_t seed = 300;
+    for (MoeActivation act : {MoeActivation::None, MoeActivation::SwiGLU}) {
+        Case cs;
+        cs.in = DType::F8E4M3;
+        cs.act = act;
+        cs.k = 256;
+        cs.n = 512;
+        cs.scales = true;
+        run_case(cs, seed++);
+        cs.out = DType::F32;
+        run_case(cs, seed++);
+    }
+}
+
+TEST_F(GroupedGemm, PortableKernel) {
+    uint64_t seed = 400;
+    for (BLayout layout : {BLayout::NK, BLayout::KN}) {
+        for (MoeActivation act : {MoeActivation::None, MoeActivation::SwiGLU, MoeActivation::GeLU}) {
+            Case cs;
+            cs.sm80 = true;
+            cs.layout = layout;
+            cs.act = act;
+            cs.n = 272;
+            cs.k = 200;
+            cs.scales = true;
+            run_case(cs, seed++);
+        }
+    }
+}
+
+TEST_F(GroupedGemm, ForcedConfigs) {
+    int major = 0;
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    if (major < 9) GTEST_SKIP() << "Hopper configs";
+    uint64_t seed = 500;
+    for (int bm : {64, 128}) {
+        for (int bn : {128, 160, 256}) {
+            loom::GemmConfig c;
+            c.block_m = bm;
+            c.block_n = bn;
+            c.stages = 3;
+            c.grid = 7;  // few CTAs: each walks many tiles
+            c.tma_store = false;
+            Case cs;
+            cs.config = &c;
+            cs.n = 448;
+            cs.k = 192;
+            run_case(cs, seed++);
+        }
+    }
+}
+
+TEST_F(GroupedGemm, BadInputsRaise) {
+    Dev buf(1 << 16);
+    const loom::MatrixView A{buf.p, DType::BF16, 16, 64, 0};
+    const loom::MatrixView B{buf.p, DType::BF16, 4 * 64, 64, 0};
+    const loom::MatrixView C{buf.p, DType::BF16, 16, 64, 0};
+    EXPECT_THROW(loom::grouped_gemm(A, B, 4, C, nullptr, 4, nullptr), loom::Error);
+    int host_offsets[5] = {0, 4, 8, 12, 16};
+    EXPECT_THROW(loom::grouped_gemm(A, B, 4, C, host_offsets, 4, nullptr), loom::Error);  // not device memory
+    loom::GroupedGemmOptions o;
+    o.scale_a_blocks = static_cast<const float*>(buf.p);
+    EXPECT_THROW(loom::grouped_gemm(A, B, 4, C, static_cast<const int32_t*>(buf.p), 4, nullptr, o), loom::Error);
+}
+
+}  // namespace

@@ -1,0 +1,209 @@
+// CPU tests of loom::grouped_gemm: the heuristic, config and input validation, and JIT compilation of every grouped
+// kernel variant for sm_90a / sm_80 without a GPU (no local-memory spills, no wgmma serialisation).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "loom/jit/jit.hpp"
+#include "loom/kernels/moe/grouped_gemm_params.hpp"
+#include "loom/ops/moe.hpp"
+#include "loom/runtime/error.hpp"
+#include "ops/moe/grouped_gemm_internal.hpp"
+
+namespace {
+
+using loom::BLayout;
+using loom::DType;
+using loom::GemmConfig;
+using loom::MoeActivation;
+
+alignas(256) char g_fake[256];  // a non-null, aligned address for problems that are only validated
+
+void expect_clean(const loom::jit::CompileResult& r, const std::string& what) {
+    EXPECT_FALSE(r.cubin.empty()) << what;
+    EXPECT_EQ(r.spill_bytes, 0) << what << "\n" << r.resource_report;
+    EXPECT_GE(r.stack_bytes, 0) << what;
+    EXPECT_LE(r.stack_bytes, 64) << what << "\n" << r.resource_report;
+    EXPECT_EQ(r.resource_report.find("C7510"), std::string::npos) << "wgmma serialised in " << what << "\n"
+                                                                  << r.resource_report;
+}
+
+GemmConfig hopper(int bm, int bn, int stages, DType in = DType::BF16) {
+    GemmConfig c;
+    c.block_m = bm;
+    c.block_n = bn;
+    c.stages = stages;
+    c.block_k = loom::kernels::gemm_block_k(static_cast<int>(loom::dtype_size(in)));
+    c.tma_store = false;
+    return c;
+}
+
+// A problem description without device memory (validation with device -1 skips the memory checks).
+loom::moe::GroupedGemmProblem problem(int64_t rows, int64_t n, int64_t k, int e, BLayout layout, MoeActivation act,
+                                      DType in = DType::BF16, DType out = DType::BF16) {
+    char* fake = g_fake;
+    loom::moe::GroupedGemmProblem p;
+    p.a = loom::MatrixView{fake, in, rows, k, 0};
+    p.b = layout == BLayout::NK ? loom::MatrixView{fake, in, e * n, k, 0} : loom::MatrixView{fake, in, e * k, n, 0};
+    p.c = loom::MatrixView{fake, out, rows, act == MoeActivation::SwiGLU ? n / 2 : n, 0};
+    p.num_experts = e;
+    p.offsets = reinterpret_cast<const int32_t*>(fake);
+    p.num_groups = e;
+    p.opts.b_layout = layout;
+    p.opts.activation = act;
+    return p;
+}
+
+// Every Hopper variant the heuristic picks over the issue's shapes, both layouts, every activation, bf16 / fp16 / fp8
+// in, 16- and 32-bit out: compiles for sm_90a with no spills.
+TEST(GroupedGemmCompile, HopperKernelsHaveNoSpills) {
+    struct V {
+        int bm, bn;
+        DType in, out;
+        bool kn;
+        MoeActivation act;
+    };
+    std::vector<V> variants;
+    for (int bm : {64, 128}) {
+        for (int bn : {256, 224, 192, 160, 128}) {
+            for (MoeActivation act : {MoeActivation::None, MoeActivation::SwiGLU, MoeActivation::GeLU}) {
+                variants.push_back({bm, bn, DType::BF16, DType::BF16, false, act});
+                if (bn % (act == MoeActivation::SwiGLU ? 128 : 64) == 0)
+                    variants.push_back({bm, bn, DType::F16, DType::F16, true, act});
+            }
+        }
+        variants.push_back({bm, 256, DType::F8E4M3, DType::BF16, false, MoeActivation::None});
+        variants.push_back({bm, 256, DType::F8E4M3, DType::BF16, false, MoeActivation::SwiGLU});
+        variants.push_back({bm, 128, DType::F8E4M3, DType::F32, false, MoeActivation::GeLU});
+        variants.push_back({bm, 256, DType::BF16, DType::F32, false, MoeActivation::None});
+    }
+    for (const V& v : variants) {
+        const GemmConfig c = hopper(v.bm, v.bn, 4, v.in);
+        auto p = problem(8192, 4096, 4096, 8, v.kn ? BLayout::KN : BLayout::NK, v.act, v.in, v.out);
+        EXPECT_NO_THROW(loom::moe::grouped_gemm_validate_config(c, p)) << c.str();
+        const auto spec = loom::moe::grouped_gemm_kernel_spec(c, v.in, v.out, v.kn, v.act);
+        expect_clean(loom::jit::compile(spec, 90), spec.display());
+    }
+}
+
+TEST(GroupedGemmCompile, Sm80KernelCompilesForAmpereAndHopper) {
+    GemmConfig c;
+    c.sm80 = true;
+    for (int arch : {80, 90}) {
+        for (bool kn : {false, true}) {
+            for (MoeActivation act : {MoeActivation::None, MoeActivation::SwiGLU, MoeActivation::GeLU}) {
+                const auto spec = loom::moe::grouped_gemm_kernel_spec(c, DType::BF16, DType::BF16, kn, act);
+                expect_clean(loom::jit::compile(spec, arch), spec.display() + " sm_" + std::to_string(arch));
+            }
+        }
+        const auto f32 = loom::moe::grouped_gemm_kernel_spec(c, DType::F16, DType::F32, false, MoeActivation::None);
+        expect_clean(loom::jit::compile(f32, arch), f32.display());
+    }
+}
+
+TEST(GroupedGemmHeuristic, FitsTheIssueShapes) {
+    struct S {
+        int64_t n, k;
+        int e, topk;
+    };
+    for (const S& s : {S{14336, 4096, 8, 2}, S{16384, 6144, 8, 2}, S{1408, 2048, 60, 4}, S{1408, 2048, 64, 6},
+                       S{768, 2048, 128, 8}}) {
+        for (int64_t tokens : {8192, 128}) {
+            for (bool kn : {false, true}) {
+                for (MoeActivation act : {MoeActivation::None, MoeActivation::SwiGLU}) {
+                    for (DType in : {DType::BF16, DType::F8E4M3}) {
+                        if (kn && in == DType::F8E4M3) continue;
+                        const int64_t rows = tokens * s.topk;
+                        const GemmConfig c =
+                            loom::moe::grouped_gemm_heuristic(rows, s.n, s.k, s.e, kn, act, in, 90, 132);
+                        auto p = problem(rows, s.n, s.k, s.e, kn ? BLayout::KN : BLayout::NK, act, in);
+                        EXPECT_NO_THROW(loom::moe::grouped_gemm_validate_config(c, p)) << c.str();
+                        EXPECT_LE(c.grid, 132);
+                        EXPECT_GE(c.grid, 1);
+                        EXPECT_FALSE(c.sm80);
+                        if (tokens == 128 && s.e >= 60) EXPECT_EQ(c.block_m, 64) << c.str();
+                        if (tokens == 8192 && s.e == 8) EXPECT_EQ(c.block_m, 128) << c.str();
+                    }
+                }
+            }
+        }
+    }
+    EXPECT_TRUE(
+        loom::moe::grouped_gemm_heuristic(1024, 4096, 4096, 8, false, MoeActivation::None, DType::BF16, 80, 108).sm80);
+    // Stages shrink to leave room for a large prefix: 4095 groups (16 KiB).
+    const GemmConfig big = loom::moe::grouped_gemm_heuristic(65536, 4096, 4096, loom::kernels::moe::kGroupedMaxGroups,
+                                                             false, MoeActivation::None, DType::BF16, 90, 132);
+    EXPECT_LE(loom::kernels::moe::grouped_gemm_sm90_smem_bytes(big.block_m, big.block_n, big.stages,
+                                                               loom::kernels::moe::kGroupedMaxGroups),
+              loom::kernels::kGemmSm90MaxSmem);
+}
+
+// Bad input names the argument.
+TEST(GroupedGemmValidate, NamesTheProblem) {
+    const auto expect_error = [](const loom::moe::GroupedGemmProblem& p, const std::string& needle) {
+        try {
+            loom::moe::grouped_gemm_validate(p, -1);
+            ADD_FAILURE() << "no error; expected one naming " << needle;
+        } catch (const loom::Error& e) {
+            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+        }
+    };
+    const auto ok = problem(1000, 512, 256, 8, BLayout::NK, MoeActivation::None);
+    EXPECT_NO_THROW(loom::moe::grouped_gemm_validate(ok, -1));
+    EXPECT_NO_THROW(
+        loom::moe::grouped_gemm_validate(problem(1000, 512, 256, 8, BLayout::KN, MoeActivation::SwiGLU), -1));
+    auto p = ok;
+    p.offsets = nullptr;
+    expect_error(p, "group_offsets");
+    p = ok;
+    p.num_groups = 0;
+    expect_error(p, "num_groups");
+    p = ok;
+    p.num_experts = 0;
+    expect_error(p, "num_experts");
+    p = ok;
+    p.b.rows = 8 * 512 + 3;
+    expect_error(p, "B as [E * N, K]");
+    p = ok;
+    p.c.cols = 256;
+    expect_error(p, "C of 1000 x 512");
+    p = ok;
+    p.b.dtype = DType::F16;
+    expect_error(p, "B of A's dtype");
+    p = ok;
+    p.c.dtype = DType::I32;
+    expect_error(p, "C bf16, f16 or f32");
+    p = ok;
+    p.a.data = nullptr;
+    expect_error(p, "pointer for A");
+    p = ok;
+    p.opts.scale_b_blocks = reinterpret_cast<const float*>(p.a.data);
+    expect_error(p, "not supported yet");
+    p = problem(1000, 512, 256, 8, BLayout::KN, MoeActivation::None, DType::F8E4M3);
+    expect_error(p, "b_layout NK");
+    p = problem(1000, 520, 256, 8, BLayout::NK, MoeActivation::SwiGLU);
+    expect_error(p, "SwiGLU expects N");
+    p = ok;
+    p.opts.alpha = 1.f / 0.f;
+    expect_error(p, "alpha");
+    // Configs the Hopper kernel cannot take.
+    GemmConfig c = hopper(192, 128, 4);
+    EXPECT_THROW(loom::moe::grouped_gemm_validate_config(c, ok), loom::Error);
+    c = hopper(128, 192, 4);
+    EXPECT_THROW(
+        loom::moe::grouped_gemm_validate_config(c, problem(1000, 512, 256, 8, BLayout::KN, MoeActivation::SwiGLU)),
+        loom::Error);
+    c = hopper(128, 256, 8);
+    EXPECT_THROW(loom::moe::grouped_gemm_validate_config(c, ok), loom::Error);  // shared memory
+    c = hopper(128, 256, 4);
+    c.cluster_m = 2;
+    EXPECT_THROW(loom::moe::grouped_gemm_validate_config(c, ok), loom::Error);
+    c = hopper(128, 256, 4);
+    c.sm80 = true;
+    EXPECT_THROW(loom::moe::grouped_gemm_validate_config(
+                     c, problem(1000, 512, 256, 8, BLayout::NK, MoeActivation::None, DType::F8E4M3)),
+                 loom::Error);
+}
+
+}  // namespace
