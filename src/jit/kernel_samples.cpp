@@ -61,6 +61,13 @@ const std::vector<KernelSample>& kernel_samples() {
          true},
         {"loom/kernels/overlap/gemm_ar.cuh", "loom::kernels::overlap::gemm_ar_reduce", {"__nv_bfloat16"}},
         {"loom/kernels/overlap/gemm_ar.cuh", "loom::kernels::overlap::gemm_ar_reduce", {"__half"}},
+        // ---- attention ----
+        {"loom/kernels/attention/decode.cuh", "loom::kernels::attention::decode_split", {"__nv_bfloat16", "128", "8"}},
+        {"loom/kernels/attention/decode.cuh", "loom::kernels::attention::decode_split", {"__half", "64", "1"}},
+        {"loom/kernels/attention/decode.cuh", "loom::kernels::attention::decode_merge", {"__nv_bfloat16", "256"}},
+        {"loom/kernels/attention/sp_decode.cuh",
+         "loom::kernels::attention::sp_decode_combine",
+         {"__nv_bfloat16", "128"}},
         // ---- collectives ----
         {"loom/kernels/collectives/coll_common.cuh", "loom::kernels::coll::coll_barrier", {}},
         {"loom/kernels/collectives/all_gather.cuh", "loom::kernels::coll::all_gather_push", {"float", "0"}},
