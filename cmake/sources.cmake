@@ -6,6 +6,9 @@ set(LOOM_HEADERS
     include/loom/config.hpp
     include/loom/jit/autotune.hpp
     include/loom/jit/jit.hpp
+    include/loom/kernels/attention/decode.cuh
+    include/loom/kernels/attention/decode_params.hpp
+    include/loom/kernels/attention/sp_decode.cuh
     include/loom/kernels/collectives/all_gather.cuh
     include/loom/kernels/collectives/all_reduce.cuh
     include/loom/kernels/collectives/all_to_all.cuh
@@ -40,6 +43,7 @@ set(LOOM_HEADERS
     include/loom/lang/signal.cuh
     include/loom/lang/spin.cuh
     include/loom/loom.hpp
+    include/loom/ops/attention.hpp
     include/loom/ops/collectives.hpp
     include/loom/ops/gemm.hpp
     include/loom/ops/moe.hpp
@@ -86,6 +90,9 @@ set(LOOM_SOURCES
     src/jit/subprocess.cpp
     src/jit/toolchain.cpp
     src/jit/tune_timing.cpp
+    src/ops/attention/decode.cpp
+    src/ops/attention/decode_plan.cpp
+    src/ops/attention/sp_decode.cpp
     src/ops/collectives/all_gather/all_gather.cpp
     src/ops/collectives/all_gather/ld_tma.cpp
     src/ops/collectives/all_gather/pull_ce.cpp

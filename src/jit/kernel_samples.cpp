@@ -82,6 +82,13 @@ const std::vector<KernelSample>& kernel_samples() {
         {"loom/kernels/moe/routing.cuh", "loom::kernels::moe::moe_permute", {"unsigned short"}},
         {"loom/kernels/moe/routing.cuh", "loom::kernels::moe::moe_topk_reduce", {"__nv_bfloat16", "float"}},
         {"loom/kernels/moe/routing.cuh", "loom::kernels::moe::moe_topk_reduce", {"float", "__half"}},
+        // ---- attention ----
+        {"loom/kernels/attention/decode.cuh", "loom::kernels::attention::decode_split", {"__nv_bfloat16", "128", "8"}},
+        {"loom/kernels/attention/decode.cuh", "loom::kernels::attention::decode_split", {"__half", "64", "1"}},
+        {"loom/kernels/attention/decode.cuh", "loom::kernels::attention::decode_merge", {"__nv_bfloat16", "256"}},
+        {"loom/kernels/attention/sp_decode.cuh",
+         "loom::kernels::attention::sp_decode_combine",
+         {"__nv_bfloat16", "128"}},
         // ---- collectives ----
         {"loom/kernels/collectives/coll_common.cuh", "loom::kernels::coll::coll_barrier", {}},
         {"loom/kernels/collectives/all_gather.cuh", "loom::kernels::coll::all_gather_push", {"float", "0"}},

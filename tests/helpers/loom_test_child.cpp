@@ -19,6 +19,9 @@
 //                          synchronising call raises with the "bad index ... moe_route topk_idx" record. Exit 3.
 //     jit-cache-writer     compiles tests/unit/kernels/jit_add.cuh's add_n<11, float> for sm_90 into the cache
 //                          (LOOM_CACHE_DIR; no GPU needed): one of several concurrent writers. Exit 0: a cubin.
+//     decode-bad-page      decode_attention over a paged cache whose block table holds page 99 of 8 (sequence 1,
+//     decode-bad-len       entry 2) / a contiguous cache of 32 tokens with seq_lens[0] = 40: the kernel prints the
+//                          named error and traps. Exit 3: the synchronising call failed.
 //   Exit 4: a kernel that should have trapped completed; 2: a usage or set-up error. The wait bound is
 //   LOOM_WAIT_TIMEOUT_MS (the tests pass 300; 0 counts as 300 ms, so that the kernel times out).
 #include <cuda_runtime.h>
@@ -34,6 +37,7 @@
 #include <vector>
 
 #include "common/test_kernels.hpp"
+#include "loom/ops/attention.hpp"
 #include "loom/ops/collectives.hpp"
 #include "loom/ops/moe.hpp"
 #include "loom/runtime/error.hpp"
@@ -180,6 +184,36 @@ loom::World solo_world() {
     leave(loom::jit::compile(spec, 90).cubin.empty() ? 1 : 0);
 }
 
+// decode_attention on device data the host cannot check: a block-table entry or a length out of range.
+void decode_bad_device_data(bool bad_page) {
+    const int B = 2, H = 8, D = 64, page = 16, pages = 8, max_pages = 4;
+    void *q = nullptr, *o = nullptr, *kv = nullptr, *lens = nullptr, *table = nullptr;
+    const std::size_t kv_bytes = std::size_t(pages) * page * H * D * 2;
+    if (cudaMalloc(&q, B * H * D * 2) || cudaMalloc(&o, B * H * D * 2) || cudaMalloc(&kv, kv_bytes) ||
+        cudaMalloc(&lens, B * 4) || cudaMalloc(&table, B * max_pages * 4))
+        leave(kSetupError);
+    cudaMemset(q, 0, B * H * D * 2);
+    cudaMemset(kv, 0, kv_bytes);
+    const int32_t h_lens[B] = {bad_page ? 10 : 40, bad_page ? 40 : 3};
+    const int32_t h_table[B * max_pages] = {0, 1, 2, 3, 4, 5, 99, 7};
+    cudaMemcpy(lens, h_lens, sizeof(h_lens), cudaMemcpyHostToDevice);
+    cudaMemcpy(table, h_table, sizeof(h_table), cudaMemcpyHostToDevice);
+    loom::KvCache c;
+    c.k = c.v = kv;
+    c.num_kv_heads = H;
+    c.seq_lens = static_cast<const int32_t*>(lens);
+    if (bad_page) {
+        c.block_table = static_cast<const int32_t*>(table);
+        c.max_pages = max_pages;
+        c.num_pages = pages;
+        c.page_size = page;
+    } else {
+        c.max_seq_len = 32;  // 2 x 32 tokens fit in kv
+    }
+    loom::decode_attention({q, loom::DType::BF16, B, H, D}, c, o, nullptr, nullptr);
+    leave(cudaDeviceSynchronize() != cudaSuccess ? kRaised : kCompleted);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -191,12 +225,14 @@ int main(int argc, char** argv) {
         if (which == "diag-missing-notify") diag_missing_notify();
         if (which == "jit-cache-writer") jit_cache_writer();
         if (which == "moe-bad-expert") moe_bad_expert();
+        if (which == "decode-bad-page") decode_bad_device_data(true);
+        if (which == "decode-bad-len") decode_bad_device_data(false);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "loom_test_child %s: %s\n", which.c_str(), e.what());
         return kSetupError;
     }
     std::fprintf(stderr,
                  "usage: loom_test_child lang-missing-notify|lang-missing-notify-26|ce-skip-collective|"
-                 "diag-missing-notify|jit-cache-writer|moe-bad-expert\n");
+                 "diag-missing-notify|jit-cache-writer|moe-bad-expert|decode-bad-page|decode-bad-len\n");
     return kSetupError;
 }

@@ -1,0 +1,78 @@
+// Plain data shared by the decode-attention kernels (kernels/attention/decode.cuh, sp_decode.cuh) and their host
+// launchers (src/ops/attention/). Compiles under the host compiler, nvcc and NVRTC.
+#pragma once
+
+#include "loom/config.hpp"
+
+namespace loom::kernels::attention {
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
+
+// Threads of a decode block; a token's head row of D elements is read by D / 8 lanes, 16 bytes each.
+inline constexpr int kDecodeThreads = 128;
+// Most query heads one decode block holds (a KV group larger than this is split over blocks, each reading K / V).
+inline constexpr int kDecodeMaxHeads = 8;
+// Threads of an SP-decode combine block, and the most blocks one launch may use.
+inline constexpr int kSpThreads = 256;
+inline constexpr int kSpMaxBlocks = 64;
+// Packets one SP-decode block handles per source (the fixed stride of its region of the LL area).
+inline constexpr int kSpPacketsPerBlock = 4096;
+
+// Tokens a decode block walks per step: (128 / (D / 8)) token lanes x kTok tokens each.
+LOOM_HOST_DEVICE constexpr int decode_tokens_per_thread(int heads) { return heads >= 8 ? 2 : 4; }
+LOOM_HOST_DEVICE constexpr int decode_step_tokens(int head_dim, int heads) {
+    return kDecodeThreads / (head_dim / 8) * decode_tokens_per_thread(heads);
+}
+
+// One decode launch: grid (head_chunks, splits, batch x num_kv_heads).
+//
+// The KV cache is paged: token t of sequence b lives in page block_table[b * max_pages + t / page_size], slot
+// t % page_size, as K[page][slot][kv_head][0, D) (likewise V). A contiguous cache [batch, max_seq_len, Hkv, D] is the
+// same with block_table null, page b and page_size = max_seq_len.
+struct DecodeParams {
+    const void* q;  // [batch, num_q_heads, D] of T
+    const void* k;  // pages [num_pages, page_size, num_kv_heads, D] of T
+    const void* v;
+    const int32_t* block_table;  // [batch, max_pages]; null: contiguous (page b)
+    const int32_t* seq_lens;     // [batch] tokens of each sequence, read on the device
+    void* o;                     // [batch, num_q_heads, D] of T: written when splits == 1 (null otherwise)
+    float* lse;                  // [batch, num_q_heads], natural log; null: not written
+    float* part_o;               // [batch, num_q_heads, splits, D] fp32, normalised: written when splits > 1
+    float* part_lse;             // [batch, num_q_heads, splits], log2 domain; -inf for a split without tokens
+    int32_t batch, num_q_heads, num_kv_heads;
+    int32_t group;      // num_q_heads / num_kv_heads
+    int32_t max_pages;  // block table columns
+    int32_t page_size;
+    int32_t num_pages;
+    int32_t splits;
+    int32_t chunk;        // tokens per split (a multiple of the block's step)
+    int32_t max_seq_len;  // a sequence longer traps (the splits cover only this many tokens)
+    float scale_log2;     // softmax scale x log2(e)
+    float scale;          // softmax scale
+    float softcap;        // > 0: s = softcap x tanh(scale x q.k / softcap)
+};
+
+// The combine of split partials (decode_merge) and of ranks' partials (sp_decode): rows of num_q_heads x batch.
+struct MergeParams {
+    const float* part_o;    // [rows, splits, D]
+    const float* part_lse;  // [rows, splits], log2
+    void* o;                // [rows, D] of T
+    float* lse;             // [rows], natural log; null: not written
+    int32_t rows, splits;
+};
+
+// SP decode: the local split partials of every row, exchanged as LL16 packets and combined on every rank.
+// A row's packets: D / 2 packets of the merged local O (two fp32 each), then one {lse (log2), 0}.
+struct SpParams {
+    const float* part_o;    // [rows, splits, D] this rank's split partials
+    const float* part_lse;  // [rows, splits]
+    void* o;                // [rows, D] of T
+    float* lse;             // [rows] natural log; null: not written
+    void* ll;               // the LL area (symmetric): [parity 2][block kSpMaxBlocks][source W][kSpPacketsPerBlock]
+    uint64_t* epoch;        // [kSpMaxBlocks] per-block call counters (this rank's device memory)
+    int32_t rows, splits;
+    int32_t rows_per_block;  // rows [b * rows_per_block, +rows_per_block) go to block b
+};
+
+}  // namespace loom::kernels::attention

@@ -1,0 +1,117 @@
+// Sequence-parallel decode: the combine of every rank's partial (O, LSE), exchanged as low-latency packets.
+//
+//   sp_decode_combine<T, D>   grid = the row blocks (<= kSpMaxBlocks), kSpThreads threads. Block b owns rows
+//                             [row0 + b x rows_per_block, +rows_per_block) (row = batch x num_q_heads + q head) on
+//                             every rank. It merges this rank's split partials of its rows (decode_split's output),
+//                             sends them to every peer as LL16 packets {data, flag, data, flag}: per row D / 2
+//                             packets of O (two fp32 each) and one {LSE (log2), 0}; then polls every peer's packets
+//                             of its rows and writes O = sum_q w_q O_q / sum_q w_q, w_q = 2^(LSE_q - max), and
+//                             LSE = ln(sum_q 2^LSE_q). Sources are combined in rank order 0, 1, ..., so every rank
+//                             computes bitwise the same result.
+//
+// Flags and the LL area (the argument of kernels/collectives/coll_ll.cuh, with this kernel's own area and epochs):
+// block b advances its epoch e (SpParams::epoch[b], this rank's memory, never reset) once per launch; the flag is the
+// low 32 bits of e, so a stale packet never matches (that would take 2^32 launches of one block). The area is
+// [parity 2][block kSpMaxBlocks][source W][kSpPacketsPerBlock]: region (e & 1, b, q) is only ever written by block b
+// of rank q, with block b's flags. A peer writes parity p of my region in its launch e only after it received my
+// block b's packets of launch e - 1 — every block sends at least one packet to every peer per launch (each block
+// has at least one row) — so my block b has finished launch e - 2, the last that read parity p. No barrier, no
+// reset between calls; stream-ordered, so a CUDA graph replays it as is.
+#pragma once
+
+#include "loom/config.hpp"
+#include "loom/kernels/attention/decode.cuh"
+#include "loom/lang/context.cuh"
+#include "loom/lang/ll.cuh"
+#include "loom/lang/rank.cuh"
+#include "loom/lang/spin.cuh"
+#include "loom/ptx/memory.cuh"
+
+namespace loom::kernels::attention {
+
+// Bounded poll of one packet until both halves carry `flag`; returns its two data words as floats.
+LOOM_DEVICE LOOM_FORCEINLINE float2 sp_poll(const Ctx& ctx, const lang::LL16* pk, uint32_t flag, int peer) {
+    uint4 v;
+    lang::spin_until(ctx, "sp_decode_attention: partials packet", peer, pk, lang::Cmp::EQ, flag,
+                     [&](uint64_t& observed) {
+                         v = ptx::ld_volatile_v4(pk);
+                         observed = v.y != flag ? v.y : v.w;
+                         return v.y == flag && v.w == flag;
+                     });
+    return make_float2(__uint_as_float(v.x), __uint_as_float(v.z));
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(kSpThreads) sp_decode_combine(Ctx ctx, SpParams p, int32_t row0) {
+    constexpr int kPairs = D / 2;    // O packets per row
+    constexpr int kPk = kPairs + 1;  // + the LSE packet
+    constexpr uint64_t S = kSpPacketsPerBlock;
+    const int W = ctx.local_world, me = ctx.local_rank;
+    const int b = static_cast<int>(blockIdx.x);
+    const int r_lo = row0 + b * p.rows_per_block;
+    const int r_hi = r_lo + p.rows_per_block < p.rows ? r_lo + p.rows_per_block : p.rows;
+    const int nrows = r_hi - r_lo;  // >= 1 (the host sizes the grid)
+
+    __shared__ uint64_t s_epoch;
+    if (threadIdx.x == 0) {
+        const uint64_t e = p.epoch[b] + 1;
+        p.epoch[b] = e;
+        s_epoch = e;
+    }
+    __syncthreads();
+    const uint64_t e = s_epoch;
+    const uint32_t flag = static_cast<uint32_t>(e);
+    lang::LL16* const region =
+        static_cast<lang::LL16*>(p.ll) + ((e & 1) * kSpMaxBlocks + b) * static_cast<uint64_t>(W) * S;
+
+    // Send this rank's merged partials of the block's rows to every peer.
+    for (int i = static_cast<int>(threadIdx.x); i < nrows * kPk; i += kSpThreads) {
+        const int r = r_lo + i / kPk, k = i % kPk;
+        const float* po = p.part_o + static_cast<int64_t>(r) * p.splits * D;
+        const float* pl = p.part_lse + static_cast<int64_t>(r) * p.splits;
+        float o[2];
+        const float lse2 = merge_splits<2>(po, pl, p.splits, D, k < kPairs ? 2 * k : 0, o);
+        const float x = k < kPairs ? o[0] : lse2, y = k < kPairs ? o[1] : 0.f;
+        const uint4 pkt = make_uint4(__float_as_uint(x), flag, __float_as_uint(y), flag);
+        for (int j = 1; j < W; ++j) {
+            const int peer = ctx.local_base_rank + (me + j) % W;
+            ptx::st_volatile_v4(lang::symm_at(ctx, region + me * S + i, peer), pkt);
+        }
+    }
+    // Receive and combine, sources in rank order (online: running max, rescaled sums).
+    for (int i = static_cast<int>(threadIdx.x); i < nrows * kPairs; i += kSpThreads) {
+        const int rr = i / kPairs, k = i % kPairs;
+        const int r = r_lo + rr;
+        float mx = neg_inf(), sum = 0.f, o0 = 0.f, o1 = 0.f;
+        for (int q = 0; q < W; ++q) {
+            float lse2, x, y;
+            if (q == me) {
+                float o[2];
+                lse2 = merge_splits<2>(p.part_o + static_cast<int64_t>(r) * p.splits * D,
+                                       p.part_lse + static_cast<int64_t>(r) * p.splits, p.splits, D, 2 * k, o);
+                x = o[0];
+                y = o[1];
+            } else {
+                const lang::LL16* src = region + q * S + rr * kPk;
+                lse2 = sp_poll(ctx, src + kPairs, flag, ctx.local_base_rank + q).x;
+                const float2 v = sp_poll(ctx, src + k, flag, ctx.local_base_rank + q);
+                x = v.x;
+                y = v.y;
+            }
+            const float nmx = fmaxf(mx, lse2);
+            const float ref = nmx == neg_inf() ? 0.f : nmx;
+            const float c = fast_exp2(mx - ref), w = fast_exp2(lse2 - ref);
+            sum = sum * c + w;
+            o0 = o0 * c + w * x;
+            o1 = o1 * c + w * y;
+            mx = nmx;
+        }
+        const bool any = sum > 0.f;
+        T* out = static_cast<T*>(p.o) + static_cast<int64_t>(r) * D + 2 * k;
+        out[0] = from_float<T>(any ? o0 / sum : 0.f);
+        out[1] = from_float<T>(any ? o1 / sum : 0.f);
+        if (k == 0 && p.lse != nullptr) p.lse[r] = any ? (mx + log2f(sum)) * kLn2 : neg_inf();
+    }
+}
+
+}  // namespace loom::kernels::attention

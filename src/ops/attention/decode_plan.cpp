@@ -1,0 +1,249 @@
+#include "ops/attention/decode_plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "loom/runtime/error.hpp"
+#include "loom/runtime/stream_ops.hpp"
+#include "runtime/pointer_check.hpp"
+
+namespace loom::attention {
+
+namespace ka = kernels::attention;
+
+namespace {
+
+struct DeviceInfo {
+    int device = 0, arch = 0, num_sms = 0;
+};
+
+DeviceInfo device_info() {
+    static std::mutex mu;
+    static std::map<int, DeviceInfo> cache;
+    int dev = 0;
+    LOOM_CHECK_CUDA(cudaGetDevice(&dev));
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache.find(dev); it != cache.end()) return it->second;
+    DeviceInfo d;
+    int major = 0, minor = 0;
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&d.num_sms, cudaDevAttrMultiProcessorCount, dev));
+    d.device = dev;
+    d.arch = major * 10 + minor;
+    cache.emplace(dev, d);
+    return d;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void check_shapes(const char* op, const DecodeQuery& q, const KvCache& kv, const DecodeOptions& opts) {
+    LOOM_CHECK(q.dtype == DType::BF16 || q.dtype == DType::F16, "{}: expected q bf16 or f16, given {}", op,
+               dtype_name(q.dtype));
+    LOOM_CHECK(q.head_dim == 64 || q.head_dim == 128 || q.head_dim == 256,
+               "{}: expected head_dim 64, 128 or 256, given {}", op, q.head_dim);
+    LOOM_CHECK(q.batch >= 1, "{}: expected batch >= 1, given {}", op, q.batch);
+    LOOM_CHECK(q.num_heads >= 1, "{}: expected q num_heads >= 1, given {}", op, q.num_heads);
+    LOOM_CHECK(kv.num_kv_heads >= 1, "{}: expected kv num_kv_heads >= 1, given {}", op, kv.num_kv_heads);
+    LOOM_CHECK(q.num_heads % kv.num_kv_heads == 0,
+               "{}: expected q num_heads a multiple of kv num_kv_heads (an integral GQA group), given {} and {}", op,
+               q.num_heads, kv.num_kv_heads);
+    LOOM_CHECK(int64_t(q.batch) * q.num_heads <= INT32_MAX, "{}: expected batch x num_heads < 2^31, given {} x {}", op,
+               q.batch, q.num_heads);
+    LOOM_CHECK(int64_t(q.batch) * kv.num_kv_heads <= 65535,
+               "{}: expected batch x num_kv_heads <= 65535 (the grid's z), given {} x {}", op, q.batch,
+               kv.num_kv_heads);
+    if (kv.block_table == nullptr) {
+        LOOM_CHECK(kv.max_seq_len >= 0 && kv.max_seq_len <= INT32_MAX,
+                   "{}: expected kv max_seq_len in [0, 2^31) for a contiguous cache, given {}", op, kv.max_seq_len);
+        LOOM_CHECK(kv.max_pages == 0 && kv.num_pages == 0 && kv.page_size == 0,
+                   "{}: a contiguous cache (kv block_table null) expects max_pages, num_pages and page_size 0, given "
+                   "{}, {}, {}",
+                   op, kv.max_pages, kv.num_pages, kv.page_size);
+    } else {
+        LOOM_CHECK(kv.page_size >= 1 && kv.page_size <= 256, "{}: expected kv page_size in [1, 256], given {}", op,
+                   kv.page_size);
+        LOOM_CHECK(kv.num_pages >= 1, "{}: expected kv num_pages >= 1 for a paged cache, given {}", op, kv.num_pages);
+        LOOM_CHECK(kv.max_pages >= 1, "{}: expected kv max_pages >= 1 for a paged cache, given {}", op, kv.max_pages);
+        LOOM_CHECK(int64_t(kv.max_pages) * kv.page_size <= INT32_MAX,
+                   "{}: expected kv max_pages x page_size < 2^31, given {} x {}", op, kv.max_pages, kv.page_size);
+    }
+    LOOM_CHECK(opts.max_seq_len >= 0, "{}: expected DecodeOptions::max_seq_len >= 0, given {}", op, opts.max_seq_len);
+    LOOM_CHECK(opts.num_splits >= 0 && opts.num_splits <= kMaxSplits,
+               "{}: expected DecodeOptions::num_splits in [0, {}], given {}", op, kMaxSplits, opts.num_splits);
+    LOOM_CHECK(std::isfinite(opts.scale) && opts.scale >= 0.f,
+               "{}: expected DecodeOptions::scale >= 0 (0: 1/sqrt(D)), given {}", op, opts.scale);
+    LOOM_CHECK(std::isfinite(opts.softcap) && opts.softcap >= 0.f,
+               "{}: expected DecodeOptions::softcap >= 0 (0: none), given {}", op, opts.softcap);
+}
+
+void check_pointer(const World* world, int device, const char* op, const char* which, const void* p, std::size_t bytes,
+                   std::size_t align) {
+    LOOM_CHECK(p != nullptr, "{}: expected {} non-null", op, which);
+    LOOM_CHECK(reinterpret_cast<std::uintptr_t>(p) % align == 0, "{}: expected {} {}-byte aligned, given {}", op, which,
+               align, p);
+    detail::check_memory(world, device, op, which, p, bytes);
+}
+
+}  // namespace
+
+int decode_heads_per_block(int group) {
+    int h = 1;
+    while (h < group && h < ka::kDecodeMaxHeads) h *= 2;
+    return h;
+}
+
+int decode_splits(int64_t blocks_per_split, int64_t max_len, int step, int num_sms, int requested) {
+    if (max_len <= 0) return 1;
+    const int64_t by_len = ceil_div(max_len, std::max(step, 256));
+    int64_t s = requested > 0 ? requested : ceil_div(2 * int64_t(std::max(num_sms, 1)), blocks_per_split);
+    if (requested <= 0) s = std::min(s, by_len);
+    return static_cast<int>(std::clamp<int64_t>(s, 1, kMaxSplits));
+}
+
+std::size_t DecodePlan::workspace_bytes(bool partial) const {
+    if (params.splits <= 1 && !partial) return 0;
+    return rows * params.splits * (head_dim + 1) * sizeof(float);
+}
+
+DecodePlan plan_decode(const char* op, const DecodeQuery& q, const KvCache& kv, void* o, float* lse,
+                       const DecodeOptions& opts, const World* world) {
+    check_shapes(op, q, kv, opts);
+    const DeviceInfo dev = device_info();
+    LOOM_CHECK(dev.arch >= 80, "{}: expected a GPU of compute capability >= 8.0, given {}.{}", op, dev.arch / 10,
+               dev.arch % 10);
+    const bool paged = kv.block_table != nullptr;
+    const int64_t capacity = paged ? int64_t(kv.max_pages) * kv.page_size : kv.max_seq_len;
+    LOOM_CHECK(opts.max_seq_len <= capacity,
+               "{}: expected DecodeOptions::max_seq_len <= the cache's capacity {} ({}), given {}", op, capacity,
+               paged ? "max_pages x page_size" : "max_seq_len", opts.max_seq_len);
+    const int64_t max_len = opts.max_seq_len > 0 ? opts.max_seq_len : capacity;
+
+    const std::size_t el = dtype_size(q.dtype);
+    const std::size_t rows = std::size_t(q.batch) * q.num_heads;
+    const std::size_t row_bytes = std::size_t(kv.num_kv_heads) * q.head_dim * el;
+    const std::size_t kv_rows = paged ? std::size_t(kv.num_pages) * kv.page_size : std::size_t(q.batch) * capacity;
+    check_pointer(world, dev.device, op, "q", q.data, rows * q.head_dim * el, 16);
+    check_pointer(world, dev.device, op, "o", o, rows * q.head_dim * el, 16);
+    if (lse != nullptr) check_pointer(world, dev.device, op, "lse", lse, rows * sizeof(float), 4);
+    check_pointer(world, dev.device, op, "kv seq_lens", kv.seq_lens, std::size_t(q.batch) * 4, 4);
+    if (kv_rows > 0) {
+        const std::size_t kv_bytes = detail::checked_mul(op, "kv bytes", kv_rows, row_bytes);
+        check_pointer(world, dev.device, op, "kv k", kv.k, kv_bytes, 16);
+        check_pointer(world, dev.device, op, "kv v", kv.v, kv_bytes, 16);
+    }
+    if (paged)
+        check_pointer(world, dev.device, op, "kv block_table", kv.block_table, std::size_t(q.batch) * kv.max_pages * 4,
+                      4);
+
+    DecodePlan plan;
+    plan.dtype = q.dtype;
+    plan.head_dim = q.head_dim;
+    plan.rows = rows;
+    const int group = q.num_heads / kv.num_kv_heads;
+    plan.heads_per_block = decode_heads_per_block(group);
+    plan.head_chunks = static_cast<int>(ceil_div(group, plan.heads_per_block));
+    const int step = ka::decode_step_tokens(q.head_dim, plan.heads_per_block);
+    const int64_t blocks = int64_t(q.batch) * kv.num_kv_heads * plan.head_chunks;
+    int splits = decode_splits(blocks, max_len, step, dev.num_sms, opts.num_splits);
+    int64_t chunk = max_len > 0 ? ceil_div(ceil_div(max_len, splits), step) * step : step;
+    splits = static_cast<int>(std::max<int64_t>(1, ceil_div(max_len, chunk)));
+
+    ka::DecodeParams& p = plan.params;
+    p.q = q.data;
+    p.k = kv.k;
+    p.v = kv.v;
+    p.block_table = kv.block_table;
+    p.seq_lens = kv.seq_lens;
+    p.o = o;
+    p.lse = lse;
+    p.batch = q.batch;
+    p.num_q_heads = q.num_heads;
+    p.num_kv_heads = kv.num_kv_heads;
+    p.group = group;
+    p.max_pages = paged ? kv.max_pages : 1;
+    p.page_size = paged ? kv.page_size : static_cast<int32_t>(capacity);
+    p.num_pages = paged ? kv.num_pages : q.batch;
+    p.splits = splits;
+    p.chunk = static_cast<int32_t>(chunk);
+    p.max_seq_len = static_cast<int32_t>(max_len);
+    const float scale = opts.scale > 0.f ? opts.scale : 1.f / std::sqrt(static_cast<float>(q.head_dim));
+    p.scale = scale;
+    p.scale_log2 = scale * ka::kLog2e;
+    p.softcap = opts.softcap;
+    return plan;
+}
+
+jit::KernelSpec decode_split_spec(DType dtype, int head_dim, int heads_per_block) {
+    jit::KernelSpec s;
+    s.header = "loom/kernels/attention/decode.cuh";
+    s.name = "loom::kernels::attention::decode_split";
+    s.template_args = {dtype_cuda_name(dtype), std::to_string(head_dim), std::to_string(heads_per_block)};
+    return s;
+}
+
+jit::KernelSpec decode_merge_spec(DType dtype, int head_dim) {
+    jit::KernelSpec s;
+    s.header = "loom/kernels/attention/decode.cuh";
+    s.name = "loom::kernels::attention::decode_merge";
+    s.template_args = {dtype_cuda_name(dtype), std::to_string(head_dim)};
+    return s;
+}
+
+void launch_decode_split(const DecodePlan& plan, const ka::DecodeParams& p, cudaStream_t stream) {
+    const jit::Kernel& k = jit::get_kernel(decode_split_spec(plan.dtype, plan.head_dim, plan.heads_per_block));
+    jit::LaunchConfig cfg;
+    cfg.grid = dim3(static_cast<unsigned>(plan.head_chunks), static_cast<unsigned>(p.splits),
+                    static_cast<unsigned>(p.batch * p.num_kv_heads));
+    cfg.block = dim3(ka::kDecodeThreads);
+    cfg.stream = stream;
+    k(cfg, p);
+}
+
+void launch_decode_merge(const DecodePlan& plan, const ka::DecodeParams& p, cudaStream_t stream) {
+    const jit::Kernel& k = jit::get_kernel(decode_merge_spec(plan.dtype, plan.head_dim));
+    ka::MergeParams m{};
+    m.part_o = p.part_o;
+    m.part_lse = p.part_lse;
+    m.o = p.o;
+    m.lse = p.lse;
+    m.rows = static_cast<int32_t>(plan.rows);
+    m.splits = p.splits;
+    jit::LaunchConfig cfg;
+    cfg.grid = dim3(static_cast<unsigned>(plan.rows));
+    cfg.block = dim3(128);
+    cfg.stream = stream;
+    k(cfg, m);
+}
+
+void* decode_workspace(const char* op, std::size_t bytes, cudaStream_t stream) {
+    struct Buffer {
+        void* data = nullptr;
+        std::size_t bytes = 0;
+    };
+    static std::mutex mu;
+    static std::map<std::pair<int, cudaStream_t>, Buffer> buffers;
+    static std::vector<void*> retired;  // smaller buffers a captured graph may still use
+    int dev = 0;
+    LOOM_CHECK_CUDA(cudaGetDevice(&dev));
+    std::lock_guard<std::mutex> lock(mu);
+    Buffer& b = buffers[{dev, stream}];
+    if (b.bytes >= bytes) return b.data;
+    LOOM_CHECK(!stream_ops::capturing(stream),
+               "{}: the split workspace of this stream must grow to {} bytes (has {}), which a CUDA-graph capture does "
+               "not allow: make a call of the same shape on this stream once without capturing first",
+               op, bytes, b.bytes);
+    const std::size_t grown = std::max(bytes, 2 * b.bytes);
+    void* p = nullptr;
+    LOOM_CHECK_CUDA(cudaMalloc(&p, grown));
+    if (b.data != nullptr) retired.push_back(b.data);
+    b = Buffer{p, grown};
+    return p;
+}
+
+}  // namespace loom::attention
