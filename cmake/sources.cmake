@@ -100,6 +100,7 @@ set(LOOM_SOURCES
     src/ops/collectives/all_gather/staged.cpp
     src/ops/collectives/all_reduce/all_reduce.cpp
     src/ops/collectives/all_reduce/ld_tma.cpp
+    src/ops/collectives/all_reduce/staged.cpp
     src/ops/collectives/all_reduce/two_shot_ce.cpp
     src/ops/collectives/all_to_all/all_to_all.cpp
     src/ops/collectives/all_to_all/all_to_all_v.cpp
@@ -117,6 +118,7 @@ set(LOOM_SOURCES
     src/ops/collectives/reduce_scatter/ld_tma.cpp
     src/ops/collectives/reduce_scatter/reduce_scatter.cpp
     src/ops/collectives/reduce_scatter/scatter_ce.cpp
+    src/ops/collectives/reduce_scatter/staged.cpp
     src/ops/gemm/gemm.cpp
     src/ops/gemm/heuristic.cpp
     src/ops/gemm/launch_sm80.cpp

@@ -1033,9 +1033,16 @@ TEST_F(Collectives, BadInputGivesClearErrors) {
                    CollOptions{CollAlgo::Pull});
     });
     EXPECT_EQ(e, "");
+    // Two-shot reads the peers' in: named with a plain in, it copies in into the symmetric out and runs there.
     e = error_of([&] {
         all_reduce(*w, BufferView{plain, DType::F32, 100}, BufferView{b.p, DType::F32, 100}, stream,
                    CollOptions{CollAlgo::TwoShot});
+    });
+    EXPECT_EQ(e, "");
+    // Push writes the peers' out and has no staged variant: a plain out is refused, naming the buffer.
+    e = error_of([&] {
+        all_gather(*w, BufferView{a.p, DType::F32, 16}, BufferView{plain, DType::F32, std::size_t(16) * W}, stream,
+                   CollOptions{CollAlgo::Push});
     });
     EXPECT_NE(e.find("allocate it with world.alloc"), std::string::npos) << e;
     e = error_of([&] { all_gather(*w, BufferView{a.p, DType::F32, 16}, BufferView{b.p, DType::F32, 15}, stream); });

@@ -23,6 +23,7 @@
 #include "loom/ops/collectives.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/settings.hpp"
+#include "ops/collectives/coll_choice.hpp"
 #include "runtime/settings_override.hpp"
 
 namespace loom {
@@ -180,32 +181,33 @@ std::string check_all_to_all(World& w, cudaStream_t s, DType t, std::size_t n, c
 }
 
 // ---- reductions ----------------------------------------------------------------------------------------------------
-// reduce_scatter into n elements per rank.
+// reduce_scatter into n elements per rank; in_place: out is this rank's chunk of in (both then placed as in).
 std::string check_reduce_scatter(World& w, cudaStream_t s, DType t, std::size_t n, const Placement& pl, int tc,
-                                 const CollOptions& o = {}) {
+                                 const CollOptions& o = {}, bool in_place = false) {
     const int W = w.world_size(), me = w.rank();
     const std::size_t es = dtype_size(t);
     Buf in(w, n * W * es, pl.in_plain), out(w, n * es, pl.out_plain);
     std::vector<std::vector<char>> all(W);
     for (int r = 0; r < W; ++r) all[r] = make_input(t, n * W, seed_of(r, tc));
     upload(in.p, all[me]);
-    poison(out.p, n * es);
+    char* const dst = in_place ? in.p + me * n * es : out.p;
+    if (!in_place) poison(out.p, n * es);
     w.barrier();
     std::string err;
     try {
-        reduce_scatter(w, BufferView{in.p, t, n * W}, BufferView{out.p, t, n}, s, o);
+        reduce_scatter(w, BufferView{in.p, t, n * W}, BufferView{dst, t, n}, s, o);
         sync_or_die(s);
     } catch (const Error& e) {
         err = e.what();
     }
-    const auto got = err.empty() ? download(out.p, n * es) : std::vector<char>();
+    const auto got = err.empty() ? download(dst, n * es) : std::vector<char>();
     for (std::size_t i = 0; i < n && err.empty(); ++i) {
         double ref = 0;
         for (int r = 0; r < W; ++r) ref += value_at(t, all[r], me * n + i);
         const double g = value_at(t, got, i);
         if (!(std::fabs(g - ref) <= tolerance(t, ref, W)))
-            err = what("reduce_scatter", pl, o, t, n) + ": element " + std::to_string(i) + " is " + std::to_string(g) +
-                  ", expected " + std::to_string(ref);
+            err = what("reduce_scatter", pl, o, t, n) + (in_place ? " in place" : "") + ": element " +
+                  std::to_string(i) + " is " + std::to_string(g) + ", expected " + std::to_string(ref);
     }
     return agree(w, err);
 }
@@ -326,7 +328,8 @@ class PlainBuffers : public WorldStreamTest {};
 
 // Below the LL sizes (LL: no symmetric buffer needed), and past them (512 KiB per chunk and more, where no LL row
 // applies): the staged pull for all_gather and all_to_all with both buffers plain, the algorithm that does without the
-// plain one otherwise; reduce_scatter's scatter and all_reduce's one-shot / staged two-shot. Odd counts throughout.
+// plain one otherwise; for reduce_scatter and all_reduce what the cost model picks (scatter or pull with in staged;
+// one-shot, or two-shot with in staged or its shards through the scratch). Odd counts throughout.
 TEST_F(PlainBuffers, EveryCollectiveEveryPlacement) {
     int tc = 0;
     for (const Placement& pl : kPlacements)
@@ -389,8 +392,8 @@ TEST_F(PlainBuffers, AllToAllVCountsAndBuffers) {
 
 // Past a 1 MiB scratch: the staged paths and the scratch algorithms in rounds (all_gather: 2 MiB + 10 bytes per rank,
 // three rounds, the last of 10 bytes; all_to_all: 1.2 MB per peer, 3 rounds at 2 ranks and 10 at 8; all_to_all_v:
-// windows of 262144 f32 over a capacity of 200001 x W + 7, blocks straddling the windows; reduce_scatter's scatter,
-// all_reduce's one-shot and staged two-shot in rounds).
+// windows of 262144 f32 over a capacity of 200001 x W + 7, blocks straddling the windows; reduce_scatter and
+// all_reduce in rounds, as the cost model chooses).
 TEST_F(PlainBuffers, PastTheScratchInRounds) {
     const SmallScratch small(*w, std::size_t(1) << 20);
     int tc = 300;
@@ -412,17 +415,54 @@ TEST_F(PlainBuffers, PastTheScratchInRounds) {
     ASSERT_TRUE(v.empty()) << v;
 }
 
+// reduce_scatter's pull and all_reduce's two-shot with in plain, staged: by name and by Auto, past a 1 MiB scratch
+// (reduce_scatter: rounds of 1 MiB / W of every chunk, the last short; all_reduce with out plain: rounds of half the
+// scratch, its shards through the other half; with out symmetric: in copied into out, reduced in place), odd counts,
+// bf16 and f32, reduce_scatter in place too. Auto at 2,000,003 f32 per rank: the choice is checked to be staged there
+// (the cost model stages both ops at that size for every rank count and GPU sharing).
+TEST_F(PlainBuffers, StagedReductionsInRounds) {
+    const SmallScratch small(*w, std::size_t(1) << 20);
+    const CollTopology topo = collective_topology(*w);
+    int tc = 500;
+    for (const Placement& pl : {Placement{true, false}, Placement{true, true}}) {
+        SCOPED_TRACE(name_of(pl));
+        for (DType t : {DType::BF16, DType::F32})
+            for (std::size_t n : {std::size_t(300007), std::size_t(1001)}) {
+                std::string v = check_reduce_scatter(*w, stream, t, n, pl, ++tc, CollOptions{CollAlgo::Pull});
+                ASSERT_TRUE(v.empty()) << v;
+                v = check_all_reduce(*w, stream, t, n, pl, ++tc, CollOptions{CollAlgo::TwoShot});
+                ASSERT_TRUE(v.empty()) << v;
+            }
+        const std::size_t big = 2000003;
+        for (CollKind k : {CollKind::ReduceScatter, CollKind::AllReduce}) {
+            const CollChoice c = choose_collective(k, big * 4, topo, false, !pl.out_plain);
+            ASSERT_TRUE(c.staged) << to_string(k) << ": " << c.reason;
+        }
+        std::string v = check_reduce_scatter(*w, stream, DType::F32, big, pl, ++tc);
+        ASSERT_TRUE(v.empty()) << v;
+        v = check_all_reduce(*w, stream, DType::F32, big, pl, ++tc);
+        ASSERT_TRUE(v.empty()) << v;
+    }
+    // In place with in plain (out is in's chunk of this rank): by name and Auto.
+    for (const CollOptions& o : {CollOptions{CollAlgo::Pull}, CollOptions{}}) {
+        const std::string v =
+            check_reduce_scatter(*w, stream, DType::F32, 2000003, Placement{true, true}, ++tc, o, true);
+        ASSERT_TRUE(v.empty()) << v;
+    }
+}
+
 // The staged paths share the scratch with the other algorithms: 60 calls back to back, no host synchronisation but at
-// the checked calls, alternating a staged all_gather, a staged two-shot all_reduce (whose last round leaves the peers
-// reading this rank's scratch when its kernel ends), a staged all_to_all and a one-shot all_reduce, inputs changing
-// every call; every element checked at five calls.
+// the checked calls, alternating a staged all_gather, a two-shot all_reduce into a plain out (whose last round leaves
+// the peers reading this rank's scratch when its kernel ends), a staged all_to_all, a staged reduce_scatter, a two-shot
+// all_reduce with in and out plain (in staged) and a one-shot all_reduce, inputs changing every call; every element
+// checked at five calls.
 TEST_F(PlainBuffers, StagedBackToBackWithOtherScratchUsers) {
     const int W = w->world_size(), me = w->rank();
     const DType t = DType::BF16;
     const std::size_t n = 300007, B = n * 2;
     constexpr int kSets = 3;
     Buf in(*w, B * W * kSets, true), sym_in(*w, B * kSets, false), ag(*w, B * W, true), a2a(*w, B * W, true),
-        ar(*w, B, true), one_shot(*w, 4099 * 2, true);
+        ar(*w, B, true), rs(*w, B, true), ar2(*w, B, true), one_shot(*w, 4099 * 2, true);
     std::vector<std::vector<char>> all[kSets];
     for (int k = 0; k < kSets; ++k) {
         for (int r = 0; r < W; ++r) all[k].push_back(make_input(t, n * W, seed_of(r, 400, k)));
@@ -440,6 +480,8 @@ TEST_F(PlainBuffers, StagedBackToBackWithOtherScratchUsers) {
             poison(ag.p, B * W);
             poison(a2a.p, B * W);
             poison(ar.p, B);
+            poison(rs.p, B);
+            poison(ar2.p, B);
             w->barrier();
         }
         char* const src = in.p + k * B * W;
@@ -448,6 +490,8 @@ TEST_F(PlainBuffers, StagedBackToBackWithOtherScratchUsers) {
             all_reduce(*w, BufferView{sym_in.p + k * B, t, n}, BufferView{ar.p, t, n}, stream,
                        CollOptions{CollAlgo::TwoShot});
             all_to_all(*w, BufferView{src, t, n * W}, BufferView{a2a.p, t, n * W}, stream);
+            reduce_scatter(*w, BufferView{src, t, n * W}, BufferView{rs.p, t, n}, stream, CollOptions{CollAlgo::Pull});
+            all_reduce(*w, BufferView{src, t, n}, BufferView{ar2.p, t, n}, stream, CollOptions{CollAlgo::TwoShot});
             if (it % 5 == 4)
                 all_reduce(*w, BufferView{src, t, 4099}, BufferView{one_shot.p, t, 4099}, stream,
                            CollOptions{CollAlgo::OneShot});
@@ -456,7 +500,8 @@ TEST_F(PlainBuffers, StagedBackToBackWithOtherScratchUsers) {
         }
         if (!check || !err.empty()) continue;
         sync_or_die(stream);
-        const auto g_ag = download(ag.p, B * W), g_a2a = download(a2a.p, B * W), g_ar = download(ar.p, B);
+        const auto g_ag = download(ag.p, B * W), g_a2a = download(a2a.p, B * W), g_ar = download(ar.p, B),
+                   g_rs = download(rs.p, B), g_ar2 = download(ar2.p, B);
         for (int r = 0; r < W && err.empty(); ++r) {
             if (std::memcmp(g_ag.data() + r * B, all[k][r].data(), B) != 0)
                 err = "call " + std::to_string(it) + ": all_gather chunk of rank " + std::to_string(r) + " differs";
@@ -469,6 +514,14 @@ TEST_F(PlainBuffers, StagedBackToBackWithOtherScratchUsers) {
             if (!(std::fabs(value_at(t, g_ar, i) - ref) <= tolerance(t, ref, W)))
                 err = "call " + std::to_string(it) + ": all_reduce element " + std::to_string(i) + " is " +
                       std::to_string(value_at(t, g_ar, i)) + ", expected " + std::to_string(ref);
+            else if (!(std::fabs(value_at(t, g_ar2, i) - ref) <= tolerance(t, ref, W)))
+                err = "call " + std::to_string(it) + ": all_reduce (in staged) element " + std::to_string(i) + " is " +
+                      std::to_string(value_at(t, g_ar2, i)) + ", expected " + std::to_string(ref);
+            double rs_ref = 0;
+            for (int r = 0; r < W; ++r) rs_ref += value_at(t, all[k][r], me * n + i);
+            if (err.empty() && !(std::fabs(value_at(t, g_rs, i) - rs_ref) <= tolerance(t, rs_ref, W)))
+                err = "call " + std::to_string(it) + ": reduce_scatter element " + std::to_string(i) + " is " +
+                      std::to_string(value_at(t, g_rs, i)) + ", expected " + std::to_string(rs_ref);
         }
     }
     sync_or_die(stream);

@@ -187,12 +187,60 @@ Staged staged_buffer(CollKind kind, CollAlgo algo) {
     switch (kind) {
         case CollKind::AllGather:
         case CollKind::AllToAll:
+        case CollKind::ReduceScatter:
             return algo == CollAlgo::Pull ? Staged::In : Staged::None;
+        case CollKind::AllReduce:
+            return algo == CollAlgo::TwoShot ? Staged::In : Staged::None;
         case CollKind::AllToAllV:
             return algo == CollAlgo::Push ? Staged::Out : Staged::None;
-        default:
-            return Staged::None;  // reduce_scatter's scatter and all_reduce's one-shot take any buffers
     }
+    return Staged::None;  // reduce_scatter's scatter and all_reduce's one-shot take any buffers
+}
+
+double model_traffic_units(CollKind kind, CollAlgo algo, int world, bool staged, bool out_symmetric) {
+    const double W = world > 1 ? world : 1;
+    double units = 0, copy = 0;  // the algorithm's traffic; the staging copy's (its buffer read and written)
+    switch (kind) {
+        case CollKind::AllGather:  // bytes: in; out is W x bytes
+            // The fan-out push reads in once for W writes; pull and ring read what they write.
+            units = algo == CollAlgo::Push ? W + 1 : 2 * W;
+            copy = 2;
+            break;
+        case CollKind::ReduceScatter:  // bytes: out; in is W x bytes
+            // Pull: W chunks read, out written. Scatter: in read and written into the scratches, the scratch read,
+            // out written. Ring: about the same as scatter.
+            units = algo == CollAlgo::Pull ? W + 1 : algo == CollAlgo::Scatter ? 3 * W + 1 : 3 * W;
+            copy = 2 * W;
+            break;
+        case CollKind::AllReduce:  // bytes: the buffer
+            // One-shot: in read, written into W scratches, those read, out written. Two-shot: W shards of 1 / W read
+            // and written; into an out that is not symmetric, the shards again through the scratch.
+            units = algo == CollAlgo::OneShot ? 2 * W + 2 : out_symmetric ? 2 : 3;
+            copy = 2;
+            break;
+        case CollKind::AllToAll:
+        case CollKind::AllToAllV:  // bytes: per peer (all_to_all_v: of out's capacity)
+            units = 2 * W;
+            copy = kind == CollKind::AllToAllV ? 4 * W : 2 * W;  // all_to_all_v stages out: copied in and back
+            break;
+    }
+    if (algo == CollAlgo::LL) units *= 2;  // a flag word beside every data word
+    return units + (staged ? copy : 0);
+}
+
+double model_us(CollKind kind, CollAlgo algo, std::size_t bytes, const CollTopology& topo, bool staged,
+                bool out_symmetric) {
+    // Reduce_scatter's scatter and all_reduce's one-shot: 64 MiB, 2 ranks on one H200, both at ~2.3 TB/s of traffic
+    // against ~3.2 for pull and two-shot (the table in docs/collectives.md, "Buffers outside the symmetric heap").
+    const bool rounds = (kind == CollKind::ReduceScatter && algo == CollAlgo::Scatter) ||
+                        (kind == CollKind::AllReduce && algo == CollAlgo::OneShot);
+    const int sharing = topo.shared_gpu && topo.ranks_per_gpu > 1 ? topo.ranks_per_gpu : 1;
+    const double rate = kModelBytesPerUs / sharing * (rounds ? 0.7 : 1.0);
+    // Staged: the copy, and the barrier kernel before it where the copy goes into the scratch (all_reduce copies
+    // into a symmetric out: no barrier).
+    const int launches = 1 + (staged ? (kind == CollKind::AllReduce && out_symmetric ? 1 : 2) : 0);
+    return model_traffic_units(kind, algo, topo.world, staged, out_symmetric) * static_cast<double>(bytes) / rate +
+           launches * kModelLaunchUs;
 }
 
 DataPath default_path(CollKind kind, CollAlgo algo, std::size_t bytes, const CollTopology& topo) {
@@ -233,31 +281,61 @@ int shared_gpu_sm_budget(int attr_sms, int ranks_per_gpu, int mps_percentage) {
     return std::max(1, attr_sms / ranks);
 }
 
+namespace {
+
+// The first row of `kind` that applies at `bytes` on `topo` and is feasible on the buffers as given (staged false),
+// or feasible only with its staged buffer in symmetric memory (staged true); rows.size() where none is.
+std::size_t first_row(CollKind kind, std::size_t bytes, const CollTopology& topo, bool in_sym, bool out_sym,
+                      bool staged) {
+    using namespace coll;
+    const auto& rows = choice_table();
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        const ChoiceRow& r = rows[i];
+        if (r.kind != kind || bytes > r.max_bytes || !sharing_matches(r.sharing, topo)) continue;
+        if (r.max_world > 0 && topo.world > r.max_world) continue;
+        if (feasible(kind, r.algo, in_sym, out_sym)) {
+            if (!staged) return i;
+            continue;
+        }
+        const Staged sb = staged_buffer(kind, r.algo);
+        if (staged && sb != Staged::None &&
+            feasible(kind, r.algo, in_sym || sb == Staged::In, out_sym || sb == Staged::Out))
+            return i;
+    }
+    return rows.size();
+}
+
+}  // namespace
+
 CollChoice choose_collective(CollKind kind, std::size_t bytes, const CollTopology& topo, bool in_symmetric,
                              bool out_symmetric) {
     using namespace coll;
     const auto& rows = choice_table();
-    // First pass: the buffers as given. Second: an algorithm that runs with its buffer staged in the scratch.
-    for (const bool staged : {false, true})
-        for (std::size_t i = 0; i < rows.size(); ++i) {
-            const ChoiceRow& r = rows[i];
-            if (r.kind != kind || bytes > r.max_bytes || !sharing_matches(r.sharing, topo)) continue;
-            if (r.max_world > 0 && topo.world > r.max_world) continue;
-            const Staged sb = staged_buffer(kind, r.algo);
-            if (staged ? sb == Staged::None || !feasible(kind, r.algo, in_symmetric || sb == Staged::In,
-                                                         out_symmetric || sb == Staged::Out)
-                       : !feasible(kind, r.algo, in_symmetric, out_symmetric))
-                continue;
-            DataPath path = r.path;
-            if (path == DataPath::Tma && topo.arch < 90) path = DataPath::LdSt;
-            if (!staged) return CollChoice{r.algo, path, 0, fmt::format("table row {}: {}", i, r.why)};
-            if (path == DataPath::CopyEngine) path = DataPath::LdSt;
-            return CollChoice{r.algo, path, 0,
-                              fmt::format("table row {}: {}; {} staged through the scratch", i, r.why,
-                                          sb == Staged::In ? "in" : "out"),
-                              true};
-        }
-    return CollChoice{CollAlgo::Auto, DataPath::Auto, 0, "no feasible algorithm"};
+    const std::size_t a = first_row(kind, bytes, topo, in_symmetric, out_symmetric, false);
+    const std::size_t s = first_row(kind, bytes, topo, in_symmetric, out_symmetric, true);
+    if (a == rows.size() && s == rows.size())
+        return CollChoice{CollAlgo::Auto, DataPath::Auto, 0, "no feasible algorithm"};
+    auto path_of = [&](std::size_t i) {
+        return rows[i].path == DataPath::Tma && topo.arch < 90 ? DataPath::LdSt : rows[i].path;
+    };
+    // The staged row wins where nothing runs unstaged, or where the table prefers it and the model agrees.
+    double staged_us = 0, given_us = 0;
+    const bool take_staged =
+        s < rows.size() &&
+        (a == rows.size() ||
+         (s < a && (staged_us = model_us(kind, rows[s].algo, bytes, topo, true, out_symmetric)) <
+                       (given_us = model_us(kind, rows[a].algo, bytes, topo, false, out_symmetric))));
+    if (!take_staged) return CollChoice{rows[a].algo, path_of(a), 0, fmt::format("table row {}: {}", a, rows[a].why)};
+    DataPath path = path_of(s);
+    if (path == DataPath::CopyEngine) path = DataPath::LdSt;
+    const std::string model = a == rows.size()
+                                  ? std::string()
+                                  : fmt::format(" (model: {:.1f} us staged, {:.1f} us for {} on the buffers as given)",
+                                                staged_us, given_us, to_string(rows[a].algo));
+    return CollChoice{rows[s].algo, path, 0,
+                      fmt::format("table row {}: {}; {} staged through symmetric memory{}", s, rows[s].why,
+                                  staged_buffer(kind, rows[s].algo) == Staged::In ? "in" : "out", model),
+                      true};
 }
 
 std::string explain_collectives(const CollTopology& topo) {

@@ -16,9 +16,9 @@ struct CollChoice {
     DataPath path = DataPath::Auto;
     int blocks = 0;
     std::string reason;  // which table row (or constraint) decided
-    // The algorithm runs over the symmetric scratch in place of the buffer it needs symmetric, in rounds of the
-    // scratch's size (coll::staged_buffer names which; the ops' staged.cpp files): where no algorithm can run on the
-    // buffers as given.
+    // The algorithm runs with a copy of the buffer it needs symmetric in symmetric memory (coll::staged_buffer names
+    // which; the ops' staged.cpp files): where no algorithm can run on the buffers as given, or where the cost model
+    // (coll::model_us) puts the staged algorithm below the first one that can.
     bool staged = false;
 };
 struct CollTopology {
@@ -40,8 +40,10 @@ CollTopology collective_topology(World& world);
 // Budget::resident_blocks, setup_ll).
 int shared_gpu_sm_budget(int attr_sms, int ranks_per_gpu, int mps_percentage);
 // bytes: all_gather / all_to_all: the per-rank input; reduce_scatter: the per-rank output; all_reduce: the buffer.
-// in_symmetric / out_symmetric say which algorithms are feasible. Where none is, the first row whose algorithm can be
-// staged (coll::stageable) wins, staged (its copy-engine path replaced by ld/st: the staged paths are kernels).
+// in_symmetric / out_symmetric say which algorithms are feasible. Two candidates: the first row feasible on the
+// buffers as given, and the first row whose algorithm is feasible only staged (coll::stageable; its copy-engine path
+// replaced by ld/st: the staged paths are kernels). The staged one wins where it is the only one, or where its row
+// comes first and coll::model_us estimates it faster.
 CollChoice choose_collective(CollKind kind, std::size_t bytes, const CollTopology& topo, bool in_symmetric = true,
                              bool out_symmetric = true);
 // The table and the choice at a few sizes, as printed by bench-collectives --explain.
@@ -68,13 +70,28 @@ bool offered(CollKind kind, CollAlgo algo, DataPath path);
 DataPath default_path(CollKind kind, CollAlgo algo, std::size_t bytes, const CollTopology& topo);
 // Can `algo` run with these buffers (symmetric-ness)?
 bool feasible(CollKind kind, CollAlgo algo, bool in_symmetric, bool out_symmetric);
-// Which buffer a staged algorithm keeps in the scratch in place of the caller's.
+// Which buffer a staged algorithm keeps in symmetric memory in place of the caller's.
 enum class Staged { None, In, Out };
-// The buffer `algo` stages when it runs staged: in for all_gather's and all_to_all's pull (copied into the scratch
-// round by round; the peers read it there), out for all_to_all_v's push (a window of out per round, copied back);
-// None: `algo` has no staged variant.
+// The buffer `algo` stages when it runs staged: in for all_gather's, all_to_all's and reduce_scatter's pull (copied
+// into the scratch round by round; the peers read it there) and for all_reduce's two-shot (copied into out where out
+// is symmetric, then reduced in place; else into the scratch round by round); out for all_to_all_v's push (a window
+// of out per round, copied back); None: `algo` has no staged variant.
 Staged staged_buffer(CollKind kind, CollAlgo algo);
 inline bool stageable(CollKind kind, CollAlgo algo) { return staged_buffer(kind, algo) != Staged::None; }
+
+// The cost model that weighs a staged algorithm against one that runs on the buffers as given (choose_collective).
+// Every collective past the LL sizes streams memory: its time is about its memory traffic per rank over the rate a
+// rank gets, plus its launches. Estimated microseconds of `algo` (staged or not) at choose_collective's `bytes`:
+//   (traffic_units x bytes) / (kModelBytesPerUs / ranks per GPU x efficiency) + launches x kModelLaunchUs
+// traffic_units: bytes read and written per rank in units of `bytes` (model_traffic_units), the staging copy's
+// included; efficiency: the fraction of the streaming rate the algorithm reaches (0.7 for reduce_scatter's scatter
+// and all_reduce's one-shot, whose rounds through the scratch meet per round; 1 otherwise); launches: the staging
+// copy and, staging through the scratch, the barrier kernel before it.
+inline constexpr double kModelBytesPerUs = 3.0e6;  // 3 TB/s: what the collectives and copies stream on one H200
+inline constexpr double kModelLaunchUs = 3.0;
+double model_traffic_units(CollKind kind, CollAlgo algo, int world, bool staged, bool out_symmetric);
+double model_us(CollKind kind, CollAlgo algo, std::size_t bytes, const CollTopology& topo, bool staged,
+                bool out_symmetric);
 // Resolves Auto in opts from the choice; checks the algorithm / path pair is offered for the op. An algorithm asked
 // for by name that cannot run on the buffers as given runs staged where it can (stageable; then not on the copy
 // engine); otherwise the op's own check names the buffer it needs symmetric.

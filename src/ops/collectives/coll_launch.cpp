@@ -129,6 +129,18 @@ Launch staged_pull_launch(const char* op, const CollChoice& c, const char* heade
     return l;
 }
 
+void pack_round(char* dst, const char* src, std::size_t pitch, std::size_t off, std::size_t n, int W,
+                cudaStream_t stream) {
+    // cudaMemcpy2DAsync takes pitches below 2^31 (cudaDevAttrMaxPitch on Hopper); one copy per row beyond.
+    if (pitch < (std::size_t(1) << 31)) {
+        LOOM_CHECK_CUDA(cudaMemcpy2DAsync(dst, n, src + off, pitch, n, static_cast<std::size_t>(W),
+                                          cudaMemcpyDeviceToDevice, stream));
+        return;
+    }
+    for (int j = 0; j < W; ++j)
+        LOOM_CHECK_CUDA(cudaMemcpyAsync(dst + j * n, src + j * pitch + off, n, cudaMemcpyDeviceToDevice, stream));
+}
+
 const char* cuda_type(DType t) {
     switch (t) {
         case DType::F32:

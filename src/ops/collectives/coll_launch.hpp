@@ -114,6 +114,12 @@ Launch staged_pull_launch(const char* op, const CollChoice& c, const char* heade
                           const kernels::coll::Params& base, void* scratch, std::size_t stride, std::size_t round_bytes,
                           const CollOptions& opts, const Budget& budget);
 
+// Columns [off, off + n) (bytes) of the W rows of src, `pitch` bytes apart, packed into dst (n bytes apart): one 2D
+// device-to-device copy on `stream` (one copy per row where the pitch is past cudaMemcpy2DAsync's limit). The
+// staged all_to_all and reduce_scatter copy in into the scratch with it, round by round.
+void pack_round(char* dst, const char* src, std::size_t pitch, std::size_t off, std::size_t n, int W,
+                cudaStream_t stream);
+
 const char* cuda_type(DType t);  // "float", "__half", "__nv_bfloat16"; other types moved as unsigned words
 int path_arg(DataPath p);        // kPathLdSt / kPathTma
 

@@ -2,7 +2,7 @@
 // each algorithm or data path owns one small state that declares its own footprint and is created by its first call.
 //
 //   collectives/core                      every call: the sync block (symmetric, 9 KiB), the Budget, the plan cache
-//   collectives/scratch                   one-shot, scatter, ring, staged two-shot, scatter/ce: LOOM_COLL_SCRATCH
+//   collectives/scratch                   one-shot, scatter, ring, scatter/ce, the staged paths: LOOM_COLL_SCRATCH
 //                                         bytes symmetric (settings().coll_scratch, 64 MiB by default)
 //   collectives/ll                        the LL kernels: the LL area, 2 MiB x world size symmetric (coll_ll.hpp)
 //   collectives/copy_engine               the copy-engine paths: side streams and events (copy_engine.hpp)

@@ -58,6 +58,10 @@ void all_reduce(World& world, BufferView in, BufferView out, cudaStream_t stream
     const std::size_t bytes = in.bytes();
     const bool in_sym = world.is_symmetric(in.data, bytes), out_sym = world.is_symmetric(out.data, bytes);
     CollChoice c = choose(core, out, bytes, opts, in_sym, out_sym);
+    if (c.staged) {
+        coll::all_reduce_staged(world, core, c, in, out, out_sym, opts, stream);
+        return;
+    }
     if (c.algo == CollAlgo::TwoShot && c.path == DataPath::CopyEngine) {
         if (coll::all_reduce_two_shot_ce(world, in, out, opts, stream)) return;
         c.path = DataPath::LdSt;

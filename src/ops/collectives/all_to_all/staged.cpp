@@ -15,22 +15,6 @@
 
 namespace loom::coll {
 
-namespace {
-
-// Column [off, off + n) of each of the W blocks (stride B) of src, packed into dst (stride n).
-void pack_round(char* dst, const char* src, std::size_t B, std::size_t off, std::size_t n, int W, cudaStream_t stream) {
-    // cudaMemcpy2DAsync takes pitches below 2^31 (cudaDevAttrMaxPitch on Hopper); one copy per block beyond.
-    if (B < (std::size_t(1) << 31)) {
-        LOOM_CHECK_CUDA(
-            cudaMemcpy2DAsync(dst, n, src + off, B, n, static_cast<std::size_t>(W), cudaMemcpyDeviceToDevice, stream));
-        return;
-    }
-    for (int j = 0; j < W; ++j)
-        LOOM_CHECK_CUDA(cudaMemcpyAsync(dst + j * n, src + j * B + off, n, cudaMemcpyDeviceToDevice, stream));
-}
-
-}  // namespace
-
 void all_to_all_staged(World& world, Core& core, const CollChoice& c, const BufferView& in, const BufferView& out,
                        const CollOptions& opts, cudaStream_t stream) {
     const int W = world.world_size();

@@ -11,6 +11,9 @@ namespace loom::coll {
 // one kernel, launched and remembered as the plan of `key`.
 void reduce_scatter_ld_tma(World& world, Core& core, const PlanKey& key, const CollChoice& c, const BufferView& in,
                            const BufferView& out, const CollOptions& opts, cudaStream_t stream);
+// Pull with in staged through the scratch, in rounds (staged.cpp): any in and out, in place too.
+void reduce_scatter_staged(World& world, Core& core, const CollChoice& c, const BufferView& in, const BufferView& out,
+                           const CollOptions& opts, cudaStream_t stream);
 // Scatter through the copy engine, reduced locally, in rounds (scatter_ce.cpp). Any in and out.
 void reduce_scatter_scatter_ce(World& world, Core& core, const BufferView& in, const BufferView& out,
                                const CollOptions& opts, cudaStream_t stream);

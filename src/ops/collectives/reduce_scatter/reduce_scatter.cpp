@@ -39,7 +39,9 @@ void reduce_scatter(World& world, BufferView in, BufferView out, cudaStream_t st
     if (!agreed.checked()) check_args(world, in, out);
     const bool in_sym = world.is_symmetric(in.data, in.bytes()), out_sym = world.is_symmetric(out.data, out.bytes());
     const CollChoice c = coll::resolve(CollKind::ReduceScatter, out.bytes(), core.budget.topo, opts, in_sym, out_sym);
-    if (c.algo == CollAlgo::Scatter && c.path == DataPath::CopyEngine) {
+    if (c.staged) {
+        coll::reduce_scatter_staged(world, core, c, in, out, opts, stream);
+    } else if (c.algo == CollAlgo::Scatter && c.path == DataPath::CopyEngine) {
         coll::reduce_scatter_scatter_ce(world, core, in, out, opts, stream);
     } else {
         coll::reduce_scatter_ld_tma(world, core, key, c, in, out, opts, stream);
