@@ -1,7 +1,15 @@
-// bench-collectives: Loom's collectives, every algorithm / data path and the automatic choice, against NVSHMEM's
-// on-stream collectives and NCCL on the same ranks.
+// bench-collectives: Loom's collectives in nccl-tests' table (the default), or every algorithm / data path against
+// NVSHMEM's on-stream collectives and NCCL on the same ranks into JSON (--json DIR, the sweep behind docs/perf).
 //
-//   all_gather.json, reduce_scatter.json, all_reduce.json, all_to_all.json (under --out DIR): one row per
+// The table (coll_table.hpp; flags as nccl-tests': nccl_args.hpp):
+//   loomrun -n 4 build/bench/bench-collectives [-t all_reduce,all_gather] [-b 8] [-e 128M] [-f 2] [-d float|half|
+//            bfloat16|...|all] [-o sum|max|all] [-n 20] [-w 5] [-c 1] [--runs 1] [--seed S] [--algo A] [--path P]
+//   one table per collective: size, count, type, redop, root, then time / algbw / busbw / #wrong out-of-place and
+//   in-place, #wrong from every element of every rank's result checked against a host reference; the exit status is
+//   1 when any element was wrong.
+//
+// The JSON sweep, --json DIR (also spelled --out DIR):
+//   all_gather.json, reduce_scatter.json, all_reduce.json, all_to_all.json under DIR: one row per
 //   (ranks, size, loom variant): latency (slowest rank's median), algBW and busBW (nccl-tests conventions:
 //   size = the larger buffer — all_gather: out, reduce_scatter: in, all_reduce / all_to_all: the buffer;
 //   busBW = algBW x bench::bus_factor), the baselines' us and the automatic choice at that size.
@@ -12,11 +20,12 @@
 //   Every variant's output is checked once after timing (exact sums of small integers in bf16, byte patterns for
 //   data movement): a row says "checked": true, and a wrong result stops the benchmark with an error.
 //
-//   loomrun -n 2 build/bench/bench-collectives --out docs/perf [--min-bytes 1K] [--max-bytes 1G] [--iters N]
+//   loomrun -n 2 build/bench/bench-collectives --json docs/perf [-b 1K] [-e 1G] [-f 4] [--iters N]
 //            [--ops all_gather,reduce_scatter,all_reduce,all_to_all] [--append] [--no-nvshmem] [--no-nccl]
 //            [--b2b-max 1M] [--b2b-reps 20] [--lat-max 64K] [--lat-iters 200] [--align-hold-us 0]
-//   Every timed run starts behind loom::barrier_on_stream; --align-hold-us makes that barrier keep the stream for so
-//   long after the ranks met (rows carry "align_hold_us"; 0 and 30 us time the same all_gather / reduce_scatter).
+//   (-b / -e are also --min-bytes / --max-bytes.) Every timed run starts behind loom::barrier_on_stream;
+//   --align-hold-us makes that barrier keep the stream for so long after the ranks met (rows carry "align_hold_us";
+//   0 and 30 us time the same all_gather / reduce_scatter).
 //   build/bench/bench-collectives --explain      the automatic choice table (no GPU needed: then for 2/4/8 ranks)
 //   --plain-out --ops all_reduce,all_to_all: out from cudaMalloc (rows "out_plain": true): two-shot stages its
 //   shards, all_to_all pulls.
@@ -38,10 +47,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "coll_table.hpp"
 #include "harness.hpp"
 #include "loom/bf16.hpp"
 #include "loom/jit/jit.hpp"
@@ -54,6 +65,7 @@
 #include "loom/runtime/stream_ops.hpp"
 #include "loom/runtime/world.hpp"
 #include "nccl.hpp"
+#include "nccl_args.hpp"
 #include "ops/collectives/coll_choice.hpp"
 
 namespace fs = std::filesystem;
@@ -75,11 +87,15 @@ constexpr std::size_t kLLMaxBytes =
     std::size_t(loom::kernels::coll::kMaxLLBlocks) * loom::kernels::coll::kLLPacketsPerBlock * 8;
 
 struct Args {
-    std::string out = ".";
-    std::size_t min_bytes = KiB;
+    std::string out;  // --json / --out DIR: the JSON sweep instead of the table
+    loom::bench::NcclArgs table;
+    std::size_t min_bytes = KiB;  // the sweep's sizes (from -b / -e / -f when given)
     std::size_t max_bytes = GiB;
+    int step_factor = 4;
     int iters = 0;  // 0: by size (20 up to 1 MiB, 10 up to 64 MiB, 5 beyond)
     std::vector<std::string> ops = {"all_gather", "reduce_scatter", "all_reduce", "all_to_all"};
+    CollAlgo algo = CollAlgo::Auto;  // the table's call (--algo / --path)
+    DataPath path = DataPath::Auto;
     bool append = false, nvshmem = true, nccl = true, explain = false;
     std::size_t b2b_max = MiB;  // sizes up to this also get a back-to-back latency row
     int b2b_reps = 20;
@@ -89,42 +105,91 @@ struct Args {
     double align_hold_us = 0;  // loom::barrier_on_stream's hold before each timed run
     bool plain_out = false;    // --plain-out: all_reduce / all_to_all into a cudaMalloc'd out (rows "out_plain")
     bool plain = false;        // --plain: the placements row (symmetric vs plain in / out / both, interleaved)
+    bool json() const { return !out.empty(); }
 };
+
+// A CLI11 check from a parser that raises loom::Error.
+template <typename F>
+CLI::Validator loom_check(const std::string& what, F parse) {
+    return CLI::Validator(
+        [parse](std::string& s) -> std::string {
+            try {
+                parse(s);
+                return "";
+            } catch (const loom::Error& e) {
+                return e.detail();
+            }
+        },
+        what);
+}
+
+// The names to_string gives an enum's values, and the value of a name (CLI11 has checked it is one of them).
+template <typename E>
+std::vector<std::string> names_of(std::initializer_list<E> all) {
+    std::vector<std::string> n;
+    for (E e : all) n.push_back(loom::to_string(e));
+    return n;
+}
+template <typename E>
+E named(const std::string& name, std::initializer_list<E> all) {
+    for (E e : all)
+        if (name == loom::to_string(e)) return e;
+    return *all.begin();
+}
+constexpr std::initializer_list<CollAlgo> kAlgos = {CollAlgo::Auto,    CollAlgo::Push,    CollAlgo::Pull,
+                                                    CollAlgo::Ring,    CollAlgo::Scatter, CollAlgo::OneShot,
+                                                    CollAlgo::TwoShot, CollAlgo::LL};
+constexpr std::initializer_list<DataPath> kPaths = {DataPath::Auto, DataPath::LdSt, DataPath::Tma,
+                                                    DataPath::CopyEngine};
 
 Args parse(int argc, char** argv) {
     Args a;
     bool no_nvshmem = false, no_nccl = false;
-    CLI::App app{"bench-collectives: every Loom algorithm and data path against NVSHMEM / NCCL (docs/perf/*.json)"};
-    app.add_option("--out", a.out, "output directory")->capture_default_str();
-    loom::bench::add_bytes_option(app, "--min-bytes", a.min_bytes, "smallest size (default 1K)");
-    loom::bench::add_bytes_option(app, "--max-bytes", a.max_bytes, "largest size (default 1G)");
-    app.add_option("--iters", a.iters, "timed runs per point (0: 20 up to 1 MiB, 10 up to 64 MiB, 5 beyond)")
+    std::string algo = "auto", path = "auto";
+    CLI::App app{
+        "bench-collectives: Loom's collectives in nccl-tests' table (default), or with --json DIR every algorithm and "
+        "data path against NVSHMEM / NCCL into DIR/<op>.json"};
+    app.add_option("--json,--out", a.out,
+                   "the JSON sweep: every algorithm / data path and the baselines, into DIR/<op>.json (docs/perf)");
+    loom::bench::add_nccl_options(app, a.table);
+    app.add_option("-t,--ops", a.ops,
+                   "collectives, comma-separated: all_gather, reduce_scatter, all_reduce, all_to_all (nccl-tests' "
+                   "allreduce, all_reduce_perf, ... too); default all four")
+        ->delimiter(',')
+        ->check(loom_check("COLL", [](const std::string& s) { loom::bench::parse_coll(s); }));
+    app.add_option("--algo", algo, "the table's algorithm (auto, push, pull, ring, scatter, one_shot, two_shot, ll)")
+        ->capture_default_str()
+        ->check(CLI::IsMember(names_of(kAlgos)));
+    app.add_option("--path", path, "the table's data path (auto, ld, tma, ce)")
+        ->capture_default_str()
+        ->check(CLI::IsMember(names_of(kPaths)));
+    app.add_option("--iters", a.iters,
+                   "JSON sweep: timed runs per point (0: 20 up to 1 MiB, 10 up to 64 MiB, 5 beyond)")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
-    app.add_option("--ops", a.ops, "comma-separated subset")
-        ->delimiter(',')
-        ->check(CLI::IsMember({"all_gather", "reduce_scatter", "all_reduce", "all_to_all"}));
-    app.add_flag("--append", a.append, "keep the files' rows of other rank counts");
-    app.add_flag("--no-nvshmem", no_nvshmem, "skip the NVSHMEM baseline");
-    app.add_flag("--no-nccl", no_nccl, "skip the NCCL baseline");
+    app.add_flag("--append", a.append, "JSON sweep: keep the files' rows of other rank counts");
+    app.add_flag("--no-nvshmem", no_nvshmem, "JSON sweep: skip the NVSHMEM baseline");
+    app.add_flag("--no-nccl", no_nccl, "JSON sweep: skip the NCCL baseline");
     loom::bench::add_bytes_option(app, "--nvshmem-max", a.nvshmem_max,
-                                  "largest size timed with the NVSHMEM baseline (default 1G; with ranks sharing a GPU "
-                                  "its collectives run 40-1400x slower than Loom's at 64 MiB)");
+                                  "JSON sweep: largest size timed with the NVSHMEM baseline (default 1G; with ranks "
+                                  "sharing a GPU its collectives run 40-1400x slower than Loom's at 64 MiB)");
     app.add_flag("--explain", a.explain, "print the automatic choice table");
     app.add_flag("--plain-out", a.plain_out,
-                 "all_reduce / all_to_all into an out from cudaMalloc (outside the symmetric heap: two-shot stages its "
-                 "shards in the scratch, all_to_all pulls); rows carry \"out_plain\": true");
+                 "JSON sweep: all_reduce / all_to_all into an out from cudaMalloc (outside the symmetric heap: "
+                 "two-shot stages its shards in the scratch, all_to_all pulls); rows carry \"out_plain\": true");
     app.add_flag("--plain", a.plain,
-                 "per size also time the automatic choice with in and out symmetric, in plain, out plain and both "
-                 "plain (cudaMalloc), interleaved run by run (rows \"timing\": \"placements_interleaved\")");
-    loom::bench::add_bytes_option(app, "--b2b-max", a.b2b_max,
-                                  "sizes up to this (default 1M; 0: none) also get a back-to-back latency row");
-    app.add_option("--b2b-reps", a.b2b_reps, "calls per timed run in the back-to-back rows")
+                 "JSON sweep: per size also time the automatic choice with in and out symmetric, in plain, out plain "
+                 "and both plain (cudaMalloc), interleaved run by run (rows \"timing\": \"placements_interleaved\")");
+    loom::bench::add_bytes_option(
+        app, "--b2b-max", a.b2b_max,
+        "JSON sweep: sizes up to this (default 1M; 0: none) also get a back-to-back latency row");
+    app.add_option("--b2b-reps", a.b2b_reps, "JSON sweep: calls per timed run in the back-to-back rows")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
-    loom::bench::add_bytes_option(app, "--lat-max", a.lat_max,
-                                  "sizes up to this (default 64K; 0: none) also get the interleaved per-call row");
-    app.add_option("--lat-iters", a.lat_iters, "timed runs per op in the interleaved per-call rows")
+    loom::bench::add_bytes_option(
+        app, "--lat-max", a.lat_max,
+        "JSON sweep: sizes up to this (default 64K; 0: none) also get the interleaved per-call row");
+    app.add_option("--lat-iters", a.lat_iters, "JSON sweep: timed runs per op in the interleaved per-call rows")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
     app.add_option("--align-hold-us", a.align_hold_us,
@@ -133,13 +198,38 @@ Args parse(int argc, char** argv) {
         ->capture_default_str()
         ->check(CLI::Range(0.0, 1000.0));
     loom::bench::parse_or_exit(app, argc, argv);
+    for (std::string& op : a.ops) op = loom::to_string(loom::bench::parse_coll(op));
+    a.algo = named(algo, kAlgos);
+    a.path = named(path, kPaths);
     a.nvshmem = !no_nvshmem;
     a.nccl = !no_nccl;
+    // Each mode's own options: one given to the other mode is an error, not silently ignored.
+    const std::vector<std::string> table_only = {"-d", "-o", "-n", "-w", "-c", "--runs", "--seed", "--algo", "--path"};
+    const std::vector<std::string> json_only = {"--iters",       "--append",    "--no-nvshmem", "--no-nccl",
+                                                "--nvshmem-max", "--plain-out", "--plain",      "--b2b-max",
+                                                "--b2b-reps",    "--lat-max",   "--lat-iters"};
+    for (const std::string& o : a.json() ? table_only : json_only)
+        if (app.count(o) > 0) {
+            std::fprintf(stderr, "bench-collectives: %s %s\n", o.c_str(),
+                         a.json() ? "applies to the table; the JSON sweep (--json DIR) times bf16 sums of every "
+                                    "algorithm"
+                         : o == "--iters" ? "is the JSON sweep's timed runs (add --json DIR); the table's calls "
+                                            "per timed run are -n"
+                                          : "applies to the JSON sweep only: add --json DIR");
+            std::exit(2);
+        }
     LOOM_CHECK(!(a.plain && a.plain_out),
                "bench-collectives: --plain times the plain buffers beside symmetric ones; it excludes --plain-out");
-    LOOM_CHECK(a.min_bytes >= 1 && a.min_bytes <= a.max_bytes,
-               "bench-collectives: expected 1 <= --min-bytes <= --max-bytes, given {} and {}", a.min_bytes,
-               a.max_bytes);
+    if (a.json()) {  // the sweep's sizes: -b / -e / -f when given, else 1K to 1G by 4
+        if (app.count("-b")) a.min_bytes = a.table.min_bytes;
+        if (app.count("-e")) a.max_bytes = a.table.max_bytes;
+        if (app.count("-f")) a.step_factor = a.table.step_factor;
+        loom::bench::size_series(a.min_bytes, a.max_bytes, a.step_factor);  // raises on a bad range
+    } else {
+        loom::bench::size_series(a.table.min_bytes, a.table.max_bytes, a.table.step_factor);
+        for (const std::string& op : a.ops) loom::bench::type_ops(loom::bench::parse_coll(op), a.table);
+        a.max_bytes = a.table.max_bytes;  // the buffers' size
+    }
     return a;
 }
 
@@ -153,19 +243,6 @@ std::string human(std::size_t b) {
     if (b >= MiB && b % MiB == 0) return std::to_string(b / MiB) + "M";
     if (b >= KiB && b % KiB == 0) return std::to_string(b / KiB) + "K";
     return std::to_string(b);
-}
-
-loom::bench::Coll harness_coll(CollKind k) {
-    switch (k) {
-        case CollKind::AllGather:
-            return loom::bench::Coll::AllGather;
-        case CollKind::ReduceScatter:
-            return loom::bench::Coll::ReduceScatter;
-        case CollKind::AllReduce:
-            return loom::bench::Coll::AllReduce;
-        default:
-            return loom::bench::Coll::AllToAll;
-    }
 }
 
 // ---- device fills and checks -------------------------------------------------------------------------------------
@@ -400,8 +477,8 @@ void bench_op(loom::World& w, const Args& args, const std::string& op, const loo
     const CollKind k = kind_of(op);
     const int W = w.world_size(), me = w.rank();
     Report report(op, W, argc, argv);
-    const double factor = loom::bench::bus_factor(harness_coll(k), W);
-    for (std::size_t size = args.min_bytes; size <= args.max_bytes; size *= 4) {
+    const double factor = loom::bench::bus_factor(k, W);
+    for (std::size_t size : loom::bench::size_series(args.min_bytes, args.max_bytes, args.step_factor)) {
         const Shape sh = shape_of(k, size, W);
         const std::size_t in_bytes = sh.in_count * 2, out_bytes = sh.out_count * 2;
         const TimeOptions topts{
@@ -698,6 +775,72 @@ void explain_offline() {
         }
 }
 
+// The JSON sweep (--json DIR): every variant and the baselines of each op, into DIR/<op>.json.
+void json_sweep(loom::World& w, const Args& args, const loom::CollTopology& topo, void* sin, std::size_t buf,
+                cudaStream_t stream, int argc, char** argv) {
+    fs::create_directories(args.out);
+    for (const auto& op : args.ops)
+        LOOM_CHECK(!args.plain_out || op == "all_reduce" || op == "all_to_all",
+                   "bench-collectives: --plain-out times all_reduce and all_to_all only; add --ops all_reduce or "
+                   "--ops all_to_all, given {}",
+                   op);
+    void* sout = nullptr;
+    if (args.plain_out)
+        LOOM_CHECK_CUDA(cudaMalloc(&sout, buf));
+    else
+        sout = w.alloc_bytes(buf);
+    Nvshmem nv = nvshmem_init(w, args, buf, buf);
+    if (w.rank() == 0 && !nv.note.empty()) std::printf("%s\n", nv.note.c_str());
+    loom::bench::NcclBaseline nccl(w, args.nccl, topo.shared_gpu);
+    if (w.rank() == 0 && !nccl.note().empty()) std::printf("%s\n", nccl.note().c_str());
+    CopyBuffers copy;
+    if (topo.shared_gpu) {
+        copy.bytes = buf;
+        LOOM_CHECK_CUDA(cudaMalloc(&copy.src, buf));
+        LOOM_CHECK_CUDA(cudaMalloc(&copy.dst, buf));
+        LOOM_CHECK_CUDA(cudaMemset(copy.src, 0x3c, buf));
+    }
+    PlainBuffers plain;
+    if (args.plain) {
+        LOOM_CHECK_CUDA(cudaMalloc(&plain.in, buf));
+        LOOM_CHECK_CUDA(cudaMalloc(&plain.out, buf));
+    }
+    for (const auto& op : args.ops) bench_op(w, args, op, topo, nv, nccl, copy, sin, sout, plain, stream, argc, argv);
+    if (plain.in) {
+        LOOM_CHECK_CUDA(cudaFree(plain.out));
+        LOOM_CHECK_CUDA(cudaFree(plain.in));
+    }
+    if (copy.src) {
+        LOOM_CHECK_CUDA(cudaFree(copy.dst));
+        LOOM_CHECK_CUDA(cudaFree(copy.src));
+    }
+    if (nv.ok) {
+        loom::nvshmem::free(nv.out);
+        loom::nvshmem::free(nv.in);
+        loom::nvshmem::finalize();
+    }
+    if (args.plain_out)
+        LOOM_CHECK_CUDA(cudaFree(sout));
+    else
+        w.free(sout);
+}
+
+// The default: nccl-tests' table of each op (coll_table.hpp). Returns the wrong elements counted.
+long long table(loom::World& w, const Args& args, void* sin, std::size_t buf, cudaStream_t stream) {
+    loom::bench::TableRun run;
+    for (const auto& op : args.ops) run.kinds.push_back(loom::bench::parse_coll(op));
+    run.args = args.table;
+    run.algo = args.algo;
+    run.path = args.path;
+    run.align_hold_us = args.align_hold_us;
+    void* sout = w.alloc_bytes(buf);
+    const long long wrong = loom::bench::run_tables(w, run, sin, sout, buf, stream);
+    LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+    w.barrier("bench-coll/table-done");
+    w.free(sout);
+    return wrong;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -721,59 +864,18 @@ int main(int argc, char** argv) {
         loom::World w = loom::World::from_env(opts);
         const loom::CollTopology topo = loom::collective_topology(w);
         if (args.explain && w.rank() == 0) std::printf("%s\n", loom::explain_collectives(topo).c_str());
-        fs::create_directories(args.out);
         cudaStream_t stream;
         LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
         const std::size_t buf = std::max<std::size_t>(args.max_bytes, 4 * KiB);
         void* sin = w.alloc_bytes(buf);
-        for (const auto& op : args.ops)
-            LOOM_CHECK(!args.plain_out || op == "all_reduce" || op == "all_to_all",
-                       "bench-collectives: --plain-out times all_reduce and all_to_all only; add --ops all_reduce or "
-                       "--ops all_to_all, given {}",
-                       op);
-        void* sout = nullptr;
-        if (args.plain_out)
-            LOOM_CHECK_CUDA(cudaMalloc(&sout, buf));
+        long long wrong = 0;
+        if (args.json())
+            json_sweep(w, args, topo, sin, buf, stream, argc, argv);
         else
-            sout = w.alloc_bytes(buf);
-        Nvshmem nv = nvshmem_init(w, args, buf, buf);
-        if (w.rank() == 0 && !nv.note.empty()) std::printf("%s\n", nv.note.c_str());
-        loom::bench::NcclBaseline nccl(w, args.nccl, topo.shared_gpu);
-        if (w.rank() == 0 && !nccl.note().empty()) std::printf("%s\n", nccl.note().c_str());
-        CopyBuffers copy;
-        if (topo.shared_gpu) {
-            copy.bytes = buf;
-            LOOM_CHECK_CUDA(cudaMalloc(&copy.src, buf));
-            LOOM_CHECK_CUDA(cudaMalloc(&copy.dst, buf));
-            LOOM_CHECK_CUDA(cudaMemset(copy.src, 0x3c, buf));
-        }
-        PlainBuffers plain;
-        if (args.plain) {
-            LOOM_CHECK_CUDA(cudaMalloc(&plain.in, buf));
-            LOOM_CHECK_CUDA(cudaMalloc(&plain.out, buf));
-        }
-        for (const auto& op : args.ops)
-            bench_op(w, args, op, topo, nv, nccl, copy, sin, sout, plain, stream, argc, argv);
-        if (plain.in) {
-            LOOM_CHECK_CUDA(cudaFree(plain.out));
-            LOOM_CHECK_CUDA(cudaFree(plain.in));
-        }
-        if (copy.src) {
-            LOOM_CHECK_CUDA(cudaFree(copy.dst));
-            LOOM_CHECK_CUDA(cudaFree(copy.src));
-        }
-        if (nv.ok) {
-            loom::nvshmem::free(nv.out);
-            loom::nvshmem::free(nv.in);
-            loom::nvshmem::finalize();
-        }
-        if (args.plain_out)
-            LOOM_CHECK_CUDA(cudaFree(sout));
-        else
-            w.free(sout);
+            wrong = table(w, args, sin, buf, stream);
         w.free(sin);
         LOOM_CHECK_CUDA(cudaStreamDestroy(stream));
-        return 0;
+        return wrong == 0 ? 0 : 1;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench-collectives: %s\n", e.what());
         return 1;

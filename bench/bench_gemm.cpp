@@ -5,8 +5,12 @@
 // other, the second paid for the heat and lower clocks the first left (8192x6656x16384: 0.91x sequentially, 1.00x
 // interleaved, same binary). Each row names cuBLASLt's chosen algorithm (cublaslt_algo: cublasLt.h enum ids).
 //
-//   bench-gemm [--out docs/perf/gemm.json] [--quick] [--sweep] [--cluster 1|2] [--iters N] [--shapes MxNxK,...]
+//   bench-gemm [--json docs/perf/gemm.json] [--quick] [--sweep] [--cluster 1|2] [--iters N] [--shapes MxNxK,...]
 //              [--dtype bf16|f8e4m3] [--autotune] [--heuristic-cluster 1|2]
+//
+// Prints an aligned table, a line per (shape, variant) as it is timed: kind, MxNxK, variant and config, Loom's us,
+// cuBLASLt's us, the ratio cuBLASLt / Loom (> 1: Loom faster), with fp8 also cuBLASLt's promoted mode and its ratio,
+// Loom's TFLOP/s and the check. --json FILE (also spelled --out) writes the rows as JSON too.
 //
 // --autotune: per shape, also the config loom::gemm takes when tuning (Settings::autotune: its candidates timed by the
 // autotuner, the winner persisted under the cache directory's tune/gemm/), checked and timed like the heuristic's as
@@ -44,6 +48,7 @@
 #include "loom/runtime/settings.hpp"
 #include "ops/gemm/gemm_internal.hpp"
 #include "runtime/settings_override.hpp"
+#include "table.hpp"
 
 namespace {
 
@@ -168,7 +173,7 @@ int main(int argc, char** argv) {
     bool quick = false, sweep = false;
     int only_cluster = 0, iters = 30;
     CLI::App app{"bench-gemm: Loom's GEMM against cuBLASLt on the issue's shapes (docs/perf/gemm.json)"};
-    app.add_option("--out", out, "output file (default: print only)");
+    app.add_option("--json,--out", out, "also write the rows as JSON to this file (docs/perf/gemm.json)");
     app.add_flag("--quick", quick, "the two square shapes only");
     app.add_flag("--sweep", sweep, "also time every BLOCK_N / stage config per shape");
     app.add_option("--cluster", only_cluster, "only this cluster_m (0: the heuristic's)")->check(CLI::Range(0, 2));
@@ -227,8 +232,16 @@ int main(int argc, char** argv) {
     int n_heur = 0, n_tuned = 0;
     std::vector<double> best_ratio(shapes.size(), 0);
     std::vector<std::string> best_name(shapes.size());
-    std::printf("%-8s %-20s %-44s %10s %9s %9s %7s %s\n", "kind", "MxNxK", "variant / config", "us", "TFLOP/s",
-                "cuBLASLt", "ratio", "check");
+    std::vector<loom::bench::Column> cols = {{"kind", 7, loom::bench::Align::Left},
+                                             {"MxNxK", 17, loom::bench::Align::Left},
+                                             {"variant / config", 44, loom::bench::Align::Left},
+                                             {"loom us", 9},
+                                             {"cublaslt us", 11},
+                                             {"vs cublaslt", 11}};
+    if (f8) cols.insert(cols.end(), {{"promoted us", 11}, {"vs promoted", 11}});  // cuBLASLt's default fp8 mode
+    cols.insert(cols.end(), {{"loom TFLOP/s", 12}, {"check", 0, loom::bench::Align::Left}});
+    const loom::bench::Table table(cols);
+    std::printf("%s", table.header().c_str());
     for (int pass : passes) {
         for (size_t si = 0; si < shapes.size(); ++si) {
             const Shape& s = shapes[si];
@@ -275,9 +288,10 @@ int main(int argc, char** argv) {
                 const Check chk = compare(c, ref, mn);
                 const std::string label = v.name + " " + v.cfg.str();
                 if (!chk.ok()) {
-                    std::printf("%-8s %-20s %-44s %10s %9s %9s %7s FAIL diff=%.3g nan=%lld\n", s.kind,
-                                shape_str.c_str(), label.c_str(), "-", "-", "-", "-", chk.diff,
-                                static_cast<long long>(chk.nans));
+                    std::vector<std::string> cells = {s.kind, shape_str, label};
+                    cells.resize(table.columns() - 1, "-");
+                    cells.push_back(fmt::format("FAIL diff={:.3g} nan={}", chk.diff, chk.nans));
+                    std::printf("%s", table.row(cells).c_str());
                     report.add_row({{"kind", s.kind},
                                     {"m", s.m},
                                     {"n", s.n},
@@ -303,9 +317,18 @@ int main(int argc, char** argv) {
                     speedup["cublaslt_promoted"] = ts[2].median_us / t.median_us;
                 }
                 const double ratio = t_lt.median_us / t.median_us;
-                std::printf("%-8s %-20s %-44s %10.1f %9.1f %9.1f %7.3f ok diff=%.2g\n", s.kind, shape_str.c_str(),
-                            label.c_str(), t.median_us, flops / t.median_us / 1e6, flops / t_lt.median_us / 1e6, ratio,
-                            chk.diff);
+                std::vector<std::string> cells = {s.kind,
+                                                  shape_str,
+                                                  label,
+                                                  loom::bench::cell_us(t.median_us),
+                                                  loom::bench::cell_us(t_lt.median_us),
+                                                  loom::bench::cell_ratio(ratio)};
+                if (lt_promoted)
+                    cells.insert(cells.end(), {loom::bench::cell_us(ts[2].median_us),
+                                               loom::bench::cell_ratio(ts[2].median_us / t.median_us)});
+                cells.insert(cells.end(), {fmt::format("{:.1f}", flops / t.median_us / 1e6),
+                                           fmt::format("ok diff={:.2g}", chk.diff)});
+                std::printf("%s", table.row(cells).c_str());
                 std::fflush(stdout);
                 if (v.name == "heuristic") {
                     log_heur += std::log(ratio);
@@ -364,10 +387,8 @@ int main(int argc, char** argv) {
         if (nb > 0) std::printf("best per shape: geomean ratio %.3f\n", std::exp(log_best / nb));
     }
     if (!out.empty()) {
-        report.write(out);
+        report.write(out, /*echo_rows=*/false);
         std::remove((out + ".partial").c_str());  // complete: the partial copy is only for a run that dies
-    } else {
-        report.write("/dev/stdout");
     }
     return 0;
 }

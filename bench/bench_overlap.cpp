@@ -21,13 +21,16 @@
 // --rs-fused-diag also times the fused gemm_rs with parts left out (unchecked: wrong results by design). Ranks on
 // distinct GPUs also time the fused gemm_rs with the copy-engine transport ("fused-epilogue-ce"), and with
 // --rs-ce-chunk at each of the given chunk sizes.
-//   loomrun -n 8 build/bench/bench-overlap [--out DIR] [--quick] [--iters N] [--no-nvshmem] [--no-nvshmem-rs]
+//   loomrun -n 8 build/bench/bench-overlap [--json DIR] [--quick] [--iters N] [--no-nvshmem] [--no-nvshmem-rs]
 //   [--no-nccl]
 //                                          [--torch DIR/torch_tp.json] [--rs-comm-sms 4,8,16,24] [--ar-comm-sms 2,4,8]
 //                                          [--ops all|ag|rs|ar] [--no-align] [--trace] [--shape N,K[,N,K...]]
 //                                          [--rs-fused-bn 128,192,256] [--rs-fused-diag] [--rs-ce-chunk 1024,4096]
 //                                          [--rs-k-split 2] [--ag-n-split 2] [--align-hold-us 50] [--host-us]
-// DIR/ag_gemm.json, DIR/gemm_rs.json and DIR/gemm_ar.json (rank 0).
+// Prints a table per op (rank 0), a line per shape as it finishes: W, M, N, K, Loom's us, each baseline sequence's us
+// (Loom's own, NVSHMEM + cuBLASLt, NCCL + cuBLASLt, PyTorch's with --torch) and its ratio baseline / Loom, and the
+// overlap efficiency. --json DIR (also spelled --out) writes every row's fields to DIR/ag_gemm.json, DIR/gemm_rs.json
+// and DIR/gemm_ar.json (<op>_fp8.json with --dtype f8e4m3).
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -40,6 +43,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../tests/common/scoped_env.hpp"
@@ -57,6 +61,7 @@
 #include "nccl.hpp"
 #include "ops/collectives/coll_choice.hpp"
 #include "ops/overlap/gemm_rs/gemm_rs.hpp"
+#include "table.hpp"
 
 namespace {
 
@@ -234,13 +239,61 @@ bool agreed_ok(loom::World& w, double diff, double tol, const std::string& what)
     return true;
 }
 
-// One line per finished row (rank 0): long runs show their progress.
-void print_row(const char* op, const nlohmann::json& row, const loom::World& w) {
-    if (w.rank() != 0) return;
-    std::printf("%s W=%d M=%lld N=%lld K=%lld: loom %.1f us, efficiency %.3f\n", op, w.world_size(),
-                row.value("M", 0LL), row.value("N", 0LL), row.value("K", 0LL), row.value("loom_us", NAN),
-                row.value("overlap_efficiency", NAN));
-    std::fflush(stdout);
+// The table of one op, a line per finished row (rank 0; long runs show their progress): W, M, N, K, Loom's us, each
+// baseline sequence's us and its ratio baseline / Loom (> 1: Loom faster), the overlap efficiency (interleaved).
+struct BaselineColumn {
+    std::string title;  // "nccl seq"
+    std::string key;    // row["baselines"][key]
+};
+class OverlapTable {
+  public:
+    OverlapTable(const char* op, std::vector<BaselineColumn> baselines, const loom::World& w)
+        : op_(op), baselines_(std::move(baselines)), table_(columns(baselines_)), print_(w.rank() == 0) {
+        if (print_) std::printf("# %s\n%s", op_, table_.header().c_str());
+    }
+    void row(const nlohmann::json& r) const {
+        if (!print_) return;
+        const double loom_us = r.value("loom_us", NAN);
+        std::vector<std::string> cells = {std::to_string(r.value("world", 0)), std::to_string(r.value("M", 0LL)),
+                                          std::to_string(r.value("N", 0LL)), std::to_string(r.value("K", 0LL)),
+                                          loom::bench::cell_us(loom_us)};
+        for (const auto& b : baselines_) {
+            const double us = r.contains("baselines") ? r["baselines"].value(b.key, NAN) : NAN;
+            cells.push_back(loom::bench::cell_us(us));
+            cells.push_back(loom::bench::cell_ratio(us / loom_us));
+        }
+        cells.push_back(loom::bench::cell_ratio(r.value("overlap_efficiency", NAN)));
+        std::printf("%s", table_.row(cells).c_str());
+        std::fflush(stdout);
+    }
+
+  private:
+    static loom::bench::Table columns(const std::vector<BaselineColumn>& baselines) {
+        std::vector<loom::bench::Column> c = {{"W", 2}, {"M", 5}, {"N", 5}, {"K", 5}, {"loom us", 9}};
+        for (const auto& b : baselines) c.insert(c.end(), {{b.title + " us", 9}, {"vs " + b.title, 0}});
+        c.push_back({"efficiency", 0});
+        return loom::bench::Table(c);
+    }
+    const char* op_;
+    std::vector<BaselineColumn> baselines_;
+    loom::bench::Table table_;
+    bool print_;
+};
+
+// The baseline columns of an op: Loom's own sequence, then the libraries' that run, then PyTorch's when folded in.
+std::vector<BaselineColumn> baseline_columns(const std::string& loom_seq, const std::string& nvshmem_seq,
+                                             const std::string& nccl_seq, bool have_nvshmem, bool have_nccl,
+                                             bool have_torch) {
+    std::vector<BaselineColumn> b = {{"loom seq", loom_seq}};
+    if (have_nvshmem) b.push_back({"nvshmem seq", nvshmem_seq});
+    if (have_nccl) b.push_back({"nccl seq", nccl_seq});
+    if (have_torch) b.insert(b.end(), {{"torch async", "torch_async_tp"}, {"torch seq", "torch_nccl_sequential"}});
+    return b;
+}
+
+// DIR/<op>.json on rank 0, with --json DIR only.
+void write_report(const loom::bench::Report& report, const Args& args, const std::string& op, const loom::World& w) {
+    if (w.rank() == 0 && !args.out.empty()) report.write(args.out + "/" + op + ".json", /*echo_rows=*/false);
 }
 
 // The PyTorch row for (op, M, N, K, world) in bench/torch_async_tp.py's output, folded into a bench-overlap row:
@@ -294,6 +347,11 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
     if (args.quick) shapes = {{11008, 4096}, {28672, 8192}};
     keep_shapes(shapes, args.shapes);
     loom::bench::Report report(op_name("ag_gemm", args.in), W, args.argc, args.argv);
+    const OverlapTable table(
+        "ag_gemm",
+        baseline_columns("loom_allgather_then_gemm", "nvshmem_fcollect_then_cublaslt", "nccl_allgather_then_cublaslt",
+                         have_nvshmem, nccl.ok(), !torch.is_null()),
+        w);
     const DType in = args.in;
     const int64_t ies = static_cast<int64_t>(loom::dtype_size(in));
     for (auto [M, N, K] : mnk_points(args.ms, shapes)) {
@@ -401,15 +459,14 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         }
         row["baselines"] = baselines;
         report.add_row(row);
-        print_row("ag_gemm", row, w);
+        table.row(row);
         LOOM_CHECK_CUDA(cudaDeviceSynchronize());
         w.barrier();
         w.free(g_sym);
         w.free(a_sym);
         cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(c_ref);
     }
-    if (w.rank() == 0)
-        report.write((args.out.empty() ? std::string(".") : args.out) + "/" + op_name("ag_gemm", in) + ".json");
+    write_report(report, args, op_name("ag_gemm", in), w);
 }
 
 void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::NcclBaseline& nccl,
@@ -420,6 +477,11 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
     if (args.quick) shapes = {{4096, 11008}, {8192, 28672}};
     keep_shapes(shapes, args.shapes);
     loom::bench::Report report(op_name("gemm_rs", args.in), W, args.argc, args.argv);
+    const OverlapTable table(
+        "gemm_rs",
+        baseline_columns("loom_gemm_then_reduce_scatter", "cublaslt_then_nvshmem_reducescatter",
+                         "cublaslt_then_nccl_reducescatter", have_nvshmem, nccl.ok(), !torch.is_null()),
+        w);
     const DType in = args.in;
     const int64_t ies = static_cast<int64_t>(loom::dtype_size(in));
     for (auto [M, N, K] : mnk_points(args.ms, shapes)) {
@@ -640,14 +702,13 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         }
         row["baselines"] = baselines;
         report.add_row(row);
-        print_row("gemm_rs", row, w);
+        table.row(row);
         LOOM_CHECK_CUDA(cudaDeviceSynchronize());
         w.barrier();
         w.free(partial);
         cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(c_ref);
     }
-    if (w.rank() == 0)
-        report.write((args.out.empty() ? std::string(".") : args.out) + "/" + op_name("gemm_rs", in) + ".json");
+    write_report(report, args, op_name("gemm_rs", in), w);
 }
 
 void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::NcclBaseline& nccl, cudaStream_t s) {
@@ -656,6 +717,10 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
     keep_shapes(shapes, args.shapes);
     const std::vector<int64_t> ms = args.quick ? std::vector<int64_t>{16, 128} : std::vector<int64_t>{16, 32, 64, 128};
     loom::bench::Report report(op_name("gemm_ar", args.in), W, args.argc, args.argv);
+    const OverlapTable table("gemm_ar",
+                             baseline_columns("loom_gemm_then_all_reduce", "cublaslt_then_nvshmem_allreduce",
+                                              "cublaslt_then_nccl_allreduce", have_nvshmem, nccl.ok(), false),
+                             w);
     const DType in = args.in;
     const int64_t ies = static_cast<int64_t>(loom::dtype_size(in));
     for (auto [N, K] : shapes) {
@@ -794,7 +859,7 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             }
             row["baselines"] = baselines;
             report.add_row(row);
-            print_row("gemm_ar", row, w);
+            table.row(row);
             LOOM_CHECK_CUDA(cudaDeviceSynchronize());
             w.barrier();
             w.free(c_ref);
@@ -802,8 +867,7 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             cudaFree(a), cudaFree(b), cudaFree(c);
         }
     }
-    if (w.rank() == 0)
-        report.write((args.out.empty() ? std::string(".") : args.out) + "/" + op_name("gemm_ar", in) + ".json");
+    write_report(report, args, op_name("gemm_ar", in), w);
 }
 
 }  // namespace
@@ -814,7 +878,8 @@ int main(int argc, char** argv) {
     args.argv = argv;
     bool no_nvshmem = false, no_nccl = false;
     CLI::App app{"bench-overlap: ag_gemm / gemm_rs / gemm_ar against the sequential and library baselines"};
-    app.add_option("--out", args.out, "output directory");
+    app.add_option("--json,--out", args.out,
+                   "also write the rows as JSON: DIR/ag_gemm.json, gemm_rs.json, gemm_ar.json");
     app.add_flag("--quick", args.quick, "two shapes per op");
     app.add_option("--iters", args.iters, "timed runs per point")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_flag("--no-nvshmem", no_nvshmem, "skip the NVSHMEM baselines");

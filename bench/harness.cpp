@@ -113,22 +113,6 @@ Timing time_op(const std::function<void(cudaStream_t)>& fn, cudaStream_t stream,
     return time_ops({fn}, stream, opts)[0];
 }
 
-double bus_factor(Coll c, int ranks) {
-    const double n = ranks;
-    switch (c) {
-        case Coll::AllReduce:
-            return 2.0 * (n - 1) / n;
-        case Coll::AllGather:
-        case Coll::ReduceScatter:
-        case Coll::AllToAll:
-            return (n - 1) / n;
-        case Coll::Broadcast:
-        case Coll::Point:
-            return 1.0;
-    }
-    return 1.0;
-}
-
 std::string gpu_name() {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -172,7 +156,7 @@ void Report::add_row(nlohmann::json row) {
 
 nlohmann::json Report::to_json() const { return doc_; }
 
-void Report::write(const std::string& path) const {
+void Report::write(const std::string& path, bool echo_rows) const {
     // The report's directory is made when missing (a fresh --out DIR), as the collectives' benchmark does.
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();
     std::error_code ec;
@@ -180,7 +164,8 @@ void Report::write(const std::string& path) const {
     std::ofstream f(path);
     LOOM_CHECK(f.good(), "cannot write benchmark report {}", path);
     f << doc_.dump(2) << "\n";
-    for (const auto& row : doc_["rows"]) std::printf("%s\n", row.dump().c_str());
+    if (echo_rows)
+        for (const auto& row : doc_["rows"]) std::printf("%s\n", row.dump().c_str());
     std::printf("wrote %s\n", path.c_str());
 }
 

@@ -46,9 +46,7 @@ Timing time_op(const std::function<void(cudaStream_t)>& fn, cudaStream_t stream,
 std::vector<Timing> time_ops(const std::vector<std::function<void(cudaStream_t)>>& fns, cudaStream_t stream,
                              const TimeOptions& opts = {});
 
-// nccl-tests bus-bandwidth factors.
-enum class Coll { AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast, Point };
-double bus_factor(Coll c, int ranks);
+// GB/s (1e9 bytes per second) of `bytes` in `us` microseconds. nccl-tests' bus-bandwidth factors: nccl_args.hpp.
 inline double gbps(double bytes, double us) { return bytes / (us * 1e3); }
 
 // Results file: docs/perf/<op>.json with op, command, gpu, commit, date, ranks, rows.
@@ -59,8 +57,9 @@ class Report {
     // Adds a row; fills "speedup" from "baselines" and "loom_us" when absent.
     void add_row(nlohmann::json row);
     nlohmann::json to_json() const;
-    // Writes the JSON (rank 0 only when ranks > 1 is the caller's business) and prints a table to stdout.
-    void write(const std::string& path) const;
+    // Writes the JSON (rank 0 only when ranks > 1 is the caller's business) and says so on stdout; echo_rows also
+    // prints every row's JSON there (benchmarks that print a table of their own pass false).
+    void write(const std::string& path, bool echo_rows = true) const;
 
   private:
     nlohmann::json doc_;

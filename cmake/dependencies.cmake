@@ -41,7 +41,7 @@ FetchContent_Declare(googletest
   FIND_PACKAGE_ARGS 1.12 NAMES GTest)
 
 FetchContent_MakeAvailable(fmt nlohmann_json)
-if(LOOM_BUILD_TOOLS OR LOOM_BUILD_BENCH)
+if(LOOM_BUILD_TOOLS OR LOOM_BUILD_BENCH OR LOOM_BUILD_TESTS)  # tests: the benchmarks' flags (bench/nccl_args.cpp)
   FetchContent_MakeAvailable(CLI11)
 endif()
 if(LOOM_BUILD_TESTS)
