@@ -122,9 +122,9 @@ int grouped(const std::string& out, int iters, int argc, char** argv) {
                 }
                 const int groups = static_cast<int>(gm.size());
                 void **dpa, **dpb, **dpc;
-                LOOM_CHECK_CUDA(cudaMalloc(&dpa, groups * sizeof(void*)));
-                LOOM_CHECK_CUDA(cudaMalloc(&dpb, groups * sizeof(void*)));
-                LOOM_CHECK_CUDA(cudaMalloc(&dpc, groups * sizeof(void*)));
+                LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&dpa), groups * sizeof(void*)));
+                LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&dpb), groups * sizeof(void*)));
+                LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&dpc), groups * sizeof(void*)));
                 LOOM_CHECK_CUDA(cudaMemcpy(dpa, pa.data(), groups * sizeof(void*), cudaMemcpyHostToDevice));
                 LOOM_CHECK_CUDA(cudaMemcpy(dpb, pb.data(), groups * sizeof(void*), cudaMemcpyHostToDevice));
                 LOOM_CHECK_CUDA(cudaMemcpy(dpc, pc.data(), groups * sizeof(void*), cudaMemcpyHostToDevice));

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "loom/jit/jit.hpp"
+#include "loom/kernels/gemm/gemm_params.hpp"
 #include "loom/kernels/moe/grouped_gemm_params.hpp"
 #include "loom/ops/moe.hpp"
 #include "loom/runtime/error.hpp"
