@@ -119,6 +119,9 @@ set(LOOM_SOURCES
     src/ops/gemm/validate.cpp
     src/ops/moe/routing.cpp
     src/ops/moe/tp/checks.cpp
+    src/ops/moe/tp/fused_ag.cpp
+    src/ops/moe/tp/fused_plan.cpp
+    src/ops/moe/tp/fused_rs.cpp
     src/ops/moe/tp/sequential.cpp
     src/ops/moe/tp/tp_moe.cpp
     src/ops/moe/grouped_gemm.cpp
