@@ -72,6 +72,25 @@ LOOM_DEVICE LOOM_FORCEINLINE int32_t tp_clamped_offset(const int32_t* offsets, i
     return v < lo ? lo : (v > rows ? rows : v);
 }
 
+// Local rank d's copy of this rank's symmetric pointer p (d reachable: one node, checked on the host). Plain
+// arithmetic on the Ctx's heap table, with no diagnostic call (which would cost the caller stack spills).
+template <class T>
+LOOM_DEVICE LOOM_FORCEINLINE T* tp_peer(const Ctx& ctx, T* p, int d) {
+    return reinterpret_cast<T*>(ctx.heap_of(ctx.local_base_rank + d) + ctx.own_offset(p));
+}
+
+// Bounded acquire wait (scope gpu or sys) for *sig >= target; a timeout posts a diagnostic tagged `tag` and traps.
+template <bool kSys>
+LOOM_DEVICE LOOM_FORCEINLINE void tp_wait_ge(const uint64_t* sig, uint64_t target, uint64_t timeout_ns,
+                                             const char* tag) {
+    auto load = [sig] { return kSys ? ptx::ld_acquire_sys(sig) : ptx::ld_acquire_gpu(sig); };
+    lang::spin_or_trap(
+        timeout_ns, tag, sig, lang::Cmp::GE, [&] { return static_cast<int64_t>(load() - target) >= 0; },
+        [&] {
+            return lang::WaitValues{target, load()};
+        });
+}
+
 // Every thread of the block calls once its writes of this call are done; true on thread 0 of the call's last block to
 // arrive (the cumulative ticket reaches `target`). The fences order every block's writes before its increment and the
 // last block's later signals after all of them (the classic last-block pattern), so a release signal that block sends
@@ -105,13 +124,13 @@ __global__ void __launch_bounds__(kTpMoeThreads) moe_ag_push(Ctx ctx, MoeAgPushP
         }
         for (int j = 0; j < W; ++j) {  // own rows first
             const int d = me + j < W ? me + j : me + j - W;
-            lang::symm_at(ctx, gather, ctx.local_base_rank + d)[row * p.row_words + w] = v;
+            tp_peer(ctx, gather, d)[row * p.row_words + w] = v;
         }
     }
     if (tp_last_block(p.ticket, p.ticket_target))
         for (int j = 0; j < W; ++j) {
             const int d = me + j < W ? me + j : me + j - W;
-            lang::signal_op(ctx, p.sig->arrived + me, p.epoch, lang::SignalOp::Set, ctx.local_base_rank + d);
+            ptx::st_release_sys(tp_peer(ctx, p.sig->arrived + me, d), p.epoch);
         }
 }
 
@@ -150,11 +169,11 @@ __global__ void __launch_bounds__(kTpMoeThreads) moe_rs_reduce_send(Ctx ctx, Moe
             static_cast<uint64_t>(tp_rank_row_blocks(p, r, &s_blocks)) * static_cast<uint64_t>(p.num_n);
         if (threadIdx.x == 0) {
             if (blockIdx.x == 0) p.expected[par * kMaxLocalPeers + r] = target;
-            lang::spin_wait(ctx, "moe_rs: reduce waits for the grouped GEMM's tiles of a source rank", p.done + r,
-                            lang::Cmp::GE, target, lang::Scope::Gpu);
+            tp_wait_ge<false>(p.done + r, target, ctx.wait_timeout_ns,
+                              "moe_rs: reduce waits for the grouped GEMM's tiles of a source rank");
         }
         __syncthreads();
-        float* const dst = lang::symm_at(ctx, p.recv, ctx.local_base_rank + r) + static_cast<int64_t>(me) * slot;
+        float* const dst = tp_peer(ctx, p.recv, r) + static_cast<int64_t>(me) * slot;
         for (int32_t t = static_cast<int32_t>(blockIdx.x); t < p.t_loc; t += static_cast<int32_t>(gridDim.x)) {
             __syncthreads();  // the previous token's slots are read
             if (threadIdx.x < static_cast<unsigned>(p.topk)) {
@@ -172,12 +191,12 @@ __global__ void __launch_bounds__(kTpMoeThreads) moe_rs_reduce_send(Ctx ctx, Moe
             }
         }
         if (r != me && tp_last_block(p.ticket + r, p.ticket_target))
-            lang::signal_op(ctx, p.sig->reduced + me, p.epoch, lang::SignalOp::Set, ctx.local_base_rank + r);
+            ptx::st_release_sys(tp_peer(ctx, p.sig->reduced + me, r), p.epoch);
     }
     // This rank's tokens: every peer's slot (the own slot was written by this block, for the same tokens).
     if (threadIdx.x < static_cast<unsigned>(W) && static_cast<int>(threadIdx.x) != me)
-        lang::spin_wait(ctx, "moe_rs: waits for a peer's reduced rows", p.sig->reduced + threadIdx.x, lang::Cmp::GE,
-                        p.epoch, lang::Scope::Sys, ctx.local_base_rank + static_cast<int>(threadIdx.x));
+        tp_wait_ge<true>(p.sig->reduced + threadIdx.x, p.epoch, ctx.wait_timeout_ns,
+                         "moe_rs: waits for a peer's reduced rows of this rank's tokens");
     __syncthreads();
     T* const out = static_cast<T*>(p.out);
     for (int32_t t = static_cast<int32_t>(blockIdx.x); t < p.t_loc; t += static_cast<int32_t>(gridDim.x))
