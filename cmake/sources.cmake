@@ -18,6 +18,8 @@ set(LOOM_HEADERS
     include/loom/kernels/gemm/gemm_sm80.cuh
     include/loom/kernels/moe/routing.cuh
     include/loom/kernels/moe/routing_params.hpp
+    include/loom/kernels/moe/tp_moe.cuh
+    include/loom/kernels/moe/tp_moe_params.hpp
     include/loom/kernels/moe/grouped_gemm.cuh
     include/loom/kernels/moe/grouped_gemm_params.hpp
     include/loom/kernels/moe/grouped_gemm_sm80.cuh
