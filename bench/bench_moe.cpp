@@ -6,6 +6,15 @@
 // torch._grouped_mm on the same shapes for the same file (docs/perf/grouped_gemm.json).
 //
 //     build/bench/bench-moe grouped --out grouped_gemm.json
+//
+// Mode `tp` (under loomrun -n W): the TP-MoE ops on the same (N, K, E, top-k) at 128 and 8192 tokens in total (T_loc =
+// tokens / W per rank), uniform and skewed routing, bf16: each rank holds an N / W slice of every expert (ag_moe: w_up
+// [E x N / W, K]; moe_rs: rows [*, N / W], w_down [E x K, N / W], out [T_loc, K]). Timed interleaved: ag_moe Fused and
+// Sequential, moe_rs Fused and Sequential, and the parts alone — all_gather of x and the ids, the grouped GEMMs,
+// reduce_scatter of the [T, K] reduced rows — for the overlap efficiency fused / max(GEMM alone, communication alone).
+// Rows go to DIR/moe.json (rank 0). --quick: Mixtral-8x7B and Qwen3-30B-A3B only.
+//
+//     loomrun -n 4 build/bench/bench-moe tp --out DIR [--quick]
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -19,8 +28,10 @@
 #include "cublaslt.hpp"
 #include "harness.hpp"
 #include "loom/bf16.hpp"
+#include "loom/ops/collectives.hpp"
 #include "loom/ops/moe.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/world.hpp"
 
 namespace {
 
@@ -173,15 +184,183 @@ int grouped(const std::string& out, int iters, int argc, char** argv) {
     return 0;
 }
 
+// topk_idx [t, k] of one rank: k distinct experts per token, the first from the `routing` distribution (uniform or the
+// skewed power law), the others uniformly among the rest.
+std::vector<int32_t> tp_ids(int t, int e, int k, bool skewed, uint64_t seed) {
+    std::vector<double> w(e, 1.0);
+    if (skewed)
+        for (int i = 0; i < e; ++i) w[(7919 * i) % e] = std::pow(1.0 / (i + 1), 1.2);
+    std::vector<double> cdf(e);
+    double acc = 0;
+    for (int i = 0; i < e; ++i) cdf[i] = acc += w[i];
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    auto next = [&x] {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        return x;
+    };
+    std::vector<int32_t> ids(static_cast<std::size_t>(t) * k);
+    std::vector<int> perm(e);
+    for (int i = 0; i < t; ++i) {
+        const double u = static_cast<double>(next() >> 11) / 9007199254740992.0 * acc;
+        const int first = static_cast<int>(std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin());
+        for (int j = 0; j < e; ++j) perm[j] = j;
+        std::swap(perm[0], perm[std::min(first, e - 1)]);
+        for (int j = 1; j < k; ++j) std::swap(perm[j], perm[j + next() % (e - j)]);
+        for (int j = 0; j < k; ++j) ids[static_cast<std::size_t>(i) * k + j] = perm[j];
+    }
+    return ids;
+}
+
+void* dev_alloc(std::size_t bytes, int fill = 0x3C) {
+    void* p = nullptr;
+    LOOM_CHECK_CUDA(cudaMalloc(&p, std::max<std::size_t>(bytes, 256)));
+    LOOM_CHECK_CUDA(cudaMemset(p, fill, std::max<std::size_t>(bytes, 256)));  // bf16 0x3C3C: 0.0115
+    return p;
+}
+
+int tp(const std::string& out_dir, int iters, bool quick, int argc, char** argv) {
+    using loom::DType;
+    using loom::TpMoeAlgo;
+    auto world = loom::World::from_env();
+    const int W = world.world_size(), me = world.rank();
+    std::vector<Model> models = {{"Mixtral-8x7B", 14336, 4096, 8, 2},
+                                 {"Mixtral-8x22B", 16384, 6144, 8, 2},
+                                 {"Qwen1.5-MoE", 1408, 2048, 60, 4},
+                                 {"DeepSeek-MoE", 1408, 2048, 64, 6},
+                                 {"Qwen3-30B-A3B", 768, 2048, 128, 8}};
+    if (quick) models = {models[0], models[4]};
+    loom::bench::Report report("moe", W, argc, argv);
+    loom::bench::TimeOptions topts;
+    topts.world = &world;
+    topts.iters = iters;
+    topts.warmup = 3;
+    topts.align = [&world](cudaStream_t st) { loom::barrier_on_stream(world, st); };
+    cudaStream_t stream;
+    LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    if (me == 0)
+        std::printf("%-14s %6s %-8s %-7s %9s %9s %9s %9s %7s\n", "model", "tokens", "routing", "op", "fused_us",
+                    "seq_us", "gemm_us", "comm_us", "eff");
+    for (const Model& m : models) {
+        const int n_loc = m.n / W;  // the slice of every expert
+        if (n_loc % 16 != 0 || m.n % W != 0) {
+            if (me == 0) std::printf("%s: N / W = %d / %d is not a multiple of 16: skipped\n", m.name, m.n, W);
+            continue;
+        }
+        for (int tokens : {128, 8192}) {
+            const int t_loc = std::max(1, tokens / W), T = t_loc * W;
+            for (bool skewed : {false, true}) {
+                const loom::MoeRoutingShape shape{T, m.topk, m.e, W};
+                const int64_t rows = shape.max_rows();
+                void* x = dev_alloc(static_cast<std::size_t>(t_loc) * m.k * 2);
+                void* w_up = dev_alloc(static_cast<std::size_t>(m.e) * n_loc * m.k * 2);
+                void* w_down = dev_alloc(static_cast<std::size_t>(m.e) * m.k * n_loc * 2);
+                void* h = dev_alloc(static_cast<std::size_t>(rows) * n_loc * 2);
+                void* part = dev_alloc(static_cast<std::size_t>(rows) * m.k * 2);
+                void* y = dev_alloc(static_cast<std::size_t>(t_loc) * m.k * 2);
+                void* xg = dev_alloc(static_cast<std::size_t>(rows) * m.k * 2);  // grouped GEMM A: rows x K
+                void* red = dev_alloc(static_cast<std::size_t>(T) * m.k * 2);
+                void* route = dev_alloc(loom::moe_routing_bytes(shape), 0);
+                const std::vector<int32_t> ids_h = tp_ids(t_loc, m.e, m.topk, skewed, 1 + me);
+                void* ids = dev_alloc(ids_h.size() * 4);
+                void* idsg = dev_alloc(ids_h.size() * 4 * W);
+                LOOM_CHECK_CUDA(cudaMemcpy(ids, ids_h.data(), ids_h.size() * 4, cudaMemcpyHostToDevice));
+                const loom::MoeRouting routing = loom::moe_routing_view(shape, route, loom::moe_routing_bytes(shape));
+                const loom::MatrixView xv{x, DType::BF16, t_loc, m.k},
+                    upv{w_up, DType::BF16, int64_t{m.e} * n_loc, m.k}, hv{h, DType::BF16, rows, n_loc},
+                    downv{w_down, DType::BF16, int64_t{m.e} * m.k, n_loc}, yv{y, DType::BF16, t_loc, m.k},
+                    partv{part, DType::BF16, rows, m.k};
+                auto opts = [](TpMoeAlgo a) {
+                    loom::TpMoeOptions o;
+                    o.algo = a;
+                    return o;
+                };
+                const auto ag = [&](TpMoeAlgo a) {
+                    return [&, a](cudaStream_t s) {
+                        loom::ag_moe(world, xv, static_cast<int32_t*>(ids), nullptr, upv, routing, hv, s, opts(a));
+                    };
+                };
+                const auto rs = [&](TpMoeAlgo a) {
+                    return [&, a](cudaStream_t s) { loom::moe_rs(world, hv, downv, routing, yv, s, opts(a)); };
+                };
+                const auto gather = [&](cudaStream_t s) {
+                    const std::size_t xb = static_cast<std::size_t>(t_loc) * m.k * 2, ib = ids_h.size();
+                    loom::all_gather(world, {x, DType::U8, xb}, {xg, DType::U8, xb * W}, s);
+                    loom::all_gather(world, {ids, DType::I32, ib}, {idsg, DType::I32, ib * W}, s);
+                };
+                loom::GroupedGemmOptions g;
+                g.max_rows = static_cast<int>(rows);
+                const auto gemm_up = [&](cudaStream_t s) {
+                    loom::grouped_gemm({xg, DType::BF16, rows, m.k}, upv, m.e, hv, routing.offsets, shape.num_groups(),
+                                       s, g);
+                };
+                const auto gemm_down = [&](cudaStream_t s) {
+                    loom::grouped_gemm(hv, downv, m.e, partv, routing.offsets, shape.num_groups(), s, g);
+                };
+                const std::size_t yn = static_cast<std::size_t>(t_loc) * m.k;
+                const auto scatter = [&](cudaStream_t s) {
+                    loom::reduce_scatter(world, {red, DType::BF16, yn * W}, {y, DType::BF16, yn}, s);
+                };
+                ag(TpMoeAlgo::Sequential)(stream);  // routing, state, JIT
+                ag(TpMoeAlgo::Fused)(stream);
+                rs(TpMoeAlgo::Sequential)(stream);
+                rs(TpMoeAlgo::Fused)(stream);
+                LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+                const auto t =
+                    loom::bench::time_ops({ag(TpMoeAlgo::Fused), ag(TpMoeAlgo::Sequential), gather, gemm_up,
+                                           rs(TpMoeAlgo::Fused), rs(TpMoeAlgo::Sequential), gemm_down, scatter},
+                                          stream, topts);
+                const char* rname = skewed ? "skewed" : "uniform";
+                for (int op = 0; op < 2; ++op) {
+                    const int b = op * 4;
+                    const double fused = t[b].median_us, seq = t[b + 1].median_us;
+                    const double comm = op == 0 ? t[2].median_us : t[7].median_us;
+                    const double gemm = op == 0 ? t[3].median_us : t[6].median_us;
+                    const double eff = fused / std::max(gemm, comm);
+                    const char* name = op == 0 ? "ag_moe" : "moe_rs";
+                    if (me == 0)
+                        std::printf("%-14s %6d %-8s %-7s %9.1f %9.1f %9.1f %9.1f %7.3f\n", m.name, T, rname, name,
+                                    fused, seq, gemm, comm, eff);
+                    report.add_row({{"op", name},
+                                    {"model", m.name},
+                                    {"n", m.n},
+                                    {"k", m.k},
+                                    {"n_loc", n_loc},
+                                    {"experts", m.e},
+                                    {"topk", m.topk},
+                                    {"tokens", T},
+                                    {"world", W},
+                                    {"routing", rname},
+                                    {"dtype", "bf16"},
+                                    {"algo", "fused"},
+                                    {"loom_us", fused},
+                                    {"gemm_alone_us", gemm},
+                                    {op == 0 ? "all_gather_alone_us" : "reduce_scatter_alone_us", comm},
+                                    {"overlap_efficiency", eff},
+                                    {"baselines", {{"loom_sequential", seq}}}});
+                }
+                for (void* p : {x, w_up, w_down, h, part, y, xg, red, route, ids, idsg}) cudaFree(p);
+            }
+        }
+    }
+    loom::release_moe_state(world);
+    if (me == 0) report.write((out_dir.empty() ? std::string(".") : out_dir) + "/moe.json");
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     std::string mode = "grouped", out;
     int iters = 30;
-    CLI::App app{"bench-moe: Loom's MoE ops (grouped: loom::grouped_gemm against cuBLAS's grouped GEMM)"};
-    app.add_option("mode", mode, "what to time")->check(CLI::IsMember({"grouped"}))->capture_default_str();
-    app.add_option("--out", out, "output file (default: print only)");
-    app.add_option("--iters", iters, "timed runs per shape")->capture_default_str()->check(CLI::PositiveNumber);
+    bool quick = false;
+    CLI::App app{
+        "bench-moe: Loom's MoE ops (grouped: loom::grouped_gemm against cuBLAS's grouped GEMM; tp: ag_moe / moe_rs "
+        "Fused against Sequential and the parts alone, under loomrun)"};
+    app.add_option("mode", mode, "what to time")->check(CLI::IsMember({"grouped", "tp"}))->capture_default_str();
+    app.add_option("--out", out, "grouped: output file (default: print only); tp: output folder (moe.json)");
+    app.add_option("--iters", iters, "timed runs per shape (tp: 10 unless given)")->check(CLI::PositiveNumber);
+    app.add_flag("--quick", quick, "tp: two models only (Mixtral-8x7B, Qwen3-30B-A3B)");
     loom::bench::parse_or_exit(app, argc, argv);
+    if (mode == "tp") return tp(out, app.count("--iters") ? iters : 10, quick, argc, argv);
     return grouped(out, iters, argc, argv);
 }

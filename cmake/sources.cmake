@@ -21,6 +21,8 @@ set(LOOM_HEADERS
     include/loom/kernels/gemm/gemm_sm80.cuh
     include/loom/kernels/moe/routing.cuh
     include/loom/kernels/moe/routing_params.hpp
+    include/loom/kernels/moe/tp_moe.cuh
+    include/loom/kernels/moe/tp_moe_params.hpp
     include/loom/kernels/moe/grouped_gemm.cuh
     include/loom/kernels/moe/grouped_gemm_params.hpp
     include/loom/kernels/moe/grouped_gemm_sm80.cuh
@@ -128,6 +130,9 @@ set(LOOM_SOURCES
     src/ops/gemm/validate.cpp
     src/ops/moe/routing.cpp
     src/ops/moe/tp/checks.cpp
+    src/ops/moe/tp/fused_ag.cpp
+    src/ops/moe/tp/fused_plan.cpp
+    src/ops/moe/tp/fused_rs.cpp
     src/ops/moe/tp/sequential.cpp
     src/ops/moe/tp/tp_moe.cpp
     src/ops/moe/grouped_gemm.cpp

@@ -89,6 +89,17 @@ const std::vector<KernelSample>& kernel_samples() {
         {"loom/kernels/attention/sp_decode.cuh",
          "loom::kernels::attention::sp_decode_combine",
          {"__nv_bfloat16", "128"}},
+        // ---- TP-MoE, fused ----
+        {"loom/kernels/moe/tp_moe.cuh",
+         "loom::kernels::moe::grouped_gemm_sm90",
+         {"__nv_bfloat16", "__nv_bfloat16", "128", "256", "4", "true", "1", "loom::kernels::moe::MoeAgHooks"},
+         true},
+        {"loom/kernels/moe/tp_moe.cuh",
+         "loom::kernels::moe::grouped_gemm_sm90",
+         {"__nv_bfloat16", "float", "64", "128", "4", "true", "0", "loom::kernels::moe::MoeRsHooks"},
+         true},
+        {"loom/kernels/moe/tp_moe.cuh", "loom::kernels::moe::moe_ag_push", {}},
+        {"loom/kernels/moe/tp_moe.cuh", "loom::kernels::moe::moe_rs_reduce_send", {"__nv_bfloat16"}},
         // ---- collectives ----
         {"loom/kernels/collectives/coll_common.cuh", "loom::kernels::coll::coll_barrier", {}},
         {"loom/kernels/collectives/all_gather.cuh", "loom::kernels::coll::all_gather_push", {"float", "0"}},

@@ -1,11 +1,14 @@
 // ag_moe / moe_rs / moe_ar at any world size against an fp64 host reference of the whole layer (every rank builds
 // every rank's inputs from shared seeds): uniform, skewed and one-expert routings, an empty rank, bf16 products;
-// 1000 back-to-back calls; bad inputs naming the argument. Run: loomrun -n N build/tests/loom_dist_tests
+// Fused against Sequential and the reference (T_loc = 1, one expert, 64 experts); 1000 back-to-back calls (Auto, and
+// Fused checked at calls 1, 500, 1000 with poisoned outputs); bad inputs naming the argument. Run: loomrun -n N
+// build/tests/loom_dist_tests
 // --gtest_filter='MoeTp*'
 // Seeds are fixed so that every rank draws the same full inputs.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -85,73 +88,157 @@ std::vector<double> layer_reference(const Layer& L, int W, const std::vector<flo
     return y;
 }
 
-// Runs ag_moe -> moe_rs (calls times) and checks this rank's tokens of the last call.
-void run_layer(World& w, cudaStream_t stream, const Layer& L, uint64_t seed, int calls = 1) {
-    SCOPED_TRACE("T_loc " + std::to_string(L.t_loc) + " H " + std::to_string(L.H) + " E " + std::to_string(L.E) +
-                 " N " + std::to_string(L.N) + " k " + std::to_string(L.k));
-    const int W = w.world_size(), r = w.rank(), T = L.t_loc * W, n_loc = L.N / W;
-    // Every rank draws the same full inputs (rounded to bf16), then takes its part.
-    auto round = [](std::vector<float> v) {
-        for (float& f : v) f = test::bf16_to_float(test::float_to_bf16(f));
-        return v;
-    };
-    const std::vector<float> x = round(test::random_floats(static_cast<std::size_t>(T) * L.H, seed));
-    const std::vector<float> up = round(test::random_floats(static_cast<std::size_t>(L.E) * L.N * L.H, seed + 1));
-    const std::vector<float> down = round(test::random_floats(static_cast<std::size_t>(L.E) * L.H * L.N, seed + 2));
-    const std::vector<int32_t> idx = test::make_routing(L.kind, T, L.k, L.E, seed + 3);
-    const std::vector<float> wts = test::make_topk_weights(T, L.k, seed + 4);
-    const std::vector<double> want = layer_reference(L, W, x, idx, wts, up, down);
+// One layer's inputs on this rank (every rank draws the same full inputs, rounded to bf16, and takes its part), its
+// device buffers and this rank's part of the fp64 reference.
+struct LayerRun {
+    Layer L;
+    int W, r;
+    MoeRoutingShape shape;
+    std::vector<double> mine;  // this rank's tokens of the reference
+    std::unique_ptr<Dev> d_x, d_idx, d_w, d_up, d_down, d_route, d_h, d_y;
+    MoeRouting routing;
+    MatrixView xv, upv, hv, downv, yv;
 
-    // This rank's parts: its tokens, its N-slice of every expert's up (rows) and down (columns) weight.
-    std::vector<float> x_r(x.begin() + static_cast<std::ptrdiff_t>(r) * L.t_loc * L.H,
-                           x.begin() + static_cast<std::ptrdiff_t>(r + 1) * L.t_loc * L.H);
-    std::vector<int32_t> idx_r(idx.begin() + r * L.t_loc * L.k, idx.begin() + (r + 1) * L.t_loc * L.k);
-    std::vector<float> w_r(wts.begin() + r * L.t_loc * L.k, wts.begin() + (r + 1) * L.t_loc * L.k);
-    std::vector<float> up_r(static_cast<std::size_t>(L.E) * n_loc * L.H),
-        down_r(static_cast<std::size_t>(L.E) * L.H * n_loc);
-    for (int e = 0; e < L.E; ++e) {
-        for (int n = 0; n < n_loc; ++n)
-            for (int c = 0; c < L.H; ++c)
-                up_r[(static_cast<std::size_t>(e) * n_loc + n) * L.H + c] =
-                    up[(static_cast<std::size_t>(e) * L.N + r * n_loc + n) * L.H + c];
-        for (int c = 0; c < L.H; ++c)
+    LayerRun(World& w, const Layer& layer, uint64_t seed) : L(layer), W(w.world_size()), r(w.rank()) {
+        const int T = L.t_loc * W, n_loc = L.N / W;
+        auto round = [](std::vector<float> v) {
+            for (float& f : v) f = test::bf16_to_float(test::float_to_bf16(f));
+            return v;
+        };
+        const std::vector<float> x = round(test::random_floats(static_cast<std::size_t>(T) * L.H, seed));
+        const std::vector<float> up = round(test::random_floats(static_cast<std::size_t>(L.E) * L.N * L.H, seed + 1));
+        const std::vector<float> down = round(test::random_floats(static_cast<std::size_t>(L.E) * L.H * L.N, seed + 2));
+        const std::vector<int32_t> idx = test::make_routing(L.kind, T, L.k, L.E, seed + 3);
+        const std::vector<float> wts = test::make_topk_weights(T, L.k, seed + 4);
+        const std::vector<double> want = layer_reference(L, W, x, idx, wts, up, down);
+        mine.assign(want.begin() + static_cast<std::ptrdiff_t>(r) * L.t_loc * L.H,
+                    want.begin() + static_cast<std::ptrdiff_t>(r + 1) * L.t_loc * L.H);
+        // This rank's parts: its tokens, its N-slice of every expert's up (rows) and down (columns) weight.
+        std::vector<float> x_r(x.begin() + static_cast<std::ptrdiff_t>(r) * L.t_loc * L.H,
+                               x.begin() + static_cast<std::ptrdiff_t>(r + 1) * L.t_loc * L.H);
+        std::vector<int32_t> idx_r(idx.begin() + r * L.t_loc * L.k, idx.begin() + (r + 1) * L.t_loc * L.k);
+        std::vector<float> w_r(wts.begin() + r * L.t_loc * L.k, wts.begin() + (r + 1) * L.t_loc * L.k);
+        std::vector<float> up_r(static_cast<std::size_t>(L.E) * n_loc * L.H),
+            down_r(static_cast<std::size_t>(L.E) * L.H * n_loc);
+        for (int e = 0; e < L.E; ++e) {
             for (int n = 0; n < n_loc; ++n)
-                down_r[(static_cast<std::size_t>(e) * L.H + c) * n_loc + n] =
-                    down[(static_cast<std::size_t>(e) * L.H + c) * L.N + r * n_loc + n];
+                for (int c = 0; c < L.H; ++c)
+                    up_r[(static_cast<std::size_t>(e) * n_loc + n) * L.H + c] =
+                        up[(static_cast<std::size_t>(e) * L.N + r * n_loc + n) * L.H + c];
+            for (int c = 0; c < L.H; ++c)
+                for (int n = 0; n < n_loc; ++n)
+                    down_r[(static_cast<std::size_t>(e) * L.H + c) * n_loc + n] =
+                        down[(static_cast<std::size_t>(e) * L.H + c) * L.N + r * n_loc + n];
+        }
+        shape = MoeRoutingShape{T, L.k, L.E, W};
+        d_x = std::make_unique<Dev>(x_r.size() * 2);
+        d_idx = std::make_unique<Dev>(idx_r.size() * 4);
+        d_w = std::make_unique<Dev>(w_r.size() * 4);
+        d_up = std::make_unique<Dev>(up_r.size() * 2);
+        d_down = std::make_unique<Dev>(down_r.size() * 2);
+        d_route = std::make_unique<Dev>(moe_routing_bytes(shape));
+        d_h = std::make_unique<Dev>(static_cast<std::size_t>(shape.max_rows()) * n_loc * 2);
+        d_y = std::make_unique<Dev>(static_cast<std::size_t>(L.t_loc) * L.H * 4);
+        put(d_x->p, bf16_of(x_r));
+        put(d_idx->p, idx_r);
+        put(d_w->p, w_r);
+        put(d_up->p, bf16_of(up_r));
+        put(d_down->p, bf16_of(down_r));
+        routing = moe_routing_view(shape, d_route->p, moe_routing_bytes(shape));
+        xv = {d_x->p, DType::BF16, L.t_loc, L.H};
+        upv = {d_up->p, DType::BF16, int64_t{L.E} * n_loc, L.H};
+        hv = {d_h->p, DType::BF16, shape.max_rows(), n_loc};
+        downv = {d_down->p, DType::BF16, int64_t{L.E} * L.H, n_loc};
+        yv = {d_y->p, DType::F32, L.t_loc, L.H};
     }
-    const MoeRoutingShape shape{T, L.k, L.E, W};
-    Dev d_x(x_r.size() * 2), d_idx(idx_r.size() * 4), d_w(w_r.size() * 4), d_up(up_r.size() * 2),
-        d_down(down_r.size() * 2), d_route(moe_routing_bytes(shape)),
-        d_h(static_cast<std::size_t>(shape.max_rows()) * n_loc * 2), d_y(static_cast<std::size_t>(L.t_loc) * L.H * 4);
-    put(d_x.p, bf16_of(x_r));
-    put(d_idx.p, idx_r);
-    put(d_w.p, w_r);
-    put(d_up.p, bf16_of(up_r));
-    put(d_down.p, bf16_of(down_r));
-    const MoeRouting routing = moe_routing_view(shape, d_route.p, moe_routing_bytes(shape));
-    const MatrixView xv{d_x.p, DType::BF16, L.t_loc, L.H}, upv{d_up.p, DType::BF16, int64_t{L.E} * n_loc, L.H},
-        hv{d_h.p, DType::BF16, shape.max_rows(), n_loc}, downv{d_down.p, DType::BF16, int64_t{L.E} * L.H, n_loc},
-        yv{d_y.p, DType::F32, L.t_loc, L.H};
-    for (int i = 0; i < calls; ++i) {
-        ag_moe(w, xv, d_idx.as<int32_t>(), d_w.as<float>(), upv, routing, hv, stream);
-        moe_rs(w, hv, downv, routing, yv, stream);
+
+    // ag_moe -> moe_rs with `ag` / `rs` as the algorithms; poison: the outputs are set to 0xA5 bytes first.
+    void call(World& w, cudaStream_t stream, TpMoeAlgo ag, TpMoeAlgo rs, bool poison) {
+        if (poison) {
+            LOOM_CHECK_CUDA(cudaMemsetAsync(d_h->p, 0xA5, static_cast<std::size_t>(hv.rows) * hv.cols * 2, stream));
+            LOOM_CHECK_CUDA(cudaMemsetAsync(d_y->p, 0xA5, static_cast<std::size_t>(yv.rows) * yv.cols * 4, stream));
+        }
+        TpMoeOptions oa, orr;
+        oa.algo = ag;
+        orr.algo = rs;
+        ag_moe(w, xv, d_idx->as<int32_t>(), d_w->as<float>(), upv, routing, hv, stream, oa);
+        moe_rs(w, hv, downv, routing, yv, stream, orr);
     }
+
+    std::vector<uint16_t> h() const {
+        std::vector<uint16_t> v(static_cast<std::size_t>(hv.rows) * hv.cols);
+        LOOM_CHECK_CUDA(cudaMemcpy(v.data(), d_h->p, v.size() * 2, cudaMemcpyDeviceToHost));
+        return v;
+    }
+    std::vector<float> y() const {
+        std::vector<float> v(static_cast<std::size_t>(yv.rows) * yv.cols);
+        LOOM_CHECK_CUDA(cudaMemcpy(v.data(), d_y->p, v.size() * 4, cudaMemcpyDeviceToHost));
+        return v;
+    }
+
+    // This rank's tokens of y against the reference, every element.
+    void check(const std::vector<float>& y, const std::string& what) const {
+        SCOPED_TRACE(what);
+        std::vector<double> got(y.begin(), y.end());
+        if (!mine.empty()) {
+            EXPECT_LT(test::calc_diff(mine, got), 1e-4);
+        }
+        int bad = 0;
+        for (std::size_t i = 0; i < mine.size(); ++i) {
+            const double tol = 0.02 * (1 + std::abs(mine[i])) + 0.01 * std::sqrt(double(L.N));
+            if (!(std::abs(got[i] - mine[i]) <= tol) && bad++ < 5)
+                ADD_FAILURE() << "rank " << r << " y[" << i << "] = " << got[i] << ", want " << mine[i];
+        }
+        EXPECT_EQ(bad, 0);
+    }
+};
+
+std::string describe(const Layer& L) {
+    return "T_loc " + std::to_string(L.t_loc) + " H " + std::to_string(L.H) + " E " + std::to_string(L.E) + " N " +
+           std::to_string(L.N) + " k " + std::to_string(L.k);
+}
+
+// Runs ag_moe -> moe_rs (calls times, Auto) and checks this rank's tokens of the last call.
+void run_layer(World& w, cudaStream_t stream, const Layer& L, uint64_t seed, int calls = 1) {
+    SCOPED_TRACE(describe(L));
+    LayerRun run(w, L, seed);
+    for (int i = 0; i < calls; ++i) run.call(w, stream, TpMoeAlgo::Auto, TpMoeAlgo::Auto, false);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    std::vector<float> y(static_cast<std::size_t>(L.t_loc) * L.H);
-    LOOM_CHECK_CUDA(cudaMemcpy(y.data(), d_y.p, y.size() * 4, cudaMemcpyDeviceToHost));
-    std::vector<double> mine(want.begin() + static_cast<std::ptrdiff_t>(r) * L.t_loc * L.H,
-                             want.begin() + static_cast<std::ptrdiff_t>(r + 1) * L.t_loc * L.H);
-    std::vector<double> got(y.begin(), y.end());
-    if (!mine.empty()) {
-        EXPECT_LT(test::calc_diff(mine, got), 1e-4);
-    }
+    run.check(run.y(), "auto");
+}
+
+// Sequential and Fused on the same inputs: both against the reference; ag_moe's routed rows bitwise equal (the same
+// routing and GEMM config), moe_rs's outputs within rounding of each other (they sum the ranks in different types).
+void fused_vs_sequential(World& w, cudaStream_t stream, const Layer& L, uint64_t seed) {
+    SCOPED_TRACE(describe(L));
+    LayerRun run(w, L, seed);
+    run.call(w, stream, TpMoeAlgo::Sequential, TpMoeAlgo::Sequential, true);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const std::vector<uint16_t> h_seq = run.h();
+    const std::vector<float> y_seq = run.y();
+    run.check(y_seq, "sequential");
+    run.call(w, stream, TpMoeAlgo::Fused, TpMoeAlgo::Fused, true);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const std::vector<uint16_t> h_fused = run.h();
+    const std::vector<float> y_fused = run.y();
+    run.check(y_fused, "fused");
+    const int64_t used = run.shape.entries();  // align 1: the routed rows are exactly T x k
     int bad = 0;
-    for (std::size_t i = 0; i < mine.size(); ++i) {
-        const double tol = 0.02 * (1 + std::abs(mine[i])) + 0.01 * std::sqrt(double(L.N));
-        if (!(std::abs(got[i] - mine[i]) <= tol) && bad++ < 5)
-            ADD_FAILURE() << "rank " << r << " y[" << i << "] = " << got[i] << ", want " << mine[i];
-    }
+    for (int64_t i = 0; i < used * run.hv.cols; ++i)
+        if (h_seq[i] != h_fused[i] && bad++ < 5)
+            ADD_FAILURE() << "ag_moe rows: element " << i << " fused " << h_fused[i] << " != sequential " << h_seq[i];
     EXPECT_EQ(bad, 0);
+    for (std::size_t i = 0; i < y_seq.size(); ++i)
+        if (!(std::abs(y_seq[i] - y_fused[i]) <= 1e-3 * (1 + std::abs(y_seq[i]))) && bad++ < 5)
+            ADD_FAILURE() << "moe_rs y[" << i << "]: fused " << y_fused[i] << ", sequential " << y_seq[i];
+    EXPECT_EQ(bad, 0);
+    // Mixed: each fused op with the other's sequential algorithm.
+    run.call(w, stream, TpMoeAlgo::Fused, TpMoeAlgo::Sequential, true);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    run.check(run.y(), "fused ag_moe, sequential moe_rs");
+    run.call(w, stream, TpMoeAlgo::Sequential, TpMoeAlgo::Fused, true);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    run.check(run.y(), "sequential ag_moe, fused moe_rs");
 }
 
 TEST_F(MoeTp, AgMoeThenMoeRsMatchReference) {
@@ -163,9 +250,37 @@ TEST_F(MoeTp, AgMoeThenMoeRsMatchReference) {
     run_layer(*w, stream, {0, 64, 8, 16 * W, 2, RoutingKind::Uniform}, seed + 30);     // no tokens at all
 }
 
+TEST_F(MoeTp, FusedMatchesSequentialAndReference) {
+    const int W = w->world_size();
+    if (W < 2) GTEST_SKIP() << "the fused algorithms need 2 or more ranks";
+    const uint64_t seed = 3000;
+    fused_vs_sequential(*w, stream, {64, 128, 8, 64 * W, 2, RoutingKind::Uniform}, seed);
+    fused_vs_sequential(*w, stream, {96, 64, 16, 32 * W, 4, RoutingKind::Skewed}, seed + 10);
+    fused_vs_sequential(*w, stream, {33, 64, 8, 16 * W, 2, RoutingKind::OneExpert}, seed + 20);    // empty experts
+    fused_vs_sequential(*w, stream, {1, 64, 8, 16 * W, 2, RoutingKind::Uniform}, seed + 30);       // T_loc = 1
+    fused_vs_sequential(*w, stream, {200, 256, 4, 64 * W, 1, RoutingKind::OneExpert}, seed + 40);  // one expert
+    fused_vs_sequential(*w, stream, {130, 64, 64, 16 * W, 6, RoutingKind::Skewed}, seed + 50);     // 64 experts, k 6
+}
+
 TEST_F(MoeTp, ThousandBackToBackCalls) {
     const int W = w->world_size();
     run_layer(*w, stream, {16, 64, 4, 16 * W, 2, RoutingKind::Skewed}, 77, 1000);
+}
+
+TEST_F(MoeTp, ThousandBackToBackFusedCalls) {
+    const int W = w->world_size();
+    if (W < 2) GTEST_SKIP() << "the fused algorithms need 2 or more ranks";
+    const Layer L{16, 64, 4, 16 * W, 2, RoutingKind::Skewed};
+    SCOPED_TRACE(describe(L));
+    LayerRun run(*w, L, 91);
+    for (int i = 1; i <= 1000; ++i) {
+        const bool checked = i == 1 || i == 500 || i == 1000;
+        run.call(*w, stream, TpMoeAlgo::Fused, TpMoeAlgo::Fused, checked);
+        if (checked) {
+            ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+            run.check(run.y(), "call " + std::to_string(i));
+        }
+    }
 }
 
 TEST_F(MoeTp, MoeArMatchesReference) {
@@ -250,6 +365,23 @@ TEST_F(MoeTp, BadInputsNameTheArgument) {
         moe_ar(*w, outv, {up.p, DType::BF16, 4 * 64, 16}, routing, {x.p, DType::BF16, 8 * W, 64}, stream);
     });
     EXPECT_NE(e4.find("moe_ar: routing ranks: expected 1"), std::string::npos) << e4;
+    // moe_ar has no fused algorithm; a fused call that cannot run names why.
+    const MoeRoutingShape one{8, 2, 4};
+    Dev route1(moe_routing_bytes(one));
+    const MoeRouting r1 = moe_routing_view(one, route1.p, moe_routing_bytes(one));
+    TpMoeOptions fused;
+    fused.algo = TpMoeAlgo::Fused;
+    const std::string e5 = msg([&] {
+        moe_ar(*w, {out.p, DType::BF16, one.max_rows(), 16}, {up.p, DType::BF16, 4 * 64, 16}, r1,
+               {x.p, DType::BF16, 8, 64}, stream, fused);
+    });
+    EXPECT_NE(e5.find("moe_ar: opts.algo: expected Auto or Sequential"), std::string::npos) << e5;
+    if (W == 1) {
+        const std::string e6 = msg([&] {
+            ag_moe(*w, xv, idx.as<int32_t>(), nullptr, {up.p, DType::BF16, 4 * 16, 64}, routing, outv, stream, fused);
+        });
+        EXPECT_NE(e6.find("ag_moe: opts.algo: fused cannot run here"), std::string::npos) << e6;
+    }
     // Out-of-range expert ids on the device trap (a named diagnostic): tests/gpu/test_moe_routing.cpp runs that in a
     // child process, since a trap ends the CUDA context.
 }

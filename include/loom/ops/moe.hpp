@@ -125,9 +125,12 @@ void moe_topk_reduce(const MatrixView& rows, const MoeRouting& routing, const Ma
 //            decode batch every rank holds whole
 
 enum class TpMoeAlgo {
-    Auto,        // Sequential
+    Auto,        // Fused where it applies (ag_moe / moe_rs: world > 1, one node, sm_90, not capturing), else Sequential
     Sequential,  // Loom's collectives (all_gather / reduce_scatter / all_reduce) around the routing utilities and
                  // grouped_gemm: no overlap
+    Fused,       // ag_moe: each rank pushes its own tokens' routed rows to every rank while the grouped GEMM consumes
+                 // the source ranks' rows as they arrive (own first); moe_rs: the top-k reduce and send of a source
+                 // rank's tokens runs beside the grouped GEMM as soon as that rank's tiles are stored. moe_ar: raises
 };
 const char* to_string(TpMoeAlgo a);
 

@@ -3,6 +3,7 @@
 
 #include "loom/runtime/error.hpp"
 #include "ops/moe/routing_internal.hpp"
+#include "ops/overlap/common/state.hpp"
 
 namespace loom {
 
@@ -14,8 +15,20 @@ bool capturing(cudaStream_t stream) {
     return st != cudaStreamCaptureStatusNone;
 }
 
-// Auto: Sequential, the one algorithm.
-TpMoeAlgo choose(TpMoeAlgo requested) { return requested == TpMoeAlgo::Auto ? TpMoeAlgo::Sequential : requested; }
+// The facts the choice needs; the device's only when a fused algorithm may run (its state is collective: every rank
+// asks in the same calls, since the same options and world reach the same branch).
+TpMoeAlgo choose(const char* op, TpMoeAlgo requested, World& world, bool captured) {
+    moe::TpMoeFacts f;
+    f.world = world.world_size();
+    f.single_node = world.world_size() == world.local_world_size() && world.local_world_size() <= kMaxLocalPeers;
+    f.captured = captured;
+    if (requested != TpMoeAlgo::Sequential && f.world > 1 && f.single_node && !captured) {
+        const auto& dev = overlap::op_state<overlap::DeviceFacts>(world, op, captured);
+        f.arch = dev.arch;
+        f.device_sms = dev.device_sms;
+    }
+    return moe::choose_tp_moe_algo(op, requested, f);
+}
 
 }  // namespace
 
@@ -25,6 +38,8 @@ const char* to_string(TpMoeAlgo a) {
             return "auto";
         case TpMoeAlgo::Sequential:
             return "sequential";
+        case TpMoeAlgo::Fused:
+            return "fused";
     }
     return "?";
 }
@@ -34,7 +49,10 @@ void ag_moe(World& world, const MatrixView& x, const int32_t* topk_idx, const fl
             const TpMoeOptions& opts) {
     moe::AgMoeCall c{&world, x, w_up, out, topk_idx, topk_weights, routing, stream, opts, capturing(stream)};
     moe::check_ag_moe(c);
-    switch (choose(opts.algo)) {
+    switch (choose("ag_moe", opts.algo, world, c.captured)) {
+        case TpMoeAlgo::Fused:
+            moe::ag_moe_fused(c);
+            break;
         default:
             moe::ag_moe_sequential(c);
     }
@@ -44,7 +62,10 @@ void moe_rs(World& world, const MatrixView& rows, const MatrixView& w_down, cons
             const MatrixView& out, cudaStream_t stream, const TpMoeOptions& opts) {
     moe::MoeDownCall c{&world, rows, w_down, out, routing, stream, opts, capturing(stream)};
     moe::check_moe_rs(c);
-    switch (choose(opts.algo)) {
+    switch (choose("moe_rs", opts.algo, world, c.captured)) {
+        case TpMoeAlgo::Fused:
+            moe::moe_rs_fused(c);
+            break;
         default:
             moe::moe_rs_sequential(c);
     }
@@ -54,7 +75,9 @@ void moe_ar(World& world, const MatrixView& rows, const MatrixView& w_down, cons
             const MatrixView& out, cudaStream_t stream, const TpMoeOptions& opts) {
     moe::MoeDownCall c{&world, rows, w_down, out, routing, stream, opts, capturing(stream)};
     moe::check_moe_ar(c);
-    switch (choose(opts.algo)) {
+    LOOM_CHECK(opts.algo != TpMoeAlgo::Fused,
+               "moe_ar: opts.algo: expected Auto or Sequential (moe_ar has no fused algorithm), given fused");
+    switch (opts.algo) {
         default:
             moe::moe_ar_sequential(c);
     }

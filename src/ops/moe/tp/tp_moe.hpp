@@ -47,8 +47,28 @@ struct SymmetricBuffer {
     void release(World& world);
 };
 
+// What the choice between the algorithms depends on (fused_plan.cpp; a pure function of these, for CPU tests).
+struct TpMoeFacts {
+    int world = 1;            // world size
+    bool single_node = true;  // world size == local world size <= kMaxLocalPeers
+    bool captured = false;    // the stream is capturing a CUDA graph
+    int arch = 0;             // compute capability x 10 (0: not asked, e.g. while capturing)
+    int device_sms = 0;       // SMs this rank plans on (under MPS: its share)
+};
+// The algorithm `requested` resolves to for `op`. Auto: Fused where it applies (world > 1, one node, sm_90, at least
+// 2 SMs, not capturing: its signal values are host call counts), else Sequential. Fused where it does not apply
+// raises loom::Error naming the op and why.
+TpMoeAlgo choose_tp_moe_algo(const char* op, TpMoeAlgo requested, const TpMoeFacts& f);
+// ag_moe Fused: blocks of the push kernel for a shard of `shard_bytes` (~128 KiB each, 1..32, at most the SMs).
+int ag_push_blocks(int64_t shard_bytes, int device_sms);
+// moe_rs Fused: blocks of the reduce-send kernel beside the GEMM for t_loc tokens per rank on `num_sms` SMs (one per
+// 8 tokens, 1..16, at most a quarter of the SMs and at most num_sms - 1: the GEMM keeps the rest).
+int rs_reduce_blocks(int64_t t_loc, int num_sms);
+
 void ag_moe_sequential(const AgMoeCall& c);
 void moe_rs_sequential(const MoeDownCall& c);
 void moe_ar_sequential(const MoeDownCall& c);
+void ag_moe_fused(const AgMoeCall& c);    // fused_ag.cpp
+void moe_rs_fused(const MoeDownCall& c);  // fused_rs.cpp
 
 }  // namespace loom::moe

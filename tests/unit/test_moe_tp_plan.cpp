@@ -1,0 +1,140 @@
+// CPU tests of the TP-MoE ops' fused algorithms: the choice between the algorithms, the communication kernels' block
+// counts, and JIT compilation of the fused kernels (the hooked grouped GEMMs, the push and the reduce-send) for sm_90a
+// without spills.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "loom/jit/jit.hpp"
+#include "loom/kernels/gemm/gemm_params.hpp"
+#include "loom/ops/moe.hpp"
+#include "loom/runtime/error.hpp"
+#include "ops/moe/grouped_gemm_internal.hpp"
+#include "ops/moe/tp/tp_moe.hpp"
+
+namespace {
+
+using loom::DType;
+using loom::GemmConfig;
+using loom::MoeActivation;
+using loom::TpMoeAlgo;
+using loom::moe::TpMoeFacts;
+
+TpMoeFacts hopper(int world) {
+    TpMoeFacts f;
+    f.world = world;
+    f.arch = 90;
+    f.device_sms = 132;
+    return f;
+}
+
+std::string error_of(TpMoeAlgo a, const TpMoeFacts& f) {
+    try {
+        (void)loom::moe::choose_tp_moe_algo("ag_moe", a, f);
+    } catch (const loom::Error& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+TEST(MoeTpPlan, AutoPicksFusedWhereItApplies) {
+    for (int w : {2, 3, 4, 8})
+        EXPECT_EQ(loom::moe::choose_tp_moe_algo("x", TpMoeAlgo::Auto, hopper(w)), TpMoeAlgo::Fused);
+    TpMoeFacts f = hopper(1);
+    EXPECT_EQ(loom::moe::choose_tp_moe_algo("x", TpMoeAlgo::Auto, f), TpMoeAlgo::Sequential);
+    f = hopper(4);
+    f.captured = true;
+    EXPECT_EQ(loom::moe::choose_tp_moe_algo("x", TpMoeAlgo::Auto, f), TpMoeAlgo::Sequential);
+    f = hopper(4);
+    f.arch = 80;
+    EXPECT_EQ(loom::moe::choose_tp_moe_algo("x", TpMoeAlgo::Auto, f), TpMoeAlgo::Sequential);
+    f = hopper(4);
+    f.single_node = false;
+    EXPECT_EQ(loom::moe::choose_tp_moe_algo("x", TpMoeAlgo::Auto, f), TpMoeAlgo::Sequential);
+    f = hopper(4);
+    f.device_sms = 1;
+    EXPECT_EQ(loom::moe::choose_tp_moe_algo("x", TpMoeAlgo::Auto, f), TpMoeAlgo::Sequential);
+    // Sequential always runs, whatever the facts.
+    f.arch = 0;
+    EXPECT_EQ(loom::moe::choose_tp_moe_algo("x", TpMoeAlgo::Sequential, f), TpMoeAlgo::Sequential);
+}
+
+TEST(MoeTpPlan, FusedWhereItCannotRunNamesWhy) {
+    EXPECT_EQ(loom::moe::choose_tp_moe_algo("x", TpMoeAlgo::Fused, hopper(2)), TpMoeAlgo::Fused);
+    EXPECT_NE(error_of(TpMoeAlgo::Fused, hopper(1)).find("ag_moe: opts.algo: fused cannot run here: it needs a world"),
+              std::string::npos);
+    TpMoeFacts f = hopper(4);
+    f.captured = true;
+    EXPECT_NE(error_of(TpMoeAlgo::Fused, f).find("CUDA graph"), std::string::npos) << error_of(TpMoeAlgo::Fused, f);
+    f = hopper(4);
+    f.arch = 89;
+    EXPECT_NE(error_of(TpMoeAlgo::Fused, f).find("compute capability >= 9.0"), std::string::npos);
+}
+
+TEST(MoeTpPlan, BlockCounts) {
+    EXPECT_EQ(loom::moe::ag_push_blocks(0, 132), 1);
+    EXPECT_EQ(loom::moe::ag_push_blocks(1 << 20, 132), 8);
+    EXPECT_EQ(loom::moe::ag_push_blocks(int64_t{1} << 30, 132), 32);
+    EXPECT_EQ(loom::moe::ag_push_blocks(int64_t{1} << 30, 8), 8);  // never more than the SMs
+    // The reduce-send leaves the GEMM at least one SM and at most takes a quarter.
+    for (int sms : {2, 3, 16, 33, 66, 132})
+        for (int64_t t : {1, 8, 100, 2048, 65536}) {
+            const int p = loom::moe::rs_reduce_blocks(t, sms);
+            EXPECT_GE(p, 1);
+            EXPECT_LE(p, sms - 1) << sms << " SMs, " << t << " tokens";
+            EXPECT_LE(p, std::max(1, sms / 4)) << sms << " SMs, " << t << " tokens";
+            EXPECT_LE(p, 16);
+        }
+    EXPECT_EQ(loom::moe::rs_reduce_blocks(1, 132), 1);
+    EXPECT_EQ(loom::moe::rs_reduce_blocks(2048, 132), 16);
+}
+
+void expect_clean(const loom::jit::CompileResult& r, const std::string& what) {
+    EXPECT_FALSE(r.cubin.empty()) << what;
+    EXPECT_EQ(r.spill_bytes, 0) << what << "\n" << r.resource_report;
+    EXPECT_LE(r.stack_bytes, 64) << what << "\n" << r.resource_report;
+    EXPECT_EQ(r.resource_report.find("C7510"), std::string::npos) << "wgmma serialised in " << what << "\n"
+                                                                  << r.resource_report;
+}
+
+GemmConfig hopper_cfg(int bm, int bn, int stages) {
+    GemmConfig c;
+    c.block_m = bm;
+    c.block_n = bn;
+    c.stages = stages;
+    c.block_k = loom::kernels::gemm_block_k(2);
+    c.tma_store = false;
+    return c;
+}
+
+TEST(MoeTpCompile, FusedKernelsHaveNoSpills) {
+    const char* header = "loom/kernels/moe/tp_moe.cuh";
+    for (int bm : {64, 128})
+        for (int bn : {128, 256}) {
+            for (MoeActivation act : {MoeActivation::None, MoeActivation::SwiGLU}) {
+                const auto spec =
+                    loom::moe::grouped_gemm_kernel_spec(hopper_cfg(bm, bn, 4), DType::BF16, DType::BF16, false, act,
+                                                        "loom::kernels::moe::MoeAgHooks", header);
+                expect_clean(loom::jit::compile(spec, 90), spec.display());
+            }
+            for (DType out : {DType::BF16, DType::F32}) {
+                const auto spec =
+                    loom::moe::grouped_gemm_kernel_spec(hopper_cfg(bm, bn, 4), DType::BF16, out, false,
+                                                        MoeActivation::None, "loom::kernels::moe::MoeRsHooks", header);
+                expect_clean(loom::jit::compile(spec, 90), spec.display());
+            }
+        }
+    loom::jit::KernelSpec push;
+    push.header = header;
+    push.name = "loom::kernels::moe::moe_ag_push";
+    expect_clean(loom::jit::compile(push, 90), push.display());
+    for (const char* t : {"__nv_bfloat16", "__half", "float"}) {
+        loom::jit::KernelSpec rs;
+        rs.header = header;
+        rs.name = "loom::kernels::moe::moe_rs_reduce_send";
+        rs.template_args = {t};
+        expect_clean(loom::jit::compile(rs, 90), rs.display());
+    }
+}
+
+}  // namespace
