@@ -6,6 +6,9 @@ set(LOOM_HEADERS
     include/loom/config.hpp
     include/loom/jit/autotune.hpp
     include/loom/jit/jit.hpp
+    include/loom/kernels/attention/ulysses.cuh
+    include/loom/kernels/attention/ulysses_o_gemm.cuh
+    include/loom/kernels/attention/ulysses_params.hpp
     include/loom/kernels/collectives/all_gather.cuh
     include/loom/kernels/collectives/all_reduce.cuh
     include/loom/kernels/collectives/all_to_all.cuh
@@ -34,6 +37,7 @@ set(LOOM_HEADERS
     include/loom/lang/signal.cuh
     include/loom/lang/spin.cuh
     include/loom/loom.hpp
+    include/loom/ops/attention.hpp
     include/loom/ops/collectives.hpp
     include/loom/ops/gemm.hpp
     include/loom/ops/overlap.hpp
@@ -79,6 +83,14 @@ set(LOOM_SOURCES
     src/jit/subprocess.cpp
     src/jit/toolchain.cpp
     src/jit/tune_timing.cpp
+    src/ops/attention/ulysses/a2a_o_gemm.cpp
+    src/ops/attention/ulysses/checks.cpp
+    src/ops/attention/ulysses/o_fused.cpp
+    src/ops/attention/ulysses/o_sequential.cpp
+    src/ops/attention/ulysses/plan.cpp
+    src/ops/attention/ulysses/qkv_fused.cpp
+    src/ops/attention/ulysses/qkv_gemm_a2a.cpp
+    src/ops/attention/ulysses/qkv_sequential.cpp
     src/ops/collectives/all_gather/all_gather.cpp
     src/ops/collectives/all_gather/ld_tma.cpp
     src/ops/collectives/all_gather/pull_ce.cpp

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "loom/bf16.hpp"
+#include "loom/ops/attention.hpp"
 #include "loom/ops/collectives.hpp"
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/overlap.hpp"
