@@ -1,6 +1,8 @@
 // loom::a2a_o_gemm: attention's output, sequence <-> heads, then the output projection (ulysses.hpp: the algorithms;
 // o_fused.cpp, o_sequential.cpp).
 #include <limits>
+#include <string>
+#include <utility>
 
 #include "loom/ops/attention.hpp"
 #include "loom/runtime/error.hpp"

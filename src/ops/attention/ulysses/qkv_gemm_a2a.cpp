@@ -1,6 +1,7 @@
 // loom::qkv_gemm_a2a: the QKV projection of a sequence shard, then heads <-> sequence (ulysses.hpp: the algorithms;
 // qkv_fused.cpp, qkv_sequential.cpp).
 #include <limits>
+#include <string>
 
 #include "loom/ops/attention.hpp"
 #include "loom/runtime/error.hpp"
