@@ -80,7 +80,7 @@ std::string compare(const char* what, const std::vector<double>& got, const std:
     return s;
 }
 
-class Ulysses : public test::WorldStreamTest {
+class Ulysses : public ::WorldStreamTest {
   protected:
     void TearDown() override {
         if (w && stream) release_ulysses_state(*w);
