@@ -9,6 +9,9 @@ set(LOOM_HEADERS
     include/loom/kernels/attention/decode.cuh
     include/loom/kernels/attention/decode_params.hpp
     include/loom/kernels/attention/sp_decode.cuh
+    include/loom/kernels/attention/ulysses.cuh
+    include/loom/kernels/attention/ulysses_o_gemm.cuh
+    include/loom/kernels/attention/ulysses_params.hpp
     include/loom/kernels/collectives/all_gather.cuh
     include/loom/kernels/collectives/all_reduce.cuh
     include/loom/kernels/collectives/all_to_all.cuh
@@ -95,6 +98,14 @@ set(LOOM_SOURCES
     src/ops/attention/decode.cpp
     src/ops/attention/decode_plan.cpp
     src/ops/attention/sp_decode.cpp
+    src/ops/attention/ulysses/a2a_o_gemm.cpp
+    src/ops/attention/ulysses/checks.cpp
+    src/ops/attention/ulysses/o_fused.cpp
+    src/ops/attention/ulysses/o_sequential.cpp
+    src/ops/attention/ulysses/plan.cpp
+    src/ops/attention/ulysses/qkv_fused.cpp
+    src/ops/attention/ulysses/qkv_gemm_a2a.cpp
+    src/ops/attention/ulysses/qkv_sequential.cpp
     src/ops/collectives/all_gather/all_gather.cpp
     src/ops/collectives/all_gather/ld_tma.cpp
     src/ops/collectives/all_gather/pull_ce.cpp

@@ -8,7 +8,8 @@ def _table(enum):
 
 _TABLES = {
     e.__name__: _table(e)
-    for e in (_C.CollAlgo, _C.DataPath, _C.ReduceOp, _C.AgProducer, _C.RsAlgo, _C.RsTransport, _C.ArAlgo)
+    for e in (_C.CollAlgo, _C.DataPath, _C.ReduceOp, _C.AgProducer, _C.RsAlgo, _C.RsTransport, _C.ArAlgo,
+              _C.UlyssesAlgo)
 }
 
 

@@ -187,3 +187,15 @@ def test_every_binding_names_python_types():
     for name in dir(_C):
         doc = getattr(getattr(_C, name), "__doc__", None) or ""
         assert "std::" not in doc, f"loom._C.{name}: a parameter has no Python type: {doc.splitlines()[0]}"
+
+
+def test_decode_bindings_want_cuda_tensors():
+    np = pytest.importorskip("numpy", reason="numpy is not installed: the binding's check needs a DLPack tensor")
+    from loom import _C
+
+    q, k = np.zeros((2, 8, 64), np.float32), np.zeros((2, 32, 2, 64), np.float32)
+    lens = np.full(2, 32, np.int32)
+    with pytest.raises(ValueError, match="decode_attention: q must be a CUDA tensor; given a cpu tensor of shape "
+                                         r"\[2, 8, 64\]"):
+        _C.decode_attention(q, k, k, lens, None, q, None, 0)
+    assert callable(_C.sp_decode_attention) and callable(_C.release_attention_state)

@@ -72,6 +72,44 @@ def test_gemm_checks(world):
         loom.ag_gemm(a, b, world=world, producer="telepathy")
 
 
+def _decode_inputs(batch=2, hq=8, hkv=2, d=64, tokens=32, dtype=torch.bfloat16):
+    q = torch.zeros(batch, hq, d, dtype=dtype)
+    k = torch.zeros(batch, tokens, hkv, d, dtype=dtype)
+    return q, k, k.clone(), torch.full((batch,), tokens, dtype=torch.int32)
+
+
+@pytest.mark.parametrize("op", ["decode_attention", "sp_decode_attention"])
+def test_decode_attention_checks(world, op):
+    f = getattr(loom, op)
+    q, k, v, lens = _decode_inputs()
+    kw = {"world": world} if op == "sp_decode_attention" else {}
+    with pytest.raises(ValueError, match=f"{op}: q must be a CUDA tensor; given a cpu tensor"):
+        f(q, k, v, lens, **kw)  # every shape below is consistent: the binding's device check is what raises
+    with pytest.raises(ValueError, match=f"{op}: q must be 3-D .*; given shape \\[2, 512\\]"):
+        f(q.view(2, -1), k, v, lens, **kw)
+    with pytest.raises(ValueError, match=f"{op}: k_cache must be 4-D"):
+        f(q, k[0], v, lens, **kw)
+    with pytest.raises(ValueError, match=f"{op}: v_cache must have q's dtype torch.bfloat16; given torch.float16"):
+        f(q, k, v.half(), lens, **kw)
+    with pytest.raises(ValueError, match=f"{op}: v_cache must have k_cache's shape \\[2, 32, 2, 64\\]"):
+        f(q, k, v[:, :16], lens, **kw)
+    with pytest.raises(ValueError, match=f"{op}: k_cache's head_dim \\(dimension 3\\) must be q's 64; given 32"):
+        f(q, k[..., :32], v[..., :32], lens, **kw)
+    with pytest.raises(ValueError, match=f"{op}: seq_lens must be int32 \\[batch = 2\\]; given torch.int64"):
+        f(q, k, v, lens.long(), **kw)
+    with pytest.raises(ValueError, match=f"{op}: seq_lens must be int32 .*; given torch.int32 \\[3\\]"):
+        f(q, k, v, torch.zeros(3, dtype=torch.int32), **kw)
+    with pytest.raises(ValueError, match=f"{op}: a contiguous k_cache \\(no block_table\\) must be \\[batch = 2,"):
+        f(q, k[:1], v[:1], lens, **kw)
+    pages = k.view(8, 8, 2, 64)  # [num_pages, page_size, kv heads, D]: any page count with a block table
+    with pytest.raises(ValueError, match=f"{op}: block_table must be int32 \\[batch = 2, max_pages\\]"):
+        f(q, pages, pages, lens, torch.zeros(2, 4, dtype=torch.int64), **kw)
+    with pytest.raises(ValueError, match=f"{op}: block_table must be int32 \\[batch = 2, max_pages\\]"):
+        f(q, pages, pages, lens, torch.zeros(3, 4, dtype=torch.int32), **kw)
+    with pytest.raises(ValueError, match=f"{op}: q must be a CUDA tensor"):
+        f(q, pages, pages, lens, torch.zeros(2, 4, dtype=torch.int32), **kw)
+
+
 class _FakeWorld:
     """A registered stand-in with a world size (shape checks only)."""
 

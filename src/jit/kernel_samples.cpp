@@ -100,6 +100,13 @@ const std::vector<KernelSample>& kernel_samples() {
          true},
         {"loom/kernels/moe/tp_moe.cuh", "loom::kernels::moe::moe_ag_push", {}},
         {"loom/kernels/moe/tp_moe.cuh", "loom::kernels::moe::moe_rs_reduce_send", {"__nv_bfloat16"}},
+        {"loom/kernels/attention/ulysses.cuh", "loom::kernels::attention::ulysses_qkv_a2a", {}},
+        {"loom/kernels/attention/ulysses.cuh", "loom::kernels::attention::ulysses_o_a2a", {}},
+        {"loom/kernels/attention/ulysses_o_gemm.cuh",
+         "loom::kernels::gemm_sm90_tma_wgmma",
+         {"__nv_bfloat16", "__nv_bfloat16", "float", "128", "256", "4", "true", "1", "true",
+          "loom::kernels::attention::UlyssesOGemmHooks"},
+         true},
         // ---- collectives ----
         {"loom/kernels/collectives/coll_common.cuh", "loom::kernels::coll::coll_barrier", {}},
         {"loom/kernels/collectives/all_gather.cuh", "loom::kernels::coll::all_gather_push", {"float", "0"}},

@@ -58,8 +58,8 @@ TEST(Version, ToolsPrintIt) {
 TEST(Version, BenchmarksPrintIt) {
     const std::string v = version_file();
     int found = 0;
-    for (const char* bench :
-         {"bench-collectives", "bench-gemm", "bench-jit", "bench-lang", "bench-overlap", "bench-runtime"}) {
+    for (const char* bench : {"bench-attention", "bench-collectives", "bench-gemm", "bench-jit", "bench-lang",
+                              "bench-overlap", "bench-runtime", "bench-ulysses"}) {
         const std::string path = std::string(LOOM_BINARY_DIR "/bench/") + bench;
         if (!std::filesystem::exists(path)) continue;
         ++found;

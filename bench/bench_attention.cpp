@@ -1,0 +1,333 @@
+// bench-attention: the decode attention ops (docs/attention.md), rows in the docs/perf schema.
+//
+//   build/bench/bench-attention decode [--out DIR] [--quick]            -> DIR/decode_attention.json
+//   loomrun -n W build/bench/bench-attention sp [--out DIR] [--quick]   -> DIR/sp_decode_attention.json (rank 0)
+//
+// decode: loom::decode_attention over a batch x KV-length grid (GQA, bf16), contiguous and paged (pages in a shuffled
+// order), every sequence full. Each row has loom_us, the HBM bytes the op must move (K + V + q + O + LSE), the
+// achieved GB/s and its fraction of --peak-gbps, and the roofline reference: a cudaMemcpyAsync (device to device)
+// of the same K + V bytes, timed interleaved with the op (memcpy_us; memcpy_gbps counts its reads and writes, so a
+// decode that streams K and V at the copy engine's rate takes about half of memcpy_us).
+// sp: loom::sp_decode_attention (each rank an even shard of every sequence) against Loom's own sequence for the same
+// result: decode_attention on the shard, loom::all_gather of the packed (O, LSE), then a combine kernel
+// (bench/kernels/attention_combine.cuh); and against decode_attention on the shard alone (the local part).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "harness.hpp"
+#include "loom/bf16.hpp"
+#include "loom/jit/jit.hpp"
+#include "loom/ops/attention.hpp"
+#include "loom/ops/collectives.hpp"
+#include "loom/runtime/driver.hpp"
+#include "loom/runtime/error.hpp"
+#include "loom/runtime/world.hpp"
+
+namespace {
+
+using loom::DType;
+using nlohmann::json;
+
+struct Args {
+    std::string mode;
+    std::vector<int> batches{1, 16, 64, 128};
+    std::vector<int64_t> kv_lens{1024, 4096, 16384, 65536};
+    std::vector<int64_t> sp_shapes{1, 65536, 1, 262144, 16, 16384, 64, 8192, 128, 2048};  // batch, total KV pairs
+    int hq = 32, hkv = 8, d = 128, page = 16;
+    int iters = 30;
+    double peak_gbps = 4300;
+    bool quick = false;
+    std::string out;
+    int argc = 0;
+    char** argv = nullptr;
+};
+
+struct DevBuf {
+    void* p = nullptr;
+    explicit DevBuf(std::size_t bytes) { LOOM_CHECK_CUDA(cudaMalloc(&p, std::max<std::size_t>(bytes, 256))); }
+    ~DevBuf() { cudaFree(p); }
+    DevBuf(const DevBuf&) = delete;
+    DevBuf& operator=(const DevBuf&) = delete;
+    template <class T = void>
+    T* as() const {
+        return static_cast<T*>(p);
+    }
+};
+
+// Fills `bytes` of device memory with bf16 values in [-1, 1): one 16 MiB random block, tiled.
+void fill_random(void* dst, std::size_t bytes, uint64_t seed) {
+    constexpr std::size_t kBlock = 16u << 20;
+    std::vector<uint16_t> h(kBlock / 2);
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (auto& v : h) v = loom::float_to_bf16(u(rng));
+    const std::size_t first = std::min(bytes, kBlock);
+    LOOM_CHECK_CUDA(cudaMemcpy(dst, h.data(), first, cudaMemcpyHostToDevice));
+    auto* d = static_cast<unsigned char*>(dst);
+    for (std::size_t off = first; off < bytes; off += kBlock)
+        LOOM_CHECK_CUDA(cudaMemcpy(d + off, dst, std::min(kBlock, bytes - off), cudaMemcpyDeviceToDevice));
+}
+
+template <class T>
+void upload(void* dst, const std::vector<T>& h) {
+    LOOM_CHECK_CUDA(cudaMemcpy(dst, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+}
+
+json shape_keys(const char* layout, int batch, int64_t kv_len, const Args& a) {
+    return {{"layout", layout},
+            {"batch", batch},
+            {"kv_len", kv_len},
+            {"hq", a.hq},
+            {"hkv", a.hkv},
+            {"d", a.d},
+            {"page_size", std::string(layout) == "paged" ? a.page : 0},
+            {"dtype", "bf16"}};
+}
+
+// ---- decode --------------------------------------------------------------------------------------------------------
+
+void bench_decode(const Args& a, cudaStream_t s) {
+    const std::size_t token_bytes = std::size_t(a.hkv) * a.d * 2;  // one token of K (or V)
+    const int max_b = *std::max_element(a.batches.begin(), a.batches.end());
+    const int64_t max_s = *std::max_element(a.kv_lens.begin(), a.kv_lens.end());
+    // K and V (one buffer each) and the copy's destination (K + V): the largest grid point that fits, 2 GiB spare.
+    std::size_t free_b = 0, total_b = 0;
+    LOOM_CHECK_CUDA(cudaMemGetInfo(&free_b, &total_b));
+    const std::size_t spare = std::size_t(2) << 30;
+    const std::size_t fit_tokens = free_b > spare ? (free_b - spare) / (4 * token_bytes) : 0;
+    const std::size_t cap_tokens = std::min<std::size_t>(fit_tokens, std::size_t(max_b) * max_s);
+    LOOM_CHECK(cap_tokens > 0, "bench-attention: no device memory for a KV cache ({} bytes free)", free_b);
+    const std::size_t cap_bytes = cap_tokens * token_bytes;
+    DevBuf k(cap_bytes), v(cap_bytes), copy_dst(2 * cap_bytes);
+    fill_random(k.p, cap_bytes, 1);
+    fill_random(v.p, cap_bytes, 2);
+    const std::size_t rows = std::size_t(max_b) * a.hq;
+    DevBuf q(rows * a.d * 2), o(rows * a.d * 2), lse(rows * 4), lens(std::size_t(max_b) * 4);
+    fill_random(q.p, rows * a.d * 2, 3);
+    const int64_t max_pages_cap = (max_s + a.page - 1) / a.page;
+    DevBuf table(std::size_t(max_b) * max_pages_cap * 4);
+
+    loom::bench::Report report("decode_attention", 1, a.argc, a.argv);
+    loom::bench::TimeOptions topts;
+    topts.iters = a.iters;
+    topts.warmup = a.quick ? 2 : 5;
+    std::mt19937 rng(7);
+    for (int B : a.batches)
+        for (int64_t S : a.kv_lens) {
+            const std::size_t tokens = std::size_t(B) * S;
+            const int max_pages = static_cast<int>((S + a.page - 1) / a.page);
+            if (std::size_t(B) * max_pages * a.page > cap_tokens) {
+                std::printf("skipped batch %d kv %lld: K + V + the copy's destination do not fit in memory\n", B,
+                            static_cast<long long>(S));
+                continue;
+            }
+            const int num_pages = static_cast<int>(std::min<std::size_t>(cap_tokens / a.page, INT32_MAX));
+            upload(lens.p, std::vector<int32_t>(B, static_cast<int32_t>(S)));
+            std::vector<int32_t> pages(std::size_t(B) * max_pages);
+            std::iota(pages.begin(), pages.end(), 0);
+            std::shuffle(pages.begin(), pages.end(), rng);  // a fragmented cache: pages in no particular order
+            upload(table.p, pages);
+
+            const loom::DecodeQuery dq{q.p, DType::BF16, B, a.hq, a.d};
+            loom::KvCache contiguous;
+            contiguous.k = k.p, contiguous.v = v.p, contiguous.num_kv_heads = a.hkv;
+            contiguous.seq_lens = lens.as<const int32_t>(), contiguous.max_seq_len = S;
+            loom::KvCache paged = contiguous;
+            paged.max_seq_len = 0;
+            paged.block_table = table.as<const int32_t>(), paged.max_pages = max_pages;
+            paged.num_pages = num_pages, paged.page_size = a.page;
+            const std::size_t kv_bytes = 2 * tokens * token_bytes;
+            std::vector<std::function<void(cudaStream_t)>> fns = {
+                [&](cudaStream_t st) { loom::decode_attention(dq, contiguous, o.p, lse.as<float>(), st); },
+                [&](cudaStream_t st) { loom::decode_attention(dq, paged, o.p, lse.as<float>(), st); },
+                [&](cudaStream_t st) {
+                    const std::size_t half = tokens * token_bytes;
+                    LOOM_CHECK_CUDA(cudaMemcpyAsync(copy_dst.p, k.p, half, cudaMemcpyDeviceToDevice, st));
+                    LOOM_CHECK_CUDA(
+                        cudaMemcpyAsync(copy_dst.as<unsigned char>() + half, v.p, half, cudaMemcpyDeviceToDevice, st));
+                }};
+            for (auto& f : fns) f(s);  // JIT and workspaces outside the timing
+            LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+            const auto t = loom::bench::time_ops(fns, s, topts);
+            const double memcpy_us = t[2].median_us;
+            const double io_bytes = double(kv_bytes) + double(B) * a.hq * (2.0 * a.d * 2 + 4);  // + q, O, LSE
+            for (int li = 0; li < 2; ++li) {
+                const char* layout = li == 0 ? "contiguous" : "paged";
+                json row = shape_keys(layout, B, S, a);
+                const double us = t[li].median_us, gbps = loom::bench::gbps(io_bytes, us);
+                row["loom_us"] = us;
+                row["bytes"] = io_bytes;
+                row["gbps"] = gbps;
+                row["hbm_fraction"] = gbps / a.peak_gbps;
+                row["memcpy_us"] = memcpy_us;
+                row["memcpy_gbps"] = loom::bench::gbps(2.0 * kv_bytes, memcpy_us);
+                row["baselines"] = {{"memcpy_kv", memcpy_us}};
+                report.add_row(row);
+                std::printf("decode %-10s batch %4d kv %6lld: %9.1f us %7.0f GB/s (%.2f of %.0f)  memcpy %9.1f us\n",
+                            layout, B, static_cast<long long>(S), us, gbps, gbps / a.peak_gbps, a.peak_gbps, memcpy_us);
+            }
+        }
+    report.write((a.out.empty() ? std::string(".") : a.out) + "/decode_attention.json");
+}
+
+// ---- sp ------------------------------------------------------------------------------------------------------------
+
+struct SpBuffers {
+    std::size_t rows = 0, rank_bytes = 0;
+    DevBuf q, k, v, lens, o_sp, lse_sp, part, o_seq, lse_seq;
+    SpBuffers(const Args& a, int B, int64_t shard, std::size_t rows_, std::size_t rank_bytes_)
+        : rows(rows_),
+          rank_bytes(rank_bytes_),
+          q(rows_ * a.d * 2),
+          k(std::size_t(B) * shard * a.hkv * a.d * 2),
+          v(std::size_t(B) * shard * a.hkv * a.d * 2),
+          lens(std::size_t(B) * 4),
+          o_sp(rows_ * a.d * 2),
+          lse_sp(rows_ * 4),
+          part(rank_bytes_),
+          o_seq(rows_ * a.d * 2),
+          lse_seq(rows_ * 4) {}
+};
+
+// Max |a - b| over n bf16 values on the device.
+double max_diff_bf16(const void* a, const void* b, std::size_t n) {
+    std::vector<uint16_t> ha(n), hb(n);
+    LOOM_CHECK_CUDA(cudaMemcpy(ha.data(), a, n * 2, cudaMemcpyDeviceToHost));
+    LOOM_CHECK_CUDA(cudaMemcpy(hb.data(), b, n * 2, cudaMemcpyDeviceToHost));
+    double m = 0;
+    for (std::size_t i = 0; i < n; ++i)
+        m = std::max(m, double(std::fabs(loom::bf16_to_float(ha[i]) - loom::bf16_to_float(hb[i]))));
+    return m;
+}
+
+void bench_sp(loom::World& w, const Args& a, cudaStream_t s) {
+    const int W = w.world_size(), me = w.rank();
+    LOOM_CHECK(a.d == 128, "bench-attention sp: the combine kernel is instantiated for --d 128, given {}", a.d);
+    const std::string dir =
+        std::filesystem::path(loom::bench::source_file("bench/kernels/attention_combine.cuh")).parent_path().string();
+    const auto& combine = loom::jit::get_kernel(
+        {.header = dir + "/attention_combine.cuh", .name = "attn_bench::combine_gathered", .template_args = {"128"}});
+    loom::bench::Report report("sp_decode_attention", W, a.argc, a.argv);
+    loom::bench::TimeOptions topts;
+    topts.world = &w;
+    topts.iters = a.iters;
+    topts.warmup = a.quick ? 2 : 5;
+    topts.align = [&w](cudaStream_t st) { loom::barrier_on_stream(w, st); };
+    for (std::size_t i = 0; i + 1 < a.sp_shapes.size(); i += 2) {
+        const int B = static_cast<int>(a.sp_shapes[i]);
+        const int64_t S = a.sp_shapes[i + 1], shard = (S + W - 1) / W;
+        const int64_t mine = std::max<int64_t>(0, std::min<int64_t>(shard, S - me * shard));  // tokens on this rank
+        const std::size_t rows = std::size_t(B) * a.hq;
+        const std::size_t o_bytes = rows * a.d * 2, rank_bytes = (o_bytes + rows * 4 + 15) / 16 * 16;
+        SpBuffers b(a, B, shard, rows, rank_bytes);
+        fill_random(b.q.p, o_bytes, 3);  // the same q on every rank
+        fill_random(b.k.p, std::size_t(B) * shard * a.hkv * a.d * 2, 10 + me);
+        fill_random(b.v.p, std::size_t(B) * shard * a.hkv * a.d * 2, 20 + me);
+        upload(b.lens.p, std::vector<int32_t>(B, static_cast<int32_t>(mine)));
+        auto* gathered = w.alloc<unsigned char>(W * rank_bytes);
+
+        const loom::DecodeQuery dq{b.q.p, DType::BF16, B, a.hq, a.d};
+        loom::KvCache kv;
+        kv.k = b.k.p, kv.v = b.v.p, kv.num_kv_heads = a.hkv;
+        kv.seq_lens = b.lens.as<const int32_t>(), kv.max_seq_len = shard;
+        auto* part_lse = reinterpret_cast<float*>(b.part.as<unsigned char>() + o_bytes);
+        std::vector<std::function<void(cudaStream_t)>> fns = {
+            [&](cudaStream_t st) { loom::sp_decode_attention(w, dq, kv, b.o_sp.p, b.lse_sp.as<float>(), st); },
+            [&](cudaStream_t st) {
+                loom::decode_attention(dq, kv, b.part.p, part_lse, st);
+                loom::all_gather(w, {b.part.p, DType::U8, rank_bytes}, {gathered, DType::U8, W * rank_bytes}, st);
+                combine({dim3(static_cast<unsigned>(rows)), dim3(static_cast<unsigned>(a.d)), 0, {1, 1, 1}, st},
+                        static_cast<const unsigned char*>(gathered), static_cast<unsigned long long>(rank_bytes), W,
+                        static_cast<int>(rows), b.o_seq.p, b.lse_seq.as<float>());
+            },
+            [&](cudaStream_t st) { loom::decode_attention(dq, kv, b.part.p, part_lse, st); }};
+        for (auto& f : fns) f(s);  // JIT and state outside the timing
+        LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+        const double diff = max_diff_bf16(b.o_sp.p, b.o_seq.p, rows * a.d);  // both paths: the same attention
+        const auto t = loom::bench::time_ops(fns, s, topts);
+        json row = {{"batch", B},
+                    {"kv_len", S},
+                    {"kv_per_rank", shard},
+                    {"hq", a.hq},
+                    {"hkv", a.hkv},
+                    {"d", a.d},
+                    {"dtype", "bf16"},
+                    {"loom_us", t[0].median_us},
+                    {"local_decode_us", t[2].median_us},
+                    {"max_abs_diff_vs_sequence", diff}};
+        row["baselines"] = {{"decode_all_gather_combine", t[1].median_us}};
+        report.add_row(row);
+        if (me == 0)
+            std::printf(
+                "sp W=%d batch %4d kv %7lld: sp_decode %8.1f us  decode+all_gather+combine %8.1f us  local decode "
+                "%8.1f us  max|dO| %.1e\n",
+                W, B, static_cast<long long>(S), t[0].median_us, t[1].median_us, t[2].median_us, diff);
+        LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+        w.barrier();
+        w.free(gathered);
+    }
+    if (me == 0) report.write((a.out.empty() ? std::string(".") : a.out) + "/sp_decode_attention.json");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Args a;
+    a.argc = argc;
+    a.argv = argv;
+    CLI::App app{"bench-attention: decode_attention (decode) and sp_decode_attention (sp, under loomrun)"};
+    app.add_option("mode", a.mode, "decode or sp")->required()->check(CLI::IsMember({"decode", "sp"}));
+    app.add_option("--out", a.out, "output directory of the JSON report");
+    app.add_flag("--quick", a.quick, "fewer timed runs per point (10)");
+    app.add_option("--iters", a.iters, "timed runs per point")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--batch", a.batches, "decode: batch sizes")->delimiter(',')->check(CLI::PositiveNumber);
+    app.add_option("--kv", a.kv_lens, "decode: KV lengths")->delimiter(',')->check(CLI::PositiveNumber);
+    app.add_option("--sp-shapes", a.sp_shapes, "sp: batch,total-KV pairs")->delimiter(',')->check(CLI::PositiveNumber);
+    app.add_option("--hq", a.hq, "query heads")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--hkv", a.hkv, "KV heads")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--d", a.d, "head dim (64, 128, 256)")->capture_default_str()->check(CLI::IsMember({64, 128, 256}));
+    app.add_option("--page", a.page, "decode: page size of the paged cache")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 256));
+    app.add_option("--peak-gbps", a.peak_gbps, "HBM bandwidth the fraction is of (H200: 4300)")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    loom::bench::parse_or_exit(app, argc, argv);
+    if (a.quick && app.count("--iters") == 0) a.iters = 10;
+    if (a.sp_shapes.size() % 2 != 0) {
+        std::fprintf(stderr, "bench-attention: expected --sp-shapes as batch,kv pairs, given %zu numbers\n",
+                     a.sp_shapes.size());
+        return 2;
+    }
+    if (!loom::driver::available()) {
+        std::printf("no GPU: %s\n", loom::driver::unavailable_reason().c_str());
+        return 1;
+    }
+    try {
+        cudaStream_t s;
+        LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        if (a.mode == "decode") {
+            bench_decode(a, s);
+        } else {
+            auto w = loom::World::from_env();
+            bench_sp(w, a, s);
+            LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+            w.barrier();
+            loom::release_attention_state(w);
+            loom::release_collective_state(w);
+        }
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench-attention: %s\n", e.what());
+        return 1;
+    }
+}
