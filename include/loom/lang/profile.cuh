@@ -11,6 +11,7 @@
 //   LOOM_PROF_END(tag, value)      the span of `tag` started last on this thread ends
 //   LOOM_PROF_INSTANT(tag, value)  a point event
 //   LOOM_PROF_BLOCK_SPAN(tag, value) a span over the enclosing scope, recorded by the block's thread 0
+//   LOOM_PROF_AT_SCOPE_EXIT(...)   statements run when the enclosing scope exits (a late record_at)
 //   LOOM_PROF_ONLY(...)            code that exists only in profiled kernels (e.g. a predicate shared by two records)
 //
 // Cost when on: per record one read of %globaltimer, one atomicAdd on the ring's counter (a single L2 atomic; records
@@ -34,8 +35,8 @@ namespace loom::lang::profile {
 
 inline constexpr bool kEnabled = true;
 
-LOOM_DEVICE LOOM_FORCEINLINE void record(uint16_t tag, uint8_t kind, uint32_t value) {
-    const uint64_t t = ptx::globaltimer();  // first: the counter's atomic does not delay the timestamp
+// A record with a timestamp read earlier (ptx::globaltimer()).
+LOOM_DEVICE LOOM_FORCEINLINE void record_at(uint64_t t, uint16_t tag, uint8_t kind, uint32_t value) {
     ProfileRing* const ring = loom_profile_ring;
     if (ring == nullptr) return;
     const unsigned long long i = atomicAdd(&ring->count, 1ull);
@@ -47,6 +48,20 @@ LOOM_DEVICE LOOM_FORCEINLINE void record(uint16_t tag, uint8_t kind, uint32_t va
                         static_cast<uint32_t>(tag) | (static_cast<uint32_t>(kind) << 16) | (warp << 24));
     dst[1] = make_uint4(ptx::smid(), block, 0u, 0u);
 }
+
+LOOM_DEVICE LOOM_FORCEINLINE void record(uint16_t tag, uint8_t kind, uint32_t value) {
+    record_at(ptx::globaltimer(), tag, kind, value);  // the timestamp first: the atomic does not delay it
+}
+
+// Runs `f` when the object leaves its scope (every exit, a `continue` too): a record written later than the event it
+// marks, e.g. once registers are free again (the GEMM's mainloop end, written after its epilogue).
+template <class F>
+struct AtScopeExit {
+    F f;
+    LOOM_DEVICE LOOM_FORCEINLINE ~AtScopeExit() { f(); }
+};
+template <class F>
+AtScopeExit(F) -> AtScopeExit<F>;
 
 // A span over a whole block's scope: thread 0 records its begin at construction and its end at every exit.
 struct BlockSpan {
@@ -64,14 +79,19 @@ struct BlockSpan {
 
 #define LOOM_PROF_CAT2(a, b) a##b
 #define LOOM_PROF_CAT(a, b) LOOM_PROF_CAT2(a, b)
-#define LOOM_PROF_BLOCK_SPAN(tag, value) \
-    const ::loom::lang::profile::BlockSpan LOOM_PROF_CAT(loom_prof_span_, __LINE__)((tag), static_cast<uint32_t>(value))
+#define LOOM_PROF_BLOCK_SPAN(tag, value)                                                   \
+    const ::loom::lang::profile::BlockSpan LOOM_PROF_CAT(loom_prof_span_, __LINE__)((tag), \
+                                                                                    static_cast<unsigned int>(value))
+#define LOOM_PROF_AT_SCOPE_EXIT(...)                                                    \
+    const ::loom::lang::profile::AtScopeExit LOOM_PROF_CAT(loom_prof_exit_, __LINE__) { \
+        [&] { __VA_ARGS__; }                                                            \
+    }
 #define LOOM_PROF_BEGIN(tag, value) \
-    ::loom::lang::profile::record((tag), ::loom::lang::kProfileBegin, static_cast<uint32_t>(value))
+    ::loom::lang::profile::record((tag), ::loom::lang::kProfileBegin, static_cast<unsigned int>(value))
 #define LOOM_PROF_END(tag, value) \
-    ::loom::lang::profile::record((tag), ::loom::lang::kProfileEnd, static_cast<uint32_t>(value))
+    ::loom::lang::profile::record((tag), ::loom::lang::kProfileEnd, static_cast<unsigned int>(value))
 #define LOOM_PROF_INSTANT(tag, value) \
-    ::loom::lang::profile::record((tag), ::loom::lang::kProfileInstant, static_cast<uint32_t>(value))
+    ::loom::lang::profile::record((tag), ::loom::lang::kProfileInstant, static_cast<unsigned int>(value))
 #define LOOM_PROF_ONLY(...) __VA_ARGS__
 
 #else
@@ -81,6 +101,7 @@ inline constexpr bool kEnabled = false;
 }  // namespace loom::lang::profile
 
 #define LOOM_PROF_BLOCK_SPAN(tag, value)
+#define LOOM_PROF_AT_SCOPE_EXIT(...)
 #define LOOM_PROF_BEGIN(tag, value) ((void)0)
 #define LOOM_PROF_END(tag, value) ((void)0)
 #define LOOM_PROF_INSTANT(tag, value) ((void)0)
