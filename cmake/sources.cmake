@@ -35,6 +35,7 @@ set(LOOM_HEADERS
     include/loom/kernels/overlap/gemm_rs.cuh
     include/loom/kernels/overlap/gemm_rs_pull.cuh
     include/loom/kernels/overlap/overlap_params.hpp
+    include/loom/kernels/profile/clock_ping.cuh
     include/loom/lang/barrier.cuh
     include/loom/lang/context.cuh
     include/loom/lang/copy.cuh
@@ -44,6 +45,8 @@ set(LOOM_HEADERS
     include/loom/lang/launch_epoch.cuh
     include/loom/lang/ll.cuh
     include/loom/lang/rank.cuh
+    include/loom/lang/profile.cuh
+    include/loom/lang/profile_event.hpp
     include/loom/lang/share.cuh
     include/loom/lang/signal.cuh
     include/loom/lang/spin.cuh
@@ -67,6 +70,7 @@ set(LOOM_HEADERS
     include/loom/runtime/env.hpp
     include/loom/runtime/error.hpp
     include/loom/runtime/nvshmem.hpp
+    include/loom/runtime/profile.hpp
     include/loom/runtime/settings.hpp
     include/loom/runtime/store.hpp
     include/loom/runtime/stream_ops.hpp
@@ -183,6 +187,9 @@ set(LOOM_SOURCES
     src/runtime/nvshmem.cpp
     src/runtime/nvtx_range.cpp
     src/runtime/pointer_check.cpp
+    src/runtime/profile.cpp
+    src/runtime/profile_ring.cpp
+    src/runtime/profile_trace.cpp
     src/runtime/settings.cpp
     src/runtime/socket_util.cpp
     src/runtime/store.cpp

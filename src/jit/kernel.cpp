@@ -8,8 +8,10 @@
 #include "loom/runtime/driver.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/nvshmem.hpp"
+#include "loom/runtime/profile.hpp"
 #include "loom/runtime/settings.hpp"
 #include "runtime/diag_mailbox.hpp"
+#include "runtime/profile_ring.hpp"
 
 namespace loom::jit {
 namespace {
@@ -197,7 +199,21 @@ void Kernel::launch(const LaunchConfig& cfg, void** args) const {
     LOOM_CU(cuLaunchKernelEx, &lc, function_, args, nullptr);
 }
 
+namespace {
+const Kernel& get_kernel_as_given(const KernelSpec& spec);
+}  // namespace
+
+// While the profiler is on, the profiled instantiation: LOOM_PROFILE=1 (lang/profile.cuh) is one more define, so it is
+// part of the fingerprint and the cache key, and the unprofiled kernel stays as it is.
 const Kernel& get_kernel(const KernelSpec& spec) {
+    if (!profile::enabled()) return get_kernel_as_given(spec);
+    KernelSpec profiled = spec;
+    profiled.defines.push_back("LOOM_PROFILE=1");
+    return get_kernel_as_given(profiled);
+}
+
+namespace {
+const Kernel& get_kernel_as_given(const KernelSpec& spec) {
     LOOM_CHECK(!spec.name.empty(), "get_kernel: expected a kernel name, given a header-only spec ({})", spec.header);
     CUcontext ctx = current_context();
     Registry& reg = registry();
@@ -222,6 +238,7 @@ const Kernel& get_kernel(const KernelSpec& spec) {
             LOOM_CU(cuLibraryGetKernel, &k, lib, r.lowered_name.c_str());
             LOOM_CU(cuKernelGetFunction, &f, k);
             diag::bind_library(lib);  // timed-out waits without a Ctx report through the module's mailbox global
+            profile::detail::bind_library(lib);  // a profiled kernel records into this GPU's ring
             if (spec.needs_nvshmem) {
                 LOOM_CHECK(nvshmem::initialized(),
                            "kernel {} needs NVSHMEM: call loom::nvshmem::init(world) before get_kernel",
@@ -239,5 +256,6 @@ const Kernel& get_kernel(const KernelSpec& spec) {
     reg.by_spec[{ctx, fp}] = slot.get();
     return *slot;
 }
+}  // namespace
 
 }  // namespace loom::jit

@@ -109,6 +109,8 @@ const std::vector<KernelSample>& kernel_samples() {
          true},
         // ---- collectives ----
         {"loom/kernels/collectives/coll_common.cuh", "loom::kernels::coll::coll_barrier", {}},
+        // ---- the profiler's clock reading ----
+        {"loom/kernels/profile/clock_ping.cuh", "loom::kernels::profile::clock_ping", {}},
         {"loom/kernels/collectives/all_gather.cuh", "loom::kernels::coll::all_gather_push", {"float", "0"}},
         {"loom/kernels/collectives/all_gather.cuh",
          "loom::kernels::coll::all_gather_push",

@@ -82,6 +82,7 @@ Settings settings_from(const EnvLookup& env) {
     s.log_level = parse_level(env_str(env, "LOOM_LOG_LEVEL"));
     s.diag_mailbox = env_flag(env, "LOOM_DIAG_MAILBOX");
     s.check_agreement = env_flag(env, "LOOM_CHECK_AGREEMENT");
+    if (auto v = env_str(env, "LOOM_PROFILE")) s.profile_dir = *v;
     if (auto v = env_str(env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")) {
         const double pct = std::atof(v->c_str());
         s.mps_thread_percentage = pct > 0 && pct <= 100 ? static_cast<int>(pct) : 0;

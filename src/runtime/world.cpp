@@ -14,6 +14,7 @@
 #include "runtime/diag_mailbox.hpp"
 #include "runtime/heap_allocator.hpp"
 #include "runtime/log.hpp"
+#include "runtime/profile_ring.hpp"
 
 namespace loom {
 namespace {
@@ -100,11 +101,14 @@ struct World::Impl {
     void shutdown() noexcept {
         if (shut_down) return;
         shut_down = true;
+        bool device_ok = true;
         if (device >= 0 && (cudaSetDevice(device) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess)) {
+            device_ok = false;
             const cudaError_t e = cudaGetLastError();
             log(LogLevel::Warn, "warning: device {} reported '{}' at shutdown{}", device, cudaGetErrorString(e),
                 diag::report_for_error(e));
         }
+        if (store && device >= 0 && device_ok && barrier_at_shutdown && profile::enabled()) write_profile();
         if (store && info.world_size > 1 && barrier_at_shutdown) {
             try {
                 shutdown_barrier();
@@ -116,6 +120,16 @@ struct World::Impl {
         allocator.reset();
         heap.reset();   // local: unmaps and releases
         store.reset();  // rank 0: stops serving (every rank has left the barrier, or the wait gave up)
+    }
+
+    // LOOM_PROFILE: the trace of the records not yet written (collective, every rank's shutdown calls it).
+    void write_profile() noexcept {
+        try {
+            const std::string path = profile::detail::write_trace_with(*store, info.rank, info.world_size, "");
+            if (info.rank == 0 && !path.empty()) log(LogLevel::Warn, "profile: trace written to {}", path);
+        } catch (const std::exception& e) {
+            log(LogLevel::Warn, "warning: profile trace not written ({})", e.what());
+        }
     }
 
     // Two phases over atomic counters, each bounded: "arrive" (every rank is done with the device work that

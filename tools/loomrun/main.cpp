@@ -20,6 +20,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -81,6 +82,7 @@ int main(int argc, char** argv) {
     int port = 0;
     bool no_mps = false;
     double timeout_s = 0;
+    std::string profile_dir;
     app.add_option("-n,--nproc", nranks, "number of ranks")->required()->check(CLI::Range(1, 4096));
     app.add_option("--gpus", gpus, "comma-separated device indices to spread the ranks over (default: all visible)");
     app.add_option("--port", port, "rendezvous port for rank 0's store (default: a free port)")
@@ -88,6 +90,9 @@ int main(int argc, char** argv) {
     app.add_flag("--no-mps", no_mps, "do not start an MPS daemon when ranks share a GPU");
     app.add_option("--timeout", timeout_s, "stop all ranks and exit 124 after this many seconds (0: never)")
         ->check(CLI::NonNegativeNumber);
+    app.add_option("--profile", profile_dir,
+                   "profile the ranks' kernels and write one Chrome-trace JSON per World into DIR (LOOM_PROFILE)")
+        ->type_name("DIR");
     app.set_version_flag("--version", std::string("loomrun ") + loom::version());
     app.prefix_command();  // everything from the program name on belongs to the program
     app.footer("Example: loomrun -n 4 build/tests/loom_dist_tests --gtest_filter='AllGather*'");
@@ -118,6 +123,10 @@ int main(int argc, char** argv) {
         if (sweeper.pid() > 0) spec.helpers.push_back(sweeper.pid());
         spec.timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
         spec.common = {{"NCCL_NVLS_ENABLE", "0"}, {"NVSHMEM_DISABLE_NVLS", "1"}, {"LOOM_JOB_SECRET", random_secret()}};
+        if (!profile_dir.empty()) {
+            std::filesystem::create_directories(profile_dir);
+            spec.common.push_back({"LOOM_PROFILE", std::filesystem::absolute(profile_dir).string()});
+        }
 
         // Ranks per GPU: the most ranks any one device gets under the round-robin assignment.
         const int used = std::min<int>(nranks, static_cast<int>(spec.devices.size()));

@@ -16,6 +16,8 @@
 //   LOOM_LOG_LEVEL        error, warn (default), info, debug; debug also keeps kernel.ptx / kernel.sass in the cache
 //   LOOM_DIAG_MAILBOX     1: a timed-out device wait also posts a record the host prints
 //   LOOM_CHECK_AGREEMENT  1: every collective / overlapped call is compared across ranks first (a host round trip)
+//   LOOM_PROFILE          a directory: kernels are compiled with the intra-kernel profiler and each World writes one
+//                         Chrome-trace JSON there when it shuts down (docs/profiling.md)
 // Sizes take 1073741824, 512M, 1G or 2GiB; flags 1/true/yes/on or 0/false/no/off; an empty value counts as unset.
 // Ops never read the environment: per-call tuning goes through their option structs.
 #pragma once
@@ -59,6 +61,7 @@ struct Settings {
     bool diag_mailbox = false;                          // LOOM_DIAG_MAILBOX: timed-out waits also post a record
     bool check_agreement = false;                       // LOOM_CHECK_AGREEMENT: compare each collective call's
                                                         // signature across ranks first (runtime/call_agreement.hpp)
+    std::string profile_dir;                            // LOOM_PROFILE: profiled kernels, traces written here
     int mps_thread_percentage = 0;                      // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (MPS's; 0: unset)
 };
 

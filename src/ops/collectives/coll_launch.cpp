@@ -4,6 +4,7 @@
 
 #include "loom/jit/jit.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/profile.hpp"
 
 namespace loom::coll {
 
@@ -66,7 +67,8 @@ PlanKey plan_key(CollKind kind, const BufferView& in, const BufferView& out, con
                    static_cast<int>(opts.algo),
                    static_cast<int>(opts.path),
                    static_cast<int>(opts.op),
-                   opts.num_sms};
+                   opts.num_sms,
+                   profile::enabled()};
 }
 
 std::size_t PlanKeyHash::operator()(const PlanKey& k) const {
@@ -82,6 +84,7 @@ std::size_t PlanKeyHash::operator()(const PlanKey& k) const {
     mix((static_cast<std::uint64_t>(k.dtype) << 32) | static_cast<std::uint32_t>(k.out_dtype));
     mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.algo)));
     mix((static_cast<std::uint64_t>(k.path) << 32) | static_cast<std::uint32_t>(k.reduce_op));
+    mix(static_cast<std::uint64_t>(k.profiled));
     mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.num_sms)));
     return static_cast<std::size_t>(h);
 }

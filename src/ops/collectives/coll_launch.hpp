@@ -47,6 +47,7 @@ struct PlanKey {
     const void* out = nullptr;
     std::size_t in_count = 0, out_count = 0;
     int dtype = 0, out_dtype = 0, algo = 0, path = 0, reduce_op = 0, num_sms = 0;
+    bool profiled = false;  // profile::enabled(): the profiled kernels are other kernels
     bool operator==(const PlanKey&) const = default;
 };
 struct PlanKeyHash {

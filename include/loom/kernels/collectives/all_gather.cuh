@@ -24,6 +24,7 @@ namespace loom::kernels::coll {
 
 template <class T, int kPath>
 __global__ void __launch_bounds__(512) all_gather_push(Ctx ctx, Params p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollAllGather);
     const uint64_t e = begin_call(p.sync);
     const int W = ctx.local_world, me = ctx.local_rank;
     const uint64_t B = p.count * sizeof(T);
@@ -54,6 +55,7 @@ __global__ void __launch_bounds__(512) all_gather_push(Ctx ctx, Params p) {
 // launches at most one per SM).
 template <int kW>
 __global__ void __launch_bounds__(512, 2) all_gather_push_fanout(Ctx ctx, Params p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollAllGather);
     const uint64_t e = begin_call(p.sync);
     const int me = ctx.local_rank;
     const uint64_t B = p.count;
@@ -77,6 +79,7 @@ __global__ void __launch_bounds__(512, 2) all_gather_push_fanout(Ctx ctx, Params
 
 template <class T, int kPath>
 __global__ void __launch_bounds__(512) all_gather_pull(Ctx ctx, Params p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollAllGather);
     const uint64_t e = begin_call(p.sync);
     const int W = ctx.local_world, me = ctx.local_rank;
     const uint64_t B = p.count * sizeof(T);
@@ -105,6 +108,7 @@ __global__ void __launch_bounds__(512) all_gather_pull(Ctx ctx, Params p) {
 
 template <class T, int kPath>
 __global__ void __launch_bounds__(512) all_gather_ring(Ctx ctx, Params p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollAllGather);
     const uint64_t e = begin_call(p.sync);
     const int W = ctx.local_world, me = ctx.local_rank;
     const int next = (me + 1) % W, prev = (me + W - 1) % W;

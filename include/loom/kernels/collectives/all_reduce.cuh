@@ -26,6 +26,7 @@ namespace loom::kernels::coll {
 
 template <class T, int kOp, int kPath>
 __global__ void __launch_bounds__(512) all_reduce_one_shot(Ctx ctx, Params p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollAllReduce);
     scatter_reduce_rounds<T, kOp, kPath>(ctx, p, /*peer_stride=*/0);  // every peer gets the whole input
 }
 
@@ -79,6 +80,7 @@ LOOM_DEVICE inline void two_shot_staged(const Ctx& ctx, const Params& p, uint64_
 
 template <class T, int kOp>
 __global__ void __launch_bounds__(512) all_reduce_two_shot(Ctx ctx, Params p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollAllReduce);
     const uint64_t e = begin_call(p.sync);
     const int W = ctx.local_world, me = ctx.local_rank;
     // Shards of S elements (a multiple of the vector width, so every shard keeps the buffers' alignment).

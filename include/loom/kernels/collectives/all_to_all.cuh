@@ -63,10 +63,12 @@ LOOM_DEVICE inline void all_to_all_equal(const Ctx& ctx, const Params& p) {
 
 template <class T, int kPath>
 __global__ void __launch_bounds__(512) all_to_all_push(Ctx ctx, Params p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollAllToAll);
     all_to_all_equal<T, kPath, false>(ctx, p);
 }
 template <class T, int kPath>
 __global__ void __launch_bounds__(512) all_to_all_pull(Ctx ctx, Params p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollAllToAll);
     all_to_all_equal<T, kPath, true>(ctx, p);
 }
 
@@ -182,10 +184,12 @@ LOOM_DEVICE inline void all_to_all_v_body(const Ctx& ctx, const Params& p) {
 
 template <class T, int kPath>
 __global__ void __launch_bounds__(512) all_to_all_v_push(Ctx ctx, Params p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollAllToAll);
     all_to_all_v_body<T, kPath, false>(ctx, p);
 }
 template <class T, int kPath>
 __global__ void __launch_bounds__(512) all_to_all_v_pull(Ctx ctx, Params p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollAllToAll);
     all_to_all_v_body<T, kPath, true>(ctx, p);
 }
 

@@ -17,6 +17,7 @@
 #include "loom/config.hpp"
 #include "loom/kernels/collectives/coll_params.hpp"
 #include "loom/lang/lang.cuh"
+#include "loom/lang/profile.cuh"
 #include "loom/ptx/memory.cuh"
 #include "loom/ptx/special.cuh"
 
@@ -53,12 +54,14 @@ LOOM_DEVICE LOOM_FORCEINLINE int peer_rank(const Ctx& ctx, int i) { return ctx.l
 LOOM_DEVICE inline void barrier_peers(const Ctx& ctx, SyncState* st, uint64_t value) {
     __syncthreads();
     const int t = static_cast<int>(threadIdx.x);
+    LOOM_PROF_ONLY(if (t == 0) LOOM_PROF_BEGIN(lang::kTagCollBarrier, value & 0xfffff));
     if (t < ctx.local_world) {
         lang::signal_op(ctx, &st->sig[blockIdx.x][ctx.local_rank], value, lang::SignalOp::Set, peer_rank(ctx, t));
         lang::signal_wait_until(ctx, &st->sig[blockIdx.x][t], lang::Cmp::GE, value, lang::Scope::Sys,
                                 "collective barrier (value: call << 20 | phase)", peer_rank(ctx, t));
     }
     __syncthreads();
+    LOOM_PROF_ONLY(if (t == 0) LOOM_PROF_END(lang::kTagCollBarrier, value & 0xfffff));
 }
 
 // Publish `value` to one peer's block b (every thread calls; release after the block synchronised).

@@ -156,18 +156,22 @@ LOOM_DEVICE inline void ll_exchange(const Ctx& ctx, const Params& p) {
 
 template <class T, int kOp>
 __global__ void __launch_bounds__(512) all_reduce_ll(Ctx ctx, Params p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollLowLatency);
     ll_exchange<T, kOp, kLLAllReduce>(ctx, p);
 }
 template <class T, int kOp>
 __global__ void __launch_bounds__(512) reduce_scatter_ll(Ctx ctx, Params p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollLowLatency);
     ll_exchange<T, kOp, kLLReduceScatter>(ctx, p);
 }
 template <class T>
 __global__ void __launch_bounds__(512) all_gather_ll(Ctx ctx, Params p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollLowLatency);
     ll_exchange<T, kOpSum, kLLAllGather>(ctx, p);
 }
 template <class T>
 __global__ void __launch_bounds__(512) all_to_all_ll(Ctx ctx, Params p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollLowLatency);
     ll_exchange<T, kOpSum, kLLAllToAll>(ctx, p);
 }
 

@@ -36,6 +36,7 @@ namespace loom::kernels::coll {
 // that code ran faster (2 ranks on one H200, 1 GiB: 780 us against 924 with the register cap of one block per SM).
 template <class T, int kOp, int kDepth = kDepthDeep, int kW = 0>
 __global__ void __launch_bounds__(512, kDepth == kDepthGrid ? 2 : 1) reduce_scatter_pull(Ctx ctx, Params p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollReduceScatter);
     const uint64_t e = begin_call(p.sync);
     const int W = kW > 0 ? kW : ctx.local_world, me = ctx.local_rank;
     const ThreadShare s = thread_share(p, p.count, kVec<T>);
@@ -55,11 +56,13 @@ __global__ void __launch_bounds__(512, kDepth == kDepthGrid ? 2 : 1) reduce_scat
 
 template <class T, int kOp, int kPath>
 __global__ void __launch_bounds__(512) reduce_scatter_scatter(Ctx ctx, Params p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollReduceScatter);
     scatter_reduce_rounds<T, kOp, kPath>(ctx, p, /*peer_stride=*/p.count);
 }
 
 template <class T, int kOp>
 __global__ void __launch_bounds__(512) reduce_scatter_ring(Ctx ctx, Params p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollReduceScatter);
     const uint64_t e = begin_call(p.sync);
     const int W = ctx.local_world, me = ctx.local_rank;
     const int next = (me + 1) % W, prev = (me + W - 1) % W;
@@ -111,6 +114,7 @@ __global__ void __launch_bounds__(512) reduce_scatter_ring(Ctx ctx, Params p) {
 // after every peer's push of the round (stream waits) and signals the peers after it.
 template <class T, int kOp>
 __global__ void __launch_bounds__(512) reduce_scatter_ce_reduce(Ctx ctx, Params p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollReduceScatter);
     const int W = ctx.local_world, me = ctx.local_rank;
     const Range r = block_share(p.count, kVec<T>);
     if (!r.size()) return;

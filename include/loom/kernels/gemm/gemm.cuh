@@ -63,6 +63,7 @@
 
 #include "loom/config.hpp"
 #include "loom/kernels/gemm/gemm_params.hpp"
+#include "loom/lang/profile.cuh"
 #include "loom/ptx/async.cuh"
 #include "loom/ptx/cluster.cuh"
 #include "loom/ptx/memory.cuh"
@@ -416,6 +417,9 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
         while (next_unit()) {
             // The split unit's (tail tile << 8) | split, -1 for a whole tile: one register across the mainloop.
             const int32_t tail_id = w.split < 0 ? -1 : ((w.linear - args.dp_tiles) << 8) | w.split;
+            // Profiled kernels (lang/profile.cuh): the unit's mainloop, one span per consumer warpgroup.
+            LOOM_PROF_ONLY(if (ptx::tid_x_unhoisted() % 128 == 0)
+                               LOOM_PROF_BEGIN(lang::kTagGemmTile, (t.m_block << 16) | t.n_block));
             if constexpr (kSplitTail || kWholeTile) {
                 // Written here (64 register moves per unit), the accumulators are dead from their last read in the
                 // previous unit's epilogue or fix-up on, rather than live into this unit's first wgmma (which
@@ -463,6 +467,13 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
             ptx::wgmma_wait_group<0>();
             ptx::wgmma_fence_operands(acc);
             if (w.kb_count > 0) release_slot<CLUSTER_M>(pipe, prev_stage);
+            // The mainloop's end: its time now, its record when the unit is done (at the scope's exit, after the
+            // epilogue), so that the record's registers are not needed beside the live accumulators.
+            LOOM_PROF_ONLY(const uint64_t prof_end_ns = ptx::globaltimer();
+                           const uint32_t prof_tile = (t.m_block << 16) | t.n_block;
+                           const bool prof_writer = ptx::tid_x_unhoisted() % 128 == 0;)
+            LOOM_PROF_AT_SCOPE_EXIT(if (prof_writer) lang::profile::record_at(prof_end_ns, lang::kTagGemmTile,
+                                                                              lang::kProfileEnd, prof_tile));
             // No unit is empty: K >= 1 (gemm_sm90_launch checks it) and splits <= k-blocks (gemm_tail_plan), and the
             // split-tail and whole-tile kernels zero the accumulators before the mainloop anyway. (A guard zeroing
             // them after an empty unit cost 128 selects per thread and tile, with the tensor cores idle.)

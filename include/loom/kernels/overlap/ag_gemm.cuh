@@ -27,6 +27,7 @@
 #include "loom/kernels/gemm/gemm.cuh"
 #include "loom/kernels/overlap/overlap_params.hpp"
 #include "loom/lang/lang.cuh"
+#include "loom/lang/profile.cuh"
 #include "loom/ptx/memory.cuh"
 #include "loom/ptx/special.cuh"
 #include "loom/ptx/tma.cuh"
@@ -76,8 +77,11 @@ struct AgGemmHooks {
         // A tile of BLOCK_M rows spans at most two ranks' chunks unless M / W < BLOCK_M; loop over them all.
         const int32_t first = t.row0 / a.rows_per_rank;
         const int32_t last = (t.row0 + t.rows - 1) / a.rows_per_rank;
-        for (int32_t r = first; r <= last; ++r)
+        for (int32_t r = first; r <= last; ++r) {
+            LOOM_PROF_BEGIN(lang::kTagAgChunkWait, r);
             lang::wait_ge_sys_or_trap(a.chunk + r, a.target, a.timeout_ns, "ag_gemm: GEMM waits for a chunk");
+            LOOM_PROF_END(lang::kTagAgChunkWait, r);
+        }
     }
 };
 static_assert(tile::GemmHooks<AgGemmHooks> && tile::LoadWait<AgGemmHooks> && tile::ASource<AgGemmHooks> &&
@@ -107,6 +111,7 @@ __global__ void __launch_bounds__(512) ag_gemm_push(Ctx ctx, AgPushParams p) {
         for (int i = 0; i < W; ++i) {
             const int d = (me + i) % W;
             const int peer = ctx.local_base_rank + d;
+            LOOM_PROF_ONLY(if (tid == 0) LOOM_PROF_BEGIN(lang::kTagAgPush, d));
             if (d != me) lang::wait(lang::block, ctx, &p.sig->ready[d], lang::Cmp::GE, p.epoch);
             if (hi > lo) {
                 lang::put_signal(lang::block, ctx, dst, src, hi - lo, &p.sig->chunk[me], 1, lang::SignalOp::Add, peer,
@@ -114,6 +119,7 @@ __global__ void __launch_bounds__(512) ag_gemm_push(Ctx ctx, AgPushParams p) {
             } else {
                 lang::notify(lang::block, ctx, &p.sig->chunk[me], peer, 1, lang::SignalOp::Add);
             }
+            LOOM_PROF_ONLY(if (tid == 0) LOOM_PROF_END(lang::kTagAgPush, d));
         }
     };
     if constexpr (kPath == 1) {
@@ -139,6 +145,7 @@ __global__ void __launch_bounds__(512) ag_gemm_push(Ctx ctx, AgPushParams p) {
 __global__ void __launch_bounds__(512) ag_gemm_direct_stage(Ctx ctx, AgDirectParams p) {
     const int W = ctx.local_world, me = ctx.local_rank;
     const int tid = static_cast<int>(threadIdx.x);
+    LOOM_PROF_ONLY(if (tid == 0) LOOM_PROF_BEGIN(lang::kTagAgStage, me));
     if (blockIdx.x == 0 && tid < W && tid != me && p.epoch > 1)
         lang::signal_op(ctx, &p.sig->read_done[me], p.epoch - 1, lang::SignalOp::Set, ctx.local_base_rank + tid);
     if (tid < W && tid != me && p.epoch > 2)
@@ -149,6 +156,7 @@ __global__ void __launch_bounds__(512) ag_gemm_direct_stage(Ctx ctx, AgDirectPar
                   r.size(), ctx.local_base_rank + me);
     for (int d = 0; d < W; ++d)
         lang::notify(lang::block, ctx, &p.sig->chunk[me], ctx.local_base_rank + d, 1, lang::SignalOp::Add);
+    LOOM_PROF_ONLY(if (tid == 0) LOOM_PROF_END(lang::kTagAgStage, me));
 }
 
 }  // namespace loom::kernels::overlap

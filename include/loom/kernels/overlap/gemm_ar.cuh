@@ -126,6 +126,7 @@ struct ArEpilogueHooks {
         // summed (at M = 16 the whole 64-row part is 4x the bytes the all_reduce of the same C moves).
         const int live_groups = (min(max(t.rows - warpgroup * 64, 0), 64) + 15) / 16;
         if (wg_thread == 0) {
+            LOOM_PROF_BEGIN(lang::kTagArPushTile, part);
             for (int d = 0; d < a.world; ++d) {
                 if (d == a.me) continue;
                 uint8_t* dst =
@@ -148,10 +149,13 @@ struct ArEpilogueHooks {
                 ptx::st_release_sys(reinterpret_cast<uint64_t*>(flag + static_cast<int64_t>(d - a.me) * a.heap_bytes),
                                     epoch);
             }
+            LOOM_PROF_END(lang::kTagArPushTile, part);
+            LOOM_PROF_BEGIN(lang::kTagArPeerWait, part);
             for (int q = 0; q < a.world; ++q)
                 if (q != a.me)
                     lang::wait_ge_sys_or_trap(a.tile_in + static_cast<int64_t>(q) * kMaxTileSignals + part, epoch,
                                               a.timeout_ns, "gemm_ar: GEMM waits for a peer's tile");
+            LOOM_PROF_END(lang::kTagArPeerWait, part);
         }
         ptx::named_barrier_sync(2 + warpgroup, 128);
         {
@@ -221,6 +225,7 @@ __global__ void __launch_bounds__(256) gemm_ar_reduce(Ctx ctx, ArParams p) {
         int32_t mb, nb;
         overlap_tile_order(linear, num_m, num_n, p.group_m, 0, mb, nb);
         const int64_t idx = static_cast<int64_t>(mb) * num_n + nb;
+        LOOM_PROF_ONLY(if (tid == 0) LOOM_PROF_BEGIN(lang::kTagArReduceTile, idx));
         if (tid < W)
             lang::signal_wait_until(ctx, lang::symm_at(ctx, p.tile + idx, ctx.local_base_rank + tid), lang::Cmp::GE,
                                     p.epoch);
@@ -239,6 +244,7 @@ __global__ void __launch_bounds__(256) gemm_ar_reduce(Ctx ctx, ArParams p) {
                 if (q < W) vec_add<T>(ptx::ld_v4(src_base[q] + off), acc, q == 0);
             ptx::st_v4(out + static_cast<int64_t>(r) * p.ldo + c, vec_pack<T>(acc));
         }
+        LOOM_PROF_ONLY(if (tid == 0) LOOM_PROF_END(lang::kTagArReduceTile, idx));
         __syncthreads();  // the next tile's waits reuse the threads' registers; keep the block in step
     }
 }

@@ -30,6 +30,7 @@
 #include "loom/kernels/gemm/gemm.cuh"
 #include "loom/kernels/overlap/overlap_params.hpp"
 #include "loom/lang/lang.cuh"
+#include "loom/lang/profile.cuh"
 #include "loom/ptx/async.cuh"
 #include "loom/ptx/memory.cuh"
 
@@ -232,6 +233,7 @@ struct RsAccHooks {
     template <class TOut, int BLOCK_M, int BLOCK_N>
     LOOM_DEVICE LOOM_FORCEINLINE void ring_wait(const tile::TileCoord& t) const {
         const int64_t tile_id = own_tile_signal(t);
+        LOOM_PROF_BEGIN(lang::kTagRsRingWait, (t.m_block << 16) | t.n_block);
         for (int q = 0; q < a.world; ++q) {
             if (q == a.me) continue;
             // The call number re-read from shared memory in every poll: held in registers over the spin it made the
@@ -244,6 +246,7 @@ struct RsAccHooks {
                     return lang::WaitValues{rs_call().epoch, ptx::ld_acquire_sys(sig)};
                 });
         }
+        LOOM_PROF_END(lang::kTagRsRingWait, (t.m_block << 16) | t.n_block);
     }
     // Copy c (the c-th peer in rank order) at ring_copy(t) + c * ring_copy_stride(): the peers' slots are in rank
     // order (rs_slot_of).
@@ -265,6 +268,7 @@ struct RsAccHooks {
         if (band != a.me) {
             // Pending until this CTA's next publish (its named barrier orders this write and the stores below).
             if (tid == 0) rs_pending_push() = band * kMaxTileSignals + t.m_block * a.num_n + t.n_block;
+            LOOM_PROF_ONLY(if (wg_thread == 0) LOOM_PROF_BEGIN(lang::kTagRsPushTile, (t.m_block << 16) | t.n_block));
             if ((kRsDiagSkip & 1) == 0) {
                 // Over NVLink into our slot of the owner's scratch, or (copy-engine transport) into the local outbox.
                 uint8_t* dst = (a.outbox != nullptr ? a.outbox + band * a.slot_bytes
@@ -276,6 +280,7 @@ struct RsAccHooks {
                 for (int v = 0; v < kVecs; ++v)
                     *reinterpret_cast<uint4*>(dst + v * kVecStride) = acc_vector<TOut>(acc + E * v);
             }
+            LOOM_PROF_ONLY(if (wg_thread == 0) LOOM_PROF_END(lang::kTagRsPushTile, (t.m_block << 16) | t.n_block));
             return false;
         }
         // An own tile: the kernel adds every peer's copy (ring_copies below).
@@ -399,7 +404,11 @@ __global__ void __launch_bounds__(kScatterReduceThreads) gemm_rs_scatter_reduce(
             const bool has_own = row0 < own1 && row1 > own0;
             const bool has_peer_rows = row0 < own0 || row1 > own1;
             if (pushing ? !has_peer_rows : !has_own) continue;
+            LOOM_PROF_ONLY(if (lane == 0) LOOM_PROF_BEGIN(lang::kTagRsScatterWait, t));
             lang::wait(lang::warp, ctx, &p.sig->tile[t], lang::Cmp::GE, p.epoch);
+            LOOM_PROF_ONLY(if (lane == 0) LOOM_PROF_END(lang::kTagRsScatterWait, t));
+            LOOM_PROF_ONLY(const uint16_t phase_tag = pushing ? lang::kTagRsScatterPush : lang::kTagRsScatterReduce;
+                           if (lane == 0) LOOM_PROF_BEGIN(phase_tag, t));
             for (int32_t r0 = row0; r0 < row1;) {
                 const int d = r0 / p.rows_seg;  // owner of rows [r0, r1)
                 const int32_t r1 = (d + 1) * p.rows_seg < row1 ? (d + 1) * p.rows_seg : row1;
@@ -418,6 +427,7 @@ __global__ void __launch_bounds__(kScatterReduceThreads) gemm_rs_scatter_reduce(
                 }
                 r0 = r1;
             }
+            LOOM_PROF_ONLY(if (lane == 0) LOOM_PROF_END(phase_tag, t));
         }
     }
     // Done reading our scratch: every rank may push the next call's tiles into it (notify's block barrier waits
