@@ -14,6 +14,7 @@
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/moe.hpp"
 #include "loom/ops/overlap.hpp"
+#include "loom/runtime/error.hpp"
 #include "world_handle.hpp"
 
 namespace loom::py {
