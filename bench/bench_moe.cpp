@@ -221,7 +221,11 @@ void* dev_alloc(std::size_t bytes, int fill = 0x3C) {
 int tp(const std::string& out_dir, int iters, bool quick, int argc, char** argv) {
     using loom::DType;
     using loom::TpMoeAlgo;
-    auto world = loom::World::from_env();
+    // The fused ag_moe's double-buffered gather of Mixtral-8x22B's routed rows alone takes 2 x 16384 x 6144 x 2 B
+    // = 384 MiB, beside the Sequential state's buffers: 8 GiB covers every model at 8192 tokens.
+    loom::WorldOptions wopts;
+    wopts.symmetric_size = std::size_t{8} << 30;
+    auto world = loom::World::from_env(wopts);
     const int W = world.world_size(), me = world.rank();
     std::vector<Model> models = {{"Mixtral-8x7B", 14336, 4096, 8, 2},
                                  {"Mixtral-8x22B", 16384, 6144, 8, 2},

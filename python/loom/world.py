@@ -220,8 +220,10 @@ class World:
         port = self.all_gather_object(_free_port() if self.rank == 0 else None, "torch-port")[0]
         addr = self.info["master_addr"]
         kwargs = {"device_id": torch.device("cuda", self.device)} if backend == "nccl" else {}
-        dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=self.rank,
-                                world_size=self.world_size, **kwargs)
+        # A store made here, not a tcp:// init_method: under torchrun (TORCHELASTIC_USE_AGENT_STORE) torch would
+        # connect every rank as a client to tcp://addr:port, where no server listens, and wait for its timeout.
+        store = dist.TCPStore(addr, port, self.world_size, is_master=self.rank == 0)
+        dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size, **kwargs)
         return dist.group.WORLD
 
     def barrier(self, tag: str = ""):

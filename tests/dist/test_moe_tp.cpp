@@ -348,9 +348,10 @@ TEST_F(MoeTp, BadInputsNameTheArgument) {
         return std::string("no error");
     };
     const MatrixView xv{x.p, DType::BF16, 8, 64}, outv{out.p, DType::BF16, shape.max_rows(), 16};
-    // w_up of 5 experts' slices with a routing of 4 experts: mismatched expert counts.
+    // w_up of 66 rows with a routing of 4 experts: no whole number of rows per expert. (5 experts' slices of 16
+    // rows, 80, would read as 4 experts of 20 rows, which the out check names instead.)
     const std::string e1 = msg([&] {
-        ag_moe(*w, xv, idx.as<int32_t>(), nullptr, {up.p, DType::BF16, 5 * 16, 64}, routing, outv, stream);
+        ag_moe(*w, xv, idx.as<int32_t>(), nullptr, {up.p, DType::BF16, 4 * 16 + 2, 64}, routing, outv, stream);
     });
     EXPECT_NE(e1.find("w_up: expected rows a positive multiple of the routing's num_experts (4)"), std::string::npos)
         << e1;

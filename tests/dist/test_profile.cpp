@@ -114,28 +114,31 @@ TEST_F(Profile, AgGemmTraceCoversEveryTile) {
     if (err.empty() && download(plain.p, M * n * 2) != download(profiled.p, M * n * 2))
         err = "the profiled ag_gemm's output differs from the unprofiled one";
     if (err.empty() && path.empty()) err = "no trace written";
-    if (err.empty() && me == 0) {
-        const nlohmann::json trace = read_json(path);
-        err = loom_test::check_trace(trace);
-        const int64_t num_m = (M + 127) / 128, num_n = (n + 127) / 128;
-        const auto tiles = loom_test::span_args(trace, "gemm.tile");
-        const auto waits = loom_test::span_args(trace, "ag_gemm.chunk_wait");
-        for (int r = 0; r < W && err.empty(); ++r) {
-            std::set<std::pair<int64_t, int64_t>> seen;
-            std::size_t spans = 0;
-            if (auto it = tiles.find(r); it != tiles.end()) {
-                for (const auto& args : it->second) seen.insert({args["m_block"], args["n_block"]});
-                spans = it->second.size();
+    if (err.empty() && me == 0) try {  // an error here must reach the agreement, not leave the peers waiting
+            const nlohmann::json trace = read_json(path);
+            err = loom_test::check_trace(trace);
+            const int64_t num_m = (M + 127) / 128, num_n = (n + 127) / 128;
+            const auto tiles = loom_test::span_args(trace, "gemm.tile");
+            const auto waits = loom_test::span_args(trace, "ag_gemm.chunk_wait");
+            for (int r = 0; r < W && err.empty(); ++r) {
+                std::set<std::pair<int64_t, int64_t>> seen;
+                std::size_t spans = 0;
+                if (auto it = tiles.find(r); it != tiles.end()) {
+                    for (const auto& args : it->second)
+                        seen.emplace(args.at("m_block").get<int64_t>(), args.at("n_block").get<int64_t>());
+                    spans = it->second.size();
+                }
+                if (static_cast<int64_t>(seen.size()) != num_m * num_n)
+                    err = fmt::format("rank {}: {} of {} tiles in the trace", r, seen.size(), num_m * num_n);
+                else if (spans != static_cast<std::size_t>(2 * num_m * num_n))  // two consumer warpgroups per tile
+                    err = fmt::format("rank {}: {} tile spans, expected {}", r, spans, 2 * num_m * num_n);
+                else if (W > 1 && !waits.count(r))
+                    err = fmt::format("rank {}: no ag_gemm.chunk_wait span", r);
             }
-            if (static_cast<int64_t>(seen.size()) != num_m * num_n)
-                err = fmt::format("rank {}: {} of {} tiles in the trace", r, seen.size(), num_m * num_n);
-            else if (spans != static_cast<std::size_t>(2 * num_m * num_n))  // two consumer warpgroups per tile
-                err = fmt::format("rank {}: {} tile spans, expected {}", r, spans, 2 * num_m * num_n);
-            else if (W > 1 && !waits.count(r))
-                err = fmt::format("rank {}: no ag_gemm.chunk_wait span", r);
+            if (err.empty()) std::printf("profile trace: %s\n", path.c_str());
+        } catch (const std::exception& e) {
+            err = std::string("reading the trace: ") + e.what();
         }
-        if (err.empty()) std::printf("profile trace: %s\n", path.c_str());
-    }
     const std::string verdict = test::agree(world, err, "test/profile/ag_gemm");
     EXPECT_EQ(verdict, "");
 }
@@ -168,16 +171,18 @@ TEST_F(Profile, AllReduceTraceHasEveryRank) {
     if (err.empty() && download(out, count * 2) != download(out2, count * 2))
         err = "the profiled all_reduce's output differs from the unprofiled one";
     if (err.empty() && path.empty()) err = "no trace written";
-    if (err.empty() && me == 0) {
-        const nlohmann::json trace = read_json(path);
-        err = loom_test::check_trace(trace);
-        std::set<int> ranks;
-        for (const auto& e : trace["traceEvents"])
-            if (e["ph"] == "B" && e["name"].get<std::string>().rfind("coll.", 0) == 0)
-                ranks.insert(e["pid"].get<int>());
-        if (err.empty() && static_cast<int>(ranks.size()) != W)
-            err = fmt::format("collective spans on {} of {} ranks", ranks.size(), W);
-    }
+    if (err.empty() && me == 0) try {  // an error here must reach the agreement, not leave the peers waiting
+            const nlohmann::json trace = read_json(path);
+            err = loom_test::check_trace(trace);
+            std::set<int> ranks;
+            for (const auto& e : trace["traceEvents"])
+                if (e["ph"] == "B" && e["name"].get<std::string>().rfind("coll.", 0) == 0)
+                    ranks.insert(e["pid"].get<int>());
+            if (err.empty() && static_cast<int>(ranks.size()) != W)
+                err = fmt::format("collective spans on {} of {} ranks", ranks.size(), W);
+        } catch (const std::exception& e) {
+            err = std::string("reading the trace: ") + e.what();
+        }
     const std::string verdict = test::agree(world, err, "test/profile/all_reduce");
     world.barrier();
     world.free(out2);
