@@ -88,10 +88,11 @@ TEST(UlyssesLayout, HeadsThatDoNotSplitRaiseNamingThem) {
 
 TEST(UlyssesPlan, AutoIsFusedAcrossRanks) {
     using loom::UlyssesAlgo;
-    EXPECT_EQ(loom::ulysses::choose_algo(UlyssesAlgo::Auto, 1), UlyssesAlgo::Sequential);
-    EXPECT_EQ(loom::ulysses::choose_algo(UlyssesAlgo::Auto, 2), UlyssesAlgo::Fused);
-    EXPECT_EQ(loom::ulysses::choose_algo(UlyssesAlgo::Sequential, 8), UlyssesAlgo::Sequential);
-    EXPECT_EQ(loom::ulysses::choose_algo(UlyssesAlgo::Fused, 1), UlyssesAlgo::Fused);
+    EXPECT_EQ(loom::ulysses::choose_algo(UlyssesAlgo::Auto, 1, false), UlyssesAlgo::Sequential);
+    EXPECT_EQ(loom::ulysses::choose_algo(UlyssesAlgo::Auto, 2, false), UlyssesAlgo::Fused);
+    EXPECT_EQ(loom::ulysses::choose_algo(UlyssesAlgo::Auto, 4, true), UlyssesAlgo::Sequential);
+    EXPECT_EQ(loom::ulysses::choose_algo(UlyssesAlgo::Sequential, 8, false), UlyssesAlgo::Sequential);
+    EXPECT_EQ(loom::ulysses::choose_algo(UlyssesAlgo::Fused, 1, true), UlyssesAlgo::Fused);
     EXPECT_STREQ(loom::to_string(UlyssesAlgo::Fused), "Fused");
 }
 

@@ -71,7 +71,7 @@ void a2a_o_gemm(World& world, const MatrixView& o, const MatrixView& w_o, const 
     c.out = out;
     c.width = o.cols;
     c.chunks = ulysses::o_chunks(kOp, c.R);
-    c.algo = ulysses::choose_algo(opt.algo, c.W);
+    c.algo = ulysses::choose_algo(opt.algo, c.W, dev.shared_gpu);
     if (c.algo == UlyssesAlgo::Sequential) return ulysses::o_sequential(c);
     c.plan = ulysses::fused_plan(kOp, c.R, w_o.rows, w_o.cols, o.dtype, c.arch, c.num_sms, opt.comm_sms, opt.config);
     ulysses::o_fused(c);

@@ -47,9 +47,9 @@ QkvLayout qkv_layout(const char* op, int world, const UlyssesHeads& h) {
     return l;
 }
 
-UlyssesAlgo choose_algo(UlyssesAlgo requested, int world) {
+UlyssesAlgo choose_algo(UlyssesAlgo requested, int world, bool shared_gpu) {
     if (requested != UlyssesAlgo::Auto) return requested;
-    return world > 1 ? UlyssesAlgo::Fused : UlyssesAlgo::Sequential;
+    return world > 1 && !shared_gpu ? UlyssesAlgo::Fused : UlyssesAlgo::Sequential;
 }
 
 int32_t o_chunks(const char* op, int64_t rows_per_rank) {

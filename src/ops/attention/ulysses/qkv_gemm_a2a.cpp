@@ -77,7 +77,7 @@ void qkv_gemm_a2a(World& world, const MatrixView& x, const MatrixView& w_qkv, co
     c.out[0] = q;
     c.out[1] = k;
     c.out[2] = v;
-    c.algo = ulysses::choose_algo(o.algo, c.W);
+    c.algo = ulysses::choose_algo(o.algo, c.W, dev.shared_gpu);
     if (c.algo == UlyssesAlgo::Sequential) return ulysses::qkv_sequential(c);
     c.plan = ulysses::fused_plan(kOp, c.R, c.layout.cols(), x.cols, x.dtype, c.arch, c.num_sms, o.comm_sms, o.config);
     ulysses::qkv_fused(c);

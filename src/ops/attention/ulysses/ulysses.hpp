@@ -55,8 +55,11 @@ struct QkvLayout {
 // not split: Hq, Hkv, D > 0, D a multiple of 8, Hkv dividing Hq, W dividing Hq, W dividing Hkv or Hkv dividing W.
 QkvLayout qkv_layout(const char* op, int world, const UlyssesHeads& heads);
 
-// The algorithm Auto resolves to (Fused with more than one rank), or the requested one.
-UlyssesAlgo choose_algo(UlyssesAlgo requested, int world);
+// The algorithm Auto resolves to, or the requested one. Auto: Fused with more than one rank, each on a GPU of its
+// own; Sequential on one rank, and where ranks share a GPU (measured at 4 ranks on one H200, docs/perf/
+// qkv_gemm_a2a.json and a2a_o_gemm.json: Fused 0.41-0.81x Sequential's speed, its copy blocks taking SMs from the GEMM
+// that shares the rank's MPS share).
+UlyssesAlgo choose_algo(UlyssesAlgo requested, int world, bool shared_gpu);
 
 // Row chunks of a2a_o_gemm's gathered operand of `rows_per_rank` rows; raises past kUlyssesMaxChunks.
 int32_t o_chunks(const char* op, int64_t rows_per_rank);
