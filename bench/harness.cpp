@@ -7,6 +7,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
@@ -139,7 +140,7 @@ Report::Report(std::string op, int ranks, int argc, char** argv) {
             {"gpu", gpu_name()},
             {"commit", commit ? std::string(commit) : run_capture("git rev-parse --short HEAD 2>/dev/null")},
             {"date", date},
-            {"ranks", ranks},
+            {"ranks", nlohmann::json::array({ranks})},  // docs/perf lists the rank counts a file holds
             {"rows", nlohmann::json::array()}};
 }
 
@@ -163,7 +164,13 @@ void Report::write(const std::string& path, bool echo_rows) const {
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
     std::ofstream f(path);
     LOOM_CHECK(f.good(), "cannot write benchmark report {}", path);
-    f << doc_.dump(2) << "\n";
+    // The rank counts the file holds: its rows' own where they carry one (files merged with --append), else the run's.
+    nlohmann::json doc = doc_;
+    std::set<int> ranks;
+    for (const auto& row : doc["rows"])
+        if (row.contains("ranks") && row["ranks"].is_number_integer()) ranks.insert(row["ranks"].get<int>());
+    if (!ranks.empty()) doc["ranks"] = ranks;
+    f << doc.dump(2) << "\n";
     if (echo_rows)
         for (const auto& row : doc_["rows"]) std::printf("%s\n", row.dump().c_str());
     std::printf("wrote %s\n", path.c_str());
