@@ -12,6 +12,7 @@
 // result: decode_attention on the shard, loom::all_gather of the packed (O, LSE), then a combine kernel
 // (bench/kernels/attention_combine.cuh); and against decode_attention on the shard alone (the local part).
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -83,13 +84,16 @@ void upload(void* dst, const std::vector<T>& h) {
 }
 
 json shape_keys(const char* layout, int batch, int64_t kv_len, const Args& a) {
-    return {{"layout", layout},
+    const bool paged = std::string(layout) == "paged";
+    return {{"shape", fmt::format("B={} kv={} Hq={} Hkv={} D={} {}{} bf16", batch, kv_len, a.hq, a.hkv, a.d, layout,
+                                  paged ? fmt::format(" page {}", a.page) : "")},
+            {"layout", layout},
             {"batch", batch},
             {"kv_len", kv_len},
             {"hq", a.hq},
             {"hkv", a.hkv},
             {"d", a.d},
-            {"page_size", std::string(layout) == "paged" ? a.page : 0},
+            {"page_size", paged ? a.page : 0},
             {"dtype", "bf16"}};
 }
 
@@ -254,7 +258,8 @@ void bench_sp(loom::World& w, const Args& a, cudaStream_t s) {
         LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
         const double diff = max_diff_bf16(b.o_sp.p, b.o_seq.p, rows * a.d);  // both paths: the same attention
         const auto t = loom::bench::time_ops(fns, s, topts);
-        json row = {{"batch", B},
+        json row = {{"shape", fmt::format("B={} kv={} Hq={} Hkv={} D={} bf16", B, S, a.hq, a.hkv, a.d)},
+                    {"batch", B},
                     {"kv_len", S},
                     {"kv_per_rank", shard},
                     {"hq", a.hq},

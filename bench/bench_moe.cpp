@@ -17,6 +17,7 @@
 //     loomrun -n 4 build/bench/bench-moe tp --out DIR [--quick]
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -158,17 +159,19 @@ int grouped(const std::string& out, int iters, int argc, char** argv) {
                 const auto ts = loom::bench::time_ops({run_loom, run_cublas}, stream, topts);
                 const double flops = 2.0 * rows * m.n * m.k;
                 const double loom_us = ts[0].median_us, cublas_us = ts[1].median_us;
-                std::printf("%-14s %6d %-8s %9.1f %9.1f %9.1f %8.3f  diff %.2g\n", m.name, tokens,
-                            skewed ? "skewed" : "uniform", loom_us, cublas_us, flops / loom_us / 1e6,
-                            cublas_us / loom_us, diff);
-                report.add_row({{"model", m.name},
+                const char* rname = skewed ? "skewed" : "uniform";
+                std::printf("%-14s %6d %-8s %9.1f %9.1f %9.1f %8.3f  diff %.2g\n", m.name, tokens, rname, loom_us,
+                            cublas_us, flops / loom_us / 1e6, cublas_us / loom_us, diff);
+                report.add_row({{"shape", fmt::format("{} E={} N={} K={} tokens={} top{} {} bf16", m.name, m.e, m.n,
+                                                      m.k, tokens, m.topk, rname)},
+                                {"model", m.name},
                                 {"n", m.n},
                                 {"k", m.k},
                                 {"experts", m.e},
                                 {"topk", m.topk},
                                 {"tokens", tokens},
                                 {"rows", rows},
-                                {"routing", skewed ? "skewed" : "uniform"},
+                                {"routing", rname},
                                 {"dtype", "bf16"},
                                 {"calc_diff", diff},
                                 {"loom_us", loom_us},
@@ -324,7 +327,10 @@ int tp(const std::string& out_dir, int iters, bool quick, int argc, char** argv)
                     if (me == 0)
                         std::printf("%-14s %6d %-8s %-7s %9.1f %9.1f %9.1f %9.1f %7.3f\n", m.name, T, rname, name,
                                     fused, seq, gemm, comm, eff);
-                    report.add_row({{"op", name},
+                    const std::string row_shape =
+                        fmt::format("{} {} tokens={} {} N={} K={}", name, m.name, T, rname, m.n, m.k);
+                    report.add_row({{"shape", row_shape},
+                                    {"op", name},
                                     {"model", m.name},
                                     {"n", m.n},
                                     {"k", m.k},

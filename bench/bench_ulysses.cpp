@@ -5,6 +5,7 @@
 // writes qkv_gemm_a2a.json and a2a_o_gemm.json (rank 0). Shapes: --s (sequence lengths) x --model (hidden, Hq pairs),
 // Hkv (--hkv) and D (--d) fixed; shapes whose heads do not split over the ranks are skipped.
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -120,7 +121,12 @@ void bench(loom::World& w, const Args& args, cudaStream_t s) {
                     loom::all_to_all(w, {a2a_in, DType::BF16, n}, {a2a_out, DType::BF16, n}, st);
                 };
             };
-            nlohmann::json shape = {{"S", S}, {"hidden", hidden}, {"hq", hq}, {"hkv", hkv}, {"d", D}};
+            nlohmann::json shape = {{"shape", fmt::format("S={} hidden={} Hq={} Hkv={} D={}", S, hidden, hq, hkv, D)},
+                                    {"S", S},
+                                    {"hidden", hidden},
+                                    {"hq", hq},
+                                    {"hkv", hkv},
+                                    {"d", D}};
 
             nlohmann::json row = time_row(
                 w, args, s,

@@ -50,7 +50,8 @@ std::vector<Timing> time_ops(const std::vector<std::function<void(cudaStream_t)>
 inline double gbps(double bytes, double us) { return bytes / (us * 1e3); }
 
 // Results file: docs/perf/<op>.json with op, command, gpu, commit, date, ranks, rows.
-// Each row: shape/size fields, "loom_us", "baselines": {name: us}, "speedup": {name: baseline_us / loom_us}.
+// Each row: "shape" (a string naming the shape; scripts/perf_summary.py --check requires it), further shape/size
+// fields, "loom_us", "baselines": {name: us}, "speedup": {name: baseline_us / loom_us}.
 class Report {
   public:
     Report(std::string op, int ranks, int argc, char** argv);
