@@ -1,17 +1,23 @@
-"""torch._grouped_mm on bench-moe grouped's shapes, rows in the docs/perf schema for docs/perf/grouped_gemm.json.
+"""torch._grouped_mm on bench-moe grouped's shapes, as a baseline for docs/perf/grouped_gemm.json.
 
     python bench/moe_torch_grouped.py --out torch_grouped.json
+    build/bench/bench-moe grouped --out docs/perf/grouped_gemm.json
+    python bench/moe_torch_grouped.py --merge-into docs/perf/grouped_gemm.json
 
 (N, K, E, top-k) of Mixtral-8x7B, Mixtral-8x22B, Qwen1.5-MoE, DeepSeek-MoE, Qwen3-30B-A3B at 8192 and 128 tokens
 (rows = tokens x top-k), uniform and skewed routing (the same sizes as bench/bench_moe.cpp's `routing`), bf16:
 out[rows of e] = a[rows of e] @ w[e].T with w [E, N, K] and int32 cumulative offsets on the device. Timed with CUDA
-events after an L2 flush, median of --iters runs; each row's "baselines" holds {"torch_grouped_mm": us}.
+events after an L2 flush, median of --iters runs; each row carries bench-moe's "shape" string and "baselines":
+{"torch_grouped_mm": us}. --merge-into FILE adds those times to the rows of bench-moe grouped's report FILE by shape
+(every shape of FILE must have been timed here), recomputes each row's speedup (baseline_us / loom_us) and appends this
+command to FILE's "command".
 """
 import argparse
 import json
 import math
 import statistics
 import subprocess
+import sys
 
 import torch
 
@@ -36,6 +42,36 @@ def routing(rows: int, e: int, skewed: bool):
     return s
 
 
+def shape_of(name: str, n: int, k: int, e: int, topk: int, tokens: int, routing_name: str) -> str:
+    """bench_moe.cpp grouped's "shape" string of a row."""
+    return f"{name} E={e} N={n} K={k} tokens={tokens} top{topk} {routing_name} bf16"
+
+
+def load_report(path: str, shapes: set) -> dict:
+    """bench-moe grouped's report `path`, checked before any timing: every row's shape must be one timed here."""
+    with open(path) as f:
+        doc = json.load(f)
+    missing = [r.get("shape") for r in doc.get("rows", []) if r.get("shape") not in shapes]
+    if not doc.get("rows") or missing:
+        sys.exit(f"--merge-into {path}: expected rows whose shapes bench-moe grouped writes, "
+                 f"given {len(doc.get('rows', []))} rows, {len(missing)} of other shapes, e.g. {missing[:1]}")
+    return doc
+
+
+def merge_into(path: str, doc: dict, rows_out: list, command: str) -> None:
+    """Adds each row's torch_grouped_mm time to the row of the same shape in `doc` and writes it to `path`."""
+    times = {r["shape"]: r["baselines"]["torch_grouped_mm"] for r in rows_out}
+    for row in doc["rows"]:
+        row["baselines"]["torch_grouped_mm"] = times[row["shape"]]
+        row["speedup"] = {name: us / row["loom_us"] for name, us in row["baselines"].items()}
+    if command not in doc["command"]:
+        doc["command"] += "; " + command
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+    print(f"merged torch_grouped_mm into {len(doc['rows'])} rows of {path}")
+
+
 def time_us(fn, iters: int) -> float:
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     for _ in range(5):
@@ -56,7 +92,15 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="")
     p.add_argument("--iters", type=int, default=30)
+    p.add_argument("--merge-into", default="", metavar="FILE",
+                   help="bench-moe grouped's report: add torch_grouped_mm to its rows by shape, recompute speedup")
     args = p.parse_args()
+    shapes = {shape_of(name, n, k, e, topk, tokens, rname)
+              for name, n, k, e, topk in MODELS for tokens in (8192, 128) for rname in ("uniform", "skewed")}
+    report = load_report(args.merge_into, shapes) if args.merge_into else None
+    if report is not None and report.get("gpu") != torch.cuda.get_device_name():
+        sys.exit(f"--merge-into {args.merge_into}: expected a report from this GPU ({torch.cuda.get_device_name()}), "
+                 f"given one from {report.get('gpu')!r}")
     rows_out = []
     for name, n, k, e, topk in MODELS:
         for tokens in (8192, 128):
@@ -71,9 +115,10 @@ def main():
                 flops = 2.0 * rows * n * k
                 print(f"{name:14s} {tokens:6d} {'skewed' if skewed else 'uniform':8s} {us:9.1f} us "
                       f"{flops / us / 1e6:7.1f} TFLOP/s")
-                rows_out.append({"model": name, "n": n, "k": k, "experts": e, "topk": topk, "tokens": tokens,
-                                 "rows": rows, "routing": "skewed" if skewed else "uniform", "dtype": "bf16",
-                                 "baselines": {"torch_grouped_mm": us}})
+                rname = "skewed" if skewed else "uniform"
+                rows_out.append({"shape": shape_of(name, n, k, e, topk, tokens, rname), "model": name, "n": n,
+                                 "k": k, "experts": e, "topk": topk, "tokens": tokens, "rows": rows, "routing": rname,
+                                 "dtype": "bf16", "baselines": {"torch_grouped_mm": us}})
     doc = {"op": "grouped_gemm_torch", "command": "python bench/moe_torch_grouped.py",
            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -82,6 +127,9 @@ def main():
     if args.out:
         with open(args.out, "w") as f:
             json.dump(doc, f, indent=1)
+    if report is not None:
+        merge_into(args.merge_into, report, rows_out,
+                   f"python bench/moe_torch_grouped.py --merge-into {args.merge_into}")
 
 
 if __name__ == "__main__":
