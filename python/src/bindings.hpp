@@ -9,6 +9,7 @@ namespace loom::py {
 void bind_world(nanobind::module_& m);      // RankInfo parsing, World, symmetric allocations
 void bind_ops(nanobind::module_& m);        // gemm, the collectives, the overlapped GEMMs
 void bind_attention(nanobind::module_& m);  // decode, SP decode, Ulysses sequence parallelism
+void bind_tp_moe(nanobind::module_& m);     // MoE routing utilities, ag_moe, moe_rs, moe_ar
 void bind_jit(nanobind::module_& m);        // compile and launch a user's kernel
 void bind_bench(nanobind::module_& m);      // host time of an op call made from C++ (call-overhead measurement)
 

@@ -30,6 +30,7 @@ NB_MODULE(_C, m) {
     loom::py::bind_world(m);
     loom::py::bind_ops(m);
     loom::py::bind_attention(m);
+    loom::py::bind_tp_moe(m);
     loom::py::bind_jit(m);
     loom::py::bind_bench(m);
 }

@@ -176,6 +176,7 @@ def test_enum_parsing():
     assert parse(_C.CollAlgo, "one_shot", "algo") == _C.CollAlgo.OneShot
     assert parse(_C.DataPath, "copy-engine", "path") == _C.DataPath.CopyEngine
     assert parse(_C.RsAlgo, "FusedEpilogue", "algo") == _C.RsAlgo.FusedEpilogue
+    assert parse(_C.TpMoeAlgo, "fused", "algo") == _C.TpMoeAlgo.Fused
     with pytest.raises(ValueError, match="'auto'"):
         parse(_C.ArAlgo, "magic", "algo")
 
@@ -199,3 +200,37 @@ def test_decode_bindings_want_cuda_tensors():
                                          r"\[2, 8, 64\]"):
         _C.decode_attention(q, k, k, lens, None, q, None, 0)
     assert callable(_C.sp_decode_attention) and callable(_C.release_attention_state)
+
+
+def test_moe_routing_layout():
+    """The routing buffer's layout (host arithmetic, no GPU): 256-byte-aligned arrays in the order of docs/moe.md."""
+    from loom import _C
+
+    lay = _C.moe_routing_layout((64, 2, 8, 2, 4))  # T 64, k 2, E 8, 2 ranks (G 16), align 4
+    assert lay["max_rows"] == 64 * 2 + 16 * 3
+    assert lay["offsets"] == 0 and lay["counts"] == 256 and lay["dest_rows"] == 512
+    assert lay["row_tokens"] == 1024 and lay["weights"] == 1792  # dest_rows: 128 int32; row_tokens: 176 int32
+    assert lay["bytes"] >= lay["weights"] + 128 * 4 and lay["bytes"] % 256 == 0
+    with pytest.raises(_C.Error, match="topk: expected <= num_experts"):
+        _C.moe_routing_layout((64, 9, 8, 1, 1))
+    with pytest.raises(_C.Error, match="tokens: expected a multiple of ranks"):
+        _C.moe_routing_layout((63, 2, 8, 2, 1))
+
+
+def test_moe_bindings_want_cuda_tensors():
+    np = pytest.importorskip("numpy", reason="numpy is not installed: the binding's check needs a DLPack tensor")
+    from loom import _C
+
+    shape = (8, 2, 4, 1, 1)
+    buf = np.zeros(_C.moe_routing_layout(shape)["bytes"], np.uint8)
+    idx, x = np.zeros((8, 2), np.int32), np.zeros((8, 64), np.float32)
+    with pytest.raises(ValueError, match=r"moe_route: topk_idx must be a CUDA tensor; given a cpu tensor of shape "
+                                         r"\[8, 2\]"):
+        _C.moe_route(idx, None, buf, shape, 0)
+    with pytest.raises(ValueError, match="moe_permute: routing buffer must be a CUDA tensor; given a cpu tensor"):
+        _C.moe_permute(x, buf, shape, x, 0)
+    with pytest.raises(ValueError, match="moe_topk_reduce: routing buffer must be a CUDA tensor; given a cpu tensor"):
+        _C.moe_topk_reduce(x, buf, shape, x, 0)
+    for name in ("ag_moe", "moe_rs", "moe_ar", "release_moe_state"):  # these need a World (a GPU) first
+        assert callable(getattr(_C, name)), name
+    assert {m.name for m in _C.TpMoeAlgo} == {"Auto", "Fused", "Sequential"}

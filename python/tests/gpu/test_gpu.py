@@ -169,6 +169,67 @@ def test_gemm_ar(world):
     assert rel_err(loom.gemm_ar(a, b), want) < 1e-2
 
 
+# ---- TP-MoE -----------------------------------------------------------------------------------------------------------
+def moe_inputs(rank, tokens, hidden, experts, topk, seed):
+    """Rank `rank`'s tokens [tokens, hidden] bf16 and their distinct top-k expert ids (int32) and weights (fp32)."""
+    x = rank_tensor(rank, (tokens, hidden), torch.bfloat16, seed)
+    idx = rank_tensor(rank, (tokens, experts), torch.float32, seed + 1).argsort(dim=1)[:, :topk].to(torch.int32)
+    wts = rank_tensor(rank, (tokens, topk), torch.float32, seed + 2).softmax(dim=1)
+    return x, idx, wts
+
+
+def moe_reference(x, idx, wts, w_up, w_down):
+    """sum over slots of wts * gelu(x @ w_up[e].T) @ w_down[e].T, a per-expert loop in fp64 (w_up [E, N, H],
+    w_down [E, H, N]); the intermediate rounded to bf16 per rank slice is within the tolerance."""
+    y = torch.zeros(x.shape[0], w_down.shape[1], dtype=torch.float64, device=x.device)
+    for e in range(w_up.shape[0]):
+        t, s = (idx == e).nonzero(as_tuple=True)
+        h = torch.nn.functional.gelu(x[t].double() @ w_up[e].double().T)
+        y.index_add_(0, t, wts[t, s].double()[:, None] * (h @ w_down[e].double().T))
+    return y
+
+
+@pytest.mark.parametrize("algo", ["sequential", "auto"])
+def test_ag_moe_then_moe_rs(world, algo):
+    W, me, t_loc, hidden, experts, topk, n_loc = world.world_size, world.rank, 64, 256, 4, 2, 128
+    w_up = rank_tensor(100, (experts, W * n_loc, hidden), torch.bfloat16, seed=20) * 0.1
+    w_down = rank_tensor(100, (experts, hidden, W * n_loc), torch.bfloat16, seed=21) * 0.1
+    mine = slice(me * n_loc, (me + 1) * n_loc)
+    x, idx, wts = moe_inputs(me, t_loc, hidden, experts, topk, seed=22)
+    h, routing = loom.ag_moe(x, idx, wts, w_up[:, mine].contiguous(), activation="gelu", algo=algo)
+    assert h.shape == (routing.max_rows, n_loc) and routing.shape == (W * t_loc, topk, experts, W, 1)
+    # The grouped rows: row dest_rows[t, s] of h is gelu(gathered x[t] @ w_up[e, mine].T), e = gathered idx[t, s].
+    ins = [moe_inputs(r, t_loc, hidden, experts, topk, seed=22) for r in range(W)]
+    xg, idxg = torch.cat([i[0] for i in ins]), torch.cat([i[1] for i in ins])
+    want_h = torch.nn.functional.gelu(torch.einsum("th,tsnh->tsn", xg.double(), w_up[:, mine].double()[idxg.long()]))
+    assert rel_err(h[routing.dest_rows.long()], want_h) < 1e-2
+    assert torch.equal(routing.weights, torch.cat([i[2] for i in ins]))
+    out = loom.moe_rs(h, w_down[:, :, mine].contiguous(), routing, out=poisoned((t_loc, hidden), torch.float32),
+                      algo=algo)
+    assert rel_err(out, moe_reference(x, idx, wts, w_up, w_down)) < 2e-2
+
+
+def test_moe_route_permute_grouped_gemm_moe_ar(world):
+    W, me, tokens, hidden, experts, topk, n_loc = world.world_size, world.rank, 48, 256, 8, 3, 64
+    w_up = rank_tensor(100, (experts, W * n_loc, hidden), torch.bfloat16, seed=30) * 0.1
+    w_down = rank_tensor(100, (experts, hidden, W * n_loc), torch.bfloat16, seed=31) * 0.1
+    mine = slice(me * n_loc, (me + 1) * n_loc)
+    x, idx, wts = moe_inputs(0, tokens, hidden, experts, topk, seed=32)  # the same batch on every rank
+    routing = loom.moe_route(idx, wts, num_experts=experts, align=16)
+    counts = torch.bincount(idx.flatten().long(), minlength=experts)
+    assert torch.equal(routing.counts.long(), counts)
+    sizes = (counts + 15) // 16 * 16
+    assert torch.equal(routing.offsets.long(), torch.cat([sizes.new_zeros(1), sizes.cumsum(0)]))
+    rows = loom.moe_permute(x, routing)
+    assert torch.equal(rows[routing.dest_rows.long()], x[:, None].expand(-1, topk, -1))
+    h = loom.grouped_gemm(rows, w_up[:, mine].contiguous(), routing.offsets, activation="gelu")
+    out = loom.moe_ar(h, w_down[:, :, mine].contiguous(), routing, out=poisoned((tokens, hidden), torch.float32))
+    assert rel_err(out, moe_reference(x, idx, wts, w_up, w_down)) < 2e-2
+    with pytest.raises(ValueError, match="moe_ar: routing must be a loom.MoeRouting"):
+        loom.moe_ar(h, w_down[:, :, mine].contiguous(), routing.buffer)
+    loom.release_moe_state()
+
+
 # ---- torch integration -----------------------------------------------------------------------------------------------
 def test_custom_ops_run_and_compile(world):
     x = sym_input(world, (2048,), torch.float32, seed=12)
