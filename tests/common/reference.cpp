@@ -79,4 +79,20 @@ double rel_l2(std::span<const double> ref, std::span<const double> got) {
     return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
 }
 
+double value_at(DType t, std::span<const char> raw, std::size_t i) {
+    if (t == DType::F32) {
+        float f;
+        std::memcpy(&f, raw.data() + 4 * i, 4);
+        return f;
+    }
+    std::uint16_t h;
+    std::memcpy(&h, raw.data() + 2 * i, 2);
+    return t == DType::BF16 ? bf16_to_float(h) : half_to_float(h);
+}
+
+double sum_tolerance(DType t, double ref, int W) {
+    const double rel = t == DType::F32 ? 1e-6 * W : t == DType::BF16 ? 1.0 / 128 : 1.0 / 1024;
+    return std::fabs(ref) * rel + (t == DType::F32 ? 1e-6 : 1e-3) * W;
+}
+
 }  // namespace loom::test

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "loom/bf16.hpp"
+#include "loom/tensor.hpp"
 
 namespace loom::test {
 
@@ -23,5 +24,10 @@ std::vector<float> random_floats(std::size_t n, std::uint64_t seed);
 double calc_diff(std::span<const double> ref, std::span<const double> got);
 // ||got - ref|| / ||ref|| in double.
 double rel_l2(std::span<const double> ref, std::span<const double> got);
+
+// Element i of raw values of `t` (f32, bf16 or f16) as a double.
+double value_at(DType t, std::span<const char> raw, std::size_t i);
+// Tolerance of one element of a W-way sum accumulated in fp32 and rounded once to `t` (f32, bf16 or f16).
+double sum_tolerance(DType t, double ref, int W);
 
 }  // namespace loom::test

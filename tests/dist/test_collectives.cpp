@@ -69,21 +69,6 @@ std::vector<char> make_input(DType t, std::size_t n, std::uint64_t seed, std::ve
     }
     return raw;
 }
-double value_at(DType t, const std::vector<char>& raw, std::size_t i) {
-    if (t == DType::F32) {
-        float f;
-        std::memcpy(&f, raw.data() + 4 * i, 4);
-        return f;
-    }
-    std::uint16_t h;
-    std::memcpy(&h, raw.data() + 2 * i, 2);
-    return t == DType::BF16 ? test::bf16_to_float(h) : test::half_to_float(h);
-}
-// Tolerance of one output element: the fp32-accumulated result rounded once to the output type.
-double tolerance(DType t, double ref, int W) {
-    const double rel = t == DType::F32 ? 1e-6 * W : t == DType::BF16 ? 1.0 / 128 : 1.0 / 1024;
-    return std::fabs(ref) * rel + (t == DType::F32 ? 1e-6 : 1e-3) * W;
-}
 // Extra error of the ring reduce-scatter: W-1 partial sums rounded to T (unit roundoff u), each at most mag.
 double ring_extra(DType t, double mag, int W) {
     const double u = t == DType::F32 ? 0x1p-24 : t == DType::BF16 ? 0x1p-8 : 0x1p-11;
@@ -99,6 +84,7 @@ using test::kPoison;
 using test::poison;
 using test::sync_or_die;
 using test::upload;
+using test::value_at;
 
 // One eager round of `enqueue` (it creates the collective state and side streams and JIT-loads every kernel, all of
 // which synchronise, which a capturing thread must not do), then the same calls captured into an instantiated graph.
@@ -210,7 +196,7 @@ void check_reduce_scatter(World& w, cudaStream_t s, DType t, std::size_t n, cons
         }
         const double g = value_at(t, got, i);
         // The ring rounds its partial sums to T at every hop: up to W-1 extra roundings of partials <= mag.
-        const double tol = tolerance(t, ref, W) + (o.algo == CollAlgo::Ring ? ring_extra(t, mag, W) : 0.0);
+        const double tol = test::sum_tolerance(t, ref, W) + (o.algo == CollAlgo::Ring ? ring_extra(t, mag, W) : 0.0);
         if (!(std::fabs(g - ref) <= tol))
             err = "reduce_scatter " + std::string(to_string(o.algo)) + "/" + to_string(o.path) + " " + dtype_name(t) +
                   " element " + std::to_string(i) + " of " + std::to_string(n) + ": got " + std::to_string(g) +
@@ -298,7 +284,7 @@ void check_all_reduce(World& w, cudaStream_t s, DType t, std::size_t n, const Co
             ref = o.op == ReduceOp::Max ? std::max(ref, v) : ref + v;
         }
         const double g = value_at(t, got, i);
-        if (!(std::fabs(g - ref) <= tolerance(t, ref, W)))
+        if (!(std::fabs(g - ref) <= test::sum_tolerance(t, ref, W)))
             err = "all_reduce " + std::string(to_string(o.algo)) + "/" + to_string(o.path) + " " + dtype_name(t) +
                   " element " + std::to_string(i) + " of " + std::to_string(n) + ": got " + std::to_string(g) +
                   ", expected " + std::to_string(ref);
@@ -349,7 +335,7 @@ TEST_F(Collectives, ReduceScatterCopyEngineBackToBack) {
         for (std::size_t i = 0; i < n && err.empty(); ++i) {
             double ref = 0;
             for (int r = 0; r < W; ++r) ref += value_at(t, all[k][r], me * n + i);
-            if (!(std::fabs(value_at(t, got, i) - ref) <= tolerance(t, ref, W)))
+            if (!(std::fabs(value_at(t, got, i) - ref) <= test::sum_tolerance(t, ref, W)))
                 err = "call " + std::to_string(it) + " element " + std::to_string(i) + " of " + std::to_string(n) +
                       ": got " + std::to_string(value_at(t, got, i)) + ", expected " + std::to_string(ref);
         }
@@ -481,7 +467,7 @@ TEST_F(Collectives, AllReducePlainOutBackToBack) {
         for (std::size_t i = 0; i < n && err.empty(); ++i) {
             double ref = 0;
             for (int r = 0; r < W; ++r) ref += value_at(t, all[k][r], i);
-            if (!(std::fabs(value_at(t, got, i) - ref) <= tolerance(t, ref, W)))
+            if (!(std::fabs(value_at(t, got, i) - ref) <= test::sum_tolerance(t, ref, W)))
                 err = "call " + std::to_string(it) + (staged ? " (staged two-shot)" : " (one-shot)") + " element " +
                       std::to_string(i) + ": got " + std::to_string(value_at(t, got, i)) + ", expected " +
                       std::to_string(ref);
@@ -685,7 +671,7 @@ TEST_F(Collectives, TenThousandBackToBackWithChangingInputs) {
         for (std::size_t i = 0; i < n && err.empty(); ++i) {
             double ref = 0;
             for (int r = 0; r < W; ++r) ref += value_at(t, all[k][r], i);
-            if (!(std::fabs(value_at(t, got, i) - ref) <= tolerance(t, ref, W)))
+            if (!(std::fabs(value_at(t, got, i) - ref) <= test::sum_tolerance(t, ref, W)))
                 err = "iteration " + std::to_string(it) + " element " + std::to_string(i) + ": got " +
                       std::to_string(value_at(t, got, i)) + ", expected " + std::to_string(ref);
         }
@@ -795,7 +781,7 @@ TEST_F(Collectives, CudaGraphCaptureAndReplay) {
             for (std::size_t i = 0; i < cnt && err.empty(); ++i) {
                 double ref = 0;
                 for (int r = 0; r < W; ++r) ref += value_at(t, x[r], i);
-                if (!(std::fabs(value_at(t, g, i) - ref) <= tolerance(t, ref, W)))
+                if (!(std::fabs(value_at(t, g, i) - ref) <= test::sum_tolerance(t, ref, W)))
                     err = "replay " + std::to_string(replay) + " " + what + " element " + std::to_string(i) + ": got " +
                           std::to_string(value_at(t, g, i)) + ", expected " + std::to_string(ref);
             }
@@ -934,7 +920,7 @@ TEST_F(Collectives, GraphReplaysBackToBack) {
                     double ref = 0;
                     for (int q = 0; q < W; ++q) ref += value_at(t, x[q], base + i);
                     const double g = value_at(t, got, i);
-                    if (!(std::fabs(g - ref) <= tolerance(t, ref, W))) fail(i, g, ref);
+                    if (!(std::fabs(g - ref) <= test::sum_tolerance(t, ref, W))) fail(i, g, ref);
                 }
             }
         }

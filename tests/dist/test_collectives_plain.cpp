@@ -35,6 +35,7 @@ using test::kPoison;
 using test::poison;
 using test::sync_or_die;
 using test::upload;
+using test::value_at;
 
 std::uint64_t seed_of(int rank, int test_case, int iter = 0) {
     return 0x9e3779b97f4a7c15ull * (rank + 1) + 1000003ull * test_case + 7919ull * iter + 4242;
@@ -52,21 +53,6 @@ std::vector<char> make_input(DType t, std::size_t n, std::uint64_t seed) {
         }
     }
     return raw;
-}
-double value_at(DType t, const std::vector<char>& raw, std::size_t i) {
-    if (t == DType::F32) {
-        float f;
-        std::memcpy(&f, raw.data() + 4 * i, 4);
-        return f;
-    }
-    std::uint16_t h;
-    std::memcpy(&h, raw.data() + 2 * i, 2);
-    return test::bf16_to_float(h);
-}
-// The fp32-accumulated sum rounded once to the output type.
-double tolerance(DType t, double ref, int W) {
-    const double rel = t == DType::F32 ? 1e-6 * W : 1.0 / 128;
-    return std::fabs(ref) * rel + (t == DType::F32 ? 1e-6 : 1e-3) * W;
 }
 
 std::string agree(World& w, const std::string& mine) { return test::agree(w, mine, "test/collectives_plain/verdict"); }
@@ -205,7 +191,7 @@ std::string check_reduce_scatter(World& w, cudaStream_t s, DType t, std::size_t 
         double ref = 0;
         for (int r = 0; r < W; ++r) ref += value_at(t, all[r], me * n + i);
         const double g = value_at(t, got, i);
-        if (!(std::fabs(g - ref) <= tolerance(t, ref, W)))
+        if (!(std::fabs(g - ref) <= test::sum_tolerance(t, ref, W)))
             err = what("reduce_scatter", pl, o, t, n) + (in_place ? " in place" : "") + ": element " +
                   std::to_string(i) + " is " + std::to_string(g) + ", expected " + std::to_string(ref);
     }
@@ -234,7 +220,7 @@ std::string check_all_reduce(World& w, cudaStream_t s, DType t, std::size_t n, c
         double ref = 0;
         for (int r = 0; r < W; ++r) ref += value_at(t, all[r], i);
         const double g = value_at(t, got, i);
-        if (!(std::fabs(g - ref) <= tolerance(t, ref, W)))
+        if (!(std::fabs(g - ref) <= test::sum_tolerance(t, ref, W)))
             err = what("all_reduce", pl, o, t, n) + ": element " + std::to_string(i) + " is " + std::to_string(g) +
                   ", expected " + std::to_string(ref);
     }
@@ -511,15 +497,15 @@ TEST_F(PlainBuffers, StagedBackToBackWithOtherScratchUsers) {
         for (std::size_t i = 0; i < n && err.empty(); ++i) {
             double ref = 0;
             for (int r = 0; r < W; ++r) ref += value_at(t, all[k][r], i);
-            if (!(std::fabs(value_at(t, g_ar, i) - ref) <= tolerance(t, ref, W)))
+            if (!(std::fabs(value_at(t, g_ar, i) - ref) <= test::sum_tolerance(t, ref, W)))
                 err = "call " + std::to_string(it) + ": all_reduce element " + std::to_string(i) + " is " +
                       std::to_string(value_at(t, g_ar, i)) + ", expected " + std::to_string(ref);
-            else if (!(std::fabs(value_at(t, g_ar2, i) - ref) <= tolerance(t, ref, W)))
+            else if (!(std::fabs(value_at(t, g_ar2, i) - ref) <= test::sum_tolerance(t, ref, W)))
                 err = "call " + std::to_string(it) + ": all_reduce (in staged) element " + std::to_string(i) + " is " +
                       std::to_string(value_at(t, g_ar2, i)) + ", expected " + std::to_string(ref);
             double rs_ref = 0;
             for (int r = 0; r < W; ++r) rs_ref += value_at(t, all[k][r], me * n + i);
-            if (err.empty() && !(std::fabs(value_at(t, g_rs, i) - rs_ref) <= tolerance(t, rs_ref, W)))
+            if (err.empty() && !(std::fabs(value_at(t, g_rs, i) - rs_ref) <= test::sum_tolerance(t, rs_ref, W)))
                 err = "call " + std::to_string(it) + ": reduce_scatter element " + std::to_string(i) + " is " +
                       std::to_string(value_at(t, g_rs, i)) + ", expected " + std::to_string(rs_ref);
         }
