@@ -157,18 +157,9 @@ const char* word_type(int bytes) {
 }
 
 const char* float_type(const char* op, const char* arg, DType t) {
-    switch (t) {
-        case DType::F32:
-            return "float";
-        case DType::F16:
-            return "__half";
-        case DType::BF16:
-            return "__nv_bfloat16";
-        default:
-            break;
-    }
-    LOOM_CHECK(false, "{}: {}: expected dtype f32, f16 or bf16, given {}", op, arg, dtype_name(t));
-    return "";
+    LOOM_CHECK(t == DType::F32 || t == DType::F16 || t == DType::BF16,
+               "{}: {}: expected dtype f32, f16 or bf16, given {}", op, arg, dtype_name(t));
+    return dtype_cuda_name(t);
 }
 
 }  // namespace

@@ -40,8 +40,6 @@ struct FusedRsState final : overlap::SignalState<kernels::moe::MoeRsSignals> {
     uint64_t ticket_total = 0;  // reduce blocks over all calls (each arrives once per peer)
 };
 
-const char* float_type(DType t) { return t == DType::F32 ? "float" : t == DType::F16 ? "__half" : "__nv_bfloat16"; }
-
 }  // namespace
 
 void moe_rs_fused(const MoeDownCall& c) {
@@ -81,7 +79,7 @@ void moe_rs_fused(const MoeDownCall& c) {
     jit::KernelSpec rspec;
     rspec.header = kTpHeader;
     rspec.name = "loom::kernels::moe::moe_rs_reduce_send";
-    rspec.template_args = {float_type(c.out.dtype)};
+    rspec.template_args = {dtype_cuda_name(c.out.dtype)};
     const jit::Kernel& reduce = jit::get_kernel(rspec);
     (void)jit::get_kernel(grouped_gemm_kernel_spec(cfg, c.rows.dtype, c.out.dtype, p.b_kn(), gopts.activation,
                                                    "loom::kernels::moe::MoeRsHooks", kTpHeader));
