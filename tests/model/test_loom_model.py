@@ -146,6 +146,21 @@ class Published(unittest.TestCase):
         for r in rows:
             self.assertLessEqual(abs(r["error"]), doc["tolerance"], r)
 
+    def test_docs_table_is_the_current_one(self):
+        """docs/model.md carries the table `loom-model validate --published --markdown` prints."""
+        from loom_model.__main__ import main
+        import contextlib
+        import io
+
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            main(["validate", "--published", "--markdown"])
+        with open(os.path.join(ROOT, "docs", "model.md")) as f:
+            doc = f.read()
+        for line in out.getvalue().splitlines():
+            if line.startswith("| td_") or line.startswith("| deepep_"):
+                self.assertIn(line, doc, "docs/model.md is stale: regenerate it with loom-model validate --markdown")
+
     def test_issue_ranges_are_in_the_table(self):
         doc = validate.load_published()
         by_op = {}
