@@ -3,7 +3,8 @@
 # Installs the dependencies and builds (scripts/setup.sh), checks formatting (clang-format) and that docs/perf's
 # generated README and plots match its JSON (scripts/perf_summary.py, scripts/plot_perf.py), installs the package
 # and builds tests/consumer against it (the getting-started program; it runs, or says there is no GPU), runs the
-# CPU tests and the Python package's (scripts/test_python.sh: fresh virtual environment, pip install ., pytest), and
+# CPU tests, the performance model's (tests/model, standard library only) and the Python package's
+# (scripts/test_python.sh: fresh virtual environment, pip install ., pytest), and
 # runs the GPU tests (tests/run_gpu_tests.sh: 1 process, then 2, 4 and 8 ranks under loomrun) when a GPU is present.
 #   LOOM_BUILD_DIR        build directory (default build)
 #   LOOM_SKIP_DEPS=1, LOOM_NVSHMEM_HOME: as for scripts/setup.sh
@@ -33,6 +34,9 @@ cmake --build "$build_dir/consumer" >/dev/null
 
 echo "== CPU tests"
 ctest --test-dir "$build_dir" -L unit --output-on-failure -j 2
+
+echo "== performance model (tools/loom_model: unit tests, parameter files, published and measured figures)"
+PYTHONPATH=tools python3 -m unittest discover -s tests/model
 
 echo "== Python package (fresh virtual environment, pip install ., CPU pytest)"
 scripts/test_python.sh "$build_dir"

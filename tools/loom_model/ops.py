@@ -1,0 +1,175 @@
+"""Per-op predictions: the overlapped op, its sequential baseline (collective then GEMM, or GEMM then
+collective, nothing overlapped) and speedup = sequential / overlapped.
+
+Overlap (one GPU per rank): the op is split into n chunks, one per source (ag_gemm) or destination
+(gemm_rs) rank, and chunk i's compute runs while chunk i+1 moves:
+
+  ag_gemm  = max(gemm, comm/(n-1) + gemm*(n-1)/n, comm + gemm/n)   (local chunk first; the last arrival's
+                                                                    GEMM is the drain)
+  gemm_rs  = max(gemm, gemm*(n-1)/n + comm/(n-1), gemm/n + comm)   (own chunk last; the first chunk's GEMM
+             + reduce tail                                           is the fill) and the final reduction of
+             [+ nodes * node stage]                                  n partial chunks through HBM; across
+                                                                     nodes one barrier-closed stage per node
+  gemm_ar  = max(gemm, gemm/n + all_reduce) + alpha                (one barrier after the last chunk)
+
+Ranks sharing one GPU run compute and copies on the same SMs and HBM: the GEMM of every rank runs at once
+(r x one rank's GEMM), and overlap hides only part of the copy: max(gemm, comm) + f * min(gemm, comm) with
+f = shared_gpu.overlap_serial_fraction.
+
+The sequential baseline uses the same GEMM model and, across nodes, a flat ring collective (what NCCL runs);
+the overlapped op uses the hierarchical collective.
+"""
+import math
+
+from . import comm
+from .gemm import fitted_us, gemm_us
+
+BF16 = 2
+
+
+def _result(op, t, gemm, comm_us, overlapped, sequential, **extra):
+    r = {"op": op, "topology": repr(t), "ranks": t.ranks, "gemm_us": gemm, "comm_us": comm_us,
+         "overlapped_us": overlapped, "sequential_us": sequential, "speedup": sequential / overlapped}
+    r.update(extra)
+    return r
+
+
+def _check(op, **dims):
+    for k, v in dims.items():
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise ValueError(f"{op}: {k}: expected a positive integer, got {v!r}")
+
+
+def _rank_gemm(p, t, m, n, k):
+    """One rank's GEMM; ranks sharing a GPU each run on their MPS share of the SMs (shared_gpu.sm_fraction_by_ranks)
+    while streaming operands through the shared HBM (r x the traffic)."""
+    if not t.shared:
+        return gemm_us(p, m, n, k)
+    frac = p["shared_gpu"]["sm_fraction_by_ranks"].get(str(t.ranks))
+    if frac is None:
+        raise ValueError(f"{p['name']}: shared_gpu.sm_fraction_by_ranks has no entry for {t.ranks} ranks")
+    sms = max(1, int(p["gpu"]["sms"] * frac))
+    compute = fitted_us(p, m, n, k, sms=sms)
+    memory = fitted_us(p, m, n, k) * t.ranks
+    return max(compute, memory)
+
+
+def _shared_overlap(p, gemm, comm_us):
+    f = p["shared_gpu"]["overlap_serial_fraction"]
+    return max(gemm, comm_us) + f * min(gemm, comm_us)
+
+
+def ag_gemm(p, t, m, n, k):
+    """C (M x N/ranks per rank) = all_gather(A: M x K, rows split over ranks) @ B (K x N/ranks)."""
+    _check("ag_gemm", m=m, n=n, k=k)
+    r = t.ranks
+    gemm = _rank_gemm(p, t, m, math.ceil(n / r), k)
+    nbytes = m * k * BF16
+    c = comm.all_gather(p, t, nbytes)
+    seq = gemm + comm.ring_all_gather(p, t, nbytes)
+    if r == 1:
+        ovl = gemm
+    elif t.shared:
+        ovl = _shared_overlap(p, gemm, c)
+    else:
+        ovl = max(gemm, c / (r - 1) + gemm * (r - 1) / r, c + gemm / r)
+    return _result("ag_gemm", t, gemm, c, ovl, seq, m=m, n=n, k=k)
+
+
+def node_stage_us(p, t):
+    """Across nodes the reduce-scatter runs one stage per node (scatter inside the node, reduce, send to the
+    same local rank of the next node), each closed by a barrier over all ranks (dissemination: 2 log2(ranks) IB
+    latencies) and two kernel launches (reduce, send)."""
+    return 2 * p["gpu"]["launch_us"] + 2 * math.ceil(math.log2(t.ranks)) * p["ib"]["latency_us"]
+
+
+def gemm_rs(p, t, m, n, k):
+    """reduce_scatter(A (M x K/ranks) @ B (K/ranks x N)) over rows: each rank ends with M/ranks x N."""
+    _check("gemm_rs", m=m, n=n, k=k)
+    r = t.ranks
+    gemm = _rank_gemm(p, t, m, n, math.ceil(k / r))
+    nbytes = m * n * BF16
+    c = comm.reduce_scatter(p, t, nbytes)
+    seq = gemm + comm.ring_reduce_scatter(p, t, nbytes)
+    hbm = comm.bytes_per_us(p["gpu"]["hbm_GBps"] * p["gpu"]["gemm"]["hbm_efficiency"])
+    tail = (nbytes + nbytes / r) / hbm * (r if t.shared else 1)
+    if t.nodes > 1:
+        tail += t.nodes * node_stage_us(p, t)
+    if r == 1:
+        ovl = gemm
+    elif t.shared:
+        ovl = _shared_overlap(p, gemm, c) + tail
+    else:
+        ovl = max(gemm, gemm * (r - 1) / r + c / (r - 1), gemm / r + c) + tail
+    return _result("gemm_rs", t, gemm, c, ovl, seq, m=m, n=n, k=k, reduce_tail_us=tail)
+
+
+def gemm_ar(p, t, m, n, k):
+    """all_reduce(A (M x K/ranks) @ B (K/ranks x N)): every rank ends with M x N."""
+    _check("gemm_ar", m=m, n=n, k=k)
+    r = t.ranks
+    gemm = _rank_gemm(p, t, m, n, math.ceil(k / r))
+    nbytes = m * n * BF16
+    c = comm.all_reduce(p, t, nbytes)
+    seq = gemm + c
+    if r == 1:
+        ovl = gemm
+    elif t.shared:
+        ovl = _shared_overlap(p, gemm, c)
+    else:
+        ovl = max(gemm, gemm / r + c) + comm.alpha(p, t)
+    return _result("gemm_ar", t, gemm, c, ovl, seq, m=m, n=n, k=k)
+
+
+def collective(p, t, name, nbytes):
+    """One collective alone (name: all_gather, reduce_scatter, all_reduce, all_to_all)."""
+    fns = {"all_gather": comm.all_gather, "reduce_scatter": comm.reduce_scatter, "all_reduce": comm.all_reduce,
+           "all_to_all": comm.all_to_all}
+    if name not in fns:
+        raise ValueError(f"collective: expected one of {', '.join(fns)}, got {name!r}")
+    _check(name, nbytes=nbytes)
+    us = fns[name](p, t, nbytes)
+    ring = {"all_gather": comm.ring_all_gather, "reduce_scatter": comm.ring_reduce_scatter}.get(name)
+    seq = ring(p, t, nbytes) if ring else us
+    return _result(name, t, 0.0, us, us, seq, bytes=nbytes)
+
+
+def ep_token_bytes(hidden, phase):
+    """Bytes per token copy: dispatch in fp8 with one fp32 scale per 128 values; combine in bf16."""
+    if phase == "dispatch":
+        return hidden + hidden // 128 * 4
+    if phase == "combine":
+        return hidden * BF16
+    raise ValueError(f"ep: phase: expected 'dispatch' or 'combine', got {phase!r}")
+
+
+def ep_ll(p, t, phase, tokens, hidden, topk):
+    """Low-latency EP dispatch / combine: every rank sends tokens x topk token copies."""
+    _check("ep_" + phase, tokens=tokens, hidden=hidden, topk=topk)
+    nbytes = tokens * topk * ep_token_bytes(hidden, phase)
+    us = comm.ll_all_to_all(p, t, nbytes)
+    return _result("ep_" + phase, t, 0.0, us, us, us, bytes=nbytes, logical_GBps=nbytes / us / 1e3)
+
+
+def ep_normal_bottleneck_GBps(p, t):
+    """Throughput (normal) EP kernels are bound by the slowest link a token crosses: NVLink inside a node,
+    IB per GPU across nodes."""
+    return (comm.ib_rate(p) if t.nodes > 1 else comm.nvlink_rate(p)) / 1e3
+
+
+def sp_decode(p, t, batch, kv_len, hq, hkv, d):
+    """Sequence-parallel decode: each rank attends over kv_len / ranks of the cache (reading its K and V at the
+    measured decode rate, gpu.decode_GBps, plus gpu.decode_fixed_us), then the ranks exchange partial outputs and log-sum-exps (B x Hq x (D + 1) fp32) and combine.
+    Sequential baseline: one GPU decoding the whole cache."""
+    _check("sp_decode", batch=batch, kv_len=kv_len, hq=hq, hkv=hkv, d=d)
+    rate = comm.bytes_per_us(p["gpu"]["decode_GBps"])
+    fixed = p["gpu"]["decode_fixed_us"]
+    full = 2 * batch * kv_len * hkv * d * BF16 / rate + fixed
+    local = 2 * batch * math.ceil(kv_len / t.ranks) * hkv * d * BF16 / rate
+    if t.shared:
+        local *= t.ranks
+    local += fixed
+    partial = batch * hq * (d + 1) * 4
+    c = comm.all_gather(p, t, partial * t.ranks) if t.ranks > 1 else 0.0
+    ovl = local + c
+    return _result("sp_decode", t, local, c, ovl, full, batch=batch, kv_len=kv_len)
