@@ -108,8 +108,9 @@ class MeasuredPoints(unittest.TestCase):
                     and r["shared_gpu"] and "timing" not in r]
         self.assertEqual(sorted(r["ranks"] for r in rows), [2, 4, 8])
         for r in rows:
-            bw = (r["ranks"] - 1) * r["size_bytes"] / r["loom_us"] / 1e3
-            self.assertAlmostEqual(p["shared_gpu"]["copy_GBps_by_ranks"][str(r["ranks"])], bw, delta=0.5)
+            # the fan-out push reads the input once and writes W outputs: (W + 1) x S bytes of HBM traffic
+            traffic = (r["ranks"] + 1) * r["size_bytes"] / r["loom_us"] / 1e3
+            self.assertAlmostEqual(p["shared_gpu"]["traffic_GBps_by_ranks"][str(r["ranks"])], traffic, delta=0.5)
             bw_only = ops.collective(p, Topology(shared_ranks=r["ranks"]), "all_gather", r["size_bytes"])
             self.assertLess(abs(bw_only["overlapped_us"] / r["loom_us"] - 1), 0.02)
         with open(os.path.join(ROOT, "docs", "perf", "lang_put.json")) as f:
@@ -203,8 +204,10 @@ class ParameterFiles(unittest.TestCase):
         self.expect(lambda d: d.__setitem__("nvlnk", {}), "nvlnk", "unknown field")
         self.expect(lambda d: d["gpu"]["gemm"].__setitem__("table", "docs/perf/nothing.json"), "gpu.gemm.table",
                     "nothing.json")
-        self.expect(lambda d: d["shared_gpu"]["copy_GBps_by_ranks"].__setitem__("one", 5), "copy_GBps_by_ranks",
+        self.expect(lambda d: d["shared_gpu"]["traffic_GBps_by_ranks"].__setitem__("one", 5), "traffic_GBps_by_ranks",
                     "'one'")
+        self.expect(lambda d: d["shared_gpu"]["call_us_by_ranks"].__setitem__("4", -1), "call_us_by_ranks.4", "-1")
+        self.expect(lambda d: d["gpu"].pop("barrier_us"), "gpu.barrier_us", "missing")
         self.expect(lambda d: d["shared_gpu"]["sm_fraction_by_ranks"].__setitem__("4", 0), "sm_fraction_by_ranks.4")
         self.expect(lambda d: d.__setitem__("ll", []), "ll", "expected an object")
 
