@@ -5,8 +5,9 @@ ceil(tiles / sms) waves and a wave costs a K-proportional main loop plus a fixed
 
     t = waves * (us_per_wave_per_k * K + us_per_wave)
 
-bounded below by reading A and B and writing C once at hbm_GBps * hbm_efficiency (small-M, memory-bound
-shapes). Below one wave of tiles the kernel splits K (split-K / stream-K tails), so the wave count is the
+bounded below by streaming A and B in and C out once (small-M, memory-bound shapes): a fixed pipeline fill and
+tail plus the bytes at the streaming rate, both fitted to bench-gemm's skinny rows (docs/perf/gemm_skinny.json:
+stream_fixed_us + bytes / stream_GBps, every heuristic row within 9 %). Below one wave of tiles the kernel splits K (split-K / stream-K tails), so the wave count is the
 fraction tiles / sms. Where the parameter file names a table (docs/perf/gemm.json for the H200) a shape measured there
 returns its measured time instead. H800 and H100 SXM share the H200's GH100 die (132 SMs, same boost clock), so
 their files carry the H200's fitted wave costs; only HBM bandwidth differs.
@@ -36,14 +37,21 @@ def waves(p, m, n, sms=None):
     return tiles / sms if tiles < sms else math.ceil(tiles / sms)
 
 
-def fitted_us(p, m, n, k, elem_bytes=2, sms=None):
-    """The analytic model alone (no measured rows); sms: the SMs the GEMM may use (default: all)."""
+def stream_us(p, m, n, k, elem_bytes=2, streams=1):
+    """The memory bound: A and B read and C written once, by `streams` such GEMMs at once on one GPU (ranks sharing
+    it: their bytes add up at the one HBM's streaming rate)."""
+    g = p["gpu"]["gemm"]
+    return g["stream_fixed_us"] + streams * (m * k + k * n + m * n) * elem_bytes / (g["stream_GBps"] * 1e3)
+
+
+def fitted_us(p, m, n, k, elem_bytes=2, sms=None, streams=1):
+    """The analytic model alone (no measured rows); sms: the SMs the GEMM may use (default: all); streams: GEMMs
+    streaming through the same HBM at once."""
     if min(m, n, k) <= 0:
         raise ValueError(f"gemm: expected positive m, n, k, got {m}, {n}, {k}")
     g = p["gpu"]["gemm"]
     compute = waves(p, m, n, sms) * (g["us_per_wave_per_k"] * k + g["us_per_wave"])
-    memory = (m * k + k * n + m * n) * elem_bytes / (p["gpu"]["hbm_GBps"] * g["hbm_efficiency"] * 1e3)
-    return max(compute, memory)
+    return max(compute, stream_us(p, m, n, k, elem_bytes, streams))
 
 
 def measured_us(p, m, n, k):

@@ -42,16 +42,14 @@ def _check(op, **dims):
 
 def _rank_gemm(p, t, m, n, k):
     """One rank's GEMM; ranks sharing a GPU each run on their MPS share of the SMs (shared_gpu.sm_fraction_by_ranks)
-    while streaming operands through the shared HBM (r x the traffic)."""
+    while all of them stream their operands through the one HBM at once (r x the bytes at the streaming rate)."""
     if not t.shared:
         return gemm_us(p, m, n, k)
     frac = p["shared_gpu"]["sm_fraction_by_ranks"].get(str(t.ranks))
     if frac is None:
         raise ValueError(f"{p['name']}: shared_gpu.sm_fraction_by_ranks has no entry for {t.ranks} ranks")
     sms = max(1, int(p["gpu"]["sms"] * frac))
-    compute = fitted_us(p, m, n, k, sms=sms)
-    memory = fitted_us(p, m, n, k) * t.ranks
-    return max(compute, memory)
+    return fitted_us(p, m, n, k, sms=sms, streams=t.ranks)
 
 
 def _shared_overlap(p, gemm, comm_us):
@@ -104,8 +102,24 @@ def gemm_rs(p, t, m, n, k):
     return _result("gemm_rs", t, gemm, c, ovl, seq, m=m, n=n, k=k, reduce_tail_us=tail)
 
 
+def fused_epilogue_us(p, t, gemm, m, n):
+    """gemm_ar's fused epilogue (one node, one GPU per rank): each tile, once stored, is pushed to every peer, the
+    peers' copies awaited and summed. Every tile's pushes pass the rank's link ((g - 1) x M x N x 2 bytes), under
+    the GEMM where it is longer; the pushes of the last wave of tiles come after it (all of them where the tiles fit
+    one wave, as at M <= 128, the op's limit), then one barrier."""
+    g = p["gpu"]["gemm"]
+    peers, rate = t.gpus_per_node - 1, comm.nvlink_rate(p)
+    last_wave = min(m * n, p["gpu"]["sms"] * g["tile_m"] * g["tile_n"])
+    push_all = peers * m * n * BF16 / rate
+    return max(gemm, push_all) + peers * last_wave * BF16 / rate + comm.barrier_us(p, t)
+
+
 def gemm_ar(p, t, m, n, k):
-    """all_reduce(A (M x K/ranks) @ B (K/ranks x N)): every rank ends with M x N."""
+    """all_reduce(A (M x K/ranks) @ B (K/ranks x N)): every rank ends with M x N.
+
+    Auto (src/ops/overlap/gemm_ar/plan.cpp): ranks sharing a GPU run the sequence (loom::gemm, then
+    loom::all_reduce); one GPU per rank the fused epilogue (the GEMM pushes its tiles, fused_epilogue_us).
+    Across nodes: the chunked overlap of the GEMM with the hierarchical all-reduce."""
     _check("gemm_ar", m=m, n=n, k=k)
     r = t.ranks
     gemm = _rank_gemm(p, t, m, n, math.ceil(k / r))
@@ -115,7 +129,9 @@ def gemm_ar(p, t, m, n, k):
     if r == 1:
         ovl = gemm
     elif t.shared:
-        ovl = _shared_overlap(p, gemm, c)
+        ovl = seq
+    elif t.nodes == 1:
+        ovl = fused_epilogue_us(p, t, gemm, m, n)
     else:
         ovl = max(gemm, gemm / r + c) + comm.alpha(p, t)
     return _result("gemm_ar", t, gemm, c, ovl, seq, m=m, n=n, k=k)
