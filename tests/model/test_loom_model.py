@@ -45,20 +45,39 @@ class Monotonic(unittest.TestCase):
                     self.assertTrue(increasing(times), f"{hw} {name} {nodes} nodes: {times}")
 
     def test_overlapped_ops_in_sizes(self):
+        """Under one algorithm; where Auto's rule (a wave count) switches algorithm the time may drop, as Loom's."""
         for hw in HW:
             p = params.load(hw)
             for op in ("ag_gemm", "gemm_rs", "gemm_ar"):
-                for t in (Topology(1, 8), Topology(4, 8)):
+                for t in (Topology(1, 8), Topology(4, 8), Topology(shared_ranks=4) if hw == "h200" else None):
+                    if t is None:
+                        continue
                     for dim in range(3):
-                        ov, sq = [], []
+                        runs, sq = [], []
                         for v in (256, 1000, 3000, 9000, 30000):
                             shape = [5000, 7000, 11000]
                             shape[dim] = v
                             r = getattr(ops, op)(p, t, *shape)
-                            ov.append(r["overlapped_us"])
+                            if not runs or runs[-1][0] != r["algorithm"]:
+                                runs.append((r["algorithm"], []))
+                            runs[-1][1].append(r["overlapped_us"])
                             sq.append(r["sequential_us"])
-                        self.assertTrue(increasing(ov), f"{hw} {op} {t} dim {dim}: {ov}")
+                        for algo, ov in runs:
+                            self.assertTrue(increasing(ov), f"{hw} {op} {t} dim {dim} {algo}: {ov}")
                         self.assertTrue(increasing(sq), f"{hw} {op} {t} dim {dim}: {sq}")
+
+    def test_auto_switches_algorithm_by_waves(self):
+        """One GPU per rank on one node, Auto's rules: ag_gemm runs the sequence while its tiles fit one wave;
+        gemm_rs the fused epilogue to one wave, the sequence below three, the chunked overlap beyond."""
+        p = params.load("h200")
+        t = Topology(1, 2)
+        self.assertEqual(ops.ag_gemm(p, t, 512, 11008, 4096)["algorithm"], "sequence")  # 4 x 22 = 88 tiles
+        self.assertEqual(ops.ag_gemm(p, t, 1024, 11008, 4096)["algorithm"], "chunked")  # 176 tiles
+        self.assertEqual(ops.gemm_rs(p, t, 1024, 4096, 11008)["algorithm"], "fused_epilogue")  # 128 tiles
+        self.assertEqual(ops.gemm_rs(p, t, 2048, 4096, 11008)["algorithm"], "sequence")  # 256 tiles
+        self.assertEqual(ops.gemm_rs(p, t, 4096, 4096, 11008)["algorithm"], "chunked")  # 512 tiles
+        self.assertEqual(ops.gemm_ar(p, t, 16, 8192, 8192)["algorithm"], "fused_epilogue")
+        self.assertEqual(ops.gemm_ar(p, Topology(shared_ranks=2), 16, 8192, 8192)["algorithm"], "sequence")
 
     def test_ep_and_decode(self):
         p = params.load("h800")

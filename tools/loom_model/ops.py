@@ -22,7 +22,7 @@ the overlapped op uses the hierarchical collective.
 import math
 
 from . import comm
-from .gemm import fitted_us, gemm_us
+from .gemm import fitted_us, gemm_us, tiles
 
 BF16 = 2
 
@@ -65,13 +65,16 @@ def ag_gemm(p, t, m, n, k):
     nbytes = m * k * BF16
     c = comm.all_gather(p, t, nbytes)
     seq = gemm + comm.ring_all_gather(p, t, nbytes)
+    algo = "chunked"
     if r == 1:
-        ovl = gemm
+        ovl, algo = gemm, "gemm"
     elif t.shared:
         ovl = _shared_overlap(p, gemm, c)
+    elif t.nodes == 1 and tiles(p, m, math.ceil(n / r)) <= p["gpu"]["sms"]:
+        ovl, algo = c + gemm, "sequence"  # Auto: one wave of tiles has nothing to overlap (ag_gemm/plan.cpp)
     else:
         ovl = max(gemm, c / (r - 1) + gemm * (r - 1) / r, c + gemm / r)
-    return _result("ag_gemm", t, gemm, c, ovl, seq, m=m, n=n, k=k)
+    return _result("ag_gemm", t, gemm, c, ovl, seq, m=m, n=n, k=k, algorithm=algo)
 
 
 def node_stage_us(p, t):
@@ -93,13 +96,22 @@ def gemm_rs(p, t, m, n, k):
     tail = (nbytes + nbytes / r) / hbm * (r if t.shared else 1)
     if t.nodes > 1:
         tail += t.nodes * node_stage_us(p, t)
+    waves_of_tiles = tiles(p, m, n) / p["gpu"]["sms"]
+    algo = "chunked"
     if r == 1:
-        ovl = gemm
+        ovl, algo = gemm, "gemm"
     elif t.shared:
         ovl = _shared_overlap(p, gemm, c) + tail
+    elif t.nodes == 1 and waves_of_tiles <= 1:
+        # Auto (gemm_rs/plan.cpp gemm_rs_distinct_auto): one wave, the fused epilogue pushing each tile to its
+        # destination rank; every push through the link, the last wave's after the GEMM; then the reduction.
+        push_all = (r - 1) / r * nbytes / comm.nvlink_rate(p)
+        ovl, algo = max(gemm, push_all) + push_all + comm.barrier_us(p, t) + tail, "fused_epilogue"
+    elif t.nodes == 1 and waves_of_tiles < 3:
+        ovl, algo = gemm + c, "sequence"  # Auto: below three waves the sequence
     else:
         ovl = max(gemm, gemm * (r - 1) / r + c / (r - 1), gemm / r + c) + tail
-    return _result("gemm_rs", t, gemm, c, ovl, seq, m=m, n=n, k=k, reduce_tail_us=tail)
+    return _result("gemm_rs", t, gemm, c, ovl, seq, m=m, n=n, k=k, reduce_tail_us=tail, algorithm=algo)
 
 
 def fused_epilogue_us(p, t, gemm, m, n):
@@ -127,14 +139,14 @@ def gemm_ar(p, t, m, n, k):
     c = comm.all_reduce(p, t, nbytes)
     seq = gemm + c
     if r == 1:
-        ovl = gemm
+        ovl, algo = gemm, "gemm"
     elif t.shared:
-        ovl = seq
+        ovl, algo = seq, "sequence"
     elif t.nodes == 1:
-        ovl = fused_epilogue_us(p, t, gemm, m, n)
+        ovl, algo = fused_epilogue_us(p, t, gemm, m, n), "fused_epilogue"
     else:
-        ovl = max(gemm, gemm / r + c) + comm.alpha(p, t)
-    return _result("gemm_ar", t, gemm, c, ovl, seq, m=m, n=n, k=k)
+        ovl, algo = max(gemm, gemm / r + c) + comm.alpha(p, t), "chunked"
+    return _result("gemm_ar", t, gemm, c, ovl, seq, m=m, n=n, k=k, algorithm=algo)
 
 
 def collective(p, t, name, nbytes):
