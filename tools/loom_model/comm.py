@@ -105,13 +105,16 @@ def _bandwidth_us(p, t, name, nbytes):
     return alpha(p, t) + 2 * barrier_us(p, t) + move
 
 
-def _ll_us(p, t, name, nbytes):
-    """LL: no barrier; every data word travels with a flag word (twice the bytes)."""
+def ll_move_us(p, t, name, nbytes):
+    """The LL kernel's data movement (one node): every data word travels with a flag word (twice the bytes)."""
     if t.shared:
-        move = 2 * shared_traffic(name, t.ranks, nbytes) / traffic_rate(p, t.ranks)
-    else:
-        move = 2 * _link_bytes(name, t, nbytes) / nvlink_rate(p)
-    return alpha(p, t) + move
+        return 2 * shared_traffic(name, t.ranks, nbytes) / traffic_rate(p, t.ranks)
+    return 2 * _link_bytes(name, t, nbytes) / nvlink_rate(p)
+
+
+def _ll_us(p, t, name, nbytes):
+    """LL: one launch, no barrier."""
+    return alpha(p, t) + ll_move_us(p, t, name, nbytes)
 
 
 def choice_bytes(name, t, nbytes):

@@ -185,9 +185,23 @@ def ep_normal_bottleneck_GBps(p, t):
     return (comm.ib_rate(p) if t.nodes > 1 else comm.nvlink_rate(p)) / 1e3
 
 
+# The SP combine's LL regions (include/loom/kernels/attention/decode_params.hpp): blocks per launch, packets per block.
+SP_MAX_BLOCKS, SP_PACKETS_PER_BLOCK = 64, 4096
+
+
+def sp_combine_launches(rows, d):
+    """Launches of the combine (src/ops/attention/sp_decode.cpp): a row is D / 2 + 1 LL packets; a block takes up
+    to SP_PACKETS_PER_BLOCK packets of rows, a launch SP_MAX_BLOCKS blocks; rows beyond take further launches."""
+    per_row = d // 2 + 1
+    rows_per_block = max(1, min(math.ceil(rows / SP_MAX_BLOCKS), SP_PACKETS_PER_BLOCK // per_row))
+    return math.ceil(rows / (SP_MAX_BLOCKS * rows_per_block))
+
+
 def sp_decode(p, t, batch, kv_len, hq, hkv, d):
     """Sequence-parallel decode: each rank attends over kv_len / ranks of the cache (reading its K and V at the
-    measured decode rate, gpu.decode_GBps, plus gpu.decode_fixed_us), then the ranks exchange partial outputs and log-sum-exps (B x Hq x (D + 1) fp32) and combine.
+    measured decode rate, gpu.decode_GBps, plus gpu.decode_fixed_us; ranks sharing a GPU read theirs at once), then
+    one combine launch per SP_MAX_BLOCKS blocks of rows all-gathers every row's partial output and log-sum-exp
+    (B x Hq rows of D / 2 + 1 eight-byte LL packets) as LL packets (no barrier) and merges them.
     Sequential baseline: one GPU decoding the whole cache."""
     _check("sp_decode", batch=batch, kv_len=kv_len, hq=hq, hkv=hkv, d=d)
     rate = comm.bytes_per_us(p["gpu"]["decode_GBps"])
@@ -197,7 +211,10 @@ def sp_decode(p, t, batch, kv_len, hq, hkv, d):
     if t.shared:
         local *= t.ranks
     local += fixed
-    partial = batch * hq * (d + 1) * 4
-    c = comm.all_gather(p, t, partial * t.ranks) if t.ranks > 1 else 0.0
+    rows = batch * hq
+    c = 0.0
+    if t.ranks > 1:
+        gathered = rows * (d // 2 + 1) * 8 * t.ranks
+        c = sp_combine_launches(rows, d) * comm.alpha(p, t) + comm.ll_move_us(p, t, "all_gather", gathered)
     ovl = local + c
     return _result("sp_decode", t, local, c, ovl, full, batch=batch, kv_len=kv_len)
