@@ -24,6 +24,8 @@ Across nodes the hierarchical form moves only between ranks of the same local ra
 NVLink, the two stages pipelined (time = the slower stage). ring_* is the flat ring a library (NCCL) runs over
 several nodes: one channel per NIC, each GPU one IB hop and g - 1 NVLink hops per channel.
 """
+import math
+
 from . import topology as _topo  # noqa: F401  (documented type of `t`)
 
 KiB, MiB = 1024, 1024 * 1024
@@ -95,21 +97,52 @@ def _link_bytes(name, t, nbytes):
     return 2 * share if name == "all_reduce" else share
 
 
+# The bandwidth kernels' blocks (src/ops/collectives/*/ld_tma.cpp pick_blocks): bytes per block of the size they
+# split, at most MAX_BLOCKS. all_gather: in per rank; reduce_scatter: in (out x W); all_reduce: the buffer;
+# all_to_all: per peer.
+BLOCK_BYTES = {"all_gather": 64 * KiB, "reduce_scatter": 128 * KiB, "all_reduce": 64 * KiB, "all_to_all": 64 * KiB}
+MAX_BLOCKS = 64
+
+
+def kernel_blocks(name, t, nbytes):
+    split = {"all_gather": nbytes / t.ranks, "reduce_scatter": nbytes, "all_reduce": nbytes,
+             "all_to_all": nbytes / t.ranks}[name]
+    return max(1, min(MAX_BLOCKS, math.ceil(split / BLOCK_BYTES[name])))
+
+
+def block_rate(p, t):
+    """One block's ld/st copy rate (bytes/us)."""
+    return bytes_per_us(p["shared_gpu"]["block_copy_GBps"] if t.shared else p["gpu"]["block_copy_GBps"])
+
+
+def _block_bound_us(p, t, name, nbytes):
+    """A small call runs few blocks (kernel_blocks), each copying at one block's rate: the bytes one rank's blocks
+    move (all_gather and all_to_all: S written; reduce_scatter: S read; all_reduce: S read and S written) over
+    their joint rate."""
+    per_rank = 2 * nbytes if name == "all_reduce" else nbytes
+    return per_rank / (kernel_blocks(name, t, nbytes) * block_rate(p, t))
+
+
 def _bandwidth_us(p, t, name, nbytes):
     """The bandwidth algorithm: one kernel between two barriers (the copy engine: two barrier kernels around the
-    copies, the same two barriers plus a launch)."""
+    copies, the same two barriers plus a launch); its data at the slower of the bottleneck and its blocks."""
     if t.shared:
         move = shared_traffic(name, t.ranks, nbytes) / traffic_rate(p, t.ranks)
     else:
         move = _link_bytes(name, t, nbytes) / nvlink_rate(p)
-    return alpha(p, t) + 2 * barrier_us(p, t) + move
+    return alpha(p, t) + 2 * barrier_us(p, t) + max(move, _block_bound_us(p, t, name, nbytes))
 
 
 def ll_move_us(p, t, name, nbytes):
-    """The LL kernel's data movement (one node): every data word travels with a flag word (twice the bytes)."""
+    """The LL kernel's data movement (one node): every data word travels with a flag word (twice the bytes) and is
+    polled for by its receiver; each rank's payload to its peers goes at most at the LL rate (gpu.ll_GBps)."""
     if t.shared:
-        return 2 * shared_traffic(name, t.ranks, nbytes) / traffic_rate(p, t.ranks)
-    return 2 * _link_bytes(name, t, nbytes) / nvlink_rate(p)
+        move = 2 * shared_traffic(name, t.ranks, nbytes) / traffic_rate(p, t.ranks)
+    else:
+        move = 2 * _link_bytes(name, t, nbytes) / nvlink_rate(p)
+    g = t.gpus_per_node
+    payload = (g - 1) * nbytes if name == "all_reduce" else (g - 1) / g * nbytes
+    return max(move, payload / bytes_per_us(p["gpu"]["ll_GBps"]))
 
 
 def _ll_us(p, t, name, nbytes):

@@ -3,7 +3,8 @@
 A parameter file (JSON, data/<name>.json or any path) describes one machine kind:
 
   {"name": str, "description": str, "sources": {field: where the value comes from},
-   "gpu": {"sms": int, "hbm_GBps": number, "launch_us": number, "signal_us": number, "barrier_us": number,
+   "gpu": {"sms": int, "hbm_GBps": number, "launch_us": number, "signal_us": number, "barrier_us": number, "block_copy_GBps": number,
+           "ll_GBps": number,
            "decode_GBps": number, "decode_fixed_us": number,
            "gemm": {"tile_m": int, "tile_n": int, "us_per_wave_per_k": number, "us_per_wave": number,
                     "stream_GBps": number, "stream_fixed_us": number,
@@ -13,7 +14,7 @@ A parameter file (JSON, data/<name>.json or any path) describes one machine kind
    "gpus_per_node": int,
    "ll": {"overhead_us": number},
    "shared_gpu": {"traffic_GBps_by_ranks": {"2": number, ...}, "call_us_by_ranks": {"2": number, ...},
-                  "barrier_us": number, "sm_fraction_by_ranks": {"2": number in (0, 1], ...},
+                  "barrier_us": number, "block_copy_GBps": number, "sm_fraction_by_ranks": {"2": number in (0, 1], ...},
                   "overlap_serial_fraction": number in [0, 1]}
                  (optional: ranks sharing one GPU)}
 
@@ -48,6 +49,8 @@ SCHEMA = {
         "launch_us": NONNEG,
         "signal_us": NONNEG,
         "barrier_us": NONNEG,
+        "block_copy_GBps": POS,
+        "ll_GBps": POS,
         "decode_GBps": POS,
         "decode_fixed_us": NONNEG,
         "gemm": {
@@ -67,6 +70,7 @@ SCHEMA = {
     "ll": {"overhead_us": NONNEG},
 }
 OPTIONAL = {"shared_gpu": {"traffic_GBps_by_ranks": dict, "call_us_by_ranks": dict, "barrier_us": NONNEG,
+                           "block_copy_GBps": POS,
                            "sm_fraction_by_ranks": dict, "overlap_serial_fraction": FRAC0}}
 # shared_gpu fields keyed by rank count, and the kind of their values
 BY_RANKS = (("traffic_GBps_by_ranks", POS), ("call_us_by_ranks", POS), ("sm_fraction_by_ranks", FRAC))
