@@ -138,18 +138,30 @@ class MeasuredPoints(unittest.TestCase):
         self.assertEqual(len(put), 1)
         self.assertAlmostEqual(comm.nvlink_rate(p) / 1e3, put[0]["GBps"], delta=0.01 * put[0]["GBps"])
 
-    def test_measured_rows_table_covers_every_rank_count(self):
+    # Loom's rows the model misses by more than 25 % (docs/model.md, "Known gaps", says why).
+    KNOWN_GAPS = {("all_to_all", "8 ranks sharing one GPU", "1M"),
+                  ("gemm_ar", "2 ranks sharing one GPU", "128x8192x28672")}
+
+    def test_measured_rows_within_tolerance_but_the_known_gaps(self):
         rows = validate.measured_table()
         wheres = {r["where"] for r in rows}
         for w in ("1 node x 2 GPUs", "2 ranks sharing one GPU", "4 ranks sharing one GPU", "8 ranks sharing one GPU"):
             self.assertIn(w, wheres)
-        # large transfers and the M = 8192 overlapped ops: within 25 % (docs/model.md lists the gaps elsewhere)
+        keys = {(r["op"], r["where"], r["shape"]) for r in rows}
+        self.assertLessEqual(self.KNOWN_GAPS, keys)
         for r in rows:
-            big = r["op"] in ("all_gather", "reduce_scatter", "all_reduce") and r["shape"] in ("64M", "1G") \
-                and not (r["op"] == "all_reduce" and r["shape"] == "1G")
-            m8192 = r["op"] in ("ag_gemm", "gemm_rs") and r["shape"].startswith("8192x")
-            if big or m8192:
-                self.assertLess(abs(r["error"]), 0.25, r)
+            if (r["op"], r["where"], r["shape"]) not in self.KNOWN_GAPS:
+                self.assertLessEqual(abs(r["error"]), 0.25, r)
+
+    def test_shared_collectives_are_bound_by_hbm_traffic(self):
+        """Ranks sharing a GPU: at 1 GiB every collective is its HBM traffic (coll_choice.cpp's units) over the
+        measured rate; all_to_all moves 2 W S bytes to the fan-out all_gather's (W + 1) S."""
+        p = params.load("h200")
+        for w in (2, 4, 8):
+            t = Topology(shared_ranks=w)
+            ag = ops.collective(p, t, "all_gather", 1 << 30)["overlapped_us"]
+            a2a = ops.collective(p, t, "all_to_all", 1 << 30)["overlapped_us"]
+            self.assertAlmostEqual((a2a - comm.alpha(p, t)) / (ag - comm.alpha(p, t)), 2 * w / (w + 1), delta=0.01)
 
 
 class Published(unittest.TestCase):
@@ -180,6 +192,14 @@ class Published(unittest.TestCase):
         for line in out.getvalue().splitlines():
             if line.startswith("| td_") or line.startswith("| deepep_"):
                 self.assertIn(line, doc, "docs/model.md is stale: regenerate it with loom-model validate --markdown")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            main(["validate", "--measured", "--markdown"])
+        rows = [line for line in out.getvalue().splitlines() if line.startswith("| ") and " us " not in line
+                and not line.startswith("| op ")]
+        self.assertEqual(len(rows), len(validate.measured_table()))
+        for line in rows:
+            self.assertIn(line, doc, "docs/model.md is stale: regenerate it with loom-model validate --markdown")
 
     def test_issue_ranges_are_in_the_table(self):
         doc = validate.load_published()

@@ -9,8 +9,9 @@ bounded below by streaming A and B in and C out once (small-M, memory-bound shap
 tail plus the bytes at the streaming rate, both fitted to bench-gemm's skinny rows (docs/perf/gemm_skinny.json:
 stream_fixed_us + bytes / stream_GBps, every heuristic row within 9 %). Below one wave of tiles the heuristic runs
 one wave of whole tiles, or for a wave at most half full splits K over every SM (waves()). Where the parameter file
-names a table (docs/perf/gemm.json for the H200) a shape measured there returns its measured time instead. H800 and H100 SXM share the H200's GH100 die (132 SMs, same boost clock), so
-their files carry the H200's fitted wave costs; only HBM bandwidth differs.
+names a table (docs/perf/gemm.json for the H200) a shape measured there returns its measured time instead. H800 and
+H100 SXM share the H200's GH100 die (132 SMs, same boost clock), so their files carry the H200's fitted wave costs;
+only HBM bandwidth (and with it the streaming rate) differs.
 """
 import json
 import math

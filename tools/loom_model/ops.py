@@ -1,7 +1,8 @@
 """Per-op predictions: the overlapped op, its sequential baseline (collective then GEMM, or GEMM then
-collective, nothing overlapped) and speedup = sequential / overlapped.
+collective, nothing overlapped) and speedup = sequential / overlapped. Each result names the algorithm the
+model charges, the one Loom's Auto picks (src/ops/overlap/*/plan.cpp).
 
-Overlap (one GPU per rank): the op is split into n chunks, one per source (ag_gemm) or destination
+Chunked overlap (one GPU per rank): the op is split into n chunks, one per source (ag_gemm) or destination
 (gemm_rs) rank, and chunk i's compute runs while chunk i+1 moves:
 
   ag_gemm  = max(gemm, comm/(n-1) + gemm*(n-1)/n, comm + gemm/n)   (local chunk first; the last arrival's
@@ -10,11 +11,16 @@ Overlap (one GPU per rank): the op is split into n chunks, one per source (ag_ge
              + reduce tail                                           is the fill) and the final reduction of
              [+ nodes * node stage]                                  n partial chunks through HBM; across
                                                                      nodes one barrier-closed stage per node
-  gemm_ar  = max(gemm, gemm/n + all_reduce) + alpha                (one barrier after the last chunk)
+  gemm_ar  = max(gemm, gemm/n + all_reduce) + alpha                (across nodes)
 
-Ranks sharing one GPU run compute and copies on the same SMs and HBM: the GEMM of every rank runs at once
-(r x one rank's GEMM), and overlap hides only part of the copy: max(gemm, comm) + f * min(gemm, comm) with
-f = shared_gpu.overlap_serial_fraction.
+One node, one GPU per rank, Auto by waves of output tiles: ag_gemm runs the sequence while its tiles fit one
+wave; gemm_rs the fused epilogue to one wave, the sequence below three, the chunked overlap beyond; gemm_ar the
+fused epilogue (fused_epilogue_us).
+
+Ranks sharing one GPU run compute and copies on the same SMs and HBM: every rank's GEMM runs at once on its MPS
+share of the SMs, their operand bytes streaming through the one HBM; ag_gemm and gemm_rs hide only part of the
+copy: max(gemm, comm) + f * min(gemm, comm) with f = shared_gpu.overlap_serial_fraction; gemm_ar runs the
+sequence.
 
 The sequential baseline uses the same GEMM model and, across nodes, a flat ring collective (what NCCL runs);
 the overlapped op uses the hierarchical collective.

@@ -3,9 +3,8 @@
 A parameter file (JSON, data/<name>.json or any path) describes one machine kind:
 
   {"name": str, "description": str, "sources": {field: where the value comes from},
-   "gpu": {"sms": int, "hbm_GBps": number, "launch_us": number, "signal_us": number, "barrier_us": number, "block_copy_GBps": number,
-           "ll_GBps": number,
-           "decode_GBps": number, "decode_fixed_us": number,
+   "gpu": {"sms": int, "hbm_GBps": number, "launch_us": number, "signal_us": number, "barrier_us": number,
+           "block_copy_GBps": number, "ll_GBps": number, "decode_GBps": number, "decode_fixed_us": number,
            "gemm": {"tile_m": int, "tile_n": int, "us_per_wave_per_k": number, "us_per_wave": number,
                     "stream_GBps": number, "stream_fixed_us": number,
                     "hbm_efficiency": number in (0, 1], "table": "docs/perf/<file>.json" or null}},
