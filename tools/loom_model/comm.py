@@ -11,9 +11,11 @@ bytes per rank; all_reduce S = the buffer; all_to_all S = bytes each rank sends 
 
 One node: the automatic choice of src/ops/collectives/coll_choice.cpp (symmetric buffers), which the table took
 from measurements: the flag-in-data LL kernel to its capacity (no barrier; a flag word beside every data word, so
-twice the bytes), else one kernel between an entry and an exit barrier (fan-out push / pull / ring / two-shot
-over ld/st), or for the largest transfers on distinct GPUs the copy engine (a barrier kernel, the per-peer
-copies on side streams, a barrier kernel). Where both LL and a bandwidth algorithm may run, the model takes the
+twice the bytes, and each rank's payload at most at LL's measured rate, gpu.ll_GBps), else one kernel between an
+entry and an exit barrier (fan-out push / pull / ring / two-shot over ld/st), or for the largest transfers the copy
+engine (a barrier kernel, the per-peer copies on side streams, a barrier kernel). A bandwidth kernel runs one block
+per 64-128 KiB of its size (at most 64, pick_blocks), each at one block's measured copy rate (block_copy_GBps):
+small calls are bound by their blocks. Where both LL and a bandwidth algorithm may run, the model takes the
 faster, as the measured table does. A call costs:
   distinct GPUs: one launch, one signal per peer and the link latency (alpha);
   ranks sharing a GPU: the measured per-call time of the smallest collective with that many ranks
