@@ -22,7 +22,8 @@ def increasing(values):
 
 
 class Monotonic(unittest.TestCase):
-    """More work never takes less time (the fitted model, and ops at shapes no table row overrides)."""
+    """More work never takes less time (the fitted model, and ops at shapes no table row overrides), but where Loom's
+    own rules make it so: a collective's block count, an overlapped op's choice of algorithm."""
 
     def test_gemm_in_each_dimension(self):
         for hw in HW:
@@ -36,29 +37,62 @@ class Monotonic(unittest.TestCase):
                 self.assertTrue(increasing(times), f"{hw} dim {dim}: {times}")
 
     def test_collectives_in_bytes_and_nodes(self):
+        """At powers of two. Between them a small call's time has a sawtooth, as Loom's: one more block (one per
+        64-128 KiB) makes a size just past a block boundary faster than the one before it; the drop stays below
+        what one block moves."""
         for hw in HW:
             p = params.load(hw)
+            tops = [Topology(nodes, 8) for nodes in (1, 2, 16, 128)]
+            if hw == "h200":
+                tops += [Topology(1, 2)] + [Topology(shared_ranks=r) for r in (2, 4, 8)]
             for name in ("all_gather", "reduce_scatter", "all_reduce", "all_to_all"):
-                for nodes in (1, 2, 16, 128):
-                    t = Topology(nodes, 8)
-                    times = [ops.collective(p, t, name, 1 << s)["overlapped_us"] for s in range(10, 32, 3)]
-                    self.assertTrue(increasing(times), f"{hw} {name} {nodes} nodes: {times}")
+                for t in tops:
+                    times = [ops.collective(p, t, name, 1 << s)["overlapped_us"] for s in range(10, 32)]
+                    self.assertTrue(increasing(times), f"{hw} {name} {t}: {times}")
+                    if t.nodes > 1:
+                        continue
+                    rate = comm.block_rate(p, t)
+                    prev = None
+                    for size in range(1 << 10, 1 << 25, 1 << 14):
+                        us = ops.collective(p, t, name, size)["overlapped_us"]
+                        if prev is not None:
+                            self.assertGreater(us, prev - 2 * 128 * 1024 / rate, f"{hw} {name} {t} {size}")
+                        prev = us
 
     def test_overlapped_ops_in_sizes(self):
+        """Under one algorithm; where Auto's rule (a wave count) switches algorithm the time may drop, as Loom's."""
         for hw in HW:
             p = params.load(hw)
             for op in ("ag_gemm", "gemm_rs", "gemm_ar"):
-                for t in (Topology(1, 8), Topology(4, 8)):
+                for t in (Topology(1, 8), Topology(4, 8), Topology(shared_ranks=4) if hw == "h200" else None):
+                    if t is None:
+                        continue
                     for dim in range(3):
-                        ov, sq = [], []
+                        runs, sq = [], []
                         for v in (256, 1000, 3000, 9000, 30000):
                             shape = [5000, 7000, 11000]
                             shape[dim] = v
                             r = getattr(ops, op)(p, t, *shape)
-                            ov.append(r["overlapped_us"])
+                            if not runs or runs[-1][0] != r["algorithm"]:
+                                runs.append((r["algorithm"], []))
+                            runs[-1][1].append(r["overlapped_us"])
                             sq.append(r["sequential_us"])
-                        self.assertTrue(increasing(ov), f"{hw} {op} {t} dim {dim}: {ov}")
+                        for algo, ov in runs:
+                            self.assertTrue(increasing(ov), f"{hw} {op} {t} dim {dim} {algo}: {ov}")
                         self.assertTrue(increasing(sq), f"{hw} {op} {t} dim {dim}: {sq}")
+
+    def test_auto_switches_algorithm_by_waves(self):
+        """One GPU per rank on one node, Auto's rules: ag_gemm runs the sequence while its tiles fit one wave;
+        gemm_rs the fused epilogue to one wave, the sequence below three, the chunked overlap beyond."""
+        p = params.load("h200")
+        t = Topology(1, 2)
+        self.assertEqual(ops.ag_gemm(p, t, 512, 11008, 4096)["algorithm"], "sequence")  # 4 x 22 = 88 tiles
+        self.assertEqual(ops.ag_gemm(p, t, 1024, 11008, 4096)["algorithm"], "chunked")  # 176 tiles
+        self.assertEqual(ops.gemm_rs(p, t, 1024, 4096, 11008)["algorithm"], "fused_epilogue")  # 128 tiles
+        self.assertEqual(ops.gemm_rs(p, t, 2048, 4096, 11008)["algorithm"], "sequence")  # 256 tiles
+        self.assertEqual(ops.gemm_rs(p, t, 4096, 4096, 11008)["algorithm"], "chunked")  # 512 tiles
+        self.assertEqual(ops.gemm_ar(p, t, 16, 8192, 8192)["algorithm"], "fused_epilogue")
+        self.assertEqual(ops.gemm_ar(p, Topology(shared_ranks=2), 16, 8192, 8192)["algorithm"], "sequence")
 
     def test_ep_and_decode(self):
         p = params.load("h800")
@@ -108,8 +142,9 @@ class MeasuredPoints(unittest.TestCase):
                     and r["shared_gpu"] and "timing" not in r]
         self.assertEqual(sorted(r["ranks"] for r in rows), [2, 4, 8])
         for r in rows:
-            bw = (r["ranks"] - 1) * r["size_bytes"] / r["loom_us"] / 1e3
-            self.assertAlmostEqual(p["shared_gpu"]["copy_GBps_by_ranks"][str(r["ranks"])], bw, delta=0.5)
+            # the fan-out push reads the input once and writes W outputs: (W + 1) x S bytes of HBM traffic
+            traffic = (r["ranks"] + 1) * r["size_bytes"] / r["loom_us"] / 1e3
+            self.assertAlmostEqual(p["shared_gpu"]["traffic_GBps_by_ranks"][str(r["ranks"])], traffic, delta=0.5)
             bw_only = ops.collective(p, Topology(shared_ranks=r["ranks"]), "all_gather", r["size_bytes"])
             self.assertLess(abs(bw_only["overlapped_us"] / r["loom_us"] - 1), 0.02)
         with open(os.path.join(ROOT, "docs", "perf", "lang_put.json")) as f:
@@ -118,18 +153,30 @@ class MeasuredPoints(unittest.TestCase):
         self.assertEqual(len(put), 1)
         self.assertAlmostEqual(comm.nvlink_rate(p) / 1e3, put[0]["GBps"], delta=0.01 * put[0]["GBps"])
 
-    def test_measured_rows_table_covers_every_rank_count(self):
+    # Loom's rows the model misses by more than 25 % (docs/model.md, "Known gaps", says why).
+    KNOWN_GAPS = {("all_to_all", "8 ranks sharing one GPU", "1M"),
+                  ("gemm_ar", "2 ranks sharing one GPU", "128x8192x28672")}
+
+    def test_measured_rows_within_tolerance_but_the_known_gaps(self):
         rows = validate.measured_table()
         wheres = {r["where"] for r in rows}
         for w in ("1 node x 2 GPUs", "2 ranks sharing one GPU", "4 ranks sharing one GPU", "8 ranks sharing one GPU"):
             self.assertIn(w, wheres)
-        # large transfers and the M = 8192 overlapped ops: within 25 % (docs/model.md lists the gaps elsewhere)
+        keys = {(r["op"], r["where"], r["shape"]) for r in rows}
+        self.assertLessEqual(self.KNOWN_GAPS, keys)
         for r in rows:
-            big = r["op"] in ("all_gather", "reduce_scatter", "all_reduce") and r["shape"] in ("64M", "1G") \
-                and not (r["op"] == "all_reduce" and r["shape"] == "1G")
-            m8192 = r["op"] in ("ag_gemm", "gemm_rs") and r["shape"].startswith("8192x")
-            if big or m8192:
-                self.assertLess(abs(r["error"]), 0.25, r)
+            if (r["op"], r["where"], r["shape"]) not in self.KNOWN_GAPS:
+                self.assertLessEqual(abs(r["error"]), 0.25, r)
+
+    def test_shared_collectives_are_bound_by_hbm_traffic(self):
+        """Ranks sharing a GPU: at 1 GiB every collective is its HBM traffic (coll_choice.cpp's units) over the
+        measured rate; all_to_all moves 2 W S bytes to the fan-out all_gather's (W + 1) S."""
+        p = params.load("h200")
+        for w in (2, 4, 8):
+            t = Topology(shared_ranks=w)
+            ag = ops.collective(p, t, "all_gather", 1 << 30)["overlapped_us"]
+            a2a = ops.collective(p, t, "all_to_all", 1 << 30)["overlapped_us"]
+            self.assertAlmostEqual((a2a - comm.alpha(p, t)) / (ag - comm.alpha(p, t)), 2 * w / (w + 1), delta=0.01)
 
 
 class Published(unittest.TestCase):
@@ -160,6 +207,14 @@ class Published(unittest.TestCase):
         for line in out.getvalue().splitlines():
             if line.startswith("| td_") or line.startswith("| deepep_"):
                 self.assertIn(line, doc, "docs/model.md is stale: regenerate it with loom-model validate --markdown")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            main(["validate", "--measured", "--markdown"])
+        rows = [line for line in out.getvalue().splitlines() if line.startswith("| ") and " us " not in line
+                and not line.startswith("| op ")]
+        self.assertEqual(len(rows), len(validate.measured_table()))
+        for line in rows:
+            self.assertIn(line, doc, "docs/model.md is stale: regenerate it with loom-model validate --markdown")
 
     def test_issue_ranges_are_in_the_table(self):
         doc = validate.load_published()
@@ -203,8 +258,10 @@ class ParameterFiles(unittest.TestCase):
         self.expect(lambda d: d.__setitem__("nvlnk", {}), "nvlnk", "unknown field")
         self.expect(lambda d: d["gpu"]["gemm"].__setitem__("table", "docs/perf/nothing.json"), "gpu.gemm.table",
                     "nothing.json")
-        self.expect(lambda d: d["shared_gpu"]["copy_GBps_by_ranks"].__setitem__("one", 5), "copy_GBps_by_ranks",
+        self.expect(lambda d: d["shared_gpu"]["traffic_GBps_by_ranks"].__setitem__("one", 5), "traffic_GBps_by_ranks",
                     "'one'")
+        self.expect(lambda d: d["shared_gpu"]["call_us_by_ranks"].__setitem__("4", -1), "call_us_by_ranks.4", "-1")
+        self.expect(lambda d: d["gpu"].pop("barrier_us"), "gpu.barrier_us", "missing")
         self.expect(lambda d: d["shared_gpu"]["sm_fraction_by_ranks"].__setitem__("4", 0), "sm_fraction_by_ranks.4")
         self.expect(lambda d: d.__setitem__("ll", []), "ll", "expected an object")
 

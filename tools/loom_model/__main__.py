@@ -39,8 +39,9 @@ def predict(p, t, a):
 
 
 def fmt_row(r):
+    algo = f", {r['algorithm']}" if "algorithm" in r else ""
     return (f"{r['topology']:>26}  overlapped {r['overlapped_us']:10.1f} us  sequential {r['sequential_us']:10.1f} us"
-            f"  speedup {r['speedup']:5.2f}x  (gemm {r['gemm_us']:.1f} us, comm {r['comm_us']:.1f} us)")
+            f"  speedup {r['speedup']:5.2f}x  (gemm {r['gemm_us']:.1f} us, comm {r['comm_us']:.1f} us{algo})")
 
 
 def markdown(rows, cols):

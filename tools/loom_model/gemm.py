@@ -5,11 +5,13 @@ ceil(tiles / sms) waves and a wave costs a K-proportional main loop plus a fixed
 
     t = waves * (us_per_wave_per_k * K + us_per_wave)
 
-bounded below by reading A and B and writing C once at hbm_GBps * hbm_efficiency (small-M, memory-bound
-shapes). Below one wave of tiles the kernel splits K (split-K / stream-K tails), so the wave count is the
-fraction tiles / sms. Where the parameter file names a table (docs/perf/gemm.json for the H200) a shape measured there
-returns its measured time instead. H800 and H100 SXM share the H200's GH100 die (132 SMs, same boost clock), so
-their files carry the H200's fitted wave costs; only HBM bandwidth differs.
+bounded below by streaming A and B in and C out once (small-M, memory-bound shapes): a fixed pipeline fill and
+tail plus the bytes at the streaming rate, both fitted to bench-gemm's skinny rows (docs/perf/gemm_skinny.json:
+stream_fixed_us + bytes / stream_GBps, every heuristic row within 9 %). Below one wave of tiles the heuristic runs
+one wave of whole tiles, or for a wave at most half full splits K over every SM (waves()). Where the parameter file
+names a table (docs/perf/gemm.json for the H200) a shape measured there returns its measured time instead. H800 and
+H100 SXM share the H200's GH100 die (132 SMs, same boost clock), so their files carry the H200's fitted wave costs;
+only HBM bandwidth (and with it the streaming rate) differs.
 """
 import json
 import math
@@ -18,6 +20,8 @@ import os
 from .params import REPO_ROOT
 
 _tables = {}
+K_BLOCK = 64  # bf16 k-block of the sm90 GEMM (kernels::gemm_block_k)
+TAIL_FIXUP = 0.1  # a split tail's fix-up, in waves (src/ops/gemm/gemm_internal.hpp kGemmTailFixupCost)
 
 
 def _table(path):
@@ -28,22 +32,44 @@ def _table(path):
     return _tables[path]
 
 
-def waves(p, m, n, sms=None):
-    """Waves of output tiles; below one wave the kernel splits K over the idle SMs (a fraction of a wave)."""
+def tiles(p, m, n):
+    """Output tiles of an M x N GEMM (the model's tile_m x tile_n)."""
     g = p["gpu"]["gemm"]
+    return math.ceil(m / g["tile_m"]) * math.ceil(n / g["tile_n"])
+
+
+def waves(p, m, n, sms=None, k=None):
+    """Waves of output tiles. Below one wave, as src/ops/gemm/heuristic.cpp plans it: tiles filling more than half
+    the SMs run one wave of whole tiles (the persistent grid is the tiles); a thinner wave splits K over every SM,
+    s = min(SMs / tiles, K-blocks / 4) ways, at 1 / s of a wave plus the fix-up (0.1 of a wave:
+    kGemmTailFixupCost). k None: the split as wide as the SMs allow."""
     sms = sms or p["gpu"]["sms"]
-    tiles = math.ceil(m / g["tile_m"]) * math.ceil(n / g["tile_n"])
-    return tiles / sms if tiles < sms else math.ceil(tiles / sms)
+    count = tiles(p, m, n)
+    if count >= sms:
+        return math.ceil(count / sms)
+    if 2 * count > sms:
+        return 1
+    splits = sms // count
+    if k is not None:
+        splits = min(splits, math.ceil(k / K_BLOCK) // 4)
+    return 1 / splits + TAIL_FIXUP if splits >= 2 else 1
 
 
-def fitted_us(p, m, n, k, elem_bytes=2, sms=None):
-    """The analytic model alone (no measured rows); sms: the SMs the GEMM may use (default: all)."""
+def stream_us(p, m, n, k, elem_bytes=2, streams=1):
+    """The memory bound: A and B read and C written once, by `streams` such GEMMs at once on one GPU (ranks sharing
+    it: their bytes add up at the one HBM's streaming rate)."""
+    g = p["gpu"]["gemm"]
+    return g["stream_fixed_us"] + streams * (m * k + k * n + m * n) * elem_bytes / (g["stream_GBps"] * 1e3)
+
+
+def fitted_us(p, m, n, k, elem_bytes=2, sms=None, streams=1):
+    """The analytic model alone (no measured rows); sms: the SMs the GEMM may use (default: all); streams: GEMMs
+    streaming through the same HBM at once."""
     if min(m, n, k) <= 0:
         raise ValueError(f"gemm: expected positive m, n, k, got {m}, {n}, {k}")
     g = p["gpu"]["gemm"]
-    compute = waves(p, m, n, sms) * (g["us_per_wave_per_k"] * k + g["us_per_wave"])
-    memory = (m * k + k * n + m * n) * elem_bytes / (p["gpu"]["hbm_GBps"] * g["hbm_efficiency"] * 1e3)
-    return max(compute, memory)
+    compute = waves(p, m, n, sms, k) * (g["us_per_wave_per_k"] * k + g["us_per_wave"])
+    return max(compute, stream_us(p, m, n, k, elem_bytes, streams))
 
 
 def measured_us(p, m, n, k):

@@ -1,7 +1,8 @@
 """Per-op predictions: the overlapped op, its sequential baseline (collective then GEMM, or GEMM then
-collective, nothing overlapped) and speedup = sequential / overlapped.
+collective, nothing overlapped) and speedup = sequential / overlapped. Each result names the algorithm the
+model charges, the one Loom's Auto picks (src/ops/overlap/*/plan.cpp).
 
-Overlap (one GPU per rank): the op is split into n chunks, one per source (ag_gemm) or destination
+Chunked overlap (one GPU per rank): the op is split into n chunks, one per source (ag_gemm) or destination
 (gemm_rs) rank, and chunk i's compute runs while chunk i+1 moves:
 
   ag_gemm  = max(gemm, comm/(n-1) + gemm*(n-1)/n, comm + gemm/n)   (local chunk first; the last arrival's
@@ -10,11 +11,16 @@ Overlap (one GPU per rank): the op is split into n chunks, one per source (ag_ge
              + reduce tail                                           is the fill) and the final reduction of
              [+ nodes * node stage]                                  n partial chunks through HBM; across
                                                                      nodes one barrier-closed stage per node
-  gemm_ar  = max(gemm, gemm/n + all_reduce) + alpha                (one barrier after the last chunk)
+  gemm_ar  = max(gemm, gemm/n + all_reduce) + alpha                (across nodes)
 
-Ranks sharing one GPU run compute and copies on the same SMs and HBM: the GEMM of every rank runs at once
-(r x one rank's GEMM), and overlap hides only part of the copy: max(gemm, comm) + f * min(gemm, comm) with
-f = shared_gpu.overlap_serial_fraction.
+One node, one GPU per rank, Auto by waves of output tiles: ag_gemm runs the sequence while its tiles fit one
+wave; gemm_rs the fused epilogue to one wave, the sequence below three, the chunked overlap beyond; gemm_ar the
+fused epilogue (fused_epilogue_us).
+
+Ranks sharing one GPU run compute and copies on the same SMs and HBM: every rank's GEMM runs at once on its MPS
+share of the SMs, their operand bytes streaming through the one HBM; ag_gemm and gemm_rs hide only part of the
+copy: max(gemm, comm) + f * min(gemm, comm) with f = shared_gpu.overlap_serial_fraction; gemm_ar runs the
+sequence.
 
 The sequential baseline uses the same GEMM model and, across nodes, a flat ring collective (what NCCL runs);
 the overlapped op uses the hierarchical collective.
@@ -22,7 +28,7 @@ the overlapped op uses the hierarchical collective.
 import math
 
 from . import comm
-from .gemm import fitted_us, gemm_us
+from .gemm import fitted_us, gemm_us, tiles
 
 BF16 = 2
 
@@ -42,16 +48,14 @@ def _check(op, **dims):
 
 def _rank_gemm(p, t, m, n, k):
     """One rank's GEMM; ranks sharing a GPU each run on their MPS share of the SMs (shared_gpu.sm_fraction_by_ranks)
-    while streaming operands through the shared HBM (r x the traffic)."""
+    while all of them stream their operands through the one HBM at once (r x the bytes at the streaming rate)."""
     if not t.shared:
         return gemm_us(p, m, n, k)
     frac = p["shared_gpu"]["sm_fraction_by_ranks"].get(str(t.ranks))
     if frac is None:
         raise ValueError(f"{p['name']}: shared_gpu.sm_fraction_by_ranks has no entry for {t.ranks} ranks")
     sms = max(1, int(p["gpu"]["sms"] * frac))
-    compute = fitted_us(p, m, n, k, sms=sms)
-    memory = fitted_us(p, m, n, k) * t.ranks
-    return max(compute, memory)
+    return fitted_us(p, m, n, k, sms=sms, streams=t.ranks)
 
 
 def _shared_overlap(p, gemm, comm_us):
@@ -67,13 +71,16 @@ def ag_gemm(p, t, m, n, k):
     nbytes = m * k * BF16
     c = comm.all_gather(p, t, nbytes)
     seq = gemm + comm.ring_all_gather(p, t, nbytes)
+    algo = "chunked"
     if r == 1:
-        ovl = gemm
+        ovl, algo = gemm, "gemm"
     elif t.shared:
         ovl = _shared_overlap(p, gemm, c)
+    elif t.nodes == 1 and tiles(p, m, math.ceil(n / r)) <= p["gpu"]["sms"]:
+        ovl, algo = c + gemm, "sequence"  # Auto: one wave of tiles has nothing to overlap (ag_gemm/plan.cpp)
     else:
         ovl = max(gemm, c / (r - 1) + gemm * (r - 1) / r, c + gemm / r)
-    return _result("ag_gemm", t, gemm, c, ovl, seq, m=m, n=n, k=k)
+    return _result("ag_gemm", t, gemm, c, ovl, seq, m=m, n=n, k=k, algorithm=algo)
 
 
 def node_stage_us(p, t):
@@ -95,17 +102,42 @@ def gemm_rs(p, t, m, n, k):
     tail = (nbytes + nbytes / r) / hbm * (r if t.shared else 1)
     if t.nodes > 1:
         tail += t.nodes * node_stage_us(p, t)
+    waves_of_tiles = tiles(p, m, n) / p["gpu"]["sms"]
+    algo = "chunked"
     if r == 1:
-        ovl = gemm
+        ovl, algo = gemm, "gemm"
     elif t.shared:
         ovl = _shared_overlap(p, gemm, c) + tail
+    elif t.nodes == 1 and waves_of_tiles <= 1:
+        # Auto (gemm_rs/plan.cpp gemm_rs_distinct_auto): one wave, the fused epilogue pushing each tile to its
+        # destination rank; every push through the link, the last wave's after the GEMM; then the reduction.
+        push_all = (r - 1) / r * nbytes / comm.nvlink_rate(p)
+        ovl, algo = max(gemm, push_all) + push_all + comm.barrier_us(p, t) + tail, "fused_epilogue"
+    elif t.nodes == 1 and waves_of_tiles < 3:
+        ovl, algo = gemm + c, "sequence"  # Auto: below three waves the sequence
     else:
         ovl = max(gemm, gemm * (r - 1) / r + c / (r - 1), gemm / r + c) + tail
-    return _result("gemm_rs", t, gemm, c, ovl, seq, m=m, n=n, k=k, reduce_tail_us=tail)
+    return _result("gemm_rs", t, gemm, c, ovl, seq, m=m, n=n, k=k, reduce_tail_us=tail, algorithm=algo)
+
+
+def fused_epilogue_us(p, t, gemm, m, n):
+    """gemm_ar's fused epilogue (one node, one GPU per rank): each tile, once stored, is pushed to every peer, the
+    peers' copies awaited and summed. Every tile's pushes pass the rank's link ((g - 1) x M x N x 2 bytes), under
+    the GEMM where it is longer; the pushes of the last wave of tiles come after it (all of them where the tiles fit
+    one wave, as at M <= 128, the op's limit), then one barrier."""
+    g = p["gpu"]["gemm"]
+    peers, rate = t.gpus_per_node - 1, comm.nvlink_rate(p)
+    last_wave = min(m * n, p["gpu"]["sms"] * g["tile_m"] * g["tile_n"])
+    push_all = peers * m * n * BF16 / rate
+    return max(gemm, push_all) + peers * last_wave * BF16 / rate + comm.barrier_us(p, t)
 
 
 def gemm_ar(p, t, m, n, k):
-    """all_reduce(A (M x K/ranks) @ B (K/ranks x N)): every rank ends with M x N."""
+    """all_reduce(A (M x K/ranks) @ B (K/ranks x N)): every rank ends with M x N.
+
+    Auto (src/ops/overlap/gemm_ar/plan.cpp): ranks sharing a GPU run the sequence (loom::gemm, then
+    loom::all_reduce); one GPU per rank the fused epilogue (the GEMM pushes its tiles, fused_epilogue_us).
+    Across nodes: the chunked overlap of the GEMM with the hierarchical all-reduce."""
     _check("gemm_ar", m=m, n=n, k=k)
     r = t.ranks
     gemm = _rank_gemm(p, t, m, n, math.ceil(k / r))
@@ -113,12 +145,14 @@ def gemm_ar(p, t, m, n, k):
     c = comm.all_reduce(p, t, nbytes)
     seq = gemm + c
     if r == 1:
-        ovl = gemm
+        ovl, algo = gemm, "gemm"
     elif t.shared:
-        ovl = _shared_overlap(p, gemm, c)
+        ovl, algo = seq, "sequence"
+    elif t.nodes == 1:
+        ovl, algo = fused_epilogue_us(p, t, gemm, m, n), "fused_epilogue"
     else:
-        ovl = max(gemm, gemm / r + c) + comm.alpha(p, t)
-    return _result("gemm_ar", t, gemm, c, ovl, seq, m=m, n=n, k=k)
+        ovl, algo = max(gemm, gemm / r + c) + comm.alpha(p, t), "chunked"
+    return _result("gemm_ar", t, gemm, c, ovl, seq, m=m, n=n, k=k, algorithm=algo)
 
 
 def collective(p, t, name, nbytes):
@@ -157,9 +191,23 @@ def ep_normal_bottleneck_GBps(p, t):
     return (comm.ib_rate(p) if t.nodes > 1 else comm.nvlink_rate(p)) / 1e3
 
 
+# The SP combine's LL regions (include/loom/kernels/attention/decode_params.hpp): blocks per launch, packets per block.
+SP_MAX_BLOCKS, SP_PACKETS_PER_BLOCK = 64, 4096
+
+
+def sp_combine_launches(rows, d):
+    """Launches of the combine (src/ops/attention/sp_decode.cpp): a row is D / 2 + 1 LL packets; a block takes up
+    to SP_PACKETS_PER_BLOCK packets of rows, a launch SP_MAX_BLOCKS blocks; rows beyond take further launches."""
+    per_row = d // 2 + 1
+    rows_per_block = max(1, min(math.ceil(rows / SP_MAX_BLOCKS), SP_PACKETS_PER_BLOCK // per_row))
+    return math.ceil(rows / (SP_MAX_BLOCKS * rows_per_block))
+
+
 def sp_decode(p, t, batch, kv_len, hq, hkv, d):
     """Sequence-parallel decode: each rank attends over kv_len / ranks of the cache (reading its K and V at the
-    measured decode rate, gpu.decode_GBps, plus gpu.decode_fixed_us), then the ranks exchange partial outputs and log-sum-exps (B x Hq x (D + 1) fp32) and combine.
+    measured decode rate, gpu.decode_GBps, plus gpu.decode_fixed_us; ranks sharing a GPU read theirs at once), then
+    one combine launch per SP_MAX_BLOCKS blocks of rows all-gathers every row's partial output and log-sum-exp
+    (B x Hq rows of D / 2 + 1 eight-byte LL packets) as LL packets (no barrier) and merges them.
     Sequential baseline: one GPU decoding the whole cache."""
     _check("sp_decode", batch=batch, kv_len=kv_len, hq=hq, hkv=hkv, d=d)
     rate = comm.bytes_per_us(p["gpu"]["decode_GBps"])
@@ -169,7 +217,10 @@ def sp_decode(p, t, batch, kv_len, hq, hkv, d):
     if t.shared:
         local *= t.ranks
     local += fixed
-    partial = batch * hq * (d + 1) * 4
-    c = comm.all_gather(p, t, partial * t.ranks) if t.ranks > 1 else 0.0
+    rows = batch * hq
+    c = 0.0
+    if t.ranks > 1:
+        gathered = rows * (d // 2 + 1) * 8 * t.ranks
+        c = sp_combine_launches(rows, d) * comm.alpha(p, t) + comm.ll_move_us(p, t, "all_gather", gathered)
     ovl = local + c
     return _result("sp_decode", t, local, c, ovl, full, batch=batch, kv_len=kv_len)

@@ -3,15 +3,17 @@
 A parameter file (JSON, data/<name>.json or any path) describes one machine kind:
 
   {"name": str, "description": str, "sources": {field: where the value comes from},
-   "gpu": {"sms": int, "hbm_GBps": number, "launch_us": number, "signal_us": number,
-           "decode_GBps": number, "decode_fixed_us": number,
+   "gpu": {"sms": int, "hbm_GBps": number, "launch_us": number, "signal_us": number, "barrier_us": number,
+           "block_copy_GBps": number, "ll_GBps": number, "decode_GBps": number, "decode_fixed_us": number,
            "gemm": {"tile_m": int, "tile_n": int, "us_per_wave_per_k": number, "us_per_wave": number,
+                    "stream_GBps": number, "stream_fixed_us": number,
                     "hbm_efficiency": number in (0, 1], "table": "docs/perf/<file>.json" or null}},
    "nvlink": {"GBps_per_dir": number, "efficiency": number in (0, 1], "latency_us": number},
    "ib": {"GBps_per_nic": number, "efficiency": number in (0, 1], "latency_us": number, "nics_per_node": int},
    "gpus_per_node": int,
    "ll": {"overhead_us": number},
-   "shared_gpu": {"copy_GBps_by_ranks": {"2": number, ...}, "sm_fraction_by_ranks": {"2": number in (0, 1], ...},
+   "shared_gpu": {"traffic_GBps_by_ranks": {"2": number, ...}, "call_us_by_ranks": {"2": number, ...},
+                  "barrier_us": number, "block_copy_GBps": number, "sm_fraction_by_ranks": {"2": number in (0, 1], ...},
                   "overlap_serial_fraction": number in [0, 1]}
                  (optional: ranks sharing one GPU)}
 
@@ -45,6 +47,9 @@ SCHEMA = {
         "hbm_GBps": POS,
         "launch_us": NONNEG,
         "signal_us": NONNEG,
+        "barrier_us": NONNEG,
+        "block_copy_GBps": POS,
+        "ll_GBps": POS,
         "decode_GBps": POS,
         "decode_fixed_us": NONNEG,
         "gemm": {
@@ -52,6 +57,8 @@ SCHEMA = {
             "tile_n": INT,
             "us_per_wave_per_k": POS,
             "us_per_wave": NONNEG,
+            "stream_GBps": POS,
+            "stream_fixed_us": NONNEG,
             "hbm_efficiency": FRAC,
             "table": (str, type(None)),
         },
@@ -61,7 +68,11 @@ SCHEMA = {
     "gpus_per_node": INT,
     "ll": {"overhead_us": NONNEG},
 }
-OPTIONAL = {"shared_gpu": {"copy_GBps_by_ranks": dict, "sm_fraction_by_ranks": dict, "overlap_serial_fraction": FRAC0}}
+OPTIONAL = {"shared_gpu": {"traffic_GBps_by_ranks": dict, "call_us_by_ranks": dict, "barrier_us": NONNEG,
+                           "block_copy_GBps": POS,
+                           "sm_fraction_by_ranks": dict, "overlap_serial_fraction": FRAC0}}
+# shared_gpu fields keyed by rank count, and the kind of their values
+BY_RANKS = (("traffic_GBps_by_ranks", POS), ("call_us_by_ranks", POS), ("sm_fraction_by_ranks", FRAC))
 
 
 def _is_num(v):
@@ -126,7 +137,7 @@ def validate(p, where="parameters"):
     _check_object(where, "", SCHEMA, p, OPTIONAL)
     shared = p.get("shared_gpu")
     if shared is not None:
-        for name, kind in (("copy_GBps_by_ranks", POS), ("sm_fraction_by_ranks", FRAC)):
+        for name, kind in BY_RANKS:
             by = shared[name]
             if not by:
                 raise ParamError(f"{where}: shared_gpu.{name}: expected at least one rank count, got {{}}")
