@@ -234,7 +234,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> best_name(shapes.size());
     std::vector<loom::bench::Column> cols = {{"kind", 7, loom::bench::Align::Left},
                                              {"MxNxK", 17, loom::bench::Align::Left},
-                                             {"variant / config", 44, loom::bench::Align::Left},
+                                             {"variant / config", 56, loom::bench::Align::Left},
                                              {"loom us", 9},
                                              {"cublaslt us", 11},
                                              {"vs cublaslt", 11}};
