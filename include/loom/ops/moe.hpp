@@ -38,8 +38,10 @@ struct GroupedGemmOptions {
     float alpha = 1.f;
     const float* scale_a = nullptr;  // 1 float: A's scale
     const float* scale_b = nullptr;  // E floats: expert e's weight scale
-    // fp8 per-128-block scales (DeepSeek-V3): A [rows, ceil(K / 128)] and B [E, ceil(N / 128), ceil(K / 128)] fp32.
-    // Not supported yet: grouped_gemm raises loom::Error when either is given.
+    // fp8 per-128-block scales (DeepSeek-V3), both or neither: A [rows, ceil(K / 128)] (row r's scale of K block kb
+    // at r x ceil(K / 128) + kb; rows follow A's rows, i.e. the grouped layout) and B [E, ceil(N / 128), ceil(K / 128)]
+    // fp32, device memory. The product is sum over kb of (A_kb B_kb^T) x sa[r, kb] x sb[e, n / 128, kb], then the
+    // scales above. f8e4m3 inputs only (the Hopper kernel); SwiGLU: N / 2 a multiple of 128.
     const float* scale_a_blocks = nullptr;
     const float* scale_b_blocks = nullptr;
     // Tile config (Hopper kernel: block_m 64 or 128, block_n, stages, group_m, grid; cluster_m 1, tail_splits 1;
