@@ -132,7 +132,9 @@ enum class TpMoeAlgo {
                  // grouped_gemm: no overlap
     Fused,       // ag_moe: each rank pushes its own tokens' routed rows to every rank while the grouped GEMM consumes
                  // the source ranks' rows as they arrive (own first); moe_rs: the top-k reduce and send of a source
-                 // rank's tokens runs beside the grouped GEMM as soon as that rank's tiles are stored. moe_ar: raises
+                 // rank's tokens runs beside the grouped GEMM as soon as that rank's tiles are stored; moe_ar
+                 // (one-shot): the top-k reduce waits beside the GEMM and pushes every token's fp32 sum to every rank,
+                 // which sums the ranks' partials in rank order. Auto never picks it for moe_ar
 };
 const char* to_string(TpMoeAlgo a);
 
@@ -156,7 +158,7 @@ void ag_moe(World& world, const MatrixView& x, const int32_t* topk_idx, const fl
 void moe_rs(World& world, const MatrixView& rows, const MatrixView& w_down, const MoeRouting& routing,
             const MatrixView& out, cudaStream_t stream, const TpMoeOptions& opts = {});
 // As moe_rs for a batch every rank holds whole: routing of shape {T, k, E} (ranks 1, moe_route on the same ids on
-// every rank); out: [T, H], the same on every rank.
+// every rank); out: [T, H], the same on every rank (Fused: the same bits).
 void moe_ar(World& world, const MatrixView& rows, const MatrixView& w_down, const MoeRouting& routing,
             const MatrixView& out, cudaStream_t stream, const TpMoeOptions& opts = {});
 
