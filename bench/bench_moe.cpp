@@ -7,12 +7,18 @@
 //
 //     build/bench/bench-moe grouped --out grouped_gemm.json
 //
+// Mode `grouped-fp8`: the same shapes in fp8 e4m3 with per-128-block scales (DeepSeek-V3), against Loom's bf16 grouped
+// GEMM of the same shape (no library grouped GEMM takes 128-block scales).
+//
+//     build/bench/bench-moe grouped-fp8 --out grouped_gemm_fp8.json
+//
 // Mode `tp` (under loomrun -n W): the TP-MoE ops on the same (N, K, E, top-k) at 128 and 8192 tokens in total (T_loc =
 // tokens / W per rank), uniform and skewed routing, bf16: each rank holds an N / W slice of every expert (ag_moe: w_up
 // [E x N / W, K]; moe_rs: rows [*, N / W], w_down [E x K, N / W], out [T_loc, K]). Timed interleaved: ag_moe Fused and
 // Sequential, moe_rs Fused and Sequential, and the parts alone — all_gather of x and the ids, the grouped GEMMs,
-// reduce_scatter of the [T, K] reduced rows — for the overlap efficiency fused / max(GEMM alone, communication alone).
-// Rows go to DIR/moe.json (rank 0). --quick: Mixtral-8x7B and Qwen3-30B-A3B only.
+// reduce_scatter of the [T, K] reduced rows — for the overlap efficiency fused / max(GEMM alone, communication alone);
+// at 128 tokens also moe_ar Fused and Sequential on a decode batch every rank holds whole (the parts: the grouped GEMM,
+// all_reduce of [T, K]). Rows go to DIR/moe.json (rank 0). --quick: Mixtral-8x7B and Qwen3-30B-A3B only.
 //
 //     loomrun -n 4 build/bench/bench-moe tp --out DIR [--quick]
 #include <cublas_v2.h>
@@ -79,6 +85,93 @@ double sampled_diff(const void* got, const void* ref, int rows, int n) {
         xx += a * a + b * b;
     }
     return xx > 0 ? 1 - 2 * xy / xx : 0;
+}
+
+// fp8 e4m3 with DeepSeek-V3's per-128-block scales (A [rows, K / 128], B [E, N / 128, K / 128]) against Loom's own bf16
+// grouped GEMM and cuBLAS's bf16 grouped GEMM of the same shapes (no library grouped GEMM takes 128-block scales:
+// torch._scaled_grouped_mm takes row-wise scales). Inputs: fp8 bytes of one value, scales 1 (the time does not depend
+// on the values; the GPU tests check the results).
+int grouped_fp8_blocks(const std::string& out, int iters, int argc, char** argv) {
+    const std::vector<Model> models = {{"Mixtral-8x7B", 14336, 4096, 8, 2},
+                                       {"Mixtral-8x22B", 16384, 6144, 8, 2},
+                                       {"Qwen1.5-MoE", 1408, 2048, 60, 4},
+                                       {"DeepSeek-MoE", 1408, 2048, 64, 6},
+                                       {"Qwen3-30B-A3B", 768, 2048, 128, 8}};
+    loom::bench::Report report("grouped_gemm_fp8_blocks", 1, argc, argv);
+    cudaStream_t stream;
+    LOOM_CHECK_CUDA(cudaStreamCreate(&stream));
+    loom::bench::TimeOptions topts;
+    topts.iters = iters;
+    std::printf("%-14s %6s %-8s %9s %9s %9s %8s\n", "model", "tokens", "routing", "fp8_us", "bf16_us", "TFLOP/s",
+                "speedup");
+    for (const Model& m : models) {
+        for (int tokens : {8192, 128}) {
+            for (bool skewed : {false, true}) {
+                const int rows = tokens * m.topk, kb = (m.k + 127) / 128, nb = (m.n + 127) / 128;
+                const std::vector<int> sizes = routing(rows, m.e, skewed);
+                std::vector<int32_t> offsets(m.e + 1, 0);
+                for (int i = 0; i < m.e; ++i) offsets[i + 1] = offsets[i] + sizes[i];
+                void *a8, *b8, *a, *b, *c, *off, *sa, *sb;
+                const size_t a_elems = size_t(rows) * m.k, b_elems = size_t(m.e) * m.n * m.k;
+                LOOM_CHECK_CUDA(cudaMalloc(&a8, a_elems));
+                LOOM_CHECK_CUDA(cudaMalloc(&b8, b_elems));
+                LOOM_CHECK_CUDA(cudaMalloc(&a, a_elems * 2));
+                LOOM_CHECK_CUDA(cudaMalloc(&b, b_elems * 2));
+                LOOM_CHECK_CUDA(cudaMalloc(&c, size_t(rows) * m.n * 2));
+                LOOM_CHECK_CUDA(cudaMalloc(&off, offsets.size() * 4));
+                LOOM_CHECK_CUDA(cudaMalloc(&sa, size_t(rows) * kb * 4));
+                LOOM_CHECK_CUDA(cudaMalloc(&sb, size_t(m.e) * nb * kb * 4));
+                LOOM_CHECK_CUDA(cudaMemset(a8, 0x30, a_elems));  // e4m3 0x30: 0.5
+                LOOM_CHECK_CUDA(cudaMemset(b8, 0x30, b_elems));
+                loom::bench::fill_random_bf16(a, a_elems, 1);
+                loom::bench::fill_random_bf16(b, b_elems, 2);
+                const std::vector<float> ones(std::max(size_t(rows) * kb, size_t(m.e) * nb * kb), 1.f);
+                LOOM_CHECK_CUDA(cudaMemcpy(sa, ones.data(), size_t(rows) * kb * 4, cudaMemcpyHostToDevice));
+                LOOM_CHECK_CUDA(cudaMemcpy(sb, ones.data(), size_t(m.e) * nb * kb * 4, cudaMemcpyHostToDevice));
+                LOOM_CHECK_CUDA(cudaMemcpy(off, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
+                loom::GroupedGemmOptions o8;
+                o8.scale_a_blocks = static_cast<const float*>(sa);
+                o8.scale_b_blocks = static_cast<const float*>(sb);
+                const loom::MatrixView C{c, loom::DType::BF16, rows, m.n, 0};
+                const auto run_fp8 = [&](cudaStream_t s) {
+                    loom::grouped_gemm({a8, loom::DType::F8E4M3, rows, m.k, 0},
+                                       {b8, loom::DType::F8E4M3, int64_t(m.e) * m.n, m.k, 0}, m.e, C,
+                                       static_cast<const int32_t*>(off), m.e, s, o8);
+                };
+                const auto run_bf16 = [&](cudaStream_t s) {
+                    loom::grouped_gemm({a, loom::DType::BF16, rows, m.k, 0},
+                                       {b, loom::DType::BF16, int64_t(m.e) * m.n, m.k, 0}, m.e, C,
+                                       static_cast<const int32_t*>(off), m.e, s);
+                };
+                run_fp8(stream);
+                run_bf16(stream);
+                LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+                const auto ts = loom::bench::time_ops({run_fp8, run_bf16}, stream, topts);
+                const double flops = 2.0 * rows * m.n * m.k;
+                const double fp8_us = ts[0].median_us, bf16_us = ts[1].median_us;
+                const char* rname = skewed ? "skewed" : "uniform";
+                std::printf("%-14s %6d %-8s %9.1f %9.1f %9.1f %8.3f\n", m.name, tokens, rname, fp8_us, bf16_us,
+                            flops / fp8_us / 1e6, bf16_us / fp8_us);
+                report.add_row({{"shape", fmt::format("{} E={} N={} K={} tokens={} top{} {} fp8e4m3 block128", m.name,
+                                                      m.e, m.n, m.k, tokens, m.topk, rname)},
+                                {"model", m.name},
+                                {"n", m.n},
+                                {"k", m.k},
+                                {"experts", m.e},
+                                {"topk", m.topk},
+                                {"tokens", tokens},
+                                {"rows", rows},
+                                {"routing", rname},
+                                {"dtype", "f8e4m3 block128"},
+                                {"loom_us", fp8_us},
+                                {"loom_tflops", flops / fp8_us / 1e6},
+                                {"baselines", {{"loom_bf16", bf16_us}}}});
+                for (void* p : {a8, b8, a, b, c, off, sa, sb}) cudaFree(p);
+            }
+        }
+    }
+    report.write(out.empty() ? "/dev/stdout" : out);
+    return 0;
 }
 
 int grouped(const std::string& out, int iters, int argc, char** argv) {
@@ -348,6 +441,65 @@ int tp(const std::string& out_dir, int iters, bool quick, int argc, char** argv)
                                     {"overlap_efficiency", eff},
                                     {"baselines", {{"loom_sequential", seq}}}});
                 }
+                if (tokens == 128) {
+                    // moe_ar: a decode batch of T tokens that every rank holds whole (the same ids everywhere), the
+                    // down projection of its routed rows; the parts: the grouped GEMM, all_reduce of [T, K] bf16.
+                    const loom::MoeRoutingShape ashape{T, m.topk, m.e};
+                    void* aroute = dev_alloc(loom::moe_routing_bytes(ashape), 0);
+                    const std::vector<int32_t> aids_h = tp_ids(T, m.e, m.topk, skewed, 1000);
+                    void* aids = dev_alloc(aids_h.size() * 4);
+                    void* ay = dev_alloc(static_cast<std::size_t>(T) * m.k * 2);
+                    LOOM_CHECK_CUDA(cudaMemcpy(aids, aids_h.data(), aids_h.size() * 4, cudaMemcpyHostToDevice));
+                    const loom::MoeRouting ar_routing =
+                        loom::moe_routing_view(ashape, aroute, loom::moe_routing_bytes(ashape));
+                    loom::moe_route(static_cast<int32_t*>(aids), nullptr, ar_routing, stream);
+                    const loom::MatrixView arows{h, DType::BF16, ashape.max_rows(), n_loc},
+                        ayv{ay, DType::BF16, T, m.k};
+                    const auto ar = [&](TpMoeAlgo a) {
+                        return
+                            [&, a](cudaStream_t s) { loom::moe_ar(world, arows, downv, ar_routing, ayv, s, opts(a)); };
+                    };
+                    loom::GroupedGemmOptions ga;
+                    ga.max_rows = static_cast<int>(ashape.max_rows());
+                    const auto gemm_ar_alone = [&](cudaStream_t s) {
+                        loom::grouped_gemm(arows, downv, m.e, {part, DType::BF16, ashape.max_rows(), m.k},
+                                           ar_routing.offsets, m.e, s, ga);
+                    };
+                    const std::size_t an = static_cast<std::size_t>(T) * m.k;
+                    const auto reduce_all = [&](cudaStream_t s) {
+                        loom::all_reduce(world, {red, DType::BF16, an}, {ay, DType::BF16, an}, s);
+                    };
+                    ar(TpMoeAlgo::Sequential)(stream);
+                    ar(TpMoeAlgo::Fused)(stream);
+                    LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+                    const auto ta = loom::bench::time_ops(
+                        {ar(TpMoeAlgo::Fused), ar(TpMoeAlgo::Sequential), gemm_ar_alone, reduce_all}, stream, topts);
+                    const double fused = ta[0].median_us, seq = ta[1].median_us, gemm = ta[2].median_us,
+                                 comm = ta[3].median_us, eff = fused / std::max(gemm, comm);
+                    if (me == 0)
+                        std::printf("%-14s %6d %-8s %-7s %9.1f %9.1f %9.1f %9.1f %7.3f\n", m.name, T, rname, "moe_ar",
+                                    fused, seq, gemm, comm, eff);
+                    report.add_row(
+                        {{"shape", fmt::format("moe_ar {} tokens={} {} N={} K={}", m.name, T, rname, m.n, m.k)},
+                         {"op", "moe_ar"},
+                         {"model", m.name},
+                         {"n", m.n},
+                         {"k", m.k},
+                         {"n_loc", n_loc},
+                         {"experts", m.e},
+                         {"topk", m.topk},
+                         {"tokens", T},
+                         {"world", W},
+                         {"routing", rname},
+                         {"dtype", "bf16"},
+                         {"algo", "fused"},
+                         {"loom_us", fused},
+                         {"gemm_alone_us", gemm},
+                         {"all_reduce_alone_us", comm},
+                         {"overlap_efficiency", eff},
+                         {"baselines", {{"loom_sequential", seq}}}});
+                    for (void* p : {aroute, aids, ay}) cudaFree(p);
+                }
                 for (void* p : {x, w_up, w_down, h, part, y, xg, red, route, ids, idsg}) cudaFree(p);
             }
         }
@@ -364,13 +516,17 @@ int main(int argc, char** argv) {
     int iters = 30;
     bool quick = false;
     CLI::App app{
-        "bench-moe: Loom's MoE ops (grouped: loom::grouped_gemm against cuBLAS's grouped GEMM; tp: ag_moe / moe_rs "
-        "Fused against Sequential and the parts alone, under loomrun)"};
-    app.add_option("mode", mode, "what to time")->check(CLI::IsMember({"grouped", "tp"}))->capture_default_str();
+        "bench-moe: Loom's MoE ops (grouped: loom::grouped_gemm against cuBLAS's grouped GEMM; grouped-fp8: fp8 with "
+        "128-block scales against bf16; tp: ag_moe / moe_rs / "
+        "moe_ar Fused against Sequential and the parts alone, under loomrun)"};
+    app.add_option("mode", mode, "what to time")
+        ->check(CLI::IsMember({"grouped", "grouped-fp8", "tp"}))
+        ->capture_default_str();
     app.add_option("--out", out, "grouped: output file (default: print only); tp: output folder (moe.json)");
     app.add_option("--iters", iters, "timed runs per shape (tp: 10 unless given)")->check(CLI::PositiveNumber);
     app.add_flag("--quick", quick, "tp: two models only (Mixtral-8x7B, Qwen3-30B-A3B)");
     loom::bench::parse_or_exit(app, argc, argv);
     if (mode == "tp") return tp(out, app.count("--iters") ? iters : 10, quick, argc, argv);
+    if (mode == "grouped-fp8") return grouped_fp8_blocks(out, iters, argc, argv);
     return grouped(out, iters, argc, argv);
 }

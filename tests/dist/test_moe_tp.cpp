@@ -1,7 +1,8 @@
 // ag_moe / moe_rs / moe_ar at any world size against an fp64 host reference of the whole layer (every rank builds
 // every rank's inputs from shared seeds): uniform, skewed and one-expert routings, an empty rank, bf16 products;
 // Fused against Sequential and the reference (T_loc = 1, one expert, 64 experts); 1000 back-to-back calls (Auto, and
-// Fused checked at calls 1, 500, 1000 with poisoned outputs); bad inputs naming the argument. Run: loomrun -n N
+// Fused checked at calls 1, 500, 1000 with poisoned outputs); moe_ar Sequential and Fused (one-shot) against the
+// reference and each other; a CUDA graph of the three ops replayed; bad inputs naming the argument. Run: loomrun -n N
 // build/tests/loom_dist_tests
 // --gtest_filter='MoeTp*'
 // Seeds are fixed so that every rank draws the same full inputs.
@@ -283,54 +284,225 @@ TEST_F(MoeTp, ThousandBackToBackFusedCalls) {
     }
 }
 
-TEST_F(MoeTp, MoeArMatchesReference) {
-    // Every rank holds the whole batch: moe_ar of the rows its own slices produce; reference as a one-rank layer.
-    const int W = w->world_size(), r = w->rank(), T = 24, H = 64, E = 8, k = 2, N = 16 * W, n_loc = N / W;
-    const uint64_t seed = 5000;
-    auto round = [](std::vector<float> v) {
-        for (float& f : v) f = test::bf16_to_float(test::float_to_bf16(f));
-        return v;
-    };
-    const std::vector<float> h = round(test::random_floats(static_cast<std::size_t>(T) * k * N, seed));  // routed rows
-    const std::vector<float> down = round(test::random_floats(static_cast<std::size_t>(E) * H * N, seed + 1));
-    const std::vector<int32_t> idx = test::make_routing(RoutingKind::Skewed, T, k, E, seed + 2);
-    const std::vector<float> wts = test::make_topk_weights(T, k, seed + 3);
-    const MoeRoutingShape shape{T, k, E};
-    const test::RoutingRef ref = test::route_reference(shape, idx);
-    // rows in the routed layout: row dest(t, s) holds h[t * k + s]; this rank's K-slice.
-    std::vector<float> rows_r(static_cast<std::size_t>(shape.max_rows()) * n_loc),
-        down_r(static_cast<std::size_t>(E) * H * n_loc);
-    for (int j = 0; j < T * k; ++j)
-        for (int n = 0; n < n_loc; ++n)
-            rows_r[ref.dest_rows[j] * n_loc + n] = h[static_cast<std::size_t>(j) * N + r * n_loc + n];
-    for (int eh = 0; eh < E * H; ++eh)
-        for (int n = 0; n < n_loc; ++n) down_r[eh * n_loc + n] = down[static_cast<std::size_t>(eh) * N + r * n_loc + n];
-    std::vector<double> want(static_cast<std::size_t>(T) * H, 0.0);
-    for (int j = 0; j < T * k; ++j)
-        for (int c = 0; c < H; ++c) {
-            double a = 0;
-            for (int n = 0; n < N; ++n)
-                a += double(h[static_cast<std::size_t>(j) * N + n]) * down[(idx[j] * H + c) * N + n];
-            want[(j / k) * H + c] += wts[j] * a;
+// moe_ar's batch: every rank holds all T tokens' routed rows h [T x k, N] (its K-slice of N) and its slice of every
+// expert's down weight; the reference sums over the whole N in fp64.
+struct MoeArRun {
+    int W, r, T, H, E, k, N;
+    MoeRoutingShape shape;
+    std::vector<double> want;
+    std::unique_ptr<Dev> d_idx, d_w, d_rows, d_down, d_route, d_y;
+    MoeRouting routing;
+    MatrixView rowsv, downv, yv;
+
+    MoeArRun(World& w, cudaStream_t stream, int tokens, int hidden, int experts, int topk, int n_per_rank,
+             RoutingKind kind, uint64_t seed, DType out = DType::F32)
+        : W(w.world_size()), r(w.rank()), T(tokens), H(hidden), E(experts), k(topk), N(n_per_rank * W) {
+        const int n_loc = n_per_rank;
+        auto round = [](std::vector<float> v) {
+            for (float& f : v) f = test::bf16_to_float(test::float_to_bf16(f));
+            return v;
+        };
+        const std::vector<float> h = round(test::random_floats(static_cast<std::size_t>(T) * k * N, seed));
+        const std::vector<float> down = round(test::random_floats(static_cast<std::size_t>(E) * H * N, seed + 1));
+        const std::vector<int32_t> idx = test::make_routing(kind, T, k, E, seed + 2);
+        const std::vector<float> wts = test::make_topk_weights(T, k, seed + 3);
+        shape = MoeRoutingShape{T, k, E};
+        const test::RoutingRef ref = test::route_reference(shape, idx);
+        // rows in the routed layout: row dest(t, s) holds h[t * k + s]; this rank's K-slice.
+        std::vector<float> rows_r(static_cast<std::size_t>(shape.max_rows()) * n_loc),
+            down_r(static_cast<std::size_t>(E) * H * n_loc);
+        for (int j = 0; j < T * k; ++j)
+            for (int n = 0; n < n_loc; ++n)
+                rows_r[static_cast<std::size_t>(ref.dest_rows[j]) * n_loc + n] =
+                    h[static_cast<std::size_t>(j) * N + r * n_loc + n];
+        for (int eh = 0; eh < E * H; ++eh)
+            for (int n = 0; n < n_loc; ++n)
+                down_r[static_cast<std::size_t>(eh) * n_loc + n] =
+                    down[static_cast<std::size_t>(eh) * N + r * n_loc + n];
+        want.assign(static_cast<std::size_t>(T) * H, 0.0);
+        for (int j = 0; j < T * k; ++j)
+            for (int c = 0; c < H; ++c) {
+                double a = 0;
+                for (int n = 0; n < N; ++n)
+                    a += double(h[static_cast<std::size_t>(j) * N + n]) *
+                         down[(static_cast<std::size_t>(idx[j]) * H + c) * N + n];
+                want[static_cast<std::size_t>(j / k) * H + c] += wts[j] * a;
+            }
+        d_idx = std::make_unique<Dev>(idx.size() * 4);
+        d_w = std::make_unique<Dev>(wts.size() * 4);
+        d_rows = std::make_unique<Dev>(rows_r.size() * 2);
+        d_down = std::make_unique<Dev>(down_r.size() * 2);
+        d_route = std::make_unique<Dev>(moe_routing_bytes(shape));
+        d_y = std::make_unique<Dev>(want.size() * dtype_size(out));
+        put(d_idx->p, idx);
+        put(d_w->p, wts);
+        put(d_rows->p, bf16_of(rows_r));
+        put(d_down->p, bf16_of(down_r));
+        routing = moe_routing_view(shape, d_route->p, moe_routing_bytes(shape));
+        moe_route(d_idx->as<int32_t>(), d_w->as<float>(), routing, stream);
+        rowsv = {d_rows->p, DType::BF16, shape.max_rows(), n_loc};
+        downv = {d_down->p, DType::BF16, int64_t{E} * H, n_loc};
+        yv = {d_y->p, out, T, H};
+    }
+
+    void poison(cudaStream_t stream) const {
+        LOOM_CHECK_CUDA(cudaMemsetAsync(d_y->p, 0xA5, want.size() * dtype_size(yv.dtype), stream));
+    }
+    void call(World& w, cudaStream_t stream, TpMoeAlgo algo, bool poisoned = true) const {
+        if (poisoned) poison(stream);
+        TpMoeOptions o;
+        o.algo = algo;
+        moe_ar(w, rowsv, downv, routing, yv, stream, o);
+    }
+    std::vector<double> y() const {
+        std::vector<double> v(want.size());
+        if (yv.dtype == DType::F32) {
+            std::vector<float> f(want.size());
+            LOOM_CHECK_CUDA(cudaMemcpy(f.data(), d_y->p, f.size() * 4, cudaMemcpyDeviceToHost));
+            v.assign(f.begin(), f.end());
+        } else {
+            std::vector<uint16_t> b(want.size());
+            LOOM_CHECK_CUDA(cudaMemcpy(b.data(), d_y->p, b.size() * 2, cudaMemcpyDeviceToHost));
+            for (std::size_t i = 0; i < b.size(); ++i) v[i] = test::bf16_to_float(b[i]);
         }
-    Dev d_idx(idx.size() * 4), d_w(wts.size() * 4), d_rows(rows_r.size() * 2), d_down(down_r.size() * 2),
-        d_route(moe_routing_bytes(shape)), d_y(want.size() * 4);
-    put(d_idx.p, idx);
-    put(d_w.p, wts);
-    put(d_rows.p, bf16_of(rows_r));
-    put(d_down.p, bf16_of(down_r));
-    const MoeRouting routing = moe_routing_view(shape, d_route.p, moe_routing_bytes(shape));
-    moe_route(d_idx.as<int32_t>(), d_w.as<float>(), routing, stream);
-    moe_ar(*w, {d_rows.p, DType::BF16, shape.max_rows(), n_loc}, {d_down.p, DType::BF16, int64_t{E} * H, n_loc},
-           routing, {d_y.p, DType::F32, T, H}, stream);
+        return v;
+    }
+    // Every element against the reference.
+    void check(const std::vector<double>& y, const std::string& what) const {
+        SCOPED_TRACE(what);
+        const double rel = yv.dtype == DType::F32 ? 0.02 : 0.03;
+        int bad = 0;
+        for (std::size_t i = 0; i < want.size(); ++i)
+            if (!(std::abs(y[i] - want[i]) <= rel * (1 + std::abs(want[i]))) && bad++ < 5)
+                ADD_FAILURE() << "rank " << r << " y[" << i << "] = " << y[i] << ", want " << want[i];
+        EXPECT_EQ(bad, 0);
+        if (!want.empty()) EXPECT_LT(test::calc_diff(want, y), 1e-4);
+    }
+};
+
+TEST_F(MoeTp, MoeArMatchesReference) {
+    const MoeArRun run(*w, stream, 24, 64, 8, 2, 16, RoutingKind::Skewed, 5000);
+    run.call(*w, stream, TpMoeAlgo::Auto);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    std::vector<float> y(want.size());
-    LOOM_CHECK_CUDA(cudaMemcpy(y.data(), d_y.p, y.size() * 4, cudaMemcpyDeviceToHost));
-    int bad = 0;
-    for (std::size_t i = 0; i < want.size(); ++i)
-        if (!(std::abs(y[i] - want[i]) <= 0.02 * (1 + std::abs(want[i]))) && bad++ < 5)
-            ADD_FAILURE() << "y[" << i << "] = " << y[i] << ", want " << want[i];
-    EXPECT_EQ(bad, 0);
+    run.check(run.y(), "auto");
+}
+
+// The fused (one-shot) moe_ar against the reference and against Sequential on the same inputs: the two differ only
+// by where they round (Sequential rounds the top-k sums to out's type before its all_reduce; Fused sums the ranks'
+// fp32 partials, in rank order, so every rank's out is the same bits).
+TEST_F(MoeTp, FusedMoeArMatchesSequentialAndReference) {
+    const int W = w->world_size();
+    if (W < 2) GTEST_SKIP() << "the fused algorithms need 2 or more ranks";
+    struct S {
+        int T, H, E, k, n_loc;
+        RoutingKind kind;
+        DType out;
+    };
+    uint64_t seed = 5100;
+    for (const S& s : {S{24, 64, 8, 2, 16, RoutingKind::Skewed, DType::F32},
+                       S{128, 256, 64, 6, 32, RoutingKind::Uniform, DType::BF16},   // decode batch, 64 experts
+                       S{1, 64, 8, 2, 16, RoutingKind::Uniform, DType::F32},        // one token
+                       S{77, 192, 16, 4, 24, RoutingKind::OneExpert, DType::BF16},  // empty experts, odd T
+                       S{0, 64, 8, 2, 16, RoutingKind::Uniform, DType::F32}}) {     // no tokens
+        SCOPED_TRACE("T " + std::to_string(s.T) + " H " + std::to_string(s.H) + " E " + std::to_string(s.E) + " k " +
+                     std::to_string(s.k));
+        const MoeArRun run(*w, stream, s.T, s.H, s.E, s.k, s.n_loc, s.kind, seed++, s.out);
+        run.call(*w, stream, TpMoeAlgo::Sequential);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        const std::vector<double> y_seq = run.y();
+        run.check(y_seq, "sequential");
+        run.call(*w, stream, TpMoeAlgo::Fused);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        const std::vector<double> y_fused = run.y();
+        run.check(y_fused, "fused");
+        const double rel = s.out == DType::F32 ? 1e-3 : 1.0 / 64;
+        int bad = 0;
+        for (std::size_t i = 0; i < y_seq.size(); ++i)
+            if (!(std::abs(y_seq[i] - y_fused[i]) <= rel * (1 + std::abs(y_seq[i]))) && bad++ < 5)
+                ADD_FAILURE() << "y[" << i << "]: fused " << y_fused[i] << ", sequential " << y_seq[i];
+        EXPECT_EQ(bad, 0);
+        // Every rank holds the same bits (the ranks summed in rank order everywhere).
+        std::vector<float> mine(y_fused.begin(), y_fused.end());
+        std::string same;
+        const auto all = w->store().all_gather("test/moe_tp/ar_bits/" + std::to_string(seed),
+                                               Bytes(reinterpret_cast<const uint8_t*>(mine.data()),
+                                                     reinterpret_cast<const uint8_t*>(mine.data()) + mine.size() * 4));
+        for (std::size_t q = 1; q < all.size(); ++q)
+            if (all[q] != all[0]) same += "rank " + std::to_string(q) + " differs from rank 0; ";
+        EXPECT_TRUE(same.empty()) << same;
+    }
+}
+
+// Back-to-back fused calls (the receive halves alternate, the counters carry over), mixed with Sequential ones.
+TEST_F(MoeTp, FusedMoeArBackToBack) {
+    const int W = w->world_size();
+    if (W < 2) GTEST_SKIP() << "the fused algorithms need 2 or more ranks";
+    const MoeArRun run(*w, stream, 32, 128, 8, 2, 16, RoutingKind::Skewed, 5200, DType::BF16);
+    for (int i = 1; i <= 300; ++i) {
+        const bool checked = i == 1 || i == 2 || i == 150 || i == 300;
+        run.call(*w, stream, i % 50 == 25 ? TpMoeAlgo::Sequential : TpMoeAlgo::Fused, checked);
+        if (checked) {
+            ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+            run.check(run.y(), "call " + std::to_string(i));
+        }
+    }
+}
+
+// ag_moe -> moe_rs and moe_ar captured in one CUDA graph (Auto: Sequential while capturing) after one eager
+// Sequential round, replayed with poisoned outputs, eager Fused calls between the replays; every replay checked.
+// Fused asked for inside the capture raises, naming the graph.
+TEST_F(MoeTp, CudaGraphReplay) {
+    const int W = w->world_size();
+    const Layer L{24, 64, 8, 16 * W, 2, RoutingKind::Skewed};
+    LayerRun layer(*w, L, 6000);
+    const MoeArRun ar(*w, stream, 40, 64, 8, 2, 16, RoutingKind::Uniform, 6100);
+    layer.call(*w, stream, TpMoeAlgo::Sequential, TpMoeAlgo::Sequential, true);
+    ar.call(*w, stream, TpMoeAlgo::Sequential);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    w->barrier();
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    std::string err, fused_err;
+    try {
+        layer.call(*w, stream, TpMoeAlgo::Auto, TpMoeAlgo::Auto, false);
+        ar.call(*w, stream, TpMoeAlgo::Auto, false);
+        try {
+            ar.call(*w, stream, TpMoeAlgo::Fused, false);
+            fused_err = "no error";
+        } catch (const Error& e) {
+            fused_err = e.what();
+        }
+    } catch (const std::exception& e) {
+        err = std::string("capture: ") + e.what();
+    }
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    cudaGraphExec_t exec = nullptr;
+    if (err.empty() && cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) err = "graph instantiate failed";
+    cudaGraphDestroy(graph);
+    const std::string all = test::agree(*w, err, "test/moe_tp/graph_capture");
+    ASSERT_TRUE(all.empty()) << all;
+    // Fused refused in the capture: for its host-counted signals (W > 1), for the world size (W = 1).
+    EXPECT_NE(fused_err.find(W > 1 ? "CUDA graph" : "fused cannot run here"), std::string::npos) << fused_err;
+    for (int rep = 0; rep < 4; ++rep) {
+        SCOPED_TRACE("replay " + std::to_string(rep));
+        LOOM_CHECK_CUDA(
+            cudaMemsetAsync(layer.d_h->p, 0xA5, static_cast<std::size_t>(layer.hv.rows) * layer.hv.cols * 2, stream));
+        LOOM_CHECK_CUDA(
+            cudaMemsetAsync(layer.d_y->p, 0xA5, static_cast<std::size_t>(layer.yv.rows) * layer.yv.cols * 4, stream));
+        ar.poison(stream);
+        ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        layer.check(layer.y(), "ag_moe -> moe_rs");
+        ar.check(ar.y(), "moe_ar");
+        if (W > 1 && rep == 1) {  // eager fused calls between replays: their own state, untouched by the graph
+            layer.call(*w, stream, TpMoeAlgo::Fused, TpMoeAlgo::Fused, true);
+            ar.call(*w, stream, TpMoeAlgo::Fused);
+            ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+            layer.check(layer.y(), "eager fused ag_moe -> moe_rs");
+            ar.check(ar.y(), "eager fused moe_ar");
+        }
+    }
+    cudaGraphExecDestroy(exec);
 }
 
 TEST_F(MoeTp, BadInputsNameTheArgument) {
@@ -366,23 +538,44 @@ TEST_F(MoeTp, BadInputsNameTheArgument) {
         moe_ar(*w, outv, {up.p, DType::BF16, 4 * 64, 16}, routing, {x.p, DType::BF16, 8 * W, 64}, stream);
     });
     EXPECT_NE(e4.find("moe_ar: routing ranks: expected 1"), std::string::npos) << e4;
-    // moe_ar has no fused algorithm; a fused call that cannot run names why.
+    // A fused call that cannot run names why.
     const MoeRoutingShape one{8, 2, 4};
     Dev route1(moe_routing_bytes(one));
     const MoeRouting r1 = moe_routing_view(one, route1.p, moe_routing_bytes(one));
     TpMoeOptions fused;
     fused.algo = TpMoeAlgo::Fused;
-    const std::string e5 = msg([&] {
-        moe_ar(*w, {out.p, DType::BF16, one.max_rows(), 16}, {up.p, DType::BF16, 4 * 64, 16}, r1,
-               {x.p, DType::BF16, 8, 64}, stream, fused);
-    });
-    EXPECT_NE(e5.find("moe_ar: opts.algo: expected Auto or Sequential"), std::string::npos) << e5;
     if (W == 1) {
+        const std::string e5 = msg([&] {
+            moe_ar(*w, {out.p, DType::BF16, one.max_rows(), 16}, {up.p, DType::BF16, 4 * 64, 16}, r1,
+                   {x.p, DType::BF16, 8, 64}, stream, fused);
+        });
+        EXPECT_NE(e5.find("moe_ar: opts.algo: fused cannot run here"), std::string::npos) << e5;
         const std::string e6 = msg([&] {
             ag_moe(*w, xv, idx.as<int32_t>(), nullptr, {up.p, DType::BF16, 4 * 16, 64}, routing, outv, stream, fused);
         });
         EXPECT_NE(e6.find("ag_moe: opts.algo: fused cannot run here"), std::string::npos) << e6;
     }
+    // Mismatched expert counts: w_down of 5 experts' rows against a routing of 4 (moe_rs and moe_ar).
+    const std::string e7 = msg([&] {
+        moe_ar(*w, {out.p, DType::BF16, one.max_rows(), 16}, {up.p, DType::BF16, 4 * 64 + 3, 16}, r1,
+               {x.p, DType::BF16, 8, 64}, stream);
+    });
+    EXPECT_NE(e7.find("moe_ar: w_down: expected rows a positive multiple of the routing's num_experts (4)"),
+              std::string::npos)
+        << e7;
+    const std::string e8 = msg([&] {
+        moe_rs(*w, outv, {up.p, DType::BF16, 4 * 64 + 3, 16}, routing, {x.p, DType::F32, 8, 64}, stream);
+    });
+    EXPECT_NE(e8.find("moe_rs: w_down: expected rows a positive multiple of the routing's num_experts (4)"),
+              std::string::npos)
+        << e8;
+    // Per-128-block scales cannot follow ag_moe's routed rows.
+    TpMoeOptions blocks;
+    blocks.gemm.scale_a_blocks = blocks.gemm.scale_b_blocks = x.as<float>();
+    const std::string e9 = msg([&] {
+        ag_moe(*w, xv, idx.as<int32_t>(), nullptr, {up.p, DType::BF16, 4 * 16, 64}, routing, outv, stream, blocks);
+    });
+    EXPECT_NE(e9.find("ag_moe: opts.gemm: expected no per-128-block scales"), std::string::npos) << e9;
     // Out-of-range expert ids on the device trap (a named diagnostic): tests/gpu/test_moe_routing.cpp runs that in a
     // child process, since a trap ends the CUDA context.
 }

@@ -1,7 +1,8 @@
 // loom::grouped_gemm against an fp64 host reference on fresh random inputs: random group sizes (0 included, all rows in
 // one group, sizes not multiples of any tile), E up to 256, offsets in device memory, both B layouts, bf16 / fp16 / fp8
-// in, SwiGLU / GeLU, the Hopper and the sm_80 kernels. C is poisoned with NaN first; every element of every group is
-// checked, and the rows past offsets[G] must keep their poison bit for bit.
+// in (fp8 with per-tensor and per-128-block scales), SwiGLU / GeLU, the Hopper and the sm_80 kernels. C is poisoned
+// with NaN first; every element of every group is checked, and the rows past offsets[G] must keep their poison bit for
+// bit.
 #include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -34,7 +35,8 @@ struct Case {
     DType in = DType::BF16, out = DType::BF16;
     MoeActivation act = MoeActivation::None;
     float alpha = 0.75f;
-    bool scales = false;  // scale_a and per-expert scale_b
+    bool scales = false;        // scale_a and per-expert scale_b
+    bool block_scales = false;  // per-128-block scale_a_blocks [rows, K/128] and scale_b_blocks [E, N/128, K/128]
     bool sm80 = false;
     const loom::GemmConfig* config = nullptr;
 };
@@ -107,6 +109,21 @@ void run_case(const Case& cs, uint64_t seed) {
     std::vector<float> scale_b(E);
     for (int e = 0; e < E; ++e) scale_b[e] = 0.5f + 0.125f * static_cast<float>(e % 8);
     const float scale_a = 1.5f;
+    // Block scales: random in [2^-3, 2^3) so that a wrong block index shows (rows of A's scales follow A's rows).
+    const int kblk = (K + 127) / 128, nblk = (N + 127) / 128;
+    std::vector<float> sa_blk(cs.block_scales ? size_t(rows) * kblk : 0),
+        sb_blk(cs.block_scales ? size_t(E) * nblk * kblk : 0);
+    {
+        std::mt19937_64 rng(seed + 3);
+        std::uniform_real_distribution<float> u(-3.f, 3.f);
+        for (float& v : sa_blk) v = std::exp2(u(rng));
+        for (float& v : sb_blk) v = std::exp2(u(rng));
+    }
+    const auto blk = [&](int r, int e, int j, int kk) {
+        return cs.block_scales ? double(sa_blk[size_t(r) * kblk + kk / 128]) *
+                                     sb_blk[(size_t(e) * nblk + j / 128) * kblk + kk / 128]
+                               : 1.0;
+    };
 
     // Poison C: NaN in the output type.
     std::vector<unsigned char> hc(size_t(rows) * n_out * osz);
@@ -128,6 +145,9 @@ void run_case(const Case& cs, uint64_t seed) {
     LOOM_CHECK_CUDA(cudaMemcpy(doff.p, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
     LOOM_CHECK_CUDA(cudaMemcpy(dsa.p, &scale_a, 4, cudaMemcpyHostToDevice));
     LOOM_CHECK_CUDA(cudaMemcpy(dsb.p, scale_b.data(), size_t(E) * 4, cudaMemcpyHostToDevice));
+    Dev dsab(sa_blk.size() * 4), dsbb(sb_blk.size() * 4);
+    LOOM_CHECK_CUDA(cudaMemcpy(dsab.p, sa_blk.data(), sa_blk.size() * 4, cudaMemcpyHostToDevice));
+    LOOM_CHECK_CUDA(cudaMemcpy(dsbb.p, sb_blk.data(), sb_blk.size() * 4, cudaMemcpyHostToDevice));
 
     const loom::MatrixView A{da.p, cs.in, rows, K, 0};
     const loom::MatrixView B = cs.layout == BLayout::NK ? loom::MatrixView{db.p, cs.in, int64_t(E) * N, K, 0}
@@ -140,6 +160,10 @@ void run_case(const Case& cs, uint64_t seed) {
     if (cs.scales) {
         o.scale_a = static_cast<const float*>(dsa.p);
         o.scale_b = static_cast<const float*>(dsb.p);
+    }
+    if (cs.block_scales) {
+        o.scale_a_blocks = static_cast<const float*>(dsab.p);
+        o.scale_b_blocks = static_cast<const float*>(dsbb.p);
     }
     o.force_sm80 = cs.sm80;
     o.config = cs.config;
@@ -162,7 +186,7 @@ void run_case(const Case& cs, uint64_t seed) {
                 const float* ar = &fa[size_t(r) * K];
                 const float* br = &fb[(size_t(e) * N + j) * K];
                 for (int kk = 0; kk < K; ++kk) {
-                    const double p = double(ar[kk]) * br[kk];
+                    const double p = double(ar[kk]) * br[kk] * blk(r, e, j, kk);
                     acc += p;
                     mag += std::fabs(p);
                 }
@@ -285,6 +309,69 @@ TEST_F(GroupedGemm, Fp8PerTensorScales) {
     }
 }
 
+// DeepSeek-V3 fp8: per-(row, 128-K block) scales of A and per-(128 x 128 block) scales of B, against the fp64 product
+// of the dequantised inputs. K not a multiple of 128 (a partial last scale block), N not a multiple of the tile or of
+// 128, random group sizes with empty groups and groups that are not tile multiples; the heuristic's tiles and forced
+// 64- / 128-row x 64- / 128-column tiles with a few CTAs walking many tiles; SwiGLU (gate and up in different scale
+// blocks), GeLU, per-tensor scales on top, (source rank, expert) groups.
+TEST_F(GroupedGemm, Fp8BlockScales) {
+    int major = 0;
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    if (major < 9) GTEST_SKIP() << "fp8 needs sm_90";
+    uint64_t seed = 600;
+    for (MoeActivation act : {MoeActivation::None, MoeActivation::SwiGLU, MoeActivation::GeLU}) {
+        for (DType out : {DType::BF16, DType::F32}) {
+            Case cs;
+            cs.in = DType::F8E4M3;
+            cs.out = out;
+            cs.act = act;
+            cs.block_scales = true;
+            cs.k = 400;
+            cs.n = act == MoeActivation::SwiGLU ? 512 : 320;
+            cs.rows = 900;
+            cs.scales = out == DType::F32;
+            SCOPED_TRACE(std::to_string(static_cast<int>(act)) + " " + dtype_name(out));
+            run_case(cs, seed++);
+        }
+    }
+    Case cs;
+    cs.in = DType::F8E4M3;
+    cs.block_scales = true;
+    cs.k = 256;
+    cs.n = 256;
+    cs.sizes = {0, 1, 0, 127, 128, 129, 0, 300};  // around the tile, empty groups
+    run_case(cs, seed++);
+    cs.sizes = {};
+    cs.e = 8;
+    cs.groups = 32;  // (source rank, expert) groups
+    cs.rows = 1200;
+    run_case(cs, seed++);
+    cs.groups = 0;
+    cs.sizes = {0, 0, 0, 0, 0, 0, 0, 0};  // no rows
+    run_case(cs, seed++);
+    cs.sizes = {};
+    cs.rows = 700;
+    for (int bm : {64, 128}) {
+        for (int bn : {64, 128}) {
+            for (MoeActivation act : {MoeActivation::None, MoeActivation::SwiGLU}) {
+                loom::GemmConfig c;
+                c.block_m = bm;
+                c.block_n = bn;
+                c.block_k = 128;
+                c.stages = 3;
+                c.grid = 7;
+                c.tma_store = false;
+                cs.config = &c;
+                cs.act = act;
+                cs.n = act == MoeActivation::SwiGLU ? 768 : 448;
+                cs.k = 528;
+                SCOPED_TRACE("forced " + c.str());
+                run_case(cs, seed++);
+            }
+        }
+    }
+}
+
 TEST_F(GroupedGemm, PortableKernel) {
     uint64_t seed = 400;
     for (BLayout layout : {BLayout::NK, BLayout::KN}) {
@@ -333,7 +420,20 @@ TEST_F(GroupedGemm, BadInputsRaise) {
     EXPECT_THROW(loom::grouped_gemm(A, B, 4, C, host_offsets, 4, nullptr), loom::Error);  // not device memory
     loom::GroupedGemmOptions o;
     o.scale_a_blocks = static_cast<const float*>(buf.p);
-    EXPECT_THROW(loom::grouped_gemm(A, B, 4, C, static_cast<const int32_t*>(buf.p), 4, nullptr, o), loom::Error);
+    EXPECT_THROW(loom::grouped_gemm(A, B, 4, C, static_cast<const int32_t*>(buf.p), 4, nullptr, o),
+                 loom::Error);  // only one of the block scales
+    o.scale_b_blocks = static_cast<const float*>(buf.p);
+    EXPECT_THROW(loom::grouped_gemm(A, B, 4, C, static_cast<const int32_t*>(buf.p), 4, nullptr, o),
+                 loom::Error);  // block scales with bf16 inputs
+    const loom::MatrixView A8{buf.p, DType::F8E4M3, 16, 64, 0};
+    const loom::MatrixView B8{buf.p, DType::F8E4M3, 4 * 64, 64, 0};
+    o.force_sm80 = true;
+    EXPECT_THROW(loom::grouped_gemm(A8, B8, 4, C, static_cast<const int32_t*>(buf.p), 4, nullptr, o),
+                 loom::Error);  // fp8 on the portable kernel
+    o.force_sm80 = false;
+    o.scale_b_blocks = reinterpret_cast<const float*>(host_offsets);
+    EXPECT_THROW(loom::grouped_gemm(A8, B8, 4, C, static_cast<const int32_t*>(buf.p), 4, nullptr, o),
+                 loom::Error);  // host memory
 }
 
 }  // namespace

@@ -88,6 +88,28 @@ TEST(GroupedGemmCompile, HopperKernelsHaveNoSpills) {
     }
 }
 
+// The per-128-block scale variant (fp8, kBlockScale): the tile widths the heuristic and the config check allow, both
+// warpgroup counts, every activation: sm_90a, no spills (acc and the per-k-block partial tile share the registers).
+TEST(GroupedGemmCompile, BlockScaledKernelsHaveNoSpills) {
+    struct V {
+        int bm, bn;
+        DType out;
+        MoeActivation act;
+    };
+    for (const V& v : {V{64, 128, DType::BF16, MoeActivation::None}, V{128, 128, DType::BF16, MoeActivation::None},
+                       V{128, 128, DType::BF16, MoeActivation::SwiGLU}, V{64, 64, DType::F32, MoeActivation::SwiGLU},
+                       V{128, 64, DType::F32, MoeActivation::GeLU}}) {
+        const GemmConfig c = hopper(v.bm, v.bn, 6, DType::F8E4M3);
+        auto p = problem(8192, 4096, 4096, 8, BLayout::NK, v.act, DType::F8E4M3, v.out);
+        p.opts.scale_a_blocks = reinterpret_cast<const float*>(g_fake);
+        p.opts.scale_b_blocks = reinterpret_cast<const float*>(g_fake);
+        EXPECT_NO_THROW(loom::moe::grouped_gemm_validate_config(c, p)) << c.str();
+        const auto spec = loom::moe::grouped_gemm_kernel_spec(c, DType::F8E4M3, v.out, false, v.act,
+                                                              "loom::kernels::moe::GroupedNoHooks", "", true);
+        expect_clean(loom::jit::compile(spec, 90), spec.display());
+    }
+}
+
 TEST(GroupedGemmCompile, Sm80KernelCompilesForAmpereAndHopper) {
     GemmConfig c;
     c.sm80 = true;
@@ -132,6 +154,19 @@ TEST(GroupedGemmHeuristic, FitsTheIssueShapes) {
     }
     EXPECT_TRUE(
         loom::moe::grouped_gemm_heuristic(1024, 4096, 4096, 8, false, MoeActivation::None, DType::BF16, 80, 108).sm80);
+    // Block scales: 128 or 64 columns (a tile within one scale block), for every shape above.
+    for (const S& s : {S{14336, 4096, 8, 2}, S{1408, 2048, 64, 6}, S{768, 2048, 128, 8}}) {
+        for (int64_t tokens : {8192, 128}) {
+            for (MoeActivation act : {MoeActivation::None, MoeActivation::SwiGLU}) {
+                const GemmConfig c = loom::moe::grouped_gemm_heuristic(tokens * s.topk, s.n, s.k, s.e, false, act,
+                                                                       DType::F8E4M3, 90, 132, false, true);
+                auto p = problem(tokens * s.topk, s.n, s.k, s.e, BLayout::NK, act, DType::F8E4M3);
+                p.opts.scale_a_blocks = p.opts.scale_b_blocks = reinterpret_cast<const float*>(g_fake);
+                EXPECT_TRUE(c.block_n == 128 || c.block_n == 64) << c.str();
+                EXPECT_NO_THROW(loom::moe::grouped_gemm_validate_config(c, p)) << c.str();
+            }
+        }
+    }
     // Stages shrink to leave room for a large prefix: 4095 groups (16 KiB).
     const GemmConfig big = loom::moe::grouped_gemm_heuristic(65536, 4096, 4096, loom::kernels::moe::kGroupedMaxGroups,
                                                              false, MoeActivation::None, DType::BF16, 90, 132);
@@ -178,9 +213,25 @@ TEST(GroupedGemmValidate, NamesTheProblem) {
     p = ok;
     p.a.data = nullptr;
     expect_error(p, "pointer for A");
+    // Per-128-block scales: both, fp8 in, SwiGLU's up half on a scale block.
     p = ok;
     p.opts.scale_b_blocks = reinterpret_cast<const float*>(p.a.data);
-    expect_error(p, "not supported yet");
+    expect_error(p, "scale_a_blocks and scale_b_blocks together");
+    p.opts.scale_a_blocks = reinterpret_cast<const float*>(p.a.data);
+    expect_error(p, "per-128-block scales expect f8e4m3");
+    auto f8 = problem(1000, 512, 256, 8, BLayout::NK, MoeActivation::SwiGLU, DType::F8E4M3);
+    f8.opts.scale_a_blocks = f8.opts.scale_b_blocks = reinterpret_cast<const float*>(p.a.data);
+    EXPECT_NO_THROW(loom::moe::grouped_gemm_validate(f8, -1));
+    EXPECT_NO_THROW(loom::moe::grouped_gemm_validate_config(hopper(128, 128, 4, DType::F8E4M3), f8));
+    EXPECT_THROW(loom::moe::grouped_gemm_validate_config(hopper(128, 256, 4, DType::F8E4M3), f8), loom::Error);
+    auto f8_plain = f8;
+    f8_plain.opts.activation = MoeActivation::None;
+    f8_plain.c.cols = 512;
+    EXPECT_THROW(loom::moe::grouped_gemm_validate_config(hopper(128, 192, 4, DType::F8E4M3), f8_plain), loom::Error);
+    EXPECT_NO_THROW(loom::moe::grouped_gemm_validate_config(hopper(64, 64, 4, DType::F8E4M3), f8_plain));
+    f8 = problem(1000, 320, 256, 8, BLayout::NK, MoeActivation::SwiGLU, DType::F8E4M3);
+    f8.opts.scale_a_blocks = f8.opts.scale_b_blocks = reinterpret_cast<const float*>(p.a.data);
+    expect_error(f8, "N / 2 a multiple of 128");
     p = problem(1000, 512, 256, 8, BLayout::KN, MoeActivation::None, DType::F8E4M3);
     expect_error(p, "b_layout NK");
     p = problem(1000, 520, 256, 8, BLayout::NK, MoeActivation::SwiGLU);

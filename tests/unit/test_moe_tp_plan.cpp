@@ -145,6 +145,9 @@ TEST(MoeTpCompile, FusedKernelsHaveNoSpills) {
         rs.name = "loom::kernels::moe::moe_rs_reduce_send";
         rs.template_args = {t};
         expect_clean(loom::jit::compile(rs, 90), rs.display());
+        loom::jit::KernelSpec ar = rs;
+        ar.name = "loom::kernels::moe::moe_ar_reduce_push";
+        expect_clean(loom::jit::compile(ar, 90), ar.display());
     }
 }
 

@@ -38,8 +38,10 @@ struct GroupedGemmOptions {
     float alpha = 1.f;
     const float* scale_a = nullptr;  // 1 float: A's scale
     const float* scale_b = nullptr;  // E floats: expert e's weight scale
-    // fp8 per-128-block scales (DeepSeek-V3): A [rows, ceil(K / 128)] and B [E, ceil(N / 128), ceil(K / 128)] fp32.
-    // Not supported yet: grouped_gemm raises loom::Error when either is given.
+    // fp8 per-128-block scales (DeepSeek-V3), both or neither: A [rows, ceil(K / 128)] (row r's scale of K block kb
+    // at r x ceil(K / 128) + kb; rows follow A's rows, i.e. the grouped layout) and B [E, ceil(N / 128), ceil(K / 128)]
+    // fp32, device memory. The product is sum over kb of (A_kb B_kb^T) x sa[r, kb] x sb[e, n / 128, kb], then the
+    // scales above. f8e4m3 inputs only (the Hopper kernel); SwiGLU: N / 2 a multiple of 128.
     const float* scale_a_blocks = nullptr;
     const float* scale_b_blocks = nullptr;
     // Tile config (Hopper kernel: block_m 64 or 128, block_n, stages, group_m, grid; cluster_m 1, tail_splits 1;
@@ -130,7 +132,9 @@ enum class TpMoeAlgo {
                  // grouped_gemm: no overlap
     Fused,       // ag_moe: each rank pushes its own tokens' routed rows to every rank while the grouped GEMM consumes
                  // the source ranks' rows as they arrive (own first); moe_rs: the top-k reduce and send of a source
-                 // rank's tokens runs beside the grouped GEMM as soon as that rank's tiles are stored. moe_ar: raises
+                 // rank's tokens runs beside the grouped GEMM as soon as that rank's tiles are stored; moe_ar
+                 // (one-shot): the top-k reduce waits beside the GEMM and pushes every token's fp32 sum to every rank,
+                 // which sums the ranks' partials in rank order. Auto never picks it for moe_ar
 };
 const char* to_string(TpMoeAlgo a);
 
@@ -154,7 +158,7 @@ void ag_moe(World& world, const MatrixView& x, const int32_t* topk_idx, const fl
 void moe_rs(World& world, const MatrixView& rows, const MatrixView& w_down, const MoeRouting& routing,
             const MatrixView& out, cudaStream_t stream, const TpMoeOptions& opts = {});
 // As moe_rs for a batch every rank holds whole: routing of shape {T, k, E} (ranks 1, moe_route on the same ids on
-// every rank); out: [T, H], the same on every rank.
+// every rank); out: [T, H], the same on every rank (Fused: the same bits).
 void moe_ar(World& world, const MatrixView& rows, const MatrixView& w_down, const MoeRouting& routing,
             const MatrixView& out, cudaStream_t stream, const TpMoeOptions& opts = {});
 

@@ -31,6 +31,8 @@ struct GroupedGemmProblem {
     int64_t k() const { return a.cols; }
     int64_t n() const { return b_kn() ? b.cols : b.rows / (num_experts > 0 ? num_experts : 1); }  // product columns
     int64_t n_out() const { return swiglu() ? n() / 2 : n(); }
+    // Per-128-block scales given (the Hopper fp8 kernel's kBlockScale variant).
+    bool block_scaled() const { return opts.scale_a_blocks != nullptr || opts.scale_b_blocks != nullptr; }
     // Rows the grid is planned for: opts.max_rows (at most A's rows), else A's rows.
     int64_t planned_rows() const { return opts.max_rows > 0 && opts.max_rows < a.rows ? opts.max_rows : a.rows; }
 };
@@ -42,9 +44,10 @@ void grouped_gemm_validate(const GroupedGemmProblem& p, int device);
 // The analytic choice for a problem of `rows` rows over `groups` groups (a pure function): 64-row tiles when the
 // groups average at most 64 rows, else 128; the block_n that wastes the fewest columns of N (ties: the wider),
 // narrowed while the tiles would not fill the SMs; the most stages that fit beside the row-block prefix (<= 12); the
-// persistent grid min(#SMs, tiles' upper bound). arch < 90 or sm80: the portable kernel's fixed tile.
+// persistent grid min(#SMs, tiles' upper bound). arch < 90 or sm80: the portable kernel's fixed tile. block_scale:
+// block_n 128 or 64 (a tile's columns within one 128-column scale block).
 GemmConfig grouped_gemm_heuristic(int64_t rows, int64_t n, int64_t k, int groups, bool b_kn, MoeActivation act,
-                                  DType in, int arch, int num_sms, bool sm80 = false);
+                                  DType in, int arch, int num_sms, bool sm80 = false, bool block_scale = false);
 // Raises loom::Error when the Hopper kernel cannot take `cfg` for this problem.
 void grouped_gemm_validate_config(const GemmConfig& cfg, const GroupedGemmProblem& p);
 // The config a call runs: opts.config (checked) or the heuristic; the portable kernel below sm_90 or when forced.
@@ -55,10 +58,11 @@ int64_t grouped_gemm_max_tiles(int64_t rows, int64_t n_out, int groups, const Ge
 
 // JIT spec of grouped_gemm_sm90 (grouped_gemm_sm80 when cfg.sm80) with literal template arguments. `hooks` names the
 // policy type; `header` the header that defines it and includes the kernel's header (a fused op's header includes
-// both kernels' headers when it may run either); "" = the kernel's own header.
+// both kernels' headers when it may run either); "" = the kernel's own header. block_scale: the Hopper kernel's
+// per-128-block scale variant (fp8).
 jit::KernelSpec grouped_gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, bool b_kn, MoeActivation act,
                                          const std::string& hooks = "loom::kernels::moe::GroupedNoHooks",
-                                         const std::string& header = "");
+                                         const std::string& header = "", bool block_scale = false);
 
 // Everything but the hooks object to launch a grouped kernel: Hopper: kernel(launch, tmap_a, tmap_b, args, hooks);
 // sm_80 (cfg.sm80): kernel(launch, args, hooks).
@@ -78,8 +82,8 @@ template <class HookArgs>
 void grouped_gemm_launch_hooked(const char* hooks, const char* header, const GroupedGemmProblem& p,
                                 const GemmConfig& cfg, int num_sms, cudaStream_t stream, const HookArgs& hook_args) {
     const GroupedGemmLaunch l = grouped_gemm_launch_for(p, cfg, num_sms, stream);
-    const jit::Kernel& kernel = jit::get_kernel(
-        grouped_gemm_kernel_spec(cfg, p.a.dtype, p.c.dtype, p.b_kn(), p.opts.activation, hooks, header));
+    const jit::Kernel& kernel = jit::get_kernel(grouped_gemm_kernel_spec(
+        cfg, p.a.dtype, p.c.dtype, p.b_kn(), p.opts.activation, hooks, header, p.block_scaled()));
     if (l.sm80) {
         kernel(l.launch, l.args, hook_args);
     } else {

@@ -11,7 +11,7 @@
 namespace loom::moe {
 
 jit::KernelSpec grouped_gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, bool b_kn, MoeActivation act,
-                                         const std::string& hooks, const std::string& header) {
+                                         const std::string& hooks, const std::string& header, bool block_scale) {
     const std::string activation =
         std::to_string(static_cast<int>(act == MoeActivation::SwiGLU ? kernels::moe::GroupedAct::SwiGLU
                                         : act == MoeActivation::GeLU ? kernels::moe::GroupedAct::GeLU
@@ -34,6 +34,7 @@ jit::KernelSpec grouped_gemm_kernel_spec(const GemmConfig& cfg, DType in, DType 
                           b_kn ? "false" : "true",
                           activation,
                           hooks};
+    if (block_scale) spec.template_args.push_back("true");
     return spec;
 }
 
@@ -61,6 +62,8 @@ GroupedGemmLaunch grouped_gemm_launch_for(const GroupedGemmProblem& p, const Gem
     args.alpha = p.opts.alpha;
     args.scale_a = p.opts.scale_a;
     args.scale_b = p.opts.scale_b;
+    args.scale_a_blocks = p.opts.scale_a_blocks;
+    args.scale_b_blocks = p.opts.scale_b_blocks;
     const int64_t max_tiles = grouped_gemm_max_tiles(p.planned_rows(), p.n_out(), p.num_groups, cfg, p.swiglu());
     l.launch.stream = stream;
     if (cfg.sm80) {

@@ -29,7 +29,7 @@ int64_t grouped_gemm_max_tiles(int64_t rows, int64_t n_out, int groups, const Ge
 }
 
 GemmConfig grouped_gemm_heuristic(int64_t rows, int64_t n, int64_t k, int groups, bool b_kn, MoeActivation act,
-                                  DType in, int arch, int num_sms, bool sm80) {
+                                  DType in, int arch, int num_sms, bool sm80, bool block_scale) {
     (void)k;
     const bool swiglu = act == MoeActivation::SwiGLU;
     const int64_t n_out = swiglu ? n / 2 : n;
@@ -45,8 +45,10 @@ GemmConfig grouped_gemm_heuristic(int64_t rows, int64_t n, int64_t k, int groups
     }
     c.block_k = kernels::gemm_block_k(static_cast<int>(dtype_size(in)));
     c.block_m = rows <= 64 * static_cast<int64_t>(groups) ? 64 : 128;
-    std::vector<int> widths = b_kn ? (swiglu ? std::vector<int>{256, 128} : std::vector<int>{256, 192, 128})
-                                   : std::vector<int>{256, 224, 192, 160, 128};
+    std::vector<int> widths = block_scale ? std::vector<int>{128, 64}
+                              : b_kn      ? (swiglu ? std::vector<int>{256, 128} : std::vector<int>{256, 192, 128})
+                                          : std::vector<int>{256, 224, 192, 160, 128};
+    const int narrowest = block_scale ? 64 : 128;
     // The width that wastes the fewest output columns (ties: the wider, listed first).
     int best = widths.front();
     int64_t best_cols = INT64_MAX;
@@ -61,7 +63,7 @@ GemmConfig grouped_gemm_heuristic(int64_t rows, int64_t n, int64_t k, int groups
         return (ceil_div(rows, c.block_m) + std::min<int64_t>(groups, std::max<int64_t>(rows, 1)) / 2) *
                ceil_div(n_out, out);
     };
-    while (best > 128 && tiles(best) < num_sms) {
+    while (best > narrowest && tiles(best) < num_sms) {
         const auto it = std::find(widths.begin(), widths.end(), best);
         best = *(it + 1);
     }
@@ -94,6 +96,13 @@ void grouped_gemm_validate_config(const GemmConfig& c, const GroupedGemmProblem&
     LOOM_CHECK(c.cluster_m == 1 && c.tail_splits == 1,
                "grouped_gemm config: expected cluster_m 1 and tail_splits 1, given {} and {}", c.cluster_m,
                c.tail_splits);
+    if (p.block_scaled()) {
+        const int cols = p.swiglu() ? c.block_n / 2 : c.block_n;  // a tile's columns per scale lookup
+        LOOM_CHECK(c.block_n <= 128 && kernels::moe::kGroupedScaleBlock % cols == 0,
+                   "grouped_gemm config: per-128-block scales expect block_n <= 128 with {} dividing 128 (a tile's "
+                   "columns within one scale block), given {}",
+                   p.swiglu() ? "block_n / 2" : "block_n", c.block_n);
+    }
     const uint32_t smem = kernels::moe::grouped_gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages, p.num_groups);
     LOOM_CHECK(c.stages >= 2 && c.stages <= 16 && smem <= kernels::kGemmSm90MaxSmem,
                "grouped_gemm config: expected stages in [2, 16] within {} B of shared memory, given {} stages ({} B "
@@ -106,7 +115,7 @@ GemmConfig grouped_gemm_config(const GroupedGemmProblem& p, int arch, int num_sm
     GemmConfig c = p.opts.config != nullptr && !sm80
                        ? *p.opts.config
                        : grouped_gemm_heuristic(p.planned_rows(), p.n(), p.k(), p.num_groups, p.b_kn(),
-                                                p.opts.activation, p.a.dtype, arch, num_sms, sm80);
+                                                p.opts.activation, p.a.dtype, arch, num_sms, sm80, p.block_scaled());
     if (p.opts.config != nullptr && sm80 && p.opts.config->grid > 0) c.grid = p.opts.config->grid;
     grouped_gemm_validate_config(c, p);
     return c;

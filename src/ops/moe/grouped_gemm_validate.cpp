@@ -1,6 +1,7 @@
 // Input validation of loom::grouped_gemm: every error names the argument, what was expected and what was given.
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 
 #include "loom/runtime/error.hpp"
 #include "ops/gemm/gemm_internal.hpp"
@@ -67,9 +68,16 @@ void grouped_gemm_validate(const GroupedGemmProblem& p, int device) {
                    "KN");
         LOOM_CHECK(k % 16 == 0, "grouped_gemm: f8e4m3 inputs expect K a multiple of 16 (16-byte rows), given K={}", k);
     }
-    LOOM_CHECK(o.scale_a_blocks == nullptr && o.scale_b_blocks == nullptr,
-               "grouped_gemm: per-128-block scales (scale_a_blocks / scale_b_blocks) are not supported yet; given {}{}",
-               o.scale_a_blocks ? "scale_a_blocks " : "", o.scale_b_blocks ? "scale_b_blocks" : "");
+    if (p.block_scaled()) {
+        LOOM_CHECK(o.scale_a_blocks != nullptr && o.scale_b_blocks != nullptr,
+                   "grouped_gemm: expected scale_a_blocks and scale_b_blocks together, given only {}",
+                   o.scale_a_blocks ? "scale_a_blocks" : "scale_b_blocks");
+        LOOM_CHECK(f8, "grouped_gemm: per-128-block scales expect f8e4m3 inputs, given {}", dtype_name(a.dtype));
+        LOOM_CHECK(!p.swiglu() || (n / 2) % kernels::moe::kGroupedScaleBlock == 0,
+                   "grouped_gemm: per-128-block scales with SwiGLU expect N / 2 a multiple of 128 (the up half starts "
+                   "a scale block), given N={}",
+                   n);
+    }
     LOOM_CHECK(std::isfinite(o.alpha), "grouped_gemm: expected a finite alpha, given {}", o.alpha);
     LOOM_CHECK(o.num_sms >= 0, "grouped_gemm: expected num_sms >= 0, given {}", o.num_sms);
     LOOM_CHECK(o.max_rows >= 0, "grouped_gemm: expected max_rows >= 0, given {}", o.max_rows);
@@ -88,6 +96,19 @@ void grouped_gemm_validate(const GroupedGemmProblem& p, int device) {
         nullptr, device, kOp, "group_offsets", offsets,
         loom::detail::buffer_bytes(kOp, "group_offsets", static_cast<std::size_t>(G) + 1, DType::I32));
     gemm_check_device_scale(kOp, "scale_a", o.scale_a, device);
+    if (p.block_scaled()) {
+        const auto blocks = [](int64_t x) { return static_cast<std::size_t>((x + 127) / 128); };
+        const std::size_t a_scales = static_cast<std::size_t>(a.rows) * blocks(k);
+        const std::size_t b_scales = static_cast<std::size_t>(E) * blocks(n) * blocks(k);
+        for (const auto& [name, ptr, count] : {std::tuple{"scale_a_blocks", o.scale_a_blocks, a_scales},
+                                               std::tuple{"scale_b_blocks", o.scale_b_blocks, b_scales}}) {
+            LOOM_CHECK(reinterpret_cast<std::uintptr_t>(ptr) % 4 == 0,
+                       "grouped_gemm: expected {} 4-byte aligned, given {}", name, static_cast<const void*>(ptr));
+            if (count > 0)
+                loom::detail::check_memory(nullptr, device, kOp, name, ptr,
+                                           loom::detail::buffer_bytes(kOp, name, count, DType::F32));
+        }
+    }
     if (o.scale_b != nullptr) {
         LOOM_CHECK(reinterpret_cast<std::uintptr_t>(o.scale_b) % 4 == 0,
                    "grouped_gemm: expected scale_b 4-byte aligned, given {}", static_cast<const void*>(o.scale_b));

@@ -19,6 +19,13 @@
 // SwiGLU (kAct): a tile computes BLOCK_N / 2 output columns j0.. from BLOCK_N / 2 gate rows of B_e (j0..) and the
 //   BLOCK_N / 2 up rows (n / 2 + j0..) side by side in its B slot, so each thread holds gate and up of the same
 //   output column (accumulator fragments f and f + BLOCK_N / 16) and the epilogue multiplies them in registers.
+// Block scales (kBlockScale, fp8 only; DeepSeek-V3 / DeepGEMM's promotion): one k-block is one 128-element scale
+//   block of K. Per k-block the wgmma accumulate into a second register tile `part` (cleared by the first MMA), the
+//   consumer waits for them, releases the slot, and promotes: acc += part x sa[row, kb] x sb[e, n block, kb]. The
+//   scales are loaded from global memory before the k-block's MMAs are issued, so their latency hides behind them.
+//   A tile's product columns lie in one 128-column scale block (two with SwiGLU: gate and up), so a thread needs two
+//   A scales (its rows r and r + 8) and one or two B scales per k-block. Costs: no MMA of the next k-block in flight
+//   during the promotion (the other consumer warpgroup's MMAs fill the gap) and BLOCK_N / 2 more registers.
 // Shared memory: STAGES x (BLOCK_M + BLOCK_N) x 128 B + barriers + the row-block prefix (grouped_gemm_params.hpp).
 // Hooks: grouped_tiles.cuh (GroupedTileOrder, GroupedLoadWait, GroupedStoreNotify).
 #pragma once
@@ -40,11 +47,73 @@
 
 namespace loom::kernels::moe {
 
+// The consumer mainloop of one tile with per-128-block scales (fp8, B as [N, K]; kernel comment above): acc =
+// sum over k-blocks kb of (A_kb x B_kb^T) x sa[row, kb] x sb[e, n block, kb]. One k-block = 128 fp8 = one scale block.
+template <int BLOCK_N, int STAGES, bool kSwiGLU>
+LOOM_DEVICE LOOM_FORCEINLINE void block_scaled_mainloop(const GroupedGemmArgs& args, const GroupedTile& t, int out_cols,
+                                                        int num_k_blocks, tile::TmaPipeline<STAGES>* pipe,
+                                                        tile::PipelineState<STAGES>& st, const uint8_t* smem_a,
+                                                        const uint8_t* smem_b, uint32_t a_bytes, uint32_t b_bytes,
+                                                        int warpgroup, int wg_thread, float (&acc)[BLOCK_N / 2]) {
+#if LOOM_SM90A
+    const int warp = wg_thread / 32, lane = wg_thread % 32;
+    float part[BLOCK_N / 2];
+#pragma unroll
+    for (int i = 0; i < BLOCK_N / 2; ++i) acc[i] = 0.f;
+    // This thread's rows (r, r + 8) of A's scales, clamped inside A (rows past A are zero-filled by TMA and never
+    // stored), and the scale blocks of the tile's product columns (gate, and up with SwiGLU).
+    const int32_t r = t.row0 + warpgroup * 64 + warp * 16 + lane / 4;
+    const int32_t r0 = r < args.rows ? r : args.rows - 1, r1 = r + 8 < args.rows ? r + 8 : args.rows - 1;
+    const float* sa0 = args.scale_a_blocks + static_cast<int64_t>(r0) * num_k_blocks;
+    const float* sa1 = args.scale_a_blocks + static_cast<int64_t>(r1) * num_k_blocks;
+    const int n_blocks = (args.n + kGroupedScaleBlock - 1) / kGroupedScaleBlock;
+    const int32_t col0 = t.n_block * out_cols;
+    const float* sb_lo =
+        args.scale_b_blocks + (static_cast<int64_t>(t.expert) * n_blocks + col0 / kGroupedScaleBlock) * num_k_blocks;
+    const float* sb_hi =
+        kSwiGLU
+            ? args.scale_b_blocks +
+                  (static_cast<int64_t>(t.expert) * n_blocks + (args.n / 2 + col0) / kGroupedScaleBlock) * num_k_blocks
+            : sb_lo;
+    for (int kb = 0; kb < num_k_blocks; ++kb) {
+        const float a0 = __ldg(sa0 + kb), a1 = __ldg(sa1 + kb), b_lo = __ldg(sb_lo + kb), b_hi = __ldg(sb_hi + kb);
+        pipe->consumer_wait(st);
+        const uint8_t* a_tile = smem_a + st.stage * a_bytes + warpgroup * 64 * 128;
+        const uint8_t* b_tile = smem_b + st.stage * b_bytes;
+        ptx::wgmma_fence_operands(part);
+        ptx::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            const uint64_t da = ptx::wgmma_smem_desc(a_tile + kk * 32, 0, 1024, ptx::SmemSwizzle::B128);
+            const uint64_t db = ptx::wgmma_smem_desc(b_tile + kk * 32, 0, 1024, ptx::SmemSwizzle::B128);
+            ptx::wgmma_m64k32_e4m3<BLOCK_N>(part, da, db, kk > 0 ? 1 : 0);
+        }
+        ptx::wgmma_commit_group();
+        ptx::wgmma_wait_group<0>();
+        ptx::wgmma_fence_operands(part);
+        if (wg_thread == 0) pipe->consumer_release(st.stage);
+        st.advance();
+        // Promotion: fragment j holds columns 8 j.. (SwiGLU: gate for j < BLOCK_N / 16, then up), h the row r + 8 h.
+#pragma unroll
+        for (int j = 0; j < BLOCK_N / 8; ++j) {
+            const float b = kSwiGLU && j >= BLOCK_N / 16 ? b_hi : b_lo;
+            const float s0 = a0 * b, s1 = a1 * b;
+            acc[4 * j + 0] += part[4 * j + 0] * s0;
+            acc[4 * j + 1] += part[4 * j + 1] * s0;
+            acc[4 * j + 2] += part[4 * j + 2] * s1;
+            acc[4 * j + 3] += part[4 * j + 3] * s1;
+        }
+    }
+#endif
+}
+
 // TIn: __nv_bfloat16, __half, or __nv_fp8_e4m3 (kBKMajor only). TOut: __nv_bfloat16, __half or float. kBKMajor: B_e
 // is [N, K] (tmap_b over [E][N][K], boxes of BLOCK_N rows, BLOCK_N / 2 with SwiGLU); else [K, N] (tmap_b over
 // [E][K][N], boxes of 64 columns x 128 B rows of K). tmap_a: A [rows, K], boxes of BLOCK_M rows x 128 B.
+// kBlockScale: args.scale_a_blocks / scale_b_blocks (both non-null) scale each 128-K block (fp8 in; BLOCK_N, or
+// BLOCK_N / 2 with SwiGLU, divides 128; with SwiGLU n / 2 is a multiple of 128).
 template <class TIn, class TOut, int BLOCK_M, int BLOCK_N, int STAGES, bool kBKMajor, int kActivation,
-          class Hooks = GroupedNoHooks>
+          class Hooks = GroupedNoHooks, bool kBlockScale = false>
 __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     grouped_gemm_sm90(const __grid_constant__ ptx::TmaDescriptor tmap_a,
                       const __grid_constant__ ptx::TmaDescriptor tmap_b, const GroupedGemmArgs args,
@@ -60,6 +129,8 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     constexpr bool kFp8 = tile::kSameType<TIn, __nv_fp8_e4m3>;
     static_assert(sizeof(TIn) == 2 || (kFp8 && kBKMajor), "inputs are bf16 or fp16, or fp8 e4m3 with B as [N, K]");
     static_assert(GroupedHooks<Hooks>, "Hooks: a grouped tile order, trivially copyable (grouped_tiles.cuh)");
+    static_assert(!kBlockScale || (kFp8 && kGroupedScaleBlock % (kSwiGLU ? BLOCK_N / 2 : BLOCK_N) == 0),
+                  "block scales: fp8 in, a tile's columns (per SwiGLU half) within one 128-column scale block");
 #if LOOM_SM90A
     constexpr int kConsumers = BLOCK_M / 64;
     constexpr int kThreads = 128 * (kConsumers + 1);
@@ -141,43 +212,48 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
         tile::PipelineState<STAGES> st;
         for (int32_t linear = blockIdx.x; linear < num_tiles; linear += gridDim.x) {
             const GroupedTile t = grouped_tile<BLOCK_M>(hooks, grid, args, linear);
-            uint32_t prev_stage = 0;
-            for (int kb = 0; kb < num_k_blocks; ++kb) {
-                pipe->consumer_wait(st);
-                const uint8_t* a_tile = smem_a + st.stage * kABytes + warpgroup * 64 * 128;
-                const uint8_t* b_tile = smem_b + st.stage * kBBytes;
-                ptx::wgmma_fence_operands(acc);
-                ptx::wgmma_fence();
+            if constexpr (kBlockScale) {
+                block_scaled_mainloop<BLOCK_N, STAGES, kSwiGLU>(args, t, kOutCols, num_k_blocks, pipe, st, smem_a,
+                                                                smem_b, kABytes, kBBytes, warpgroup, wg_thread, acc);
+            } else {
+                uint32_t prev_stage = 0;
+                for (int kb = 0; kb < num_k_blocks; ++kb) {
+                    pipe->consumer_wait(st);
+                    const uint8_t* a_tile = smem_a + st.stage * kABytes + warpgroup * 64 * 128;
+                    const uint8_t* b_tile = smem_b + st.stage * kBBytes;
+                    ptx::wgmma_fence_operands(acc);
+                    ptx::wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < 4; ++kk) {
-                    // K-major, 128B swizzle: 8-row atoms 1024 B apart; a k16 (fp8: k32) step is 32 B along the row.
-                    const uint64_t da = ptx::wgmma_smem_desc(a_tile + kk * 32, 0, 1024, ptx::SmemSwizzle::B128);
-                    uint64_t db;
-                    if constexpr (kBKMajor) {
-                        db = ptx::wgmma_smem_desc(b_tile + kk * 32, 0, 1024, ptx::SmemSwizzle::B128);
-                    } else {
-                        // N-major: 64-column boxes 8 KiB apart (LBO), 8-k-row atoms 1024 B apart (SBO); a k16 step
-                        // is 16 rows = 2 KiB.
-                        db = ptx::wgmma_smem_desc(b_tile + kk * 2048, tile::swizzled_box_bytes(kBlockK), 1024,
-                                                  ptx::SmemSwizzle::B128);
+                    for (int kk = 0; kk < 4; ++kk) {
+                        // K-major, 128B swizzle: 8-row atoms 1024 B apart; a k16 (fp8: k32) step is 32 B along the row.
+                        const uint64_t da = ptx::wgmma_smem_desc(a_tile + kk * 32, 0, 1024, ptx::SmemSwizzle::B128);
+                        uint64_t db;
+                        if constexpr (kBKMajor) {
+                            db = ptx::wgmma_smem_desc(b_tile + kk * 32, 0, 1024, ptx::SmemSwizzle::B128);
+                        } else {
+                            // N-major: 64-column boxes 8 KiB apart (LBO), 8-k-row atoms 1024 B apart (SBO); a k16 step
+                            // is 16 rows = 2 KiB.
+                            db = ptx::wgmma_smem_desc(b_tile + kk * 2048, tile::swizzled_box_bytes(kBlockK), 1024,
+                                                      ptx::SmemSwizzle::B128);
+                        }
+                        const int scale_d = (kb > 0 || kk > 0) ? 1 : 0;
+                        if constexpr (kFp8) {
+                            ptx::wgmma_m64k32_e4m3<BLOCK_N>(acc, da, db, scale_d);
+                        } else {
+                            ptx::wgmma_m64k16<BLOCK_N, kBF16, 0, kBKMajor ? 0 : 1>(acc, da, db, scale_d);
+                        }
                     }
-                    const int scale_d = (kb > 0 || kk > 0) ? 1 : 0;
-                    if constexpr (kFp8) {
-                        ptx::wgmma_m64k32_e4m3<BLOCK_N>(acc, da, db, scale_d);
-                    } else {
-                        ptx::wgmma_m64k16<BLOCK_N, kBF16, 0, kBKMajor ? 0 : 1>(acc, da, db, scale_d);
-                    }
+                    ptx::wgmma_commit_group();
+                    ptx::wgmma_fence_operands(acc);
+                    ptx::wgmma_wait_group<1>();
+                    if (kb > 0 && wg_thread == 0) pipe->consumer_release(prev_stage);
+                    prev_stage = st.stage;
+                    st.advance();
                 }
-                ptx::wgmma_commit_group();
+                ptx::wgmma_wait_group<0>();
                 ptx::wgmma_fence_operands(acc);
-                ptx::wgmma_wait_group<1>();
-                if (kb > 0 && wg_thread == 0) pipe->consumer_release(prev_stage);
-                prev_stage = st.stage;
-                st.advance();
+                if (wg_thread == 0) pipe->consumer_release(prev_stage);
             }
-            ptx::wgmma_wait_group<0>();
-            ptx::wgmma_fence_operands(acc);
-            if (wg_thread == 0) pipe->consumer_release(prev_stage);
 
             // Epilogue: thread owns (row 16 warp + lane / 4 (+8), columns 8 j + 2 (lane % 4) + {0, 1}) of its
             // warpgroup's 64 rows; SwiGLU: gate in fragments [0, BLOCK_N / 16), up in the next BLOCK_N / 16.

@@ -32,7 +32,14 @@ struct GroupedGemmArgs {
     float alpha;
     const float* scale_a;  // 1 float or null
     const float* scale_b;  // num_experts floats or null
+    // Per-128-block scales (Hopper fp8 kernel with kBlockScale only): A [rows, k_blocks], B [num_experts, ceil(n /
+    // 128), k_blocks] fp32 row-major, k_blocks = ceil(k / 128). Null otherwise.
+    const float* scale_a_blocks;
+    const float* scale_b_blocks;
 };
+
+// Elements of one scale block along K and N (DeepSeek-V3's 1 x 128 activation and 128 x 128 weight blocks).
+inline constexpr int kGroupedScaleBlock = 128;
 
 // Shared memory of the grouped kernels' row-block prefix: int32[num_groups + 1] (tile/grouped order, below), 16-byte
 // rounded.

@@ -16,6 +16,12 @@
 //                 rank's tokens summed over the slots (rank order) after reduced[q] >= e of every peer q.
 //   It waits only for this rank's GEMM (which waits for nothing and has the SMs the plan leaves it) and for peers'
 //   sends (which wait only for their own GEMMs): no cycle, and no block waits for another block of its kernel.
+// moe_ar, Fused (one-shot): the grouped GEMM with MoeRsHooks over the E groups of one source rank (every stored tile
+// adds 1 to done[0]) into a local partial product, and beside it on a side stream
+//   moe_ar_reduce_push  once every tile is stored: the weighted top-k reduce of every token (fp32), pushed into slot
+//                 me of every rank's receive half, reduced[me] := e at every rank; then out = the W slots summed in
+//                 rank order after reduced[q] >= e of every peer q. The same waits as moe_rs's reduce-send: its own
+//                 GEMM, and peers' pushes that wait only for their own GEMMs.
 #pragma once
 
 #ifndef LOOM_NO_DEVICE_PRINTF
@@ -200,6 +206,78 @@ __global__ void __launch_bounds__(kTpMoeThreads) moe_rs_reduce_send(Ctx ctx, Moe
     __syncthreads();
     T* const out = static_cast<T*>(p.out);
     for (int32_t t = static_cast<int32_t>(blockIdx.x); t < p.t_loc; t += static_cast<int32_t>(gridDim.x))
+        for (int64_t c = threadIdx.x; c < p.h; c += blockDim.x) {
+            float acc = 0.f;
+            for (int q = 0; q < W; ++q) acc += p.recv[q * slot + t * p.h + c];
+            out[t * p.h + c] = moe_from_float<T>(acc);
+        }
+}
+
+// The row blocks (BLOCK_M rows, offsets clamped) of all E groups, summed by every thread of the block; returns the
+// block's total after a barrier. scratch: one shared int64.
+LOOM_DEVICE LOOM_FORCEINLINE int64_t tp_all_row_blocks(const MoeArReduceParams& p, int64_t* scratch) {
+    if (threadIdx.x == 0) *scratch = 0;
+    __syncthreads();
+    int64_t mine = 0;
+    for (int32_t g = static_cast<int32_t>(threadIdx.x); g < p.num_experts; g += static_cast<int32_t>(blockDim.x)) {
+        const int32_t s = tp_clamped_offset(p.offsets, g, p.rows, 0);
+        const int32_t end = tp_clamped_offset(p.offsets, g + 1, p.rows, s);
+        mine += (end - s + p.block_m - 1) / p.block_m;
+    }
+    if (mine != 0) atomicAdd(reinterpret_cast<unsigned long long*>(scratch), static_cast<unsigned long long>(mine));
+    __syncthreads();
+    const int64_t total = *scratch;
+    __syncthreads();
+    return total;
+}
+
+template <class T>
+__global__ void __launch_bounds__(kTpMoeThreads) moe_ar_reduce_push(Ctx ctx, MoeArReduceParams p) {
+    __shared__ int64_t s_row[32];
+    __shared__ float s_w[32];
+    __shared__ int64_t s_blocks;
+    const int W = ctx.local_world, me = ctx.local_rank;
+    const T* partial = static_cast<const T*>(p.partial);
+    const int64_t slot = static_cast<int64_t>(p.tokens) * p.h;
+    const int par = static_cast<int>(p.epoch % 2);
+    const uint64_t target =
+        p.expected[1 - par] + static_cast<uint64_t>(tp_all_row_blocks(p, &s_blocks)) * static_cast<uint64_t>(p.num_n);
+    if (threadIdx.x == 0) {
+        if (blockIdx.x == 0) p.expected[par] = target;
+        tp_wait_ge<false>(p.done, target, ctx.wait_timeout_ns, "moe_ar: reduce waits for the grouped GEMM's tiles");
+    }
+    __syncthreads();
+    for (int32_t t = static_cast<int32_t>(blockIdx.x); t < p.tokens; t += static_cast<int32_t>(gridDim.x)) {
+        __syncthreads();  // the previous token's slots are read
+        if (threadIdx.x < static_cast<unsigned>(p.topk)) {
+            const int64_t e = static_cast<int64_t>(t) * p.topk + threadIdx.x;
+            const int32_t row = p.dest_rows[e];
+            if (row < 0 || row >= p.rows) bad_index("moe_ar dest_rows", p.dest_rows + e, row, p.rows);
+            s_row[threadIdx.x] = row;
+            s_w[threadIdx.x] = p.weights[e];
+        }
+        __syncthreads();
+        for (int64_t c = threadIdx.x; c < p.h; c += blockDim.x) {
+            float acc = 0.f;
+            for (int s = 0; s < p.topk; ++s) acc += s_w[s] * moe_to_float<T>(partial[s_row[s] * p.h + c]);
+            for (int j = 0; j < W; ++j) {  // own slot first
+                const int d = me + j < W ? me + j : me + j - W;
+                tp_peer(ctx, p.recv, d)[me * slot + t * p.h + c] = acc;
+            }
+        }
+    }
+    if (tp_last_block(p.ticket, p.ticket_target))
+        for (int j = 1; j < W; ++j) {
+            const int d = me + j < W ? me + j : me + j - W;
+            ptx::st_release_sys(tp_peer(ctx, p.sig->reduced + me, d), p.epoch);
+        }
+    // Every token's W slots: the own slot of token t was written by this block (the same token assignment).
+    if (threadIdx.x < static_cast<unsigned>(W) && static_cast<int>(threadIdx.x) != me)
+        tp_wait_ge<true>(p.sig->reduced + threadIdx.x, p.epoch, ctx.wait_timeout_ns,
+                         "moe_ar: waits for a peer's reduced rows");
+    __syncthreads();
+    T* const out = static_cast<T*>(p.out);
+    for (int32_t t = static_cast<int32_t>(blockIdx.x); t < p.tokens; t += static_cast<int32_t>(gridDim.x))
         for (int64_t c = threadIdx.x; c < p.h; c += blockDim.x) {
             float acc = 0.f;
             for (int q = 0; q < W; ++q) acc += p.recv[q * slot + t * p.h + c];

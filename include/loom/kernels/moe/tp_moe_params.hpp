@@ -26,6 +26,12 @@ struct MoeRsSignals {
     uint64_t reduced[kMaxLocalPeers];
 };
 
+// moe_ar, Fused: reduced[q] at rank d = the last call whose rank q's top-k reduced partial sums of every token landed
+// in d's receive half (slot q).
+struct MoeArSignals {
+    uint64_t reduced[kMaxLocalPeers];
+};
+
 // moe_ag_push: this rank's routed rows [offsets[me E], offsets[(me + 1) E]) of the gathered layout, gathered from its
 // own tokens x (row_tokens are gathered token ids: rank me's are [me T_loc, (me + 1) T_loc); -1 padding: zeros), into
 // the same rows of every rank's gather half; then arrived[me] := epoch at every rank.
@@ -83,6 +89,29 @@ struct MoeRsReduceParams {
     int64_t h;
     int32_t t_loc, topk, num_experts, rows;  // rows: the routing's max_rows (offsets clamped to [0, rows])
     int32_t block_m, num_n;                  // the GEMM's tiles: BLOCK_M rows, num_n column blocks
+};
+
+// moe_ar_reduce_push: once the grouped GEMM (MoeRsHooks with one source rank: done[0] counts every stored tile) stored
+// every tile of this call (done[0] >= expected[e % 2] = expected[(e - 1) % 2] + this call's tiles), the top-k reduce
+// (fp32) of every token's rows of the partial product, pushed into slot me of every rank's receive half (fp32
+// [W][tokens][H]); the last block sets reduced[me] := epoch at every rank. Then out = the sum over slots q (rank
+// order: the same bits on every rank) after reduced[q] >= epoch for every peer q.
+struct MoeArReduceParams {
+    const void* partial;       // [rows, h] of the output type, dense: the grouped GEMM's output
+    void* out;                 // [tokens, h] dense
+    float* recv;               // this call's half of the symmetric receive buffer (this rank's address)
+    const int32_t* offsets;    // [E + 1]
+    const int32_t* dest_rows;  // [tokens, k]
+    const float* weights;      // [tokens, k]
+    const uint64_t* done;      // local, one counter (MoeRsHookArgs::done)
+    uint64_t* expected;        // local [2]: cumulative tile targets by call parity
+    uint64_t* ticket;          // local, one counter: blocks that finished their pushes (cumulative)
+    MoeArSignals* sig;         // symmetric
+    uint64_t ticket_target;    // the blocks of every call so far, this call's included
+    uint64_t epoch;
+    int64_t h;
+    int32_t tokens, topk, num_experts, rows;  // rows: the routing's max_rows (offsets clamped to [0, rows])
+    int32_t block_m, num_n;                   // the GEMM's tiles: BLOCK_M rows, num_n column blocks
 };
 
 }  // namespace loom::kernels::moe

@@ -59,6 +59,10 @@ void check_ag_moe(const AgMoeCall& c) {
                swiglu ? " / 2, SwiGLU" : "", c.out.cols);
     LOOM_CHECK(c.out.rows >= s.max_rows(), "{}: out: expected >= {} rows (the routing's max_rows), given {}", op,
                s.max_rows(), c.out.rows);
+    LOOM_CHECK(c.opts.gemm.scale_a_blocks == nullptr && c.opts.gemm.scale_b_blocks == nullptr,
+               "{}: opts.gemm: expected no per-128-block scales (the GEMM's A is the routed rows of the gathered x, "
+               "which scales per x row do not follow), given {}",
+               op, c.opts.gemm.scale_a_blocks != nullptr ? "scale_a_blocks" : "scale_b_blocks");
 }
 
 namespace {

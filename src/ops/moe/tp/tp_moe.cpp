@@ -77,11 +77,11 @@ void moe_ar(World& world, const MatrixView& rows, const MatrixView& w_down, cons
             const MatrixView& out, cudaStream_t stream, const TpMoeOptions& opts) {
     moe::MoeDownCall c{&world, rows, w_down, out, routing, stream, opts, capturing(stream)};
     moe::check_moe_ar(c);
-    LOOM_CHECK(opts.algo != TpMoeAlgo::Fused,
-               "moe_ar: opts.algo: expected Auto or Sequential (moe_ar has no fused algorithm), given fused");
-    switch (opts.algo) {
-        default:
-            moe::moe_ar_sequential(c);
+    // Auto is Sequential: the fused moe_ar is chosen only when asked for (Fused raises where it cannot run).
+    if (opts.algo == TpMoeAlgo::Fused && choose("moe_ar", opts.algo, world, c.captured, true) == TpMoeAlgo::Fused) {
+        moe::moe_ar_fused(c);
+    } else {
+        moe::moe_ar_sequential(c);
     }
 }
 

@@ -74,5 +74,6 @@ void moe_rs_sequential(const MoeDownCall& c);
 void moe_ar_sequential(const MoeDownCall& c);
 void ag_moe_fused(const AgMoeCall& c);    // fused_ag.cpp
 void moe_rs_fused(const MoeDownCall& c);  // fused_rs.cpp
+void moe_ar_fused(const MoeDownCall& c);  // fused_ar.cpp
 
 }  // namespace loom::moe
