@@ -54,23 +54,34 @@ std::vector<float> ep_combine_reference(const EpLayoutRef& ref, const std::vecto
     const int k = ref.k, L = ref.L;
     const int64_t T = static_cast<int64_t>(idx_r.size()) / k;
     std::vector<float> y(static_cast<std::size_t>(T * H), 0.f);
-    for (int64_t t = 0; t < T; ++t)
+    std::vector<int> slots;  // the token's slots, grouped by rank (ascending), slot order within a rank
+    std::vector<int> first;  // per rank d: where its slots start in `slots` (W + 1 entries)
+    for (int64_t t = 0; t < T; ++t) {
+        slots.clear();
+        first.assign(ref.W + 1, 0);
+        for (int d = 0; d < ref.W; ++d) {
+            first[d] = static_cast<int>(slots.size());
+            for (int s = 0; s < k; ++s) {
+                const int e = idx_r[t * k + s];
+                if (e >= 0 && e / L == d) slots.push_back(s);
+            }
+        }
+        first[ref.W] = static_cast<int>(slots.size());
         for (int64_t c = 0; c < H; ++c) {
             float acc = 0.f;
             for (int d = 0; d < ref.W; ++d) {
-                bool hit = false;
+                if (first[d] == first[d + 1]) continue;
                 float p = 0.f;
-                for (int s = 0; s < k; ++s) {
-                    const int e = idx_r[t * k + s];
-                    if (e < 0 || e / L != d) continue;
-                    hit = true;
+                for (int i = first[d]; i < first[d + 1]; ++i) {
+                    const int s = slots[i];
                     const float w = w_r.empty() ? 1.f : w_r[t * k + s];
                     p = std::fmaf(w, out(d, ref.entry_row[r][t * k + s], c), p);
                 }
-                if (hit) acc += bf16_to_float(float_to_bf16(p));
+                acc += bf16_to_float(float_to_bf16(p));
             }
             y[t * H + c] = bf16_to_float(float_to_bf16(acc));
         }
+    }
     return y;
 }
 
