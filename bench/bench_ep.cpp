@@ -13,7 +13,10 @@
 // Rows (rank 0) into --out (ep.json): op ep_dispatch / ep_combine / ep_round_trip, mode "normal", T, H, k, E,
 // bytes_per_rank (token rows this rank sends to other ranks; the baseline's in baseline_bytes_per_rank).
 //
-//     loomrun -n 8 build/bench/bench-ep --out ep.json [--skewed] [--tokens 4096 --hidden 7168 --topk 8 --experts 256]
+//     loomrun -n 8 build/bench/bench-ep --out ep.json [--tokens 4096 --hidden 7168 --topk 8 --experts 256]
+//     LOOM_SYMMETRIC_SIZE=8G loomrun -n 8 build/bench/bench-ep --skewed --out ep_skewed.json
+// The heap (at least 4 GiB per rank) holds ep's two buffers and the baseline's receive and return buffers, each sized
+// to the busiest rank's rows: ~2.2 GiB per rank uniform; skewed sends ~4x the average to rank 0 (~7 GiB).
 #include <cuda_runtime_api.h>
 
 #include <CLI/CLI.hpp>
