@@ -361,12 +361,14 @@ TEST_F(MoeEp, LayerWithGroupedGemm) {
         for (int64_t n = 0; n < H; ++n) {
             const double d = bf16_to_float(got[t * H + n]) - yr[n];
             err2 += d * d, ref2 += yr[n] * yr[n];
-            worst = std::max(worst, std::abs(d) / (std::abs(yr[n]) + 0.05));
+            // bf16 roundings: the GEMM's outputs (as the reference), each rank's partial and y (~0.002 each at
+            // these magnitudes, |y| ~ 0.5): an absolute floor for outputs near 0.
+            worst = std::max(worst, std::abs(d) / (0.02 * std::abs(yr[n]) + 0.02));
         }
     }
     const double rel = std::sqrt(err2 / std::max(ref2, 1e-30));
     std::string e;
-    if (!(rel < 5e-3) || !(worst < 0.05))
+    if (!(rel < 1e-2) || !(worst <= 1.0))
         e = "relative error " + std::to_string(rel) + ", worst element " + std::to_string(worst);
     EXPECT_EQ(test::agree(*w, e, "ep_layer"), "");
 }
