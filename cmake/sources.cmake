@@ -22,6 +22,9 @@ set(LOOM_HEADERS
     include/loom/kernels/gemm/gemm.cuh
     include/loom/kernels/gemm/gemm_params.hpp
     include/loom/kernels/gemm/gemm_sm80.cuh
+    include/loom/kernels/moe/ep_combine.cuh
+    include/loom/kernels/moe/ep_dispatch.cuh
+    include/loom/kernels/moe/ep_params.hpp
     include/loom/kernels/moe/routing.cuh
     include/loom/kernels/moe/routing_params.hpp
     include/loom/kernels/moe/tp_moe.cuh
@@ -55,6 +58,7 @@ set(LOOM_HEADERS
     include/loom/ops/collectives.hpp
     include/loom/ops/gemm.hpp
     include/loom/ops/moe.hpp
+    include/loom/ops/moe_ep.hpp
     include/loom/ops/overlap.hpp
     include/loom/ptx/async.cuh
     include/loom/ptx/cluster.cuh
@@ -143,6 +147,10 @@ set(LOOM_SOURCES
     src/ops/gemm/split_tail.cpp
     src/ops/gemm/tune.cpp
     src/ops/gemm/validate.cpp
+    src/ops/moe/ep/combine.cpp
+    src/ops/moe/ep/dispatch.cpp
+    src/ops/moe/ep/plan.cpp
+    src/ops/moe/ep/state.cpp
     src/ops/moe/routing.cpp
     src/ops/moe/tp/checks.cpp
     src/ops/moe/tp/fused_ag.cpp

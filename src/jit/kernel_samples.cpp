@@ -82,6 +82,14 @@ const std::vector<KernelSample>& kernel_samples() {
         {"loom/kernels/moe/routing.cuh", "loom::kernels::moe::moe_permute", {"unsigned short"}},
         {"loom/kernels/moe/routing.cuh", "loom::kernels::moe::moe_topk_reduce", {"__nv_bfloat16", "float"}},
         {"loom/kernels/moe/routing.cuh", "loom::kernels::moe::moe_topk_reduce", {"float", "__half"}},
+        // ---- MoE: expert-parallel dispatch / combine, throughput mode ----
+        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_layout_count", {}, false, {}},
+        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_layout_scan", {}, false, {}},
+        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_layout_index", {}, false, {}},
+        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_dispatch_push", {}, false, {}},
+        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_dispatch_arrive", {}, false, {}},
+        {"loom/kernels/moe/ep_combine.cuh", "loom::kernels::moe::ep_combine_send", {}, false, {}},
+        {"loom/kernels/moe/ep_combine.cuh", "loom::kernels::moe::ep_combine_reduce", {}, false, {}},
         // ---- attention ----
         {"loom/kernels/attention/decode.cuh", "loom::kernels::attention::decode_split", {"__nv_bfloat16", "128", "8"}},
         {"loom/kernels/attention/decode.cuh", "loom::kernels::attention::decode_split", {"__half", "64", "1"}},

@@ -1,0 +1,263 @@
+// bench-ep: expert-parallel dispatch / combine, throughput mode (loom::ep_dispatch / ep_combine), under loomrun -n W.
+// Per rank: --tokens (4096) tokens of --hidden (7168) bf16, top---topk (8) of --experts (256), routing uniform (k
+// distinct experts per token) or skewed (--skewed: 7 of 8 tokens' first slot on expert 0, the rest in the first
+// quarter). Timed interleaved by the harness (L2 flush, ranks aligned by barrier_on_stream, events, slowest rank's
+// median):
+//   loom      ep_dispatch (fixed capacity: the rows the routing needs, from a first auto call) and ep_dispatch +
+//             ep_combine with identity experts (expert outputs = recv_x); combine = the difference
+//   baseline  Loom's moe_route + moe_permute + a counts kernel + all_to_all_v (dispatch; every (token, slot) row is
+//             sent, no per-rank dedup, landing by source rank) and all_to_all_v back + moe_topk_reduce (combine)
+//   floor     one launch (a 4-byte cudaMemsetAsync after the start event) plus the bytes this rank moves at the
+//             peer-write bandwidth measured in the same run (a vectorised copy of 256 MiB into the next rank's heap,
+//             every rank at once)
+// Rows (rank 0) into --out (ep.json): op ep_dispatch / ep_combine / ep_round_trip, mode "normal", T, H, k, E,
+// bytes_per_rank (token rows this rank sends to other ranks; the baseline's in baseline_bytes_per_rank).
+//
+//     loomrun -n 8 build/bench/bench-ep --out ep.json [--tokens 4096 --hidden 7168 --topk 8 --experts 256]
+//     LOOM_SYMMETRIC_SIZE=8G loomrun -n 8 build/bench/bench-ep --skewed --out ep_skewed.json
+// The heap (at least 4 GiB per rank) holds ep's two buffers and the baseline's receive and return buffers, each sized
+// to the busiest rank's rows: ~2.2 GiB per rank uniform; skewed sends ~4x the average to rank 0 (~7 GiB).
+#include <cuda_runtime_api.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "harness.hpp"
+#include "loom/jit/jit.hpp"
+#include "loom/ops/collectives.hpp"
+#include "loom/ops/moe.hpp"
+#include "loom/ops/moe_ep.hpp"
+#include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
+#include "loom/runtime/world.hpp"
+
+namespace {
+
+struct Args {
+    std::string out = "ep.json";
+    int tokens = 4096, hidden = 7168, topk = 8, experts = 256, iters = 20;
+    bool skewed = false;
+};
+
+std::vector<int32_t> make_ids(int T, int k, int E, bool skewed, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<int32_t> ids(static_cast<std::size_t>(T) * k), ex(E);
+    for (int t = 0; t < T; ++t) {
+        std::iota(ex.begin(), ex.end(), 0);
+        const int span = skewed ? std::max(k, E / 4) : E;
+        std::shuffle(ex.begin(), ex.begin() + span, rng);
+        if (skewed && rng() % 8 != 0) std::swap(*std::find(ex.begin(), ex.end(), 0), ex[0]);
+        for (int s = 0; s < k; ++s) ids[static_cast<std::size_t>(t) * k + s] = ex[s];
+    }
+    return ids;
+}
+
+double max_over_ranks(loom::World& w, double mine, const std::string& tag) {
+    loom::Bytes b(sizeof mine);
+    std::memcpy(b.data(), &mine, sizeof mine);
+    double best = mine;
+    for (const auto& r : w.store().all_gather(tag, b)) {
+        double v;
+        std::memcpy(&v, r.data(), sizeof v);
+        best = std::max(best, v);
+    }
+    return best;
+}
+
+std::string kernels_dir() {
+    return std::filesystem::path(loom::bench::source_file("bench/kernels/peer_copy.cuh")).parent_path().string();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Args a;
+    CLI::App app{"bench-ep: expert-parallel dispatch / combine, throughput mode"};
+    app.add_option("--out", a.out, "JSON results file (rank 0)");
+    app.add_option("--tokens", a.tokens, "tokens per rank");
+    app.add_option("--hidden", a.hidden, "H (a multiple of 8)");
+    app.add_option("--topk", a.topk, "k");
+    app.add_option("--experts", a.experts, "E (a multiple of the world size)");
+    app.add_option("--iters", a.iters, "timed runs");
+    app.add_flag("--skewed", a.skewed, "skewed routing (default uniform)");
+    loom::bench::parse_or_exit(app, argc, argv);
+    try {
+        constexpr std::size_t kGiB = std::size_t{1} << 30;
+        loom::WorldOptions wo;
+        wo.symmetric_size = std::max(loom::settings().symmetric_size, 4 * kGiB);
+        loom::World world = loom::World::from_env(wo);
+        const int W = world.world_size(), me = world.rank(), L = a.experts / W;
+        const int T = a.tokens, H = a.hidden, k = a.topk, E = a.experts;
+        const std::size_t row = static_cast<std::size_t>(H) * 2;
+        cudaStream_t stream;
+        LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+        // Every rank's routing (shared seeds): the baseline's capacity and bytes on the host.
+        std::vector<std::vector<int32_t>> ids(W);
+        for (int r = 0; r < W; ++r) ids[r] = make_ids(T, k, E, a.skewed, 1234 + r);
+        std::vector<int64_t> base_recv(W, 0);
+        int64_t base_bytes = 0;
+        for (int r = 0; r < W; ++r)
+            for (int32_t e : ids[r]) {
+                base_recv[e / L] += 1;
+                if (r == me && e / L != me) base_bytes += static_cast<int64_t>(row);
+            }
+        const int64_t base_cap = *std::max_element(base_recv.begin(), base_recv.end());
+
+        void *x, *idx, *wts, *perm, *y;
+        LOOM_CHECK_CUDA(cudaMalloc(&x, T * row));
+        LOOM_CHECK_CUDA(cudaMalloc(&idx, ids[me].size() * 4));
+        LOOM_CHECK_CUDA(cudaMalloc(&wts, ids[me].size() * 4));
+        LOOM_CHECK_CUDA(cudaMalloc(&perm, static_cast<std::size_t>(T) * k * row));
+        LOOM_CHECK_CUDA(cudaMalloc(&y, T * row));
+        LOOM_CHECK_CUDA(cudaMemset(x, 0x3c, T * row));
+        LOOM_CHECK_CUDA(cudaMemcpy(idx, ids[me].data(), ids[me].size() * 4, cudaMemcpyHostToDevice));
+        std::vector<float> w(ids[me].size(), 1.f / k);
+        LOOM_CHECK_CUDA(cudaMemcpy(wts, w.data(), w.size() * 4, cudaMemcpyHostToDevice));
+        const loom::MatrixView xv{x, loom::DType::BF16, T, H, 0}, yv{y, loom::DType::BF16, T, H, 0};
+
+        // Loom: a first auto call sizes the capacity; the timed calls use it fixed (no host synchronisation).
+        loom::EpHandle h =
+            loom::ep_dispatch(world, xv, static_cast<int32_t*>(idx), static_cast<float*>(wts), k, E, stream);
+        const int64_t loom_bytes = loom::ep_dispatch_bytes(world, h, stream);
+        loom::ep_combine(world, h, h.recv_x, yv, stream);
+        loom::EpOptions eo;
+        eo.capacity = h.capacity;
+
+        // Baseline buffers: the routing, the all_to_all_v receive and return buffers (symmetric), counts.
+        loom::MoeRoutingShape shape{T, k, E, 1, 1};
+        void* rbuf;
+        LOOM_CHECK_CUDA(cudaMalloc(&rbuf, loom::moe_routing_bytes(shape)));
+        const loom::MoeRouting routing = loom::moe_routing_view(shape, rbuf, loom::moe_routing_bytes(shape));
+        void* recv = world.alloc_bytes(static_cast<std::size_t>(base_cap) * row);
+        void* back = world.alloc_bytes(static_cast<std::size_t>(T) * k * row);
+        auto* counts = world.alloc<int64_t>(2 * loom::kMaxLocalPeers);
+        int64_t* recv_counts = counts + loom::kMaxLocalPeers;
+        const auto& count_kernel =
+            loom::jit::get_kernel({.header = kernels_dir() + "/ep_counts.cuh", .name = "loom_bench::ep_send_counts"});
+        const auto& copy =
+            loom::jit::get_kernel({.header = kernels_dir() + "/peer_copy.cuh", .name = "loom_bench::copy_vec16"});
+        const std::size_t elems_in = static_cast<std::size_t>(T) * k * H;
+        auto base_dispatch = [&](cudaStream_t s) {
+            loom::moe_route(static_cast<int32_t*>(idx), static_cast<float*>(wts), routing, s);
+            loom::moe_permute(xv, routing, loom::MatrixView{perm, loom::DType::BF16, static_cast<int64_t>(T) * k, H, 0},
+                              s);
+            count_kernel({.grid = dim3(1), .block = dim3(32), .stream = s}, routing.offsets, L, W,
+                         static_cast<long long>(H), reinterpret_cast<long long*>(counts));
+            loom::all_to_all_v(world, loom::BufferView{perm, loom::DType::BF16, elems_in},
+                               loom::BufferView{recv, loom::DType::BF16, static_cast<std::size_t>(base_cap) * H},
+                               counts, nullptr, recv_counts, s);
+        };
+        auto base_combine = [&](cudaStream_t s) {
+            loom::all_to_all_v(world, loom::BufferView{recv, loom::DType::BF16, static_cast<std::size_t>(base_cap) * H},
+                               loom::BufferView{back, loom::DType::BF16, elems_in}, recv_counts, nullptr, nullptr, s);
+            loom::moe_topk_reduce(loom::MatrixView{back, loom::DType::BF16, static_cast<int64_t>(T) * k, H, 0}, routing,
+                                  yv, s);
+        };
+        base_dispatch(stream);
+        base_combine(stream);
+
+        // Floor: peer-write bandwidth (256 MiB into the next rank's heap, every rank at once) and a launch.
+        const std::size_t probe = std::size_t{256} << 20;
+        char* src;
+        LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&src), probe));
+        LOOM_CHECK_CUDA(cudaMemset(src, 0x3c, probe));
+        char* dst = static_cast<char*>(world.alloc_bytes(probe));
+        char* peer_dst = world.peer_ptr(dst, (me + 1) % W);
+        int sms = 0;
+        LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, world.device()));
+        int* one;
+        LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&one), 4));
+        LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+        world.barrier("bench-ep/ready");
+
+        loom::bench::TimeOptions to;
+        to.world = &world;
+        to.iters = a.iters;
+        to.align = [&](cudaStream_t s) { loom::barrier_on_stream(world, s, 20); };
+        const std::vector<std::function<void(cudaStream_t)>> fns = {
+            [&](cudaStream_t s) {
+                h = loom::ep_dispatch(world, xv, static_cast<int32_t*>(idx), static_cast<float*>(wts), k, E, s, eo);
+            },
+            [&](cudaStream_t s) {
+                h = loom::ep_dispatch(world, xv, static_cast<int32_t*>(idx), static_cast<float*>(wts), k, E, s, eo);
+                loom::ep_combine(world, h, h.recv_x, yv, s);
+            },
+            base_dispatch,
+            base_combine,
+            [&](cudaStream_t s) {
+                copy({.grid = dim3(4 * sms), .block = dim3(512), .stream = s}, reinterpret_cast<uint4*>(peer_dst),
+                     reinterpret_cast<const uint4*>(src), static_cast<std::uint64_t>(probe / 16));
+            },
+            [&](cudaStream_t s) { LOOM_CHECK_CUDA(cudaMemsetAsync(one, 0, 4, s)); },
+        };
+        const std::vector<loom::bench::Timing> t = loom::bench::time_ops(fns, stream, to);
+        const double dispatch_us = t[0].median_us, round_us = t[1].median_us;
+        const double combine_us = std::max(0.0, round_us - dispatch_us);
+        const double b_dispatch = t[2].median_us, b_combine = t[3].median_us;
+        const double bw_GBps = loom::bench::gbps(static_cast<double>(probe), t[4].median_us);
+        const double launch_us = t[5].median_us;
+        const double bytes_max = max_over_ranks(world, static_cast<double>(loom_bytes), "bench-ep/bytes");
+        const double floor_us = launch_us + bytes_max / (bw_GBps * 1e3);
+
+        loom::bench::Report report("ep", W, argc, argv);
+        const std::string shape_name = "T" + std::to_string(T) + "_H" + std::to_string(H) + "_k" + std::to_string(k) +
+                                       "_E" + std::to_string(E) + (a.skewed ? "_skewed" : "_uniform");
+        auto add = [&](const char* op, double us, double base_us, double floor) {
+            report.add_row({{"shape", shape_name},
+                            {"op", op},
+                            {"mode", "normal"},
+                            {"T", T},
+                            {"H", H},
+                            {"k", k},
+                            {"E", E},
+                            {"routing", a.skewed ? "skewed" : "uniform"},
+                            {"bytes_per_rank", loom_bytes},
+                            {"max_bytes_per_rank", bytes_max},
+                            {"baseline_bytes_per_rank", base_bytes},
+                            {"loom_us", us},
+                            {"loom_GBps", loom::bench::gbps(static_cast<double>(loom_bytes), us)},
+                            {"peer_write_GBps", bw_GBps},
+                            {"launch_us", launch_us},
+                            {"baselines", {{"a2av_permute", base_us}, {"floor", floor}}}});
+            if (me == 0)
+                std::printf(
+                    "%-14s %s: loom %9.1f us (%6.1f GB/s)  a2av+permute %9.1f us  floor %8.1f us  "
+                    "(%.1f MB per rank; baseline %.1f MB)\n",
+                    op, shape_name.c_str(), us, loom::bench::gbps(static_cast<double>(loom_bytes), us), base_us, floor,
+                    loom_bytes / 1e6, base_bytes / 1e6);
+        };
+        add("ep_dispatch", dispatch_us, b_dispatch, floor_us);
+        add("ep_combine", combine_us, b_combine, floor_us);
+        add("ep_round_trip", round_us, b_dispatch + b_combine, 2 * floor_us);
+        if (me == 0) report.write(a.out, false);
+        LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+        world.barrier("bench-ep/done");
+        loom::release_moe_ep_state(world);
+        loom::release_collective_state(world);
+        world.free(dst);
+        world.free(counts);
+        world.free(back);
+        world.free(recv);
+        cudaFree(src);
+        cudaFree(one);
+        cudaFree(rbuf);
+        cudaFree(x);
+        cudaFree(idx);
+        cudaFree(wts);
+        cudaFree(perm);
+        cudaFree(y);
+        cudaStreamDestroy(stream);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench-ep: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,294 @@
+// Expert-parallel dispatch, throughput mode, on the device (host side: src/ops/moe/ep/dispatch.cpp; data:
+// ep_params.hpp). Per call, on every rank, in stream order:
+//
+//   ep_layout_count   block b: histogram of entries [b kEpChunk, +kEpChunk) over the C = E + W columns (entries per
+//                     expert; per destination rank, the tokens whose first slot on that rank is in the chunk) into
+//                     chunk_counts[b]; checks every id; token_pair := -1
+//   ep_layout_scan    one block: call number e := ++dispatch_calls; per column, exclusive bases of the chunks (in
+//                     place) and the total; the totals row to every rank's counts_all[me], counts_ready[me] := e
+//                     there; waits for every rank's row (the one small exchange), then from the W x C totals: this
+//                     rank's receive segments (expert-contiguous, sources in rank order within an expert), where its
+//                     own rows and pair records start at every rank, the capacity check (every rank computes every
+//                     rank's totals: all agree on an overflow)
+//   ep_layout_index   block b: each entry's row at its expert's rank (segment base + chunk base + rank among the
+//                     chunk's earlier entries of the expert: token order) and each (token, rank) pair's record index
+//   ep_dispatch_push  a warp per token: for every rank d the token goes to, its row once into d's receive buffer at
+//                     the row of its first slot on d, and the pair record (rows and weights of its slots on d) into
+//                     d's pair records; the last block sets arrived[me] := e at every rank
+//   ep_dispatch_arrive  every block waits for arrived[r] >= e of every rank r, then copies each received pair's row
+//                     into the rows of its further slots on this rank (a token sent once, landing in several experts)
+//
+// Waits: the scan waits for the peers' scans (which follow only their counts) and the arrive kernel for the peers'
+// pushes (which wait for nothing). No block waits for another block of its own kernel, so nothing needs co-resident
+// blocks, and ranks sharing a GPU cannot starve each other into a cycle.
+#pragma once
+
+#ifndef LOOM_NO_DEVICE_PRINTF
+#define LOOM_NO_DEVICE_PRINTF 1  // diagnostics through the mailbox only: a printf call costs the kernels a stack frame
+#endif
+
+#include <cuda_bf16.h>
+
+#include "loom/config.hpp"
+#include "loom/kernels/moe/ep_params.hpp"
+#include "loom/kernels/moe/routing.cuh"
+#include "loom/lang/lang.cuh"
+#include "loom/ptx/memory.cuh"
+#include "loom/ptx/tma.cuh"
+
+namespace loom::kernels::moe {
+
+// Local rank d's copy of this rank's symmetric pointer p (one node: checked on the host).
+template <class T>
+LOOM_DEVICE LOOM_FORCEINLINE T* ep_peer(const Ctx& ctx, T* p, int d) {
+    return reinterpret_cast<T*>(ctx.heap_of(ctx.local_base_rank + d) + ctx.own_offset(p));
+}
+
+LOOM_DEVICE LOOM_FORCEINLINE int ep_cols(const EpParams& p, int W) { return p.num_experts + W; }
+
+// Bounded acquire (sys) wait for *sig >= target; a timeout posts a diagnostic tagged `tag` and traps. Takes the
+// bound, not the Ctx: a Ctx passed by reference to the diagnostic would make the kernel copy it to its stack.
+LOOM_DEVICE LOOM_FORCEINLINE void ep_wait(uint64_t timeout_ns, const uint64_t* sig, uint64_t target, const char* tag) {
+    lang::wait_ge_sys_or_trap(sig, target, timeout_ns, tag);
+}
+
+// Every thread of the block calls once its writes are done; true on thread 0 of the launch's last block to arrive
+// (a wrapping ticket: atom.inc to gridDim.x - 1, back to 0 for the next launch). The fences order every block's
+// writes before its arrival and the last block's later signals after all of them.
+LOOM_DEVICE LOOM_FORCEINLINE bool ep_last_block(uint32_t* ticket) {
+    __syncthreads();
+    if (threadIdx.x != 0) return false;
+    ptx::fence_sc_sys();
+    const uint32_t last = gridDim.x - 1;
+    if (ptx::atom_inc_acq_rel_gpu(ticket, last) != last) return false;
+    ptx::fence_sc_sys();
+    return true;
+}
+
+// Whether slot s is the first of token t's slots on expert e's rank (the slot that sends the token there).
+LOOM_DEVICE LOOM_FORCEINLINE bool ep_first_on_rank(const EpParams& p, int64_t t, int s, int32_t e) {
+    const int32_t d = e / p.local_experts;
+    for (int q = 0; q < s; ++q) {
+        const int32_t o = p.topk_idx[t * p.topk + q];
+        if (o >= 0 && o / p.local_experts == d) return false;
+    }
+    return true;
+}
+
+// The entry's expert, -1 for an unused slot; traps on an id outside [-1, E).
+LOOM_DEVICE LOOM_FORCEINLINE int32_t ep_expert(const EpParams& p, int64_t j) {
+    const int32_t e = p.topk_idx[j];
+    if (e < -1 || e >= p.num_experts) bad_index("ep_dispatch topk_idx", p.topk_idx + j, e, p.num_experts);
+    return e;
+}
+
+// blockDim.x == kEpChunk; dynamic smem: C int32.
+__global__ void __launch_bounds__(kEpChunk) ep_layout_count(Ctx ctx, EpParams p) {
+    extern __shared__ int32_t hist[];
+    const int W = ctx.local_world, C = ep_cols(p, W);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) hist[c] = 0;
+    const int64_t pairs = static_cast<int64_t>(p.tokens) * W;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < pairs;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        p.token_pair[i] = -1;
+    __syncthreads();
+    const int64_t entries = static_cast<int64_t>(p.tokens) * p.topk;
+    const int64_t j = static_cast<int64_t>(blockIdx.x) * kEpChunk + threadIdx.x;
+    if (j < entries) {
+        const int32_t e = ep_expert(p, j);
+        if (e >= 0) {
+            atomicAdd(&hist[e], 1);
+            if (ep_first_on_rank(p, j / p.topk, static_cast<int>(j % p.topk), e))
+                atomicAdd(&hist[p.num_experts + e / p.local_experts], 1);
+        }
+    }
+    __syncthreads();
+    int32_t* out = p.chunk_counts + static_cast<int64_t>(blockIdx.x) * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) out[c] = hist[c];
+}
+
+// One block of kEpScanThreads.
+__global__ void __launch_bounds__(kEpScanThreads) ep_layout_scan(Ctx ctx, EpParams p) {
+    __shared__ int32_t tot[kEpMaxCols];     // this rank's column totals, then every expert's total over the sources
+    __shared__ int32_t seg[kEpMaxExperts];  // per expert: the first row of its segment at its rank
+    __shared__ uint64_t s_epoch;
+    __shared__ int32_t s_need_rows, s_need_pairs;
+    const int W = ctx.local_world, me = ctx.local_rank, C = ep_cols(p, W);
+    const int E = p.num_experts, L = p.local_experts;
+    if (threadIdx.x == 0) {
+        s_epoch = p.dev->dispatch_calls + 1;
+        p.dev->dispatch_calls = s_epoch;
+        s_need_rows = 0;
+        s_need_pairs = 0;
+    }
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        int32_t run = 0;
+        for (int b = 0; b < p.chunks; ++b) {
+            int32_t* v = p.chunk_counts + static_cast<int64_t>(b) * C + c;
+            const int32_t n = *v;
+            *v = run;
+            run += n;
+        }
+        tot[c] = run;
+    }
+    __syncthreads();
+    const uint64_t epoch = s_epoch;
+    // The exchange: this rank's totals into row me of every rank's counts_all, then counts_ready[me] := epoch there.
+    for (int i = threadIdx.x; i < W * C; i += blockDim.x) {
+        const int d = i / C, c = i % C;
+        ep_peer(ctx, p.counts_all, d)[me * C + c] = tot[c];
+    }
+    __syncthreads();
+    if (threadIdx.x < static_cast<unsigned>(W)) {
+        ptx::fence_sc_sys();
+        ptx::st_release_sys(ep_peer(ctx, p.sig->counts_ready + me, static_cast<int>(threadIdx.x)), epoch);
+        ep_wait(ctx.wait_timeout_ns, p.sig->counts_ready + threadIdx.x, epoch,
+                "ep_dispatch: waits for a rank's layout counts");
+    }
+    __syncthreads();
+    const int32_t* all = p.counts_all;  // [W, C], every rank's totals
+    // Every expert's total over the sources; the rows and pairs every rank receives (all ranks compute the same).
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        int32_t s = 0;
+        for (int r = 0; r < W; ++r) s += all[r * C + e];
+        tot[e] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x < static_cast<unsigned>(W)) {
+        const int d = static_cast<int>(threadIdx.x);
+        int32_t rows = 0, prs = 0;
+        for (int l = 0; l < L; ++l) {
+            seg[d * L + l] = rows;
+            rows += tot[d * L + l];
+        }
+        for (int r = 0; r < W; ++r) prs += all[r * C + E + d];
+        atomicMax(&s_need_rows, rows);
+        atomicMax(&s_need_pairs, prs);
+        if (d == me) p.dev->recv_pairs = prs;
+        int32_t base = 0;  // this rank's pairs start after those of the lower ranks
+        for (int r = 0; r < me; ++r) base += all[r * C + E + d];
+        p.pair_base[d] = base;
+    }
+    __syncthreads();
+    const bool overflow = s_need_rows > p.capacity || s_need_pairs > p.pair_capacity;
+    if (threadIdx.x == 0) {
+        p.dev->need_rows = s_need_rows;
+        p.dev->need_pairs = s_need_pairs;
+        p.dev->overflow = overflow ? 1 : 0;
+    }
+    // This rank's segment of expert e at e's rank starts after the lower ranks' rows of e.
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        int32_t base = seg[e];
+        for (int r = 0; r < me; ++r) base += all[r * C + e];
+        p.send_base[e] = base;
+    }
+    // The receive segments (nothing to compute on after an overflow: the call moves no data).
+    for (int l = threadIdx.x; l <= L; l += blockDim.x) {
+        p.recv_offsets[l] = overflow ? 0 : (l < L ? seg[me * L + l] : seg[me * L + L - 1] + tot[me * L + L - 1]);
+        if (l < L) p.recv_counts[l] = overflow ? 0 : tot[me * L + l];
+    }
+}
+
+// blockDim.x == kEpChunk.
+__global__ void __launch_bounds__(kEpChunk) ep_layout_index(Ctx ctx, EpParams p) {
+    __shared__ int32_t col[kEpChunk];   // the entry's expert, -1 unused
+    __shared__ int32_t pcol[kEpChunk];  // the entry's rank where it is the token's first slot there, else -1
+    const int W = ctx.local_world, C = ep_cols(p, W);
+    const int64_t entries = static_cast<int64_t>(p.tokens) * p.topk;
+    const int64_t j = static_cast<int64_t>(blockIdx.x) * kEpChunk + threadIdx.x;
+    int32_t e = -1, d = -1;
+    if (j < entries) {
+        e = ep_expert(p, j);
+        if (e >= 0 && ep_first_on_rank(p, j / p.topk, static_cast<int>(j % p.topk), e)) d = e / p.local_experts;
+    }
+    col[threadIdx.x] = e;
+    pcol[threadIdx.x] = d;
+    __syncthreads();
+    if (j >= entries) return;
+    if (e < 0) {
+        p.entry_row[j] = -1;
+        return;
+    }
+    int32_t before = 0, pbefore = 0;  // this chunk's earlier entries of expert e / first slots on rank d
+    for (int i = 0; i < static_cast<int>(threadIdx.x); ++i) {
+        before += col[i] == e;
+        pbefore += d >= 0 && pcol[i] == d;
+    }
+    const int32_t* base = p.chunk_counts + static_cast<int64_t>(blockIdx.x) * C;
+    p.entry_row[j] = p.send_base[e] + base[e] + before;
+    if (d >= 0) p.token_pair[(j / p.topk) * W + d] = p.pair_base[d] + base[p.num_experts + d] + pbefore;
+}
+
+// A warp per token (grid-strided). Rows move 16 bytes per lane and store.
+__global__ void __launch_bounds__(kEpThreads) ep_dispatch_push(Ctx ctx, EpParams p) {
+    const int W = ctx.local_world, me = ctx.local_rank;
+    const int lane = threadIdx.x % 32;
+    const bool move = p.dev->overflow == 0;
+    const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+    const uint4* x = static_cast<const uint4*>(p.x);
+    for (int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; move && t < p.tokens;
+         t += warps) {
+        int32_t e = -1, row = -1;
+        float w = 1.f;
+        if (lane < p.topk) {
+            e = p.topk_idx[t * p.topk + lane];
+            row = p.entry_row[t * p.topk + lane];
+            if (p.topk_weights != nullptr) w = p.topk_weights[t * p.topk + lane];
+        }
+        for (int j = 1; j <= W; ++j) {  // peers first (me + 1, ...), own last
+            const int d = me + j < W ? me + j : me + j - W;
+            const int32_t q = p.token_pair[t * W + d];
+            if (q < 0) continue;
+            const bool on_d = e >= 0 && e / p.local_experts == d;
+            // The first slot on d carries the row: the lowest lane with on_d.
+            const unsigned on = __ballot_sync(0xffffffffu, on_d);
+            const int32_t first = __shfl_sync(0xffffffffu, row, __ffs(on) - 1);
+            if (first < 0 || first >= p.capacity) bad_index("ep_dispatch entry_row", p.entry_row, first, p.capacity);
+            if (lane < p.topk) {
+                const int64_t rec = static_cast<int64_t>(q) * p.topk + lane;
+                ep_peer(ctx, p.pair_rows, d)[rec] = on_d ? row : -1;
+                ep_peer(ctx, p.pair_weights, d)[rec] = w;
+            }
+            const uint4* src = x + t * p.x_ld_words;
+            uint4* dst = static_cast<uint4*>(ep_peer(ctx, p.recv_x, d)) + static_cast<int64_t>(first) * p.row_words;
+            for (int64_t i = lane; i < p.row_words; i += 32) dst[i] = src[i];
+        }
+    }
+    if (ep_last_block(&p.dev->push_ticket)) {
+        const uint64_t epoch = p.dev->dispatch_calls;
+        for (int d = 0; d < W; ++d) ptx::st_release_sys(ep_peer(ctx, p.sig->arrived + me, d), epoch);
+    }
+}
+
+// A warp per received pair (grid-strided), after every rank's push arrived.
+__global__ void __launch_bounds__(kEpThreads) ep_dispatch_arrive(Ctx ctx, EpParams p) {
+    __shared__ int32_t s_row[kEpThreads / 32][32];  // per warp: its pair's row of every slot (-1: not on this rank)
+    const int W = ctx.local_world;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (threadIdx.x < static_cast<unsigned>(W))
+        ep_wait(ctx.wait_timeout_ns, p.sig->arrived + threadIdx.x, p.dev->dispatch_calls,
+                "ep_dispatch: waits for a rank's routed rows");
+    __syncthreads();
+    const int32_t pairs = p.dev->overflow == 0 ? p.dev->recv_pairs : 0;
+    const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+    uint4* const rows = static_cast<uint4*>(p.recv_x);
+    for (int64_t q = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp; q < pairs; q += warps) {
+        // Rows below the capacity: the senders computed them from the totals the scan checked.
+        const int32_t row = lane < p.topk ? p.pair_rows[q * p.topk + lane] : -1;
+        const unsigned slots = __ballot_sync(0xffffffffu, row >= 0);
+        __syncwarp();  // the previous pair's rows are read
+        s_row[warp][lane] = row;
+        __syncwarp();
+        if (slots == 0) continue;
+        const uint4* src = rows + static_cast<int64_t>(s_row[warp][__ffs(slots) - 1]) * p.row_words;
+        for (unsigned m = slots & (slots - 1); m != 0; m &= m - 1) {  // the further slots on this rank
+            uint4* dst = rows + static_cast<int64_t>(s_row[warp][__ffs(m) - 1]) * p.row_words;
+            for (int64_t i = lane; i < p.row_words; i += 32) dst[i] = src[i];
+        }
+    }
+    // The grouped GEMM that follows reads the rows through TMA (the async proxy).
+    __syncthreads();
+    ptx::fence_proxy_async_global();
+}
+
+}  // namespace loom::kernels::moe

@@ -1,0 +1,76 @@
+// Plain data of expert-parallel dispatch / combine, throughput mode (kernels/moe/ep_dispatch.cuh, ep_combine.cuh),
+// shared by the host launcher (src/ops/moe/ep/) and the device code. Compiles under the host compiler, nvcc and NVRTC.
+//
+// Names: W local ranks, E experts, L = E / W local experts (expert e on rank e / L as local expert e % L), T this
+// rank's tokens, k slots per token. Entry j = (token j / k, slot j % k). A token's "pair" with rank d exists when one
+// of its slots names an expert of d; the pair is the unit of transfer (the token's row crosses to d once).
+//
+// Layout columns: C = E + W counters per rank: columns [0, E) count entries per expert, columns [E, E + W) count pairs
+// per destination rank.
+//
+// Signals (EpSignals, symmetric, zeroed once, never reset) carry call numbers kept on the device (EpDeviceState), not
+// host counts, so a replayed CUDA graph advances them: dispatch call e sets counts_ready[me] := e and arrived[me] := e
+// at every rank; the combine's launch c sets combined[me] := c at every rank. Waits are `>=` (acquire, sys, bounded).
+#pragma once
+
+#include "loom/config.hpp"
+#include "loom/lang/launch_epoch.cuh"
+
+namespace loom::kernels::moe {
+
+inline constexpr int kEpChunk = 256;         // entries per block of the layout count / index kernels
+inline constexpr int kEpScanThreads = 1024;  // threads of the single-block scan
+inline constexpr int kEpThreads = 512;       // threads of the data kernels (a warp per token or pair)
+inline constexpr int kEpMaxExperts = 1024;   // E the scan keeps in shared memory
+inline constexpr int kEpMaxTopk = 32;        // k: a token's slots fit one warp
+inline constexpr int kEpMaxCols = kEpMaxExperts + kMaxLocalPeers;
+
+struct EpSignals {
+    uint64_t counts_ready[kMaxLocalPeers];  // at d: the last dispatch whose rank r counts row landed in d's counts
+    uint64_t arrived[kMaxLocalPeers];       // at d: the last dispatch whose rank r rows and pair records landed at d
+    uint64_t combined[kMaxLocalPeers];      // at r: the last combine whose partial rows rank d has ready for r
+};
+
+// Local device memory of one World's EP state, zeroed once.
+struct EpDeviceState {
+    uint64_t dispatch_calls;    // the scan kernel's thread 0 advances it: the current dispatch's number
+    lang::LaunchEpoch combine;  // the combine send kernel's launches: the current combine's number
+    uint32_t push_ticket;       // wrapping last-block tickets (atom.inc to gridDim.x - 1)
+    uint32_t send_ticket;
+    int32_t overflow;    // the current dispatch: 1 when some rank would receive more rows than the capacity
+    int32_t need_rows;   // the current dispatch: the most rows any rank receives
+    int32_t need_pairs;  // the current dispatch: the most pairs any rank receives
+    int32_t recv_pairs;  // the current dispatch: pairs this rank receives
+};
+
+// Every dispatch / combine kernel's arguments (one struct: the kernels share most of them).
+struct EpParams {
+    // Call inputs (this rank's).
+    const void* x;              // [T, H] bf16, row stride x_ld_words 16-byte words
+    const int32_t* topk_idx;    // [T, k]
+    const float* topk_weights;  // [T, k] or null: 1
+    const void* expert_out;     // combine: [>= capacity, H] bf16, rows aligned with recv_x, stride out_ld_words
+    void* y;                    // combine: [T, H] bf16, stride y_ld_words
+    // Local device layout of the current call.
+    EpDeviceState* dev;
+    int32_t* chunk_counts;  // [chunks, C]: per chunk counts, then (scan) exclusive bases over the chunks
+    int32_t* recv_offsets;  // [L + 1] the received rows' expert segments
+    int32_t* recv_counts;   // [L]
+    int32_t* send_base;     // [E]: first row of this rank's segment of expert e at its rank
+    int32_t* pair_base;     // [W]: first pair record index of this rank's pairs at rank d
+    int32_t* entry_row;     // [T, k]: row of entry j at its expert's rank; -1 for an unused slot
+    int32_t* token_pair;    // [T, W]: pair record index of (t, d) at d; -1 where t does not go to d
+    // Symmetric (this rank's addresses; peers' through the Ctx).
+    EpSignals* sig;
+    int32_t* counts_all;  // [W, C]: row r = rank r's column totals
+    void* recv_x;         // [capacity, H] bf16
+    int32_t* pair_rows;   // [pair_capacity, k]: per received pair, the row of each slot at this rank or -1
+    float* pair_weights;  // [pair_capacity, k]
+    void* combine_rows;   // [pair_capacity, H] bf16: per received pair, its weighted partial sum
+    int64_t x_ld_words, out_ld_words, y_ld_words, row_words;  // row_words: H x 2 / 16
+    int32_t tokens, topk, num_experts, local_experts, chunks;
+    int32_t capacity, pair_capacity;
+    int32_t pad;
+};
+
+}  // namespace loom::kernels::moe

@@ -1,0 +1,213 @@
+// loom::ep_dispatch and ep_check: validate, size the buffers, launch kernels/moe/ep_dispatch.cuh (count -> scan and
+// exchange -> index -> push -> arrive). Auto capacity reads the needed rows on the host between the scan and the index
+// kernels (one stream synchronisation) and grows the symmetric buffer there (collective: every rank computes the
+// same need from the same counts).
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "loom/jit/jit.hpp"
+#include "loom/kernels/moe/ep_params.hpp"
+#include "loom/runtime/error.hpp"
+#include "ops/moe/ep/ep.hpp"
+#include "runtime/nvtx_range.hpp"
+
+namespace loom {
+
+namespace kmoe = kernels::moe;
+
+namespace moe::ep {
+
+const jit::Kernel& kernel(const char* header, const char* name) {
+    jit::KernelSpec spec;
+    spec.header = header;
+    spec.name = name;
+    return jit::get_kernel(spec);
+}
+
+jit::LaunchConfig launch_config(unsigned blocks, unsigned threads, std::size_t smem, cudaStream_t stream) {
+    jit::LaunchConfig c;
+    c.grid = dim3(std::max(blocks, 1u));
+    c.block = dim3(threads);
+    c.smem = smem;
+    c.stream = stream;
+    return c;
+}
+
+void check_rows(const char* op, const char* arg, const MatrixView& m) {
+    LOOM_CHECK(m.dtype == DType::BF16, "{}: {}: expected dtype bf16, given {}", op, arg, dtype_name(m.dtype));
+    LOOM_CHECK(m.rows >= 0, "{}: {}: expected rows >= 0, given {}", op, arg, m.rows);
+    LOOM_CHECK(m.cols >= 8 && m.cols % 8 == 0, "{}: {}: expected columns (H) a positive multiple of 8, given {}", op,
+               arg, m.cols);
+    LOOM_CHECK(m.stride() >= m.cols && m.stride() % 8 == 0,
+               "{}: {}: expected a row stride >= H ({}) and a multiple of 8 elements (16-byte rows), given {}", op, arg,
+               m.cols, m.stride());
+    LOOM_CHECK(m.data != nullptr || m.rows == 0, "{}: {}: expected device memory, given null", op, arg);
+    LOOM_CHECK(reinterpret_cast<std::uintptr_t>(m.data) % 16 == 0, "{}: {}: expected 16-byte alignment, given {}", op,
+               arg, m.data);
+}
+
+}  // namespace moe::ep
+
+namespace {
+
+constexpr const char* kOp = "ep_dispatch";
+constexpr const char* kHeader = "loom/kernels/moe/ep_dispatch.cuh";
+
+void check_dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, int topk, int num_experts,
+                    const EpOptions& opts) {
+    const int W = world.world_size();
+    moe::ep::check_rows(kOp, "x", x);
+    LOOM_CHECK(topk >= 1 && topk <= kmoe::kEpMaxTopk, "{}: topk: expected 1..{}, given {}", kOp, kmoe::kEpMaxTopk,
+               topk);
+    LOOM_CHECK(num_experts >= 1 && num_experts <= kmoe::kEpMaxExperts, "{}: num_experts: expected 1..{}, given {}", kOp,
+               kmoe::kEpMaxExperts, num_experts);
+    LOOM_CHECK(num_experts % W == 0, "{}: num_experts: expected a multiple of the world size {}, given {}", kOp, W,
+               num_experts);
+    LOOM_CHECK(topk_idx != nullptr || x.rows == 0, "{}: topk_idx: expected device int32 [{}, {}], given null", kOp,
+               x.rows, topk);
+    LOOM_CHECK(x.rows * topk < (int64_t{1} << 31), "{}: x: expected tokens x topk < 2^31, given {} x {}", kOp, x.rows,
+               topk);
+    LOOM_CHECK(opts.capacity >= 0 && opts.capacity < (int64_t{1} << 31),
+               "{}: opts.capacity: expected 0 (auto) or a row count < 2^31, given {}", kOp, opts.capacity);
+    LOOM_CHECK(opts.num_blocks >= 0, "{}: opts.num_blocks: expected >= 0, given {}", kOp, opts.num_blocks);
+}
+
+}  // namespace
+
+EpHandle ep_dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, const float* topk_weights, int topk,
+                     int num_experts, cudaStream_t stream, const EpOptions& opts) {
+    const detail::NvtxRange nvtx("loom::ep_dispatch T={} H={} k={} E={}", x.rows, x.cols, topk, num_experts);
+    check_dispatch(world, x, topk_idx, topk, num_experts, opts);
+    const bool captured = moe::ep::capturing(stream);
+    LOOM_CHECK(!captured || opts.capacity > 0,
+               "{}: opts.capacity: a CUDA graph capture needs a fixed capacity (0, auto, reads the needed rows on the "
+               "host), given 0",
+               kOp);
+    moe::ep::State& st = moe::ep::state(world, kOp, captured);
+    const int W = world.world_size();
+    const int64_t T = x.rows, H = x.cols;
+
+    // Local layout arrays of this call (growing synchronises the device: not inside a capture).
+    const moe::ep::LocalLayout ll = moe::ep::local_layout(T, topk, num_experts, W);
+    LOOM_CHECK(!captured || ll.bytes <= st.layout.bytes,
+               "{}: a CUDA graph capture needs the layout buffer of {} bytes (it has {}): call once outside the "
+               "capture with as many tokens first",
+               kOp, ll.bytes, st.layout.bytes);
+    char* const lb = static_cast<char*>(overlap::ensure_local(st.layout, ll.bytes));
+    // The symmetric data buffer: the given capacity now; auto's after the count exchange.
+    int64_t capacity = opts.capacity > 0 ? opts.capacity : st.auto_rows;
+    if (opts.capacity > 0)
+        overlap::ensure_symmetric(world, st.data, moe::ep::data_layout(capacity, H, topk).bytes, captured);
+
+    const jit::Kernel& count = moe::ep::kernel(kHeader, "loom::kernels::moe::ep_layout_count");
+    const jit::Kernel& scan = moe::ep::kernel(kHeader, "loom::kernels::moe::ep_layout_scan");
+    const jit::Kernel& index = moe::ep::kernel(kHeader, "loom::kernels::moe::ep_layout_index");
+    const jit::Kernel& push = moe::ep::kernel(kHeader, "loom::kernels::moe::ep_dispatch_push");
+    const jit::Kernel& arrive = moe::ep::kernel(kHeader, "loom::kernels::moe::ep_dispatch_arrive");
+
+    kmoe::EpParams p{};
+    p.x = x.data;
+    p.topk_idx = topk_idx;
+    p.topk_weights = topk_weights;
+    p.dev = st.dev;
+    p.chunk_counts = reinterpret_cast<int32_t*>(lb + ll.chunk_counts);
+    p.recv_offsets = reinterpret_cast<int32_t*>(lb + ll.recv_offsets);
+    p.recv_counts = reinterpret_cast<int32_t*>(lb + ll.recv_counts);
+    p.send_base = reinterpret_cast<int32_t*>(lb + ll.send_base);
+    p.pair_base = reinterpret_cast<int32_t*>(lb + ll.pair_base);
+    p.entry_row = reinterpret_cast<int32_t*>(lb + ll.entry_row);
+    p.token_pair = reinterpret_cast<int32_t*>(lb + ll.token_pair);
+    p.sig = st.sig;
+    p.counts_all = st.counts_all;
+    p.x_ld_words = x.stride() / 8;
+    p.row_words = H / 8;
+    p.tokens = static_cast<int32_t>(T);
+    p.topk = topk;
+    p.num_experts = num_experts;
+    p.local_experts = num_experts / W;
+    p.chunks = moe::ep::layout_chunks(T, topk);
+    // Auto: no overflow at the scan (the buffer grows to what it needs below).
+    p.capacity = opts.capacity > 0 ? static_cast<int32_t>(capacity) : std::numeric_limits<int32_t>::max();
+    p.pair_capacity = p.capacity;
+
+    const Ctx ctx = world.ctx();
+    const auto chunks = static_cast<unsigned>(p.chunks);
+    const std::size_t cols_smem = static_cast<std::size_t>(num_experts + W) * 4;
+    count(moe::ep::launch_config(chunks, kmoe::kEpChunk, cols_smem, stream), ctx, p);
+    scan(moe::ep::launch_config(1, kmoe::kEpScanThreads, 0, stream), ctx, p);
+    if (opts.capacity == 0) {
+        LOOM_CHECK_CUDA(
+            cudaMemcpyAsync(st.host, &st.dev->need_rows, 2 * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+        LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+        capacity = moe::ep::auto_capacity(std::max(st.host[0], st.host[1]), st.auto_rows);
+        st.auto_rows = capacity;
+        overlap::ensure_symmetric(world, st.data, moe::ep::data_layout(capacity, H, topk).bytes, false);
+        p.capacity = static_cast<int32_t>(capacity);
+        p.pair_capacity = p.capacity;
+    }
+    const moe::ep::DataLayout dl = moe::ep::data_layout(capacity, H, topk);
+    char* const db = static_cast<char*>(st.data.p);
+    p.recv_x = db + dl.recv_x;
+    p.combine_rows = db + dl.combine_rows;
+    p.pair_rows = reinterpret_cast<int32_t*>(db + dl.pair_rows);
+    p.pair_weights = reinterpret_cast<float*>(db + dl.pair_weights);
+
+    index(moe::ep::launch_config(chunks, kmoe::kEpChunk, 0, stream), ctx, p);
+    const int sms = st.device_sms;
+    push(moe::ep::launch_config(static_cast<unsigned>(moe::ep::data_blocks(T, sms, opts.num_blocks)), kmoe::kEpThreads,
+                                0, stream),
+         ctx, p);
+    // Received pairs are at most the capacity; the grid is sized for it (the count is on the device).
+    arrive(moe::ep::launch_config(
+               static_cast<unsigned>(moe::ep::data_blocks(std::min<int64_t>(capacity, 1 << 20), sms, opts.num_blocks)),
+               kmoe::kEpThreads, 0, stream),
+           ctx, p);
+
+    st.calls += 1;
+    st.combined = false;
+    st.params = p;
+    EpHandle h;
+    h.tokens = T;
+    h.hidden = H;
+    h.topk = topk;
+    h.num_experts = num_experts;
+    h.local_experts = num_experts / W;
+    h.capacity = capacity;
+    h.recv_x = MatrixView{p.recv_x, DType::BF16, capacity, H, 0};
+    h.recv_offsets = p.recv_offsets;
+    h.recv_counts = p.recv_counts;
+    h.call = st.calls;
+    return h;
+}
+
+void ep_check(World& world, const EpHandle& handle, cudaStream_t stream) {
+    moe::ep::State* st = world.find_state<moe::ep::State>();
+    LOOM_CHECK(st != nullptr && handle.call != 0,
+               "ep_check: handle: expected one returned by ep_dispatch, given one "
+               "that is not (no dispatch ran on this World)");
+    LOOM_CHECK(handle.call == st->calls,
+               "ep_check: handle: expected the World's latest dispatch (number {}), given dispatch number {}",
+               st->calls, handle.call);
+    LOOM_CHECK_CUDA(cudaMemcpyAsync(st->host, &st->dev->overflow, 3 * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+    LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+    LOOM_CHECK(st->host[0] == 0,
+               "ep_dispatch: capacity overflow: a rank receives {} rows (token, expert entries), the capacity is {} "
+               "(EpOptions::capacity); the dispatch and its combine moved no data",
+               std::max(st->host[1], st->host[2]), handle.capacity);
+}
+
+int64_t ep_dispatch_bytes(World& world, const EpHandle& handle, cudaStream_t stream) {
+    ep_check(world, handle, stream);
+    moe::ep::State& st = *world.find_state<moe::ep::State>();
+    const int W = world.world_size(), me = world.local_rank(), C = handle.num_experts + W;
+    int32_t* const pairs = st.host + 4;
+    LOOM_CHECK_CUDA(cudaMemcpy(pairs, st.counts_all + static_cast<int64_t>(me) * C + handle.num_experts,
+                               sizeof(int32_t) * W, cudaMemcpyDeviceToHost));
+    int64_t n = 0;
+    for (int d = 0; d < W; ++d)
+        if (d != me) n += pairs[d];
+    return n * handle.hidden * 2;
+}
+
+}  // namespace loom

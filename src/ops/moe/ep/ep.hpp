@@ -1,0 +1,63 @@
+// The EP throughput mode's internals: its state on the World, the layout of its buffers, the plan's pure functions
+// (tests/unit/test_moe_ep_layout.cpp) and the launch plumbing shared by dispatch.cpp and combine.cpp.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "loom/kernels/moe/ep_params.hpp"
+#include "loom/ops/moe_ep.hpp"
+#include "loom/runtime/world_state.hpp"
+#include "ops/overlap/common/state.hpp"
+
+namespace loom::moe::ep {
+
+// Byte offsets of the symmetric data buffer's parts for `rows` rows of width `hidden` and `topk` slots: recv_x and the
+// combine rows ([rows, H] bf16 each), the pair records' rows and weights ([rows, k] int32 / fp32; pairs <= rows).
+struct DataLayout {
+    std::size_t recv_x = 0, combine_rows = 0, pair_rows = 0, pair_weights = 0, bytes = 0;
+};
+DataLayout data_layout(int64_t rows, int64_t hidden, int topk);
+
+// Byte offsets of the local layout buffer's arrays for one call (T tokens, k slots, E experts, W ranks).
+struct LocalLayout {
+    std::size_t chunk_counts = 0, recv_offsets = 0, recv_counts = 0, send_base = 0, pair_base = 0, entry_row = 0,
+                token_pair = 0, bytes = 0;
+};
+int layout_chunks(int64_t tokens, int topk);  // blocks of the count / index kernels (at least 1)
+LocalLayout local_layout(int64_t tokens, int topk, int num_experts, int world);
+
+// Blocks of a data kernel with a warp per item (token or pair): one per 16 items, 1..2 x SMs; `requested` > 0 wins.
+int data_blocks(int64_t items, int device_sms, int requested);
+// The capacity auto mode grows to for a call that needs `need` rows: at least `have`, `need` rounded up to 256.
+int64_t auto_capacity(int64_t need, int64_t have);
+
+// The per-World state (key "moe/ep/normal"): symmetric signals and counts (zeroed once), the symmetric data buffer
+// grown on demand, the local layout buffer, the device counters, and the host's view of the latest dispatch.
+struct State final : WorldState {
+    static constexpr const char* kKey = "moe/ep/normal";
+    explicit State(World& world);
+    ~State() override;
+    void release(World& world) override;
+
+    kernels::moe::EpSignals* sig = nullptr;  // symmetric
+    int32_t* counts_all = nullptr;           // symmetric [kMaxLocalPeers, kEpMaxCols]
+    overlap::SymmetricBuffer data;
+    overlap::LocalBuffer layout;
+    kernels::moe::EpDeviceState* dev = nullptr;  // local, zeroed once
+    int32_t* host = nullptr;                     // pinned: the device state's read-backs
+    int device_sms = 0;
+    int64_t auto_rows = 0;  // auto mode's capacity so far
+    uint64_t calls = 0;     // dispatches on the World (the latest handle's number)
+    bool combined = false;  // the latest dispatch's combine was enqueued
+    // The latest dispatch's shape and parameters (the combine's).
+    kernels::moe::EpParams params{};
+};
+
+// The World's state; created on first use (collective), never inside a CUDA graph capture.
+State& state(World& world, const char* op, bool captured);
+bool capturing(cudaStream_t stream);
+
+}  // namespace loom::moe::ep

@@ -1,0 +1,97 @@
+// CPU tests of expert-parallel dispatch / combine (throughput mode): the buffer layouts and block counts, the host
+// reference of the receive layout on hand-made routings (what the GPU tests compare against), and JIT compilation of
+// every EP kernel for sm_90a and sm_80 without spills.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/ep_reference.hpp"
+#include "loom/jit/jit.hpp"
+#include "loom/kernels/moe/ep_params.hpp"
+#include "ops/moe/ep/ep.hpp"
+
+namespace {
+
+namespace ep = loom::moe::ep;
+
+TEST(MoeEpLayout, BuffersAreAlignedAndDisjoint) {
+    for (int64_t rows : {1, 7, 4096, 40000})
+        for (int64_t h : {8, 2048, 7168})
+            for (int k : {1, 8, 32}) {
+                const ep::DataLayout l = ep::data_layout(rows, h, k);
+                EXPECT_EQ(l.recv_x % 256, 0u);
+                EXPECT_EQ(l.combine_rows % 256, 0u);
+                EXPECT_EQ(l.pair_rows % 256, 0u);
+                EXPECT_EQ(l.pair_weights % 256, 0u);
+                EXPECT_GE(l.combine_rows - l.recv_x, static_cast<std::size_t>(rows * h * 2));
+                EXPECT_GE(l.pair_rows - l.combine_rows, static_cast<std::size_t>(rows * h * 2));
+                EXPECT_GE(l.pair_weights - l.pair_rows, static_cast<std::size_t>(rows * k * 4));
+                EXPECT_GE(l.bytes - l.pair_weights, static_cast<std::size_t>(rows * k * 4));
+            }
+    const ep::LocalLayout l = ep::local_layout(8192, 8, 256, 8);
+    EXPECT_EQ(ep::layout_chunks(8192, 8), 8192 * 8 / loom::kernels::moe::kEpChunk);
+    EXPECT_GE(l.recv_offsets - l.chunk_counts, static_cast<std::size_t>(256 * (256 + 8) * 4));
+    EXPECT_GE(l.bytes - l.token_pair, static_cast<std::size_t>(8192 * 8 * 4));
+    EXPECT_EQ(ep::layout_chunks(0, 8), 1);  // T = 0: one (empty) chunk
+    EXPECT_GT(ep::local_layout(0, 1, 1, 1).bytes, 0u);
+}
+
+TEST(MoeEpLayout, BlocksAndAutoCapacity) {
+    EXPECT_EQ(ep::data_blocks(0, 132, 0), 1);
+    EXPECT_EQ(ep::data_blocks(17, 132, 0), 2);
+    EXPECT_EQ(ep::data_blocks(1 << 20, 132, 0), 264);
+    EXPECT_EQ(ep::data_blocks(1 << 20, 132, 5), 5);
+    EXPECT_EQ(ep::auto_capacity(0, 0), 256);
+    EXPECT_EQ(ep::auto_capacity(257, 0), 512);
+    EXPECT_EQ(ep::auto_capacity(100, 1024), 1024);  // never shrinks
+}
+
+// 2 ranks, 4 experts (2 per rank), k = 3. Rank 0: token 0 -> {1, 0, 3} (rank 0 twice), token 1 -> {-1, 2, -1};
+// rank 1: token 0 -> {3, 2, -1} (rank 1 twice), token 1 -> {0, -1, -1}.
+TEST(MoeEpLayout, ReferenceSendsATokenOncePerRank) {
+    const std::vector<std::vector<int32_t>> idx = {{1, 0, 3, -1, 2, -1}, {3, 2, -1, 0, -1, -1}};
+    const loom::test::EpLayoutRef r = loom::test::ep_layout_reference(idx, 3, 4, 2);
+    // Rank 0 receives expert 0: (r0 t0), (r1 t1); expert 1: (r0 t0).
+    EXPECT_EQ(r.offsets[0], (std::vector<int32_t>{0, 2, 3}));
+    EXPECT_EQ(r.row_src[0], (std::vector<int32_t>{0, 1, 0}));
+    EXPECT_EQ(r.row_tok[0], (std::vector<int32_t>{0, 1, 0}));
+    // Rank 1 receives expert 2: (r0 t1), (r1 t0); expert 3: (r0 t0), (r1 t0).
+    EXPECT_EQ(r.offsets[1], (std::vector<int32_t>{0, 2, 4}));
+    EXPECT_EQ(r.row_src[1], (std::vector<int32_t>{0, 1, 0, 1}));
+    EXPECT_EQ(r.row_tok[1], (std::vector<int32_t>{1, 0, 0, 0}));
+    EXPECT_EQ(r.entry_row[0], (std::vector<int32_t>{2, 0, 2, -1, 0, -1}));
+    EXPECT_EQ(r.max_rows, 4);
+    // Pairs sent to the other rank: rank 0's tokens 0 and 1 to rank 1; rank 1's token 1 to rank 0.
+    EXPECT_EQ(r.pairs_out, (std::vector<int64_t>{2, 1}));
+    // Combine of identity experts: out = 1 everywhere, weights 1 -> y = the number of slots of each token.
+    const auto y = loom::test::ep_combine_reference(r, idx[0], {}, 0, 1, [](int, int32_t, int64_t) { return 1.f; });
+    EXPECT_EQ(y, (std::vector<float>{3.f, 1.f}));
+}
+
+void expect_clean(const loom::jit::CompileResult& r, const std::string& what) {
+    EXPECT_FALSE(r.cubin.empty()) << what;
+    EXPECT_EQ(r.spill_bytes, 0) << what << "\n" << r.resource_report;
+    EXPECT_LE(r.stack_bytes, 64) << what << "\n" << r.resource_report;
+}
+
+TEST(MoeEpCompile, KernelsHaveNoSpills) {
+    const std::vector<std::pair<const char*, const char*>> kernels = {
+        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_layout_count"},
+        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_layout_scan"},
+        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_layout_index"},
+        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_dispatch_push"},
+        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_dispatch_arrive"},
+        {"loom/kernels/moe/ep_combine.cuh", "loom::kernels::moe::ep_combine_send"},
+        {"loom/kernels/moe/ep_combine.cuh", "loom::kernels::moe::ep_combine_reduce"},
+    };
+    for (int arch : {90, 80})
+        for (const auto& [header, name] : kernels) {
+            loom::jit::KernelSpec spec;
+            spec.header = header;
+            spec.name = name;
+            expect_clean(loom::jit::compile(spec, arch), spec.display() + " sm_" + std::to_string(arch));
+        }
+}
+
+}  // namespace
