@@ -222,13 +222,14 @@ TEST_F(MoeEp, IdentityRoundTripSmall) {
 }
 
 TEST_F(MoeEp, IdentityRoundTripLarge) {
-    // Sizes keep every rank's buffers (2 x received rows x H x 2 bytes) under the default 1 GiB heap: skewed routings
-    // send most rows to one or two ranks.
+    // Sizes keep every rank's buffers (received rows x (2 x H x 2 + 8 x k) bytes) under the default 1 GiB heap at 8
+    // ranks: skewed routings send most rows to one or two ranks, OneRank sends all W x T x k rows to one rank (384
+    // tokens: 24576 rows of H 7168 at W = 8, 0.7 GiB).
     const std::vector<Case> cases = {
         {8192, 2048, 8, 256, Kind::Uniform},
-        {512, 7168, 8, 256, Kind::Skewed, false, true},
+        {384, 7168, 8, 256, Kind::Skewed, false, true},
         {256, 7168, 8, 256, Kind::OneExpert},
-        {1024, 7168, 8, 256, Kind::OneRank},
+        {384, 7168, 8, 256, Kind::OneRank},
     };
     uint64_t seed = 500;
     for (const Case& c : cases) {

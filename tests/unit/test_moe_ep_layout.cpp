@@ -42,9 +42,9 @@ TEST(MoeEpLayout, BlocksAndAutoCapacity) {
     EXPECT_EQ(ep::data_blocks(17, 132, 0), 2);
     EXPECT_EQ(ep::data_blocks(1 << 20, 132, 0), 264);
     EXPECT_EQ(ep::data_blocks(1 << 20, 132, 5), 5);
-    EXPECT_EQ(ep::auto_capacity(0, 0), 256);
-    EXPECT_EQ(ep::auto_capacity(257, 0), 512);
-    EXPECT_EQ(ep::auto_capacity(100, 1024), 1024);  // never shrinks
+    EXPECT_EQ(ep::auto_capacity(0), 256);
+    EXPECT_EQ(ep::auto_capacity(257), 512);
+    EXPECT_EQ(ep::auto_capacity(100), 256);  // rows are not carried over (the next call's H may be larger)
 }
 
 // 2 ranks, 4 experts (2 per rank), k = 3. Rank 0: token 0 -> {1, 0, 3} (rank 0 twice), token 1 -> {-1, 2, -1};

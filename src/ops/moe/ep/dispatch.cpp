@@ -140,7 +140,7 @@ EpHandle ep_dispatch(World& world, const MatrixView& x, const int32_t* topk_idx,
         LOOM_CHECK_CUDA(
             cudaMemcpyAsync(st.host, &st.dev->need_rows, 2 * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
         LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
-        capacity = moe::ep::auto_capacity(std::max(st.host[0], st.host[1]), st.auto_rows);
+        capacity = moe::ep::auto_capacity(std::max(st.host[0], st.host[1]));
         st.auto_rows = capacity;
         overlap::ensure_symmetric(world, st.data, moe::ep::data_layout(capacity, H, topk).bytes, false);
         p.capacity = static_cast<int32_t>(capacity);

@@ -31,8 +31,10 @@ LocalLayout local_layout(int64_t tokens, int topk, int num_experts, int world);
 
 // Blocks of a data kernel with a warp per item (token or pair): one per 16 items, 1..2 x SMs; `requested` > 0 wins.
 int data_blocks(int64_t items, int device_sms, int requested);
-// The capacity auto mode grows to for a call that needs `need` rows: at least `have`, `need` rounded up to 256.
-int64_t auto_capacity(int64_t need, int64_t have);
+// Auto mode's capacity for a call that needs `need` rows: `need` rounded up to 256 (the symmetric buffer itself only
+// grows, in bytes, so a smaller capacity after a larger call reuses it; rows are not carried over between calls,
+// whose hidden size may differ).
+int64_t auto_capacity(int64_t need);
 
 // The per-World state (key "moe/ep/normal"): symmetric signals and counts (zeroed once), the symmetric data buffer
 // grown on demand, the local layout buffer, the device counters, and the host's view of the latest dispatch.
@@ -49,7 +51,7 @@ struct State final : WorldState {
     kernels::moe::EpDeviceState* dev = nullptr;  // local, zeroed once
     int32_t* host = nullptr;                     // pinned: the device state's read-backs
     int device_sms = 0;
-    int64_t auto_rows = 0;  // auto mode's capacity so far
+    int64_t auto_rows = 0;  // auto mode's capacity of the last call
     uint64_t calls = 0;     // dispatches on the World (the latest handle's number)
     bool combined = false;  // the latest dispatch's combine was enqueued
     // The latest dispatch's shape and parameters (the combine's).

@@ -50,9 +50,6 @@ int data_blocks(int64_t items, int device_sms, int requested) {
     return static_cast<int>(std::clamp<int64_t>(b, 1, 2 * static_cast<int64_t>(std::max(device_sms, 1))));
 }
 
-int64_t auto_capacity(int64_t need, int64_t have) {
-    const int64_t rounded = (std::max<int64_t>(need, 1) + 255) / 256 * 256;
-    return std::max(rounded, have);
-}
+int64_t auto_capacity(int64_t need) { return (std::max<int64_t>(need, 1) + 255) / 256 * 256; }
 
 }  // namespace loom::moe::ep
