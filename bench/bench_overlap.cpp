@@ -14,10 +14,11 @@
 // "torch_async_tp_bridged" compares through each process's own cuBLAS + NCCL sequence, see bridge_torch.)
 // Before timing, every overlapped config is checked once against (b) on the same inputs (max |diff| / max |ref|,
 // NaN-poisoned output), the ranks agreeing on the verdict; a failing config is reported and not timed.
-// GEMM+AllReduce (decode / small-batch shapes): M in {16, 32, 64, 128} x (N, K) in {(8192, 28672), (8192, 8192)}
-// (a TP MLP's down projection and an attention output projection, K_loc = K / W): gemm_ar (auto, and each algorithm
-// timed beside it) against Loom's GEMM then all_reduce, cuBLASLt then NVSHMEM's sum_reduce, and cuBLASLt then NCCL's
-// all_reduce (distinct GPUs).
+// GEMM+AllReduce (decode to prefill): M in {1, 16, 128, 512, 2048, 8192, 16384} (--ar-m) x (N, K) in
+// {(5120, 25600), (5120, 8192)} (Qwen3-32B's row-parallel layers: the MLP's down projection and attention's output
+// projection, K_loc = K / W): gemm_ar (auto, and each algorithm and reduction timed beside it) against Loom's GEMM then
+// all_reduce, cuBLASLt then NVSHMEM's sum_reduce, and cuBLASLt then NCCL's all_reduce (distinct GPUs). Large M needs a
+// symmetric heap of a few GiB per rank (LOOM_SYMMETRIC_SIZE; the fused epilogue receives W - 1 copies of C).
 // --rs-fused-diag also times the fused gemm_rs with parts left out (unchecked: wrong results by design). Ranks on
 // distinct GPUs also time the fused gemm_rs with the copy-engine transport ("fused-epilogue-ce"), and with
 // --rs-ce-chunk at each of the given chunk sizes.
@@ -25,6 +26,7 @@
 //   [--no-nccl]
 //                                          [--torch DIR/torch_tp.json] [--rs-comm-sms 4,8,16,24] [--ar-comm-sms 2,4,8]
 //                                          [--ops all|ag|rs|ar] [--no-align] [--trace] [--shape N,K[,N,K...]]
+//                                          [--ar-m 1,16,128,...]
 //                                          [--rs-fused-bn 128,192,256] [--rs-fused-diag] [--rs-ce-chunk 1024,4096]
 //                                          [--rs-k-split 2] [--ag-n-split 2] [--align-hold-us 50] [--host-us]
 // Prints a table per op (rank 0), a line per shape as it finishes: W, M, N, K, Loom's us, each baseline sequence's us
@@ -60,6 +62,8 @@
 #include "loom/runtime/settings.hpp"
 #include "nccl.hpp"
 #include "ops/collectives/coll_choice.hpp"
+#include "ops/overlap/common/state.hpp"
+#include "ops/overlap/gemm_ar/gemm_ar.hpp"
 #include "ops/overlap/gemm_rs/gemm_rs.hpp"
 #include "table.hpp"
 
@@ -98,6 +102,7 @@ struct Args {
     std::vector<int> ar_comm_sms;      // gemm_ar timed again at each of these comm_sms (checked each)
     std::vector<int64_t> shapes;       // --shape N,K,...: only these (N, K) of each op's list
     std::vector<int64_t> ms = {8192};  // --m: ag_gemm / gemm_rs at each of these M (the TP-MLP shapes' 8192)
+    std::vector<int64_t> ar_ms;        // --ar-m: gemm_ar at each of these M (none: bench_ar's list)
     std::vector<int> rs_fused_bn;      // gemm_rs forced fused, timed again at each of these BLOCK_N
     std::vector<int> rs_ce_chunk_kib;  // gemm_rs fused with the copy engine, timed at each of these chunk sizes
     bool rs_fused_diag = false;        // gemm_rs fused timed with parts left out (results not checked)
@@ -713,9 +718,11 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
 
 void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::NcclBaseline& nccl, cudaStream_t s) {
     const int W = w.world_size();
-    std::vector<std::pair<int64_t, int64_t>> shapes = {{8192, 28672}, {8192, 8192}};
+    std::vector<std::pair<int64_t, int64_t>> shapes = {{5120, 25600}, {5120, 8192}};
     keep_shapes(shapes, args.shapes);
-    const std::vector<int64_t> ms = args.quick ? std::vector<int64_t>{16, 128} : std::vector<int64_t>{16, 32, 64, 128};
+    const std::vector<int64_t> ms = !args.ar_ms.empty() ? args.ar_ms
+                                    : args.quick        ? std::vector<int64_t>{16, 2048}
+                                                        : std::vector<int64_t>{1, 16, 128, 512, 2048, 8192, 16384};
     loom::bench::Report report(op_name("gemm_ar", args.in), W, args.argc, args.argv);
     const OverlapTable table("gemm_ar",
                              baseline_columns("loom_gemm_then_all_reduce", "cublaslt_then_nvshmem_allreduce",
@@ -791,12 +798,22 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                 baselines["cublaslt_then_nccl_allreduce"] = med(nccl_seq, s, w, args.iters);
                 if (ok) paired(row, "cublaslt_then_nccl_allreduce", op, nccl_seq, s, w, args.iters);
             }
-            // Each algorithm on its own (auto: the fused epilogue where the tile fits), checked against the sequence.
-            for (loom::ArAlgo algo :
-                 {loom::ArAlgo::FusedEpilogue, loom::ArAlgo::ReduceKernel, loom::ArAlgo::Sequential}) {
+            // Each algorithm on its own, the reduce kernel with each reduction too, checked against the sequence.
+            struct ArVariant {
+                loom::ArAlgo algo;
+                loom::ArShots shots;
+            };
+            for (const ArVariant v : {ArVariant{loom::ArAlgo::FusedEpilogue, loom::ArShots::Auto},
+                                      ArVariant{loom::ArAlgo::ReduceKernel, loom::ArShots::Auto},
+                                      ArVariant{loom::ArAlgo::ReduceKernel, loom::ArShots::OneShot},
+                                      ArVariant{loom::ArAlgo::ReduceKernel, loom::ArShots::TwoShot},
+                                      ArVariant{loom::ArAlgo::Sequential, loom::ArShots::Auto}}) {
                 loom::GemmArOptions o;
-                o.algo = algo;
-                const std::string name = loom::to_string(algo);
+                o.algo = v.algo;
+                o.shots = v.shots;
+                const std::string name = v.shots == loom::ArShots::Auto
+                                             ? std::string(loom::to_string(v.algo))
+                                             : fmt::format("{}-{}", loom::to_string(v.algo), loom::to_string(v.shots));
                 try {
                     LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, M * N * 2));
                     loom::gemm_ar(w, A, B, C, s, with_scales(o));
@@ -830,6 +847,24 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             }
             row["gemm_us"] = t_gemm;
             row["all_reduce_us"] = t_comm;
+            {
+                // gemm_ar's plan and cost model at this shape (what Auto runs without a tuned pick), to set beside
+                // the times above: the model's estimates for the sequence and for each reduction.
+                const loom::overlap::DeviceFacts& dev = loom::overlap::device_facts(w, "gemm_ar");
+                const int sms = loom::overlap::plan_sms(dev, 0, "gemm_ar");
+                const loom::OverlapPlan plan = loom::gemm_ar_plan(M, N, k_loc, W, 0, dev.arch, sms, loom::ArAlgo::Auto,
+                                                                  2, in, loom::ArShots::Auto, dev.ranks_per_gpu);
+                const loom::GemmConfig tile = loom::overlap::gemm_config(M, N, k_loc, dev.arch, sms, false, in);
+                nlohmann::json model{{"plan", plan.str()}, {"sms", sms}};
+                for (bool two : {false, true}) {
+                    const loom::ArCost c =
+                        loom::gemm_ar_cost(M, N, k_loc, W, sms, dev.ranks_per_gpu, 2, in, tile, two, 0);
+                    model["sequence_us"] = c.sequence_us;
+                    model[two ? "two_shot" : "one_shot"] = {{"overlap_us", c.overlap_us},
+                                                            {"comm_blocks", c.comm_blocks}};
+                }
+                row["ar_model"] = model;
+            }
             if (ok) {
                 // What a C outside the symmetric heap costs (the bench's C is cudaMalloc'd; its sequence reduces into
                 // the symmetric c_ref): the op into a symmetric C, and the sequence into the plain C, interleaved
@@ -905,6 +940,9 @@ int main(int argc, char** argv) {
     app.add_flag("--no-nccl", no_nccl, "skip the NCCL baselines (absent anyway when ranks share a GPU)");
     app.add_option("--rs-comm-sms", args.rs_comm_sms, "also time gemm_rs at each of these comm_sms (e.g. 4,8,16,24)")
         ->delimiter(',');
+    app.add_option("--ar-m", args.ar_ms, "gemm_ar at these M (e.g. 1,128,4096,16384)")
+        ->delimiter(',')
+        ->check(CLI::PositiveNumber);
     app.add_option("--ar-comm-sms", args.ar_comm_sms, "also time gemm_ar at each of these comm_sms (e.g. 2,4,8,16)")
         ->delimiter(',');
     app.add_flag("--rs-fused-diag", args.rs_fused_diag,

@@ -250,9 +250,9 @@ HEADLINES = [
     ("GEMM+ReduceScatter, M = 512-4096", TWO_GPUS, "gemm_rs.json",
      lambda r: r.get("world") == 2 and r.get("M") != 8192,
      [("cublaslt_then_nccl_reducescatter", "NCCL + cuBLASLt"), ("loom_gemm_then_reduce_scatter", "Loom sequence")]),
-    ("GEMM+AllReduce, M ≤ 128", TWO_GPUS, "gemm_ar.json", lambda r: r.get("world") == 2 and "two H200s" in
-     r.get("machine", ""), [("cublaslt_then_nccl_allreduce", "NCCL + cuBLASLt"),
-                            ("loom_gemm_then_all_reduce", "Loom sequence")]),
+    ("GEMM+AllReduce, M ≤ 128", TWO_GPUS, "gemm_ar.json", lambda r: r.get("world") == 2 and r.get("M", 0) <= 128
+     and "two H200s" in r.get("machine", ""), [("cublaslt_then_nccl_allreduce", "NCCL + cuBLASLt"),
+                                               ("loom_gemm_then_all_reduce", "Loom sequence")]),
     ("AllGather+GEMM", SHARED8, "ag_gemm.json", lambda r: r.get("world") == 8,
      [("loom_allgather_then_gemm", "Loom sequence")]),
     ("GEMM+ReduceScatter", SHARED8, "gemm_rs.json", lambda r: r.get("world") == 8,

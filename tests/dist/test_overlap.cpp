@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/reference.hpp"
@@ -930,14 +931,28 @@ TEST_F(Overlap, GemmRsReferenceStepsAgree) {
     W_.free(whole);
 }
 
-// Every algorithm (Auto: the fused epilogue at these shapes, the sequence where ranks share a GPU): M of one row, M not
-// a multiple of 8 or of the tile, an N tail (N = 448: 7 slabs of 64), two consumer warpgroups (M = 128), the second
-// of them partly past M (M = 100: the fused epilogue sends and sums only the 16-row groups inside C).
-TEST_F(Overlap, GemmAr) {
+// gemm_ar's algorithms, the reduce kernel with each reduction, and Auto; with their tags.
+std::vector<std::pair<GemmArOptions, std::string>> ar_variants() {
+    std::vector<std::pair<GemmArOptions, std::string>> v;
     for (ArAlgo algo : {ArAlgo::FusedEpilogue, ArAlgo::ReduceKernel, ArAlgo::Sequential, ArAlgo::Auto}) {
         GemmArOptions o;
         o.algo = algo;
-        const std::string tag = std::string("_") + to_string(algo);
+        v.emplace_back(o, std::string("_") + to_string(algo));
+    }
+    for (ArShots shots : {ArShots::OneShot, ArShots::TwoShot}) {
+        GemmArOptions o;
+        o.algo = ArAlgo::ReduceKernel;
+        o.shots = shots;
+        v.emplace_back(o, std::string("_reduce-kernel-") + to_string(shots));
+    }
+    return v;
+}
+
+// Every algorithm and reduction (Auto: the fused epilogue at these shapes, the sequence where ranks share a GPU): M of
+// one row, M not a multiple of 8 or of the tile, an N tail (N = 448: 7 slabs of 64), two consumer warpgroups (M = 128),
+// the second of them partly past M (M = 100: the fused epilogue sends and sums only the 16-row groups inside C).
+TEST_F(Overlap, GemmAr) {
+    for (const auto& [o, tag] : ar_variants()) {
         run_ar(*w, stream, 1, 256, 256, 20, "ar_1" + tag, o);
         run_ar(*w, stream, 40, 384, 512, 21, "ar_40" + tag, o);
         run_ar(*w, stream, 37, 448, 320, 23, "ar_37" + tag, o);
@@ -1009,6 +1024,7 @@ TEST_F(Overlap, BackToBack) {
             // Every algorithm, mixed (they share the call counter and the parity halves).
             GemmArOptions aro;
             aro.algo = i % 5 == 4 ? ArAlgo::ReduceKernel : i % 5 == 2 ? ArAlgo::Sequential : ArAlgo::FusedEpilogue;
+            if (aro.algo == ArAlgo::ReduceKernel) aro.shots = (i / 5) % 2 == 0 ? ArShots::OneShot : ArShots::TwoShot;
             gemm_ar(W_, MatrixView{a_ar.p, DType::BF16, ar_rows, k, 0}, MatrixView{b_ar.p, DType::BF16, n, k, 0},
                     MatrixView{c_ar.p, DType::BF16, ar_rows, n, 0}, stream, aro);
             if (!check) continue;
@@ -1139,10 +1155,7 @@ TEST_F(Overlap, Fp8BackToBack) {
 }
 
 TEST_F(Overlap, Fp8GemmAr) {
-    for (ArAlgo algo : {ArAlgo::FusedEpilogue, ArAlgo::ReduceKernel, ArAlgo::Sequential, ArAlgo::Auto}) {
-        GemmArOptions o;
-        o.algo = algo;
-        const std::string tag = std::string("_") + to_string(algo);
+    for (const auto& [o, tag] : ar_variants()) {
         run_ar(*w, stream, 1, 256, 256, 90, "f8_ar_1" + tag, o, false, DType::F8E4M3);
         run_ar(*w, stream, 40, 384, 400, 91, "f8_ar_40" + tag, o, false, DType::F8E4M3);
         run_ar(*w, stream, 128, 512, 512, 92, "f8_ar_128" + tag, o, false, DType::F8E4M3);
@@ -1402,9 +1415,15 @@ TEST_F(Overlap, RejectsBadInputs) {
     EXPECT_THROW(ag_gemm(*w, MatrixView{a.p, DType::BF16, 8, 64, 0}, MatrixView{b.p, DType::BF16, 64, 64, 0},
                          MatrixView{c.p, DType::BF16, 8 * W, 64, 0}, stream, o),
                  Error);
-    EXPECT_THROW(gemm_ar(*w, MatrixView{a.p, DType::BF16, 200, 64, 0}, MatrixView{b.p, DType::BF16, 64, 64, 0},
-                         MatrixView{c.p, DType::BF16, 200, 64, 0}, stream),
-                 Error);  // M > 128
+    EXPECT_THROW(gemm_ar(*w, MatrixView{a.p, DType::BF16, 8, 64, 0}, MatrixView{b.p, DType::BF16, 64, 64, 0},
+                         MatrixView{c.p, DType::BF16, 16, 64, 0}, stream),
+                 Error);  // C's rows not M
+    GemmArOptions shots_fused;
+    shots_fused.algo = ArAlgo::FusedEpilogue;
+    shots_fused.shots = ArShots::TwoShot;
+    EXPECT_THROW(gemm_ar(*w, MatrixView{a.p, DType::BF16, 8, 64, 0}, MatrixView{b.p, DType::BF16, 64, 64, 0},
+                         MatrixView{c.p, DType::BF16, 8, 64, 0}, stream, shots_fused),
+                 Error);  // a reduction asked of the fused epilogue
     const DType f8 = DType::F8E4M3;
     EXPECT_THROW(ag_gemm(*w, MatrixView{a.p, f8, 8, 64, 0}, MatrixView{b.p, DType::BF16, 64, 64, 0},
                          MatrixView{c.p, DType::BF16, 8 * W, 64, 0}, stream),

@@ -1,10 +1,10 @@
 // The overlapped GEMMs (gemm_ar, gemm_rs, ag_gemm) over a grid of M from 1 to 300 (primes 17, 97, 251 among them), a
-// few N and K_loc, at whatever world size loomrun gives (1..8), against an fp64 device reference: every rank
-// regenerates its peers' inputs from their seeds and sums their products with a naive kernel
-// (tests/common/kernels/gemm_reference.cuh). Outputs poisoned with NaN, every element checked; verdicts agreed
-// across ranks. Also loom::gemm at issue #40's shape with this process's own heuristic (under loomrun's MPS shares,
-// the share's config), and gemm_ar at that shape planned on 26 SMs.
-// Run: loomrun -n {1,2,3,4,8} build/tests/loom_dist_tests --gtest_filter='OverlapShapes.*'
+// few N and K_loc (gemm_ar also at M = 1000, 4096 and 16384, and back to back), at whatever world size loomrun gives
+// (1..8), against an fp64 device reference: every rank regenerates its peers' inputs from their seeds and sums their
+// products with a naive kernel (tests/common/kernels/gemm_reference.cuh). Outputs poisoned with NaN, every element
+// checked; verdicts agreed across ranks. Also loom::gemm at issue #40's shape with this process's own heuristic (under
+// loomrun's MPS shares, the share's config), and gemm_ar at that shape planned on 26 SMs. Run: loomrun -n {1,2,3,4,8}
+// build/tests/loom_dist_tests --gtest_filter='OverlapShapes.*'
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -65,7 +65,7 @@ std::string run_and_compare(cudaStream_t s, const Op& op, const test::DeviceRefe
 
 class OverlapShapes : public WorldStreamTest {};
 
-// gemm_ar: C[M, N] = sum over ranks of A_r[M, K] B_r[N, K]^T, M <= 128 (larger M is refused).
+// gemm_ar: C[M, N] = sum over ranks of A_r[M, K] B_r[N, K]^T.
 void check_ar(World& w, cudaStream_t s, int64_t m, int64_t n, int64_t k, int tc, GemmArOptions o,
               const std::string& label) {
     const int W = w.world_size(), me = w.rank();
@@ -160,32 +160,110 @@ std::string tag(const char* op, int64_t m, const NK& s, const char* algo) {
     return fmt::format("{}_m{}_n{}_k{}_{}", op, m, s.n, s.k, algo);
 }
 
+// The reduce kernel with the given reduction.
+GemmArOptions reduce_kernel(ArShots shots) {
+    GemmArOptions o;
+    o.algo = ArAlgo::ReduceKernel;
+    o.shots = shots;
+    return o;
+}
+
+// Every algorithm (the reduce kernel with each reduction) and Auto at M; `fused`: the fused epilogue too.
+void check_ar_algos(World& w, cudaStream_t s, int64_t m, const NK& sh, int tc, bool fused) {
+    for (ArAlgo algo : {ArAlgo::Auto, ArAlgo::Sequential, ArAlgo::FusedEpilogue}) {
+        if (algo == ArAlgo::FusedEpilogue && !fused) continue;
+        GemmArOptions o;
+        o.algo = algo;
+        check_ar(w, s, m, sh.n, sh.k, tc, o, tag("ar", m, sh, to_string(algo)));
+    }
+    for (ArShots shots : {ArShots::OneShot, ArShots::TwoShot})
+        check_ar(w, s, m, sh.n, sh.k, tc, reduce_kernel(shots),
+                 tag("ar", m, sh, fmt::format("reduce-kernel-{}", to_string(shots)).c_str()));
+}
+
 TEST_F(OverlapShapes, GemmArOverM) {
     int tc = 0;
-    for (int64_t m : {1, 2, 17, 64, 97, 128}) {
+    for (int64_t m : {1, 2, 7, 17, 64, 97, 128, 129, 251, 300}) {
         const NK& s = kShapes[tc % 2];
-        for (ArAlgo algo : {ArAlgo::Auto, ArAlgo::Sequential, ArAlgo::ReduceKernel, ArAlgo::FusedEpilogue}) {
-            // Every algorithm at M = 17 and 97; Auto elsewhere.
-            if (algo != ArAlgo::Auto && m != 17 && m != 97) continue;
-            GemmArOptions o;
-            o.algo = algo;
-            check_ar(*w, stream, m, s.n, s.k, 100 + tc, o, tag("ar", m, s, to_string(algo)));
+        // Every algorithm at M = 7, 97, 129 and 251; Auto elsewhere.
+        if (m == 7 || m == 97 || m == 129 || m == 251) {
+            check_ar_algos(*w, stream, m, s, 100 + tc, true);
+        } else {
+            check_ar(*w, stream, m, s.n, s.k, 100 + tc, {}, tag("ar", m, s, "auto"));
         }
         ++tc;
     }
-    // M past the one-shot variant's bound: a loom::Error naming it, on every rank.
-    for (int64_t m : {251, 300}) {
-        DevMem a(m * 64 * 2), b(64 * 64 * 2), c(m * 64 * 2);
-        std::string err;
-        try {
-            gemm_ar(*w, MatrixView{a.p, DType::BF16, m, 64, 0}, MatrixView{b.p, DType::BF16, 64, 64, 0},
-                    MatrixView{c.p, DType::BF16, m, 64, 0}, stream);
-        } catch (const Error& e) {
-            err = e.what();
-        }
-        EXPECT_NE(err.find("expected M <= 128"), std::string::npos) << err;
-        w->barrier();
+}
+
+// M in the thousands (prefill): every algorithm and reduction, N and K_loc not multiples of the tiles, C's tiles
+// spread over several waves. The fused epilogue up to M = 4096 (its receive buffer holds W - 1 copies of C).
+TEST_F(OverlapShapes, GemmArLargeM) {
+    constexpr NK kLarge[] = {{1032, 136}, {520, 200}, {264, 72}};
+    int tc = 0;
+    for (int64_t m : {1000, 4096, 16384}) {
+        check_ar_algos(*w, stream, m, kLarge[tc], 150 + tc, m <= 4096);
+        ++tc;
     }
+}
+
+// The reduce kernel's two reductions back to back with no host synchronisation between the calls: two input sets
+// alternating and M alternating 1000, 1000, 616, 616, ... (a smaller call right after a larger one, on either parity
+// half), the reductions mixed with the sequence (they share the partials and their call counter); C checked at a few
+// calls, every element.
+TEST_F(OverlapShapes, GemmArBackToBack) {
+    World& W_ = *w;
+    const int W = W_.world_size(), me = W_.rank();
+    const int64_t mmax = 1000, n = 264, k = 72;
+    const int kCalls = 40;
+    DevMem a[2] = {DevMem(mmax * k * 2), DevMem(mmax * k * 2)}, b[2] = {DevMem(n * k * 2), DevMem(n * k * 2)};
+    DevMem pa(mmax * k * 2), pb(n * k * 2), c(mmax * n * 2);
+    test::DeviceReference ref0(mmax, n), ref1(mmax, n);
+    test::DeviceReference* refs[2] = {&ref0, &ref1};
+    for (int set = 0; set < 2; ++set) {
+        for (int r = 0; r < W; ++r) {
+            upload_bf16(pa.p, mmax * k, seed_of(r, 170 + set, 1));
+            upload_bf16(pb.p, n * k, seed_of(r, 170 + set, 2));
+            refs[set]->add(pa.p, pb.p, DType::BF16, false, k, 1.0, r > 0, stream);
+            LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+        }
+        upload_bf16(a[set].p, mmax * k, seed_of(me, 170 + set, 1));
+        upload_bf16(b[set].p, n * k, seed_of(me, 170 + set, 2));
+    }
+    W_.barrier();
+    std::string err;
+    for (int i = 0; i < kCalls && err.empty(); ++i) {
+        const int set = i % 2;
+        const int64_t m = (i / 2) % 2 == 0 ? mmax : 616;
+        const bool check = i == 0 || i == 1 || i == 17 || i == kCalls - 1;
+        GemmArOptions o = reduce_kernel(i % 3 == 0 ? ArShots::OneShot : ArShots::TwoShot);
+        if (i % 7 == 3) {
+            o.algo = ArAlgo::Sequential;
+            o.shots = ArShots::Auto;
+        }
+        try {
+            if (check) LOOM_CHECK_CUDA(cudaMemsetAsync(c.p, 0xFF, mmax * n * 2, stream));  // NaN
+            gemm_ar(W_, MatrixView{a[set].p, DType::BF16, m, k, 0}, MatrixView{b[set].p, DType::BF16, n, k, 0},
+                    MatrixView{c.p, DType::BF16, m, n, 0}, stream, o);
+            if (!check) continue;
+            const cudaError_t e = cudaStreamSynchronize(stream);
+            if (e != cudaSuccess) {
+                err = fmt::format("stream failed at call {}: {}", i, cudaGetErrorString(e));
+                break;
+            }
+        } catch (const std::exception& e) {
+            err = fmt::format("call {}: {}", i, e.what());
+            break;
+        }
+        std::vector<double> r, ab;
+        refs[set]->download(r, ab, 0, m, stream);
+        const std::string e = test::compare_to_reference(test::download_matrix(c.p, DType::BF16, m, n, n), r, ab, n,
+                                                         1.0 / 128, 1.0 / 256, 1e-3);
+        if (!e.empty()) err = fmt::format("call {} (M = {}, {}): {}", i, m, to_string(o.shots), e);
+    }
+    if (err.empty() && cudaStreamSynchronize(stream) != cudaSuccess) err = "stream failed";
+    const std::string all = test::agree(W_, err, "test/overlap_shapes/ar_back_to_back");
+    EXPECT_TRUE(all.empty()) << all;
+    W_.barrier();
 }
 
 TEST_F(OverlapShapes, GemmRsOverM) {

@@ -78,6 +78,7 @@ TEST(GemmPlans, OverlapPlansFitAtEveryWorldSize) {
                             }
                             for (ArAlgo a : {ArAlgo::Auto, ArAlgo::FusedEpilogue, ArAlgo::ReduceKernel}) {
                                 const auto p = loom::gemm_ar_plan(m, n, k, w, 0, 90, sms, a, out_bytes);
+                                if (p.ar_algo == ArAlgo::Sequential) continue;  // loom::gemm's own plan
                                 expect_fits(p.gemm, DType::BF16,
                                             "gemm_ar " + std::string(loom::to_string(a)) + " " + at);
                                 if (p.ar_algo == ArAlgo::FusedEpilogue)

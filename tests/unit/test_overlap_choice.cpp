@@ -3,6 +3,8 @@
 // clear errors for a producer or transport that cannot run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <string>
 
@@ -133,10 +135,9 @@ TEST(OverlapChoice, GemmRsAlgo) {
 }
 
 TEST(OverlapChoice, GemmArAlgo) {
-    // Auto: the plan decides with a GPU per rank, the sequence where ranks share one.
-    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::Auto, false, nullptr, 2), ArAlgo::Auto);
-    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::Auto, true, nullptr, 2), ArAlgo::Sequential);
-    EXPECT_EQ(loom::gemm_ar_plan(16, 8192, 3584, 2, 0, 90, 132).ar_algo, ArAlgo::FusedEpilogue);
+    using loom::ArShots;
+    // Auto without a config: the plan decides (a GPU per rank or ranks sharing one).
+    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::Auto, ArShots::Auto, nullptr, 2), ArAlgo::Auto);
     // A caller's tile decides between the two hooked algorithms, on a shared GPU too.
     loom::GemmConfig whole;
     whole.block_m = 64;
@@ -144,16 +145,80 @@ TEST(OverlapChoice, GemmArAlgo) {
     whole.stages = 4;
     loom::GemmConfig odd = whole;
     odd.block_n = 96;  // 192 bytes of bf16 per row: no whole 128-byte slabs
-    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::Auto, false, &whole, 2), ArAlgo::FusedEpilogue);
-    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::Auto, true, &whole, 2), ArAlgo::FusedEpilogue);
-    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::Auto, false, &odd, 2), ArAlgo::ReduceKernel);
-    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::Auto, false, &odd, 4), ArAlgo::FusedEpilogue);  // 384 bytes of fp32
-    // Requested algorithms pass through; the sequence takes no config.
-    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::ReduceKernel, true, nullptr, 2), ArAlgo::ReduceKernel);
-    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::FusedEpilogue, true, nullptr, 2), ArAlgo::FusedEpilogue);
-    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::Sequential, false, nullptr, 2), ArAlgo::Sequential);
-    EXPECT_NE(error_of([&] { loom::gemm_ar_algo(ArAlgo::Sequential, false, &whole, 2); }).find("expected no config"),
+    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::Auto, ArShots::Auto, &whole, 2), ArAlgo::FusedEpilogue);
+    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::Auto, ArShots::Auto, &odd, 2), ArAlgo::ReduceKernel);
+    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::Auto, ArShots::Auto, &odd, 4), ArAlgo::FusedEpilogue);  // 384 bytes of fp32
+    // Requested algorithms pass through; the sequence takes no config; a requested reduction asks for the reduce
+    // kernel, and only the reduce kernel takes one.
+    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::ReduceKernel, ArShots::Auto, nullptr, 2), ArAlgo::ReduceKernel);
+    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::FusedEpilogue, ArShots::Auto, nullptr, 2), ArAlgo::FusedEpilogue);
+    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::Sequential, ArShots::Auto, nullptr, 2), ArAlgo::Sequential);
+    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::Auto, ArShots::TwoShot, &whole, 2), ArAlgo::ReduceKernel);
+    EXPECT_EQ(loom::gemm_ar_algo(ArAlgo::ReduceKernel, ArShots::OneShot, nullptr, 2), ArAlgo::ReduceKernel);
+    EXPECT_NE(
+        error_of([&] { loom::gemm_ar_algo(ArAlgo::Sequential, ArShots::Auto, &whole, 2); }).find("expected no config"),
+        std::string::npos);
+    EXPECT_NE(error_of([&] {
+                  loom::gemm_ar_algo(ArAlgo::FusedEpilogue, ArShots::TwoShot, nullptr, 2);
+              }).find("reduce kernel"),
               std::string::npos);
+    EXPECT_NE(
+        error_of([&] { loom::gemm_ar_algo(ArAlgo::Sequential, ArShots::OneShot, nullptr, 2); }).find("reduce kernel"),
+        std::string::npos);
+}
+
+TEST(OverlapChoice, GemmArShots) {
+    using loom::ArShots;
+    // Auto: one-shot at 2 ranks (both move 3 units of C per rank) and up to kArTwoShotMinBytes, else two-shot.
+    EXPECT_FALSE(loom::gemm_ar_two_shot(ArShots::Auto, 2, int64_t(1) << 30));
+    EXPECT_FALSE(loom::gemm_ar_two_shot(ArShots::Auto, 4, loom::kArTwoShotMinBytes));
+    EXPECT_TRUE(loom::gemm_ar_two_shot(ArShots::Auto, 4, loom::kArTwoShotMinBytes + 2));
+    EXPECT_TRUE(loom::gemm_ar_two_shot(ArShots::TwoShot, 2, 2));
+    EXPECT_FALSE(loom::gemm_ar_two_shot(ArShots::OneShot, 8, int64_t(1) << 30));
+}
+
+// gemm_ar's plan over M = 1..16K on the Qwen3-32B row-parallel shapes (hidden 5120; K_loc = 25600 / W for the MLP's
+// down projection, 8192 / W for attention's output projection): every plan is feasible, its reduce blocks within the
+// cap and leaving the GEMM most SMs, and the two-shot reduction where C is large at more than 2 ranks.
+TEST(OverlapChoice, GemmArPlanGrid) {
+    using loom::ArShots;
+    for (int w : {2, 4, 8}) {
+        for (bool shared : {false, true}) {
+            const int sms = shared ? 132 / w : 132;
+            for (int64_t k : {int64_t(25600) / w, int64_t(8192) / w}) {
+                for (int64_t m : {1, 7, 16, 128, 129, 512, 1000, 2048, 4096, 8192, 16384}) {
+                    const auto at = fmt::format("W={} shared={} M={} K={}", w, shared, m, k);
+                    const loom::OverlapPlan p = loom::gemm_ar_plan(m, 5120, k, w, 0, 90, sms, ArAlgo::Auto, 2,
+                                                                   loom::DType::BF16, ArShots::Auto, shared ? w : 1);
+                    EXPECT_NE(p.ar_algo, ArAlgo::Auto) << at;
+                    if (shared) EXPECT_NE(p.ar_algo, ArAlgo::FusedEpilogue) << at;
+                    if (p.ar_algo == ArAlgo::ReduceKernel) {
+                        EXPECT_GE(p.comm_blocks, 1) << at;
+                        EXPECT_LE(p.comm_blocks, std::max(1, sms / 4)) << at;
+                        EXPECT_EQ(p.ar_two_shot, w > 2 && m * 5120 * 2 > loom::kArTwoShotMinBytes) << at;
+                    }
+                    // A requested reduce kernel plans whatever Auto picked.
+                    const loom::OverlapPlan r = loom::gemm_ar_plan(m, 5120, k, w, 0, 90, sms, ArAlgo::ReduceKernel, 2,
+                                                                   loom::DType::BF16, ArShots::TwoShot, shared ? w : 1);
+                    EXPECT_EQ(r.ar_algo, ArAlgo::ReduceKernel) << at;
+                    EXPECT_TRUE(r.ar_two_shot) << at;
+                    EXPECT_GE(r.gemm.grid, 1) << at;
+                    const loom::ArCost c =
+                        loom::gemm_ar_cost(m, 5120, k, w, sms, shared ? w : 1, 2, loom::DType::BF16, r.gemm, true, 0);
+                    EXPECT_GT(c.sequence_us, 0) << at;
+                    EXPECT_GT(c.overlap_us, 0) << at;
+                    if (::testing::Test::HasFailure()) return;
+                    if (std::getenv("LOOM_PRINT_AR_PLANS"))
+                        fmt::print("{}: {} seq {:.1f} us overlap {:.1f} us ({} blocks)\n", at,
+                                   loom::to_string(p.ar_algo), c.sequence_us, c.overlap_us, c.comm_blocks);
+                }
+            }
+        }
+    }
+    // A GPU per rank, one wave of tiles: the fused epilogue (the decode shapes).
+    EXPECT_EQ(loom::gemm_ar_plan(16, 8192, 3584, 2, 0, 90, 132).ar_algo, ArAlgo::FusedEpilogue);
+    // The caller's comm_sms are the reduce kernel's blocks.
+    EXPECT_EQ(loom::gemm_ar_plan(4096, 5120, 1600, 4, 6, 90, 132, ArAlgo::ReduceKernel).comm_blocks, 6);
 }
 
 }  // namespace

@@ -161,6 +161,7 @@ TEST(OverlapCompile, CommKernelsCompile) {
         {"loom/kernels/overlap/ag_gemm.cuh", "loom::kernels::overlap::ag_gemm_direct_stage", nullptr, true},
         {"loom/kernels/overlap/gemm_rs.cuh", "loom::kernels::overlap::gemm_rs_scatter_reduce", "__nv_bfloat16", true},
         {"loom/kernels/overlap/gemm_rs.cuh", "loom::kernels::overlap::gemm_rs_scatter_reduce", "float", true},
+        {"loom/kernels/overlap/gemm_ar.cuh", "loom::kernels::overlap::gemm_ar_reduce", "__nv_bfloat16", true},
         {"loom/kernels/overlap/gemm_ar.cuh", "loom::kernels::overlap::gemm_ar_reduce", "__half", true},
         {"loom/kernels/overlap/gemm_ar.cuh", "loom::kernels::overlap::gemm_ar_reduce", "float", true}};
     for (const auto& k : kernels) {

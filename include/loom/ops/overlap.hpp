@@ -2,7 +2,7 @@
 //
 //   ag_gemm   C[M, N_loc] = all_gather(A)[M, K] * B[N_loc, K]^T           A: [M / W, K] per rank (a row shard)
 //   gemm_rs   C[M / W, N] = reduce_scatter over ranks of A[M, K_loc] * B[N, K_loc]^T   (rows split by rank)
-//   gemm_ar   C[M, N]     = all_reduce over ranks of A[M, K_loc] * B[N, K_loc]^T       (small M <= 128)
+//   gemm_ar   C[M, N]     = all_reduce over ranks of A[M, K_loc] * B[N, K_loc]^T       (any M)
 //
 // Every op is collective over the World (every rank calls it in the same order with the same shapes, dtypes and
 // options) and enqueues its work on `stream` without synchronising the host. A, B: bf16 / fp16, or fp8 e4m3 (K a
@@ -85,19 +85,30 @@ struct GemmRsOptions {
     int num_sms = 0;  // the SMs the op plans on; 0: the device's (under MPS the client's share)
 };
 
-// How gemm_ar reduces.
+// How gemm_ar reduces (docs/overlap.md, "gemm_ar": where Auto picks what).
 enum class ArAlgo {
-    Auto,           // Sequential where ranks share a GPU, else FusedEpilogue where the tile fits, else ReduceKernel
+    Auto,           // a GPU per rank: FusedEpilogue when the GEMM's tiles fit one wave and the tile stages whole slabs;
+                    // otherwise (and where ranks share a GPU) ReduceKernel or Sequential by the cost model of
+                    // gemm_ar_plan (the GEMM's time on the SMs the reducer leaves against the all_reduce's)
     FusedEpilogue,  // the GEMM's epilogue pushes each tile to every peer and sums the W copies: one kernel
     ReduceKernel,   // GEMM + a reduce kernel of comm_sms blocks on a side stream pulling each tile once stored
     Sequential,     // loom::gemm into a symmetric buffer, then loom::all_reduce: no overlap
 };
 const char* to_string(ArAlgo a);
 
+// How gemm_ar's reduce kernel splits the reduction (ArAlgo::ReduceKernel).
+enum class ArShots {
+    Auto,     // OneShot at 2 ranks or C up to kArTwoShotMinBytes (256 KiB), else TwoShot
+    OneShot,  // every rank pulls every rank's copy of every tile and sums it: W + 1 tiles' bytes per tile and rank
+    TwoShot,  // tile i (the GEMM's order) is summed by rank i % W into its partial, which the others copy: 3 tiles
+};
+const char* to_string(ArShots s);
+
 struct GemmArOptions {
-    int comm_sms = 0;                    // ReduceKernel blocks; 0: one per tile, at most 32
+    int comm_sms = 0;                    // ReduceKernel blocks; 0: by the cost model (one per tile below it)
     const GemmConfig* config = nullptr;  // cluster_m 1
     ArAlgo algo = ArAlgo::Auto;
+    ArShots shots = ArShots::Auto;  // ReduceKernel only; a choice other than Auto asks for the reduce kernel
     float alpha = 1.f;
     const float* scale_a = nullptr;
     const float* scale_b = nullptr;
@@ -110,7 +121,7 @@ void ag_gemm(World& world, const MatrixView& a, const MatrixView& b, const Matri
 // a: [M, K_loc], b: [N, K_loc], c: [M / W, N] (M a multiple of W).
 void gemm_rs(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
              const GemmRsOptions& opts = {});
-// a: [M, K_loc] with M <= 128, b: [N, K_loc], c: [M, N].
+// a: [M, K_loc], b: [N, K_loc], c: [M, N].
 void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
              const GemmArOptions& opts = {});
 

@@ -1,6 +1,6 @@
-// GEMM+AllReduce for small M (decode, small-batch prefill; M <= 128): C[M, N] on every rank = sum over ranks q
-// of A_q[M, K_loc] * B_q[N, K_loc]^T, accumulated in fp32 in rank order 0..W-1. Two algorithms here (a third,
-// ArAlgo::Sequential, is loom::gemm then loom::all_reduce: src/ops/overlap/gemm_ar/sequential.cpp).
+// GEMM+AllReduce: C[M, N] on every rank = sum over ranks q of A_q[M, K_loc] * B_q[N, K_loc]^T, accumulated in fp32 in
+// rank order 0..W-1. Two algorithms here (a third, ArAlgo::Sequential, is loom::gemm then loom::all_reduce:
+// src/ops/overlap/gemm_ar/sequential.cpp).
 //
 // Reduce kernel (ArAlgo::ReduceKernel), two kernels running concurrently on every rank:
 //
@@ -8,11 +8,15 @@
 //            into this call's parity half of a symmetric double buffer and publishes each tile as soon as its TMA
 //            stores completed (tile[i] = epoch, store-release, sys scope).
 //   reduce   gemm_ar_reduce, a few blocks on a side stream: block b takes tiles b, b + P, ... in the GEMM's
-//            order; for each, thread q waits (acquire, sys) for rank q's signal of the tile, then the block pulls
-//            the W partial tiles over NVLink (one-shot: every rank reduces the whole output) and writes C.
+//            order. One-shot: for each, thread q waits (acquire, sys) for rank q's signal of the tile, then the block
+//            pulls the W partial tiles over NVLink and writes C (every rank reduces the whole output). Two-shot: the
+//            tile's owner (rank i % W of its index i in the GEMM's order) does that and also writes the sum back into
+//            its own partial tile, then raises reduced[i]; every other rank waits for it and copies the sum (see
+//            gemm_ar_reduce).
 // No reset and no write-after-read signal: a rank writes parity (e + 1) % 2 in call e + 1 while peers may still
 // read parity e % 2, and it cannot reach call e + 2 before every peer finished call e (its reduce of call e + 1
-// waits for every peer's GEMM of call e + 1, which each peer runs after its reduce of call e).
+// waits, directly or through an owner's reduced signal, for every peer's GEMM of call e + 1, which each peer runs
+// after its reduce of call e).
 //
 // Fused epilogue (ArAlgo::FusedEpilogue, ArEpilogueHooks; Auto's choice with a GPU per rank): no second kernel and no
 // SM taken from the GEMM, which for M <= 128 is one wave of tiles bound by the bandwidth of reading B, so every SM
@@ -204,13 +208,103 @@ struct ArEpilogueHooks {
 };
 static_assert(tile::GemmHooks<ArEpilogueHooks> && tile::StagedEpilogue<ArEpilogueHooks>);
 
-// T: the partial / output element type. gridDim.x = P blocks, 256 threads.
+// ---- the reduce kernel (ArAlgo::ReduceKernel) --------------------------------------------------------------------
+inline constexpr int kArReduceThreads = 256;
+
+// Whether tile `linear` (in the GEMM's order) is reduced by this rank: every tile in one-shot; in two-shot the tile's
+// owner, rank linear % W. Every rank completes its tiles in the same order, so the owners' shares complete together.
+LOOM_HOST_DEVICE inline int32_t ar_tile_owner(int32_t linear, int32_t world) { return linear % world; }
+
+// Rows [row0, row0 + rows) x cols [col0, col0 + cols) of C: the W ranks' partial copies (src[q]: rank q's partial,
+// leading dimension n) summed in fp32 in rank order 0..W-1 and stored to out (leading dimension ldo) and, when
+// `back`, to back (this rank's partial: the two-shot's reduced tile, which the peers copy). U vectors per thread and
+// round, every rank's load of a group of up to four ranks issued before the first add.
 template <class T>
-__global__ void __launch_bounds__(256) gemm_ar_reduce(Ctx ctx, ArParams p) {
-    constexpr int E = kVecElems<T>;
+LOOM_DEVICE LOOM_FORCEINLINE void ar_reduce_rows(const T* const (&src)[kMaxLocalPeers], int W, T* out, int64_t ldo,
+                                                 T* back, int32_t n, int32_t row0, int32_t rows, int32_t col0,
+                                                 int32_t cols) {
+    constexpr int E = kVecElems<T>, U = 4, G = 4;
+    constexpr int kThreads = kArReduceThreads;
+    const int32_t vpr = cols / E, total = rows * vpr;
+    for (int32_t base = static_cast<int32_t>(threadIdx.x); base < total; base += U * kThreads) {
+        int64_t off[U], out_off[U];
+#pragma unroll
+        for (int v = 0; v < U; ++v) {
+            const int32_t i = base + v * kThreads < total ? base + v * kThreads : base;  // past the end: redo
+            const int32_t r = row0 + i / vpr, c = col0 + (i % vpr) * E;
+            off[v] = int64_t(r) * n + c;
+            out_off[v] = int64_t(r) * ldo + c;
+        }
+        float acc[U][E];
+#pragma unroll
+        for (int q0 = 0; q0 < kMaxLocalPeers; q0 += G) {
+            if (q0 >= W) break;
+            uint4 x[G][U];
+#pragma unroll
+            for (int g = 0; g < G; ++g)
+#pragma unroll
+                for (int v = 0; v < U; ++v)
+                    x[g][v] = q0 + g < W ? ptx::ld_v4(src[q0 + g] + off[v]) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int g = 0; g < G; ++g)
+                if (q0 + g < W)
+#pragma unroll
+                    for (int v = 0; v < U; ++v) vec_add<T>(x[g][v], acc[v], q0 + g == 0);
+        }
+#pragma unroll
+        for (int v = 0; v < U; ++v) {
+            if (base + v * kThreads >= total) continue;
+            const uint4 sum = vec_pack<T>(acc[v]);
+            ptx::st_v4(out + out_off[v], sum);
+            if (back) ptx::st_v4(back + off[v], sum);
+        }
+    }
+}
+
+// The same rectangle copied from `src` (the owner's reduced tile in its partial, leading dimension n) to out.
+template <class T>
+LOOM_DEVICE LOOM_FORCEINLINE void ar_copy_rows(const T* src, T* out, int64_t ldo, int32_t n, int32_t row0, int32_t rows,
+                                               int32_t col0, int32_t cols) {
+    constexpr int E = kVecElems<T>, U = 8;
+    constexpr int kThreads = kArReduceThreads;
+    const int32_t vpr = cols / E, total = rows * vpr;
+    for (int32_t base = static_cast<int32_t>(threadIdx.x); base < total; base += U * kThreads) {
+        uint4 x[U];
+        int64_t out_off[U];
+#pragma unroll
+        for (int v = 0; v < U; ++v) {
+            const int32_t i = base + v * kThreads < total ? base + v * kThreads : base;
+            const int32_t r = row0 + i / vpr, c = col0 + (i % vpr) * E;
+            x[v] = ptx::ld_v4(src + int64_t(r) * n + c);
+            out_off[v] = int64_t(r) * ldo + c;
+        }
+#pragma unroll
+        for (int v = 0; v < U; ++v)
+            if (base + v * kThreads < total) ptx::st_v4(out + out_off[v], x[v]);
+    }
+}
+
+// T: the partial / output element type. gridDim.x = P blocks, kArReduceThreads threads. Block b takes tiles b, b + P,
+// ... in the GEMM's order (overlap_tile_order), the same on every rank; per tile:
+//   reduced here (one-shot: every tile; two-shot: the tiles this rank owns, ar_tile_owner)
+//            thread q < W waits (acquire, sys) for rank q's tile[i] >= epoch; the block sums the W partial tiles
+//            (rank order, fp32) into C; two-shot: also back into this rank's partial tile, then reduced[i] := epoch
+//            here (the block's barrier, release at sys scope);
+//   copied (two-shot, a peer's tile)
+//            thread 0 waits (acquire, sys) for the owner's reduced[i] >= epoch; the block copies the owner's reduced
+//            tile into C.
+// Two-shot moves 3 tiles' bytes per tile and rank (one-shot W + 1) at the cost of the owner's hop.
+// Progress: a tile's reduction waits only for the GEMMs, which wait for nothing; a copy waits for a reduction of the
+// same block index at its owner, which handles its earlier tiles first, each of which waits for an earlier tile or
+// the GEMMs: no cycle, once the GEMMs end and free their SMs for every rank's reduce blocks. The owner's in-place sum
+// races with no reader: only the owner reads its own partial tile before the sum, and the peers only after reduced[i].
+// Write-after-read of the partial halves: see the top of the file; in two-shot a rank's call e + 1 waits (directly or
+// through an owner's reduced[i]) for every rank's call e + 1 tiles, stored after that rank's call e ended.
+template <class T>
+__global__ void __launch_bounds__(kArReduceThreads) gemm_ar_reduce(Ctx ctx, ArParams p) {
     const int W = ctx.local_world;
+    const int me = ctx.local_rank;
     const int tid = static_cast<int>(threadIdx.x);
-    const T* const partial = static_cast<const T*>(p.partial);
     T* const out = static_cast<T*>(p.out);
     const int32_t num_m = (p.m + p.block_m - 1) / p.block_m;
     const int32_t num_n = (p.n + p.block_n - 1) / p.block_n;
@@ -218,31 +312,37 @@ __global__ void __launch_bounds__(256) gemm_ar_reduce(Ctx ctx, ArParams p) {
     const T* src_base[kMaxLocalPeers];
 #pragma unroll
     for (int q = 0; q < kMaxLocalPeers; ++q)
-        src_base[q] = lang::symm_at(ctx, partial, ctx.local_base_rank + (q < W ? q : 0));
+        src_base[q] = lang::symm_at(ctx, static_cast<const T*>(p.partial), ctx.local_base_rank + (q < W ? q : 0));
+    T* const mine = static_cast<T*>(p.partial);
 
     for (int32_t linear = static_cast<int32_t>(blockIdx.x); linear < num_tiles;
          linear += static_cast<int32_t>(gridDim.x)) {
         int32_t mb, nb;
         overlap_tile_order(linear, num_m, num_n, p.group_m, 0, mb, nb);
         const int64_t idx = static_cast<int64_t>(mb) * num_n + nb;
-        LOOM_PROF_ONLY(if (tid == 0) LOOM_PROF_BEGIN(lang::kTagArReduceTile, idx));
-        if (tid < W)
-            lang::signal_wait_until(ctx, lang::symm_at(ctx, p.tile + idx, ctx.local_base_rank + tid), lang::Cmp::GE,
-                                    p.epoch);
-        __syncthreads();
         const int32_t row0 = mb * p.block_m, col0 = nb * p.block_n;
         const int32_t rows = row0 + p.block_m < p.m ? p.block_m : p.m - row0;
         const int32_t cols = col0 + p.block_n < p.n ? p.block_n : p.n - col0;
-        const int32_t vecs_per_row = cols / E;
-        for (int32_t i = tid; i < rows * vecs_per_row; i += static_cast<int32_t>(blockDim.x)) {
-            const int32_t r = row0 + i / vecs_per_row;
-            const int32_t c = col0 + (i % vecs_per_row) * E;
-            const int64_t off = static_cast<int64_t>(r) * p.n + c;
-            float acc[E];
-#pragma unroll
-            for (int q = 0; q < kMaxLocalPeers; ++q)
-                if (q < W) vec_add<T>(ptx::ld_v4(src_base[q] + off), acc, q == 0);
-            ptx::st_v4(out + static_cast<int64_t>(r) * p.ldo + c, vec_pack<T>(acc));
+        const int32_t owner = p.two_shot ? ar_tile_owner(linear, W) : me;
+        LOOM_PROF_ONLY(if (tid == 0) LOOM_PROF_BEGIN(lang::kTagArReduceTile, idx));
+        if (owner == me) {
+            if (tid < W)
+                lang::signal_wait_until(ctx, lang::symm_at(ctx, p.tile + idx, ctx.local_base_rank + tid), lang::Cmp::GE,
+                                        p.epoch, lang::Scope::Sys, "gemm_ar: reduce kernel waits for a rank's tile",
+                                        ctx.local_base_rank + tid);
+            __syncthreads();
+            ar_reduce_rows<T>(src_base, W, out, p.ldo, p.two_shot ? mine : nullptr, p.n, row0, rows, col0, cols);
+            // Two-shot: the sum published to the peers (the block's barrier orders every thread's stores before it).
+            if (p.two_shot) lang::notify(lang::block, ctx, p.reduced + idx, ctx.local_base_rank + me, p.epoch);
+        } else {
+            if (tid == 0)
+                lang::signal_wait_until(ctx, lang::symm_at(ctx, p.reduced + idx, ctx.local_base_rank + owner),
+                                        lang::Cmp::GE, p.epoch, lang::Scope::Sys,
+                                        "gemm_ar: reduce kernel waits for the owner's reduced tile",
+                                        ctx.local_base_rank + owner);
+            __syncthreads();
+            ar_copy_rows<T>(lang::symm_at(ctx, static_cast<const T*>(p.partial), ctx.local_base_rank + owner), out,
+                            p.ldo, p.n, row0, rows, col0, cols);
         }
         LOOM_PROF_ONLY(if (tid == 0) LOOM_PROF_END(lang::kTagArReduceTile, idx));
         __syncthreads();  // the next tile's waits reuse the threads' registers; keep the block in step

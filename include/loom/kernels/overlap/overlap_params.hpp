@@ -87,10 +87,13 @@ struct RsPullSignals {
     uint64_t tile_in[kMaxLocalPeers][kMaxTileSignals];
 };
 
-// gemm_ar, reduce kernel (TileNotifyHooks + gemm_ar_reduce). 512 KiB.
+// gemm_ar, reduce kernel (TileNotifyHooks + gemm_ar_reduce). 1 MiB.
 struct ArReduceSignals {
     // tile[i] = the call number whose tile i the local GEMM has stored (TMA stores complete); peers read it.
     uint64_t tile[kMaxTileSignals];
+    // Two-shot: reduced[i] = the call number whose tile i this rank (its owner) summed back into its partial; peers
+    // read it.
+    uint64_t reduced[kMaxTileSignals];
 };
 
 // gemm_ar, fused epilogue (ArEpilogueHooks). 4 MiB + 128 bytes.
@@ -266,13 +269,16 @@ struct RsParams {
     uint64_t free_target;  // freed[r] >= free_target: rank r finished reading the previous call's scratch
 };
 
-// gemm_ar_reduce: one-shot pull reduction of every rank's partial tiles as they are stored.
+// gemm_ar_reduce: pull reduction of every rank's partial tiles as they are stored, one-shot (every rank sums every
+// tile) or two-shot (each tile's owner sums it back into its partial; the others copy it from there).
 struct ArParams {
-    const void* partial;   // symmetric [m, n] dense (this call's parity buffer)
+    void* partial;         // symmetric [m, n] dense (this call's parity buffer); two-shot: owned tiles summed in place
     void* out;             // [m, n], leading dimension ldo
     const uint64_t* tile;  // this rank's ArReduceSignals::tile (peers' copies are read through symm_at)
+    uint64_t* reduced;     // this rank's ArReduceSignals::reduced (two-shot)
     int64_t ldo;
-    int32_t m, n, block_m, block_n, group_m, pad;
+    int32_t m, n, block_m, block_n, group_m;
+    int32_t two_shot;  // 0: one-shot, 1: two-shot
     uint64_t epoch;
 };
 

@@ -61,7 +61,8 @@ int comm_blocks(int requested, int dflt, int num_sms) {
 }  // namespace loom::overlap
 
 std::string loom::OverlapPlan::str() const {
-    return fmt::format("{} comm_blocks {} reserved_sms {}{}{}{}{}", gemm.str(), comm_blocks, reserved_sms,
+    return fmt::format("{} comm_blocks {} reserved_sms {}{}{}{}{}{}", gemm.str(), comm_blocks, reserved_sms,
                        rs_algo == RsAlgo::Auto ? "" : " rs ", rs_algo == RsAlgo::Auto ? "" : to_string(rs_algo),
-                       ar_algo == ArAlgo::Auto ? "" : " ar ", ar_algo == ArAlgo::Auto ? "" : to_string(ar_algo));
+                       ar_algo == ArAlgo::Auto ? "" : " ar ", ar_algo == ArAlgo::Auto ? "" : to_string(ar_algo),
+                       ar_algo == ArAlgo::ReduceKernel ? (ar_two_shot ? " two-shot" : " one-shot") : "");
 }

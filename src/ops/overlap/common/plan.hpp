@@ -18,6 +18,7 @@ struct OverlapPlan {
     int reserved_sms = 0;
     RsAlgo rs_algo = RsAlgo::Auto;  // gemm_rs_plan: the algorithm chosen (never Auto there)
     ArAlgo ar_algo = ArAlgo::Auto;  // gemm_ar_plan: the algorithm chosen (never Auto there)
+    bool ar_two_shot = false;       // gemm_ar_plan, ReduceKernel: the two-shot reduction
     std::string str() const;
 };
 

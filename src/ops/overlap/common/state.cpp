@@ -19,6 +19,7 @@ DeviceFacts::DeviceFacts(World& world) : device(world.device()) {
     arch = major * 10 + minor;
     const CollTopology topo = collective_topology(world);
     shared_gpu = topo.shared_gpu;
+    ranks_per_gpu = topo.ranks_per_gpu;
     // Ranks sharing the GPU without an MPS share each (torchrun, mpirun): every rank plans on its part of the SMs, so
     // that the ranks' persistent GEMMs and communication blocks, which wait for each other, are resident at once.
     if (shared_gpu) device_sms = shared_gpu_sm_budget(device_sms, topo.ranks_per_gpu, settings().mps_thread_percentage);

@@ -1,4 +1,4 @@
-// loom::gemm_ar: GEMM+AllReduce for small M (kernels/overlap/gemm_ar.cuh; docs/overlap.md). The entry validates the
+// loom::gemm_ar: GEMM+AllReduce (kernels/overlap/gemm_ar.cuh; docs/overlap.md). The entry validates the
 // call, chooses the algorithm (plan.cpp) and dispatches to it: fused_epilogue.cpp, reduce_kernel.cpp, sequential.cpp.
 // A call that leaves every choice to Loom runs the options the autotuner decided for its shape (common/tune.hpp).
 #include "ops/overlap/gemm_ar/gemm_ar.hpp"
@@ -20,7 +20,8 @@ detail::CallSignature signature(World& world, const MatrixView& a, const MatrixV
     s.add("GemmArOptions::algo", to_string(o.algo))
         .add("GemmArOptions::comm_sms", o.comm_sms)
         .add("GemmArOptions::config", overlap::config_field(o.config))
-        .add("GemmArOptions::num_sms", o.num_sms);
+        .add("GemmArOptions::num_sms", o.num_sms)
+        .add("GemmArOptions::shots", to_string(o.shots));
     return s;
 }
 
@@ -33,10 +34,6 @@ ArCall validate(World& world, const MatrixView& a, const MatrixView& b, const Ma
     x.M = a.rows;
     x.K = a.cols;
     x.N = b.rows;
-    LOOM_CHECK(x.M <= overlap::kArMaxM,
-               "{}: expected M <= {} (the low-latency one-shot variant), given M = {}; use gemm_rs + all_gather or "
-               "gemm + all_reduce for larger M",
-               op, overlap::kArMaxM, x.M);
     LOOM_CHECK(c.rows == x.M && c.cols == x.N, "{}: expected C of [M, N] = [{}, {}], given {} x {}", op, x.M, x.N,
                c.rows, c.cols);
     LOOM_CHECK(o.comm_sms >= 0, "{}: expected comm_sms >= 0, given {}", op, o.comm_sms);
@@ -48,7 +45,8 @@ ArCall validate(World& world, const MatrixView& a, const MatrixView& b, const Ma
 void as_given(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
               const GemmArOptions& o) {
     // ReduceKernel cannot be replayed; Auto's choice is checked once planned (choose_algo).
-    const bool captured = overlap::check_capture(stream, "gemm_ar", o.algo != ArAlgo::ReduceKernel);
+    const bool captured =
+        overlap::check_capture(stream, "gemm_ar", o.algo != ArAlgo::ReduceKernel && o.shots == ArShots::Auto);
     ArCall x = validate(world, a, b, c, stream, o, captured);
     overlap::choose_algo(x, o);
     if (x.algo == ArAlgo::Sequential) {
@@ -70,7 +68,8 @@ void gemm_ar(World& world, const MatrixView& a, const MatrixView& b, const Matri
     const detail::AgreedCall agreed(
         world, [&] { return signature(world, a, b, c, o); },
         [&] { overlap::check_args(world, "gemm_ar", a, b, c, o); });
-    const bool choices_left = o.algo == ArAlgo::Auto && o.comm_sms == 0 && o.config == nullptr;
+    const bool choices_left =
+        o.algo == ArAlgo::Auto && o.shots == ArShots::Auto && o.comm_sms == 0 && o.config == nullptr;
     if (!choices_left) return as_given(world, a, b, c, stream, o);
     overlap::run_tuned<GemmArOptions>(
         world, "gemm_ar", a, b, c, stream, o.num_sms,

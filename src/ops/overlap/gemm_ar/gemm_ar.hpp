@@ -1,20 +1,22 @@
 // gemm_ar's pieces (src/ops/overlap/gemm_ar/): the algorithms' states, the validated call they take, and the choice.
 // Three algorithms (kernels/overlap/gemm_ar.cuh; docs/overlap.md):
 //
-// FusedEpilogue (the default where the tile fits), one kernel on the caller's stream, every usable SM
-// (fused_epilogue.cpp):
+// FusedEpilogue (Auto's choice with a GPU per rank when the GEMM's tiles fit one wave and the tile stages whole slabs),
+// one kernel on the caller's stream, every usable SM (fused_epilogue.cpp):
 //   stream  GEMM with ArEpilogueHooks: per tile part, push it into our slot of every peer's receive half (e % 2),
 //           tile_in[me][part] := e there; wait tile_in[q][part] >= e of every peer q; sum the W copies (rank order,
 //           fp32), TMA-store C. The call number e is the device's (ArFusedSignals::launches), so the call can be
 //           captured in a CUDA graph and replayed; its buffer and signals are its own (ArFusedState).
-// ReduceKernel (reduce_kernel.cpp):
+// ReduceKernel (reduce_kernel.cpp), one-shot or two-shot (ArShots):
 //   stream  fork ── GEMM(partial[e % 2] (symmetric), tile[i] = e after each tile's stores) ── join
-//   side         gemm_ar_reduce: per tile, wait tile[i] >= e on every rank, sum the W partial tiles (rank
-//                order, fp32), write C
-// Sequential (Auto's choice where ranks share a GPU; sequential.cpp): loom::gemm into this call's parity half, then
-// loom::all_reduce.
-// ReduceKernel and Sequential take their parity half from one symmetric buffer and share its call counter
-// (ArPartialsState), so calls may mix them (and the fused epilogue, which keeps to its own state).
+//   side         gemm_ar_reduce on comm_blocks SMs: per tile in the GEMM's order, one-shot: wait tile[i] >= e on
+//                every rank, sum the W partial tiles (rank order, fp32), write C; two-shot: the same for the tiles
+//                this rank owns (every W-th), written back into its partial too, then reduced[i] := e; a peer's
+//                tile copied from its owner's partial once reduced[i] >= e there
+// Sequential (sequential.cpp): loom::gemm into this call's parity half, then loom::all_reduce.
+// Auto between ReduceKernel and Sequential: gemm_ar_cost's model. ReduceKernel and Sequential take their parity half
+// from one symmetric buffer and share its call counter (ArPartialsState), so calls may mix them (and the fused
+// epilogue, which keeps to its own state).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -31,23 +33,56 @@
 
 namespace loom {
 
-// gemm_ar's algorithm: Auto is Sequential where ranks share a GPU and no config is given; with a config (the hooked
-// GEMM's tile), FusedEpilogue when that tile stages whole slabs of out_bytes elements, else ReduceKernel; otherwise
-// Auto (gemm_ar_plan decides by the heuristic's tile). Requested algorithms pass through; Sequential with a config is
-// refused (it runs loom::gemm's own).
-ArAlgo gemm_ar_algo(ArAlgo requested, bool ranks_share_gpu, const GemmConfig* config, int out_bytes);
-// The GEMM and the algorithm (plan.ar_algo, never Auto) on `num_sms` SMs: the fused epilogue where the tile fits
-// (every SM to the GEMM), else the reduce kernel's blocks beside it. out_bytes: C's element size.
+// C's bytes above which ArShots::Auto takes the two-shot reduction (at more than 2 ranks): the all_reduce's own
+// switch from its flag-in-data one-shot to its two-shot (collectives/coll_choice.cpp, AllReduce rows).
+inline constexpr int64_t kArTwoShotMinBytes = 256 << 10;
+// gemm_ar_cost's rates: the hooked GEMM's bf16 / fp16 FLOPs per SM and microsecond (fp8: twice), ~660 TFLOP/s over an
+// H200's 132 SMs; and the bytes a reduce block (256 threads, 16 loads of 16 bytes in flight each) moves per
+// microsecond. Model rates: `bench-overlap --ar-comm-sms` times the reduce kernel at each block count.
+inline constexpr double kArGemmFlopsPerSmUs = 5.0e6;
+inline constexpr double kArReduceBlockBytesPerUs = 5.0e4;
+// Most reduce blocks the cost model weighs.
+inline constexpr int kMaxCommBlocksAr = 32;
+
+// gemm_ar's algorithm before the plan: a requested one passes through (Sequential with a config is refused, it runs
+// loom::gemm's own; ArShots other than Auto with FusedEpilogue or Sequential are refused); ArShots other than Auto
+// ask for ReduceKernel; with a config (the hooked GEMM's tile), FusedEpilogue when that tile stages whole slabs of
+// out_bytes elements, else ReduceKernel; otherwise Auto (gemm_ar_plan decides).
+ArAlgo gemm_ar_algo(ArAlgo requested, ArShots shots, const GemmConfig* config, int out_bytes);
+// Whether the reduce kernel runs two-shot: as requested, else (Auto) at more than 2 ranks with C above
+// kArTwoShotMinBytes (at 2 ranks one-shot moves 3 units of C per rank, as two-shot does, with one hop less).
+bool gemm_ar_two_shot(ArShots requested, int world_size, int64_t c_bytes);
+
+// The cost model that weighs the reduce kernel against the sequence (microseconds, per rank). The GEMM runs at
+// kArGemmFlopsPerSmUs per SM; the sequence's all_reduce is the collectives' model (coll::model_us) of what
+// choose_collective picks for C; the reduce kernel of P blocks streams its traffic (one-shot W + 1, two-shot 3 units of
+// C) at min(P x kArReduceBlockBytesPerUs, a rank's share of the memory's rate) beside the GEMM on num_sms - P SMs, and
+// sums the GEMM's last wave of tiles after it:
+//   sequence = gemm(num_sms) + all_reduce(C)
+//   overlap  = max(gemm(num_sms - P) + last wave's sums, reduce(P)) + one launch
+// P: comm_sms when given, else the power of two up to min(kMaxCommBlocksAr, tiles, num_sms / 4) with the least
+// overlap. ranks_per_gpu > 1: ranks share the GPU (their memory traffic shares its rate). tile: the GEMM's.
+struct ArCost {
+    double sequence_us = 0;
+    double overlap_us = 0;
+    int comm_blocks = 1;
+    bool two_shot = false;
+};
+ArCost gemm_ar_cost(int64_t m, int64_t n, int64_t k_loc, int world_size, int num_sms, int ranks_per_gpu, int out_bytes,
+                    DType in, const GemmConfig& tile, bool two_shot, int comm_sms);
+// The plan on `num_sms` SMs (plan.ar_algo, never Auto): requested FusedEpilogue, or Auto with a GPU per rank where the
+// tile fits and the tiles fit one wave: the fused epilogue (every SM to the GEMM); requested ReduceKernel: the reduce
+// kernel with gemm_ar_cost's blocks; Auto otherwise: the reduce kernel where gemm_ar_cost puts it below the sequence,
+// else Sequential (plan.gemm unset). out_bytes: C's element size; ranks_per_gpu: as gemm_ar_cost.
 OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms,
-                         ArAlgo algo = ArAlgo::Auto, int out_bytes = 2, DType in = DType::BF16);
+                         ArAlgo algo = ArAlgo::Auto, int out_bytes = 2, DType in = DType::BF16,
+                         ArShots shots = ArShots::Auto, int ranks_per_gpu = 1);
 
 }  // namespace loom
 
 namespace loom::overlap {
 
 inline constexpr const char* kArHeader = "loom/kernels/overlap/gemm_ar.cuh";
-// gemm_ar is the low-latency one-shot variant: M at most this.
-inline constexpr int64_t kArMaxM = 128;
 
 // The partial products' halves and their call counter, which the reduce kernel and the sequence share. Symmetric:
 // 2 x M x N of C's type (no signals).
@@ -56,7 +91,7 @@ struct ArPartialsState final : PartialsState {
     explicit ArPartialsState(World&) {}
 };
 
-// The reduce kernel's signals and side stream (its partials: ArPartialsState). Symmetric: ArReduceSignals (512 KiB);
+// The reduce kernel's signals and side stream (its partials: ArPartialsState). Symmetric: ArReduceSignals (1 MiB);
 // buf unused.
 struct ArReduceState final : SignalState<kernels::overlap::ArReduceSignals> {
     static constexpr const char* kKey = "overlap/gemm_ar/reduce_kernel";

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "loom/runtime/error.hpp"
+#include "ops/collectives/coll_choice.hpp"
 #include "ops/gemm/gemm_internal.hpp"
 #include "ops/overlap/gemm_ar/gemm_ar.hpp"
 
@@ -25,38 +26,120 @@ const char* to_string(ArAlgo a) {
     return "?";
 }
 
-ArAlgo gemm_ar_algo(ArAlgo requested, bool ranks_share_gpu, const GemmConfig* config, int out_bytes) {
+const char* to_string(ArShots s) {
+    switch (s) {
+        case ArShots::Auto:
+            return "auto";
+        case ArShots::OneShot:
+            return "one-shot";
+        case ArShots::TwoShot:
+            return "two-shot";
+    }
+    return "?";
+}
+
+ArAlgo gemm_ar_algo(ArAlgo requested, ArShots shots, const GemmConfig* config, int out_bytes) {
     LOOM_CHECK(requested != ArAlgo::Sequential || config == nullptr,
                "gemm_ar: the sequential algorithm runs loom::gemm's own config; expected no config");
+    LOOM_CHECK(shots == ArShots::Auto || requested == ArAlgo::Auto || requested == ArAlgo::ReduceKernel,
+               "gemm_ar: ArShots::{} is the reduce kernel's; the {} algorithm reduces its own way (expected "
+               "ArShots::Auto, or ArAlgo::ReduceKernel / Auto)",
+               to_string(shots), to_string(requested));
     if (requested != ArAlgo::Auto) return requested;
+    if (shots != ArShots::Auto) return ArAlgo::ReduceKernel;
     // With the caller's tile, that tile decides whether the fused epilogue fits.
     if (config)
         return overlap::whole_tile_unfit(*config, out_bytes).empty() ? ArAlgo::FusedEpilogue : ArAlgo::ReduceKernel;
-    return ranks_share_gpu ? ArAlgo::Sequential : ArAlgo::Auto;
+    return ArAlgo::Auto;
+}
+
+bool gemm_ar_two_shot(ArShots requested, int world_size, int64_t c_bytes) {
+    if (requested != ArShots::Auto) return requested == ArShots::TwoShot;
+    return world_size > 2 && c_bytes > kArTwoShotMinBytes;
+}
+
+ArCost gemm_ar_cost(int64_t m, int64_t n, int64_t k_loc, int world_size, int num_sms, int ranks_per_gpu, int out_bytes,
+                    DType in, const GemmConfig& tile, bool two_shot, int comm_sms) {
+    const double c_bytes = static_cast<double>(m) * static_cast<double>(n) * out_bytes;
+    const double flops_per_sm_us = kArGemmFlopsPerSmUs * (dtype_size(in) == 1 ? 2.0 : 1.0);
+    const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k_loc);
+    auto gemm_us = [&](int sms) { return flops / (flops_per_sm_us * std::max(sms, 1)); };
+    CollTopology topo;
+    topo.world = world_size;
+    topo.shared_gpu = ranks_per_gpu > 1;
+    topo.ranks_per_gpu = std::max(ranks_per_gpu, 1);
+    const std::size_t bytes = static_cast<std::size_t>(c_bytes);
+    // The sequence's all_reduce: from the symmetric partial into a C that is not symmetric (sequential.cpp).
+    const CollChoice ar = choose_collective(CollKind::AllReduce, bytes, topo, /*in_symmetric=*/true,
+                                            /*out_symmetric=*/false);
+    ArCost cost;
+    cost.two_shot = two_shot;
+    cost.sequence_us = gemm_us(num_sms) + coll::model_us(CollKind::AllReduce, ar.algo, bytes, topo, ar.staged, false);
+    // The reducer's traffic per rank in units of C: one-shot, W tiles read and one written; two-shot, the owned 1 / W
+    // read W times and written twice (C, the partial), the rest read once from its owner and written once.
+    const double units = two_shot ? 3.0 : world_size + 1.0;
+    const double stream = coll::kModelBytesPerUs / topo.ranks_per_gpu;  // a rank's share of the memory's rate
+    const int64_t tiles = overlap::tile_count(m, n, tile);
+    const double tile_bytes = static_cast<double>(tile.block_m) * tile.block_n * out_bytes * units;
+    auto overlap_us = [&](int p) {
+        const double rate = std::min(p * kArReduceBlockBytesPerUs, stream);
+        const double reduce = units * c_bytes / rate;
+        // The tiles of the GEMM's last wave are summed after it.
+        const int gemm_sms = num_sms - p;
+        const double tail =
+            std::min(reduce, static_cast<double>(std::min<int64_t>(tiles, gemm_sms)) * tile_bytes / rate);
+        return std::max(gemm_us(gemm_sms) + tail, reduce) + coll::kModelLaunchUs;
+    };
+    if (comm_sms > 0) {
+        cost.comm_blocks = overlap::comm_blocks(comm_sms, comm_sms, num_sms);
+        cost.overlap_us = overlap_us(cost.comm_blocks);
+        return cost;
+    }
+    // The reducer's blocks: the powers of two up to a quarter of the SMs (overlap::comm_blocks) and the tile count.
+    const int most =
+        overlap::comm_blocks(0, static_cast<int>(std::clamp<int64_t>(tiles, 1, kMaxCommBlocksAr)), num_sms);
+    cost.comm_blocks = 1;
+    cost.overlap_us = overlap_us(1);
+    for (int p = 2; p <= most; p *= 2) {
+        const double t = overlap_us(p);
+        if (t < cost.overlap_us) {
+            cost.overlap_us = t;
+            cost.comm_blocks = p;
+        }
+    }
+    return cost;
 }
 
 OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms,
-                         ArAlgo algo, int out_bytes, DType in) {
-    (void)world_size;
+                         ArAlgo algo, int out_bytes, DType in, ArShots shots, int ranks_per_gpu) {
+    const bool shared = ranks_per_gpu > 1;
     OverlapPlan p;
-    if (algo != ArAlgo::ReduceKernel) {
-        // The fused epilogue takes no SM from the GEMM (for M <= 128 one wave of tiles bound by reading B).
+    if (algo == ArAlgo::FusedEpilogue || (algo == ArAlgo::Auto && !shared)) {
+        // The fused epilogue takes no SM from the GEMM. Auto (a GPU per rank) takes it for one wave of tiles: each
+        // tile's epilogue waits for the peers' copies of it, which a later wave would wait for with its tensor cores
+        // idle (gemm_rs_distinct_auto's rule).
         GemmConfig f =
             overlap::whole_tile_config(overlap::gemm_config(m, n, k_loc, arch, num_sms, false, in), out_bytes);
         f.grid = static_cast<int>(gemm_sm90_grid(m, n, f, num_sms));
-        if (algo == ArAlgo::FusedEpilogue || overlap::whole_tile_unfit(f, out_bytes).empty()) {
+        if (algo == ArAlgo::FusedEpilogue ||
+            (overlap::whole_tile_unfit(f, out_bytes).empty() && overlap::tile_count(m, n, f) <= num_sms)) {
             p.gemm = f;
             p.ar_algo = ArAlgo::FusedEpilogue;
             return p;
         }
     }
-    const GemmConfig all =
-        gemm_heuristic(m, n, k_loc, false, arch, num_sms, /*split_tail=*/false, GemmTiles::Overlap, in);
-    const int64_t tiles = overlap::tile_count(m, n, all);
-    // One reduce block per tile (a tile's pull is ~W x 16-64 KiB), at most 32; the GEMM keeps the rest.
-    p.comm_blocks = overlap::comm_blocks(comm_sms, static_cast<int>(std::clamp<int64_t>(tiles, 1, 32)), num_sms);
+    const bool two_shot = gemm_ar_two_shot(shots, world_size, m * n * out_bytes);
+    const GemmConfig tile = overlap::gemm_config(m, n, k_loc, arch, num_sms, false, in);
+    const ArCost cost =
+        gemm_ar_cost(m, n, k_loc, world_size, num_sms, ranks_per_gpu, out_bytes, in, tile, two_shot, comm_sms);
+    if (algo == ArAlgo::Auto && cost.sequence_us <= cost.overlap_us) {
+        p.ar_algo = ArAlgo::Sequential;
+        return p;
+    }
+    p.comm_blocks = cost.comm_blocks;
     p.gemm = overlap::gemm_config(m, n, k_loc, arch, num_sms - p.comm_blocks, false, in);
     p.ar_algo = ArAlgo::ReduceKernel;
+    p.ar_two_shot = two_shot;
     return p;
 }
 
@@ -64,9 +147,18 @@ namespace overlap {
 
 void choose_algo(ArCall& x, const GemmArOptions& o) {
     constexpr const char* op = "gemm_ar";
-    x.algo = gemm_ar_algo(o.algo, x.dev->shared_gpu, o.config, x.out_bytes);
+    x.algo = gemm_ar_algo(o.algo, o.shots, o.config, x.out_bytes);
     if (x.algo == ArAlgo::Sequential) return;
-    x.plan = gemm_ar_plan(x.M, x.N, x.K, x.W, o.comm_sms, x.dev->arch, x.num_sms, x.algo, x.out_bytes, x.a.dtype);
+    x.plan = gemm_ar_plan(x.M, x.N, x.K, x.W, o.comm_sms, x.dev->arch, x.num_sms, x.algo, x.out_bytes, x.a.dtype,
+                          o.shots, x.dev->ranks_per_gpu);
+    if (x.plan.ar_algo == ArAlgo::Sequential) {
+        x.algo = ArAlgo::Sequential;
+        if (debug())
+            fmt::print(stderr,
+                       "loom::gemm_ar M={} N={} K_loc={} W={} SMs {}: sequential (loom::gemm, loom::all_reduce)\n", x.M,
+                       x.N, x.K, x.W, x.num_sms);
+        return;
+    }
     use_config(op, x.plan, o.config, x.M, x.N, x.num_sms, x.a.dtype);
     check_tile_count(op, x.M, x.N, x.plan.gemm);
     if (debug())
@@ -86,8 +178,19 @@ std::vector<TuneOption<GemmArOptions>> gemm_ar_candidates(const World& world, co
     v.push_back({"sequential", with(ArAlgo::Sequential), {}});
     v.push_back({"fused-epilogue", with(ArAlgo::FusedEpilogue), {}});
     v.push_back({"reduce-kernel", with(ArAlgo::ReduceKernel), {}});
-    const OverlapPlan plan = gemm_ar_plan(a.rows, b.rows, a.cols, world.world_size(), 0, dev.arch, num_sms,
-                                          ArAlgo::Auto, static_cast<int>(dtype_size(c.dtype)), a.dtype);
+    for (ArShots s : {ArShots::OneShot, ArShots::TwoShot}) {
+        GemmArOptions x = with(ArAlgo::ReduceKernel);
+        x.shots = s;
+        v.push_back({fmt::format("reduce-kernel/{}", to_string(s)), x, {}});
+    }
+    // The tiles of the hooked GEMM the plan runs (the reduce kernel's where Auto takes the sequence).
+    const int out_bytes = static_cast<int>(dtype_size(c.dtype));
+    auto plan_of = [&](ArAlgo algo) {
+        return gemm_ar_plan(a.rows, b.rows, a.cols, world.world_size(), 0, dev.arch, num_sms, algo, out_bytes, a.dtype,
+                            ArShots::Auto, dev.ranks_per_gpu);
+    };
+    OverlapPlan plan = plan_of(ArAlgo::Auto);
+    if (plan.ar_algo == ArAlgo::Sequential) plan = plan_of(ArAlgo::ReduceKernel);
     add_tiles(v, plan.gemm, a.rows, b.rows, num_sms);
     return v;
 }

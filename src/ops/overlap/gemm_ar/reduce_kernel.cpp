@@ -1,6 +1,7 @@
 // gemm_ar's reduce kernel (ArAlgo::ReduceKernel): the GEMM with TileNotifyHooks into this call's parity half of the
 // partials (ArPartialsState) and gemm_ar_reduce (kernels/overlap/gemm_ar.cuh) on comm_blocks SMs of a side stream
-// (ArReduceState), pulling each tile from every rank once stored.
+// (ArReduceState), pulling each tile from every rank once stored (one-shot), or each owned tile from every rank and
+// every other tile from its owner once summed (two-shot).
 #include <algorithm>
 
 #include "loom/jit/jit.hpp"
@@ -45,6 +46,8 @@ void gemm_ar_reduce_kernel(const ArCall& x) {
     ap.partial = partial;
     ap.out = x.c.data;
     ap.tile = st.sig->tile;
+    ap.reduced = st.sig->reduced;
+    ap.two_shot = x.plan.ar_two_shot ? 1 : 0;
     ap.ldo = x.c.stride();
     ap.m = static_cast<int32_t>(x.M);
     ap.n = static_cast<int32_t>(x.N);
