@@ -110,7 +110,7 @@ int run_decode_grid(const DecodeGrid& grid, int argc, char** argv) {
             fill_random_bf16(b, std::size_t(max_n) * max_k, 2);
         }
         for (int n : grid.n)
-            for (int k : grid.k)
+            for (int k : grid.k) {
                 for (int m : grid.m) {
                     const std::size_t mn = std::size_t(m) * n;
                     const MatrixView A{a, in, m, k, 0}, B{b, in, n, k, 0};
@@ -188,8 +188,10 @@ int run_decode_grid(const DecodeGrid& grid, int argc, char** argv) {
                                 {"speedup", {{"cublaslt", ratio}}}});
                     report.add_row(row);
                 }
+                // What was measured so far, for a run that dies (a shape cuBLASLt has no algorithm for, a trap).
+                if (!grid.out.empty()) std::ofstream(grid.out + ".partial") << report.to_json().dump(1) << "\n";
+            }
         cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(c_ref), cudaFree(c_again);
-        if (!grid.out.empty()) std::ofstream(grid.out + ".partial") << report.to_json().dump(1) << "\n";
     }
     int status = 0;
     for (const auto& [in, s] : summaries) {
