@@ -7,6 +7,8 @@
 //
 //   bench-gemm [--json docs/perf/gemm.json] [--quick] [--sweep] [--cluster 1|2] [--iters N] [--shapes MxNxK,...]
 //              [--dtype bf16|f8e4m3] [--autotune] [--heuristic-cluster 1|2]
+//   bench-gemm --decode [--json docs/perf/gemm_decode.json] [--decode-m 1,8,...] [--decode-n ...] [--decode-k ...]
+//              [--dtype bf16|f8e4m3] [--copy-gbps G] [--iters N]
 //
 // Prints an aligned table, a line per (shape, variant) as it is timed: kind, MxNxK, variant and config, Loom's us,
 // cuBLASLt's us, the ratio cuBLASLt / Loom (> 1: Loom faster), with fp8 also cuBLASLt's promoted mode and its ratio,
@@ -19,6 +21,12 @@
 // fp8 (op "gemm_fp8"): the ratio is to cuBLASLt with CUBLASLT_MATMUL_DESC_FAST_ACCUM (the products summed in the
 // tensor cores' precision, as Loom's kernel sums them); cuBLASLt's default (partial sums promoted to fp32 on the CUDA
 // cores, more precise, slower) is timed in the same interleaved runs as baseline "cublaslt_promoted".
+//
+// --decode (gemm_decode.hpp): the decode grid, M in {1, 8, 16, 32, 64, 128} x N in {1K, 4K, 8K, 16K, 32K} x K in {1K,
+// 4K, 8K, 16K} by default, bf16 and fp8 (only --dtype's when given), loom::gemm with the config it chooses itself, each
+// shape checked against cuBLASLt and two of its runs compared bitwise, then timed interleaved with cuBLASLt from a
+// clean L2 (TimeOptions::flush_l2_clean); the table adds the bytes moved per second and their fraction of the copy
+// bandwidth.
 //
 // Every timed loom config is first checked against cuBLASLt's output on the same inputs (similarity
 // calc_diff < 1e-5, no NaN; C is pre-filled with NaN so unwritten elements fail); a failing config is reported
@@ -41,6 +49,7 @@
 #include <vector>
 
 #include "cublaslt.hpp"
+#include "gemm_decode.hpp"
 #include "harness.hpp"
 #include "loom/bf16.hpp"
 #include "loom/ops/gemm.hpp"
@@ -141,31 +150,6 @@ std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int 
     return v;
 }
 
-// DeepGEMM's calc_diff: 1 - 2 sum(xy) / sum(x^2 + y^2); ~1e-7 for bf16 outputs of the same fp32 products.
-struct Check {
-    double diff = 1;
-    int64_t nans = 0;
-    bool ok() const { return nans == 0 && diff < 1e-5; }
-};
-
-Check compare(const void* c, const std::vector<uint16_t>& ref, size_t n) {
-    std::vector<uint16_t> got(n);
-    LOOM_CHECK_CUDA(cudaMemcpy(got.data(), c, n * 2, cudaMemcpyDeviceToHost));
-    Check r;
-    double xy = 0, xx = 0;
-    for (size_t i = 0; i < n; ++i) {
-        const double x = loom::bf16_to_float(got[i]), y = loom::bf16_to_float(ref[i]);
-        if (std::isnan(x)) {
-            ++r.nans;
-            continue;
-        }
-        xy += x * y;
-        xx += x * x + y * y;
-    }
-    r.diff = xx > 0 ? 1 - 2 * xy / xx : (r.nans ? 1 : 0);
-    return r;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -190,7 +174,28 @@ int main(int argc, char** argv) {
     app.add_option("--dtype", dtype, "input type (fp8: B as [N, K], K a multiple of 16)")
         ->capture_default_str()
         ->check(CLI::IsMember({"bf16", "f8e4m3"}));
+    bool decode = false;
+    app.add_flag("--decode", decode,
+                 "the decode grid (docs/perf/gemm_decode.json): M x N x K over --decode-m / -n / -k, bf16 and fp8 "
+                 "(or --dtype), loom::gemm's own config, with the copy-bandwidth fraction");
+    loom::bench::DecodeGrid grid;
+    app.add_option("--decode-m", grid.m, "decode grid: M values")->delimiter(',');
+    app.add_option("--decode-n", grid.n, "decode grid: N values")->delimiter(',');
+    app.add_option("--decode-k", grid.k, "decode grid: K values")->delimiter(',');
+    app.add_option(
+        "--copy-gbps", grid.copy_gbps,
+        "decode grid: the copy bandwidth to compare with, GB/s (0: a device-to-device copy measured in the run)");
     loom::bench::parse_or_exit(app, argc, argv);
+    if (decode) {
+        grid.iters = iters;
+        grid.out = out;
+        if (app.count("--dtype") > 0) grid.dtypes = {dtype == "f8e4m3" ? loom::DType::F8E4M3 : loom::DType::BF16};
+        for (const auto* v : {&grid.m, &grid.n, &grid.k})
+            for (int x : *v) LOOM_CHECK(x > 0, "--decode-m/-n/-k: expected positive values, given {}", x);
+        for (int x : grid.n) LOOM_CHECK(x % 8 == 0, "--decode-n: expected multiples of 8, given {}", x);
+        for (int x : grid.k) LOOM_CHECK(x % 16 == 0, "--decode-k: expected multiples of 16, given {}", x);
+        return loom::bench::run_decode_grid(grid, argc, argv);
+    }
     const bool f8 = dtype == "f8e4m3";
     const loom::DType in = f8 ? loom::DType::F8E4M3 : loom::DType::BF16;
     const size_t isz = f8 ? 1 : 2;
@@ -285,7 +290,7 @@ int main(int argc, char** argv) {
                 LOOM_CHECK_CUDA(cudaMemsetAsync(c, 0xff, mn * 2, stream));  // NaN: unwritten elements fail
                 loom::gemm(A, B, C, opts, stream);                          // also compiles outside the timing
                 LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
-                const Check chk = compare(c, ref, mn);
+                const loom::bench::GemmCheck chk = loom::bench::compare_bf16(c, ref, mn);
                 const std::string label = v.name + " " + v.cfg.str();
                 if (!chk.ok()) {
                     std::vector<std::string> cells = {s.kind, shape_str, label};

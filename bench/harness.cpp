@@ -9,6 +9,7 @@
 #include <fstream>
 #include <set>
 
+#include "loom/jit/jit.hpp"
 #include "loom/runtime/env.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/version.hpp"
@@ -16,19 +17,46 @@
 namespace loom::bench {
 namespace {
 
-// Scratch that evicts L2 when rewritten: twice the L2 size of the current device.
+// Scratch that evicts L2 when rewritten: twice the L2 size of the current device. The clean flush then reads a second
+// buffer of that size (TimeOptions::flush_l2_clean), allocated and its kernel compiled at first use.
 struct L2Flusher {
     void* buf = nullptr;
+    void* clean = nullptr;
+    uint32_t* sink = nullptr;
+    const jit::Kernel* read = nullptr;
+    int sms = 0;
     std::size_t bytes = 0;
     explicit L2Flusher() {
         int dev = 0, l2 = 0;
         LOOM_CHECK_CUDA(cudaGetDevice(&dev));
         LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+        LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         bytes = std::max<std::size_t>(2 * static_cast<std::size_t>(l2), 64 << 20);
         LOOM_CHECK_CUDA(cudaMalloc(&buf, bytes));
     }
-    ~L2Flusher() { cudaFree(buf); }
-    void flush(cudaStream_t s) { LOOM_CHECK_CUDA(cudaMemsetAsync(buf, 0x5a, bytes, s)); }
+    ~L2Flusher() {
+        cudaFree(buf);
+        cudaFree(clean);
+        cudaFree(sink);
+    }
+    void flush(cudaStream_t s, bool leave_clean) {
+        LOOM_CHECK_CUDA(cudaMemsetAsync(buf, 0x5a, bytes, s));
+        if (!leave_clean) return;
+        if (read == nullptr) {
+            LOOM_CHECK_CUDA(cudaMalloc(&clean, bytes));
+            LOOM_CHECK_CUDA(cudaMemsetAsync(clean, 0x3c, bytes, s));
+            LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&sink), sizeof(uint32_t)));
+            read = &jit::get_kernel(
+                {.header = source_file("bench/kernels/l2_flush.cuh"), .name = "loom_bench::read_vec16"});
+        }
+        jit::LaunchConfig lc;
+        lc.grid = dim3(static_cast<unsigned>(4 * sms));
+        lc.block = dim3(512);
+        lc.stream = s;
+        const unsigned long long n16 = bytes / 16;
+        const uint32_t never = 0x9e3779b9u;
+        (*read)(lc, clean, n16, never, sink);
+    }
 };
 
 std::string run_capture(const char* cmd) {
@@ -66,7 +94,7 @@ std::vector<Timing> time_ops(const std::vector<std::function<void(cudaStream_t)>
     for (auto& u : us) u.reserve(opts.iters);
     for (int i = 0; i < opts.iters; ++i) {
         for (std::size_t f = 0; f < fns.size(); ++f) {  // interleaved: every op sees the same clocks and heat
-            if (opts.flush_l2) flusher.flush(stream);
+            if (opts.flush_l2) flusher.flush(stream, opts.flush_l2_clean);
             if (opts.world) {
                 LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
                 opts.world->barrier("bench");

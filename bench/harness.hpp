@@ -22,6 +22,12 @@ struct TimeOptions {
     int warmup = 5;
     int iters = 30;
     bool flush_l2 = true;
+    // With flush_l2: after the memset that evicts L2, read a second buffer of twice L2's size (bench/kernels/
+    // l2_flush.cuh), so that the timed region starts with L2 holding clean lines. The memset alone leaves L2 full of
+    // dirty lines, whose write-back (about L2's size at the memory's rate, ~12 us on an H200) lands inside the timed
+    // region of whatever reads the most: a memory-bound op (a decode GEMM) is timed with it. The read costs ~30 us
+    // per run, untimed, and compiles a kernel at first use.
+    bool flush_l2_clean = false;
     World* world = nullptr;  // barrier before each run and reduce to the slowest rank
     // Enqueued after the L2 flush and before the start event (e.g. loom::barrier_on_stream): starts the ranks'
     // timed regions together on the device, so the host barrier's skew is not timed.

@@ -140,6 +140,7 @@ set(LOOM_SOURCES
     src/ops/collectives/reduce_scatter/reduce_scatter.cpp
     src/ops/collectives/reduce_scatter/scatter_ce.cpp
     src/ops/collectives/reduce_scatter/staged.cpp
+    src/ops/gemm/decode_plan.cpp
     src/ops/gemm/gemm.cpp
     src/ops/gemm/heuristic.cpp
     src/ops/gemm/launch_sm80.cpp

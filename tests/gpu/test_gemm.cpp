@@ -246,8 +246,8 @@ TEST_F(Gemm, Fp32Out) {
 }
 TEST_F(Gemm, Skinny) {
     for (int m : {1, 7, 16, 33, 64, 65, 100, 128}) run_case({m, 1024, 512}, 10 + m);
-    // 96 <= M <= 128: the heuristic takes 64 x 64 tiles over two M-blocks, whole (the second partly past M at
-    // M = 100); at M = 72 the split 128-row plan.
+    // M = 100 with a short K: 64 x 64 tiles over two M-blocks, whole (the second partly past M); at M = 72 128-row
+    // tiles (src/ops/gemm/decode_plan.cpp weighs them).
     run_case({100, 4096, 512}, 18);
     run_case({72, 4096, 512}, 19);
 }

@@ -115,49 +115,13 @@ TEST(GemmHeuristic, SplitsTheTailWave) {
         EXPECT_EQ(p.dp_tiles, 0) << c.str();
         EXPECT_EQ(p.splits, c.tail_splits) << c.str();
     }
-    // 64 < M <= 128 with a thin wave of 128-row tiles: 64 x 64 tiles over both M-blocks, whole, where they fill more
-    // than half the SMs and K has at most 128 k-blocks (docs/perf/gemm_skinny.json, gemm_skinny_fp8.json).
-    for (const auto& [m, n, k, in] : {std::tuple<int64_t, int64_t, int64_t, DType>{128, 4096, 4096, DType::BF16},
-                                      {96, 4096, 4096, DType::BF16},
-                                      {128, 4096, 8192, DType::BF16},
-                                      {128, 3072, 4096, DType::F8E4M3},
-                                      {128, 4096, 14336, DType::F8E4M3}}) {
-        const auto c = loom::gemm_heuristic(m, n, k, false, 90, 132, true, loom::GemmTiles::Plain, in);
-        EXPECT_EQ(c.block_m, 64) << c.str();
-        EXPECT_EQ(c.block_n, 64) << c.str();
-        EXPECT_EQ(c.tail_splits, 1) << c.str();
-        EXPECT_EQ(c.stages, 12) << c.str();
-        EXPECT_NO_THROW(loom::gemm_validate_config(c, false, in));
-    }
-    // ... but not at half a wave of them, nor with a long K (bf16 224 k-blocks), nor below M = 96 (the second M-block
-    // mostly past M), nor in the overlapped GEMMs' plans.
-    for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{128, 2048, 4096},
-                                  {128, 4096, 14336},
-                                  {72, 4096, 8192},
-                                  {80, 4096, 4096}}) {
-        const auto c = loom::gemm_heuristic(m, n, k, false, 90, 132);
-        EXPECT_EQ(c.block_m, 128) << c.str();
-        EXPECT_GE(c.tail_splits, 2) << c.str();
-    }
+    // Without the split tail (split_tail = false) and in the overlapped GEMMs' plans the persistent 128-row plan stays:
+    // the decode plan (GemmHeuristic.DecodePlan* below) is loom::gemm's, with the split tail allowed.
     EXPECT_EQ(loom::gemm_heuristic(128, 4096, 4096, false, 90, 132, false, loom::GemmTiles::Overlap).block_m, 128);
-    // Without the split tail (split_tail = false) the persistent 128 x 64 plan stays: the 64-row tiles replace only a
-    // split on every SM.
     const auto fp8_128 =
         loom::gemm_heuristic(128, 4096, 14336, false, 90, 132, false, loom::GemmTiles::Plain, DType::F8E4M3);
     EXPECT_EQ(fp8_128.block_m, 128) << fp8_128.str();  // no split asked for: the persistent 128 x 64 plan
-    // A wave at least half full keeps the persistent plan: no split; so does one over a third full with a short K
-    // (64 tiles, K = 4096) (docs/perf/gemm_skinny.json).
-    for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{16, 8192, 14336},
-                                  {64, 8192, 4096},
-                                  {8, 4096, 4096},
-                                  {16, 4096, 4096},
-                                  {64, 4096, 4096}}) {
-        const auto c = loom::gemm_heuristic(m, n, k, false, 90, 132);
-        EXPECT_EQ(c.tail_splits, 1) << c.str();
-        EXPECT_EQ(c.block_n, 64) << c.str();
-        // Their 64 x 64 tiles stream B with 12 stages in flight (kGemmPlanMaxStages).
-        EXPECT_EQ(c.stages, loom::kernels::kGemmPlanMaxStages) << c.str();
-    }
+    EXPECT_EQ(fp8_128.tail_splits, 1) << fp8_128.str();
     // The ring depth: as deep as shared memory allows up to kGemmPlanMaxStages; the large tiles keep what fits.
     EXPECT_EQ(loom::kernels::gemm_sm90_plan_stages(64, 64), 12);
     EXPECT_EQ(loom::kernels::gemm_sm90_plan_stages(128, 64), 8);
@@ -226,6 +190,86 @@ TEST(GemmHeuristic, OverlapTilesAreThePlainOnesOf128Rows) {
     const auto w2 = loom::ag_gemm_plan(8192, 5504, 4096, 2, loom::AgProducer::CopyEngine, 0, 90, 132).gemm;
     EXPECT_EQ(w2.block_n, 240) << w2.str();
     EXPECT_GT(w2.tail_splits, 1) << w2.str();
+}
+
+// Decode GEMMs (M <= 128, src/ops/gemm/decode_plan.cpp) on 132 SMs. Where the persistent plan leaves half the SMs
+// idle (N = 3072 / 4096: 48 or 64 tiles of 64 x 64, each streaming a deep K) the decode plan splits K so that the
+// units fill at least 88 % of the SMs (e.g. 43 tiles of 64 x 96 split 3 ways: 129 CTAs), every tile split, and the
+// model costs it at most 0.9 of the 64 CTAs.
+TEST(GemmHeuristic, DecodePlanStreamsOnEverySm) {
+    for (DType in : {DType::BF16, DType::F8E4M3})
+        for (int64_t m : {1, 16, 32, 64})
+            for (int64_t n : {3072, 4096})
+                for (int64_t k : {8192, 16384}) {
+                    const auto c = loom::gemm_heuristic(m, n, k, false, 90, 132, true, loom::GemmTiles::Plain, in);
+                    const std::string at = fmt::format("{}x{}x{} {}: {}", m, n, k, loom::dtype_name(in), c.str());
+                    EXPECT_EQ(c.block_m, 64) << at;
+                    EXPECT_GE(c.tail_splits, 2) << at;
+                    EXPECT_GE(c.grid, 116) << at;
+                    const auto p = loom::gemm_tail_plan(m, n, k, c, c.grid, c.tail_splits);
+                    EXPECT_EQ(p.dp_tiles, 0) << at;
+                    EXPECT_EQ(p.splits, c.tail_splits) << at;
+                    EXPECT_GE(p.units(), c.grid) << at;
+                    EXPECT_NO_THROW(loom::gemm_validate_config(c, false, in)) << at;
+                    loom::GemmConfig half = c;
+                    half.block_n = 64;
+                    half.tail_splits = 1;
+                    loom::detail::gemm_complete_config(half, m, n, 132);
+                    EXPECT_LE(half.grid, 64) << at;
+                    EXPECT_LT(loom::gemm_decode_cost_us(m, n, k, c, 132),
+                              0.9 * loom::gemm_decode_cost_us(m, n, k, half, 132))
+                        << at;
+                }
+}
+
+// Where 64 x 64 tiles already fill the SMs (N = 8192: 128 tiles) the persistent plan stays (docs/perf/
+// gemm_skinny.json: 1.02x and 1.00x cuBLASLt), and at M = 128 the 128 x 64 one (its 8 stages).
+TEST(GemmHeuristic, DecodePlanKeepsFullWaves) {
+    for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{16, 8192, 14336}, {64, 8192, 4096}}) {
+        const auto c = loom::gemm_heuristic(m, n, k, false, 90, 132);
+        EXPECT_EQ(c.block_n, 64) << c.str();
+        EXPECT_EQ(c.tail_splits, 1) << c.str();
+        EXPECT_EQ(c.grid, 128) << c.str();
+        EXPECT_EQ(c.stages, loom::kernels::kGemmPlanMaxStages) << c.str();
+    }
+    const auto m128 = loom::gemm_heuristic(128, 8192, 14336, false, 90, 132);
+    EXPECT_EQ(m128.block_m, 128) << m128.str();
+    EXPECT_EQ(m128.block_n, 64) << m128.str();
+    EXPECT_EQ(m128.tail_splits, 1) << m128.str();
+}
+
+// The decode plan over the grid bench-gemm --decode measures (and B as [K, N]): configs the kernel takes, whose split
+// the launch runs as planned, never costlier by the model than the persistent plan (the same call without decode
+// candidates is not reachable here, so: than whole 64- / 128-row tiles of the persistent grid at BLOCK_N 64).
+TEST(GemmHeuristic, DecodePlanOverTheGrid) {
+    for (DType in : {DType::BF16, DType::F8E4M3})
+        for (bool b_kn : {false, true}) {
+            if (b_kn && in == DType::F8E4M3) continue;  // fp8 takes B as [N, K] only
+            for (int64_t m : {1, 8, 16, 32, 64, 100, 128})
+                for (int64_t n : {1024, 4096, 8192, 16384, 32768})
+                    for (int64_t k : {1024, 4096, 8192, 16384})
+                        for (int sms : {132, 66, 26}) {
+                            const auto c =
+                                loom::gemm_heuristic(m, n, k, b_kn, 90, sms, true, loom::GemmTiles::Plain, in);
+                            const std::string at = fmt::format("{}x{}x{} {} b_kn {} {} SMs: {}", m, n, k,
+                                                               loom::dtype_name(in), b_kn, sms, c.str());
+                            EXPECT_NO_THROW(loom::gemm_validate_config(c, b_kn, in)) << at;
+                            EXPECT_LE(c.grid, sms) << at;
+                            if (b_kn) EXPECT_EQ(c.block_n % 64, 0) << at;
+                            if (c.tail_splits >= 2) {
+                                EXPECT_EQ(loom::gemm_tail_plan(m, n, k, c, c.grid, c.tail_splits).splits, c.tail_splits)
+                                    << at;
+                            }
+                            loom::GemmConfig plain = c;
+                            plain.block_m = m <= 64 ? 64 : 128;
+                            plain.block_n = 64;
+                            plain.tail_splits = 1;
+                            loom::detail::gemm_complete_config(plain, m, n, sms);
+                            EXPECT_LE(loom::gemm_decode_cost_us(m, n, k, c, sms),
+                                      loom::gemm_decode_cost_us(m, n, k, plain, sms) * 1.03)
+                                << at;
+                        }
+        }
 }
 
 TEST(GemmHeuristic, TailPlan) {
@@ -558,7 +602,10 @@ TEST(GemmCompile, SplitTailKernelHasNoSpills) {
           Cfg{128, 224, 4, true, DType::BF16}, Cfg{128, 192, 4, true, DType::F16}, Cfg{128, 128, 6, true, DType::F32},
           Cfg{64, 176, 6, true, DType::F32}, Cfg{64, 256, 5, true, DType::BF16}, Cfg{64, 128, 8, true, DType::BF16},
           Cfg{128, 64, 8, true, DType::BF16}, Cfg{192, 176, 4, true, DType::BF16}, Cfg{192, 176, 4, true, DType::F32},
-          Cfg{192, 128, 5, true, DType::BF16}, Cfg{192, 160, 4, false, DType::F16}}) {
+          Cfg{192, 128, 5, true, DType::BF16}, Cfg{192, 160, 4, false, DType::F16},
+          // The decode plans' split tiles (src/ops/gemm/decode_plan.cpp).
+          Cfg{64, 64, 12, true, DType::BF16}, Cfg{64, 96, 10, true, DType::BF16},
+          Cfg{128, 128, 6, true, DType::BF16}}) {
         for (bool b_kn : {false, true}) {
             loom::GemmConfig c;
             c.block_m = x.bm;
@@ -580,6 +627,24 @@ TEST(GemmCompile, SplitTailKernelHasNoSpills) {
                     << "wgmma serialised in " << spec.display() << "\n"
                     << r.resource_report;
             }
+        }
+    }
+    // fp8 e4m3 inputs (B as [N, K]) split as the decode plans split them.
+    for (const auto& [bm, bn, stages] : {std::tuple<int, int, int>{64, 64, 12}, {64, 96, 10}, {128, 64, 8}}) {
+        loom::GemmConfig c;
+        c.block_m = bm;
+        c.block_n = bn;
+        c.block_k = 128;
+        c.stages = stages;
+        c.tail_splits = 2;
+        EXPECT_NO_THROW(loom::gemm_validate_config(c, false, DType::F8E4M3)) << c.str();
+        for (const auto& bias : {std::optional<DType>{DType::F32}, std::optional<DType>{}}) {
+            const auto spec = loom::gemm_kernel_spec(c, DType::F8E4M3, DType::BF16, bias, false);
+            const auto r = loom::jit::compile(spec, 90);
+            expect_clean(r, spec.display());
+            EXPECT_EQ(r.resource_report.find("C7510"), std::string::npos)
+                << "wgmma serialised in " << spec.display() << "\n"
+                << r.resource_report;
         }
     }
     // Without the split the spec (and so the kernel and its JIT cache entry) is the one it was before.

@@ -69,6 +69,13 @@ inline constexpr int64_t kGemmNarrowMinM = 96;
 // The most K-splits of a tail tile: the kernel packs (tail tile << 8) | split into an int32.
 inline constexpr int kGemmMaxTailSplits = 256;
 
+// Decode GEMMs (M <= kGemmDecodeMaxM, loom::gemm's plain tiles with the split tail allowed): the heuristic's persistent
+// plan competes with the decode plan's whole and split-K plans of every BLOCK_N (gemm_decode_plan).
+inline constexpr int64_t kGemmDecodeMaxM = 128;
+// A decode plan replaces the persistent one only when the model finds it this much cheaper (the measured persistent
+// plans of docs/perf/gemm_skinny.json stay where the model cannot tell them apart).
+inline constexpr double kGemmDecodeMargin = 0.02;
+
 // The split-K tail of the Hopper kernel with `grid` persistent CTAs (kernels/gemm/gemm.cuh, tile/tile_order.hpp).
 struct GemmTailPlan {
     int64_t tiles = 0;       // output tiles
@@ -84,6 +91,19 @@ GemmTailPlan gemm_tail_plan(int64_t m, int64_t n, int64_t k, const GemmConfig& c
 
 // Persistent grid of the Hopper kernel: min(#tiles, #SMs), rounded to whole clusters.
 int64_t gemm_sm90_grid(int64_t m, int64_t n, const GemmConfig& cfg, int num_sms);
+
+// The decode plan's bandwidth model: the time in us that `cfg` (as the launch runs it: its grid, its split tail at that
+// grid) takes to stream the weights on a GPU of `num_sms` SMs. Each CTA streams its units' k-blocks (B's BLOCK_N
+// rows, from memory, at a per-SM rate set by the B bytes its ring keeps in flight; A from L2); the slowest CTA and the
+// memory's rate for the weights bound the time together; a split plan adds its fix-up (the completing CTA's hand-off
+// and slot reads) and a cost per split unit. Relative: for choosing between configs of one shape.
+double gemm_decode_cost_us(int64_t m, int64_t n, int64_t k, const GemmConfig& cfg, int num_sms);
+
+// The decode plan for M <= kGemmDecodeMaxM: `persistent` (the heuristic's plan without it), or the cheapest by
+// gemm_decode_cost_us of 64-row (M <= 64) or 128-row tiles of every BLOCK_N >= 64 (multiples of 64 with B as [K, N]),
+// whole on the persistent grid or split s = 2..64 ways along K on every SM (each split at least 2 k-blocks), where it
+// is more than kGemmDecodeMargin cheaper than `persistent`.
+GemmConfig gemm_decode_plan(int64_t m, int64_t n, int64_t k, bool b_kn, int num_sms, const GemmConfig& persistent);
 
 // ---- autotuning (jit/autotune.hpp) -------------------------------------------------------------------------------
 

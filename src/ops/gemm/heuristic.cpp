@@ -101,7 +101,7 @@ GemmConfig choose_tiles(const TileSearch& s, bool every_sm) {
 // on every SM, or whole where a short K streams faster whole (docs/perf/gemm_skinny.json, gemm_skinny_fp8.json):
 // 64-row tiles filling over a third of the SMs (their 12-stage rings), and at kGemmNarrowMinM <= M <= 128 64 x 64
 // tiles over both M-blocks where they fill over half the SMs.
-GemmConfig plan(const TileSearch& s) {
+GemmConfig persistent_plan(const TileSearch& s) {
     GemmConfig cfg = choose_tiles(s, false);
     const bool wave_thin = static_cast<int64_t>(cfg.grid) * 2 <= s.num_sms;
     const bool short_k = gemm_ceil_div(s.k, cfg.block_k) <= kGemmSkinnyWholeMaxKBlocks;
@@ -116,6 +116,14 @@ GemmConfig plan(const TileSearch& s) {
         if (static_cast<int64_t>(narrow.grid) * 2 > s.num_sms) return narrow;
     }
     return choose_tiles(s, true);
+}
+
+// Decode GEMMs (M <= kGemmDecodeMaxM, plain tiles, the split tail allowed) weigh the persistent plan against the decode
+// plan's (decode_plan.cpp); every other GEMM takes the persistent plan.
+GemmConfig plan(const TileSearch& s) {
+    const GemmConfig persistent = persistent_plan(s);
+    if (s.m > kGemmDecodeMaxM || s.tiles != GemmTiles::Plain || !s.may_split) return persistent;
+    return gemm_decode_plan(s.m, s.n, s.k, s.b_kn, s.num_sms, persistent);
 }
 
 }  // namespace

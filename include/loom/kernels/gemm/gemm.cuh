@@ -112,9 +112,13 @@ LOOM_DEVICE LOOM_FORCEINLINE bool next_work(Sched& sched, const Hooks& hooks, co
 //      barrier's OR reduction, which also orders their slot loads after the acquire.
 //   4. The last CTA sums the slots in split order 0..splits-1, its own read back like the others: the rounding
 //      does not depend on which CTA came last, so the result is bitwise reproducible.
+// Only the warps with rows inside the matrix (tile_rows: M minus the tile's first row) store and read slots: a decode
+// GEMM (M <= 16 in a 64-row tile) moves a quarter of the slot. The others' accumulators reach only rows >= M, which the
+// epilogue never stores.
 // The thread's slot offset comes from an unhoisted %tid.x: nothing of the fix-up stays live across the mainloop.
 template <int BLOCK_M, int BLOCK_N>
-LOOM_DEVICE LOOM_FORCEINLINE bool split_tail_fixup(float (&acc)[BLOCK_N / 2], const GemmArgs& args, int32_t tail_id) {
+LOOM_DEVICE LOOM_FORCEINLINE bool split_tail_fixup(float (&acc)[BLOCK_N / 2], const GemmArgs& args, int32_t tail_id,
+                                                   int32_t tile_rows) {
     constexpr uint32_t kConsumerThreads = BLOCK_M / 64 * 128;
     constexpr int kChunks = BLOCK_N / 8;  // float4 chunks of acc
     constexpr int64_t kSlot = gemm_split_tail_slot_floats(BLOCK_M, BLOCK_N);
@@ -124,10 +128,14 @@ LOOM_DEVICE LOOM_FORCEINLINE bool split_tail_fixup(float (&acc)[BLOCK_N / 2], co
     float* tile_slots =
         args.partials + static_cast<int64_t>(tail_tile) * splits * kSlot + (tid / 128) * 64 * BLOCK_N + 4 * (tid % 128);
     float* mine = tile_slots + split * kSlot;
+    // The warp's 16 rows of the tile (warp-uniform): past the matrix, nothing to hand over or sum.
+    const bool rows_live = static_cast<int32_t>((tid / 128) * 64 + ((tid % 128) / 32) * 16) < tile_rows;
+    if (rows_live) {
 #pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-        __stcg(reinterpret_cast<float4*>(mine + 512 * c),
-               make_float4(acc[4 * c + 0], acc[4 * c + 1], acc[4 * c + 2], acc[4 * c + 3]));
+        for (int c = 0; c < kChunks; ++c) {
+            __stcg(reinterpret_cast<float4*>(mine + 512 * c),
+                   make_float4(acc[4 * c + 0], acc[4 * c + 1], acc[4 * c + 2], acc[4 * c + 3]));
+        }
     }
     ptx::named_barrier_sync(1, kConsumerThreads);
     bool last = false;
@@ -136,6 +144,7 @@ LOOM_DEVICE LOOM_FORCEINLINE bool split_tail_fixup(float (&acc)[BLOCK_N / 2], co
         last = ptx::atom_inc_acq_rel_gpu(args.tile_counters + tail_tile, limit) == limit;
     }
     if (!ptx::named_barrier_sync_or(1, kConsumerThreads, last)) return false;
+    if (!rows_live) return true;  // still the completing CTA: its barriers and stores are warp-uniform below
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
         const float4 v = __ldcg(reinterpret_cast<const float4*>(tile_slots + 512 * c));
@@ -486,7 +495,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
             }
             if constexpr (kSplitTail) {
                 // A split unit: hand the partial over; only the CTA that completes the tile stores it.
-                if (tail_id >= 0 && !split_tail_fixup<BLOCK_M, BLOCK_N>(acc, args, tail_id)) continue;
+                if (tail_id >= 0 && !split_tail_fixup<BLOCK_M, BLOCK_N>(acc, args, tail_id, args.m - t.row0)) continue;
             }
             // AccEpilogue hooks may send the tile away (this CTA then stores nothing of it); the rest is stored
             // d_row_offset() rows above t.row0 in D (read where used, from the parameter space: held in a register

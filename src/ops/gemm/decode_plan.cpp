@@ -1,0 +1,119 @@
+// The decode plan (gemm_decode_plan): for M <= kGemmDecodeMaxM the GEMM streams the weight B from memory, and its
+// time is set by how evenly and how deeply every SM streams it, not by the tensor cores. The plan weighs the
+// persistent plan against whole and split-K plans of every BLOCK_N on a bandwidth model (gemm_decode_cost_us).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "loom/tile/tile_order.hpp"
+#include "ops/gemm/gemm_internal.hpp"
+
+namespace loom {
+namespace {
+
+using detail::gemm_ceil_div;
+
+// The bandwidth model's constants (one H200 with its memory-set L2 flush, bench-gemm: docs/perf/gemm_skinny.json
+// rows of 64 x 64 tiles at 4, 8 and 13 stages on 64 SMs, and of 128 CTAs at 14336 and 28672 k-columns).
+// One SM's rate from HBM: 1 / (kSmUsPerMb + kSmUsKbPerMb / in-flight KiB of B) MB per us; about 41 GB/s with 96 KiB of
+// B in flight (64 x 64, 12 stages), 26 GB/s with 32 KiB.
+constexpr double kSmUsPerMb = 17.1;
+constexpr double kSmUsKbPerMb = 685.0;
+// One SM's rate for what it reads from L2 (A, re-read by every CTA), MB per us.
+constexpr double kSmL2MbPerUs = 0.15;
+// The memory's rate for the weights, MB per us (4 TB/s of a 4.3 TB/s copy).
+constexpr double kHbmMbPerUs = 4.0;
+// The two bounds combine as a 4-norm: near each other, neither is reached.
+constexpr double kBoundNorm = 4.0;
+// Split-K: the last split's hand-off (the counter's acquire, the completing CTA's start of its epilogue), the slots it
+// reads back at one SM's L2 rate, and what each split unit costs the CTA that runs it (its slot store and barrier).
+constexpr double kFixupUs = 0.8;
+constexpr double kFixupMbPerUs = 0.1;
+constexpr double kSplitUnitUs = 0.15;
+// Split plans whose units stream fewer k-blocks than this are not weighed.
+constexpr int64_t kMinUnitKBlocks = 2;
+// The most K-splits weighed, and the most work units per SM (which bounds the split workspace: units x BM x BN fp32).
+constexpr int kMaxDecodeSplits = 64;
+constexpr int64_t kMaxUnitsPerSm = 4;
+
+}  // namespace
+
+double gemm_decode_cost_us(int64_t m, int64_t n, int64_t k, const GemmConfig& cfg, int num_sms) {
+    const int64_t grid = std::max<int64_t>(cfg.grid > 0 ? cfg.grid : gemm_sm90_grid(m, n, cfg, num_sms), 1);
+    // The plan the launch runs at that grid (gemm_bind_split_tail: requested 1 is no split).
+    const GemmTailPlan p = gemm_tail_plan(m, n, k, cfg, grid, std::max(cfg.tail_splits, 1));
+    const int64_t num_kb = gemm_ceil_div(k, cfg.block_k);
+    // Work of each CTA: k-blocks and split units (unit u runs on CTA u % grid: tile/scheduler.cuh).
+    std::vector<int64_t> kblocks(static_cast<size_t>(grid), 0), split_units(static_cast<size_t>(grid), 0);
+    const int64_t units = p.units();
+    for (int64_t u = 0; u < units; ++u) {
+        const tile::WorkUnit w = tile::split_tail_unit(static_cast<int32_t>(u), static_cast<int32_t>(p.dp_tiles),
+                                                       p.splits, static_cast<int32_t>(num_kb));
+        kblocks[static_cast<size_t>(u % grid)] += w.kb_count;
+        if (w.split >= 0) ++split_units[static_cast<size_t>(u % grid)];
+    }
+    // Bytes of one k-block (128-byte rows of any input type): B's BLOCK_N rows, A's box (M rounded up to 8 below one
+    // tile: launch_sm90.cpp).
+    const double b_mb = cfg.block_n * 128.0 / 1e6;
+    const int64_t a_rows = m < cfg.block_m ? (m + 7) / 8 * 8 : cfg.block_m;
+    const double a_mb = static_cast<double>(a_rows) * 128.0 / 1e6;
+    const double inflight_kib = cfg.stages * cfg.block_n * 128.0 / 1024.0;
+    const double us_per_b_mb = kSmUsPerMb + kSmUsKbPerMb / inflight_kib;
+    double t_sm = 0;
+    for (size_t c = 0; c < kblocks.size(); ++c) {
+        const double kb = static_cast<double>(kblocks[c]);
+        const double t = std::max(kb * b_mb * us_per_b_mb, kb * (a_mb + b_mb) / kSmL2MbPerUs) +
+                         static_cast<double>(split_units[c]) * kSplitUnitUs;
+        t_sm = std::max(t_sm, t);
+    }
+    const double weights_mb = static_cast<double>(n) * static_cast<double>(num_kb) * 128.0 / 1e6;
+    const double t_hbm = weights_mb / kHbmMbPerUs;
+    double t = std::pow(std::pow(t_hbm, kBoundNorm) + std::pow(t_sm, kBoundNorm), 1.0 / kBoundNorm);
+    if (p.splits >= 2) {
+        // The tile's completing CTA reads every split's slot: the warps' rows inside M (16 per warp).
+        const int64_t rows = std::min<int64_t>(cfg.block_m, (m + 15) / 16 * 16);
+        t += kFixupUs + p.splits * static_cast<double>(rows * cfg.block_n) * 4.0 / 1e6 / kFixupMbPerUs;
+    }
+    return t;
+}
+
+GemmConfig gemm_decode_plan(int64_t m, int64_t n, int64_t k, bool b_kn, int num_sms, const GemmConfig& persistent) {
+    GemmConfig best = persistent;
+    double best_cost = gemm_decode_cost_us(m, n, k, persistent, num_sms) * (1.0 - kGemmDecodeMargin);
+    GemmConfig base = persistent;
+    base.cluster_m = 1;
+    base.block_m = m <= 64 ? 64 : 128;
+    const int64_t num_kb = gemm_ceil_div(k, base.block_k);
+    auto weigh = [&](const GemmConfig& c) {
+        const double cost = gemm_decode_cost_us(m, n, k, c, num_sms);
+        if (cost < best_cost) {
+            best_cost = cost;
+            best = c;
+        }
+    };
+    for (int bn = 256; bn >= 64; bn -= 16) {
+        if (b_kn && bn % 64 != 0) continue;
+        GemmConfig c = base;
+        c.block_n = bn;
+        c.tail_splits = 1;
+        detail::gemm_complete_config(c, m, n, num_sms);
+        weigh(c);  // whole tiles on the persistent grid
+        const int max_splits = static_cast<int>(std::min<int64_t>(kMaxDecodeSplits, num_kb / kMinUnitKBlocks));
+        for (int s = 2; s <= max_splits; ++s) {
+            // Split on every SM: the tiles after the full waves (every tile, with fewer tiles than SMs) s ways.
+            const GemmTailPlan p = gemm_tail_plan(m, n, k, c, num_sms, s);
+            if (p.splits != s || p.units() > kMaxUnitsPerSm * num_sms) continue;
+            GemmConfig split = c;
+            split.tail_splits = s;
+            split.grid = static_cast<int>(std::min<int64_t>(num_sms, p.units()));
+            // The launch plans at its own grid: the same units only where that grid leaves the same tail.
+            const GemmTailPlan at_grid = gemm_tail_plan(m, n, k, split, split.grid, s);
+            if (at_grid.splits != s || at_grid.dp_tiles != p.dp_tiles) continue;
+            weigh(split);
+        }
+    }
+    return best;
+}
+
+}  // namespace loom
