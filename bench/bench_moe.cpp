@@ -3,7 +3,9 @@
 // Mixtral-8x7B, Mixtral-8x22B, Qwen1.5-MoE, DeepSeek-MoE, Qwen3-30B-A3B at 8192 and 128 tokens (rows = tokens x
 // top-k), uniform and skewed routing, bf16 in and out, B as [N, K] — timed interleaved by the harness (L2 flush,
 // events, median). Rows: docs/perf schema (shape fields, loom_us, baselines, speedup); bench/moe_torch_grouped.py times
-// torch._grouped_mm on the same shapes for the same file (docs/perf/grouped_gemm.json).
+// torch._grouped_mm on the same shapes for the same file (docs/perf/grouped_gemm.json). Each row also times Loom with
+// the register-store epilogue (the heuristic's config with tma_store = false and the stages that then fit), as
+// loom_register_store_us: the staged epilogue's gain, shape by shape, in the same run.
 //
 //     build/bench/bench-moe grouped --out grouped_gemm.json
 //
@@ -35,10 +37,12 @@
 #include "cublaslt.hpp"
 #include "harness.hpp"
 #include "loom/bf16.hpp"
+#include "loom/kernels/gemm/gemm_params.hpp"
 #include "loom/ops/collectives.hpp"
 #include "loom/ops/moe.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/world.hpp"
+#include "ops/moe/grouped_gemm_internal.hpp"
 
 namespace {
 
@@ -188,8 +192,13 @@ int grouped(const std::string& out, int iters, int argc, char** argv) {
     CUBLAS_OK(cublasSetStream(handle, stream));
     loom::bench::TimeOptions topts;
     topts.iters = iters;
-    std::printf("%-14s %6s %-8s %9s %9s %9s %8s\n", "model", "tokens", "routing", "loom_us", "cublas_us", "TFLOP/s",
-                "speedup");
+    int device = 0, major = 0, minor = 0, num_sms = 0;
+    LOOM_CHECK_CUDA(cudaGetDevice(&device));
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+    std::printf("%-14s %6s %-8s %9s %9s %9s %9s %8s\n", "model", "tokens", "routing", "loom_us", "reg_us", "cublas_us",
+                "TFLOP/s", "speedup");
     for (const Model& m : models) {
         for (int tokens : {8192, 128}) {
             for (bool skewed : {false, true}) {
@@ -245,16 +254,37 @@ int grouped(const std::string& out, int iters, int argc, char** argv) {
                 const auto run_loom = [&](cudaStream_t s) {
                     loom::grouped_gemm(A, B, m.e, C, static_cast<const int32_t*>(off), m.e, s);
                 };
-                run_loom(stream);
+                // The register-store epilogue: the heuristic's config without the staging buffers, with the stages
+                // that then fit (Hopper only; elsewhere the same call as run_loom).
+                loom::GemmConfig reg =
+                    loom::moe::grouped_gemm_heuristic(rows, m.n, m.k, m.e, false, loom::MoeActivation::None,
+                                                      loom::DType::BF16, 10 * major + minor, num_sms);
+                if (!reg.sm80) {
+                    reg.tma_store = false;
+                    while (reg.stages < 12 &&
+                           loom::kernels::moe::grouped_gemm_sm90_smem_bytes(
+                               reg.block_m, reg.block_n, reg.stages + 1, m.e, false) <= loom::kernels::kGemmSm90MaxSmem)
+                        ++reg.stages;
+                }
+                loom::GroupedGemmOptions reg_opts;
+                reg_opts.config = &reg;
+                const auto run_loom_reg = [&](cudaStream_t s) {
+                    loom::grouped_gemm(A, B, m.e, C, static_cast<const int32_t*>(off), m.e, s, reg_opts);
+                };
+                run_loom_reg(stream);
                 run_cublas(stream);
                 LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+                const double reg_diff = sampled_diff(c, c_ref, rows, m.n);
+                run_loom(stream);
+                LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
                 const double diff = sampled_diff(c, c_ref, rows, m.n);
-                const auto ts = loom::bench::time_ops({run_loom, run_cublas}, stream, topts);
+                const auto ts = loom::bench::time_ops({run_loom, run_cublas, run_loom_reg}, stream, topts);
                 const double flops = 2.0 * rows * m.n * m.k;
-                const double loom_us = ts[0].median_us, cublas_us = ts[1].median_us;
+                const double loom_us = ts[0].median_us, cublas_us = ts[1].median_us, reg_us = ts[2].median_us;
                 const char* rname = skewed ? "skewed" : "uniform";
-                std::printf("%-14s %6d %-8s %9.1f %9.1f %9.1f %8.3f  diff %.2g\n", m.name, tokens, rname, loom_us,
-                            cublas_us, flops / loom_us / 1e6, cublas_us / loom_us, diff);
+                std::printf("%-14s %6d %-8s %9.1f %9.1f %9.1f %9.1f %8.3f  diff %.2g (reg %.2g)\n", m.name, tokens,
+                            rname, loom_us, reg_us, cublas_us, flops / loom_us / 1e6, cublas_us / loom_us, diff,
+                            reg_diff);
                 report.add_row({{"shape", fmt::format("{} E={} N={} K={} tokens={} top{} {} bf16", m.name, m.e, m.n,
                                                       m.k, tokens, m.topk, rname)},
                                 {"model", m.name},
@@ -269,6 +299,8 @@ int grouped(const std::string& out, int iters, int argc, char** argv) {
                                 {"calc_diff", diff},
                                 {"loom_us", loom_us},
                                 {"loom_tflops", flops / loom_us / 1e6},
+                                {"loom_register_store_us", reg_us},
+                                {"register_store_calc_diff", reg_diff},
                                 {"baselines", {{"cublas_grouped", cublas_us}}}});
                 cudaFree(dpa), cudaFree(dpb), cudaFree(dpc);
                 cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(c_ref), cudaFree(off);

@@ -1,8 +1,9 @@
 // loom::grouped_gemm against an fp64 host reference on fresh random inputs: random group sizes (0 included, all rows in
 // one group, sizes not multiples of any tile), E up to 256, offsets in device memory, both B layouts, bf16 / fp16 / fp8
-// in (fp8 with per-tensor and per-128-block scales), SwiGLU / GeLU, the Hopper and the sm_80 kernels. C is poisoned
-// with NaN first; every element of every group is checked, and the rows past offsets[G] must keep their poison bit for
-// bit.
+// in (fp8 with per-tensor and per-128-block scales), SwiGLU / GeLU, the Hopper kernel with either epilogue (staged
+// through shared memory, or pair stores from registers) and the sm_80 kernel. C is poisoned with NaN first; every
+// element of every group is checked, and every element outside the groups (rows before offsets[0] and past offsets[G],
+// the padding columns of a C whose ld exceeds its columns) must keep its poison bit for bit.
 #include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -31,6 +32,8 @@ struct Case {
     std::vector<int> sizes;  // rows per group; empty: random (`rows` in total)
     int rows = 700;
     int extra_rows = 5;  // rows of A / C past offsets[G]: never written
+    int lead_rows = 0;   // rows of A / C before offsets[0]: never written
+    int c_ld = 0;        // C's row stride in elements; 0: its columns (n_out)
     BLayout layout = BLayout::NK;
     DType in = DType::BF16, out = DType::BF16;
     MoeActivation act = MoeActivation::None;
@@ -88,9 +91,11 @@ void run_case(const Case& cs, uint64_t seed) {
     const int n_out = swiglu ? N / 2 : N;
     const std::vector<int> sizes = cs.sizes.empty() ? random_sizes(G, cs.rows, seed) : cs.sizes;
     ASSERT_EQ(static_cast<int>(sizes.size()), G);
-    std::vector<int32_t> offsets(G + 1, 0);
+    std::vector<int32_t> offsets(G + 1, cs.lead_rows);
     for (int g = 0; g < G; ++g) offsets[g + 1] = offsets[g] + sizes[g];
     const int used = offsets[G], rows = used + cs.extra_rows;
+    const int ldc = cs.c_ld > 0 ? cs.c_ld : n_out;
+    ASSERT_GE(ldc, n_out);
     const size_t isz = cs.in == DType::F8E4M3 ? 1 : 2, osz = dtype_size(cs.out);
 
     auto fa = loom::test::random_floats(size_t(rows) * K, seed + 1);
@@ -126,8 +131,8 @@ void run_case(const Case& cs, uint64_t seed) {
     };
 
     // Poison C: NaN in the output type.
-    std::vector<unsigned char> hc(size_t(rows) * n_out * osz);
-    for (size_t i = 0; i < size_t(rows) * n_out; ++i) {
+    std::vector<unsigned char> hc(size_t(rows) * ldc * osz);
+    for (size_t i = 0; i < size_t(rows) * ldc; ++i) {
         if (cs.out == DType::F32) {
             const float nan = std::nanf("");
             std::memcpy(&hc[i * 4], &nan, 4);
@@ -152,7 +157,7 @@ void run_case(const Case& cs, uint64_t seed) {
     const loom::MatrixView A{da.p, cs.in, rows, K, 0};
     const loom::MatrixView B = cs.layout == BLayout::NK ? loom::MatrixView{db.p, cs.in, int64_t(E) * N, K, 0}
                                                         : loom::MatrixView{db.p, cs.in, int64_t(E) * K, N, 0};
-    const loom::MatrixView C{dc.p, cs.out, rows, n_out, 0};
+    const loom::MatrixView C{dc.p, cs.out, rows, n_out, cs.c_ld};
     loom::GroupedGemmOptions o;
     o.b_layout = cs.layout;
     o.activation = cs.act;
@@ -207,7 +212,7 @@ void run_case(const Case& cs, uint64_t seed) {
                     t = tol[j];
                 }
                 t += out_eps * (std::fabs(ref) + 1e-3) + 1e-4;
-                const double got = read_out(&hc[(size_t(r) * n_out + j) * osz], cs.out);
+                const double got = read_out(&hc[(size_t(r) * ldc + j) * osz], cs.out);
                 ref_all.push_back(ref);
                 got_all.push_back(got);
                 if (!(std::fabs(got - ref) <= t)) {
@@ -221,10 +226,20 @@ void run_case(const Case& cs, uint64_t seed) {
     }
     EXPECT_EQ(bad, 0u);
     if (!ref_all.empty()) EXPECT_LT(loom::test::calc_diff(ref_all, got_all), f8 ? 1e-3 : 1e-5);
-    // Rows past offsets[G]: untouched.
-    const size_t tail = size_t(used) * n_out * osz;
-    EXPECT_EQ(std::memcmp(hc.data() + tail, poison.data() + tail, hc.size() - tail), 0)
-        << "rows outside every group were written";
+    // Every element outside the groups (rows before offsets[0] or past offsets[G], C's padding columns): untouched.
+    size_t touched = 0;
+    for (int r = 0; r < rows; ++r) {
+        const bool in_group = r >= offsets[0] && r < offsets[G];
+        for (int j = in_group ? n_out : 0; j < ldc; ++j) {
+            const size_t at = (size_t(r) * ldc + j) * osz;
+            if (std::memcmp(&hc[at], &poison[at], osz) != 0) {
+                if (touched < 5)
+                    ADD_FAILURE() << "row " << r << " col " << j << " is outside every group but was written";
+                ++touched;
+            }
+        }
+    }
+    EXPECT_EQ(touched, 0u);
 }
 
 class GroupedGemm : public ::testing::Test {
@@ -360,13 +375,56 @@ TEST_F(GroupedGemm, Fp8BlockScales) {
                 c.block_k = 128;
                 c.stages = 3;
                 c.grid = 7;
-                c.tma_store = false;
+                c.tma_store = bn == 128;  // the staged epilogue with 128-column tiles, the register one with 64
                 cs.config = &c;
                 cs.act = act;
                 cs.n = act == MoeActivation::SwiGLU ? 768 : 448;
                 cs.k = 528;
                 SCOPED_TRACE("forced " + c.str());
                 run_case(cs, seed++);
+            }
+        }
+    }
+}
+
+// The epilogues' edges, staged and register: groups of one row, groups ending mid-tile followed by non-empty groups
+// (the tile's rows past its group are the next group's and must not be written by it), rows before the first group,
+// N not a multiple of the tile nor of the staged epilogue's 128-byte slab (a slab with one 16-byte chunk inside N),
+// tiles narrower than whole slabs (160 columns; 80 with SwiGLU), a padded C (ld past its columns: the padding stays
+// poisoned), 16- and 32-bit out, few CTAs walking many tiles.
+TEST_F(GroupedGemm, EpilogueEdges) {
+    int major = 0;
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    if (major < 9) GTEST_SKIP() << "Hopper configs";
+    uint64_t seed = 700;
+    for (bool staged : {true, false}) {
+        for (int bm : {64, 128}) {
+            for (int bn : {160, 256}) {
+                for (DType out : {DType::BF16, DType::F32}) {
+                    for (MoeActivation act : {MoeActivation::None, MoeActivation::SwiGLU}) {
+                        loom::GemmConfig c;
+                        c.block_m = bm;
+                        c.block_n = bn;
+                        c.stages = 3;
+                        c.grid = 5;
+                        c.tma_store = staged;
+                        Case cs;
+                        cs.config = &c;
+                        cs.out = out;
+                        cs.act = act;
+                        cs.e = 8;
+                        cs.sizes = {1, 0, 1, 70, 1, 130, 3, 64};
+                        cs.lead_rows = 5;
+                        cs.extra_rows = 7;
+                        cs.n = act == MoeActivation::SwiGLU ? 336 : 328;  // n_out 168 / 328: 8 past a 64-column slab
+                        cs.c_ld = (act == MoeActivation::SwiGLU ? 168 : 328) + 8;
+                        cs.k = 136;
+                        cs.scales = true;
+                        SCOPED_TRACE("forced " + c.str() + " " + dtype_name(out) + " act " +
+                                     std::to_string(static_cast<int>(act)));
+                        run_case(cs, seed++);
+                    }
+                }
             }
         }
     }
@@ -393,19 +451,22 @@ TEST_F(GroupedGemm, ForcedConfigs) {
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
     if (major < 9) GTEST_SKIP() << "Hopper configs";
     uint64_t seed = 500;
-    for (int bm : {64, 128}) {
-        for (int bn : {128, 160, 256}) {
-            loom::GemmConfig c;
-            c.block_m = bm;
-            c.block_n = bn;
-            c.stages = 3;
-            c.grid = 7;  // few CTAs: each walks many tiles
-            c.tma_store = false;
-            Case cs;
-            cs.config = &c;
-            cs.n = 448;
-            cs.k = 192;
-            run_case(cs, seed++);
+    for (bool staged : {true, false}) {
+        for (int bm : {64, 128}) {
+            for (int bn : {128, 160, 256}) {
+                loom::GemmConfig c;
+                c.block_m = bm;
+                c.block_n = bn;
+                c.stages = 3;
+                c.grid = 7;  // few CTAs: each walks many tiles
+                c.tma_store = staged;
+                Case cs;
+                cs.config = &c;
+                cs.n = 448;
+                cs.k = 192;
+                SCOPED_TRACE("forced " + c.str());
+                run_case(cs, seed++);
+            }
         }
     }
 }

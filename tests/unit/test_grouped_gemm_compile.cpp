@@ -30,13 +30,14 @@ void expect_clean(const loom::jit::CompileResult& r, const std::string& what) {
                                                                   << r.resource_report;
 }
 
-GemmConfig hopper(int bm, int bn, int stages, DType in = DType::BF16) {
+// staged: the staged epilogue (kStagedStore, the heuristic's); false: pair stores from registers.
+GemmConfig hopper(int bm, int bn, int stages, DType in = DType::BF16, bool staged = true) {
     GemmConfig c;
     c.block_m = bm;
     c.block_n = bn;
     c.stages = stages;
     c.block_k = loom::kernels::gemm_block_k(static_cast<int>(loom::dtype_size(in)));
-    c.tma_store = false;
+    c.tma_store = staged;
     return c;
 }
 
@@ -88,6 +89,50 @@ TEST(GroupedGemmCompile, HopperKernelsHaveNoSpills) {
     }
 }
 
+// The register-store epilogue (tma_store = false), which a config may still ask for: both warpgroup counts, the widest
+// and a narrow tile, every activation, 16- and 32-bit out, fp8 in.
+TEST(GroupedGemmCompile, RegisterStoreKernelsHaveNoSpills) {
+    struct V {
+        int bm, bn;
+        DType in, out;
+        MoeActivation act;
+    };
+    std::vector<V> variants;
+    for (int bm : {64, 128}) {
+        for (int bn : {256, 160}) {
+            for (MoeActivation act : {MoeActivation::None, MoeActivation::SwiGLU, MoeActivation::GeLU})
+                variants.push_back({bm, bn, DType::BF16, DType::BF16, act});
+        }
+        variants.push_back({bm, 256, DType::F8E4M3, DType::BF16, MoeActivation::SwiGLU});
+        variants.push_back({bm, 256, DType::BF16, DType::F32, MoeActivation::None});
+    }
+    for (const V& v : variants) {
+        const GemmConfig c = hopper(v.bm, v.bn, 4, v.in, false);
+        auto p = problem(8192, 4096, 4096, 8, BLayout::NK, v.act, v.in, v.out);
+        EXPECT_NO_THROW(loom::moe::grouped_gemm_validate_config(c, p)) << c.str();
+        const auto spec = loom::moe::grouped_gemm_kernel_spec(c, v.in, v.out, false, v.act);
+        EXPECT_EQ(spec.template_args.size(), 8u) << spec.display();  // kBlockScale, kStagedStore defaulted (false)
+        expect_clean(loom::jit::compile(spec, 90), spec.display());
+    }
+}
+
+// The staged epilogue under the TP-MoE fused ops' hooks (GroupedLoadWait; GroupedStoreNotify after the staged
+// stores): both warpgroup counts, 16- and 32-bit out.
+TEST(GroupedGemmCompile, StagedStoreHookedKernelsHaveNoSpills) {
+    const char* header = "loom/kernels/moe/tp_moe.cuh";
+    for (int bm : {64, 128}) {
+        const GemmConfig c = hopper(bm, 256, 4);
+        const auto ag = loom::moe::grouped_gemm_kernel_spec(c, DType::BF16, DType::BF16, false, MoeActivation::SwiGLU,
+                                                            "loom::kernels::moe::MoeAgHooks", header);
+        expect_clean(loom::jit::compile(ag, 90), ag.display());
+        for (DType out : {DType::BF16, DType::F32}) {
+            const auto rs = loom::moe::grouped_gemm_kernel_spec(c, DType::BF16, out, false, MoeActivation::None,
+                                                                "loom::kernels::moe::MoeRsHooks", header);
+            expect_clean(loom::jit::compile(rs, 90), rs.display());
+        }
+    }
+}
+
 // The per-128-block scale variant (fp8, kBlockScale): the tile widths the heuristic and the config check allow, both
 // warpgroup counts, every activation: sm_90a, no spills (acc and the per-k-block partial tile share the registers).
 TEST(GroupedGemmCompile, BlockScaledKernelsHaveNoSpills) {
@@ -99,14 +144,16 @@ TEST(GroupedGemmCompile, BlockScaledKernelsHaveNoSpills) {
     for (const V& v : {V{64, 128, DType::BF16, MoeActivation::None}, V{128, 128, DType::BF16, MoeActivation::None},
                        V{128, 128, DType::BF16, MoeActivation::SwiGLU}, V{64, 64, DType::F32, MoeActivation::SwiGLU},
                        V{128, 64, DType::F32, MoeActivation::GeLU}}) {
-        const GemmConfig c = hopper(v.bm, v.bn, 6, DType::F8E4M3);
-        auto p = problem(8192, 4096, 4096, 8, BLayout::NK, v.act, DType::F8E4M3, v.out);
-        p.opts.scale_a_blocks = reinterpret_cast<const float*>(g_fake);
-        p.opts.scale_b_blocks = reinterpret_cast<const float*>(g_fake);
-        EXPECT_NO_THROW(loom::moe::grouped_gemm_validate_config(c, p)) << c.str();
-        const auto spec = loom::moe::grouped_gemm_kernel_spec(c, DType::F8E4M3, v.out, false, v.act,
-                                                              "loom::kernels::moe::GroupedNoHooks", "", true);
-        expect_clean(loom::jit::compile(spec, 90), spec.display());
+        for (bool staged : {true, false}) {
+            const GemmConfig c = hopper(v.bm, v.bn, 6, DType::F8E4M3, staged);
+            auto p = problem(8192, 4096, 4096, 8, BLayout::NK, v.act, DType::F8E4M3, v.out);
+            p.opts.scale_a_blocks = reinterpret_cast<const float*>(g_fake);
+            p.opts.scale_b_blocks = reinterpret_cast<const float*>(g_fake);
+            EXPECT_NO_THROW(loom::moe::grouped_gemm_validate_config(c, p)) << c.str();
+            const auto spec = loom::moe::grouped_gemm_kernel_spec(c, DType::F8E4M3, v.out, false, v.act,
+                                                                  "loom::kernels::moe::GroupedNoHooks", "", true);
+            expect_clean(loom::jit::compile(spec, 90), spec.display());
+        }
     }
 }
 
@@ -145,6 +192,7 @@ TEST(GroupedGemmHeuristic, FitsTheIssueShapes) {
                         EXPECT_LE(c.grid, 132);
                         EXPECT_GE(c.grid, 1);
                         EXPECT_FALSE(c.sm80);
+                        EXPECT_TRUE(c.tma_store) << c.str();  // the staged epilogue
                         if (tokens == 128 && s.e >= 60) EXPECT_EQ(c.block_m, 64) << c.str();
                         if (tokens == 8192 && s.e == 8) EXPECT_EQ(c.block_m, 128) << c.str();
                     }
@@ -171,8 +219,17 @@ TEST(GroupedGemmHeuristic, FitsTheIssueShapes) {
     const GemmConfig big = loom::moe::grouped_gemm_heuristic(65536, 4096, 4096, loom::kernels::moe::kGroupedMaxGroups,
                                                              false, MoeActivation::None, DType::BF16, 90, 132);
     EXPECT_LE(loom::kernels::moe::grouped_gemm_sm90_smem_bytes(big.block_m, big.block_n, big.stages,
-                                                               loom::kernels::moe::kGroupedMaxGroups),
+                                                               loom::kernels::moe::kGroupedMaxGroups, big.tma_store),
               loom::kernels::kGemmSm90MaxSmem);
+    // The staged epilogue's buffers (16 KiB at 128 rows) count against the stages: the issue's widest tile keeps 4.
+    const GemmConfig wide =
+        loom::moe::grouped_gemm_heuristic(16384, 14336, 4096, 8, false, MoeActivation::None, DType::BF16, 90, 132);
+    EXPECT_EQ(wide.block_m, 128);
+    EXPECT_EQ(wide.block_n, 256);
+    EXPECT_EQ(wide.stages, 4) << wide.str();
+    EXPECT_EQ(loom::kernels::moe::grouped_gemm_sm90_smem_bytes(128, 256, 4, 8, true) -
+                  loom::kernels::moe::grouped_gemm_sm90_smem_bytes(128, 256, 4, 8, false),
+              16u * 1024u);
 }
 
 // Bad input names the argument.

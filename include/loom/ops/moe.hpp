@@ -45,7 +45,8 @@ struct GroupedGemmOptions {
     const float* scale_a_blocks = nullptr;
     const float* scale_b_blocks = nullptr;
     // Tile config (Hopper kernel: block_m 64 or 128, block_n, stages, group_m, grid; cluster_m 1, tail_splits 1;
-    // sm80 = true: the portable kernel). nullptr: the heuristic.
+    // tma_store: the epilogue staged through shared memory with 16-byte stores (the heuristic's), false: pair stores
+    // from registers; sm80 = true: the portable kernel). nullptr: the heuristic.
     const GemmConfig* config = nullptr;
     int num_sms = 0;   // SMs the persistent grid may use; 0: the device's
     int max_rows = 0;  // upper bound on offsets[G] for planning the grid (and the heuristic's rows per group); 0: rows

@@ -43,9 +43,9 @@ void grouped_gemm_validate(const GroupedGemmProblem& p, int device);
 
 // The analytic choice for a problem of `rows` rows over `groups` groups (a pure function): 64-row tiles when the
 // groups average at most 64 rows, else 128; the block_n that wastes the fewest columns of N (ties: the wider),
-// narrowed while the tiles would not fill the SMs; the most stages that fit beside the row-block prefix (<= 12); the
-// persistent grid min(#SMs, tiles' upper bound). arch < 90 or sm80: the portable kernel's fixed tile. block_scale:
-// block_n 128 or 64 (a tile's columns within one 128-column scale block).
+// narrowed while the tiles would not fill the SMs; the staged epilogue (tma_store); the most stages that fit beside it
+// and the row-block prefix (<= 12); the persistent grid min(#SMs, tiles' upper bound). arch < 90 or sm80: the portable
+// kernel's fixed tile. block_scale: block_n 128 or 64 (a tile's columns within one 128-column scale block).
 GemmConfig grouped_gemm_heuristic(int64_t rows, int64_t n, int64_t k, int groups, bool b_kn, MoeActivation act,
                                   DType in, int arch, int num_sms, bool sm80 = false, bool block_scale = false);
 // Raises loom::Error when the Hopper kernel cannot take `cfg` for this problem.

@@ -34,7 +34,9 @@ jit::KernelSpec grouped_gemm_kernel_spec(const GemmConfig& cfg, DType in, DType 
                           b_kn ? "false" : "true",
                           activation,
                           hooks};
-    if (block_scale) spec.template_args.push_back("true");
+    // Trailing defaulted arguments: kBlockScale, then kStagedStore (cfg.tma_store: the staged epilogue).
+    if (block_scale || cfg.tma_store) spec.template_args.push_back(block_scale ? "true" : "false");
+    if (cfg.tma_store) spec.template_args.push_back("true");
     return spec;
 }
 
@@ -84,7 +86,8 @@ GroupedGemmLaunch grouped_gemm_launch_for(const GroupedGemmProblem& p, const Gem
     const int64_t grid = cfg.grid > 0 ? cfg.grid : std::min<int64_t>(num_sms, max_tiles);
     l.launch.grid = dim3(static_cast<unsigned>(std::max<int64_t>(grid, 1)));
     l.launch.block = dim3(static_cast<unsigned>(128 * (cfg.block_m / 64 + 1)));
-    l.launch.smem = kernels::moe::grouped_gemm_sm90_smem_bytes(cfg.block_m, cfg.block_n, cfg.stages, p.num_groups);
+    l.launch.smem =
+        kernels::moe::grouped_gemm_sm90_smem_bytes(cfg.block_m, cfg.block_n, cfg.stages, p.num_groups, cfg.tma_store);
     return l;
 }
 

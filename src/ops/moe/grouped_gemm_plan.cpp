@@ -12,10 +12,12 @@ namespace {
 
 constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The most stages (<= 12) of bm x bn tiles that fit beside a prefix of `groups` groups.
-int fitting_stages(int bm, int bn, int groups) {
+// The most stages (<= 12) of bm x bn tiles that fit beside a prefix of `groups` groups (and the staged epilogue's
+// buffers).
+int fitting_stages(int bm, int bn, int groups, bool staged) {
     int s = 12;
-    while (s > 2 && kernels::moe::grouped_gemm_sm90_smem_bytes(bm, bn, s, groups) > kernels::kGemmSm90MaxSmem) --s;
+    while (s > 2 && kernels::moe::grouped_gemm_sm90_smem_bytes(bm, bn, s, groups, staged) > kernels::kGemmSm90MaxSmem)
+        --s;
     return s;
 }
 
@@ -36,7 +38,8 @@ GemmConfig grouped_gemm_heuristic(int64_t rows, int64_t n, int64_t k, int groups
     GemmConfig c;
     c.cluster_m = 1;
     c.tail_splits = 1;
-    c.tma_store = false;  // the grouped kernels store from registers
+    // Hopper: the staged epilogue (shared memory, 16-byte stores; grouped_gemm.cuh, kStagedStore). sm_80 ignores it.
+    c.tma_store = true;
     c.group_m = 8;
     if (sm80 || arch < 90) {
         c.sm80 = true;
@@ -68,7 +71,7 @@ GemmConfig grouped_gemm_heuristic(int64_t rows, int64_t n, int64_t k, int groups
         best = *(it + 1);
     }
     c.block_n = best;
-    c.stages = fitting_stages(c.block_m, c.block_n, groups);
+    c.stages = fitting_stages(c.block_m, c.block_n, groups, c.tma_store);
     c.grid = static_cast<int>(std::min<int64_t>(num_sms, grouped_gemm_max_tiles(rows, n_out, groups, c, swiglu)));
     return c;
 }
@@ -103,7 +106,8 @@ void grouped_gemm_validate_config(const GemmConfig& c, const GroupedGemmProblem&
                    "columns within one scale block), given {}",
                    p.swiglu() ? "block_n / 2" : "block_n", c.block_n);
     }
-    const uint32_t smem = kernels::moe::grouped_gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages, p.num_groups);
+    const uint32_t smem =
+        kernels::moe::grouped_gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages, p.num_groups, c.tma_store);
     LOOM_CHECK(c.stages >= 2 && c.stages <= 16 && smem <= kernels::kGemmSm90MaxSmem,
                "grouped_gemm config: expected stages in [2, 16] within {} B of shared memory, given {} stages ({} B "
                "with {} groups)",

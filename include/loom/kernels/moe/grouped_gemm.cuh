@@ -2,8 +2,10 @@
 // (or fp8 e4m3 with B_e as [N, K]) in, fp32 accumulate; s_e = alpha x scale_a x scale_b[e].
 //
 // Data path: TMA (128B swizzle) -> STAGES-deep mbarrier ring -> wgmma (both operands from shared memory) -> registers
-// -> masked pair stores to global memory (st.global, clipped to the tile's group rows and to C's columns: a tile of a
-// group's last row block never writes the next group's rows). A is one 2-D map over [rows, K] (a tile's A box may
+// -> (kStagedStore) a per-warp 128B-swizzled staging buffer in shared memory -> 16-byte vector stores of whole 128-byte
+// row segments (grouped_store_warp_staged), or (register epilogue) masked 4-byte pair stores straight from the
+// fragments; either way clipped to the tile's group rows and to C's columns: a tile of a group's last row block never
+// writes the next group's rows. A is one 2-D map over [rows, K] (a tile's A box may
 // read rows past its group: they reach only rows that are never stored). B is a 3-D map over the experts [E][N][K]
 // (or [E][K][N]): a box never reads another expert's weights; rows and columns past N / K are zero-filled.
 // Persistent: gridDim.x <= #SMs CTAs walk the linear tiles of all groups (grouped_tiles.cuh: the row-block prefix each
@@ -12,7 +14,10 @@
 // Warp roles (BLOCK_M / 64 = 1 or 2 consumer warpgroups + 1 producer warpgroup):
 //   consumers  warpgroup c computes rows [64c, 64c + 64) of the tile with wgmma m64nBLOCK_Nk16 (fp8: k32), keeps one
 //              k-block of MMAs in flight, releases a slot once the MMAs that read it retired, then stores the tile
-//              from registers while the producer already streams the next tile's k-blocks.
+//              while the producer already streams the next tile's k-blocks. The staged epilogue is per warp (no
+//              warpgroup barrier): each warp stages its 16 rows slab by slab in its own 2 KiB buffer and stores them;
+//              the stores drain while the warp starts the next tile's MMAs. (A TMA store would have to stop at the
+//              group's last row, which a box cannot, and needs a tensor map of C; the vector stores clip per row.)
 //   producer   one thread: per tile, hooks.before_load(group, row0) (GroupedLoadWait), then per k-block: wait slot
 //              empty, expect_tx, TMA A (BLOCK_M x 128 B) and B (BLOCK_N rows x 128 B; [K, N] B as 64-column boxes).
 //              setmaxnreg moves its registers to the consumers.
@@ -26,7 +31,11 @@
 //   A tile's product columns lie in one 128-column scale block (two with SwiGLU: gate and up), so a thread needs two
 //   A scales (its rows r and r + 8) and one or two B scales per k-block. Costs: no MMA of the next k-block in flight
 //   during the promotion (the other consumer warpgroup's MMAs fill the gap) and BLOCK_N / 2 more registers.
-// Shared memory: STAGES x (BLOCK_M + BLOCK_N) x 128 B + barriers + the row-block prefix (grouped_gemm_params.hpp).
+// Shared memory: STAGES x (BLOCK_M + BLOCK_N) x 128 B (+ kStagedStore: BLOCK_M / 16 x 2 KiB staging) + barriers + the
+// row-block prefix (grouped_gemm_params.hpp: grouped_gemm_sm90_smem_bytes).
+// Hooks' ordering (GroupedStoreNotify): every consumer thread's global stores of the tile (pair stores, or the staged
+// path's vector stores; both generic-proxy st.global), then a named barrier of the consumer threads, then thread 0's
+// after_store, whose release publishes them: the same order with either epilogue.
 // Hooks: grouped_tiles.cuh (GroupedTileOrder, GroupedLoadWait, GroupedStoreNotify).
 #pragma once
 
@@ -37,6 +46,7 @@
 #include "loom/config.hpp"
 #include "loom/kernels/moe/grouped_gemm_params.hpp"
 #include "loom/kernels/moe/grouped_tiles.cuh"
+#include "loom/ptx/async.cuh"
 #include "loom/ptx/memory.cuh"
 #include "loom/ptx/special.cuh"
 #include "loom/ptx/tma.cuh"
@@ -107,13 +117,91 @@ LOOM_DEVICE LOOM_FORCEINLINE void block_scaled_mainloop(const GroupedGemmArgs& a
 #endif
 }
 
+// The staged epilogue of one consumer warp (kStagedStore): its 16 rows of the tile, act(s x acc), slab by slab (128
+// bytes of output columns each: 64 of bf16 / fp16, 32 of fp32). Per slab the warp writes its fragments as pairs into
+// its 16 x 128 B buffer, 128B-swizzled (16-byte chunk c of row r at chunk c ^ (r % 8): the pair stores of one
+// instruction, 8 rows x 4 lanes, hit 32 distinct banks, as do the 16-byte reads of a quarter warp, one row), then
+// reads it back one row per 8 lanes and stores whole 128-byte row segments with 16-byte vector stores: 4 per thread per
+// slab instead of 2 x (slab columns / 8) 4-byte pair stores, each instruction 4 full 128-byte lines rather than 8 rows
+// x 16 bytes. Rows at or past the group's end (t.row0 + t.rows: the next group's rows) and columns past n_out are never
+// written (n_out and every slab's first column are multiples of 8, so a 16-byte chunk is either wholly inside or past
+// n_out). The stores are fire-and-forget: the warp goes on to the next slab and then the next tile's MMAs while they
+// drain, and no other warp waits for it. The buffer is the warp's own: __syncwarp orders its reuse (also across
+// tiles); global visibility for after_store is the caller's barrier, as with the register epilogue.
+// acc: the thread's fragments as the mainloop left them (SwiGLU: gate fragments [0, BLOCK_N / 16), then up).
+// stage: the consumer warps' buffers, kGroupedWarpStageBytes each in thread order. The thread's coordinates come from
+// an unhoisted %tid.x: held across the mainloop (beside the accumulators) they made the GeLU kernels spill.
+template <class TOut, int BLOCK_N, GroupedAct kAct>
+LOOM_DEVICE LOOM_FORCEINLINE void grouped_store_warp_staged(const GroupedGemmArgs& args, const GroupedTile& t, float s,
+                                                            const float (&acc)[BLOCK_N / 2], uint8_t* stage) {
+    constexpr bool kSwiGLU = kAct == GroupedAct::SwiGLU;
+    constexpr int kOutCols = kSwiGLU ? BLOCK_N / 2 : BLOCK_N;
+    constexpr int kSize = static_cast<int>(sizeof(TOut));
+    constexpr int kSlabCols = 128 / kSize;
+    constexpr int kSlabs = (kOutCols + kSlabCols - 1) / kSlabCols;
+    constexpr int kVec = 16 / kSize;              // elements of one 16-byte chunk
+    const uint32_t tid = ptx::tid_x_unhoisted();  // a consumer thread: < BLOCK_M / 64 x 128
+    const int lane = static_cast<int>(tid % 32), chunk = lane % 8;
+    uint8_t* const buf = stage + (tid / 32) * kGroupedWarpStageBytes;
+    const int32_t warp_row0 = t.row0 + static_cast<int32_t>(tid / 32) * 16;  // warpgroup g, warp w: 64 g + 16 w
+    const int32_t row_end = t.row0 + t.rows;
+    const int32_t tile_col0 = t.n_block * kOutCols;
+#pragma unroll
+    for (int slab = 0; slab < kSlabs; ++slab) {
+        const int32_t slab_col0 = tile_col0 + slab * kSlabCols;
+        if (slab_col0 >= args.n_out) break;  // uniform: the rest of the tile is past n_out
+        // The slab's fragments: all kSlabCols / 8, or fewer in the last slab of a tile narrower than whole slabs.
+        const int frags = kOutCols - slab * kSlabCols < kSlabCols ? (kOutCols - slab * kSlabCols) / 8 : kSlabCols / 8;
+        __syncwarp();  // the warp's reads of the previous slab (maybe the previous tile's) are done
+#pragma unroll
+        for (int f = 0; f < kSlabCols / 8; ++f) {
+            if (f >= frags) break;
+            const int j = slab * (kSlabCols / 8) + f;
+            const uint32_t byte = static_cast<uint32_t>(8 * f + 2 * (lane % 4)) * kSize;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const uint32_t r = static_cast<uint32_t>(lane / 4 + 8 * h);
+                const uint32_t off = r * 128u + ((((byte >> 4) ^ (r & 7u)) << 4) | (byte & 15u));
+                float x = s * acc[4 * j + 2 * h], y = s * acc[4 * j + 2 * h + 1];
+                if constexpr (kSwiGLU) {
+                    constexpr int kUp = BLOCK_N / 16 * 4;
+                    x = silu(x) * (s * acc[kUp + 4 * j + 2 * h]);
+                    y = silu(y) * (s * acc[kUp + 4 * j + 2 * h + 1]);
+                }
+                grouped_activate<kAct>(x, y);
+                tile::store_pair(reinterpret_cast<TOut*>(buf + off), x, y);
+            }
+        }
+        __syncwarp();  // the slab staged: every lane reads rows other lanes wrote
+        const int32_t col = slab_col0 + chunk * kVec;
+        if (chunk * kVec < frags * 8 && col < args.n_out) {
+            // All four rows' loads, then their stores (both volatile asm: kept in this order), so that the four
+            // shared-memory latencies overlap.
+            uint4 v[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const uint32_t r = static_cast<uint32_t>(4 * i + lane / 8);
+                v[i] = ptx::ld_shared_v4(buf + r * 128u + ((static_cast<uint32_t>(chunk) ^ (r & 7u)) << 4));
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int32_t row = warp_row0 + 4 * i + lane / 8;
+                if (row < row_end)
+                    ptx::st_v4(static_cast<TOut*>(args.c) + static_cast<int64_t>(row) * args.ldc + col, v[i]);
+            }
+        }
+    }
+}
+
 // TIn: __nv_bfloat16, __half, or __nv_fp8_e4m3 (kBKMajor only). TOut: __nv_bfloat16, __half or float. kBKMajor: B_e
 // is [N, K] (tmap_b over [E][N][K], boxes of BLOCK_N rows, BLOCK_N / 2 with SwiGLU); else [K, N] (tmap_b over
 // [E][K][N], boxes of 64 columns x 128 B rows of K). tmap_a: A [rows, K], boxes of BLOCK_M rows x 128 B.
 // kBlockScale: args.scale_a_blocks / scale_b_blocks (both non-null) scale each 128-K block (fp8 in; BLOCK_N, or
-// BLOCK_N / 2 with SwiGLU, divides 128; with SwiGLU n / 2 is a multiple of 128).
+// BLOCK_N / 2 with SwiGLU, divides 128; with SwiGLU n / 2 is a multiple of 128). kStagedStore: the staged epilogue
+// (grouped_store_warp_staged: shared memory, 16-byte stores; C 16-byte aligned with a row stride of a multiple of 16
+// bytes, which the host checks); false: pair stores from registers.
 template <class TIn, class TOut, int BLOCK_M, int BLOCK_N, int STAGES, bool kBKMajor, int kActivation,
-          class Hooks = GroupedNoHooks, bool kBlockScale = false>
+          class Hooks = GroupedNoHooks, bool kBlockScale = false, bool kStagedStore = false>
 __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     grouped_gemm_sm90(const __grid_constant__ ptx::TmaDescriptor tmap_a,
                       const __grid_constant__ ptx::TmaDescriptor tmap_b, const GroupedGemmArgs args,
@@ -148,7 +236,12 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uint64_t>(smem_raw) + 1023) & ~uint64_t(1023));
     uint8_t* smem_a = smem;
     uint8_t* smem_b = smem + STAGES * kABytes;
-    auto* pipe = reinterpret_cast<tile::TmaPipeline<STAGES>*>(smem_b + STAGES * kBBytes);
+    // kStagedStore: one kGroupedWarpStageBytes buffer per consumer warp (1024-aligned, after the B ring). Spelled as
+    // smem_raw + offset so that the compiler sees a shared-memory address (st.shared, not generic stores; the
+    // alignment above goes through an integer).
+    uint8_t* smem_stage = smem_raw + ((smem_b + STAGES * kBBytes) - smem_raw);
+    constexpr uint32_t kStageBytes = kStagedStore ? kConsumers * 4 * kGroupedWarpStageBytes : 0u;
+    auto* pipe = reinterpret_cast<tile::TmaPipeline<STAGES>*>(smem_stage + kStageBytes);
     int32_t* prefix = reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(pipe) + sizeof(tile::TmaPipeline<STAGES>));
     __shared__ int32_t scan_scratch[32];
 
@@ -258,20 +351,24 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
             // Epilogue: thread owns (row 16 warp + lane / 4 (+8), columns 8 j + 2 (lane % 4) + {0, 1}) of its
             // warpgroup's 64 rows; SwiGLU: gate in fragments [0, BLOCK_N / 16), up in the next BLOCK_N / 16.
             const float s = grouped_scale(args, t.expert);
-            const int32_t row = t.row0 + warpgroup * 64 + warp * 16 + lane / 4;
-            const int32_t row_end = t.row0 + t.rows;
-            const int32_t col = t.n_block * kOutCols + 2 * (lane % 4);
+            if constexpr (kStagedStore) {
+                grouped_store_warp_staged<TOut, BLOCK_N, kAct>(args, t, s, acc, smem_stage);
+            } else {
+                const int32_t row = t.row0 + warpgroup * 64 + warp * 16 + lane / 4;
+                const int32_t row_end = t.row0 + t.rows;
+                const int32_t col = t.n_block * kOutCols + 2 * (lane % 4);
 #pragma unroll
-            for (int j = 0; j < kOutCols / 8; ++j) {
+                for (int j = 0; j < kOutCols / 8; ++j) {
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    float x = s * acc[4 * j + 2 * h], y = s * acc[4 * j + 2 * h + 1];
-                    if constexpr (kSwiGLU) {
-                        constexpr int kUp = BLOCK_N / 16 * 4;
-                        x = silu(x) * (s * acc[kUp + 4 * j + 2 * h]);
-                        y = silu(y) * (s * acc[kUp + 4 * j + 2 * h + 1]);
+                    for (int h = 0; h < 2; ++h) {
+                        float x = s * acc[4 * j + 2 * h], y = s * acc[4 * j + 2 * h + 1];
+                        if constexpr (kSwiGLU) {
+                            constexpr int kUp = BLOCK_N / 16 * 4;
+                            x = silu(x) * (s * acc[kUp + 4 * j + 2 * h]);
+                            y = silu(y) * (s * acc[kUp + 4 * j + 2 * h + 1]);
+                        }
+                        grouped_store_pair<TOut, kAct>(args, row + 8 * h, row_end, col + 8 * j, x, y);
                     }
-                    grouped_store_pair<TOut, kAct>(args, row + 8 * h, row_end, col + 8 * j, x, y);
                 }
             }
             if constexpr (GroupedStoreNotify<Hooks>) {

@@ -47,10 +47,16 @@ LOOM_HOST_DEVICE constexpr uint32_t grouped_prefix_bytes(int num_groups) {
     return (static_cast<uint32_t>(num_groups + 1) * 4u + 15u) / 16u * 16u;
 }
 
-// Dynamic shared memory of grouped_gemm_sm90: STAGES x (A + B tiles) (128 B per row), the barriers, the prefix, 1 KiB
-// alignment slack. (The epilogue stores from registers: no staging.)
-LOOM_HOST_DEVICE constexpr uint32_t grouped_gemm_sm90_smem_bytes(int block_m, int block_n, int stages, int num_groups) {
+// The staged epilogue's buffer of one consumer warp: its 16 rows x 128 bytes of one output slab, 128B-swizzled.
+inline constexpr uint32_t kGroupedWarpStageBytes = 16u * 128u;
+
+// Dynamic shared memory of grouped_gemm_sm90: STAGES x (A + B tiles) (128 B per row), with the staged epilogue
+// (kStagedStore) one kGroupedWarpStageBytes buffer per consumer warp (8 KiB per 64 rows of the tile), the barriers,
+// the prefix, 1 KiB alignment slack.
+LOOM_HOST_DEVICE constexpr uint32_t grouped_gemm_sm90_smem_bytes(int block_m, int block_n, int stages, int num_groups,
+                                                                 bool staged_store = false) {
     return static_cast<uint32_t>(stages) * static_cast<uint32_t>(block_m + block_n) * 128u +
+           (staged_store ? static_cast<uint32_t>(block_m / 16) * kGroupedWarpStageBytes : 0u) +
            static_cast<uint32_t>(stages) * 16u + grouped_prefix_bytes(num_groups) + 1024u;
 }
 

@@ -184,16 +184,22 @@ LOOM_DEVICE LOOM_FORCEINLINE float grouped_scale(const GroupedGemmArgs& args, in
 LOOM_DEVICE LOOM_FORCEINLINE float gelu_erf(float x) { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
 LOOM_DEVICE LOOM_FORCEINLINE float silu(float x) { return x / (1.f + __expf(-x)); }
 
+// The element-wise activation of a scaled pair (GeLU; SwiGLU is applied where gate and up meet, None is identity).
+template <GroupedAct kAct>
+LOOM_DEVICE LOOM_FORCEINLINE void grouped_activate(float& x, float& y) {
+    if constexpr (kAct == GroupedAct::GeLU) {
+        x = gelu_erf(x);
+        y = gelu_erf(y);
+    }
+}
+
 // Stores the pair (x, y) of product columns (col, col + 1) of row `row` (None / GeLU), or (kAct SwiGLU) the pair
 // silu(gate) * up of output columns (col, col + 1): masked to rows < row_end and columns < n_out (even).
 template <class TOut, GroupedAct kAct>
 LOOM_DEVICE LOOM_FORCEINLINE void grouped_store_pair(const GroupedGemmArgs& args, int32_t row, int32_t row_end,
                                                      int32_t col, float x, float y) {
     if (row >= row_end || col >= args.n_out) return;
-    if constexpr (kAct == GroupedAct::GeLU) {
-        x = gelu_erf(x);
-        y = gelu_erf(y);
-    }
+    grouped_activate<kAct>(x, y);
     TOut* p = static_cast<TOut*>(args.c) + static_cast<int64_t>(row) * args.ldc + col;
     tile::store_pair(p, x, y);
 }
