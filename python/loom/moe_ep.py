@@ -34,7 +34,7 @@ class EpHandle:
         self.device = device
         self.tokens, self.hidden, self.topk = h.tokens, h.hidden, h.topk
         self.num_experts, self.local_experts, self.capacity = h.num_experts, h.local_experts, h.capacity
-        self.recv_x = torch.from_dlpack(h.recv_x(index)).view(torch.bfloat16)
+        self.recv_x = torch.from_dlpack(h.recv_x(index))
         self.recv_offsets = torch.from_dlpack(h.recv_offsets(index))
         self.recv_counts = torch.from_dlpack(h.recv_counts(index))
 

@@ -62,14 +62,16 @@ EpOptions ep_options(int64_t capacity, int num_blocks) {
 
 // A CUDA DLPack view at `p` on `device`, kept alive by `owner` (the Python handle): [rows, cols] with row stride
 // `stride` elements, or [rows] when cols is 0.
-template <class T>
-nb::ndarray<> view(nb::handle owner, const void* p, std::size_t rows, std::size_t cols, int64_t stride, int device) {
+nb::ndarray<> view(nb::handle owner, const void* p, nb::dlpack::dtype type, std::size_t rows, std::size_t cols,
+                   int64_t stride, int device) {
     const std::size_t shape[2] = {rows, cols};
     const int64_t strides[2] = {stride, 1};
     const bool matrix = cols > 0;
-    return nb::ndarray<>(const_cast<void*>(p), matrix ? 2 : 1, shape, owner, matrix ? strides : nullptr, nb::dtype<T>(),
+    return nb::ndarray<>(const_cast<void*>(p), matrix ? 2 : 1, shape, owner, matrix ? strides : nullptr, type,
                          nb::device::cuda::value, device);
 }
+
+constexpr nb::dlpack::dtype kBf16{static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1};
 
 }  // namespace
 
@@ -86,28 +88,29 @@ void bind_ep_moe(nb::module_& m) {
         .def_ro("local_experts", &EpHandle::local_experts)
         .def_ro("capacity", &EpHandle::capacity)
         .def_ro("call", &EpHandle::call)
-        // recv_x [capacity, H] bf16 (as uint16: the Python layer views it as bfloat16), recv_offsets [L + 1],
-        // recv_counts [L] int32; `device` the CUDA ordinal.
+        // recv_x [capacity, H] bf16, recv_offsets [L + 1] and recv_counts [L] int32; `device` the CUDA ordinal.
         .def(
             "recv_x",
             [](nb::handle self, int device) {
                 const EpHandle& h = nb::cast<const EpHandle&>(self);
-                return view<uint16_t>(self, h.recv_x.data, static_cast<std::size_t>(h.capacity),
-                                      static_cast<std::size_t>(h.hidden), h.recv_x.stride(), device);
+                return view(self, h.recv_x.data, kBf16, static_cast<std::size_t>(h.capacity),
+                            static_cast<std::size_t>(h.hidden), h.recv_x.stride(), device);
             },
             arg("device"))
         .def(
             "recv_offsets",
             [](nb::handle self, int device) {
                 const EpHandle& h = nb::cast<const EpHandle&>(self);
-                return view<int32_t>(self, h.recv_offsets, static_cast<std::size_t>(h.local_experts) + 1, 0, 1, device);
+                return view(self, h.recv_offsets, nb::dtype<int32_t>(), static_cast<std::size_t>(h.local_experts) + 1,
+                            0, 1, device);
             },
             arg("device"))
         .def(
             "recv_counts",
             [](nb::handle self, int device) {
                 const EpHandle& h = nb::cast<const EpHandle&>(self);
-                return view<int32_t>(self, h.recv_counts, static_cast<std::size_t>(h.local_experts), 0, 1, device);
+                return view(self, h.recv_counts, nb::dtype<int32_t>(), static_cast<std::size_t>(h.local_experts), 0, 1,
+                            device);
             },
             arg("device"));
     m.def(
