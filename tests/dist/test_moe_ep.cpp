@@ -541,6 +541,16 @@ TEST_F(MoeEp, BadInputsNameTheArgument) {
                   ep_moe_experts(*w, xv, ids, nullptr, 8, 4 * W, wv, MatrixView{}, y64, stream, bad_algo);
               }).find("opts.algo"),
               std::string::npos);
+    // Overlapped cannot be captured (its GEMM's expected count is a launch argument).
+    EpMoeOptions ov;
+    ov.algo = EpMoeAlgo::Overlapped;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    const std::string ov_cap =
+        error_of([&] { ep_moe_experts(*w, xv, ids, nullptr, 8, 4 * W, wv, MatrixView{}, y64, stream, ov); });
+    g = nullptr;
+    cudaStreamEndCapture(stream, &g);
+    if (g) cudaGraphDestroy(g);
+    EXPECT_NE(ov_cap.find("CUDA graph"), std::string::npos) << ov_cap;
 }
 
 }  // namespace

@@ -102,22 +102,24 @@ TEST(MoeEpCompile, KernelsHaveNoSpills) {
         }
 }
 
-// ep_moe_experts' hooked grouped GEMM: the Hopper kernel at both tile heights (and SwiGLU), the portable kernel.
+// ep_moe_experts' hooked grouped GEMM: the Hopper kernel at both tile heights, two widths, with SwiGLU; the portable
+// kernel.
 TEST(MoeEpCompile, ExpertHooksGemmHasNoSpills) {
     const char* header = "loom/kernels/moe/ep_experts.cuh";
     const char* hooks = "loom::kernels::moe::EpExpertHooks";
     for (int bm : {64, 128})
-        for (loom::MoeActivation act : {loom::MoeActivation::None, loom::MoeActivation::SwiGLU}) {
-            loom::GemmConfig c;
-            c.block_m = bm;
-            c.block_n = 128;
-            c.stages = 4;
-            c.block_k = loom::kernels::gemm_block_k(2);
-            c.tma_store = false;
-            const auto spec =
-                loom::moe::grouped_gemm_kernel_spec(c, loom::DType::BF16, loom::DType::BF16, false, act, hooks, header);
-            expect_clean(loom::jit::compile(spec, 90), spec.display());
-        }
+        for (int bn : {128, 256})
+            for (loom::MoeActivation act : {loom::MoeActivation::None, loom::MoeActivation::SwiGLU}) {
+                loom::GemmConfig c;
+                c.block_m = bm;
+                c.block_n = bn;
+                c.stages = 4;
+                c.block_k = loom::kernels::gemm_block_k(2);
+                c.tma_store = false;
+                const auto spec = loom::moe::grouped_gemm_kernel_spec(c, loom::DType::BF16, loom::DType::BF16, false,
+                                                                      act, hooks, header);
+                expect_clean(loom::jit::compile(spec, 90), spec.display());
+            }
     const loom::GemmConfig sm80 = loom::moe::grouped_gemm_heuristic(
         4096, 7168, 2048, 32, false, loom::MoeActivation::None, loom::DType::BF16, 80, 108);
     ASSERT_TRUE(sm80.sm80);

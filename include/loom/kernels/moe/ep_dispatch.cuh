@@ -24,8 +24,8 @@
 //                     l-major, peers first: this rank's rows of expert d L + l (items of kEpExpertRows rows, a block
 //                     each), each into the row of its own entry at d (a token going to several experts of d crosses
 //                     once per expert: no receiver copy); the block finishing the expert's last item adds 1 to
-//                     expert_ready[l] at d (release, sys; also with no rows, and after an overflow); block 0
-//                     advances expert_calls; the last block sets arrived[me] := e at every rank (the pair records)
+//                     expert_ready[l] at d (release, sys; also with no rows, and after an overflow); the last
+//                     block sets arrived[me] := e at every rank (the pair records)
 //   ep_dispatch_arrived_wait  one warp: waits for arrived[r] >= e of every rank r (before the combine reads the
 //                     pair records)
 // and the grouped GEMM in between waits per tile for its expert's counter (ep_experts.cuh).
@@ -367,7 +367,6 @@ __global__ void __launch_bounds__(kEpThreads) ep_dispatch_push_experts(Ctx ctx, 
     const int W = ctx.local_world, me = ctx.local_rank, L = p.local_experts, E = p.num_experts;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, block_warps = blockDim.x / 32;
     const bool move = p.dev->overflow == 0;
-    if (blockIdx.x == 0 && threadIdx.x == 0) p.dev->expert_calls += 1;  // read by the GEMM's hooks (next kernel)
     const int64_t warps = static_cast<int64_t>(gridDim.x) * block_warps;
     for (int64_t t = static_cast<int64_t>(blockIdx.x) * block_warps + warp; move && t < p.tokens; t += warps) {
         if (lane >= p.topk) continue;  // no warp collectives below

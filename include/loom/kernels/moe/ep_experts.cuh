@@ -4,7 +4,8 @@
 //   grouped GEMM with EpExpertHooks over recv_x and the L local experts' segments: the grouped raster of
 //                GroupedNoHooks (the tiles plain grouped_gemm computes, in the same order: the same bits), and before a
 //                tile of local expert l is loaded its producer thread waits (bounded, acquire, sys) for
-//                expert_ready[l] >= W x expert_calls: every source rank's rows of l have landed. The push orders its
+//                expert_ready[l] >= W x n (n: the per-expert pushes so far, this one included): every source rank's
+//                rows of l have landed. The push orders its
 //                work local expert 0 first, so the first groups fill first.
 //
 // Progress with ranks sharing a GPU (MPS): the GEMM's blocks wait only for other kernels — this rank's push (earlier
@@ -34,8 +35,7 @@ struct EpExpertHooks {
     }
     // The producer thread (Hopper) / thread 0 (sm_80), once per tile; group = local expert.
     LOOM_DEVICE LOOM_FORCEINLINE void before_load(int32_t group, int32_t) const {
-        const uint64_t target = static_cast<uint64_t>(a.world) * *a.expert_calls;
-        lang::wait_ge_sys_or_trap(a.expert_ready + group, target, a.timeout_ns,
+        lang::wait_ge_sys_or_trap(a.expert_ready + group, a.target, a.timeout_ns,
                                   "ep_moe_experts: grouped GEMM waits for an expert's rows");
     }
 };

@@ -12,7 +12,7 @@
 // host counts, so a replayed CUDA graph advances them: dispatch call e sets counts_ready[me] := e and arrived[me] := e
 // at every rank; the combine's launch c sets combined[me] := c at every rank. Waits are `>=` (acquire, sys, bounded).
 // The per-expert push (ep_moe_experts, Overlapped) adds 1 to expert_ready[l] at every rank d for each of d's local
-// experts l once its rows of l are stored there: after the n-th such dispatch expert_ready[l] = W x n at every rank.
+// experts l once its rows of l are stored there: after every rank's n-th such push expert_ready[l] = W x n.
 #pragma once
 
 #include "loom/config.hpp"
@@ -39,7 +39,6 @@ struct EpSignals {
 // Local device memory of one World's EP state, zeroed once.
 struct EpDeviceState {
     uint64_t dispatch_calls;    // the scan kernel's thread 0 advances it: the current dispatch's number
-    uint64_t expert_calls;      // the per-expert push's block 0 advances it: per-expert pushes so far
     lang::LaunchEpoch combine;  // the combine send kernel's launches: the current combine's number
     uint32_t push_ticket;       // wrapping last-block tickets (atom.inc to gridDim.x - 1)
     uint32_t send_ticket;
@@ -84,13 +83,12 @@ struct EpParams {
 };
 
 // The grouped GEMM's hooks of ep_moe_experts, Overlapped (kernels/moe/ep_experts.cuh): a tile of local expert l waits
-// for expert_ready[l] >= world x (*expert_calls) before its A rows are loaded.
+// for expert_ready[l] >= target = W x (the per-expert pushes on the World so far, this call's included; a host count:
+// the Overlapped algorithm is not captured in CUDA graphs) before its A rows are loaded.
 struct EpExpertHookArgs {
     const uint64_t* expert_ready;  // this rank's EpSignals::expert_ready
-    const uint64_t* expert_calls;  // this rank's EpDeviceState::expert_calls (written by the push, before the GEMM)
+    uint64_t target;
     uint64_t timeout_ns;
-    int32_t world;
-    int32_t pad;
 };
 
 }  // namespace loom::kernels::moe

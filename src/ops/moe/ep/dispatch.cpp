@@ -178,6 +178,7 @@ EpHandle dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, co
         const int blocks = opts.num_blocks > 0 ? opts.num_blocks
                                                : std::max(moe::ep::data_blocks(T, sms, 0), std::min(num_experts, sms));
         push(moe::ep::launch_config(static_cast<unsigned>(blocks), kmoe::kEpThreads, 0, stream), ctx, p);
+        st.expert_pushes += 1;
     } else {
         push(moe::ep::launch_config(static_cast<unsigned>(moe::ep::data_blocks(T, sms, opts.num_blocks)),
                                     kmoe::kEpThreads, 0, stream),

@@ -49,9 +49,10 @@ struct State final : WorldState {
     kernels::moe::EpDeviceState* dev = nullptr;  // local, zeroed once
     int32_t* host = nullptr;                     // pinned: the device state's read-backs
     int device_sms = 0;
-    int64_t auto_rows = 0;                        // auto mode's capacity so far
-    uint64_t calls = 0;                           // dispatches on the World (the latest handle's number)
-    bool combined = false;                        // the latest dispatch's combine was enqueued
+    int64_t auto_rows = 0;       // auto mode's capacity so far
+    uint64_t calls = 0;          // dispatches on the World (the latest handle's number)
+    uint64_t expert_pushes = 0;  // per-expert pushes on the World (ep_moe_experts, Overlapped): EpExpertHookArgs
+    bool combined = false;       // the latest dispatch's combine was enqueued
     overlap::LocalBuffer expert_mid, expert_out;  // ep_moe_experts: the first GEMM's rows (with w_down), the experts'
     // The latest dispatch's shape and parameters (the combine's).
     kernels::moe::EpParams params{};

@@ -86,9 +86,14 @@ EpHandle ep_moe_experts(World& world, const MatrixView& x, const int32_t* topk_i
     const bool captured = moe::ep::capturing(stream);
     const int W = world.world_size();
     const int L = num_experts / W;
+    // Overlapped's hooks carry a host count (its expected counter value): not inside a CUDA graph capture.
+    LOOM_CHECK(!(captured && opts.algo == EpMoeAlgo::Overlapped),
+               "{}: opts.algo: Overlapped cannot be captured in a CUDA graph (its GEMM waits for a count the host "
+               "passes); use Sequential or Auto",
+               kOp);
     bool overlapped = opts.algo == EpMoeAlgo::Overlapped;
     if (opts.algo == EpMoeAlgo::Auto)
-        overlapped = W > 1 && !overlap::op_state<overlap::DeviceFacts>(world, kOp, captured).shared_gpu;
+        overlapped = W > 1 && !captured && !overlap::op_state<overlap::DeviceFacts>(world, kOp, captured).shared_gpu;
 
     const EpHandle h =
         moe::ep::dispatch(world, x, topk_idx, topk_weights, topk, num_experts, stream, opts.ep, overlapped);
@@ -116,9 +121,8 @@ EpHandle ep_moe_experts(World& world, const MatrixView& x, const int32_t* topk_i
         const GemmConfig cfg = moe::grouped_gemm_config(p, dev.arch, num_sms);
         kernels::moe::EpExpertHookArgs a{};
         a.expert_ready = st.sig->expert_ready;
-        a.expert_calls = &st.dev->expert_calls;
+        a.target = static_cast<uint64_t>(W) * st.expert_pushes;
         a.timeout_ns = world.ctx().wait_timeout_ns;
-        a.world = W;
         moe::grouped_gemm_launch_hooked("loom::kernels::moe::EpExpertHooks", kHeader, p, cfg, num_sms, stream, a);
     } else {
         grouped_gemm(h.recv_x, w_up, L, mid, h.recv_offsets, L, stream, up);
