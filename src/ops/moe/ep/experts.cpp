@@ -29,6 +29,11 @@ int64_t out_width(const MatrixView& w, const GroupedGemmOptions& o, int experts)
     return o.activation == MoeActivation::SwiGLU ? n / 2 : n;
 }
 
+// Reduction width (K) of such a weight.
+int64_t in_width(const MatrixView& w, const GroupedGemmOptions& o, int experts) {
+    return o.b_layout == BLayout::KN ? w.rows / std::max(experts, 1) : w.cols;
+}
+
 void check_experts(World& world, const MatrixView& x, int num_experts, const MatrixView& w_up, const MatrixView& w_down,
                    const MatrixView& y, const EpMoeOptions& opts) {
     const int W = world.world_size();
@@ -44,6 +49,9 @@ void check_experts(World& world, const MatrixView& x, int num_experts, const Mat
                "{}: w_up: expected bf16 device memory (the {} local experts stacked), given {} at {}", kOp, L,
                dtype_name(w_up.dtype), w_up.data);
     const int64_t n1 = out_width(w_up, opts.up, L);
+    LOOM_CHECK(in_width(w_up, opts.up, L) == x.cols,
+               "{}: w_up: expected the {} local experts' weights over K = H = {} ({}), given [{}, {}]", kOp, L, x.cols,
+               opts.up.b_layout == BLayout::KN ? "[L x H, N]" : "[L x N, H]", w_up.rows, w_up.cols);
     if (w_down.data == nullptr) {
         LOOM_CHECK(n1 == x.cols,
                    "{}: w_up: without w_down the experts' output width must be H = {}, given w_up [{}, {}] giving {}",
@@ -53,6 +61,9 @@ void check_experts(World& world, const MatrixView& x, int num_experts, const Mat
     LOOM_CHECK(w_down.dtype == DType::BF16, "{}: w_down: expected bf16, given {}", kOp, dtype_name(w_down.dtype));
     LOOM_CHECK(n1 % 8 == 0, "{}: w_up: expected an output width (w_down's K) that is a multiple of 8, given {}", kOp,
                n1);
+    LOOM_CHECK(in_width(w_down, opts.down, L) == n1,
+               "{}: w_down: expected the {} local experts' weights over K = {} (w_up's output width), given [{}, {}]",
+               kOp, L, n1, w_down.rows, w_down.cols);
     const int64_t n2 = out_width(w_down, opts.down, L);
     LOOM_CHECK(n2 == x.cols, "{}: w_down: expected an output width of H = {}, given w_down [{}, {}] giving {}", kOp,
                x.cols, w_down.rows, w_down.cols, n2);
