@@ -361,7 +361,8 @@ LOOM_DEVICE LOOM_FORCEINLINE void ep_block_prefix(int n, const F& items, int32_t
 // work order o in [0, E) names local expert l = o / W at rank d = (me + 1 + o % W) % W, expert e = d L + l; its
 // rows are split into items of kEpExpertRows (one item when it has none, or after an overflow). The block that
 // finishes e's last item (a wrapping ticket per expert) signals e's rank.
-__global__ void __launch_bounds__(kEpThreads) ep_dispatch_push_experts(Ctx ctx, EpParams p) {
+// (minimum 1 block per SM: ptxas otherwise caps sm_80 at 32 registers and spills)
+__global__ void __launch_bounds__(kEpThreads, 1) ep_dispatch_push_experts(Ctx ctx, EpParams p) {
     __shared__ int32_t s_item[kEpMaxExperts + 1];  // first item of each work order position
     __shared__ int32_t s_scratch[32];
     const int W = ctx.local_world, me = ctx.local_rank, L = p.local_experts, E = p.num_experts;
@@ -372,6 +373,8 @@ __global__ void __launch_bounds__(kEpThreads) ep_dispatch_push_experts(Ctx ctx, 
         if (lane >= p.topk) continue;  // no warp collectives below
         const int32_t e = p.topk_idx[t * p.topk + lane];
         const int32_t row = p.entry_row[t * p.topk + lane];
+        if (e >= 0 && (row < 0 || row >= p.capacity))
+            bad_index("ep_moe_experts entry_row", p.entry_row + t * p.topk + lane, row, p.capacity);
         const float w = p.topk_weights != nullptr ? p.topk_weights[t * p.topk + lane] : 1.f;
         for (int d = 0; d < W; ++d) {
             const int32_t q = p.token_pair[t * W + d];
@@ -408,8 +411,7 @@ __global__ void __launch_bounds__(kEpThreads) ep_dispatch_push_experts(Ctx ctx, 
             for (int32_t i = lo + warp; i < end; i += block_warps) {
                 const int32_t j = p.send_entry[i];
                 const int32_t row = p.entry_row[j];
-                if (row < 0 || row >= p.capacity)
-                    bad_index("ep_moe_experts entry_row", p.entry_row + j, row, p.capacity);
+                if (row < 0 || row >= p.capacity) continue;  // never: the pair pass above traps on it
                 const uint4* src = x + static_cast<int64_t>(j / p.topk) * p.x_ld_words;
                 uint4* dst = rows + static_cast<int64_t>(row) * p.row_words;
                 for (int64_t c = lane; c < p.row_words; c += 32) dst[c] = src[c];
