@@ -12,8 +12,14 @@
 //             every rank at once)
 // Rows (rank 0) into --out (ep.json): op ep_dispatch / ep_combine / ep_round_trip, mode "normal", T, H, k, E,
 // bytes_per_rank (token rows this rank sends to other ranks; the baseline's in baseline_bytes_per_rank).
+// --layer adds op ep_moe_experts (dispatch -> the local experts' grouped GEMMs -> combine, loom::ep_moe_experts):
+// Overlapped against Sequential timed interleaved, bf16 experts with --inter 0 (default): one [H, H] projection per
+// expert; --inter I: an FFN, up [2 I, H] with SwiGLU then down [H, I]. Fields algo, inter, TFLOPs (the experts'
+// GEMM flops of the busiest rank's rows); baselines.sequential.
 //
 //     loomrun -n 8 build/bench/bench-ep --out ep.json [--tokens 4096 --hidden 7168 --topk 8 --experts 256]
+//     loomrun -n 8 build/bench/bench-ep --layer --out ep_layer.json              (one [7168, 7168] projection)
+//     loomrun -n 8 build/bench/bench-ep --layer --inter 2048 --out ep_ffn.json   (SwiGLU FFN, I = 2048)
 //     LOOM_SYMMETRIC_SIZE=8G loomrun -n 8 build/bench/bench-ep --skewed --out ep_skewed.json
 // The heap (at least 4 GiB per rank) holds ep's two buffers and the baseline's receive and return buffers, each sized
 // to the busiest rank's rows: ~2.2 GiB per rank uniform; skewed sends ~4x the average to rank 0 (~7 GiB).
@@ -42,8 +48,8 @@ namespace {
 
 struct Args {
     std::string out = "ep.json";
-    int tokens = 4096, hidden = 7168, topk = 8, experts = 256, iters = 20;
-    bool skewed = false;
+    int tokens = 4096, hidden = 7168, topk = 8, experts = 256, iters = 20, inter = 0;
+    bool skewed = false, layer = false;
 };
 
 std::vector<int32_t> make_ids(int T, int k, int E, bool skewed, uint64_t seed) {
@@ -87,6 +93,8 @@ int main(int argc, char** argv) {
     app.add_option("--experts", a.experts, "E (a multiple of the world size)");
     app.add_option("--iters", a.iters, "timed runs");
     app.add_flag("--skewed", a.skewed, "skewed routing (default uniform)");
+    app.add_flag("--layer", a.layer, "also time ep_moe_experts, Overlapped against Sequential");
+    app.add_option("--inter", a.inter, "--layer's experts: 0 one [H, H] projection; I an FFN (SwiGLU [2I, H], [H, I])");
     loom::bench::parse_or_exit(app, argc, argv);
     try {
         constexpr std::size_t kGiB = std::size_t{1} << 30;
@@ -237,6 +245,72 @@ int main(int argc, char** argv) {
         add("ep_dispatch", dispatch_us, b_dispatch, floor_us);
         add("ep_combine", combine_us, b_combine, floor_us);
         add("ep_round_trip", round_us, b_dispatch + b_combine, 2 * floor_us);
+        if (a.layer) {
+            // This rank's L experts (every element 0x3c3c ~ 0.0115: products ~1, no overflow at H 7168).
+            const int64_t n1 = a.inter > 0 ? 2 * static_cast<int64_t>(a.inter) : H;
+            void *w_up = nullptr, *w_down = nullptr;
+            LOOM_CHECK_CUDA(cudaMalloc(&w_up, static_cast<std::size_t>(L) * n1 * row));
+            LOOM_CHECK_CUDA(cudaMemset(w_up, 0x3c, static_cast<std::size_t>(L) * n1 * row));
+            if (a.inter > 0) {
+                LOOM_CHECK_CUDA(cudaMalloc(&w_down, static_cast<std::size_t>(L) * H * a.inter * 2));
+                LOOM_CHECK_CUDA(cudaMemset(w_down, 0x3c, static_cast<std::size_t>(L) * H * a.inter * 2));
+            }
+            const loom::MatrixView up{w_up, loom::DType::BF16, L * n1, H, 0};
+            const loom::MatrixView down =
+                a.inter > 0 ? loom::MatrixView{w_down, loom::DType::BF16, static_cast<int64_t>(L) * H, a.inter, 0}
+                            : loom::MatrixView{};
+            loom::EpMoeOptions mo;
+            mo.ep = eo;
+            if (a.inter > 0) mo.up.activation = loom::MoeActivation::SwiGLU;
+            auto layer = [&](loom::EpMoeAlgo algo) {
+                return [&, algo](cudaStream_t s) {
+                    loom::EpMoeOptions o = mo;
+                    o.algo = algo;
+                    h = loom::ep_moe_experts(world, xv, static_cast<int32_t*>(idx), static_cast<float*>(wts), k, E, up,
+                                             down, yv, s, o);
+                };
+            };
+            layer(loom::EpMoeAlgo::Sequential)(stream);  // JIT and buffers outside the timing
+            layer(loom::EpMoeAlgo::Overlapped)(stream);
+            loom::ep_check(world, h, stream);
+            world.barrier("bench-ep/layer-ready");
+            const std::vector<loom::bench::Timing> lt = loom::bench::time_ops(
+                {layer(loom::EpMoeAlgo::Overlapped), layer(loom::EpMoeAlgo::Sequential)}, stream, to);
+            // The busiest rank's rows: its GEMM flops bound the layer.
+            int64_t rows_max = 0;
+            for (int d = 0; d < W; ++d) {
+                int64_t rows = 0;
+                for (int r = 0; r < W; ++r)
+                    for (int32_t e : ids[r]) rows += e / L == d;
+                rows_max = std::max(rows_max, rows);
+            }
+            const double flops = a.inter > 0 ? 2.0 * rows_max * H * (n1 + a.inter) : 2.0 * rows_max * H * H;
+            for (int i = 0; i < 2; ++i) {
+                const double us = lt[i].median_us;
+                const char* algo = i == 0 ? "overlapped" : "sequential";
+                report.add_row({{"shape", shape_name + "_I" + std::to_string(a.inter)},
+                                {"op", "ep_moe_experts"},
+                                {"mode", "normal"},
+                                {"algo", algo},
+                                {"T", T},
+                                {"H", H},
+                                {"k", k},
+                                {"E", E},
+                                {"inter", a.inter},
+                                {"routing", a.skewed ? "skewed" : "uniform"},
+                                {"bytes_per_rank", loom_bytes},
+                                {"loom_us", us},
+                                {"TFLOPs", flops / (us * 1e6)},
+                                {"baselines", {{"sequential", lt[1].median_us}}}});
+                if (me == 0)
+                    std::printf("%-14s %s I=%d %-10s: %9.1f us (%6.1f TFLOP/s)  sequential %9.1f us  (x%.3f)\n",
+                                "ep_moe_experts", shape_name.c_str(), a.inter, algo, us, flops / (us * 1e6),
+                                lt[1].median_us, lt[1].median_us / us);
+            }
+            LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+            cudaFree(w_up);
+            if (w_down != nullptr) cudaFree(w_down);
+        }
         if (me == 0) report.write(a.out, false);
         LOOM_CHECK_CUDA(cudaDeviceSynchronize());
         world.barrier("bench-ep/done");

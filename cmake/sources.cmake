@@ -24,6 +24,7 @@ set(LOOM_HEADERS
     include/loom/kernels/gemm/gemm_sm80.cuh
     include/loom/kernels/moe/ep_combine.cuh
     include/loom/kernels/moe/ep_dispatch.cuh
+    include/loom/kernels/moe/ep_experts.cuh
     include/loom/kernels/moe/ep_params.hpp
     include/loom/kernels/moe/routing.cuh
     include/loom/kernels/moe/routing_params.hpp
@@ -150,6 +151,7 @@ set(LOOM_SOURCES
     src/ops/gemm/validate.cpp
     src/ops/moe/ep/combine.cpp
     src/ops/moe/ep/dispatch.cpp
+    src/ops/moe/ep/experts.cpp
     src/ops/moe/ep/plan.cpp
     src/ops/moe/ep/state.cpp
     src/ops/moe/routing.cpp

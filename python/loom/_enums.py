@@ -9,7 +9,7 @@ def _table(enum):
 _TABLES = {
     e.__name__: _table(e)
     for e in (_C.CollAlgo, _C.DataPath, _C.ReduceOp, _C.AgProducer, _C.RsAlgo, _C.RsTransport, _C.ArAlgo,
-              _C.UlyssesAlgo, _C.TpMoeAlgo)
+              _C.UlyssesAlgo, _C.TpMoeAlgo, _C.EpMoeAlgo)
 }
 
 

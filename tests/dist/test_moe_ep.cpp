@@ -4,7 +4,8 @@
 // arithmetic; routings uniform, skewed, one expert, every slot of a token on one rank, unused slots (-1), a rank with
 // no tokens, tokens per rank that differ; T 1..8192, H 2048 / 7168, k 1..8, E up to 256; fixed and auto capacity;
 // capacity overflow (ep_check raises on every rank, later calls work); CUDA graph replay with new routings between
-// replays; an EP layer with loom::grouped_gemm against an fp64 reference; bad inputs naming the argument.
+// replays; an EP layer with loom::grouped_gemm against an fp64 reference; ep_moe_experts Overlapped against Sequential
+// bitwise and against the fp64 reference; bad inputs naming the argument.
 // Run: loomrun -n N build/tests/loom_dist_tests --gtest_filter='MoeEp*'   (N = 2, 4, 8)
 #include <cuda_runtime_api.h>
 
@@ -319,40 +320,34 @@ TEST_F(MoeEp, GraphReplay) {
 }
 
 // An EP layer: dispatch -> grouped GEMM of each local expert (y_e = x W_e^T, bf16 out) -> combine, against fp64.
-TEST_F(MoeEp, LayerWithGroupedGemm) {
-    const int W = w->world_size();
-    const int H = 512, k = 4, E = 8 * W, L = E / W;
-    const Case c{192, H, k, E, Kind::Uniform};
-    EpRun run(*w, c, 900);
-    auto wval = [](int e, int64_t n, int64_t col) {
-        return bf16_to_float(float_to_bf16(xval(1000 + e, n, col) / 32.f));
-    };
-    std::vector<uint16_t> wl(static_cast<std::size_t>(L) * H * H);
+// Expert l of rank r's weight: element (n, col) of expert e = r L + l, bf16 values of magnitude <= 1 / 16.
+float wval(int e, int64_t n, int64_t col) { return bf16_to_float(float_to_bf16(xval(1000 + e, n, col) / 32.f)); }
+
+// This rank's L experts' weights [L x N, K] (NK) on the device.
+std::unique_ptr<Dev> expert_weights(int me, int L, int64_t N, int64_t K, int salt) {
+    std::vector<uint16_t> w(static_cast<std::size_t>(L * N * K));
     for (int l = 0; l < L; ++l)
-        for (int64_t n = 0; n < H; ++n)
-            for (int64_t col = 0; col < H; ++col)
-                wl[(static_cast<int64_t>(l) * H + n) * H + col] = float_to_bf16(wval(run.me * L + l, n, col));
-    Dev d_wl(wl.size() * 2);
-    LOOM_CHECK_CUDA(cudaMemcpy(d_wl.p, wl.data(), wl.size() * 2, cudaMemcpyHostToDevice));
-    const EpHandle h = ep_dispatch(*w, run.xv, run.d_idx->as<int32_t>(), run.d_w->as<float>(), k, E, stream);
-    Dev out(static_cast<std::size_t>(h.capacity * H * 2));
-    const MatrixView outv{out.p, DType::BF16, h.capacity, H, 0};
-    GroupedGemmOptions g;
-    g.max_rows = static_cast<int>(h.capacity);
-    grouped_gemm(h.recv_x, MatrixView{d_wl.p, DType::BF16, static_cast<int64_t>(L) * H, H, 0}, L, outv, h.recv_offsets,
-                 L, stream, g);
-    const int64_t T = tokens_of(c, run.me);
-    Dev y(static_cast<std::size_t>(T * H * 2));
-    ep_combine(*w, h, outv, MatrixView{y.p, DType::BF16, T, H, 0}, stream);
-    LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+        for (int64_t n = 0; n < N; ++n)
+            for (int64_t col = 0; col < K; ++col)
+                w[(l * N + n) * K + col] = float_to_bf16(wval(salt + me * L + l, n, col));
+    auto d = std::make_unique<Dev>(w.size() * 2);
+    LOOM_CHECK_CUDA(cudaMemcpy(d->p, w.data(), w.size() * 2, cudaMemcpyHostToDevice));
+    return d;
+}
+
+// y of an EP layer with one [H, H] projection per expert (weights wval(e, ...)) against an fp64 reference: the GEMM's
+// outputs rounded to bf16 as the kernel stores them, the top-k sum in fp64. "" when within tolerance.
+std::string layer_error(const EpRun& run, const void* y) {
+    const int H = run.c.H, k = run.c.k;
+    const int64_t T = tokens_of(run.c, run.me);
     std::vector<uint16_t> got(static_cast<std::size_t>(T * H));
-    LOOM_CHECK_CUDA(cudaMemcpy(got.data(), y.p, got.size() * 2, cudaMemcpyDeviceToHost));
+    if (T > 0) LOOM_CHECK_CUDA(cudaMemcpy(got.data(), y, got.size() * 2, cudaMemcpyDeviceToHost));
     double err2 = 0, ref2 = 0, worst = 0;
-    std::vector<double> ye(H);
     for (int64_t t = 0; t < T; ++t) {
         std::vector<double> yr(H, 0.0);
         for (int s = 0; s < k; ++s) {
             const int e = run.idx[run.me][t * k + s];
+            if (e < 0) continue;
             for (int64_t n = 0; n < H; ++n) {
                 double a = 0;
                 for (int64_t col = 0; col < H; ++col) a += double(xval(run.me, t, col)) * wval(e, n, col);
@@ -368,10 +363,97 @@ TEST_F(MoeEp, LayerWithGroupedGemm) {
         }
     }
     const double rel = std::sqrt(err2 / std::max(ref2, 1e-30));
-    std::string e;
     if (!(rel < 1e-2) || !(worst <= 1.0))
-        e = "relative error " + std::to_string(rel) + ", worst element " + std::to_string(worst);
-    EXPECT_EQ(test::agree(*w, e, "ep_layer"), "");
+        return "relative error " + std::to_string(rel) + ", worst element " + std::to_string(worst);
+    return "";
+}
+
+TEST_F(MoeEp, LayerWithGroupedGemm) {
+    const int W = w->world_size();
+    const int H = 512, k = 4, E = 8 * W, L = E / W;
+    const Case c{192, H, k, E, Kind::Uniform};
+    EpRun run(*w, c, 900);
+    const auto d_wl = expert_weights(run.me, L, H, H, 0);
+    const EpHandle h = ep_dispatch(*w, run.xv, run.d_idx->as<int32_t>(), run.d_w->as<float>(), k, E, stream);
+    Dev out(static_cast<std::size_t>(h.capacity * H * 2));
+    const MatrixView outv{out.p, DType::BF16, h.capacity, H, 0};
+    GroupedGemmOptions g;
+    g.max_rows = static_cast<int>(h.capacity);
+    grouped_gemm(h.recv_x, MatrixView{d_wl->p, DType::BF16, static_cast<int64_t>(L) * H, H, 0}, L, outv, h.recv_offsets,
+                 L, stream, g);
+    const int64_t T = tokens_of(c, run.me);
+    Dev y(static_cast<std::size_t>(T * H * 2));
+    ep_combine(*w, h, outv, MatrixView{y.p, DType::BF16, T, H, 0}, stream);
+    LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+    EXPECT_EQ(test::agree(*w, layer_error(run, y.p), "ep_layer"), "");
+}
+
+// ep_moe_experts: Overlapped against Sequential bitwise (same GEMM configs), one projection and an FFN (SwiGLU up,
+// down); every routing kind, a rank with no tokens, fixed and auto capacity; calls back to back, the algorithms
+// interleaved (the per-expert counters advance only on Overlapped calls) and the routing changing between calls.
+TEST_F(MoeEp, ExpertsOverlappedEqualsSequential) {
+    const int W = w->world_size();
+    struct Ffn {
+        Case c;
+        int inter;  // 0: one [H, H] projection; else SwiGLU up [2 I, H] and down [H, I]
+    };
+    const std::vector<Ffn> cases = {
+        {{256, 512, 4, 8 * W, Kind::Uniform}, 0},
+        {{300, 512, 8, 4 * W, Kind::Skewed, false, true}, 0},
+        {{128, 256, 6, 8 * W, Kind::OneExpert}, 0},
+        {{200, 256, 4, 2 * W, Kind::OneRank, true}, 0},
+        {{160, 256, 5, 8 * W, Kind::Holes}, 0},
+        {{256, 512, 8, 8 * W, Kind::Uniform}, 256},
+        {{96, 256, 4, 4 * W, Kind::Skewed, true, true}, 128},
+    };
+    std::string err;
+    uint64_t seed = 5000;
+    for (const Ffn& f : cases) {
+        const Case& c = f.c;
+        const int L = c.E / W;
+        const auto w_up = expert_weights(w->rank(), L, f.inter > 0 ? 2 * f.inter : c.H, c.H, 0);
+        const auto w_down = f.inter > 0 ? expert_weights(w->rank(), L, c.H, f.inter, 7777) : nullptr;
+        const MatrixView up{w_up->p, DType::BF16, static_cast<int64_t>(L) * (f.inter > 0 ? 2 * f.inter : c.H), c.H, 0};
+        const MatrixView down =
+            f.inter > 0 ? MatrixView{w_down->p, DType::BF16, static_cast<int64_t>(L) * c.H, f.inter, 0} : MatrixView{};
+        for (int round = 0; round < 2 && err.empty(); ++round) {  // a new routing each round
+            EpRun run(*w, c, seed += 31);
+            const int64_t T = tokens_of(c, run.me);
+            EpMoeOptions o;
+            o.ep = run.opts();
+            if (f.inter > 0) o.up.activation = MoeActivation::SwiGLU;
+            std::vector<std::vector<uint16_t>> ys;
+            const EpMoeAlgo algos[] = {EpMoeAlgo::Overlapped, EpMoeAlgo::Sequential, EpMoeAlgo::Overlapped,
+                                       EpMoeAlgo::Overlapped, EpMoeAlgo::Auto};
+            for (EpMoeAlgo a : algos) {
+                o.algo = a;
+                Dev y(static_cast<std::size_t>(T * c.H * 2));  // poisoned
+                const EpHandle h = ep_moe_experts(*w, run.xv, run.d_idx->as<int32_t>(), run.d_w->as<float>(), c.k, c.E,
+                                                  up, down, MatrixView{y.p, DType::BF16, T, c.H, 0}, stream, o);
+                try {
+                    ep_check(*w, h, stream);
+                } catch (const Error& e) {
+                    err = e.what();
+                }
+                std::vector<uint16_t> got(static_cast<std::size_t>(T * c.H));
+                if (T > 0) LOOM_CHECK_CUDA(cudaMemcpy(got.data(), y.p, got.size() * 2, cudaMemcpyDeviceToHost));
+                ys.push_back(std::move(got));
+                if (f.inter == 0 && a == EpMoeAlgo::Overlapped && ys.size() == 1 && err.empty())
+                    err = layer_error(run, y.p);
+            }
+            for (std::size_t i = 1; i < ys.size() && err.empty(); ++i)
+                for (std::size_t j = 0; j < ys[0].size(); ++j)
+                    if (ys[i][j] != ys[0][j]) {
+                        err = "call " + std::to_string(i) + " (" + to_string(algos[i]) +
+                              ") differs from the first Overlapped call at token " + std::to_string(j / c.H) + " col " +
+                              std::to_string(j % c.H);
+                        break;
+                    }
+            if (!err.empty()) err = run.what() + " I=" + std::to_string(f.inter) + ": " + err;
+        }
+        if (!err.empty()) break;
+    }
+    EXPECT_EQ(test::agree(*w, err, "ep_moe_experts"), "");
 }
 
 std::string error_of(const std::function<void()>& f) {
@@ -436,6 +518,40 @@ TEST_F(MoeEp, BadInputsNameTheArgument) {
     cudaStreamEndCapture(stream, &g);
     if (g) cudaGraphDestroy(g);
     EXPECT_NE(cap.find("fixed capacity"), std::string::npos) << cap;
+    // ep_moe_experts: checked before anything is enqueued (every rank raises the same).
+    const MatrixView wv{x.p, DType::BF16, 4 * 2048, 2048, 0};  // L = 4 experts of [2048, 2048] (contents unused)
+    const MatrixView y64{y.p, DType::BF16, 64, 2048, 0};
+    EXPECT_NE(error_of([&] {
+                  ep_moe_experts(*w, xv, ids, nullptr, 8, 4 * W, wv, MatrixView{},
+                                 MatrixView{y.p, DType::BF16, 63, 2048, 0}, stream);
+              }).find("y: expected"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] {
+                  ep_moe_experts(*w, xv, ids, nullptr, 8, 4 * W, MatrixView{x.p, DType::BF16, 4 * 1024, 2048, 0},
+                                 MatrixView{}, y64, stream);
+              }).find("w_up: without w_down"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] {
+                  ep_moe_experts(*w, xv, ids, nullptr, 8, 4 * W, wv, MatrixView{x.p, DType::F32, 4 * 2048, 2048, 0},
+                                 y64, stream);
+              }).find("w_down: expected bf16"),
+              std::string::npos);
+    EpMoeOptions bad_algo;
+    bad_algo.algo = static_cast<EpMoeAlgo>(7);
+    EXPECT_NE(error_of([&] {
+                  ep_moe_experts(*w, xv, ids, nullptr, 8, 4 * W, wv, MatrixView{}, y64, stream, bad_algo);
+              }).find("opts.algo"),
+              std::string::npos);
+    // Overlapped cannot be captured (its GEMM's expected count is a launch argument).
+    EpMoeOptions ov;
+    ov.algo = EpMoeAlgo::Overlapped;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    const std::string ov_cap =
+        error_of([&] { ep_moe_experts(*w, xv, ids, nullptr, 8, 4 * W, wv, MatrixView{}, y64, stream, ov); });
+    g = nullptr;
+    cudaStreamEndCapture(stream, &g);
+    if (g) cudaGraphDestroy(g);
+    EXPECT_NE(ov_cap.find("CUDA graph"), std::string::npos) << ov_cap;
 }
 
 }  // namespace

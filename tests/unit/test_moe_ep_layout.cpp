@@ -8,8 +8,10 @@
 
 #include "common/ep_reference.hpp"
 #include "loom/jit/jit.hpp"
+#include "loom/kernels/gemm/gemm_params.hpp"
 #include "loom/kernels/moe/ep_params.hpp"
 #include "ops/moe/ep/ep.hpp"
+#include "ops/moe/grouped_gemm_internal.hpp"
 
 namespace {
 
@@ -32,7 +34,11 @@ TEST(MoeEpLayout, BuffersAreAlignedAndDisjoint) {
     const ep::LocalLayout l = ep::local_layout(8192, 8, 256, 8);
     EXPECT_EQ(ep::layout_chunks(8192, 8), 8192 * 8 / loom::kernels::moe::kEpChunk);
     EXPECT_GE(l.recv_offsets - l.chunk_counts, static_cast<std::size_t>(256 * (256 + 8) * 4));
-    EXPECT_GE(l.bytes - l.token_pair, static_cast<std::size_t>(8192 * 8 * 4));
+    EXPECT_GE(l.send_prefix - l.token_pair, static_cast<std::size_t>(8192 * 8 * 4));
+    EXPECT_GE(l.send_entry - l.send_prefix, static_cast<std::size_t>((256 + 1) * 4));
+    EXPECT_GE(l.bytes - l.send_entry, static_cast<std::size_t>(8192 * 8 * 4));
+    EXPECT_EQ(l.send_prefix % 256, 0u);
+    EXPECT_EQ(l.send_entry % 256, 0u);
     EXPECT_EQ(ep::layout_chunks(0, 8), 1);  // T = 0: one (empty) chunk
     EXPECT_GT(ep::local_layout(0, 1, 1, 1).bytes, 0u);
 }
@@ -82,6 +88,8 @@ TEST(MoeEpCompile, KernelsHaveNoSpills) {
         {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_layout_index"},
         {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_dispatch_push"},
         {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_dispatch_arrive"},
+        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_dispatch_push_experts"},
+        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_dispatch_arrived_wait"},
         {"loom/kernels/moe/ep_combine.cuh", "loom::kernels::moe::ep_combine_send"},
         {"loom/kernels/moe/ep_combine.cuh", "loom::kernels::moe::ep_combine_reduce"},
     };
@@ -92,6 +100,32 @@ TEST(MoeEpCompile, KernelsHaveNoSpills) {
             spec.name = name;
             expect_clean(loom::jit::compile(spec, arch), spec.display() + " sm_" + std::to_string(arch));
         }
+}
+
+// ep_moe_experts' hooked grouped GEMM: the Hopper kernel at both tile heights, two widths, with SwiGLU; the portable
+// kernel.
+TEST(MoeEpCompile, ExpertHooksGemmHasNoSpills) {
+    const char* header = "loom/kernels/moe/ep_experts.cuh";
+    const char* hooks = "loom::kernels::moe::EpExpertHooks";
+    for (int bm : {64, 128})
+        for (int bn : {128, 256})
+            for (loom::MoeActivation act : {loom::MoeActivation::None, loom::MoeActivation::SwiGLU}) {
+                loom::GemmConfig c;
+                c.block_m = bm;
+                c.block_n = bn;
+                c.stages = 4;
+                c.block_k = loom::kernels::gemm_block_k(2);
+                c.tma_store = false;
+                const auto spec = loom::moe::grouped_gemm_kernel_spec(c, loom::DType::BF16, loom::DType::BF16, false,
+                                                                      act, hooks, header);
+                expect_clean(loom::jit::compile(spec, 90), spec.display());
+            }
+    const loom::GemmConfig sm80 = loom::moe::grouped_gemm_heuristic(
+        4096, 7168, 2048, 32, false, loom::MoeActivation::None, loom::DType::BF16, 80, 108);
+    ASSERT_TRUE(sm80.sm80);
+    const auto spec = loom::moe::grouped_gemm_kernel_spec(sm80, loom::DType::BF16, loom::DType::BF16, false,
+                                                          loom::MoeActivation::None, hooks, header);
+    expect_clean(loom::jit::compile(spec, 80), spec.display() + " sm_80");
 }
 
 }  // namespace

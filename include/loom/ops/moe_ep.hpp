@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "loom/ops/moe.hpp"
 #include "loom/runtime/world.hpp"
 #include "loom/tensor.hpp"
 
@@ -66,6 +67,40 @@ void ep_check(World& world, const EpHandle& handle, cudaStream_t stream);
 // Bytes of token rows this rank's dispatch of `handle` sends to other ranks (pairs x H x 2) — the combine pulls the
 // same number back. Synchronises `stream` (reads the layout on the host); for benchmarks and reports.
 int64_t ep_dispatch_bytes(World& world, const EpHandle& handle, cudaStream_t stream);
+
+// ---- ep_moe_experts: dispatch -> the local experts' grouped GEMMs -> combine ---------------------------------------
+
+enum class EpMoeAlgo {
+    Auto,        // Overlapped when world > 1, no other rank runs on this rank's GPU and the stream is not capturing;
+                 // else Sequential (ranks sharing a GPU through MPS split its SMs between the push and the GEMM: not
+                 // measured to pay)
+    Sequential,  // ep_dispatch, grouped_gemm (w_up, then w_down), ep_combine, one after the other
+    Overlapped,  // the dispatch pushes expert by expert (local expert 0 of every rank first) and signals each
+                 // (receiver, local expert) once its rows are stored; the first grouped GEMM's tiles of local expert l
+                 // start as soon as every source's rows of l have landed, while later experts still arrive. A token
+                 // going to several experts of one rank crosses once per expert (Sequential: once per rank). Not in
+                 // a CUDA graph capture (raises)
+};
+const char* to_string(EpMoeAlgo a);
+
+struct EpMoeOptions {
+    EpMoeAlgo algo = EpMoeAlgo::Auto;
+    EpOptions ep{};             // the dispatch's and the combine's
+    GroupedGemmOptions up{};    // the first grouped GEMM's (e.g. activation SwiGLU); max_rows is set by the op
+    GroupedGemmOptions down{};  // the second's (with w_down)
+};
+
+// y = ep_combine(experts(ep_dispatch(x))): each received row goes through its local expert l: out = act(row x
+// w_up_l^T) (GroupedGemmOptions up), then, when w_down.data is not null, out = out x w_down_l^T (options down). The
+// experts' weights are this rank's L = E / W local experts stacked as grouped_gemm takes them (NK: w_up [L x N1, H],
+// w_down [L x H, N1'] with N1' = N1, or N1 / 2 with SwiGLU); without w_down the first GEMM's output width must be H.
+// x, topk_idx, topk_weights, topk, num_experts: as ep_dispatch. y: [T, H] bf16. The intermediate rows are the op's
+// (device memory, grown to the capacity). Both algorithms give the same bits for the same GEMM options (Overlapped
+// runs Sequential's grouped GEMM configs and tile order). Returns the dispatch's handle (combined already: for
+// ep_check). Collective; stream-ordered; capacity 0 (auto) synchronises the stream once, as ep_dispatch.
+EpHandle ep_moe_experts(World& world, const MatrixView& x, const int32_t* topk_idx, const float* topk_weights, int topk,
+                        int num_experts, const MatrixView& w_up, const MatrixView& w_down, const MatrixView& y,
+                        cudaStream_t stream, const EpMoeOptions& opts = {});
 
 // Frees the EP throughput mode's state on this World (collective; synchronises the device).
 void release_moe_ep_state(World& world);

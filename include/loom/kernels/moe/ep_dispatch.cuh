@@ -18,6 +18,18 @@
 //   ep_dispatch_arrive  every block waits for arrived[r] >= e of every rank r, then copies each received pair's row
 //                     into the rows of its further slots on this rank (a token sent once, landing in several experts)
 //
+// The per-expert path (ep_moe_experts, Overlapped: kernels/moe/ep_experts.cuh) runs count -> scan -> index as above
+// (the scan also writes send_prefix, the index send_entry: this rank's entries grouped by expert), then
+//   ep_dispatch_push_experts  the pair records (a warp per token), then per (local expert l, rank d) in the order
+//                     l-major, peers first: this rank's rows of expert d L + l (items of kEpExpertRows rows, a block
+//                     each), each into the row of its own entry at d (a token going to several experts of d crosses
+//                     once per expert: no receiver copy); the block finishing the expert's last item adds 1 to
+//                     expert_ready[l] at d (release, sys; also with no rows, and after an overflow); the last
+//                     block sets arrived[me] := e at every rank (the pair records)
+//   ep_dispatch_arrived_wait  one warp: waits for arrived[r] >= e of every rank r (before the combine reads the
+//                     pair records)
+// and the grouped GEMM in between waits per tile for its expert's counter (ep_experts.cuh).
+//
 // Waits: the scan waits for the peers' scans (which follow only their counts) and the arrive kernel for the peers'
 // pushes (which wait for nothing). No block waits for another block of its own kernel, so nothing needs co-resident
 // blocks, and ranks sharing a GPU cannot starve each other into a cycle.
@@ -107,6 +119,22 @@ __global__ void __launch_bounds__(kEpChunk) ep_layout_count(Ctx ctx, EpParams p)
     for (int c = threadIdx.x; c < C; c += blockDim.x) out[c] = hist[c];
 }
 
+// Every thread of a block of kEpScanThreads >= n: out[0] = 0, out[i + 1] = v[0] + ... + v[i] (i < n). buf: n int32 of
+// shared memory. Ends with a __syncthreads.
+LOOM_DEVICE LOOM_FORCEINLINE void ep_exclusive_prefix(const int32_t* v, int n, int32_t* out, int32_t* buf) {
+    const int i = static_cast<int>(threadIdx.x);
+    int32_t run = i < n ? v[i] : 0;
+    for (int d = 1; d < n; d *= 2) {  // Hillis-Steele: log2(n) steps of the whole block
+        if (i < n) buf[i] = run;
+        __syncthreads();
+        if (i >= d && i < n) run += buf[i - d];
+        __syncthreads();
+    }
+    if (i < n) out[i + 1] = run;
+    if (i == 0) out[0] = 0;
+    __syncthreads();
+}
+
 // One block of kEpScanThreads.
 __global__ void __launch_bounds__(kEpScanThreads) ep_layout_scan(Ctx ctx, EpParams p) {
     __shared__ int32_t tot[kEpMaxCols];     // this rank's column totals, then every expert's total over the sources
@@ -132,6 +160,7 @@ __global__ void __launch_bounds__(kEpScanThreads) ep_layout_scan(Ctx ctx, EpPara
         tot[c] = run;
     }
     __syncthreads();
+    if (p.send_prefix != nullptr) ep_exclusive_prefix(tot, E, p.send_prefix, seg);  // seg: scratch until below
     const uint64_t epoch = s_epoch;
     // The exchange: this rank's totals into row me of every rank's counts_all, then counts_ready[me] := epoch there.
     for (int i = threadIdx.x; i < W * C; i += blockDim.x) {
@@ -216,6 +245,7 @@ __global__ void __launch_bounds__(kEpChunk) ep_layout_index(Ctx ctx, EpParams p)
     }
     const int32_t* base = p.chunk_counts + static_cast<int64_t>(blockIdx.x) * C;
     p.entry_row[j] = p.send_base[e] + base[e] + before;
+    if (p.send_entry != nullptr) p.send_entry[p.send_prefix[e] + base[e] + before] = static_cast<int32_t>(j);
     if (d >= 0) p.token_pair[(j / p.topk) * W + d] = p.pair_base[d] + base[p.num_experts + d] + pbefore;
 }
 
@@ -289,6 +319,125 @@ __global__ void __launch_bounds__(kEpThreads) ep_dispatch_arrive(Ctx ctx, EpPara
     // The grouped GEMM that follows reads the rows through TMA (the async proxy).
     __syncthreads();
     ptx::fence_proxy_async_global();
+}
+
+// Every thread of the block (blockDim.x a multiple of 32): out[i] = items(0) + ... + items(i - 1) for i in [0, n].
+// scratch: 32 int32 of shared memory. Ends with a __syncthreads.
+template <class F>
+LOOM_DEVICE LOOM_FORCEINLINE void ep_block_prefix(int n, const F& items, int32_t* out, int32_t* scratch) {
+    const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+    const int threads = static_cast<int>(blockDim.x), per = (n + threads - 1) / threads;
+    const int i0 = tid * per < n ? tid * per : n, i1 = i0 + per < n ? i0 + per : n;
+    int32_t mine = 0;
+    for (int i = i0; i < i1; ++i) mine += items(i);
+    int32_t incl = mine;
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+        const int32_t v = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= d) incl += v;
+    }
+    if (lane == 31) scratch[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        int32_t w = lane < threads / 32 ? scratch[lane] : 0;
+#pragma unroll
+        for (int d = 1; d < 32; d *= 2) {
+            const int32_t v = __shfl_up_sync(0xffffffffu, w, d);
+            if (lane >= d) w += v;
+        }
+        if (lane < threads / 32) scratch[lane] = w;  // inclusive over the warps
+    }
+    __syncthreads();
+    int32_t run = (warp > 0 ? scratch[warp - 1] : 0) + incl - mine;
+    for (int i = i0; i < i1; ++i) {
+        out[i] = run;
+        run += items(i);
+    }
+    if (tid == threads - 1) out[n] = scratch[threads / 32 - 1];
+    __syncthreads();
+}
+
+// The per-expert push (see the top). Grid-strided: a warp per token for the pair records, then a block per work item:
+// work order o in [0, E) names local expert l = o / W at rank d = (me + 1 + o % W) % W, expert e = d L + l; its
+// rows are split into items of kEpExpertRows (one item when it has none, or after an overflow). The block that
+// finishes e's last item (a wrapping ticket per expert) signals e's rank.
+// (minimum 1 block per SM: ptxas otherwise caps sm_80 at 32 registers and spills)
+__global__ void __launch_bounds__(kEpThreads, 1) ep_dispatch_push_experts(Ctx ctx, EpParams p) {
+    __shared__ int32_t s_item[kEpMaxExperts + 1];  // first item of each work order position
+    __shared__ int32_t s_scratch[32];
+    const int W = ctx.local_world, me = ctx.local_rank, L = p.local_experts, E = p.num_experts;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, block_warps = blockDim.x / 32;
+    const bool move = p.dev->overflow == 0;
+    const int64_t warps = static_cast<int64_t>(gridDim.x) * block_warps;
+    for (int64_t t = static_cast<int64_t>(blockIdx.x) * block_warps + warp; move && t < p.tokens; t += warps) {
+        if (lane >= p.topk) continue;  // no warp collectives below
+        const int32_t e = p.topk_idx[t * p.topk + lane];
+        const int32_t row = p.entry_row[t * p.topk + lane];
+        if (e >= 0 && (row < 0 || row >= p.capacity))
+            bad_index("ep_moe_experts entry_row", p.entry_row + t * p.topk + lane, row, p.capacity);
+        const float w = p.topk_weights != nullptr ? p.topk_weights[t * p.topk + lane] : 1.f;
+        for (int d = 0; d < W; ++d) {
+            const int32_t q = p.token_pair[t * W + d];
+            if (q < 0) continue;
+            const int64_t rec = static_cast<int64_t>(q) * p.topk + lane;
+            ep_peer(ctx, p.pair_rows, d)[rec] = e >= 0 && e / L == d ? row : -1;
+            ep_peer(ctx, p.pair_weights, d)[rec] = w;
+        }
+    }
+    auto expert_of = [&](int o) { return ((me + 1 + o % W) % W) * L + o / W; };
+    auto items = [&](int o) {
+        const int e = expert_of(o);
+        const int32_t n = move ? p.send_prefix[e + 1] - p.send_prefix[e] : 0;
+        return n > 0 ? (n + kEpExpertRows - 1) / kEpExpertRows : 1;
+    };
+    ep_block_prefix(E, items, s_item, s_scratch);
+    const uint4* x = static_cast<const uint4*>(p.x);
+    for (int32_t it = blockIdx.x; it < s_item[E]; it += gridDim.x) {
+        int o = 0, hi_o = E - 1;  // the last o with s_item[o] <= it
+        while (o < hi_o) {
+            const int mid = (o + hi_o + 1) / 2;
+            if (s_item[mid] <= it) {
+                o = mid;
+            } else {
+                hi_o = mid - 1;
+            }
+        }
+        const int d = (me + 1 + o % W) % W, l = o / W, e = d * L + l;
+        const int32_t chunk = it - s_item[o], chunks = s_item[o + 1] - s_item[o];
+        if (move) {
+            uint4* const rows = static_cast<uint4*>(ep_peer(ctx, p.recv_x, d));
+            const int32_t lo = p.send_prefix[e] + chunk * kEpExpertRows;
+            const int32_t end = lo + kEpExpertRows < p.send_prefix[e + 1] ? lo + kEpExpertRows : p.send_prefix[e + 1];
+            for (int32_t i = lo + warp; i < end; i += block_warps) {
+                const int32_t j = p.send_entry[i];
+                const int32_t row = p.entry_row[j];
+                if (row < 0 || row >= p.capacity) continue;  // never: the pair pass above traps on it
+                const uint4* src = x + static_cast<int64_t>(j / p.topk) * p.x_ld_words;
+                uint4* dst = rows + static_cast<int64_t>(row) * p.row_words;
+                for (int64_t c = lane; c < p.row_words; c += 32) dst[c] = src[c];
+            }
+        }
+        __syncthreads();  // every warp's rows of the item stored
+        if (threadIdx.x == 0) {
+            ptx::fence_sc_sys();  // this block's rows before its ticket; the last block's signal after every ticket
+            const uint32_t last = static_cast<uint32_t>(chunks - 1);
+            if (ptx::atom_inc_acq_rel_gpu(p.dev->expert_ticket + e, last) == last) {
+                ptx::fence_sc_sys();
+                ptx::red_add_release_sys(ep_peer(ctx, p.sig->expert_ready + l, d), uint64_t{1});
+            }
+        }
+    }
+    if (ep_last_block(&p.dev->push_ticket)) {
+        const uint64_t epoch = p.dev->dispatch_calls;
+        for (int d = 0; d < W; ++d) ptx::st_release_sys(ep_peer(ctx, p.sig->arrived + me, d), epoch);
+    }
+}
+
+// One warp: every rank's pair records of the current dispatch have landed (the combine that follows reads them).
+__global__ void __launch_bounds__(32) ep_dispatch_arrived_wait(Ctx ctx, EpParams p) {
+    if (threadIdx.x < static_cast<unsigned>(ctx.local_world))
+        ep_wait(ctx.wait_timeout_ns, p.sig->arrived + threadIdx.x, p.dev->dispatch_calls,
+                "ep_moe_experts: waits for a rank's pair records");
 }
 
 }  // namespace loom::kernels::moe

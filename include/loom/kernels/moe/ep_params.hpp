@@ -11,6 +11,8 @@
 // Signals (EpSignals, symmetric, zeroed once, never reset) carry call numbers kept on the device (EpDeviceState), not
 // host counts, so a replayed CUDA graph advances them: dispatch call e sets counts_ready[me] := e and arrived[me] := e
 // at every rank; the combine's launch c sets combined[me] := c at every rank. Waits are `>=` (acquire, sys, bounded).
+// The per-expert push (ep_moe_experts, Overlapped) adds 1 to expert_ready[l] at every rank d for each of d's local
+// experts l once its rows of l are stored there: after every rank's n-th such push expert_ready[l] = W x n.
 #pragma once
 
 #include "loom/config.hpp"
@@ -24,11 +26,14 @@ inline constexpr int kEpThreads = 512;       // threads of the data kernels (a w
 inline constexpr int kEpMaxExperts = 1024;   // E the scan keeps in shared memory
 inline constexpr int kEpMaxTopk = 32;        // k: a token's slots fit one warp
 inline constexpr int kEpMaxCols = kEpMaxExperts + kMaxLocalPeers;
+inline constexpr int kEpExpertRows = 32;  // rows per work item of the per-expert push
 
 struct EpSignals {
     uint64_t counts_ready[kMaxLocalPeers];  // at d: the last dispatch whose rank r counts row landed in d's counts
     uint64_t arrived[kMaxLocalPeers];       // at d: the last dispatch whose rank r rows and pair records landed at d
     uint64_t combined[kMaxLocalPeers];      // at r: the last combine whose partial rows rank d has ready for r
+    uint64_t expert_ready[kEpMaxExperts];   // at d, per local expert l: sources whose rows of l landed, summed over
+                                            // the per-expert pushes so far
 };
 
 // Local device memory of one World's EP state, zeroed once.
@@ -41,6 +46,7 @@ struct EpDeviceState {
     int32_t need_rows;   // the current dispatch: the most rows any rank receives
     int32_t need_pairs;  // the current dispatch: the most pairs any rank receives
     int32_t recv_pairs;  // the current dispatch: pairs this rank receives
+    uint32_t expert_ticket[kEpMaxExperts];  // the per-expert push: per expert, its work items' wrapping ticket
 };
 
 // Every dispatch / combine kernel's arguments (one struct: the kernels share most of them).
@@ -60,6 +66,9 @@ struct EpParams {
     int32_t* pair_base;     // [W]: first pair record index of this rank's pairs at rank d
     int32_t* entry_row;     // [T, k]: row of entry j at its expert's rank; -1 for an unused slot
     int32_t* token_pair;    // [T, W]: pair record index of (t, d) at d; -1 where t does not go to d
+    // The per-expert push's (null on the other path): this rank's entries grouped by expert, token order within one.
+    int32_t* send_prefix;  // [E + 1]: exclusive prefix over the experts of this rank's entries per expert
+    int32_t* send_entry;   // [T x k]: entries [send_prefix[e], send_prefix[e + 1]) are those of expert e
     // Symmetric (this rank's addresses; peers' through the Ctx).
     EpSignals* sig;
     int32_t* counts_all;  // [W, C]: row r = rank r's column totals
@@ -71,6 +80,15 @@ struct EpParams {
     int32_t tokens, topk, num_experts, local_experts, chunks;
     int32_t capacity, pair_capacity;
     int32_t pad;
+};
+
+// The grouped GEMM's hooks of ep_moe_experts, Overlapped (kernels/moe/ep_experts.cuh): a tile of local expert l waits
+// for expert_ready[l] >= target = W x (the per-expert pushes on the World so far, this call's included; a host count:
+// the Overlapped algorithm is not captured in CUDA graphs) before its A rows are loaded.
+struct EpExpertHookArgs {
+    const uint64_t* expert_ready;  // this rank's EpSignals::expert_ready
+    uint64_t target;
+    uint64_t timeout_ns;
 };
 
 }  // namespace loom::kernels::moe

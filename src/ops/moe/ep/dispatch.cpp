@@ -78,6 +78,19 @@ void check_dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, 
 EpHandle ep_dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, const float* topk_weights, int topk,
                      int num_experts, cudaStream_t stream, const EpOptions& opts) {
     const detail::NvtxRange nvtx("loom::ep_dispatch T={} H={} k={} E={}", x.rows, x.cols, topk, num_experts);
+    return moe::ep::dispatch(world, x, topk_idx, topk_weights, topk, num_experts, stream, opts, false);
+}
+
+namespace moe::ep {
+
+void launch_arrived_wait(World& world, cudaStream_t stream) {
+    State& st = *world.find_state<State>();
+    const jit::Kernel& wait = kernel(kHeader, "loom::kernels::moe::ep_dispatch_arrived_wait");
+    wait(launch_config(1, 32, 0, stream), world.ctx(), st.params);
+}
+
+EpHandle dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, const float* topk_weights, int topk,
+                  int num_experts, cudaStream_t stream, const EpOptions& opts, bool per_expert) {
     check_dispatch(world, x, topk_idx, topk, num_experts, opts);
     const bool captured = moe::ep::capturing(stream);
     LOOM_CHECK(!captured || opts.capacity > 0,
@@ -103,7 +116,8 @@ EpHandle ep_dispatch(World& world, const MatrixView& x, const int32_t* topk_idx,
     const jit::Kernel& count = moe::ep::kernel(kHeader, "loom::kernels::moe::ep_layout_count");
     const jit::Kernel& scan = moe::ep::kernel(kHeader, "loom::kernels::moe::ep_layout_scan");
     const jit::Kernel& index = moe::ep::kernel(kHeader, "loom::kernels::moe::ep_layout_index");
-    const jit::Kernel& push = moe::ep::kernel(kHeader, "loom::kernels::moe::ep_dispatch_push");
+    const jit::Kernel& push = moe::ep::kernel(
+        kHeader, per_expert ? "loom::kernels::moe::ep_dispatch_push_experts" : "loom::kernels::moe::ep_dispatch_push");
     const jit::Kernel& arrive = moe::ep::kernel(kHeader, "loom::kernels::moe::ep_dispatch_arrive");
 
     kmoe::EpParams p{};
@@ -118,6 +132,10 @@ EpHandle ep_dispatch(World& world, const MatrixView& x, const int32_t* topk_idx,
     p.pair_base = reinterpret_cast<int32_t*>(lb + ll.pair_base);
     p.entry_row = reinterpret_cast<int32_t*>(lb + ll.entry_row);
     p.token_pair = reinterpret_cast<int32_t*>(lb + ll.token_pair);
+    if (per_expert) {
+        p.send_prefix = reinterpret_cast<int32_t*>(lb + ll.send_prefix);
+        p.send_entry = reinterpret_cast<int32_t*>(lb + ll.send_entry);
+    }
     p.sig = st.sig;
     p.counts_all = st.counts_all;
     p.x_ld_words = x.stride() / 8;
@@ -155,14 +173,22 @@ EpHandle ep_dispatch(World& world, const MatrixView& x, const int32_t* topk_idx,
 
     index(moe::ep::launch_config(chunks, kmoe::kEpChunk, 0, stream), ctx, p);
     const int sms = st.device_sms;
-    push(moe::ep::launch_config(static_cast<unsigned>(moe::ep::data_blocks(T, sms, opts.num_blocks)), kmoe::kEpThreads,
-                                0, stream),
-         ctx, p);
-    // Received pairs are at most the capacity; the grid is sized for it (the count is on the device).
-    arrive(moe::ep::launch_config(
-               static_cast<unsigned>(moe::ep::data_blocks(std::min<int64_t>(capacity, 1 << 20), sms, opts.num_blocks)),
-               kmoe::kEpThreads, 0, stream),
-           ctx, p);
+    if (per_expert) {
+        // At least a block per expert's work item while the SMs last (a block pushes one expert's rows at a time).
+        const int blocks = opts.num_blocks > 0 ? opts.num_blocks
+                                               : std::max(moe::ep::data_blocks(T, sms, 0), std::min(num_experts, sms));
+        push(moe::ep::launch_config(static_cast<unsigned>(blocks), kmoe::kEpThreads, 0, stream), ctx, p);
+        st.expert_pushes += 1;
+    } else {
+        push(moe::ep::launch_config(static_cast<unsigned>(moe::ep::data_blocks(T, sms, opts.num_blocks)),
+                                    kmoe::kEpThreads, 0, stream),
+             ctx, p);
+        // Received pairs are at most the capacity; the grid is sized for it (the count is on the device).
+        arrive(moe::ep::launch_config(static_cast<unsigned>(moe::ep::data_blocks(std::min<int64_t>(capacity, 1 << 20),
+                                                                                 sms, opts.num_blocks)),
+                                      kmoe::kEpThreads, 0, stream),
+               ctx, p);
+    }
 
     st.calls += 1;
     st.combined = false;
@@ -180,6 +206,8 @@ EpHandle ep_dispatch(World& world, const MatrixView& x, const int32_t* topk_idx,
     h.call = st.calls;
     return h;
 }
+
+}  // namespace moe::ep
 
 void ep_check(World& world, const EpHandle& handle, cudaStream_t stream) {
     moe::ep::State* st = world.find_state<moe::ep::State>();

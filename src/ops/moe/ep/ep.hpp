@@ -24,7 +24,7 @@ DataLayout data_layout(int64_t rows, int64_t hidden, int topk);
 // Byte offsets of the local layout buffer's arrays for one call (T tokens, k slots, E experts, W ranks).
 struct LocalLayout {
     std::size_t chunk_counts = 0, recv_offsets = 0, recv_counts = 0, send_base = 0, pair_base = 0, entry_row = 0,
-                token_pair = 0, bytes = 0;
+                token_pair = 0, send_prefix = 0, send_entry = 0, bytes = 0;
 };
 int layout_chunks(int64_t tokens, int topk);  // blocks of the count / index kernels (at least 1)
 LocalLayout local_layout(int64_t tokens, int topk, int num_experts, int world);
@@ -51,12 +51,22 @@ struct State final : WorldState {
     kernels::moe::EpDeviceState* dev = nullptr;  // local, zeroed once
     int32_t* host = nullptr;                     // pinned: the device state's read-backs
     int device_sms = 0;
-    int64_t auto_rows = 0;  // auto mode's capacity of the last call
-    uint64_t calls = 0;     // dispatches on the World (the latest handle's number)
-    bool combined = false;  // the latest dispatch's combine was enqueued
+    int64_t auto_rows = 0;       // auto mode's capacity of the last call
+    uint64_t calls = 0;          // dispatches on the World (the latest handle's number)
+    uint64_t expert_pushes = 0;  // per-expert pushes on the World (ep_moe_experts, Overlapped): EpExpertHookArgs
+    bool combined = false;       // the latest dispatch's combine was enqueued
+    // ep_moe_experts: the first GEMM's rows (with w_down) and the experts' outputs.
+    overlap::LocalBuffer expert_mid, expert_out;
     // The latest dispatch's shape and parameters (the combine's).
     kernels::moe::EpParams params{};
 };
+
+// ep_dispatch's body. per_expert: the per-expert push (ep_moe_experts, Overlapped: kernels/moe/ep_dispatch.cuh)
+// instead of push -> arrive; the caller then runs the hooked grouped GEMM and launch_arrived_wait before the combine.
+EpHandle dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, const float* topk_weights, int topk,
+                  int num_experts, cudaStream_t stream, const EpOptions& opts, bool per_expert);
+// ep_dispatch_arrived_wait for the World's latest dispatch.
+void launch_arrived_wait(World& world, cudaStream_t stream);
 
 // The World's state; created on first use (collective), never inside a CUDA graph capture.
 State& state(World& world, const char* op, bool captured);

@@ -40,6 +40,8 @@ LocalLayout local_layout(int64_t tokens, int topk, int num_experts, int world) {
     l.pair_base = at, at += up(static_cast<std::size_t>(world) * 4);
     l.entry_row = at, at += up(T * static_cast<std::size_t>(topk) * 4);
     l.token_pair = at, at += up(T * static_cast<std::size_t>(world) * 4);
+    l.send_prefix = at, at += up((static_cast<std::size_t>(num_experts) + 1) * 4);
+    l.send_entry = at, at += up(T * static_cast<std::size_t>(topk) * 4);
     l.bytes = at;
     return l;
 }
