@@ -205,7 +205,10 @@ void World::init(const RankInfo& info, const WorldOptions& opts) {
     if (opts.create_heap && !driver::available()) LOOM_FAIL("no GPU: {}", driver::unavailable_reason());
     w.store = std::make_unique<Store>(info.rank, info.world_size, info.master_addr, info.master_port,
                                       settings().store_timeout);
-    if (info.world_size > 1) {  // node facts from the hosts (node_layout.hpp)
+    // Node facts from the hosts (node_layout.hpp): needed by the heap, or when the launcher gave none. A World without
+    // a heap and with the launcher's facts stays free of collectives in its constructor (rank 0 may publish the
+    // store's port only once its World exists).
+    if (info.world_size > 1 && (opts.create_heap || info.local_from_hosts)) {
         char host[HOST_NAME_MAX + 1] = {};
         ::gethostname(host, sizeof host - 1);
         const std::string mine(host);
