@@ -58,6 +58,8 @@ constexpr int kTeamWorld = 0;                    // NVSHMEM_TEAM_WORLD
     X(nvshmem_malloc, void*(std::size_t))                                                                  \
     X(nvshmemx_buffer_register_symmetric, void*(void*, std::size_t, int))                                  \
     X(nvshmemx_buffer_unregister_symmetric, int(void*, std::size_t))                                       \
+    X(nvshmemx_buffer_register, int(void*, std::size_t))                                                   \
+    X(nvshmemx_buffer_unregister, int(void*))                                                              \
     X(nvshmem_free, void(void*))                                                                           \
     X(nvshmem_barrier_all, void())                                                                         \
     X(nvshmemx_barrier_all_on_stream, void(cudaStream_t))                                                  \
@@ -180,6 +182,9 @@ void* register_symmetric(void* buf, std::size_t bytes) {
                buf, bytes);
     return p;
 }
+bool register_local(void* buf, std::size_t bytes) { return ready().nvshmemx_buffer_register(buf, bytes) == 0; }
+void unregister_local(void* buf) { ready().nvshmemx_buffer_unregister(buf); }
+
 void unregister_symmetric(void* symmetric, std::size_t bytes) {
     check_rc(ready().nvshmemx_buffer_unregister_symmetric(symmetric, bytes), "nvshmemx_buffer_unregister_symmetric");
 }

@@ -55,7 +55,8 @@ struct World::Impl {
     int device = -1;
     std::unique_ptr<SymmetricHeap> heap;
     std::unique_ptr<detail::HeapAllocator> allocator;
-    char* remote_heap = nullptr;  // the heap registered with NVSHMEM (a World of several nodes), else null
+    char* remote_heap = nullptr;    // the heap registered with NVSHMEM (a World of several nodes), else null
+    bool local_registered = false;  // the heap's own address registered with NVSHMEM's network transports
     std::uint64_t wait_timeout_ns = 0;
     DiagMailbox* diag = nullptr;  // device address of the process's diagnostic mailbox (runtime/diag_mailbox.hpp)
     bool shut_down = false;
@@ -135,6 +136,7 @@ struct World::Impl {
     void release_remote(bool collective_ok) noexcept {
         if (collective_ok) {
             try {
+                if (local_registered) nvshmem::unregister_local(heap->local_base());
                 nvshmem::unregister_symmetric(remote_heap, heap->size());
                 nvshmem::finalize();
             } catch (const std::exception& e) {
@@ -242,6 +244,15 @@ void World::init(const RankInfo& info, const WorldOptions& opts) {
         if (w.info.num_nodes() > 1) {
             nvshmem::init(*this);
             w.remote_heap = static_cast<char*>(nvshmem::register_symmetric(w.heap->local_base(), w.heap->size()));
+            // The local operands of remote operations keep the heap's own address (no second alias of the same
+            // memory in this process, whose caches the language would then have to keep coherent): registered for
+            // NVSHMEM's network transports.
+            w.local_registered = nvshmem::register_local(w.heap->local_base(), w.heap->size());
+            if (!w.local_registered)
+                log(LogLevel::Warn,
+                    "warning: nvshmemx_buffer_register refused the symmetric heap: remote puts / gets through a "
+                    "network "
+                    "transport will fail (NVLink peers are unaffected)");
         }
     }
 }

@@ -4,10 +4,12 @@
 // which selects nvcc and links libnvshmem_device). put / get / put_signal / notify / signal_op / barrier_all / fence /
 // quiet call these for a peer that Ctx::reachable says is on another node; node-local peers keep the load/store path.
 //
-// Addresses: NVSHMEM's device calls take symmetric addresses of NVSHMEM's space. The World registers each rank's
-// heap with NVSHMEM (Ctx::remote_heap: the same physical memory), so a symmetric pointer p of Loom names
-// remote_heap + (p - own heap) there. A local operand outside the heap is passed as it is: NVSHMEM's P2P transport
-// takes any device memory; its network transports need it in the heap.
+// Addresses: NVSHMEM's device calls take the peer's object as a symmetric address of NVSHMEM's space. The World
+// registers each rank's heap with NVSHMEM (Ctx::remote_heap: the same physical memory), so a symmetric pointer p of
+// Loom names remote_heap + (p - own heap) there. The local operand (put's source, get's destination) keeps its own
+// address: a second alias of this rank's memory in this process could serve stale cache lines after writes through
+// the first. The World also registers the heap's own address for NVSHMEM's network transports, so local operands in
+// the heap work on every transport; other device memory works on NVLink (P2P) only.
 //
 // Ordering: a remote notify / signal_op first completes this rank's earlier NVSHMEM operations (nvshmem_quiet) and
 // fences its ordinary writes at sys scope, so it is a release like the load/store one; put_signal is NVSHMEM's
@@ -24,55 +26,54 @@
 
 namespace loom::lang::remote {
 
-// NVSHMEM's symmetric address of `p` when p is in this rank's heap; other pointers unchanged.
+// NVSHMEM's symmetric address of `p`, a symmetric pointer of this rank (the peer's object at the same offset).
 LOOM_DEVICE LOOM_FORCEINLINE void* addr(const Ctx& ctx, const void* p) {
-    const uint64_t off = ctx.own_offset(p);
-    return off < ctx.heap_size ? static_cast<void*>(ctx.remote_heap + off) : const_cast<void*>(p);
+    return static_cast<void*>(ctx.remote_heap + ctx.own_offset(p));
 }
 
 // ---- put / get at thread, warp and block scope (every thread of the group calls) -------------------------------
 LOOM_DEVICE LOOM_FORCEINLINE void put(Thread, const Ctx& ctx, void* dst, const void* src, uint64_t bytes, int peer,
                                       bool nbi) {
     if (nbi)
-        nvshmem_putmem_nbi(addr(ctx, dst), addr(ctx, src), bytes, peer);
+        nvshmem_putmem_nbi(addr(ctx, dst), src, bytes, peer);
     else
-        nvshmem_putmem(addr(ctx, dst), addr(ctx, src), bytes, peer);
+        nvshmem_putmem(addr(ctx, dst), src, bytes, peer);
 }
 LOOM_DEVICE LOOM_FORCEINLINE void put(Warp, const Ctx& ctx, void* dst, const void* src, uint64_t bytes, int peer,
                                       bool nbi) {
     if (nbi)
-        nvshmemx_putmem_nbi_warp(addr(ctx, dst), addr(ctx, src), bytes, peer);
+        nvshmemx_putmem_nbi_warp(addr(ctx, dst), src, bytes, peer);
     else
-        nvshmemx_putmem_warp(addr(ctx, dst), addr(ctx, src), bytes, peer);
+        nvshmemx_putmem_warp(addr(ctx, dst), src, bytes, peer);
 }
 LOOM_DEVICE LOOM_FORCEINLINE void put(Block, const Ctx& ctx, void* dst, const void* src, uint64_t bytes, int peer,
                                       bool nbi) {
     if (nbi)
-        nvshmemx_putmem_nbi_block(addr(ctx, dst), addr(ctx, src), bytes, peer);
+        nvshmemx_putmem_nbi_block(addr(ctx, dst), src, bytes, peer);
     else
-        nvshmemx_putmem_block(addr(ctx, dst), addr(ctx, src), bytes, peer);
+        nvshmemx_putmem_block(addr(ctx, dst), src, bytes, peer);
 }
 
 LOOM_DEVICE LOOM_FORCEINLINE void get(Thread, const Ctx& ctx, void* dst, const void* src, uint64_t bytes, int peer,
                                       bool nbi) {
     if (nbi)
-        nvshmem_getmem_nbi(addr(ctx, dst), addr(ctx, src), bytes, peer);
+        nvshmem_getmem_nbi(dst, addr(ctx, src), bytes, peer);
     else
-        nvshmem_getmem(addr(ctx, dst), addr(ctx, src), bytes, peer);
+        nvshmem_getmem(dst, addr(ctx, src), bytes, peer);
 }
 LOOM_DEVICE LOOM_FORCEINLINE void get(Warp, const Ctx& ctx, void* dst, const void* src, uint64_t bytes, int peer,
                                       bool nbi) {
     if (nbi)
-        nvshmemx_getmem_nbi_warp(addr(ctx, dst), addr(ctx, src), bytes, peer);
+        nvshmemx_getmem_nbi_warp(dst, addr(ctx, src), bytes, peer);
     else
-        nvshmemx_getmem_warp(addr(ctx, dst), addr(ctx, src), bytes, peer);
+        nvshmemx_getmem_warp(dst, addr(ctx, src), bytes, peer);
 }
 LOOM_DEVICE LOOM_FORCEINLINE void get(Block, const Ctx& ctx, void* dst, const void* src, uint64_t bytes, int peer,
                                       bool nbi) {
     if (nbi)
-        nvshmemx_getmem_nbi_block(addr(ctx, dst), addr(ctx, src), bytes, peer);
+        nvshmemx_getmem_nbi_block(dst, addr(ctx, src), bytes, peer);
     else
-        nvshmemx_getmem_block(addr(ctx, dst), addr(ctx, src), bytes, peer);
+        nvshmemx_getmem_block(dst, addr(ctx, src), bytes, peer);
 }
 
 // ---- put_signal: the data, then `sig` set / added at the peer (NVSHMEM orders the signal after the data) ----
@@ -80,17 +81,17 @@ LOOM_DEVICE LOOM_FORCEINLINE int signal_kind(bool add) { return add ? NVSHMEM_SI
 
 LOOM_DEVICE LOOM_FORCEINLINE void put_signal(Thread, const Ctx& ctx, void* dst, const void* src, uint64_t bytes,
                                              uint64_t* sig, uint64_t value, bool add, int peer) {
-    nvshmem_putmem_signal(addr(ctx, dst), addr(ctx, src), bytes, static_cast<uint64_t*>(addr(ctx, sig)), value,
-                          signal_kind(add), peer);
+    nvshmem_putmem_signal(addr(ctx, dst), src, bytes, static_cast<uint64_t*>(addr(ctx, sig)), value, signal_kind(add),
+                          peer);
 }
 LOOM_DEVICE LOOM_FORCEINLINE void put_signal(Warp, const Ctx& ctx, void* dst, const void* src, uint64_t bytes,
                                              uint64_t* sig, uint64_t value, bool add, int peer) {
-    nvshmemx_putmem_signal_warp(addr(ctx, dst), addr(ctx, src), bytes, static_cast<uint64_t*>(addr(ctx, sig)), value,
+    nvshmemx_putmem_signal_warp(addr(ctx, dst), src, bytes, static_cast<uint64_t*>(addr(ctx, sig)), value,
                                 signal_kind(add), peer);
 }
 LOOM_DEVICE LOOM_FORCEINLINE void put_signal(Block, const Ctx& ctx, void* dst, const void* src, uint64_t bytes,
                                              uint64_t* sig, uint64_t value, bool add, int peer) {
-    nvshmemx_putmem_signal_block(addr(ctx, dst), addr(ctx, src), bytes, static_cast<uint64_t*>(addr(ctx, sig)), value,
+    nvshmemx_putmem_signal_block(addr(ctx, dst), src, bytes, static_cast<uint64_t*>(addr(ctx, sig)), value,
                                  signal_kind(add), peer);
 }
 
