@@ -49,6 +49,7 @@ set(LOOM_HEADERS
     include/loom/lang/launch_epoch.cuh
     include/loom/lang/ll.cuh
     include/loom/lang/rank.cuh
+    include/loom/lang/remote.cuh
     include/loom/lang/profile.cuh
     include/loom/lang/profile_event.hpp
     include/loom/lang/share.cuh
@@ -193,6 +194,7 @@ set(LOOM_SOURCES
     src/runtime/diag_mailbox.cpp
     src/runtime/driver.cpp
     src/runtime/env.cpp
+    src/runtime/node_layout.cpp
     src/runtime/error.cpp
     src/runtime/fd_passing.cpp
     src/runtime/heap_allocator.cpp

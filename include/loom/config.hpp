@@ -41,6 +41,15 @@
 #define LOOM_SM90A 0
 #endif
 
+// Kernels that may reach peers on other nodes (jit::KernelSpec::remote_peers sets it): the language's remote column,
+// NVSHMEM's device calls, compiled by nvcc and linked with libnvshmem_device. 0: node-local peers only (NVRTC).
+#ifndef LOOM_REMOTE_PEERS
+#define LOOM_REMOTE_PEERS 0
+#endif
+#if LOOM_REMOTE_PEERS && LOOM_NVRTC
+#error "LOOM_REMOTE_PEERS needs nvcc and NVSHMEM: compile the kernel with jit::KernelSpec::remote_peers"
+#endif
+
 // Fixed-width integer types without <cstdint> under NVRTC.
 #if LOOM_NVRTC
 namespace loom {

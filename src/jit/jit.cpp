@@ -45,7 +45,7 @@ enum class Mode { Nvrtc, NvrtcPtxas, Nvcc };
 // The compiler whose entries this spec uses (part of the cache key). Cache-only looks up NVRTC's entries, the
 // default compiler's, and never compiles.
 Mode requested_mode(const KernelSpec& spec, JitCompiler setting) {
-    if (spec.needs_nvshmem || spec.force_nvcc) return Mode::Nvcc;
+    if (spec.needs_nvshmem || spec.remote_peers || spec.force_nvcc) return Mode::Nvcc;
     switch (setting) {
         case JitCompiler::Nvcc:
             return Mode::Nvcc;
@@ -135,6 +135,7 @@ json meta_of(const KernelSpec& spec, int arch, const CompileResult& r, const Res
                 {"defines", spec.defines},
                 {"include_dirs", spec.include_dirs},
                 {"needs_nvshmem", spec.needs_nvshmem},
+                {"remote_peers", spec.remote_peers},
                 {"arch", arch},
                 {"target", sm_name(arch)},
                 {"compiler", r.compiler},
@@ -212,6 +213,13 @@ std::string keep_failed(const std::string& tmp, const std::string& root, const s
 }  // namespace
 
 CompileResult compile(const KernelSpec& spec, int arch) {
+    if (spec.remote_peers) {  // the NVSHMEM build of the kernel, with the language's remote column compiled in
+        KernelSpec remote = spec;
+        remote.remote_peers = false;
+        remote.needs_nvshmem = true;
+        remote.defines.push_back("LOOM_REMOTE_PEERS=1");
+        return compile(remote, arch);
+    }
     const loom::detail::NvtxRange nvtx("loom::jit::compile {}<{}> sm_{}", spec.name.empty() ? spec.header : spec.name,
                                        fmt::join(spec.template_args, ", "), arch);
     auto t0 = std::chrono::steady_clock::now();

@@ -52,7 +52,7 @@ std::string spec_fingerprint(const KernelSpec& s) {
     for (const auto& d : s.defines) f += d + '\x1e';
     f += '\x1f';
     for (const auto& d : s.include_dirs) f += d + '\x1e';
-    f += fmt::format("\x1f{}{}", int(s.needs_nvshmem), int(s.force_nvcc));
+    f += fmt::format("\x1f{}{}{}", int(s.needs_nvshmem), int(s.force_nvcc), int(s.remote_peers));
     f += '\x1f';
     f += to_string(settings().jit_compiler);
     return f;
@@ -243,6 +243,10 @@ const Kernel& get_kernel_as_given(const KernelSpec& spec) {
                 LOOM_CHECK(nvshmem::initialized(),
                            "kernel {} needs NVSHMEM: call loom::nvshmem::init(world) before get_kernel",
                            spec.display());
+                nvshmem::init_library(lib);
+            } else if (spec.remote_peers && nvshmem::initialized()) {
+                // A World of several nodes initialised NVSHMEM. In a one-node World every peer is load/store
+                // reachable, so the kernel never calls into NVSHMEM and its device state may stay unset.
                 nvshmem::init_library(lib);
             }
         } catch (...) {

@@ -172,10 +172,19 @@ RankInfo rank_info_from_env(const EnvLookup& env) {
                    conv->local_rank, info.local_rank, conv->rank, info.rank, local_world_name, info.local_world_size,
                    info.rank % info.local_world_size);
         info.node = info.rank / info.local_world_size;
+        info.local_from_hosts = !local_rank;
+    }
+    info.host_local_rank = info.local_rank;
+    info.host_local_world_size = info.local_world_size;
+    if (auto k = get(env, "LOOM_NODE_SIZE")) {
+        auto v = to_ll(*k);
+        LOOM_CHECK(v && *v >= 1 && *v <= INT_MAX,
+                   "LOOM_NODE_SIZE: expected a number of ranks per node >= 1, given \"{}\"", *k);
+        apply_node_size(info, static_cast<int>(*v));
     }
 
     // Rendezvous address and port.
-    const int nodes = info.world_size / info.local_world_size;
+    const int nodes = info.world_size / info.host_local_world_size;  // hosts: emulated nodes share 127.0.0.1
     if (auto a = get(env, "LOOM_MASTER_ADDR")) {
         info.master_addr = trim(*a);
     } else if (auto m = get(env, "MASTER_ADDR")) {
@@ -184,7 +193,7 @@ RankInfo rank_info_from_env(const EnvLookup& env) {
         LOOM_CHECK(nodes == 1,
                    "no rendezvous address for a {}-node job ({} ranks, {} per node, from the {} convention): "
                    "expected LOOM_MASTER_ADDR or MASTER_ADDR (the host of rank 0)",
-                   nodes, info.world_size, info.local_world_size, info.source);
+                   nodes, info.world_size, info.host_local_world_size, info.source);
     }
     // MASTER_PORT is torch.distributed's: under torchrun its store already listens there (and a torch script under
     // mpirun or loomrun binds it), so Loom's store takes the next port.
@@ -207,6 +216,19 @@ RankInfo rank_info_from_env(const EnvLookup& env) {
         info.device = static_cast<int>(*v);
     }
     return info;
+}
+
+void apply_node_size(RankInfo& info, int node_size) {
+    if (node_size == 0) return;
+    if (info.host_local_rank < 0) info.host_local_rank = info.local_rank;
+    if (info.host_local_world_size < 0) info.host_local_world_size = info.local_world_size;
+    LOOM_CHECK(node_size >= 1 && info.host_local_world_size % node_size == 0,
+               "LOOM_NODE_SIZE={}: expected a divisor of the ranks per host ({} of {} ranks; nodes never span hosts)",
+               node_size, info.host_local_world_size, info.world_size);
+    info.node_size = node_size;
+    info.local_world_size = node_size;
+    info.local_rank = info.rank % node_size;
+    info.node = info.rank / node_size;
 }
 
 std::size_t parse_bytes(const std::string& text, const std::string& what) {

@@ -56,6 +56,10 @@ constexpr int kTeamWorld = 0;                    // NVSHMEM_TEAM_WORLD
     X(nvshmem_my_pe, int())                                                                                \
     X(nvshmem_n_pes, int())                                                                                \
     X(nvshmem_malloc, void*(std::size_t))                                                                  \
+    X(nvshmemx_buffer_register_symmetric, void*(void*, std::size_t, int))                                  \
+    X(nvshmemx_buffer_unregister_symmetric, int(void*, std::size_t))                                       \
+    X(nvshmemx_buffer_register, int(void*, std::size_t))                                                   \
+    X(nvshmemx_buffer_unregister, int(void*))                                                              \
     X(nvshmem_free, void(void*))                                                                           \
     X(nvshmem_barrier_all, void())                                                                         \
     X(nvshmemx_barrier_all_on_stream, void(cudaStream_t))                                                  \
@@ -169,6 +173,21 @@ void* malloc(std::size_t bytes) {
     return p;
 }
 void free(void* p) { ready().nvshmem_free(p); }
+
+void* register_symmetric(void* buf, std::size_t bytes) {
+    void* p = ready().nvshmemx_buffer_register_symmetric(buf, bytes, 0);
+    LOOM_CHECK(p,
+               "nvshmemx_buffer_register_symmetric({}, {} bytes) failed: NVSHMEM cannot map this rank's symmetric "
+               "heap (run with NVSHMEM_DEBUG=INFO for its reason)",
+               buf, bytes);
+    return p;
+}
+bool register_local(void* buf, std::size_t bytes) { return ready().nvshmemx_buffer_register(buf, bytes) == 0; }
+void unregister_local(void* buf) { ready().nvshmemx_buffer_unregister(buf); }
+
+void unregister_symmetric(void* symmetric, std::size_t bytes) {
+    check_rc(ready().nvshmemx_buffer_unregister_symmetric(symmetric, bytes), "nvshmemx_buffer_unregister_symmetric");
+}
 void barrier_all() { ready().nvshmem_barrier_all(); }
 void barrier_all_on_stream(cudaStream_t s) { ready().nvshmemx_barrier_all_on_stream(s); }
 void quiet_on_stream(cudaStream_t s) { ready().nvshmemx_quiet_on_stream(s); }

@@ -1,6 +1,9 @@
 #include "loom/runtime/world.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -10,10 +13,12 @@
 
 #include "loom/runtime/driver.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/nvshmem.hpp"
 #include "loom/runtime/settings.hpp"
 #include "runtime/diag_mailbox.hpp"
 #include "runtime/heap_allocator.hpp"
 #include "runtime/log.hpp"
+#include "runtime/node_layout.hpp"
 #include "runtime/profile_ring.hpp"
 
 namespace loom {
@@ -50,6 +55,8 @@ struct World::Impl {
     int device = -1;
     std::unique_ptr<SymmetricHeap> heap;
     std::unique_ptr<detail::HeapAllocator> allocator;
+    char* remote_heap = nullptr;    // the heap registered with NVSHMEM (a World of several nodes), else null
+    bool local_registered = false;  // the heap's own address registered with NVSHMEM's network transports
     std::uint64_t wait_timeout_ns = 0;
     DiagMailbox* diag = nullptr;  // device address of the process's diagnostic mailbox (runtime/diag_mailbox.hpp)
     bool shut_down = false;
@@ -109,17 +116,34 @@ struct World::Impl {
                 diag::report_for_error(e));
         }
         if (store && device >= 0 && device_ok && barrier_at_shutdown && profile::enabled()) write_profile();
+        bool all_arrived = info.world_size == 1 && barrier_at_shutdown;
         if (store && info.world_size > 1 && barrier_at_shutdown) {
             try {
-                shutdown_barrier();
+                all_arrived = shutdown_barrier();
             } catch (const std::exception& e) {
                 log(LogLevel::Warn, "warning: shutdown barrier failed ({}); releasing local resources", e.what());
             }
         }
         destroy_states();
         allocator.reset();
+        if (remote_heap) release_remote(device_ok && all_arrived);
         heap.reset();   // local: unmaps and releases
         store.reset();  // rank 0: stops serving (every rank has left the barrier, or the wait gave up)
+    }
+
+    // NVSHMEM's unregister and finalize are collective: only after every rank passed the shutdown barrier (a dead peer
+    // would hang them); otherwise the process's exit releases NVSHMEM's resources.
+    void release_remote(bool collective_ok) noexcept {
+        if (collective_ok) {
+            try {
+                if (local_registered) nvshmem::unregister_local(heap->local_base());
+                nvshmem::unregister_symmetric(remote_heap, heap->size());
+                nvshmem::finalize();
+            } catch (const std::exception& e) {
+                log(LogLevel::Warn, "warning: NVSHMEM teardown failed ({})", e.what());
+            }
+        }
+        remote_heap = nullptr;
     }
 
     // LOOM_PROFILE: the trace of the records not yet written (collective, every rank's shutdown calls it).
@@ -135,7 +159,7 @@ struct World::Impl {
     // Two phases over atomic counters, each bounded: "arrive" (every rank is done with the device work that
     // touches peers), then "leave" (every rank has stopped polling), after which rank 0 may stop the server.
     // A Store barrier would wait for the full store timeout; this one polls with its own bound.
-    void shutdown_barrier() {
+    bool shutdown_barrier() {
         const auto timeout = settings().shutdown_timeout;
         const auto deadline = std::chrono::steady_clock::now() + timeout;
         auto wait_all = [&](const std::string& key) {
@@ -155,9 +179,10 @@ struct World::Impl {
             }
         };
         store->add("loom/shutdown/arrive", 1);
-        if (!wait_all("loom/shutdown/arrive")) return;
+        if (!wait_all("loom/shutdown/arrive")) return false;
         store->add("loom/shutdown/leave", 1);
         if (info.rank == 0) wait_all("loom/shutdown/leave");
+        return true;
     }
 };
 
@@ -182,11 +207,25 @@ void World::init(const RankInfo& info, const WorldOptions& opts) {
     if (opts.create_heap && !driver::available()) LOOM_FAIL("no GPU: {}", driver::unavailable_reason());
     w.store = std::make_unique<Store>(info.rank, info.world_size, info.master_addr, info.master_port,
                                       settings().store_timeout);
+    // Node facts from the hosts (node_layout.hpp): needed by the heap, or when the launcher gave none. A World without
+    // a heap and with the launcher's facts stays free of collectives in its constructor (rank 0 may publish the
+    // store's port only once its World exists).
+    if (info.world_size > 1 && (opts.create_heap || info.local_from_hosts)) {
+        char host[HOST_NAME_MAX + 1] = {};
+        ::gethostname(host, sizeof host - 1);
+        const std::string mine(host);
+        std::vector<std::string> hosts;
+        for (const Bytes& b : w.store->all_gather("loom/world/hosts", Bytes(mine.begin(), mine.end())))
+            hosts.emplace_back(b.begin(), b.end());
+        detail::reconcile_with_hosts(w.info, hosts);
+    }
 
     if (opts.bind_device && driver::available()) {
         int count = 0;
         LOOM_CHECK_CUDA(cudaGetDeviceCount(&count));
-        int dev = opts.device >= 0 ? opts.device : info.device >= 0 ? info.device : info.local_rank % count;
+        // The GPU follows the rank's place on its host, not in its (possibly emulated) node.
+        const int host_local = w.info.host_local_rank >= 0 ? w.info.host_local_rank : w.info.local_rank;
+        int dev = opts.device >= 0 ? opts.device : info.device >= 0 ? info.device : host_local % count;
         LOOM_CHECK(dev < count, "device: expected an index in [0, {}) (LOOM_DEVICE / WorldOptions::device), given {}",
                    count, dev);
         LOOM_CHECK_CUDA(cudaSetDevice(dev));
@@ -197,8 +236,24 @@ void World::init(const RankInfo& info, const WorldOptions& opts) {
 
     if (opts.create_heap) {
         const std::size_t bytes = opts.symmetric_size ? opts.symmetric_size : settings().symmetric_size;
-        w.heap = std::make_unique<SymmetricHeap>(*w.store, info, w.device, bytes);
+        w.heap = std::make_unique<SymmetricHeap>(*w.store, w.info, w.device, bytes);
         w.allocator = std::make_unique<detail::HeapAllocator>(w.heap->size());
+        // Several nodes: peers on other nodes reach this heap through NVSHMEM. The heap itself stays the fd-mapped
+        // one (node-local peers keep their back-to-back mapping, Ctx::heap); NVSHMEM maps the same physical memory
+        // into its symmetric space, where the same offset names the same byte on every rank.
+        if (w.info.num_nodes() > 1) {
+            nvshmem::init(*this);
+            w.remote_heap = static_cast<char*>(nvshmem::register_symmetric(w.heap->local_base(), w.heap->size()));
+            // The local operands of remote operations keep the heap's own address (no second alias of the same
+            // memory in this process, whose caches the language would then have to keep coherent): registered for
+            // NVSHMEM's network transports.
+            w.local_registered = nvshmem::register_local(w.heap->local_base(), w.heap->size());
+            if (!w.local_registered)
+                log(LogLevel::Warn,
+                    "warning: nvshmemx_buffer_register refused the symmetric heap: remote puts / gets through a "
+                    "network "
+                    "transport will fail (NVLink peers are unaffected)");
+        }
     }
 }
 
@@ -217,6 +272,13 @@ int World::world_size() const { return live().info.world_size; }
 int World::local_rank() const { return live().info.local_rank; }
 int World::local_world_size() const { return live().info.local_world_size; }
 int World::node() const { return live().info.node; }
+int World::num_nodes() const { return live().info.num_nodes(); }
+int World::node_of(int peer) const {
+    const Impl& w = live();
+    LOOM_CHECK(peer >= 0 && peer < w.info.world_size, "node_of: expected a rank in [0, {}), given {}",
+               w.info.world_size, peer);
+    return peer / w.info.local_world_size;
+}
 int World::device() const { return live().device; }
 const RankInfo& World::info() const { return live().info; }
 Store& World::store() { return *live().store; }
@@ -291,6 +353,7 @@ Ctx World::ctx() const {
     c.wait_timeout_ns = w.wait_timeout_ns;
     c.heap_size = w.heap ? w.heap->size() : 0;
     c.diag = w.diag;
+    c.remote_heap = w.remote_heap;
     for (int i = 0; i < kMaxLocalPeers; ++i)
         c.heap[i] = w.heap && i < w.info.local_world_size ? w.heap->base(i) : nullptr;
     return c;

@@ -22,6 +22,9 @@
 //     decode-bad-page      decode_attention over a paged cache whose block table holds page 99 of 8 (sequence 1,
 //     decode-bad-len       entry 2) / a contiguous cache of 32 tokens with seq_lens[0] = 40: the kernel prints the
 //                          named error and traps. Exit 3: the synchronising call failed.
+//     xnode-undeclared-remote  tests/dist/kernels/crossnode.cuh's touch_peer_undeclared (compiled without remote
+//                          peers) on a one-rank Ctx of two nodes (rank 0 of 2, one rank per node) notifying peer 1:
+//                          symm_at prints that peer 1 is on node 1 and traps. Exit 3: the synchronising call failed.
 //   Exit 4: a kernel that should have trapped completed; 2: a usage or set-up error. The wait bound is
 //   LOOM_WAIT_TIMEOUT_MS (the tests pass 300; 0 counts as 300 ms, so that the kernel times out).
 #include <cuda_runtime.h>
@@ -80,6 +83,26 @@ std::uint64_t wait_timeout_ns() {
                                                          reinterpret_cast<std::uint64_t*>(buf));
     const cudaError_t e = cudaDeviceSynchronize();
     std::printf("lang-child: the kernel ended: %s\n", cudaGetErrorString(e));
+    leave(e == cudaSuccess ? kCompleted : kRaised);
+}
+
+// A notify to a peer on another node from a kernel compiled without remote peers, on a Ctx of two one-rank nodes.
+[[noreturn]] void xnode_undeclared_remote() {
+    const std::size_t heap = 1 << 20;
+    char* buf = nullptr;
+    LOOM_CHECK_CUDA(cudaMalloc(&buf, heap));
+    LOOM_CHECK_CUDA(cudaMemset(buf, 0, heap));
+    loom::Ctx ctx{};
+    ctx.rank = 0;
+    ctx.world = 2;
+    ctx.local_world = 1;
+    ctx.heap_size = heap;
+    ctx.heap[0] = buf;
+    ctx.wait_timeout_ns = wait_timeout_ns();
+    loom::test::test_kernel("tests/dist/kernels/crossnode.cuh", "xnode_test::touch_peer_undeclared")(
+        LaunchConfig{dim3(1), dim3(32)}, ctx, reinterpret_cast<std::uint64_t*>(buf), 1);
+    const cudaError_t e = cudaDeviceSynchronize();
+    std::printf("xnode-child: the kernel ended: %s\n", cudaGetErrorString(e));
     leave(e == cudaSuccess ? kCompleted : kRaised);
 }
 
@@ -221,6 +244,7 @@ int main(int argc, char** argv) {
     try {
         if (which == "lang-missing-notify") lang_missing_notify(1);
         if (which == "lang-missing-notify-26") lang_missing_notify(26);
+        if (which == "xnode-undeclared-remote") xnode_undeclared_remote();
         if (which == "ce-skip-collective") ce_skip_collective();
         if (which == "diag-missing-notify") diag_missing_notify();
         if (which == "jit-cache-writer") jit_cache_writer();
@@ -231,8 +255,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "loom_test_child %s: %s\n", which.c_str(), e.what());
         return kSetupError;
     }
-    std::fprintf(stderr,
-                 "usage: loom_test_child lang-missing-notify|lang-missing-notify-26|ce-skip-collective|"
-                 "diag-missing-notify|jit-cache-writer|moe-bad-expert|decode-bad-page|decode-bad-len\n");
+    std::fprintf(
+        stderr,
+        "usage: loom_test_child lang-missing-notify|lang-missing-notify-26|xnode-undeclared-remote|ce-skip-collective|"
+        "diag-missing-notify|jit-cache-writer|moe-bad-expert|decode-bad-page|decode-bad-len\n");
     return kSetupError;
 }

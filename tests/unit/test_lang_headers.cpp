@@ -10,9 +10,9 @@
 namespace {
 
 const std::vector<std::string> kHeaders = {
-    "loom/ptx/memory.cuh", "loom/ptx/async.cuh",    "loom/ptx/special.cuh", "loom/ptx/ptx.cuh",
-    "loom/lang/group.cuh", "loom/lang/spin.cuh",    "loom/lang/rank.cuh",   "loom/lang/signal.cuh",
-    "loom/lang/copy.cuh",  "loom/lang/barrier.cuh", "loom/lang/ll.cuh",     "loom/lang/lang.cuh",
+    "loom/ptx/memory.cuh", "loom/ptx/async.cuh", "loom/ptx/special.cuh", "loom/ptx/ptx.cuh",   "loom/lang/group.cuh",
+    "loom/lang/spin.cuh",  "loom/lang/rank.cuh", "loom/lang/signal.cuh", "loom/lang/copy.cuh", "loom/lang/barrier.cuh",
+    "loom/lang/ll.cuh",    "loom/lang/lang.cuh", "loom/lang/remote.cuh",
 };
 
 const std::string kTestKernels = LOOM_SOURCE_DIR "/tests/dist/kernels/lang_test.cuh";

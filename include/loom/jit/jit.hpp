@@ -24,7 +24,12 @@ struct KernelSpec {
     std::vector<std::string> defines;       // "NAME" or "NAME=VALUE"
     std::vector<std::string> include_dirs;  // extra -I for user kernels
     bool needs_nvshmem = false;             // compile relocatable and link libnvshmem_device (nvcc path)
-    bool force_nvcc = false;                // skip NVRTC (also LOOM_JIT_COMPILER=nvcc)
+    // The kernel may reach peers on other nodes (docs/language.md, "Remote peers"): compiled with
+    // LOOM_REMOTE_PEERS=1, so that put / get / put_signal / signal_op / notify / barrier_all / fence / quiet send
+    // such peers through NVSHMEM's device calls. Implies needs_nvshmem. Without it a kernel that names a peer on
+    // another node traps with a diagnostic naming the peer and its node.
+    bool remote_peers = false;
+    bool force_nvcc = false;  // skip NVRTC (also LOOM_JIT_COMPILER=nvcc)
 
     std::string display() const;  // "loom::kernels::gemm<128, 4>"
 };

@@ -25,7 +25,12 @@ struct Ctx {
     char* heap[kMaxLocalPeers];  // heap[i]: local rank i's heap, mapped into this process; back to back:
                                  // heap[i] == heap[0] + i * heap_size (the runtime maps them in one VA range)
     DiagMailbox* diag;           // timed-out waits report here (lang/diag.cuh); null: the module's global
+    char* remote_heap;  // this rank's heap as NVSHMEM's symmetric address (the same physical memory, registered
+                        // with NVSHMEM): what NVSHMEM's device calls take to reach a peer on another node.
+                        // Null in a one-node World (NVSHMEM is not initialised there).
 
+    LOOM_HOST_DEVICE int num_nodes() const { return world / local_world; }
+    LOOM_HOST_DEVICE int node_of(int peer) const { return peer / local_world; }
     // Is `peer` reachable by load/store from this process (same node)?
     LOOM_HOST_DEVICE bool reachable(int peer) const {
         return peer >= local_base_rank && peer < local_base_rank + local_world;
@@ -46,7 +51,7 @@ struct Ctx {
 };
 
 // Passed by value to every kernel and compiled from this header on both sides: the layout must not drift.
-static_assert(sizeof(Ctx) == 6 * 4 + 2 * 8 + kMaxLocalPeers * sizeof(char*) + sizeof(DiagMailbox*),
+static_assert(sizeof(Ctx) == 6 * 4 + 2 * 8 + kMaxLocalPeers * sizeof(char*) + sizeof(DiagMailbox*) + sizeof(char*),
               "Ctx layout changed: update this assert and every host-built Ctx");
 #if LOOM_HOST_COMPILE
 static_assert(std::is_trivially_copyable_v<Ctx> && std::is_standard_layout_v<Ctx>, "Ctx is passed by value");

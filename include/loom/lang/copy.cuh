@@ -20,6 +20,9 @@
 //   put_signal         put, then the leader applies the signal with release semantics: the data is visible to
 //                      whoever observes the signal.
 //   fence / quiet      order / complete this group's earlier puts (both wait for outstanding bulk copies).
+// Remote peers (kernels compiled with remote peers, lang/remote.cuh): a peer on another node goes through NVSHMEM's
+// put / get of the same scope (the path argument is ignored). A blocking remote put returns when the source may be
+// reused; its data is delivered by the next quiet, put_signal or notify to that peer (each completes it first).
 // Generic-proxy writes to a source that TMA reads, and TMA writes that generic loads read, are fenced inside
 // (fence.proxy.async): callers never fence proxies.
 #pragma once
@@ -28,6 +31,7 @@
 #include "loom/lang/context.cuh"
 #include "loom/lang/group.cuh"
 #include "loom/lang/rank.cuh"
+#include "loom/lang/remote.cuh"
 #include "loom/lang/signal.cuh"
 #include "loom/lang/spin.cuh"
 #include "loom/ptx/async.cuh"
@@ -195,24 +199,44 @@ LOOM_DEVICE LOOM_FORCEINLINE void copy(G g, const Ctx& ctx, char* dst, const cha
 template <class G, class Path = LdSt>
 LOOM_DEVICE LOOM_FORCEINLINE void put(G g, const Ctx& ctx, void* dst, const void* src, uint64_t bytes, int peer,
                                       const Path& path = Path{}) {
+#if LOOM_REMOTE_PEERS
+    if (!ctx.reachable(peer)) {
+        remote::put(g, ctx, dst, src, bytes, peer, false);
+        g.sync();
+        return;
+    }
+#endif
     detail::copy(g, ctx, static_cast<char*>(symm_at(ctx, dst, peer)), static_cast<const char*>(src), bytes, path, true);
     g.sync();
 }
 template <class G, class Path = LdSt>
 LOOM_DEVICE LOOM_FORCEINLINE void put_nbi(G g, const Ctx& ctx, void* dst, const void* src, uint64_t bytes, int peer,
                                           const Path& path = Path{}) {
+#if LOOM_REMOTE_PEERS
+    if (!ctx.reachable(peer)) return remote::put(g, ctx, dst, src, bytes, peer, true);
+#endif
     detail::copy(g, ctx, static_cast<char*>(symm_at(ctx, dst, peer)), static_cast<const char*>(src), bytes, path,
                  false);
 }
 template <class G, class Path = LdSt>
 LOOM_DEVICE LOOM_FORCEINLINE void get(G g, const Ctx& ctx, void* dst, const void* src, uint64_t bytes, int peer,
                                       const Path& path = Path{}) {
+#if LOOM_REMOTE_PEERS
+    if (!ctx.reachable(peer)) {
+        remote::get(g, ctx, dst, src, bytes, peer, false);
+        g.sync();
+        return;
+    }
+#endif
     detail::copy(g, ctx, static_cast<char*>(dst), static_cast<const char*>(symm_at(ctx, src, peer)), bytes, path, true);
     g.sync();
 }
 template <class G, class Path = LdSt>
 LOOM_DEVICE LOOM_FORCEINLINE void get_nbi(G g, const Ctx& ctx, void* dst, const void* src, uint64_t bytes, int peer,
                                           const Path& path = Path{}) {
+#if LOOM_REMOTE_PEERS
+    if (!ctx.reachable(peer)) return remote::get(g, ctx, dst, src, bytes, peer, true);
+#endif
     detail::copy(g, ctx, static_cast<char*>(dst), static_cast<const char*>(symm_at(ctx, src, peer)), bytes, path,
                  false);
 }
@@ -221,7 +245,12 @@ LOOM_DEVICE LOOM_FORCEINLINE void get_nbi(G g, const Ctx& ctx, void* dst, const 
 // fence: this group's earlier puts are ordered before its later puts and signals (NVSHMEM fence). Each thread
 // fences its own stores (acq_rel.sys); the leader also waits for its outstanding bulk copies.
 template <class G>
-LOOM_DEVICE LOOM_FORCEINLINE void fence(G g, const Ctx&) {
+LOOM_DEVICE LOOM_FORCEINLINE void fence(G g, const Ctx& ctx) {
+#if LOOM_REMOTE_PEERS
+    if (g.leader()) remote::fence(ctx);  // this rank's NVSHMEM operations (remote peers)
+#else
+    (void)ctx;
+#endif
 #if LOOM_ARCH >= 900
     if (g.leader()) {
         ptx::cp_async_bulk_wait_group<0>();
@@ -236,6 +265,12 @@ template <class G>
 LOOM_DEVICE LOOM_FORCEINLINE void quiet(G g, const Ctx& ctx) {
     fence(g, ctx);
     g.sync();
+#if LOOM_REMOTE_PEERS
+    if (ctx.remote_heap) {  // every thread's NVSHMEM operations were issued: the leader completes them
+        if (g.leader()) remote::quiet(ctx);
+        g.sync();
+    }
+#endif
 }
 LOOM_DEVICE LOOM_FORCEINLINE void fence(const Ctx& ctx) { fence(Thread{}, ctx); }
 LOOM_DEVICE LOOM_FORCEINLINE void quiet(const Ctx& ctx) { quiet(Thread{}, ctx); }
@@ -247,6 +282,13 @@ template <class G, class Path = LdSt>
 LOOM_DEVICE LOOM_FORCEINLINE void put_signal(G g, const Ctx& ctx, void* dst, const void* src, uint64_t bytes,
                                              uint64_t* sig, uint64_t sig_value, SignalOp op, int peer,
                                              const Path& path = Path{}, Scope scope = Scope::Sys) {
+#if LOOM_REMOTE_PEERS
+    if (!ctx.reachable(peer)) {
+        remote::put_signal(g, ctx, dst, src, bytes, sig, sig_value, op == SignalOp::Add, peer);
+        g.sync();
+        return;
+    }
+#endif
     put(g, ctx, dst, src, bytes, peer, path);
     if (g.leader()) signal_release(symm_at(ctx, sig, peer), sig_value, op, scope);
 }

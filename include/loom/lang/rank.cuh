@@ -1,8 +1,8 @@
 // Rank facts and symmetric addressing from the Ctx (Triton-distributed's rank / num_ranks / symm_at).
 //
 // symm_at is base-offset arithmetic on the Ctx peer table: no library call, no memory access. A peer outside
-// this node is not load/store reachable; asking for it is a checked error (diagnostic + trap) — the place where
-// NVSHMEM routing will plug in.
+// this node is not load/store reachable; asking for it is a checked error (diagnostic + trap). Such peers are
+// reached through put / get / put_signal / notify / signal_op in kernels compiled with remote peers (remote.cuh).
 #pragma once
 
 #include "loom/config.hpp"
@@ -32,12 +32,22 @@ LOOM_DEVICE LOOM_FORCEINLINE void bad_peer(const Ctx& ctx, const void* p, int pe
 __noinline__ LOOM_DEVICE inline void bad_peer(const Ctx& ctx, const void* p, int peer) {
     diag_post(ctx.diag, DiagKind::BadPeer, ctx.rank, "symm_at", p, 0, static_cast<uint64_t>(peer),
               static_cast<uint64_t>(ctx.local_base_rank) | (static_cast<uint64_t>(ctx.local_world) << 32), 0);
-    printf(
-        "loom: symm_at: rank %d block (%u,%u,%u) thread %u: peer %d is not load/store reachable (local ranks "
-        "%d..%d of %d) or %p is not in this rank's symmetric heap [%p, +%llu)\n",
-        ctx.rank, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, peer, ctx.local_base_rank,
-        ctx.local_base_rank + ctx.local_world - 1, ctx.world, p, ctx.heap_of(ctx.rank),
-        static_cast<unsigned long long>(ctx.heap_size));
+    if (peer >= 0 && peer < ctx.world && !ctx.reachable(peer)) {
+        printf(
+            "loom: symm_at: rank %d block (%u,%u,%u) thread %u: peer %d is on node %d (this rank: node %d, ranks "
+            "%d..%d): not load/store reachable; %s\n",
+            ctx.rank, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, peer, ctx.node_of(peer), ctx.node,
+            ctx.local_base_rank, ctx.local_base_rank + ctx.local_world - 1,
+            LOOM_REMOTE_PEERS ? "reach it with put / get / put_signal / notify / signal_op, not symm_at"
+                              : "compile the kernel with remote peers (jit::KernelSpec::remote_peers)");
+    } else {
+        printf(
+            "loom: symm_at: rank %d block (%u,%u,%u) thread %u: peer %d is not load/store reachable (local ranks "
+            "%d..%d of %d) or %p is not in this rank's symmetric heap [%p, +%llu)\n",
+            ctx.rank, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, peer, ctx.local_base_rank,
+            ctx.local_base_rank + ctx.local_world - 1, ctx.world, p, ctx.heap_of(ctx.rank),
+            static_cast<unsigned long long>(ctx.heap_size));
+    }
     __trap();
 }
 #endif

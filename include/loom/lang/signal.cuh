@@ -14,6 +14,7 @@
 #include "loom/lang/context.cuh"
 #include "loom/lang/group.cuh"
 #include "loom/lang/rank.cuh"
+#include "loom/lang/remote.cuh"
 #include "loom/lang/spin.cuh"
 #include "loom/ptx/memory.cuh"
 
@@ -69,6 +70,12 @@ template <class G>
 LOOM_DEVICE LOOM_FORCEINLINE void notify(G g, const Ctx& ctx, uint64_t* sig, int peer, uint64_t value,
                                          SignalOp op = SignalOp::Set, Scope scope = Scope::Sys) {
     g.sync();
+#if LOOM_REMOTE_PEERS
+    if (!ctx.reachable(peer)) {  // another node: NVSHMEM's signal after this rank's operations complete
+        if (g.leader()) remote::signal_release(ctx, sig, value, op == SignalOp::Add, peer);
+        return;
+    }
+#endif
     if (g.leader()) signal_release(symm_at(ctx, sig, peer), value, op, scope);
 }
 // notify without ordering: for counters that publish no data (statistics, progress). Spelled out on purpose.
@@ -76,6 +83,12 @@ template <class G>
 LOOM_DEVICE LOOM_FORCEINLINE void notify_relaxed(G g, const Ctx& ctx, uint64_t* sig, int peer, uint64_t value,
                                                  SignalOp op = SignalOp::Set, Scope scope = Scope::Sys) {
     g.sync();
+#if LOOM_REMOTE_PEERS
+    if (!ctx.reachable(peer)) {
+        if (g.leader()) remote::signal_relaxed(ctx, sig, value, op == SignalOp::Add, peer);
+        return;
+    }
+#endif
     if (g.leader()) signal_relaxed(symm_at(ctx, sig, peer), value, op, scope);
 }
 
@@ -102,12 +115,18 @@ LOOM_DEVICE LOOM_FORCEINLINE T* consume_token(T* p, Token token) {
 // nvshmemx_signal_op(sig, value, op, pe): release at `scope`, called by one thread.
 LOOM_DEVICE LOOM_FORCEINLINE void signal_op(const Ctx& ctx, uint64_t* sig, uint64_t value, SignalOp op, int peer,
                                             Scope scope = Scope::Sys) {
+#if LOOM_REMOTE_PEERS
+    if (!ctx.reachable(peer)) return remote::signal_release(ctx, sig, value, op == SignalOp::Add, peer);
+#endif
     signal_release(symm_at(ctx, sig, peer), value, op, scope);
 }
 // signal_op without ordering (what nvshmemx_signal_op guarantees: earlier puts are not ordered before it unless
 // the caller fences). For flags that publish no data, or after an explicit fence/quiet.
 LOOM_DEVICE LOOM_FORCEINLINE void signal_op_relaxed(const Ctx& ctx, uint64_t* sig, uint64_t value, SignalOp op,
                                                     int peer, Scope scope = Scope::Sys) {
+#if LOOM_REMOTE_PEERS
+    if (!ctx.reachable(peer)) return remote::signal_relaxed(ctx, sig, value, op == SignalOp::Add, peer);
+#endif
     signal_relaxed(symm_at(ctx, sig, peer), value, op, scope);
 }
 // nvshmem_signal_wait_until(sig, cmp, value): one thread; acquire; returns the value that satisfied the compare.

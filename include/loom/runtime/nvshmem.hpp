@@ -42,6 +42,15 @@ int my_pe();
 int n_pes();
 void* malloc(std::size_t bytes);  // collective (same size on every PE); symmetric
 void free(void* p);               // collective
+// Collective (same size on every PE): maps `bytes` of a cuMem allocation (cuMemCreate, POSIX file-descriptor handle;
+// `buf` its start) into NVSHMEM's symmetric address space and registers it with the transports. Returns its symmetric
+// address, which NVSHMEM's device calls take; the same offset names the same byte on every PE. Raises on failure.
+void* register_symmetric(void* buf, std::size_t bytes);
+void unregister_symmetric(void* symmetric, std::size_t bytes);  // collective
+// Registers local memory as a source / destination of NVSHMEM's network transports (nvshmemx_buffer_register; P2P
+// needs none). Local, not collective. False when NVSHMEM refuses it.
+bool register_local(void* buf, std::size_t bytes);
+void unregister_local(void* buf);
 void barrier_all();
 void barrier_all_on_stream(cudaStream_t stream);
 void quiet_on_stream(cudaStream_t stream);

@@ -3,7 +3,8 @@
 // The variables (README "Environment"):
 //   rank facts            LOOM_RANK, LOOM_WORLD_SIZE, LOOM_LOCAL_RANK, LOOM_LOCAL_WORLD_SIZE, LOOM_MASTER_ADDR,
 //                         LOOM_MASTER_PORT, or torchrun's / Open MPI's / Slurm's (env.hpp); LOOM_DEVICE;
-//                         LOOM_JOB_SECRET (the bootstrap store's admission secret; loomrun sets it)
+//                         LOOM_JOB_SECRET (the bootstrap store's admission secret; loomrun sets it); LOOM_NODE_SIZE
+//                         (ranks per node, splitting hosts into emulated nodes: env.hpp)
 //   LOOM_SYMMETRIC_SIZE   bytes of each rank's symmetric heap (1G)
 //   LOOM_COLL_SCRATCH     the collectives' symmetric scratch (64M)
 //   LOOM_WAIT_TIMEOUT_MS  bound on every device spin-wait and copy-engine stream wait (300000; 0: unbounded)

@@ -1,4 +1,10 @@
 // loom::World: one per process; rank facts, bootstrap store, device, and the symmetric heap.
+//
+// Nodes: the ranks of one node share the fd-mapped symmetric heap and reach each other by load/store (Ctx::heap). A
+// World of several nodes (num_nodes() > 1: hosts, or LOOM_NODE_SIZE's emulated nodes) also initialises NVSHMEM (unique
+// id over the store) and registers each rank's heap with it, so peers on other nodes are reached through NVSHMEM's
+// device calls (Ctx::remote_heap; kernels compiled with KernelSpec::remote_peers). A one-node World never touches
+// NVSHMEM.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -41,7 +47,9 @@ class World {
     int world_size() const;
     int local_rank() const;
     int local_world_size() const;
-    int node() const;
+    int node() const;       // this rank's node: rank / local_world_size
+    int num_nodes() const;  // world_size / local_world_size (LOOM_NODE_SIZE splits hosts into emulated nodes)
+    int node_of(int peer) const;
     int device() const;
     const RankInfo& info() const;
     Store& store();

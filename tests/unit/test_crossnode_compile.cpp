@@ -1,0 +1,73 @@
+// The cross-node kernels compile: tests/dist/kernels/crossnode.cuh with remote peers (nvcc + NVSHMEM, every group
+// scope) for sm_90a, and the kernel without them under NVRTC, with the trap's diagnostic in its cubin. Needs no GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "jit/toolchain.hpp"
+#include "loom/jit/jit.hpp"
+#include "loom/runtime/error.hpp"
+#include "loom/runtime/settings.hpp"
+#include "runtime/settings_override.hpp"
+
+namespace {
+
+const std::string kKernels = LOOM_SOURCE_DIR "/tests/dist/kernels/crossnode.cuh";
+
+bool contains(const std::vector<char>& bin, const std::string& s) {
+    return std::search(bin.begin(), bin.end(), s.begin(), s.end()) != bin.end();
+}
+
+TEST(CrossNodeCompile, RemoteKernelsCompileAtEveryScope) {
+    try {
+        loom::jit::detail::nvshmem_home();
+    } catch (const loom::Error& e) {
+        GTEST_SKIP() << e.what();
+    }
+    if (loom::jit::detail::toolchain().nvcc.empty()) GTEST_SKIP() << "nvcc not found";
+    for (const char* k : {"put_all", "get_all", "signal_ring", "barrier_rounds"}) {
+        for (const char* g : {"loom::lang::Thread", "loom::lang::Warp", "loom::lang::Block"}) {
+            SCOPED_TRACE(std::string(k) + "<" + g + ">");
+            loom::jit::KernelSpec s;
+            s.header = kKernels;
+            s.name = std::string("xnode_test::") + k;
+            s.template_args = {g};
+            s.remote_peers = true;
+            const auto r = loom::jit::compile(s, 90);
+            EXPECT_EQ(r.compiler, "nvcc+nvjitlink");
+            EXPECT_FALSE(r.lowered_name.empty());
+            // The remote column's own diagnostic, not the one asking for remote peers.
+            EXPECT_TRUE(contains(r.cubin, "reach it with put / get / put_signal / notify / signal_op"));
+        }
+    }
+}
+
+TEST(CrossNodeCompile, KernelWithoutRemotePeersKeepsNvrtcAndCarriesTheDiagnostic) {
+    loom::jit::KernelSpec s;
+    s.header = kKernels;
+    s.name = "xnode_test::touch_peer_undeclared";
+    for (int arch : {90, 80}) {
+        const auto r = loom::jit::compile(s, arch);
+        EXPECT_EQ(r.compiler, "nvrtc");
+        EXPECT_TRUE(contains(r.cubin, "compile the kernel with remote peers (jit::KernelSpec::remote_peers)"));
+    }
+}
+
+TEST(CrossNodeCompile, RemotePeersUnderNvrtcIsACompileError) {
+    const loom::detail::ScopedSettings nofallback([](loom::Settings& x) { x.jit_nvcc_fallback = false; });
+    loom::jit::KernelSpec s;
+    s.header = "loom/lang/lang.cuh";
+    s.defines = {"LOOM_REMOTE_PEERS=1"};
+    try {
+        loom::jit::compile(s, 90);
+        ADD_FAILURE() << "LOOM_REMOTE_PEERS=1 compiled under NVRTC";
+    } catch (const loom::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("compile the kernel with jit::KernelSpec::remote_peers"),
+                  std::string::npos)
+            << e.what();
+    }
+}
+
+}  // namespace
