@@ -145,10 +145,8 @@ std::vector<DecodeConfig> decode_sweep_configs(int head_dim, int heads_per_block
     const int lanes = ka::decode_token_lanes(head_dim);
     std::vector<DecodeConfig> out;
     // (head_split, stages, tokens per token lane): 16 KiB stages at 2 ... 6 deep, 8 KiB stages 4 and 8 deep; the
-    // two-half block at 16 KiB stages 4 and 6 deep and at 32 KiB stages 3 deep (8 tokens per lane with 8 heads a lane
-    // would spill: only with the heads halved).
-    const int shapes[][3] = {{1, 2, 4}, {1, 3, 4}, {1, 4, 4}, {1, 6, 4}, {1, 4, 2},
-                             {1, 8, 2}, {2, 4, 4}, {2, 6, 4}, {2, 3, 8}};
+    // two-half block (256 threads, at most 128 registers each) at 16 KiB stages 4 and 6 deep.
+    const int shapes[][3] = {{1, 2, 4}, {1, 3, 4}, {1, 4, 4}, {1, 6, 4}, {1, 4, 2}, {1, 8, 2}, {2, 4, 4}, {2, 6, 4}};
     for (const auto& sh : shapes) {
         DecodeConfig c;
         c.head_split = sh[0];
