@@ -1,6 +1,7 @@
 // bench-attention: the decode attention ops (docs/attention.md), rows in the docs/perf schema.
 //
 //   build/bench/bench-attention decode [--out DIR] [--quick]            -> DIR/decode_attention.json
+//   build/bench/bench-attention decode --sweep [--out DIR]              -> DIR/decode_attention_sweep.json
 //   loomrun -n W build/bench/bench-attention sp [--out DIR] [--quick]   -> DIR/sp_decode_attention.json (rank 0)
 //
 // decode: loom::decode_attention over a batch x KV-length grid (GQA, bf16), contiguous and paged (pages in a shuffled
@@ -8,6 +9,8 @@
 // achieved GB/s and its fraction of --peak-gbps, and the roofline reference: a cudaMemcpyAsync (device to device)
 // of the same K + V bytes, timed interleaved with the op (memcpy_us; memcpy_gbps counts its reads and writes, so a
 // decode that streams K and V at the copy engine's rate takes about half of memcpy_us).
+// decode --sweep: every kernel shape (loom::DecodeConfig) of the sweep against the heuristic's pick, on the cases of
+// --head-pairs x --batch x --kv x --pages (bench_decode_sweep).
 // sp: loom::sp_decode_attention (each rank an even shard of every sequence) against Loom's own sequence for the same
 // result: decode_attention on the shard, loom::all_gather of the packed (O, LSE), then a combine kernel
 // (bench/kernels/attention_combine.cuh); against decode_attention on the shard alone (the local part); and the LL
@@ -35,6 +38,7 @@
 #include "loom/runtime/driver.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/world.hpp"
+#include "ops/attention/decode_plan.hpp"
 
 namespace {
 
@@ -47,6 +51,9 @@ struct Args {
     std::vector<int64_t> kv_lens{1024, 4096, 16384, 65536};
     std::vector<int64_t> sp_shapes{1, 65536, 1, 262144, 16, 16384, 64, 8192, 128, 2048};  // batch, total KV pairs
     int hq = 32, hkv = 8, d = 128, page = 16;
+    bool sweep = false;
+    std::vector<int> head_pairs{96, 12, 32, 8};  // --sweep: q heads, kv heads pairs
+    std::vector<int> pages{0, 1, 16};            // --sweep: layouts (0: contiguous)
     int iters = 30;
     double peak_gbps = 4300;
     bool quick = false;
@@ -186,6 +193,155 @@ void bench_decode(const Args& a, cudaStream_t s) {
     report.write((a.out.empty() ? std::string(".") : a.out) + "/decode_attention.json");
 }
 
+// ---- decode --sweep ------------------------------------------------------------------------------------------------
+// Every shape of decode_sweep_configs (each with the splits the heuristic gives it) and the heuristic's own pick, timed
+// interleaved on every case of (q heads, kv heads) x batch x KV length x layout (contiguous, each page size). One
+// line per case: the heuristic's pick and time, the fastest shape, then every shape's us; then per shape the
+// geometric mean of its time over the heuristic's and the cases it wins. The KV bytes are the op's HBM traffic
+// (K + V + q + O + LSE); the fraction is of --peak-gbps.
+
+void bench_decode_sweep(const Args& a, cudaStream_t s) {
+    namespace la = loom::attention;
+    int dev = 0, smem_per_block = 0;
+    LOOM_CHECK_CUDA(cudaGetDevice(&dev));
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    LOOM_CHECK(a.head_pairs.size() % 2 == 0 && !a.head_pairs.empty(),
+               "bench-attention: expected --head-pairs as q,kv pairs, given {} numbers", a.head_pairs.size());
+    int max_hkv = 0;
+    for (std::size_t i = 1; i < a.head_pairs.size(); i += 2) max_hkv = std::max(max_hkv, a.head_pairs[i]);
+    const int max_b = *std::max_element(a.batches.begin(), a.batches.end());
+    const int64_t max_s = *std::max_element(a.kv_lens.begin(), a.kv_lens.end());
+    const std::size_t token_bytes = std::size_t(max_hkv) * a.d * 2;
+    std::size_t free_b = 0, total_b = 0;
+    LOOM_CHECK_CUDA(cudaMemGetInfo(&free_b, &total_b));
+    const std::size_t spare = std::size_t(2) << 30;
+    const std::size_t fit_tokens = free_b > spare ? (free_b - spare) / (2 * token_bytes) : 0;
+    const std::size_t cap_tokens = std::min<std::size_t>(fit_tokens, std::size_t(max_b) * max_s);
+    LOOM_CHECK(cap_tokens > 0, "bench-attention: no device memory for a KV cache ({} bytes free)", free_b);
+    DevBuf k(cap_tokens * token_bytes), v(cap_tokens * token_bytes);
+    fill_random(k.p, cap_tokens * token_bytes, 1);
+    fill_random(v.p, cap_tokens * token_bytes, 2);
+    int max_hq = 0;
+    for (std::size_t i = 0; i < a.head_pairs.size(); i += 2) max_hq = std::max(max_hq, a.head_pairs[i]);
+    const std::size_t rows = std::size_t(max_b) * max_hq;
+    DevBuf q(rows * a.d * 2), o(rows * a.d * 2), lse(rows * 4), lens(std::size_t(max_b) * 4);
+    fill_random(q.p, rows * a.d * 2, 3);
+    DevBuf table(std::size_t(max_b) * max_s * 4);  // page size 1 at most
+
+    loom::bench::Report report("decode_attention_sweep", 1, a.argc, a.argv);
+    loom::bench::TimeOptions topts;
+    topts.iters = a.iters;
+    topts.warmup = 1;
+    std::mt19937 rng(7);
+    struct Score {
+        double log_ratio = 0;
+        int cases = 0, wins = 0;
+    };
+    std::vector<Score> scores;
+    std::vector<std::string> legend;
+    for (std::size_t hp = 0; hp + 1 < a.head_pairs.size(); hp += 2) {
+        const int hq = a.head_pairs[hp], hkv = a.head_pairs[hp + 1];
+        LOOM_CHECK(hkv >= 1 && hq % hkv == 0, "bench-attention: expected q heads a multiple of kv heads, given {}, {}",
+                   hq, hkv);
+        const int hpb = la::decode_heads_per_block(hq / hkv);
+        const std::vector<loom::DecodeConfig> configs = la::decode_sweep_configs(a.d, hpb, smem_per_block);
+        la::decode_precompile(DType::BF16, a.d, hpb, configs, loom::jit::current_arch());  // the JIT on all cores
+        std::printf("\nHq=%d Hkv=%d D=%d bf16: shapes timed (each with its heuristic splits)\n", hq, hkv, a.d);
+        for (std::size_t c = 0; c < configs.size(); ++c) std::printf("  [%zu] %s\n", c, configs[c].str().c_str());
+        if (scores.size() < configs.size()) {
+            scores.resize(configs.size());
+            legend.resize(configs.size());
+        }
+        for (std::size_t c = 0; c < configs.size(); ++c) legend[c] = configs[c].str();
+        std::printf("%-34s %-34s %8s %6s %5s | %-6s %8s %5s |", "case", "heuristic pick", "us", "GB/s", "peak", "best",
+                    "us", "peak");
+        for (std::size_t c = 0; c < configs.size(); ++c) std::printf(" %7s", fmt::format("[{}]", c).c_str());
+        std::printf("\n");
+        for (int B : a.batches)
+            for (int64_t S : a.kv_lens)
+                for (int page : a.pages) {
+                    const std::size_t tokens = std::size_t(B) * S;
+                    const std::size_t need = page == 0 ? tokens : std::size_t(B) * ((S + page - 1) / page) * page;
+                    if (need * hkv > cap_tokens * max_hkv) {
+                        std::printf("skipped B=%d kv=%lld page %d: the KV cache does not fit in memory\n", B,
+                                    static_cast<long long>(S), page);
+                        continue;
+                    }
+                    upload(lens.p, std::vector<int32_t>(B, static_cast<int32_t>(S)));
+                    const loom::DecodeQuery dq{q.p, DType::BF16, B, hq, a.d};
+                    loom::KvCache kv;
+                    kv.k = k.p, kv.v = v.p, kv.num_kv_heads = hkv;
+                    kv.seq_lens = lens.as<const int32_t>();
+                    if (page == 0) {
+                        kv.max_seq_len = S;
+                    } else {
+                        const int max_pages = static_cast<int>((S + page - 1) / page);
+                        const std::size_t pool_tokens = cap_tokens * max_hkv / hkv;
+                        std::vector<int32_t> pages(std::size_t(B) * max_pages);
+                        std::iota(pages.begin(), pages.end(), 0);
+                        std::shuffle(pages.begin(), pages.end(), rng);  // a fragmented cache
+                        upload(table.p, pages);
+                        kv.block_table = table.as<const int32_t>(), kv.max_pages = max_pages;
+                        kv.num_pages = static_cast<int>(std::min<std::size_t>(pool_tokens / page, INT32_MAX));
+                        kv.page_size = page;
+                    }
+                    loom::DecodeOptions heuristic_opts;
+                    const la::DecodePlan pick =
+                        la::plan_decode("bench", dq, kv, o.p, lse.as<float>(), heuristic_opts, nullptr);
+                    std::vector<loom::DecodeOptions> opts(configs.size());
+                    std::vector<std::function<void(cudaStream_t)>> fns;
+                    fns.push_back([&](cudaStream_t st) { loom::decode_attention(dq, kv, o.p, lse.as<float>(), st); });
+                    for (std::size_t c = 0; c < configs.size(); ++c) {
+                        opts[c].config = &configs[c];
+                        fns.push_back([&, c](cudaStream_t st) {
+                            loom::decode_attention(dq, kv, o.p, lse.as<float>(), st, opts[c]);
+                        });
+                    }
+                    for (auto& f : fns) f(s);  // JIT and workspaces outside the timing
+                    LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+                    const auto t = loom::bench::time_ops(fns, s, topts);
+                    const double io_bytes = 2.0 * tokens * hkv * a.d * 2 + double(B) * hq * (2.0 * a.d * 2 + 4);
+                    std::size_t best = 0;
+                    for (std::size_t c = 1; c < configs.size(); ++c)
+                        if (t[c + 1].median_us < t[best + 1].median_us) best = c;
+                    const std::string label =
+                        fmt::format("B={} kv={} Hq={} Hkv={} {}", B, S, hq, hkv,
+                                    page == 0 ? std::string("contig") : fmt::format("page{}", page));
+                    const double hu = t[0].median_us, bu = t[best + 1].median_us;
+                    const double hg = loom::bench::gbps(io_bytes, hu);
+                    std::printf("%-34s %-34s %8.1f %6.0f %4.0f%% | [%-4zu] %8.1f %4.0f%% |", label.c_str(),
+                                pick.config.str().c_str(), hu, hg, 100 * hg / a.peak_gbps, best, bu,
+                                100 * loom::bench::gbps(io_bytes, bu) / a.peak_gbps);
+                    for (std::size_t c = 0; c < configs.size(); ++c) std::printf(" %7.1f", t[c + 1].median_us);
+                    std::printf("\n");
+                    std::fflush(stdout);
+                    json row = shape_keys(page == 0 ? "contiguous" : "paged", B, S, a);
+                    row["hq"] = hq, row["hkv"] = hkv, row["page_size"] = page;
+                    row["shape"] = label;
+                    row["bytes"] = io_bytes;
+                    row["loom_us"] = hu;
+                    row["gbps"] = hg;
+                    row["hbm_fraction"] = hg / a.peak_gbps;
+                    row["heuristic"] = pick.config.str();
+                    json per = json::object();
+                    for (std::size_t c = 0; c < configs.size(); ++c) {
+                        per[configs[c].str()] = t[c + 1].median_us;
+                        scores[c].log_ratio += std::log(t[c + 1].median_us / hu);
+                        scores[c].cases += 1;
+                    }
+                    scores[best].wins += 1;
+                    row["configs_us"] = per;
+                    report.add_row(row);
+                }
+    }
+    std::printf("\nper shape: geometric mean of its time / the heuristic's, and the cases it was fastest in\n");
+    for (std::size_t c = 0; c < scores.size(); ++c)
+        if (scores[c].cases > 0)
+            std::printf("  [%zu] %-36s %.3f  %d of %d\n", c, legend[c].c_str(),
+                        std::exp(scores[c].log_ratio / scores[c].cases), scores[c].wins, scores[c].cases);
+    report.write((a.out.empty() ? std::string(".") : a.out) + "/decode_attention_sweep.json", false);
+}
+
 // ---- sp ------------------------------------------------------------------------------------------------------------
 
 struct SpBuffers {
@@ -317,6 +473,15 @@ int main(int argc, char** argv) {
     app.add_option("mode", a.mode, "decode or sp")->required()->check(CLI::IsMember({"decode", "sp"}));
     app.add_option("--out", a.out, "output directory of the JSON report");
     app.add_flag("--quick", a.quick, "fewer timed runs per point (10)");
+    app.add_flag("--sweep", a.sweep,
+                 "decode: time every kernel shape against the heuristic's pick (defaults: --head-pairs 96,12,32,8 "
+                 "--batch 1,16,64 --kv 8192,32768,131072 --pages 0,1,16 --iters 5)");
+    app.add_option("--head-pairs", a.head_pairs, "decode --sweep: q heads, kv heads pairs")
+        ->delimiter(',')
+        ->check(CLI::PositiveNumber);
+    app.add_option("--pages", a.pages, "decode --sweep: layouts, 0 contiguous or a page size")
+        ->delimiter(',')
+        ->check(CLI::Range(0, 256));
     app.add_option("--iters", a.iters, "timed runs per point")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--batch", a.batches, "decode: batch sizes")->delimiter(',')->check(CLI::PositiveNumber);
     app.add_option("--kv", a.kv_lens, "decode: KV lengths")->delimiter(',')->check(CLI::PositiveNumber);
@@ -332,6 +497,11 @@ int main(int argc, char** argv) {
         ->check(CLI::PositiveNumber);
     loom::bench::parse_or_exit(app, argc, argv);
     if (a.quick && app.count("--iters") == 0) a.iters = 10;
+    if (a.sweep) {
+        if (app.count("--batch") == 0) a.batches = {1, 16, 64};
+        if (app.count("--kv") == 0) a.kv_lens = {8192, 32768, 131072};
+        if (app.count("--iters") == 0) a.iters = 5;
+    }
     if (a.sp_shapes.size() % 2 != 0) {
         std::fprintf(stderr, "bench-attention: expected --sp-shapes as batch,kv pairs, given %zu numbers\n",
                      a.sp_shapes.size());
@@ -344,7 +514,9 @@ int main(int argc, char** argv) {
     try {
         cudaStream_t s;
         LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-        if (a.mode == "decode") {
+        if (a.mode == "decode" && a.sweep) {
+            bench_decode_sweep(a, s);
+        } else if (a.mode == "decode") {
             bench_decode(a, s);
         } else {
             auto w = loom::World::from_env();

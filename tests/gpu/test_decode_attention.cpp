@@ -1,8 +1,9 @@
 // loom::decode_attention against an fp64 host reference (tests/common/attention_reference.hpp) on fresh random
 // inputs: contiguous and paged caches (page sizes 1, 16, 256, pages dealt in random order), GQA groups 1 / 4 / 8 /
 // 12 / all, head dims 64 / 128 / 256, bf16 and fp16, soft-cap, lengths 0 ... 32K that are not multiples of a page or
-// a split, forced split counts. O and LSE are poisoned first; every element is checked. Bad inputs raise
-// loom::Error; a block-table entry or a length out of range traps, naming itself (in a child process).
+// a split, forced split counts, every kernel shape of the sweep. O and LSE are poisoned first; every element is
+// checked. Bad inputs raise loom::Error; a block-table entry or a length out of range traps, naming itself (in a child
+// process).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -16,8 +17,10 @@
 #include "common/child_process.hpp"
 #include "common/device_io.hpp"
 #include "common/test_env.hpp"
+#include "loom/jit/jit.hpp"
 #include "loom/ops/attention.hpp"
 #include "loom/runtime/error.hpp"
+#include "ops/attention/decode_plan.hpp"
 
 namespace {
 
@@ -44,13 +47,15 @@ struct Case {
     float softcap = 0.f;
     int num_splits = 0;
     bool tight_max_len = false;  // DecodeOptions::max_seq_len = the longest length
+    const loom::DecodeConfig* config = nullptr;
 };
 
 std::string describe(const Case& c) {
     std::string s = "B=" + std::to_string(c.lens.size()) + " Hq=" + std::to_string(c.hq) +
                     " Hkv=" + std::to_string(c.hkv) + " D=" + std::to_string(c.d) +
                     " page=" + std::to_string(c.page_size) + " " + loom::dtype_name(c.dtype) +
-                    " softcap=" + std::to_string(c.softcap) + " splits=" + std::to_string(c.num_splits) + " lens:";
+                    " softcap=" + std::to_string(c.softcap) + " splits=" + std::to_string(c.num_splits) +
+                    (c.config != nullptr ? " config " + c.config->str() : std::string()) + " lens:";
     for (std::size_t i = 0; i < c.lens.size() && i < 8; ++i) s += " " + std::to_string(c.lens[i]);
     return s;
 }
@@ -84,6 +89,7 @@ void run_case(const Case& c, uint64_t seed) {
     loom::DecodeOptions o;
     o.softcap = c.softcap;
     o.num_splits = c.num_splits;
+    o.config = c.config;
     if (c.tight_max_len) o.max_seq_len = std::max(1, *std::max_element(c.lens.begin(), c.lens.end()));
     cudaStream_t stream;
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
@@ -163,6 +169,69 @@ TEST_F(DecodeAttention, ManySequences) {
     Case c{lens, 32, 8, 128, 0};
     c.tight_max_len = true;
     run_case(c, 42);
+}
+
+// Every kernel shape bench-attention's sweep times (the heuristic's splits, one forced count, and the merge as a
+// second launch), on a fragmented page-1 cache and a contiguous one, for the groups of 8 and 4: lengths that end
+// mid-tile and mid-split, an empty sequence, and a sequence shorter than one tile.
+TEST_F(DecodeAttention, EverySweepShapeMatches) {
+    int dev = 0, smem = 0;
+    ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+    ASSERT_EQ(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), cudaSuccess);
+    uint64_t seed = 60;
+    for (int hkv_group : {8, 4}) {
+        const auto configs = loom::attention::decode_sweep_configs(128, hkv_group, smem);
+        loom::attention::decode_precompile(DType::BF16, 128, hkv_group, configs, loom::jit::current_arch());
+        for (loom::DecodeConfig cfg : configs) {
+            for (int splits : {0, 5}) {
+                cfg.splits = splits;
+                Case paged{{5000, 17, 0, 4099}, 8 * hkv_group, 8, 128, 1};
+                paged.config = &cfg;
+                run_case(paged, ++seed);
+                Case contiguous{{3001, 40}, 2 * hkv_group, 2, 128, 0};
+                contiguous.config = &cfg;
+                run_case(contiguous, ++seed);
+            }
+        }
+    }
+}
+
+// A soft-cap, fp16 and head dims 64 / 256 through every sweep shape of their head dim (group 8).
+TEST_F(DecodeAttention, SweepShapesOtherHeadDims) {
+    int dev = 0, smem = 0;
+    ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+    ASSERT_EQ(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), cudaSuccess);
+    uint64_t seed = 200;
+    for (int d : {64, 256}) {
+        const auto configs = loom::attention::decode_sweep_configs(d, 8, smem);
+        loom::attention::decode_precompile(DType::F16, d, 8, configs, loom::jit::current_arch());
+        for (const loom::DecodeConfig& cfg : configs) {
+            Case c{{2500, 3}, 16, 2, d, 16, DType::F16};
+            c.softcap = 2.f;
+            c.config = &cfg;
+            run_case(c, ++seed);
+        }
+    }
+}
+
+TEST_F(DecodeAttention, BadConfigRaises) {
+    Dev buf(1 << 20), lens(std::vector<int32_t>{4, 4});
+    loom::KvCache kv;
+    kv.k = kv.v = buf.p;
+    kv.num_kv_heads = 8;
+    kv.max_seq_len = 16;
+    kv.seq_lens = static_cast<const int32_t*>(lens.p);
+    const loom::DecodeQuery q{buf.p, DType::BF16, 2, 32, 128};
+    loom::DecodeConfig cfg;
+    cfg.stages = 1;
+    loom::DecodeOptions o;
+    o.config = &cfg;
+    try {
+        loom::decode_attention(q, kv, buf.p, nullptr, nullptr, o);
+        ADD_FAILURE() << "no error for stages 1";
+    } catch (const loom::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("DecodeConfig::stages in [2, 8], given 1"), std::string::npos) << e.what();
+    }
 }
 
 // Back-to-back calls reuse the split workspace of the stream; a captured graph replays them.

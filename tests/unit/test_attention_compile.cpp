@@ -3,7 +3,11 @@
 // checks that raise come before any device query).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "loom/jit/jit.hpp"
 #include "loom/kernels/attention/decode_params.hpp"
@@ -21,12 +25,71 @@ void expect_clean(const loom::jit::KernelSpec& spec, int arch) {
     EXPECT_EQ(r.spill_bytes, 0) << spec.display() << " sm_" << arch << "\n" << r.resource_report;
 }
 
-// Every (dtype, head_dim, heads per block) the launcher can pick.
+// Compiles every job on a few threads, then checks each for spills.
+void expect_all_clean(const std::vector<std::pair<loom::jit::KernelSpec, int>>& jobs) {
+    std::vector<loom::jit::CompileResult> results(jobs.size());
+    std::vector<std::string> errors(jobs.size());
+    std::atomic<std::size_t> next{0};
+    auto worker = [&] {
+        for (std::size_t i; (i = next++) < jobs.size();) {
+            try {
+                results[i] = loom::jit::compile(jobs[i].first, jobs[i].second);
+            } catch (const std::exception& e) {
+                errors[i] = e.what();
+            }
+        }
+    };
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < std::max(2u, std::min(4u, std::thread::hardware_concurrency())); ++t)
+        threads.emplace_back(worker);
+    for (auto& t : threads) t.join();
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+        EXPECT_TRUE(errors[i].empty()) << jobs[i].first.display() << " sm_" << jobs[i].second << ": " << errors[i];
+        EXPECT_EQ(results[i].spill_bytes, 0) << jobs[i].first.display() << " sm_" << jobs[i].second << "\n"
+                                             << results[i].resource_report;
+    }
+}
+
+// H200's opt-in shared memory per block (and A100's): the configs the heuristic and the sweep pick under it.
+constexpr int kSmem90 = 232448, kSmem80 = 166912;
+
+// The heuristic's shape for every (dtype, head_dim, heads per block) the launcher can pick.
 TEST(AttentionCompile, DecodeSplitHasNoSpills) {
+    std::vector<std::pair<loom::jit::KernelSpec, int>> jobs;
     for (int arch : {90, 80})
         for (DType t : {DType::BF16, DType::F16})
             for (int d : {64, 128, 256})
-                for (int h : {1, 2, 4, 8}) expect_clean(la::decode_split_spec(t, d, h), arch);
+                for (int h : {1, 2, 4, 8}) {
+                    const loom::DecodeConfig c = la::decode_default_config(d, h, arch == 90 ? kSmem90 : kSmem80);
+                    jobs.emplace_back(la::decode_split_spec(t, d, h, c), arch);
+                }
+    expect_all_clean(jobs);
+}
+
+// Every shape bench-attention's sweep times, for the groups of 4 and 8 (D = 128) and 8 (D = 64, 256), bf16.
+TEST(AttentionCompile, DecodeSweepConfigsHaveNoSpills) {
+    std::vector<std::pair<loom::jit::KernelSpec, int>> jobs;
+    for (int arch : {90, 80})
+        for (auto [d, h] : {std::pair{128, 4}, std::pair{128, 8}, std::pair{64, 8}, std::pair{256, 8}}) {
+            const int smem = arch == 90 ? kSmem90 : kSmem80;
+            const auto configs = la::decode_sweep_configs(d, h, smem);
+            EXPECT_GE(configs.size(), 8u);
+            for (const auto& c : configs) {
+                la::check_decode_config("test", c, d, h, smem);
+                jobs.emplace_back(la::decode_split_spec(DType::BF16, d, h, c), arch);
+            }
+        }
+    expect_all_clean(jobs);
+}
+
+// decode_precompile: one record per config, in order.
+TEST(AttentionCompile, PrecompileKeepsTheOrder) {
+    const auto configs = la::decode_sweep_configs(128, 8, kSmem90);
+    const auto records = la::decode_precompile(DType::BF16, 128, 8, configs, 90);
+    ASSERT_EQ(records.size(), configs.size());
+    for (std::size_t i = 0; i < configs.size(); ++i)
+        EXPECT_EQ(records[i].cache_key,
+                  loom::jit::compile(la::decode_split_spec(DType::BF16, 128, 8, configs[i]), 90).cache_key);
 }
 
 TEST(AttentionCompile, MergeAndSpCombineHaveNoSpills) {
@@ -38,6 +101,69 @@ TEST(AttentionCompile, MergeAndSpCombineHaveNoSpills) {
             }
 }
 
+TEST(AttentionPlan, DefaultConfigIsValidAndFits) {
+    for (int d : {64, 128, 256})
+        for (int h : {1, 2, 4, 8}) {
+            const loom::DecodeConfig c = la::decode_default_config(d, h, kSmem90);
+            const bool mma = h >= la::kDecodeMmaMinHeads && d <= 128;
+            EXPECT_EQ(c.mma, mma);
+            if (mma) {
+                EXPECT_EQ(c.tile_tokens, 64);
+                EXPECT_EQ(c.stages, d == 128 ? 3 : 4);
+            } else {
+                EXPECT_EQ(c.tile_tokens * d, 4096);  // 16 KiB of K + V per stage
+                EXPECT_EQ(c.stages, 4);
+            }
+            EXPECT_NO_THROW(la::check_decode_config("test", c, d, h, kSmem90));
+            // A device with less shared memory per block gets fewer stages (or CUDA cores).
+            const loom::DecodeConfig small = la::decode_default_config(d, h, 40 << 10);
+            EXPECT_NO_THROW(la::check_decode_config("test", small, d, h, 40 << 10));
+        }
+}
+
+TEST(AttentionPlan, BadConfigsRaise) {
+    auto expect_error = [](const loom::DecodeConfig& c, int d, int h, const char* needle) {
+        try {
+            la::check_decode_config("decode_attention", c, d, h, kSmem90);
+            ADD_FAILURE() << "no error for " << needle;
+        } catch (const loom::Error& e) {
+            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+        }
+    };
+    loom::DecodeConfig c;
+    c.tile_tokens = 32;
+    EXPECT_NO_THROW(la::check_decode_config("decode_attention", c, 128, 8, kSmem90));
+    auto c1 = c;
+    c1.head_split = 3;
+    expect_error(c1, 128, 8, "head_split 1, or 2");
+    auto c2 = c;
+    c2.head_split = 2;
+    expect_error(c2, 128, 1, "head_split 1, or 2");  // one head cannot be split
+    auto c3 = c;
+    c3.stages = 9;
+    expect_error(c3, 128, 8, "stages in [2, 8], given 9");
+    auto c4 = c;
+    c4.tile_tokens = 20;
+    expect_error(c4, 128, 8, "tile_tokens a multiple of 8");
+    c4.tile_tokens = 72;
+    expect_error(c4, 128, 8, "at most 64");
+    auto c5 = c;
+    c5.stages = 8;
+    c5.tile_tokens = 32;
+    expect_error(c5, 256, 8, "shared memory per block");
+    auto c6 = c;
+    c6.splits = 129;
+    expect_error(c6, 128, 8, "splits in [0, 128]");
+    auto c7 = c;
+    c7.mma = true;  // tensor cores: 64-token tiles, D <= 128, one half
+    expect_error(c7, 128, 8, "DecodeConfig::mma");
+    c7.tile_tokens = 64;
+    EXPECT_NO_THROW(la::check_decode_config("decode_attention", c7, 128, 8, kSmem90));
+    expect_error(c7, 256, 8, "DecodeConfig::mma");
+    c7.head_split = 2;
+    expect_error(c7, 128, 8, "DecodeConfig::mma");
+}
+
 TEST(AttentionPlan, HeadsPerBlockCoverTheGroup) {
     EXPECT_EQ(la::decode_heads_per_block(1), 1);
     EXPECT_EQ(la::decode_heads_per_block(3), 4);
@@ -47,18 +173,30 @@ TEST(AttentionPlan, HeadsPerBlockCoverTheGroup) {
     EXPECT_EQ(la::decode_heads_per_block(96), 8);
 }
 
-TEST(AttentionPlan, SplitsFillTheSmsAndKeepSplitsLong) {
-    // One sequence, 8 kv heads, 32K tokens on 132 SMs: ceil(264 / 8) = 33 splits.
-    EXPECT_EQ(la::decode_splits(8, 32768, 32, 132, 0), 33);
+TEST(AttentionPlan, SplitsFillWholeWaves) {
+    // decode_splits(base blocks, max_len, tile, head_dim, heads, SMs, blocks per SM, requested).
+    // One sequence, 8 kv heads (group 4), 32K tokens on 132 SMs x 2: 32 splits of 1024 tokens, 256 blocks in one wave.
+    EXPECT_EQ(la::decode_splits(8, 32768, 32, 128, 4, 132, 2, 0), 32);
+    // 16 sequences: two splits, 256 blocks (three would need a second wave).
+    EXPECT_EQ(la::decode_splits(16 * 8, 32768, 32, 128, 4, 132, 2, 0), 2);
     // Enough blocks already: one split.
-    EXPECT_EQ(la::decode_splits(64 * 8, 32768, 32, 132, 0), 1);
-    // Short sequences: at least 256 tokens per split.
-    EXPECT_EQ(la::decode_splits(8, 1000, 32, 132, 0), 4);
-    EXPECT_EQ(la::decode_splits(8, 0, 32, 132, 0), 1);
+    EXPECT_EQ(la::decode_splits(64 * 8, 32768, 32, 128, 4, 132, 2, 0), 1);
+    // Every split at least one tile; an empty cache one split.
+    EXPECT_LE(la::decode_splits(8, 100, 32, 128, 4, 132, 2, 0), 4);
+    EXPECT_EQ(la::decode_splits(8, 0, 32, 128, 4, 132, 2, 0), 1);
     // Capped, and the request wins.
-    EXPECT_EQ(la::decode_splits(1, 1 << 20, 32, 132, 0), 128);
-    EXPECT_LE(la::decode_splits(1, 1 << 30, 32, 1000, 0), la::kMaxSplits);
-    EXPECT_EQ(la::decode_splits(8, 1000, 32, 132, 7), 7);
+    EXPECT_LE(la::decode_splits(1, 1 << 30, 32, 128, 4, 1000, 2, 0), la::kMaxSplits);
+    EXPECT_EQ(la::decode_splits(8, 1000, 32, 128, 4, 132, 2, 7), 7);
+    // Fewer blocks than half the 264 slots are split to fill at least half of them.
+    for (int64_t base : {8, 12, 96, 128, 256, 768})
+        for (int64_t len : {8192, 32768, 131072}) {
+            const int s = la::decode_splits(base, len, 32, 128, 8, 132, 2, 0);
+            EXPECT_GE(s, 1);
+            EXPECT_LE(s, la::kMaxSplits);
+            if (base * 2 <= 264) {
+                EXPECT_GE(base * s, 264 / 2) << base << " " << len;
+            }
+        }
 }
 
 // Shape errors raise before anything touches the device.

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
 
 #include "loom/ops/gemm.hpp"
 #include "loom/runtime/world.hpp"
@@ -52,13 +53,28 @@ struct KvCache {
     int page_size = 0;  // paged: 1 ... 256 tokens
 };
 
+// The decode kernel's shape (docs/attention.md "Decode kernel"). DecodeOptions::config; nullptr: the heuristic's.
+struct DecodeConfig {
+    int head_split = 1;       // 1 or 2: 128 x head_split threads, each 128-thread half holding its share of the
+                              // block's query heads (and reading every K / V row of a tile from shared memory)
+    int stages = 4;           // shared-memory stages, 2 ... 8: stages - 1 tiles in flight while one is consumed
+    int tile_tokens = 0;      // tokens per stage: a multiple of 128 / (D / 8) x head_split, at most 8 per token lane
+                              // (8 x 128 / (D / 8)); 0: 4096 / D (16 KiB of K + V per stage), 64 with mma
+    int splits = 0;           // KV splits per sequence; 0: DecodeOptions::num_splits, else the heuristic's
+    bool fused_merge = true;  // with more than one split the last split block merges them (else a second launch)
+    bool mma = false;         // tensor-core consumers (mma.sync; D 64 or 128, head_split 1, tile_tokens a multiple of
+                              // 64): the block's heads as the rows of one 16-row operand
+    std::string str() const;  // "hs1 st4 tile32 splits33 fused" (" mma" when set)
+};
+
 struct DecodeOptions {
     float scale = 0.f;    // 0: 1 / sqrt(head_dim)
     float softcap = 0.f;  // > 0: scores soft-capped (Gemma 2, Grok)
     // Upper bound on every seq_lens entry; 0: the cache's capacity. The split of the KV length over SMs is sized for
     // it, so a tight bound gives short sequences in a large cache more parallelism.
     int64_t max_seq_len = 0;
-    int num_splits = 0;  // KV splits per sequence; 0: chosen from the SM count (docs/attention.md)
+    int num_splits = 0;                    // KV splits per sequence; 0: chosen from the SM count (docs/attention.md)
+    const DecodeConfig* config = nullptr;  // the kernel's shape; nullptr: the heuristic's (tuning and benchmarks)
 };
 
 // O (q's dtype, [batch, num_heads, head_dim], device) and LSE (fp32 [batch, num_heads], device; nullptr: not

@@ -1,5 +1,7 @@
 // loom::decode_attention: validate, plan the split of the KV length, launch the split kernel (and the merge of the
 // splits' partials when there is more than one).
+#include <fmt/format.h>
+
 #include "loom/ops/attention.hpp"
 #include "ops/attention/decode_plan.hpp"
 #include "runtime/nvtx_range.hpp"
@@ -20,10 +22,21 @@ void decode_attention(const DecodeQuery& q, const KvCache& kv, void* o, float* l
         static_cast<float*>(attention::decode_workspace("decode_attention", plan.workspace_bytes(false), stream));
     p.part_o = ws;
     p.part_lse = ws + plan.rows * p.splits * plan.head_dim;
-    p.o = nullptr;  // the split kernel writes partials
+    if (plan.config.fused_merge) {  // the last split block of each (sequence, kv head, head chunk) merges
+        p.merge_counters = static_cast<uint32_t*>(attention::decode_workspace(
+            "decode_attention", plan.counters() * sizeof(uint32_t), stream, /*zeroed=*/true));
+        attention::launch_decode_split(plan, p, stream);
+        return;
+    }
+    p.o = nullptr;  // the split kernel writes partials only
     attention::launch_decode_split(plan, p, stream);
     p.o = o;
     attention::launch_decode_merge(plan, p, stream);
+}
+
+std::string DecodeConfig::str() const {
+    return fmt::format("hs{} st{} tile{} splits{} {}{}", head_split, stages, tile_tokens, splits,
+                       fused_merge ? "fused" : "merge-launch", mma ? " mma" : "");
 }
 
 }  // namespace loom

@@ -1,10 +1,14 @@
 #include "ops/attention/decode_plan.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -19,7 +23,7 @@ namespace ka = kernels::attention;
 namespace {
 
 struct DeviceInfo {
-    int device = 0, arch = 0, num_sms = 0;
+    int device = 0, arch = 0, num_sms = 0, smem_per_block = 0;
 };
 
 DeviceInfo device_info() {
@@ -34,6 +38,7 @@ DeviceInfo device_info() {
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&d.num_sms, cudaDevAttrMultiProcessorCount, dev));
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&d.smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     d.device = dev;
     d.arch = major * 10 + minor;
     cache.emplace(dev, d);
@@ -98,18 +103,112 @@ int decode_heads_per_block(int group) {
     return h;
 }
 
-int decode_splits(int64_t blocks_per_split, int64_t max_len, int step, int num_sms, int requested) {
+DecodeConfig decode_default_config(int head_dim, int heads_per_block, int smem_per_block) {
+    DecodeConfig c;
+    c.head_split = 1;
+    c.mma = heads_per_block >= kDecodeMmaMinHeads && head_dim <= 128 &&
+            ka::decode_split_smem_bytes(head_dim, heads_per_block, 2, 64) <= smem_per_block;
+    c.tile_tokens = c.mma ? 64 : 4096 / head_dim;
+    c.stages = c.mma && head_dim == 128 ? 3 : 4;
+    while (c.stages > 2 &&
+           ka::decode_split_smem_bytes(head_dim, heads_per_block, c.stages, c.tile_tokens) > smem_per_block)
+        --c.stages;
+    return c;
+}
+
+void check_decode_config(const char* op, const DecodeConfig& c, int head_dim, int heads_per_block, int smem_per_block) {
+    const int lanes = ka::decode_token_lanes(head_dim);
+    LOOM_CHECK(c.head_split == 1 || (c.head_split == 2 && heads_per_block % 2 == 0),
+               "{}: expected DecodeConfig::head_split 1, or 2 with an even number of heads per block ({}), given {}",
+               op, heads_per_block, c.head_split);
+    LOOM_CHECK(c.stages >= 2 && c.stages <= 8, "{}: expected DecodeConfig::stages in [2, 8], given {}", op, c.stages);
+    if (c.mma) {
+        LOOM_CHECK(c.head_split == 1 && head_dim <= 128 && c.tile_tokens >= 64 && c.tile_tokens % 64 == 0,
+                   "{}: expected DecodeConfig::mma with head_split 1, head_dim 64 or 128 and tile_tokens a multiple of "
+                   "64, given head_split {}, head_dim {}, tile_tokens {}",
+                   op, c.head_split, head_dim, c.tile_tokens);
+    } else {
+        LOOM_CHECK(c.tile_tokens >= 1 && c.tile_tokens % (lanes * c.head_split) == 0 && c.tile_tokens <= 8 * lanes,
+                   "{}: expected DecodeConfig::tile_tokens a multiple of {} (128 / (D / 8) x head_split) and at most "
+                   "{} for head_dim {}, given {}",
+                   op, lanes * c.head_split, 8 * lanes, head_dim, c.tile_tokens);
+    }
+    LOOM_CHECK(c.splits >= 0 && c.splits <= kMaxSplits, "{}: expected DecodeConfig::splits in [0, {}], given {}", op,
+               kMaxSplits, c.splits);
+    const int smem = ka::decode_split_smem_bytes(head_dim, heads_per_block, c.stages, c.tile_tokens);
+    LOOM_CHECK(smem <= smem_per_block,
+               "{}: DecodeConfig {} needs {} bytes of shared memory per block, the device has {}", op, c.str(), smem,
+               smem_per_block);
+}
+
+std::vector<DecodeConfig> decode_sweep_configs(int head_dim, int heads_per_block, int smem_per_block) {
+    const int lanes = ka::decode_token_lanes(head_dim);
+    std::vector<DecodeConfig> out;
+    // (head_split, stages, tokens per token lane): 16 KiB stages at 2 ... 6 deep, 8 KiB stages 4 and 8 deep; the
+    // two-half block (256 threads, at most 128 registers each) at 16 KiB stages 4 and 6 deep.
+    const int shapes[][3] = {{1, 2, 4}, {1, 3, 4}, {1, 4, 4}, {1, 6, 4}, {1, 4, 2}, {1, 8, 2}, {2, 4, 4}, {2, 6, 4}};
+    for (const auto& sh : shapes) {
+        DecodeConfig c;
+        c.head_split = sh[0];
+        c.stages = sh[1];
+        c.tile_tokens = sh[2] * lanes;
+        if (c.head_split == 2 && heads_per_block % 2 != 0) continue;
+        if (ka::decode_split_smem_bytes(head_dim, heads_per_block, c.stages, c.tile_tokens) > smem_per_block) continue;
+        out.push_back(c);
+    }
+    if (head_dim <= 128) {  // tensor cores: 64 or 128-token tiles, 2 ... 4 stages
+        const int mma_shapes[][2] = {{2, 64}, {3, 64}, {4, 64}, {2, 128}};
+        for (const auto& sh : mma_shapes) {
+            DecodeConfig c;
+            c.mma = true;
+            c.stages = sh[0];
+            c.tile_tokens = sh[1];
+            if (ka::decode_split_smem_bytes(head_dim, heads_per_block, c.stages, c.tile_tokens) > smem_per_block)
+                continue;
+            out.push_back(c);
+        }
+    }
+    // The heuristic's shape with the merge as a second launch.
+    DecodeConfig c = decode_default_config(head_dim, heads_per_block, smem_per_block);
+    c.fused_merge = false;
+    out.push_back(c);
+    return out;
+}
+
+int decode_splits(int64_t base_blocks, int64_t max_len, int tile, int head_dim, int heads, int num_sms,
+                  int blocks_per_sm, int requested) {
+    if (requested > 0) return std::clamp(requested, 1, kMaxSplits);
     if (max_len <= 0) return 1;
-    const int64_t by_len = ceil_div(max_len, std::max(step, 256));
-    int64_t s = requested > 0 ? requested : ceil_div(2 * int64_t(std::max(num_sms, 1)), blocks_per_split);
-    if (requested <= 0) s = std::min(s, by_len);
-    return static_cast<int>(std::clamp<int64_t>(s, 1, kMaxSplits));
+    tile = std::max(tile, 1);
+    const int64_t max_s = std::min<int64_t>(kMaxSplits, ceil_div(max_len, tile));
+    const int64_t slots = int64_t(std::max(num_sms, 1)) * std::max(blocks_per_sm, 1);
+    const double saturating = double(std::max(num_sms, 1)) * kDecodeSaturatingBlocksPerSm;
+    const double overhead = double(kDecodeBlockOverheadBytes) / (4.0 * head_dim);  // tokens of K + V
+    int best = 1;
+    double best_cost = 0;
+    for (int64_t s = 1; s <= max_s; ++s) {
+        const int64_t chunk = ceil_div(ceil_div(max_len, s), tile) * tile;
+        const int64_t used = ceil_div(max_len, chunk);
+        if (used != s) continue;  // the same split as a smaller count
+        const int64_t total = base_blocks * s, full = total / slots, rest = total % slots;
+        const double block = double(chunk) + overhead;
+        double cost = double(full) * block * std::max(1.0, double(slots) / saturating);
+        if (rest > 0) cost += block * std::max(1.0, double(rest) / saturating);
+        if (s > 1) cost += double(s) * heads;  // the fused merge's reads
+        if (s == 1 || cost < best_cost * (1.0 - kDecodeSplitGain)) {
+            best = static_cast<int>(s);
+            best_cost = cost;
+        }
+    }
+    return best;
 }
 
 std::size_t DecodePlan::workspace_bytes(bool partial) const {
     if (params.splits <= 1 && !partial) return 0;
     return rows * params.splits * (head_dim + 1) * sizeof(float);
 }
+
+std::size_t DecodePlan::counters() const { return std::size_t(params.batch) * params.num_kv_heads * head_chunks; }
 
 DecodePlan plan_decode(const char* op, const DecodeQuery& q, const KvCache& kv, void* o, float* lse,
                        const DecodeOptions& opts, const World* world) {
@@ -148,11 +247,27 @@ DecodePlan plan_decode(const char* op, const DecodeQuery& q, const KvCache& kv, 
     const int group = q.num_heads / kv.num_kv_heads;
     plan.heads_per_block = decode_heads_per_block(group);
     plan.head_chunks = static_cast<int>(ceil_div(group, plan.heads_per_block));
-    const int step = ka::decode_step_tokens(q.head_dim, plan.heads_per_block);
+    plan.config = opts.config != nullptr ? *opts.config
+                                         : decode_default_config(q.head_dim, plan.heads_per_block, dev.smem_per_block);
+    if (plan.config.tile_tokens == 0) plan.config.tile_tokens = plan.config.mma ? 64 : 4096 / q.head_dim;
+    check_decode_config(op, plan.config, q.head_dim, plan.heads_per_block, dev.smem_per_block);
+    const int tile = plan.config.tile_tokens;
+    plan.smem_bytes = ka::decode_split_smem_bytes(q.head_dim, plan.heads_per_block, plan.config.stages, tile);
     const int64_t blocks = int64_t(q.batch) * kv.num_kv_heads * plan.head_chunks;
-    int splits = decode_splits(blocks, max_len, step, dev.num_sms, opts.num_splits);
-    int64_t chunk = max_len > 0 ? ceil_div(ceil_div(max_len, splits), step) * step : step;
+    const int requested = plan.config.splits > 0 ? plan.config.splits : opts.num_splits;
+    int blocks_per_sm = 1;
+    if (requested == 0) {
+        const jit::Kernel& k =
+            jit::get_kernel(decode_split_spec(q.dtype, q.head_dim, plan.heads_per_block, plan.config));
+        blocks_per_sm = k.max_blocks_per_sm(128 * plan.config.head_split, std::size_t(plan.smem_bytes));
+        LOOM_CHECK(blocks_per_sm >= 1, "{}: the decode kernel {} does not fit on an SM ({} bytes of shared memory)", op,
+                   plan.config.str(), plan.smem_bytes);
+    }
+    int splits =
+        decode_splits(blocks, max_len, tile, q.head_dim, plan.heads_per_block, dev.num_sms, blocks_per_sm, requested);
+    int64_t chunk = max_len > 0 ? ceil_div(ceil_div(max_len, splits), tile) * tile : tile;
     splits = static_cast<int>(std::max<int64_t>(1, ceil_div(max_len, chunk)));
+    plan.config.splits = splits;
 
     ka::DecodeParams& p = plan.params;
     p.q = q.data;
@@ -179,11 +294,17 @@ DecodePlan plan_decode(const char* op, const DecodeQuery& q, const KvCache& kv, 
     return plan;
 }
 
-jit::KernelSpec decode_split_spec(DType dtype, int head_dim, int heads_per_block) {
+jit::KernelSpec decode_split_spec(DType dtype, int head_dim, int heads_per_block, const DecodeConfig& c) {
     jit::KernelSpec s;
     s.header = "loom/kernels/attention/decode.cuh";
     s.name = "loom::kernels::attention::decode_split";
-    s.template_args = {dtype_cuda_name(dtype), std::to_string(head_dim), std::to_string(heads_per_block)};
+    s.template_args = {dtype_cuda_name(dtype),
+                       std::to_string(head_dim),
+                       std::to_string(heads_per_block),
+                       std::to_string(c.head_split),
+                       std::to_string(c.stages),
+                       std::to_string(c.tile_tokens),
+                       c.mma ? "1" : "0"};
     return s;
 }
 
@@ -195,12 +316,37 @@ jit::KernelSpec decode_merge_spec(DType dtype, int head_dim) {
     return s;
 }
 
+std::vector<jit::CompileResult> decode_precompile(DType dtype, int head_dim, int heads_per_block,
+                                                  const std::vector<DecodeConfig>& configs, int arch) {
+    std::vector<jit::CompileResult> out(configs.size());
+    std::vector<std::exception_ptr> errors(configs.size());
+    std::atomic<std::size_t> next{0};
+    auto worker = [&] {
+        for (std::size_t i; (i = next++) < configs.size();) {
+            try {
+                out[i] = jit::compile(decode_split_spec(dtype, head_dim, heads_per_block, configs[i]), arch);
+            } catch (...) {
+                errors[i] = std::current_exception();
+            }
+        }
+    };
+    const unsigned n = std::clamp<unsigned>(std::thread::hardware_concurrency(), 1u, 16u);
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < std::min<std::size_t>(n, configs.size()); ++t) threads.emplace_back(worker);
+    for (auto& t : threads) t.join();
+    for (const auto& e : errors)
+        if (e) std::rethrow_exception(e);
+    return out;
+}
+
 void launch_decode_split(const DecodePlan& plan, const ka::DecodeParams& p, cudaStream_t stream) {
-    const jit::Kernel& k = jit::get_kernel(decode_split_spec(plan.dtype, plan.head_dim, plan.heads_per_block));
+    const jit::Kernel& k =
+        jit::get_kernel(decode_split_spec(plan.dtype, plan.head_dim, plan.heads_per_block, plan.config));
     jit::LaunchConfig cfg;
     cfg.grid = dim3(static_cast<unsigned>(plan.head_chunks), static_cast<unsigned>(p.splits),
                     static_cast<unsigned>(p.batch * p.num_kv_heads));
-    cfg.block = dim3(ka::kDecodeThreads);
+    cfg.block = dim3(128 * static_cast<unsigned>(plan.config.head_split));
+    cfg.smem = static_cast<std::size_t>(plan.smem_bytes);
     cfg.stream = stream;
     k(cfg, p);
 }
@@ -221,18 +367,18 @@ void launch_decode_merge(const DecodePlan& plan, const ka::DecodeParams& p, cuda
     k(cfg, m);
 }
 
-void* decode_workspace(const char* op, std::size_t bytes, cudaStream_t stream) {
+void* decode_workspace(const char* op, std::size_t bytes, cudaStream_t stream, bool zeroed) {
     struct Buffer {
         void* data = nullptr;
         std::size_t bytes = 0;
     };
     static std::mutex mu;
-    static std::map<std::pair<int, cudaStream_t>, Buffer> buffers;
+    static std::map<std::tuple<int, cudaStream_t, bool>, Buffer> buffers;
     static std::vector<void*> retired;  // smaller buffers a captured graph may still use
     int dev = 0;
     LOOM_CHECK_CUDA(cudaGetDevice(&dev));
     std::lock_guard<std::mutex> lock(mu);
-    Buffer& b = buffers[{dev, stream}];
+    Buffer& b = buffers[{dev, stream, zeroed}];
     if (b.bytes >= bytes) return b.data;
     LOOM_CHECK(!stream_ops::capturing(stream),
                "{}: the split workspace of this stream must grow to {} bytes (has {}), which a CUDA-graph capture does "
@@ -241,6 +387,7 @@ void* decode_workspace(const char* op, std::size_t bytes, cudaStream_t stream) {
     const std::size_t grown = std::max(bytes, 2 * b.bytes);
     void* p = nullptr;
     LOOM_CHECK_CUDA(cudaMalloc(&p, grown));
+    if (zeroed) LOOM_CHECK_CUDA(cudaMemsetAsync(p, 0, grown, stream));
     if (b.data != nullptr) retired.push_back(b.data);
     b = Buffer{p, grown};
     return p;

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "loom/jit/jit.hpp"
 #include "loom/kernels/attention/decode_params.hpp"
@@ -15,23 +16,50 @@ namespace loom::attention {
 
 // Most KV splits per sequence.
 inline constexpr int kMaxSplits = 128;
+// The split model's constants (decode_splits).
+inline constexpr int kDecodeBlockOverheadBytes = 32 << 10;
+inline constexpr int kDecodeSaturatingBlocksPerSm = 2;
+inline constexpr double kDecodeSplitGain = 0.03;  // more splits only for a model gain above this
+// The fewest heads per block the heuristic gives the tensor-core consumers (below: CUDA cores, where 16-row MMAs
+// would be mostly padding).
+inline constexpr int kDecodeMmaMinHeads = 4;
 
 // Query heads one block holds for a KV group of `group` heads: the group rounded up to a power of two, at most
 // kDecodeMaxHeads (a larger group is split over ceil(group / 8) blocks, each reading the group's K / V).
 int decode_heads_per_block(int group);
-// Splits of the KV length: enough blocks for about two per SM (batch x kv heads x head chunks x splits), each split
-// at least 256 tokens (or one step) long, at most kMaxSplits; `requested` > 0 overrides the count.
-int decode_splits(int64_t blocks_per_split, int64_t max_len, int step, int num_sms, int requested);
+
+// The heuristic's kernel shape for head_dim and heads per block (splits left 0). With at least kDecodeMmaMinHeads heads
+// and D <= 128, tensor cores: 64-token tiles (32 KiB of K + V at D 128), 3 stages at D 128 and 4 at D 64. Otherwise
+// CUDA cores: 4 stages of 4096 / D tokens (16 KiB each), one 128-thread half. Fewer stages where the device's shared
+// memory per block (smem_per_block: its opt-in limit) is smaller.
+DecodeConfig decode_default_config(int head_dim, int heads_per_block, int smem_per_block);
+// Raises naming `op` unless `c` (tile_tokens resolved) is a valid shape for head_dim / heads per block that fits in
+// smem_per_block bytes.
+void check_decode_config(const char* op, const DecodeConfig& c, int head_dim, int heads_per_block, int smem_per_block);
+// Every shape bench-attention's sweep times for head_dim / heads per block (the heuristic's among them).
+std::vector<DecodeConfig> decode_sweep_configs(int head_dim, int heads_per_block, int smem_per_block);
+
+// Splits of the KV length: the count that minimises a wave model of the launch. base_blocks (batch x kv heads x head
+// chunks) x splits blocks run blocks_per_sm to an SM; a block of a split of `chunk` tokens (a multiple of `tile`)
+// takes chunk + a fixed overhead (the pipeline's fill, kDecodeBlockOverheadBytes of K + V) at the per-block rate of
+// a saturated device while more than kDecodeSaturatingBlocksPerSm x num_sms blocks run, faster with fewer; the fused
+// merge adds splits x heads tokens; a count above the best so far must gain kDecodeSplitGain. Each split holds at
+// least one tile; at most kMaxSplits; `requested` > 0 wins.
+int decode_splits(int64_t base_blocks, int64_t max_len, int tile, int head_dim, int heads, int num_sms,
+                  int blocks_per_sm, int requested);
 
 struct DecodePlan {
-    kernels::attention::DecodeParams params{};  // workspace pointers (part_o, part_lse) left null
+    kernels::attention::DecodeParams params{};  // workspace pointers (part_o, part_lse, merge_counters) left null
+    DecodeConfig config{};                      // resolved: tile_tokens and splits set
     int head_dim = 0;
     int heads_per_block = 0;
     int head_chunks = 0;
+    int smem_bytes = 0;  // dynamic shared memory of the split kernel
     DType dtype = DType::BF16;
     std::size_t rows = 0;  // batch x num_q_heads
     // fp32 bytes of the split partials (part_o then part_lse) when params.splits > 1 (or when partial output is forced)
     std::size_t workspace_bytes(bool partial) const;
+    std::size_t counters() const;  // the fused merge's counters: batch x kv heads x head chunks
 };
 
 // Validates every input (raises loom::Error naming the argument, what was expected and what was given; `world` may be
@@ -39,8 +67,13 @@ struct DecodePlan {
 DecodePlan plan_decode(const char* op, const DecodeQuery& q, const KvCache& kv, void* o, float* lse,
                        const DecodeOptions& opts, const World* world);
 
-jit::KernelSpec decode_split_spec(DType dtype, int head_dim, int heads_per_block);
+jit::KernelSpec decode_split_spec(DType dtype, int head_dim, int heads_per_block, const DecodeConfig& c);
 jit::KernelSpec decode_merge_spec(DType dtype, int head_dim);
+// Compiles (into the JIT's disk cache) the split kernels of `configs` for arch, on up to hardware-concurrency threads;
+// needs no GPU. Returns each config's compile record, in order (raises the first compile error). The sweeps JIT a
+// dozen shapes: one after the other that is a minute and more.
+std::vector<jit::CompileResult> decode_precompile(DType dtype, int head_dim, int heads_per_block,
+                                                  const std::vector<DecodeConfig>& configs, int arch);
 jit::KernelSpec sp_combine_spec(DType dtype, int head_dim);  // sp_decode.cpp
 
 // The split kernel with p (its outputs set: o / lse, or part_o / part_lse).
@@ -51,6 +84,7 @@ void launch_decode_merge(const DecodePlan& plan, const kernels::attention::Decod
 // A device buffer of at least `bytes` for `stream`'s launches on the current device, grown outside CUDA-graph capture
 // only (raises naming `op` when a capture would need it to grow). Buffers are never freed before process exit: a
 // graph captured earlier may hold a smaller one.
-void* decode_workspace(const char* op, std::size_t bytes, cudaStream_t stream);
+// zeroed: the buffer (a separate one) is zero when allocated; the fused merge's counters, which every launch leaves 0.
+void* decode_workspace(const char* op, std::size_t bytes, cudaStream_t stream, bool zeroed = false);
 
 }  // namespace loom::attention

@@ -9,8 +9,9 @@ namespace loom::kernels::attention {
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
 
-// Threads of a decode block; a token's head row of D elements is read by D / 8 lanes, 16 bytes each.
-inline constexpr int kDecodeThreads = 128;
+// A decode block is 128 x head_split threads; in each 128-thread half a token's head row of D elements is read by
+// D / 8 lanes, 16 bytes each, so a half has 128 / (D / 8) token lanes.
+LOOM_HOST_DEVICE constexpr int decode_token_lanes(int head_dim) { return 128 / (head_dim / 8); }
 // Most query heads one decode block holds (a KV group larger than this is split over blocks, each reading K / V).
 inline constexpr int kDecodeMaxHeads = 8;
 // Threads of an SP-decode combine block, and the most blocks one launch may use.
@@ -19,13 +20,15 @@ inline constexpr int kSpMaxBlocks = 64;
 // Packets one SP-decode block handles per source (the fixed stride of its region of the LL area).
 inline constexpr int kSpPacketsPerBlock = 4096;
 
-// Tokens a decode block walks per step: (128 / (D / 8)) token lanes x kTok tokens each.
-LOOM_HOST_DEVICE constexpr int decode_tokens_per_thread(int heads) { return heads >= 8 ? 2 : 4; }
-LOOM_HOST_DEVICE constexpr int decode_step_tokens(int head_dim, int heads) {
-    return kDecodeThreads / (head_dim / 8) * decode_tokens_per_thread(heads);
+// Dynamic shared memory of decode_split<T, D, heads, head_split, stages, tile> (2-byte T): the larger of the K / V
+// pipeline (stages x tile x D of K and of V) and the token lanes' final (acc, m, l) in fp32.
+LOOM_HOST_DEVICE constexpr int decode_split_smem_bytes(int head_dim, int heads, int stages, int tile) {
+    const int pipeline = 2 * stages * tile * head_dim * 2;
+    const int lanes = decode_token_lanes(head_dim) * heads * (head_dim + 2) * 4;
+    return pipeline > lanes ? pipeline : lanes;
 }
 
-// One decode launch: grid (head_chunks, splits, batch x num_kv_heads).
+// One decode launch: grid (head_chunks, splits, batch x num_kv_heads), 128 x head_split threads.
 //
 // The KV cache is paged: token t of sequence b lives in page block_table[b * max_pages + t / page_size], slot
 // t % page_size, as K[page][slot][kv_head][0, D) (likewise V). A contiguous cache [batch, max_seq_len, Hkv, D] is the
@@ -36,10 +39,14 @@ struct DecodeParams {
     const void* v;
     const int32_t* block_table;  // [batch, max_pages]; null: contiguous (page b)
     const int32_t* seq_lens;     // [batch] tokens of each sequence, read on the device
-    void* o;                     // [batch, num_q_heads, D] of T: written when splits == 1 (null otherwise)
-    float* lse;                  // [batch, num_q_heads], natural log; null: not written
-    float* part_o;               // [batch, num_q_heads, splits, D] fp32, normalised: written when splits > 1
-    float* part_lse;             // [batch, num_q_heads, splits], log2 domain; -inf for a split without tokens
+    void* o;          // [batch, num_q_heads, D] of T: written when splits == 1, or by the fused merge; null: partials
+    float* lse;       // [batch, num_q_heads], natural log; null: not written
+    float* part_o;    // [batch, num_q_heads, splits, D] fp32, normalised: written when splits > 1 or o null
+    float* part_lse;  // [batch, num_q_heads, splits], log2 domain; -inf for a split without tokens
+    // Fused merge: [batch x num_kv_heads x head_chunks] arrival counters, 0 between launches (each launch's last
+    // split block wraps its counter back to 0); set with splits > 1 and o, the last split block of each counter
+    // merges the partials into o / lse. Null: the partials stay for decode_merge (or sp_decode's combine).
+    uint32_t* merge_counters;
     int32_t batch, num_q_heads, num_kv_heads;
     int32_t group;      // num_q_heads / num_kv_heads
     int32_t max_pages;  // block table columns
