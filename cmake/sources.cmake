@@ -26,6 +26,8 @@ set(LOOM_HEADERS
     include/loom/kernels/moe/routing_params.hpp
     include/loom/kernels/moe/tp_moe.cuh
     include/loom/kernels/moe/tp_moe_params.hpp
+    include/loom/kernels/moe/ep_ll.cuh
+    include/loom/kernels/moe/ep_ll_params.hpp
     include/loom/kernels/moe/grouped_gemm.cuh
     include/loom/kernels/moe/grouped_gemm_params.hpp
     include/loom/kernels/moe/grouped_gemm_sm80.cuh
@@ -55,6 +57,7 @@ set(LOOM_HEADERS
     include/loom/ops/collectives.hpp
     include/loom/ops/gemm.hpp
     include/loom/ops/moe.hpp
+    include/loom/ops/moe_ep_ll.hpp
     include/loom/ops/overlap.hpp
     include/loom/ptx/async.cuh
     include/loom/ptx/cluster.cuh
@@ -143,6 +146,8 @@ set(LOOM_SOURCES
     src/ops/gemm/split_tail.cpp
     src/ops/gemm/tune.cpp
     src/ops/gemm/validate.cpp
+    src/ops/moe/ep/ll_ops.cpp
+    src/ops/moe/ep/ll_state.cpp
     src/ops/moe/routing.cpp
     src/ops/moe/tp/checks.cpp
     src/ops/moe/tp/fused_ag.cpp

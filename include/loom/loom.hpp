@@ -9,6 +9,7 @@
 #include "loom/ops/collectives.hpp"
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/moe.hpp"
+#include "loom/ops/moe_ep_ll.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/device_memory.hpp"
 #include "loom/runtime/error.hpp"
