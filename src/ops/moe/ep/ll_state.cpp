@@ -15,7 +15,9 @@ namespace kmoe = kernels::moe;
 LlState::LlState(World& world) {
     // Every launch keeps to the rank's SM share (one block per SM): a receiving warp waits for the peers' sending
     // warps and the dispatch's signalling warps for this rank's sending warps, so every block must be resident.
-    const overlap::DeviceFacts& dev = overlap::device_facts(world, "ep_ll");
+    // DeviceFacts' SM count: the attribute (under MPS the rank's share), or the rank's part of the GPU where ranks
+    // share one without an MPS share each.
+    const overlap::DeviceFacts& dev = overlap::op_state<overlap::DeviceFacts>(world, "ep_ll");
     blocks = std::clamp(dev.device_sms, 1, kmoe::kEpLlMaxBlocks);
     const std::size_t epoch_bytes = 2 * kmoe::kEpLlMaxBlocks * sizeof(uint64_t);
     LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&dispatch_epochs), epoch_bytes));
