@@ -30,6 +30,8 @@ set(LOOM_HEADERS
     include/loom/kernels/moe/routing_params.hpp
     include/loom/kernels/moe/tp_moe.cuh
     include/loom/kernels/moe/tp_moe_params.hpp
+    include/loom/kernels/moe/ep_ll.cuh
+    include/loom/kernels/moe/ep_ll_params.hpp
     include/loom/kernels/moe/grouped_gemm.cuh
     include/loom/kernels/moe/grouped_gemm_params.hpp
     include/loom/kernels/moe/grouped_gemm_sm80.cuh
@@ -61,6 +63,7 @@ set(LOOM_HEADERS
     include/loom/ops/gemm.hpp
     include/loom/ops/moe.hpp
     include/loom/ops/moe_ep.hpp
+    include/loom/ops/moe_ep_ll.hpp
     include/loom/ops/overlap.hpp
     include/loom/ptx/async.cuh
     include/loom/ptx/cluster.cuh
@@ -155,6 +158,8 @@ set(LOOM_SOURCES
     src/ops/moe/ep/experts.cpp
     src/ops/moe/ep/plan.cpp
     src/ops/moe/ep/state.cpp
+    src/ops/moe/ep/ll_ops.cpp
+    src/ops/moe/ep/ll_state.cpp
     src/ops/moe/routing.cpp
     src/ops/moe/tp/checks.cpp
     src/ops/moe/tp/fused_ag.cpp

@@ -10,6 +10,7 @@
 #include "loom/ops/gemm.hpp"
 #include "loom/ops/moe.hpp"
 #include "loom/ops/moe_ep.hpp"
+#include "loom/ops/moe_ep_ll.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/device_memory.hpp"
 #include "loom/runtime/error.hpp"

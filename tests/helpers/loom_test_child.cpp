@@ -25,6 +25,10 @@
 //     xnode-undeclared-remote  tests/dist/kernels/crossnode.cuh's touch_peer_undeclared (compiled without remote
 //                          peers) on a one-rank Ctx of two nodes (rank 0 of 2, one rank per node) notifying peer 1:
 //                          symm_at prints that peer 1 is on node 1 and traps. Exit 3: the synchronising call failed.
+//     ep-ll-bad-expert     ep_ll_dispatch in a one-rank World (the mailbox) over ids with one equal to E / where every
+//     ep-ll-capacity       token names expert 0 twice (2 x max_tokens entries for max_tokens slots): the synchronising
+//                          call raises with the "bad index ... ep_ll_dispatch topk_idx" / "... ep_ll_dispatch expert
+//                          capacity (max_tokens) topk_idx" record. Exit 3.
 //   Exit 4: a kernel that should have trapped completed; 2: a usage or set-up error. The wait bound is
 //   LOOM_WAIT_TIMEOUT_MS (the tests pass 300; 0 counts as 300 ms, so that the kernel times out).
 #include <cuda_runtime.h>
@@ -43,6 +47,7 @@
 #include "loom/ops/attention.hpp"
 #include "loom/ops/collectives.hpp"
 #include "loom/ops/moe.hpp"
+#include "loom/ops/moe_ep_ll.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/settings.hpp"
 #include "loom/runtime/world.hpp"
@@ -199,6 +204,36 @@ loom::World solo_world() {
     leave(kCompleted);
 }
 
+[[noreturn]] void ep_ll_bad_routing(bool capacity) {
+    loom::World w = solo_world();
+    const loom::EpLowLatencyShape shape{4, 128, 2, 2};
+    std::vector<std::int32_t> idx = {0, 1, 1, 0, 0, 1, 1, 0};
+    if (capacity)
+        idx.assign(8, 0);
+    else
+        idx[5] = 2;
+    std::int32_t* d_idx = nullptr;
+    void* x = nullptr;
+    loom::EpLowLatencyRecv recv;
+    LOOM_CHECK_CUDA(cudaMalloc(&d_idx, idx.size() * 4));
+    LOOM_CHECK_CUDA(cudaMalloc(&x, 4 * 128 * 2));
+    LOOM_CHECK_CUDA(cudaMemset(x, 0, 4 * 128 * 2));
+    LOOM_CHECK_CUDA(cudaMalloc(&recv.x, loom::ep_ll_recv_x_bytes(shape, 1, true)));
+    LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&recv.scales), loom::ep_ll_recv_scales_bytes(shape, 1)));
+    LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&recv.src_info), loom::ep_ll_recv_src_info_bytes(shape, 1)));
+    LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&recv.counts), loom::ep_ll_recv_counts_bytes(shape, 1)));
+    LOOM_CHECK_CUDA(cudaMemcpy(d_idx, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
+    try {
+        loom::ep_ll_dispatch(w, {x, loom::DType::BF16, 4, 128, 0}, d_idx, shape, recv, nullptr);
+        LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+    } catch (const loom::Error& e) {
+        std::printf("ep-ll-child: loom::Error: %s\n", e.what());
+        leave(kRaised);
+    }
+    std::printf("ep-ll-child: ep_ll_dispatch completed; expected a trap\n");
+    leave(kCompleted);
+}
+
 [[noreturn]] void jit_cache_writer() {
     loom::jit::KernelSpec spec;
     spec.header = LOOM_SOURCE_DIR "/tests/unit/kernels/jit_add.cuh";
@@ -249,15 +284,17 @@ int main(int argc, char** argv) {
         if (which == "diag-missing-notify") diag_missing_notify();
         if (which == "jit-cache-writer") jit_cache_writer();
         if (which == "moe-bad-expert") moe_bad_expert();
+        if (which == "ep-ll-bad-expert") ep_ll_bad_routing(false);
+        if (which == "ep-ll-capacity") ep_ll_bad_routing(true);
         if (which == "decode-bad-page") decode_bad_device_data(true);
         if (which == "decode-bad-len") decode_bad_device_data(false);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "loom_test_child %s: %s\n", which.c_str(), e.what());
         return kSetupError;
     }
-    std::fprintf(
-        stderr,
-        "usage: loom_test_child lang-missing-notify|lang-missing-notify-26|xnode-undeclared-remote|ce-skip-collective|"
-        "diag-missing-notify|jit-cache-writer|moe-bad-expert|decode-bad-page|decode-bad-len\n");
+    std::fprintf(stderr,
+                 "usage: loom_test_child lang-missing-notify|lang-missing-notify-26|xnode-undeclared-remote|"
+                 "ce-skip-collective|diag-missing-notify|jit-cache-writer|moe-bad-expert|ep-ll-bad-expert|"
+                 "ep-ll-capacity|decode-bad-page|decode-bad-len\n");
     return kSetupError;
 }

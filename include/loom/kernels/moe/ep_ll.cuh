@@ -1,0 +1,420 @@
+// Expert-parallel dispatch / combine, low-latency mode (decode): every rank sends each (token, expert) entry of its
+// top-k routing straight into the expert's rank, at a fixed slot, and gets the expert outputs back the same way.
+//
+//   ep_ll_dispatch<kFp8>   send: warp per token t: lane s takes a slot i of expert topk_idx[t, s] (a per-expert
+//                          atomic counter of this rank) and the warp writes the token's row — cast to fp8 e4m3 with
+//                          one fp32 scale per 128 elements when kFp8, read once for all k slots — and the source entry
+//                          t x k + s into message [le][me][i] of the expert's rank, then counts the entry sent
+//                          (release). Warp per expert ex: waits until its entries (a per-block histogram of topk_idx)
+//                          are all sent, then one 8-byte release store of {count, flag} to [le][me] of ex's rank's
+//                          counts. The order of an expert's slots is therefore not the token order.
+//                          recv: warp per (local expert le, source rank s): waits for the count of (le, s), then
+//                          copies its messages into recv_x / recv_scales / recv_src_info [le][s x M + i] and writes
+//                          recv_counts[le][s].
+//   ep_ll_combine          send: warp per (local expert le, token rank s): for i < recv_counts[le][s] writes the bf16
+//                          row expert_out[le][s x M + i] into rank s's combine rows at its source entry t x k + slot,
+//                          then one release store of the flag to rank s's flag of expert (me, le).
+//                          recv: every flag of every expert is waited for by some thread; warp per token t: waits for
+//                          the flags of t's experts and writes y[t] = sum_slot w[t, slot] x row(t, slot) (fp32, slot
+//                          order) as bf16.
+//
+// Launches: one kernel with both phases (kEpLlSend | kEpLlRecv); its grid keeps to the rank's SM share so every block
+// is resident beside every peer's (a receiving warp waits for peers' sending warps). Or the send phase alone and the
+// receive phase in a later launch (return without waiting), which needs no co-residency.
+//
+// Flags and the double buffer (the argument of kernels/collectives/coll_ll.cuh): each block advances its send and its
+// receive epoch once per launch of that phase (epochs[0][b], epochs[1][b], this rank's, never reset); every rank
+// launches the same grid the same number of times, so every block of every rank has the same epoch e in call e.
+// Call e uses parity half e & 1 of the area, and its flags are the low 32 bits of e (a stale value never matches:
+// that would take 2^32 calls). Overwriting is safe without a barrier: rank s writes half p of rank r in its send of
+// call e only after its receive of call e - 1 completed, which waited for every count (every flag) of call e - 1,
+// among them r's; r sends those only after its receive of call e - 2 — the last reader of half p — completed (same
+// stream, and the receive of a call precedes the next call's send, which the host enforces for the hooked form). The
+// receive waits for *every* count / flag, also where no entry came (count 0), so that chain holds on every rank.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include "loom/config.hpp"
+#include "loom/kernels/moe/ep_ll_params.hpp"
+#include "loom/lang/context.cuh"
+#include "loom/lang/diag.cuh"
+#include "loom/lang/rank.cuh"
+#include "loom/lang/spin.cuh"
+#include "loom/ptx/memory.cuh"
+#include "loom/ptx/special.cuh"
+#if !LOOM_NVRTC && !LOOM_NO_DEVICE_PRINTF
+#include <cstdio>
+#endif
+
+namespace loom::kernels::moe {
+
+// Cold path: an index read from `where` is outside [0, bound) (a bad routing id, a source entry or count the dispatch
+// did not write, or more entries for one expert than its max_tokens slots). Takes the Ctx's fields by value: a
+// reference to the kernel's Ctx parameter would make the compiler copy it to local memory.
+__noinline__ LOOM_DEVICE inline void ep_ll_bad_index(DiagMailbox* diag, int rank, const char* tag, const void* where,
+                                                     int64_t value, int64_t bound) {
+    lang::detail::diag_post(diag, DiagKind::BadIndex, rank, tag, where, 0, static_cast<uint64_t>(bound),
+                            static_cast<uint64_t>(value), 0);
+#if !LOOM_NO_DEVICE_PRINTF
+    printf("loom: rank %d: %s: block %u thread %u: index %lld at %p is out of range [0, %lld)\n", rank, tag, blockIdx.x,
+           threadIdx.x, static_cast<long long>(value), where, static_cast<long long>(bound));
+#endif
+    __trap();
+}
+
+// This block's next epoch of one phase (epochs[b] += 1), shared with the block's threads.
+LOOM_DEVICE LOOM_FORCEINLINE uint64_t ep_ll_next_epoch(uint64_t* epochs, uint64_t* shared) {
+    __syncthreads();  // a previous phase's readers of *shared are done
+    if (threadIdx.x == 0) {
+        const uint64_t e = epochs[blockIdx.x] + 1;
+        epochs[blockIdx.x] = e;
+        *shared = e;
+    }
+    __syncthreads();
+    return *shared;
+}
+
+LOOM_DEVICE LOOM_FORCEINLINE float ep_ll_bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+LOOM_DEVICE LOOM_FORCEINLINE float ep_ll_bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+LOOM_DEVICE LOOM_FORCEINLINE uint32_t ep_ll_pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// ---- dispatch -----------------------------------------------------------------------------------------------------
+
+// The warp sends token row `src` (H bf16) to the messages `dst` of the lanes in `used` (lane s: slot s's message in a
+// peer's memory): fp8 with per-128 scales, or the bf16 row as is. Lane l moves 8 elements (16 bytes of bf16) per
+// step, kEpLlBatch loads in flight; the 16 lanes of a half-warp cover one scale block, whose amax they reduce with
+// shuffles. Steps are warp-uniform (H / 8 need not be a multiple of 32).
+template <bool kFp8>
+LOOM_DEVICE LOOM_FORCEINLINE void ep_ll_send_row(const __nv_bfloat16* src, char* dst, unsigned used, int hidden) {
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    const int chunks = hidden / 8;
+    const uint4* s4 = reinterpret_cast<const uint4*>(src);
+    const int64_t payload = ep_ll_payload_bytes(hidden, kFp8);
+    for (int base = 0; base < chunks; base += 32 * kEpLlBatch) {
+        uint4 v[kEpLlBatch];
+#pragma unroll
+        for (int u = 0; u < kEpLlBatch; ++u) {
+            const int c = base + u * 32 + lane;
+            v[u] = c < chunks ? ptx::ld_v4_nc(s4 + c) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < kEpLlBatch; ++u) {
+            if (base + u * 32 >= chunks) break;  // warp-uniform
+            const int c = base + u * 32 + lane;
+            const bool on = c < chunks;
+            if constexpr (kFp8) {
+                const float f[8] = {ep_ll_bf16_lo(v[u].x), ep_ll_bf16_hi(v[u].x), ep_ll_bf16_lo(v[u].y),
+                                    ep_ll_bf16_hi(v[u].y), ep_ll_bf16_lo(v[u].z), ep_ll_bf16_hi(v[u].z),
+                                    ep_ll_bf16_lo(v[u].w), ep_ll_bf16_hi(v[u].w)};
+                float amax = 0.f;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(f[j]));
+#pragma unroll
+                for (int m = 8; m >= 1; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+                amax = fmaxf(amax, 1e-4f);  // an all-zero block: any scale, its codes are 0
+                const float inv = 448.f / amax;
+                uint32_t q[2];
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    const __nv_fp8x2_storage_t a = __nv_cvt_float2_to_fp8x2(
+                        make_float2(f[4 * j] * inv, f[4 * j + 1] * inv), __NV_SATFINITE, __NV_E4M3);
+                    const __nv_fp8x2_storage_t b = __nv_cvt_float2_to_fp8x2(
+                        make_float2(f[4 * j + 2] * inv, f[4 * j + 3] * inv), __NV_SATFINITE, __NV_E4M3);
+                    q[j] = static_cast<uint32_t>(a) | (static_cast<uint32_t>(b) << 16);
+                }
+                const float scale = amax / 448.f;
+                for (unsigned m = used; m != 0u; m &= m - 1) {
+                    char* d = reinterpret_cast<char*>(
+                        __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(dst), __ffs(m) - 1));
+                    if (on) {
+                        *reinterpret_cast<uint2*>(d + static_cast<int64_t>(c) * 8) = make_uint2(q[0], q[1]);
+                        if ((c & 15) == 0) reinterpret_cast<float*>(d + payload)[c >> 4] = scale;
+                    }
+                }
+            } else {
+                for (unsigned m = used; m != 0u; m &= m - 1) {
+                    char* d = reinterpret_cast<char*>(
+                        __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(dst), __ffs(m) - 1));
+                    if (on) reinterpret_cast<uint4*>(d)[c] = v[u];
+                }
+            }
+        }
+    }
+}
+
+template <bool kFp8>
+LOOM_DEVICE inline void ep_ll_dispatch_send(const Ctx& ctx, const EpLlParams& p, uint32_t flag, char* half,
+                                            uint32_t* hist) {
+    const int W = ctx.local_world, me = ctx.local_rank;
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    const int gw = static_cast<int>(blockIdx.x) * kEpLlWarps + static_cast<int>(threadIdx.x) / 32;
+    const int nw = static_cast<int>(gridDim.x) * kEpLlWarps;
+    const int L = p.local_experts, M = p.max_tokens, E = p.num_experts, k = p.topk;
+    const int64_t msg_bytes = ep_ll_msg_bytes(p.hidden, kFp8);
+    const int64_t count_off = ep_ll_dispatch_count_offset(L, W, M, msg_bytes);
+    const int entries = p.tokens * k;
+    uint32_t* const slots = p.counters;     // [E] slots taken
+    uint32_t* const sent = p.counters + E;  // [E] entries whose message is written
+
+    // Every block's histogram of the routing: the count each expert's signal carries.
+    for (int i = static_cast<int>(threadIdx.x); i < E; i += kEpLlThreads) hist[i] = 0;
+    __syncthreads();
+    for (int j = static_cast<int>(threadIdx.x); j < entries; j += kEpLlThreads) {
+        const int32_t id = p.topk_idx[j];
+        if (id < -1 || id >= E) ep_ll_bad_index(ctx.diag, ctx.rank, "ep_ll_dispatch topk_idx", p.topk_idx + j, id, E);
+        if (id >= 0) atomicAdd(hist + id, 1u);
+    }
+    __syncthreads();
+
+    // Warp per token: a slot per (token, expert) entry, the row to every slot's message.
+    for (int t = gw; t < p.tokens; t += nw) {
+        int32_t id = -1;
+        char* dst = nullptr;
+        if (lane < k) {
+            id = p.topk_idx[static_cast<int64_t>(t) * k + lane];
+            if (id >= 0) {
+                const uint32_t slot = atomicAdd(slots + id, 1u);
+                if (slot >= static_cast<uint32_t>(M))
+                    ep_ll_bad_index(ctx.diag, ctx.rank, "ep_ll_dispatch expert capacity (max_tokens) topk_idx",
+                                    p.topk_idx + static_cast<int64_t>(t) * k + lane, slot, M);
+                const int le = id % L;
+                dst = lang::symm_at(ctx, half, ctx.local_base_rank + id / L) +
+                      ((static_cast<int64_t>(le) * W + me) * M + slot) * msg_bytes;
+            }
+        }
+        const unsigned used = __ballot_sync(0xffffffffu, id >= 0);
+        ep_ll_send_row<kFp8>(static_cast<const __nv_bfloat16*>(p.x) + static_cast<int64_t>(t) * p.x_ld, dst, used,
+                             p.hidden);
+        if (id >= 0) *reinterpret_cast<int4*>(dst + msg_bytes - 16) = make_int4(t * k + lane, 0, 0, 0);
+        __syncwarp();  // every lane's stores of the row precede the release of each slot's lane
+        if (id >= 0) ptx::red_add_release_sys(sent + id, 1u);
+    }
+
+    // Warp per expert: once all its entries are written, the count to its rank; then the counters are zero again for
+    // the next call (every taker of a slot has counted its entry sent).
+    for (int ex = gw; ex < E; ex += nw) {
+        if (lane != 0) continue;
+        const uint32_t expected = hist[ex];
+        lang::spin_until(ctx, "ep_ll_dispatch: local sends of an expert", sent + ex, lang::Cmp::GE, expected,
+                         [&](uint64_t& observed) {
+                             observed = ptx::ld_acquire_sys(sent + ex);
+                             return observed >= expected;
+                         });
+        const int le = ex % L;
+        auto* sig = reinterpret_cast<uint64_t*>(lang::symm_at(ctx, half, ctx.local_base_rank + ex / L) + count_off) +
+                    static_cast<int64_t>(le) * W + me;
+        ptx::st_release_sys(sig, (static_cast<uint64_t>(flag) << 32) | expected);
+        sent[ex] = 0;
+        slots[ex] = 0;
+    }
+}
+
+template <bool kFp8>
+LOOM_DEVICE inline void ep_ll_dispatch_recv(const Ctx& ctx, const EpLlParams& p, uint32_t flag, const char* half) {
+    const int W = ctx.local_world;
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    const int gw = static_cast<int>(blockIdx.x) * kEpLlWarps + static_cast<int>(threadIdx.x) / 32;
+    const int nw = static_cast<int>(gridDim.x) * kEpLlWarps;
+    const int L = p.local_experts, M = p.max_tokens;
+    const int64_t msg_bytes = ep_ll_msg_bytes(p.hidden, kFp8);
+    const int64_t payload = ep_ll_payload_bytes(p.hidden, kFp8);
+    const int64_t count_off = ep_ll_dispatch_count_offset(L, W, M, msg_bytes);
+    const int cpm = static_cast<int>(payload / 16);  // 16-byte chunks per message payload
+    const int sb = p.hidden / kEpLlScaleBlock;
+    // Warp per (local expert le, source rank s), pr = le x W + s.
+    for (int pr = gw; pr < L * W; pr += nw) {
+        const int s = pr % W;
+        const uint64_t* sig = reinterpret_cast<const uint64_t*>(half + count_off) + pr;
+        uint32_t count = 0;
+        if (lane == 0) {
+            uint64_t v = 0;
+            lang::spin_until(ctx, "ep_ll_dispatch: count", ctx.local_base_rank + s, sig, lang::Cmp::EQ, flag,
+                             [&](uint64_t& observed) {
+                                 v = ptx::ld_acquire_sys(sig);
+                                 observed = v >> 32;
+                                 return static_cast<uint32_t>(v >> 32) == flag;
+                             });
+            count = static_cast<uint32_t>(v);
+            if (count > static_cast<uint32_t>(M))
+                ep_ll_bad_index(ctx.diag, ctx.rank, "ep_ll_dispatch count", sig, count, M + 1);
+            p.recv_counts[pr] = static_cast<int32_t>(count);
+        }
+        __syncwarp();  // lane 0's acquire orders the warp's reads of the messages
+        count = __shfl_sync(0xffffffffu, count, 0);
+        const char* const msgs = half + static_cast<int64_t>(pr) * M * msg_bytes;
+        char* const out = static_cast<char*>(p.recv_x) + static_cast<int64_t>(pr) * M * payload;
+        // The payloads, flattened over the messages: kEpLlBatch loads in flight per lane.
+        const int total = static_cast<int>(count) * cpm;
+        for (int base = 0; base < total; base += 32 * kEpLlBatch) {
+            uint4 v[kEpLlBatch];
+#pragma unroll
+            for (int u = 0; u < kEpLlBatch; ++u) {
+                const int f = base + u * 32 + lane;
+                if (f < total) v[u] = ptx::ld_v4(msgs + (f / cpm) * msg_bytes + (f % cpm) * 16);
+            }
+#pragma unroll
+            for (int u = 0; u < kEpLlBatch; ++u) {
+                const int f = base + u * 32 + lane;
+                if (f < total) ptx::st_v4(out + static_cast<int64_t>(f) * 16, v[u]);
+            }
+        }
+        for (int f = lane; f < static_cast<int>(count) * (kFp8 ? sb + 1 : 1); f += 32) {
+            const int i = kFp8 ? f / (sb + 1) : f, c = kFp8 ? f % (sb + 1) : 0;
+            const char* m = msgs + static_cast<int64_t>(i) * msg_bytes;
+            const int64_t slot = static_cast<int64_t>(pr) * M + i;
+            if (kFp8 && c < sb) {
+                p.recv_scales[slot * sb + c] = *reinterpret_cast<const float*>(m + payload + c * 4);
+            } else {
+                p.recv_src_info[slot] = *reinterpret_cast<const int32_t*>(m + msg_bytes - 16);
+            }
+        }
+    }
+}
+
+template <bool kFp8>
+__global__ void __launch_bounds__(kEpLlThreads) ep_ll_dispatch(Ctx ctx, EpLlParams p) {
+    __shared__ uint64_t s_epoch;
+    __shared__ uint32_t s_hist[kEpLlMaxExperts];
+    ptx::griddep_wait();  // the stream's previous kernel (e.g. the previous call's receive) has completed
+    ptx::griddep_launch_dependents();
+    if (p.phases & kEpLlSend) {
+        const uint64_t e = ep_ll_next_epoch(p.epochs, &s_epoch);
+        ep_ll_dispatch_send<kFp8>(ctx, p, static_cast<uint32_t>(e), p.area + (e & 1) * p.half_bytes, s_hist);
+    }
+    if (p.phases & kEpLlRecv) {
+        const uint64_t e = ep_ll_next_epoch(p.epochs + kEpLlMaxBlocks, &s_epoch);
+        ep_ll_dispatch_recv<kFp8>(ctx, p, static_cast<uint32_t>(e), p.area + (e & 1) * p.half_bytes);
+    }
+}
+
+// ---- combine ------------------------------------------------------------------------------------------------------
+
+LOOM_DEVICE inline void ep_ll_combine_send(const Ctx& ctx, const EpLlParams& p, uint32_t flag, char* half) {
+    const int W = ctx.local_world, me = ctx.local_rank;
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    const int gw = static_cast<int>(blockIdx.x) * kEpLlWarps + static_cast<int>(threadIdx.x) / 32;
+    const int nw = static_cast<int>(gridDim.x) * kEpLlWarps;
+    const int L = p.local_experts, M = p.max_tokens, k = p.topk;
+    const int64_t row_bytes = static_cast<int64_t>(p.hidden) * 2;
+    const int64_t flag_off = ep_ll_combine_flag_offset(M, k, p.hidden);
+    const int cpr = p.hidden / 8;  // 16-byte chunks per row
+    // Warp per (local expert le, token rank s), pr = le x W + s.
+    for (int pr = gw; pr < L * W; pr += nw) {
+        const int s = pr % W, le = pr / W;
+        char* const rows = lang::symm_at(ctx, half, ctx.local_base_rank + s);
+        const int32_t count = p.recv_counts[pr];
+        if (count < 0 || count > M)
+            ep_ll_bad_index(ctx.diag, ctx.rank, "ep_ll_combine recv_counts", p.recv_counts + pr, count, M + 1);
+        const int32_t* const info = p.recv_src_info + static_cast<int64_t>(pr) * M;
+        for (int i = lane; i < count; i += 32)
+            if (info[i] < 0 || info[i] >= M * k)
+                ep_ll_bad_index(ctx.diag, ctx.rank, "ep_ll_combine recv_src_info", info + i, info[i], M * k);
+        const char* const src = static_cast<const char*>(p.expert_out) + static_cast<int64_t>(pr) * M * row_bytes;
+        const int total = count * cpr;
+        for (int base = 0; base < total; base += 32 * kEpLlBatch) {
+            uint4 v[kEpLlBatch];
+#pragma unroll
+            for (int u = 0; u < kEpLlBatch; ++u) {
+                const int f = base + u * 32 + lane;
+                if (f < total) v[u] = ptx::ld_v4_nc(src + static_cast<int64_t>(f) * 16);
+            }
+#pragma unroll
+            for (int u = 0; u < kEpLlBatch; ++u) {
+                const int f = base + u * 32 + lane;
+                if (f < total) {
+                    const int i = f / cpr, c = f % cpr;
+                    ptx::st_v4(rows + static_cast<int64_t>(info[i]) * row_bytes + c * 16, v[u]);
+                }
+            }
+        }
+        __syncwarp();  // every lane's rows precede the flag
+        if (lane == 0) {
+            auto* sig = reinterpret_cast<uint64_t*>(rows + flag_off) + static_cast<int64_t>(me) * L + le;
+            ptx::st_release_sys(sig, static_cast<uint64_t>(flag));
+        }
+    }
+}
+
+LOOM_DEVICE inline void ep_ll_combine_recv(const Ctx& ctx, const EpLlParams& p, uint32_t flag, const char* half) {
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    const int gw = static_cast<int>(blockIdx.x) * kEpLlWarps + static_cast<int>(threadIdx.x) / 32;
+    const int nw = static_cast<int>(gridDim.x) * kEpLlWarps;
+    const int L = p.local_experts, M = p.max_tokens, E = p.num_experts, k = p.topk;
+    const int64_t row_bytes = static_cast<int64_t>(p.hidden) * 2;
+    const uint64_t* const flags = reinterpret_cast<const uint64_t*>(half + ep_ll_combine_flag_offset(M, k, p.hidden));
+    auto wait_flag = [&](int ex) {
+        lang::spin_until(ctx, "ep_ll_combine: expert rows", ctx.local_base_rank + ex / L, flags + ex, lang::Cmp::EQ,
+                         flag, [&](uint64_t& observed) {
+                             observed = ptx::ld_acquire_sys(flags + ex);
+                             return static_cast<uint32_t>(observed) == flag;
+                         });
+    };
+    // Every expert's flag, also of experts no token of this rank chose (the double buffer's argument).
+    for (int ex = static_cast<int>(blockIdx.x * kEpLlThreads + threadIdx.x); ex < E;
+         ex += static_cast<int>(gridDim.x) * kEpLlThreads)
+        wait_flag(ex);
+    // Warp per token: lane s waits for slot s's expert; then lane l reduces chunks l, l + 32, ... over the slots.
+    const int cpr = p.hidden / 8;
+    for (int t = gw; t < p.tokens; t += nw) {
+        int32_t id = -1;
+        if (lane < k) {
+            id = p.topk_idx[static_cast<int64_t>(t) * k + lane];
+            if (id < -1 || id >= E)
+                ep_ll_bad_index(ctx.diag, ctx.rank, "ep_ll_combine topk_idx",
+                                p.topk_idx + static_cast<int64_t>(t) * k + lane, id, E);
+            if (id >= 0) wait_flag(id);
+        }
+        __syncwarp();  // the lanes' acquires order the warp's reads of the rows
+        const unsigned used = __ballot_sync(0xffffffffu, id >= 0);
+        const char* const rows = half + static_cast<int64_t>(t) * k * row_bytes;
+        const float* const w = p.topk_weights + static_cast<int64_t>(t) * k;
+        uint4* const y = reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.y) + static_cast<int64_t>(t) * p.y_ld);
+        for (int c = lane; c < cpr; c += 32) {
+            float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+            // Slots in order, kEpLlBatch loads in flight.
+            for (int s0 = 0; s0 < k; s0 += kEpLlBatch) {
+                uint4 v[kEpLlBatch];
+#pragma unroll
+                for (int u = 0; u < kEpLlBatch; ++u) {
+                    const int s = s0 + u;
+                    if (s < k && ((used >> s) & 1u)) v[u] = ptx::ld_v4(rows + s * row_bytes + c * 16);
+                }
+#pragma unroll
+                for (int u = 0; u < kEpLlBatch; ++u) {
+                    const int s = s0 + u;
+                    if (s >= k || ((used >> s) & 1u) == 0u) continue;
+                    const float ws = w[s];
+                    const uint32_t q[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        acc[2 * j] += ws * ep_ll_bf16_lo(q[j]);
+                        acc[2 * j + 1] += ws * ep_ll_bf16_hi(q[j]);
+                    }
+                }
+            }
+            y[c] = make_uint4(ep_ll_pack_bf16(acc[0], acc[1]), ep_ll_pack_bf16(acc[2], acc[3]),
+                              ep_ll_pack_bf16(acc[4], acc[5]), ep_ll_pack_bf16(acc[6], acc[7]));
+        }
+    }
+}
+
+__global__ void __launch_bounds__(kEpLlThreads) ep_ll_combine(Ctx ctx, EpLlParams p) {
+    __shared__ uint64_t s_epoch;
+    ptx::griddep_wait();
+    ptx::griddep_launch_dependents();
+    if (p.phases & kEpLlSend) {
+        const uint64_t e = ep_ll_next_epoch(p.epochs, &s_epoch);
+        ep_ll_combine_send(ctx, p, static_cast<uint32_t>(e), p.area + (e & 1) * p.half_bytes);
+    }
+    if (p.phases & kEpLlRecv) {
+        const uint64_t e = ep_ll_next_epoch(p.epochs + kEpLlMaxBlocks, &s_epoch);
+        ep_ll_combine_recv(ctx, p, static_cast<uint32_t>(e), p.area + (e & 1) * p.half_bytes);
+    }
+}
+
+}  // namespace loom::kernels::moe

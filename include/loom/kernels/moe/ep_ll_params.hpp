@@ -1,0 +1,77 @@
+// Plain-data parameters of the expert-parallel low-latency dispatch / combine kernels (kernels/moe/ep_ll.cuh), shared
+// by the host launcher (src/ops/moe/ep/ll_*.cpp) and the device code, and the layout of their symmetric buffers.
+#pragma once
+
+#include "loom/config.hpp"
+
+namespace loom::kernels::moe {
+
+inline constexpr int kEpLlThreads = 512;  // threads of every LL launch: 16 warps
+inline constexpr int kEpLlWarps = kEpLlThreads / 32;
+inline constexpr int kEpLlMaxBlocks = 1024;         // grid bound (the per-block epoch arrays)
+inline constexpr int kEpLlScaleBlock = 128;         // elements per fp8 scale
+inline constexpr int kEpLlMaxExperts = 1024;        // E bound (the dispatch's per-block histogram in smem)
+inline constexpr int kEpLlMaxTopk = 32;             // k bound (a lane per slot)
+inline constexpr int kEpLlBatch = 8;                // 16-byte loads a lane keeps in flight
+inline constexpr int kEpLlSend = 1, kEpLlRecv = 2;  // EpLlParams::phases
+
+// One dispatch message (one (token, expert) entry), 16-byte aligned pieces:
+//   [0, payload)                    the token's row: H fp8 e4m3 bytes, or H bf16
+//   [payload, payload + scales)     fp8 only: H / 128 fp32 scales (x ~ fp8 x scale), padded to 16 bytes
+//   [.., + 16)                      header: int32 source entry t x k + slot, then 12 unused bytes
+LOOM_HOST_DEVICE constexpr int64_t ep_ll_payload_bytes(int64_t hidden, bool fp8) { return fp8 ? hidden : 2 * hidden; }
+LOOM_HOST_DEVICE constexpr int64_t ep_ll_scale_bytes(int64_t hidden, bool fp8) {
+    return fp8 ? (hidden / kEpLlScaleBlock * 4 + 15) / 16 * 16 : 0;
+}
+LOOM_HOST_DEVICE constexpr int64_t ep_ll_msg_bytes(int64_t hidden, bool fp8) {
+    return ep_ll_payload_bytes(hidden, fp8) + ep_ll_scale_bytes(hidden, fp8) + 16;
+}
+
+// One parity half of the dispatch area on the receiving rank (L local experts, W source ranks, M = max_tokens):
+//   messages [L][W][M] x msg_bytes, then counts [L][W] uint64: {low 32: entries sent, high 32: the call's flag}
+LOOM_HOST_DEVICE constexpr int64_t ep_ll_dispatch_count_offset(int64_t L, int64_t W, int64_t M, int64_t msg) {
+    return L * W * M * msg;
+}
+LOOM_HOST_DEVICE constexpr int64_t ep_ll_dispatch_half_bytes(int64_t L, int64_t W, int64_t M, int64_t msg) {
+    return (ep_ll_dispatch_count_offset(L, W, M, msg) + L * W * 8 + 1023) / 1024 * 1024;
+}
+// One parity half of the combine area on the token's rank (M = max_tokens, k = top-k, E experts):
+//   rows [M][k][H] bf16 (entry t x k + slot's expert output), then flags [E] uint64 (index: expert rank x L + local
+//   expert; value: the call's flag, written after that expert's rows for this rank)
+LOOM_HOST_DEVICE constexpr int64_t ep_ll_combine_flag_offset(int64_t M, int64_t k, int64_t H) { return M * k * H * 2; }
+LOOM_HOST_DEVICE constexpr int64_t ep_ll_combine_half_bytes(int64_t M, int64_t k, int64_t H, int64_t E) {
+    return (ep_ll_combine_flag_offset(M, k, H) + E * 8 + 1023) / 1024 * 1024;
+}
+
+struct EpLlParams {
+    int32_t tokens = 0;         // T of this rank (0..max_tokens)
+    int32_t hidden = 0;         // H, a multiple of 128
+    int32_t topk = 0;           // k
+    int32_t num_experts = 0;    // E
+    int32_t local_experts = 0;  // L = E / W
+    int32_t max_tokens = 0;     // M
+    int32_t phases = 0;         // kEpLlSend | kEpLlRecv
+    int32_t pad = 0;
+
+    const int32_t* topk_idx = nullptr;    // [T, k]
+    const float* topk_weights = nullptr;  // [T, k] (combine)
+    const void* x = nullptr;              // dispatch: [T, H] bf16, row stride x_ld elements
+    int64_t x_ld = 0;
+    void* y = nullptr;  // combine: [T, H] bf16, row stride y_ld elements
+    int64_t y_ld = 0;
+    const void* expert_out = nullptr;  // combine: [L, W x M, H] bf16, dense
+
+    // The receive layout (dispatch writes it, combine reads src_info and counts):
+    void* recv_x = nullptr;            // [L, W x M, H] fp8 e4m3 (or bf16)
+    float* recv_scales = nullptr;      // [L, W x M, H / 128] fp32 (fp8 only)
+    int32_t* recv_src_info = nullptr;  // [L, W x M]: the source entry t x k + slot
+    int32_t* recv_counts = nullptr;    // [L, W]: entries received from each source rank
+
+    char* area = nullptr;  // symmetric: two parity halves of half_bytes
+    int64_t half_bytes = 0;
+    uint64_t* epochs = nullptr;    // this rank's [2][kEpLlMaxBlocks]: send and receive phase epochs of each block
+    uint32_t* counters = nullptr;  // dispatch, this rank's [2][E]: slots taken and entries sent per expert in the
+                                   // running send phase (zero between calls: the phase resets what it used)
+};
+
+}  // namespace loom::kernels::moe
