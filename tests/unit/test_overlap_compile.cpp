@@ -261,11 +261,20 @@ TEST(OverlapPlan, GemmRsPicksTheFusedEpilogueWhereItFits) {
     }
 }
 
+// With a GPU per rank, Auto takes the fused epilogue where its whole-tile config fits and the tiles are one wave;
+// forced, the fused epilogue's config always fits.
 TEST(OverlapPlan, GemmArPicksTheFusedEpilogueWhereItFits) {
     for (int sms : {132, 66, 14}) {
         for (int64_t m : {1, 16, 64, 100, 128}) {
             for (int out_bytes : {2, 4}) {
-                const auto f = loom::gemm_ar_plan(m, 8192, 3584, 2, 0, 90, sms, loom::ArAlgo::Auto, out_bytes);
+                const auto f = loom::gemm_ar_plan(m, 8192, 3584, 2, 0, 90, sms, loom::ArAlgo::FusedEpilogue, out_bytes);
+                const int64_t tiles = (m + f.gemm.block_m - 1) / f.gemm.block_m * (8192 / f.gemm.block_n);
+                const auto a = loom::gemm_ar_plan(m, 8192, 3584, 2, 0, 90, sms, loom::ArAlgo::Auto, out_bytes);
+                if (tiles <= sms) {
+                    EXPECT_EQ(a.ar_algo, loom::ArAlgo::FusedEpilogue) << a.str();
+                } else {
+                    EXPECT_NE(a.ar_algo, loom::ArAlgo::FusedEpilogue) << a.str();
+                }
                 EXPECT_EQ(f.ar_algo, loom::ArAlgo::FusedEpilogue) << f.str();
                 EXPECT_EQ(f.comm_blocks, 0) << f.str();  // every SM for the GEMM
                 EXPECT_LE(f.gemm.grid, sms) << f.str();
@@ -308,6 +317,7 @@ TEST(OverlapPlan, CommBlocksLeaveTheGemmItsSms) {
                 loom::gemm_rs_plan(8192, 4096, 1792, world, 64, 90, sms),  // requested: still capped
             };
             for (const auto& p : plans) {
+                if (p.ar_algo == loom::ArAlgo::Sequential) continue;  // loom::gemm then loom::all_reduce: no split
                 EXPECT_GE(p.comm_blocks, 0) << sms << " " << p.str();
                 EXPECT_LE(p.comm_blocks, sms - 1) << sms << " " << p.str();
                 EXPECT_GE(p.gemm.grid, 1) << sms << " " << p.str();
