@@ -1,5 +1,6 @@
 // Loading (cuLibraryLoadData → cuLibraryGetKernel → cuKernelGetFunction), the in-process kernel cache, and
 // launching through cuLaunchKernelEx.
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -81,7 +82,14 @@ int current_arch() {
 }
 
 Kernel::Kernel(CUfunction f, std::string name, CUlibrary library, CompileResult info)
-    : function_(f), name_(std::move(name)), library_(library), info_(std::move(info)) {}
+    : function_(f), name_(std::move(name)), library_(library), info_(std::move(info)) {
+    // The driver's default MAX_DYNAMIC_SHARED_SIZE_BYTES is 48 KiB less the kernel's static shared memory: a dynamic
+    // size above that (even 48 KiB exactly, with static shared memory) needs the attribute raised.
+    if (function_ == nullptr) return;
+    int dynamic_default = 0;
+    LOOM_CU(cuFuncGetAttribute, &dynamic_default, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, function_);
+    smem_raised_.store(static_cast<std::size_t>(std::max(dynamic_default, 0)));
+}
 
 int Kernel::num_registers() const {
     int v = 0;
