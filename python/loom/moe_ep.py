@@ -95,8 +95,9 @@ def ep_moe_experts(x: Tensor, topk_idx: Tensor, topk_weights: Optional[Tensor], 
     """y = ep_combine(experts(ep_dispatch(x))): each received row through its local expert l, act(row @ w_up[l].T)
     then (with w_down) @ w_down[l].T. w_up: this rank's L = E / W experts, [L, N1, H] or stacked [L * N1, H];
     w_down: [L, H, N1'] or [L * H, N1'] (N1' = N1, or N1 / 2 with activation "swiglu"); without w_down the output
-    width must be H. algo: "auto", "sequential", "overlapped" (the first grouped GEMM's tiles of an expert start once
-    every rank's rows of that expert have landed). Returns out [T, H] bfloat16."""
+    width must be H. algo: "auto" (= "sequential"), "sequential", "overlapped" (the first grouped GEMM's tiles of an
+    expert start once every rank's rows of that expert have landed; not yet verified at 8 ranks: docs/moe.md).
+    Returns out [T, H] bfloat16."""
     op = "ep_moe_experts"
     w = resolve(world)
     _check_topk(op, x, topk_idx, topk_weights)

@@ -102,9 +102,8 @@ EpHandle ep_moe_experts(World& world, const MatrixView& x, const int32_t* topk_i
                "{}: opts.algo: Overlapped cannot be captured in a CUDA graph (its GEMM waits for a count the host "
                "passes); use Sequential or Auto",
                kOp);
-    bool overlapped = opts.algo == EpMoeAlgo::Overlapped;
-    if (opts.algo == EpMoeAlgo::Auto)
-        overlapped = W > 1 && !captured && !overlap::op_state<overlap::DeviceFacts>(world, kOp, captured).shared_gpu;
+    // Auto is Sequential: Overlapped is not yet verified at every rank count (docs/moe.md, "Limits").
+    const bool overlapped = opts.algo == EpMoeAlgo::Overlapped;
 
     const EpHandle h =
         moe::ep::dispatch(world, x, topk_idx, topk_weights, topk, num_experts, stream, opts.ep, overlapped);
