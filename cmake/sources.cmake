@@ -164,6 +164,7 @@ set(LOOM_SOURCES
     src/ops/moe/tp/checks.cpp
     src/ops/moe/tp/fused_ag.cpp
     src/ops/moe/tp/fused_ar.cpp
+    src/ops/moe/tp/fused_down.cpp
     src/ops/moe/tp/fused_plan.cpp
     src/ops/moe/tp/fused_rs.cpp
     src/ops/moe/tp/sequential.cpp

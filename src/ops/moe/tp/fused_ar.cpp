@@ -10,21 +10,14 @@
 // the bytes of a bf16 all_reduce.
 // Reuse of half e % 2: a peer writes into it again in call e + 2, after its kernel of call e + 1 waited for this
 // rank's push of call e + 1, which follows this rank's kernel of call e (the half's reader) on the side stream.
-#include <algorithm>
-
-#include "loom/jit/jit.hpp"
-#include "loom/kernels/gemm/gemm_params.hpp"
 #include "loom/kernels/moe/tp_moe_params.hpp"
 #include "loom/runtime/error.hpp"
-#include "ops/moe/grouped_gemm_internal.hpp"
-#include "ops/moe/tp/tp_moe.hpp"
+#include "ops/moe/tp/fused_down.hpp"
 #include "ops/overlap/common/state.hpp"
 
 namespace loom::moe {
 
 namespace {
-
-constexpr const char* kTpHeader = "loom/kernels/moe/tp_moe.cuh";
 
 // Symmetric: MoeArSignals and buf, the receive buffer's two parity halves (fp32 [W][T][H]). Local: the partial product
 // and the counters (done, expected [2], ticket), zeroed once.
@@ -48,48 +41,19 @@ void moe_ar_fused(const MoeDownCall& c) {
     World& world = *c.world;
     const char* op = "moe_ar";
     FusedArState& st = overlap::op_state<FusedArState>(world, op, c.captured);
-    const auto& dev = overlap::op_state<overlap::DeviceFacts>(world, op, c.captured);
     const MoeRoutingShape& s = c.routing.shape;
     const int W = world.world_size();
     const int64_t tokens = c.out.rows, H = c.out.cols;
     if (tokens == 0 || s.max_rows() == 0) return;  // no tokens (the same batch on every rank)
 
-    const std::size_t es = dtype_size(c.out.dtype);
     const std::size_t half = overlap::ensure_parity_halves(
         world, st.buf, static_cast<std::size_t>(W) * static_cast<std::size_t>(tokens * H) * sizeof(float));
-    void* const partial = overlap::ensure_local(st.partial, static_cast<std::size_t>(s.max_rows()) * H * es);
-
-    GroupedGemmOptions gopts = c.opts.gemm;
-    gopts.max_rows = static_cast<int>(s.max_rows());
-    const int usable = gopts.num_sms > 0 && gopts.num_sms < dev.device_sms ? gopts.num_sms : dev.device_sms;
-    const int blocks = rs_reduce_blocks(tokens, usable);
-    const int gemm_sms = std::max(1, usable - blocks);
-    MatrixView a = c.rows;
-    a.rows = s.max_rows();
-    GroupedGemmProblem p{a,
-                         c.w_down,
-                         MatrixView{partial, c.out.dtype, s.max_rows(), H},
-                         s.num_experts,
-                         c.routing.offsets,
-                         s.num_groups(),
-                         gopts};
-    grouped_gemm_validate(p, dev.device);
-    const GemmConfig cfg = grouped_gemm_config(p, dev.arch, gemm_sms);
-    const int block_m = cfg.sm80 ? kernels::kSm80BlockM : cfg.block_m;
-    const int block_n = cfg.sm80 ? kernels::kSm80BlockN : cfg.block_n;
-    // Compiled before the counters advance (a JIT error leaves them as they were).
-    jit::KernelSpec rspec;
-    rspec.header = kTpHeader;
-    rspec.name = "loom::kernels::moe::moe_ar_reduce_push";
-    rspec.template_args = {dtype_cuda_name(c.out.dtype)};
-    const jit::Kernel& reduce = jit::get_kernel(rspec);
-    (void)jit::get_kernel(grouped_gemm_kernel_spec(cfg, c.rows.dtype, c.out.dtype, p.b_kn(), gopts.activation,
-                                                   "loom::kernels::moe::MoeRsHooks", kTpHeader, p.block_scaled()));
+    const FusedDown f = plan_fused_down(c, op, st.partial, tokens, "loom::kernels::moe::moe_ar_reduce_push");
 
     const uint64_t epoch = ++st.calls;
-    st.ticket_total += static_cast<uint64_t>(blocks);
+    st.ticket_total += static_cast<uint64_t>(f.blocks);
     kernels::moe::MoeArReduceParams rp{};
-    rp.partial = partial;
+    rp.partial = f.partial;
     rp.out = c.out.data;
     rp.recv = reinterpret_cast<float*>(static_cast<char*>(st.buf.p) + (epoch % 2) * half);
     rp.offsets = c.routing.offsets;
@@ -106,22 +70,15 @@ void moe_ar_fused(const MoeDownCall& c) {
     rp.topk = s.topk;
     rp.num_experts = s.num_experts;
     rp.rows = static_cast<int32_t>(s.max_rows());
-    rp.block_m = block_m;
-    rp.num_n = static_cast<int32_t>((H + block_n - 1) / block_n);
+    rp.block_m = f.block_m;
+    rp.num_n = f.num_n;
 
     kernels::moe::MoeRsHookArgs h{};
     h.done = st.counters;  // one source rank: group / E = 0 for every group
     h.num_experts = s.num_experts;
     h.first_group = 0;
 
-    overlap::fork(st.side, c.stream);
-    jit::LaunchConfig lc;
-    lc.grid = dim3(static_cast<unsigned>(blocks));
-    lc.block = dim3(kernels::moe::kTpMoeThreads);
-    lc.stream = st.side.stream;
-    reduce(lc, world.ctx(), rp);
-    grouped_gemm_launch_hooked("loom::kernels::moe::MoeRsHooks", kTpHeader, p, cfg, gemm_sms, c.stream, h);
-    overlap::join(st.side, c.stream);
+    launch_fused_down(c, f, st.side, rp, h);
 }
 
 }  // namespace loom::moe
