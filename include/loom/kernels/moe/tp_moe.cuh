@@ -140,17 +140,17 @@ __global__ void __launch_bounds__(kTpMoeThreads) moe_ag_push(Ctx ctx, MoeAgPushP
         }
 }
 
-// The row blocks (BLOCK_M rows, offsets clamped) of rank r's groups, summed by every thread of the block; returns
-// the block's total after a barrier. scratch: one shared int64.
-LOOM_DEVICE LOOM_FORCEINLINE int64_t tp_rank_row_blocks(const MoeRsReduceParams& p, int r, int64_t* scratch) {
+// The row blocks (BLOCK_M rows, offsets clamped to [0, rows]) of groups [first, first + count), summed by every
+// thread of the block; returns the block's total after a barrier. scratch: one shared int64.
+LOOM_DEVICE LOOM_FORCEINLINE int64_t tp_row_blocks(const int32_t* offsets, int32_t rows, int32_t block_m, int32_t first,
+                                                   int32_t count, int64_t* scratch) {
     if (threadIdx.x == 0) *scratch = 0;
     __syncthreads();
     int64_t mine = 0;
-    for (int32_t e = static_cast<int32_t>(threadIdx.x); e < p.num_experts; e += static_cast<int32_t>(blockDim.x)) {
-        const int32_t g = r * p.num_experts + e;
-        const int32_t s = tp_clamped_offset(p.offsets, g, p.rows, 0);
-        const int32_t end = tp_clamped_offset(p.offsets, g + 1, p.rows, s);
-        mine += (end - s + p.block_m - 1) / p.block_m;
+    for (int32_t i = static_cast<int32_t>(threadIdx.x); i < count; i += static_cast<int32_t>(blockDim.x)) {
+        const int32_t s = tp_clamped_offset(offsets, first + i, rows, 0);
+        const int32_t end = tp_clamped_offset(offsets, first + i + 1, rows, s);
+        mine += (end - s + block_m - 1) / block_m;
     }
     if (mine != 0) atomicAdd(reinterpret_cast<unsigned long long*>(scratch), static_cast<unsigned long long>(mine));
     __syncthreads();
@@ -170,9 +170,10 @@ __global__ void __launch_bounds__(kTpMoeThreads) moe_rs_reduce_send(Ctx ctx, Moe
     const int par = static_cast<int>(p.epoch % 2);
     for (int j = 1; j <= W; ++j) {
         const int r = me + j < W ? me + j : me + j - W;  // the GEMM's order: rank me + 1's groups first, own last
-        const uint64_t target =
-            p.expected[(1 - par) * kMaxLocalPeers + r] +
-            static_cast<uint64_t>(tp_rank_row_blocks(p, r, &s_blocks)) * static_cast<uint64_t>(p.num_n);
+        const uint64_t target = p.expected[(1 - par) * kMaxLocalPeers + r] +
+                                static_cast<uint64_t>(tp_row_blocks(p.offsets, p.rows, p.block_m, r * p.num_experts,
+                                                                    p.num_experts, &s_blocks)) *
+                                    static_cast<uint64_t>(p.num_n);
         if (threadIdx.x == 0) {
             if (blockIdx.x == 0) p.expected[par * kMaxLocalPeers + r] = target;
             tp_wait_ge<false>(p.done + r, target, ctx.wait_timeout_ns,
@@ -213,24 +214,6 @@ __global__ void __launch_bounds__(kTpMoeThreads) moe_rs_reduce_send(Ctx ctx, Moe
         }
 }
 
-// The row blocks (BLOCK_M rows, offsets clamped) of all E groups, summed by every thread of the block; returns the
-// block's total after a barrier. scratch: one shared int64.
-LOOM_DEVICE LOOM_FORCEINLINE int64_t tp_all_row_blocks(const MoeArReduceParams& p, int64_t* scratch) {
-    if (threadIdx.x == 0) *scratch = 0;
-    __syncthreads();
-    int64_t mine = 0;
-    for (int32_t g = static_cast<int32_t>(threadIdx.x); g < p.num_experts; g += static_cast<int32_t>(blockDim.x)) {
-        const int32_t s = tp_clamped_offset(p.offsets, g, p.rows, 0);
-        const int32_t end = tp_clamped_offset(p.offsets, g + 1, p.rows, s);
-        mine += (end - s + p.block_m - 1) / p.block_m;
-    }
-    if (mine != 0) atomicAdd(reinterpret_cast<unsigned long long*>(scratch), static_cast<unsigned long long>(mine));
-    __syncthreads();
-    const int64_t total = *scratch;
-    __syncthreads();
-    return total;
-}
-
 template <class T>
 __global__ void __launch_bounds__(kTpMoeThreads) moe_ar_reduce_push(Ctx ctx, MoeArReduceParams p) {
     __shared__ int64_t s_row[32];
@@ -240,8 +223,9 @@ __global__ void __launch_bounds__(kTpMoeThreads) moe_ar_reduce_push(Ctx ctx, Moe
     const T* partial = static_cast<const T*>(p.partial);
     const int64_t slot = static_cast<int64_t>(p.tokens) * p.h;
     const int par = static_cast<int>(p.epoch % 2);
-    const uint64_t target =
-        p.expected[1 - par] + static_cast<uint64_t>(tp_all_row_blocks(p, &s_blocks)) * static_cast<uint64_t>(p.num_n);
+    const uint64_t target = p.expected[1 - par] + static_cast<uint64_t>(tp_row_blocks(p.offsets, p.rows, p.block_m, 0,
+                                                                                      p.num_experts, &s_blocks)) *
+                                                      static_cast<uint64_t>(p.num_n);
     if (threadIdx.x == 0) {
         if (blockIdx.x == 0) p.expected[par] = target;
         tp_wait_ge<false>(p.done, target, ctx.wait_timeout_ns, "moe_ar: reduce waits for the grouped GEMM's tiles");
