@@ -373,6 +373,7 @@ std::vector<std::uint16_t> bf16_ints(std::size_t n, int rank, int salt, std::vec
 void upload_bf16(void* dst, std::size_t n, int rank, int salt, std::vector<double>& vals) {
     const auto h = bf16_ints(n, rank, salt, vals);
     ASSERT_EQ(cudaMemcpy(dst, h.data(), n * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the DMA lands before a non-blocking stream reads it
 }
 
 // C[m, n] += A[m, k] B[n, k]^T in double.

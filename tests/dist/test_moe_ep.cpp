@@ -133,6 +133,7 @@ struct EpRun {
         LOOM_CHECK_CUDA(cudaMemcpy(d_x->p, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
         LOOM_CHECK_CUDA(cudaMemcpy(d_idx->p, i.data(), i.size() * 4, cudaMemcpyHostToDevice));
         LOOM_CHECK_CUDA(cudaMemcpy(d_w->p, wv.data(), wv.size() * 4, cudaMemcpyHostToDevice));
+        LOOM_CHECK_CUDA(cudaDeviceSynchronize());  // the DMA lands before a non-blocking stream reads it
     }
     EpOptions opts() const {
         EpOptions o;
@@ -334,6 +335,7 @@ std::unique_ptr<Dev> expert_weights(int me, int L, int64_t N, int64_t K, int sal
                 w[(l * N + n) * K + col] = float_to_bf16(wval(salt + me * L + l, n, col));
     auto d = std::make_unique<Dev>(w.size() * 2);
     LOOM_CHECK_CUDA(cudaMemcpy(d->p, w.data(), w.size() * 2, cudaMemcpyHostToDevice));
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());  // the DMA lands before a non-blocking stream reads it
     return d;
 }
 

@@ -97,6 +97,7 @@ struct DevBuf {
 };
 void upload(void* dst, const HostMat& m) {
     ASSERT_EQ(cudaMemcpy(dst, m.raw.data(), m.raw.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the DMA lands before a non-blocking stream reads it
 }
 std::vector<double> download_bf16(const void* src, std::size_t n) {
     std::vector<std::uint16_t> h(n);

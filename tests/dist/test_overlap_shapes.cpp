@@ -37,6 +37,7 @@ void upload_bf16(void* dst, int64_t n, uint64_t seed) {
     std::vector<uint16_t> h(f.size());
     for (std::size_t i = 0; i < f.size(); ++i) h[i] = test::float_to_bf16(f[i]);
     LOOM_CHECK_CUDA(cudaMemcpy(dst, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());  // the DMA lands before a non-blocking stream reads it
 }
 
 // NaN in bf16; complete before the call (whose stream does not wait for the legacy stream).

@@ -47,6 +47,7 @@ void upload_random_bf16(void* dst, std::size_t n, std::uint64_t seed) {
     std::vector<std::uint16_t> h(n);
     for (std::size_t i = 0; i < n; ++i) h[i] = test::float_to_bf16(f[i]);
     EXPECT_EQ(cudaMemcpy(dst, h.data(), n * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the DMA lands before a non-blocking stream reads it
 }
 
 std::vector<std::uint8_t> download(const void* src, std::size_t bytes) {

@@ -28,6 +28,7 @@ struct Dev {
     template <class T>
     explicit Dev(const std::vector<T>& v) : Dev(v.size() * sizeof(T)) {
         if (!v.empty()) test::cuda_or_die(cudaMemcpy(p, v.data(), bytes, cudaMemcpyHostToDevice), "upload");
+        test::cuda_or_die(cudaDeviceSynchronize(), "upload sync");  // complete before a non-blocking stream reads it
     }
     ~Dev() { cudaFree(p); }
     Dev(const Dev&) = delete;

@@ -51,6 +51,7 @@ struct DevBuf {
 };
 void upload(void* dst, const HostMat& m) {
     ASSERT_EQ(cudaMemcpy(dst, m.raw.data(), m.raw.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the DMA lands before a non-blocking stream reads it
 }
 void poison(void* p, std::size_t bytes) { ASSERT_EQ(cudaMemset(p, 0xFF, bytes), cudaSuccess); }  // NaN in bf16
 // rows x cols of a bf16 matrix with row stride ld (elements).

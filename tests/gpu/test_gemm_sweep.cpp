@@ -91,6 +91,7 @@ void upload_random_bf16(void* dst, std::size_t n, uint64_t seed) {
     std::vector<uint16_t> h(n);
     for (std::size_t i = 0; i < n; ++i) h[i] = loom::test::float_to_bf16(f[i]);
     LOOM_CHECK_CUDA(cudaMemcpy(dst, h.data(), n * 2, cudaMemcpyHostToDevice));
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());  // the DMA lands before a non-blocking stream reads it
 }
 
 // Runs the case on fresh inputs and checks it: "" or what is wrong.

@@ -147,6 +147,7 @@ void run_case(const Case& cs, uint64_t seed) {
     LOOM_CHECK_CUDA(cudaMemcpy(da.p, ha.data(), ha.size(), cudaMemcpyHostToDevice));
     LOOM_CHECK_CUDA(cudaMemcpy(db.p, hb_dev.data(), hb_dev.size(), cudaMemcpyHostToDevice));
     LOOM_CHECK_CUDA(cudaMemcpy(dc.p, hc.data(), hc.size(), cudaMemcpyHostToDevice));
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());  // the DMA lands before a non-blocking stream reads it
     LOOM_CHECK_CUDA(cudaMemcpy(doff.p, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
     LOOM_CHECK_CUDA(cudaMemcpy(dsa.p, &scale_a, 4, cudaMemcpyHostToDevice));
     LOOM_CHECK_CUDA(cudaMemcpy(dsb.p, scale_b.data(), size_t(E) * 4, cudaMemcpyHostToDevice));
