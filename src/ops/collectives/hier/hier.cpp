@@ -22,20 +22,42 @@ namespace {
 constexpr const char* kHeader = "loom/kernels/collectives/hier.cuh";
 constexpr int kThreads = 512;
 
-// Every hierarchical launch: the kernel compiled with remote peers (nvcc, linked with NVSHMEM's device library).
-void launch(World& world, const char* name, std::vector<std::string> targs, int blocks, const HierParams& p,
+// One kernel of an op's sequence: its name in kernels/collectives/hier.cuh and template arguments.
+struct Kernel {
+    const char* name;
+    std::vector<std::string> targs;
+};
+
+// Loads the kernels (compiled with remote peers: nvcc, linked with NVSHMEM's device library), then launches them in
+// order on `stream`. The first call that loads a kernel meets every rank on the host after loading: a compile takes
+// seconds, and a peer still compiling would leave this rank's first kernel spinning on it towards the wait bound. Every
+// rank loads the same kernels at the same calls, so all of them take that barrier or none.
+void launch(World& world, State& st, const std::vector<Kernel>& ks, int blocks, const HierParams& p,
             cudaStream_t stream) {
-    jit::KernelSpec spec;
-    spec.header = kHeader;
-    spec.name = std::string("loom::kernels::coll::") + name;
-    spec.template_args = std::move(targs);
-    spec.remote_peers = true;
-    const jit::Kernel& k = jit::get_kernel(spec);
+    std::vector<const jit::Kernel*> loaded;
+    bool first = false;
+    for (const Kernel& k : ks) {
+        std::string key = k.name;
+        for (const std::string& a : k.targs) key += "," + a;
+        const jit::Kernel*& slot = st.kernels[key];
+        if (!slot) {
+            jit::KernelSpec spec;
+            spec.header = kHeader;
+            spec.name = std::string("loom::kernels::coll::") + k.name;
+            spec.template_args = k.targs;
+            spec.remote_peers = true;
+            slot = &jit::get_kernel(spec);
+            first = true;
+        }
+        loaded.push_back(slot);
+    }
+    if (first) world.barrier("collectives/hier/loaded");
     jit::LaunchConfig cfg;
     cfg.grid = dim3(static_cast<unsigned>(blocks));
     cfg.block = dim3(kThreads);
     cfg.stream = stream;
-    k(cfg, world.ctx(), p);
+    const Ctx ctx = world.ctx();
+    for (const jit::Kernel* k : loaded) (*k)(cfg, ctx, p);
 }
 
 // Blocks for `bytes` moved per peer: one per 256 KiB, at least 1, at most kHierMaxBlocks and the num_sms option. A
@@ -60,8 +82,7 @@ void check_options(const char* op, const CollOptions& opts) {
                op, loom::to_string(opts.path));
 }
 
-HierParams base(World& world, cudaStream_t stream, const char* op) {
-    State& s = coll::state<State>(world, stream, op);
+HierParams base(State& s) {
     HierParams p{};
     p.epoch = s.epoch;
     p.sig = s.sig;
@@ -114,13 +135,16 @@ void all_gather(World& world, const BufferView& in, const BufferView& out, const
     const char* op = "all_gather";
     check_options(op, opts);
     coll::check_symmetric(op, "hierarchical", "out", world, out);
-    HierParams p = base(world, stream, op);
+    State& st = coll::state<State>(world, stream, op);
+    HierParams p = base(st);
     p.in = in.data;
     p.out = out.data;
     p.count = in.bytes();
     const int blocks = blocks_for(p.count, opts);
-    if (runs_inter(steps)) launch(world, "hier_all_gather_inter", {}, blocks, p, stream);
-    if (runs_intra(steps)) launch(world, "hier_all_gather_intra", {}, blocks, p, stream);
+    std::vector<Kernel> ks;
+    if (runs_inter(steps)) ks.push_back({"hier_all_gather_inter", {}});
+    if (runs_intra(steps)) ks.push_back({"hier_all_gather_intra", {}});
+    launch(world, st, ks, blocks, p, stream);
 }
 
 void reduce_scatter(World& world, const BufferView& in, const BufferView& out, const CollOptions& opts,
@@ -129,7 +153,8 @@ void reduce_scatter(World& world, const BufferView& in, const BufferView& out, c
     check_options(op, opts);
     coll::check_symmetric(op, "hierarchical", "in", world, in);
     const std::size_t N = static_cast<std::size_t>(world.num_nodes());
-    HierParams p = base(world, stream, op);
+    State& st = coll::state<State>(world, stream, op);
+    HierParams p = base(st);
     p.in = in.data;
     p.out = out.data;
     p.count = out.count;
@@ -137,8 +162,10 @@ void reduce_scatter(World& world, const BufferView& in, const BufferView& out, c
     p.scratch = scratch(world, op, 2 * N * out.bytes(), "2 x nodes x out.count elements");
     const int blocks = blocks_for(out.bytes(), opts);
     const std::vector<std::string> t = {cuda_type(in.dtype), reduce_template(opts.op)};
-    if (runs_intra(steps)) launch(world, "hier_reduce_scatter_intra", t, blocks, p, stream);
-    if (runs_inter(steps)) launch(world, "hier_reduce_scatter_inter", t, blocks, p, stream);
+    std::vector<Kernel> ks;
+    if (runs_intra(steps)) ks.push_back({"hier_reduce_scatter_intra", t});
+    if (runs_inter(steps)) ks.push_back({"hier_reduce_scatter_inter", t});
+    launch(world, st, ks, blocks, p, stream);
 }
 
 void all_reduce(World& world, const BufferView& in, const BufferView& out, const CollOptions& opts, cudaStream_t stream,
@@ -152,7 +179,8 @@ void all_reduce(World& world, const BufferView& in, const BufferView& out, const
     // Range l of L (local rank l's), 16-byte aligned so that each range starts on a vector.
     const std::size_t es = static_cast<std::size_t>(dtype_size(in.dtype)), vec = 16 / es;
     const std::size_t S = ((in.count + L - 1) / L + vec - 1) / vec * vec;
-    HierParams p = base(world, stream, op);
+    State& st = coll::state<State>(world, stream, op);
+    HierParams p = base(st);
     p.in = in.data;
     p.out = out.data;
     p.count = in.count;
@@ -161,9 +189,11 @@ void all_reduce(World& world, const BufferView& in, const BufferView& out, const
     const int blocks = blocks_for(S * es, opts);
     const std::string T = cuda_type(in.dtype);
     const std::vector<std::string> t = {T, reduce_template(opts.op)};
-    if (runs_intra(steps)) launch(world, "hier_all_reduce_intra", t, blocks, p, stream);
-    if (runs_inter(steps)) launch(world, "hier_all_reduce_inter", t, blocks, p, stream);
-    if (runs_intra(steps)) launch(world, "hier_all_reduce_gather", {T}, blocks, p, stream);
+    std::vector<Kernel> ks;
+    if (runs_intra(steps)) ks.push_back({"hier_all_reduce_intra", t});
+    if (runs_inter(steps)) ks.push_back({"hier_all_reduce_inter", t});
+    if (runs_intra(steps)) ks.push_back({"hier_all_reduce_gather", {T}});
+    launch(world, st, ks, blocks, p, stream);
 }
 
 void all_to_all(World& world, const BufferView& in, const BufferView& out, const CollOptions& opts, cudaStream_t stream,
@@ -172,13 +202,16 @@ void all_to_all(World& world, const BufferView& in, const BufferView& out, const
     check_options(op, opts);
     coll::check_symmetric(op, "hierarchical", "in", world, in);
     coll::check_symmetric(op, "hierarchical", "out", world, out);
-    HierParams p = base(world, stream, op);
+    State& st = coll::state<State>(world, stream, op);
+    HierParams p = base(st);
     p.in = in.data;
     p.out = out.data;
     p.count = in.bytes() / static_cast<std::size_t>(world.world_size());
     const int blocks = blocks_for(p.count, opts);
-    if (runs_intra(steps)) launch(world, "hier_all_to_all_intra", {}, blocks, p, stream);
-    if (runs_inter(steps)) launch(world, "hier_all_to_all_inter", {}, blocks, p, stream);
+    std::vector<Kernel> ks;
+    if (runs_intra(steps)) ks.push_back({"hier_all_to_all_intra", {}});
+    if (runs_inter(steps)) ks.push_back({"hier_all_to_all_inter", {}});
+    launch(world, st, ks, blocks, p, stream);
 }
 
 }  // namespace loom::coll::hier

@@ -19,6 +19,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "loom/jit/jit.hpp"
 #include "loom/ops/collectives.hpp"
 #include "loom/runtime/world_state.hpp"
 
@@ -34,8 +39,9 @@ struct State final : WorldState {
     explicit State(World& world);
     void release(World& world) override;
 
-    std::uint64_t* epoch = nullptr;  // [kHierMaxBlocks]
-    std::uint64_t* sig = nullptr;    // [kHierMaxBlocks x world]
+    std::uint64_t* epoch = nullptr;                     // [kHierMaxBlocks]
+    std::uint64_t* sig = nullptr;                       // [kHierMaxBlocks x world]
+    std::map<std::string, const jit::Kernel*> kernels;  // loaded by this World's calls, by "name,targs"
 };
 
 // Validated calls (the public entry's checks have run): these check what the hierarchical forms add (the options,
