@@ -354,7 +354,11 @@ TEST_F(CrossNodeCollectives, RejectsWhatTheHierarchicalFormsCannotTake) {
     EXPECT_NE(a.find("the hierarchical algorithm needs it there"), std::string::npos) << a;
     CollOptions ring;
     ring.algo = CollAlgo::Ring;
-    const std::string b = message([&] { all_gather(*w, in, BufferView{sym.c(), DType::F32, W * n}, stream, ring); });
+    // In place (in == out + rank x in.count), so that the options are what is refused.
+    const BufferView in_place{sym.c() + w->rank() * n * 4, DType::F32, n};
+    const std::string b = message([&] {
+        all_gather(*w, in_place, BufferView{sym.c(), DType::F32, W * n}, stream, ring);
+    });
     EXPECT_NE(b.find("expected CollOptions::algo auto in a World of several nodes"), std::string::npos) << b;
     const std::string c = message([&] {
         all_to_all_v(*w, BufferView{sym.c(), DType::F32, W * n}, BufferView{plain, DType::F32, W * n}, nullptr, nullptr,
