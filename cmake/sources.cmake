@@ -18,6 +18,7 @@ set(LOOM_HEADERS
     include/loom/kernels/collectives/coll_common.cuh
     include/loom/kernels/collectives/coll_ll.cuh
     include/loom/kernels/collectives/coll_params.hpp
+    include/loom/kernels/collectives/hier.cuh
     include/loom/kernels/collectives/reduce_scatter.cuh
     include/loom/kernels/gemm/gemm.cuh
     include/loom/kernels/gemm/gemm_params.hpp
@@ -141,6 +142,7 @@ set(LOOM_SOURCES
     src/ops/collectives/coll_ll.cpp
     src/ops/collectives/coll_state.cpp
     src/ops/collectives/copy_engine.cpp
+    src/ops/collectives/hier/hier.cpp
     src/ops/collectives/reduce_scatter/ld_tma.cpp
     src/ops/collectives/reduce_scatter/reduce_scatter.cpp
     src/ops/collectives/reduce_scatter/scatter_ce.cpp

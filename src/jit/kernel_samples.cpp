@@ -140,6 +140,16 @@ const std::vector<KernelSample>& kernel_samples() {
          true},
         // ---- collectives ----
         {"loom/kernels/collectives/coll_common.cuh", "loom::kernels::coll::coll_barrier", {}},
+        // hierarchical (several nodes; the ops compile them with remote peers, these samples without)
+        {"loom/kernels/collectives/hier.cuh", "loom::kernels::coll::hier_all_gather_inter", {}},
+        {"loom/kernels/collectives/hier.cuh", "loom::kernels::coll::hier_all_gather_intra", {}},
+        {"loom/kernels/collectives/hier.cuh", "loom::kernels::coll::hier_reduce_scatter_intra", {"__nv_bfloat16", "0"}},
+        {"loom/kernels/collectives/hier.cuh", "loom::kernels::coll::hier_reduce_scatter_inter", {"float", "1"}},
+        {"loom/kernels/collectives/hier.cuh", "loom::kernels::coll::hier_all_reduce_intra", {"__half", "0"}},
+        {"loom/kernels/collectives/hier.cuh", "loom::kernels::coll::hier_all_reduce_inter", {"__nv_bfloat16", "0"}},
+        {"loom/kernels/collectives/hier.cuh", "loom::kernels::coll::hier_all_reduce_gather", {"float"}},
+        {"loom/kernels/collectives/hier.cuh", "loom::kernels::coll::hier_all_to_all_intra", {}},
+        {"loom/kernels/collectives/hier.cuh", "loom::kernels::coll::hier_all_to_all_inter", {}},
         // ---- the profiler's clock reading ----
         {"loom/kernels/profile/clock_ping.cuh", "loom::kernels::profile::clock_ping", {}},
         {"loom/kernels/collectives/all_gather.cuh", "loom::kernels::coll::all_gather_push", {"float", "0"}},

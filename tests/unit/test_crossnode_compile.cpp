@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "jit/toolchain.hpp"
@@ -41,6 +42,38 @@ TEST(CrossNodeCompile, RemoteKernelsCompileAtEveryScope) {
             // The remote column's own diagnostic, not the one asking for remote peers.
             EXPECT_TRUE(contains(r.cubin, "reach it with put / get / put_signal / notify / signal_op"));
         }
+    }
+}
+
+// The hierarchical collectives' kernels (kernels/collectives/hier.cuh) as the ops compile them: with remote peers.
+TEST(CrossNodeCompile, HierarchicalCollectivesCompileWithRemotePeers) {
+    try {
+        loom::jit::detail::nvshmem_home();
+    } catch (const loom::Error& e) {
+        GTEST_SKIP() << e.what();
+    }
+    if (loom::jit::detail::toolchain().nvcc.empty()) GTEST_SKIP() << "nvcc not found";
+    const std::vector<std::pair<std::string, std::vector<std::string>>> kernels = {
+        {"hier_all_gather_inter", {}},
+        {"hier_all_gather_intra", {}},
+        {"hier_reduce_scatter_intra", {"__nv_bfloat16", "0"}},
+        {"hier_reduce_scatter_inter", {"float", "1"}},
+        {"hier_all_reduce_intra", {"__half", "1"}},
+        {"hier_all_reduce_inter", {"float", "0"}},
+        {"hier_all_reduce_gather", {"__nv_bfloat16"}},
+        {"hier_all_to_all_intra", {}},
+        {"hier_all_to_all_inter", {}},
+    };
+    for (const auto& [name, targs] : kernels) {
+        SCOPED_TRACE(name);
+        loom::jit::KernelSpec s;
+        s.header = "loom/kernels/collectives/hier.cuh";
+        s.name = "loom::kernels::coll::" + name;
+        s.template_args = targs;
+        s.remote_peers = true;
+        const auto r = loom::jit::compile(s, 90);
+        EXPECT_EQ(r.compiler, "nvcc+nvjitlink");
+        EXPECT_FALSE(r.lowered_name.empty());
     }
 }
 

@@ -8,8 +8,11 @@
 // read or write a peer's buffer need it in the symmetric heap (allocate it with world.alloc): the error says
 // which buffer. Every buffer is checked before anything is launched (loom/runtime/device_memory.hpp): a host pointer,
 // or a symmetric buffer shorter than its count, raises loom::Error naming it. In-place: all_gather with in == out +
-// rank * in.count, reduce_scatter with out == in + rank * out.count, all_reduce with out == in. Node-local worlds only
-// (world size == local world size <= 8).
+// rank * in.count, reduce_scatter with out == in + rank * out.count, all_reduce with out == in. At most 8 ranks per
+// node. In a World of several nodes all_gather, reduce_scatter, all_reduce and all_to_all run their hierarchical forms
+// (an intra-node step by load/store, an inter-node step through NVSHMEM; docs/collectives.md, "Across nodes"): they
+// need their buffers symmetric (all_gather: out; reduce_scatter: in; all_reduce, all_to_all: both) and take only
+// CollAlgo::Auto; all_to_all_v and barrier_on_stream run within one node only and raise there.
 //
 // State: each algorithm keeps its own state in the World (signals, scratch, side streams), created by its first
 // call — which synchronises the device and meets the peers, so it must not be a call captured in a CUDA graph

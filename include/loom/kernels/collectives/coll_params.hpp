@@ -67,4 +67,24 @@ struct Params {
     uint32_t hold_ns;             // coll_barrier: how long it keeps the stream after every rank has met it
 };
 
+// Hierarchical collectives (a World of several nodes, kernels/collectives/hier.cuh). Their synchronisation block, in
+// the symmetric heap, zeroed once and never reset:
+//   epoch[b]                    launches block b of this rank has made (any hierarchical kernel)
+//   sig[b * world + s]          last value rank s's block b published to this rank: (epoch << kPhaseBits) + phase,
+//                               written only by rank s (node-local: store-release; other nodes: NVSHMEM signal)
+// At most 16 blocks per launch: 8 ranks sharing one GPU keep every block of every rank resident (a block spins on its
+// peers' block of the same index).
+inline constexpr int kHierMaxBlocks = 16;
+
+struct HierParams {
+    const void* in;
+    void* out;
+    uint64_t count;   // all_gather: bytes per rank; all_to_all: bytes per peer; reduce_scatter: elements of out;
+                      // all_reduce: elements
+    uint64_t* epoch;  // symmetric, [kHierMaxBlocks]
+    uint64_t* sig;    // symmetric, [kHierMaxBlocks * world]
+    char* scratch;    // symmetric: reductions' partials and what the other nodes send (reduce_scatter, all_reduce)
+    uint64_t stride;  // reduce_scatter / all_reduce: elements between the partial and the receive area's slots
+};
+
 }  // namespace loom::kernels::coll

@@ -3,6 +3,7 @@
 #include "ops/collectives/all_reduce/algorithms.hpp"
 #include "ops/collectives/coll_check.hpp"
 #include "ops/collectives/coll_ll.hpp"
+#include "ops/collectives/hier/hier.hpp"
 #include "runtime/nvtx_range.hpp"
 
 namespace loom {
@@ -51,6 +52,11 @@ void all_reduce(World& world, BufferView in, BufferView out, cudaStream_t stream
     const detail::AgreedCall agreed(
         world, [&] { return coll::signature(world, CollKind::AllReduce, in, out, opts); },
         [&] { check_args(world, in, out); });
+    if (world.num_nodes() > 1) {  // hierarchical: node step(s) by load/store, node-to-node through NVSHMEM
+        if (!agreed.checked()) check_args(world, in, out);
+        coll::hier::all_reduce(world, in, out, opts, stream);
+        return;
+    }
     coll::Core& core = coll::core(world, stream, kOp);
     const coll::PlanKey key = coll::plan_key(CollKind::AllReduce, in, out, opts);
     if (core.plans.replay(key, stream)) return;  // this exact call was validated and resolved before

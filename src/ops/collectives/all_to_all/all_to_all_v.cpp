@@ -88,6 +88,11 @@ void all_to_all_v(World& world, BufferView in, BufferView out, const int64_t* se
                   int64_t* recv_counts, cudaStream_t stream, const CollOptions& opts) {
     const loom::detail::NvtxRange nvtx("loom::all_to_all_v capacity={}", out.bytes());
     const bool capturing = settings().check_agreement && stream_ops::capturing(stream);  // asked in checking mode only
+    LOOM_CHECK(world.num_nodes() == 1,
+               "{}: expected a single-node world, given {} nodes (all_to_all_v has no hierarchical form: all_gather, "
+               "reduce_scatter, all_reduce and all_to_all run across nodes; all_to_all_v and barrier_on_stream run "
+               "within one node only)",
+               kOp, world.num_nodes());
     const detail::AgreedCall agreed(
         world,
         [&] {

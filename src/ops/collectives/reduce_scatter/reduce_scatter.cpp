@@ -1,6 +1,7 @@
 // loom::reduce_scatter: validate, choose, dispatch to one algorithm (algorithms.hpp).
 #include "loom/runtime/error.hpp"
 #include "ops/collectives/coll_check.hpp"
+#include "ops/collectives/hier/hier.hpp"
 #include "ops/collectives/reduce_scatter/algorithms.hpp"
 #include "runtime/nvtx_range.hpp"
 
@@ -33,6 +34,11 @@ void reduce_scatter(World& world, BufferView in, BufferView out, cudaStream_t st
     const detail::AgreedCall agreed(
         world, [&] { return coll::signature(world, CollKind::ReduceScatter, in, out, opts); },
         [&] { check_args(world, in, out); });
+    if (world.num_nodes() > 1) {  // hierarchical: node step(s) by load/store, node-to-node through NVSHMEM
+        if (!agreed.checked()) check_args(world, in, out);
+        coll::hier::reduce_scatter(world, in, out, opts, stream);
+        return;
+    }
     coll::Core& core = coll::core(world, stream, op);
     const coll::PlanKey key = coll::plan_key(CollKind::ReduceScatter, in, out, opts);
     if (core.plans.replay(key, stream)) return;  // this exact call was validated and resolved before

@@ -1,0 +1,58 @@
+// The collectives in a World of several nodes (kernels/collectives/hier.cuh): the public entries call these, after
+// their own argument checks, when world.num_nodes() > 1. Each op is a host-composed sequence of kernels compiled with
+// remote peers: an intra-node step among the node's ranks (load/store) and an inter-node step among the ranks of one
+// local rank (NVSHMEM put_signal), or for all_to_all among all the ranks of the other nodes.
+//
+//   all_gather      inter (own chunk to the same local rank on every node), then intra (the N chunks to every node
+//                   peer); out symmetric
+//   reduce_scatter  intra (node reduce of the N chunks of this local rank, pulled), then inter (the N partials
+//                   exchanged and reduced); in symmetric, 2 x nodes x out.count elements of the collective scratch
+//   all_reduce      intra (node reduce of range l of L, pulled), inter (partials exchanged and reduced), intra
+//                   (range l pushed to the node peers); in and out symmetric, (nodes + 1) x ceil(count / L) elements
+//                   of the collective scratch
+//   all_to_all      intra (blocks of the node peers, load/store), then inter (blocks of every rank on another node,
+//                   NVSHMEM); in and out symmetric
+//
+// Steps: Intra or Inter launches only that step's kernel(s): each kernel meets its peers on entry, so one step alone
+// runs back to back; the results are then incomplete. For the benchmark's per-step times (bench-crossnode).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "loom/jit/jit.hpp"
+#include "loom/ops/collectives.hpp"
+#include "loom/runtime/world_state.hpp"
+
+namespace loom::coll::hier {
+
+enum class Steps { All, Intra, Inter };
+const char* to_string(Steps s);
+
+// Signals of the hierarchical kernels (kernels::coll::HierParams::epoch / sig), symmetric, zeroed when created (which
+// synchronises the device and meets every rank: not during a CUDA-graph capture).
+struct State final : WorldState {
+    static constexpr const char* kKey = "collectives/hier";
+    explicit State(World& world);
+    void release(World& world) override;
+
+    std::uint64_t* epoch = nullptr;                     // [kHierMaxBlocks]
+    std::uint64_t* sig = nullptr;                       // [kHierMaxBlocks x world]
+    std::map<std::string, const jit::Kernel*> kernels;  // loaded by this World's calls, by "name,targs"
+};
+
+// Validated calls (the public entry's checks have run): these check what the hierarchical forms add (the options,
+// symmetric buffers, the scratch) and launch.
+void all_gather(World& world, const BufferView& in, const BufferView& out, const CollOptions& opts, cudaStream_t stream,
+                Steps steps = Steps::All);
+void reduce_scatter(World& world, const BufferView& in, const BufferView& out, const CollOptions& opts,
+                    cudaStream_t stream, Steps steps = Steps::All);
+void all_reduce(World& world, const BufferView& in, const BufferView& out, const CollOptions& opts, cudaStream_t stream,
+                Steps steps = Steps::All);
+void all_to_all(World& world, const BufferView& in, const BufferView& out, const CollOptions& opts, cudaStream_t stream,
+                Steps steps = Steps::All);
+
+}  // namespace loom::coll::hier
