@@ -21,9 +21,10 @@
 // reduce_scatter of the [T, K] reduced rows — for the overlap efficiency fused / max(GEMM alone, communication alone);
 // at 128 tokens also moe_ar Fused and Sequential on a decode batch every rank holds whole (the parts: the grouped GEMM,
 // all_reduce of [T, K]). Rows go to DIR/moe.json (rank 0). --quick: Mixtral-8x7B and Qwen3-30B-A3B only; --op
-// ag_moe | moe_rs | moe_ar: that op only (and its parts); --tokens 128 | 8192: that batch only.
+// ag_moe | moe_rs | moe_ar: that op only (and its parts); --tokens 128 | 8192: that batch only; --comm-sms N: moe_rs
+// Fused's reduce blocks beside the GEMM (TpMoeOptions::comm_sms).
 //
-//     loomrun -n 4 build/bench/bench-moe tp --out DIR [--quick] [--op moe_rs] [--tokens 8192]
+//     loomrun -n 4 build/bench/bench-moe tp --out DIR [--quick] [--op moe_rs] [--tokens 8192] [--comm-sms N]
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -348,8 +349,8 @@ void* dev_alloc(std::size_t bytes, int fill = 0x3C) {
     return p;
 }
 
-int tp(const std::string& out_dir, int iters, bool quick, const std::string& only_op, int only_tokens, int argc,
-       char** argv) {
+int tp(const std::string& out_dir, int iters, bool quick, const std::string& only_op, int only_tokens, int comm_sms,
+       int argc, char** argv) {
     using loom::DType;
     using loom::TpMoeAlgo;
     // The fused ag_moe's double-buffered gather of Mixtral-8x22B's routed rows alone takes 2 x 16384 x 6144 x 2 B
@@ -416,7 +417,9 @@ int tp(const std::string& out_dir, int iters, bool quick, const std::string& onl
                     };
                 };
                 const auto rs = [&](TpMoeAlgo a) {
-                    return [&, a](cudaStream_t s) { loom::moe_rs(world, hv, downv, routing, yv, s, opts(a)); };
+                    loom::TpMoeOptions o = opts(a);
+                    o.comm_sms = comm_sms;
+                    return [&, o](cudaStream_t s) { loom::moe_rs(world, hv, downv, routing, yv, s, o); };
                 };
                 const auto gather = [&](cudaStream_t s) {
                     const std::size_t xb = static_cast<std::size_t>(t_loc) * m.k * 2, ib = ids_h.size();
@@ -557,7 +560,7 @@ int tp(const std::string& out_dir, int iters, bool quick, const std::string& onl
 
 int main(int argc, char** argv) {
     std::string mode = "grouped", out, only_op;
-    int iters = 30, only_tokens = 0;
+    int iters = 30, only_tokens = 0, comm_sms = 0;
     bool quick = false;
     CLI::App app{
         "bench-moe: Loom's MoE ops (grouped: loom::grouped_gemm against cuBLAS's grouped GEMM; grouped-fp8: fp8 with "
@@ -572,8 +575,12 @@ int main(int argc, char** argv) {
     app.add_option("--op", only_op, "tp: time this op only (with its parts)")
         ->check(CLI::IsMember({"ag_moe", "moe_rs", "moe_ar"}));
     app.add_option("--tokens", only_tokens, "tp: these total tokens only")->check(CLI::IsMember({128, 8192}));
+    app.add_option("--comm-sms", comm_sms,
+                   "tp: moe_rs Fused's TpMoeOptions::comm_sms (reduce blocks beside the GEMM; 0: by the work, < 0: "
+                   "none)");
     loom::bench::parse_or_exit(app, argc, argv);
-    if (mode == "tp") return tp(out, app.count("--iters") ? iters : 10, quick, only_op, only_tokens, argc, argv);
+    if (mode == "tp")
+        return tp(out, app.count("--iters") ? iters : 10, quick, only_op, only_tokens, comm_sms, argc, argv);
     if (mode == "grouped-fp8") return grouped_fp8_blocks(out, iters, argc, argv);
     return grouped(out, iters, argc, argv);
 }

@@ -101,6 +101,7 @@ struct LayerRun {
     std::unique_ptr<Dev> d_x, d_idx, d_w, d_up, d_down, d_route, d_h, d_y;
     MoeRouting routing;
     MatrixView xv, upv, hv, downv, yv;
+    int rs_comm_sms = 0;  // moe_rs's TpMoeOptions::comm_sms
 
     LayerRun(World& w, const Layer& layer, uint64_t seed) : L(layer), W(w.world_size()), r(w.rank()) {
         const int T = L.t_loc * W, n_loc = L.N / W;
@@ -164,6 +165,7 @@ struct LayerRun {
         TpMoeOptions oa, orr;
         oa.algo = ag;
         orr.algo = rs;
+        orr.comm_sms = rs_comm_sms;
         ag_moe(w, xv, d_idx->as<int32_t>(), d_w->as<float>(), upv, routing, hv, stream, oa);
         moe_rs(w, hv, downv, routing, yv, stream, orr);
     }
@@ -219,9 +221,10 @@ void run_layer(World& w, cudaStream_t stream, const Layer& L, uint64_t seed, int
 // Sequential and Fused on the same inputs: both against the reference; ag_moe's routed rows bitwise equal (the same
 // routing and GEMM config), moe_rs's outputs within rounding of each other (both round each rank's top-k sums to out's
 // type and sum the ranks in fp32, in their own orders).
-void fused_vs_sequential(World& w, cudaStream_t stream, const Layer& L, uint64_t seed) {
-    SCOPED_TRACE(describe(L));
+void fused_vs_sequential(World& w, cudaStream_t stream, const Layer& L, uint64_t seed, int rs_comm_sms = 0) {
+    SCOPED_TRACE(describe(L) + " comm_sms " + std::to_string(rs_comm_sms));
     LayerRun run(w, L, seed);
+    run.rs_comm_sms = rs_comm_sms;
     run.call(w, stream, TpMoeAlgo::Sequential, TpMoeAlgo::Sequential, true);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     const std::vector<uint16_t> h_seq = run.h();
@@ -287,10 +290,14 @@ TEST_F(MoeTp, FusedWorkSplitMatchesSequentialAndReference) {
     fused_vs_sequential(*w, stream, {41, 64, 4, 16 * W, 1, RoutingKind::OneExpert, DType::BF16}, seed + 40);
     fused_vs_sequential(*w, stream, {400, 64, 32, 16 * W, 32, RoutingKind::Uniform}, seed + 50);  // chunk 32 (k 32)
     fused_vs_sequential(*w, stream, {0, 64, 8, 16 * W, 2, RoutingKind::Uniform}, seed + 60);      // no tokens
+    // The side blocks asked for: none (all after the GEMM), one, many.
+    for (int comm_sms : {-1, 1, 12})
+        fused_vs_sequential(*w, stream, {150, 256, 8, 32 * W, 2, RoutingKind::Skewed, DType::BF16}, seed + 70,
+                            comm_sms);
 }
 
-// Fused calls of two shapes alternating: the work counter and the tickets carry over between calls whose item and
-// block counts differ.
+// Fused calls of two shapes alternating, with and without side blocks: the work counter, the tickets and the tile
+// targets carry over between calls whose item, block and launch counts differ.
 TEST_F(MoeTp, FusedAlternatingShapes) {
     const int W = w->world_size();
     if (W < 2) GTEST_SKIP() << "the fused algorithms need 2 or more ranks";
@@ -298,7 +305,8 @@ TEST_F(MoeTp, FusedAlternatingShapes) {
     LayerRun b(*w, {7, 64, 16, 16 * W, 4, RoutingKind::Uniform}, 3610);
     for (int i = 1; i <= 40; ++i) {
         LayerRun& run = i % 2 ? a : b;
-        const bool checked = i <= 4 || i >= 37;
+        run.rs_comm_sms = i % 3 == 0 ? -1 : (i % 3 == 1 ? 0 : 3);
+        const bool checked = i <= 6 || i >= 35;
         run.call(*w, stream, TpMoeAlgo::Fused, TpMoeAlgo::Fused, checked);
         if (checked) {
             ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);

@@ -296,8 +296,9 @@ __global__ void __launch_bounds__(kTpMoeThreads) moe_rs_reduce_send(Ctx ctx, Moe
     __shared__ int64_t s_item;
     const int W = ctx.local_world, me = ctx.local_rank;
     const int par = static_cast<int>(p.epoch % 2);
-    // Side launch: every source rank's tile target of this call (written and read by thread 0, which waits).
-    if (!p.after_gemm)
+    // Every source rank's tile target of this call: the side launch's blocks wait for them (thread 0 writes and reads
+    // them); block 0 of one launch per call keeps them for the next call of the other parity.
+    if (!p.after_gemm || (p.write_expected && blockIdx.x == 0))
         for (int r = 0; r < W; ++r) {
             const uint64_t target = p.expected[(1 - par) * kMaxLocalPeers + r] +
                                     static_cast<uint64_t>(tp_row_blocks(p.offsets, p.rows, p.block_m, r * p.num_experts,
@@ -305,7 +306,7 @@ __global__ void __launch_bounds__(kTpMoeThreads) moe_rs_reduce_send(Ctx ctx, Moe
                                         static_cast<uint64_t>(p.num_n);
             if (threadIdx.x == 0) {
                 s_target[r] = target;
-                if (blockIdx.x == 0) p.expected[par * kMaxLocalPeers + r] = target;
+                if (blockIdx.x == 0 && p.write_expected) p.expected[par * kMaxLocalPeers + r] = target;
             }
         }
     // Sizes from the parameters (host-computed: fewer registers live across the waits).

@@ -5,6 +5,7 @@
 
 #include "loom/kernels/gemm/gemm_params.hpp"
 #include "loom/runtime/error.hpp"
+#include "ops/overlap/common/plan.hpp"
 
 namespace loom::moe {
 
@@ -33,7 +34,10 @@ FusedDown plan_fused_down(const MoeDownCall& c, const char* op, overlap::LocalBu
     GroupedGemmOptions gopts = c.opts.gemm;
     gopts.max_rows = static_cast<int>(s.max_rows());
     const int usable = gopts.num_sms > 0 && gopts.num_sms < dev.device_sms ? gopts.num_sms : dev.device_sms;
-    if (side) {
+    f.hooked = side;
+    if (side && c.opts.comm_sms > 0) {
+        f.side_blocks = overlap::comm_blocks(c.opts.comm_sms, c.opts.comm_sms, usable);
+    } else if (side && c.opts.comm_sms == 0) {
         // The peers' sends (read k rows, write one, per token) become ready while the GEMM runs; the own rank's last.
         const double entries = static_cast<double>(s.entries());
         const double side_bytes = static_cast<double>(sources - 1) * static_cast<double>(tokens) *
@@ -44,6 +48,7 @@ FusedDown plan_fused_down(const MoeDownCall& c, const char* op, overlap::LocalBu
                                   entries * static_cast<double>(H * out_bytes);
         f.side_blocks = rs_side_blocks(side_bytes, flops, gemm_bytes, usable);
     }
+    if (usable < 2) f.side_blocks = 0;  // the GEMM must keep an SM
     f.gemm_sms = std::max(1, usable - f.side_blocks);
     f.tail_blocks = down_tail_blocks(items, usable);
     f.claims = items + f.side_blocks + f.tail_blocks;
@@ -69,8 +74,8 @@ FusedDown plan_fused_down(const MoeDownCall& c, const char* op, overlap::LocalBu
     f.reduce = &jit::get_kernel(rspec);
     (void)jit::get_kernel(
         grouped_gemm_kernel_spec(f.cfg, c.rows.dtype, c.out.dtype, f.gemm.b_kn(), gopts.activation,
-                                 side ? "loom::kernels::moe::MoeRsHooks" : "loom::kernels::moe::GroupedNoHooks",
-                                 side ? kTpHeader : "", f.gemm.block_scaled()));
+                                 f.hooked ? "loom::kernels::moe::MoeRsHooks" : "loom::kernels::moe::GroupedNoHooks",
+                                 f.hooked ? kTpHeader : "", f.gemm.block_scaled()));
     return f;
 }
 

@@ -23,6 +23,7 @@ struct FusedDown {
     GroupedGemmProblem gemm;  // rows x w_down into the partial [max_rows, H] (out's dtype)
     GemmConfig cfg;           // planned on gemm_sms
     int gemm_sms = 0;         // SMs the persistent GEMM may use
+    bool hooked = false;      // the GEMM counts stored tiles per source rank (MoeRsHooks; moe_rs)
     int side_blocks = 0;      // reduce kernel blocks beside the GEMM (0: none; the GEMM has every usable SM)
     int tail_blocks = 0;      // reduce kernel blocks after the GEMM
     int block_m = 0;          // the GEMM's tile (the side reduce blocks count tiles per group)
@@ -36,14 +37,15 @@ struct FusedDown {
 };
 
 // `tokens`: the tokens of one source rank (moe_rs: T_loc; moe_ar: T); `sources`: source ranks (moe_rs: W; moe_ar: 1);
-// items: (sources + 1) x chunks (sends, then the final sums). `side`: a side launch beside the GEMM (moe_rs).
+// items: (sources + 1) x chunks (sends, then the final sums). `side`: the GEMM counts its tiles (MoeRsHooks) and the
+// reduce may run beside it (moe_rs: c.opts.comm_sms blocks, 0: rs_side_blocks, < 0: none).
 // `reduce_kernel`: the kernel's name in tp_moe.cuh (instantiated for out's dtype). Grows `partial` (outside captures
 // only).
 FusedDown plan_fused_down(const MoeDownCall& c, const char* op, overlap::LocalBuffer& partial, int64_t tokens,
                           int sources, const char* reduce_kernel, bool side);
 
-// side, side_rp: the side stream and the side launch's parameters (f.side_blocks > 0: the GEMM then runs with
-// `hooks`; else side may be null); tail_rp: the launch after the GEMM's.
+// side, side_rp: the side stream and the side launch's parameters (used when f.side_blocks > 0; else side may be
+// null); tail_rp: the launch after the GEMM's; hooks: the GEMM's when f.hooked.
 template <class ReduceParams>
 void launch_fused_down(const MoeDownCall& c, const FusedDown& f, overlap::SideStream* side, const ReduceParams& side_rp,
                        const ReduceParams& tail_rp, const kernels::moe::MoeRsHookArgs& hooks) {
@@ -54,6 +56,8 @@ void launch_fused_down(const MoeDownCall& c, const FusedDown& f, overlap::SideSt
         lc.grid = dim3(static_cast<unsigned>(f.side_blocks));
         lc.stream = side->stream;
         (*f.reduce)(lc, c.world->ctx(), side_rp);
+    }
+    if (f.hooked) {
         grouped_gemm_launch_hooked("loom::kernels::moe::MoeRsHooks", kTpHeader, f.gemm, f.cfg, f.gemm_sms, c.stream,
                                    hooks);
     } else {
