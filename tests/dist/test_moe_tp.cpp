@@ -241,9 +241,12 @@ void fused_vs_sequential(World& w, cudaStream_t stream, const Layer& L, uint64_t
         if (h_seq[i] != h_fused[i] && bad++ < 5)
             ADD_FAILURE() << "ag_moe rows: element " << i << " fused " << h_fused[i] << " != sequential " << h_seq[i];
     EXPECT_EQ(bad, 0);
+    // bf16 out: both round the ranks' partial sums (of magnitude ~ sqrt(N)) to bf16; Sequential's ring reduce_scatter
+    // rounds again at each hop.
     const double rel = L.out == DType::F32 ? 1e-3 : 1.0 / 64;
+    const double slack = L.out == DType::F32 ? 0 : 0.01 * std::sqrt(double(L.N));
     for (std::size_t i = 0; i < y_seq.size(); ++i)
-        if (!(std::abs(y_seq[i] - y_fused[i]) <= rel * (1 + std::abs(y_seq[i]))) && bad++ < 5)
+        if (!(std::abs(y_seq[i] - y_fused[i]) <= rel * (1 + std::abs(y_seq[i])) + slack) && bad++ < 5)
             ADD_FAILURE() << "moe_rs y[" << i << "]: fused " << y_fused[i] << ", sequential " << y_seq[i];
     EXPECT_EQ(bad, 0);
     // Mixed: each fused op with the other's sequential algorithm.
