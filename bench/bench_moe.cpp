@@ -20,9 +20,11 @@
 // Sequential, moe_rs Fused and Sequential, and the parts alone — all_gather of x and the ids, the grouped GEMMs,
 // reduce_scatter of the [T, K] reduced rows — for the overlap efficiency fused / max(GEMM alone, communication alone);
 // at 128 tokens also moe_ar Fused and Sequential on a decode batch every rank holds whole (the parts: the grouped GEMM,
-// all_reduce of [T, K]). Rows go to DIR/moe.json (rank 0). --quick: Mixtral-8x7B and Qwen3-30B-A3B only.
+// all_reduce of [T, K]). Rows go to DIR/moe.json (rank 0). --quick: Mixtral-8x7B and Qwen3-30B-A3B only; --op
+// ag_moe | moe_rs | moe_ar: that op only (and its parts); --tokens 128 | 8192: that batch only; --comm-sms N: moe_rs
+// Fused's reduce blocks beside the GEMM (TpMoeOptions::comm_sms).
 //
-//     loomrun -n 4 build/bench/bench-moe tp --out DIR [--quick]
+//     loomrun -n 4 build/bench/bench-moe tp --out DIR [--quick] [--op moe_rs] [--tokens 8192] [--comm-sms N]
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -31,6 +33,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -346,7 +349,8 @@ void* dev_alloc(std::size_t bytes, int fill = 0x3C) {
     return p;
 }
 
-int tp(const std::string& out_dir, int iters, bool quick, int argc, char** argv) {
+int tp(const std::string& out_dir, int iters, bool quick, const std::string& only_op, int only_tokens, int comm_sms,
+       int argc, char** argv) {
     using loom::DType;
     using loom::TpMoeAlgo;
     // The fused ag_moe's double-buffered gather of Mixtral-8x22B's routed rows alone takes 2 x 16384 x 6144 x 2 B
@@ -379,6 +383,7 @@ int tp(const std::string& out_dir, int iters, bool quick, int argc, char** argv)
             continue;
         }
         for (int tokens : {128, 8192}) {
+            if (only_tokens > 0 && tokens != only_tokens) continue;
             const int t_loc = std::max(1, tokens / W), T = t_loc * W;
             for (bool skewed : {false, true}) {
                 const loom::MoeRoutingShape shape{T, m.topk, m.e, W};
@@ -412,7 +417,9 @@ int tp(const std::string& out_dir, int iters, bool quick, int argc, char** argv)
                     };
                 };
                 const auto rs = [&](TpMoeAlgo a) {
-                    return [&, a](cudaStream_t s) { loom::moe_rs(world, hv, downv, routing, yv, s, opts(a)); };
+                    loom::TpMoeOptions o = opts(a);
+                    o.comm_sms = comm_sms;
+                    return [&, o](cudaStream_t s) { loom::moe_rs(world, hv, downv, routing, yv, s, o); };
                 };
                 const auto gather = [&](cudaStream_t s) {
                     const std::size_t xb = static_cast<std::size_t>(t_loc) * m.k * 2, ib = ids_h.size();
@@ -433,20 +440,28 @@ int tp(const std::string& out_dir, int iters, bool quick, int argc, char** argv)
                     loom::reduce_scatter(world, {red, DType::BF16, yn * W}, {y, DType::BF16, yn}, s);
                 };
                 ag(TpMoeAlgo::Sequential)(stream);  // routing, state, JIT
-                ag(TpMoeAlgo::Fused)(stream);
-                rs(TpMoeAlgo::Sequential)(stream);
-                rs(TpMoeAlgo::Fused)(stream);
+                const bool time_ag = only_op.empty() || only_op == "ag_moe";
+                const bool time_rs = only_op.empty() || only_op == "moe_rs";
+                std::vector<std::function<void(cudaStream_t)>> ops;
+                if (time_ag) {
+                    ag(TpMoeAlgo::Fused)(stream);
+                    ops.insert(ops.end(), {ag(TpMoeAlgo::Fused), ag(TpMoeAlgo::Sequential), gather, gemm_up});
+                }
+                if (time_rs) {
+                    rs(TpMoeAlgo::Sequential)(stream);
+                    rs(TpMoeAlgo::Fused)(stream);
+                    ops.insert(ops.end(), {rs(TpMoeAlgo::Fused), rs(TpMoeAlgo::Sequential), gemm_down, scatter});
+                }
                 LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
-                const auto t =
-                    loom::bench::time_ops({ag(TpMoeAlgo::Fused), ag(TpMoeAlgo::Sequential), gather, gemm_up,
-                                           rs(TpMoeAlgo::Fused), rs(TpMoeAlgo::Sequential), gemm_down, scatter},
-                                          stream, topts);
+                std::vector<loom::bench::Timing> t;
+                if (!ops.empty()) t = loom::bench::time_ops(ops, stream, topts);
                 const char* rname = skewed ? "skewed" : "uniform";
                 for (int op = 0; op < 2; ++op) {
-                    const int b = op * 4;
+                    if (!(op == 0 ? time_ag : time_rs)) continue;
+                    const int b = op == 1 && time_ag ? 4 : 0;
                     const double fused = t[b].median_us, seq = t[b + 1].median_us;
-                    const double comm = op == 0 ? t[2].median_us : t[7].median_us;
-                    const double gemm = op == 0 ? t[3].median_us : t[6].median_us;
+                    const double comm = op == 0 ? t[b + 2].median_us : t[b + 3].median_us;
+                    const double gemm = op == 0 ? t[b + 3].median_us : t[b + 2].median_us;
                     const double eff = fused / std::max(gemm, comm);
                     const char* name = op == 0 ? "ag_moe" : "moe_rs";
                     if (me == 0)
@@ -473,7 +488,7 @@ int tp(const std::string& out_dir, int iters, bool quick, int argc, char** argv)
                                     {"overlap_efficiency", eff},
                                     {"baselines", {{"loom_sequential", seq}}}});
                 }
-                if (tokens == 128) {
+                if (tokens == 128 && (only_op.empty() || only_op == "moe_ar")) {
                     // moe_ar: a decode batch of T tokens that every rank holds whole (the same ids everywhere), the
                     // down projection of its routed rows; the parts: the grouped GEMM, all_reduce of [T, K] bf16.
                     const loom::MoeRoutingShape ashape{T, m.topk, m.e};
@@ -544,8 +559,8 @@ int tp(const std::string& out_dir, int iters, bool quick, int argc, char** argv)
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::string mode = "grouped", out;
-    int iters = 30;
+    std::string mode = "grouped", out, only_op;
+    int iters = 30, only_tokens = 0, comm_sms = 0;
     bool quick = false;
     CLI::App app{
         "bench-moe: Loom's MoE ops (grouped: loom::grouped_gemm against cuBLAS's grouped GEMM; grouped-fp8: fp8 with "
@@ -557,8 +572,15 @@ int main(int argc, char** argv) {
     app.add_option("--out", out, "grouped: output file (default: print only); tp: output folder (moe.json)");
     app.add_option("--iters", iters, "timed runs per shape (tp: 10 unless given)")->check(CLI::PositiveNumber);
     app.add_flag("--quick", quick, "tp: two models only (Mixtral-8x7B, Qwen3-30B-A3B)");
+    app.add_option("--op", only_op, "tp: time this op only (with its parts)")
+        ->check(CLI::IsMember({"ag_moe", "moe_rs", "moe_ar"}));
+    app.add_option("--tokens", only_tokens, "tp: these total tokens only")->check(CLI::IsMember({128, 8192}));
+    app.add_option("--comm-sms", comm_sms,
+                   "tp: moe_rs Fused's TpMoeOptions::comm_sms (reduce blocks beside the GEMM; 0: by the work, < 0: "
+                   "none)");
     loom::bench::parse_or_exit(app, argc, argv);
-    if (mode == "tp") return tp(out, app.count("--iters") ? iters : 10, quick, argc, argv);
+    if (mode == "tp")
+        return tp(out, app.count("--iters") ? iters : 10, quick, only_op, only_tokens, comm_sms, argc, argv);
     if (mode == "grouped-fp8") return grouped_fp8_blocks(out, iters, argc, argv);
     return grouped(out, iters, argc, argv);
 }

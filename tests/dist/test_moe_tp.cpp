@@ -1,10 +1,10 @@
 // ag_moe / moe_rs / moe_ar at any world size against an fp64 host reference of the whole layer (every rank builds
 // every rank's inputs from shared seeds): uniform, skewed and one-expert routings, an empty rank, bf16 products;
-// Fused against Sequential and the reference (T_loc = 1, one expert, 64 experts); 1000 back-to-back calls (Auto, and
-// Fused checked at calls 1, 500, 1000 with poisoned outputs); moe_ar Sequential and Fused (one-shot) against the
-// reference and each other; a CUDA graph of the three ops replayed; bad inputs naming the argument. Run: loomrun -n N
-// build/tests/loom_dist_tests
-// --gtest_filter='MoeTp*'
+// Fused against Sequential and the reference (T_loc = 1, one expert, 64 experts; the reduce's work split: tokens not a
+// multiple of its chunk, many chunks, bf16 out, k 32, no tokens); 1000 back-to-back calls (Auto, and Fused checked at
+// calls 1, 500, 1000 with poisoned outputs); Fused calls of two shapes alternating; moe_ar Sequential and Fused
+// (one-shot) against the reference and each other; a CUDA graph of the three ops replayed; bad inputs naming the
+// argument. Run: loomrun -n N build/tests/loom_dist_tests --gtest_filter='MoeTp*'
 // Seeds are fixed so that every rank draws the same full inputs.
 #include <cuda_runtime_api.h>
 
@@ -61,6 +61,7 @@ void put(void* d, const std::vector<T>& h) {
 struct Layer {
     int t_loc, H, E, N, k;
     RoutingKind kind;
+    DType out = DType::F32;  // moe_rs's output
 };
 
 // y = sum over slots of w * down_e(up_e(x)) with the rank slices' sum, in fp64 from the bf16-rounded inputs; the
@@ -100,6 +101,7 @@ struct LayerRun {
     std::unique_ptr<Dev> d_x, d_idx, d_w, d_up, d_down, d_route, d_h, d_y;
     MoeRouting routing;
     MatrixView xv, upv, hv, downv, yv;
+    int rs_comm_sms = 0;  // moe_rs's TpMoeOptions::comm_sms
 
     LayerRun(World& w, const Layer& layer, uint64_t seed) : L(layer), W(w.world_size()), r(w.rank()) {
         const int T = L.t_loc * W, n_loc = L.N / W;
@@ -151,7 +153,7 @@ struct LayerRun {
         upv = {d_up->p, DType::BF16, int64_t{L.E} * n_loc, L.H};
         hv = {d_h->p, DType::BF16, shape.max_rows(), n_loc};
         downv = {d_down->p, DType::BF16, int64_t{L.E} * L.H, n_loc};
-        yv = {d_y->p, DType::F32, L.t_loc, L.H};
+        yv = {d_y->p, L.out, L.t_loc, L.H};
     }
 
     // ag_moe -> moe_rs with `ag` / `rs` as the algorithms; poison: the outputs are set to 0xA5 bytes first.
@@ -163,6 +165,7 @@ struct LayerRun {
         TpMoeOptions oa, orr;
         oa.algo = ag;
         orr.algo = rs;
+        orr.comm_sms = rs_comm_sms;
         ag_moe(w, xv, d_idx->as<int32_t>(), d_w->as<float>(), upv, routing, hv, stream, oa);
         moe_rs(w, hv, downv, routing, yv, stream, orr);
     }
@@ -174,7 +177,13 @@ struct LayerRun {
     }
     std::vector<float> y() const {
         std::vector<float> v(static_cast<std::size_t>(yv.rows) * yv.cols);
-        LOOM_CHECK_CUDA(cudaMemcpy(v.data(), d_y->p, v.size() * 4, cudaMemcpyDeviceToHost));
+        if (yv.dtype == DType::F32) {
+            LOOM_CHECK_CUDA(cudaMemcpy(v.data(), d_y->p, v.size() * 4, cudaMemcpyDeviceToHost));
+        } else {
+            std::vector<uint16_t> b(v.size());
+            LOOM_CHECK_CUDA(cudaMemcpy(b.data(), d_y->p, b.size() * 2, cudaMemcpyDeviceToHost));
+            for (std::size_t i = 0; i < b.size(); ++i) v[i] = test::bf16_to_float(b[i]);
+        }
         return v;
     }
 
@@ -197,7 +206,7 @@ struct LayerRun {
 
 std::string describe(const Layer& L) {
     return "T_loc " + std::to_string(L.t_loc) + " H " + std::to_string(L.H) + " E " + std::to_string(L.E) + " N " +
-           std::to_string(L.N) + " k " + std::to_string(L.k);
+           std::to_string(L.N) + " k " + std::to_string(L.k) + " out " + dtype_name(L.out);
 }
 
 // Runs ag_moe -> moe_rs (calls times, Auto) and checks this rank's tokens of the last call.
@@ -210,10 +219,12 @@ void run_layer(World& w, cudaStream_t stream, const Layer& L, uint64_t seed, int
 }
 
 // Sequential and Fused on the same inputs: both against the reference; ag_moe's routed rows bitwise equal (the same
-// routing and GEMM config), moe_rs's outputs within rounding of each other (they sum the ranks in different types).
-void fused_vs_sequential(World& w, cudaStream_t stream, const Layer& L, uint64_t seed) {
-    SCOPED_TRACE(describe(L));
+// routing and GEMM config), moe_rs's outputs within rounding of each other (both round each rank's top-k sums to out's
+// type and sum the ranks in fp32, in their own orders).
+void fused_vs_sequential(World& w, cudaStream_t stream, const Layer& L, uint64_t seed, int rs_comm_sms = 0) {
+    SCOPED_TRACE(describe(L) + " comm_sms " + std::to_string(rs_comm_sms));
     LayerRun run(w, L, seed);
+    run.rs_comm_sms = rs_comm_sms;
     run.call(w, stream, TpMoeAlgo::Sequential, TpMoeAlgo::Sequential, true);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     const std::vector<uint16_t> h_seq = run.h();
@@ -230,8 +241,12 @@ void fused_vs_sequential(World& w, cudaStream_t stream, const Layer& L, uint64_t
         if (h_seq[i] != h_fused[i] && bad++ < 5)
             ADD_FAILURE() << "ag_moe rows: element " << i << " fused " << h_fused[i] << " != sequential " << h_seq[i];
     EXPECT_EQ(bad, 0);
+    // bf16 out: both round the ranks' partial sums (of magnitude ~ sqrt(N)) to bf16; Sequential's ring reduce_scatter
+    // rounds again at each hop.
+    const double rel = L.out == DType::F32 ? 1e-3 : 1.0 / 64;
+    const double slack = L.out == DType::F32 ? 0 : 0.01 * std::sqrt(double(L.N));
     for (std::size_t i = 0; i < y_seq.size(); ++i)
-        if (!(std::abs(y_seq[i] - y_fused[i]) <= 1e-3 * (1 + std::abs(y_seq[i]))) && bad++ < 5)
+        if (!(std::abs(y_seq[i] - y_fused[i]) <= rel * (1 + std::abs(y_seq[i])) + slack) && bad++ < 5)
             ADD_FAILURE() << "moe_rs y[" << i << "]: fused " << y_fused[i] << ", sequential " << y_seq[i];
     EXPECT_EQ(bad, 0);
     // Mixed: each fused op with the other's sequential algorithm.
@@ -262,6 +277,45 @@ TEST_F(MoeTp, FusedMatchesSequentialAndReference) {
     fused_vs_sequential(*w, stream, {1, 64, 8, 16 * W, 2, RoutingKind::Uniform}, seed + 30);       // T_loc = 1
     fused_vs_sequential(*w, stream, {200, 256, 4, 64 * W, 1, RoutingKind::OneExpert}, seed + 40);  // one expert
     fused_vs_sequential(*w, stream, {130, 64, 64, 16 * W, 6, RoutingKind::Skewed}, seed + 50);     // 64 experts, k 6
+}
+
+// The reduce's work split: chunks of tokens claimed by the blocks of two launches. Tokens not a multiple of the chunk,
+// many chunks per source rank, bf16 partial sums sent (bf16 out), a chunk capped by the staged pairs (k 32), no
+// tokens.
+TEST_F(MoeTp, FusedWorkSplitMatchesSequentialAndReference) {
+    const int W = w->world_size();
+    if (W < 2) GTEST_SKIP() << "the fused algorithms need 2 or more ranks";
+    const uint64_t seed = 3500;
+    fused_vs_sequential(*w, stream, {300, 512, 8, 32 * W, 2, RoutingKind::Uniform}, seed);  // 10 chunks, last 12
+    fused_vs_sequential(*w, stream, {300, 512, 8, 32 * W, 2, RoutingKind::Uniform, DType::BF16}, seed + 10);
+    fused_vs_sequential(*w, stream, {257, 128, 16, 16 * W, 8, RoutingKind::Skewed, DType::BF16}, seed + 20);
+    fused_vs_sequential(*w, stream, {1, 64, 8, 16 * W, 2, RoutingKind::Uniform, DType::BF16}, seed + 30);
+    fused_vs_sequential(*w, stream, {41, 64, 4, 16 * W, 1, RoutingKind::OneExpert, DType::BF16}, seed + 40);
+    fused_vs_sequential(*w, stream, {400, 64, 32, 16 * W, 32, RoutingKind::Uniform}, seed + 50);  // chunk 32 (k 32)
+    fused_vs_sequential(*w, stream, {0, 64, 8, 16 * W, 2, RoutingKind::Uniform}, seed + 60);      // no tokens
+    // The side blocks asked for: none (all after the GEMM), one, many.
+    for (int comm_sms : {-1, 1, 12})
+        fused_vs_sequential(*w, stream, {150, 256, 8, 32 * W, 2, RoutingKind::Skewed, DType::BF16}, seed + 70,
+                            comm_sms);
+}
+
+// Fused calls of two shapes alternating, with and without side blocks: the work counter, the tickets and the tile
+// targets carry over between calls whose item, block and launch counts differ.
+TEST_F(MoeTp, FusedAlternatingShapes) {
+    const int W = w->world_size();
+    if (W < 2) GTEST_SKIP() << "the fused algorithms need 2 or more ranks";
+    LayerRun a(*w, {200, 256, 8, 32 * W, 2, RoutingKind::Skewed, DType::BF16}, 3600);
+    LayerRun b(*w, {7, 64, 16, 16 * W, 4, RoutingKind::Uniform}, 3610);
+    for (int i = 1; i <= 40; ++i) {
+        LayerRun& run = i % 2 ? a : b;
+        run.rs_comm_sms = i % 3 == 0 ? -1 : (i % 3 == 1 ? 0 : 3);
+        const bool checked = i <= 6 || i >= 35;
+        run.call(*w, stream, TpMoeAlgo::Fused, TpMoeAlgo::Fused, checked);
+        if (checked) {
+            ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+            run.check(run.y(), describe(run.L) + ", call " + std::to_string(i));
+        }
+    }
 }
 
 TEST_F(MoeTp, ThousandBackToBackCalls) {
@@ -388,9 +442,9 @@ TEST_F(MoeTp, MoeArMatchesReference) {
     run.check(run.y(), "auto");
 }
 
-// The fused (one-shot) moe_ar against the reference and against Sequential on the same inputs: the two differ only
-// by where they round (Sequential rounds the top-k sums to out's type before its all_reduce; Fused sums the ranks'
-// fp32 partials, in rank order, so every rank's out is the same bits).
+// The fused (one-shot) moe_ar against the reference and against Sequential on the same inputs: both round each
+// rank's top-k sums to out's type and sum the ranks in fp32, in their own orders (Fused in rank order, so every rank's
+// out is the same bits).
 TEST_F(MoeTp, FusedMoeArMatchesSequentialAndReference) {
     const int W = w->world_size();
     if (W < 2) GTEST_SKIP() << "the fused algorithms need 2 or more ranks";
@@ -431,6 +485,23 @@ TEST_F(MoeTp, FusedMoeArMatchesSequentialAndReference) {
         for (std::size_t q = 1; q < all.size(); ++q)
             if (all[q] != all[0]) same += "rank " + std::to_string(q) + " differs from rank 0; ";
         EXPECT_TRUE(same.empty()) << same;
+    }
+}
+
+// Fused calls of two shapes alternating (the work counter carries over between calls of different item counts).
+TEST_F(MoeTp, FusedMoeArAlternatingShapes) {
+    const int W = w->world_size();
+    if (W < 2) GTEST_SKIP() << "the fused algorithms need 2 or more ranks";
+    const MoeArRun a(*w, stream, 300, 512, 8, 2, 16, RoutingKind::Skewed, 5300, DType::BF16);
+    const MoeArRun b(*w, stream, 3, 64, 8, 4, 16, RoutingKind::Uniform, 5310, DType::F32);
+    for (int i = 1; i <= 40; ++i) {
+        const MoeArRun& run = i % 2 ? a : b;
+        const bool checked = i <= 4 || i >= 37;
+        run.call(*w, stream, TpMoeAlgo::Fused, checked);
+        if (checked) {
+            ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+            run.check(run.y(), "call " + std::to_string(i));
+        }
     }
 }
 

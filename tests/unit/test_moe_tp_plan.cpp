@@ -7,10 +7,12 @@
 
 #include "loom/jit/jit.hpp"
 #include "loom/kernels/gemm/gemm_params.hpp"
+#include "loom/kernels/moe/tp_moe_params.hpp"
 #include "loom/ops/moe.hpp"
 #include "loom/runtime/error.hpp"
 #include "ops/moe/grouped_gemm_internal.hpp"
 #include "ops/moe/tp/tp_moe.hpp"
+#include "runtime/settings_override.hpp"
 
 namespace {
 
@@ -87,17 +89,43 @@ TEST(MoeTpPlan, BlockCounts) {
     EXPECT_EQ(loom::moe::ag_push_blocks(1 << 20, 132), 8);
     EXPECT_EQ(loom::moe::ag_push_blocks(int64_t{1} << 30, 132), 32);
     EXPECT_EQ(loom::moe::ag_push_blocks(int64_t{1} << 30, 8), 8);  // never more than the SMs
-    // The reduce-send leaves the GEMM at least one SM and at most takes a quarter.
+    // The side blocks leave the GEMM at least one SM and take at most a quarter, more of them for more side work.
     for (int sms : {2, 3, 16, 33, 66, 132})
-        for (int64_t t : {1, 8, 100, 2048, 65536}) {
-            const int p = loom::moe::rs_reduce_blocks(t, sms);
+        for (double bytes : {0.0, 1e3, 1e6, 1e8, 1e10}) {
+            const int p = loom::moe::rs_side_blocks(bytes, 1e11, 1e8, sms);
             EXPECT_GE(p, 1);
-            EXPECT_LE(p, sms - 1) << sms << " SMs, " << t << " tokens";
-            EXPECT_LE(p, std::max(1, sms / 4)) << sms << " SMs, " << t << " tokens";
-            EXPECT_LE(p, 16);
+            EXPECT_LE(p, sms - 1) << sms << " SMs, " << bytes << " B";
+            EXPECT_LE(p, std::max(1, sms / 4)) << sms << " SMs, " << bytes << " B";
         }
-    EXPECT_EQ(loom::moe::rs_reduce_blocks(1, 132), 1);
-    EXPECT_EQ(loom::moe::rs_reduce_blocks(2048, 132), 16);
+    // Mixtral-8x7B's down projection at 8192 tokens, 4 ranks: 151 MB of peers' sends beside a 481 GFLOP GEMM.
+    EXPECT_EQ(loom::moe::rs_side_blocks(151e6, 481e9, 486e6, 33), 4);    // a quarter of an H200 (ranks share it)
+    EXPECT_EQ(loom::moe::rs_side_blocks(151e6, 481e9, 486e6, 132), 14);  // a whole H200
+    EXPECT_EQ(loom::moe::rs_side_blocks(1e3, 481e9, 486e6, 132), 1);
+    EXPECT_EQ(loom::moe::rs_side_blocks(1e6, 0, 0, 132), 1);  // no GEMM estimate: one block
+    EXPECT_LE(loom::moe::rs_side_blocks(1e6, 481e9, 486e6, 132), loom::moe::rs_side_blocks(1e8, 481e9, 486e6, 132));
+    // Blocks after the GEMM: two per SM, at most one per item.
+    EXPECT_EQ(loom::moe::down_tail_blocks(1, 132), 1);
+    EXPECT_EQ(loom::moe::down_tail_blocks(100, 132), 100);
+    EXPECT_EQ(loom::moe::down_tail_blocks(100000, 132), 264);
+    EXPECT_EQ(loom::moe::down_tail_blocks(0, 33), 1);
+}
+
+TEST(MoeTpPlan, ChunkTokens) {
+    // ~4096 16-byte words of output per item, at least 8 items where the tokens allow.
+    EXPECT_EQ(loom::moe::down_chunk_tokens(2048, 4096, 2, 2), 8);   // Mixtral-8x7B, 8192 tokens over 4 ranks
+    EXPECT_EQ(loom::moe::down_chunk_tokens(2048, 2048, 2, 8), 16);  // Qwen3-30B-A3B
+    EXPECT_EQ(loom::moe::down_chunk_tokens(32, 2048, 2, 8), 4);     // 128 tokens over 4 ranks
+    EXPECT_EQ(loom::moe::down_chunk_tokens(1, 64, 4, 2), 1);        // one token
+    EXPECT_EQ(loom::moe::down_chunk_tokens(0, 64, 4, 2), 1);        // no tokens: still a valid divisor
+    EXPECT_EQ(loom::moe::down_chunk_tokens(65536, 8, 2, 32), 32);   // the staged pairs: chunk x topk <= 1024
+    EXPECT_EQ(loom::moe::down_chunk_tokens(65536, 1 << 20, 2, 2), 1);
+    for (int64_t t : {1, 7, 33, 1000, 65536})
+        for (int64_t h : {8, 64, 2048, 7168})
+            for (int k : {1, 6, 32}) {
+                const int c = loom::moe::down_chunk_tokens(t, h, 2, k);
+                EXPECT_GE(c, 1);
+                EXPECT_LE(c * k, loom::kernels::moe::kTpMoeMaxChunkEntries);
+            }
 }
 
 void expect_clean(const loom::jit::CompileResult& r, const std::string& what) {
@@ -119,6 +147,7 @@ GemmConfig hopper_cfg(int bm, int bn, int stages) {
 }
 
 TEST(MoeTpCompile, FusedKernelsHaveNoSpills) {
+    const loom::detail::ScopedSettings nvrtc_only([](loom::Settings& s) { s.jit_nvcc_fallback = false; });
     const char* header = "loom/kernels/moe/tp_moe.cuh";
     for (int bm : {64, 128})
         for (int bn : {128, 256}) {

@@ -133,9 +133,10 @@ enum class TpMoeAlgo {
                  // grouped_gemm: no overlap
     Fused,       // ag_moe: each rank pushes its own tokens' routed rows to every rank while the grouped GEMM consumes
                  // the source ranks' rows as they arrive (own first); moe_rs: the top-k reduce and send of a source
-                 // rank's tokens runs beside the grouped GEMM as soon as that rank's tiles are stored; moe_ar
-                 // (one-shot): the top-k reduce waits beside the GEMM and pushes every token's fp32 sum to every rank,
-                 // which sums the ranks' partials in rank order. Auto never picks it for moe_ar
+                 // rank's tokens, in chunks, runs beside the grouped GEMM as soon as that rank's tiles are stored, and
+                 // a full grid after the GEMM finishes the rest; moe_ar (one-shot): after the GEMM, one kernel reduces
+                 // every token's top-k rows, pushes the sums (out's type) to every rank and sums the ranks' partials
+                 // in rank order. Auto never picks it for moe_ar
 };
 const char* to_string(TpMoeAlgo a);
 
@@ -143,6 +144,9 @@ struct TpMoeOptions {
     TpMoeAlgo algo = TpMoeAlgo::Auto;
     GroupedGemmOptions gemm{};  // the grouped GEMM's options (ag_moe: e.g. activation = SwiGLU); max_rows is set by
                                 // the op
+    int comm_sms = 0;  // moe_rs Fused: reduce blocks beside the GEMM; 0: sized by the work that becomes ready while the
+                       // GEMM runs (at most a quarter of the SMs); < 0: none (the GEMM takes every SM, the reduce runs
+                       // after it); at most the usable SMs - 1
 };
 
 // x: [T_loc, H] this rank's tokens; topk_idx, topk_weights: [T_loc, k] (device int32 / fp32; weights may be null:

@@ -10,18 +10,21 @@
 //                 the GEMM on the stream, so the own groups never wait and nothing in the GEMM waits on work that
 //                 needs this rank's SMs: co-resident-safe with ranks sharing a GPU.
 // moe_rs, Fused. The grouped GEMM (down projection) with MoeRsHooks (peers' groups first, own last; every stored tile
-// adds 1 to done[source rank], release) into a local partial product, and beside it on a side stream
-//   moe_rs_reduce_send  per source rank r in the GEMM's order, once r's tiles are all stored: the weighted top-k reduce
-//                 of r's tokens, pushed (fp32) into slot me of r's receive half, reduced[me] := e at r; then this
-//                 rank's tokens summed over the slots (rank order) after reduced[q] >= e of every peer q.
-//   It waits only for this rank's GEMM (which waits for nothing and has the SMs the plan leaves it) and for peers'
-//   sends (which wait only for their own GEMMs): no cycle, and no block waits for another block of its kernel.
-// moe_ar, Fused (one-shot): the grouped GEMM with MoeRsHooks over the E groups of one source rank (every stored tile
-// adds 1 to done[0]) into a local partial product, and beside it on a side stream
-//   moe_ar_reduce_push  once every tile is stored: the weighted top-k reduce of every token (fp32), pushed into slot
-//                 me of every rank's receive half, reduced[me] := e at every rank; then out = the W slots summed in
-//                 rank order after reduced[q] >= e of every peer q. The same waits as moe_rs's reduce-send: its own
-//                 GEMM, and peers' pushes that wait only for their own GEMMs.
+// adds 1 to done[source rank], release) into a local partial product, and moe_rs_reduce_send launched twice: a few
+// blocks on a side stream beside the GEMM, a full grid after it on its stream. Blocks of both launches claim work
+// items from one counter, in a fixed order:
+//   sends         per source rank r in the GEMM's order, chunks of r's tokens: once r's tiles are all stored (the side
+//                 launch waits; the launch after the GEMM need not), the weighted top-k reduce (fp32) rounded to out's
+//                 type, stored into slot me of r's receive half; the chunk that completes r sets reduced[me] := e at r;
+//   final sums    chunks of this rank's tokens: after reduced[q] >= e of every rank q, the W slots summed (fp32, rank
+//                 order) into out.
+//   A block waits only for this rank's GEMM (which waits for nothing and has the SMs the side blocks leave) and for
+//   every rank's sends; a rank's blocks claim all its sends before any of its final sums, and a send waits only for
+//   its rank's GEMM, after which that rank's full-grid launch runs: no cycle.
+// moe_ar, Fused (one-shot): the grouped GEMM (no hooks) into a local partial product, then moe_ar_reduce_push (full
+// grid) on the same stream, whose items are claimed the same way: chunks of every token's top-k reduce pushed into
+// slot me of every rank's receive half (the chunk that completes the call sets reduced[me] := e at every rank), then
+// chunks of out = the W slots summed in rank order (the same bits on every rank).
 #pragma once
 
 #ifndef LOOM_NO_DEVICE_PRINTF
@@ -159,114 +162,237 @@ LOOM_DEVICE LOOM_FORCEINLINE int64_t tp_row_blocks(const int32_t* offsets, int32
     return total;
 }
 
+// 16-byte words of T as floats: acc += w x word, and floats rounded to T as one word.
 template <class T>
-__global__ void __launch_bounds__(kTpMoeThreads) moe_rs_reduce_send(Ctx ctx, MoeRsReduceParams p) {
-    __shared__ int64_t s_row[32];
-    __shared__ float s_w[32];
-    __shared__ int64_t s_blocks;
-    const int W = ctx.local_world, me = ctx.local_rank;
-    const T* partial = static_cast<const T*>(p.partial);
-    const int64_t slot = static_cast<int64_t>(p.t_loc) * p.h;
-    const int par = static_cast<int>(p.epoch % 2);
-    for (int j = 1; j <= W; ++j) {
-        const int r = me + j < W ? me + j : me + j - W;  // the GEMM's order: rank me + 1's groups first, own last
-        const uint64_t target = p.expected[(1 - par) * kMaxLocalPeers + r] +
-                                static_cast<uint64_t>(tp_row_blocks(p.offsets, p.rows, p.block_m, r * p.num_experts,
-                                                                    p.num_experts, &s_blocks)) *
-                                    static_cast<uint64_t>(p.num_n);
-        if (threadIdx.x == 0) {
-            if (blockIdx.x == 0) p.expected[par * kMaxLocalPeers + r] = target;
-            tp_wait_ge<false>(p.done + r, target, ctx.wait_timeout_ns,
-                              "moe_rs: reduce waits for the grouped GEMM's tiles of a source rank");
-        }
-        __syncthreads();
-        float* const dst = tp_peer(ctx, p.recv, r) + static_cast<int64_t>(me) * slot;
-        for (int32_t t = static_cast<int32_t>(blockIdx.x); t < p.t_loc; t += static_cast<int32_t>(gridDim.x)) {
-            __syncthreads();  // the previous token's slots are read
-            if (threadIdx.x < static_cast<unsigned>(p.topk)) {
-                const int64_t e = (static_cast<int64_t>(r) * p.t_loc + t) * p.topk + threadIdx.x;
-                const int32_t row = p.dest_rows[e];
-                if (row < 0 || row >= p.rows) bad_index("moe_rs dest_rows", p.dest_rows + e, row, p.rows);
-                s_row[threadIdx.x] = row;
-                s_w[threadIdx.x] = p.weights[e];
-            }
-            __syncthreads();
-            for (int64_t c = threadIdx.x; c < p.h; c += blockDim.x) {
-                float acc = 0.f;
-                for (int s = 0; s < p.topk; ++s) acc += s_w[s] * moe_to_float<T>(partial[s_row[s] * p.h + c]);
-                dst[t * p.h + c] = acc;
-            }
-        }
-        if (r != me && tp_last_block(p.ticket + r, p.ticket_target))
-            ptx::st_release_sys(tp_peer(ctx, p.sig->reduced + me, r), p.epoch);
-    }
-    // This rank's tokens: every peer's slot (the own slot was written by this block, for the same tokens).
-    if (threadIdx.x < static_cast<unsigned>(W) && static_cast<int>(threadIdx.x) != me)
-        tp_wait_ge<true>(p.sig->reduced + threadIdx.x, p.epoch, ctx.wait_timeout_ns,
-                         "moe_rs: waits for a peer's reduced rows of this rank's tokens");
-    __syncthreads();
-    T* const out = static_cast<T*>(p.out);
-    for (int32_t t = static_cast<int32_t>(blockIdx.x); t < p.t_loc; t += static_cast<int32_t>(gridDim.x))
-        for (int64_t c = threadIdx.x; c < p.h; c += blockDim.x) {
-            float acc = 0.f;
-            for (int q = 0; q < W; ++q) acc += p.recv[q * slot + t * p.h + c];
-            out[t * p.h + c] = moe_from_float<T>(acc);
-        }
+inline constexpr int kTpWordElems = static_cast<int>(16 / sizeof(T));
+
+template <class T>
+LOOM_DEVICE LOOM_FORCEINLINE void tp_word_fma(const uint4& word, float w, float (&acc)[kTpWordElems<T>]) {
+    const T* e = reinterpret_cast<const T*>(&word);
+#pragma unroll
+    for (int i = 0; i < kTpWordElems<T>; ++i) acc[i] += w * moe_to_float<T>(e[i]);
 }
 
 template <class T>
-__global__ void __launch_bounds__(kTpMoeThreads) moe_ar_reduce_push(Ctx ctx, MoeArReduceParams p) {
-    __shared__ int64_t s_row[32];
-    __shared__ float s_w[32];
-    __shared__ int64_t s_blocks;
-    const int W = ctx.local_world, me = ctx.local_rank;
-    const T* partial = static_cast<const T*>(p.partial);
-    const int64_t slot = static_cast<int64_t>(p.tokens) * p.h;
-    const int par = static_cast<int>(p.epoch % 2);
-    const uint64_t target = p.expected[1 - par] + static_cast<uint64_t>(tp_row_blocks(p.offsets, p.rows, p.block_m, 0,
-                                                                                      p.num_experts, &s_blocks)) *
-                                                      static_cast<uint64_t>(p.num_n);
-    if (threadIdx.x == 0) {
-        if (blockIdx.x == 0) p.expected[par] = target;
-        tp_wait_ge<false>(p.done, target, ctx.wait_timeout_ns, "moe_ar: reduce waits for the grouped GEMM's tiles");
-    }
+LOOM_DEVICE LOOM_FORCEINLINE uint4 tp_word_pack(const float (&acc)[kTpWordElems<T>]) {
+    uint4 word;
+    T* e = reinterpret_cast<T*>(&word);
+#pragma unroll
+    for (int i = 0; i < kTpWordElems<T>; ++i) e[i] = moe_from_float<T>(acc[i]);
+    return word;
+}
+
+// Words each thread has in flight per pass of the reduce loops (4 x 16 B x 512 threads = 32 KiB per block).
+inline constexpr int kTpUnroll = 4;
+
+// Thread 0 claims the block's next item (the counter's value less `base`) and every thread of the block returns it.
+LOOM_DEVICE LOOM_FORCEINLINE int64_t tp_claim(uint64_t* work, uint64_t base, int64_t* s_item) {
+    __syncthreads();  // the previous item's shared state is read
+    if (threadIdx.x == 0)
+        *s_item = static_cast<int64_t>(atomicAdd(reinterpret_cast<unsigned long long*>(work), 1ull) - base);
     __syncthreads();
-    for (int32_t t = static_cast<int32_t>(blockIdx.x); t < p.tokens; t += static_cast<int32_t>(gridDim.x)) {
-        __syncthreads();  // the previous token's slots are read
-        if (threadIdx.x < static_cast<unsigned>(p.topk)) {
-            const int64_t e = static_cast<int64_t>(t) * p.topk + threadIdx.x;
-            const int32_t row = p.dest_rows[e];
-            if (row < 0 || row >= p.rows) bad_index("moe_ar dest_rows", p.dest_rows + e, row, p.rows);
-            s_row[threadIdx.x] = row;
-            s_w[threadIdx.x] = p.weights[e];
+    return *s_item;
+}
+
+// Stages the (row, weight) pairs of `entries` consecutive routing entries from e0 into shared memory, then a barrier.
+LOOM_DEVICE LOOM_FORCEINLINE void tp_stage_entries(const int32_t* dest_rows, const float* weights, int64_t e0,
+                                                   int32_t entries, int32_t rows, const char* tag, int32_t* s_row,
+                                                   float* s_w) {
+    int32_t bad = -1;  // an out-of-range entry, reported after the loop (fewer values live across the call)
+    for (int32_t i = static_cast<int32_t>(threadIdx.x); i < entries; i += static_cast<int32_t>(blockDim.x)) {
+        const int32_t row = dest_rows[e0 + i];
+        if (row < 0 || row >= rows) bad = i;
+        s_row[i] = row;
+        s_w[i] = weights[e0 + i];
+    }
+    if (bad >= 0) bad_index(tag, dest_rows + e0 + bad, dest_rows[e0 + bad], rows);
+    __syncthreads();
+}
+
+// The weighted top-k sums (fp32, slot order) of nt tokens whose (row, weight) pairs are staged in s_row / s_w (token
+// t's slot s at t x topk + s), word by word across the rows: store(t, word, value) with value rounded to T. Every
+// thread of the block calls; nt x row_words < 2^31 (checked on the host).
+template <class T, class Store>
+LOOM_DEVICE LOOM_FORCEINLINE void tp_topk_reduce_words(const uint4* partial, uint32_t row_words, int32_t nt, int topk,
+                                                       const int32_t* s_row, const float* s_w, Store store) {
+    const uint32_t n = static_cast<uint32_t>(nt) * row_words;
+    for (uint32_t base = threadIdx.x; base < n; base += kTpUnroll * blockDim.x) {
+        float acc[kTpUnroll][kTpWordElems<T>];
+        int32_t tok[kTpUnroll];
+        uint32_t word[kTpUnroll];
+#pragma unroll
+        for (int u = 0; u < kTpUnroll; ++u) {
+            const uint32_t i = base + u * blockDim.x;
+            tok[u] = i < n ? static_cast<int32_t>(i / row_words) : -1;
+            word[u] = i < n ? i - static_cast<uint32_t>(tok[u]) * row_words : 0;
+#pragma unroll
+            for (int v = 0; v < kTpWordElems<T>; ++v) acc[u][v] = 0.f;
         }
-        __syncthreads();
-        for (int64_t c = threadIdx.x; c < p.h; c += blockDim.x) {
-            float acc = 0.f;
-            for (int s = 0; s < p.topk; ++s) acc += s_w[s] * moe_to_float<T>(partial[s_row[s] * p.h + c]);
-            for (int j = 0; j < W; ++j) {  // own slot first
-                const int d = me + j < W ? me + j : me + j - W;
-                tp_peer(ctx, p.recv, d)[me * slot + t * p.h + c] = acc;
+        for (int s = 0; s < topk; ++s) {
+            uint4 x[kTpUnroll];
+#pragma unroll
+            for (int u = 0; u < kTpUnroll; ++u)  // every load of the pass issued before the first use
+                if (tok[u] >= 0) x[u] = partial[static_cast<int64_t>(s_row[tok[u] * topk + s]) * row_words + word[u]];
+#pragma unroll
+            for (int u = 0; u < kTpUnroll; ++u)
+                if (tok[u] >= 0) tp_word_fma<T>(x[u], s_w[tok[u] * topk + s], acc[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < kTpUnroll; ++u)
+            if (tok[u] >= 0) store(tok[u], word[u], tp_word_pack<T>(acc[u]));
+    }
+}
+
+// out's words [w0, w0 + n) = the sum (fp32, rank order) of the W slots' same words (slot q at q x slot_words), rounded
+// to T; out need not be 16-byte aligned. Every thread of the block calls.
+template <class T>
+LOOM_DEVICE LOOM_FORCEINLINE void tp_sum_slots(const uint4* recv, int64_t slot_words, int W, int64_t w0, int64_t n,
+                                               void* out) {
+    const bool aligned = (reinterpret_cast<unsigned long long>(out) & 15) == 0;
+    for (int64_t base = threadIdx.x; base < n; base += kTpUnroll * static_cast<int64_t>(blockDim.x)) {
+        float acc[kTpUnroll][kTpWordElems<T>];
+#pragma unroll
+        for (int u = 0; u < kTpUnroll; ++u)
+#pragma unroll
+            for (int v = 0; v < kTpWordElems<T>; ++v) acc[u][v] = 0.f;
+        for (int q = 0; q < W; ++q) {
+            uint4 x[kTpUnroll];
+#pragma unroll
+            for (int u = 0; u < kTpUnroll; ++u) {
+                const int64_t i = base + u * static_cast<int64_t>(blockDim.x);
+                if (i < n) x[u] = recv[q * slot_words + w0 + i];
+            }
+#pragma unroll
+            for (int u = 0; u < kTpUnroll; ++u)
+                if (base + u * static_cast<int64_t>(blockDim.x) < n) tp_word_fma<T>(x[u], 1.f, acc[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < kTpUnroll; ++u) {
+            const int64_t i = base + u * static_cast<int64_t>(blockDim.x);
+            if (i >= n) continue;
+            const uint4 word = tp_word_pack<T>(acc[u]);
+            if (aligned) {
+                static_cast<uint4*>(out)[w0 + i] = word;
+            } else {
+                const T* e = reinterpret_cast<const T*>(&word);
+                T* o = static_cast<T*>(out) + (w0 + i) * kTpWordElems<T>;
+#pragma unroll
+                for (int v = 0; v < kTpWordElems<T>; ++v) o[v] = e[v];
             }
         }
     }
-    if (tp_last_block(p.ticket, p.ticket_target))
-        for (int j = 1; j < W; ++j) {
-            const int d = me + j < W ? me + j : me + j - W;
-            ptx::st_release_sys(tp_peer(ctx, p.sig->reduced + me, d), p.epoch);
+}
+
+// moe_rs's reduce, one kernel launched twice per call: beside the GEMM on a side stream (after_gemm = 0, few blocks:
+// they take the items that become ready while the GEMM runs) and after it on the GEMM's stream (after_gemm = 1, a
+// full grid: the rest at the whole share's bandwidth). Items and their order: MoeRsReduceParams; waits and why they
+// end: the file's head.
+template <class T>
+__global__ void __launch_bounds__(kTpMoeThreads) moe_rs_reduce_send(Ctx ctx, MoeRsReduceParams p) {
+    __shared__ int32_t s_row[kTpMoeMaxChunkEntries];
+    __shared__ float s_w[kTpMoeMaxChunkEntries];
+    __shared__ uint64_t s_target[kMaxLocalPeers];
+    __shared__ int64_t s_scratch;
+    __shared__ int64_t s_item;
+    const int W = ctx.local_world, me = ctx.local_rank;
+    const int par = static_cast<int>(p.epoch % 2);
+    // Every source rank's tile target of this call: the side launch's blocks wait for them (thread 0 writes and reads
+    // them); block 0 of one launch per call keeps them for the next call of the other parity.
+    if (!p.after_gemm || (p.write_expected && blockIdx.x == 0))
+        for (int r = 0; r < W; ++r) {
+            const uint64_t target = p.expected[(1 - par) * kMaxLocalPeers + r] +
+                                    static_cast<uint64_t>(tp_row_blocks(p.offsets, p.rows, p.block_m, r * p.num_experts,
+                                                                        p.num_experts, &s_scratch)) *
+                                        static_cast<uint64_t>(p.num_n);
+            if (threadIdx.x == 0) {
+                s_target[r] = target;
+                if (blockIdx.x == 0 && p.write_expected) p.expected[par * kMaxLocalPeers + r] = target;
+            }
         }
-    // Every token's W slots: the own slot of token t was written by this block (the same token assignment).
-    if (threadIdx.x < static_cast<unsigned>(W) && static_cast<int>(threadIdx.x) != me)
+    // Sizes from the parameters (host-computed: fewer registers live across the waits).
+    const uint32_t row_words = static_cast<uint32_t>(p.row_words);
+    const int64_t slot_words = static_cast<int64_t>(p.t_loc) * p.row_words;
+    const int32_t chunks = p.chunks;
+    const int64_t sends = static_cast<int64_t>(W) * chunks;
+    const uint4* partial = static_cast<const uint4*>(p.partial);
+    int64_t item = tp_claim(p.work, p.work_base, &s_item);
+    for (; item < sends; item = tp_claim(p.work, p.work_base, &s_item)) {
+        const int32_t c = static_cast<int32_t>(item % chunks);
+        const int32_t t0 = c * p.chunk, nt = min(p.chunk, p.t_loc - t0);
+        const int pos = static_cast<int>(item / chunks);
+        const int r = me + 1 + pos < W ? me + 1 + pos : me + 1 + pos - W;  // the GEMM's order, own last
+        if (threadIdx.x == 0 && !p.after_gemm)
+            tp_wait_ge<false>(p.done + r, s_target[r], ctx.wait_timeout_ns,
+                              "moe_rs: reduce waits for the grouped GEMM's tiles of a source rank");
+        tp_stage_entries(p.dest_rows, p.weights, (static_cast<int64_t>(r) * p.t_loc + t0) * p.topk, nt * p.topk, p.rows,
+                         "moe_rs dest_rows", s_row, s_w);
+        uint4* const dst = tp_peer(ctx, static_cast<uint4*>(p.recv), r) + static_cast<int64_t>(me) * slot_words +
+                           static_cast<int64_t>(t0) * row_words;
+        tp_topk_reduce_words<T>(partial, row_words, nt, p.topk, s_row, s_w,
+                                [dst, row_words](int32_t t, uint32_t w, const uint4& v) {
+                                    dst[static_cast<int64_t>(t) * row_words + w] = v;
+                                });
+        if (tp_last_block(p.ticket + r, p.ticket_target))
+            ptx::st_release_sys(tp_peer(ctx, p.sig->reduced + me, r), p.epoch);
+    }
+    if (item >= sends + chunks) return;
+    // Final sums: every rank's slot of this rank's tokens (waited for once per block).
+    if (threadIdx.x < static_cast<unsigned>(W))
         tp_wait_ge<true>(p.sig->reduced + threadIdx.x, p.epoch, ctx.wait_timeout_ns,
-                         "moe_ar: waits for a peer's reduced rows");
+                         "moe_rs: waits for a rank's reduced rows of this rank's tokens");
     __syncthreads();
-    T* const out = static_cast<T*>(p.out);
-    for (int32_t t = static_cast<int32_t>(blockIdx.x); t < p.tokens; t += static_cast<int32_t>(gridDim.x))
-        for (int64_t c = threadIdx.x; c < p.h; c += blockDim.x) {
-            float acc = 0.f;
-            for (int q = 0; q < W; ++q) acc += p.recv[q * slot + t * p.h + c];
-            out[t * p.h + c] = moe_from_float<T>(acc);
-        }
+    for (; item < sends + chunks; item = tp_claim(p.work, p.work_base, &s_item)) {
+        const int32_t t0 = static_cast<int32_t>(item - sends) * p.chunk, nt = min(p.chunk, p.t_loc - t0);
+        tp_sum_slots<T>(static_cast<const uint4*>(p.recv), slot_words, W, static_cast<int64_t>(t0) * row_words,
+                        static_cast<int64_t>(nt) * row_words, p.out);
+    }
+}
+
+// moe_ar's reduce, launched after the grouped GEMM on its stream with a full grid. Items and their order:
+// MoeArReduceParams. A block waits only for every rank's pushes (final sums), claimed before any final sum by running
+// blocks that wait for nothing: no cycle.
+template <class T>
+__global__ void __launch_bounds__(kTpMoeThreads) moe_ar_reduce_push(Ctx ctx, MoeArReduceParams p) {
+    __shared__ int32_t s_row[kTpMoeMaxChunkEntries];
+    __shared__ float s_w[kTpMoeMaxChunkEntries];
+    __shared__ int64_t s_item;
+    const int W = ctx.local_world, me = ctx.local_rank;
+    const uint32_t row_words = static_cast<uint32_t>(p.row_words);
+    const int64_t slot_words = static_cast<int64_t>(p.tokens) * p.row_words;
+    const int32_t chunks = p.chunks;
+    const uint4* partial = static_cast<const uint4*>(p.partial);
+    uint4* const recv = static_cast<uint4*>(p.recv);
+    int64_t item = tp_claim(p.work, p.work_base, &s_item);
+    for (; item < chunks; item = tp_claim(p.work, p.work_base, &s_item)) {
+        const int32_t t0 = static_cast<int32_t>(item) * p.chunk, nt = min(p.chunk, p.tokens - t0);
+        tp_stage_entries(p.dest_rows, p.weights, static_cast<int64_t>(t0) * p.topk, nt * p.topk, p.rows,
+                         "moe_ar dest_rows", s_row, s_w);
+        const int64_t at = static_cast<int64_t>(me) * slot_words + static_cast<int64_t>(t0) * row_words;
+        tp_topk_reduce_words<T>(partial, row_words, nt, p.topk, s_row, s_w,
+                                [&ctx, recv, at, row_words, W, me](int32_t t, uint32_t w, const uint4& v) {
+                                    const int64_t i = at + static_cast<int64_t>(t) * row_words + w;
+                                    for (int j = 0; j < W; ++j) {  // own slot first
+                                        const int d = me + j < W ? me + j : me + j - W;
+                                        tp_peer(ctx, recv, d)[i] = v;
+                                    }
+                                });
+        if (tp_last_block(p.ticket, p.ticket_target))
+            for (int j = 0; j < W; ++j) {
+                const int d = me + j < W ? me + j : me + j - W;
+                ptx::st_release_sys(tp_peer(ctx, p.sig->reduced + me, d), p.epoch);
+            }
+    }
+    if (item >= 2 * static_cast<int64_t>(chunks)) return;
+    // Final sums: every rank's slot (waited for once per block).
+    if (threadIdx.x < static_cast<unsigned>(W))
+        tp_wait_ge<true>(p.sig->reduced + threadIdx.x, p.epoch, ctx.wait_timeout_ns,
+                         "moe_ar: waits for a rank's reduced rows");
+    __syncthreads();
+    for (; item < 2 * static_cast<int64_t>(chunks); item = tp_claim(p.work, p.work_base, &s_item)) {
+        const int32_t t0 = static_cast<int32_t>(item - chunks) * p.chunk, nt = min(p.chunk, p.tokens - t0);
+        tp_sum_slots<T>(recv, slot_words, W, static_cast<int64_t>(t0) * row_words, static_cast<int64_t>(nt) * row_words,
+                        p.out);
+    }
 }
 
 }  // namespace loom::kernels::moe

@@ -68,50 +68,66 @@ struct MoeRsHookArgs {
     int32_t first_group;
 };
 
-// moe_rs_reduce_send: per source rank r (me + 1, me + 2, ..., me), once the GEMM stored every tile of r's groups
-// (done[r] >= expected[e % 2][r] = expected[(e - 1) % 2][r] + r's tiles of this call), the top-k reduce (fp32) of
-// r's tokens' rows of the partial product, stored into slot me of r's receive half (fp32 [W][t_loc][H]); the last
-// block sets reduced[me] := epoch at r. Then this rank's tokens: out = sum over slots q (rank order) after
-// reduced[q] >= epoch for every peer q.
+// The down projection's reduce kernels (moe_rs_reduce_send, moe_ar_reduce_push) share their work through a claim
+// counter: items are chunks of `chunk` tokens, claimed in a fixed order by blocks of any launch of the call (the side
+// launch beside the GEMM and the launch after it), each block's last claim failing. The send items come first, the
+// final sums last, so every item a final sum depends on was claimed before it by a block that is running.
+//
+// Tokens in one item: chunk x topk (row, weight) pairs are staged in shared memory.
+inline constexpr int kTpMoeMaxChunkEntries = 1024;
+
+// moe_rs_reduce_send: items (W + 1) x chunks, chunks = ceil(t_loc / chunk). Item pos x chunks + c (pos < W): source
+// rank r = me + 1 + pos (mod W, the GEMM's order), tokens [c chunk, (c + 1) chunk) of r: once the GEMM stored every
+// tile of r's groups (side launch: done[r] >= expected[e % 2][r] = expected[(e - 1) % 2][r] + r's tiles of this call,
+// written by one launch of the call; the launch after the GEMM needs no wait), their weighted top-k sums (fp32, slot
+// order) rounded to out's type into slot me of r's receive half ([W][t_loc][H] of out's type); the block that completes
+// r's last chunk sets reduced[me] := epoch at r (the own slot included). Item W x chunks + c: out's tokens of chunk c =
+// the sum over slots q (rank order, fp32) after reduced[q] >= epoch for every q.
 struct MoeRsReduceParams {
     const void* partial;       // [rows, h] of the output type, dense: the grouped GEMM's output
     void* out;                 // [t_loc, h] dense
-    float* recv;               // this call's half of the symmetric receive buffer (this rank's address)
+    void* recv;                // this call's half of the symmetric receive buffer (this rank's address), out's type
     const int32_t* offsets;    // [G + 1]
     const int32_t* dest_rows;  // [W t_loc, k]
     const float* weights;      // [W t_loc, k]
     const uint64_t* done;      // local [kMaxLocalPeers] (MoeRsHookArgs::done)
-    uint64_t* expected;        // local [2][kMaxLocalPeers]: cumulative tile targets by call parity
-    uint64_t* ticket;          // local [kMaxLocalPeers]: blocks that finished their share for rank r (cumulative)
+    uint64_t* expected;        // local [2][kMaxLocalPeers]: cumulative tile targets by call parity (side launch)
+    uint64_t* ticket;          // local [kMaxLocalPeers]: chunks of source rank r sent (cumulative)
+    uint64_t* work;            // local, one counter: claims of every launch so far (cumulative)
     MoeRsSignals* sig;         // symmetric
-    uint64_t ticket_target;    // the blocks of every call so far, this call's included (per rank r)
+    uint64_t ticket_target;    // chunks per source rank over every call so far, this call's included
+    uint64_t work_base;        // *work before this call's launches
     uint64_t epoch;
-    int64_t h;
     int32_t t_loc, topk, num_experts, rows;  // rows: the routing's max_rows (offsets clamped to [0, rows])
     int32_t block_m, num_n;                  // the GEMM's tiles: BLOCK_M rows, num_n column blocks
+    int32_t row_words;                       // 16-byte words of out's type per row (H x elem / 16)
+    int32_t chunk, chunks;                   // tokens per item (chunk x topk <= kTpMoeMaxChunkEntries), items per rank
+    int32_t after_gemm;                      // 1: launched after the GEMM on its stream (no tile waits)
+    int32_t write_expected;                  // 1 in one launch per call: its block 0 writes expected[e % 2]
+    int32_t pad;
 };
 
-// moe_ar_reduce_push: once the grouped GEMM (MoeRsHooks with one source rank: done[0] counts every stored tile) stored
-// every tile of this call (done[0] >= expected[e % 2] = expected[(e - 1) % 2] + this call's tiles), the top-k reduce
-// (fp32) of every token's rows of the partial product, pushed into slot me of every rank's receive half (fp32
-// [W][tokens][H]); the last block sets reduced[me] := epoch at every rank. Then out = the sum over slots q (rank
-// order: the same bits on every rank) after reduced[q] >= epoch for every peer q.
+// moe_ar_reduce_push, launched after the grouped GEMM on its stream: items 2 x chunks, chunks = ceil(tokens / chunk).
+// Item c < chunks: tokens [c chunk, (c + 1) chunk): their weighted top-k sums (fp32, slot order) rounded to out's type,
+// pushed into slot me of every rank's receive half ([W][tokens][H] of out's type); the block that completes the last
+// chunk sets reduced[me] := epoch at every rank (this one included). Item chunks + c: out's tokens of chunk c = the
+// sum over slots q (rank order, fp32: the same bits on every rank) after reduced[q] >= epoch for every q.
 struct MoeArReduceParams {
     const void* partial;       // [rows, h] of the output type, dense: the grouped GEMM's output
     void* out;                 // [tokens, h] dense
-    float* recv;               // this call's half of the symmetric receive buffer (this rank's address)
-    const int32_t* offsets;    // [E + 1]
+    void* recv;                // this call's half of the symmetric receive buffer (this rank's address), out's type
     const int32_t* dest_rows;  // [tokens, k]
     const float* weights;      // [tokens, k]
-    const uint64_t* done;      // local, one counter (MoeRsHookArgs::done)
-    uint64_t* expected;        // local [2]: cumulative tile targets by call parity
-    uint64_t* ticket;          // local, one counter: blocks that finished their pushes (cumulative)
+    uint64_t* ticket;          // local, one counter: chunks pushed (cumulative)
+    uint64_t* work;            // local, one counter: claims of every launch so far (cumulative)
     MoeArSignals* sig;         // symmetric
-    uint64_t ticket_target;    // the blocks of every call so far, this call's included
+    uint64_t ticket_target;    // chunks over every call so far, this call's included
+    uint64_t work_base;        // *work before this call's launch
     uint64_t epoch;
-    int64_t h;
-    int32_t tokens, topk, num_experts, rows;  // rows: the routing's max_rows (offsets clamped to [0, rows])
-    int32_t block_m, num_n;                   // the GEMM's tiles: BLOCK_M rows, num_n column blocks
+    int32_t tokens, topk, rows;  // rows: the routing's max_rows
+    int32_t row_words;           // 16-byte words of out's type per row (H x elem / 16)
+    int32_t chunk, chunks;       // tokens per item (chunk x topk <= kTpMoeMaxChunkEntries), items: ceil(tokens / chunk)
+    int32_t pad;
 };
 
 }  // namespace loom::kernels::moe

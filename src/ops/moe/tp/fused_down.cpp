@@ -4,22 +4,54 @@
 #include <algorithm>
 
 #include "loom/kernels/gemm/gemm_params.hpp"
+#include "loom/runtime/error.hpp"
+#include "ops/overlap/common/plan.hpp"
 
 namespace loom::moe {
 
 FusedDown plan_fused_down(const MoeDownCall& c, const char* op, overlap::LocalBuffer& partial, int64_t tokens,
-                          const char* reduce_kernel) {
+                          int sources, const char* reduce_kernel, bool side) {
     const auto& dev = overlap::op_state<overlap::DeviceFacts>(*c.world, op, c.captured);
     const MoeRoutingShape& s = c.routing.shape;
-    const int64_t H = c.out.cols;
+    const int64_t H = c.out.cols, K = c.rows.cols;
+    const int64_t out_bytes = dtype_size(c.out.dtype), in_bytes = dtype_size(c.rows.dtype);
     FusedDown f;
-    f.partial = overlap::ensure_local(partial, static_cast<std::size_t>(s.max_rows()) * H * dtype_size(c.out.dtype));
+    f.partial = overlap::ensure_local(partial, static_cast<std::size_t>(s.max_rows()) * H * out_bytes);
+
+    // Work items: chunks of tokens (16-byte words of out's type across H: H x out_bytes is a multiple of 16, as the
+    // GEMM's N is a multiple of 8).
+    const int64_t row_words = H * out_bytes / 16;
+    LOOM_CHECK(row_words * 16 == H * out_bytes, "{}: internal: out's rows of {} B are not whole 16-byte words", op,
+               H * out_bytes);
+    f.chunk = down_chunk_tokens(tokens, H, static_cast<int>(out_bytes), s.topk);
+    LOOM_CHECK(f.chunk * row_words < (int64_t{1} << 31) && (sources + 1) * tokens < (int64_t{1} << 31),
+               "{}: out: expected under 2^31 16-byte words per row and tokens per rank, given {} and {}", op, row_words,
+               tokens);
+    f.row_words = static_cast<int>(row_words);
+    f.chunks = (tokens + f.chunk - 1) / f.chunk;
+    const int64_t items = (sources + 1) * f.chunks;
 
     GroupedGemmOptions gopts = c.opts.gemm;
     gopts.max_rows = static_cast<int>(s.max_rows());
     const int usable = gopts.num_sms > 0 && gopts.num_sms < dev.device_sms ? gopts.num_sms : dev.device_sms;
-    f.blocks = rs_reduce_blocks(tokens, usable);
-    f.gemm_sms = std::max(1, usable - f.blocks);
+    f.hooked = side;
+    if (side && c.opts.comm_sms > 0) {
+        f.side_blocks = overlap::comm_blocks(c.opts.comm_sms, c.opts.comm_sms, usable);
+    } else if (side && c.opts.comm_sms == 0) {
+        // The peers' sends (read k rows, write one, per token) become ready while the GEMM runs; the own rank's last.
+        const double entries = static_cast<double>(s.entries());
+        const double side_bytes = static_cast<double>(sources - 1) * static_cast<double>(tokens) *
+                                  static_cast<double>((s.topk + 1) * H * out_bytes);
+        const double flops = 2.0 * entries * static_cast<double>(K) * static_cast<double>(H);
+        const double gemm_bytes = entries * static_cast<double>(K * in_bytes) +
+                                  static_cast<double>(s.num_experts) * static_cast<double>(H * K * in_bytes) +
+                                  entries * static_cast<double>(H * out_bytes);
+        f.side_blocks = rs_side_blocks(side_bytes, flops, gemm_bytes, usable);
+    }
+    if (usable < 2) f.side_blocks = 0;  // the GEMM must keep an SM
+    f.gemm_sms = std::max(1, usable - f.side_blocks);
+    f.tail_blocks = down_tail_blocks(items, usable);
+    f.claims = items + f.side_blocks + f.tail_blocks;
     MatrixView a = c.rows;
     a.rows = s.max_rows();
     f.gemm = GroupedGemmProblem{a,
@@ -40,8 +72,10 @@ FusedDown plan_fused_down(const MoeDownCall& c, const char* op, overlap::LocalBu
     rspec.name = reduce_kernel;
     rspec.template_args = {dtype_cuda_name(c.out.dtype)};
     f.reduce = &jit::get_kernel(rspec);
-    (void)jit::get_kernel(grouped_gemm_kernel_spec(f.cfg, c.rows.dtype, c.out.dtype, f.gemm.b_kn(), gopts.activation,
-                                                   "loom::kernels::moe::MoeRsHooks", kTpHeader, f.gemm.block_scaled()));
+    (void)jit::get_kernel(
+        grouped_gemm_kernel_spec(f.cfg, c.rows.dtype, c.out.dtype, f.gemm.b_kn(), gopts.activation,
+                                 f.hooked ? "loom::kernels::moe::MoeRsHooks" : "loom::kernels::moe::GroupedNoHooks",
+                                 f.hooked ? kTpHeader : "", f.gemm.block_scaled()));
     return f;
 }
 

@@ -1,7 +1,10 @@
-// The down projection's fused algorithms (moe_rs, moe_ar): a grouped GEMM into a local partial with MoeRsHooks (a
-// counter per stored tile) on the SMs a reduce kernel leaves, the reduce kernel waiting beside it on a side stream.
-// plan_fused_down plans and compiles both (before the callers advance their counters: a JIT error leaves them as
-// they were); launch_fused_down forks, launches the reduce kernel and the GEMM, and joins.
+// The down projection's fused algorithms (moe_rs, moe_ar): a grouped GEMM into a local partial product, and a reduce
+// kernel whose work items (chunks of tokens) blocks claim from a counter. moe_rs launches the reduce kernel twice: a
+// few blocks beside the GEMM on a side stream (MoeRsHooks count the stored tiles per source rank; the side blocks take
+// the items that become ready while the GEMM runs) and a full grid after the GEMM on its stream (the rest at the whole
+// share's bandwidth). moe_ar's items become ready only when the whole GEMM is done: its GEMM has every SM and the
+// reduce kernel runs after it. plan_fused_down plans and compiles (before the callers advance their counters: a JIT
+// error leaves them as they were); launch_fused_down launches.
 #pragma once
 
 #include <cstdint>
@@ -20,29 +23,52 @@ struct FusedDown {
     GroupedGemmProblem gemm;  // rows x w_down into the partial [max_rows, H] (out's dtype)
     GemmConfig cfg;           // planned on gemm_sms
     int gemm_sms = 0;         // SMs the persistent GEMM may use
-    int blocks = 0;           // reduce kernel blocks beside it
-    int block_m = 0;          // the GEMM's tile (the reduce kernel counts tiles per group)
+    bool hooked = false;      // the GEMM counts stored tiles per source rank (MoeRsHooks; moe_rs)
+    int side_blocks = 0;      // reduce kernel blocks beside the GEMM (0: none; the GEMM has every usable SM)
+    int tail_blocks = 0;      // reduce kernel blocks after the GEMM
+    int block_m = 0;          // the GEMM's tile (the side reduce blocks count tiles per group)
     int num_n = 0;            // tiles across H
+    int row_words = 0;        // 16-byte words of out's type per row
+    int chunk = 0;            // tokens per work item
+    int64_t chunks = 0;       // items per source rank: ceil(tokens / chunk)
+    int64_t claims = 0;       // claims on the work counter per call: items + one failing claim per block
     void* partial = nullptr;  // the local partial product
     const jit::Kernel* reduce = nullptr;
 };
 
-// `tokens`: the tokens the reduce kernel handles (moe_rs: T_loc; moe_ar: T); `reduce_kernel`: its name in tp_moe.cuh
-// (instantiated for out's dtype). Grows `partial` (outside captures only).
+// `tokens`: the tokens of one source rank (moe_rs: T_loc; moe_ar: T); `sources`: source ranks (moe_rs: W; moe_ar: 1);
+// items: (sources + 1) x chunks (sends, then the final sums). `side`: the GEMM counts its tiles (MoeRsHooks) and the
+// reduce may run beside it (moe_rs: c.opts.comm_sms blocks, 0: rs_side_blocks, < 0: none).
+// `reduce_kernel`: the kernel's name in tp_moe.cuh (instantiated for out's dtype). Grows `partial` (outside captures
+// only).
 FusedDown plan_fused_down(const MoeDownCall& c, const char* op, overlap::LocalBuffer& partial, int64_t tokens,
-                          const char* reduce_kernel);
+                          int sources, const char* reduce_kernel, bool side);
 
+// side, side_rp: the side stream and the side launch's parameters (used when f.side_blocks > 0; else side may be
+// null); tail_rp: the launch after the GEMM's; hooks: the GEMM's when f.hooked.
 template <class ReduceParams>
-void launch_fused_down(const MoeDownCall& c, const FusedDown& f, overlap::SideStream& side, const ReduceParams& rp,
-                       const kernels::moe::MoeRsHookArgs& hooks) {
-    overlap::fork(side, c.stream);
+void launch_fused_down(const MoeDownCall& c, const FusedDown& f, overlap::SideStream* side, const ReduceParams& side_rp,
+                       const ReduceParams& tail_rp, const kernels::moe::MoeRsHookArgs& hooks) {
     jit::LaunchConfig lc;
-    lc.grid = dim3(static_cast<unsigned>(f.blocks));
     lc.block = dim3(kernels::moe::kTpMoeThreads);
-    lc.stream = side.stream;
-    (*f.reduce)(lc, c.world->ctx(), rp);
-    grouped_gemm_launch_hooked("loom::kernels::moe::MoeRsHooks", kTpHeader, f.gemm, f.cfg, f.gemm_sms, c.stream, hooks);
-    overlap::join(side, c.stream);
+    if (f.side_blocks > 0) {
+        overlap::fork(*side, c.stream);
+        lc.grid = dim3(static_cast<unsigned>(f.side_blocks));
+        lc.stream = side->stream;
+        (*f.reduce)(lc, c.world->ctx(), side_rp);
+    }
+    if (f.hooked) {
+        grouped_gemm_launch_hooked("loom::kernels::moe::MoeRsHooks", kTpHeader, f.gemm, f.cfg, f.gemm_sms, c.stream,
+                                   hooks);
+    } else {
+        struct NoHooks {
+        } none;  // loom::kernels::moe::GroupedNoHooks: an empty object
+        grouped_gemm_launch_hooked("loom::kernels::moe::GroupedNoHooks", "", f.gemm, f.cfg, f.gemm_sms, c.stream, none);
+    }
+    lc.grid = dim3(static_cast<unsigned>(f.tail_blocks));
+    lc.stream = c.stream;
+    (*f.reduce)(lc, c.world->ctx(), tail_rp);
+    if (f.side_blocks > 0) overlap::join(*side, c.stream);
 }
 
 }  // namespace loom::moe

@@ -1,6 +1,9 @@
-// The TP-MoE ops' choice of algorithm and the fused algorithms' block counts (pure functions: tests/unit).
+// The TP-MoE ops' choice of algorithm and the fused algorithms' block counts and work items (pure functions:
+// tests/unit).
 #include <algorithm>
+#include <cmath>
 
+#include "loom/kernels/moe/tp_moe_params.hpp"
 #include "loom/runtime/error.hpp"
 #include "ops/moe/tp/tp_moe.hpp"
 #include "ops/overlap/common/plan.hpp"
@@ -36,9 +39,26 @@ int ag_push_blocks(int64_t shard_bytes, int device_sms) {
     return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(b, device_sms)));
 }
 
-int rs_reduce_blocks(int64_t t_loc, int num_sms) {
-    const int dflt = static_cast<int>(std::clamp<int64_t>((t_loc + 7) / 8, 1, 16));
+int down_chunk_tokens(int64_t tokens, int64_t h, int elem_bytes, int topk) {
+    const int64_t words = std::max<int64_t>(1, h * elem_bytes / 16);
+    int64_t c = std::max<int64_t>(1, 4096 / words);
+    c = std::min<int64_t>(c, std::max<int64_t>(1, (tokens + 7) / 8));
+    c = std::min<int64_t>(c, kernels::moe::kTpMoeMaxChunkEntries / std::max(1, topk));
+    return static_cast<int>(c);
+}
+
+int rs_side_blocks(double side_bytes, double gemm_flops, double gemm_bytes, int num_sms) {
+    constexpr double kSmFlops = 5e12;  // bf16 tensor-core FLOP/s per SM (H200: ~660 TFLOP/s over 132 SMs)
+    constexpr double kSmBytes = 30e9;  // bytes/s per SM, the GEMM's streams and the reduce's alike (~4 TB/s / 132)
+    const double sms = std::max(1, num_sms);
+    const double gemm_s = std::max(gemm_flops / (sms * kSmFlops), gemm_bytes / (sms * kSmBytes));
+    const double need = gemm_s > 0 ? side_bytes / (0.5 * gemm_s * kSmBytes) : 1.0;
+    const int dflt = static_cast<int>(std::clamp(std::ceil(need), 1.0, 64.0));
     return overlap::comm_blocks(0, dflt, num_sms);
+}
+
+int down_tail_blocks(int64_t items, int num_sms) {
+    return static_cast<int>(std::clamp<int64_t>(items, 1, 2 * static_cast<int64_t>(std::max(1, num_sms))));
 }
 
 }  // namespace loom::moe

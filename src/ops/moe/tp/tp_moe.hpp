@@ -59,15 +59,23 @@ struct TpMoeFacts {
 };
 // The algorithm `requested` resolves to for `op`. Auto: Fused where it applies (world > 1, one node, sm_90, at least
 // 2 SMs, not capturing: its signal values are host call counts), else Sequential — and Sequential for moe_rs where
-// ranks share a GPU (measured at 4 ranks on one H200, docs/perf/moe.json: the fused moe_rs at 0.14-0.93x
-// Sequential's speed, its reduce blocks taking SMs from the GEMM within the rank's share). Fused where it does not
-// apply raises loom::Error naming the op and why.
+// ranks share a GPU, until docs/perf/moe.json shows its fused algorithm ahead there. Fused where it does not apply
+// raises loom::Error naming the op and why.
 TpMoeAlgo choose_tp_moe_algo(const char* op, TpMoeAlgo requested, const TpMoeFacts& f);
 // ag_moe Fused: blocks of the push kernel for a shard of `shard_bytes` (~128 KiB each, 1..32, at most the SMs).
 int ag_push_blocks(int64_t shard_bytes, int device_sms);
-// moe_rs Fused: blocks of the reduce-send kernel beside the GEMM for t_loc tokens per rank on `num_sms` SMs (one per
-// 8 tokens, 1..16, at most a quarter of the SMs and at most num_sms - 1: the GEMM keeps the rest).
-int rs_reduce_blocks(int64_t t_loc, int num_sms);
+// moe_rs / moe_ar Fused: tokens per work item of the reduce kernels for `tokens` tokens per source rank, rows of h
+// elements of elem_bytes: about 4096 16-byte words of output per item, at least 8 items where the tokens allow, at
+// most kTpMoeMaxChunkEntries / topk (the item's staged routing pairs); 1 at least.
+int down_chunk_tokens(int64_t tokens, int64_t h, int elem_bytes, int topk);
+// moe_rs Fused: blocks of the reduce kernel beside the GEMM: enough to move `side_bytes` (the peers' send items, which
+// become ready while the GEMM runs) in half the GEMM's estimated time (its flops at ~5 TFLOP/s, or its bytes at
+// ~30 GB/s, per SM of num_sms, whichever is longer) at ~30 GB/s a block; 1 at least, at most a quarter of the SMs and
+// num_sms - 1 (the GEMM keeps the rest).
+int rs_side_blocks(double side_bytes, double gemm_flops, double gemm_bytes, int num_sms);
+// moe_rs / moe_ar Fused: blocks of the reduce kernel launched after the GEMM: two per SM (512 threads each), at most
+// one per item, 1 at least.
+int down_tail_blocks(int64_t items, int num_sms);
 
 void ag_moe_sequential(const AgMoeCall& c);
 void moe_rs_sequential(const MoeDownCall& c);
