@@ -10,19 +10,21 @@
 //                  does not merge them itself).
 //
 // Data path of decode_split: a cp.async pipeline of kStages shared-memory stages, each a tile of kTile tokens of K and
-// of V (4 x kTile x D bytes; 16 KiB at kTile = 4096 / D), kStages - 1 tiles in flight while one is consumed. Every
-// thread copies 16-byte chunks of the tile's rows, one lane of each row computing the row's address for the others
-// (shuffled). A paged cache's block-table entries (one per token row: page size 1 is a page per token) are copied by
-// cp.async into a shared-memory ring kStages - 1 tiles ahead of their tile, in the group of an earlier tile, so a page
-// lookup is a shared-memory read and never a global load that the copies wait on. One barrier per tile: iteration i
-// waits for tile i, then refills the stage that tile i - 1 used with tile i + kStages - 1.
+// of V (4 x kTile x D bytes; 16 KiB at kTile = 4096 / D), kStages - 1 tiles in flight while one is consumed and
+// kStages while the block waits for one. Every thread copies 16-byte chunks of the tile's rows, one lane of each row
+// computing the row's address for the others (shuffled). A paged cache's block-table entries (one per token row: page
+// size 1 is a page per token) are copied by cp.async into a shared-memory ring kStages tiles ahead of their tile, in
+// the group of an earlier tile, so a page lookup is a shared-memory read and never a global load that the copies wait
+// on. Two barriers per tile: iteration i refills the stage that tile i - 1 used with tile i + kStages - 1 once every
+// warp is done with it, then waits for tile i.
+//
 // Consumers, CUDA cores (kMma 0): in each 128-thread half, a token's head row (D elements) is read from shared memory
 // by D / 8 lanes, 16 bytes each (a warp reads whole rows: no bank conflicts); the half's 128 / (D / 8) token lanes take
 // kTile / (128 / (D / 8)) tokens of each tile. Scores: each lane dots its 8 elements with each of its half's query
 // heads, a butterfly over the D / 8 lanes sums them. Tensor cores (kMma 1): each warp takes 16-token slices of the
 // tile; S = Q K^T and O += P V by mma.sync m16n8k16 with the block's heads as the rows of the A operand (rows past
-// kHeads zero, so half the MMA work is padding: the tensor cores have it to spare); K and V fragments by ldmatrix
-// (V transposed). Either way the softmax is online in the log2 domain (scores times scale x log2 e; ex2.approx), per
+// kHeads zero, so half the MMA work is padding: the tensor cores have it to spare); K and V fragments by ldmatrix (V
+// transposed). Either way the softmax is online in the log2 domain (scores times scale x log2 e; ex2.approx), per
 // token lane or per warp, rescaled once per tile (per 16-token slice with kMma); the partial (max, sum, acc) states
 // are combined through the pipeline's shared memory (reused) at the end.
 //
@@ -210,9 +212,8 @@ __global__ void __launch_bounds__(128 * kHeadSplit, 2) decode_split(DecodeParams
     // i < kRows), of K and of V. The L lanes of a row group share those rows' addresses: lane pl computes the KV rows
     // of rows i = pl + j x L (j < kOwn) and the others take them by shuffle, so a row costs one address computation
     // (a division, not one per 16-byte chunk). A paged cache's block-table entries come to a shared-memory ring by
-    // 4-byte cp.async,
-    // one per token row, kStages - 1 tiles ahead of the tile (in the copy group of the tile copied then): a page lookup
-    // is a shared-memory read of data that has landed, never a global load that a copy waits for.
+    // 4-byte cp.async, one per token row, kStages tiles ahead of the tile (in the copy group of the tile copied then):
+    // a page lookup is a shared-memory read of data that has landed, never a global load that a copy waits for.
     constexpr int kOwn = (kRows + L - 1) / L;                           // rows whose address this lane computes
     constexpr int kTablePerThread = (kTile + kThreads - 1) / kThreads;  // table entries this thread fetches per tile
     constexpr int kSlots = decode_table_slots(kStages);
@@ -240,9 +241,9 @@ __global__ void __launch_bounds__(128 * kHeadSplit, 2) decode_split(DecodeParams
         }
     };
 
-    // Copies tile `tile` (when it exists) into its stage, fetches the table entries of tile + kStages - 1, and commits
-    // a group (an empty one past the last tile, so that the wait counts stay uniform). The tile's table entries must
-    // have landed and be visible to the block.
+    // Copies tile `tile` (when it exists) into its stage, fetches the table entries of tile + kStages, and commits a
+    // group (an empty one past the last tile, so that the wait counts stay uniform). The tile's table entries (fetched
+    // with tile - 1, or before the prologue) must have landed and be visible to the block.
     auto copy_tile = [&](int tile) {
         if (tile < tiles) {
             const int st = tile % kStages;
@@ -279,20 +280,21 @@ __global__ void __launch_bounds__(128 * kHeadSplit, 2) decode_split(DecodeParams
                 ptx::cp_async_16_zfill(sk + s_off, kg + off, valid);
                 ptx::cp_async_16_zfill(sv + s_off, vg + off, valid);
             }
-            fetch_table(tile + kStages - 1);
+            fetch_table(tile + kStages);
         }
         ptx::cp_async_commit();
     };
 
     const bool capped = p.softcap > 0.f;
-    // Pipeline: the table entries of tiles 0 ... kStages - 2 first (waited for), then tiles 0 ... kStages - 2 in flight
-    // before the loop; iteration it waits for tile it (this thread's copies, then everyone's: the barrier), refills the
-    // stage that iteration it - 1 consumed with tile it + kStages - 1, and consumes tile it.
+    // Pipeline: the table entries of tiles 0 ... kStages - 1 first (waited for), then tiles 0 ... kStages - 2 in flight
+    // before the loop; iteration it refills the stage that iteration it - 1 consumed with tile it + kStages - 1 (once
+    // every warp is done with it: a barrier), waits for tile it (this thread's copies, then everyone's: a barrier) and
+    // consumes it. A refill is issued before the wait, so kStages tiles are in flight while the block waits.
     if (paged) {
         if (tid == 0) s_table_row = p.block_table + static_cast<int64_t>(b) * p.max_pages;
         __syncthreads();
 #pragma unroll
-        for (int s = 0; s < kStages - 1; ++s) fetch_table(s);
+        for (int s = 0; s < kStages; ++s) fetch_table(s);
         ptx::cp_async_commit();
         ptx::cp_async_wait<0>();
         __syncthreads();
@@ -332,9 +334,10 @@ __global__ void __launch_bounds__(128 * kHeadSplit, 2) decode_split(DecodeParams
             for (int e = 0; e < 8; ++e) acc[g][e] = 0.f;
         }
         for (int it = 0; it < tiles; ++it) {  // uniform over the block
-            ptx::cp_async_wait<kStages - 2>();
-            __syncthreads();
+            __syncthreads();                  // every warp is done with tile it - 1: its stage is free
             copy_tile(it + kStages - 1);
+            ptx::cp_async_wait<kStages - 1>();
+            __syncthreads();  // tile it has landed, for every thread's copies
             const int st = it % kStages;
             const int t0 = t_begin + it * kTile;
             const T* const kt = sk + st * kStageElems;
@@ -435,9 +438,10 @@ __global__ void __launch_bounds__(128 * kHeadSplit, 2) decode_split(DecodeParams
         // ldmatrix row addresses: lane i gives row i % 8 of matrix i / 8.
         const int mi = lane / 8, mr = lane % 8;
         for (int it = 0; it < tiles; ++it) {  // uniform over the block
-            ptx::cp_async_wait<kStages - 2>();
-            __syncthreads();
+            __syncthreads();                  // every warp is done with tile it - 1: its stage is free
             copy_tile(it + kStages - 1);
+            ptx::cp_async_wait<kStages - 1>();
+            __syncthreads();  // tile it has landed, for every thread's copies
             const int st = it % kStages;
             const T* const kt = sk + st * kStageElems;
             const T* const vt = sv + st * kStageElems;

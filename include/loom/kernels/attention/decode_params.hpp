@@ -21,8 +21,8 @@ inline constexpr int kSpMaxBlocks = 64;
 inline constexpr int kSpPacketsPerBlock = 4096;
 
 // Block-table slots of decode_split's ring (one int32 per token row of a tile): the entries of a tile are copied
-// stages - 1 tiles ahead of the tile itself, and the prologue holds 2 (stages - 1) tiles' entries at once.
-LOOM_HOST_DEVICE constexpr int decode_table_slots(int stages) { return 2 * (stages - 1); }
+// `stages` tiles ahead of the tile itself, and the prologue holds 2 stages - 1 tiles' entries at once.
+LOOM_HOST_DEVICE constexpr int decode_table_slots(int stages) { return 2 * stages - 1; }
 
 // Dynamic shared memory of decode_split<T, D, heads, head_split, stages, tile> (2-byte T): the larger of the K / V
 // pipeline (stages x tile x D of K and of V) with the block-table ring after it (decode_table_slots x tile int32),
