@@ -158,7 +158,7 @@ LOOM_DEVICE LOOM_FORCEINLINE float merge_splits(const float* part_o, const float
 //   kHeads      query heads of the block (its share of the KV group)
 //   kHeadSplit  1 or 2: 128 x kHeadSplit threads in halves of 128; half h holds query heads
 //               [h kHeads / kHeadSplit, +kHeads / kHeadSplit) and reads every K / V row of a tile from shared memory
-//   kStages     shared-memory stages (kStages - 1 tiles in flight while one is consumed)
+//   kStages     shared-memory stages (kStages - 1 tiles in flight while one is consumed, kStages during a wait)
 //   kTile       tokens per stage: (kTile, D) of K and of V, 4 kTile D bytes per stage
 //   kMma        0: CUDA-core consumers (token lanes); 1: tensor-core consumers (mma.sync m16n8k16, fp32 accumulate),
 //               each of the 4 warps taking 16-token slices of the tile, the block's heads the rows of a 16-row A
@@ -187,8 +187,9 @@ __global__ void __launch_bounds__(128 * kHeadSplit, 2) decode_split(DecodeParams
     // The partial softmax states combined at the end: per half, kParts of them per head (token lanes, or warps).
     constexpr int kParts = kMma ? 4 : NG;
 
-    // Dynamic shared memory: the pipeline, K then V, [kStages][kTile][D] of T each; after the loop it is reused for
-    // the partial states (m, l, acc): decode_split_smem_bytes() is the larger of the two.
+    // Dynamic shared memory: the pipeline, K then V, [kStages][kTile][D] of T each, then the block-table ring
+    // [decode_table_slots(kStages)][kTile] of int32; after the loop it is reused for the partial states (m, l, acc),
+    // then by the fused merge: decode_split_smem_bytes() is the larger of the two.
     extern __shared__ __align__(16) unsigned char smem[];
     T* const sk = reinterpret_cast<T*>(smem);
     T* const sv = sk + kStages * kStageElems;
@@ -256,7 +257,7 @@ __global__ void __launch_bounds__(128 * kHeadSplit, 2) decode_split(DecodeParams
                 own[j] = 0;
                 const int t = t0 + i * kRowStride;
                 if (i < kRows && t < t_end) {
-                    const int page_i = t / p.page_size;  // a contiguous cache: one page per sequence
+                    const int page_i = paged ? t / p.page_size : 0;  // a contiguous cache: page b, slot t
                     int page = b;
                     if (paged) {
                         page = slot[r];
