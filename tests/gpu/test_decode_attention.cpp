@@ -1,7 +1,7 @@
 // loom::decode_attention against an fp64 host reference (tests/common/attention_reference.hpp) on fresh random
-// inputs: contiguous and paged caches (page sizes 1, 16, 256, pages dealt in random order), GQA groups 1 / 4 / 8 /
-// 12 / all, head dims 64 / 128 / 256, bf16 and fp16, soft-cap, lengths 0 ... 32K that are not multiples of a page or
-// a split, forced split counts, every kernel shape of the sweep. O and LSE are poisoned first; every element is
+// inputs: contiguous and paged caches (page sizes 1, 3, 7, 16, 48, 100, 256, pages dealt in random order), GQA groups 1
+// / 4 / 8 / 12 / all, head dims 64 / 128 / 256, bf16 and fp16, soft-cap, lengths 0 ... 32K that are not multiples of a
+// page or a split, forced split counts, every kernel shape of the sweep. O and LSE are poisoned first; every element is
 // checked. Bad inputs raise loom::Error; a block-table entry or a length out of range traps, naming itself (in a child
 // process).
 #include <cuda_runtime_api.h>
@@ -156,6 +156,25 @@ TEST_F(DecodeAttention, ForcedSplits) {
         c.num_splits = s;
         run_case(c, 20 + s);
     }
+}
+// Page sizes that do and do not divide a tile (the block-table ring holds one entry per token row; pages straddle
+// tiles and splits), shuffled pages, lengths that end mid-page, on the tensor-core (group 4) and CUDA-core (group 1)
+// shapes, with the heuristic's splits and forced ones (the fused merge of 3 and 37 splits).
+TEST_F(DecodeAttention, PageSizesAcrossTiles) {
+    uint64_t seed = 300;
+    for (int page : {1, 3, 7, 16, 48, 100, 256}) {
+        for (int splits : {0, 3, 37}) {
+            Case gqa{{2500, 1, page + 1, 3 * page - 1, 0}, 32, 8, 128, page};
+            gqa.num_splits = splits;
+            run_case(gqa, ++seed);
+            Case mha{{1025, 2 * page + 5}, 4, 4, 64, page, DType::F16};
+            mha.num_splits = splits;
+            run_case(mha, ++seed);
+        }
+    }
+    Case wide{{4097, 300}, 16, 2, 256, 3};  // head dim 256, 8 heads per block
+    wide.num_splits = 9;
+    run_case(wide, ++seed);
 }
 TEST_F(DecodeAttention, ZeroLengths) {
     run_case({{0, 0}, 8, 8, 64}, 30);

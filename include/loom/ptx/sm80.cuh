@@ -17,6 +17,13 @@ LOOM_DEVICE LOOM_FORCEINLINE void cp_async_16_zfill(void* smem_dst, const void* 
                  : "memory");
 }
 
+// 4-byte async copy global -> shared, through L1 (the only cache mode cp.async has for fewer than 16 bytes): small
+// index reads (a block table) that later copies depend on, so that no register waits for them.
+LOOM_DEVICE LOOM_FORCEINLINE void cp_async_4(void* smem_dst, const void* gmem_src) {
+    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(gmem_src) : "memory");
+}
+
 LOOM_DEVICE LOOM_FORCEINLINE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
 // At most N committed cp.async groups of this thread are pending (their data is not yet in shared memory).

@@ -236,6 +236,9 @@ DecodePlan plan_decode(const char* op, const DecodeQuery& q, const KvCache& kv, 
         check_pointer(world, dev.device, op, "kv k", kv.k, kv_bytes, 16);
         check_pointer(world, dev.device, op, "kv v", kv.v, kv_bytes, 16);
     }
+    LOOM_CHECK(kv_rows <= UINT32_MAX,
+               "{}: expected the KV cache's token rows ({}) < 2^32, given {} (the kernel indexes rows with 32 bits)",
+               op, paged ? "num_pages x page_size" : "batch x max_seq_len", kv_rows);
     if (paged)
         check_pointer(world, dev.device, op, "kv block_table", kv.block_table, std::size_t(q.batch) * kv.max_pages * 4,
                       4);
@@ -282,7 +285,7 @@ DecodePlan plan_decode(const char* op, const DecodeQuery& q, const KvCache& kv, 
     p.num_kv_heads = kv.num_kv_heads;
     p.group = group;
     p.max_pages = paged ? kv.max_pages : 1;
-    p.page_size = paged ? kv.page_size : static_cast<int32_t>(capacity);
+    p.page_size = paged ? kv.page_size : static_cast<int32_t>(std::max<int64_t>(capacity, 1));
     p.num_pages = paged ? kv.num_pages : q.batch;
     p.splits = splits;
     p.chunk = static_cast<int32_t>(chunk);

@@ -10,17 +10,21 @@
 //                  does not merge them itself).
 //
 // Data path of decode_split: a cp.async pipeline of kStages shared-memory stages, each a tile of kTile tokens of K and
-// of V (4 x kTile x D bytes; 16 KiB at kTile = 4096 / D), kStages - 1 tiles in flight while one is consumed. Every
-// thread copies 16-byte chunks of the tile's rows; the block-table entries of a tile are read one tile ahead, so a
-// page lookup (page size 1: one per token) never delays a copy. One barrier per tile: iteration i waits for tile i,
-// then refills the stage that tile i - 1 used with tile i + kStages - 1.
+// of V (4 x kTile x D bytes; 16 KiB at kTile = 4096 / D), kStages - 1 tiles in flight while one is consumed and
+// kStages while the block waits for one. Every thread copies 16-byte chunks of the tile's rows, one lane of each row
+// computing the row's address for the others (shuffled). A paged cache's block-table entries (one per token row: page
+// size 1 is a page per token) are copied by cp.async into a shared-memory ring kStages tiles ahead of their tile, in
+// the group of an earlier tile, so a page lookup is a shared-memory read and never a global load that the copies wait
+// on. Two barriers per tile: iteration i refills the stage that tile i - 1 used with tile i + kStages - 1 once every
+// warp is done with it, then waits for tile i.
+//
 // Consumers, CUDA cores (kMma 0): in each 128-thread half, a token's head row (D elements) is read from shared memory
 // by D / 8 lanes, 16 bytes each (a warp reads whole rows: no bank conflicts); the half's 128 / (D / 8) token lanes take
 // kTile / (128 / (D / 8)) tokens of each tile. Scores: each lane dots its 8 elements with each of its half's query
 // heads, a butterfly over the D / 8 lanes sums them. Tensor cores (kMma 1): each warp takes 16-token slices of the
 // tile; S = Q K^T and O += P V by mma.sync m16n8k16 with the block's heads as the rows of the A operand (rows past
-// kHeads zero, so half the MMA work is padding: the tensor cores have it to spare); K and V fragments by ldmatrix
-// (V transposed). Either way the softmax is online in the log2 domain (scores times scale x log2 e; ex2.approx), per
+// kHeads zero, so half the MMA work is padding: the tensor cores have it to spare); K and V fragments by ldmatrix (V
+// transposed). Either way the softmax is online in the log2 domain (scores times scale x log2 e; ex2.approx), per
 // token lane or per warp, rescaled once per tile (per 16-token slice with kMma); the partial (max, sum, acc) states
 // are combined through the pipeline's shared memory (reused) at the end.
 //
@@ -150,34 +154,11 @@ LOOM_DEVICE LOOM_FORCEINLINE float merge_splits(const float* part_o, const float
     return any ? ref + log2f(sum) : neg_inf();
 }
 
-// Row of token t of sequence b in K / V viewed as [rows, num_kv_heads, D] (rows = num_pages x page_size), from the
-// token's page (block-table entry, or b for a contiguous cache).
-LOOM_DEVICE LOOM_FORCEINLINE int64_t page_row(const DecodeParams& p, int page, int t) {
-    const int slot = p.block_table == nullptr ? t : t % p.page_size;
-    return static_cast<int64_t>(page) * p.page_size + slot;
-}
-
-// The page of token t of sequence b (b itself for a contiguous cache; 0 past t_end). A block-table entry out of
-// range gives page 0 instead and is remembered in bad_i / bad_page: the kernel traps on it after its loop (a call
-// inside the loop would make ptxas save the loop's registers around it).
-LOOM_DEVICE LOOM_FORCEINLINE int token_page(const DecodeParams& p, int b, int t, int t_end, int& bad_i, int& bad_page) {
-    if (p.block_table == nullptr) return b;
-    if (t >= t_end) return 0;
-    const int i = t / p.page_size;
-    const int page = __ldg(p.block_table + static_cast<int64_t>(b) * p.max_pages + i);
-    if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) {
-        bad_i = i;
-        bad_page = page;
-        return 0;
-    }
-    return page;
-}
-
 // Decode split kernel, one block per (head chunk, split, b x Hkv + kv head); see the file comment for the pipeline.
 //   kHeads      query heads of the block (its share of the KV group)
 //   kHeadSplit  1 or 2: 128 x kHeadSplit threads in halves of 128; half h holds query heads
 //               [h kHeads / kHeadSplit, +kHeads / kHeadSplit) and reads every K / V row of a tile from shared memory
-//   kStages     shared-memory stages (kStages - 1 tiles in flight while one is consumed)
+//   kStages     shared-memory stages (kStages - 1 tiles in flight while one is consumed, kStages during a wait)
 //   kTile       tokens per stage: (kTile, D) of K and of V, 4 kTile D bytes per stage
 //   kMma        0: CUDA-core consumers (token lanes); 1: tensor-core consumers (mma.sync m16n8k16, fp32 accumulate),
 //               each of the 4 warps taking 16-token slices of the tile, the block's heads the rows of a 16-row A
@@ -206,8 +187,9 @@ __global__ void __launch_bounds__(128 * kHeadSplit, 2) decode_split(DecodeParams
     // The partial softmax states combined at the end: per half, kParts of them per head (token lanes, or warps).
     constexpr int kParts = kMma ? 4 : NG;
 
-    // Dynamic shared memory: the pipeline, K then V, [kStages][kTile][D] of T each; after the loop it is reused for
-    // the partial states (m, l, acc): decode_split_smem_bytes() is the larger of the two.
+    // Dynamic shared memory: the pipeline, K then V, [kStages][kTile][D] of T each, then the block-table ring
+    // [decode_table_slots(kStages)][kTile] of int32; after the loop it is reused for the partial states (m, l, acc),
+    // then by the fused merge: decode_split_smem_bytes() is the larger of the two.
     extern __shared__ __align__(16) unsigned char smem[];
     T* const sk = reinterpret_cast<T*>(smem);
     T* const sv = sk + kStages * kStageElems;
@@ -227,43 +209,97 @@ __global__ void __launch_bounds__(128 * kHeadSplit, 2) decode_split(DecodeParams
     const int t_end = len < t_begin + p.chunk ? len : t_begin + p.chunk;
     const int tiles = t_end > t_begin ? (t_end - t_begin + kTile - 1) / kTile : 0;
 
-    // Producer role: this thread copies chunk (tid % L) of tile rows tid / L + i x kRowStride.
-    const int64_t row_elems = static_cast<int64_t>(p.num_kv_heads) * D;
+    // Producer role: this thread copies 16-byte chunk pl = tid % L of the tile rows pr + i x kRowStride (pr = tid / L,
+    // i < kRows), of K and of V. The L lanes of a row group share those rows' addresses: lane pl computes the KV rows
+    // of rows i = pl + j x L (j < kOwn) and the others take them by shuffle, so a row costs one address computation
+    // (a division, not one per 16-byte chunk). A paged cache's block-table entries come to a shared-memory ring by
+    // 4-byte cp.async, one per token row, kStages tiles ahead of the tile (in the copy group of the tile copied then):
+    // a page lookup is a shared-memory read of data that has landed, never a global load that a copy waits for.
+    constexpr int kOwn = (kRows + L - 1) / L;                           // rows whose address this lane computes
+    constexpr int kTablePerThread = (kTile + kThreads - 1) / kThreads;  // table entries this thread fetches per tile
+    constexpr int kSlots = decode_table_slots(kStages);
+    const uint32_t row_elems = static_cast<uint32_t>(p.num_kv_heads) * D;  // at most 65535 x 256
     const int pl = tid % L, pr = tid / L;
     const T* const kg = static_cast<const T*>(p.k) + static_cast<int64_t>(kvh) * D + pl * 8;
     const T* const vg = static_cast<const T*>(p.v) + static_cast<int64_t>(kvh) * D + pl * 8;
+    int32_t* const s_table = reinterpret_cast<int32_t*>(sv + kStages * kStageElems);  // [kSlots][kTile]
+    const bool paged = p.block_table != nullptr;
     int bad_i = -1, bad_page = 0;
-    // The pages of the next tile to copy: read one tile ahead, so that a block-table read never delays a copy.
-    int pages[kRows];
-    auto read_pages = [&](int tile) {
+
+    // The block-table entries of tile ft into ring slot ft % kSlots: entry r is the page of token row r (a division
+    // per entry, once per tile). Rows past the chunk fetch nothing. The sequence's table row is read from shared
+    // memory at each fetch rather than held in registers through the loop.
+    __shared__ const int32_t* s_table_row;
+    auto fetch_table = [&](int ft) {
+        if (paged && ft < tiles) {
+            int32_t* const slot = s_table + (ft % kSlots) * kTile;
 #pragma unroll
-        for (int i = 0; i < kRows; ++i)
-            pages[i] = token_page(p, b, t_begin + tile * kTile + pr + i * kRowStride, t_end, bad_i, bad_page);
+            for (int k = 0; k < kTablePerThread; ++k) {
+                const int r = tid + k * kThreads, t = t_begin + ft * kTile + r;
+                if ((kTile % kThreads == 0 || r < kTile) && t < t_end)
+                    ptx::cp_async_4(slot + r, s_table_row + t / p.page_size);
+            }
+        }
     };
-    // Copies tile `tile` (when it exists) into its stage with the pages read for it, reads the next tile's pages, and
-    // commits a group (an empty one past the last tile, so that the wait counts stay uniform).
+
+    // Copies tile `tile` (when it exists) into its stage, fetches the table entries of tile + kStages, and commits a
+    // group (an empty one past the last tile, so that the wait counts stay uniform). The tile's table entries (fetched
+    // with tile - 1, or before the prologue) must have landed and be visible to the block.
     auto copy_tile = [&](int tile) {
         if (tile < tiles) {
             const int st = tile % kStages;
+            const int t0 = t_begin + tile * kTile + pr;  // the token of row pr
+            const int32_t* const slot = s_table + (tile % kSlots) * kTile;
+            uint32_t own[kOwn];
+#pragma unroll
+            for (int j = 0; j < kOwn; ++j) {
+                const int i = pl + j * L, r = pr + i * kRowStride;
+                own[j] = 0;
+                const int t = t0 + i * kRowStride;
+                if (i < kRows && t < t_end) {
+                    const int page_i = paged ? t / p.page_size : 0;  // a contiguous cache: page b, slot t
+                    int page = b;
+                    if (paged) {
+                        page = slot[r];
+                        if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) {
+                            bad_i = page_i;
+                            bad_page = page;
+                            page = 0;
+                        }
+                    }
+                    own[j] = static_cast<uint32_t>(page) * static_cast<uint32_t>(p.page_size) +
+                             static_cast<uint32_t>(t - page_i * p.page_size);
+                }
+            }
 #pragma unroll
             for (int i = 0; i < kRows; ++i) {
-                const int r = pr + i * kRowStride, t = t_begin + tile * kTile + r;
-                const bool valid = t < t_end;
-                const int64_t off = valid ? page_row(p, pages[i], t) * row_elems : 0;
+                const int r = pr + i * kRowStride;
+                const bool valid = t0 + i * kRowStride < t_end;
+                const uint32_t row = __shfl_sync(0xffffffffu, own[i / L], i % L, L);
+                const uint64_t off = valid ? static_cast<uint64_t>(row) * row_elems : 0;
                 const int s_off = st * kStageElems + r * D + ((pl ^ (r & 7)) << 3);
                 ptx::cp_async_16_zfill(sk + s_off, kg + off, valid);
                 ptx::cp_async_16_zfill(sv + s_off, vg + off, valid);
             }
-            read_pages(tile + 1);
+            fetch_table(tile + kStages);
         }
         ptx::cp_async_commit();
     };
 
     const bool capped = p.softcap > 0.f;
-    // Pipeline: tiles 0 ... kStages - 2 in flight before the loop; iteration it waits for tile it (this thread's
-    // copies, then everyone's: the barrier), refills the stage that iteration it - 1 consumed with tile
-    // it + kStages - 1, and consumes tile it.
-    read_pages(0);
+    // Pipeline: the table entries of tiles 0 ... kStages - 1 first (waited for), then tiles 0 ... kStages - 2 in flight
+    // before the loop; iteration it refills the stage that iteration it - 1 consumed with tile it + kStages - 1 (once
+    // every warp is done with it: a barrier), waits for tile it (this thread's copies, then everyone's: a barrier) and
+    // consumes it. A refill is issued before the wait, so kStages tiles are in flight while the block waits.
+    if (paged) {
+        if (tid == 0) s_table_row = p.block_table + static_cast<int64_t>(b) * p.max_pages;
+        __syncthreads();
+#pragma unroll
+        for (int s = 0; s < kStages; ++s) fetch_table(s);
+        ptx::cp_async_commit();
+        ptx::cp_async_wait<0>();
+        __syncthreads();
+    }
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) copy_tile(s);
 
@@ -299,9 +335,10 @@ __global__ void __launch_bounds__(128 * kHeadSplit, 2) decode_split(DecodeParams
             for (int e = 0; e < 8; ++e) acc[g][e] = 0.f;
         }
         for (int it = 0; it < tiles; ++it) {  // uniform over the block
-            ptx::cp_async_wait<kStages - 2>();
-            __syncthreads();
+            __syncthreads();                  // every warp is done with tile it - 1: its stage is free
             copy_tile(it + kStages - 1);
+            ptx::cp_async_wait<kStages - 1>();
+            __syncthreads();  // tile it has landed, for every thread's copies
             const int st = it % kStages;
             const int t0 = t_begin + it * kTile;
             const T* const kt = sk + st * kStageElems;
@@ -402,9 +439,10 @@ __global__ void __launch_bounds__(128 * kHeadSplit, 2) decode_split(DecodeParams
         // ldmatrix row addresses: lane i gives row i % 8 of matrix i / 8.
         const int mi = lane / 8, mr = lane % 8;
         for (int it = 0; it < tiles; ++it) {  // uniform over the block
-            ptx::cp_async_wait<kStages - 2>();
-            __syncthreads();
+            __syncthreads();                  // every warp is done with tile it - 1: its stage is free
             copy_tile(it + kStages - 1);
+            ptx::cp_async_wait<kStages - 1>();
+            __syncthreads();  // tile it has landed, for every thread's copies
             const int st = it % kStages;
             const T* const kt = sk + st * kStageElems;
             const T* const vt = sv + st * kStageElems;
@@ -536,14 +574,53 @@ __global__ void __launch_bounds__(128 * kHeadSplit, 2) decode_split(DecodeParams
         __syncthreads();
         if (s_ticket == static_cast<uint32_t>(p.splits - 1)) {
             ptx::fence_acq_rel_gpu();
-            for (int i = tid; i < nh * D; i += kThreads) {
-                const int g = i / D, d = i - g * D;
+            // Each head's split weights 2^(lse_s - lse) (lse: the merged log2 LSE) into shared memory (the pipeline's,
+            // free now), a warp per head; then each thread's 4 columns of a head: the weighted sum of the splits'
+            // partials, 8 independent 16-byte loads in flight at a time.
+            const int splits = p.splits;
+            float* const s_w = reinterpret_cast<float*>(smem);  // [nh][splits]
+            float* const s_lse = s_w + nh * splits;             // [nh]
+            const float* const lse_rows = p.part_lse + row0 * splits;
+            for (int i = tid; i < nh * splits; i += kThreads) s_w[i] = __ldcg(lse_rows + i);
+            __syncthreads();
+            const int w = tid / 32, lane = tid % 32;
+            for (int g = w; g < nh; g += kThreads / 32) {
+                float mx = neg_inf();
+                for (int sp = lane; sp < splits; sp += 32) mx = fmaxf(mx, s_w[g * splits + sp]);
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+                const float ref = mx == neg_inf() ? 0.f : mx;
+                float sum = 0.f;
+                for (int sp = lane; sp < splits; sp += 32) sum += fast_exp2(s_w[g * splits + sp] - ref);
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+                const bool any = sum > 0.f;
+                const float lse2 = any ? ref + log2f(sum) : neg_inf();
+                for (int sp = lane; sp < splits; sp += 32)
+                    s_w[g * splits + sp] = any ? fast_exp2(s_w[g * splits + sp] - lse2) : 0.f;
+                if (lane == 0) s_lse[g] = lse2;
+            }
+            __syncthreads();
+            for (int i = tid; i < nh * (D / 4); i += kThreads) {
+                const int g = i / (D / 4), d = (i - g * (D / 4)) * 4;
                 const int64_t row = row0 + g;
-                float o[1];
-                const float lse2 =
-                    merge_splits<1>(p.part_o + row * p.splits * D, p.part_lse + row * p.splits, p.splits, D, d, o);
-                static_cast<T*>(p.o)[row * D + d] = from_float<T>(o[0]);
-                if (d == 0 && p.lse != nullptr) p.lse[row] = lse2 == neg_inf() ? lse2 : lse2 * kLn2;
+                const float* const po = p.part_o + row * splits * D + d;
+                const float* const wg = s_w + g * splits;
+                float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+                for (int sp = 0; sp < splits; ++sp) {
+                    const float4 v = __ldcg(reinterpret_cast<const float4*>(po + static_cast<int64_t>(sp) * D));
+                    const float wt = wg[sp];
+                    acc.x = fmaf(wt, v.x, acc.x);
+                    acc.y = fmaf(wt, v.y, acc.y);
+                    acc.z = fmaf(wt, v.z, acc.z);
+                    acc.w = fmaf(wt, v.w, acc.w);
+                }
+                uint2 out;
+                out.x = pack2<T>(acc.x, acc.y);
+                out.y = pack2<T>(acc.z, acc.w);
+                *reinterpret_cast<uint2*>(static_cast<T*>(p.o) + row * D + d) = out;
+                if (d == 0 && p.lse != nullptr) p.lse[row] = s_lse[g] == neg_inf() ? neg_inf() : s_lse[g] * kLn2;
             }
         }
     }

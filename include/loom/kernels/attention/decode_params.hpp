@@ -20,10 +20,15 @@ inline constexpr int kSpMaxBlocks = 64;
 // Packets one SP-decode block handles per source (the fixed stride of its region of the LL area).
 inline constexpr int kSpPacketsPerBlock = 4096;
 
+// Block-table slots of decode_split's ring (one int32 per token row of a tile): the entries of a tile are copied
+// `stages` tiles ahead of the tile itself, and the prologue holds 2 stages - 1 tiles' entries at once.
+LOOM_HOST_DEVICE constexpr int decode_table_slots(int stages) { return 2 * stages - 1; }
+
 // Dynamic shared memory of decode_split<T, D, heads, head_split, stages, tile> (2-byte T): the larger of the K / V
-// pipeline (stages x tile x D of K and of V) and the token lanes' final (acc, m, l) in fp32.
+// pipeline (stages x tile x D of K and of V) with the block-table ring after it (decode_table_slots x tile int32),
+// and the token lanes' final (acc, m, l) in fp32.
 LOOM_HOST_DEVICE constexpr int decode_split_smem_bytes(int head_dim, int heads, int stages, int tile) {
-    const int pipeline = 2 * stages * tile * head_dim * 2;
+    const int pipeline = 2 * stages * tile * head_dim * 2 + decode_table_slots(stages) * tile * 4;
     const int lanes = decode_token_lanes(head_dim) * heads * (head_dim + 2) * 4;
     return pipeline > lanes ? pipeline : lanes;
 }
@@ -32,7 +37,7 @@ LOOM_HOST_DEVICE constexpr int decode_split_smem_bytes(int head_dim, int heads, 
 //
 // The KV cache is paged: token t of sequence b lives in page block_table[b * max_pages + t / page_size], slot
 // t % page_size, as K[page][slot][kv_head][0, D) (likewise V). A contiguous cache [batch, max_seq_len, Hkv, D] is the
-// same with block_table null, page b and page_size = max_seq_len.
+// same with block_table null, page b and page_size = max_seq_len (1 when that is 0).
 struct DecodeParams {
     const void* q;  // [batch, num_q_heads, D] of T
     const void* k;  // pages [num_pages, page_size, num_kv_heads, D] of T
