@@ -37,10 +37,18 @@ namespace loom {
 // switch from its flag-in-data one-shot to its two-shot (collectives/coll_choice.cpp, AllReduce rows).
 inline constexpr int64_t kArTwoShotMinBytes = 256 << 10;
 // gemm_ar_cost's rates: the hooked GEMM's bf16 / fp16 FLOPs per SM and microsecond (fp8: twice), ~660 TFLOP/s over an
-// H200's 132 SMs; and the bytes a reduce block (256 threads, 16 loads of 16 bytes in flight each) moves per
-// microsecond. Model rates: `bench-overlap --ar-comm-sms` times the reduce kernel at each block count.
+// H200's 132 SMs (4 ranks sharing one H200 measured 5.5e6 on their 26 SMs each); and the bytes a reduce block
+// (256 threads, 16 loads of 16 bytes in flight each) moves per microsecond, with a GPU per rank (peer reads over
+// NVLink) and with ranks sharing a GPU. Shared: 4 ranks on one H200, N = 5120, M = 2048-16384, K_loc = 2048 and 6400,
+// 4 blocks: the reduce kernel's time past the GEMM's (on the other SMs) over its traffic gives 2.1e4-4.1e4 per block
+// for two-shot, 3.4e4-5.6e4 for one-shot; the least is the rate. Model rates: `bench-overlap --ops ar` (the forced
+// reduce kernel, overlap_reduce-kernel-*_us) and `--ar-comm-sms` (each block count).
 inline constexpr double kArGemmFlopsPerSmUs = 5.0e6;
 inline constexpr double kArReduceBlockBytesPerUs = 5.0e4;
+inline constexpr double kArReduceBlockBytesPerUsShared = 2.0e4;
+// Auto takes the reduce kernel only where the model puts it at least this fraction below the sequence (the model's
+// error, measured: the reduce kernel read 2.5x its estimate with ranks sharing a GPU before the shared rate).
+inline constexpr double kArMinGain = 0.10;
 // Most reduce blocks the cost model weighs.
 inline constexpr int kMaxCommBlocksAr = 32;
 
@@ -55,11 +63,14 @@ bool gemm_ar_two_shot(ArShots requested, int world_size, int64_t c_bytes);
 
 // The cost model that weighs the reduce kernel against the sequence (microseconds, per rank). The GEMM runs at
 // kArGemmFlopsPerSmUs per SM; the sequence's all_reduce is the collectives' model (coll::model_us) of what
-// choose_collective picks for C; the reduce kernel of P blocks streams its traffic (one-shot W + 1, two-shot 3 units of
-// C) at min(P x kArReduceBlockBytesPerUs, a rank's share of the memory's rate) beside the GEMM on num_sms - P SMs, and
-// sums the GEMM's last wave of tiles after it:
+// choose_collective picks for C (not symmetric: the caller's C is any memory); the reduce kernel of P blocks streams
+// its traffic (one-shot W + 1, two-shot 3 units of C) at min(P x the block rate, a rank's share of the memory's rate).
+// A GPU per rank (block rate kArReduceBlockBytesPerUs): beside the GEMM on num_sms - P SMs, summing the GEMM's last
+// wave of tiles after it. Ranks sharing a GPU (kArReduceBlockBytesPerUsShared): after the GEMM, as measured there
+// (the 4 reduce blocks of each rank moved little while the ranks' GEMMs ran):
 //   sequence = gemm(num_sms) + all_reduce(C)
-//   overlap  = max(gemm(num_sms - P) + last wave's sums, reduce(P)) + one launch
+//   overlap  = max(gemm(num_sms - P) + last wave's sums, reduce(P)) + one launch     (a GPU per rank)
+//   overlap  = gemm(num_sms - P) + reduce(P) + one launch                            (ranks sharing a GPU)
 // P: comm_sms when given, else the power of two up to min(kMaxCommBlocksAr, tiles, num_sms / 4) with the least
 // overlap. ranks_per_gpu > 1: ranks share the GPU (their memory traffic shares its rate). tile: the GEMM's.
 struct ArCost {
@@ -72,8 +83,8 @@ ArCost gemm_ar_cost(int64_t m, int64_t n, int64_t k_loc, int world_size, int num
                     DType in, const GemmConfig& tile, bool two_shot, int comm_sms);
 // The plan on `num_sms` SMs (plan.ar_algo, never Auto): requested FusedEpilogue, or Auto with a GPU per rank where the
 // tile fits and the tiles fit one wave: the fused epilogue (every SM to the GEMM); requested ReduceKernel: the reduce
-// kernel with gemm_ar_cost's blocks; Auto otherwise: the reduce kernel where gemm_ar_cost puts it below the sequence,
-// else Sequential (plan.gemm unset). out_bytes: C's element size; ranks_per_gpu: as gemm_ar_cost.
+// kernel with gemm_ar_cost's blocks; Auto otherwise: the reduce kernel where gemm_ar_cost puts it kArMinGain or more
+// below the sequence, else Sequential (plan.gemm unset). out_bytes: C's element size; ranks_per_gpu: as gemm_ar_cost.
 OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms,
                          ArAlgo algo = ArAlgo::Auto, int out_bytes = 2, DType in = DType::BF16,
                          ArShots shots = ArShots::Auto, int ranks_per_gpu = 1);
