@@ -82,16 +82,19 @@ ArCost gemm_ar_cost(int64_t m, int64_t n, int64_t k_loc, int world_size, int num
     const double block_rate = topo.shared_gpu ? kArReduceBlockBytesPerUsShared : kArReduceBlockBytesPerUs;
     const int64_t tiles = overlap::tile_count(m, n, tile);
     const double tile_bytes = static_cast<double>(tile.block_m) * tile.block_n * out_bytes * units;
+    // P side blocks beside the GEMM on num_sms - P SMs, then the full grid (num_sms blocks) after it for what is
+    // left: with a GPU per rank what the side blocks did not reach under the GEMM (never its last wave's tiles, stored
+    // at its end); with ranks sharing a GPU all of it (measured: the side blocks hide next to nothing under the GEMMs).
+    const double full_rate = std::min(num_sms * block_rate, stream);
     auto overlap_us = [&](int p) {
         const double rate = std::min(p * block_rate, stream);
-        const double reduce = units * c_bytes / rate;
+        const double traffic = units * c_bytes;
         const int gemm_sms = num_sms - p;
-        // Ranks sharing a GPU: the sums after the GEMM (measured: they hide next to nothing under it).
-        if (topo.shared_gpu) return gemm_us(gemm_sms) + reduce + coll::kModelLaunchUs;
-        // The tiles of the GEMM's last wave are summed after it.
-        const double tail =
-            std::min(reduce, static_cast<double>(std::min<int64_t>(tiles, gemm_sms)) * tile_bytes / rate);
-        return std::max(gemm_us(gemm_sms) + tail, reduce) + coll::kModelLaunchUs;
+        const double gemm_t = gemm_us(gemm_sms);
+        const double last_wave =
+            std::min(traffic, static_cast<double>(std::min<int64_t>(tiles, gemm_sms)) * tile_bytes);
+        const double hidden = topo.shared_gpu ? 0.0 : std::min(traffic - last_wave, gemm_t * rate);
+        return gemm_t + (traffic - hidden) / full_rate + 2 * coll::kModelLaunchUs;
     };
     if (comm_sms > 0) {
         cost.comm_blocks = overlap::comm_blocks(comm_sms, comm_sms, num_sms);
