@@ -16,8 +16,9 @@
 // NaN-poisoned output), the ranks agreeing on the verdict; a failing config is reported and not timed.
 // GEMM+AllReduce (decode to prefill): M in {1, 16, 128, 512, 2048, 8192, 16384} (--ar-m) x (N, K) in
 // {(5120, 25600), (5120, 8192)} (Qwen3-32B's row-parallel layers: the MLP's down projection and attention's output
-// projection, K_loc = K / W): gemm_ar (auto, and each algorithm and reduction timed beside it) against Loom's GEMM then
-// all_reduce, cuBLASLt then NVSHMEM's sum_reduce, and cuBLASLt then NCCL's all_reduce (distinct GPUs). Large M needs a
+// projection, K_loc = K / W): gemm_ar (auto, and each algorithm and reduction timed beside it; C cudaMalloc'd) against
+// Loom's GEMM then all_reduce (into a cudaMalloc'd out too, as the op's own sequence), cuBLASLt then NVSHMEM's
+// sum_reduce, and cuBLASLt then NCCL's all_reduce (distinct GPUs). Large M needs a
 // symmetric heap of a few GiB per rank (LOOM_SYMMETRIC_SIZE; the fused epilogue receives W - 1 copies of C).
 // --rs-fused-diag also times the fused gemm_rs with parts left out (unchecked: wrong results by design). Ranks on
 // distinct GPUs also time the fused gemm_rs with the copy-engine transport ("fused-epilogue-ce"), and with
@@ -733,10 +734,11 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
     for (auto [N, K] : shapes) {
         for (int64_t M : ms) {
             const int64_t k_loc = K / W;
-            void *a, *b, *c;
+            void *a, *b, *c, *c_seq;
             LOOM_CHECK_CUDA(cudaMalloc(&a, M * k_loc * ies));
             LOOM_CHECK_CUDA(cudaMalloc(&b, N * k_loc * ies));
             LOOM_CHECK_CUDA(cudaMalloc(&c, M * N * 2));
+            LOOM_CHECK_CUDA(cudaMalloc(&c_seq, M * N * 2));
             void* partial = w.alloc_bytes(M * N * 2);
             void* c_ref = w.alloc_bytes(M * N * 2);
             fill_input(a, M * k_loc, 7 + w.rank(), in);
@@ -746,17 +748,25 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             const std::function<void(cudaStream_t)> gemm_fn = [&](cudaStream_t st) {
                 loom::gemm(A, B, {partial, DType::BF16, M, N, 0}, {}, st);
             };
+            // The sequence's all_reduce into a C of the op's kind (cudaMalloc'd, outside the symmetric heap): into a
+            // plain out the all_reduce's two-shot stages its shards (3 units of C of traffic against 2 into a
+            // symmetric out), and the op pays that too. The symmetric-out sequence (seq_sym) computes the reference and
+            // is timed in plain_c_interleaved.
             const std::function<void(cudaStream_t)> comm_fn = [&](cudaStream_t st) {
-                loom::all_reduce(w, {partial, DType::BF16, count}, {c_ref, DType::BF16, count}, st);
+                loom::all_reduce(w, {partial, DType::BF16, count}, {c_seq, DType::BF16, count}, st);
             };
             const std::function<void(cudaStream_t)> seq_loom = [&](cudaStream_t st) {
                 gemm_fn(st);
                 comm_fn(st);
             };
+            const std::function<void(cudaStream_t)> seq_sym = [&](cudaStream_t st) {
+                gemm_fn(st);
+                loom::all_reduce(w, {partial, DType::BF16, count}, {c_ref, DType::BF16, count}, st);
+            };
             const std::function<void(cudaStream_t)> op = [&](cudaStream_t st) {
                 loom::gemm_ar(w, A, B, C, st, with_scales(loom::GemmArOptions{}));
             };
-            seq_loom(s);
+            seq_sym(s);
             LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, M * N * 2));
             op(s);
             LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
@@ -866,18 +876,14 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
                 row["ar_model"] = model;
             }
             if (ok) {
-                // What a C outside the symmetric heap costs (the bench's C is cudaMalloc'd; its sequence reduces into
-                // the symmetric c_ref): the op into a symmetric C, and the sequence into the plain C, interleaved
-                // with the op and the sequence.
+                // What a C outside the symmetric heap costs (the bench's C is cudaMalloc'd, as is the timed sequence's
+                // out): the op into a symmetric C and the sequence into the symmetric c_ref, interleaved with the op
+                // and the sequence into a plain out.
                 void* c_sym = w.alloc_bytes(M * N * 2);
                 const MatrixView Csym{c_sym, DType::BF16, M, N, 0};
                 const std::vector<double> pc = meds(
                     {op, [&](cudaStream_t st) { loom::gemm_ar(w, A, B, Csym, st, with_scales(loom::GemmArOptions{})); },
-                     seq_loom,
-                     [&](cudaStream_t st) {
-                         gemm_fn(st);
-                         loom::all_reduce(w, {partial, DType::BF16, count}, {c, DType::BF16, count}, st);
-                     }},
+                     seq_sym, seq_loom},
                     s, w, args.iters);
                 row["plain_c_interleaved"] = {{"op_us", pc[0]},
                                               {"op_symmetric_c_us", pc[1]},
@@ -899,7 +905,7 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             w.barrier();
             w.free(c_ref);
             w.free(partial);
-            cudaFree(a), cudaFree(b), cudaFree(c);
+            cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(c_seq);
         }
     }
     write_report(report, args, op_name("gemm_ar", in), w);

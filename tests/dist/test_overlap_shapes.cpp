@@ -207,10 +207,34 @@ TEST_F(OverlapShapes, GemmArLargeM) {
     }
 }
 
+// The reduce kernel's work split: its side blocks claim the tiles stored under the GEMM and a full grid after the GEMM
+// claims the rest, from one counter. The side blocks at their fewest (1: the full grid sums nearly every tile) and
+// at 16 (they may sum every tile before the full grid starts), each reduction, at M = 1 (one row of tiles), 129 (a
+// one-row M-block after a whole one) and 1000 (not a multiple of the tile), and on 8 SMs (a small full grid).
+TEST_F(OverlapShapes, GemmArReduceSplit) {
+    int tc = 0;
+    for (int64_t m : {1, 129, 1000}) {
+        const NK& s = kShapes[tc % 2];
+        for (int comm : {1, 16}) {
+            for (ArShots shots : {ArShots::OneShot, ArShots::TwoShot}) {
+                GemmArOptions o = reduce_kernel(shots);
+                o.comm_sms = comm;
+                check_ar(*w, stream, m, s.n, s.k, 180 + tc, o,
+                         tag("ar", m, s, fmt::format("split-{}-{}", comm, to_string(shots)).c_str()));
+            }
+        }
+        GemmArOptions few = reduce_kernel(ArShots::TwoShot);
+        few.num_sms = 8;
+        check_ar(*w, stream, m, s.n, s.k, 180 + tc, few, tag("ar", m, s, "split-sms8"));
+        ++tc;
+    }
+}
+
 // The reduce kernel's two reductions back to back with no host synchronisation between the calls: two input sets
 // alternating and M alternating 1000, 1000, 616, 616, ... (a smaller call right after a larger one, on either parity
-// half), the reductions mixed with the sequence (they share the partials and their call counter); C checked at a few
-// calls, every element.
+// half), the reductions mixed with the sequence (they share the partials and their call counter), the side blocks and
+// the full grid varied between calls (comm_sms 1 or the plan's, num_sms 8 or all: the claim counter's base moves by
+// each call's blocks); C checked at a few calls, every element.
 TEST_F(OverlapShapes, GemmArBackToBack) {
     World& W_ = *w;
     const int W = W_.world_size(), me = W_.rank();
@@ -237,6 +261,8 @@ TEST_F(OverlapShapes, GemmArBackToBack) {
         const int64_t m = (i / 2) % 2 == 0 ? mmax : 616;
         const bool check = i == 0 || i == 1 || i == 17 || i == kCalls - 1;
         GemmArOptions o = reduce_kernel(i % 3 == 0 ? ArShots::OneShot : ArShots::TwoShot);
+        if (i % 4 == 1) o.comm_sms = 1;
+        if (i % 5 == 2) o.num_sms = 8;
         if (i % 7 == 3) {
             o.algo = ArAlgo::Sequential;
             o.shots = ArShots::Auto;

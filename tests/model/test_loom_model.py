@@ -83,7 +83,8 @@ class Monotonic(unittest.TestCase):
 
     def test_auto_switches_algorithm_by_waves(self):
         """One GPU per rank on one node, Auto's rules: ag_gemm runs the sequence while its tiles fit one wave;
-        gemm_rs the fused epilogue to one wave, the sequence below three, the chunked overlap beyond."""
+        gemm_rs the fused epilogue to one wave, the sequence below three, the chunked overlap beyond; gemm_ar the
+        fused epilogue to one wave, the sequence beyond (and at every M with ranks sharing a GPU)."""
         p = params.load("h200")
         t = Topology(1, 2)
         self.assertEqual(ops.ag_gemm(p, t, 512, 11008, 4096)["algorithm"], "sequence")  # 4 x 22 = 88 tiles
@@ -92,7 +93,9 @@ class Monotonic(unittest.TestCase):
         self.assertEqual(ops.gemm_rs(p, t, 2048, 4096, 11008)["algorithm"], "sequence")  # 256 tiles
         self.assertEqual(ops.gemm_rs(p, t, 4096, 4096, 11008)["algorithm"], "chunked")  # 512 tiles
         self.assertEqual(ops.gemm_ar(p, t, 16, 8192, 8192)["algorithm"], "fused_epilogue")
-        self.assertEqual(ops.gemm_ar(p, Topology(shared_ranks=2), 16, 8192, 8192)["algorithm"], "sequence")
+        self.assertEqual(ops.gemm_ar(p, t, 8192, 5120, 8192)["algorithm"], "sequence")  # 1280 tiles
+        for m in (16, 16384):
+            self.assertEqual(ops.gemm_ar(p, Topology(shared_ranks=4), m, 5120, 8192)["algorithm"], "sequence")
 
     def test_ep_and_decode(self):
         p = params.load("h800")

@@ -15,12 +15,12 @@ Chunked overlap (one GPU per rank): the op is split into n chunks, one per sourc
 
 One node, one GPU per rank, Auto by waves of output tiles: ag_gemm runs the sequence while its tiles fit one
 wave; gemm_rs the fused epilogue to one wave, the sequence below three, the chunked overlap beyond; gemm_ar the
-fused epilogue (fused_epilogue_us).
+fused epilogue to one wave (fused_epilogue_us), the sequence beyond.
 
 Ranks sharing one GPU run compute and copies on the same SMs and HBM: every rank's GEMM runs at once on its MPS
 share of the SMs, their operand bytes streaming through the one HBM; ag_gemm and gemm_rs hide only part of the
 copy: max(gemm, comm) + f * min(gemm, comm) with f = shared_gpu.overlap_serial_fraction; gemm_ar runs the
-sequence.
+sequence at every M.
 
 The sequential baseline uses the same GEMM model and, across nodes, a flat ring collective (what NCCL runs);
 the overlapped op uses the hierarchical collective.
@@ -136,8 +136,10 @@ def gemm_ar(p, t, m, n, k):
     """all_reduce(A (M x K/ranks) @ B (K/ranks x N)): every rank ends with M x N.
 
     Auto (src/ops/overlap/gemm_ar/plan.cpp): ranks sharing a GPU run the sequence (loom::gemm, then
-    loom::all_reduce); one GPU per rank the fused epilogue (the GEMM pushes its tiles, fused_epilogue_us).
-    Across nodes: the chunked overlap of the GEMM with the hierarchical all-reduce."""
+    loom::all_reduce) at every M; one GPU per rank the fused epilogue while the tiles fit one wave (the GEMM pushes
+    its tiles, fused_epilogue_us), else the sequence (Auto's reduce kernel, taken only where its own cost model
+    puts it 10 % below the sequence, is not modelled). Across nodes: the chunked overlap of the GEMM with the
+    hierarchical all-reduce."""
     _check("gemm_ar", m=m, n=n, k=k)
     r = t.ranks
     gemm = _rank_gemm(p, t, m, n, math.ceil(k / r))
@@ -148,8 +150,10 @@ def gemm_ar(p, t, m, n, k):
         ovl, algo = gemm, "gemm"
     elif t.shared:
         ovl, algo = seq, "sequence"
-    elif t.nodes == 1:
+    elif t.nodes == 1 and tiles(p, m, n) <= p["gpu"]["sms"]:
         ovl, algo = fused_epilogue_us(p, t, gemm, m, n), "fused_epilogue"
+    elif t.nodes == 1:
+        ovl, algo = seq, "sequence"
     else:
         ovl, algo = max(gemm, gemm / r + c) + comm.alpha(p, t), "chunked"
     return _result("gemm_ar", t, gemm, c, ovl, seq, m=m, n=n, k=k, algorithm=algo)

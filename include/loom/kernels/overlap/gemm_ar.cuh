@@ -7,12 +7,13 @@
 //   GEMM     the persistent Hopper GEMM with TileNotifyHooks (kernels/gemm_rs.cuh) writes the partial product
 //            into this call's parity half of a symmetric double buffer and publishes each tile as soon as its TMA
 //            stores completed (tile[i] = epoch, store-release, sys scope).
-//   reduce   gemm_ar_reduce, a few blocks on a side stream: block b takes tiles b, b + P, ... in the GEMM's
-//            order. One-shot: for each, thread q waits (acquire, sys) for rank q's signal of the tile, then the block
-//            pulls the W partial tiles over NVLink and writes C (every rank reduces the whole output). Two-shot: the
-//            tile's owner (rank i % W of its index i in the GEMM's order) does that and also writes the sum back into
-//            its own partial tile, then raises reduced[i]; every other rank waits for it and copies the sum (see
-//            gemm_ar_reduce).
+//   reduce   gemm_ar_reduce, a few blocks on a side stream, each claiming the next tile in the GEMM's order from a
+//            counter; after the GEMM the same kernel again on every usable SM (the GEMM's stream), claiming from the
+//            same counter what is left. One-shot: for each tile, thread q waits (acquire, sys) for rank q's signal of
+//            it, then the block pulls the W partial tiles and writes C (every rank reduces the whole output).
+//            Two-shot: the tile's owner (rank i % W of its index i in the GEMM's order) does that and also writes the
+//            sum back into its own partial tile, then raises reduced[i]; every other rank waits for it and copies the
+//            sum (see gemm_ar_reduce).
 // No reset and no write-after-read signal: a rank writes parity (e + 1) % 2 in call e + 1 while peers may still
 // read parity e % 2, and it cannot reach call e + 2 before every peer finished call e (its reduce of call e + 1
 // waits, directly or through an owner's reduced signal, for every peer's GEMM of call e + 1, which each peer runs
@@ -209,7 +210,7 @@ struct ArEpilogueHooks {
 static_assert(tile::GemmHooks<ArEpilogueHooks> && tile::StagedEpilogue<ArEpilogueHooks>);
 
 // ---- the reduce kernel (ArAlgo::ReduceKernel) --------------------------------------------------------------------
-inline constexpr int kArReduceThreads = 256;
+// (kArReduceThreads: overlap_params.hpp.)
 
 // Whether tile `linear` (in the GEMM's order) is reduced by this rank: every tile in one-shot; in two-shot the tile's
 // owner, rank linear % W. Every rank completes its tiles in the same order, so the owners' shares complete together.
@@ -284,8 +285,12 @@ LOOM_DEVICE LOOM_FORCEINLINE void ar_copy_rows(const T* src, T* out, int64_t ldo
     }
 }
 
-// T: the partial / output element type. gridDim.x = P blocks, kArReduceThreads threads. Block b takes tiles b, b + P,
-// ... in the GEMM's order (overlap_tile_order), the same on every rank; per tile:
+// T: the partial / output element type. kArReduceThreads threads a block; launched twice a call on this rank, both
+// launches claiming the tiles from one counter (p.claims, the call's claim k being tile k - p.claim_base): P blocks on
+// the side stream beside the GEMM, then a grid over every usable SM on the GEMM's stream after it, which sums what
+// the P blocks did not reach at the whole GPU's rate. A block's thread 0 claims the next tile in the GEMM's order
+// (overlap_tile_order), the same order on every rank, and the block exits at its first claim past the last tile; per
+// tile:
 //   reduced here (one-shot: every tile; two-shot: the tiles this rank owns, ar_tile_owner)
 //            thread q < W waits (acquire, sys) for rank q's tile[i] >= epoch; the block sums the W partial tiles
 //            (rank order, fp32) into C; two-shot: also back into this rank's partial tile, then reduced[i] := epoch
@@ -294,10 +299,14 @@ LOOM_DEVICE LOOM_FORCEINLINE void ar_copy_rows(const T* src, T* out, int64_t ldo
 //            thread 0 waits (acquire, sys) for the owner's reduced[i] >= epoch; the block copies the owner's reduced
 //            tile into C.
 // Two-shot moves 3 tiles' bytes per tile and rank (one-shot W + 1) at the cost of the owner's hop.
-// Progress: a tile's reduction waits only for the GEMMs, which wait for nothing; a copy waits for a reduction of the
-// same block index at its owner, which handles its earlier tiles first, each of which waits for an earlier tile or
-// the GEMMs: no cycle, once the GEMMs end and free their SMs for every rank's reduce blocks. The owner's in-place sum
-// races with no reader: only the owner reads its own partial tile before the sum, and the peers only after reduced[i].
+// Progress: a tile's reduction waits only for the GEMMs, which wait for nothing. A copy of tile k waits for tile k's
+// reduction at its owner, whose claims reach k once its tiles before k are done there: each of those is a reduction
+// or a copy of a tile before k, so by induction on k every tile completes, once the GEMMs end and free their SMs,
+// as long as every rank has a resident block that claims (the P side blocks are, from before the GEMM). The owner's
+// in-place sum races with no reader: only the owner reads its own partial tile before the sum, and the peers only after
+// reduced[i]. The claim counter: the side launch of call e ends before call e + 1's launches start (the join into the
+// GEMM's stream), so a call's claims are contiguous from claim_base, and the host's base is exact: every block makes
+// one claim per tile it takes plus one past the last.
 // Write-after-read of the partial halves: see the top of the file; in two-shot a rank's call e + 1 waits (directly or
 // through an owner's reduced[i]) for every rank's call e + 1 tiles, stored after that rank's call e ended.
 template <class T>
@@ -314,9 +323,16 @@ __global__ void __launch_bounds__(kArReduceThreads) gemm_ar_reduce(Ctx ctx, ArPa
     for (int q = 0; q < kMaxLocalPeers; ++q)
         src_base[q] = lang::symm_at(ctx, static_cast<const T*>(p.partial), ctx.local_base_rank + (q < W ? q : 0));
     T* const mine = static_cast<T*>(p.partial);
+    __shared__ int32_t claimed;
 
-    for (int32_t linear = static_cast<int32_t>(blockIdx.x); linear < num_tiles;
-         linear += static_cast<int32_t>(gridDim.x)) {
+    for (;;) {
+        if (tid == 0) {
+            const uint64_t k = atomicAdd(reinterpret_cast<unsigned long long*>(p.claims), 1ull) - p.claim_base;
+            claimed = k < static_cast<uint64_t>(num_tiles) ? static_cast<int32_t>(k) : -1;
+        }
+        __syncthreads();
+        const int32_t linear = claimed;
+        if (linear < 0) break;  // every thread read it: the block leaves together
         int32_t mb, nb;
         overlap_tile_order(linear, num_m, num_n, p.group_m, 0, mb, nb);
         const int64_t idx = static_cast<int64_t>(mb) * num_n + nb;
@@ -345,7 +361,9 @@ __global__ void __launch_bounds__(kArReduceThreads) gemm_ar_reduce(Ctx ctx, ArPa
                             p.ldo, p.n, row0, rows, col0, cols);
         }
         LOOM_PROF_ONLY(if (tid == 0) LOOM_PROF_END(lang::kTagArReduceTile, idx));
-        __syncthreads();  // the next tile's waits reuse the threads' registers; keep the block in step
+        // The next claim overwrites `claimed` and the next tile's waits reuse the threads' registers: keep the block
+        // in step.
+        __syncthreads();
     }
 }
 

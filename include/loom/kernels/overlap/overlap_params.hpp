@@ -87,13 +87,17 @@ struct RsPullSignals {
     uint64_t tile_in[kMaxLocalPeers][kMaxTileSignals];
 };
 
-// gemm_ar, reduce kernel (TileNotifyHooks + gemm_ar_reduce). 1 MiB.
+// gemm_ar, reduce kernel (TileNotifyHooks + gemm_ar_reduce). 1 MiB + 128 bytes.
 struct ArReduceSignals {
     // tile[i] = the call number whose tile i the local GEMM has stored (TMA stores complete); peers read it.
     uint64_t tile[kMaxTileSignals];
     // Two-shot: reduced[i] = the call number whose tile i this rank (its owner) summed back into its partial; peers
     // read it.
     uint64_t reduced[kMaxTileSignals];
+    // The tiles' claim counter (this rank's; its two reduce launches of a call claim from it): never reset, each
+    // call's claims are its value minus ArParams::claim_base.
+    uint64_t claims;
+    uint64_t pad[15];
 };
 
 // gemm_ar, fused epilogue (ArEpilogueHooks). 4 MiB + 128 bytes.
@@ -271,11 +275,18 @@ struct RsParams {
 
 // gemm_ar_reduce: pull reduction of every rank's partial tiles as they are stored, one-shot (every rank sums every
 // tile) or two-shot (each tile's owner sums it back into its partial; the others copy it from there).
+// Threads of a gemm_ar_reduce block.
+inline constexpr int kArReduceThreads = 256;
+
 struct ArParams {
     void* partial;         // symmetric [m, n] dense (this call's parity buffer); two-shot: owned tiles summed in place
     void* out;             // [m, n], leading dimension ldo
     const uint64_t* tile;  // this rank's ArReduceSignals::tile (peers' copies are read through symm_at)
     uint64_t* reduced;     // this rank's ArReduceSignals::reduced (two-shot)
+    uint64_t* claims;      // this rank's ArReduceSignals::claims
+    // The counter's value when this call's first claim is made: the previous calls' claims, one per tile and one
+    // (the last, past the tiles) per block launched.
+    uint64_t claim_base;
     int64_t ldo;
     int32_t m, n, block_m, block_n, group_m;
     int32_t two_shot;  // 0: one-shot, 1: two-shot

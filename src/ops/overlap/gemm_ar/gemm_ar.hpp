@@ -8,11 +8,13 @@
 //           fp32), TMA-store C. The call number e is the device's (ArFusedSignals::launches), so the call can be
 //           captured in a CUDA graph and replayed; its buffer and signals are its own (ArFusedState).
 // ReduceKernel (reduce_kernel.cpp), one-shot or two-shot (ArShots):
-//   stream  fork ── GEMM(partial[e % 2] (symmetric), tile[i] = e after each tile's stores) ── join
+//   stream  fork ── GEMM(partial[e % 2] (symmetric), tile[i] = e after each tile's stores) ── reduce ── join
 //   side         gemm_ar_reduce on comm_blocks SMs: per tile in the GEMM's order, one-shot: wait tile[i] >= e on
 //                every rank, sum the W partial tiles (rank order, fp32), write C; two-shot: the same for the tiles
 //                this rank owns (every W-th), written back into its partial too, then reduced[i] := e; a peer's
 //                tile copied from its owner's partial once reduced[i] >= e there
+//   reduce  the same kernel on every usable SM after the GEMM; both launches claim tiles from one counter, so the
+//           side blocks sum what is ready under the GEMM and the full grid the rest
 // Sequential (sequential.cpp): loom::gemm into this call's parity half, then loom::all_reduce.
 // Auto between ReduceKernel and Sequential: gemm_ar_cost's model. ReduceKernel and Sequential take their parity half
 // from one symmetric buffer and share its call counter (ArPartialsState), so calls may mix them (and the fused
@@ -37,10 +39,19 @@ namespace loom {
 // switch from its flag-in-data one-shot to its two-shot (collectives/coll_choice.cpp, AllReduce rows).
 inline constexpr int64_t kArTwoShotMinBytes = 256 << 10;
 // gemm_ar_cost's rates: the hooked GEMM's bf16 / fp16 FLOPs per SM and microsecond (fp8: twice), ~660 TFLOP/s over an
-// H200's 132 SMs; and the bytes a reduce block (256 threads, 16 loads of 16 bytes in flight each) moves per
-// microsecond. Model rates: `bench-overlap --ar-comm-sms` times the reduce kernel at each block count.
+// H200's 132 SMs (4 ranks sharing one H200 measured 5.5e6 on their 26 SMs each); and the bytes a reduce block
+// (256 threads, 16 loads of 16 bytes in flight each) moves per microsecond, with a GPU per rank (peer reads over
+// NVLink) and with ranks sharing a GPU. Shared: 4 ranks on one H200, N = 5120, M = 2048-16384, K_loc = 2048 and 6400,
+// the reduce kernel on 4 side blocks alone (before the full-grid launch after the GEMM): its time past the GEMM's (on
+// the other SMs) over its traffic gives 2.1e4-4.1e4 per block for two-shot, 3.4e4-5.6e4 for one-shot; the least is
+// the rate. Model rates: `bench-overlap --ops ar` (the forced reduce kernel, overlap_reduce-kernel-*_us) and
+// `--ar-comm-sms` (each block count).
 inline constexpr double kArGemmFlopsPerSmUs = 5.0e6;
 inline constexpr double kArReduceBlockBytesPerUs = 5.0e4;
+inline constexpr double kArReduceBlockBytesPerUsShared = 2.0e4;
+// Auto takes the reduce kernel only where the model puts it at least this fraction below the sequence (the model's
+// error, measured: the reduce kernel read 2.5x its estimate with ranks sharing a GPU before the shared rate).
+inline constexpr double kArMinGain = 0.10;
 // Most reduce blocks the cost model weighs.
 inline constexpr int kMaxCommBlocksAr = 32;
 
@@ -55,11 +66,15 @@ bool gemm_ar_two_shot(ArShots requested, int world_size, int64_t c_bytes);
 
 // The cost model that weighs the reduce kernel against the sequence (microseconds, per rank). The GEMM runs at
 // kArGemmFlopsPerSmUs per SM; the sequence's all_reduce is the collectives' model (coll::model_us) of what
-// choose_collective picks for C; the reduce kernel of P blocks streams its traffic (one-shot W + 1, two-shot 3 units of
-// C) at min(P x kArReduceBlockBytesPerUs, a rank's share of the memory's rate) beside the GEMM on num_sms - P SMs, and
-// sums the GEMM's last wave of tiles after it:
+// choose_collective picks for C (not symmetric: the caller's C is any memory); the reduce kernel's traffic (one-shot
+// W + 1, two-shot 3 units of C) streams at min(blocks x the block rate, a rank's share of the memory's rate): on P
+// side blocks beside the GEMM on num_sms - P SMs, the rest after it on num_sms blocks. A GPU per rank (block rate
+// kArReduceBlockBytesPerUs): the side blocks take what the GEMM stores before its last wave; ranks sharing a GPU
+// (kArReduceBlockBytesPerUsShared): nothing, as measured there (the 4 side blocks of each rank moved little while the
+// ranks' GEMMs ran):
 //   sequence = gemm(num_sms) + all_reduce(C)
-//   overlap  = max(gemm(num_sms - P) + last wave's sums, reduce(P)) + one launch
+//   overlap  = gemm(num_sms - P) + (traffic - hidden) / full rate + two launches
+//   hidden   = min(traffic - the last wave's, gemm(num_sms - P) x the P blocks' rate)   (a GPU per rank; shared: 0)
 // P: comm_sms when given, else the power of two up to min(kMaxCommBlocksAr, tiles, num_sms / 4) with the least
 // overlap. ranks_per_gpu > 1: ranks share the GPU (their memory traffic shares its rate). tile: the GEMM's.
 struct ArCost {
@@ -72,8 +87,8 @@ ArCost gemm_ar_cost(int64_t m, int64_t n, int64_t k_loc, int world_size, int num
                     DType in, const GemmConfig& tile, bool two_shot, int comm_sms);
 // The plan on `num_sms` SMs (plan.ar_algo, never Auto): requested FusedEpilogue, or Auto with a GPU per rank where the
 // tile fits and the tiles fit one wave: the fused epilogue (every SM to the GEMM); requested ReduceKernel: the reduce
-// kernel with gemm_ar_cost's blocks; Auto otherwise: the reduce kernel where gemm_ar_cost puts it below the sequence,
-// else Sequential (plan.gemm unset). out_bytes: C's element size; ranks_per_gpu: as gemm_ar_cost.
+// kernel with gemm_ar_cost's blocks; Auto otherwise: the reduce kernel where gemm_ar_cost puts it kArMinGain or more
+// below the sequence, else Sequential (plan.gemm unset). out_bytes: C's element size; ranks_per_gpu: as gemm_ar_cost.
 OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms,
                          ArAlgo algo = ArAlgo::Auto, int out_bytes = 2, DType in = DType::BF16,
                          ArShots shots = ArShots::Auto, int ranks_per_gpu = 1);
@@ -91,12 +106,14 @@ struct ArPartialsState final : PartialsState {
     explicit ArPartialsState(World&) {}
 };
 
-// The reduce kernel's signals and side stream (its partials: ArPartialsState). Symmetric: ArReduceSignals (1 MiB);
-// buf unused.
+// The reduce kernel's signals and side stream (its partials: ArPartialsState). Symmetric: ArReduceSignals (1 MiB +
+// 128 bytes); buf unused. claims: the value of the signals' claim counter when the next call starts (every call's
+// claims: its tiles, plus one per block of its two reduce launches).
 struct ArReduceState final : SignalState<kernels::overlap::ArReduceSignals> {
     static constexpr const char* kKey = "overlap/gemm_ar/reduce_kernel";
     explicit ArReduceState(World& world) : SignalState(world) {}
     SideStream side;
+    std::uint64_t claims = 0;
 };
 
 // The fused epilogue; the kernel numbers the calls. Symmetric: ArFusedSignals (4 MiB + 128 bytes) and buf, the

@@ -79,16 +79,22 @@ ArCost gemm_ar_cost(int64_t m, int64_t n, int64_t k_loc, int world_size, int num
     // read W times and written twice (C, the partial), the rest read once from its owner and written once.
     const double units = two_shot ? 3.0 : world_size + 1.0;
     const double stream = coll::kModelBytesPerUs / topo.ranks_per_gpu;  // a rank's share of the memory's rate
+    const double block_rate = topo.shared_gpu ? kArReduceBlockBytesPerUsShared : kArReduceBlockBytesPerUs;
     const int64_t tiles = overlap::tile_count(m, n, tile);
     const double tile_bytes = static_cast<double>(tile.block_m) * tile.block_n * out_bytes * units;
+    // P side blocks beside the GEMM on num_sms - P SMs, then the full grid (num_sms blocks) after it for what is
+    // left: with a GPU per rank what the side blocks did not reach under the GEMM (never its last wave's tiles, stored
+    // at its end); with ranks sharing a GPU all of it (measured: the side blocks hide next to nothing under the GEMMs).
+    const double full_rate = std::min(num_sms * block_rate, stream);
     auto overlap_us = [&](int p) {
-        const double rate = std::min(p * kArReduceBlockBytesPerUs, stream);
-        const double reduce = units * c_bytes / rate;
-        // The tiles of the GEMM's last wave are summed after it.
+        const double rate = std::min(p * block_rate, stream);
+        const double traffic = units * c_bytes;
         const int gemm_sms = num_sms - p;
-        const double tail =
-            std::min(reduce, static_cast<double>(std::min<int64_t>(tiles, gemm_sms)) * tile_bytes / rate);
-        return std::max(gemm_us(gemm_sms) + tail, reduce) + coll::kModelLaunchUs;
+        const double gemm_t = gemm_us(gemm_sms);
+        const double last_wave =
+            std::min(traffic, static_cast<double>(std::min<int64_t>(tiles, gemm_sms)) * tile_bytes);
+        const double hidden = topo.shared_gpu ? 0.0 : std::min(traffic - last_wave, gemm_t * rate);
+        return gemm_t + (traffic - hidden) / full_rate + 2 * coll::kModelLaunchUs;
     };
     if (comm_sms > 0) {
         cost.comm_blocks = overlap::comm_blocks(comm_sms, comm_sms, num_sms);
@@ -132,7 +138,7 @@ OverlapPlan gemm_ar_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, in
     const GemmConfig tile = overlap::gemm_config(m, n, k_loc, arch, num_sms, false, in);
     const ArCost cost =
         gemm_ar_cost(m, n, k_loc, world_size, num_sms, ranks_per_gpu, out_bytes, in, tile, two_shot, comm_sms);
-    if (algo == ArAlgo::Auto && cost.sequence_us <= cost.overlap_us) {
+    if (algo == ArAlgo::Auto && cost.overlap_us > (1.0 - kArMinGain) * cost.sequence_us) {
         p.ar_algo = ArAlgo::Sequential;
         return p;
     }

@@ -1,7 +1,8 @@
 // gemm_ar's reduce kernel (ArAlgo::ReduceKernel): the GEMM with TileNotifyHooks into this call's parity half of the
 // partials (ArPartialsState) and gemm_ar_reduce (kernels/overlap/gemm_ar.cuh) on comm_blocks SMs of a side stream
 // (ArReduceState), pulling each tile from every rank once stored (one-shot), or each owned tile from every rank and
-// every other tile from its owner once summed (two-shot).
+// every other tile from its owner once summed (two-shot); after the GEMM, on its stream, gemm_ar_reduce again on
+// every usable SM, claiming the tiles the side blocks have not reached.
 #include <algorithm>
 
 #include "loom/jit/jit.hpp"
@@ -47,6 +48,8 @@ void gemm_ar_reduce_kernel(const ArCall& x) {
     ap.out = x.c.data;
     ap.tile = st.sig->tile;
     ap.reduced = st.sig->reduced;
+    ap.claims = &st.sig->claims;
+    ap.claim_base = st.claims;
     ap.two_shot = x.plan.ar_two_shot ? 1 : 0;
     ap.ldo = x.c.stride();
     ap.m = static_cast<int32_t>(x.M);
@@ -56,11 +59,21 @@ void gemm_ar_reduce_kernel(const ArCall& x) {
     ap.group_m = std::max(cfg.group_m, 1);
     ap.epoch = epoch;
 
+    const unsigned side_blocks = static_cast<unsigned>(x.plan.comm_blocks);
+    const unsigned finish_blocks = static_cast<unsigned>(std::max(x.num_sms, 1));
     fork(st.side, x.stream);
-    launch_on_side(reduce_kernel, st.side, static_cast<unsigned>(x.plan.comm_blocks), 256, world.ctx(), ap);
+    launch_on_side(reduce_kernel, st.side, side_blocks, kernels::overlap::kArReduceThreads, world.ctx(), ap);
     const kernels::overlap::TileNotifyHookArgs h = tile_notify_args(st.sig->tile, epoch, num_n, 0);
     launch_gemm(kNotifyHooks, kArHeader, x.a, x.b, pview, cfg, x.num_sms, x.stream, h, x.sc, ScaleAt::Epilogue);
+    // The tiles the side blocks have not reached, at the whole GPU's (the rank's SMs') rate.
+    jit::LaunchConfig finish;
+    finish.grid = dim3(finish_blocks);
+    finish.block = dim3(kernels::overlap::kArReduceThreads);
+    finish.stream = x.stream;
+    reduce_kernel(finish, world.ctx(), ap);
     join(st.side, x.stream);
+    // The claim counter's value after this call: every block claims once per tile it takes and once past the last.
+    st.claims += static_cast<uint64_t>(overlap::tile_count(x.M, x.N, cfg)) + side_blocks + finish_blocks;
 }
 
 }  // namespace loom::overlap
