@@ -381,7 +381,13 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         };
         seq_loom(s);
         LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
-        nlohmann::json row{{"shape", fmt::format("{}x{}x{}", M, N, K)}, {"M", M}, {"N", N}, {"K", K}, {"N_loc", n_loc}, {"world", W}, {"dtype", dtype_name(in)}};
+        nlohmann::json row{{"shape", fmt::format("{}x{}x{}", M, N, K)},
+                           {"M", M},
+                           {"N", N},
+                           {"K", K},
+                           {"N_loc", n_loc},
+                           {"world", W},
+                           {"dtype", dtype_name(in)}};
         if (g_scales != nullptr) row["scaled"] = true;
         if (g_align_hold_us > 0) row["align_hold_us"] = g_align_hold_us;
         // loom_us is the automatic choice's time; each producer is timed too (the direct one where ranks share a
@@ -512,7 +518,13 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         op_opts.algo = args.rs_algo;
         loom::gemm_rs(w, A, B, C, s, with_scales(op_opts));
         LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
-        nlohmann::json row{{"shape", fmt::format("{}x{}x{}", M, N, K)}, {"M", M}, {"N", N}, {"K", K}, {"K_loc", k_loc}, {"world", W}, {"dtype", dtype_name(in)}};
+        nlohmann::json row{{"shape", fmt::format("{}x{}x{}", M, N, K)},
+                           {"M", M},
+                           {"N", N},
+                           {"K", K},
+                           {"K_loc", k_loc},
+                           {"world", W},
+                           {"dtype", dtype_name(in)}};
         if (g_scales != nullptr) row["scaled"] = true;
         if (args.rs_algo != loom::RsAlgo::Auto) row["rs_algo"] = loom::to_string(args.rs_algo);
         if (g_align_hold_us > 0) row["align_hold_us"] = g_align_hold_us;
@@ -770,7 +782,13 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, M * N * 2));
             op(s);
             LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
-            nlohmann::json row{{"shape", fmt::format("{}x{}x{}", M, N, K)}, {"M", M}, {"N", N}, {"K", K}, {"K_loc", k_loc}, {"world", W}, {"dtype", dtype_name(in)}};
+            nlohmann::json row{{"shape", fmt::format("{}x{}x{}", M, N, K)},
+                               {"M", M},
+                               {"N", N},
+                               {"K", K},
+                               {"K_loc", k_loc},
+                               {"world", W},
+                               {"dtype", dtype_name(in)}};
             if (g_scales != nullptr) row["scaled"] = true;
             if (g_align_hold_us > 0) row["align_hold_us"] = g_align_hold_us;
             const double diff = max_scaled_diff(c, c_ref, M * N);

@@ -119,14 +119,15 @@ void bench(loom::World& w, const Args& args, cudaStream_t stream, int argc, char
     for (int blocks : args.blocks)
         for (std::size_t bytes = 4096; bytes <= args.max_bytes; bytes *= 4) {
             const LaunchConfig lc{dim3(static_cast<unsigned>(blocks)), dim3(256), 0, {1, 1, 1}, stream};
-            const auto p = loom::bench::time_ops(
-                {[&](cudaStream_t) {
-                     if (me == 0) loom_put(lc, w.ctx(), dst, src, static_cast<uint64_t>(bytes), partner);
-                 },
-                 [&](cudaStream_t) {
-                     if (me == 0) nv_put(lc, ndst, nsrc, static_cast<uint64_t>(bytes), partner);
-                 }},
-                stream, topts);
+            const auto p =
+                loom::bench::time_ops({[&](cudaStream_t) {
+                                           if (me == 0)
+                                               loom_put(lc, w.ctx(), dst, src, static_cast<uint64_t>(bytes), partner);
+                                       },
+                                       [&](cudaStream_t) {
+                                           if (me == 0) nv_put(lc, ndst, nsrc, static_cast<uint64_t>(bytes), partner);
+                                       }},
+                                      stream, topts);
             const double gbps = static_cast<double>(bytes) / p[0].median_us / 1e3;
             report.add_row({{"shape", fmt::format("put {} B, {} blocks", bytes, blocks)},
                             {"metric", "put_us"},
