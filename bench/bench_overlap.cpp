@@ -336,6 +336,16 @@ void bridge_torch(nlohmann::json& row, const nlohmann::json& baselines, const st
 // The inputs' type: the report's op name (fp8 runs write <op>_fp8.json beside the bf16 ones), the random fill, and
 // cuBLASLt's input type (fp8 in its fast-accumulation mode, as Loom's fp8 kernel sums).
 std::string op_name(const char* op, DType in) { return in == DType::F8E4M3 ? std::string(op) + "_fp8" : op; }
+// A row's shape fields: "MxNxK", the dimensions, the per-rank one (`local`: N_loc or K_loc), the world and dtype.
+nlohmann::json shape_row(int64_t M, int64_t N, int64_t K, const char* local, int64_t local_dim, int W, DType in) {
+    return {{"shape", fmt::format("{}x{}x{}", M, N, K)},
+            {"M", M},
+            {"N", N},
+            {"K", K},
+            {local, local_dim},
+            {"world", W},
+            {"dtype", dtype_name(in)}};
+}
 void fill_input(void* p, int64_t n, std::uint64_t seed, DType in) {
     if (in == DType::F8E4M3) {
         loom::bench::fill_random_e4m3(p, static_cast<std::size_t>(n), seed);
@@ -381,13 +391,7 @@ void bench_ag(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         };
         seq_loom(s);
         LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
-        nlohmann::json row{{"shape", fmt::format("{}x{}x{}", M, N, K)},
-                           {"M", M},
-                           {"N", N},
-                           {"K", K},
-                           {"N_loc", n_loc},
-                           {"world", W},
-                           {"dtype", dtype_name(in)}};
+        nlohmann::json row = shape_row(M, N, K, "N_loc", n_loc, W, in);
         if (g_scales != nullptr) row["scaled"] = true;
         if (g_align_hold_us > 0) row["align_hold_us"] = g_align_hold_us;
         // loom_us is the automatic choice's time; each producer is timed too (the direct one where ranks share a
@@ -518,13 +522,7 @@ void bench_rs(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
         op_opts.algo = args.rs_algo;
         loom::gemm_rs(w, A, B, C, s, with_scales(op_opts));
         LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
-        nlohmann::json row{{"shape", fmt::format("{}x{}x{}", M, N, K)},
-                           {"M", M},
-                           {"N", N},
-                           {"K", K},
-                           {"K_loc", k_loc},
-                           {"world", W},
-                           {"dtype", dtype_name(in)}};
+        nlohmann::json row = shape_row(M, N, K, "K_loc", k_loc, W, in);
         if (g_scales != nullptr) row["scaled"] = true;
         if (args.rs_algo != loom::RsAlgo::Auto) row["rs_algo"] = loom::to_string(args.rs_algo);
         if (g_align_hold_us > 0) row["align_hold_us"] = g_align_hold_us;
@@ -782,13 +780,7 @@ void bench_ar(loom::World& w, const Args& args, bool have_nvshmem, loom::bench::
             LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, M * N * 2));
             op(s);
             LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
-            nlohmann::json row{{"shape", fmt::format("{}x{}x{}", M, N, K)},
-                               {"M", M},
-                               {"N", N},
-                               {"K", K},
-                               {"K_loc", k_loc},
-                               {"world", W},
-                               {"dtype", dtype_name(in)}};
+            nlohmann::json row = shape_row(M, N, K, "K_loc", k_loc, W, in);
             if (g_scales != nullptr) row["scaled"] = true;
             if (g_align_hold_us > 0) row["align_hold_us"] = g_align_hold_us;
             const double diff = max_scaled_diff(c, c_ref, M * N);
