@@ -24,6 +24,7 @@
 
 #include "common/device_io.hpp"
 #include "common/reference.hpp"
+#include "common/symmetric.hpp"
 #include "common/test_env.hpp"
 #include "loom/kernels/collectives/coll_params.hpp"
 #include "loom/ops/collectives.hpp"
@@ -34,17 +35,7 @@
 namespace loom {
 namespace {
 
-// A symmetric allocation freed (collectively) at scope exit.
-struct Sym {
-    World& w;
-    void* p;
-    Sym(World& world, std::size_t bytes) : w(world), p(world.alloc_bytes(bytes < 256 ? 256 : bytes)) {}
-    ~Sym() { w.free(p); }
-    template <class T = char>
-    T* as() const {
-        return static_cast<T*>(p);
-    }
-};
+using test::Sym;
 
 // Host values of `dtype` (raw bits) from random floats; `vals` gets the exactly representable doubles.
 std::vector<char> make_input(DType t, std::size_t n, std::uint64_t seed, std::vector<double>* vals = nullptr) {

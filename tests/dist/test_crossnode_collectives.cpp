@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/reference.hpp"
+#include "common/symmetric.hpp"
 #include "common/test_env.hpp"
 #include "loom/ops/collectives.hpp"
 #include "loom/runtime/error.hpp"
@@ -26,13 +27,7 @@
 namespace loom {
 namespace {
 
-struct Sym {
-    World& w;
-    void* p;
-    Sym(World& world, std::size_t bytes) : w(world), p(world.alloc_bytes(bytes < 256 ? 256 : bytes)) {}
-    ~Sym() { w.free(p); }
-    char* c() const { return static_cast<char*>(p); }
-};
+using test::Sym;
 
 class CrossNodeCollectives : public ::WorldStreamTest {
   protected:
@@ -146,14 +141,14 @@ TEST_F(CrossNodeCollectives, AllGatherMatchesEveryRanksInput) {
             const std::size_t B = n * dtype_size(t);
             for (bool in_place : {false, true}) {
                 Sym out(*w, W * B), in(*w, B);
-                const BufferView o{out.c(), t, W * n};
-                const BufferView i{in_place ? out.c() + me * B : in.c(), t, n};
-                LOOM_CHECK_CUDA(cudaMemset(out.c(), 0xA5, W * B));
+                const BufferView o{out.as(), t, W * n};
+                const BufferView i{in_place ? out.as() + me * B : in.as(), t, n};
+                LOOM_CHECK_CUDA(cudaMemset(out.as(), 0xA5, W * B));
                 upload(i.data, move_input(me, B, 0));
                 sync_all("xnc ag in");
                 all_gather(*w, i, o, stream);
                 ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-                const std::string v = check_all_gather(download(out.c(), W * B), W, B, 0);
+                const std::string v = check_all_gather(download(out.as(), W * B), W, B, 0);
                 const std::string bad = test::agree(*w, v, "xnc ag " + label("", t, n) + (in_place ? " ip" : ""));
                 ASSERT_EQ(bad, "") << label("all_gather", t, n) << (in_place ? " in place" : "");
             }
@@ -168,14 +163,14 @@ TEST_F(CrossNodeCollectives, ReduceScatterIsExact) {
                 if (op == ReduceOp::Max && (n > 65537 || t != DType::F32)) continue;  // fewer kernels to compile
                 const std::size_t es = dtype_size(t);
                 Sym in(*w, W * n * es), out(*w, n * es);
-                upload(in.c(), reduce_input(t, me, W * n, 0));
-                LOOM_CHECK_CUDA(cudaMemset(out.c(), 0xFF, n * es));
+                upload(in.as(), reduce_input(t, me, W * n, 0));
+                LOOM_CHECK_CUDA(cudaMemset(out.as(), 0xFF, n * es));
                 sync_all("xnc rs in");
                 CollOptions opts;
                 opts.op = op;
-                reduce_scatter(*w, BufferView{in.c(), t, W * n}, BufferView{out.c(), t, n}, stream, opts);
+                reduce_scatter(*w, BufferView{in.as(), t, W * n}, BufferView{out.as(), t, n}, stream, opts);
                 ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-                const std::string v = check_reduced(download(out.c(), n * es), t, op, W, me * n, n, 0);
+                const std::string v = check_reduced(download(out.as(), n * es), t, op, W, me * n, n, 0);
                 const std::string bad = test::agree(*w, v, "xnc rs " + label("", t, n) + std::to_string(int(op)));
                 ASSERT_EQ(bad, "") << label("reduce_scatter", t, n) << (op == ReduceOp::Max ? " max" : " sum");
             }
@@ -186,10 +181,10 @@ TEST_F(CrossNodeCollectives, ReduceScatterInPlace) {
     const DType t = DType::F32;
     const std::size_t n = 4099, es = 4;
     Sym in(*w, W * n * es);
-    upload(in.c(), reduce_input(t, me, W * n, 0));
+    upload(in.as(), reduce_input(t, me, W * n, 0));
     sync_all("xnc rs ip in");
-    const BufferView out{in.c() + me * n * es, t, n};
-    reduce_scatter(*w, BufferView{in.c(), t, W * n}, out, stream);
+    const BufferView out{in.as() + me * n * es, t, n};
+    reduce_scatter(*w, BufferView{in.as(), t, W * n}, out, stream);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     const std::string v = check_reduced(download(out.data, n * es), t, ReduceOp::Sum, W, me * n, n, 0);
     ASSERT_EQ(test::agree(*w, v, "xnc rs ip"), "");
@@ -205,13 +200,13 @@ TEST_F(CrossNodeCollectives, AllReduceIsExactAndEqualOnEveryRank) {
                     if (op == ReduceOp::Max && (n > 65537 || t != DType::F32)) continue;  // fewer kernels to compile
                     const std::size_t es = dtype_size(t);
                     Sym in(*w, n * es), out(*w, n * es);
-                    upload(in.c(), reduce_input(t, me, n, 0));
-                    LOOM_CHECK_CUDA(cudaMemset(out.c(), 0xFF, n * es));
+                    upload(in.as(), reduce_input(t, me, n, 0));
+                    LOOM_CHECK_CUDA(cudaMemset(out.as(), 0xFF, n * es));
                     sync_all("xnc ar in");
                     CollOptions opts;
                     opts.op = op;
-                    char* const dst = in_place ? in.c() : out.c();
-                    all_reduce(*w, BufferView{in.c(), t, n}, BufferView{dst, t, n}, stream, opts);
+                    char* const dst = in_place ? in.as() : out.as();
+                    all_reduce(*w, BufferView{in.as(), t, n}, BufferView{dst, t, n}, stream, opts);
                     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
                     const std::string v = check_reduced(download(dst, n * es), t, op, W, 0, n, 0);
                     const std::string bad = test::agree(
@@ -228,12 +223,12 @@ TEST_F(CrossNodeCollectives, AllToAllDeliversEveryBlock) {
             if (n == (1u << 20) && t == DType::I64) continue;  // 8 MiB per peer block: 64 MiB x 2 per rank at 8
             const std::size_t B = n * dtype_size(t);
             Sym in(*w, W * B), out(*w, W * B);
-            upload(in.c(), move_input(me, W * B, 0));
-            LOOM_CHECK_CUDA(cudaMemset(out.c(), 0x5A, W * B));
+            upload(in.as(), move_input(me, W * B, 0));
+            LOOM_CHECK_CUDA(cudaMemset(out.as(), 0x5A, W * B));
             sync_all("xnc a2a in");
-            all_to_all(*w, BufferView{in.c(), t, W * n}, BufferView{out.c(), t, W * n}, stream);
+            all_to_all(*w, BufferView{in.as(), t, W * n}, BufferView{out.as(), t, W * n}, stream);
             ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-            const std::string v = check_all_to_all(download(out.c(), W * B), W, me, B, 0);
+            const std::string v = check_all_to_all(download(out.as(), W * B), W, me, B, 0);
             ASSERT_EQ(test::agree(*w, v, "xnc a2a " + label("", t, n)), "") << label("all_to_all", t, n);
         }
 }
@@ -256,16 +251,16 @@ TEST_F(CrossNodeCollectives, HundredBackToBackCallsOfEveryOp) {
             const auto x = move_input(me, B, k);
             all.insert(all.end(), x.begin(), x.end());
         }
-        upload(inputs.c(), all);
+        upload(inputs.as(), all);
         sync_all("xnc b2b ag");
         for (int k = 0; k < kRounds; ++k) {
-            char* const src = k % 2 ? out.c() + me * B : in.c();
-            LOOM_CHECK_CUDA(cudaMemcpyAsync(src, inputs.c() + k * B, B, cudaMemcpyDeviceToDevice, stream));
-            all_gather(*w, BufferView{src, DType::U8, n}, BufferView{out.c(), DType::U8, W * n}, stream);
-            LOOM_CHECK_CUDA(cudaMemcpyAsync(hist.c() + k * W * B, out.c(), W * B, cudaMemcpyDeviceToDevice, stream));
+            char* const src = k % 2 ? out.as() + me * B : in.as();
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(src, inputs.as() + k * B, B, cudaMemcpyDeviceToDevice, stream));
+            all_gather(*w, BufferView{src, DType::U8, n}, BufferView{out.as(), DType::U8, W * n}, stream);
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(hist.as() + k * W * B, out.as(), W * B, cudaMemcpyDeviceToDevice, stream));
         }
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-        const auto h = download(hist.c(), kRounds * W * B);
+        const auto h = download(hist.as(), kRounds * W * B);
         for (int k = 0; k < kRounds && verdict.empty(); ++k) {
             const std::string v =
                 check_all_gather(std::vector<char>(h.begin() + k * W * B, h.begin() + (k + 1) * W * B), W, B, k);
@@ -283,21 +278,21 @@ TEST_F(CrossNodeCollectives, HundredBackToBackCallsOfEveryOp) {
             const auto x = reduce_input(DType::F32, me, in_n, k);
             all.insert(all.end(), x.begin(), x.end());
         }
-        upload(inputs.c(), all);
+        upload(inputs.as(), all);
         sync_all("xnc b2b red");
         for (int k = 0; k < kRounds; ++k) {
             LOOM_CHECK_CUDA(
-                cudaMemcpyAsync(in.c(), inputs.c() + k * in_n * 4, in_n * 4, cudaMemcpyDeviceToDevice, stream));
-            const BufferView i{in.c(), DType::F32, in_n}, o{out.c(), DType::F32, out_n};
+                cudaMemcpyAsync(in.as(), inputs.as() + k * in_n * 4, in_n * 4, cudaMemcpyDeviceToDevice, stream));
+            const BufferView i{in.as(), DType::F32, in_n}, o{out.as(), DType::F32, out_n};
             if (rs)
                 reduce_scatter(*w, i, o, stream);
             else
                 all_reduce(*w, i, o, stream);
             LOOM_CHECK_CUDA(
-                cudaMemcpyAsync(hist.c() + k * out_n * 4, out.c(), out_n * 4, cudaMemcpyDeviceToDevice, stream));
+                cudaMemcpyAsync(hist.as() + k * out_n * 4, out.as(), out_n * 4, cudaMemcpyDeviceToDevice, stream));
         }
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-        const auto h = download(hist.c(), kRounds * out_n * 4);
+        const auto h = download(hist.as(), kRounds * out_n * 4);
         for (int k = 0; k < kRounds && verdict.empty(); ++k) {
             const std::string v =
                 check_reduced(std::vector<char>(h.begin() + k * out_n * 4, h.begin() + (k + 1) * out_n * 4), DType::F32,
@@ -316,15 +311,15 @@ TEST_F(CrossNodeCollectives, HundredBackToBackCallsOfEveryOp) {
             const auto x = move_input(me, W * B, k);
             all.insert(all.end(), x.begin(), x.end());
         }
-        upload(inputs.c(), all);
+        upload(inputs.as(), all);
         sync_all("xnc b2b a2a");
         for (int k = 0; k < kRounds; ++k) {
-            LOOM_CHECK_CUDA(cudaMemcpyAsync(in.c(), inputs.c() + k * W * B, W * B, cudaMemcpyDeviceToDevice, stream));
-            all_to_all(*w, BufferView{in.c(), DType::U8, W * n}, BufferView{out.c(), DType::U8, W * n}, stream);
-            LOOM_CHECK_CUDA(cudaMemcpyAsync(hist.c() + k * W * B, out.c(), W * B, cudaMemcpyDeviceToDevice, stream));
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(in.as(), inputs.as() + k * W * B, W * B, cudaMemcpyDeviceToDevice, stream));
+            all_to_all(*w, BufferView{in.as(), DType::U8, W * n}, BufferView{out.as(), DType::U8, W * n}, stream);
+            LOOM_CHECK_CUDA(cudaMemcpyAsync(hist.as() + k * W * B, out.as(), W * B, cudaMemcpyDeviceToDevice, stream));
         }
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-        const auto h = download(hist.c(), kRounds * W * B);
+        const auto h = download(hist.as(), kRounds * W * B);
         for (int k = 0; k < kRounds && verdict.empty(); ++k) {
             const std::string v =
                 check_all_to_all(std::vector<char>(h.begin() + k * W * B, h.begin() + (k + 1) * W * B), W, me, B, k);
@@ -349,20 +344,20 @@ TEST_F(CrossNodeCollectives, RejectsWhatTheHierarchicalFormsCannotTake) {
         }
         return "";
     };
-    const BufferView in{sym.c(), DType::F32, n}, out_plain{plain, DType::F32, W * n};
+    const BufferView in{sym.as(), DType::F32, n}, out_plain{plain, DType::F32, W * n};
     const std::string a = message([&] { all_gather(*w, in, out_plain, stream); });
     EXPECT_NE(a.find("the hierarchical algorithm needs it there"), std::string::npos) << a;
     CollOptions ring;
     ring.algo = CollAlgo::Ring;
     // In place (in == out + rank x in.count), so that the options are what is refused.
-    const BufferView in_place{sym.c() + w->rank() * n * 4, DType::F32, n};
+    const BufferView in_place{sym.as() + w->rank() * n * 4, DType::F32, n};
     const std::string b = message([&] {
-        all_gather(*w, in_place, BufferView{sym.c(), DType::F32, W * n}, stream, ring);
+        all_gather(*w, in_place, BufferView{sym.as(), DType::F32, W * n}, stream, ring);
     });
     EXPECT_NE(b.find("expected CollOptions::algo auto in a World of several nodes"), std::string::npos) << b;
     const std::string c = message([&] {
-        all_to_all_v(*w, BufferView{sym.c(), DType::F32, W * n}, BufferView{plain, DType::F32, W * n}, nullptr, nullptr,
-                     nullptr, stream);
+        all_to_all_v(*w, BufferView{sym.as(), DType::F32, W * n}, BufferView{plain, DType::F32, W * n}, nullptr,
+                     nullptr, nullptr, stream);
     });
     EXPECT_NE(c.find("all_to_all_v and barrier_on_stream run within one node only"), std::string::npos) << c;
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
