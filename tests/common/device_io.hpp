@@ -19,9 +19,15 @@ inline void cuda_or_die(cudaError_t e, const char* what) {
     std::abort();
 }
 
-inline void upload(void* dst, const std::vector<char>& src) {
-    cuda_or_die(cudaMemcpy(dst, src.data(), src.size(), cudaMemcpyHostToDevice), "upload");
+// `count` elements from host memory to dst, landed on return (any stream may read them).
+template <class T>
+inline void upload(void* dst, const T* src, std::size_t count) {
+    if (count) cuda_or_die(cudaMemcpy(dst, src, count * sizeof(T), cudaMemcpyHostToDevice), "upload");
     cuda_or_die(cudaDeviceSynchronize(), "upload sync");
+}
+template <class T>
+inline void upload(void* dst, const std::vector<T>& src) {
+    upload(dst, src.data(), src.size());
 }
 
 inline std::vector<char> download(const void* src, std::size_t bytes) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/device_io.hpp"
 #include "common/reference.hpp"
 #include "common/test_env.hpp"
 #include "loom/ops/collectives.hpp"
@@ -372,8 +373,7 @@ std::vector<std::uint16_t> bf16_ints(std::size_t n, int rank, int salt, std::vec
 // Device buffer of bf16 integers seeded by (rank, salt); `vals` their values.
 void upload_bf16(void* dst, std::size_t n, int rank, int salt, std::vector<double>& vals) {
     const auto h = bf16_ints(n, rank, salt, vals);
-    ASSERT_EQ(cudaMemcpy(dst, h.data(), n * 2, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the DMA lands before a non-blocking stream reads it
+    test::upload(dst, h);
 }
 
 // C[m, n] += A[m, k] B[n, k]^T in double.

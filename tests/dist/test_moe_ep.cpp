@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/device_io.hpp"
 #include "common/ep_reference.hpp"
 #include "common/moe_reference.hpp"
 #include "common/test_env.hpp"
@@ -130,10 +131,9 @@ struct EpRun {
         xv = MatrixView{d_x->p, DType::BF16, T, c.H, 0};
     }
     void upload(const std::vector<uint16_t>& x, const std::vector<int32_t>& i, const std::vector<float>& wv) {
-        LOOM_CHECK_CUDA(cudaMemcpy(d_x->p, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
-        LOOM_CHECK_CUDA(cudaMemcpy(d_idx->p, i.data(), i.size() * 4, cudaMemcpyHostToDevice));
-        LOOM_CHECK_CUDA(cudaMemcpy(d_w->p, wv.data(), wv.size() * 4, cudaMemcpyHostToDevice));
-        LOOM_CHECK_CUDA(cudaDeviceSynchronize());  // the DMA lands before a non-blocking stream reads it
+        test::upload(d_x->p, x);
+        test::upload(d_idx->p, i);
+        test::upload(d_w->p, wv);
     }
     EpOptions opts() const {
         EpOptions o;
@@ -334,8 +334,7 @@ std::unique_ptr<Dev> expert_weights(int me, int L, int64_t N, int64_t K, int sal
             for (int64_t col = 0; col < K; ++col)
                 w[(l * N + n) * K + col] = float_to_bf16(wval(salt + me * L + l, n, col));
     auto d = std::make_unique<Dev>(w.size() * 2);
-    LOOM_CHECK_CUDA(cudaMemcpy(d->p, w.data(), w.size() * 2, cudaMemcpyHostToDevice));
-    LOOM_CHECK_CUDA(cudaDeviceSynchronize());  // the DMA lands before a non-blocking stream reads it
+    test::upload(d->p, w);
     return d;
 }
 

@@ -35,8 +35,7 @@ struct Dev {
     explicit Dev(std::size_t n) : bytes(n) { test::cuda_or_die(cudaMalloc(&p, n ? n : 16), "cudaMalloc"); }
     template <class T>
     explicit Dev(const std::vector<T>& v) : Dev(v.size() * sizeof(T)) {
-        if (!v.empty()) test::cuda_or_die(cudaMemcpy(p, v.data(), bytes, cudaMemcpyHostToDevice), "upload");
-        test::cuda_or_die(cudaDeviceSynchronize(), "upload sync");  // complete before a non-blocking stream reads it
+        test::upload(p, v);
     }
     ~Dev() { cudaFree(p); }
     Dev(const Dev&) = delete;
@@ -300,9 +299,7 @@ class EpLl : public ::WorldStreamTest {
                     }
                 }
             }
-        // Complete before the combine on the test's non-blocking stream reads it (device_io.hpp).
-        test::cuda_or_die(cudaMemcpy(d.eo->p, eo.data(), eo.size() * 2, cudaMemcpyHostToDevice), "upload eo");
-        test::cuda_or_die(cudaDeviceSynchronize(), "upload eo sync");
+        test::upload(d.eo->p, eo);
     }
 
     // dispatch -> check -> identity experts -> combine -> check, in fp8 and bf16.

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/device_io.hpp"
 #include "common/moe_reference.hpp"
 #include "common/reference.hpp"
 #include "common/test_env.hpp"
@@ -53,8 +54,7 @@ std::vector<uint16_t> bf16_of(const std::vector<float>& f) {
 }
 template <class T>
 void put(void* d, const std::vector<T>& h) {
-    LOOM_CHECK_CUDA(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-    LOOM_CHECK_CUDA(cudaDeviceSynchronize());  // the DMA lands before a non-blocking stream reads it
+    test::upload(d, h);
 }
 
 // One layer: T_loc tokens per rank, hidden H, E experts of width N (each rank: an N / W slice), top-k.

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/device_io.hpp"
 #include "common/reference.hpp"
 #include "common/scoped_env.hpp"
 #include "common/test_env.hpp"
@@ -95,10 +96,7 @@ struct DevBuf {
     DevBuf& operator=(const DevBuf&) = delete;
     ~DevBuf() { cudaFree(p); }
 };
-void upload(void* dst, const HostMat& m) {
-    ASSERT_EQ(cudaMemcpy(dst, m.raw.data(), m.raw.size(), cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the DMA lands before a non-blocking stream reads it
-}
+void upload(void* dst, const HostMat& m) { test::upload(dst, m.raw); }
 std::vector<double> download_bf16(const void* src, std::size_t n) {
     std::vector<std::uint16_t> h(n);
     EXPECT_EQ(cudaMemcpy(h.data(), src, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);

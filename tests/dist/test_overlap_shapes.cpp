@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/device_io.hpp"
 #include "common/gemm_reference.hpp"
 #include "common/reference.hpp"
 #include "common/test_env.hpp"
@@ -36,8 +37,7 @@ void upload_bf16(void* dst, int64_t n, uint64_t seed) {
     const auto f = test::random_floats(static_cast<std::size_t>(n), seed);
     std::vector<uint16_t> h(f.size());
     for (std::size_t i = 0; i < f.size(); ++i) h[i] = test::float_to_bf16(f[i]);
-    LOOM_CHECK_CUDA(cudaMemcpy(dst, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
-    LOOM_CHECK_CUDA(cudaDeviceSynchronize());  // the DMA lands before a non-blocking stream reads it
+    test::upload(dst, h);
 }
 
 // NaN in bf16; complete before the call (whose stream does not wait for the legacy stream).

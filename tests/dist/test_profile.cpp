@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/device_io.hpp"
 #include "common/reference.hpp"
 #include "common/test_env.hpp"
 #include "common/trace_check.hpp"
@@ -46,8 +47,7 @@ void upload_random_bf16(void* dst, std::size_t n, std::uint64_t seed) {
     const std::vector<float> f = test::random_floats(n, seed);
     std::vector<std::uint16_t> h(n);
     for (std::size_t i = 0; i < n; ++i) h[i] = test::float_to_bf16(f[i]);
-    EXPECT_EQ(cudaMemcpy(dst, h.data(), n * 2, cudaMemcpyHostToDevice), cudaSuccess);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the DMA lands before a non-blocking stream reads it
+    test::upload(dst, h);
 }
 
 std::vector<std::uint8_t> download(const void* src, std::size_t bytes) {

@@ -27,8 +27,7 @@ struct Dev {
     explicit Dev(std::size_t n) : bytes(n) { test::cuda_or_die(cudaMalloc(&p, n ? n : 16), "cudaMalloc"); }
     template <class T>
     explicit Dev(const std::vector<T>& v) : Dev(v.size() * sizeof(T)) {
-        if (!v.empty()) test::cuda_or_die(cudaMemcpy(p, v.data(), bytes, cudaMemcpyHostToDevice), "upload");
-        test::cuda_or_die(cudaDeviceSynchronize(), "upload sync");  // complete before a non-blocking stream reads it
+        test::upload(p, v);
     }
     ~Dev() { cudaFree(p); }
     Dev(const Dev&) = delete;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/device_io.hpp"
 #include "common/reference.hpp"
 #include "common/test_env.hpp"
 #include "loom/ops/attention.hpp"
@@ -49,10 +50,7 @@ struct DevBuf {
     DevBuf& operator=(const DevBuf&) = delete;
     ~DevBuf() { cudaFree(p); }
 };
-void upload(void* dst, const HostMat& m) {
-    ASSERT_EQ(cudaMemcpy(dst, m.raw.data(), m.raw.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the DMA lands before a non-blocking stream reads it
-}
+void upload(void* dst, const HostMat& m) { test::upload(dst, m.raw); }
 void poison(void* p, std::size_t bytes) { ASSERT_EQ(cudaMemset(p, 0xFF, bytes), cudaSuccess); }  // NaN in bf16
 // rows x cols of a bf16 matrix with row stride ld (elements).
 std::vector<double> download(const void* src, int64_t rows, int64_t cols, int64_t ld) {

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "common/device_io.hpp"
 #include "common/gemm_reference.hpp"
 #include "common/reference.hpp"
 #include "common/test_env.hpp"
@@ -90,8 +91,7 @@ void upload_random_bf16(void* dst, std::size_t n, uint64_t seed) {
     const auto f = loom::test::random_floats(n, seed);
     std::vector<uint16_t> h(n);
     for (std::size_t i = 0; i < n; ++i) h[i] = loom::test::float_to_bf16(f[i]);
-    LOOM_CHECK_CUDA(cudaMemcpy(dst, h.data(), n * 2, cudaMemcpyHostToDevice));
-    LOOM_CHECK_CUDA(cudaDeviceSynchronize());  // the DMA lands before a non-blocking stream reads it
+    loom::test::upload(dst, h);
 }
 
 // Runs the case on fresh inputs and checks it: "" or what is wrong.

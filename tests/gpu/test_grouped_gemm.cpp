@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/device_io.hpp"
 #include "common/reference.hpp"
 #include "common/test_env.hpp"
 #include "loom/ops/moe.hpp"
@@ -144,16 +145,15 @@ void run_case(const Case& cs, uint64_t seed) {
     const std::vector<unsigned char> poison = hc;
 
     Dev da(ha.size()), db(hb_dev.size()), dc(hc.size()), doff(offsets.size() * 4), dsa(4), dsb(size_t(E) * 4);
-    LOOM_CHECK_CUDA(cudaMemcpy(da.p, ha.data(), ha.size(), cudaMemcpyHostToDevice));
-    LOOM_CHECK_CUDA(cudaMemcpy(db.p, hb_dev.data(), hb_dev.size(), cudaMemcpyHostToDevice));
-    LOOM_CHECK_CUDA(cudaMemcpy(dc.p, hc.data(), hc.size(), cudaMemcpyHostToDevice));
-    LOOM_CHECK_CUDA(cudaDeviceSynchronize());  // the DMA lands before a non-blocking stream reads it
-    LOOM_CHECK_CUDA(cudaMemcpy(doff.p, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
-    LOOM_CHECK_CUDA(cudaMemcpy(dsa.p, &scale_a, 4, cudaMemcpyHostToDevice));
-    LOOM_CHECK_CUDA(cudaMemcpy(dsb.p, scale_b.data(), size_t(E) * 4, cudaMemcpyHostToDevice));
+    loom::test::upload(da.p, ha);
+    loom::test::upload(db.p, hb_dev);
+    loom::test::upload(dc.p, hc);
+    loom::test::upload(doff.p, offsets);
+    loom::test::upload(dsa.p, &scale_a, 1);
+    loom::test::upload(dsb.p, scale_b);
     Dev dsab(sa_blk.size() * 4), dsbb(sb_blk.size() * 4);
-    LOOM_CHECK_CUDA(cudaMemcpy(dsab.p, sa_blk.data(), sa_blk.size() * 4, cudaMemcpyHostToDevice));
-    LOOM_CHECK_CUDA(cudaMemcpy(dsbb.p, sb_blk.data(), sb_blk.size() * 4, cudaMemcpyHostToDevice));
+    loom::test::upload(dsab.p, sa_blk);
+    loom::test::upload(dsbb.p, sb_blk);
 
     const loom::MatrixView A{da.p, cs.in, rows, K, 0};
     const loom::MatrixView B = cs.layout == BLayout::NK ? loom::MatrixView{db.p, cs.in, int64_t(E) * N, K, 0}
