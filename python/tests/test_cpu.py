@@ -99,12 +99,27 @@ def _python(code, env):
     return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=120)
 
 
+def _listener_with_free_next_port():
+    """A listening socket on a port P whose P + 1 was free when checked (an ephemeral P alone says nothing of P + 1)."""
+    for _ in range(100):
+        held = socket.socket()
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                held.close()
+                continue
+        held.listen()
+        return held, port
+    raise RuntimeError("no port P with P + 1 free in 100 tries")
+
+
 def test_world_from_env_beside_torchruns_store():
     # A listener holds MASTER_PORT, as torchrun's store does; Loom's store comes up on MASTER_PORT + 1.
-    with socket.socket() as held:
-        held.bind(("127.0.0.1", 0))
-        held.listen()
-        port = held.getsockname()[1]
+    held, port = _listener_with_free_next_port()
+    with held:
         code = ("import loom; w = loom.World.from_env(create_heap=False, bind_device=False); "
                 "print(w.rank, w.world_size, w.info['source'], w.info['master_port']); w.shutdown()")
         p = _python(code, {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
