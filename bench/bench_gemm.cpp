@@ -8,7 +8,7 @@
 //   bench-gemm [--json docs/perf/gemm.json] [--quick] [--sweep] [--cluster 1|2] [--iters N] [--shapes MxNxK,...]
 //              [--dtype bf16|f8e4m3] [--autotune] [--heuristic-cluster 1|2]
 //   bench-gemm --decode [--json docs/perf/gemm_decode.json] [--decode-m 1,8,...] [--decode-n ...] [--decode-k ...]
-//              [--dtype bf16|f8e4m3] [--copy-gbps G] [--iters N]
+//              [--dtype bf16|f8e4m3] [--copy-gbps G] [--iters N] [--decode-sweep N]
 //
 // Prints an aligned table, a line per (shape, variant) as it is timed: kind, MxNxK, variant and config, Loom's us,
 // cuBLASLt's us, the ratio cuBLASLt / Loom (> 1: Loom faster), with fp8 also cuBLASLt's promoted mode and its ratio,
@@ -26,7 +26,9 @@
 // 4K, 8K, 16K} by default, bf16 and fp8 (only --dtype's when given), loom::gemm with the config it chooses itself, each
 // shape checked against cuBLASLt and two of its runs compared bitwise, then timed interleaved with cuBLASLt from a
 // clean L2 (TimeOptions::flush_l2_clean); the table adds the bytes moved per second and their fraction of the copy
-// bandwidth.
+// bandwidth. --decode-sweep N also times, per shape, the decode plan's candidates (ops/gemm/decode_plan.cpp): the
+// chosen one, the N cheapest by its model and the cheapest whole-tile one, interleaved, each with its modelled time
+// (the row's "candidates"): how the model ranks them against how they run.
 //
 // Every timed loom config is first checked against cuBLASLt's output on the same inputs (similarity
 // calc_diff < 1e-5, no NaN; C is pre-filled with NaN so unwritten elements fail); a failing config is reported
@@ -182,6 +184,9 @@ int main(int argc, char** argv) {
     app.add_option("--decode-m", grid.m, "decode grid: M values")->delimiter(',');
     app.add_option("--decode-n", grid.n, "decode grid: N values")->delimiter(',');
     app.add_option("--decode-k", grid.k, "decode grid: K values")->delimiter(',');
+    app.add_option("--decode-sweep", grid.sweep,
+                   "decode grid: also time this many of the decode plan's cheapest candidates per shape (its model "
+                   "against measurement), plus the chosen and the cheapest whole-tile config");
     app.add_option(
         "--copy-gbps", grid.copy_gbps,
         "decode grid: the copy bandwidth to compare with, GB/s (0: a device-to-device copy measured in the run)");

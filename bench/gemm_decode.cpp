@@ -63,6 +63,48 @@ struct Summary {
     int shapes = 0, below_095 = 0, frac_shapes = 0, failed = 0;
 };
 
+// The decode plan's candidates for this shape (ops/gemm/decode_plan.cpp) timed against each other: the chosen config,
+// the `count` cheapest by the model and the cheapest whole-tile one; a line each and their JSON.
+nlohmann::json time_candidates(const MatrixView& A, const MatrixView& B, const MatrixView& C, const GemmConfig& chosen,
+                               int count, const TimeOptions& topts, cudaStream_t stream) {
+    int dev = 0, sms = 0;
+    LOOM_CHECK_CUDA(cudaGetDevice(&dev));
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    std::vector<GemmDecodeCandidate> all = gemm_decode_candidates(A.rows, B.rows, A.cols, false, sms, chosen);
+    std::stable_sort(all.begin() + 1, all.end(),
+                     [](const GemmDecodeCandidate& x, const GemmDecodeCandidate& y) { return x.cost_us < y.cost_us; });
+    std::vector<GemmDecodeCandidate> picked;
+    auto pick = [&](const GemmDecodeCandidate& c) {
+        for (const auto& p : picked)
+            if (p.config.str() == c.config.str()) return;
+        picked.push_back(c);
+    };
+    pick(all.front());
+    for (std::size_t i = 1; i < all.size() && static_cast<int>(picked.size()) <= count; ++i) pick(all[i]);
+    for (std::size_t i = 1; i < all.size(); ++i)
+        if (all[i].config.tail_splits <= 1) {
+            pick(all[i]);
+            break;
+        }
+    std::vector<std::function<void(cudaStream_t)>> fns;
+    std::vector<GemmOptions> opts(picked.size());
+    for (std::size_t i = 0; i < picked.size(); ++i) {
+        opts[i].config = &picked[i].config;
+        fns.push_back([&, i](cudaStream_t s) { gemm(A, B, C, opts[i], s); });
+    }
+    const auto ts = time_ops(fns, stream, topts);
+    nlohmann::json out = nlohmann::json::array();
+    for (std::size_t i = 0; i < picked.size(); ++i) {
+        std::printf("    %-44s model %7.2f us  measured %7.2f us%s\n", picked[i].config.str().c_str(),
+                    picked[i].cost_us, ts[i].median_us, i == 0 ? "  (chosen)" : "");
+        out.push_back({{"config", picked[i].config.str()},
+                       {"model_us", picked[i].cost_us},
+                       {"loom_us", ts[i].median_us},
+                       {"chosen", i == 0}});
+    }
+    return out;
+}
+
 }  // namespace
 
 int run_decode_grid(const DecodeGrid& grid, int argc, char** argv) {
@@ -186,6 +228,7 @@ int run_decode_grid(const DecodeGrid& grid, int argc, char** argv) {
                                 {"cublaslt_algo", lt.describe()},
                                 {"baselines", {{"cublaslt", lt_us}}},
                                 {"speedup", {{"cublaslt", ratio}}}});
+                    if (grid.sweep > 0) row["candidates"] = time_candidates(A, B, C, cfg, grid.sweep, topts, stream);
                     report.add_row(row);
                 }
                 // What was measured so far, for a run that dies (a shape cuBLASLt has no algorithm for, a trap).

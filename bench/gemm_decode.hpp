@@ -29,6 +29,8 @@ struct DecodeGrid {
     int iters = 30;
     double copy_gbps = 0;  // the device's copy bandwidth; 0: measured in the run (a device-to-device cudaMemcpy)
     std::string out;       // JSON file, or empty
+    int sweep = 0;  // > 0: also time the decode plan's candidates (the this many cheapest by its model, the cheapest
+                    // whole-tile one and the chosen one) per shape, into each row's "candidates"
 };
 
 // Runs the grid, printing a line per shape as it is timed and a summary per input type; returns the process's exit

@@ -259,18 +259,28 @@ LOOM_DEVICE LOOM_FORCEINLINE void fence(G g, const Ctx& ctx) {
 #endif
     ptx::fence_acq_rel_sys();
 }
-// quiet: every earlier put / get (blocking or nbi) of this group is complete: fence, then the group
-// synchronises, so any thread may publish them (a relaxed signal after quiet is a release) or read gets.
+// quiet: every earlier put / get (blocking or nbi) of this group is complete, so any thread may publish them (a
+// relaxed signal after quiet is a release) or read gets. The group synchronises first (every thread's stores and
+// NVSHMEM calls are issued), then its leader alone completes them: its bulk copies, this rank's NVSHMEM operations
+// (nvshmem_quiet, which also orders them: no separate nvshmem_fence) and one sys-scope fence, cumulative over the
+// stores the synchronisation ordered before it (the pattern of NVSHMEM's block puts + quiet); the group
+// synchronises again.
 template <class G>
 LOOM_DEVICE LOOM_FORCEINLINE void quiet(G g, const Ctx& ctx) {
-    fence(g, ctx);
     g.sync();
-#if LOOM_REMOTE_PEERS
-    if (ctx.remote_heap) {  // every thread's NVSHMEM operations were issued: the leader completes them
-        if (g.leader()) remote::quiet(ctx);
-        g.sync();
-    }
+    if (g.leader()) {
+#if LOOM_ARCH >= 900
+        ptx::cp_async_bulk_wait_group<0>();
+        ptx::fence_proxy_async_global();
 #endif
+#if LOOM_REMOTE_PEERS
+        remote::quiet(ctx);  // this rank's NVSHMEM operations (remote peers)
+#else
+        (void)ctx;
+#endif
+        ptx::fence_acq_rel_sys();
+    }
+    g.sync();
 }
 LOOM_DEVICE LOOM_FORCEINLINE void fence(const Ctx& ctx) { fence(Thread{}, ctx); }
 LOOM_DEVICE LOOM_FORCEINLINE void quiet(const Ctx& ctx) { quiet(Thread{}, ctx); }

@@ -78,20 +78,15 @@ double gemm_decode_cost_us(int64_t m, int64_t n, int64_t k, const GemmConfig& cf
     return t;
 }
 
-GemmConfig gemm_decode_plan(int64_t m, int64_t n, int64_t k, bool b_kn, int num_sms, const GemmConfig& persistent) {
-    GemmConfig best = persistent;
-    double best_cost = gemm_decode_cost_us(m, n, k, persistent, num_sms) * (1.0 - kGemmDecodeMargin);
+std::vector<GemmDecodeCandidate> gemm_decode_candidates(int64_t m, int64_t n, int64_t k, bool b_kn, int num_sms,
+                                                        const GemmConfig& persistent) {
+    std::vector<GemmDecodeCandidate> out;
+    out.push_back({persistent, gemm_decode_cost_us(m, n, k, persistent, num_sms)});
     GemmConfig base = persistent;
     base.cluster_m = 1;
     base.block_m = m <= 64 ? 64 : 128;
     const int64_t num_kb = gemm_ceil_div(k, base.block_k);
-    auto weigh = [&](const GemmConfig& c) {
-        const double cost = gemm_decode_cost_us(m, n, k, c, num_sms);
-        if (cost < best_cost) {
-            best_cost = cost;
-            best = c;
-        }
-    };
+    auto weigh = [&](const GemmConfig& c) { out.push_back({c, gemm_decode_cost_us(m, n, k, c, num_sms)}); };
     for (int bn = 256; bn >= 64; bn -= 16) {
         if (b_kn && bn % 64 != 0) continue;
         GemmConfig c = base;
@@ -113,6 +108,19 @@ GemmConfig gemm_decode_plan(int64_t m, int64_t n, int64_t k, bool b_kn, int num_
             weigh(split);
         }
     }
+    return out;
+}
+
+GemmConfig gemm_decode_plan(int64_t m, int64_t n, int64_t k, bool b_kn, int num_sms, const GemmConfig& persistent) {
+    const std::vector<GemmDecodeCandidate> all = gemm_decode_candidates(m, n, k, b_kn, num_sms, persistent);
+    // The first is `persistent`, which keeps its place unless another is more than the margin cheaper.
+    GemmConfig best = all.front().config;
+    double best_cost = all.front().cost_us * (1.0 - kGemmDecodeMargin);
+    for (std::size_t i = 1; i < all.size(); ++i)
+        if (all[i].cost_us < best_cost) {
+            best_cost = all[i].cost_us;
+            best = all[i].config;
+        }
     return best;
 }
 

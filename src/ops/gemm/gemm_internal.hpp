@@ -105,6 +105,15 @@ double gemm_decode_cost_us(int64_t m, int64_t n, int64_t k, const GemmConfig& cf
 // is more than kGemmDecodeMargin cheaper than `persistent`.
 GemmConfig gemm_decode_plan(int64_t m, int64_t n, int64_t k, bool b_kn, int num_sms, const GemmConfig& persistent);
 
+// Every plan gemm_decode_plan weighs, `persistent` first, each with its gemm_decode_cost_us (bench-gemm --decode-sweep
+// times them to check the model's ranking).
+struct GemmDecodeCandidate {
+    GemmConfig config;
+    double cost_us = 0;
+};
+std::vector<GemmDecodeCandidate> gemm_decode_candidates(int64_t m, int64_t n, int64_t k, bool b_kn, int num_sms,
+                                                        const GemmConfig& persistent);
+
 // ---- autotuning (jit/autotune.hpp) -------------------------------------------------------------------------------
 
 // The autotuner's candidates: the heuristic's config first, then what bench-gemm --sweep times — 128-row tiles of every
