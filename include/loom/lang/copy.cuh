@@ -261,10 +261,10 @@ LOOM_DEVICE LOOM_FORCEINLINE void fence(G g, const Ctx& ctx) {
 }
 // quiet: every earlier put / get (blocking or nbi) of this group is complete, so any thread may publish them (a
 // relaxed signal after quiet is a release) or read gets. The group synchronises first (every thread's stores and
-// NVSHMEM calls are issued), then its leader alone completes them: its bulk copies, this rank's NVSHMEM operations
-// (nvshmem_quiet, which also orders them: no separate nvshmem_fence) and one sys-scope fence, cumulative over the
-// stores the synchronisation ordered before it (the pattern of NVSHMEM's block puts + quiet); the group
-// synchronises again.
+// NVSHMEM calls are issued), then its leader alone completes them: its bulk copies, then one sys-scope fence,
+// cumulative over the stores the synchronisation ordered before it (the pattern of NVSHMEM's block puts + quiet). In
+// a World of several nodes that fence is nvshmem_quiet's: it completes this rank's NVSHMEM operations and ends with a
+// sys-scope fence on every transport (no separate nvshmem_fence). The group synchronises again.
 template <class G>
 LOOM_DEVICE LOOM_FORCEINLINE void quiet(G g, const Ctx& ctx) {
     g.sync();
@@ -274,11 +274,13 @@ LOOM_DEVICE LOOM_FORCEINLINE void quiet(G g, const Ctx& ctx) {
         ptx::fence_proxy_async_global();
 #endif
 #if LOOM_REMOTE_PEERS
-        remote::quiet(ctx);  // this rank's NVSHMEM operations (remote peers)
+        if (ctx.remote_heap)
+            remote::quiet(ctx);  // this rank's NVSHMEM operations complete, then NVSHMEM's own sys-scope fence
+        else
 #else
         (void)ctx;
 #endif
-        ptx::fence_acq_rel_sys();
+            ptx::fence_acq_rel_sys();
     }
     g.sync();
 }
