@@ -14,23 +14,27 @@ namespace {
 
 using detail::gemm_ceil_div;
 
-// The bandwidth model's constants (one H200 with its memory-set L2 flush, bench-gemm: docs/perf/gemm_skinny.json
-// rows of 64 x 64 tiles at 4, 8 and 13 stages on 64 SMs, and of 128 CTAs at 14336 and 28672 k-columns).
-// One SM's rate from HBM: 1 / (kSmUsPerMb + kSmUsKbPerMb / in-flight KiB of B) MB per us; about 41 GB/s with 96 KiB of
-// B in flight (64 x 64, 12 stages), 26 GB/s with 32 KiB.
-constexpr double kSmUsPerMb = 17.1;
-constexpr double kSmUsKbPerMb = 685.0;
-// One SM's rate for what it reads from L2 (A, re-read by every CTA), MB per us.
-constexpr double kSmL2MbPerUs = 0.15;
-// The memory's rate for the weights, MB per us (4 TB/s of a 4.3 TB/s copy).
-constexpr double kHbmMbPerUs = 4.0;
+// The bandwidth model's constants, fitted (least squares, relative error, a free offset per shape) to bench-gemm
+// --decode-sweep's timings of each shape's candidates on one H200 with a clean L2: M in {1, 16, 64, 128}, N in {1K, 4K,
+// 8K}, K in {1K, 4K, 16K}, bf16 and fp8 (fitted on half the shapes, the model's picks on the other half cost 0.8-1.6 %
+// over the best timed candidate, against 1.4-2.6 % for the constants fitted on long streams only).
+// One SM's rate from HBM: 1 / (kSmUsPerMb + kSmUsKbPerMb / in-flight KiB of B) MB per us, in flight the ring's stages
+// or the unit's k-blocks if fewer: about 48 GB/s with 96 KiB in flight (64 x 64, 12 stages), 30 GB/s with 16 KiB.
+constexpr double kSmUsPerMb = 18.0;
+constexpr double kSmUsKbPerMb = 256.0;
+// One SM's rate for what it reads from L2 (A, re-read by every CTA, and B), MB per us.
+constexpr double kSmL2MbPerUs = 5.5;
+// The memory's rate for the weights, MB per us, as it enters the 4-norm below.
+constexpr double kHbmMbPerUs = 5.2;
 // The two bounds combine as a 4-norm: near each other, neither is reached.
 constexpr double kBoundNorm = 4.0;
-// Split-K: the last split's hand-off (the counter's acquire, the completing CTA's start of its epilogue), the slots it
-// reads back at one SM's L2 rate, and what each split unit costs the CTA that runs it (its slot store and barrier).
-constexpr double kFixupUs = 0.8;
-constexpr double kFixupMbPerUs = 0.1;
-constexpr double kSplitUnitUs = 0.15;
+// What each work unit costs its CTA besides streaming: its ring's first loads and its epilogue (a CTA running a whole
+// tile and a split unit pays it twice).
+constexpr double kUnitUs = 3.15;
+// Split-K: the last split's hand-off (the counter's acquire, the completing CTA's start of its epilogue) and the slots
+// it reads back at one SM's L2 rate.
+constexpr double kFixupUs = 1.75;
+constexpr double kFixupMbPerUs = 0.076;
 // Split plans whose units stream fewer k-blocks than this are not weighed.
 constexpr int64_t kMinUnitKBlocks = 2;
 // The most K-splits weighed, and the most work units per SM (which bounds the split workspace: units x BM x BN fp32).
@@ -44,29 +48,25 @@ double gemm_decode_cost_us(int64_t m, int64_t n, int64_t k, const GemmConfig& cf
     // The plan the launch runs at that grid (gemm_bind_split_tail: requested 1 is no split).
     const GemmTailPlan p = gemm_tail_plan(m, n, k, cfg, grid, std::max(cfg.tail_splits, 1));
     const int64_t num_kb = gemm_ceil_div(k, cfg.block_k);
-    // Work of each CTA: k-blocks and split units (unit u runs on CTA u % grid: tile/scheduler.cuh).
-    std::vector<int64_t> kblocks(static_cast<size_t>(grid), 0), split_units(static_cast<size_t>(grid), 0);
-    const int64_t units = p.units();
-    for (int64_t u = 0; u < units; ++u) {
-        const tile::WorkUnit w = tile::split_tail_unit(static_cast<int32_t>(u), static_cast<int32_t>(p.dp_tiles),
-                                                       p.splits, static_cast<int32_t>(num_kb));
-        kblocks[static_cast<size_t>(u % grid)] += w.kb_count;
-        if (w.split >= 0) ++split_units[static_cast<size_t>(u % grid)];
-    }
     // Bytes of one k-block (128-byte rows of any input type): B's BLOCK_N rows, A's box (M rounded up to 8 below one
     // tile: launch_sm90.cpp).
     const double b_mb = cfg.block_n * 128.0 / 1e6;
     const int64_t a_rows = m < cfg.block_m ? (m + 7) / 8 * 8 : cfg.block_m;
     const double a_mb = static_cast<double>(a_rows) * 128.0 / 1e6;
-    const double inflight_kib = cfg.stages * cfg.block_n * 128.0 / 1024.0;
-    const double us_per_b_mb = kSmUsPerMb + kSmUsKbPerMb / inflight_kib;
-    double t_sm = 0;
-    for (size_t c = 0; c < kblocks.size(); ++c) {
-        const double kb = static_cast<double>(kblocks[c]);
-        const double t = std::max(kb * b_mb * us_per_b_mb, kb * (a_mb + b_mb) / kSmL2MbPerUs) +
-                         static_cast<double>(split_units[c]) * kSplitUnitUs;
-        t_sm = std::max(t_sm, t);
+    // Each CTA's time: its units (unit u runs on CTA u % grid: tile/scheduler.cuh), each streaming its k-blocks with
+    // as many in flight as the ring holds or the unit has.
+    std::vector<double> cta_us(static_cast<size_t>(grid), 0.0);
+    const int64_t units = p.units();
+    for (int64_t u = 0; u < units; ++u) {
+        const tile::WorkUnit w = tile::split_tail_unit(static_cast<int32_t>(u), static_cast<int32_t>(p.dp_tiles),
+                                                       p.splits, static_cast<int32_t>(num_kb));
+        const double kb = static_cast<double>(w.kb_count);
+        const double inflight_kib = std::min<double>(cfg.stages, kb) * cfg.block_n * 128.0 / 1024.0;
+        const double us_per_b_mb = kSmUsPerMb + kSmUsKbPerMb / std::max(inflight_kib, 1.0);
+        cta_us[static_cast<size_t>(u % grid)] +=
+            kUnitUs + std::max(kb * b_mb * us_per_b_mb, kb * (a_mb + b_mb) / kSmL2MbPerUs);
     }
+    const double t_sm = *std::max_element(cta_us.begin(), cta_us.end());
     const double weights_mb = static_cast<double>(n) * static_cast<double>(num_kb) * 128.0 / 1e6;
     const double t_hbm = weights_mb / kHbmMbPerUs;
     double t = std::pow(std::pow(t_hbm, kBoundNorm) + std::pow(t_sm, kBoundNorm), 1.0 / kBoundNorm);

@@ -93,10 +93,10 @@ GemmTailPlan gemm_tail_plan(int64_t m, int64_t n, int64_t k, const GemmConfig& c
 int64_t gemm_sm90_grid(int64_t m, int64_t n, const GemmConfig& cfg, int num_sms);
 
 // The decode plan's bandwidth model: the time in us that `cfg` (as the launch runs it: its grid, its split tail at that
-// grid) takes to stream the weights on a GPU of `num_sms` SMs. Each CTA streams its units' k-blocks (B's BLOCK_N
-// rows, from memory, at a per-SM rate set by the B bytes its ring keeps in flight; A from L2); the slowest CTA and the
-// memory's rate for the weights bound the time together; a split plan adds its fix-up (the completing CTA's hand-off
-// and slot reads) and a cost per split unit. Relative: for choosing between configs of one shape.
+// grid) takes to stream the weights on a GPU of `num_sms` SMs. Each CTA runs its units one after another, each at a
+// fixed cost plus its k-blocks (B's BLOCK_N rows, from memory, at a per-SM rate set by the B bytes its ring keeps in
+// flight; A from L2); the slowest CTA and the memory's rate for the weights bound the time together; a split plan adds
+// its fix-up (the completing CTA's hand-off and slot reads). Relative: for choosing between configs of one shape.
 double gemm_decode_cost_us(int64_t m, int64_t n, int64_t k, const GemmConfig& cfg, int num_sms);
 
 // The decode plan for M <= kGemmDecodeMaxM: `persistent` (the heuristic's plan without it), or the cheapest by
