@@ -85,42 +85,53 @@ LOOM_DEVICE LOOM_FORCEINLINE uint32_t ep_ll_pack_bf16(float lo, float hi) {
 
 // ---- dispatch -----------------------------------------------------------------------------------------------------
 
-// The warp sends token row `src` (H bf16) to the messages `dst` of the lanes in `used` (lane s: slot s's message in a
-// peer's memory): fp8 with per-128 scales, or the bf16 row as is. Lane l moves 8 elements (16 bytes of bf16) per
-// step, kEpLlBatch loads in flight; the 16 lanes of a half-warp cover one scale block, whose amax they reduce with
-// shuffles. Steps are warp-uniform (H / 8 need not be a multiple of 32).
+// The warp sends token row `src` (H bf16, H a multiple of 128) to the messages `dst` of the lanes in `used` (lane s:
+// slot s's message in a peer's memory), every store 16 bytes, kEpLlBatch loads in flight per lane.
+//   fp8: lane l quantises 16 elements per step (two 16-byte loads) into one 16-byte store per slot; the 8 lanes of a
+//        scale block (128 elements) reduce its amax with shuffles, and the block's first lane stores the fp32 scale.
+//   bf16: lane l moves 8 elements (16 bytes) per step as they are.
+// Steps are warp-uniform (the row's steps need not be a multiple of 32).
 template <bool kFp8>
 LOOM_DEVICE LOOM_FORCEINLINE void ep_ll_send_row(const __nv_bfloat16* src, char* dst, unsigned used, int hidden) {
     const int lane = static_cast<int>(threadIdx.x) & 31;
-    const int chunks = hidden / 8;
     const uint4* s4 = reinterpret_cast<const uint4*>(src);
-    const int64_t payload = ep_ll_payload_bytes(hidden, kFp8);
-    for (int base = 0; base < chunks; base += 32 * kEpLlBatch) {
-        uint4 v[kEpLlBatch];
+    if constexpr (kFp8) {
+        constexpr int kPairs = kEpLlBatch / 2;  // 2 loads per step
+        const int steps = hidden / 16;
+        const int64_t payload = ep_ll_payload_bytes(hidden, true);
+        for (int base = 0; base < steps; base += 32 * kPairs) {
+            uint4 v[kPairs][2];
 #pragma unroll
-        for (int u = 0; u < kEpLlBatch; ++u) {
-            const int c = base + u * 32 + lane;
-            v[u] = c < chunks ? ptx::ld_v4_nc(s4 + c) : make_uint4(0, 0, 0, 0);
-        }
+            for (int u = 0; u < kPairs; ++u) {
+                const int c = base + u * 32 + lane;
 #pragma unroll
-        for (int u = 0; u < kEpLlBatch; ++u) {
-            if (base + u * 32 >= chunks) break;  // warp-uniform
-            const int c = base + u * 32 + lane;
-            const bool on = c < chunks;
-            if constexpr (kFp8) {
-                const float f[8] = {ep_ll_bf16_lo(v[u].x), ep_ll_bf16_hi(v[u].x), ep_ll_bf16_lo(v[u].y),
-                                    ep_ll_bf16_hi(v[u].y), ep_ll_bf16_lo(v[u].z), ep_ll_bf16_hi(v[u].z),
-                                    ep_ll_bf16_lo(v[u].w), ep_ll_bf16_hi(v[u].w)};
+                for (int h = 0; h < 2; ++h)
+                    v[u][h] = c < steps ? ptx::ld_v4_nc(s4 + 2 * c + h) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < kPairs; ++u) {
+                if (base + u * 32 >= steps) break;  // warp-uniform
+                const int c = base + u * 32 + lane;
+                float f[16];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const uint32_t w[4] = {v[u][h].x, v[u][h].y, v[u][h].z, v[u][h].w};
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        f[8 * h + 2 * j] = ep_ll_bf16_lo(w[j]);
+                        f[8 * h + 2 * j + 1] = ep_ll_bf16_hi(w[j]);
+                    }
+                }
                 float amax = 0.f;
 #pragma unroll
-                for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(f[j]));
+                for (int j = 0; j < 16; ++j) amax = fmaxf(amax, fabsf(f[j]));
 #pragma unroll
-                for (int m = 8; m >= 1; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+                for (int m = 4; m >= 1; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
                 amax = fmaxf(amax, 1e-4f);  // an all-zero block: any scale, its codes are 0
                 const float inv = 448.f / amax;
-                uint32_t q[2];
+                uint32_t q[4];
 #pragma unroll
-                for (int j = 0; j < 2; ++j) {
+                for (int j = 0; j < 4; ++j) {
                     const __nv_fp8x2_storage_t a = __nv_cvt_float2_to_fp8x2(
                         make_float2(f[4 * j] * inv, f[4 * j + 1] * inv), __NV_SATFINITE, __NV_E4M3);
                     const __nv_fp8x2_storage_t b = __nv_cvt_float2_to_fp8x2(
@@ -128,19 +139,34 @@ LOOM_DEVICE LOOM_FORCEINLINE void ep_ll_send_row(const __nv_bfloat16* src, char*
                     q[j] = static_cast<uint32_t>(a) | (static_cast<uint32_t>(b) << 16);
                 }
                 const float scale = amax / 448.f;
+                const bool on = c < steps;
                 for (unsigned m = used; m != 0u; m &= m - 1) {
                     char* d = reinterpret_cast<char*>(
                         __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(dst), __ffs(m) - 1));
                     if (on) {
-                        *reinterpret_cast<uint2*>(d + static_cast<int64_t>(c) * 8) = make_uint2(q[0], q[1]);
-                        if ((c & 15) == 0) reinterpret_cast<float*>(d + payload)[c >> 4] = scale;
+                        reinterpret_cast<uint4*>(d)[c] = make_uint4(q[0], q[1], q[2], q[3]);
+                        if ((c & 7) == 0) reinterpret_cast<float*>(d + payload)[c >> 3] = scale;
                     }
                 }
-            } else {
+            }
+        }
+    } else {
+        const int chunks = hidden / 8;
+        for (int base = 0; base < chunks; base += 32 * kEpLlBatch) {
+            uint4 v[kEpLlBatch];
+#pragma unroll
+            for (int u = 0; u < kEpLlBatch; ++u) {
+                const int c = base + u * 32 + lane;
+                v[u] = c < chunks ? ptx::ld_v4_nc(s4 + c) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < kEpLlBatch; ++u) {
+                if (base + u * 32 >= chunks) break;  // warp-uniform
+                const int c = base + u * 32 + lane;
                 for (unsigned m = used; m != 0u; m &= m - 1) {
                     char* d = reinterpret_cast<char*>(
                         __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(dst), __ffs(m) - 1));
-                    if (on) reinterpret_cast<uint4*>(d)[c] = v[u];
+                    if (c < chunks) reinterpret_cast<uint4*>(d)[c] = v[u];
                 }
             }
         }
