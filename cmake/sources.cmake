@@ -175,6 +175,7 @@ set(LOOM_SOURCES
     src/ops/moe/grouped_gemm_launch.cpp
     src/ops/moe/grouped_gemm_plan.cpp
     src/ops/moe/grouped_gemm_validate.cpp
+    src/ops/overlap/ag_gemm/across_nodes.cpp
     src/ops/overlap/ag_gemm/ag_gemm.cpp
     src/ops/overlap/ag_gemm/copy_engine.cpp
     src/ops/overlap/ag_gemm/direct.cpp

@@ -85,6 +85,8 @@ struct HierParams {
     uint64_t* sig;    // symmetric, [kHierMaxBlocks * world]
     char* scratch;    // symmetric: reductions' partials and what the other nodes send (reduce_scatter, all_reduce)
     uint64_t stride;  // reduce_scatter / all_reduce: elements between the partial and the receive area's slots
+    uint32_t other_nodes_only;  // all_gather's intra step: push only the chunks of the other nodes (ag_gemm across
+                                // nodes gathers the node's own chunks itself)
 };
 
 }  // namespace loom::kernels::coll

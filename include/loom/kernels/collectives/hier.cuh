@@ -5,7 +5,8 @@
 //
 //   hier_all_gather_inter          own chunk into out, then put_signal to slot r of out at (m, l) for every node m:
 //                                  out then holds the chunks of (m, l) for every m
-//   hier_all_gather_intra          the N chunks of local rank l pushed to every node peer's out
+//   hier_all_gather_intra          the N chunks of local rank l pushed to every node peer's out (other_nodes_only:
+//                                  the N - 1 chunks of the other nodes)
 //   hier_reduce_scatter_intra<T,O> partial[m] = op over node peers q of q's chunk (m, l) (pulled; in symmetric)
 //   hier_reduce_scatter_inter<T,O> partial[m] put_signal to (m, l)'s receive slot n; out = op of own partial[n] and
 //                                  the N - 1 received ones
@@ -142,6 +143,7 @@ __global__ void __launch_bounds__(512) hier_all_gather_intra(Ctx ctx, HierParams
         for (int k = 1; k < L; ++k) {
             const int peer = ctx.local_base_rank + (ctx.local_rank + k) % L;
             for (int m = 0; m < N; ++m) {
+                if (p.other_nodes_only && m == ctx.node) continue;
                 char* const c = out + static_cast<uint64_t>(m * L + ctx.local_rank) * B + r.lo;
                 lang::put_nbi(lang::block, ctx, c, c, r.size(), peer);
             }

@@ -28,12 +28,11 @@ struct Kernel {
     std::vector<std::string> targs;
 };
 
-// Loads the kernels (compiled with remote peers: nvcc, linked with NVSHMEM's device library), then launches them in
-// order on `stream`. The first call that loads a kernel meets every rank on the host after loading: a compile takes
-// seconds, and a peer still compiling would leave this rank's first kernel spinning on it towards the wait bound. Every
-// rank loads the same kernels at the same calls, so all of them take that barrier or none.
-void launch(World& world, State& st, const std::vector<Kernel>& ks, int blocks, const HierParams& p,
-            cudaStream_t stream) {
+// Loads the kernels (compiled with remote peers: nvcc, linked with NVSHMEM's device library); launch() then launches
+// them in order on `stream`. The first call that loads a kernel meets every rank on the host after loading: a compile
+// takes seconds, and a peer still compiling would leave this rank's first kernel spinning on it towards the wait bound.
+// Every rank loads the same kernels at the same calls, so all of them take that barrier or none.
+std::vector<const jit::Kernel*> load(World& world, State& st, const std::vector<Kernel>& ks) {
     std::vector<const jit::Kernel*> loaded;
     bool first = false;
     for (const Kernel& k : ks) {
@@ -52,6 +51,12 @@ void launch(World& world, State& st, const std::vector<Kernel>& ks, int blocks, 
         loaded.push_back(slot);
     }
     if (first) world.barrier("collectives/hier/loaded");
+    return loaded;
+}
+
+void launch(World& world, State& st, const std::vector<Kernel>& ks, int blocks, const HierParams& p,
+            cudaStream_t stream) {
+    const std::vector<const jit::Kernel*> loaded = load(world, st, ks);
     jit::LaunchConfig cfg;
     cfg.grid = dim3(static_cast<unsigned>(blocks));
     cfg.block = dim3(kThreads);
@@ -145,6 +150,31 @@ void all_gather(World& world, const BufferView& in, const BufferView& out, const
     if (runs_inter(steps)) ks.push_back({"hier_all_gather_inter", {}});
     if (runs_intra(steps)) ks.push_back({"hier_all_gather_intra", {}});
     launch(world, st, ks, blocks, p, stream);
+}
+
+namespace {
+const std::vector<Kernel> kAllGather = {{"hier_all_gather_inter", {}}, {"hier_all_gather_intra", {}}};
+}  // namespace
+
+void prepare_all_gather(World& world, cudaStream_t stream) {
+    (void)load(world, coll::state<State>(world, stream, "all_gather"), kAllGather);
+}
+
+void all_gather_other_nodes(World& world, const BufferView& in, const BufferView& out, int num_sms,
+                            cudaStream_t stream) {
+    const char* op = "all_gather";
+    LOOM_CHECK(out.count == in.count * static_cast<std::size_t>(world.world_size()) && out.dtype == in.dtype,
+               "{}: internal: out of {} elements for {} ranks of {}", op, out.count, world.world_size(), in.count);
+    coll::check_symmetric(op, "hierarchical", "out", world, out);
+    State& st = coll::state<State>(world, stream, op);
+    HierParams p = base(st);
+    p.in = in.data;
+    p.out = out.data;
+    p.count = in.bytes();
+    p.other_nodes_only = 1;
+    CollOptions opts;
+    opts.num_sms = num_sms;
+    launch(world, st, kAllGather, blocks_for(p.count, opts), p, stream);
 }
 
 void reduce_scatter(World& world, const BufferView& in, const BufferView& out, const CollOptions& opts,

@@ -48,6 +48,16 @@ struct State final : WorldState {
 // symmetric buffers, the scratch) and launch.
 void all_gather(World& world, const BufferView& in, const BufferView& out, const CollOptions& opts, cudaStream_t stream,
                 Steps steps = Steps::All);
+// Creates the signals and loads all_gather's kernels without launching them (collective: the first load meets every
+// rank; creating the signals synchronises the device): for a caller that launches them behind work that waits on its
+// peers.
+void prepare_all_gather(World& world, cudaStream_t stream);
+// all_gather's chunks of the other nodes only (ag_gemm across nodes, which gathers the node's own chunks by the copy
+// engine beside it): the inter step (in to this rank's chunk of out, unless in is that chunk, then to the same local
+// rank of every other node), then the intra step for the other nodes' chunks. out symmetric; at most num_sms blocks
+// (0: blocks_for's count).
+void all_gather_other_nodes(World& world, const BufferView& in, const BufferView& out, int num_sms,
+                            cudaStream_t stream);
 void reduce_scatter(World& world, const BufferView& in, const BufferView& out, const CollOptions& opts,
                     cudaStream_t stream, Steps steps = Steps::All);
 void all_reduce(World& world, const BufferView& in, const BufferView& out, const CollOptions& opts, cudaStream_t stream,

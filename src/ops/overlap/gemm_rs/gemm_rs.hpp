@@ -70,6 +70,10 @@ inline constexpr int64_t kSharedPullMaxKBytes = 8192;
 // Sequential with a config is refused (it runs loom::gemm's own).
 RsAlgo gemm_rs_algo(RsAlgo requested, bool ranks_share_gpu, const GemmConfig* config, int64_t rows_seg,
                     int64_t k_bytes);
+// gemm_rs's algorithm in a World of several nodes (nodes > 1, ranks_per_node each): Auto resolves to Sequential
+// (loom::gemm, then loom::reduce_scatter's hierarchical form); Sequential as asked; the others raise (their tiles
+// reach the peers through the node's heap only), as does a config (the sequence runs loom::gemm's own).
+RsAlgo gemm_rs_algo_across_nodes(RsAlgo requested, int nodes, int ranks_per_node, bool config = false);
 // The GEMM and the algorithm (plan.rs_algo, never Auto) on `num_sms` SMs: the fused algorithms where the tile fits
 // (every SM to the GEMM), else the scatter-reduce's blocks beside it. out_bytes: C's element size.
 OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms,
