@@ -342,6 +342,129 @@ TEST_F(CrossNodeOverlap, GemmArOverM) {
     check_ar(*w, stream, 97, 264, 72, 81, {}, 264, true, tag("ar", 97, 264, 72, "auto-symmetric-c"));
 }
 
+// ---- CUDA graphs: the sequences replay
+// ------------------------------------------------------------------------------- One eager call (it creates the op's
+// state and loads its kernels), then the same call captured in a CUDA graph and replayed 4 times, the inputs
+// alternating between two sets (uploaded into the captured buffers before each replay) and C poisoned: every replay's C
+// checked. load(set) uploads set `set`; call() enqueues the op on s; check(set): "" or what is wrong.
+template <class Load, class Call, class Check>
+std::string replayed(World& w, cudaStream_t s, const Load& load, const Call& call, const Check& check) {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    std::string err;
+    try {
+        load(0);
+        w.barrier();
+        call();
+        LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+        err = check(0);
+        if (!err.empty()) return "eager call: " + err;
+        w.barrier();
+        LOOM_CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        try {
+            call();
+        } catch (...) {
+            cudaStreamEndCapture(s, &graph);
+            throw;
+        }
+        LOOM_CHECK_CUDA(cudaStreamEndCapture(s, &graph));
+        LOOM_CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+        for (int i = 0; i < 4 && err.empty(); ++i) {
+            load(i % 2);
+            w.barrier();
+            LOOM_CHECK_CUDA(cudaGraphLaunch(exec, s));
+            LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+            err = check(i % 2);
+            if (!err.empty()) err = fmt::format("replay {}: {}", i, err);
+        }
+    } catch (const std::exception& e) {
+        err = e.what();
+    }
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    return err;
+}
+
+TEST_F(CrossNodeOverlap, GraphReplaysSequences) {
+    World& wr = *w;
+    const int W = wr.world_size(), me = wr.rank();
+    const int64_t rows = 40, n = 264, k = 136, m = rows * W;
+    // ag_gemm: A [rows, k] a rank, C [m, n]; gemm_rs: A [m, k], C [rows, n]; gemm_ar: A [rows, k], C [rows, n].
+    DevMem a(m * k * 2), b(n * k * 2), c(m * n * 2), full(m * k * 2), pa(m * k * 2), pb(n * k * 2);
+    auto load = [&](int64_t a_rows, int tc) {
+        return [&, a_rows, tc](int set) {
+            upload_bf16(a.p, a_rows * k, seed_of(me, tc + set, 1));
+            upload_bf16(b.p, n * k, seed_of(me, tc + set, 2));
+            poison(c.p, m * n * 2);
+        };
+    };
+    // The reference of a sum over ranks of A_r [a_rows, k] B_r^T for set `set` of test case tc.
+    auto sum_ref = [&](test::DeviceReference& ref, int64_t a_rows, int tc) {
+        for (int r = 0; r < W; ++r) {
+            upload_bf16(pa.p, a_rows * k, seed_of(r, tc, 1));
+            upload_bf16(pb.p, n * k, seed_of(r, tc, 2));
+            ref.add(pa.p, pb.p, DType::BF16, false, k, 1.0, r > 0, stream);
+            LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+        }
+    };
+    auto compare = [&](const test::DeviceReference& ref, int64_t row0, int64_t c_rows, int roundings) {
+        std::vector<double> r, ab;
+        ref.download(r, ab, row0, c_rows, stream);
+        return test::compare_to_reference(test::download_matrix(c.p, DType::BF16, c_rows, n, n), r, ab, n, 1.0 / 128,
+                                          roundings ? 1.0 / 256 : 1.0 / 65536, 1e-3);
+    };
+    std::string err;
+    {  // ag_gemm
+        test::DeviceReference ref[2] = {test::DeviceReference(m, n), test::DeviceReference(m, n)};
+        for (int set = 0; set < 2; ++set) {
+            for (int r = 0; r < W; ++r)
+                upload_bf16(static_cast<char*>(full.p) + r * rows * k * 2, rows * k, seed_of(r, 100 + set, 1));
+            upload_bf16(pb.p, n * k, seed_of(me, 100 + set, 2));
+            ref[set].add(full.p, pb.p, DType::BF16, false, k, 1.0, false, stream);
+            LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+        }
+        const std::string e = replayed(
+            wr, stream, load(rows, 100),
+            [&] {
+                ag_gemm(wr, MatrixView{a.p, DType::BF16, rows, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
+                        MatrixView{c.p, DType::BF16, m, n, 0}, stream, producer(AgProducer::Sequential));
+            },
+            [&](int set) { return compare(ref[set], 0, m, 0); });
+        if (!e.empty()) err += "ag_gemm sequential: " + e + "\n";
+    }
+    {  // gemm_rs
+        test::DeviceReference ref[2] = {test::DeviceReference(m, n), test::DeviceReference(m, n)};
+        for (int set = 0; set < 2; ++set) sum_ref(ref[set], m, 110 + set);
+        GemmRsOptions o;
+        o.algo = RsAlgo::Sequential;
+        const std::string e = replayed(
+            wr, stream, load(m, 110),
+            [&] {
+                gemm_rs(wr, MatrixView{a.p, DType::BF16, m, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
+                        MatrixView{c.p, DType::BF16, rows, n, 0}, stream, o);
+            },
+            [&](int set) { return compare(ref[set], me * rows, rows, 1); });
+        if (!e.empty()) err += "gemm_rs sequential: " + e + "\n";
+    }
+    {  // gemm_ar
+        test::DeviceReference ref[2] = {test::DeviceReference(rows, n), test::DeviceReference(rows, n)};
+        for (int set = 0; set < 2; ++set) sum_ref(ref[set], rows, 120 + set);
+        GemmArOptions o;
+        o.algo = ArAlgo::Sequential;
+        const std::string e = replayed(
+            wr, stream, load(rows, 120),
+            [&] {
+                gemm_ar(wr, MatrixView{a.p, DType::BF16, rows, k, 0}, MatrixView{b.p, DType::BF16, n, k, 0},
+                        MatrixView{c.p, DType::BF16, rows, n, 0}, stream, o);
+            },
+            [&](int set) { return compare(ref[set], 0, rows, 1); });
+        if (!e.empty()) err += "gemm_ar sequential: " + e + "\n";
+    }
+    const std::string all = test::agree(wr, err, "test/crossnode_overlap/graphs");
+    EXPECT_TRUE(all.empty()) << all;
+    wr.barrier();
+}
+
 // ---- the algorithms that run within one node ------------------------------------------------------------------------
 // Every rank raises the same error before the call touches any state; the World stays usable (a call after them runs).
 TEST_F(CrossNodeOverlap, RefusesOneNodeAlgorithms) {
