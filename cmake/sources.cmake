@@ -193,6 +193,7 @@ set(LOOM_SOURCES
     src/ops/overlap/gemm_ar/plan.cpp
     src/ops/overlap/gemm_ar/reduce_kernel.cpp
     src/ops/overlap/gemm_ar/sequential.cpp
+    src/ops/overlap/gemm_rs/across_nodes.cpp
     src/ops/overlap/gemm_rs/fused_epilogue.cpp
     src/ops/overlap/gemm_rs/fused_pull.cpp
     src/ops/overlap/gemm_rs/gemm_rs.cpp

@@ -1,11 +1,12 @@
 // The overlapped GEMMs (ag_gemm, gemm_rs, gemm_ar) in a World of several nodes (docs/crossnode.md, docs/overlap.md
 // "Across nodes"): every algorithm that runs there (ag_gemm: Auto, Sequential and the two-level CopyEngine form;
-// gemm_rs and gemm_ar: Auto and Sequential) against an fp64 device reference (every rank regenerates its peers' inputs
-// from their seeds), M per rank from 1 row to several waves of tiles, N and K_loc off the tiles, C strided or in the
-// symmetric heap, ag_gemm's gathered buffer in and outside the heap (checked bitwise), calls back to back; and the
-// error of an algorithm that runs within one node only. Outputs poisoned with NaN, every element checked; verdicts
-// agreed across ranks. One input dtype (bf16): each kernel compiled with remote peers is a JIT of ~20 s on first use.
-// In a one-node World the same checks run the one-node forms; only the refusal test skips.
+// gemm_rs: Auto, Sequential and the two-level ScatterReduce form; gemm_ar: Auto and Sequential) against an fp64 device
+// reference (every rank regenerates its peers' inputs from their seeds), M per rank from 1 row to several waves of
+// tiles, N and K_loc off the tiles, C strided or in the symmetric heap, ag_gemm's gathered buffer in and outside the
+// heap (checked bitwise), calls back to back; and the error of an algorithm that runs within one node only. Outputs
+// poisoned with NaN, every element checked; verdicts agreed across ranks. One input dtype (bf16): each kernel compiled
+// with remote peers is a JIT of ~20 s on first use. In a one-node World the same checks run the one-node forms; only
+// the refusal test skips.
 //
 // Run:
 //   LOOM_NODE_SIZE=2 build/bin/loomrun -n 4 build/tests/loom_dist_tests --gtest_filter='CrossNodeOverlap.*'  # 2x2
@@ -285,16 +286,83 @@ TEST_F(CrossNodeOverlap, GemmRsOverM) {
     int tc = 50;
     for (int64_t rows : {1, 17, 128, 251}) {
         const int64_t n = tc % 2 ? 136 : 1032, k = tc % 2 ? 520 : 136;
-        for (RsAlgo algo : {RsAlgo::Auto, RsAlgo::Sequential}) {
+        // ScatterReduce: across nodes the two-level form.
+        for (RsAlgo algo : {RsAlgo::Auto, RsAlgo::Sequential, RsAlgo::ScatterReduce}) {
             GemmRsOptions o;
             o.algo = algo;
             check_rs(*w, stream, rows, n, k, tc, o, n, false, tag("rs", rows, n, k, to_string(algo)));
         }
         ++tc;
     }
-    // C strided, and C in the symmetric heap.
-    check_rs(*w, stream, 97, 264, 72, 60, {}, 264 + 24, false, tag("rs", 97, 264, 72, "auto-strided"));
-    check_rs(*w, stream, 97, 264, 72, 61, {}, 264, true, tag("rs", 97, 264, 72, "auto-symmetric-c"));
+    // C strided, and C in the symmetric heap; the sequence and the two-level form.
+    for (RsAlgo algo : {RsAlgo::Sequential, RsAlgo::ScatterReduce}) {
+        GemmRsOptions o;
+        o.algo = algo;
+        check_rs(*w, stream, 97, 264, 72, 60, o, 264 + 24, false,
+                 tag("rs", 97, 264, 72, fmt::format("{}-strided", to_string(algo))));
+        check_rs(*w, stream, 97, 264, 72, 61, o, 264, true,
+                 tag("rs", 97, 264, 72, fmt::format("{}-symmetric-c", to_string(algo))));
+    }
+}
+
+// gemm_rs back to back with no host synchronisation between the calls: two input sets alternating, rows per rank
+// alternating 96 and 40, the two-level form mixed with the sequence (they share the partials' parity halves); C
+// checked at a few calls.
+TEST_F(CrossNodeOverlap, GemmRsBackToBack) {
+    World& wr = *w;
+    const int W = wr.world_size(), me = wr.rank();
+    const int64_t n = 264, k = 136, kCalls = 20;
+    const int64_t kRows[2] = {96, 40};
+    std::vector<std::unique_ptr<DevMem>> a, b;
+    std::vector<std::unique_ptr<test::DeviceReference>> refs;
+    DevMem pa(kRows[0] * W * k * 2), pb(n * k * 2), c(kRows[0] * n * 2);
+    for (int set = 0; set < 2; ++set)
+        for (int sz = 0; sz < 2; ++sz) {
+            const int tc = 140 + set * 2 + sz;
+            const int64_t m = kRows[sz] * W;
+            a.push_back(std::make_unique<DevMem>(m * k * 2));
+            b.push_back(std::make_unique<DevMem>(n * k * 2));
+            upload_bf16(a.back()->p, m * k, seed_of(me, tc, 3));
+            upload_bf16(b.back()->p, n * k, seed_of(me, tc, 4));
+            refs.push_back(std::make_unique<test::DeviceReference>(m, n));
+            for (int r = 0; r < W; ++r) {
+                upload_bf16(pa.p, m * k, seed_of(r, tc, 3));
+                upload_bf16(pb.p, n * k, seed_of(r, tc, 4));
+                refs.back()->add(pa.p, pb.p, DType::BF16, false, k, 1.0, r > 0, stream);
+                LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+            }
+        }
+    wr.barrier();
+    std::string err;
+    for (int64_t i = 0; i < kCalls && err.empty(); ++i) {
+        const int set = static_cast<int>(i % 2), sz = static_cast<int>((i / 2) % 2), j = set * 2 + sz;
+        const int64_t rows = kRows[sz], m = rows * W;
+        const bool check = i < 4 || i == 11 || i == kCalls - 1;
+        GemmRsOptions o;
+        o.algo = i % 3 == 2 ? RsAlgo::Sequential : RsAlgo::ScatterReduce;
+        try {
+            if (check) LOOM_CHECK_CUDA(cudaMemsetAsync(c.p, 0xFF, rows * n * 2, stream));  // NaN
+            gemm_rs(wr, MatrixView{a[j]->p, DType::BF16, m, k, 0}, MatrixView{b[j]->p, DType::BF16, n, k, 0},
+                    MatrixView{c.p, DType::BF16, rows, n, 0}, stream, o);
+            if (!check) continue;
+            const cudaError_t e = cudaStreamSynchronize(stream);
+            if (e != cudaSuccess) {
+                err = fmt::format("stream failed at call {}: {}", i, cudaGetErrorString(e));
+                break;
+            }
+            std::vector<double> r, ab;
+            refs[j]->download(r, ab, me * rows, rows, stream);
+            const std::string e2 = test::compare_to_reference(test::download_matrix(c.p, DType::BF16, rows, n, n), r,
+                                                              ab, n, 1.0 / 128, 1.0 / 256, 1e-3);
+            if (!e2.empty()) err = fmt::format("call {} (rows {}, {}): {}", i, rows, to_string(o.algo), e2);
+        } catch (const std::exception& e) {
+            err = fmt::format("call {}: {}", i, e.what());
+        }
+    }
+    if (err.empty() && cudaStreamSynchronize(stream) != cudaSuccess) err = "stream failed";
+    const std::string all = test::agree(wr, err, "test/crossnode_overlap/rs_back_to_back");
+    EXPECT_TRUE(all.empty()) << all;
+    wr.barrier();
 }
 
 // ---- gemm_ar: C[M, N] = sum over ranks of A_r[M, K] B_r[N, K]^T ---------------------------------------------------
@@ -496,7 +564,7 @@ TEST_F(CrossNodeOverlap, RefusesOneNodeAlgorithms) {
         expect_refused("ag_gemm", to_string(p), [&] {
             ag_gemm(*w, Ash, B, MatrixView{c.p, DType::BF16, m, n, 0}, stream, producer(p));
         });
-    for (RsAlgo algo : {RsAlgo::FusedEpilogue, RsAlgo::ScatterReduce, RsAlgo::FusedPull}) {
+    for (RsAlgo algo : {RsAlgo::FusedEpilogue, RsAlgo::FusedPull}) {
         GemmRsOptions o;
         o.algo = algo;
         expect_refused("gemm_rs", to_string(algo), [&] {

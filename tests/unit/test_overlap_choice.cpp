@@ -93,12 +93,14 @@ TEST(OverlapChoice, AcrossNodes) {
         EXPECT_NE(e.find("expected AgProducer::CopyEngine, Sequential or Auto"), std::string::npos) << e;
         EXPECT_NE(e.find("in a World of 2 nodes x 4 ranks"), std::string::npos) << e;
     }
-    // gemm_rs and gemm_ar: the sequence; a config (which only the hooked GEMMs take) raises.
+    // gemm_rs and gemm_ar: the sequence (gemm_rs's ScatterReduce: its two-level form); a config (which only the hooked
+    // GEMMs take) raises.
     EXPECT_EQ(loom::gemm_rs_algo_across_nodes(RsAlgo::Auto, 2, 2), RsAlgo::Sequential);
     EXPECT_EQ(loom::gemm_rs_algo_across_nodes(RsAlgo::Sequential, 2, 2), RsAlgo::Sequential);
+    EXPECT_EQ(loom::gemm_rs_algo_across_nodes(RsAlgo::ScatterReduce, 2, 2), RsAlgo::ScatterReduce);  // two-level
     EXPECT_NE(error_of([] { loom::gemm_rs_algo_across_nodes(RsAlgo::Auto, 2, 2, true); }).find("expected no config"),
               std::string::npos);
-    for (RsAlgo a : {RsAlgo::FusedEpilogue, RsAlgo::ScatterReduce, RsAlgo::FusedPull}) {
+    for (RsAlgo a : {RsAlgo::FusedEpilogue, RsAlgo::FusedPull}) {
         const std::string e = error_of([&] { loom::gemm_rs_algo_across_nodes(a, 4, 2); });
         EXPECT_NE(e.find(std::string("gemm_rs: the algorithm ") + loom::to_string(a) + " runs within one node"),
                   std::string::npos)

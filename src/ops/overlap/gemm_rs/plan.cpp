@@ -102,14 +102,13 @@ RsAlgo gemm_rs_algo(RsAlgo requested, bool ranks_share_gpu, const GemmConfig* co
 RsAlgo gemm_rs_algo_across_nodes(RsAlgo requested, int nodes, int ranks_per_node, bool config) {
     if (requested == RsAlgo::Auto) requested = RsAlgo::Sequential;
     const char* needs = requested == RsAlgo::FusedPull ? "its warps pull the peers' tiles of this rank's rows"
-                        : requested == RsAlgo::ScatterReduce
-                            ? "its blocks push every tile of a peer's rows into that peer's buffer"
-                            : "its epilogue copies every tile of a peer's rows to that peer";
-    overlap::check_across_nodes("gemm_rs", "algorithm", to_string(requested), requested == RsAlgo::Sequential, needs,
-                                "RsAlgo::Sequential or Auto", nodes, ranks_per_node);
+                                                       : "its epilogue copies every tile of a peer's rows to that peer";
+    overlap::check_across_nodes("gemm_rs", "algorithm", to_string(requested),
+                                requested == RsAlgo::Sequential || requested == RsAlgo::ScatterReduce, needs,
+                                "RsAlgo::Sequential, ScatterReduce or Auto", nodes, ranks_per_node);
     LOOM_CHECK(!config,
-               "gemm_rs: in a World of several nodes the sequential algorithm runs loom::gemm's own config; expected "
-               "no config");
+               "gemm_rs: in a World of several nodes the {} algorithm runs loom::gemm's own config; expected no config",
+               to_string(requested));
     return requested;
 }
 
@@ -165,6 +164,10 @@ void choose_algo(RsCall& x, const GemmRsOptions& o) {
         x.algo = ch.algo;
         x.transport = ch.transport;
     }
+    LOOM_CHECK(x.nodes == 1 || o.transport == RsTransport::Auto,
+               "gemm_rs: in a World of several nodes the {} algorithm moves no tiles by a transport; expected "
+               "RsTransport::Auto, given {}",
+               to_string(x.algo), to_string(o.transport));
     if (x.algo != RsAlgo::Sequential) return;
     LOOM_CHECK(o.transport == RsTransport::Auto,
                "gemm_rs: the sequential algorithm moves no tiles itself; expected RsTransport::Auto, given {}",
@@ -200,7 +203,10 @@ std::vector<TuneOption<GemmRsOptions>> gemm_rs_candidates(const World& world, co
     };
     std::vector<TuneOption<GemmRsOptions>> v{{"auto", {}, {}}};
     v.push_back({"sequential", with(RsAlgo::Sequential), {}});
-    if (world.num_nodes() > 1) return v;  // the forms that run across nodes (gemm_rs_algo_across_nodes)
+    if (world.num_nodes() > 1) {  // the forms that run across nodes (gemm_rs_algo_across_nodes)
+        v.push_back({"two-level", with(RsAlgo::ScatterReduce), {}});
+        return v;
+    }
     v.push_back({"fused-epilogue", with(RsAlgo::FusedEpilogue), {}});
     if (!dev.shared_gpu) v.push_back({"fused-epilogue/sm", with(RsAlgo::FusedEpilogue, RsTransport::Sm), {}});
     v.push_back({"fused-pull", with(RsAlgo::FusedPull), {}});
