@@ -175,6 +175,7 @@ set(LOOM_SOURCES
     src/ops/moe/grouped_gemm_launch.cpp
     src/ops/moe/grouped_gemm_plan.cpp
     src/ops/moe/grouped_gemm_validate.cpp
+    src/ops/overlap/ag_gemm/across_nodes.cpp
     src/ops/overlap/ag_gemm/ag_gemm.cpp
     src/ops/overlap/ag_gemm/copy_engine.cpp
     src/ops/overlap/ag_gemm/direct.cpp
@@ -192,6 +193,7 @@ set(LOOM_SOURCES
     src/ops/overlap/gemm_ar/plan.cpp
     src/ops/overlap/gemm_ar/reduce_kernel.cpp
     src/ops/overlap/gemm_ar/sequential.cpp
+    src/ops/overlap/gemm_rs/across_nodes.cpp
     src/ops/overlap/gemm_rs/fused_epilogue.cpp
     src/ops/overlap/gemm_rs/fused_pull.cpp
     src/ops/overlap/gemm_rs/gemm_rs.cpp

@@ -69,6 +69,66 @@ TEST(OverlapChoice, AgGemmGatherPlacement) {
     EXPECT_EQ(loom::ag_gather_at(AgProducer::Sequential, true, true), AgGatherAt::Callers);
     EXPECT_EQ(loom::ag_gather_at(AgProducer::Sequential, true, false), AgGatherAt::Callers);
     EXPECT_EQ(loom::ag_gather_at(AgProducer::Direct, false, false), AgGatherAt::None);
+    // Across nodes the sequence's hierarchical all_gather writes a symmetric out: a plain one is copied into.
+    EXPECT_EQ(loom::ag_gather_at(AgProducer::Sequential, true, false, true), AgGatherAt::OwnThenCopy);
+    EXPECT_EQ(loom::ag_gather_at(AgProducer::Sequential, true, true, true), AgGatherAt::Callers);
+    EXPECT_EQ(loom::ag_gather_at(AgProducer::CopyEngine, true, false, true), AgGatherAt::OwnThenCopy);
+}
+
+// A World of several nodes: Auto takes a form that runs there; an algorithm that reaches its peers through the node's
+// heap only raises, naming itself, what it needs and the World.
+TEST(OverlapChoice, AcrossNodes) {
+    // ag_gemm: the sequence for one wave of tiles, else (or with a config) the two-level copy-engine form.
+    EXPECT_EQ(loom::ag_gemm_producer_across_nodes(AgProducer::Auto, 2, 4, 100, 132), AgProducer::Sequential);
+    EXPECT_EQ(loom::ag_gemm_producer_across_nodes(AgProducer::Auto, 2, 4, 133, 132), AgProducer::CopyEngine);
+    EXPECT_EQ(loom::ag_gemm_producer_across_nodes(AgProducer::Auto, 2, 4, 0, 132), AgProducer::CopyEngine);
+    EXPECT_EQ(loom::ag_gemm_producer_across_nodes(AgProducer::Auto, 2, 4, 10, 132, true), AgProducer::CopyEngine);
+    EXPECT_EQ(loom::ag_gemm_producer_across_nodes(AgProducer::Sequential, 2, 4), AgProducer::Sequential);
+    EXPECT_EQ(loom::ag_gemm_producer_across_nodes(AgProducer::CopyEngine, 4, 2), AgProducer::CopyEngine);
+    for (AgProducer p : {AgProducer::Sm, AgProducer::Direct}) {
+        const std::string e = error_of([&] { loom::ag_gemm_producer_across_nodes(p, 2, 4); });
+        EXPECT_NE(e.find(std::string("ag_gemm: the producer ") + loom::to_string(p) + " runs within one node"),
+                  std::string::npos)
+            << e;
+        EXPECT_NE(e.find("expected AgProducer::CopyEngine, Sequential or Auto"), std::string::npos) << e;
+        EXPECT_NE(e.find("in a World of 2 nodes x 4 ranks"), std::string::npos) << e;
+    }
+    // gemm_rs and gemm_ar: the sequence (gemm_rs's ScatterReduce: its two-level form); a config (which only the hooked
+    // GEMMs take) raises.
+    EXPECT_EQ(loom::gemm_rs_algo_across_nodes(RsAlgo::Auto, 2, 2), RsAlgo::Sequential);
+    EXPECT_EQ(loom::gemm_rs_algo_across_nodes(RsAlgo::Sequential, 2, 2), RsAlgo::Sequential);
+    EXPECT_EQ(loom::gemm_rs_algo_across_nodes(RsAlgo::ScatterReduce, 2, 2), RsAlgo::ScatterReduce);  // two-level
+    EXPECT_NE(error_of([] { loom::gemm_rs_algo_across_nodes(RsAlgo::Auto, 2, 2, true); }).find("expected no config"),
+              std::string::npos);
+    for (RsAlgo a : {RsAlgo::FusedEpilogue, RsAlgo::FusedPull}) {
+        const std::string e = error_of([&] { loom::gemm_rs_algo_across_nodes(a, 4, 2); });
+        EXPECT_NE(e.find(std::string("gemm_rs: the algorithm ") + loom::to_string(a) + " runs within one node"),
+                  std::string::npos)
+            << e;
+        EXPECT_NE(e.find("in a World of 4 nodes x 2 ranks"), std::string::npos) << e;
+    }
+    using loom::ArShots;
+    EXPECT_EQ(loom::gemm_ar_algo_across_nodes(ArAlgo::Auto, ArShots::Auto, 2, 2), ArAlgo::Sequential);
+    EXPECT_EQ(loom::gemm_ar_algo_across_nodes(ArAlgo::Sequential, ArShots::Auto, 2, 2), ArAlgo::Sequential);
+    EXPECT_NE(error_of([] {
+                  loom::gemm_ar_algo_across_nodes(ArAlgo::Auto, ArShots::Auto, 2, 2, true);
+              }).find("expected no config"),
+              std::string::npos);
+    EXPECT_NE(error_of([] {
+                  loom::gemm_ar_algo_across_nodes(ArAlgo::Sequential, ArShots::OneShot, 2, 2);
+              }).find("ArShots::one-shot is the reduce kernel's"),
+              std::string::npos);
+    for (ArAlgo a : {ArAlgo::FusedEpilogue, ArAlgo::ReduceKernel}) {
+        const std::string e = error_of([&] { loom::gemm_ar_algo_across_nodes(a, ArShots::Auto, 2, 4); });
+        EXPECT_NE(e.find(std::string("gemm_ar: the algorithm ") + loom::to_string(a) + " runs within one node"),
+                  std::string::npos)
+            << e;
+    }
+    // ArShots ask for the reduce kernel.
+    EXPECT_NE(error_of([] {
+                  loom::gemm_ar_algo_across_nodes(ArAlgo::Auto, ArShots::TwoShot, 2, 4);
+              }).find("the algorithm reduce-kernel runs within one node"),
+              std::string::npos);
 }
 
 TEST(OverlapChoice, GemmRsTransport) {

@@ -28,7 +28,8 @@
 
 namespace loom {
 
-// Who moves A's chunks in ag_gemm.
+// Who moves A's chunks in ag_gemm. In a World of several nodes (docs/overlap.md "Across nodes") CopyEngine runs the
+// two-level form, Sequential the hierarchical all_gather, Auto one of them; Sm and Direct raise.
 enum class AgProducer {
     Auto,        // Direct where ranks share a GPU (when it applies); with a GPU per rank Sequential when the GEMM's
                  // tiles fit one wave, else CopyEngine
@@ -53,7 +54,8 @@ struct AgGemmOptions {
     int num_sms = 0;  // the SMs the op plans on; 0: the device's (under MPS the client's share)
 };
 
-// How gemm_rs reduces.
+// How gemm_rs reduces. In a World of several nodes ScatterReduce runs the two-level form, Sequential the hierarchical
+// reduce_scatter, Auto the sequence; the fused algorithms raise.
 enum class RsAlgo {
     Auto,           // ranks sharing a GPU: FusedPull when M / W is a multiple of 64 and K_loc is shallow, else
                     // Sequential; a GPU per rank: FusedEpilogue or Sequential by the GEMM's waves of tiles when M / W
@@ -85,7 +87,8 @@ struct GemmRsOptions {
     int num_sms = 0;  // the SMs the op plans on; 0: the device's (under MPS the client's share)
 };
 
-// How gemm_ar reduces (docs/overlap.md, "gemm_ar": where Auto picks what).
+// How gemm_ar reduces (docs/overlap.md, "gemm_ar": where Auto picks what). In a World of several nodes only
+// Sequential (the hierarchical all_reduce) runs, Auto's choice there.
 enum class ArAlgo {
     Auto,           // a GPU per rank: FusedEpilogue when the GEMM's tiles fit one wave and the tile stages whole slabs;
                     // otherwise (and where ranks share a GPU) ReduceKernel or Sequential by the cost model of

@@ -1,7 +1,9 @@
 #include "ops/collectives/coll_choice.hpp"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "loom/jit/jit.hpp"
@@ -260,10 +262,13 @@ bool sharing_matches(GpuSharing s, const CollTopology& topo) {
 }  // namespace coll
 
 CollTopology collective_topology(World& world) {
-    // Shared GPU: another rank reports this rank's PCI bus id (through the store).
+    // Shared GPU: another rank reports this rank's host and PCI bus id (through the store; the host name keeps the
+    // same bus id on two hosts of a World of several nodes apart).
     char bus[64] = {};
     LOOM_CHECK_CUDA(cudaDeviceGetPCIBusId(bus, sizeof(bus), world.device()));
-    const std::string mine(bus);
+    char host[HOST_NAME_MAX + 1] = {};
+    ::gethostname(host, sizeof host - 1);
+    const std::string mine = std::string(host) + "/" + bus;
     const auto all = world.store().all_gather("loom/coll/busid", Bytes(mine.begin(), mine.end()));
     CollTopology t{world.world_size(), false, jit::current_arch()};
     for (int r = 0; r < world.world_size(); ++r)

@@ -79,12 +79,21 @@ inline constexpr int kHierMaxBlocks = 16;
 struct HierParams {
     const void* in;
     void* out;
-    uint64_t count;   // all_gather: bytes per rank; all_to_all: bytes per peer; reduce_scatter: elements of out;
-                      // all_reduce: elements
-    uint64_t* epoch;  // symmetric, [kHierMaxBlocks]
-    uint64_t* sig;    // symmetric, [kHierMaxBlocks * world]
-    char* scratch;    // symmetric: reductions' partials and what the other nodes send (reduce_scatter, all_reduce)
-    uint64_t stride;  // reduce_scatter / all_reduce: elements between the partial and the receive area's slots
+    uint64_t count;        // all_gather: bytes per rank; all_to_all: bytes per peer; reduce_scatter: elements of out;
+                           // all_reduce: elements
+    uint64_t* epoch;       // symmetric, [kHierMaxBlocks]
+    uint64_t* sig;         // symmetric, [kHierMaxBlocks * world]
+    char* scratch;         // symmetric: reductions' partials and what the other nodes send (reduce_scatter, all_reduce)
+    uint64_t stride;       // reduce_scatter / all_reduce: elements between the partial and the receive area's slots
+    uint32_t node_subset;  // all_gather's and reduce_scatter's intra steps: the chunks of which nodes (kHierNodes*)
+    uint32_t inter_part;   // reduce_scatter's inter step: what it runs (kHierInter*)
 };
+
+// HierParams::node_subset: every node's chunks (the collectives), the other nodes' only, or this node's only (the
+// overlapped GEMMs across nodes, which handle the rest beside them).
+inline constexpr uint32_t kHierNodesAll = 0, kHierNodesOther = 1, kHierNodesOwn = 2;
+// HierParams::inter_part: reduce_scatter's inter step whole; its exchange only (meet, send the partials, wait for the
+// other nodes'); its combine only (this node's partial with the received ones, after an exchange-only launch).
+inline constexpr uint32_t kHierInterAll = 0, kHierInterExchange = 1, kHierInterCombine = 2;
 
 }  // namespace loom::kernels::coll

@@ -8,12 +8,15 @@
 //   hier_all_gather_intra          the N chunks of local rank l pushed to every node peer's out
 //   hier_reduce_scatter_intra<T,O> partial[m] = op over node peers q of q's chunk (m, l) (pulled; in symmetric)
 //   hier_reduce_scatter_inter<T,O> partial[m] put_signal to (m, l)'s receive slot n; out = op of own partial[n] and
-//                                  the N - 1 received ones
+//                                  the N - 1 received ones (inter_part: the exchange or the combine alone)
 //   hier_all_reduce_intra<T,O>     partial = op over node peers of range l (of L ranges) of in (pulled)
 //   hier_all_reduce_inter<T,O>     partial put_signal to every (m, l); range l of out = op of the N partials
 //   hier_all_reduce_gather<T>      range l of out pushed to every node peer's out
 //   hier_all_to_all_intra          blocks of node peers pushed by load/store (in and out symmetric)
 //   hier_all_to_all_inter          blocks of every rank on another node, put_signal through NVSHMEM
+//
+// The intra steps of all_gather and reduce_scatter take node_subset: every node's chunks m, the other nodes' (m != n)
+// or this node's (m = n) only.
 //
 // Synchronisation: block b of a launch pairs with block b of each peer's launch of the same kernel (same grid on every
 // rank; block_share slices are equal). Every kernel first meets the peers it writes to or reads from (entry barrier,
@@ -101,6 +104,12 @@ LOOM_DEVICE inline void put_signal(const Ctx& ctx, const HierParams& p, char* ds
     }
 }
 
+// Whether node m's chunks are in the launch's node_subset.
+LOOM_DEVICE LOOM_FORCEINLINE bool in_subset(const Ctx& ctx, const HierParams& p, int m) {
+    if (p.node_subset == kHierNodesAll) return true;
+    return (m == ctx.node) == (p.node_subset == kHierNodesOwn);
+}
+
 template <class T, int kOp>
 LOOM_DEVICE LOOM_FORCEINLINE float load_combine(float acc, const T* src, bool first) {
     const float v = to_float<T>(*src);
@@ -142,6 +151,7 @@ __global__ void __launch_bounds__(512) hier_all_gather_intra(Ctx ctx, HierParams
         for (int k = 1; k < L; ++k) {
             const int peer = ctx.local_base_rank + (ctx.local_rank + k) % L;
             for (int m = 0; m < N; ++m) {
+                if (!hier::in_subset(ctx, p, m)) continue;
                 char* const c = out + static_cast<uint64_t>(m * L + ctx.local_rank) * B + r.lo;
                 lang::put_nbi(lang::block, ctx, c, c, r.size(), peer);
             }
@@ -163,6 +173,7 @@ __global__ void __launch_bounds__(512) hier_reduce_scatter_intra(Ctx ctx, HierPa
     const Range r = block_share(C, 1);
     const int L = ctx.local_world, N = ctx.num_nodes();
     for (int m = 0; m < N; ++m) {
+        if (!hier::in_subset(ctx, p, m)) continue;
         const uint64_t chunk = static_cast<uint64_t>(m * L + ctx.local_rank) * C;
         for (uint64_t i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
             float acc = 0.f;
@@ -184,18 +195,24 @@ __global__ void __launch_bounds__(512) hier_reduce_scatter_inter(Ctx ctx, HierPa
     T* const partial = reinterpret_cast<T*>(p.scratch);
     T* const recv = partial + static_cast<uint64_t>(ctx.num_nodes()) * S;
     T* const out = static_cast<T*>(p.out);
-    hier::barrier<hier::kSameLocalRank>(ctx, p, sig_value(e, 1),
-                                        "hierarchical reduce_scatter, inter-node entry barrier (same local rank)");
     const Range r = block_share(C, 16 / sizeof(T));
     const int N = ctx.num_nodes(), n = ctx.node;
-    for (int k = 1; k < N; ++k) {
-        const int m = (n + k) % N;  // partial[m] belongs to (m, l); it lands in its recv slot n
-        hier::put_signal(ctx, p, reinterpret_cast<char*>(recv + n * S + r.lo),
-                         reinterpret_cast<const char*>(partial + m * S + r.lo), r.size() * sizeof(T),
-                         m * ctx.local_world + ctx.local_rank, sig_value(e, 2));
+    if (p.inter_part != kHierInterCombine) {
+        hier::barrier<hier::kSameLocalRank>(ctx, p, sig_value(e, 1),
+                                            "hierarchical reduce_scatter, inter-node entry barrier (same local rank)");
+        for (int k = 1; k < N; ++k) {
+            const int m = (n + k) % N;  // partial[m] belongs to (m, l); it lands in its recv slot n
+            hier::put_signal(ctx, p, reinterpret_cast<char*>(recv + n * S + r.lo),
+                             reinterpret_cast<const char*>(partial + m * S + r.lo), r.size() * sizeof(T),
+                             m * ctx.local_world + ctx.local_rank, sig_value(e, 2));
+        }
+        hier::wait_all<hier::kSameLocalRank>(
+            ctx, p, sig_value(e, 2), "hierarchical reduce_scatter, inter-node: partial from the same local rank");
     }
-    hier::wait_all<hier::kSameLocalRank>(ctx, p, sig_value(e, 2),
-                                         "hierarchical reduce_scatter, inter-node: partial from the same local rank");
+    if (p.inter_part == kHierInterExchange) {
+        lang::quiet(lang::block, ctx);
+        return;
+    }
     for (uint64_t i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
         float acc = to_float<T>(partial[n * S + i]);
         for (int m = 0; m < N; ++m)

@@ -28,12 +28,11 @@ struct Kernel {
     std::vector<std::string> targs;
 };
 
-// Loads the kernels (compiled with remote peers: nvcc, linked with NVSHMEM's device library), then launches them in
-// order on `stream`. The first call that loads a kernel meets every rank on the host after loading: a compile takes
-// seconds, and a peer still compiling would leave this rank's first kernel spinning on it towards the wait bound. Every
-// rank loads the same kernels at the same calls, so all of them take that barrier or none.
-void launch(World& world, State& st, const std::vector<Kernel>& ks, int blocks, const HierParams& p,
-            cudaStream_t stream) {
+// Loads the kernels (compiled with remote peers: nvcc, linked with NVSHMEM's device library); launch() then launches
+// them in order on `stream`. The first call that loads a kernel meets every rank on the host after loading: a compile
+// takes seconds, and a peer still compiling would leave this rank's first kernel spinning on it towards the wait bound.
+// Every rank loads the same kernels at the same calls, so all of them take that barrier or none.
+std::vector<const jit::Kernel*> load(World& world, State& st, const std::vector<Kernel>& ks) {
     std::vector<const jit::Kernel*> loaded;
     bool first = false;
     for (const Kernel& k : ks) {
@@ -52,6 +51,12 @@ void launch(World& world, State& st, const std::vector<Kernel>& ks, int blocks, 
         loaded.push_back(slot);
     }
     if (first) world.barrier("collectives/hier/loaded");
+    return loaded;
+}
+
+void launch(World& world, State& st, const std::vector<Kernel>& ks, int blocks, const HierParams& p,
+            cudaStream_t stream) {
+    const std::vector<const jit::Kernel*> loaded = load(world, st, ks);
     jit::LaunchConfig cfg;
     cfg.grid = dim3(static_cast<unsigned>(blocks));
     cfg.block = dim3(kThreads);
@@ -130,6 +135,14 @@ State::State(World& world) {
 
 void State::release(World& world) { world.free(epoch); }
 
+BesideState::BesideState(World& world) {
+    const std::size_t n = std::size_t(kHierMaxBlocks) * (1 + static_cast<std::size_t>(world.world_size()));
+    epoch = detail::alloc_zeroed<std::uint64_t>(world, n);
+    sig = epoch + kHierMaxBlocks;
+}
+
+void BesideState::release(World& world) { world.free(epoch); }
+
 void all_gather(World& world, const BufferView& in, const BufferView& out, const CollOptions& opts, cudaStream_t stream,
                 Steps steps) {
     const char* op = "all_gather";
@@ -145,6 +158,31 @@ void all_gather(World& world, const BufferView& in, const BufferView& out, const
     if (runs_inter(steps)) ks.push_back({"hier_all_gather_inter", {}});
     if (runs_intra(steps)) ks.push_back({"hier_all_gather_intra", {}});
     launch(world, st, ks, blocks, p, stream);
+}
+
+namespace {
+const std::vector<Kernel> kAllGather = {{"hier_all_gather_inter", {}}, {"hier_all_gather_intra", {}}};
+}  // namespace
+
+void prepare_all_gather(World& world, cudaStream_t stream) {
+    (void)load(world, coll::state<State>(world, stream, "all_gather"), kAllGather);
+}
+
+void all_gather_other_nodes(World& world, const BufferView& in, const BufferView& out, int num_sms,
+                            cudaStream_t stream) {
+    const char* op = "all_gather";
+    LOOM_CHECK(out.count == in.count * static_cast<std::size_t>(world.world_size()) && out.dtype == in.dtype,
+               "{}: internal: out of {} elements for {} ranks of {}", op, out.count, world.world_size(), in.count);
+    coll::check_symmetric(op, "hierarchical", "out", world, out);
+    State& st = coll::state<State>(world, stream, op);
+    HierParams p = base(st);
+    p.in = in.data;
+    p.out = out.data;
+    p.count = in.bytes();
+    p.node_subset = kernels::coll::kHierNodesOther;
+    CollOptions opts;
+    opts.num_sms = num_sms;
+    launch(world, st, kAllGather, blocks_for(p.count, opts), p, stream);
 }
 
 void reduce_scatter(World& world, const BufferView& in, const BufferView& out, const CollOptions& opts,
@@ -166,6 +204,57 @@ void reduce_scatter(World& world, const BufferView& in, const BufferView& out, c
     if (runs_intra(steps)) ks.push_back({"hier_reduce_scatter_intra", t});
     if (runs_inter(steps)) ks.push_back({"hier_reduce_scatter_inter", t});
     launch(world, st, ks, blocks, p, stream);
+}
+
+namespace {
+
+std::vector<Kernel> reduce_scatter_kernels(DType t) {
+    const std::vector<std::string> targs = {cuda_type(t), reduce_template(ReduceOp::Sum)};
+    return {{"hier_reduce_scatter_intra", targs}, {"hier_reduce_scatter_inter", targs}};
+}
+
+}  // namespace
+
+void prepare_reduce_scatter(World& world, const BufferView& in, const BufferView& out, cudaStream_t stream) {
+    const char* op = "reduce_scatter";
+    coll::check_symmetric(op, "hierarchical", "in", world, in);
+    (void)scratch(world, op, 2 * static_cast<std::size_t>(world.num_nodes()) * out.bytes(),
+                  "2 x nodes x out.count elements");
+    (void)coll::state<BesideState>(world, stream, op);
+    (void)load(world, coll::state<State>(world, stream, op), reduce_scatter_kernels(in.dtype));
+}
+
+void reduce_scatter_part(World& world, const BufferView& in, const BufferView& out, RsPart part, cudaStream_t stream) {
+    const char* op = "reduce_scatter";
+    State& st = coll::state<State>(world, stream, op);
+    HierParams p{};
+    if (part == RsPart::OtherNodes) {
+        p = base(st);
+    } else {
+        const BesideState& b = coll::state<BesideState>(world, stream, op);
+        p.epoch = b.epoch;
+        p.sig = b.sig;
+    }
+    p.in = in.data;
+    p.out = out.data;
+    p.count = out.count;
+    p.stride = out.count;
+    p.scratch = scratch(world, op, 2 * static_cast<std::size_t>(world.num_nodes()) * out.bytes(),
+                        "2 x nodes x out.count elements");
+    const std::vector<Kernel> ks = reduce_scatter_kernels(in.dtype);
+    std::vector<Kernel> run;
+    if (part == RsPart::OtherNodes) {
+        p.node_subset = kernels::coll::kHierNodesOther;
+        p.inter_part = kernels::coll::kHierInterExchange;
+        run = ks;
+    } else if (part == RsPart::OwnNode) {
+        p.node_subset = kernels::coll::kHierNodesOwn;
+        run = {ks[0]};
+    } else {
+        p.inter_part = kernels::coll::kHierInterCombine;
+        run = {ks[1]};
+    }
+    launch(world, st, run, blocks_for(out.bytes(), CollOptions{}), p, stream);
 }
 
 void all_reduce(World& world, const BufferView& in, const BufferView& out, const CollOptions& opts, cudaStream_t stream,

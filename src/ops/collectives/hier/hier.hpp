@@ -44,12 +44,43 @@ struct State final : WorldState {
     std::map<std::string, const jit::Kernel*> kernels;  // loaded by this World's calls, by "name,targs"
 };
 
+// A second set of the hierarchical kernels' signals, for kernels that run on one stream while others of the same
+// call run on another stream with State's (gemm_rs across nodes). Symmetric, zeroed when created (collective; not
+// during a CUDA-graph capture).
+struct BesideState final : WorldState {
+    static constexpr const char* kKey = "collectives/hier/beside";
+    explicit BesideState(World& world);
+    void release(World& world) override;
+    std::uint64_t* epoch = nullptr;  // [kHierMaxBlocks]
+    std::uint64_t* sig = nullptr;    // [kHierMaxBlocks x world]
+};
+
 // Validated calls (the public entry's checks have run): these check what the hierarchical forms add (the options,
 // symmetric buffers, the scratch) and launch.
 void all_gather(World& world, const BufferView& in, const BufferView& out, const CollOptions& opts, cudaStream_t stream,
                 Steps steps = Steps::All);
+// Creates the signals and loads all_gather's kernels without launching them (collective: the first load meets every
+// rank; creating the signals synchronises the device): for a caller that launches them behind work that waits on its
+// peers.
+void prepare_all_gather(World& world, cudaStream_t stream);
+// all_gather's chunks of the other nodes only (ag_gemm across nodes, which gathers the node's own chunks by the copy
+// engine beside it): the inter step (in to this rank's chunk of out, unless in is that chunk, then to the same local
+// rank of every other node), then the intra step for the other nodes' chunks. out symmetric; at most num_sms blocks
+// (0: blocks_for's count).
+void all_gather_other_nodes(World& world, const BufferView& in, const BufferView& out, int num_sms,
+                            cudaStream_t stream);
 void reduce_scatter(World& world, const BufferView& in, const BufferView& out, const CollOptions& opts,
                     cudaStream_t stream, Steps steps = Steps::All);
+// reduce_scatter (sum) in three parts, for gemm_rs across nodes, whose GEMM writes the other nodes' rows of `in` first:
+//   OtherNodes  on a side stream once those rows are written: the intra step for the other nodes' chunks and the inter
+//               step's exchange (State's signals);
+//   OwnNode     on the stream once this node's rows are written: the intra step for its chunks (BesideState's);
+//   Combine     on the stream after both: out = this node's partial and the other nodes' (BesideState's).
+// in symmetric; 2 x nodes x out.count elements of the collective scratch. prepare_reduce_scatter creates the states
+// and loads the kernels (collective) before any part is launched.
+enum class RsPart { OtherNodes, OwnNode, Combine };
+void prepare_reduce_scatter(World& world, const BufferView& in, const BufferView& out, cudaStream_t stream);
+void reduce_scatter_part(World& world, const BufferView& in, const BufferView& out, RsPart part, cudaStream_t stream);
 void all_reduce(World& world, const BufferView& in, const BufferView& out, const CollOptions& opts, cudaStream_t stream,
                 Steps steps = Steps::All);
 void all_to_all(World& world, const BufferView& in, const BufferView& out, const CollOptions& opts, cudaStream_t stream,

@@ -1,7 +1,7 @@
 // loom::ag_gemm: AllGather+GEMM (kernels/overlap/ag_gemm.cuh; docs/overlap.md). The entry validates the call, chooses
-// the producer (plan.cpp) and dispatches to it: copy_engine.cpp, sm_push.cpp, direct.cpp, sequential.cpp (and
-// gathered_copy.cpp for a gathered buffer outside the symmetric heap). A call that
-// leaves every choice to Loom runs the options the autotuner decided for its shape (common/tune.hpp).
+// the producer (plan.cpp) and dispatches to it: copy_engine.cpp, sm_push.cpp, direct.cpp, sequential.cpp, across
+// nodes across_nodes.cpp or sequential.cpp (and gathered_copy.cpp for a gathered buffer outside the symmetric heap). A
+// call that leaves every choice to Loom runs the options the autotuner decided for its shape (common/tune.hpp).
 #include "ops/overlap/ag_gemm/ag_gemm.hpp"
 
 #include <cstdint>
@@ -79,7 +79,16 @@ void as_given(World& world, const MatrixView& a, const MatrixView& b, const Matr
     const bool captured = overlap::check_capture(stream, "ag_gemm", o.producer == AgProducer::Sequential);
     AgCall x = validate(world, a, b, c, stream, o, captured);
     overlap::choose_producer(x, o);
-    if (x.producer == AgProducer::Sequential) return overlap::ag_gemm_sequential(x);
+    if (x.producer == AgProducer::Sequential) {
+        overlap::ag_gemm_sequential(x);
+        if (x.gathered_out) overlap::ag_gemm_copy_gathered(x);
+        return;
+    }
+    if (x.nodes > 1) {  // the copy-engine producer across nodes: the two-level form
+        overlap::ag_gemm_across_nodes(x, o);
+        if (x.gathered_out) overlap::ag_gemm_copy_gathered(x);
+        return;
+    }
     const kernels::overlap::AgGemmHookArgs h = overlap::prepare_overlapped(x, o);
     switch (x.producer) {
         case AgProducer::Direct:

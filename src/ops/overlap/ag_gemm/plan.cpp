@@ -44,10 +44,22 @@ AgProducer ag_gemm_producer(AgProducer requested, int world_size, int64_t rows_p
     return requested;
 }
 
-AgGatherAt ag_gather_at(AgProducer producer, bool gathered_given, bool gathered_symmetric) {
+AgProducer ag_gemm_producer_across_nodes(AgProducer requested, int nodes, int ranks_per_node, int64_t tiles,
+                                         int num_sms, bool config) {
+    if (requested == AgProducer::Auto)
+        return !config && tiles > 0 && tiles <= num_sms ? AgProducer::Sequential : AgProducer::CopyEngine;
+    const char* needs = requested == AgProducer::Sm ? "its blocks store the shard into every peer's gather buffer"
+                                                    : "its GEMM reads every peer's shard in place";
+    overlap::check_across_nodes("ag_gemm", "producer", to_string(requested),
+                                requested == AgProducer::Sequential || requested == AgProducer::CopyEngine, needs,
+                                "AgProducer::CopyEngine, Sequential or Auto", nodes, ranks_per_node);
+    return requested;
+}
+
+AgGatherAt ag_gather_at(AgProducer producer, bool gathered_given, bool gathered_symmetric, bool across_nodes) {
     if (producer == AgProducer::Direct) return AgGatherAt::None;
     if (!gathered_given) return AgGatherAt::Own;
-    if (gathered_symmetric || producer == AgProducer::Sequential) return AgGatherAt::Callers;
+    if (gathered_symmetric || (producer == AgProducer::Sequential && !across_nodes)) return AgGatherAt::Callers;
     return AgGatherAt::OwnThenCopy;
 }
 
@@ -78,8 +90,11 @@ void choose_producer(AgCall& x, const AgGemmOptions& o) {
     x.plan = ag_gemm_plan(x.M, x.N, x.K, x.W, AgProducer::CopyEngine, o.comm_sms, dev.arch, x.num_sms, dev.shared_gpu,
                           x.a.dtype);
     const GemmConfig& tile = o.config ? *o.config : x.plan.gemm;
-    x.producer = ag_gemm_producer(o.producer, x.W, x.R, tile.block_m, o.gathered.data != nullptr, dev.shared_gpu,
-                                  o.config ? 0 : tile_count(x.M, x.N, tile), x.num_sms);
+    x.producer =
+        x.nodes > 1 ? ag_gemm_producer_across_nodes(o.producer, x.nodes, x.L, o.config ? 0 : tile_count(x.M, x.N, tile),
+                                                    x.num_sms, o.config != nullptr)
+                    : ag_gemm_producer(o.producer, x.W, x.R, tile.block_m, o.gathered.data != nullptr, dev.shared_gpu,
+                                       o.config ? 0 : tile_count(x.M, x.N, tile), x.num_sms);
     LOOM_CHECK(x.producer != AgProducer::Sequential || o.config == nullptr,
                "{}: the sequential producer runs loom::gemm's own config; expected no config", op);
     if (x.producer == AgProducer::Sm)
@@ -92,9 +107,10 @@ void choose_producer(AgCall& x, const AgGemmOptions& o) {
                    "{}: expected the gathered buffer dense [{}, {}] {}, given {} x {} (ld {}) {}", op, x.M, x.K,
                    dtype_name(x.a.dtype), g.rows, g.cols, g.stride(), dtype_name(g.dtype));
     const AgGatherAt at =
-        ag_gather_at(x.producer, g.data != nullptr, g.data && x.world->is_symmetric(g.data, gather_bytes));
-    // The producers' signals and gather buffer; the sequence's gather buffer only when it has no gathered buffer.
-    if (at != AgGatherAt::None && (x.producer != AgProducer::Sequential || at == AgGatherAt::Own))
+        ag_gather_at(x.producer, g.data != nullptr, g.data && x.world->is_symmetric(g.data, gather_bytes), x.nodes > 1);
+    // The producers' signals and gather buffer; the sequence's gather buffer only when it does not gather into the
+    // caller's.
+    if (at != AgGatherAt::None && (x.producer != AgProducer::Sequential || at != AgGatherAt::Callers))
         x.st = &op_state<AgGatherState>(*x.world, op, x.captured);
     if (at == AgGatherAt::Callers) x.gather = g.data;
     if (at == AgGatherAt::Own || at == AgGatherAt::OwnThenCopy)
@@ -146,6 +162,10 @@ std::vector<TuneOption<AgGemmOptions>> ag_gemm_candidates(const World& world, co
                                                           const DeviceFacts& dev, int num_sms) {
     std::vector<TuneOption<AgGemmOptions>> v{{"auto", {}, {}}};
     v.push_back({"sequential", AgGemmOptions{AgProducer::Sequential}, {}});
+    if (world.num_nodes() > 1) {  // the forms that run across nodes (ag_gemm_producer_across_nodes)
+        v.push_back({"copy-engine", AgGemmOptions{AgProducer::CopyEngine}, {}});
+        return v;
+    }
     v.push_back({"copy-engine", AgGemmOptions{AgProducer::CopyEngine}, {}});
     v.push_back({"sm/tma", AgGemmOptions{AgProducer::Sm, DataPath::Tma}, {}});
     v.push_back({"sm/ldst", AgGemmOptions{AgProducer::Sm, DataPath::LdSt}, {}});

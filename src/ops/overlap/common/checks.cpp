@@ -85,6 +85,14 @@ void check_tile_count(const char* op, int64_t m, int64_t n, const GemmConfig& cf
                kernels::overlap::kMaxTileSignals, num_m, num_n, m, n, cfg.str());
 }
 
+void check_across_nodes(const char* op, const char* what, const char* algo, bool runs_across, const char* needs,
+                        const char* instead, int nodes, int ranks_per_node) {
+    LOOM_CHECK(nodes <= 1 || runs_across,
+               "{}: the {} {} runs within one node ({}); in a World of several nodes expected {}, given {} in a World "
+               "of {} nodes x {} ranks",
+               op, what, algo, needs, instead, algo, nodes, ranks_per_node);
+}
+
 bool check_capture(cudaStream_t stream, const char* op, bool replayable) {
     const bool captured = stream_ops::capturing(stream);
     LOOM_CHECK(!captured || replayable,

@@ -68,7 +68,9 @@ struct OpCall {
     const DeviceFacts* dev = nullptr;
     int num_sms = 0;  // the SMs the op plans on (plan_sms)
     bool captured = false;
-    int W = 0;  // world size
+    int W = 0;      // world size
+    int nodes = 1;  // world.num_nodes()
+    int L = 0;      // ranks per node (world.local_world_size())
 };
 // The validation every op starts with: the World's DeviceFacts (created on its first call), the SMs the call plans on,
 // A, B, C and the products' scale.
@@ -84,6 +86,8 @@ void begin_call(OpCall& x, const char* op, World& world, const MatrixView& a, co
     x.dev = &device_facts(world, op, captured);
     x.num_sms = plan_sms(*x.dev, o.num_sms, op);
     x.W = world.world_size();
+    x.nodes = world.num_nodes();
+    x.L = world.local_world_size();
     check_inputs(world, op, a, b, c);
     x.sc = scale_of(o);
     check_scale(op, x.sc, world.device());
@@ -97,6 +101,13 @@ void begin_call(OpCall& x, const char* op, World& world, const MatrixView& a, co
 // and halves, and its waits would pass on the previous replay's signals (wrong results) or never (a hang). Called
 // before the op touches any state, so a refused capture stays valid and the caller can end it.
 bool check_capture(cudaStream_t stream, const char* op, bool replayable);
+
+// In a World of several nodes (nodes > 1) an op's algorithms that reach their peers by load / store, TMA or the copy
+// engine only (the node's fd-mapped heap) cannot run. Raises, naming the op, the kind of choice (`what`: "producer",
+// "algorithm"), the algorithm asked for, what it needs, what runs across nodes instead and the World given, unless
+// `runs_across` or nodes == 1.
+void check_across_nodes(const char* op, const char* what, const char* algo, bool runs_across, const char* needs,
+                        const char* instead, int nodes, int ranks_per_node);
 
 // Whether the ops print their plans (the debug log level, LOOM_LOG_LEVEL=debug).
 inline bool debug() { return log_enabled(LogLevel::Debug); }

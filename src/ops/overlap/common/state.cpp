@@ -33,10 +33,6 @@ void check_state_outside_capture(const char* op, bool captured) {
 }
 
 const DeviceFacts& device_facts(World& world, const char* op, bool captured) {
-    LOOM_CHECK(world.world_size() == world.local_world_size(),
-               "{}: expected a single-node world (world size == local world size), given world size {} with {} ranks "
-               "on this node",
-               op, world.world_size(), world.local_world_size());
     LOOM_CHECK(world.local_world_size() <= kMaxLocalPeers, "{}: expected at most {} ranks per node, given {}", op,
                kMaxLocalPeers, world.local_world_size());
     const DeviceFacts& d = op_state<DeviceFacts>(world, op, captured);

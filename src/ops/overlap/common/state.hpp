@@ -56,7 +56,9 @@ S& op_state(World& world, const char* op, bool captured = false) {
     return world.state<S>();
 }
 
-// The World's DeviceFacts (op_state); raises for a World the overlapped ops do not support.
+// The World's DeviceFacts (op_state); raises for a World the overlapped ops do not support (more than kMaxLocalPeers
+// ranks per node, a GPU older than Hopper). A World of several nodes is supported: which algorithms run there is each
+// op's choice (check_across_nodes, checks.hpp).
 const DeviceFacts& device_facts(World& world, const char* op, bool captured = false);
 // The SMs a call plans on (overlap_usable_sms of its options' num_sms); raises below 2 (one for the GEMM, one for the
 // communication blocks).

@@ -77,8 +77,10 @@ std::vector<GemmConfig> tile_alternatives(const GemmConfig& plan_tile, int64_t m
 
 std::string tune_key(const MatrixView& a, const MatrixView& b, const MatrixView& c, const World& world,
                      const DeviceFacts& dev, int num_sms) {
-    return fmt::format("m{}_n{}_k{}_{}_{}_w{}_sms{}{}", a.rows, b.rows, a.cols, dtype_name(a.dtype),
-                       dtype_name(c.dtype), world.world_size(), num_sms, dev.shared_gpu ? "_shared" : "");
+    // A World of several nodes runs other algorithms than one node of the same size: its keys name the nodes.
+    const std::string nodes = world.num_nodes() > 1 ? fmt::format("_nodes{}", world.num_nodes()) : "";
+    return fmt::format("m{}_n{}_k{}_{}_{}_w{}{}_sms{}{}", a.rows, b.rows, a.cols, dtype_name(a.dtype),
+                       dtype_name(c.dtype), world.world_size(), nodes, num_sms, dev.shared_gpu ? "_shared" : "");
 }
 
 MatrixView ScratchOut::view() {

@@ -103,7 +103,8 @@ void add_tiles(std::vector<TuneOption<Opts>>& out, const GemmConfig& plan_tile, 
         out.push_back({"auto/" + t.str(), Opts{}, t});
 }
 
-// The key of a call: shape, types, world, the SMs the op plans on, whether ranks share a GPU.
+// The key of a call: shape, types, world (and its nodes when more than one), the SMs the op plans on, whether ranks
+// share a GPU.
 std::string tune_key(const MatrixView& a, const MatrixView& b, const MatrixView& c, const World& world,
                      const DeviceFacts& dev, int num_sms);
 

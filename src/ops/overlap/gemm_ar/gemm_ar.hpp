@@ -60,6 +60,11 @@ inline constexpr int kMaxCommBlocksAr = 32;
 // ask for ReduceKernel; with a config (the hooked GEMM's tile), FusedEpilogue when that tile stages whole slabs of
 // out_bytes elements, else ReduceKernel; otherwise Auto (gemm_ar_plan decides).
 ArAlgo gemm_ar_algo(ArAlgo requested, ArShots shots, const GemmConfig* config, int out_bytes);
+// gemm_ar's algorithm in a World of several nodes (nodes > 1, ranks_per_node each): Auto (with ArShots::Auto)
+// resolves to Sequential (loom::gemm, then loom::all_reduce's hierarchical form); Sequential as asked; the others
+// raise (they reach the peers' tiles through the node's heap only), as does a config (the sequence runs loom::gemm's
+// own).
+ArAlgo gemm_ar_algo_across_nodes(ArAlgo requested, ArShots shots, int nodes, int ranks_per_node, bool config = false);
 // Whether the reduce kernel runs two-shot: as requested, else (Auto) at more than 2 ranks with C above
 // kArTwoShotMinBytes (at 2 ranks one-shot moves 3 units of C per rank, as two-shot does, with one hop less).
 bool gemm_ar_two_shot(ArShots requested, int world_size, int64_t c_bytes);

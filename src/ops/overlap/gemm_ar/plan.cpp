@@ -53,6 +53,23 @@ ArAlgo gemm_ar_algo(ArAlgo requested, ArShots shots, const GemmConfig* config, i
     return ArAlgo::Auto;
 }
 
+ArAlgo gemm_ar_algo_across_nodes(ArAlgo requested, ArShots shots, int nodes, int ranks_per_node, bool config) {
+    LOOM_CHECK(shots == ArShots::Auto || requested == ArAlgo::Auto || requested == ArAlgo::ReduceKernel,
+               "gemm_ar: ArShots::{} is the reduce kernel's; the {} algorithm reduces its own way (expected "
+               "ArShots::Auto)",
+               to_string(shots), to_string(requested));
+    if (requested == ArAlgo::Auto && shots == ArShots::Auto) requested = ArAlgo::Sequential;
+    if (requested == ArAlgo::Auto) requested = ArAlgo::ReduceKernel;  // ArShots ask for the reduce kernel
+    const char* needs = requested == ArAlgo::FusedEpilogue ? "its epilogue copies every tile to every peer"
+                                                           : "its blocks read every peer's copy of each tile";
+    overlap::check_across_nodes("gemm_ar", "algorithm", to_string(requested), requested == ArAlgo::Sequential, needs,
+                                "ArAlgo::Sequential or Auto (with ArShots::Auto)", nodes, ranks_per_node);
+    LOOM_CHECK(!config,
+               "gemm_ar: in a World of several nodes the sequential algorithm runs loom::gemm's own config; expected "
+               "no config");
+    return requested;
+}
+
 bool gemm_ar_two_shot(ArShots requested, int world_size, int64_t c_bytes) {
     if (requested != ArShots::Auto) return requested == ArShots::TwoShot;
     return world_size > 2 && c_bytes > kArTwoShotMinBytes;
@@ -153,7 +170,8 @@ namespace overlap {
 
 void choose_algo(ArCall& x, const GemmArOptions& o) {
     constexpr const char* op = "gemm_ar";
-    x.algo = gemm_ar_algo(o.algo, o.shots, o.config, x.out_bytes);
+    x.algo = x.nodes > 1 ? gemm_ar_algo_across_nodes(o.algo, o.shots, x.nodes, x.L, o.config != nullptr)
+                         : gemm_ar_algo(o.algo, o.shots, o.config, x.out_bytes);
     if (x.algo == ArAlgo::Sequential) return;
     x.plan = gemm_ar_plan(x.M, x.N, x.K, x.W, o.comm_sms, x.dev->arch, x.num_sms, x.algo, x.out_bytes, x.a.dtype,
                           o.shots, x.dev->ranks_per_gpu);
@@ -182,6 +200,7 @@ std::vector<TuneOption<GemmArOptions>> gemm_ar_candidates(const World& world, co
     };
     std::vector<TuneOption<GemmArOptions>> v{{"auto", {}, {}}};
     v.push_back({"sequential", with(ArAlgo::Sequential), {}});
+    if (world.num_nodes() > 1) return v;  // the forms that run across nodes (gemm_ar_algo_across_nodes)
     v.push_back({"fused-epilogue", with(ArAlgo::FusedEpilogue), {}});
     v.push_back({"reduce-kernel", with(ArAlgo::ReduceKernel), {}});
     for (ArShots s : {ArShots::OneShot, ArShots::TwoShot}) {

@@ -1,7 +1,7 @@
 // loom::gemm_rs: GEMM+ReduceScatter (kernels/overlap/gemm_rs.cuh, gemm_rs_pull.cuh; docs/overlap.md). The entry
 // validates the call, chooses the algorithm (plan.cpp) and dispatches to it: fused_epilogue.cpp, fused_pull.cpp,
-// scatter_reduce.cpp, sequential.cpp. A call that leaves every choice to Loom runs the options the autotuner decided
-// for its shape (common/tune.hpp).
+// scatter_reduce.cpp, sequential.cpp, across nodes across_nodes.cpp. A call that leaves every choice to Loom runs the
+// options the autotuner decided for its shape (common/tune.hpp).
 #include "ops/overlap/gemm_rs/gemm_rs.hpp"
 
 #include <cstdint>
@@ -61,6 +61,7 @@ void as_given(World& world, const MatrixView& a, const MatrixView& b, const Matr
     x.diag = diag;
     overlap::choose_algo(x, o);
     if (x.algo == RsAlgo::Sequential) return overlap::gemm_rs_sequential(x);
+    if (x.nodes > 1) return overlap::gemm_rs_across_nodes(x);  // ScatterReduce across nodes: the two-level form
     overlap::prepare_overlapped(x, o);
     switch (x.plan.rs_algo) {
         case RsAlgo::FusedPull:

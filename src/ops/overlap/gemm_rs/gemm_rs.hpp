@@ -70,6 +70,12 @@ inline constexpr int64_t kSharedPullMaxKBytes = 8192;
 // Sequential with a config is refused (it runs loom::gemm's own).
 RsAlgo gemm_rs_algo(RsAlgo requested, bool ranks_share_gpu, const GemmConfig* config, int64_t rows_seg,
                     int64_t k_bytes);
+// gemm_rs's algorithm in a World of several nodes (nodes > 1, ranks_per_node each): Auto resolves to Sequential
+// (loom::gemm, then loom::reduce_scatter's hierarchical form); Sequential as asked; ScatterReduce runs the two-level
+// form (across_nodes.cpp: the other nodes' rows first, reduced and sent beside the GEMM of the node's rows); the fused
+// algorithms raise (their tiles reach the peers through the node's heap only), as does a config (both forms run
+// loom::gemm's own).
+RsAlgo gemm_rs_algo_across_nodes(RsAlgo requested, int nodes, int ranks_per_node, bool config = false);
 // The GEMM and the algorithm (plan.rs_algo, never Auto) on `num_sms` SMs: the fused algorithms where the tile fits
 // (every SM to the GEMM), else the scatter-reduce's blocks beside it. out_bytes: C's element size.
 OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms,
@@ -86,6 +92,13 @@ inline constexpr const char* kRsPullHeader = "loom/kernels/overlap/gemm_rs_pull.
 struct RsSequentialState final : PartialsState {
     static constexpr const char* kKey = "overlap/gemm_rs/sequential";
     explicit RsSequentialState(World&) {}
+};
+
+// The two-level form across nodes (across_nodes.cpp): its side stream (its partials are RsSequentialState's).
+struct RsNodesState final : WorldState {
+    static constexpr const char* kKey = "overlap/gemm_rs/nodes";
+    explicit RsNodesState(World&) {}
+    SideStream side;
 };
 
 // The fused epilogue with the SM transport; the kernel numbers the calls (RsFusedSmSignals::launches), so they replay
@@ -154,6 +167,8 @@ void choose_algo(RsCall& x, const GemmRsOptions& o);
 void prepare_overlapped(RsCall& x, const GemmRsOptions& o);
 
 void gemm_rs_sequential(const RsCall& x);
+// RsAlgo::ScatterReduce in a World of several nodes: the two-level form (across_nodes.cpp).
+void gemm_rs_across_nodes(const RsCall& x);
 void gemm_rs_fused(const RsCall& x, std::size_t ce_chunk_bytes);
 void gemm_rs_pull(const RsCall& x);
 void gemm_rs_scatter(const RsCall& x);

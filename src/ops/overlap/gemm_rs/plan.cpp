@@ -99,6 +99,19 @@ RsAlgo gemm_rs_algo(RsAlgo requested, bool ranks_share_gpu, const GemmConfig* co
     return RsAlgo::Auto;
 }
 
+RsAlgo gemm_rs_algo_across_nodes(RsAlgo requested, int nodes, int ranks_per_node, bool config) {
+    if (requested == RsAlgo::Auto) requested = RsAlgo::Sequential;
+    const char* needs = requested == RsAlgo::FusedPull ? "its warps pull the peers' tiles of this rank's rows"
+                                                       : "its epilogue copies every tile of a peer's rows to that peer";
+    overlap::check_across_nodes("gemm_rs", "algorithm", to_string(requested),
+                                requested == RsAlgo::Sequential || requested == RsAlgo::ScatterReduce, needs,
+                                "RsAlgo::Sequential, ScatterReduce or Auto", nodes, ranks_per_node);
+    LOOM_CHECK(!config,
+               "gemm_rs: in a World of several nodes the {} algorithm runs loom::gemm's own config; expected no config",
+               to_string(requested));
+    return requested;
+}
+
 OverlapPlan gemm_rs_plan(int64_t m, int64_t n, int64_t k_loc, int world_size, int comm_sms, int arch, int num_sms,
                          RsAlgo algo, int out_bytes, DType in) {
     const int64_t rows_seg = m / std::max(world_size, 1);
@@ -136,9 +149,10 @@ std::string fused_unfit(int64_t rows_seg, const GemmConfig& cfg) {
 void choose_algo(RsCall& x, const GemmRsOptions& o) {
     const DeviceFacts& dev = *x.dev;
     // A requested transport asks for the fused epilogue: Auto takes the fused pull or the sequence (ranks sharing a
-    // GPU) only when none was requested.
-    x.algo = gemm_rs_algo(o.algo, dev.shared_gpu && o.transport == RsTransport::Auto, o.config, x.rows_seg,
-                          x.K * static_cast<int64_t>(dtype_size(x.a.dtype)));
+    // GPU) only when none was requested. Across nodes, the sequence (its transport check below).
+    x.algo = x.nodes > 1 ? gemm_rs_algo_across_nodes(o.algo, x.nodes, x.L, o.config != nullptr)
+                         : gemm_rs_algo(o.algo, dev.shared_gpu && o.transport == RsTransport::Auto, o.config,
+                                        x.rows_seg, x.K * static_cast<int64_t>(dtype_size(x.a.dtype)));
     x.transport = o.transport;
     if (x.algo != RsAlgo::Sequential)
         x.plan = gemm_rs_plan(x.M, x.N, x.K, x.W, o.comm_sms, dev.arch, x.num_sms, x.algo, x.out_bytes, x.a.dtype);
@@ -150,6 +164,10 @@ void choose_algo(RsCall& x, const GemmRsOptions& o) {
         x.algo = ch.algo;
         x.transport = ch.transport;
     }
+    LOOM_CHECK(x.nodes == 1 || o.transport == RsTransport::Auto,
+               "gemm_rs: in a World of several nodes the {} algorithm moves no tiles by a transport; expected "
+               "RsTransport::Auto, given {}",
+               to_string(x.algo), to_string(o.transport));
     if (x.algo != RsAlgo::Sequential) return;
     LOOM_CHECK(o.transport == RsTransport::Auto,
                "gemm_rs: the sequential algorithm moves no tiles itself; expected RsTransport::Auto, given {}",
@@ -185,6 +203,10 @@ std::vector<TuneOption<GemmRsOptions>> gemm_rs_candidates(const World& world, co
     };
     std::vector<TuneOption<GemmRsOptions>> v{{"auto", {}, {}}};
     v.push_back({"sequential", with(RsAlgo::Sequential), {}});
+    if (world.num_nodes() > 1) {  // the forms that run across nodes (gemm_rs_algo_across_nodes)
+        v.push_back({"two-level", with(RsAlgo::ScatterReduce), {}});
+        return v;
+    }
     v.push_back({"fused-epilogue", with(RsAlgo::FusedEpilogue), {}});
     if (!dev.shared_gpu) v.push_back({"fused-epilogue/sm", with(RsAlgo::FusedEpilogue, RsTransport::Sm), {}});
     v.push_back({"fused-pull", with(RsAlgo::FusedPull), {}});

@@ -1,5 +1,5 @@
 // gemm_rs's sequence (RsAlgo::Sequential): loom::gemm into this call's parity half of a symmetric [M, N] buffer
-// (RsSequentialState), then loom::reduce_scatter.
+// (RsSequentialState), then loom::reduce_scatter (across nodes its hierarchical form).
 #include "loom/ops/collectives.hpp"
 #include "loom/runtime/error.hpp"
 #include "ops/collectives/barrier.hpp"
@@ -20,11 +20,11 @@ void gemm_rs_sequential(const RsCall& x) {
     // finished by the time this rank's reduce_scatter of call e + 1 has met it, before call e + 2 writes the half.
     // Captured in a graph, every replay writes the same half: the ranks meet on the device first (every peer's
     // earlier reads of it are done). Eager calls load that barrier's kernel (loading is not allowed in a capture).
-    if (x.captured) {
-        barrier_on_stream(world, x.stream);
-    } else {
-        coll::prepare_barrier(world);
-    }
+    // Across nodes the hierarchical reduce_scatter's node step, the only one that reads a peer's partial, ends by
+    // meeting the node's ranks once their reads are done: no barrier is needed (nor runs: barrier_on_stream is a
+    // node's).
+    if (x.nodes == 1 && x.captured) barrier_on_stream(world, x.stream);
+    if (x.nodes == 1 && !x.captured) coll::prepare_barrier(world);
     char* const partial = gemm_into_parity_half(world, st.partials, x.a, x.b, c.dtype, x.sc, x.stream, x.captured);
     const BufferView in{partial, c.dtype, count};
     // Straight into a dense C, symmetric or not: the pull ReduceScatter (each rank reads its rows of every partial)
