@@ -154,6 +154,8 @@ const std::vector<KernelSample>& kernel_samples() {
         {"loom/kernels/collectives/hier.cuh", "loom::kernels::coll::hier_all_reduce_gather", {"float"}},
         {"loom/kernels/collectives/hier.cuh", "loom::kernels::coll::hier_all_to_all_intra", {}},
         {"loom/kernels/collectives/hier.cuh", "loom::kernels::coll::hier_all_to_all_inter", {}},
+        {"loom/kernels/collectives/hier.cuh", "loom::kernels::coll::hier_all_to_all_v_counts", {}},
+        {"loom/kernels/collectives/hier.cuh", "loom::kernels::coll::hier_all_to_all_v_data", {}},
         // ---- the profiler's clock reading ----
         {"loom/kernels/profile/clock_ping.cuh", "loom::kernels::profile::clock_ping", {}},
         {"loom/kernels/collectives/all_gather.cuh", "loom::kernels::coll::all_gather_push", {"float", "0"}},

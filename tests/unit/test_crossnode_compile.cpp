@@ -63,6 +63,8 @@ TEST(CrossNodeCompile, HierarchicalCollectivesCompileWithRemotePeers) {
         {"hier_all_reduce_gather", {"__nv_bfloat16"}},
         {"hier_all_to_all_intra", {}},
         {"hier_all_to_all_inter", {}},
+        {"hier_all_to_all_v_counts", {}},
+        {"hier_all_to_all_v_data", {}},
     };
     for (const auto& [name, targs] : kernels) {
         SCOPED_TRACE(name);

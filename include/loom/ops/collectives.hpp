@@ -9,10 +9,11 @@
 // which buffer. Every buffer is checked before anything is launched (loom/runtime/device_memory.hpp): a host pointer,
 // or a symmetric buffer shorter than its count, raises loom::Error naming it. In-place: all_gather with in == out +
 // rank * in.count, reduce_scatter with out == in + rank * out.count, all_reduce with out == in. At most 8 ranks per
-// node. In a World of several nodes all_gather, reduce_scatter, all_reduce and all_to_all run their hierarchical forms
-// (an intra-node step by load/store, an inter-node step through NVSHMEM; docs/collectives.md, "Across nodes"): they
-// need their buffers symmetric (all_gather: out; reduce_scatter: in; all_reduce, all_to_all: both) and take only
-// CollAlgo::Auto; all_to_all_v and barrier_on_stream run within one node only and raise there.
+// node. In a World of several nodes all_gather, reduce_scatter, all_reduce, all_to_all and all_to_all_v run their
+// hierarchical forms (node peers by load/store, other nodes through NVSHMEM; docs/collectives.md, "Across nodes"):
+// they need their buffers symmetric (all_gather: out; reduce_scatter: in; all_reduce, all_to_all, all_to_all_v: both;
+// all_to_all_v's counts and offsets may be any device memory) and take only CollAlgo::Auto; barrier_on_stream runs
+// within one node only and raises there.
 //
 // State: each algorithm keeps its own state in the World (signals, scratch, side streams), created by its first
 // call — which synchronises the device and meets the peers, so it must not be a call captured in a CUDA graph

@@ -42,8 +42,8 @@ void plan_sms(World& world, Budget& b) {
 Core::Core(World& world) {
     LOOM_CHECK(world.world_size() == world.local_world_size(),
                "collectives: expected a single-node world (world size == local world size), given world size {} "
-               "with {} ranks on this node (across nodes, all_gather, reduce_scatter, all_reduce and all_to_all run "
-               "their hierarchical forms; all_to_all_v and barrier_on_stream run within one node only)",
+               "with {} ranks on this node (across nodes, all_gather, reduce_scatter, all_reduce, all_to_all and "
+               "all_to_all_v run their hierarchical forms; barrier_on_stream runs within one node only)",
                world.world_size(), world.local_world_size());
     LOOM_CHECK(world.local_world_size() <= kMaxLocalPeers, "collectives: expected at most {} ranks per node, given {}",
                kMaxLocalPeers, world.local_world_size());

@@ -80,13 +80,20 @@ struct HierParams {
     const void* in;
     void* out;
     uint64_t count;        // all_gather: bytes per rank; all_to_all: bytes per peer; reduce_scatter: elements of out;
-                           // all_reduce: elements
+                           // all_reduce: elements; all_to_all_v: capacity of out (elements)
     uint64_t* epoch;       // symmetric, [kHierMaxBlocks]
     uint64_t* sig;         // symmetric, [kHierMaxBlocks * world]
     char* scratch;         // symmetric: reductions' partials and what the other nodes send (reduce_scatter, all_reduce)
     uint64_t stride;       // reduce_scatter / all_reduce: elements between the partial and the receive area's slots
     uint32_t node_subset;  // all_gather's and reduce_scatter's intra steps: the chunks of which nodes (kHierNodes*)
     uint32_t inter_part;   // reduce_scatter's inter step: what it runs (kHierInter*)
+    // all_to_all_v
+    const int64_t* send_counts;   // [world] elements this rank sends to each rank (device memory of this rank)
+    const int64_t* send_offsets;  // [world] element offsets into in (device memory of this rank; null: packed)
+    int64_t* recv_counts;         // [world] filled with what each rank sent (device memory of this rank; may be null)
+    int64_t* counts;              // symmetric, [world * world]: row s = rank s's send_counts of the call
+    uint64_t in_count;            // elements of this rank's in (its blocks must lie inside)
+    uint64_t elem_bytes;          // bytes per element
 };
 
 // HierParams::node_subset: every node's chunks (the collectives), the other nodes' only, or this node's only (the

@@ -14,6 +14,13 @@
 //   hier_all_reduce_gather<T>      range l of out pushed to every node peer's out
 //   hier_all_to_all_intra          blocks of node peers pushed by load/store (in and out symmetric)
 //   hier_all_to_all_inter          blocks of every rank on another node, put_signal through NVSHMEM
+//   hier_all_to_all_v_counts       (one block) the sender's own blocks checked against its in; entry barrier with
+//                                  every rank; its send_counts copied into row r of the counts matrix (symmetric,
+//                                  world x world) and put_signal to the same row at every rank; recv_counts filled
+//   hier_all_to_all_v_data         every block to its receiver, node peers by load/store, other nodes through
+//                                  NVSHMEM, each followed by a signal (zero bytes: the signal alone); rank s's
+//                                  block lands at the sum of the counts the ranks before s send to that receiver,
+//                                  read from the local matrix. Out of capacity traps before anything moves
 //
 // The intra steps of all_gather and reduce_scatter take node_subset: every node's chunks m, the other nodes' (m != n)
 // or this node's (m = n) only.
@@ -23,9 +30,13 @@
 // HierParams::sig, value (epoch << kPhaseBits) + 1: the peer is in this call, so its buffers are free), and the intra
 // steps meet the node peers again at the end (their reads of this rank's in are done). So consecutive calls need no
 // host barrier, and each kernel may also be launched alone (the benchmark's per-step times). Every wait is bounded
-// and names the waiting rank, the step and the peer.
+// and names the waiting rank, the step and the peer. all_to_all_v is the exception: its data kernel has no entry
+// barrier and only runs after its counts kernel (one block) on the same stream, whose entry barrier with every rank
+// frees the outs and the counts matrices; the data kernel's receivers wait for every sender's signal, and nothing of
+// a rank is read by another (push), so neither kernel needs an exit barrier.
 #pragma once
 
+#include "loom/kernels/collectives/all_to_all.cuh"  // detail::a2av_* diagnostics
 #include "loom/kernels/collectives/coll_common.cuh"
 
 namespace loom::kernels::coll {
@@ -49,18 +60,20 @@ LOOM_DEVICE LOOM_FORCEINLINE uint64_t* slot(const Ctx& ctx, const HierParams& p,
 }
 
 // The peers a step exchanges with: node peers (every local rank of this node), same-local-rank peers (this local rank
-// on every node), or every rank on another node. i in [0, count()); self included for the first two.
-enum Peers : int { kNodePeers = 0, kSameLocalRank = 1, kRemoteRanks = 2 };
+// on every node), every rank on another node, or every rank. i in [0, count()); self included but for kRemoteRanks.
+enum Peers : int { kNodePeers = 0, kSameLocalRank = 1, kRemoteRanks = 2, kAllRanks = 3 };
 template <int kPeers>
 LOOM_DEVICE LOOM_FORCEINLINE int peer_count(const Ctx& ctx) {
     if constexpr (kPeers == kNodePeers) return ctx.local_world;
     if constexpr (kPeers == kSameLocalRank) return ctx.num_nodes();
+    if constexpr (kPeers == kAllRanks) return ctx.world;
     return ctx.world - ctx.local_world;
 }
 template <int kPeers>
 LOOM_DEVICE LOOM_FORCEINLINE int peer_at(const Ctx& ctx, int i) {
     if constexpr (kPeers == kNodePeers) return ctx.local_base_rank + i;
     if constexpr (kPeers == kSameLocalRank) return i * ctx.local_world + ctx.local_rank;
+    if constexpr (kPeers == kAllRanks) return i;
     // The ranks outside this node, in order, starting after it.
     return (ctx.local_base_rank + ctx.local_world + i) % ctx.world;
 }
@@ -332,6 +345,97 @@ __global__ void __launch_bounds__(512) hier_all_to_all_inter(Ctx ctx, HierParams
     }
     hier::wait_all<hier::kRemoteRanks>(ctx, p, sig_value(e, 2),
                                        "hierarchical all_to_all, inter-node: block from a rank on another node");
+    lang::quiet(lang::block, ctx);
+}
+
+// ---- all_to_all_v: p.count = capacity of out (elements, the same on every rank); in and out symmetric --------------
+namespace hier {
+
+// Every block this rank sends lies in its in, and no count is negative: checked by thread 0 on the rank's own counts
+// and offsets before the entry barrier, so a rank with a bad block stops there and sends nothing.
+LOOM_DEVICE inline void a2av_check_sends(const Ctx& ctx, const HierParams& p) {
+    if (threadIdx.x != 0) return;
+    long long packed = 0;
+    for (int j = 0; j < ctx.world; ++j) {
+        const long long cnt = p.send_counts[j];
+        if (cnt < 0) detail::a2av_negative(ctx, ctx.rank, j, cnt);
+        const long long src = p.send_offsets ? p.send_offsets[j] : packed;
+        if (src < 0 || static_cast<unsigned long long>(src) > p.in_count ||
+            static_cast<unsigned long long>(cnt) > p.in_count - static_cast<unsigned long long>(src))
+            detail::a2av_past_in(ctx, j, src, cnt, p.in_count);
+        packed += cnt;
+    }
+}
+
+}  // namespace hier
+
+// One block. After it, on every rank: p.counts[s * world + j] = what rank s sends to rank j in this call.
+__global__ void __launch_bounds__(512) hier_all_to_all_v_counts(Ctx ctx, HierParams p) {
+    const uint64_t e = hier::begin(p);
+    const int W = ctx.world, me = ctx.rank;
+    hier::a2av_check_sends(ctx, p);
+    // Every rank is in this call: its out is free, and its data kernel of the previous call, the last reader of its
+    // counts matrix, is done.
+    hier::barrier<hier::kAllRanks>(ctx, p, sig_value(e, 1), "hierarchical all_to_all_v, entry barrier (every rank)");
+    int64_t* const row = p.counts + static_cast<uint64_t>(me) * W;
+    for (int j = static_cast<int>(threadIdx.x); j < W; j += static_cast<int>(blockDim.x)) row[j] = p.send_counts[j];
+    lang::fence(lang::block, ctx);  // the row is written before NVSHMEM reads it
+    __syncthreads();
+    for (int k = 1; k < W; ++k)
+        hier::put_signal(ctx, p, reinterpret_cast<char*>(row), reinterpret_cast<const char*>(row),
+                         sizeof(int64_t) * static_cast<uint64_t>(W), (me + k) % W, sig_value(e, 2));
+    hier::wait_all<hier::kAllRanks>(ctx, p, sig_value(e, 2), "hierarchical all_to_all_v: send_counts from a rank");
+    if (p.recv_counts)
+        for (int s = static_cast<int>(threadIdx.x); s < W; s += static_cast<int>(blockDim.x))
+            p.recv_counts[s] = p.counts[static_cast<uint64_t>(s) * W + me];
+    lang::quiet(lang::block, ctx);
+}
+
+// After hier_all_to_all_v_counts on the same stream (same call). Peers are visited from me + 1 on, the own block
+// last, kChunk at a time: thread t works out the t-th one's destination, count and source, then the block moves them.
+__global__ void __launch_bounds__(512) hier_all_to_all_v_data(Ctx ctx, HierParams p) {
+    constexpr int kChunk = 512;
+    const uint64_t e = hier::begin(p);
+    const int W = ctx.world, me = ctx.rank;
+    const uint64_t es = p.elem_bytes;
+    const int64_t* const C = p.counts;  // C[s * W + j]: elements s sends to j
+    const int64_t* const mine = C + static_cast<uint64_t>(me) * W;
+    const char* const in = static_cast<const char*>(p.in);
+    char* const out = static_cast<char*>(p.out);
+    __shared__ long long s_dst[kChunk], s_cnt[kChunk], s_src[kChunk];
+    for (int base = 0; base < W; base += kChunk) {
+        const int n = W - base < kChunk ? W - base : kChunk;
+        __syncthreads();  // the previous chunk's entries are used
+        for (int t = static_cast<int>(threadIdx.x); t < n; t += static_cast<int>(blockDim.x)) {
+            const int j = (me + 1 + base + t) % W;
+            long long off = 0;  // where my block lands in j's out: after the blocks of the ranks before me
+            for (int s = 0; s < me; ++s) off += C[static_cast<uint64_t>(s) * W + j];
+            const long long cnt = mine[j];
+            if (static_cast<unsigned long long>(off) > p.count ||
+                static_cast<unsigned long long>(cnt) > p.count - static_cast<unsigned long long>(off))
+                detail::a2av_overflow(ctx, me, j, off, cnt, p.count);
+            long long src = 0;
+            if (p.send_offsets)
+                src = p.send_offsets[j];
+            else
+                for (int k = 0; k < j; ++k) src += mine[k];
+            s_dst[t] = off;
+            s_cnt[t] = cnt;
+            s_src[t] = src;
+        }
+        __syncthreads();
+        for (int t = 0; t < n; ++t) {
+            const int j = (me + 1 + base + t) % W;
+            const Range r = block_share(static_cast<uint64_t>(s_cnt[t]) * es, 16);
+            char* const d = out + static_cast<uint64_t>(s_dst[t]) * es + r.lo;
+            const char* const src = in + static_cast<uint64_t>(s_src[t]) * es + r.lo;
+            if (j != me)
+                hier::put_signal(ctx, p, d, src, r.size(), j, sig_value(e, 1));  // zero bytes: the signal alone
+            else if (r.size())
+                lang::put(lang::block, ctx, d, src, r.size(), me);
+        }
+    }
+    hier::wait_all<hier::kAllRanks>(ctx, p, sig_value(e, 1), "hierarchical all_to_all_v: blocks from a rank");
     lang::quiet(lang::block, ctx);
 }
 

@@ -1,6 +1,6 @@
 // loom::all_to_all_v: validate, choose, launch (kernels/collectives/all_to_all.cuh: all_to_all_v_push / _pull; with
-// out or the counts staged through symmetric memory: staged_v.cpp). Not cached as a plan: the counts and offsets are
-// part of the call.
+// out or the counts staged through symmetric memory: staged_v.cpp; in a World of several nodes the hierarchical form,
+// hier/hier.cpp). Not cached as a plan: the counts and offsets are part of the call.
 #include <cstring>
 #include <vector>
 
@@ -10,6 +10,7 @@
 #include "ops/collectives/all_to_all/algorithms.hpp"
 #include "ops/collectives/coll_check.hpp"
 #include "ops/collectives/coll_state.hpp"
+#include "ops/collectives/hier/hier.hpp"
 #include "runtime/nvtx_range.hpp"
 #include "runtime/pointer_check.hpp"
 
@@ -88,11 +89,6 @@ void all_to_all_v(World& world, BufferView in, BufferView out, const int64_t* se
                   int64_t* recv_counts, cudaStream_t stream, const CollOptions& opts) {
     const loom::detail::NvtxRange nvtx("loom::all_to_all_v capacity={}", out.bytes());
     const bool capturing = settings().check_agreement && stream_ops::capturing(stream);  // asked in checking mode only
-    LOOM_CHECK(world.num_nodes() == 1,
-               "{}: expected a single-node world, given {} nodes (all_to_all_v has no hierarchical form: all_gather, "
-               "reduce_scatter, all_reduce and all_to_all run across nodes; all_to_all_v and barrier_on_stream run "
-               "within one node only)",
-               kOp, world.num_nodes());
     const detail::AgreedCall agreed(
         world,
         [&] {
@@ -103,6 +99,12 @@ void all_to_all_v(World& world, BufferView in, BufferView out, const int64_t* se
         },
         [&] { check_args(world, in, out, send_counts, send_offsets, recv_counts); });
     if (!agreed.checked()) check_args(world, in, out, send_counts, send_offsets, recv_counts);
+    if (world.num_nodes() > 1) {  // hierarchical: node peers by load/store, other nodes through NVSHMEM
+        coll::hier::check_all_to_all_v(world, in, out, opts);
+        if (agreed.checked() && !capturing) check_counts_on_host(world, in, out, send_counts, send_offsets, stream);
+        coll::hier::all_to_all_v(world, in, out, send_counts, send_offsets, recv_counts, opts, stream);
+        return;
+    }
     coll::Core& core = coll::core(world, stream, kOp);
     const int W = world.world_size();
     const CollChoice c =

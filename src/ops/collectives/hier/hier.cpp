@@ -22,10 +22,12 @@ namespace {
 constexpr const char* kHeader = "loom/kernels/collectives/hier.cuh";
 constexpr int kThreads = 512;
 
-// One kernel of an op's sequence: its name in kernels/collectives/hier.cuh and template arguments.
+// One kernel of an op's sequence: its name in kernels/collectives/hier.cuh, template arguments, and blocks (0: the
+// op's).
 struct Kernel {
     const char* name;
     std::vector<std::string> targs;
+    int blocks = 0;
 };
 
 // Loads the kernels (compiled with remote peers: nvcc, linked with NVSHMEM's device library); launch() then launches
@@ -58,11 +60,13 @@ void launch(World& world, State& st, const std::vector<Kernel>& ks, int blocks, 
             cudaStream_t stream) {
     const std::vector<const jit::Kernel*> loaded = load(world, st, ks);
     jit::LaunchConfig cfg;
-    cfg.grid = dim3(static_cast<unsigned>(blocks));
     cfg.block = dim3(kThreads);
     cfg.stream = stream;
     const Ctx ctx = world.ctx();
-    for (const jit::Kernel* k : loaded) (*k)(cfg, ctx, p);
+    for (std::size_t i = 0; i < ks.size(); ++i) {
+        cfg.grid = dim3(static_cast<unsigned>(ks[i].blocks > 0 ? ks[i].blocks : blocks));
+        (*loaded[i])(cfg, ctx, p);
+    }
 }
 
 // Blocks for `bytes` moved per peer: one per 256 KiB, at least 1, at most kHierMaxBlocks and the num_sms option. A
@@ -128,9 +132,11 @@ const char* to_string(Steps s) {
 State::State(World& world) {
     LOOM_CHECK(world.local_world_size() <= kMaxLocalPeers, "collectives: expected at most {} ranks per node, given {}",
                kMaxLocalPeers, world.local_world_size());
-    const std::size_t n = std::size_t(kHierMaxBlocks) * (1 + static_cast<std::size_t>(world.world_size()));
+    const std::size_t W = static_cast<std::size_t>(world.world_size());
+    const std::size_t n = std::size_t(kHierMaxBlocks) * (1 + W) + W * W;
     epoch = detail::alloc_zeroed<std::uint64_t>(world, n);
     sig = epoch + kHierMaxBlocks;
+    counts = reinterpret_cast<std::int64_t*>(sig + std::size_t(kHierMaxBlocks) * W);
 }
 
 void State::release(World& world) { world.free(epoch); }
@@ -301,6 +307,34 @@ void all_to_all(World& world, const BufferView& in, const BufferView& out, const
     if (runs_intra(steps)) ks.push_back({"hier_all_to_all_intra", {}});
     if (runs_inter(steps)) ks.push_back({"hier_all_to_all_inter", {}});
     launch(world, st, ks, blocks, p, stream);
+}
+
+void check_all_to_all_v(World& world, const BufferView& in, const BufferView& out, const CollOptions& opts) {
+    const char* op = "all_to_all_v";
+    check_options(op, opts);
+    coll::check_symmetric(op, "hierarchical", "in", world, in);
+    coll::check_symmetric(op, "hierarchical", "out", world, out);
+}
+
+void all_to_all_v(World& world, const BufferView& in, const BufferView& out, const int64_t* send_counts,
+                  const int64_t* send_offsets, int64_t* recv_counts, const CollOptions& opts, cudaStream_t stream) {
+    const char* op = "all_to_all_v";
+    check_all_to_all_v(world, in, out, opts);
+    State& st = coll::state<State>(world, stream, op);
+    HierParams p = base(st);
+    p.in = in.data;
+    p.out = out.data;
+    p.count = out.count;
+    p.send_counts = send_counts;
+    p.send_offsets = send_offsets;
+    p.recv_counts = recv_counts;
+    p.counts = st.counts;
+    p.in_count = in.count;
+    p.elem_bytes = dtype_size(in.dtype);
+    // The counts are on the device: the grid follows the capacity per rank (an upper bound of each block), the same on
+    // every rank.
+    const int blocks = blocks_for(out.bytes() / static_cast<std::size_t>(world.world_size()), opts);
+    launch(world, st, {{"hier_all_to_all_v_counts", {}, 1}, {"hier_all_to_all_v_data", {}}}, blocks, p, stream);
 }
 
 }  // namespace loom::coll::hier

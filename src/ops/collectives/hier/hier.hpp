@@ -12,6 +12,10 @@
 //                   of the collective scratch
 //   all_to_all      intra (blocks of the node peers, load/store), then inter (blocks of every rank on another node,
 //                   NVSHMEM); in and out symmetric
+//   all_to_all_v    counts (one block: entry barrier with every rank, each rank's send_counts put to every rank's
+//                   counts matrix), then data (every block pushed to its receiver: node peers by load/store, other
+//                   nodes through NVSHMEM put_signal); in and out symmetric, the counts, offsets and recv_counts any
+//                   device memory of the rank
 //
 // Steps: Intra or Inter launches only that step's kernel(s): each kernel meets its peers on entry, so one step alone
 // runs back to back; the results are then incomplete. For the benchmark's per-step times (bench-crossnode).
@@ -32,8 +36,9 @@ namespace loom::coll::hier {
 enum class Steps { All, Intra, Inter };
 const char* to_string(Steps s);
 
-// Signals of the hierarchical kernels (kernels::coll::HierParams::epoch / sig), symmetric, zeroed when created (which
-// synchronises the device and meets every rank: not during a CUDA-graph capture).
+// Signals of the hierarchical kernels (kernels::coll::HierParams::epoch / sig) and all_to_all_v's counts matrix
+// (HierParams::counts), one symmetric allocation, zeroed when created (which synchronises the device and meets every
+// rank: not during a CUDA-graph capture).
 struct State final : WorldState {
     static constexpr const char* kKey = "collectives/hier";
     explicit State(World& world);
@@ -41,6 +46,7 @@ struct State final : WorldState {
 
     std::uint64_t* epoch = nullptr;                     // [kHierMaxBlocks]
     std::uint64_t* sig = nullptr;                       // [kHierMaxBlocks x world]
+    std::int64_t* counts = nullptr;                     // [world x world]: all_to_all_v's counts matrix
     std::map<std::string, const jit::Kernel*> kernels;  // loaded by this World's calls, by "name,targs"
 };
 
@@ -85,5 +91,10 @@ void all_reduce(World& world, const BufferView& in, const BufferView& out, const
                 Steps steps = Steps::All);
 void all_to_all(World& world, const BufferView& in, const BufferView& out, const CollOptions& opts, cudaStream_t stream,
                 Steps steps = Steps::All);
+// What all_to_all_v's hierarchical form adds to the public entry's checks (the options; in and out symmetric).
+void check_all_to_all_v(World& world, const BufferView& in, const BufferView& out, const CollOptions& opts);
+// Both steps always (the data kernel depends on the counts kernel's exchange).
+void all_to_all_v(World& world, const BufferView& in, const BufferView& out, const int64_t* send_counts,
+                  const int64_t* send_offsets, int64_t* recv_counts, const CollOptions& opts, cudaStream_t stream);
 
 }  // namespace loom::coll::hier
