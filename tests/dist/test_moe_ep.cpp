@@ -6,7 +6,8 @@
 // capacity overflow (ep_check raises on every rank, later calls work); CUDA graph replay with new routings between
 // replays; an EP layer with loom::grouped_gemm against an fp64 reference; ep_moe_experts Overlapped against Sequential
 // bitwise and against the fp64 reference; bad inputs naming the argument.
-// Run: loomrun -n N build/tests/loom_dist_tests --gtest_filter='MoeEp*'   (N = 2, 4, 8)
+// Run: loomrun -n N build/tests/loom_dist_tests --gtest_filter='MoeEp*'   (N = 2, 4, 8); across emulated nodes with
+// LOOM_NODE_SIZE=2 (or 4): every rank of another node is then reached through NVSHMEM.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -391,11 +392,22 @@ TEST_F(MoeEp, LayerWithGroupedGemm) {
     EXPECT_EQ(test::agree(*w, layer_error(run, y.p), "ep_layer"), "");
 }
 
+std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
 // ep_moe_experts: Overlapped against Sequential bitwise (same GEMM configs), one projection and an FFN (SwiGLU up,
 // down); every routing kind, a rank with no tokens, fixed and auto capacity; calls back to back, the algorithms
-// interleaved (the per-expert counters advance only on Overlapped calls) and the routing changing between calls.
+// interleaved (the per-expert counters advance only on Overlapped calls) and the routing changing between calls. On
+// several nodes (LOOM_NODE_SIZE) Overlapped raises its named error and Sequential / Auto are checked the same way.
 TEST_F(MoeEp, ExpertsOverlappedEqualsSequential) {
     const int W = w->world_size();
+    const bool multi_node = W != w->local_world_size();
     struct Ffn {
         Case c;
         int inter;  // 0: one [H, H] projection; else SwiGLU up [2 I, H] and down [H, I]
@@ -426,8 +438,21 @@ TEST_F(MoeEp, ExpertsOverlappedEqualsSequential) {
             o.ep = run.opts();
             if (f.inter > 0) o.up.activation = MoeActivation::SwiGLU;
             std::vector<std::vector<uint16_t>> ys;
-            const EpMoeAlgo algos[] = {EpMoeAlgo::Overlapped, EpMoeAlgo::Sequential, EpMoeAlgo::Overlapped,
-                                       EpMoeAlgo::Overlapped, EpMoeAlgo::Auto};
+            // Several nodes: Overlapped (one node only) raises a named error; Sequential and Auto run.
+            const std::vector<EpMoeAlgo> algos =
+                multi_node ? std::vector<EpMoeAlgo>{EpMoeAlgo::Sequential, EpMoeAlgo::Auto, EpMoeAlgo::Sequential}
+                           : std::vector<EpMoeAlgo>{EpMoeAlgo::Overlapped, EpMoeAlgo::Sequential,
+                                                    EpMoeAlgo::Overlapped, EpMoeAlgo::Overlapped, EpMoeAlgo::Auto};
+            if (multi_node && round == 0 && err.empty()) {
+                o.algo = EpMoeAlgo::Overlapped;
+                Dev y(static_cast<std::size_t>(std::max<int64_t>(T, 1) * c.H * 2));
+                const std::string e = error_of([&] {
+                    ep_moe_experts(*w, run.xv, run.d_idx->as<int32_t>(), run.d_w->as<float>(), c.k, c.E, up, down,
+                                   MatrixView{y.p, DType::BF16, T, c.H, 0}, stream, o);
+                });
+                if (e.find("Overlapped runs on one node") == std::string::npos)
+                    err = "Overlapped on several nodes: expected a named error, given: " + e;
+            }
             for (EpMoeAlgo a : algos) {
                 o.algo = a;
                 Dev y(static_cast<std::size_t>(T * c.H * 2));  // poisoned
@@ -441,14 +466,13 @@ TEST_F(MoeEp, ExpertsOverlappedEqualsSequential) {
                 std::vector<uint16_t> got(static_cast<std::size_t>(T * c.H));
                 if (T > 0) LOOM_CHECK_CUDA(cudaMemcpy(got.data(), y.p, got.size() * 2, cudaMemcpyDeviceToHost));
                 ys.push_back(std::move(got));
-                if (f.inter == 0 && a == EpMoeAlgo::Overlapped && ys.size() == 1 && err.empty())
-                    err = layer_error(run, y.p);
+                if (f.inter == 0 && ys.size() == 1 && err.empty()) err = layer_error(run, y.p);
             }
             for (std::size_t i = 1; i < ys.size() && err.empty(); ++i)
                 for (std::size_t j = 0; j < ys[0].size(); ++j)
                     if (ys[i][j] != ys[0][j]) {
                         err = "call " + std::to_string(i) + " (" + to_string(algos[i]) +
-                              ") differs from the first Overlapped call at token " + std::to_string(j / c.H) + " col " +
+                              ") differs from the first call (" + to_string(algos[0]) + ") at token " + std::to_string(j / c.H) + " col " +
                               std::to_string(j % c.H);
                         break;
                     }
@@ -457,15 +481,6 @@ TEST_F(MoeEp, ExpertsOverlappedEqualsSequential) {
         if (!err.empty()) break;
     }
     EXPECT_EQ(test::agree(*w, err, "ep_moe_experts"), "");
-}
-
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "no error";
 }
 
 TEST_F(MoeEp, BadInputsNameTheArgument) {

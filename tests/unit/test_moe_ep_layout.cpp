@@ -1,15 +1,17 @@
 // CPU tests of expert-parallel dispatch / combine (throughput mode): the buffer layouts and block counts, the host
 // reference of the receive layout on hand-made routings (what the GPU tests compare against), and JIT compilation of
-// every EP kernel for sm_90a and sm_80 without spills.
+// every EP kernel for sm_90a and sm_80 without spills (and with remote peers, as a World of several nodes builds them).
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "common/ep_reference.hpp"
+#include "jit/toolchain.hpp"
 #include "loom/jit/jit.hpp"
 #include "loom/kernels/gemm/gemm_params.hpp"
 #include "loom/kernels/moe/ep_params.hpp"
+#include "loom/runtime/error.hpp"
 #include "ops/moe/ep/ep.hpp"
 #include "ops/moe/grouped_gemm_internal.hpp"
 
@@ -39,8 +41,26 @@ TEST(MoeEpLayout, BuffersAreAlignedAndDisjoint) {
     EXPECT_GE(l.bytes - l.send_entry, static_cast<std::size_t>(8192 * 8 * 4));
     EXPECT_EQ(l.send_prefix % 256, 0u);
     EXPECT_EQ(l.send_entry % 256, 0u);
+    EXPECT_GE(l.ret_base - l.stage_base, static_cast<std::size_t>(8 * 4));
+    EXPECT_GE(l.src_pair_base - l.ret_base, static_cast<std::size_t>(8 * 4));
+    EXPECT_GE(l.bytes - l.src_pair_base, static_cast<std::size_t>(9 * 4));
     EXPECT_EQ(ep::layout_chunks(0, 8), 1);  // T = 0: one (empty) chunk
     EXPECT_GT(ep::local_layout(0, 1, 1, 1).bytes, 0u);
+}
+
+// Several nodes: the stage rows and their records follow the one-node parts, which keep their offsets.
+TEST(MoeEpLayout, StagedBufferAppendsTheStageRows) {
+    for (int64_t rows : {1, 7, 4096})
+        for (int k : {1, 8}) {
+            const ep::DataLayout one = ep::data_layout(rows, 7168, k);
+            const ep::DataLayout l = ep::data_layout(rows, 7168, k, true);
+            EXPECT_EQ(l.pair_weights, one.pair_weights);
+            EXPECT_EQ(l.stage_x, one.bytes);
+            EXPECT_EQ(l.stage_x % 256, 0u);
+            EXPECT_GE(l.stage_rows - l.stage_x, static_cast<std::size_t>(rows * 7168 * 2));
+            EXPECT_GE(l.stage_weights - l.stage_rows, static_cast<std::size_t>(rows * k * 4));
+            EXPECT_GE(l.bytes - l.stage_weights, static_cast<std::size_t>(rows * k * 4));
+        }
 }
 
 TEST(MoeEpLayout, BlocksAndAutoCapacity) {
@@ -100,6 +120,35 @@ TEST(MoeEpCompile, KernelsHaveNoSpills) {
             spec.name = name;
             expect_clean(loom::jit::compile(spec, arch), spec.display() + " sm_" + std::to_string(arch));
         }
+}
+
+// A World of several nodes builds the dispatch and combine kernels with remote peers (nvcc + NVSHMEM).
+TEST(MoeEpCompile, RemotePeerKernelsCompile) {
+    try {
+        loom::jit::detail::nvshmem_home();
+    } catch (const loom::Error& e) {
+        GTEST_SKIP() << e.what();
+    }
+    if (loom::jit::detail::toolchain().nvcc.empty()) GTEST_SKIP() << "nvcc not found";
+    const std::vector<std::pair<const char*, const char*>> kernels = {
+        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_layout_count"},
+        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_layout_scan"},
+        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_layout_index"},
+        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_dispatch_push"},
+        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_dispatch_arrive"},
+        {"loom/kernels/moe/ep_combine.cuh", "loom::kernels::moe::ep_combine_send"},
+        {"loom/kernels/moe/ep_combine.cuh", "loom::kernels::moe::ep_combine_reduce"},
+    };
+    for (const auto& [header, name] : kernels) {
+        loom::jit::KernelSpec spec;
+        spec.header = header;
+        spec.name = name;
+        spec.remote_peers = true;
+        const loom::jit::CompileResult r = loom::jit::compile(spec, 90);
+        EXPECT_EQ(r.compiler, "nvcc+nvjitlink") << spec.display();
+        EXPECT_FALSE(r.cubin.empty()) << spec.display();
+        EXPECT_EQ(r.spill_bytes, 0) << spec.display() << "\n" << r.resource_report;
+    }
 }
 
 // ep_moe_experts' hooked grouped GEMM: the Hopper kernel at both tile heights, two widths, with SwiGLU; the portable

@@ -12,6 +12,13 @@
 // The reduce pulls, so each partial is produced once at the expert's rank and crosses NVLink once, as bf16 (half the
 // bytes of fp32; y's sum itself is fp32). Reuse of the combine rows: rank d overwrites them in its next combine, after
 // its next dispatch's scan, which waits for every rank's next scan, which follows that rank's reduce (stream order).
+//
+// A World of several nodes: a pair whose token came from a rank s on another node is pushed instead — the send kernel
+// puts its partial from this rank's combine rows into s's stage row of that pair (ret_base[s] + its index among s's
+// pairs here), each block completes its puts before its ticket, and combined[me] := c reaches s as NVSHMEM's signal
+// after a quiet; s's reduce reads such partials from its own stage rows. Reuse of s's stage rows: s writes them next
+// in its next dispatch's push, after its reduce (stream order), which waited for every rank's combined signal, each
+// sent after that rank's puts completed.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -44,7 +51,7 @@ __global__ void __launch_bounds__(kEpThreads) ep_combine_send(Ctx ctx, EpParams 
     __shared__ uint64_t s_epoch;
     __shared__ int32_t s_row[kEpThreads / 32][32];  // per warp: its pair's row and weight of every slot
     __shared__ float s_w[kEpThreads / 32][32];
-    const int W = ctx.local_world, me = ctx.local_rank;
+    const int W = ctx.world, me = ctx.rank;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     if (threadIdx.x == 0) s_epoch = lang::launch_epoch_enter(&p.dev->combine);
     const int32_t pairs = p.dev->overflow == 0 ? p.dev->recv_pairs : 0;
@@ -76,38 +83,76 @@ __global__ void __launch_bounds__(kEpThreads) ep_combine_send(Ctx ctx, EpParams 
             }
             partial[q * p.row_words + i] = ep_pack(acc);
         }
+        if (p.src_pair_base == nullptr) continue;  // one node: the token's rank pulls the partial
+        // Several nodes: the pair's source rank s (the last with src_pair_base[s] <= q); another node's gets the
+        // partial put into its stage row.
+        int lo = 0, hi = W - 1;
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (p.src_pair_base[mid] <= q) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        const int s = lo;
+        if (!ep_remote(ctx, s)) continue;
+        const int64_t si = p.ret_base[s] + q - p.src_pair_base[s];
+        if (si < 0 || si >= p.capacity) bad_index("ep_combine stage row", p.ret_base + s, si, p.capacity);
+        __threadfence_system();  // the partial's bytes before NVSHMEM reads them
+        __syncwarp();
+        lang::put_nbi(lang::warp, ctx, static_cast<uint4*>(p.stage_x) + si * p.row_words, partial + q * p.row_words,
+                      static_cast<uint64_t>(p.row_words) * 16, s);
     }
+    ep_block_quiet(ctx);  // several nodes: this block's puts complete before its ticket
     if (ep_last_block(&p.dev->send_ticket))
-        for (int d = 0; d < W; ++d) ptx::st_release_sys(ep_peer(ctx, p.sig->combined + me, d), s_epoch);
+        for (int d = 0; d < W; ++d) ep_signal(ctx, p.sig->combined + me, s_epoch, d);
 }
 
 // A warp per token (grid-strided), after every rank's partial rows are ready.
 __global__ void __launch_bounds__(kEpThreads) ep_combine_reduce(Ctx ctx, EpParams p) {
-    __shared__ int32_t s_q[kEpThreads / 32][kMaxLocalPeers];  // per warp: its token's record index at every rank
-    const int W = ctx.local_world;
+    // Per warp: its token's partial rows, one per rank it went to, in ascending rank order.
+    __shared__ const uint4* s_src[kEpThreads / 32][32];
+    const int W = ctx.world;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const uint64_t epoch = p.dev->combine.calls;  // the send kernel before this one on the stream advanced it
-    if (threadIdx.x < static_cast<unsigned>(W))
-        ep_wait(ctx.wait_timeout_ns, p.sig->combined + threadIdx.x, epoch,
-                "ep_combine: waits for a rank's partial sums");
+    for (int d = threadIdx.x; d < W; d += blockDim.x)
+        ep_wait(ctx.wait_timeout_ns, p.sig->combined + d, epoch, "ep_combine: waits for a rank's partial sums");
     __syncthreads();
     if (p.dev->overflow != 0) return;  // the dispatch moved nothing: y is left as it was
     const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
     uint4* const y = static_cast<uint4*>(p.y);
     for (int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; t < p.tokens;
          t += warps) {
-        const int32_t q = lane < W ? p.token_pair[t * W + lane] : -1;
-        const unsigned ranks = __ballot_sync(0xffffffffu, q >= 0);
-        __syncwarp();  // the previous token's records are read
-        if (lane < W) s_q[warp][lane] = q;
+        const int32_t e = lane < p.topk ? p.topk_idx[t * p.topk + lane] : -1;
+        const EpDests dests = ep_dests(e, p.local_experts);
+        const bool first = (dests.first >> lane) & 1u;
+        // This lane's place among the token's ranks: how many of them are lower than its own.
+        int pos = 0;
+        for (int j = 0; j < p.topk; ++j) {
+            const int dj = __shfl_sync(0xffffffffu, dests.rank, j);
+            pos += ((dests.first >> j) & 1u) && dj < dests.rank;
+        }
+        __syncwarp();  // the previous token's rows are read
+        if (first) {
+            const int d = dests.rank;
+            const int32_t q = p.token_pair[t * W + d];
+            if (q < 0 || q >= p.pair_capacity) bad_index("ep_combine token_pair", p.token_pair, q, p.pair_capacity);
+            if (ep_remote(ctx, d)) {
+                s_src[warp][pos] = static_cast<const uint4*>(p.stage_x) +
+                                   static_cast<int64_t>(p.stage_base[d] + q - p.pair_base[d]) * p.row_words;
+            } else {
+                s_src[warp][pos] = static_cast<const uint4*>(ep_peer(ctx, p.combine_rows, d)) +
+                                   static_cast<int64_t>(q) * p.row_words;
+            }
+        }
         __syncwarp();
+        const int n = __popc(dests.first);
         for (int64_t i = lane; i < p.row_words; i += 32) {
             float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-            for (unsigned m = ranks; m != 0; m &= m - 1) {
-                const int d = __ffs(m) - 1;
-                const uint4* src = static_cast<const uint4*>(ep_peer(ctx, p.combine_rows, d));
+            for (int r = 0; r < n; ++r) {
                 float v[8];
-                ep_unpack(src[static_cast<int64_t>(s_q[warp][d]) * p.row_words + i], v);
+                ep_unpack(s_src[warp][r][i], v);
 #pragma unroll
                 for (int c = 0; c < 8; ++c) acc[c] += v[c];
             }

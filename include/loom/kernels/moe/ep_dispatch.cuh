@@ -33,6 +33,13 @@
 // Waits: the scan waits for the peers' scans (which follow only their counts) and the arrive kernel for the peers'
 // pushes (which wait for nothing). No block waits for another block of its own kernel, so nothing needs co-resident
 // blocks, and ranks sharing a GPU cannot starve each other into a cycle.
+//
+// A World of several nodes (the kernels built with remote peers: LOOM_REMOTE_PEERS): ranks are global, node peers are
+// written by load/store as above, and a rank d on another node through NVSHMEM: the scan's totals row by put_signal
+// (counts_ready[me] := e), the push stages the token's row and pair record in this rank's stage rows (at stage_base[d]
+// + the pair's index among this rank's pairs with d) and puts them from there (nbi) to the same places at d as the
+// stores would; each block completes its puts (quiet) before its last-block ticket, and arrived[me] := e goes to d
+// as NVSHMEM's signal after a quiet. The per-expert path stays on one node (the host refuses it on several).
 #pragma once
 
 #ifndef LOOM_NO_DEVICE_PRINTF
@@ -50,13 +57,63 @@
 
 namespace loom::kernels::moe {
 
-// Local rank d's copy of this rank's symmetric pointer p (one node: checked on the host).
+// Rank d's copy of this rank's symmetric pointer p. Precondition: d is on this node (!ep_remote).
 template <class T>
 LOOM_DEVICE LOOM_FORCEINLINE T* ep_peer(const Ctx& ctx, T* p, int d) {
-    return reinterpret_cast<T*>(ctx.heap_of(ctx.local_base_rank + d) + ctx.own_offset(p));
+    return reinterpret_cast<T*>(ctx.heap_of(d) + ctx.own_offset(p));
+}
+
+// Whether rank d is on another node (reached through NVSHMEM): never in a kernel built without remote peers, which
+// the host launches on one node only.
+LOOM_DEVICE LOOM_FORCEINLINE bool ep_remote(const Ctx& ctx, int d) {
+#if LOOM_REMOTE_PEERS
+    return !ctx.reachable(d);
+#else
+    (void)ctx;
+    (void)d;
+    return false;
+#endif
+}
+
+// arrived / combined [me] := epoch at rank d: a release store on this node; on another node NVSHMEM's signal after a
+// quiet (lang::signal_op), which also completes this rank's earlier puts.
+LOOM_DEVICE LOOM_FORCEINLINE void ep_signal(const Ctx& ctx, uint64_t* sig, uint64_t epoch, int d) {
+    if (ep_remote(ctx, d)) {
+        lang::signal_op(ctx, sig, epoch, lang::SignalOp::Set, d);
+    } else {
+        ptx::st_release_sys(ep_peer(ctx, sig, d), epoch);
+    }
+}
+
+// Every thread of the block: in a kernel built with remote peers, the block's NVSHMEM puts are complete (and its
+// stores fenced) before what follows; nothing otherwise.
+LOOM_DEVICE LOOM_FORCEINLINE void ep_block_quiet(const Ctx& ctx) {
+#if LOOM_REMOTE_PEERS
+    lang::quiet(lang::block, ctx);
+#else
+    (void)ctx;
+#endif
+}
+
+// The lanes of a warp's token (lane s < k holding slot s's expert e, -1 unused): the lanes whose slot is the first of
+// the token's slots on e's rank (those send the token to that rank), and this lane's rank (-1 for none).
+struct EpDests {
+    unsigned first;  // ballot of the first-slot lanes
+    int rank;        // e / L, or -1
+};
+LOOM_DEVICE LOOM_FORCEINLINE EpDests ep_dests(int32_t e, int local_experts) {
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    const int d = e >= 0 ? e / local_experts : -1;
+    // Lanes with the same rank (unused slots apart: each its own key).
+    const unsigned same = __match_any_sync(0xffffffffu, d >= 0 ? d : -2 - lane);
+    const bool first = d >= 0 && (__ffs(same) - 1) == lane;
+    return EpDests{__ballot_sync(0xffffffffu, first), d};
 }
 
 LOOM_DEVICE LOOM_FORCEINLINE int ep_cols(const EpParams& p, int W) { return p.num_experts + W; }
+
+// The node of rank r (ranks of a node are contiguous, local_world of them).
+LOOM_DEVICE LOOM_FORCEINLINE int ep_node(const Ctx& ctx, int r) { return r / ctx.local_world; }
 
 // Bounded acquire (sys) wait for *sig >= target; a timeout posts a diagnostic tagged `tag` and traps. Takes the
 // bound, not the Ctx: a Ctx passed by reference to the diagnostic would make the kernel copy it to its stack.
@@ -97,7 +154,7 @@ LOOM_DEVICE LOOM_FORCEINLINE int32_t ep_expert(const EpParams& p, int64_t j) {
 // blockDim.x == kEpChunk; dynamic smem: C int32.
 __global__ void __launch_bounds__(kEpChunk) ep_layout_count(Ctx ctx, EpParams p) {
     extern __shared__ int32_t hist[];
-    const int W = ctx.local_world, C = ep_cols(p, W);
+    const int W = ctx.world, C = ep_cols(p, W);
     for (int c = threadIdx.x; c < C; c += blockDim.x) hist[c] = 0;
     const int64_t pairs = static_cast<int64_t>(p.tokens) * W;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < pairs;
@@ -140,14 +197,15 @@ __global__ void __launch_bounds__(kEpScanThreads) ep_layout_scan(Ctx ctx, EpPara
     __shared__ int32_t tot[kEpMaxCols];     // this rank's column totals, then every expert's total over the sources
     __shared__ int32_t seg[kEpMaxExperts];  // per expert: the first row of its segment at its rank
     __shared__ uint64_t s_epoch;
-    __shared__ int32_t s_need_rows, s_need_pairs;
-    const int W = ctx.local_world, me = ctx.local_rank, C = ep_cols(p, W);
+    __shared__ int32_t s_need_rows, s_need_pairs, s_need_stage;
+    const int W = ctx.world, me = ctx.rank, C = ep_cols(p, W);
     const int E = p.num_experts, L = p.local_experts;
     if (threadIdx.x == 0) {
         s_epoch = p.dev->dispatch_calls + 1;
         p.dev->dispatch_calls = s_epoch;
         s_need_rows = 0;
         s_need_pairs = 0;
+        s_need_stage = 0;
     }
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         int32_t run = 0;
@@ -163,17 +221,24 @@ __global__ void __launch_bounds__(kEpScanThreads) ep_layout_scan(Ctx ctx, EpPara
     if (p.send_prefix != nullptr) ep_exclusive_prefix(tot, E, p.send_prefix, seg);  // seg: scratch until below
     const uint64_t epoch = s_epoch;
     // The exchange: this rank's totals into row me of every rank's counts_all, then counts_ready[me] := epoch there.
+    // Node peers (and this rank) by stores; ranks on other nodes by one put_signal of the row from this rank's own.
     for (int i = threadIdx.x; i < W * C; i += blockDim.x) {
         const int d = i / C, c = i % C;
-        ep_peer(ctx, p.counts_all, d)[me * C + c] = tot[c];
+        if (!ep_remote(ctx, d)) ep_peer(ctx, p.counts_all, d)[me * C + c] = tot[c];
     }
     __syncthreads();
-    if (threadIdx.x < static_cast<unsigned>(W)) {
-        ptx::fence_sc_sys();
-        ptx::st_release_sys(ep_peer(ctx, p.sig->counts_ready + me, static_cast<int>(threadIdx.x)), epoch);
-        ep_wait(ctx.wait_timeout_ns, p.sig->counts_ready + threadIdx.x, epoch,
-                "ep_dispatch: waits for a rank's layout counts");
+    int32_t* const own_row = p.counts_all + static_cast<int64_t>(me) * C;
+    for (int d = threadIdx.x; d < W; d += blockDim.x) {
+        ptx::fence_sc_sys();  // the block's stores of the rows (ordered by the __syncthreads) before the signal
+        if (ep_remote(ctx, d)) {
+            lang::put_signal(lang::thread, ctx, own_row, own_row, sizeof(int32_t) * static_cast<uint64_t>(C),
+                             p.sig->counts_ready + me, epoch, lang::SignalOp::Set, d);
+        } else {
+            ptx::st_release_sys(ep_peer(ctx, p.sig->counts_ready + me, d), epoch);
+        }
     }
+    for (int d = threadIdx.x; d < W; d += blockDim.x)
+        ep_wait(ctx.wait_timeout_ns, p.sig->counts_ready + d, epoch, "ep_dispatch: waits for a rank's layout counts");
     __syncthreads();
     const int32_t* all = p.counts_all;  // [W, C], every rank's totals
     // Every expert's total over the sources; the rows and pairs every rank receives (all ranks compute the same).
@@ -183,26 +248,31 @@ __global__ void __launch_bounds__(kEpScanThreads) ep_layout_scan(Ctx ctx, EpPara
         tot[e] = s;
     }
     __syncthreads();
-    if (threadIdx.x < static_cast<unsigned>(W)) {
-        const int d = static_cast<int>(threadIdx.x);
-        int32_t rows = 0, prs = 0;
+    for (int d = threadIdx.x; d < W; d += blockDim.x) {
+        int32_t rows = 0, prs = 0, staged = 0;
         for (int l = 0; l < L; ++l) {
             seg[d * L + l] = rows;
             rows += tot[d * L + l];
         }
-        for (int r = 0; r < W; ++r) prs += all[r * C + E + d];
+        for (int r = 0; r < W; ++r) {
+            prs += all[r * C + E + d];
+            if (ep_node(ctx, r) != ep_node(ctx, d)) staged += all[d * C + E + r];  // d's pairs with other nodes
+        }
         atomicMax(&s_need_rows, rows);
         atomicMax(&s_need_pairs, prs);
+        atomicMax(&s_need_stage, staged);
         if (d == me) p.dev->recv_pairs = prs;
         int32_t base = 0;  // this rank's pairs start after those of the lower ranks
         for (int r = 0; r < me; ++r) base += all[r * C + E + d];
         p.pair_base[d] = base;
     }
     __syncthreads();
-    const bool overflow = s_need_rows > p.capacity || s_need_pairs > p.pair_capacity;
+    const bool overflow =
+        s_need_rows > p.capacity || s_need_pairs > p.pair_capacity || s_need_stage > p.capacity;
     if (threadIdx.x == 0) {
         p.dev->need_rows = s_need_rows;
         p.dev->need_pairs = s_need_pairs;
+        p.dev->need_stage = s_need_stage;
         p.dev->overflow = overflow ? 1 : 0;
     }
     // This rank's segment of expert e at e's rank starts after the lower ranks' rows of e.
@@ -216,13 +286,29 @@ __global__ void __launch_bounds__(kEpScanThreads) ep_layout_scan(Ctx ctx, EpPara
         p.recv_offsets[l] = overflow ? 0 : (l < L ? seg[me * L + l] : seg[me * L + L - 1] + tot[me * L + L - 1]);
         if (l < L) p.recv_counts[l] = overflow ? 0 : tot[me * L + l];
     }
+    // Several nodes: the stage rows of this rank's pairs with each rank of another node (in rank order), where each
+    // source of another node keeps its pairs with this rank, and where each source's pair records start here.
+    if (p.stage_base != nullptr) {
+        for (int d = threadIdx.x; d < W; d += blockDim.x) {
+            int32_t stage = 0, ret = 0, src = 0;
+            for (int r = 0; r < d; ++r)
+                if (ep_node(ctx, r) != ep_node(ctx, me)) stage += all[me * C + E + r];
+            for (int r = 0; r < me; ++r)
+                if (ep_node(ctx, r) != ep_node(ctx, d)) ret += all[d * C + E + r];
+            for (int r = 0; r < d; ++r) src += all[r * C + E + me];
+            p.stage_base[d] = stage;
+            p.ret_base[d] = ret;
+            p.src_pair_base[d] = src;
+            if (d == W - 1) p.src_pair_base[W] = src + all[d * C + E + me];
+        }
+    }
 }
 
 // blockDim.x == kEpChunk.
 __global__ void __launch_bounds__(kEpChunk) ep_layout_index(Ctx ctx, EpParams p) {
     __shared__ int32_t col[kEpChunk];   // the entry's expert, -1 unused
     __shared__ int32_t pcol[kEpChunk];  // the entry's rank where it is the token's first slot there, else -1
-    const int W = ctx.local_world, C = ep_cols(p, W);
+    const int W = ctx.world, C = ep_cols(p, W);
     const int64_t entries = static_cast<int64_t>(p.tokens) * p.topk;
     const int64_t j = static_cast<int64_t>(blockIdx.x) * kEpChunk + threadIdx.x;
     int32_t e = -1, d = -1;
@@ -249,13 +335,15 @@ __global__ void __launch_bounds__(kEpChunk) ep_layout_index(Ctx ctx, EpParams p)
     if (d >= 0) p.token_pair[(j / p.topk) * W + d] = p.pair_base[d] + base[p.num_experts + d] + pbefore;
 }
 
-// A warp per token (grid-strided). Rows move 16 bytes per lane and store.
+// A warp per token (grid-strided). Rows move 16 bytes per lane and store; to a rank on another node they are staged
+// and put (see the top).
 __global__ void __launch_bounds__(kEpThreads) ep_dispatch_push(Ctx ctx, EpParams p) {
-    const int W = ctx.local_world, me = ctx.local_rank;
+    const int W = ctx.world, me = ctx.rank;
     const int lane = threadIdx.x % 32;
     const bool move = p.dev->overflow == 0;
     const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
     const uint4* x = static_cast<const uint4*>(p.x);
+    const int64_t row_bytes = p.row_words * 16;
     for (int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; move && t < p.tokens;
          t += warps) {
         int32_t e = -1, row = -1;
@@ -265,37 +353,62 @@ __global__ void __launch_bounds__(kEpThreads) ep_dispatch_push(Ctx ctx, EpParams
             row = p.entry_row[t * p.topk + lane];
             if (p.topk_weights != nullptr) w = p.topk_weights[t * p.topk + lane];
         }
-        for (int j = 1; j <= W; ++j) {  // peers first (me + 1, ...), own last
-            const int d = me + j < W ? me + j : me + j - W;
+        const EpDests dests = ep_dests(e, p.local_experts);
+        for (unsigned m = dests.first; m != 0; m &= m - 1) {  // the token's ranks, in slot order
+            const int f = __ffs(m) - 1;
+            const int d = __shfl_sync(0xffffffffu, dests.rank, f);
+            const int32_t first = __shfl_sync(0xffffffffu, row, f);  // the first slot on d carries the row
             const int32_t q = p.token_pair[t * W + d];
-            if (q < 0) continue;
-            const bool on_d = e >= 0 && e / p.local_experts == d;
-            // The first slot on d carries the row: the lowest lane with on_d.
-            const unsigned on = __ballot_sync(0xffffffffu, on_d);
-            const int32_t first = __shfl_sync(0xffffffffu, row, __ffs(on) - 1);
             if (first < 0 || first >= p.capacity) bad_index("ep_dispatch entry_row", p.entry_row, first, p.capacity);
-            if (lane < p.topk) {
-                const int64_t rec = static_cast<int64_t>(q) * p.topk + lane;
-                ep_peer(ctx, p.pair_rows, d)[rec] = on_d ? row : -1;
-                ep_peer(ctx, p.pair_weights, d)[rec] = w;
-            }
+            if (q < 0 || q >= p.pair_capacity) bad_index("ep_dispatch token_pair", p.token_pair, q, p.pair_capacity);
+            const bool on_d = dests.rank == d;
+            const int64_t rec = static_cast<int64_t>(q) * p.topk;
             const uint4* src = x + t * p.x_ld_words;
-            uint4* dst = static_cast<uint4*>(ep_peer(ctx, p.recv_x, d)) + static_cast<int64_t>(first) * p.row_words;
-            for (int64_t i = lane; i < p.row_words; i += 32) dst[i] = src[i];
+            if (!ep_remote(ctx, d)) {
+                if (lane < p.topk) {
+                    ep_peer(ctx, p.pair_rows, d)[rec + lane] = on_d ? row : -1;
+                    ep_peer(ctx, p.pair_weights, d)[rec + lane] = w;
+                }
+                uint4* dst =
+                    static_cast<uint4*>(ep_peer(ctx, p.recv_x, d)) + static_cast<int64_t>(first) * p.row_words;
+                for (int64_t i = lane; i < p.row_words; i += 32) dst[i] = src[i];
+                continue;
+            }
+            // Another node: stage the record and the row, then put both from the stage rows.
+            const int64_t si = p.stage_base[d] + q - p.pair_base[d];
+            if (si < 0 || si >= p.capacity) bad_index("ep_dispatch stage row", p.stage_base + d, si, p.capacity);
+            if (lane < p.topk) {
+                p.stage_rows[si * p.topk + lane] = on_d ? row : -1;
+                p.stage_weights[si * p.topk + lane] = w;
+            }
+            uint4* stage = static_cast<uint4*>(p.stage_x) + si * p.row_words;
+            for (int64_t i = lane; i < p.row_words; i += 32) stage[i] = src[i];
+            __threadfence_system();  // the staged bytes before NVSHMEM reads them (every transport)
+            __syncwarp();
+            lang::put_nbi(lang::warp, ctx, static_cast<uint4*>(p.recv_x) + static_cast<int64_t>(first) * p.row_words,
+                          stage, static_cast<uint64_t>(row_bytes), d);
+            lang::put_nbi(lang::warp, ctx, p.pair_rows + rec, p.stage_rows + si * p.topk,
+                          sizeof(int32_t) * static_cast<uint64_t>(p.topk), d);
+            lang::put_nbi(lang::warp, ctx, p.pair_weights + rec, p.stage_weights + si * p.topk,
+                          sizeof(float) * static_cast<uint64_t>(p.topk), d);
         }
     }
+    ep_block_quiet(ctx);  // several nodes: this block's puts complete before its ticket
     if (ep_last_block(&p.dev->push_ticket)) {
         const uint64_t epoch = p.dev->dispatch_calls;
-        for (int d = 0; d < W; ++d) ptx::st_release_sys(ep_peer(ctx, p.sig->arrived + me, d), epoch);
+        for (int j = 1; j <= W; ++j) {  // peers first, own last
+            const int d = me + j < W ? me + j : me + j - W;
+            ep_signal(ctx, p.sig->arrived + me, epoch, d);
+        }
     }
 }
 
 // A warp per received pair (grid-strided), after every rank's push arrived.
 __global__ void __launch_bounds__(kEpThreads) ep_dispatch_arrive(Ctx ctx, EpParams p) {
     __shared__ int32_t s_row[kEpThreads / 32][32];  // per warp: its pair's row of every slot (-1: not on this rank)
-    const int W = ctx.local_world;
+    const int W = ctx.world;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    if (threadIdx.x < static_cast<unsigned>(W))
+    if (threadIdx.x < static_cast<unsigned>(W))  // W <= kEpMaxRanks == kEpThreads
         ep_wait(ctx.wait_timeout_ns, p.sig->arrived + threadIdx.x, p.dev->dispatch_calls,
                 "ep_dispatch: waits for a rank's routed rows");
     __syncthreads();
@@ -365,7 +478,7 @@ LOOM_DEVICE LOOM_FORCEINLINE void ep_block_prefix(int n, const F& items, int32_t
 __global__ void __launch_bounds__(kEpThreads, 1) ep_dispatch_push_experts(Ctx ctx, EpParams p) {
     __shared__ int32_t s_item[kEpMaxExperts + 1];  // first item of each work order position
     __shared__ int32_t s_scratch[32];
-    const int W = ctx.local_world, me = ctx.local_rank, L = p.local_experts, E = p.num_experts;
+    const int W = ctx.world, me = ctx.rank, L = p.local_experts, E = p.num_experts;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, block_warps = blockDim.x / 32;
     const bool move = p.dev->overflow == 0;
     const int64_t warps = static_cast<int64_t>(gridDim.x) * block_warps;
@@ -435,8 +548,8 @@ __global__ void __launch_bounds__(kEpThreads, 1) ep_dispatch_push_experts(Ctx ct
 
 // One warp: every rank's pair records of the current dispatch have landed (the combine that follows reads them).
 __global__ void __launch_bounds__(32) ep_dispatch_arrived_wait(Ctx ctx, EpParams p) {
-    if (threadIdx.x < static_cast<unsigned>(ctx.local_world))
-        ep_wait(ctx.wait_timeout_ns, p.sig->arrived + threadIdx.x, p.dev->dispatch_calls,
+    for (int r = threadIdx.x; r < ctx.world; r += blockDim.x)
+        ep_wait(ctx.wait_timeout_ns, p.sig->arrived + r, p.dev->dispatch_calls,
                 "ep_moe_experts: waits for a rank's pair records");
 }
 

@@ -1,12 +1,17 @@
 // Plain data of expert-parallel dispatch / combine, throughput mode (kernels/moe/ep_dispatch.cuh, ep_combine.cuh),
 // shared by the host launcher (src/ops/moe/ep/) and the device code. Compiles under the host compiler, nvcc and NVRTC.
 //
-// Names: W local ranks, E experts, L = E / W local experts (expert e on rank e / L as local expert e % L), T this
-// rank's tokens, k slots per token. Entry j = (token j / k, slot j % k). A token's "pair" with rank d exists when one
+// Names: W ranks (global: the World may span nodes), E experts, L = E / W local experts (expert e on rank e / L as
+// local expert e % L), T this rank's tokens, k slots per token. Entry j = (token j / k, slot j % k). A token's "pair" with rank d exists when one
 // of its slots names an expert of d; the pair is the unit of transfer (the token's row crosses to d once).
 //
 // Layout columns: C = E + W counters per rank: columns [0, E) count entries per expert, columns [E, E + W) count pairs
 // per destination rank.
+//
+// Ranks on another node (a World of several nodes; the kernels are then built with remote peers): rows and pair
+// records for such a rank are staged in this rank's symmetric stage rows (NVSHMEM's network transports read a put's
+// source from the registered heap) and put from there; each rank's stage rows hold its pairs with other nodes' ranks
+// in (rank, pair) order, and the combine's partial sums for those pairs come back into the same rows.
 //
 // Signals (EpSignals, symmetric, zeroed once, never reset) carry call numbers kept on the device (EpDeviceState), not
 // host counts, so a replayed CUDA graph advances them: dispatch call e sets counts_ready[me] := e and arrived[me] := e
@@ -25,13 +30,16 @@ inline constexpr int kEpScanThreads = 1024;  // threads of the single-block scan
 inline constexpr int kEpThreads = 512;       // threads of the data kernels (a warp per token or pair)
 inline constexpr int kEpMaxExperts = 1024;   // E the scan keeps in shared memory
 inline constexpr int kEpMaxTopk = 32;        // k: a token's slots fit one warp
-inline constexpr int kEpMaxCols = kEpMaxExperts + kMaxLocalPeers;
+inline constexpr int kEpMaxRanks = 512;     // W: the signals' arrays (a thread per rank in the data kernels)
+inline constexpr int kEpMaxCols = kEpMaxExperts + kEpMaxRanks;
+static_assert(kEpMaxRanks <= kEpThreads, "a thread per rank in the data kernels' waits");
 inline constexpr int kEpExpertRows = 32;  // rows per work item of the per-expert push
 
 struct EpSignals {
-    uint64_t counts_ready[kMaxLocalPeers];  // at d: the last dispatch whose rank r counts row landed in d's counts
-    uint64_t arrived[kMaxLocalPeers];       // at d: the last dispatch whose rank r rows and pair records landed at d
-    uint64_t combined[kMaxLocalPeers];      // at r: the last combine whose partial rows rank d has ready for r
+    uint64_t counts_ready[kEpMaxRanks];    // at d: the last dispatch whose rank r counts row landed in d's counts
+    uint64_t arrived[kEpMaxRanks];         // at d: the last dispatch whose rank r rows and pair records landed at d
+    uint64_t combined[kEpMaxRanks];        // at r: the last combine whose partial rows rank d has ready for r (for
+                                           // a rank d on another node: put into r's stage rows)
     uint64_t expert_ready[kEpMaxExperts];   // at d, per local expert l: sources whose rows of l landed, summed over
                                             // the per-expert pushes so far
 };
@@ -42,10 +50,13 @@ struct EpDeviceState {
     lang::LaunchEpoch combine;  // the combine send kernel's launches: the current combine's number
     uint32_t push_ticket;       // wrapping last-block tickets (atom.inc to gridDim.x - 1)
     uint32_t send_ticket;
-    int32_t overflow;    // the current dispatch: 1 when some rank would receive more rows than the capacity
+    int32_t overflow;    // the current dispatch: 1 when some rank would receive more rows (or stage more pairs) than
+                         // the capacity
     int32_t need_rows;   // the current dispatch: the most rows any rank receives
     int32_t need_pairs;  // the current dispatch: the most pairs any rank receives
+    int32_t need_stage;  // the current dispatch: the most pairs any rank has with ranks of other nodes (0 on one node)
     int32_t recv_pairs;  // the current dispatch: pairs this rank receives
+    int32_t pad;
     uint32_t expert_ticket[kEpMaxExperts];  // the per-expert push: per expert, its work items' wrapping ticket
 };
 
@@ -69,6 +80,12 @@ struct EpParams {
     // The per-expert push's (null on the other path): this rank's entries grouped by expert, token order within one.
     int32_t* send_prefix;  // [E + 1]: exclusive prefix over the experts of this rank's entries per expert
     int32_t* send_entry;   // [T x k]: entries [send_prefix[e], send_prefix[e + 1]) are those of expert e
+    // Ranks on other nodes (null on one node): per rank d, the first stage row of this rank's pairs with d (other
+    // nodes' ranks only); per source rank s, the first stage row at s of s's pairs with this rank (other nodes' s
+    // only); per source rank s, the first received pair record index of s's pairs ([W + 1]).
+    int32_t* stage_base;
+    int32_t* ret_base;
+    int32_t* src_pair_base;
     // Symmetric (this rank's addresses; peers' through the Ctx).
     EpSignals* sig;
     int32_t* counts_all;  // [W, C]: row r = rank r's column totals
@@ -76,6 +93,9 @@ struct EpParams {
     int32_t* pair_rows;   // [pair_capacity, k]: per received pair, the row of each slot at this rank or -1
     float* pair_weights;  // [pair_capacity, k]
     void* combine_rows;   // [pair_capacity, H] bf16: per received pair, its weighted partial sum
+    void* stage_x;        // [capacity, H] bf16 (several nodes; else null): rows to other nodes, then their partials
+    int32_t* stage_rows;  // [capacity, k]: the staged pairs' records (the pair_rows / pair_weights sent)
+    float* stage_weights;  // [capacity, k]
     int64_t x_ld_words, out_ld_words, y_ld_words, row_words;  // row_words: H x 2 / 16
     int32_t tokens, topk, num_experts, local_experts, chunks;
     int32_t capacity, pair_capacity;

@@ -12,12 +12,6 @@ namespace loom {
 
 namespace kmoe = kernels::moe;
 
-namespace moe::ep {
-const jit::Kernel& kernel(const char* header, const char* name);
-jit::LaunchConfig launch_config(unsigned blocks, unsigned threads, std::size_t smem, cudaStream_t stream);
-void check_rows(const char* op, const char* arg, const MatrixView& m);
-}  // namespace moe::ep
-
 namespace {
 constexpr const char* kOp = "ep_combine";
 constexpr const char* kHeader = "loom/kernels/moe/ep_combine.cuh";
@@ -48,8 +42,8 @@ void ep_combine(World& world, const EpHandle& handle, const MatrixView& expert_o
                handle.hidden, y.rows, y.cols);
     LOOM_CHECK(opts.num_blocks >= 0, "{}: opts.num_blocks: expected >= 0, given {}", kOp, opts.num_blocks);
 
-    const jit::Kernel& send = moe::ep::kernel(kHeader, "loom::kernels::moe::ep_combine_send");
-    const jit::Kernel& reduce = moe::ep::kernel(kHeader, "loom::kernels::moe::ep_combine_reduce");
+    const jit::Kernel& send = moe::ep::kernel(world, kHeader, "loom::kernels::moe::ep_combine_send");
+    const jit::Kernel& reduce = moe::ep::kernel(world, kHeader, "loom::kernels::moe::ep_combine_reduce");
     kmoe::EpParams p = st.params;
     p.expert_out = expert_out.data;
     p.out_ld_words = expert_out.stride() / 8;

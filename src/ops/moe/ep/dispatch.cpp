@@ -18,10 +18,11 @@ namespace kmoe = kernels::moe;
 
 namespace moe::ep {
 
-const jit::Kernel& kernel(const char* header, const char* name) {
+const jit::Kernel& kernel(const World& world, const char* header, const char* name) {
     jit::KernelSpec spec;
     spec.header = header;
     spec.name = name;
+    spec.remote_peers = multi_node(world);
     return jit::get_kernel(spec);
 }
 
@@ -85,7 +86,7 @@ namespace moe::ep {
 
 void launch_arrived_wait(World& world, cudaStream_t stream) {
     State& st = *world.find_state<State>();
-    const jit::Kernel& wait = kernel(kHeader, "loom::kernels::moe::ep_dispatch_arrived_wait");
+    const jit::Kernel& wait = kernel(world, kHeader, "loom::kernels::moe::ep_dispatch_arrived_wait");
     wait(launch_config(1, 32, 0, stream), world.ctx(), st.params);
 }
 
@@ -98,6 +99,7 @@ EpHandle dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, co
                "host), given 0",
                kOp);
     moe::ep::State& st = moe::ep::state(world, kOp, captured);
+    const bool staged = moe::ep::multi_node(world);
     const int W = world.world_size();
     const int64_t T = x.rows, H = x.cols;
 
@@ -111,14 +113,14 @@ EpHandle dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, co
     // The symmetric data buffer: the given capacity now; auto's after the count exchange.
     int64_t capacity = opts.capacity > 0 ? opts.capacity : st.auto_rows;
     if (opts.capacity > 0)
-        overlap::ensure_symmetric(world, st.data, moe::ep::data_layout(capacity, H, topk).bytes, captured);
+        overlap::ensure_symmetric(world, st.data, moe::ep::data_layout(capacity, H, topk, staged).bytes, captured);
 
-    const jit::Kernel& count = moe::ep::kernel(kHeader, "loom::kernels::moe::ep_layout_count");
-    const jit::Kernel& scan = moe::ep::kernel(kHeader, "loom::kernels::moe::ep_layout_scan");
-    const jit::Kernel& index = moe::ep::kernel(kHeader, "loom::kernels::moe::ep_layout_index");
+    const jit::Kernel& count = moe::ep::kernel(world, kHeader, "loom::kernels::moe::ep_layout_count");
+    const jit::Kernel& scan = moe::ep::kernel(world, kHeader, "loom::kernels::moe::ep_layout_scan");
+    const jit::Kernel& index = moe::ep::kernel(world, kHeader, "loom::kernels::moe::ep_layout_index");
     const jit::Kernel& push = moe::ep::kernel(
-        kHeader, per_expert ? "loom::kernels::moe::ep_dispatch_push_experts" : "loom::kernels::moe::ep_dispatch_push");
-    const jit::Kernel& arrive = moe::ep::kernel(kHeader, "loom::kernels::moe::ep_dispatch_arrive");
+        world, kHeader, per_expert ? "loom::kernels::moe::ep_dispatch_push_experts" : "loom::kernels::moe::ep_dispatch_push");
+    const jit::Kernel& arrive = moe::ep::kernel(world, kHeader, "loom::kernels::moe::ep_dispatch_arrive");
 
     kmoe::EpParams p{};
     p.x = x.data;
@@ -135,6 +137,11 @@ EpHandle dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, co
     if (per_expert) {
         p.send_prefix = reinterpret_cast<int32_t*>(lb + ll.send_prefix);
         p.send_entry = reinterpret_cast<int32_t*>(lb + ll.send_entry);
+    }
+    if (staged) {
+        p.stage_base = reinterpret_cast<int32_t*>(lb + ll.stage_base);
+        p.ret_base = reinterpret_cast<int32_t*>(lb + ll.ret_base);
+        p.src_pair_base = reinterpret_cast<int32_t*>(lb + ll.src_pair_base);
     }
     p.sig = st.sig;
     p.counts_all = st.counts_all;
@@ -155,21 +162,27 @@ EpHandle dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, co
     count(moe::ep::launch_config(chunks, kmoe::kEpChunk, cols_smem, stream), ctx, p);
     scan(moe::ep::launch_config(1, kmoe::kEpScanThreads, 0, stream), ctx, p);
     if (opts.capacity == 0) {
+        // need_rows, need_pairs, need_stage
         LOOM_CHECK_CUDA(
-            cudaMemcpyAsync(st.host, &st.dev->need_rows, 2 * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+            cudaMemcpyAsync(st.host, &st.dev->need_rows, 3 * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
         LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
-        capacity = moe::ep::auto_capacity(std::max(st.host[0], st.host[1]));
+        capacity = moe::ep::auto_capacity(std::max({st.host[0], st.host[1], st.host[2]}));
         st.auto_rows = capacity;
-        overlap::ensure_symmetric(world, st.data, moe::ep::data_layout(capacity, H, topk).bytes, false);
+        overlap::ensure_symmetric(world, st.data, moe::ep::data_layout(capacity, H, topk, staged).bytes, false);
         p.capacity = static_cast<int32_t>(capacity);
         p.pair_capacity = p.capacity;
     }
-    const moe::ep::DataLayout dl = moe::ep::data_layout(capacity, H, topk);
+    const moe::ep::DataLayout dl = moe::ep::data_layout(capacity, H, topk, staged);
     char* const db = static_cast<char*>(st.data.p);
     p.recv_x = db + dl.recv_x;
     p.combine_rows = db + dl.combine_rows;
     p.pair_rows = reinterpret_cast<int32_t*>(db + dl.pair_rows);
     p.pair_weights = reinterpret_cast<float*>(db + dl.pair_weights);
+    if (staged) {
+        p.stage_x = db + dl.stage_x;
+        p.stage_rows = reinterpret_cast<int32_t*>(db + dl.stage_rows);
+        p.stage_weights = reinterpret_cast<float*>(db + dl.stage_weights);
+    }
 
     index(moe::ep::launch_config(chunks, kmoe::kEpChunk, 0, stream), ctx, p);
     const int sms = st.device_sms;
@@ -217,18 +230,19 @@ void ep_check(World& world, const EpHandle& handle, cudaStream_t stream) {
     LOOM_CHECK(handle.call == st->calls,
                "ep_check: handle: expected the World's latest dispatch (number {}), given dispatch number {}",
                st->calls, handle.call);
-    LOOM_CHECK_CUDA(cudaMemcpyAsync(st->host, &st->dev->overflow, 3 * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+    // overflow, need_rows, need_pairs, need_stage
+    LOOM_CHECK_CUDA(cudaMemcpyAsync(st->host, &st->dev->overflow, 4 * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
     LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
     LOOM_CHECK(st->host[0] == 0,
-               "ep_dispatch: capacity overflow: a rank receives {} rows (token, expert entries), the capacity is {} "
-               "(EpOptions::capacity); the dispatch and its combine moved no data",
-               std::max(st->host[1], st->host[2]), handle.capacity);
+               "ep_dispatch: capacity overflow: a rank receives {} rows (token, expert entries) and stages {} rows for "
+               "other nodes, the capacity is {} (EpOptions::capacity); the dispatch and its combine moved no data",
+               std::max(st->host[1], st->host[2]), st->host[3], handle.capacity);
 }
 
 int64_t ep_dispatch_bytes(World& world, const EpHandle& handle, cudaStream_t stream) {
     ep_check(world, handle, stream);
     moe::ep::State& st = *world.find_state<moe::ep::State>();
-    const int W = world.world_size(), me = world.local_rank(), C = handle.num_experts + W;
+    const int W = world.world_size(), me = world.rank(), C = handle.num_experts + W;
     int32_t* const pairs = st.host + 4;
     LOOM_CHECK_CUDA(cudaMemcpy(pairs, st.counts_all + static_cast<int64_t>(me) * C + handle.num_experts,
                                sizeof(int32_t) * W, cudaMemcpyDeviceToHost));

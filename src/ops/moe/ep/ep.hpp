@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "loom/jit/jit.hpp"
 #include "loom/kernels/moe/ep_params.hpp"
 #include "loom/ops/moe_ep.hpp"
 #include "loom/runtime/world_state.hpp"
@@ -15,16 +16,20 @@
 namespace loom::moe::ep {
 
 // Byte offsets of the symmetric data buffer's parts for `rows` rows of width `hidden` and `topk` slots: recv_x and the
-// combine rows ([rows, H] bf16 each), the pair records' rows and weights ([rows, k] int32 / fp32; pairs <= rows).
+// combine rows ([rows, H] bf16 each), the pair records' rows and weights ([rows, k] int32 / fp32; pairs <= rows); in a
+// World of several nodes (`staged`) also the stage rows ([rows, H] bf16) and their records ([rows, k] int32 / fp32).
 struct DataLayout {
-    std::size_t recv_x = 0, combine_rows = 0, pair_rows = 0, pair_weights = 0, bytes = 0;
+    std::size_t recv_x = 0, combine_rows = 0, pair_rows = 0, pair_weights = 0;
+    std::size_t stage_x = 0, stage_rows = 0, stage_weights = 0;  // staged only
+    std::size_t bytes = 0;
 };
-DataLayout data_layout(int64_t rows, int64_t hidden, int topk);
+DataLayout data_layout(int64_t rows, int64_t hidden, int topk, bool staged = false);
 
 // Byte offsets of the local layout buffer's arrays for one call (T tokens, k slots, E experts, W ranks).
 struct LocalLayout {
     std::size_t chunk_counts = 0, recv_offsets = 0, recv_counts = 0, send_base = 0, pair_base = 0, entry_row = 0,
-                token_pair = 0, send_prefix = 0, send_entry = 0, bytes = 0;
+                token_pair = 0, send_prefix = 0, send_entry = 0, stage_base = 0, ret_base = 0, src_pair_base = 0,
+                bytes = 0;
 };
 int layout_chunks(int64_t tokens, int topk);  // blocks of the count / index kernels (at least 1)
 LocalLayout local_layout(int64_t tokens, int topk, int num_experts, int world);
@@ -45,7 +50,7 @@ struct State final : WorldState {
     void release(World& world) override;
 
     kernels::moe::EpSignals* sig = nullptr;  // symmetric
-    int32_t* counts_all = nullptr;           // symmetric [kMaxLocalPeers, kEpMaxCols]
+    int32_t* counts_all = nullptr;           // symmetric [W, kEpMaxCols]
     overlap::SymmetricBuffer data;
     overlap::LocalBuffer layout;
     kernels::moe::EpDeviceState* dev = nullptr;  // local, zeroed once
@@ -71,5 +76,12 @@ void launch_arrived_wait(World& world, cudaStream_t stream);
 // The World's state; created on first use (collective), never inside a CUDA graph capture.
 State& state(World& world, const char* op, bool captured);
 bool capturing(cudaStream_t stream);
+
+// Whether the World spans nodes: the kernels are then built with remote peers and the data buffer has stage rows.
+bool multi_node(const World& world);
+// A kernel of `header` for this World (built with remote peers when it spans nodes).
+const jit::Kernel& kernel(const World& world, const char* header, const char* name);
+jit::LaunchConfig launch_config(unsigned blocks, unsigned threads, std::size_t smem, cudaStream_t stream);
+void check_rows(const char* op, const char* arg, const MatrixView& m);
 
 }  // namespace loom::moe::ep

@@ -14,10 +14,6 @@
 
 namespace loom {
 
-namespace moe::ep {
-void check_rows(const char* op, const char* arg, const MatrixView& m);
-}  // namespace moe::ep
-
 namespace {
 
 constexpr const char* kOp = "ep_moe_experts";
@@ -102,6 +98,10 @@ EpHandle ep_moe_experts(World& world, const MatrixView& x, const int32_t* topk_i
                "{}: opts.algo: Overlapped cannot be captured in a CUDA graph (its GEMM waits for a count the host "
                "passes); use Sequential or Auto",
                kOp);
+    LOOM_CHECK(!(moe::ep::multi_node(world) && opts.algo == EpMoeAlgo::Overlapped),
+               "{}: opts.algo: Overlapped runs on one node (its per-expert push stores into the peers' memory), given "
+               "a World of {} ranks over {} nodes; use Sequential or Auto",
+               kOp, W, W / world.local_world_size());
     // Auto is Sequential: Overlapped is not yet verified at every rank count (docs/moe.md, "Limits").
     const bool overlapped = opts.algo == EpMoeAlgo::Overlapped;
 

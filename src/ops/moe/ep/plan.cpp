@@ -9,7 +9,7 @@ namespace {
 std::size_t up(std::size_t b) { return (b + 255) / 256 * 256; }
 }  // namespace
 
-DataLayout data_layout(int64_t rows, int64_t hidden, int topk) {
+DataLayout data_layout(int64_t rows, int64_t hidden, int topk, bool staged) {
     const auto R = static_cast<std::size_t>(std::max<int64_t>(rows, 1));
     const auto row_bytes = static_cast<std::size_t>(hidden) * 2;
     DataLayout l;
@@ -18,6 +18,11 @@ DataLayout data_layout(int64_t rows, int64_t hidden, int topk) {
     l.combine_rows = at, at += up(R * row_bytes);
     l.pair_rows = at, at += up(R * static_cast<std::size_t>(topk) * 4);
     l.pair_weights = at, at += up(R * static_cast<std::size_t>(topk) * 4);
+    if (staged) {
+        l.stage_x = at, at += up(R * row_bytes);
+        l.stage_rows = at, at += up(R * static_cast<std::size_t>(topk) * 4);
+        l.stage_weights = at, at += up(R * static_cast<std::size_t>(topk) * 4);
+    }
     l.bytes = at;
     return l;
 }
@@ -42,6 +47,9 @@ LocalLayout local_layout(int64_t tokens, int topk, int num_experts, int world) {
     l.token_pair = at, at += up(T * static_cast<std::size_t>(world) * 4);
     l.send_prefix = at, at += up((static_cast<std::size_t>(num_experts) + 1) * 4);
     l.send_entry = at, at += up(T * static_cast<std::size_t>(topk) * 4);
+    l.stage_base = at, at += up(static_cast<std::size_t>(world) * 4);
+    l.ret_base = at, at += up(static_cast<std::size_t>(world) * 4);
+    l.src_pair_base = at, at += up((static_cast<std::size_t>(world) + 1) * 4);
     l.bytes = at;
     return l;
 }

@@ -11,10 +11,11 @@ namespace kmoe = kernels::moe;
 
 State::State(World& world) {
     sig = detail::alloc_zeroed<kmoe::EpSignals>(world, 1);
-    counts_all = detail::alloc_zeroed<int32_t>(world, static_cast<std::size_t>(kMaxLocalPeers) * kmoe::kEpMaxCols);
+    counts_all = detail::alloc_zeroed<int32_t>(world, static_cast<std::size_t>(world.world_size()) * kmoe::kEpMaxCols);
     LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&dev), sizeof(kmoe::EpDeviceState)));
     LOOM_CHECK_CUDA(cudaMemset(dev, 0, sizeof(kmoe::EpDeviceState)));
-    LOOM_CHECK_CUDA(cudaMallocHost(reinterpret_cast<void**>(&host), 4 * sizeof(int32_t) + kMaxLocalPeers * 64));
+    LOOM_CHECK_CUDA(cudaMallocHost(reinterpret_cast<void**>(&host),
+                                   (8 + static_cast<std::size_t>(world.world_size())) * sizeof(int32_t)));
     int device = 0;
     LOOM_CHECK_CUDA(cudaGetDevice(&device));
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&device_sms, cudaDevAttrMultiProcessorCount, device));
@@ -35,14 +36,12 @@ void State::release(World& world) {
 }
 
 State& state(World& world, const char* op, bool captured) {
-    LOOM_CHECK(world.world_size() == world.local_world_size(),
-               "{}: expected a single-node world (world size == local world size), given world size {} with {} ranks "
-               "on this node",
-               op, world.world_size(), world.local_world_size());
-    LOOM_CHECK(world.local_world_size() <= kMaxLocalPeers, "{}: expected at most {} ranks per node, given {}", op,
-               kMaxLocalPeers, world.local_world_size());
+    LOOM_CHECK(world.world_size() <= kmoe::kEpMaxRanks, "{}: expected a world of at most {} ranks, given {}", op,
+               kmoe::kEpMaxRanks, world.world_size());
     return overlap::op_state<State>(world, op, captured);
 }
+
+bool multi_node(const World& world) { return world.world_size() != world.local_world_size(); }
 
 bool capturing(cudaStream_t stream) {
     cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
