@@ -1,15 +1,15 @@
 // bench-ep: expert-parallel dispatch / combine, throughput mode (loom::ep_dispatch / ep_combine), under loomrun -n W.
 // Per rank: --tokens (4096) tokens of --hidden (7168) bf16, top---topk (8) of --experts (256), routing uniform (k
 // distinct experts per token) or skewed (--skewed: 7 of 8 tokens' first slot on expert 0, the rest in the first
-// quarter). Timed interleaved by the harness (L2 flush, ranks aligned by barrier_on_stream, events, slowest rank's
-// median):
+// quarter). Timed interleaved by the harness (L2 flush, ranks aligned by barrier_on_stream — in a World of several
+// nodes by the host barrier alone —, events, slowest rank's median):
 //   loom      ep_dispatch (fixed capacity: the rows the routing needs, from a first auto call) and ep_dispatch +
 //             ep_combine with identity experts (expert outputs = recv_x); combine = the difference
 //   baseline  Loom's moe_route + moe_permute + a counts kernel + all_to_all_v (dispatch; every (token, slot) row is
 //             sent, no per-rank dedup, landing by source rank) and all_to_all_v back + moe_topk_reduce (combine)
 //   floor     one launch (a 4-byte cudaMemsetAsync after the start event) plus the bytes this rank moves at the
-//             peer-write bandwidth measured in the same run (a vectorised copy of 256 MiB into the next rank's heap,
-//             every rank at once)
+//             peer-write bandwidth measured in the same run (a vectorised copy of 256 MiB into the next rank of its
+//             node's heap, every rank at once)
 // Rows (rank 0) into --out (ep.json): op ep_dispatch / ep_combine / ep_round_trip, mode "normal", T, H, k, E,
 // bytes_per_rank (token rows this rank sends to other ranks; the baseline's in baseline_bytes_per_rank).
 // --layer adds op ep_moe_experts (dispatch -> the local experts' grouped GEMMs -> combine, loom::ep_moe_experts):
@@ -178,7 +178,8 @@ int main(int argc, char** argv) {
         LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&src), probe));
         LOOM_CHECK_CUDA(cudaMemset(src, 0x3c, probe));
         char* dst = static_cast<char*>(world.alloc_bytes(probe));
-        char* peer_dst = world.peer_ptr(dst, (me + 1) % W);
+        const int node_base = world.node() * world.local_world_size();
+        char* peer_dst = world.peer_ptr(dst, node_base + (world.local_rank() + 1) % world.local_world_size());
         int sms = 0;
         LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, world.device()));
         int* one;
@@ -189,7 +190,7 @@ int main(int argc, char** argv) {
         loom::bench::TimeOptions to;
         to.world = &world;
         to.iters = a.iters;
-        to.align = [&](cudaStream_t s) { loom::barrier_on_stream(world, s, 20); };
+        if (world.num_nodes() == 1) to.align = [&](cudaStream_t s) { loom::barrier_on_stream(world, s, 20); };
         const std::vector<std::function<void(cudaStream_t)>> fns = {
             [&](cudaStream_t s) {
                 h = loom::ep_dispatch(world, xv, static_cast<int32_t*>(idx), static_cast<float*>(wts), k, E, s, eo);
@@ -227,6 +228,7 @@ int main(int argc, char** argv) {
                             {"k", k},
                             {"E", E},
                             {"routing", a.skewed ? "skewed" : "uniform"},
+                            {"nodes", world.num_nodes()},
                             {"bytes_per_rank", loom_bytes},
                             {"max_bytes_per_rank", bytes_max},
                             {"baseline_bytes_per_rank", base_bytes},
