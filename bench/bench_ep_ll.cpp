@@ -170,9 +170,12 @@ int main(int argc, char** argv) {
     const std::size_t bw_bytes = std::size_t(256) << 20;
     void* bw_dst = w.alloc_bytes(bw_bytes);
     DevBuf bw_src(bw_bytes);
-    uint4* peer_dst = static_cast<uint4*>(w.peer_ptr(bw_dst, (me + 1) % W));
+    const int node_base = w.node() * w.local_world_size();  // the next rank of this rank's node
+    uint4* peer_dst =
+        static_cast<uint4*>(w.peer_ptr(bw_dst, node_base + (w.local_rank() + 1) % w.local_world_size()));
     loom::bench::TimeOptions topts{.warmup = 5, .iters = iters, .flush_l2 = true, .world = &w};
-    topts.align = [&w](cudaStream_t st) { loom::barrier_on_stream(w, st); };
+    // Several nodes: the host barrier alone (barrier_on_stream runs within one node).
+    if (w.num_nodes() == 1) topts.align = [&w](cudaStream_t st) { loom::barrier_on_stream(w, st); };
     const double copy_us = loom::bench::time_op(
                                [&](cudaStream_t s) {
                                    copy({.grid = dim3(4 * sms), .block = dim3(512), .stream = s}, peer_dst,
@@ -193,6 +196,7 @@ int main(int argc, char** argv) {
     void *nv_darea = nullptr, *nv_carea = nullptr, *nv_stage = nullptr, *nv_dsig = nullptr, *nv_csig = nullptr;
     DevBuf nv_counters(2 * km::kEpLlMaxExperts * 4);
     uint64_t nv_depoch = 0, nv_cepoch = 0;
+    bool own_nvshmem = false;
     if (!no_nvshmem) {
         try {
             const int64_t dhalf = km::ep_ll_dispatch_half_bytes(L, W, tokens, msg);
@@ -200,7 +204,8 @@ int main(int argc, char** argv) {
             if (!std::getenv("NVSHMEM_SYMMETRIC_SIZE"))
                 ::setenv("NVSHMEM_SYMMETRIC_SIZE",
                          std::to_string(2 * dhalf + 2 * chalf + tokens * msg + (std::size_t(64) << 20)).c_str(), 1);
-            loom::nvshmem::init(w);
+            own_nvshmem = !loom::nvshmem::initialized();  // a World of several nodes initialised it
+            if (own_nvshmem) loom::nvshmem::init(w);
             nv_darea = loom::nvshmem::malloc(2 * dhalf);
             nv_carea = loom::nvshmem::malloc(2 * chalf);
             nv_stage = loom::nvshmem::malloc(tokens * msg);
@@ -284,6 +289,7 @@ int main(int argc, char** argv) {
                     {"H", hidden},
                     {"k", topk},
                     {"E", experts},
+                    {"nodes", w.num_nodes()},
                     {"bytes_per_rank", bytes},
                     {"peer_write_gbps", peer_gbps},
                     {"launch_us", launch_us},
@@ -305,7 +311,7 @@ int main(int argc, char** argv) {
     if (nv_dispatch || loom::nvshmem::initialized()) {
         for (void* p : {nv_csig, nv_dsig, nv_stage, nv_carea, nv_darea})
             if (p) loom::nvshmem::free(p);
-        loom::nvshmem::finalize();
+        if (own_nvshmem) loom::nvshmem::finalize();
     }
     loom::release_ep_ll_state(w);
     w.free(bw_dst);
