@@ -1,4 +1,5 @@
-// loom::ep_ll_dispatch / ep_ll_combine (low-latency expert parallelism) at any world size (ranks may share one GPU).
+// loom::ep_ll_dispatch / ep_ll_combine (low-latency expert parallelism) at any world size (ranks may share one GPU),
+// on one node or several (LOOM_NODE_SIZE splits the ranks into nodes whose peers are reached through NVSHMEM).
 // Every rank builds every rank's inputs from the seed (tokens per rank, rows, routing, weights), so each checks what it
 // received without exchanging anything: per (local expert, source rank) the count and the multiset of source entries
 // against the routing, every row against its source token (bf16: bitwise; fp8: each scale = the block's amax / 448

@@ -1,5 +1,7 @@
 // The cross-node kernels compile: tests/dist/kernels/crossnode.cuh with remote peers (nvcc + NVSHMEM, every group
-// scope) for sm_90a, and the kernel without them under NVRTC, with the trap's diagnostic in its cubin. Needs no GPU.
+// scope) for sm_90a, the ops' kernels that run across nodes (hierarchical collectives, low-latency EP) as the ops
+// compile them, and the kernel without remote peers under NVRTC, with the trap's diagnostic in its cubin. Needs no
+// GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include "loom/jit/jit.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/settings.hpp"
+#include "ops/moe/ep/ll_state.hpp"
 #include "runtime/settings_override.hpp"
 
 namespace {
@@ -76,6 +79,28 @@ TEST(CrossNodeCompile, HierarchicalCollectivesCompileWithRemotePeers) {
         const auto r = loom::jit::compile(s, 90);
         EXPECT_EQ(r.compiler, "nvcc+nvjitlink");
         EXPECT_FALSE(r.lowered_name.empty());
+    }
+}
+
+// The low-latency EP kernels (kernels/moe/ep_ll.cuh) as the ops compile them in a World of several nodes: with remote
+// peers and the ops' defines, without spills.
+TEST(CrossNodeCompile, EpLowLatencyCompilesWithRemotePeers) {
+    try {
+        loom::jit::detail::nvshmem_home();
+    } catch (const loom::Error& e) {
+        GTEST_SKIP() << e.what();
+    }
+    if (loom::jit::detail::toolchain().nvcc.empty()) GTEST_SKIP() << "nvcc not found";
+    for (const loom::jit::KernelSpec& s :
+         {loom::moe::ep_ll::dispatch_spec(true, true), loom::moe::ep_ll::dispatch_spec(false, true),
+          loom::moe::ep_ll::combine_spec(true)}) {
+        SCOPED_TRACE(s.display());
+        EXPECT_TRUE(s.remote_peers);
+        EXPECT_EQ(s.defines, std::vector<std::string>{"LOOM_NO_DEVICE_PRINTF=1"});
+        const auto r = loom::jit::compile(s, 90);
+        EXPECT_EQ(r.compiler, "nvcc+nvjitlink");
+        EXPECT_FALSE(r.lowered_name.empty());
+        EXPECT_EQ(r.spill_bytes, 0) << r.resource_report;
     }
 }
 

@@ -57,6 +57,12 @@ TEST(MoeEpLlLayout, AreasHoldMessagesThenSignals) {
     const int64_t chalf = km::ep_ll_combine_half_bytes(128, 8, 7168, 256);
     EXPECT_GE(chalf, km::ep_ll_combine_flag_offset(128, 8, 7168) + 256 * 8);
     EXPECT_EQ(chalf % 1024, 0);
+    // Several nodes: a staging message per (token, slot), a staging row per warp of the grid; whole KiBs each.
+    EXPECT_GE(km::ep_ll_dispatch_staging_bytes(128, 8, msg), int64_t{128} * 8 * msg);
+    EXPECT_EQ(km::ep_ll_dispatch_staging_bytes(128, 8, msg) % 1024, 0);
+    EXPECT_EQ(km::ep_ll_combine_staging_bytes(132, 7168), int64_t{132} * km::kEpLlWarps * 7168 * 2);
+    EXPECT_EQ(km::ep_ll_combine_staging_bytes(3, 128) % 1024, 0);
+    EXPECT_GE(km::ep_ll_combine_staging_bytes(3, 128), 3 * km::kEpLlWarps * 128 * 2);
 }
 
 TEST(MoeEpLlLayout, RecvSizesFollowTheExpertMajorLayout) {

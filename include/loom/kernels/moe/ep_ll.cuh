@@ -31,6 +31,24 @@
 // among them r's; r sends those only after its receive of call e - 2 — the last reader of half p — completed (same
 // stream, and the receive of a call precedes the next call's send, which the host enforces for the hooked form). The
 // receive waits for *every* count / flag, also where no entry came (count 0), so that chain holds on every rank.
+//
+// Ranks are global (W = ctx.world, me = ctx.rank, expert ex lives on rank ex / L). A peer on this node is written
+// by load/store as above. A World of several nodes compiles the kernels with remote peers (LOOM_REMOTE_PEERS), and a
+// peer on another node gets the same bytes at the same offsets through NVSHMEM, staged in this rank's symmetric area
+// after the two halves (a network put's source must be in the symmetric heap):
+//   dispatch   the warp writes a remote entry's message (the same quantised row, the same header) into staging
+//              message t x k + slot, then puts it (put_nbi, warp) to the message's place in the expert's rank; the
+//              entry counts as sent once the put is issued. The count to a remote expert's rank is a signal_op, a
+//              release that first completes every NVSHMEM operation of this rank (nvshmem_quiet), so the expert's
+//              messages land before its count. Staging reuse: every remote entry's expert is remote, and its count
+//              is signalled only after the entry was counted sent (acquire) and then a quiet, so when the send phase
+//              ends every put of the call has completed and read its staging; the next call's send starts after it
+//              (the stream's order, griddep_wait). Within a call each entry has its own staging message.
+//   combine    the warp copies each row for a remote token rank into its own staging row (global warp id) and puts
+//              it (blocking: the staging row is reusable when the put returns), then signals the flag with
+//              signal_op (quiet first: the rows land before the flag).
+// The waits are the same local polls whoever writes the signal; the double-buffer argument above is unchanged (a
+// remote write is issued after the same receive, and lands before the count / flag that follows it).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -44,6 +62,11 @@
 #include "loom/lang/spin.cuh"
 #include "loom/ptx/memory.cuh"
 #include "loom/ptx/special.cuh"
+#if LOOM_REMOTE_PEERS  // only there: the group objects' device globals change the one-node build's register allocation
+#include "loom/lang/copy.cuh"
+#include "loom/lang/group.cuh"
+#include "loom/lang/signal.cuh"
+#endif
 #if !LOOM_NVRTC && !LOOM_NO_DEVICE_PRINTF
 #include <cstdio>
 #endif
@@ -176,7 +199,7 @@ LOOM_DEVICE LOOM_FORCEINLINE void ep_ll_send_row(const __nv_bfloat16* src, char*
 template <bool kFp8>
 LOOM_DEVICE inline void ep_ll_dispatch_send(const Ctx& ctx, const EpLlParams& p, uint32_t flag, char* half,
                                             uint32_t* hist) {
-    const int W = ctx.local_world, me = ctx.local_rank;
+    const int W = ctx.world, me = ctx.rank;
     const int lane = static_cast<int>(threadIdx.x) & 31;
     const int gw = static_cast<int>(blockIdx.x) * kEpLlWarps + static_cast<int>(threadIdx.x) / 32;
     const int nw = static_cast<int>(gridDim.x) * kEpLlWarps;
@@ -201,6 +224,10 @@ LOOM_DEVICE inline void ep_ll_dispatch_send(const Ctx& ctx, const EpLlParams& p,
     for (int t = gw; t < p.tokens; t += nw) {
         int32_t id = -1;
         char* dst = nullptr;
+#if LOOM_REMOTE_PEERS
+        bool remote = false;  // the expert's rank is on another node: dst is this entry's staging message
+        int64_t off = 0;      // the message's offset in the half
+#endif
         if (lane < k) {
             id = p.topk_idx[static_cast<int64_t>(t) * k + lane];
             if (id >= 0) {
@@ -209,15 +236,36 @@ LOOM_DEVICE inline void ep_ll_dispatch_send(const Ctx& ctx, const EpLlParams& p,
                     ep_ll_bad_index(ctx.diag, ctx.rank, "ep_ll_dispatch expert capacity (max_tokens) topk_idx",
                                     p.topk_idx + static_cast<int64_t>(t) * k + lane, slot, M);
                 const int le = id % L;
-                dst = lang::symm_at(ctx, half, ctx.local_base_rank + id / L) +
-                      ((static_cast<int64_t>(le) * W + me) * M + slot) * msg_bytes;
+#if LOOM_REMOTE_PEERS
+                off = ((static_cast<int64_t>(le) * W + me) * M + slot) * msg_bytes;
+                remote = !ctx.reachable(id / L);
+                dst = remote ? p.area + 2 * p.half_bytes + (static_cast<int64_t>(t) * k + lane) * msg_bytes
+                             : lang::symm_at(ctx, half, id / L) + off;
+#else
+                dst = lang::symm_at(ctx, half, id / L) + ((static_cast<int64_t>(le) * W + me) * M + slot) * msg_bytes;
+#endif
             }
         }
         const unsigned used = __ballot_sync(0xffffffffu, id >= 0);
         ep_ll_send_row<kFp8>(static_cast<const __nv_bfloat16*>(p.x) + static_cast<int64_t>(t) * p.x_ld, dst, used,
                              p.hidden);
         if (id >= 0) *reinterpret_cast<int4*>(dst + msg_bytes - 16) = make_int4(t * k + lane, 0, 0, 0);
-        __syncwarp();  // every lane's stores of the row precede the release of each slot's lane
+        __syncwarp();  // every lane's stores of the row precede the release of each slot's lane (and the puts)
+#if LOOM_REMOTE_PEERS
+        // The staged messages to other nodes, one warp put each (warp-uniform loop over the remote lanes), after a
+        // sys-scope fence: the staged bytes are visible to a network transport's reads.
+        const unsigned remote_lanes = __ballot_sync(0xffffffffu, remote);
+        if (remote_lanes != 0u) __threadfence_system();
+        for (unsigned m = remote_lanes; m != 0u; m &= m - 1) {
+            const int l = __ffs(m) - 1;
+            const int peer = __shfl_sync(0xffffffffu, id, l) / L;
+            const char* staged =
+                reinterpret_cast<const char*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(dst), l));
+            const int64_t at = __shfl_sync(0xffffffffu, off, l);
+            lang::put_nbi(lang::warp, ctx, half + at, staged, static_cast<uint64_t>(msg_bytes), peer);
+        }
+        __syncwarp();  // every lane's part of the puts is issued before a lane counts its entry sent
+#endif
         if (id >= 0) ptx::red_add_release_sys(sent + id, 1u);
     }
 
@@ -231,10 +279,21 @@ LOOM_DEVICE inline void ep_ll_dispatch_send(const Ctx& ctx, const EpLlParams& p,
                              observed = ptx::ld_acquire_sys(sent + ex);
                              return observed >= expected;
                          });
-        const int le = ex % L;
-        auto* sig = reinterpret_cast<uint64_t*>(lang::symm_at(ctx, half, ctx.local_base_rank + ex / L) + count_off) +
-                    static_cast<int64_t>(le) * W + me;
-        ptx::st_release_sys(sig, (static_cast<uint64_t>(flag) << 32) | expected);
+        const int le = ex % L, peer = ex / L;
+        const uint64_t value = (static_cast<uint64_t>(flag) << 32) | expected;
+#if LOOM_REMOTE_PEERS
+        if (!ctx.reachable(peer)) {
+            // Release through NVSHMEM: every put of this rank issued so far (this expert's among them: counted sent
+            // before the acquire above) completes, then the count is set.
+            auto* own = reinterpret_cast<uint64_t*>(half + count_off) + static_cast<int64_t>(le) * W + me;
+            lang::signal_op(ctx, own, value, lang::SignalOp::Set, peer);
+        } else
+#endif
+        {
+            auto* sig = reinterpret_cast<uint64_t*>(lang::symm_at(ctx, half, peer) + count_off) +
+                        static_cast<int64_t>(le) * W + me;
+            ptx::st_release_sys(sig, value);
+        }
         sent[ex] = 0;
         slots[ex] = 0;
     }
@@ -242,7 +301,7 @@ LOOM_DEVICE inline void ep_ll_dispatch_send(const Ctx& ctx, const EpLlParams& p,
 
 template <bool kFp8>
 LOOM_DEVICE inline void ep_ll_dispatch_recv(const Ctx& ctx, const EpLlParams& p, uint32_t flag, const char* half) {
-    const int W = ctx.local_world;
+    const int W = ctx.world;
     const int lane = static_cast<int>(threadIdx.x) & 31;
     const int gw = static_cast<int>(blockIdx.x) * kEpLlWarps + static_cast<int>(threadIdx.x) / 32;
     const int nw = static_cast<int>(gridDim.x) * kEpLlWarps;
@@ -259,12 +318,11 @@ LOOM_DEVICE inline void ep_ll_dispatch_recv(const Ctx& ctx, const EpLlParams& p,
         uint32_t count = 0;
         if (lane == 0) {
             uint64_t v = 0;
-            lang::spin_until(ctx, "ep_ll_dispatch: count", ctx.local_base_rank + s, sig, lang::Cmp::EQ, flag,
-                             [&](uint64_t& observed) {
-                                 v = ptx::ld_acquire_sys(sig);
-                                 observed = v >> 32;
-                                 return static_cast<uint32_t>(v >> 32) == flag;
-                             });
+            lang::spin_until(ctx, "ep_ll_dispatch: count", s, sig, lang::Cmp::EQ, flag, [&](uint64_t& observed) {
+                v = ptx::ld_acquire_sys(sig);
+                observed = v >> 32;
+                return static_cast<uint32_t>(v >> 32) == flag;
+            });
             count = static_cast<uint32_t>(v);
             if (count > static_cast<uint32_t>(M))
                 ep_ll_bad_index(ctx.diag, ctx.rank, "ep_ll_dispatch count", sig, count, M + 1);
@@ -320,8 +378,53 @@ __global__ void __launch_bounds__(kEpLlThreads) ep_ll_dispatch(Ctx ctx, EpLlPara
 
 // ---- combine ------------------------------------------------------------------------------------------------------
 
+#if LOOM_REMOTE_PEERS
+// The warp copies one row of `chunks` 16-byte chunks, kEpLlBatch loads in flight per lane. Out of line: inlined
+// beside the NVSHMEM calls, its loads in flight would not fit the launch's 128 registers.
+__noinline__ LOOM_DEVICE inline void ep_ll_copy_row(char* dst, const char* src, int chunks) {
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    for (int base = 0; base < chunks; base += 32 * kEpLlBatch) {
+        uint4 v[kEpLlBatch];
+#pragma unroll
+        for (int u = 0; u < kEpLlBatch; ++u) {
+            const int c = base + u * 32 + lane;
+            if (c < chunks) v[u] = ptx::ld_v4_nc(src + static_cast<int64_t>(c) * 16);
+        }
+#pragma unroll
+        for (int u = 0; u < kEpLlBatch; ++u) {
+            const int c = base + u * 32 + lane;
+            if (c < chunks) ptx::st_v4(dst + static_cast<int64_t>(c) * 16, v[u]);
+        }
+    }
+}
+
+// The rows of (local expert le, token rank s) for a token rank on another node: each row copied into this warp's
+// staging row, then put (blocking: the staging row is free again when it returns) to its source entry's row at s;
+// then the flag, a release that completes the puts first. `info` is checked by the caller.
+LOOM_DEVICE inline void ep_ll_combine_send_remote(const Ctx& ctx, const EpLlParams& p, uint32_t flag, char* half,
+                                                  int le, int s, int count, const int32_t* info, const char* src) {
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    const int gw = static_cast<int>(blockIdx.x) * kEpLlWarps + static_cast<int>(threadIdx.x) / 32;
+    const int64_t row_bytes = static_cast<int64_t>(p.hidden) * 2;
+    const int cpr = p.hidden / 8;  // 16-byte chunks per row
+    char* const stage = p.area + 2 * p.half_bytes + static_cast<int64_t>(gw) * row_bytes;
+    for (int i = 0; i < count; ++i) {
+        ep_ll_copy_row(stage, src + static_cast<int64_t>(i) * row_bytes, cpr);
+        __threadfence_system();  // the staged row is visible to a network transport's reads
+        __syncwarp();            // every lane's part of the staging row precedes the put
+        lang::put(lang::warp, ctx, half + static_cast<int64_t>(info[i]) * row_bytes, stage,
+                  static_cast<uint64_t>(row_bytes), s);
+    }
+    if (lane == 0) {
+        auto* own = reinterpret_cast<uint64_t*>(half + ep_ll_combine_flag_offset(p.max_tokens, p.topk, p.hidden)) +
+                    static_cast<int64_t>(ctx.rank) * p.local_experts + le;
+        lang::signal_op(ctx, own, static_cast<uint64_t>(flag), lang::SignalOp::Set, s);
+    }
+}
+#endif
+
 LOOM_DEVICE inline void ep_ll_combine_send(const Ctx& ctx, const EpLlParams& p, uint32_t flag, char* half) {
-    const int W = ctx.local_world, me = ctx.local_rank;
+    const int W = ctx.world, me = ctx.rank;
     const int lane = static_cast<int>(threadIdx.x) & 31;
     const int gw = static_cast<int>(blockIdx.x) * kEpLlWarps + static_cast<int>(threadIdx.x) / 32;
     const int nw = static_cast<int>(gridDim.x) * kEpLlWarps;
@@ -332,7 +435,9 @@ LOOM_DEVICE inline void ep_ll_combine_send(const Ctx& ctx, const EpLlParams& p, 
     // Warp per (local expert le, token rank s), pr = le x W + s.
     for (int pr = gw; pr < L * W; pr += nw) {
         const int s = pr % W, le = pr / W;
-        char* const rows = lang::symm_at(ctx, half, ctx.local_base_rank + s);
+#if !LOOM_REMOTE_PEERS  // here, before the checks: this order keeps the one-node build at its fewest registers
+        char* const rows = lang::symm_at(ctx, half, s);
+#endif
         const int32_t count = p.recv_counts[pr];
         if (count < 0 || count > M)
             ep_ll_bad_index(ctx.diag, ctx.rank, "ep_ll_combine recv_counts", p.recv_counts + pr, count, M + 1);
@@ -341,6 +446,13 @@ LOOM_DEVICE inline void ep_ll_combine_send(const Ctx& ctx, const EpLlParams& p, 
             if (info[i] < 0 || info[i] >= M * k)
                 ep_ll_bad_index(ctx.diag, ctx.rank, "ep_ll_combine recv_src_info", info + i, info[i], M * k);
         const char* const src = static_cast<const char*>(p.expert_out) + static_cast<int64_t>(pr) * M * row_bytes;
+#if LOOM_REMOTE_PEERS
+        if (!ctx.reachable(s)) {
+            ep_ll_combine_send_remote(ctx, p, flag, half, le, s, count, info, src);
+            continue;
+        }
+        char* const rows = lang::symm_at(ctx, half, s);
+#endif
         const int total = count * cpr;
         for (int base = 0; base < total; base += 32 * kEpLlBatch) {
             uint4 v[kEpLlBatch];
@@ -374,8 +486,8 @@ LOOM_DEVICE inline void ep_ll_combine_recv(const Ctx& ctx, const EpLlParams& p, 
     const int64_t row_bytes = static_cast<int64_t>(p.hidden) * 2;
     const uint64_t* const flags = reinterpret_cast<const uint64_t*>(half + ep_ll_combine_flag_offset(M, k, p.hidden));
     auto wait_flag = [&](int ex) {
-        lang::spin_until(ctx, "ep_ll_combine: expert rows", ctx.local_base_rank + ex / L, flags + ex, lang::Cmp::EQ,
-                         flag, [&](uint64_t& observed) {
+        lang::spin_until(ctx, "ep_ll_combine: expert rows", ex / L, flags + ex, lang::Cmp::EQ, flag,
+                         [&](uint64_t& observed) {
                              observed = ptx::ld_acquire_sys(flags + ex);
                              return static_cast<uint32_t>(observed) == flag;
                          });

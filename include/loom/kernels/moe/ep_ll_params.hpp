@@ -27,7 +27,7 @@ LOOM_HOST_DEVICE constexpr int64_t ep_ll_msg_bytes(int64_t hidden, bool fp8) {
     return ep_ll_payload_bytes(hidden, fp8) + ep_ll_scale_bytes(hidden, fp8) + 16;
 }
 
-// One parity half of the dispatch area on the receiving rank (L local experts, W source ranks, M = max_tokens):
+// One parity half of the dispatch area on the receiving rank (L local experts, W = the world's ranks, M = max_tokens):
 //   messages [L][W][M] x msg_bytes, then counts [L][W] uint64: {low 32: entries sent, high 32: the call's flag}
 LOOM_HOST_DEVICE constexpr int64_t ep_ll_dispatch_count_offset(int64_t L, int64_t W, int64_t M, int64_t msg) {
     return L * W * M * msg;
@@ -35,12 +35,23 @@ LOOM_HOST_DEVICE constexpr int64_t ep_ll_dispatch_count_offset(int64_t L, int64_
 LOOM_HOST_DEVICE constexpr int64_t ep_ll_dispatch_half_bytes(int64_t L, int64_t W, int64_t M, int64_t msg) {
     return (ep_ll_dispatch_count_offset(L, W, M, msg) + L * W * 8 + 1023) / 1024 * 1024;
 }
+// A World of several nodes: after the two halves, this rank's staging of the messages to experts on other nodes,
+// [M][k] x msg_bytes (entry t x k + slot's message, written by the warp, then put from there: NVSHMEM's network
+// transports take a put's source from the symmetric heap only).
+LOOM_HOST_DEVICE constexpr int64_t ep_ll_dispatch_staging_bytes(int64_t M, int64_t k, int64_t msg) {
+    return (M * k * msg + 1023) / 1024 * 1024;
+}
 // One parity half of the combine area on the token's rank (M = max_tokens, k = top-k, E experts):
 //   rows [M][k][H] bf16 (entry t x k + slot's expert output), then flags [E] uint64 (index: expert rank x L + local
 //   expert; value: the call's flag, written after that expert's rows for this rank)
 LOOM_HOST_DEVICE constexpr int64_t ep_ll_combine_flag_offset(int64_t M, int64_t k, int64_t H) { return M * k * H * 2; }
 LOOM_HOST_DEVICE constexpr int64_t ep_ll_combine_half_bytes(int64_t M, int64_t k, int64_t H, int64_t E) {
     return (ep_ll_combine_flag_offset(M, k, H) + E * 8 + 1023) / 1024 * 1024;
+}
+// A World of several nodes: after the two halves, one staging row of H bf16 per warp of the grid ([blocks x
+// kEpLlWarps][H], indexed by the global warp id): a row to a token rank on another node is copied there, then put.
+LOOM_HOST_DEVICE constexpr int64_t ep_ll_combine_staging_bytes(int64_t blocks, int64_t H) {
+    return (blocks * kEpLlWarps * H * 2 + 1023) / 1024 * 1024;
 }
 
 struct EpLlParams {
@@ -67,7 +78,8 @@ struct EpLlParams {
     int32_t* recv_src_info = nullptr;  // [L, W x M]: the source entry t x k + slot
     int32_t* recv_counts = nullptr;    // [L, W]: entries received from each source rank
 
-    char* area = nullptr;  // symmetric: two parity halves of half_bytes
+    char* area = nullptr;  // symmetric: two parity halves of half_bytes, then (several nodes) the staging at
+                           // area + 2 x half_bytes (ep_ll_dispatch_staging_bytes / ep_ll_combine_staging_bytes)
     int64_t half_bytes = 0;
     uint64_t* epochs = nullptr;    // this rank's [2][kEpLlMaxBlocks]: send and receive phase epochs of each block
     uint32_t* counters = nullptr;  // dispatch, this rank's [2][E]: slots taken and entries sent per expert in the

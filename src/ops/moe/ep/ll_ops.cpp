@@ -60,9 +60,13 @@ kmoe::EpLlParams base_params(const World& world, const EpLowLatencyShape& s, con
     return p;
 }
 
-void launch(const LlState& st, const jit::KernelSpec& spec, const Ctx& ctx, const kmoe::EpLlParams& p,
-            cudaStream_t stream) {
+// The first launch of a kernel with remote peers meets every rank on the host after loading it: nvcc takes seconds,
+// and a peer still compiling would leave this rank's receive spinning on it towards the wait bound. Every rank
+// launches the same kernels in the same calls, so all of them take that barrier or none.
+void launch(World& world, LlState& st, const jit::KernelSpec& spec, const kmoe::EpLlParams& p, cudaStream_t stream) {
     const jit::Kernel& k = jit::get_kernel(spec);
+    if (st.loaded.insert(&k).second && spec.remote_peers) world.barrier("loom/moe/ep_ll/loaded");
+    const Ctx ctx = world.ctx();
     jit::LaunchConfig cfg;
     cfg.grid = dim3(static_cast<unsigned>(st.blocks));
     cfg.block = dim3(kmoe::kEpLlThreads);
@@ -108,10 +112,13 @@ void ep_ll_dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, 
                "ep_ll_dispatch_wait first",
                op);
     const int64_t L = shape.num_experts / W, msg = kmoe::ep_ll_msg_bytes(shape.hidden, opts.fp8);
+    // Several nodes: the staging of the messages to other nodes, [M][k] messages after the halves.
     const std::string layout = "M=" + std::to_string(shape.max_tokens) + " H=" + std::to_string(shape.hidden) +
-                               " E=" + std::to_string(shape.num_experts) + (opts.fp8 ? " fp8" : " bf16");
+                               " E=" + std::to_string(shape.num_experts) + (opts.fp8 ? " fp8" : " bf16") +
+                               (st.remote ? " k=" + std::to_string(shape.topk) : "");
     moe::ep_ll::ensure_area(world, st.dispatch, layout, kmoe::ep_ll_dispatch_half_bytes(L, W, shape.max_tokens, msg),
-                            op, captured);
+                            st.remote ? kmoe::ep_ll_dispatch_staging_bytes(shape.max_tokens, shape.topk, msg) : 0, op,
+                            captured);
 
     kmoe::EpLlParams p = base_params(world, shape, recv);
     p.tokens = static_cast<int32_t>(x.rows);
@@ -123,7 +130,7 @@ void ep_ll_dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, 
     p.epochs = st.dispatch_epochs;
     p.counters = st.counters;
     p.phases = opts.return_without_waiting ? kmoe::kEpLlSend : kmoe::kEpLlSend | kmoe::kEpLlRecv;
-    launch(st, moe::ep_ll::dispatch_spec(opts.fp8), world.ctx(), p, stream);
+    launch(world, st, moe::ep_ll::dispatch_spec(opts.fp8, st.remote), p, stream);
     if (opts.return_without_waiting) {
         st.dispatch_pending = true;
         st.dispatch_fp8 = opts.fp8;
@@ -137,7 +144,7 @@ void ep_ll_dispatch_wait(World& world, cudaStream_t stream) {
                "ep_ll_dispatch_wait: expected a pending dispatch made with return_without_waiting, found none");
     kmoe::EpLlParams p = st->pending_dispatch;
     p.phases = kmoe::kEpLlRecv;
-    launch(*st, moe::ep_ll::dispatch_spec(st->dispatch_fp8), world.ctx(), p, stream);
+    launch(world, *st, moe::ep_ll::dispatch_spec(st->dispatch_fp8, st->remote), p, stream);
     st->dispatch_pending = false;
 }
 
@@ -172,9 +179,11 @@ void ep_ll_combine(World& world, const MatrixView& expert_out, const int32_t* to
                op);
     const std::string layout = "M=" + std::to_string(shape.max_tokens) + " H=" + std::to_string(shape.hidden) +
                                " k=" + std::to_string(shape.topk) + " E=" + std::to_string(shape.num_experts);
+    // Several nodes: a staging row per warp of the grid after the halves.
     moe::ep_ll::ensure_area(
         world, st.combine, layout,
-        kmoe::ep_ll_combine_half_bytes(shape.max_tokens, shape.topk, shape.hidden, shape.num_experts), op, captured);
+        kmoe::ep_ll_combine_half_bytes(shape.max_tokens, shape.topk, shape.hidden, shape.num_experts),
+        st.remote ? kmoe::ep_ll_combine_staging_bytes(st.blocks, shape.hidden) : 0, op, captured);
 
     kmoe::EpLlParams p = base_params(world, shape, recv);
     p.tokens = static_cast<int32_t>(y.rows);
@@ -187,7 +196,7 @@ void ep_ll_combine(World& world, const MatrixView& expert_out, const int32_t* to
     p.half_bytes = st.combine.half_bytes;
     p.epochs = st.combine_epochs;
     p.phases = opts.return_without_waiting ? kmoe::kEpLlSend : kmoe::kEpLlSend | kmoe::kEpLlRecv;
-    launch(st, moe::ep_ll::combine_spec(), world.ctx(), p, stream);
+    launch(world, st, moe::ep_ll::combine_spec(st.remote), p, stream);
     if (opts.return_without_waiting) {
         st.combine_pending = true;
         st.pending_combine = p;
@@ -200,7 +209,7 @@ void ep_ll_combine_wait(World& world, cudaStream_t stream) {
                "ep_ll_combine_wait: expected a pending combine made with return_without_waiting, found none");
     kmoe::EpLlParams p = st->pending_combine;
     p.phases = kmoe::kEpLlRecv;
-    launch(*st, moe::ep_ll::combine_spec(), world.ctx(), p, stream);
+    launch(world, *st, moe::ep_ll::combine_spec(st->remote), p, stream);
     st->combine_pending = false;
 }
 

@@ -19,6 +19,7 @@ LlState::LlState(World& world) {
     // share one without an MPS share each.
     const overlap::DeviceFacts& dev = overlap::op_state<overlap::DeviceFacts>(world, "ep_ll");
     blocks = std::clamp(dev.device_sms, 1, kmoe::kEpLlMaxBlocks);
+    remote = world.world_size() != world.local_world_size();
     const std::size_t epoch_bytes = 2 * kmoe::kEpLlMaxBlocks * sizeof(uint64_t);
     LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&dispatch_epochs), epoch_bytes));
     LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&combine_epochs), epoch_bytes));
@@ -43,9 +44,11 @@ void LlState::release(World& world) {
     }
 }
 
+// Any number of nodes (peers on other nodes through NVSHMEM); the bounds on the world size are check_shape's (E is a
+// multiple of it, at most kEpLlMaxExperts).
 void check_world(const char* op, const World& world) {
-    LOOM_CHECK(world.world_size() == world.local_world_size() && world.world_size() <= kMaxLocalPeers,
-               "{}: expected a node-local world of at most {} ranks, given {} ranks with {} on this node", op,
+    LOOM_CHECK(world.local_world_size() <= kMaxLocalPeers && world.world_size() % world.local_world_size() == 0,
+               "{}: expected nodes of equal size, at most {} ranks each, given {} ranks with {} on this node", op,
                kMaxLocalPeers, world.world_size(), world.local_world_size());
 }
 
@@ -72,8 +75,8 @@ LlState& state(World& world, const char* op, bool captured) {
     return world.state<LlState>();
 }
 
-void ensure_area(World& world, Area& area, const std::string& layout, int64_t half_bytes, const char* op,
-                 bool captured) {
+void ensure_area(World& world, Area& area, const std::string& layout, int64_t half_bytes, int64_t staging_bytes,
+                 const char* op, bool captured) {
     if (area.p != nullptr && area.layout == layout) return;
     LOOM_CHECK(!captured,
                "{}: a CUDA graph capture needs the op's buffers for shape {} (they are laid out for '{}'): make a call "
@@ -83,27 +86,29 @@ void ensure_area(World& world, Area& area, const std::string& layout, int64_t ha
     world.barrier("loom/moe/ep_ll/grow");  // no peer still writes the old area
     if (area.p != nullptr) world.free(area.p);
     area.p = nullptr;
-    area.p = static_cast<char*>(detail::alloc_zeroed(world, static_cast<std::size_t>(2 * half_bytes)));
+    area.p = static_cast<char*>(detail::alloc_zeroed(world, static_cast<std::size_t>(2 * half_bytes + staging_bytes)));
     area.half_bytes = half_bytes;
     area.layout = layout;
 }
 
 // A timed-out wait or a bad index posts to the diagnostic mailbox (decoded into the host's loom::Error) and traps,
 // inline: the out-of-line printing path takes the Ctx by reference, which costs every launch a local copy of it.
-jit::KernelSpec dispatch_spec(bool fp8) {
+jit::KernelSpec dispatch_spec(bool fp8, bool remote) {
     jit::KernelSpec s;
     s.header = "loom/kernels/moe/ep_ll.cuh";
     s.name = "loom::kernels::moe::ep_ll_dispatch";
     s.template_args = {fp8 ? "true" : "false"};
     s.defines = {"LOOM_NO_DEVICE_PRINTF=1"};
+    s.remote_peers = remote;
     return s;
 }
 
-jit::KernelSpec combine_spec() {
+jit::KernelSpec combine_spec(bool remote) {
     jit::KernelSpec s;
     s.header = "loom/kernels/moe/ep_ll.cuh";
     s.name = "loom::kernels::moe::ep_ll_combine";
     s.defines = {"LOOM_NO_DEVICE_PRINTF=1"};
+    s.remote_peers = remote;
     return s;
 }
 

@@ -1,13 +1,15 @@
 // State and launch plumbing of the low-latency expert-parallel ops (loom::ep_ll_dispatch / ep_ll_combine,
 // kernels/moe/ep_ll.cuh). State "moe/ep_ll/buffers": the two symmetric areas (dispatch, combine: two parity halves
-// each, zeroed when allocated), each rank's per-block phase epochs and the dispatch's per-expert counters, and the
-// parameters of a send whose receive is still pending (return without waiting).
+// each, zeroed when allocated, then in a World of several nodes the staging of what goes to other nodes), each rank's
+// per-block phase epochs and the dispatch's per-expert counters, the parameters of a send whose receive is still
+// pending (return without waiting), and the kernels loaded so far.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <set>
 #include <string>
 
 #include "loom/jit/jit.hpp"
@@ -18,8 +20,9 @@
 
 namespace loom::moe::ep_ll {
 
-// One symmetric area of two parity halves laid out for one shape (`layout`); a call with another layout reallocates
-// it (zeroed: a stale byte of another layout never reads as a flag).
+// One symmetric area of two parity halves and the staging after them (none in a one-node World) laid out for one
+// shape (`layout`); a call with another layout reallocates it (zeroed: a stale byte of another layout never reads as
+// a flag).
 struct Area {
     char* p = nullptr;
     int64_t half_bytes = 0;
@@ -40,6 +43,8 @@ struct LlState final : WorldState {
     // A send launched with return_without_waiting, its receive not yet launched.
     bool dispatch_pending = false, combine_pending = false, dispatch_fp8 = true;
     kernels::moe::EpLlParams pending_dispatch{}, pending_combine{};
+    bool remote = false;                  // the World spans several nodes: kernels with remote peers, staging
+    std::set<const jit::Kernel*> loaded;  // kernels launched so far (the first launch of each meets every rank)
 };
 
 // Validation (raise loom::Error naming the argument).
@@ -48,12 +53,14 @@ void check_world(const char* op, const World& world);
 
 // The World's state (created on first use: collective, synchronising; raises while `captured`).
 LlState& state(World& world, const char* op, bool captured);
-// `area` laid out for `layout` with halves of `half_bytes` (reallocated, zeroed, when the layout differs: collective,
-// synchronising; raises while `captured`).
-void ensure_area(World& world, Area& area, const std::string& layout, int64_t half_bytes, const char* op,
-                 bool captured);
+// `area` laid out for `layout` with halves of `half_bytes` and `staging_bytes` after them (reallocated, zeroed, when
+// the layout differs: collective, synchronising; raises while `captured`).
+void ensure_area(World& world, Area& area, const std::string& layout, int64_t half_bytes, int64_t staging_bytes,
+                 const char* op, bool captured);
 
-jit::KernelSpec dispatch_spec(bool fp8);
-jit::KernelSpec combine_spec();
+// The kernels as the ops compile them: with remote peers (nvcc + NVSHMEM) when the World spans several nodes, else
+// under NVRTC.
+jit::KernelSpec dispatch_spec(bool fp8, bool remote = false);
+jit::KernelSpec combine_spec(bool remote = false);
 
 }  // namespace loom::moe::ep_ll
