@@ -171,8 +171,7 @@ int main(int argc, char** argv) {
     void* bw_dst = w.alloc_bytes(bw_bytes);
     DevBuf bw_src(bw_bytes);
     const int node_base = w.node() * w.local_world_size();  // the next rank of this rank's node
-    uint4* peer_dst =
-        static_cast<uint4*>(w.peer_ptr(bw_dst, node_base + (w.local_rank() + 1) % w.local_world_size()));
+    uint4* peer_dst = static_cast<uint4*>(w.peer_ptr(bw_dst, node_base + (w.local_rank() + 1) % w.local_world_size()));
     loom::bench::TimeOptions topts{.warmup = 5, .iters = iters, .flush_l2 = true, .world = &w};
     // Several nodes: the host barrier alone (barrier_on_stream runs within one node).
     if (w.num_nodes() == 1) topts.align = [&w](cudaStream_t st) { loom::barrier_on_stream(w, st); };

@@ -441,8 +441,8 @@ TEST_F(MoeEp, ExpertsOverlappedEqualsSequential) {
             // Several nodes: Overlapped (one node only) raises a named error; Sequential and Auto run.
             const std::vector<EpMoeAlgo> algos =
                 multi_node ? std::vector<EpMoeAlgo>{EpMoeAlgo::Sequential, EpMoeAlgo::Auto, EpMoeAlgo::Sequential}
-                           : std::vector<EpMoeAlgo>{EpMoeAlgo::Overlapped, EpMoeAlgo::Sequential,
-                                                    EpMoeAlgo::Overlapped, EpMoeAlgo::Overlapped, EpMoeAlgo::Auto};
+                           : std::vector<EpMoeAlgo>{EpMoeAlgo::Overlapped, EpMoeAlgo::Sequential, EpMoeAlgo::Overlapped,
+                                                    EpMoeAlgo::Overlapped, EpMoeAlgo::Auto};
             if (multi_node && round == 0 && err.empty()) {
                 o.algo = EpMoeAlgo::Overlapped;
                 Dev y(static_cast<std::size_t>(std::max<int64_t>(T, 1) * c.H * 2));
@@ -472,8 +472,8 @@ TEST_F(MoeEp, ExpertsOverlappedEqualsSequential) {
                 for (std::size_t j = 0; j < ys[0].size(); ++j)
                     if (ys[i][j] != ys[0][j]) {
                         err = "call " + std::to_string(i) + " (" + to_string(algos[i]) +
-                              ") differs from the first call (" + to_string(algos[0]) + ") at token " + std::to_string(j / c.H) + " col " +
-                              std::to_string(j % c.H);
+                              ") differs from the first call (" + to_string(algos[0]) + ") at token " +
+                              std::to_string(j / c.H) + " col " + std::to_string(j % c.H);
                         break;
                     }
             if (!err.empty()) err = run.what() + " I=" + std::to_string(f.inter) + ": " + err;

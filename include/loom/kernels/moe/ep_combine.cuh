@@ -142,8 +142,8 @@ __global__ void __launch_bounds__(kEpThreads) ep_combine_reduce(Ctx ctx, EpParam
                 s_src[warp][pos] = static_cast<const uint4*>(p.stage_x) +
                                    static_cast<int64_t>(p.stage_base[d] + q - p.pair_base[d]) * p.row_words;
             } else {
-                s_src[warp][pos] = static_cast<const uint4*>(ep_peer(ctx, p.combine_rows, d)) +
-                                   static_cast<int64_t>(q) * p.row_words;
+                s_src[warp][pos] =
+                    static_cast<const uint4*>(ep_peer(ctx, p.combine_rows, d)) + static_cast<int64_t>(q) * p.row_words;
             }
         }
         __syncwarp();

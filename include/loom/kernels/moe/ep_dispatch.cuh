@@ -267,8 +267,7 @@ __global__ void __launch_bounds__(kEpScanThreads) ep_layout_scan(Ctx ctx, EpPara
         p.pair_base[d] = base;
     }
     __syncthreads();
-    const bool overflow =
-        s_need_rows > p.capacity || s_need_pairs > p.pair_capacity || s_need_stage > p.capacity;
+    const bool overflow = s_need_rows > p.capacity || s_need_pairs > p.pair_capacity || s_need_stage > p.capacity;
     if (threadIdx.x == 0) {
         p.dev->need_rows = s_need_rows;
         p.dev->need_pairs = s_need_pairs;
@@ -369,8 +368,7 @@ __global__ void __launch_bounds__(kEpThreads) ep_dispatch_push(Ctx ctx, EpParams
                     ep_peer(ctx, p.pair_rows, d)[rec + lane] = on_d ? row : -1;
                     ep_peer(ctx, p.pair_weights, d)[rec + lane] = w;
                 }
-                uint4* dst =
-                    static_cast<uint4*>(ep_peer(ctx, p.recv_x, d)) + static_cast<int64_t>(first) * p.row_words;
+                uint4* dst = static_cast<uint4*>(ep_peer(ctx, p.recv_x, d)) + static_cast<int64_t>(first) * p.row_words;
                 for (int64_t i = lane; i < p.row_words; i += 32) dst[i] = src[i];
                 continue;
             }

@@ -2,8 +2,9 @@
 // shared by the host launcher (src/ops/moe/ep/) and the device code. Compiles under the host compiler, nvcc and NVRTC.
 //
 // Names: W ranks (global: the World may span nodes), E experts, L = E / W local experts (expert e on rank e / L as
-// local expert e % L), T this rank's tokens, k slots per token. Entry j = (token j / k, slot j % k). A token's "pair" with rank d exists when one
-// of its slots names an expert of d; the pair is the unit of transfer (the token's row crosses to d once).
+// local expert e % L), T this rank's tokens, k slots per token. Entry j = (token j / k, slot j % k). A token's "pair"
+// with rank d exists when one of its slots names an expert of d; the pair is the unit of transfer (the token's row
+// crosses to d once).
 //
 // Layout columns: C = E + W counters per rank: columns [0, E) count entries per expert, columns [E, E + W) count pairs
 // per destination rank.
@@ -30,7 +31,7 @@ inline constexpr int kEpScanThreads = 1024;  // threads of the single-block scan
 inline constexpr int kEpThreads = 512;       // threads of the data kernels (a warp per token or pair)
 inline constexpr int kEpMaxExperts = 1024;   // E the scan keeps in shared memory
 inline constexpr int kEpMaxTopk = 32;        // k: a token's slots fit one warp
-inline constexpr int kEpMaxRanks = 512;     // W: the signals' arrays (a thread per rank in the data kernels)
+inline constexpr int kEpMaxRanks = 512;      // W: the signals' arrays (a thread per rank in the data kernels)
 inline constexpr int kEpMaxCols = kEpMaxExperts + kEpMaxRanks;
 static_assert(kEpMaxRanks <= kEpThreads, "a thread per rank in the data kernels' waits");
 inline constexpr int kEpExpertRows = 32;  // rows per work item of the per-expert push
@@ -40,8 +41,8 @@ struct EpSignals {
     uint64_t arrived[kEpMaxRanks];         // at d: the last dispatch whose rank r rows and pair records landed at d
     uint64_t combined[kEpMaxRanks];        // at r: the last combine whose partial rows rank d has ready for r (for
                                            // a rank d on another node: put into r's stage rows)
-    uint64_t expert_ready[kEpMaxExperts];   // at d, per local expert l: sources whose rows of l landed, summed over
-                                            // the per-expert pushes so far
+    uint64_t expert_ready[kEpMaxExperts];  // at d, per local expert l: sources whose rows of l landed, summed over
+                                           // the per-expert pushes so far
 };
 
 // Local device memory of one World's EP state, zeroed once.
@@ -88,13 +89,13 @@ struct EpParams {
     int32_t* src_pair_base;
     // Symmetric (this rank's addresses; peers' through the Ctx).
     EpSignals* sig;
-    int32_t* counts_all;  // [W, C]: row r = rank r's column totals
-    void* recv_x;         // [capacity, H] bf16
-    int32_t* pair_rows;   // [pair_capacity, k]: per received pair, the row of each slot at this rank or -1
-    float* pair_weights;  // [pair_capacity, k]
-    void* combine_rows;   // [pair_capacity, H] bf16: per received pair, its weighted partial sum
-    void* stage_x;        // [capacity, H] bf16 (several nodes; else null): rows to other nodes, then their partials
-    int32_t* stage_rows;  // [capacity, k]: the staged pairs' records (the pair_rows / pair_weights sent)
+    int32_t* counts_all;   // [W, C]: row r = rank r's column totals
+    void* recv_x;          // [capacity, H] bf16
+    int32_t* pair_rows;    // [pair_capacity, k]: per received pair, the row of each slot at this rank or -1
+    float* pair_weights;   // [pair_capacity, k]
+    void* combine_rows;    // [pair_capacity, H] bf16: per received pair, its weighted partial sum
+    void* stage_x;         // [capacity, H] bf16 (several nodes; else null): rows to other nodes, then their partials
+    int32_t* stage_rows;   // [capacity, k]: the staged pairs' records (the pair_rows / pair_weights sent)
     float* stage_weights;  // [capacity, k]
     int64_t x_ld_words, out_ld_words, y_ld_words, row_words;  // row_words: H x 2 / 16
     int32_t tokens, topk, num_experts, local_experts, chunks;

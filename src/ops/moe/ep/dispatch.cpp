@@ -119,7 +119,8 @@ EpHandle dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, co
     const jit::Kernel& scan = moe::ep::kernel(world, kHeader, "loom::kernels::moe::ep_layout_scan");
     const jit::Kernel& index = moe::ep::kernel(world, kHeader, "loom::kernels::moe::ep_layout_index");
     const jit::Kernel& push = moe::ep::kernel(
-        world, kHeader, per_expert ? "loom::kernels::moe::ep_dispatch_push_experts" : "loom::kernels::moe::ep_dispatch_push");
+        world, kHeader,
+        per_expert ? "loom::kernels::moe::ep_dispatch_push_experts" : "loom::kernels::moe::ep_dispatch_push");
     const jit::Kernel& arrive = moe::ep::kernel(world, kHeader, "loom::kernels::moe::ep_dispatch_arrive");
 
     kmoe::EpParams p{};
