@@ -21,8 +21,10 @@
 //     loomrun -n 8 build/bench/bench-ep --layer --out ep_layer.json              (one [7168, 7168] projection)
 //     loomrun -n 8 build/bench/bench-ep --layer --inter 2048 --out ep_ffn.json   (SwiGLU FFN, I = 2048)
 //     LOOM_SYMMETRIC_SIZE=8G loomrun -n 8 build/bench/bench-ep --skewed --out ep_skewed.json
-// The heap (at least 4 GiB per rank) holds ep's two buffers and the baseline's receive and return buffers, each sized
-// to the busiest rank's rows: ~2.2 GiB per rank uniform; skewed sends ~4x the average to rank 0 (~7 GiB).
+// The heap (at least 4 GiB per rank) holds ep's two buffers and the baseline's permuted rows, receive and return
+// buffers, each sized to the busiest rank's rows: ~2.7 GiB per rank uniform; skewed sends ~4x the average to rank 0
+// (~7 GiB). Across nodes ep also stages its rows for other nodes (another ~0.9 GiB uniform):
+//     LOOM_SYMMETRIC_SIZE=6G LOOM_NODE_SIZE=4 loomrun -n 8 build/bench/bench-ep --out ep_crossnode.json
 #include <cuda_runtime_api.h>
 
 #include <CLI/CLI.hpp>
@@ -123,7 +125,7 @@ int main(int argc, char** argv) {
         LOOM_CHECK_CUDA(cudaMalloc(&x, T * row));
         LOOM_CHECK_CUDA(cudaMalloc(&idx, ids[me].size() * 4));
         LOOM_CHECK_CUDA(cudaMalloc(&wts, ids[me].size() * 4));
-        LOOM_CHECK_CUDA(cudaMalloc(&perm, static_cast<std::size_t>(T) * k * row));
+        perm = world.alloc_bytes(static_cast<std::size_t>(T) * k * row);  // all_to_all_v's in (symmetric)
         LOOM_CHECK_CUDA(cudaMalloc(&y, T * row));
         LOOM_CHECK_CUDA(cudaMemset(x, 0x3c, T * row));
         LOOM_CHECK_CUDA(cudaMemcpy(idx, ids[me].data(), ids[me].size() * 4, cudaMemcpyHostToDevice));
@@ -146,8 +148,8 @@ int main(int argc, char** argv) {
         const loom::MoeRouting routing = loom::moe_routing_view(shape, rbuf, loom::moe_routing_bytes(shape));
         void* recv = world.alloc_bytes(static_cast<std::size_t>(base_cap) * row);
         void* back = world.alloc_bytes(static_cast<std::size_t>(T) * k * row);
-        auto* counts = world.alloc<int64_t>(2 * loom::kMaxLocalPeers);
-        int64_t* recv_counts = counts + loom::kMaxLocalPeers;
+        auto* counts = world.alloc<int64_t>(2 * static_cast<std::size_t>(W));
+        int64_t* recv_counts = counts + W;
         const auto& count_kernel =
             loom::jit::get_kernel({.header = kernels_dir() + "/ep_counts.cuh", .name = "loom_bench::ep_send_counts"});
         const auto& copy =
@@ -328,7 +330,7 @@ int main(int argc, char** argv) {
         cudaFree(x);
         cudaFree(idx);
         cudaFree(wts);
-        cudaFree(perm);
+        world.free(perm);
         cudaFree(y);
         cudaStreamDestroy(stream);
     } catch (const std::exception& e) {

@@ -1,5 +1,7 @@
 // Loading (cuLibraryLoadData → cuLibraryGetKernel → cuKernelGetFunction), the in-process kernel cache, and
 // launching through cuLaunchKernelEx.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -204,7 +206,9 @@ void Kernel::launch(const LaunchConfig& cfg, void** args) const {
     lc.hStream = reinterpret_cast<CUstream>(cfg.stream);
     lc.attrs = n ? attrs : nullptr;
     lc.numAttrs = n;
-    LOOM_CU(cuLaunchKernelEx, &lc, function_, args, nullptr);
+    // A failed launch names the kernel (under CUDA_LAUNCH_BLOCKING=1 the error is the launched kernel's own).
+    if (const int rc = static_cast<int>(driver::api().cuLaunchKernelEx(&lc, function_, args, nullptr)); rc != 0)
+        detail::throw_cu(rc, fmt::format("cuLaunchKernelEx({})", name_).c_str(), __FILE__, __LINE__);
 }
 
 namespace {
