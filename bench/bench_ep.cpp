@@ -10,8 +10,9 @@
 //   floor     one launch (a 4-byte cudaMemsetAsync after the start event) plus the bytes this rank moves at the
 //             peer-write bandwidth measured in the same run (a vectorised copy of 256 MiB into the next rank of its
 //             node's heap, every rank at once)
-// Rows (rank 0) into --out (ep.json): op ep_dispatch / ep_combine / ep_round_trip, mode "normal", T, H, k, E,
-// bytes_per_rank (token rows this rank sends to other ranks; the baseline's in baseline_bytes_per_rank).
+// Rows (rank 0) into --out (ep.json; the file's op is "ep", "ep_crossnode" in a World of several nodes): op
+// ep_dispatch / ep_combine / ep_round_trip, mode "normal", T, H, k, E, nodes, bytes_per_rank (token rows this rank
+// sends to other ranks; the baseline's in baseline_bytes_per_rank).
 // --layer adds op ep_moe_experts (dispatch -> the local experts' grouped GEMMs -> combine, loom::ep_moe_experts):
 // Overlapped against Sequential timed interleaved, bf16 experts with --inter 0 (default): one [H, H] projection per
 // expert; --inter I: an FFN, up [2 I, H] with SwiGLU then down [H, I]. Fields algo, inter, TFLOPs (the experts'
@@ -218,7 +219,7 @@ int main(int argc, char** argv) {
         const double bytes_max = max_over_ranks(world, static_cast<double>(loom_bytes), "bench-ep/bytes");
         const double floor_us = launch_us + bytes_max / (bw_GBps * 1e3);
 
-        loom::bench::Report report("ep", W, argc, argv);
+        loom::bench::Report report(world.num_nodes() > 1 ? "ep_crossnode" : "ep", W, argc, argv);
         const std::string shape_name = "T" + std::to_string(T) + "_H" + std::to_string(H) + "_k" + std::to_string(k) +
                                        "_E" + std::to_string(E) + (a.skewed ? "_skewed" : "_uniform");
         auto add = [&](const char* op, double us, double base_us, double floor) {

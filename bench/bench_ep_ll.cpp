@@ -6,7 +6,8 @@
 //   build/bin/loomrun -n 8 build/bench/bench-ep-ll [--tokens 128] [--hidden 7168] [--topk 8] [--experts 256]
 //                                                  [--iters 50] [--no-nvshmem] [--out DIR]
 //
-// Routing: each token's k distinct experts uniformly at random (seeded per rank). Rows to DIR/ep_ll.json (rank 0):
+// Routing: each token's k distinct experts uniformly at random (seeded per rank). Rows to DIR/ep_ll.json (rank 0;
+// DIR/ep_ll_crossnode.json, op "ep_ll_crossnode", in a World of several nodes, e.g. LOOM_NODE_SIZE=4 with -n 8):
 // op "ep_dispatch" / "ep_combine", "mode": "ll", T, H, k, E, "bytes_per_rank" (the largest over the ranks: dispatch
 // messages of H + H / 128 x 4 + 16 bytes, combine rows of 2H bytes, to peers and self), loom_us, baselines
 // {"nvshmem", "floor"}; also "peer_write_gbps" and "launch_us".
@@ -275,7 +276,9 @@ int main(int argc, char** argv) {
     if (nv_dispatch) fns.push_back(nvshmem_dispatch), fns.push_back(nvshmem_combine);
     const auto ts = loom::bench::time_ops(fns, stream, topts);
     const double launch_us = ts[2].median_us;
-    loom::bench::Report report("ep_ll", W, argc, argv);
+    // A World of several nodes (LOOM_NODE_SIZE or hosts) reports as its own file.
+    const std::string op_name = w.num_nodes() > 1 ? "ep_ll_crossnode" : "ep_ll";
+    loom::bench::Report report(op_name, W, argc, argv);
     for (int op = 0; op < 2; ++op) {
         const double bytes = op == 0 ? dispatch_bytes : combine_bytes;
         json baselines = {{"floor", launch_us + bytes / (peer_gbps * 1e3)}};
@@ -304,7 +307,7 @@ int main(int argc, char** argv) {
                 baselines["floor"].get<double>(), bytes / 1e6, peer_gbps, launch_us);
         report.add_row(row);
     }
-    if (me == 0) report.write(out.empty() ? "/dev/stdout" : out + "/ep_ll.json", false);
+    if (me == 0) report.write(out.empty() ? "/dev/stdout" : out + "/" + op_name + ".json", false);
 
     LOOM_CHECK_CUDA(cudaDeviceSynchronize());
     if (nv_dispatch || loom::nvshmem::initialized()) {
