@@ -28,18 +28,29 @@ inline constexpr long long kMbarrierTimeoutCycles = 1ll << 35;
 // on purpose: a function call anywhere in a wgmma kernel makes ptxas serialise every wgmma ("wgmma pipeline
 // crossing function boundary", C7510), which costs ~20% of the GEMM's throughput; the record is written inline.
 // Without a mailbox (a module not loaded by Loom's JIT, or no World) it only traps.
-LOOM_DEVICE LOOM_FORCEINLINE void mbarrier_wait(uint64_t* bar, uint32_t parity, const char* tag) {
+// `bound_cycles` (> 0) replaces the bound for a wait that may legitimately last longer (outlast_cycles, below); 0 waits
+// without one.
+LOOM_DEVICE LOOM_FORCEINLINE void mbarrier_wait(uint64_t* bar, uint32_t parity, const char* tag,
+                                                long long bound_cycles = kMbarrierTimeoutCycles) {
     if (ptx::mbarrier_try_wait_parity(bar, parity)) return;
     const long long start = clock64();
     while (!ptx::mbarrier_try_wait_parity(bar, parity)) {
         const long long waited = clock64() - start;
-        if (waited > kMbarrierTimeoutCycles) {
+        if (bound_cycles > 0 && waited > bound_cycles) {
             const uint64_t word = *static_cast<volatile uint64_t*>(bar);  // opaque state, for the report only
             lang::detail::diag_post(nullptr, DiagKind::Mbarrier, -1, tag, bar, 0, parity, word,
                                     static_cast<uint64_t>(waited));
             __trap();
         }
     }
+}
+
+// The consumers' bound in a kernel whose producer waits on other ranks before its loads (a hooked GEMM's
+// before_load, bounded by `producer_bound_ns`, the World's wait bound; 0: unbounded): the consumers wait behind it, so
+// their bound outlasts it (2 cycles per ns covers clocks up to 2 GHz) and the producer's wait, which names the missing
+// signal, reports first. A wait of the producer that ends in time ends the consumers' too.
+LOOM_DEVICE LOOM_FORCEINLINE long long outlast_cycles(uint64_t producer_bound_ns) {
+    return producer_bound_ns == 0 ? 0 : static_cast<long long>(2 * producer_bound_ns) + kMbarrierTimeoutCycles;
 }
 
 // The same wait, bounded by a count of polls instead of the clock and with no report before the trap: for waits in
@@ -90,8 +101,9 @@ struct TmaPipeline {
     }
 
     // Consumer (every thread that reads the slot): wait until its TMA bytes have landed.
-    LOOM_DEVICE LOOM_FORCEINLINE void consumer_wait(const PipelineState<STAGES>& st) {
-        mbarrier_wait(&full[st.stage], st.phase, "pipeline full");
+    LOOM_DEVICE LOOM_FORCEINLINE void consumer_wait(const PipelineState<STAGES>& st,
+                                                    long long bound_cycles = kMbarrierTimeoutCycles) {
+        mbarrier_wait(&full[st.stage], st.phase, "pipeline full", bound_cycles);
     }
     LOOM_DEVICE LOOM_FORCEINLINE void consumer_wait_lean(const PipelineState<STAGES>& st) {
         mbarrier_wait_lean(&full[st.stage], st.phase);

@@ -38,6 +38,7 @@ struct EpExpertHooks {
         lang::wait_ge_sys_or_trap(a.expert_ready + group, a.target, a.timeout_ns,
                                   "ep_moe_experts: grouped GEMM waits for an expert's rows");
     }
+    LOOM_DEVICE LOOM_FORCEINLINE uint64_t wait_bound_ns() const { return a.timeout_ns; }
 };
 static_assert(GroupedHooks<EpExpertHooks> && GroupedLoadWait<EpExpertHooks> && !GroupedStoreNotify<EpExpertHooks>);
 

@@ -64,7 +64,8 @@ LOOM_DEVICE LOOM_FORCEINLINE void block_scaled_mainloop(const GroupedGemmArgs& a
                                                         int num_k_blocks, tile::TmaPipeline<STAGES>* pipe,
                                                         tile::PipelineState<STAGES>& st, const uint8_t* smem_a,
                                                         const uint8_t* smem_b, uint32_t a_bytes, uint32_t b_bytes,
-                                                        int warpgroup, int wg_thread, float (&acc)[BLOCK_N / 2]) {
+                                                        int warpgroup, int wg_thread, float (&acc)[BLOCK_N / 2],
+                                                        long long wait_cycles) {
 #if LOOM_SM90A
     const int warp = wg_thread / 32, lane = wg_thread % 32;
     float part[BLOCK_N / 2];
@@ -87,7 +88,7 @@ LOOM_DEVICE LOOM_FORCEINLINE void block_scaled_mainloop(const GroupedGemmArgs& a
             : sb_lo;
     for (int kb = 0; kb < num_k_blocks; ++kb) {
         const float a0 = __ldg(sa0 + kb), a1 = __ldg(sa1 + kb), b_lo = __ldg(sb_lo + kb), b_hi = __ldg(sb_hi + kb);
-        pipe->consumer_wait(st);
+        pipe->consumer_wait(st, wait_cycles);
         const uint8_t* a_tile = smem_a + st.stage * a_bytes + warpgroup * 64 * 128;
         const uint8_t* b_tile = smem_b + st.stage * b_bytes;
         ptx::wgmma_fence_operands(part);
@@ -190,6 +191,17 @@ LOOM_DEVICE LOOM_FORCEINLINE void grouped_store_warp_staged(const GroupedGemmArg
                     ptx::st_v4(static_cast<TOut*>(args.c) + static_cast<int64_t>(row) * args.ldc + col, v[i]);
             }
         }
+    }
+}
+
+// The consumers' pipeline bound: the default, or past the producer's own wait where the hooks make it wait on other
+// ranks (tile::outlast_cycles). Read from the __grid_constant__ hooks at the wait, not held across the mainloop.
+template <class Hooks>
+LOOM_DEVICE LOOM_FORCEINLINE long long consumer_wait_cycles(const Hooks& hooks) {
+    if constexpr (GroupedLoadWait<Hooks>) {
+        return tile::outlast_cycles(hooks.wait_bound_ns());
+    } else {
+        return tile::kMbarrierTimeoutCycles;
     }
 }
 
@@ -307,11 +319,12 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
             const GroupedTile t = grouped_tile<BLOCK_M>(hooks, grid, args, linear);
             if constexpr (kBlockScale) {
                 block_scaled_mainloop<BLOCK_N, STAGES, kSwiGLU>(args, t, kOutCols, num_k_blocks, pipe, st, smem_a,
-                                                                smem_b, kABytes, kBBytes, warpgroup, wg_thread, acc);
+                                                                smem_b, kABytes, kBBytes, warpgroup, wg_thread, acc,
+                                                                consumer_wait_cycles(hooks));
             } else {
                 uint32_t prev_stage = 0;
                 for (int kb = 0; kb < num_k_blocks; ++kb) {
-                    pipe->consumer_wait(st);
+                    pipe->consumer_wait(st, consumer_wait_cycles(hooks));
                     const uint8_t* a_tile = smem_a + st.stage * kABytes + warpgroup * 64 * 128;
                     const uint8_t* b_tile = smem_b + st.stage * kBBytes;
                     ptx::wgmma_fence_operands(acc);

@@ -17,6 +17,8 @@
 //   GroupedLoadWait     before_load(group, tile_row0)   the producer thread (Hopper) or every thread (sm_80, before
 //                       the tile's first copy), once per tile, before its first operand load; waits (acquire) until
 //                       the tile's A rows are in place. The Hopper kernel then fences the async proxy.
+//                       wait_bound_ns()   that wait's bound (0: none): the Hopper consumers, waiting behind the
+//                       producer, outlast it (tile::outlast_cycles), so a missing signal is reported by its name.
 //   GroupedStoreNotify  after_store(group, tile_row0, rows, n_block)   thread 0, per tile, once every thread's stores
 //                       of the tile are done and a barrier of the storing threads passed: all the tile's stores
 //                       happen-before the call. The hook publishes with a release at its readers' scope.
@@ -57,6 +59,7 @@ concept GroupedTileOrder = requires(const H& h, int32_t linear, const GroupedTil
 template <class H>
 concept GroupedLoadWait = requires(const H& h, int32_t group, int32_t row0) {
     h.before_load(group, row0);
+    h.wait_bound_ns();
 };
 template <class H>
 concept GroupedStoreNotify = requires(const H& h, int32_t group, int32_t row0, int32_t rows, int32_t nb) {

@@ -57,6 +57,7 @@ struct MoeAgHooks {
         lang::wait_ge_sys_or_trap(a.arrived + r, a.epoch, a.timeout_ns,
                                   "ag_moe: grouped GEMM waits for a source rank's routed rows");
     }
+    LOOM_DEVICE LOOM_FORCEINLINE uint64_t wait_bound_ns() const { return a.timeout_ns; }
 };
 static_assert(GroupedHooks<MoeAgHooks> && GroupedLoadWait<MoeAgHooks> && !GroupedStoreNotify<MoeAgHooks>);
 
