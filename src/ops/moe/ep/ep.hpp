@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <set>
 
 #include "loom/jit/jit.hpp"
 #include "loom/kernels/moe/ep_params.hpp"
@@ -56,8 +57,9 @@ struct State final : WorldState {
     kernels::moe::EpDeviceState* dev = nullptr;  // local, zeroed once
     int32_t* host = nullptr;                     // pinned: the device state's read-backs
     int device_sms = 0;
-    int64_t auto_rows = 0;       // auto mode's capacity of the last call
-    uint64_t calls = 0;          // dispatches on the World (the latest handle's number)
+    std::set<const jit::Kernel*> loaded;  // kernels with remote peers whose first use met every rank (kernel())
+    int64_t auto_rows = 0;                // auto mode's capacity of the last call
+    uint64_t calls = 0;                   // dispatches on the World (the latest handle's number)
     uint64_t expert_pushes = 0;  // per-expert pushes on the World (ep_moe_experts, Overlapped): EpExpertHookArgs
     bool combined = false;       // the latest dispatch's combine was enqueued
     // ep_moe_experts: the first GEMM's rows (with w_down) and the experts' outputs.
@@ -79,8 +81,9 @@ bool capturing(cudaStream_t stream);
 
 // Whether the World spans nodes: the kernels are then built with remote peers and the data buffer has stage rows.
 bool multi_node(const World& world);
-// A kernel of `header` for this World (built with remote peers when it spans nodes).
-const jit::Kernel& kernel(const World& world, const char* header, const char* name);
+// A kernel of `header` for this World (built with remote peers when it spans nodes; the first use of such a kernel
+// meets every rank on the host: collective).
+const jit::Kernel& kernel(World& world, const char* header, const char* name);
 jit::LaunchConfig launch_config(unsigned blocks, unsigned threads, std::size_t smem, cudaStream_t stream);
 void check_rows(const char* op, const char* arg, const MatrixView& m);
 
