@@ -4,9 +4,9 @@
 //   grouped GEMM with EpExpertHooks over recv_x and the L local experts' segments: the grouped raster of
 //                GroupedNoHooks (the tiles plain grouped_gemm computes, in the same order: the same bits), and before a
 //                tile of local expert l is loaded its producer thread waits (bounded, acquire, sys) for
-//                expert_ready[l] >= W x n (n: the per-expert pushes so far, this one included): every source rank's
-//                rows of l have landed. The push orders its
-//                work local expert 0 first, so the first groups fill first.
+//                expert_ready[l] >= W (zeroed on this rank's stream before the call's push): every source rank's
+//                rows of l have landed. The push orders its work local expert 0 first, so the first groups fill
+//                first.
 //
 // Progress with ranks sharing a GPU (MPS): the GEMM's blocks wait only for other kernels — this rank's push (earlier
 // on the stream: complete before the GEMM starts) and the peers' pushes, which wait for nothing (they follow the

@@ -18,7 +18,8 @@
 // host counts, so a replayed CUDA graph advances them: dispatch call e sets counts_ready[me] := e and arrived[me] := e
 // at every rank; the combine's launch c sets combined[me] := c at every rank. Waits are `>=` (acquire, sys, bounded).
 // The per-expert push (ep_moe_experts, Overlapped) adds 1 to expert_ready[l] at every rank d for each of d's local
-// experts l once its rows of l are stored there: after every rank's n-th such push expert_ready[l] = W x n.
+// experts l once its rows of l are stored there; each rank zeroes its own L counters on its stream before the call's
+// count kernel, so once every rank's push of the call landed expert_ready[l] = W.
 #pragma once
 
 #include "loom/config.hpp"
@@ -41,8 +42,8 @@ struct EpSignals {
     uint64_t arrived[kEpMaxRanks];         // at d: the last dispatch whose rank r rows and pair records landed at d
     uint64_t combined[kEpMaxRanks];        // at r: the last combine whose partial rows rank d has ready for r (for
                                            // a rank d on another node: put into r's stage rows)
-    uint64_t expert_ready[kEpMaxExperts];  // at d, per local expert l: sources whose rows of l landed, summed over
-                                           // the per-expert pushes so far
+    uint64_t expert_ready[kEpMaxExperts];  // at d, per local expert l: sources whose rows of l landed in the current
+                                           // per-expert push (zeroed by d before it)
 };
 
 // Local device memory of one World's EP state, zeroed once.
@@ -104,8 +105,7 @@ struct EpParams {
 };
 
 // The grouped GEMM's hooks of ep_moe_experts, Overlapped (kernels/moe/ep_experts.cuh): a tile of local expert l waits
-// for expert_ready[l] >= target = W x (the per-expert pushes on the World so far, this call's included; a host count:
-// the Overlapped algorithm is not captured in CUDA graphs) before its A rows are loaded.
+// for expert_ready[l] >= target = W (every source's rows of l in this call) before its A rows are loaded.
 struct EpExpertHookArgs {
     const uint64_t* expert_ready;  // this rank's EpSignals::expert_ready
     uint64_t target;

@@ -107,6 +107,7 @@ EpHandle dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, co
     moe::ep::State& st = moe::ep::state(world, kOp, captured);
     const bool staged = moe::ep::multi_node(world);
     const int W = world.world_size();
+    const int L = num_experts / W;
     const int64_t T = x.rows, H = x.cols;
 
     // Local layout arrays of this call (growing synchronises the device: not inside a capture).
@@ -165,6 +166,15 @@ EpHandle dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, co
 
     const Ctx ctx = world.ctx();
     const auto chunks = static_cast<unsigned>(p.chunks);
+    if (per_expert) {
+        // This call's per-expert counters start from 0 (every source adds 1 per local expert: the GEMM waits for W).
+        // No peer writes them now: the previous per-expert push's signals all preceded its arrival, which this rank's
+        // previous arrived-wait acquired; this call's follow the peers' scans, which wait for this rank's, after this
+        // memset in stream order. Counters kept across calls instead fall behind for the local experts a call with
+        // fewer of them (a smaller E) leaves out.
+        LOOM_CHECK_CUDA(
+            cudaMemsetAsync(st.sig->expert_ready, 0, sizeof(uint64_t) * static_cast<std::size_t>(L), stream));
+    }
     const std::size_t cols_smem = static_cast<std::size_t>(num_experts + W) * 4;
     count(moe::ep::launch_config(chunks, kmoe::kEpChunk, cols_smem, stream), ctx, p);
     scan(moe::ep::launch_config(1, kmoe::kEpScanThreads, 0, stream), ctx, p);
@@ -198,7 +208,6 @@ EpHandle dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, co
         const int blocks = opts.num_blocks > 0 ? opts.num_blocks
                                                : std::max(moe::ep::data_blocks(T, sms, 0), std::min(num_experts, sms));
         push(moe::ep::launch_config(static_cast<unsigned>(blocks), kmoe::kEpThreads, 0, stream), ctx, p);
-        st.expert_pushes += 1;
     } else {
         push(moe::ep::launch_config(static_cast<unsigned>(moe::ep::data_blocks(T, sms, opts.num_blocks)),
                                     kmoe::kEpThreads, 0, stream),

@@ -60,8 +60,7 @@ struct State final : WorldState {
     std::set<const jit::Kernel*> loaded;  // kernels with remote peers whose first use met every rank (kernel())
     int64_t auto_rows = 0;                // auto mode's capacity of the last call
     uint64_t calls = 0;                   // dispatches on the World (the latest handle's number)
-    uint64_t expert_pushes = 0;  // per-expert pushes on the World (ep_moe_experts, Overlapped): EpExpertHookArgs
-    bool combined = false;       // the latest dispatch's combine was enqueued
+    bool combined = false;                // the latest dispatch's combine was enqueued
     // ep_moe_experts: the first GEMM's rows (with w_down) and the experts' outputs.
     overlap::LocalBuffer expert_mid, expert_out;
     // The latest dispatch's shape and parameters (the combine's).

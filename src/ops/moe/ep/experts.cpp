@@ -131,7 +131,7 @@ EpHandle ep_moe_experts(World& world, const MatrixView& x, const int32_t* topk_i
         const GemmConfig cfg = moe::grouped_gemm_config(p, dev.arch, num_sms);
         kernels::moe::EpExpertHookArgs a{};
         a.expert_ready = st.sig->expert_ready;
-        a.target = static_cast<uint64_t>(W) * st.expert_pushes;
+        a.target = static_cast<uint64_t>(W);  // every source's 1 for this call (the counters start at 0)
         a.timeout_ns = world.ctx().wait_timeout_ns;
         moe::grouped_gemm_launch_hooked("loom::kernels::moe::EpExpertHooks", kHeader, p, cfg, num_sms, stream, a);
     } else {
