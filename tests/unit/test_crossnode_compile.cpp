@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "jit/toolchain.hpp"
+#include "common/nvshmem_build.hpp"
 #include "loom/jit/jit.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/settings.hpp"
@@ -25,12 +25,7 @@ bool contains(const std::vector<char>& bin, const std::string& s) {
 }
 
 TEST(CrossNodeCompile, RemoteKernelsCompileAtEveryScope) {
-    try {
-        loom::jit::detail::nvshmem_home();
-    } catch (const loom::Error& e) {
-        GTEST_SKIP() << e.what();
-    }
-    if (loom::jit::detail::toolchain().nvcc.empty()) GTEST_SKIP() << "nvcc not found";
+    if (const auto why = loom::test::nvshmem_build_missing()) GTEST_SKIP() << *why;
     for (const char* k : {"put_all", "get_all", "signal_ring", "barrier_rounds"}) {
         for (const char* g : {"loom::lang::Thread", "loom::lang::Warp", "loom::lang::Block"}) {
             SCOPED_TRACE(std::string(k) + "<" + g + ">");
@@ -50,12 +45,7 @@ TEST(CrossNodeCompile, RemoteKernelsCompileAtEveryScope) {
 
 // The hierarchical collectives' kernels (kernels/collectives/hier.cuh) as the ops compile them: with remote peers.
 TEST(CrossNodeCompile, HierarchicalCollectivesCompileWithRemotePeers) {
-    try {
-        loom::jit::detail::nvshmem_home();
-    } catch (const loom::Error& e) {
-        GTEST_SKIP() << e.what();
-    }
-    if (loom::jit::detail::toolchain().nvcc.empty()) GTEST_SKIP() << "nvcc not found";
+    if (const auto why = loom::test::nvshmem_build_missing()) GTEST_SKIP() << *why;
     const std::vector<std::pair<std::string, std::vector<std::string>>> kernels = {
         {"hier_all_gather_inter", {}},
         {"hier_all_gather_intra", {}},
@@ -85,12 +75,7 @@ TEST(CrossNodeCompile, HierarchicalCollectivesCompileWithRemotePeers) {
 // The low-latency EP kernels (kernels/moe/ep_ll.cuh) as the ops compile them in a World of several nodes: with remote
 // peers and the ops' defines, without spills.
 TEST(CrossNodeCompile, EpLowLatencyCompilesWithRemotePeers) {
-    try {
-        loom::jit::detail::nvshmem_home();
-    } catch (const loom::Error& e) {
-        GTEST_SKIP() << e.what();
-    }
-    if (loom::jit::detail::toolchain().nvcc.empty()) GTEST_SKIP() << "nvcc not found";
+    if (const auto why = loom::test::nvshmem_build_missing()) GTEST_SKIP() << *why;
     for (const loom::jit::KernelSpec& s :
          {loom::moe::ep_ll::dispatch_spec(true, true), loom::moe::ep_ll::dispatch_spec(false, true),
           loom::moe::ep_ll::combine_spec(true)}) {

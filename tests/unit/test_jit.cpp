@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/child_process.hpp"
+#include "common/nvshmem_build.hpp"
 #include "jit/backends.hpp"
 #include "jit/sha256.hpp"
 #include "jit/toolchain.hpp"
@@ -324,12 +325,7 @@ TEST_F(JitCache, MissingHeaderRaises) {
 }
 
 TEST_F(JitCache, NvshmemDeviceLinkProducesLinkedCubin) {
-    try {
-        loom::jit::detail::nvshmem_home();
-    } catch (const loom::Error& e) {
-        GTEST_SKIP() << e.what();
-    }
-    if (loom::jit::detail::toolchain().nvcc.empty()) GTEST_SKIP() << "nvcc not found";
+    if (const auto why = loom::test::nvshmem_build_missing()) GTEST_SKIP() << *why;
     loom::jit::KernelSpec s;
     s.header = kKernels + "/jit_nvshmem.cuh";
     s.name = "jit_test::nvshmem_ring_put";

@@ -7,11 +7,10 @@
 #include <vector>
 
 #include "common/ep_reference.hpp"
-#include "jit/toolchain.hpp"
+#include "common/nvshmem_build.hpp"
 #include "loom/jit/jit.hpp"
 #include "loom/kernels/gemm/gemm_params.hpp"
 #include "loom/kernels/moe/ep_params.hpp"
-#include "loom/runtime/error.hpp"
 #include "ops/moe/ep/ep.hpp"
 #include "ops/moe/grouped_gemm_internal.hpp"
 
@@ -101,48 +100,43 @@ void expect_clean(const loom::jit::CompileResult& r, const std::string& what) {
     EXPECT_LE(r.stack_bytes, 64) << what << "\n" << r.resource_report;
 }
 
+// Every EP throughput-mode kernel; `one_node`: the per-expert path's, never built with remote peers (it runs on one
+// node only).
+struct EpKernel {
+    const char* header;
+    const char* name;
+    bool one_node;
+};
+const std::vector<EpKernel> kEpKernels = {
+    {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_layout_count", false},
+    {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_layout_scan", false},
+    {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_layout_index", false},
+    {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_dispatch_push", false},
+    {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_dispatch_arrive", false},
+    {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_dispatch_push_experts", true},
+    {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_dispatch_arrived_wait", true},
+    {"loom/kernels/moe/ep_combine.cuh", "loom::kernels::moe::ep_combine_send", false},
+    {"loom/kernels/moe/ep_combine.cuh", "loom::kernels::moe::ep_combine_reduce", false},
+};
+
 TEST(MoeEpCompile, KernelsHaveNoSpills) {
-    const std::vector<std::pair<const char*, const char*>> kernels = {
-        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_layout_count"},
-        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_layout_scan"},
-        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_layout_index"},
-        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_dispatch_push"},
-        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_dispatch_arrive"},
-        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_dispatch_push_experts"},
-        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_dispatch_arrived_wait"},
-        {"loom/kernels/moe/ep_combine.cuh", "loom::kernels::moe::ep_combine_send"},
-        {"loom/kernels/moe/ep_combine.cuh", "loom::kernels::moe::ep_combine_reduce"},
-    };
     for (int arch : {90, 80})
-        for (const auto& [header, name] : kernels) {
+        for (const EpKernel& k : kEpKernels) {
             loom::jit::KernelSpec spec;
-            spec.header = header;
-            spec.name = name;
+            spec.header = k.header;
+            spec.name = k.name;
             expect_clean(loom::jit::compile(spec, arch), spec.display() + " sm_" + std::to_string(arch));
         }
 }
 
 // A World of several nodes builds the dispatch and combine kernels with remote peers (nvcc + NVSHMEM).
 TEST(MoeEpCompile, RemotePeerKernelsCompile) {
-    try {
-        loom::jit::detail::nvshmem_home();
-    } catch (const loom::Error& e) {
-        GTEST_SKIP() << e.what();
-    }
-    if (loom::jit::detail::toolchain().nvcc.empty()) GTEST_SKIP() << "nvcc not found";
-    const std::vector<std::pair<const char*, const char*>> kernels = {
-        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_layout_count"},
-        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_layout_scan"},
-        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_layout_index"},
-        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_dispatch_push"},
-        {"loom/kernels/moe/ep_dispatch.cuh", "loom::kernels::moe::ep_dispatch_arrive"},
-        {"loom/kernels/moe/ep_combine.cuh", "loom::kernels::moe::ep_combine_send"},
-        {"loom/kernels/moe/ep_combine.cuh", "loom::kernels::moe::ep_combine_reduce"},
-    };
-    for (const auto& [header, name] : kernels) {
+    if (const auto why = loom::test::nvshmem_build_missing()) GTEST_SKIP() << *why;
+    for (const EpKernel& k : kEpKernels) {
+        if (k.one_node) continue;
         loom::jit::KernelSpec spec;
-        spec.header = header;
-        spec.name = name;
+        spec.header = k.header;
+        spec.name = k.name;
         spec.remote_peers = true;
         const loom::jit::CompileResult r = loom::jit::compile(spec, 90);
         EXPECT_EQ(r.compiler, "nvcc+nvjitlink") << spec.display();
