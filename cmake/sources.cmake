@@ -214,6 +214,7 @@ set(LOOM_SOURCES
     src/runtime/profile.cpp
     src/runtime/profile_ring.cpp
     src/runtime/profile_trace.cpp
+    src/runtime/remote_kernels.cpp
     src/runtime/settings.cpp
     src/runtime/socket_util.cpp
     src/runtime/store.cpp

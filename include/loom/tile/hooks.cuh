@@ -66,7 +66,9 @@ concept TileOrder = requires(const H& h, int32_t linear, const TileGrid& g, cons
 // ---- LoadWait -------------------------------------------------------------------------------------------------
 // before_load(t): the producer thread, once per tile with rows inside M (per work unit with the split-K tail), before
 // the first TMA load of the tile's operands; waits (acquire) until they are in place. The kernel then issues
-// fence.proxy.async.global, so the TMA (async proxy) reads what the acquire made visible.
+// fence.proxy.async.global, so the TMA (async proxy) reads what the acquire made visible. A LoadWait policy also
+// defines wait_bound_ns(): that wait's bound (0: none), which the consumers, waiting behind the producer, outlast
+// (pipeline.cuh, consumer_wait_cycles: a policy without it does not compile).
 template <class H>
 concept LoadWait = requires(const H& h, const TileCoord& t) {
     h.before_load(t);

@@ -52,6 +52,18 @@ LOOM_DEVICE LOOM_FORCEINLINE void mbarrier_wait(uint64_t* bar, uint32_t parity, 
 LOOM_DEVICE LOOM_FORCEINLINE long long outlast_cycles(uint64_t producer_bound_ns) {
     return producer_bound_ns == 0 ? 0 : static_cast<long long>(2 * producer_bound_ns) + kMbarrierTimeoutCycles;
 }
+// The consumers' bound of a kernel with hooks `Hooks`: outlast_cycles of hooks.wait_bound_ns() where the producer
+// waits before its loads (kProducerWaits: the kernel's load-wait concept), else the default. Read from the
+// __grid_constant__ hooks at the wait, not held across the mainloop.
+template <bool kProducerWaits, class Hooks>
+LOOM_DEVICE LOOM_FORCEINLINE long long consumer_wait_cycles(const Hooks& hooks) {
+    if constexpr (kProducerWaits) {
+        return outlast_cycles(hooks.wait_bound_ns());
+    } else {
+        (void)hooks;
+        return kMbarrierTimeoutCycles;
+    }
+}
 
 // The same wait, bounded by a count of polls instead of the clock and with no report before the trap: for waits in
 // code with no registers to spare (the consumers' epilogue, 128 accumulators live under a 168-register cap), where

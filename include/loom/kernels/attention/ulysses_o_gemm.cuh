@@ -31,6 +31,7 @@ struct UlyssesOGemmHooks {
                 lang::wait_ge_sys_or_trap(a.arrived + static_cast<int64_t>(q) * kUlyssesMaxChunks + c, a.epoch,
                                           a.timeout_ns, "a2a_o_gemm: GEMM waits for a chunk");
     }
+    LOOM_DEVICE LOOM_FORCEINLINE uint64_t wait_bound_ns() const { return a.timeout_ns; }
 };
 static_assert(tile::GemmHooks<UlyssesOGemmHooks> && tile::LoadWait<UlyssesOGemmHooks> &&
               !tile::StoreNotify<UlyssesOGemmHooks> && !tile::ScalesAccumulators<UlyssesOGemmHooks>);

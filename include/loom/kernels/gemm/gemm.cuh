@@ -439,7 +439,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
             uint32_t prev_stage = 0;
             // kb counts the unit's k-blocks: its first one (kb = 0, kk = 0) overwrites the accumulators.
             for (int kb = 0; kb < w.kb_count; ++kb) {
-                pipe->consumer_wait(st);
+                pipe->consumer_wait(st, tile::consumer_wait_cycles<tile::LoadWait<Hooks>>(hooks));
                 const uint8_t* a_tile = smem_a + st.stage * kABytes + warpgroup * 64 * 128;
                 const uint8_t* b_tile = smem_b + st.stage * kBBytes;
                 ptx::wgmma_fence_operands(acc);

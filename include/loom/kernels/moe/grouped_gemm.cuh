@@ -194,17 +194,6 @@ LOOM_DEVICE LOOM_FORCEINLINE void grouped_store_warp_staged(const GroupedGemmArg
     }
 }
 
-// The consumers' pipeline bound: the default, or past the producer's own wait where the hooks make it wait on other
-// ranks (tile::outlast_cycles). Read from the __grid_constant__ hooks at the wait, not held across the mainloop.
-template <class Hooks>
-LOOM_DEVICE LOOM_FORCEINLINE long long consumer_wait_cycles(const Hooks& hooks) {
-    if constexpr (GroupedLoadWait<Hooks>) {
-        return tile::outlast_cycles(hooks.wait_bound_ns());
-    } else {
-        return tile::kMbarrierTimeoutCycles;
-    }
-}
-
 // TIn: __nv_bfloat16, __half, or __nv_fp8_e4m3 (kBKMajor only). TOut: __nv_bfloat16, __half or float. kBKMajor: B_e
 // is [N, K] (tmap_b over [E][N][K], boxes of BLOCK_N rows, BLOCK_N / 2 with SwiGLU); else [K, N] (tmap_b over
 // [E][K][N], boxes of 64 columns x 128 B rows of K). tmap_a: A [rows, K], boxes of BLOCK_M rows x 128 B.
@@ -318,13 +307,13 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
         for (int32_t linear = blockIdx.x; linear < num_tiles; linear += gridDim.x) {
             const GroupedTile t = grouped_tile<BLOCK_M>(hooks, grid, args, linear);
             if constexpr (kBlockScale) {
-                block_scaled_mainloop<BLOCK_N, STAGES, kSwiGLU>(args, t, kOutCols, num_k_blocks, pipe, st, smem_a,
-                                                                smem_b, kABytes, kBBytes, warpgroup, wg_thread, acc,
-                                                                consumer_wait_cycles(hooks));
+                block_scaled_mainloop<BLOCK_N, STAGES, kSwiGLU>(
+                    args, t, kOutCols, num_k_blocks, pipe, st, smem_a, smem_b, kABytes, kBBytes, warpgroup, wg_thread,
+                    acc, tile::consumer_wait_cycles<GroupedLoadWait<Hooks>>(hooks));
             } else {
                 uint32_t prev_stage = 0;
                 for (int kb = 0; kb < num_k_blocks; ++kb) {
-                    pipe->consumer_wait(st, consumer_wait_cycles(hooks));
+                    pipe->consumer_wait(st, tile::consumer_wait_cycles<GroupedLoadWait<Hooks>>(hooks));
                     const uint8_t* a_tile = smem_a + st.stage * kABytes + warpgroup * 64 * 128;
                     const uint8_t* b_tile = smem_b + st.stage * kBBytes;
                     ptx::wgmma_fence_operands(acc);

@@ -59,7 +59,6 @@ concept GroupedTileOrder = requires(const H& h, int32_t linear, const GroupedTil
 template <class H>
 concept GroupedLoadWait = requires(const H& h, int32_t group, int32_t row0) {
     h.before_load(group, row0);
-    h.wait_bound_ns();
 };
 template <class H>
 concept GroupedStoreNotify = requires(const H& h, int32_t group, int32_t row0, int32_t rows, int32_t nb) {

@@ -83,6 +83,7 @@ struct AgGemmHooks {
             LOOM_PROF_END(lang::kTagAgChunkWait, r);
         }
     }
+    LOOM_DEVICE LOOM_FORCEINLINE uint64_t wait_bound_ns() const { return a.timeout_ns; }
 };
 static_assert(tile::GemmHooks<AgGemmHooks> && tile::LoadWait<AgGemmHooks> && tile::ASource<AgGemmHooks> &&
               tile::ScalesAccumulators<AgGemmHooks>);

@@ -10,6 +10,7 @@
 #include "ops/collectives/coll_check.hpp"
 #include "ops/collectives/coll_launch.hpp"
 #include "ops/collectives/coll_state.hpp"
+#include "runtime/remote_kernels.hpp"
 #include "runtime/symmetric_zeroed.hpp"
 
 namespace loom::coll::hier {
@@ -30,13 +31,10 @@ struct Kernel {
     int blocks = 0;
 };
 
-// Loads the kernels (compiled with remote peers: nvcc, linked with NVSHMEM's device library); launch() then launches
-// them in order on `stream`. The first call that loads a kernel meets every rank on the host after loading: a compile
-// takes seconds, and a peer still compiling would leave this rank's first kernel spinning on it towards the wait bound.
-// Every rank loads the same kernels at the same calls, so all of them take that barrier or none.
+// Loads the kernels (compiled with remote peers: nvcc, linked with NVSHMEM's device library; detail::load_kernel: the
+// first load of each meets every rank on the host); launch() then launches them in order on `stream`.
 std::vector<const jit::Kernel*> load(World& world, State& st, const std::vector<Kernel>& ks) {
     std::vector<const jit::Kernel*> loaded;
-    bool first = false;
     for (const Kernel& k : ks) {
         std::string key = k.name;
         for (const std::string& a : k.targs) key += "," + a;
@@ -47,12 +45,10 @@ std::vector<const jit::Kernel*> load(World& world, State& st, const std::vector<
             spec.name = std::string("loom::kernels::coll::") + k.name;
             spec.template_args = k.targs;
             spec.remote_peers = true;
-            slot = &jit::get_kernel(spec);
-            first = true;
+            slot = &detail::load_kernel(world, spec);
         }
         loaded.push_back(slot);
     }
-    if (first) world.barrier("collectives/hier/loaded");
     return loaded;
 }
 

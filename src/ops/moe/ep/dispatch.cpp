@@ -11,6 +11,7 @@
 #include "loom/runtime/error.hpp"
 #include "ops/moe/ep/ep.hpp"
 #include "runtime/nvtx_range.hpp"
+#include "runtime/remote_kernels.hpp"
 
 namespace loom {
 
@@ -23,13 +24,7 @@ const jit::Kernel& kernel(World& world, const char* header, const char* name) {
     spec.header = header;
     spec.name = name;
     spec.remote_peers = multi_node(world);
-    const jit::Kernel& k = jit::get_kernel(spec);
-    // The first use of a kernel with remote peers meets every rank on the host once it is loaded: nvcc takes
-    // seconds per kernel, and a rank still compiling would hold its peers in their bounded waits meanwhile. Every
-    // rank uses the same kernels in the same calls, so all of them take each barrier or none.
-    State* st = world.find_state<State>();
-    if (spec.remote_peers && st != nullptr && st->loaded.insert(&k).second) world.barrier("loom/moe/ep/loaded");
-    return k;
+    return detail::load_kernel(world, spec);
 }
 
 jit::LaunchConfig launch_config(unsigned blocks, unsigned threads, std::size_t smem, cudaStream_t stream) {

@@ -6,7 +6,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <set>
 
 #include "loom/jit/jit.hpp"
 #include "loom/kernels/moe/ep_params.hpp"
@@ -57,10 +56,9 @@ struct State final : WorldState {
     kernels::moe::EpDeviceState* dev = nullptr;  // local, zeroed once
     int32_t* host = nullptr;                     // pinned: the device state's read-backs
     int device_sms = 0;
-    std::set<const jit::Kernel*> loaded;  // kernels with remote peers whose first use met every rank (kernel())
-    int64_t auto_rows = 0;                // auto mode's capacity of the last call
-    uint64_t calls = 0;                   // dispatches on the World (the latest handle's number)
-    bool combined = false;                // the latest dispatch's combine was enqueued
+    int64_t auto_rows = 0;  // auto mode's capacity of the last call
+    uint64_t calls = 0;     // dispatches on the World (the latest handle's number)
+    bool combined = false;  // the latest dispatch's combine was enqueued
     // ep_moe_experts: the first GEMM's rows (with w_down) and the experts' outputs.
     overlap::LocalBuffer expert_mid, expert_out;
     // The latest dispatch's shape and parameters (the combine's).
@@ -80,8 +78,8 @@ bool capturing(cudaStream_t stream);
 
 // Whether the World spans nodes: the kernels are then built with remote peers and the data buffer has stage rows.
 bool multi_node(const World& world);
-// A kernel of `header` for this World (built with remote peers when it spans nodes; the first use of such a kernel
-// meets every rank on the host: collective).
+// A kernel of `header` for this World (built with remote peers when it spans nodes; detail::load_kernel: the first
+// load of such a kernel is collective).
 const jit::Kernel& kernel(World& world, const char* header, const char* name);
 jit::LaunchConfig launch_config(unsigned blocks, unsigned threads, std::size_t smem, cudaStream_t stream);
 void check_rows(const char* op, const char* arg, const MatrixView& m);

@@ -8,6 +8,7 @@
 #include "loom/runtime/stream_ops.hpp"
 #include "ops/moe/ep/ll_state.hpp"
 #include "runtime/nvtx_range.hpp"
+#include "runtime/remote_kernels.hpp"
 
 namespace loom {
 
@@ -60,12 +61,10 @@ kmoe::EpLlParams base_params(const World& world, const EpLowLatencyShape& s, con
     return p;
 }
 
-// The first launch of a kernel with remote peers meets every rank on the host after loading it: nvcc takes seconds,
-// and a peer still compiling would leave this rank's receive spinning on it towards the wait bound. Every rank
-// launches the same kernels in the same calls, so all of them take that barrier or none.
-void launch(World& world, LlState& st, const jit::KernelSpec& spec, const kmoe::EpLlParams& p, cudaStream_t stream) {
-    const jit::Kernel& k = jit::get_kernel(spec);
-    if (st.loaded.insert(&k).second && spec.remote_peers) world.barrier("loom/moe/ep_ll/loaded");
+// detail::load_kernel: the first load of a kernel with remote peers meets every rank on the host.
+void launch(World& world, const LlState& st, const jit::KernelSpec& spec, const kmoe::EpLlParams& p,
+            cudaStream_t stream) {
+    const jit::Kernel& k = detail::load_kernel(world, spec);
     const Ctx ctx = world.ctx();
     jit::LaunchConfig cfg;
     cfg.grid = dim3(static_cast<unsigned>(st.blocks));

@@ -1,15 +1,14 @@
 // State and launch plumbing of the low-latency expert-parallel ops (loom::ep_ll_dispatch / ep_ll_combine,
 // kernels/moe/ep_ll.cuh). State "moe/ep_ll/buffers": the two symmetric areas (dispatch, combine: two parity halves
 // each, zeroed when allocated, then in a World of several nodes the staging of what goes to other nodes), each rank's
-// per-block phase epochs and the dispatch's per-expert counters, the parameters of a send whose receive is still
-// pending (return without waiting), and the kernels loaded so far.
+// per-block phase epochs and the dispatch's per-expert counters, and the parameters of a send whose receive is still
+// pending (return without waiting).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
-#include <set>
 #include <string>
 
 #include "loom/jit/jit.hpp"
@@ -43,8 +42,7 @@ struct LlState final : WorldState {
     // A send launched with return_without_waiting, its receive not yet launched.
     bool dispatch_pending = false, combine_pending = false, dispatch_fp8 = true;
     kernels::moe::EpLlParams pending_dispatch{}, pending_combine{};
-    bool remote = false;                  // the World spans several nodes: kernels with remote peers, staging
-    std::set<const jit::Kernel*> loaded;  // kernels launched so far (the first launch of each meets every rank)
+    bool remote = false;  // the World spans several nodes: kernels with remote peers, staging
 };
 
 // Validation (raise loom::Error naming the argument).
