@@ -1,24 +1,43 @@
 // bench-crossnode: the collectives in a World of several nodes (their hierarchical forms, docs/crossnode.md), each op
 // timed whole and step by step: its intra-node step(s) alone and its inter-node step alone (coll::hier::Steps; each
 // step's kernels meet their peers on entry, so one step runs back to back on its own), beside NVSHMEM's on-stream
-// collective on the same ranks (NVSHMEM_TEAM_WORLD, bf16, sum).
+// collective on the same ranks (NVSHMEM_TEAM_WORLD, bf16, sum); and the overlapped GEMMs ag_gemm and gemm_rs across
+// nodes, each against its sequence of public calls, with the GEMM and the collective's steps alone.
 //
 //   LOOM_NODE_SIZE=2 loomrun -n 4 build/bench/bench-crossnode --out docs/perf/crossnode_collectives.json   # 2 x 2
 //   LOOM_NODE_SIZE=4 loomrun -n 8 build/bench/bench-crossnode --out docs/perf/crossnode_collectives.json --append
 //   LOOM_NODE_SIZE=2 loomrun -n 8 build/bench/bench-crossnode --out docs/perf/crossnode_collectives.json --append
 //       [--ops all_gather,reduce_scatter,all_reduce,all_to_all] [--min-bytes 4K] [--max-bytes 16M] [--factor 4]
 //       [--iters 20] [--no-nvshmem]
+//   LOOM_NODE_SIZE=2 loomrun -n 4 build/bench/bench-crossnode --ops ag_gemm,gemm_rs \
+//       --out docs/perf/crossnode_overlap.json   [--gemm-shapes 4096x4096x4096,8192x4096x4096,4096x8192x8192]
+//   (then LOOM_NODE_SIZE=4 -n 8 and LOOM_NODE_SIZE=2 -n 8 with --append, as above)
 //
-// Size: the larger buffer of a rank (nccl-tests' convention): all_gather's out, reduce_scatter's in, the buffer of
-// all_reduce and all_to_all; bf16 elements. Row fields: loom_us (the whole op, slowest rank's median), intra_us and
-// inter_us (each step alone), baselines.nvshmem, algBW_GBps, nodes, ranks_per_node, ranks. The whole op's result is
-// checked once per row (exact sums of small integers; data movement by source rank): "checked": true, and a wrong
-// result stops the benchmark. Every timed run starts after a host barrier (loom::barrier_on_stream runs within one
-// node), so the host skew between ranks (tens of microseconds) is part of small sizes' figures. At the default
-// LOOM_COLL_SCRATCH (64 MiB) all_reduce takes up to (nodes + 1) x size / ranks per node of scratch: raise it for
-// --max-bytes past 16M.
+// One report per family: the collectives' rows go to a report of op "crossnode_collectives", the overlapped GEMMs'
+// to one of op "crossnode_overlap" (--out's default names it so); one run takes ops of one family. --append keeps the
+// existing report's rows of other layouts (nodes x ranks per node) and replaces this layout's.
+//
+// Collective rows. Size: the larger buffer of a rank (nccl-tests' convention): all_gather's out, reduce_scatter's in,
+// the buffer of all_reduce and all_to_all; bf16 elements. Row fields: loom_us (the whole op, slowest rank's median),
+// intra_us and inter_us (each step alone), baselines.nvshmem, algBW_GBps, nodes, ranks_per_node, ranks. The whole
+// op's result is checked once per row (exact sums of small integers; data movement by source rank): "checked": true,
+// and a wrong result stops the benchmark. Every timed run starts after a host barrier (loom::barrier_on_stream runs
+// within one node), so the host skew between ranks (tens of microseconds) is part of small sizes' figures. At the
+// default LOOM_COLL_SCRATCH (64 MiB) all_reduce takes up to (nodes + 1) x size / ranks per node of scratch: raise it
+// for --max-bytes past 16M.
+//
+// Overlapped-GEMM rows (crossnode_overlap.cpp), per MxNxK of --gemm-shapes (the layer's GEMM over every rank:
+// ag_gemm's N and gemm_rs's K split over the ranks, so M and that dimension are multiples of the ranks, the latter
+// of 8 x ranks), bf16: loom_us (the op's two-level form), auto_us (the op with default options),
+// baselines.loom_sequence (loom::all_gather then loom::gemm; loom::gemm then loom::reduce_scatter), gemm_us, coll_us
+// (the collective whole), intra_us, inter_us, overlap_efficiency, shape, M, N, K, N_loc or K_loc, nodes,
+// ranks_per_node, ranks. Both forms of the op are checked once per row against the sequence's result (bf16 within a
+// tolerance, every element; crossnode_overlap.cpp says why), and a wrong result stops the benchmark. gemm_rs's
+// hierarchical reduce_scatter stages 2 x nodes x M x N / ranks bf16 in the collective scratch: a shape past
+// M x N = 16 Mi x ranks per node needs LOOM_COLL_SCRATCH raised (the error says so).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -28,6 +47,7 @@
 #include <string>
 #include <vector>
 
+#include "crossnode_overlap.hpp"
 #include "harness.hpp"
 #include "loom/bf16.hpp"
 #include "loom/ops/collectives.hpp"
@@ -45,13 +65,21 @@ using Steps = loom::coll::hier::Steps;
 namespace {
 
 struct Args {
-    std::string out = "crossnode_collectives.json";
+    std::string out;  // default: <the report's op>.json
     std::string ops = "all_gather,reduce_scatter,all_reduce,all_to_all";
+    std::string gemm_shapes = "4096x4096x4096,8192x4096x4096,4096x8192x8192";
     std::size_t min_bytes = 4096, max_bytes = std::size_t(16) << 20;
     double factor = 4;
     int iters = 20;
     bool append = false, no_nvshmem = false;
 };
+
+const std::vector<std::string> kCollOps = {"all_gather", "reduce_scatter", "all_reduce", "all_to_all"};
+const std::vector<std::string> kOverlapOps = {"ag_gemm", "gemm_rs"};
+
+bool is_one_of(const std::string& op, const std::vector<std::string>& ops) {
+    return std::find(ops.begin(), ops.end(), op) != ops.end();
+}
 
 std::vector<std::string> split(const std::string& s) {
     std::vector<std::string> v;
@@ -83,20 +111,46 @@ std::string check(const void* src, std::size_t count, const std::function<float(
     return "";
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_bench(int argc, char** argv) {
     Args args;
-    CLI::App app{"bench-crossnode: the hierarchical collectives in a World of several nodes, whole and by step"};
-    app.add_option("--out", args.out, "JSON report path");
-    app.add_option("--ops", args.ops, "comma-separated: all_gather, reduce_scatter, all_reduce, all_to_all");
+    CLI::App app{
+        "bench-crossnode: the hierarchical collectives and the overlapped GEMMs in a World of several nodes, whole and "
+        "by step"};
+    app.add_option("--out", args.out,
+                   "JSON report path (default: crossnode_collectives.json or crossnode_overlap.json)");
+    app.add_option("--ops", args.ops,
+                   "comma-separated, of one family: all_gather, reduce_scatter, all_reduce, all_to_all; or ag_gemm, "
+                   "gemm_rs")
+        ->capture_default_str();
+    app.add_option("--gemm-shapes", args.gemm_shapes,
+                   "ag_gemm, gemm_rs: comma-separated MxNxK, the layer's GEMM over every rank")
+        ->capture_default_str();
     loom::bench::add_bytes_option(app, "--min-bytes", args.min_bytes, "smallest size (the larger buffer)");
     loom::bench::add_bytes_option(app, "--max-bytes", args.max_bytes, "largest size");
     app.add_option("--factor", args.factor, "size step")->check(CLI::Range(1.5, 1024.0));
     app.add_option("--iters", args.iters, "timed runs per figure")->check(CLI::PositiveNumber);
-    app.add_flag("--append", args.append, "keep the existing report's rows");
+    app.add_flag("--append", args.append, "keep the existing report's rows of other layouts");
     app.add_flag("--no-nvshmem", args.no_nvshmem, "leave out NVSHMEM's collectives");
     loom::bench::parse_or_exit(app, argc, argv);
+
+    // The ops, of one family: each family has its report (op crossnode_collectives or crossnode_overlap).
+    const std::vector<std::string> ops = split(args.ops);
+    LOOM_CHECK(!ops.empty(), "--ops: expected at least one op, given '{}'", args.ops);
+    const bool overlap = is_one_of(ops[0], kOverlapOps);
+    for (const std::string& op : ops) {
+        LOOM_CHECK(is_one_of(op, kCollOps) || is_one_of(op, kOverlapOps),
+                   "--ops: expected ops from all_gather, reduce_scatter, all_reduce, all_to_all, ag_gemm, gemm_rs, "
+                   "given {}",
+                   op);
+        LOOM_CHECK(is_one_of(op, overlap ? kOverlapOps : kCollOps),
+                   "--ops: expected the collectives or the overlapped GEMMs (ag_gemm, gemm_rs), not both (each family "
+                   "writes its own report), given {}",
+                   args.ops);
+    }
+    const std::vector<loom::bench::GemmShape> shapes =
+        overlap ? loom::bench::parse_gemm_shapes(args.gemm_shapes) : std::vector<loom::bench::GemmShape>{};
+    const std::string report_op = overlap ? "crossnode_overlap" : "crossnode_collectives";
+    if (args.out.empty()) args.out = report_op + ".json";
 
     loom::World w = loom::World::from_env();
     const int W = w.world_size(), me = w.rank(), N = w.num_nodes(), L = w.local_world_size();
@@ -109,13 +163,14 @@ int main(int argc, char** argv) {
     }
     cudaStream_t stream;
     LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    char* in = static_cast<char*>(w.alloc_bytes(args.max_bytes));
-    char* out = static_cast<char*>(w.alloc_bytes(args.max_bytes));
-    const bool nv = !args.no_nvshmem && loom::nvshmem::initialized();
+    // The collectives' buffers (the overlapped GEMMs' rows allocate their own).
+    char* in = overlap ? nullptr : static_cast<char*>(w.alloc_bytes(args.max_bytes));
+    char* out = overlap ? nullptr : static_cast<char*>(w.alloc_bytes(args.max_bytes));
+    const bool nv = !overlap && !args.no_nvshmem && loom::nvshmem::initialized();
     void* nv_in = nv ? loom::nvshmem::malloc(args.max_bytes) : nullptr;
     void* nv_out = nv ? loom::nvshmem::malloc(args.max_bytes) : nullptr;
 
-    loom::bench::Report report("crossnode_collectives", W, argc, argv);
+    loom::bench::Report report(report_op, W, argc, argv);
     json rows = json::array();
     if (args.append && me == 0 && std::filesystem::exists(args.out)) {
         std::ifstream f(args.out);
@@ -124,10 +179,12 @@ int main(int argc, char** argv) {
             if (!(r.value("nodes", 0) == N && r.value("ranks_per_node", 0) == L)) rows.push_back(r);
     }
 
-    for (const std::string& op : split(args.ops)) {
-        LOOM_CHECK(op == "all_gather" || op == "reduce_scatter" || op == "all_reduce" || op == "all_to_all",
-                   "bench-crossnode: expected --ops from all_gather, reduce_scatter, all_reduce, all_to_all, given {}",
-                   op);
+    for (const std::string& op : ops) {
+        if (overlap) {
+            for (const loom::bench::GemmShape& shape : shapes)
+                rows.push_back(loom::bench::crossnode_overlap_row(w, op, shape, args.iters, stream));
+            continue;
+        }
         for (double s = static_cast<double>(args.min_bytes); s <= static_cast<double>(args.max_bytes) * 1.0001;
              s *= args.factor) {
             // Element counts: in_count / out_count of bf16, the size rounded down to what the op's shape allows.
@@ -171,7 +228,7 @@ int main(int argc, char** argv) {
                     return static_cast<float>(i / (op == "all_gather" ? in_count : per) + 1);
                 return sum;
             });
-            LOOM_CHECK(bad.empty(), "bench-crossnode: rank {}: {} of {}: {}", me, op, size_name(size), bad);
+            LOOM_CHECK(bad.empty(), "rank {}: {} of {}: {}", me, op, size_name(size), bad);
 
             std::vector<std::function<void(cudaStream_t)>> fns = {run(Steps::All), run(Steps::Intra),
                                                                   run(Steps::Inter)};
@@ -226,9 +283,22 @@ int main(int argc, char** argv) {
         loom::nvshmem::free(nv_out);
         loom::nvshmem::free(nv_in);
     }
-    w.free(out);
-    w.free(in);
+    if (!overlap) {
+        w.free(out);
+        w.free(in);
+    }
     loom::release_collective_state(w);
     cudaStreamDestroy(stream);
     return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        return run_bench(argc, argv);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench-crossnode: %s\n", e.what());
+        return 1;
+    }
 }
