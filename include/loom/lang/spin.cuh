@@ -76,22 +76,24 @@ LOOM_DEVICE LOOM_FORCEINLINE const char* cmp_name(Cmp cmp) {
 }
 
 namespace detail {
+// The cold paths take the Ctx fields they report by value: a reference to the kernel's by-value Ctx would make the
+// compiler copy the whole Ctx to local memory in every kernel's prologue, and the hot path's later reads of it
+// would then be local-memory loads (slow after a wait's acquire invalidates L1).
 #if LOOM_NO_DEVICE_PRINTF
 // Cold path, mailbox only. Inlined: an out-of-line call would itself serialise wgmma.
-LOOM_DEVICE LOOM_FORCEINLINE void wait_timeout(const Ctx& ctx, const char* tag, int peer, const void* addr, Cmp cmp,
-                                               uint64_t expected, uint64_t observed, uint64_t elapsed_ns) {
+LOOM_DEVICE LOOM_FORCEINLINE void wait_timeout(DiagMailbox* diag, int rank, const char* tag, int peer, const void* addr,
+                                               Cmp cmp, uint64_t expected, uint64_t observed, uint64_t elapsed_ns) {
     (void)peer;
-    diag_post(ctx.diag, DiagKind::Signal, ctx.rank, tag, addr, static_cast<uint32_t>(cmp), expected, observed,
-              elapsed_ns);
+    diag_post(diag, DiagKind::Signal, rank, tag, addr, static_cast<uint32_t>(cmp), expected, observed, elapsed_ns);
     __trap();
 }
 #else
 // Cold path: mailbox record, then the printed diagnostic (the rank's summary by the first wait to claim it; every
 // wait's own line at debug level), then trap. Kept out of line so the spin loop stays small.
-__noinline__ LOOM_DEVICE inline void wait_timeout(const Ctx& ctx, const char* tag, int peer, const void* addr, Cmp cmp,
-                                                  uint64_t expected, uint64_t observed, uint64_t elapsed_ns) {
-    diag_post(ctx.diag, DiagKind::Signal, ctx.rank, tag, addr, static_cast<uint32_t>(cmp), expected, observed,
-              elapsed_ns);
+__noinline__ LOOM_DEVICE inline void wait_timeout(DiagMailbox* diag, int rank, const char* tag, int peer,
+                                                  const void* addr, Cmp cmp, uint64_t expected, uint64_t observed,
+                                                  uint64_t elapsed_ns) {
+    diag_post(diag, DiagKind::Signal, rank, tag, addr, static_cast<uint32_t>(cmp), expected, observed, elapsed_ns);
     const unsigned thread = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
     const auto e = static_cast<unsigned long long>(expected), o = static_cast<unsigned long long>(observed);
     const auto ms = static_cast<unsigned long long>(elapsed_ns / 1000000ull);
@@ -100,19 +102,19 @@ __noinline__ LOOM_DEVICE inline void wait_timeout(const Ctx& ctx, const char* ta
             printf(
                 "loom: wait timeout: rank %d: %s: the signal of rank %d is missing at %p: expected %s %llu, observed "
                 "%llu, after %llu ms (first of this rank: block (%u,%u,%u) thread %u)\n",
-                ctx.rank, tag, peer, addr, cmp_name(cmp), e, o, ms, blockIdx.x, blockIdx.y, blockIdx.z, thread);
+                rank, tag, peer, addr, cmp_name(cmp), e, o, ms, blockIdx.x, blockIdx.y, blockIdx.z, thread);
         } else {
             printf(
                 "loom: wait timeout: rank %d: %s: a signal is missing at %p: expected %s %llu, observed %llu, after "
                 "%llu ms (first of this rank: block (%u,%u,%u) thread %u)\n",
-                ctx.rank, tag, addr, cmp_name(cmp), e, o, ms, blockIdx.x, blockIdx.y, blockIdx.z, thread);
+                rank, tag, addr, cmp_name(cmp), e, o, ms, blockIdx.x, blockIdx.y, blockIdx.z, thread);
         }
     }
     if (loom_wait_verbose != 0u) {
         printf(
             "loom: wait timeout detail: rank %d block (%u,%u,%u) thread %u tag %s at %p expected %s %llu observed "
             "%llu after %llu ms\n",
-            ctx.rank, blockIdx.x, blockIdx.y, blockIdx.z, thread, tag, addr, cmp_name(cmp), e, o, ms);
+            rank, blockIdx.x, blockIdx.y, blockIdx.z, thread, tag, addr, cmp_name(cmp), e, o, ms);
     }
     __trap();
 }
@@ -138,7 +140,7 @@ LOOM_DEVICE LOOM_FORCEINLINE uint64_t spin_until(const Ctx& ctx, const char* tag
             if (start == 0) {
                 start = now;
             } else if (now - start > timeout) {
-                detail::wait_timeout(ctx, tag, peer, addr, cmp, expected, observed, now - start);
+                detail::wait_timeout(ctx.diag, ctx.rank, tag, peer, addr, cmp, expected, observed, now - start);
             }
         }
     }

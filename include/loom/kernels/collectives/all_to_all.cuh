@@ -73,25 +73,25 @@ __global__ void __launch_bounds__(512) all_to_all_pull(Ctx ctx, Params p) {
 }
 
 namespace detail {
-__noinline__ LOOM_DEVICE inline void a2av_overflow(const Ctx& ctx, int sender, int receiver, long long offset,
+__noinline__ LOOM_DEVICE inline void a2av_overflow(int rank, int sender, int receiver, long long offset,
                                                    long long count, unsigned long long capacity) {
     printf(
         "loom: all_to_all_v (rank %d): %lld elements from rank %d for rank %d at offset %lld exceed the out capacity "
         "of %llu elements (out.count must be the same on every rank and hold the sum of the counts sent to it)\n",
-        ctx.rank, count, sender, receiver, offset, capacity);
+        rank, count, sender, receiver, offset, capacity);
     __trap();
 }
-__noinline__ LOOM_DEVICE inline void a2av_negative(const Ctx& ctx, int sender, int receiver, long long count) {
-    printf("loom: all_to_all_v (rank %d): rank %d's send_counts[%d] = %lld is negative\n", ctx.rank, sender, receiver,
+__noinline__ LOOM_DEVICE inline void a2av_negative(int rank, int sender, int receiver, long long count) {
+    printf("loom: all_to_all_v (rank %d): rank %d's send_counts[%d] = %lld is negative\n", rank, sender, receiver,
            count);
     __trap();
 }
-__noinline__ LOOM_DEVICE inline void a2av_past_in(const Ctx& ctx, int receiver, long long offset, long long count,
+__noinline__ LOOM_DEVICE inline void a2av_past_in(int rank, int receiver, long long offset, long long count,
                                                   unsigned long long in_count) {
     printf(
         "loom: all_to_all_v (rank %d): send_offsets[%d] + send_counts[%d] = %lld + %lld is past in.count = %llu (or "
         "negative)\n",
-        ctx.rank, receiver, receiver, offset, count, in_count);
+        rank, receiver, receiver, offset, count, in_count);
     __trap();
 }
 }  // namespace detail
@@ -103,11 +103,11 @@ LOOM_DEVICE inline void all_to_all_v_check_sends(const Ctx& ctx, const Params& p
     long long packed = 0;
     for (int j = 0; j < ctx.local_world; ++j) {
         const long long cnt = p.send_counts[j];
-        if (cnt < 0) detail::a2av_negative(ctx, ctx.rank, peer_rank(ctx, j), cnt);
+        if (cnt < 0) detail::a2av_negative(ctx.rank, ctx.rank, peer_rank(ctx, j), cnt);
         const long long src = p.send_offsets ? p.send_offsets[j] : packed;
         if (src < 0 || static_cast<unsigned long long>(src) > p.in_count ||
             static_cast<unsigned long long>(cnt) > p.in_count - static_cast<unsigned long long>(src))
-            detail::a2av_past_in(ctx, peer_rank(ctx, j), src, cnt, p.in_count);
+            detail::a2av_past_in(ctx.rank, peer_rank(ctx, j), src, cnt, p.in_count);
         packed += cnt;
     }
 }
@@ -134,10 +134,10 @@ LOOM_DEVICE inline void all_to_all_v_body(const Ctx& ctx, const Params& p) {
             long long off = 0;
             for (int s = 0; s < sender; ++s) off += lang::symm_at(ctx, p.send_counts, peer_rank(ctx, s))[receiver];
             const long long cnt = sc[receiver];
-            if (cnt < 0) detail::a2av_negative(ctx, peer_rank(ctx, sender), peer_rank(ctx, receiver), cnt);
+            if (cnt < 0) detail::a2av_negative(ctx.rank, peer_rank(ctx, sender), peer_rank(ctx, receiver), cnt);
             if (off < 0 || static_cast<unsigned long long>(off) > p.count ||
                 static_cast<unsigned long long>(cnt) > p.count - static_cast<unsigned long long>(off))
-                detail::a2av_overflow(ctx, peer_rank(ctx, sender), peer_rank(ctx, receiver), off, cnt, p.count);
+                detail::a2av_overflow(ctx.rank, peer_rank(ctx, sender), peer_rank(ctx, receiver), off, cnt, p.count);
             long long src = 0;
             if (p.send_offsets)
                 src = kPull ? lang::symm_at(ctx, p.send_offsets, peer_rank(ctx, sender))[receiver]

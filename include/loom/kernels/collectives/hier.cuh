@@ -358,11 +358,11 @@ LOOM_DEVICE inline void a2av_check_sends(const Ctx& ctx, const HierParams& p) {
     long long packed = 0;
     for (int j = 0; j < ctx.world; ++j) {
         const long long cnt = p.send_counts[j];
-        if (cnt < 0) detail::a2av_negative(ctx, ctx.rank, j, cnt);
+        if (cnt < 0) detail::a2av_negative(ctx.rank, ctx.rank, j, cnt);
         const long long src = p.send_offsets ? p.send_offsets[j] : packed;
         if (src < 0 || static_cast<unsigned long long>(src) > p.in_count ||
             static_cast<unsigned long long>(cnt) > p.in_count - static_cast<unsigned long long>(src))
-            detail::a2av_past_in(ctx, j, src, cnt, p.in_count);
+            detail::a2av_past_in(ctx.rank, j, src, cnt, p.in_count);
         packed += cnt;
     }
 }
@@ -413,7 +413,7 @@ __global__ void __launch_bounds__(512) hier_all_to_all_v_data(Ctx ctx, HierParam
             const long long cnt = mine[j];
             if (static_cast<unsigned long long>(off) > p.count ||
                 static_cast<unsigned long long>(cnt) > p.count - static_cast<unsigned long long>(off))
-                detail::a2av_overflow(ctx, me, j, off, cnt, p.count);
+                detail::a2av_overflow(ctx.rank, me, j, off, cnt, p.count);
             long long src = 0;
             if (p.send_offsets)
                 src = p.send_offsets[j];
