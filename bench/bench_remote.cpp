@@ -96,25 +96,45 @@ void bench(loom::World& w, const Args& args, cudaStream_t stream, int argc, char
     const LaunchConfig one{dim3(1), dim3(1), 0, {1, 1, 1}, stream};
     const int peer_of_me = me == 0 ? partner : 0;
     const int initiator = me == 0;
-    uint64_t loom_calls = 0, nv_calls = 0;
-    const auto t = loom::bench::time_ops(
-        {[&](cudaStream_t) {
-             if (active) loom_pp(one, w.ctx(), sig, loom_calls * args.rounds, args.rounds, peer_of_me, initiator);
-             ++loom_calls;
-         },
-         [&](cudaStream_t) {
-             if (active) nv_pp(one, nsig, nv_calls * args.rounds, args.rounds, peer_of_me, initiator);
-             ++nv_calls;
-         }},
-        stream, topts);
+    // NVSHMEM's calls on Loom's heap (its NVSHMEM alias, registered by the World): whether a difference from NVSHMEM's
+    // own heap is Loom's layer or the registered memory. `sig_nv` names the partner's copy of `sig`; the waits poll
+    // this rank's copy either through the same alias or through the heap's own address (as Loom's waits do).
+    const loom::Ctx ctx = w.ctx();
+    auto* sig_nv = reinterpret_cast<uint64_t*>(ctx.remote_heap + ctx.own_offset(sig));
+    uint64_t calls[4] = {0, 0, 0, 0};
+    auto pp = [&](int v) {
+        return [&, v](cudaStream_t) {
+            const uint64_t base = calls[v]++ * args.rounds;
+            if (!active) return;
+            if (v == 0) loom_pp(one, ctx, sig, base, args.rounds, peer_of_me, initiator);
+            if (v == 1) nv_pp(one, nsig, nsig, base, args.rounds, peer_of_me, initiator);
+            if (v == 2) nv_pp(one, sig_nv, sig_nv, base, args.rounds, peer_of_me, initiator);
+            if (v == 3) nv_pp(one, sig_nv, sig, base, args.rounds, peer_of_me, initiator);
+        };
+    };
+    // Each variant continues its own counter: reset the two Loom-heap variants' shared signal between them.
+    const auto t = loom::bench::time_ops({pp(0), pp(1)}, stream, topts);
+    LOOM_CHECK_CUDA(cudaMemset(sig, 0, 8));
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+    w.barrier("bench-remote/signal-alias");
+    const auto ta = loom::bench::time_ops({pp(2)}, stream, topts);
+    LOOM_CHECK_CUDA(cudaMemset(sig, 0, 8));
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+    w.barrier("bench-remote/signal-mixed");
+    const auto tm = loom::bench::time_ops({pp(3)}, stream, topts);
+    const double per = args.rounds;
     report.add_row({{"shape", "signal round trip"},
                     {"metric", "signal_round_trip_us"},
                     {"rounds_per_kernel", args.rounds},
-                    {"loom_us", t[0].median_us / args.rounds},
-                    {"baselines", {{"nvshmem", t[1].median_us / args.rounds}}}});
+                    {"loom_us", t[0].median_us / per},
+                    {"nvshmem_on_loom_heap_us", ta[0].median_us / per},
+                    {"nvshmem_signal_loom_wait_address_us", tm[0].median_us / per},
+                    {"baselines", {{"nvshmem", t[1].median_us / per}}}});
     if (me == 0)
-        std::printf("signal round trip: loom %.2f us, nvshmem %.2f us\n", t[0].median_us / args.rounds,
-                    t[1].median_us / args.rounds);
+        std::printf(
+            "signal round trip: loom %.2f us, nvshmem %.2f us; nvshmem's calls on Loom's heap %.2f us, polling the "
+            "heap's own address %.2f us\n",
+            t[0].median_us / per, t[1].median_us / per, ta[0].median_us / per, tm[0].median_us / per);
 
     for (int blocks : args.blocks)
         for (std::size_t bytes = 4096; bytes <= args.max_bytes; bytes *= 4) {

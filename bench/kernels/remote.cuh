@@ -4,7 +4,8 @@
 //
 //   remote_ping_pong / nvshmem_ping_pong  `rounds` signal round trips between this rank and `partner` in one thread:
 //                                         signal_op_relaxed + signal_wait_until (Loom), nvshmemx_signal_op +
-//                                         nvshmem_signal_wait_until (NVSHMEM). Counters continue from `base`.
+//                                         nvshmem_signal_wait_until (NVSHMEM, on its own heap or on Loom's registered
+//                                         one). Counters continue from `base`.
 //   remote_put / nvshmem_put              block b puts chunk b of `bytes` (a multiple of 16, split in 16-byte units)
 //                                         from src to the peer's dst at block scope, then completes it (quiet): Loom's
 //                                         put(Block) + quiet(Block), NVSHMEM's nvshmemx_putmem_block + nvshmem_quiet.
@@ -27,11 +28,14 @@ __global__ void remote_ping_pong(loom::Ctx ctx, uint64_t* sig, uint64_t base, ui
     }
 }
 
-__global__ void nvshmem_ping_pong(uint64_t* sig, uint64_t base, uint32_t rounds, int partner, int initiator) {
+// NVSHMEM's calls: the signal goes to the partner's `sig` (an NVSHMEM symmetric address), the wait polls `local`
+// (this rank's copy, under any address that maps it).
+__global__ void nvshmem_ping_pong(uint64_t* sig, uint64_t* local, uint64_t base, uint32_t rounds, int partner,
+                                  int initiator) {
     for (uint64_t r = base + 1; r <= base + rounds; ++r) {
-        if (!initiator) nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, r);
+        if (!initiator) nvshmem_signal_wait_until(local, NVSHMEM_CMP_GE, r);
         nvshmemx_signal_op(sig, r, NVSHMEM_SIGNAL_SET, partner);
-        if (initiator) nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, r);
+        if (initiator) nvshmem_signal_wait_until(local, NVSHMEM_CMP_GE, r);
     }
 }
 
