@@ -12,7 +12,9 @@
 //             node's heap, every rank at once)
 // Rows (rank 0) into --out (ep.json; the file's op is "ep", "ep_crossnode" in a World of several nodes): op
 // ep_dispatch / ep_combine / ep_round_trip, mode "normal", T, H, k, E, nodes, bytes_per_rank (token rows this rank
-// sends to other ranks; the baseline's in baseline_bytes_per_rank).
+// sends to other ranks; the baseline's in baseline_bytes_per_rank), and of those token rows (H bf16 each) the bytes
+// to ranks of this rank's node and to ranks of other nodes (intra_node_row_bytes_per_rank,
+// inter_node_row_bytes_per_rank: the split the performance model puts on NVLink and on the network).
 // --layer adds op ep_moe_experts (dispatch -> the local experts' grouped GEMMs -> combine, loom::ep_moe_experts):
 // Overlapped against Sequential timed interleaved, bf16 experts with --inter 0 (default): one [H, H] projection per
 // expert; --inter I: an FFN, up [2 I, H] with SwiGLU then down [H, I]. Fields algo, inter, TFLOPs (the experts'
@@ -121,6 +123,17 @@ int main(int argc, char** argv) {
                 if (r == me && e / L != me) base_bytes += static_cast<int64_t>(row);
             }
         const int64_t base_cap = *std::max_element(base_recv.begin(), base_recv.end());
+        // The token rows this rank sends (one per token and destination rank other than itself), split by whether
+        // the destination is on this rank's node: what the performance model puts on NVLink and on the network.
+        int64_t intra_rows = 0, inter_rows = 0;
+        for (int t = 0; t < T; ++t) {
+            std::vector<int> dests;
+            for (int j = 0; j < k; ++j) dests.push_back(ids[me][static_cast<std::size_t>(t) * k + j] / L);
+            std::sort(dests.begin(), dests.end());
+            dests.erase(std::unique(dests.begin(), dests.end()), dests.end());
+            for (int d : dests)
+                if (d != me) ++(d / world.local_world_size() == world.node() ? intra_rows : inter_rows);
+        }
 
         void *x, *idx, *wts, *perm, *y;
         LOOM_CHECK_CUDA(cudaMalloc(&x, T * row));
@@ -235,6 +248,8 @@ int main(int argc, char** argv) {
                             {"bytes_per_rank", loom_bytes},
                             {"max_bytes_per_rank", bytes_max},
                             {"baseline_bytes_per_rank", base_bytes},
+                            {"intra_node_row_bytes_per_rank", intra_rows * static_cast<int64_t>(row)},
+                            {"inter_node_row_bytes_per_rank", inter_rows * static_cast<int64_t>(row)},
                             {"loom_us", us},
                             {"loom_GBps", loom::bench::gbps(static_cast<double>(loom_bytes), us)},
                             {"peer_write_GBps", bw_GBps},
