@@ -2,7 +2,11 @@
 // NVSHMEM's own device calls, the same pattern in the same timed passes: what Loom's layer over NVSHMEM costs.
 //
 //   signal round trip   rank 0 and the first rank of node 1 ping-pong --rounds times inside one kernel: Loom's
-//                       signal_op_relaxed + signal_wait_until against nvshmemx_signal_op + nvshmem_signal_wait_until.
+//                       signal_op_relaxed + signal_wait_until_relaxed (loom_us: NVSHMEM's semantics) and + the
+//                       acquire signal_wait_until (loom_acquire_us) against nvshmemx_signal_op +
+//                       nvshmem_signal_wait_until; NVSHMEM's pair also on Loom's registered heap
+//                       (nvshmem_on_loom_heap_us) and polling the heap's own address
+//                       (nvshmem_signal_loom_wait_address_us).
 //   put                 rank 0 puts 4 KiB .. --max-bytes into that rank's symmetric memory on --blocks blocks, each
 //                       block its chunk at block scope, then completes it: Loom's put(Block) + quiet(Block) against
 //                       nvshmemx_putmem_block + nvshmem_quiet. GB/s counts the bytes once.
@@ -59,10 +63,11 @@ Args parse(int argc, char** argv) {
     return a;
 }
 
-loom::jit::KernelSpec spec(const std::string& name, bool remote) {
+loom::jit::KernelSpec spec(const std::string& name, bool remote, std::vector<std::string> targs = {}) {
     loom::jit::KernelSpec s;
     s.header = loom::bench::source_file("bench/kernels/remote.cuh");
     s.name = "remote_bench::" + name;
+    s.template_args = std::move(targs);
     s.remote_peers = remote;
     s.needs_nvshmem = true;
     return s;
@@ -73,7 +78,8 @@ void bench(loom::World& w, const Args& args, cudaStream_t stream, int argc, char
     const int partner = w.local_world_size();  // the first rank of node 1
     const bool active = me == 0 || me == partner;
     Report report("crossnode", w.world_size(), argc, argv);
-    const auto& loom_pp = loom::jit::get_kernel(spec("remote_ping_pong", true));
+    const auto& loom_pp = loom::jit::get_kernel(spec("remote_ping_pong", true, {"false"}));
+    const auto& loom_pp_acquire = loom::jit::get_kernel(spec("remote_ping_pong", true, {"true"}));
     const auto& nv_pp = loom::jit::get_kernel(spec("nvshmem_ping_pong", false));
     const auto& loom_put = loom::jit::get_kernel(spec("remote_put", true));
     const auto& nv_put = loom::jit::get_kernel(spec("nvshmem_put", false));
@@ -101,7 +107,7 @@ void bench(loom::World& w, const Args& args, cudaStream_t stream, int argc, char
     // this rank's copy either through the same alias or through the heap's own address (as Loom's waits do).
     const loom::Ctx ctx = w.ctx();
     auto* sig_nv = reinterpret_cast<uint64_t*>(ctx.remote_heap + ctx.own_offset(sig));
-    uint64_t calls[4] = {0, 0, 0, 0};
+    uint64_t calls[5] = {0, 0, 0, 0, 0};
     auto pp = [&](int v) {
         return [&, v](cudaStream_t) {
             const uint64_t base = calls[v]++ * args.rounds;
@@ -110,6 +116,7 @@ void bench(loom::World& w, const Args& args, cudaStream_t stream, int argc, char
             if (v == 1) nv_pp(one, nsig, nsig, base, args.rounds, peer_of_me, initiator);
             if (v == 2) nv_pp(one, sig_nv, sig_nv, base, args.rounds, peer_of_me, initiator);
             if (v == 3) nv_pp(one, sig_nv, sig, base, args.rounds, peer_of_me, initiator);
+            if (v == 4) loom_pp_acquire(one, ctx, sig, base, args.rounds, peer_of_me, initiator);
         };
     };
     // Each variant continues its own counter: reset the two Loom-heap variants' shared signal between them.
@@ -122,19 +129,25 @@ void bench(loom::World& w, const Args& args, cudaStream_t stream, int argc, char
     LOOM_CHECK_CUDA(cudaDeviceSynchronize());
     w.barrier("bench-remote/signal-mixed");
     const auto tm = loom::bench::time_ops({pp(3)}, stream, topts);
+    LOOM_CHECK_CUDA(cudaMemset(sig, 0, 8));
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+    w.barrier("bench-remote/signal-acquire");
+    const auto tq = loom::bench::time_ops({pp(4)}, stream, topts);
     const double per = args.rounds;
     report.add_row({{"shape", "signal round trip"},
                     {"metric", "signal_round_trip_us"},
                     {"rounds_per_kernel", args.rounds},
                     {"loom_us", t[0].median_us / per},
+                    {"loom_acquire_us", tq[0].median_us / per},
                     {"nvshmem_on_loom_heap_us", ta[0].median_us / per},
                     {"nvshmem_signal_loom_wait_address_us", tm[0].median_us / per},
                     {"baselines", {{"nvshmem", t[1].median_us / per}}}});
     if (me == 0)
         std::printf(
-            "signal round trip: loom %.2f us, nvshmem %.2f us; nvshmem's calls on Loom's heap %.2f us, polling the "
-            "heap's own address %.2f us\n",
-            t[0].median_us / per, t[1].median_us / per, ta[0].median_us / per, tm[0].median_us / per);
+            "signal round trip: loom %.2f us (acquire wait %.2f us), nvshmem %.2f us; nvshmem's calls on Loom's heap "
+            "%.2f us, polling the heap's own address %.2f us\n",
+            t[0].median_us / per, tq[0].median_us / per, t[1].median_us / per, ta[0].median_us / per,
+            tm[0].median_us / per);
 
     for (int blocks : args.blocks)
         for (std::size_t bytes = 4096; bytes <= args.max_bytes; bytes *= 4) {

@@ -3,7 +3,8 @@
 // needs_nvshmem (both by the JIT's nvcc path).
 //
 //   remote_ping_pong / nvshmem_ping_pong  `rounds` signal round trips between this rank and `partner` in one thread:
-//                                         signal_op_relaxed + signal_wait_until (Loom), nvshmemx_signal_op +
+//                                         signal_op_relaxed + signal_wait_until_relaxed (Loom, NVSHMEM's semantics;
+//                                         <true>: signal_wait_until, an acquire), nvshmemx_signal_op +
 //                                         nvshmem_signal_wait_until (NVSHMEM, on its own heap or on Loom's registered
 //                                         one). Counters continue from `base`.
 //   remote_put / nvshmem_put              block b puts chunk b of `bytes` (a multiple of 16, split in 16-byte units)
@@ -18,13 +19,21 @@
 
 namespace remote_bench {
 
+template <bool kAcquire>
 __global__ void remote_ping_pong(loom::Ctx ctx, uint64_t* sig, uint64_t base, uint32_t rounds, int partner,
                                  int initiator) {
     using namespace loom::lang;
+    auto wait = [&](uint64_t r) {
+        if constexpr (kAcquire) {
+            signal_wait_until(ctx, sig, Cmp::GE, r);
+        } else {
+            signal_wait_until_relaxed(ctx, sig, Cmp::GE, r);
+        }
+    };
     for (uint64_t r = base + 1; r <= base + rounds; ++r) {
-        if (!initiator) signal_wait_until(ctx, sig, Cmp::GE, r);
+        if (!initiator) wait(r);
         signal_op_relaxed(ctx, sig, r, SignalOp::Set, partner);
-        if (initiator) signal_wait_until(ctx, sig, Cmp::GE, r);
+        if (initiator) wait(r);
     }
 }
 

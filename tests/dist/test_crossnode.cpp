@@ -223,6 +223,36 @@ TEST(CrossNode, SignalsPublishRemotePuts) {
     w.free(recv);
 }
 
+// A token around the ring of the same local rank on every node (remote peers), 1000 rounds, with relaxed signals and
+// relaxed waits only: every wait returns exactly its round, and every rank's signal ends at the last round.
+TEST(CrossNode, RelaxedWaitsPassATokenAroundTheNodes) {
+    LOOM_REQUIRE_GPU();
+    auto& w = loom::test::world();
+    const uint32_t rounds = 1000;
+    auto* sig = w.alloc<uint64_t>(1);
+    uint32_t* errors = nullptr;
+    LOOM_CHECK_CUDA(cudaMalloc(&errors, sizeof(uint32_t)));
+    LOOM_CHECK_CUDA(cudaMemset(sig, 0, 8));
+    LOOM_CHECK_CUDA(cudaMemset(errors, 0, 4));
+    const int first = w.rank() < (w.num_nodes() > 1 ? w.local_world_size() : 1);
+    sync_and_meet(w, "xn-token-ready");
+    xnode_kernel("relaxed_token_ring")(LaunchConfig{dim3(1), dim3(32)}, w.ctx(), sig, next_peer(w), first, rounds,
+                                       errors);
+    sync_and_meet(w, "xn-token-done");
+    uint32_t bad = 1;
+    uint64_t last = 0;
+    LOOM_CHECK_CUDA(cudaMemcpy(&bad, errors, 4, cudaMemcpyDeviceToHost));
+    LOOM_CHECK_CUDA(cudaMemcpy(&last, sig, 8, cudaMemcpyDeviceToHost));
+    std::string mine;
+    if (bad || last != rounds)
+        mine = std::to_string(bad) + " waits returned another round than their own, signal " + std::to_string(last) +
+               " (expected " + std::to_string(rounds) + ")";
+    const std::string failed = loom::test::agree(w, mine, "xn-token-verdict");
+    EXPECT_TRUE(failed.empty()) << failed;
+    LOOM_CHECK_CUDA(cudaFree(errors));
+    w.free(sig);
+}
+
 // barrier_all across nodes at every scope: puts to every peer before each barrier are all delivered after it.
 TEST(CrossNode, BarrierSpansNodes) {
     LOOM_REQUIRE_GPU();

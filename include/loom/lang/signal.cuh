@@ -136,5 +136,18 @@ LOOM_DEVICE LOOM_FORCEINLINE uint64_t signal_wait_until(const Ctx& ctx, const ui
                                                         int peer = -1) {
     return spin_wait(ctx, tag, sig, cmp, value, scope, peer);
 }
+// signal_wait_until without ordering: relaxed polls, no acquire. For flags that order nothing after them (a ping-pong,
+// progress, a count read only for its value), paired with signal_op_relaxed: NVSHMEM's own wait has these semantics.
+// Where the next operation reaches a peer on another node it is faster: an acquire invalidates this SM's L1, so the
+// NVSHMEM call after it reads NVSHMEM's peer table from L2 (docs/crossnode.md).
+LOOM_DEVICE LOOM_FORCEINLINE uint64_t signal_wait_until_relaxed(const Ctx& ctx, const uint64_t* sig, Cmp cmp,
+                                                                uint64_t value, Scope scope = Scope::Sys,
+                                                                const char* tag = "signal_wait_until_relaxed",
+                                                                int peer = -1) {
+    return spin_until(ctx, tag, peer, sig, cmp, value, [&](uint64_t& observed) {
+        observed = load_relaxed(sig, scope);
+        return compare(observed, cmp, value);
+    });
+}
 
 }  // namespace loom::lang

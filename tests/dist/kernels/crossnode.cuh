@@ -104,6 +104,21 @@ __global__ void signal_ring(Ctx ctx, uint32_t* recv_symm, uint32_t* send_symm, u
     if (bad) atomicAdd(errors, bad);
 }
 
+// `rounds` trips of a token around the ring of `to` / `from` with relaxed signals only (signal_op_relaxed +
+// signal_wait_until_relaxed: a message that carries nothing but its count). The `first` rank of the ring sends round
+// r and waits for it to come back; every other rank waits for round r, then passes it on. No rank sees round r + 1
+// before it has passed round r, so every wait must return exactly r: errors[0] counts those that did not.
+__global__ void relaxed_token_ring(Ctx ctx, uint64_t* sig_symm, int to, int first, uint32_t rounds, uint32_t* errors) {
+    if (threadIdx.x != 0) return;
+    uint32_t bad = 0;
+    for (uint64_t r = 1; r <= rounds; ++r) {
+        if (!first) bad += signal_wait_until_relaxed(ctx, sig_symm, Cmp::GE, r) != r;
+        signal_op_relaxed(ctx, sig_symm, r, SignalOp::Set, to);
+        if (first) bad += signal_wait_until_relaxed(ctx, sig_symm, Cmp::GE, r) != r;
+    }
+    if (bad) atomicAdd(errors, bad);
+}
+
 // `rounds` barriers across every node. Before barrier r every rank puts r into slot[me] of every peer (remote
 // peers through NVSHMEM); after it every slot of mine must hold r (no rank passed early, every put delivered);
 // a second barrier keeps the next round's puts away until every rank has checked. errors[0] counts stale slots.

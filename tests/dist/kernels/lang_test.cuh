@@ -201,14 +201,15 @@ __global__ void instantiate_all(Ctx ctx, char* buf, uint64_t* sig, BarrierState*
     signal_op(ctx, sig, 1, SignalOp::Add, peer);
     signal_op_relaxed(ctx, sig, 1, SignalOp::Add, peer, Scope::Gpu);
     const uint64_t v = signal_wait_until(ctx, sig, Cmp::NE, 0);
+    const uint64_t v_relaxed = signal_wait_until_relaxed(ctx, sig, Cmp::NE, 0, Scope::Gpu);
     barrier_all(g, ctx, st);
     barrier_all(grid, ctx, st);
     ll_send(warp, ctx, p8, reinterpret_cast<const uint32_t*>(buf), 8, 1, peer);
     ll_recv(warp, ctx, p8, reinterpret_cast<uint32_t*>(buf), 8, 1);
     ll_send(warp, ctx, p16, reinterpret_cast<const uint64_t*>(buf), 8, 1, peer);
     ll_recv(warp, ctx, p16, reinterpret_cast<uint64_t*>(buf), 8, 1);
-    buf[0] = static_cast<char>(v + rank(ctx) + num_ranks(ctx) + local_rank(ctx) + reachable(ctx, peer) + ptx::smid() +
-                               ptx::lane_id() + ptx::warp_id() + ptx::globaltimer());
+    buf[0] = static_cast<char>(v + v_relaxed + rank(ctx) + num_ranks(ctx) + local_rank(ctx) + reachable(ctx, peer) +
+                               ptx::smid() + ptx::lane_id() + ptx::warp_id() + ptx::globaltimer());
 }
 
 }  // namespace loom_test
