@@ -123,6 +123,19 @@ LOOM_DEVICE LOOM_FORCEINLINE bool in_subset(const Ctx& ctx, const HierParams& p,
     return (m == ctx.node) == (p.node_subset == kHierNodesOwn);
 }
 
+// dst[0, n) = op over the node's ranks q (in local-rank order, fp32) of their copy of src[0, n) (src symmetric),
+// 16-byte vectors where every address allows (reduce_multi), by the block's threads.
+template <class T, int kOp>
+LOOM_DEVICE LOOM_FORCEINLINE void reduce_node_peers(const Ctx& ctx, const T* src, T* dst, uint64_t n) {
+    if (n == 0) return;
+    const T* srcs[kMaxLocalPeers] = {};
+    T* dsts[kMaxLocalPeers] = {dst};
+#pragma unroll
+    for (int q = 0; q < kMaxLocalPeers; ++q)
+        if (q < ctx.local_world) srcs[q] = lang::symm_at(ctx, src, ctx.local_base_rank + q);
+    reduce_multi<T, kOp, kDepthDeep>(srcs, ctx.local_world, dsts, 1, n);
+}
+
 template <class T, int kOp>
 LOOM_DEVICE LOOM_FORCEINLINE float load_combine(float acc, const T* src, bool first) {
     const float v = to_float<T>(*src);
@@ -183,19 +196,12 @@ __global__ void __launch_bounds__(512) hier_reduce_scatter_intra(Ctx ctx, HierPa
     const T* const in = static_cast<const T*>(p.in);
     T* const partial = reinterpret_cast<T*>(p.scratch);
     hier::barrier<hier::kNodePeers>(ctx, p, sig_value(e, 1), "hierarchical reduce_scatter, intra-node entry barrier");
-    const Range r = block_share(C, 1);
+    const Range r = block_share(C, kVec<T>);
     const int L = ctx.local_world, N = ctx.num_nodes();
     for (int m = 0; m < N; ++m) {
         if (!hier::in_subset(ctx, p, m)) continue;
-        const uint64_t chunk = static_cast<uint64_t>(m * L + ctx.local_rank) * C;
-        for (uint64_t i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
-            float acc = 0.f;
-            for (int q = 0; q < L; ++q) {
-                const T* src = lang::symm_at(ctx, in + chunk + i, ctx.local_base_rank + q);
-                acc = hier::load_combine<T, kOp>(acc, src, q == 0);
-            }
-            partial[m * p.stride + i] = from_float<T>(acc);
-        }
+        const uint64_t chunk = static_cast<uint64_t>(m * L + ctx.local_rank) * C + r.lo;
+        hier::reduce_node_peers<T, kOp>(ctx, in + chunk, partial + m * p.stride + r.lo, r.size());
     }
     hier::barrier<hier::kNodePeers>(ctx, p, sig_value(e, 2),
                                     "hierarchical reduce_scatter, intra-node: node peers read this rank's in");
@@ -226,11 +232,22 @@ __global__ void __launch_bounds__(512) hier_reduce_scatter_inter(Ctx ctx, HierPa
         lang::quiet(lang::block, ctx);
         return;
     }
-    for (uint64_t i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
-        float acc = to_float<T>(partial[n * S + i]);
-        for (int m = 0; m < N; ++m)
-            if (m != n) acc = combine<kOp>(acc, to_float<T>(recv[m * S + i]));
-        out[i] = from_float<T>(acc);
+    if (N <= kMaxLocalPeers) {  // own partial first, then the received ones in node order (as the loop below)
+        const T* srcs[kMaxLocalPeers] = {};
+        T* dsts[kMaxLocalPeers] = {out + r.lo};
+#pragma unroll
+        for (int k = 0; k < kMaxLocalPeers; ++k) {
+            const int m = k - 1 + (k - 1 >= n);  // source k >= 1: the (k - 1)-th node other than n
+            if (k < N) srcs[k] = k == 0 ? partial + n * S + r.lo : recv + m * S + r.lo;
+        }
+        if (r.size()) reduce_multi<T, kOp, kDepthDeep>(srcs, N, dsts, 1, r.size());
+    } else {
+        for (uint64_t i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
+            float acc = to_float<T>(partial[n * S + i]);
+            for (int m = 0; m < N; ++m)
+                if (m != n) acc = combine<kOp>(acc, to_float<T>(recv[m * S + i]));
+            out[i] = from_float<T>(acc);
+        }
     }
     lang::quiet(lang::block, ctx);
 }
@@ -249,14 +266,8 @@ __global__ void __launch_bounds__(512) hier_all_reduce_intra(Ctx ctx, HierParams
     const T* const in = static_cast<const T*>(p.in) + own.lo;
     T* const partial = reinterpret_cast<T*>(p.scratch);
     hier::barrier<hier::kNodePeers>(ctx, p, sig_value(e, 1), "hierarchical all_reduce, intra-node entry barrier");
-    const Range r = block_share(own.size(), 1);
-    const int L = ctx.local_world;
-    for (uint64_t i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
-        float acc = 0.f;
-        for (int q = 0; q < L; ++q)
-            acc = hier::load_combine<T, kOp>(acc, lang::symm_at(ctx, in + i, ctx.local_base_rank + q), q == 0);
-        partial[i] = from_float<T>(acc);
-    }
+    const Range r = block_share(own.size(), kVec<T>);
+    hier::reduce_node_peers<T, kOp>(ctx, in + r.lo, partial + r.lo, r.size());
     hier::barrier<hier::kNodePeers>(ctx, p, sig_value(e, 2),
                                     "hierarchical all_reduce, intra-node: node peers read this rank's in");
 }
@@ -282,11 +293,20 @@ __global__ void __launch_bounds__(512) hier_all_reduce_inter(Ctx ctx, HierParams
     hier::wait_all<hier::kSameLocalRank>(ctx, p, sig_value(e, 2),
                                          "hierarchical all_reduce, inter-node: partial from the same local rank");
     // Every node reduces in node order, so every node's copy of the range is bitwise equal.
-    for (uint64_t i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
-        float acc = 0.f;
-        for (int m = 0; m < N; ++m)
-            acc = hier::load_combine<T, kOp>(acc, m == n ? partial + i : recv + m * S + i, m == 0);
-        out[i] = from_float<T>(acc);
+    if (N <= kMaxLocalPeers) {
+        const T* srcs[kMaxLocalPeers] = {};
+        T* dsts[kMaxLocalPeers] = {out + r.lo};
+#pragma unroll
+        for (int m = 0; m < kMaxLocalPeers; ++m)
+            if (m < N) srcs[m] = m == n ? partial + r.lo : recv + m * S + r.lo;
+        if (r.size()) reduce_multi<T, kOp, kDepthDeep>(srcs, N, dsts, 1, r.size());
+    } else {
+        for (uint64_t i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
+            float acc = 0.f;
+            for (int m = 0; m < N; ++m)
+                acc = hier::load_combine<T, kOp>(acc, m == n ? partial + i : recv + m * S + i, m == 0);
+            out[i] = from_float<T>(acc);
+        }
     }
     lang::quiet(lang::block, ctx);
 }
