@@ -14,8 +14,8 @@
 
 namespace loom::diag {
 
-// The mailbox is opt-in (LOOM_DIAG_MAILBOX=1) until it has run on a GPU: without it attach() returns null,
-// bind_library() does nothing, and timed-out waits print (where allowed) and trap as before.
+// The mailbox is on unless LOOM_DIAG_MAILBOX=0: then attach() returns null, bind_library() does nothing, and
+// timed-out waits print (where allowed) and trap without a record.
 bool enabled();
 
 // World creation (after the device is bound): create the mailbox on first use (pinned host memory, registered

@@ -80,7 +80,7 @@ Settings settings_from(const EnvLookup& env) {
     if (auto v = env_str(env, "LOOM_NVSHMEM_HOME")) s.nvshmem_home = *v;
     s.autotune = env_flag(env, "LOOM_AUTOTUNE");
     s.log_level = parse_level(env_str(env, "LOOM_LOG_LEVEL"));
-    s.diag_mailbox = env_flag(env, "LOOM_DIAG_MAILBOX");
+    s.diag_mailbox = env_flag(env, "LOOM_DIAG_MAILBOX", true);
     s.check_agreement = env_flag(env, "LOOM_CHECK_AGREEMENT");
     if (auto v = env_str(env, "LOOM_PROFILE")) s.profile_dir = *v;
     if (auto v = env_str(env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")) {

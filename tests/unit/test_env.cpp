@@ -239,6 +239,8 @@ TEST(Env, IntFlagAndMilliseconds) {
     EXPECT_TRUE(loom::env_flag(env, "T"));
     EXPECT_FALSE(loom::env_flag(env, "F"));
     EXPECT_FALSE(loom::env_flag(env, "unset"));
+    EXPECT_TRUE(loom::env_flag(env, "unset", true));  // unset (or empty): the fallback
+    EXPECT_FALSE(loom::env_flag(env, "F", true));
     EXPECT_THROW(loom::env_flag(env, "Q"), loom::Error);
     EXPECT_EQ(loom::env_ms(env, "M", std::chrono::milliseconds(1)).count(), 250);
     EXPECT_THROW(loom::env_ms(env, "N", std::chrono::milliseconds(1)), loom::Error);
@@ -278,7 +280,7 @@ TEST(Settings, Defaults) {
     EXPECT_EQ(s.nvshmem_home, "");
     EXPECT_FALSE(s.autotune);
     EXPECT_EQ(s.log_level, loom::LogLevel::Warn);
-    EXPECT_FALSE(s.diag_mailbox);
+    EXPECT_TRUE(s.diag_mailbox);
     EXPECT_FALSE(s.check_agreement);
     EXPECT_EQ(s.mps_thread_percentage, 0);
 }
@@ -302,7 +304,7 @@ TEST(Settings, EachVariable) {
                                           {"LOOM_NVSHMEM_HOME", "/opt/nvshmem"},
                                           {"LOOM_AUTOTUNE", "1"},
                                           {"LOOM_LOG_LEVEL", "debug"},
-                                          {"LOOM_DIAG_MAILBOX", "on"},
+                                          {"LOOM_DIAG_MAILBOX", "off"},
                                           {"LOOM_CHECK_AGREEMENT", "1"},
                                           {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "25"}});
     EXPECT_EQ(s.rank.source, "loom");
@@ -319,7 +321,7 @@ TEST(Settings, EachVariable) {
     EXPECT_EQ(s.nvshmem_home, "/opt/nvshmem");
     EXPECT_TRUE(s.autotune);
     EXPECT_EQ(s.log_level, loom::LogLevel::Debug);
-    EXPECT_TRUE(s.diag_mailbox);
+    EXPECT_FALSE(s.diag_mailbox);
     EXPECT_TRUE(s.check_agreement);
     EXPECT_EQ(s.mps_thread_percentage, 25);
 }

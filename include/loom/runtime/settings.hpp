@@ -15,7 +15,7 @@
 //   LOOM_NVSHMEM_HOME     NVSHMEM (else the build-time path, else the nvidia-nvshmem-cu13 wheel)
 //   LOOM_AUTOTUNE         1: time candidate configs on first use of a shape and persist the winners
 //   LOOM_LOG_LEVEL        error, warn (default), info, debug; debug also keeps kernel.ptx / kernel.sass in the cache
-//   LOOM_DIAG_MAILBOX     1: a timed-out device wait also posts a record the host prints
+//   LOOM_DIAG_MAILBOX     1 (default): a timed-out device wait also posts a record the host prints; 0: off
 //   LOOM_CHECK_AGREEMENT  1: every collective / overlapped call is compared across ranks first (a host round trip)
 //   LOOM_PROFILE          a directory: kernels are compiled with the intra-kernel profiler and each World writes one
 //                         Chrome-trace JSON there when it shuts down (docs/profiling.md)
@@ -59,7 +59,7 @@ struct Settings {
     std::string nvshmem_home;                           // LOOM_NVSHMEM_HOME; empty: build-time path, else the wheel
     bool autotune = false;                              // LOOM_AUTOTUNE: time candidate configs, persist winners
     LogLevel log_level = LogLevel::Warn;                // LOOM_LOG_LEVEL: error, warn, info, debug
-    bool diag_mailbox = false;                          // LOOM_DIAG_MAILBOX: timed-out waits also post a record
+    bool diag_mailbox = true;                           // LOOM_DIAG_MAILBOX: timed-out waits also post a record
     bool check_agreement = false;                       // LOOM_CHECK_AGREEMENT: compare each collective call's
                                                         // signature across ranks first (runtime/call_agreement.hpp)
     std::string profile_dir;                            // LOOM_PROFILE: profiled kernels, traces written here
