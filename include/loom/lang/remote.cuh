@@ -21,8 +21,20 @@
 #include "loom/lang/group.cuh"
 
 #if LOOM_REMOTE_PEERS
+// NVSHMEM's point-to-point device API only (puts, gets, signals, fence, quiet): the collective and tile headers that
+// <nvshmem.h> / <nvshmemx.h> also pull in double the compiler front end's time for every kernel with remote peers.
+// A kernel may still include the full headers itself.
+#if __has_include(<device/nvshmem_defines.h>) && __has_include(<device/nvshmemx_defines.h>)
+// The build options first, as <nvshmem.h> includes them.
+// clang-format off
+#include <non_abi/nvshmem_build_options.h>
+#include <device/nvshmem_defines.h>
+#include <device/nvshmemx_defines.h>
+// clang-format on
+#else
 #include <nvshmem.h>
 #include <nvshmemx.h>
+#endif
 
 namespace loom::lang::remote {
 
