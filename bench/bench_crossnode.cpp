@@ -8,7 +8,7 @@
 //   LOOM_NODE_SIZE=4 loomrun -n 8 build/bench/bench-crossnode --out docs/perf/crossnode_collectives.json --append
 //   LOOM_NODE_SIZE=2 loomrun -n 8 build/bench/bench-crossnode --out docs/perf/crossnode_collectives.json --append
 //       [--ops all_gather,reduce_scatter,all_reduce,all_to_all] [--min-bytes 4K] [--max-bytes 16M] [--factor 4]
-//       [--iters 20] [--no-nvshmem]
+//       [--iters 20] [--no-nvshmem] [--coll-scratch 64M]
 //   LOOM_NODE_SIZE=2 loomrun -n 4 build/bench/bench-crossnode --ops ag_gemm,gemm_rs \
 //       --out docs/perf/crossnode_overlap.json   [--gemm-shapes 4096x4096x4096,8192x4096x4096,4096x8192x8192]
 //   (then LOOM_NODE_SIZE=4 -n 8 and LOOM_NODE_SIZE=2 -n 8 with --append, as above)
@@ -23,8 +23,8 @@
 // op's result is checked once per row (exact sums of small integers; data movement by source rank): "checked": true,
 // and a wrong result stops the benchmark. Every timed run starts after a host barrier (loom::barrier_on_stream runs
 // within one node), so the host skew between ranks (tens of microseconds) is part of small sizes' figures. At the
-// default LOOM_COLL_SCRATCH (64 MiB) all_reduce takes up to (nodes + 1) x size / ranks per node of scratch: raise it
-// for --max-bytes past 16M.
+// default --coll-scratch (WorldOptions::coll_scratch, 64 MiB) all_reduce takes up to (nodes + 1) x size / ranks per
+// node of scratch: raise it for --max-bytes past 16M.
 //
 // Overlapped-GEMM rows (crossnode_overlap.cpp), per MxNxK of --gemm-shapes (the layer's GEMM over every rank:
 // ag_gemm's N and gemm_rs's K split over the ranks, so M and that dimension are multiples of the ranks, the latter
@@ -34,7 +34,7 @@
 // ranks_per_node, ranks. Both forms of the op are checked once per row against the sequence's result (bf16 within a
 // tolerance, every element; crossnode_overlap.cpp says why), and a wrong result stops the benchmark. gemm_rs's
 // hierarchical reduce_scatter stages 2 x nodes x M x N / ranks bf16 in the collective scratch: a shape past
-// M x N = 16 Mi x ranks per node needs LOOM_COLL_SCRATCH raised (the error says so).
+// M x N = 16 Mi x ranks per node needs --coll-scratch raised (the error says so).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -69,6 +69,7 @@ struct Args {
     std::string ops = "all_gather,reduce_scatter,all_reduce,all_to_all";
     std::string gemm_shapes = "4096x4096x4096,8192x4096x4096,4096x8192x8192";
     std::size_t min_bytes = 4096, max_bytes = std::size_t(16) << 20;
+    std::size_t coll_scratch = loom::WorldOptions{}.coll_scratch;
     double factor = 4;
     int iters = 20;
     bool append = false, no_nvshmem = false;
@@ -127,6 +128,8 @@ int run_bench(int argc, char** argv) {
         ->capture_default_str();
     loom::bench::add_bytes_option(app, "--min-bytes", args.min_bytes, "smallest size (the larger buffer)");
     loom::bench::add_bytes_option(app, "--max-bytes", args.max_bytes, "largest size");
+    loom::bench::add_bytes_option(app, "--coll-scratch", args.coll_scratch,
+                                  "the collectives' symmetric scratch (WorldOptions::coll_scratch)");
     app.add_option("--factor", args.factor, "size step")->check(CLI::Range(1.5, 1024.0));
     app.add_option("--iters", args.iters, "timed runs per figure")->check(CLI::PositiveNumber);
     app.add_flag("--append", args.append, "keep the existing report's rows of other layouts");
@@ -152,7 +155,9 @@ int run_bench(int argc, char** argv) {
     const std::string report_op = overlap ? "crossnode_overlap" : "crossnode_collectives";
     if (args.out.empty()) args.out = report_op + ".json";
 
-    loom::World w = loom::World::from_env();
+    loom::WorldOptions wo;
+    wo.coll_scratch = args.coll_scratch;
+    loom::World w = loom::World::from_env(wo);
     const int W = w.world_size(), me = w.rank(), N = w.num_nodes(), L = w.local_world_size();
     if (N == 1) {
         if (me == 0)

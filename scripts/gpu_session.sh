@@ -4,7 +4,7 @@
 # benchmark JSON files sit beside it.
 #   steps: gpu_tests dist2 dist4 dist8 demo bench_lang bench_runtime bench_gemm bench_jit diag (default: these)
 #          bench_gemm_c1 (bench-gemm with 1-CTA clusters forced, into gemm_cluster1.json)
-#          dist_small_scratch (Collectives.* at 8 ranks, LOOM_COLL_SCRATCH=1M)
+#          dist_small_scratch (Collectives.* at 8 ranks, --coll-scratch=1M)
 #          overlap (test_overlap at 2/4/8 ranks + examples 05/06), bench_overlap, bench_overlap_quick (not default)
 #          bench_coll (not default; 4 files: run it in a call of its own, or with steps that write few files)
 #          bench_coll2 (bench_coll at 2 ranks only: on a two-GPU machine, one rank per GPU with NCCL beside)
@@ -13,7 +13,7 @@
 #          bench_lang_shared (bench_lang with both ranks on GPU 0, into OUT/shared: the shared-GPU figures on a
 #          machine with several GPUs)
 #          save_cache (LOOM_CACHE_DIR as OUT/jit-cache.tgz)
-#   diag runs the diagnostic-mailbox tests with LOOM_DIAG_MAILBOX=1, then the stalled-pipeline probe.
+#   diag runs the diagnostic-mailbox tests, then the stalled-pipeline probe.
 # Variables:
 #   LOOM_DIST_FILTER     GoogleTest filter of the multi-rank steps (default: every test)
 #   LOOM_DIST2_SECONDS   time limit of the dist2 step (default 150)
@@ -61,8 +61,8 @@ for s in $steps; do
         dist4) run 180 dist4 "$b/bin/loomrun" -n 4 "$b/tests/loom_dist_tests" "$filter" ;;
         dist8) run 180 dist8 "$b/bin/loomrun" -n 8 "$b/tests/loom_dist_tests" "$filter" ;;
         dist_small_scratch)  # 1 MiB collective scratch: every round loop runs many rounds, at 8 ranks
-            LOOM_COLL_SCRATCH=1M run 90 dist_small_scratch "$b/bin/loomrun" -n 8 "$b/tests/loom_dist_tests" \
-                --gtest_filter='Collectives.*'
+            run 90 dist_small_scratch "$b/bin/loomrun" -n 8 "$b/tests/loom_dist_tests" \
+                --gtest_filter='Collectives.*' --coll-scratch=1M
             ;;
         demo) run 30 demo "$b/bin/loomrun" -n 2 "$b/examples/00_hello_symmetric" ;;
         bench_lang) run 150 bench_lang "$b/bin/loomrun" -n 2 "$b/bench/bench-lang" --out "$out" ;;
@@ -78,9 +78,9 @@ for s in $steps; do
         bench_gemm) run 80 bench_gemm "$b/bench/bench-gemm" --out "$out/gemm.json" ;;
         bench_gemm_c1) run 80 bench_gemm_c1 "$b/bench/bench-gemm" --heuristic-cluster 1 --out "$out/gemm_cluster1.json" ;;
         diag)  # the mailbox: no-printf missing notify (~5 s), then a stalled tile pipeline (probe, ~17 s)
-            LOOM_DIAG_MAILBOX=1 run 90 diag "$b/bin/loomrun" -n 2 "$b/tests/loom_dist_tests" \
+            run 90 diag "$b/bin/loomrun" -n 2 "$b/tests/loom_dist_tests" \
                 --gtest_filter='DiagMailboxGpu.*:LangSignal.MissingNotifyEndsInTimeoutDiagnostic'
-            LOOM_DIAG_MAILBOX=1 run 60 diag_stall "$b/bench/probe-pipeline-stall"
+            run 60 diag_stall "$b/bench/probe-pipeline-stall"
             ;;
         bench_jit) run 20 bench_jit "$b/bench/bench-jit" --reps 2 --out "$out/jit.json" ;;
         bench_coll)  # 4 files (all_gather/reduce_scatter/all_reduce/all_to_all.json), rows of both rank counts

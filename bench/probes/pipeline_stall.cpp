@@ -2,7 +2,7 @@
 // the stalled mbarrier wait. Every consumer thread times out after kMbarrierTimeoutCycles (~17 s at ~2 GHz),
 // records through the module global the JIT binds at load (the kernel has no Ctx) and traps. One process, one GPU,
 // a one-rank World; run it alone (a trap inside an MPS client faults every client of the GPU).
-//   LOOM_DIAG_MAILBOX=1 build/bench/probe-pipeline-stall     exit 0: the error names the stalled mbarrier wait
+//   build/bench/probe-pipeline-stall     exit 0: the error names the stalled mbarrier wait
 #include <cuda_runtime.h>
 
 #include <cstdio>

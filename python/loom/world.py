@@ -64,24 +64,26 @@ class World:
 
     # ---- construction ------------------------------------------------------------------------------------------
     @classmethod
-    def from_env(cls, *, symmetric_size: int = 0, device: int = -1, create_heap: bool = True,
+    def from_env(cls, *, symmetric_size: int = 0, coll_scratch: int = 0, device: int = -1, create_heap: bool = True,
                  bind_device: bool = True) -> "World":
         """From the environment (loomrun, torchrun, mpirun, srun; see ``rank_info``). Collective.
-        symmetric_size: bytes of this rank's heap (0: LOOM_SYMMETRIC_SIZE, 1 GiB). device: -1 for LOOM_DEVICE, else
-        local rank mod the visible GPUs. create_heap=False: the store and rank facts only (no GPU needed)."""
-        return cls(_C.World.from_env(symmetric_size, device, create_heap, bind_device))
+        symmetric_size: bytes of this rank's heap (0: LOOM_SYMMETRIC_SIZE, 1 GiB). coll_scratch: bytes of the
+        collectives' symmetric scratch (0: 64 MiB; at least 1 MiB). device: -1 for LOOM_DEVICE, else local rank mod
+        the visible GPUs. create_heap=False: the store and rank facts only (no GPU needed)."""
+        return cls(_C.World.from_env(symmetric_size, coll_scratch, device, create_heap, bind_device))
 
     @classmethod
     def create(cls, rank: int, world_size: int, *, local_rank: int = -1, local_world_size: int = -1,
-               master_addr: str = "127.0.0.1", master_port: int = 29500, symmetric_size: int = 0, device: int = -1,
-               create_heap: bool = True, bind_device: bool = True) -> "World":
+               master_addr: str = "127.0.0.1", master_port: int = 29500, symmetric_size: int = 0,
+               coll_scratch: int = 0, device: int = -1, create_heap: bool = True, bind_device: bool = True) -> "World":
         """From explicit rank facts (local_rank / local_world_size default to rank / world_size: one node). Rank 0
         serves the bootstrap store on master_port. Collective."""
         return cls(_C.World.create(rank, world_size, local_rank, local_world_size, master_addr, master_port,
-                                   symmetric_size, device, create_heap, bind_device))
+                                   symmetric_size, coll_scratch, device, create_heap, bind_device))
 
     @classmethod
-    def from_process_group(cls, group=None, *, symmetric_size: int = 0, device: int = -1) -> "World":
+    def from_process_group(cls, group=None, *, symmetric_size: int = 0, coll_scratch: int = 0,
+                           device: int = -1) -> "World":
         """From an initialised torch.distributed process group (default: the world group), one Loom rank per group
         rank. Collective over the group. The group's collectives supply the rank layout (host names give the local
         ranks) and rank 0's address and a free port, on which Loom's own store then runs: no second rendezvous
@@ -107,7 +109,7 @@ class World:
         if device < 0 and torch.cuda.is_available():
             device = torch.cuda.current_device()
         return cls.create(rank, size, local_rank=local.index(rank), local_world_size=len(local), master_addr=addr,
-                          master_port=port, symmetric_size=symmetric_size, device=device)
+                          master_port=port, symmetric_size=symmetric_size, coll_scratch=coll_scratch, device=device)
 
     # ---- facts -------------------------------------------------------------------------------------------------
     rank = property(lambda self: self._h.rank)

@@ -42,9 +42,11 @@ nb::dict rank_info_dict(const RankInfo& r) {
     return d;
 }
 
-WorldOptions world_options(std::size_t symmetric_size, int device, bool create_heap, bool bind_device) {
+WorldOptions world_options(std::size_t symmetric_size, std::size_t coll_scratch, int device, bool create_heap,
+                           bool bind_device) {
     WorldOptions o;
     o.symmetric_size = symmetric_size;
+    if (coll_scratch) o.coll_scratch = coll_scratch;
     o.device = device;
     o.create_heap = create_heap;
     o.bind_device = bind_device;
@@ -52,7 +54,8 @@ WorldOptions world_options(std::size_t symmetric_size, int device, bool create_h
 }
 
 Handle make_world(int rank, int world_size, int local_rank, int local_world_size, const std::string& master_addr,
-                  int master_port, std::size_t symmetric_size, int device, bool create_heap, bool bind_device) {
+                  int master_port, std::size_t symmetric_size, std::size_t coll_scratch, int device, bool create_heap,
+                  bool bind_device) {
     RankInfo info;
     info.rank = rank;
     info.world_size = world_size;
@@ -70,7 +73,7 @@ Handle make_world(int rank, int world_size, int local_rank, int local_world_size
     info.master_port = master_port;
     info.source = "python";
     info.device = device;
-    WorldOptions opts = world_options(symmetric_size, device, create_heap, bind_device);
+    WorldOptions opts = world_options(symmetric_size, coll_scratch, device, create_heap, bind_device);
     nb::gil_scoped_release unlocked;  // collective: blocks until every rank arrives
     return std::make_shared<WorldHandle>(World(info, opts));
 }
@@ -120,17 +123,17 @@ void bind_world(nb::module_& m) {
     nb::class_<WorldHandle>(m, "World")
         .def_static(
             "from_env",
-            [](std::size_t symmetric_size, int device, bool create_heap, bool bind_device) {
-                WorldOptions opts = world_options(symmetric_size, device, create_heap, bind_device);
+            [](std::size_t symmetric_size, std::size_t coll_scratch, int device, bool create_heap, bool bind_device) {
+                WorldOptions opts = world_options(symmetric_size, coll_scratch, device, create_heap, bind_device);
                 nb::gil_scoped_release unlocked;
                 return std::make_shared<WorldHandle>(World::from_env(opts));
             },
-            nb::arg("symmetric_size") = 0, nb::arg("device") = -1, nb::arg("create_heap") = true,
-            nb::arg("bind_device") = true)
+            nb::arg("symmetric_size") = 0, nb::arg("coll_scratch") = 0, nb::arg("device") = -1,
+            nb::arg("create_heap") = true, nb::arg("bind_device") = true)
         .def_static("create", &make_world, nb::arg("rank"), nb::arg("world_size"), nb::arg("local_rank") = -1,
                     nb::arg("local_world_size") = -1, nb::arg("master_addr") = "127.0.0.1",
-                    nb::arg("master_port") = 29500, nb::arg("symmetric_size") = 0, nb::arg("device") = -1,
-                    nb::arg("create_heap") = true, nb::arg("bind_device") = true)
+                    nb::arg("master_port") = 29500, nb::arg("symmetric_size") = 0, nb::arg("coll_scratch") = 0,
+                    nb::arg("device") = -1, nb::arg("create_heap") = true, nb::arg("bind_device") = true)
         .def_prop_ro("rank", [](WorldHandle& h) { return h.world.rank(); })
         .def_prop_ro("world_size", [](WorldHandle& h) { return h.world.world_size(); })
         .def_prop_ro("local_rank", [](WorldHandle& h) { return h.world.local_rank(); })

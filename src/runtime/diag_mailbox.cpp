@@ -208,10 +208,7 @@ DiagMailbox* create_mailbox(DiagMailbox*& device) {
 
 }  // namespace
 
-bool enabled() { return settings().diag_mailbox; }
-
 DiagMailbox* attach(int rank) {
-    if (!enabled()) return nullptr;
     State& s = state();
     std::lock_guard lock(s.mu);
     DiagMailbox* host = s.host.load();
@@ -241,7 +238,6 @@ DiagMailbox* attach(int rank) {
 
 void bind_library(CUlibrary library) {
     bind_verbose(library);
-    if (!enabled()) return;
     CUdeviceptr global = 0;
     std::size_t bytes = 0;
     const CUresult r = driver::api().cuLibraryGetGlobal(&global, &bytes, library, "loom_diag_mailbox");

@@ -14,10 +14,6 @@
 
 namespace loom::diag {
 
-// The mailbox is on unless LOOM_DIAG_MAILBOX=0: then attach() returns null, bind_library() does nothing, and
-// timed-out waits print (where allowed) and trap without a record.
-bool enabled();
-
 // World creation (after the device is bound): create the mailbox on first use (pinned host memory, registered
 // mapped + portable) and point the module globals bound before it at it; clear it; remember `rank` for records
 // that carry none. Returns the device address for Ctx::diag. Thread-safe. A mailbox that cannot be created is

@@ -264,13 +264,12 @@ long long env_int(const EnvLookup& env, const char* name, long long fallback) {
     return *n;
 }
 
-bool env_flag(const EnvLookup& env, const char* name, bool fallback) {
+bool env_flag(const EnvLookup& env, const char* name) {
     auto v = get(env, name);
-    if (!v) return fallback;
+    if (!v) return false;
     std::string s = lower(trim(*v));
-    if (s.empty()) return fallback;
     if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
-    if (s == "0" || s == "false" || s == "no" || s == "off") return false;
+    if (s == "0" || s == "false" || s == "no" || s == "off" || s.empty()) return false;
     LOOM_FAIL("{}: expected 1/true/yes/on or 0/false/no/off, given \"{}\"", name, *v);
 }
 

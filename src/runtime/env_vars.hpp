@@ -15,7 +15,7 @@ namespace loom {
 std::optional<std::string> env_str(const EnvLookup& env, const char* name);
 long long env_int(const EnvLookup& env, const char* name, long long fallback);
 // "1", "true", "yes", "on" / "0", "false", "no", "off" (case-insensitive).
-bool env_flag(const EnvLookup& env, const char* name, bool fallback = false);
+bool env_flag(const EnvLookup& env, const char* name);
 // parse_bytes' forms: 1073741824, 1G, 512M, 64K, 2GiB.
 std::size_t env_bytes(const EnvLookup& env, const char* name, std::size_t fallback);
 std::chrono::milliseconds env_ms(const EnvLookup& env, const char* name, std::chrono::milliseconds fallback);

@@ -51,7 +51,6 @@ Settings settings_from(const EnvLookup& env) {
     s.rank = rank_info_from_env(env);
     s.symmetric_size = env_bytes(env, "LOOM_SYMMETRIC_SIZE", s.symmetric_size);
     LOOM_CHECK(s.symmetric_size > 0, "LOOM_SYMMETRIC_SIZE: expected a size > 0, given 0");
-    s.coll_scratch = env_bytes(env, "LOOM_COLL_SCRATCH", s.coll_scratch);
     s.wait_timeout = env_ms(env, "LOOM_WAIT_TIMEOUT_MS", s.wait_timeout);
     s.store_timeout = env_ms(env, "LOOM_STORE_TIMEOUT_MS", s.store_timeout);
     LOOM_CHECK(s.store_timeout.count() > 0, "LOOM_STORE_TIMEOUT_MS: expected a timeout > 0 ms, given {}",
@@ -80,7 +79,6 @@ Settings settings_from(const EnvLookup& env) {
     if (auto v = env_str(env, "LOOM_NVSHMEM_HOME")) s.nvshmem_home = *v;
     s.autotune = env_flag(env, "LOOM_AUTOTUNE");
     s.log_level = parse_level(env_str(env, "LOOM_LOG_LEVEL"));
-    s.diag_mailbox = env_flag(env, "LOOM_DIAG_MAILBOX", true);
     s.check_agreement = env_flag(env, "LOOM_CHECK_AGREEMENT");
     if (auto v = env_str(env, "LOOM_PROFILE")) s.profile_dir = *v;
     if (auto v = env_str(env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")) {

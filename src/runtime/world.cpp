@@ -47,12 +47,18 @@ std::string describe(const HeapCall& c) {
     }
 }
 
+void check_coll_scratch(std::size_t bytes) {
+    LOOM_CHECK(bytes >= (std::size_t{1} << 20), "WorldOptions::coll_scratch: expected at least 1 MiB, given {} bytes",
+               bytes);
+}
+
 }  // namespace
 
 struct World::Impl {
     RankInfo info;
     std::unique_ptr<Store> store;
     int device = -1;
+    std::size_t coll_scratch = 0;
     std::unique_ptr<SymmetricHeap> heap;
     std::unique_ptr<detail::HeapAllocator> allocator;
     char* remote_heap = nullptr;    // the heap registered with NVSHMEM (a World of several nodes), else null
@@ -201,6 +207,8 @@ World::World(const RankInfo& info, const WorldOptions& opts) : impl_(std::make_u
 void World::init(const RankInfo& info, const WorldOptions& opts) {
     Impl& w = *impl_;
     w.info = info;
+    check_coll_scratch(opts.coll_scratch);
+    w.coll_scratch = opts.coll_scratch;
     LOOM_CHECK(opts.bind_device || !opts.create_heap,
                "WorldOptions: a symmetric heap needs a device (bind_device = false with create_heap = true)");
     // Without a GPU every rank fails here alike, before anyone waits for anyone.
@@ -280,6 +288,11 @@ int World::node_of(int peer) const {
     return peer / w.info.local_world_size;
 }
 int World::device() const { return live().device; }
+std::size_t World::coll_scratch() const { return live().coll_scratch; }
+void World::set_coll_scratch(std::size_t bytes) {
+    check_coll_scratch(bytes);
+    live().coll_scratch = bytes;
+}
 const RankInfo& World::info() const { return live().info; }
 Store& World::store() { return *live().store; }
 

@@ -1,5 +1,6 @@
 // World-aware GoogleTest main shared by every test binary.
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #include "common/test_env.hpp"
@@ -10,13 +11,19 @@ std::unique_ptr<World>& world_slot() {
     static std::unique_ptr<World> w;
     return w;
 }
+WorldOptions& world_options() {
+    static WorldOptions o;
+    return o;
+}
 }  // namespace
 
 World& world() {
     auto& w = world_slot();
-    if (!w) w = std::make_unique<World>(World::from_env());
+    if (!w) w = std::make_unique<World>(World::from_env(world_options()));
     return *w;
 }
+
+void set_coll_scratch(std::size_t bytes) { world_options().coll_scratch = bytes; }
 
 bool has_gpu() { return driver::available(); }
 
@@ -26,7 +33,8 @@ void world_slot_reset() { world_slot().reset(); }
 
 namespace loom::test {
 void world_slot_reset();
-}
+void set_coll_scratch(std::size_t bytes);
+}  // namespace loom::test
 
 namespace {
 // Tears the World down after the last test, while the CUDA runtime is still alive.
@@ -42,6 +50,11 @@ int main(int argc, char** argv) {
     setenv("LOOM_WAIT_TIMEOUT_MS", "20000", /*overwrite=*/0);
     setenv("LOOM_CHECK_AGREEMENT", "1", /*overwrite=*/0);
     ::testing::InitGoogleTest(&argc, argv);
+    // --coll-scratch=SIZE (after GoogleTest's own flags): the shared World's WorldOptions::coll_scratch, e.g. 1M to run
+    // every collective round loop through many rounds.
+    for (int i = 1; i < argc; ++i)
+        if (std::strncmp(argv[i], "--coll-scratch=", 15) == 0)
+            loom::test::set_coll_scratch(loom::parse_bytes(argv[i] + 15, "--coll-scratch"));
     const char* rank = std::getenv("LOOM_RANK");
     if (rank && std::atoi(rank) != 0) {
         auto& listeners = ::testing::UnitTest::GetInstance()->listeners();

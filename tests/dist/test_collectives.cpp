@@ -471,14 +471,14 @@ TEST_F(Collectives, AllReducePlainOutBackToBack) {
 // ---- scratch rounds: three rounds, the last one short, at every world size -------------------------------------
 // Elements per peer per round for a scratch of `slots` x C elements (mirrors src/ops: multiples of 16).
 std::size_t round_elems(std::size_t slots, std::size_t es) {
-    const std::size_t scratch = settings().coll_scratch;
+    const std::size_t scratch = test::world().coll_scratch();
     return scratch / (slots * es) / 16 * 16;
 }
 
 // A round loop with a shorter last round must keep each block on the same scratch addresses in every round (its
 // barrier frees only its own range): these counts give rounds of C, C and C/3 + 5 elements. Host memory per rank
 // is W x the input (every rank builds every rank's input for the reference), so the reduce-scatter cases shrink
-// the scratch's share when W x in would pass 1 GiB (LOOM_COLL_SCRATCH=1M runs them at full size; see
+// the scratch's share when W x in would pass 1 GiB (--coll-scratch=1M runs them at full size; see
 // scripts/gpu_session.sh dist_small_scratch).
 TEST_F(Collectives, ScratchRoundsKeepTheirAddresses) {
     const int W = w->world_size();
@@ -494,7 +494,7 @@ TEST_F(Collectives, ScratchRoundsKeepTheirAddresses) {
         if (std::size_t(W) * W * n * 2 > host_budget) {
             std::printf(
                 "[ rounds   ] %s: %zu elements x %d ranks exceed the host reference budget; run with "
-                "LOOM_COLL_SCRATCH=1M for this case\n",
+                "--coll-scratch=1M for this case\n",
                 to_string(a), n, W);
             continue;
         }
@@ -796,7 +796,7 @@ TEST_F(Collectives, CudaGraphCaptureAndReplay) {
 // graph freezes: with per-call host counts, a rank in replay k + 1 would pass its waits on the signals of replay k
 // and take stale data. Each replay takes new inputs (copied in on the stream before it) and
 // its outputs are copied out on the stream after it; one rank per replay starts late (a large copy first), so its
-// peers run ahead into the next replay. Every element of every replay is checked. With LOOM_COLL_SCRATCH=1M
+// peers run ahead into the next replay. Every element of every replay is checked. With --coll-scratch=1M
 // (the dist_small_scratch step) the copy-engine reduce_scatter runs several rounds per call.
 TEST_F(Collectives, GraphReplaysBackToBack) {
     const int W = w->world_size(), me = w->rank();

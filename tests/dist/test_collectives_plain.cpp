@@ -24,7 +24,6 @@
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/settings.hpp"
 #include "ops/collectives/coll_choice.hpp"
-#include "runtime/settings_override.hpp"
 
 namespace loom {
 namespace {
@@ -91,18 +90,22 @@ class Buf {
     bool plain_;
 };
 
-// The process's collective scratch replaced by one of `bytes` for the scope (released and recreated on the next
+// The World's collective scratch replaced by one of `bytes` for the scope (released and recreated on the next
 // call, at either end: collective).
 class SmallScratch {
   public:
-    SmallScratch(World& w, std::size_t bytes) : w_(w), s_([bytes](Settings& s) { s.coll_scratch = bytes; }) {
+    SmallScratch(World& w, std::size_t bytes) : w_(w), before_(w.coll_scratch()) {
+        w_.set_coll_scratch(bytes);
         w_.release_states("collectives/scratch");
     }
-    ~SmallScratch() { w_.release_states("collectives/scratch"); }
+    ~SmallScratch() {
+        w_.set_coll_scratch(before_);
+        w_.release_states("collectives/scratch");
+    }
 
   private:
     World& w_;
-    detail::ScopedSettings s_;
+    std::size_t before_;
 };
 
 std::string what(const char* op, const Placement& pl, const CollOptions& o, DType t, std::size_t n) {

@@ -19,8 +19,7 @@ TEST(DiagMailboxGpu, NoPrintfMissingNotifyEndsInDecodedRecord) {
     LOOM_REQUIRE_GPU();
     auto& w = loom::test::world();
     if (w.rank() == 0) {
-        const auto [status, output] =
-            loom::test::run_child("diag-missing-notify", {{"LOOM_DIAG_MAILBOX", "1"}, {"LOOM_WAIT_TIMEOUT_MS", "300"}});
+        const auto [status, output] = loom::test::run_child("diag-missing-notify", {{"LOOM_WAIT_TIMEOUT_MS", "300"}});
         EXPECT_EQ(status, 3) << output;
         const std::string rec = "wait timeout: rank 0 block (0,0,0) thread 0 tag wait at 0x";
         // Once in the loom::Error of cudaDeviceSynchronize, once in the World's shutdown warning.

@@ -6,7 +6,7 @@
 //     lang-missing-notify  a block waits for a signal nobody sends, on a one-rank Ctx without a World; the kernel
 //                          prints the timeout diagnostic and traps. Exit 3: the synchronising call failed.
 //     diag-missing-notify  the same wait in a kernel compiled with LOOM_NO_DEVICE_PRINTF, in a one-rank World with
-//                          the diagnostic mailbox (LOOM_DIAG_MAILBOX=1): the loom::Error of the synchronising call
+//                          the diagnostic mailbox: the loom::Error of the synchronising call
 //                          and the World's shutdown warning carry the decoded record. Exit 3: the call raised.
 //     lang-missing-notify-26  the same wait in 26 blocks (a collective's block count on a shared GPU): one summary
 //                          line at the default log level, each block's own line only at LOOM_LOG_LEVEL=debug.

@@ -239,8 +239,6 @@ TEST(Env, IntFlagAndMilliseconds) {
     EXPECT_TRUE(loom::env_flag(env, "T"));
     EXPECT_FALSE(loom::env_flag(env, "F"));
     EXPECT_FALSE(loom::env_flag(env, "unset"));
-    EXPECT_TRUE(loom::env_flag(env, "unset", true));  // unset (or empty): the fallback
-    EXPECT_FALSE(loom::env_flag(env, "F", true));
     EXPECT_THROW(loom::env_flag(env, "Q"), loom::Error);
     EXPECT_EQ(loom::env_ms(env, "M", std::chrono::milliseconds(1)).count(), 250);
     EXPECT_THROW(loom::env_ms(env, "N", std::chrono::milliseconds(1)), loom::Error);
@@ -268,7 +266,6 @@ TEST(Settings, Defaults) {
     EXPECT_EQ(s.rank.world_size, 1);
     EXPECT_EQ(s.rank.device, -1);
     EXPECT_EQ(s.symmetric_size, std::size_t{1} << 30);
-    EXPECT_EQ(s.coll_scratch, std::size_t{64} << 20);
     EXPECT_EQ(s.wait_timeout.count(), 300000);  // every wait is bounded unless the user opts out
     EXPECT_EQ(s.store_timeout.count(), 300000);
     EXPECT_EQ(s.shutdown_timeout.count(), 60000);
@@ -280,7 +277,6 @@ TEST(Settings, Defaults) {
     EXPECT_EQ(s.nvshmem_home, "");
     EXPECT_FALSE(s.autotune);
     EXPECT_EQ(s.log_level, loom::LogLevel::Warn);
-    EXPECT_TRUE(s.diag_mailbox);
     EXPECT_FALSE(s.check_agreement);
     EXPECT_EQ(s.mps_thread_percentage, 0);
 }
@@ -295,7 +291,6 @@ TEST(Settings, EachVariable) {
                                           {"LOOM_WORLD_SIZE", "2"},
                                           {"LOOM_DEVICE", "3"},
                                           {"LOOM_SYMMETRIC_SIZE", "2G"},
-                                          {"LOOM_COLL_SCRATCH", "1M"},
                                           {"LOOM_WAIT_TIMEOUT_MS", "20000"},
                                           {"LOOM_STORE_TIMEOUT_MS", "90000"},
                                           {"LOOM_CACHE_DIR", "/scratch/loom"},
@@ -304,14 +299,12 @@ TEST(Settings, EachVariable) {
                                           {"LOOM_NVSHMEM_HOME", "/opt/nvshmem"},
                                           {"LOOM_AUTOTUNE", "1"},
                                           {"LOOM_LOG_LEVEL", "debug"},
-                                          {"LOOM_DIAG_MAILBOX", "off"},
                                           {"LOOM_CHECK_AGREEMENT", "1"},
                                           {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "25"}});
     EXPECT_EQ(s.rank.source, "loom");
     EXPECT_EQ(s.rank.rank, 1);
     EXPECT_EQ(s.rank.device, 3);
     EXPECT_EQ(s.symmetric_size, std::size_t{2} << 30);
-    EXPECT_EQ(s.coll_scratch, std::size_t{1} << 20);
     EXPECT_EQ(s.wait_timeout.count(), 20000);
     EXPECT_EQ(s.store_timeout.count(), 90000);
     EXPECT_EQ(s.shutdown_timeout.count(), 60000);
@@ -321,7 +314,6 @@ TEST(Settings, EachVariable) {
     EXPECT_EQ(s.nvshmem_home, "/opt/nvshmem");
     EXPECT_TRUE(s.autotune);
     EXPECT_EQ(s.log_level, loom::LogLevel::Debug);
-    EXPECT_FALSE(s.diag_mailbox);
     EXPECT_TRUE(s.check_agreement);
     EXPECT_EQ(s.mps_thread_percentage, 25);
 }
@@ -378,13 +370,11 @@ TEST(Settings, LogLevels) {
 
 TEST(Settings, MalformedValuesNameTheVariable) {
     expect_settings_error({{"LOOM_SYMMETRIC_SIZE", "lots"}}, "LOOM_SYMMETRIC_SIZE");
-    expect_settings_error({{"LOOM_COLL_SCRATCH", "1.5G"}}, "LOOM_COLL_SCRATCH");
     expect_settings_error({{"LOOM_WAIT_TIMEOUT_MS", "-1"}}, "LOOM_WAIT_TIMEOUT_MS");
     expect_settings_error({{"LOOM_STORE_TIMEOUT_MS", "soon"}}, "LOOM_STORE_TIMEOUT_MS");
     expect_settings_error({{"LOOM_JIT_COMPILER", "clang"}}, "LOOM_JIT_COMPILER");
     expect_settings_error({{"LOOM_AUTOTUNE", "maybe"}}, "LOOM_AUTOTUNE");
     expect_settings_error({{"LOOM_LOG_LEVEL", "verbose"}}, "LOOM_LOG_LEVEL");
-    expect_settings_error({{"LOOM_DIAG_MAILBOX", "2"}}, "LOOM_DIAG_MAILBOX");
     expect_settings_error({{"LOOM_DEVICE", "gpu0"}}, "LOOM_DEVICE");
     expect_settings_error({{"LOOM_RANK", "one"}, {"LOOM_WORLD_SIZE", "2"}}, "LOOM_RANK");
     // Values that parse but cannot be used.

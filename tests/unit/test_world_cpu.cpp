@@ -131,6 +131,24 @@ TEST(WorldCpu, WaitTimeoutReachesTheCtx) {
     }));
 }
 
+// The collectives' scratch is a World option: 64 MiB by default, kept by the World, and below 1 MiB refused by name.
+TEST(WorldCpu, CollScratchIsAnOptionWithAFloor) {
+    EXPECT_EQ(loom::WorldOptions{}.coll_scratch, std::size_t{64} << 20);
+    loom::RankInfo one;
+    one.master_addr = "127.0.0.1";
+    one.master_port = 0;
+    loom::WorldOptions o = kCpuOnly;
+    o.coll_scratch = std::size_t{2} << 20;
+    EXPECT_EQ(loom::World(one, o).coll_scratch(), std::size_t{2} << 20);
+    o.coll_scratch = std::size_t{1} << 19;
+    try {
+        loom::World w(one, o);
+        ADD_FAILURE() << "accepted a collective scratch of 512 KiB";
+    } catch (const loom::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("WorldOptions::coll_scratch"), std::string::npos) << e.what();
+    }
+}
+
 TEST(WorldCpu, DisagreeingAllocationRaisesOnEveryRank) {
     Job job(3, 3);
     expect_all_zero(run_children(3, [&](int rank) {

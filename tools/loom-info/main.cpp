@@ -98,13 +98,12 @@ void print_settings() {
     std::printf("  rank %d of %d (%s), local %d of %d, rendezvous %s:%d, device %s\n", r.rank, r.world_size,
                 r.source.c_str(), r.local_rank, r.local_world_size, r.master_addr.c_str(), r.master_port,
                 device.c_str());
-    std::printf("  symmetric heap %s, collectives' scratch %s\n", bytes(s->symmetric_size).c_str(),
-                bytes(s->coll_scratch).c_str());
+    std::printf("  symmetric heap %s\n", bytes(s->symmetric_size).c_str());
     std::printf("  wait timeout %s, store timeout %s\n", ms(s->wait_timeout).c_str(), ms(s->store_timeout).c_str());
     std::printf("  JIT compiler %s, cache %s, CUDA %s, autotune %s\n", loom::to_string(s->jit_compiler),
                 s->cache_dir.c_str(), s->cuda_home.empty() ? "(build-time toolkit)" : s->cuda_home.c_str(),
                 s->autotune ? "on" : "off");
-    std::printf("  log level %s, diag mailbox %s\n", loom::to_string(s->log_level), s->diag_mailbox ? "on" : "off");
+    std::printf("  log level %s\n", loom::to_string(s->log_level));
 }
 
 }  // namespace

@@ -77,8 +77,8 @@ void barrier_on_stream(World& world, cudaStream_t stream, double hold_us = 0);
 
 // Frees the state the collectives keep in the World (World::release_states("collectives/"): signals, side streams,
 // and the symmetric scratch and LL area where an algorithm used them; at most ~80 MiB per rank at the default
-// LOOM_COLL_SCRATCH and 8 ranks). Collective: every rank calls it, with no collective of this World in flight. The
-// next collective call creates what it needs again.
+// WorldOptions::coll_scratch and 8 ranks). Collective: every rank calls it, with no collective of this World in flight.
+// The next collective call creates what it needs again.
 void release_collective_state(World& world);
 
 }  // namespace loom

@@ -6,7 +6,6 @@
 //                         LOOM_JOB_SECRET (the bootstrap store's admission secret; loomrun sets it); LOOM_NODE_SIZE
 //                         (ranks per node, splitting hosts into emulated nodes: env.hpp)
 //   LOOM_SYMMETRIC_SIZE   bytes of each rank's symmetric heap (1G)
-//   LOOM_COLL_SCRATCH     the collectives' symmetric scratch (64M)
 //   LOOM_WAIT_TIMEOUT_MS  bound on every device spin-wait and copy-engine stream wait (300000; 0: unbounded)
 //   LOOM_STORE_TIMEOUT_MS bound on every bootstrap-store wait (300000)
 //   LOOM_CACHE_DIR        the JIT's disk cache ($XDG_CACHE_HOME/loom, else ~/.cache/loom)
@@ -15,7 +14,6 @@
 //   LOOM_NVSHMEM_HOME     NVSHMEM (else the build-time path, else the nvidia-nvshmem-cu13 wheel)
 //   LOOM_AUTOTUNE         1: time candidate configs on first use of a shape and persist the winners
 //   LOOM_LOG_LEVEL        error, warn (default), info, debug; debug also keeps kernel.ptx / kernel.sass in the cache
-//   LOOM_DIAG_MAILBOX     1 (default): a timed-out device wait also posts a record the host prints; 0: off
 //   LOOM_CHECK_AGREEMENT  1: every collective / overlapped call is compared across ranks first (a host round trip)
 //   LOOM_PROFILE          a directory: kernels are compiled with the intra-kernel profiler and each World writes one
 //                         Chrome-trace JSON there when it shuts down (docs/profiling.md)
@@ -46,7 +44,6 @@ enum class JitCompiler {
 struct Settings {
     RankInfo rank;                                      // rank facts and LOOM_DEVICE (env.hpp)
     std::size_t symmetric_size = std::size_t{1} << 30;  // LOOM_SYMMETRIC_SIZE: bytes of each rank's heap
-    std::size_t coll_scratch = std::size_t{64} << 20;   // LOOM_COLL_SCRATCH: the collectives' symmetric scratch
     std::chrono::milliseconds wait_timeout{300000};     // LOOM_WAIT_TIMEOUT_MS: every wait's bound (0: unbounded)
     std::chrono::milliseconds store_timeout{300000};    // LOOM_STORE_TIMEOUT_MS: bootstrap-store waits
     std::string job_secret;                             // LOOM_JOB_SECRET: >= 16 chars; empty: rank 0's token file
@@ -59,7 +56,6 @@ struct Settings {
     std::string nvshmem_home;                           // LOOM_NVSHMEM_HOME; empty: build-time path, else the wheel
     bool autotune = false;                              // LOOM_AUTOTUNE: time candidate configs, persist winners
     LogLevel log_level = LogLevel::Warn;                // LOOM_LOG_LEVEL: error, warn, info, debug
-    bool diag_mailbox = true;                           // LOOM_DIAG_MAILBOX: timed-out waits also post a record
     bool check_agreement = false;                       // LOOM_CHECK_AGREEMENT: compare each collective call's
                                                         // signature across ranks first (runtime/call_agreement.hpp)
     std::string profile_dir;                            // LOOM_PROFILE: profiled kernels, traces written here

@@ -29,9 +29,12 @@ class SymmetricHeap;
 
 struct WorldOptions {
     std::size_t symmetric_size = 0;  // 0: LOOM_SYMMETRIC_SIZE, default 1 GiB
-    int device = -1;                 // -1: LOOM_DEVICE, else local_rank % visible devices
-    bool create_heap = true;         // false: store + rank facts only (CPU tests, tools)
-    bool bind_device = true;         // false (only with create_heap = false): never touch CUDA; device() is -1
+    // The collectives' symmetric scratch (one-shot, scatter and ring rounds, the hierarchical forms' partials), taken
+    // from the heap at the first collective that needs it; at least 1 MiB. A call that needs more raises, naming this.
+    std::size_t coll_scratch = std::size_t{64} << 20;
+    int device = -1;          // -1: LOOM_DEVICE, else local_rank % visible devices
+    bool create_heap = true;  // false: store + rank facts only (CPU tests, tools)
+    bool bind_device = true;  // false (only with create_heap = false): never touch CUDA; device() is -1
 };
 
 class World {
@@ -51,6 +54,10 @@ class World {
     int num_nodes() const;  // world_size / local_world_size (LOOM_NODE_SIZE splits hosts into emulated nodes)
     int node_of(int peer) const;
     int device() const;
+    // WorldOptions::coll_scratch. set_coll_scratch changes it for the scratch the collectives create next (after
+    // release_states("collectives/scratch"), or at their first use); every rank sets the same value. At least 1 MiB.
+    std::size_t coll_scratch() const;
+    void set_coll_scratch(std::size_t bytes);
     const RankInfo& info() const;
     Store& store();
 

@@ -60,10 +60,7 @@ Params Core::params() const {
     return p;
 }
 
-Scratch::Scratch(World& world) : bytes(settings().coll_scratch) {
-    LOOM_CHECK(bytes >= (std::size_t(1) << 20), "LOOM_COLL_SCRATCH: expected at least 1 MiB, given {}", bytes);
-    data = world.alloc<char>(bytes);
-}
+Scratch::Scratch(World& world) : bytes(world.coll_scratch()) { data = world.alloc<char>(bytes); }
 
 void Scratch::release(World& world) {
     // Cached plans may point into the scratch.

@@ -2,8 +2,8 @@
 // each algorithm or data path owns one small state that declares its own footprint and is created by its first call.
 //
 //   collectives/core                      every call: the sync block (symmetric, 9 KiB), the Budget, the plan cache
-//   collectives/scratch                   one-shot, scatter, ring, scatter/ce, the staged paths: LOOM_COLL_SCRATCH
-//                                         bytes symmetric (settings().coll_scratch, 64 MiB by default)
+//   collectives/scratch                   one-shot, scatter, ring, scatter/ce, the staged paths:
+//                                         WorldOptions::coll_scratch bytes symmetric (64 MiB by default)
 //   collectives/ll                        the LL kernels: the LL area, 2 MiB x world size symmetric (coll_ll.hpp)
 //   collectives/copy_engine               the copy-engine paths: side streams and events (copy_engine.hpp)
 //   collectives/barrier                   the one-block barrier kernel, loaded (barrier.hpp)
@@ -53,7 +53,7 @@ struct Scratch final : WorldState {
     void release(World& world) override;
 
     char* data = nullptr;
-    std::size_t bytes = 0;  // settings().coll_scratch, at least 1 MiB
+    std::size_t bytes = 0;  // World::coll_scratch(), at least 1 MiB
 
     // Sets p.scratch and p.scratch_bytes.
     void attach(kernels::coll::Params& p) const;

@@ -99,7 +99,7 @@ char* scratch(World& world, const char* op, std::size_t need, const char* what) 
     Scratch& s = world.state<Scratch>();
     LOOM_CHECK(need <= s.bytes,
                "{}: in a World of several nodes the call needs {} bytes of the collective scratch ({}), which holds {} "
-               "(LOOM_COLL_SCRATCH): split the call or raise LOOM_COLL_SCRATCH",
+               "(WorldOptions::coll_scratch): split the call or raise it",
                op, need, what, s.bytes);
     return s.data;
 }
