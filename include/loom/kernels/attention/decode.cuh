@@ -188,9 +188,13 @@ __global__ void __launch_bounds__(128 * kHeadSplit, 2) decode_split(DecodeParams
     constexpr int kParts = kMma ? 4 : NG;
 
     // Dynamic shared memory: the pipeline, K then V, [kStages][kTile][D] of T each, then the block-table ring
-    // [decode_table_slots(kStages)][kTile] of int32; after the loop it is reused for the partial states (m, l, acc),
-    // then by the fused merge: decode_split_smem_bytes() is the larger of the two.
-    extern __shared__ __align__(16) unsigned char smem[];
+    // [decode_table_slots(kStages)][kTile] of int32 and the sequence's table row pointer; after the loop it is reused
+    // for the partial states (m, l, acc), then by the fused merge: decode_split_smem_bytes() is the larger of the two.
+    // The kernel declares no static shared variables, so the window starts at the shared base, 128-byte aligned: a
+    // cp.async's 32-byte global sector then lands in one aligned 32-byte piece of a stage. (A window 16 bytes past the
+    // base makes every sector straddle two pieces: the copies read each sector from L2 twice and L2, not HBM, limits
+    // the stream.)
+    extern __shared__ __align__(128) unsigned char smem[];
     T* const sk = reinterpret_cast<T*>(smem);
     T* const sv = sk + kStages * kStageElems;
 
@@ -229,15 +233,16 @@ __global__ void __launch_bounds__(128 * kHeadSplit, 2) decode_split(DecodeParams
     // The block-table entries of tile ft into ring slot ft % kSlots: entry r is the page of token row r (a division
     // per entry, once per tile). Rows past the chunk fetch nothing. The sequence's table row is read from shared
     // memory at each fetch rather than held in registers through the loop.
-    __shared__ const int32_t* s_table_row;
+    const int32_t** const s_table_row = reinterpret_cast<const int32_t**>(s_table + kSlots * kTile);
     auto fetch_table = [&](int ft) {
         if (paged && ft < tiles) {
+            const int32_t* const table_row = *s_table_row;
             int32_t* const slot = s_table + (ft % kSlots) * kTile;
 #pragma unroll
             for (int k = 0; k < kTablePerThread; ++k) {
                 const int r = tid + k * kThreads, t = t_begin + ft * kTile + r;
                 if ((kTile % kThreads == 0 || r < kTile) && t < t_end)
-                    ptx::cp_async_4(slot + r, s_table_row + t / p.page_size);
+                    ptx::cp_async_4(slot + r, table_row + t / p.page_size);
             }
         }
     };
@@ -292,7 +297,7 @@ __global__ void __launch_bounds__(128 * kHeadSplit, 2) decode_split(DecodeParams
     // every warp is done with it: a barrier), waits for tile it (this thread's copies, then everyone's: a barrier) and
     // consumes it. A refill is issued before the wait, so kStages tiles are in flight while the block waits.
     if (paged) {
-        if (tid == 0) s_table_row = p.block_table + static_cast<int64_t>(b) * p.max_pages;
+        if (tid == 0) *s_table_row = p.block_table + static_cast<int64_t>(b) * p.max_pages;
         __syncthreads();
 #pragma unroll
         for (int s = 0; s < kStages; ++s) fetch_table(s);
@@ -564,15 +569,15 @@ __global__ void __launch_bounds__(128 * kHeadSplit, 2) decode_split(DecodeParams
     // gpu scope before the ticket; the last block acquires them through the ticket (atom.inc wraps the counter back
     // to 0 for the next call).
     if (p.merge_counters != nullptr && p.splits > 1) {
-        __shared__ uint32_t s_ticket;
         ptx::fence_acq_rel_gpu();
         __syncthreads();
+        bool last = false;  // thread 0's ticket, broadcast by the barrier's reduction
         if (tid == 0) {
             uint32_t* const counter = p.merge_counters + static_cast<int64_t>(blockIdx.z) * gridDim.x + blockIdx.x;
-            s_ticket = ptx::atom_inc_acq_rel_gpu(counter, static_cast<uint32_t>(p.splits - 1));
+            last = ptx::atom_inc_acq_rel_gpu(counter, static_cast<uint32_t>(p.splits - 1)) ==
+                   static_cast<uint32_t>(p.splits - 1);
         }
-        __syncthreads();
-        if (s_ticket == static_cast<uint32_t>(p.splits - 1)) {
+        if (__syncthreads_or(last)) {
             ptx::fence_acq_rel_gpu();
             // Each head's split weights 2^(lse_s - lse) (lse: the merged log2 LSE) into shared memory (the pipeline's,
             // free now), a warp per head; then each thread's 4 columns of a head: the weighted sum of the splits'

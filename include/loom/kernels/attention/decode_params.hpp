@@ -25,10 +25,10 @@ inline constexpr int kSpPacketsPerBlock = 4096;
 LOOM_HOST_DEVICE constexpr int decode_table_slots(int stages) { return 2 * stages - 1; }
 
 // Dynamic shared memory of decode_split<T, D, heads, head_split, stages, tile> (2-byte T): the larger of the K / V
-// pipeline (stages x tile x D of K and of V) with the block-table ring after it (decode_table_slots x tile int32),
-// and the token lanes' final (acc, m, l) in fp32.
+// pipeline (stages x tile x D of K and of V) with the block-table ring after it (decode_table_slots x tile int32) and
+// the sequence's block-table row pointer (16 bytes kept), and the token lanes' final (acc, m, l) in fp32.
 LOOM_HOST_DEVICE constexpr int decode_split_smem_bytes(int head_dim, int heads, int stages, int tile) {
-    const int pipeline = 2 * stages * tile * head_dim * 2 + decode_table_slots(stages) * tile * 4;
+    const int pipeline = 2 * stages * tile * head_dim * 2 + decode_table_slots(stages) * tile * 4 + 16;
     const int lanes = decode_token_lanes(head_dim) * heads * (head_dim + 2) * 4;
     return pipeline > lanes ? pipeline : lanes;
 }
