@@ -1,6 +1,6 @@
 // CPU tests of the decode attention (docs/attention.md): every kernel variant compiles for sm_90a and sm_80 without
-// local-memory spills, the choice of heads per block and of splits, and the shape validation (no GPU needed: the
-// checks that raise come before any device query).
+// local-memory spills (the split kernel also without static shared memory), the choice of heads per block and of
+// splits, and the shape validation (no GPU needed: the checks that raise come before any device query).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -25,7 +25,8 @@ void expect_clean(const loom::jit::KernelSpec& spec, int arch) {
     EXPECT_EQ(r.spill_bytes, 0) << spec.display() << " sm_" << arch << "\n" << r.resource_report;
 }
 
-// Compiles every job on a few threads, then checks each for spills.
+// Compiles every decode_split job on a few threads, then checks each for spills and for static shared memory: the
+// kernel's cp.async stages must start at the aligned shared base (decode.cuh), which a static variable would shift.
 void expect_all_clean(const std::vector<std::pair<loom::jit::KernelSpec, int>>& jobs) {
     std::vector<loom::jit::CompileResult> results(jobs.size());
     std::vector<std::string> errors(jobs.size());
@@ -47,6 +48,8 @@ void expect_all_clean(const std::vector<std::pair<loom::jit::KernelSpec, int>>& 
         EXPECT_TRUE(errors[i].empty()) << jobs[i].first.display() << " sm_" << jobs[i].second << ": " << errors[i];
         EXPECT_EQ(results[i].spill_bytes, 0) << jobs[i].first.display() << " sm_" << jobs[i].second << "\n"
                                              << results[i].resource_report;
+        EXPECT_EQ(results[i].smem_bytes, 0) << jobs[i].first.display() << " sm_" << jobs[i].second << "\n"
+                                            << results[i].resource_report;
     }
 }
 
