@@ -54,6 +54,7 @@ struct Args {
     bool sweep = false;
     std::vector<int> head_pairs{96, 12, 32, 8};  // --sweep: q heads, kv heads pairs
     std::vector<int> pages{0, 1, 16};            // --sweep: layouts (0: contiguous)
+    std::vector<int> split_counts;               // --sweep: also the heuristic's shape at each of these splits
     int iters = 30;
     double peak_gbps = 4300;
     bool quick = false;
@@ -331,6 +332,27 @@ void bench_decode_sweep(const Args& a, cudaStream_t s) {
                     }
                     scores[best].wins += 1;
                     row["configs_us"] = per;
+                    if (!a.split_counts.empty()) {
+                        std::vector<loom::DecodeOptions> sopts(a.split_counts.size());
+                        std::vector<std::function<void(cudaStream_t)>> sfns{fns[0]};
+                        for (std::size_t i = 0; i < sopts.size(); ++i) {
+                            sopts[i].num_splits = a.split_counts[i];
+                            sfns.push_back([&, i](cudaStream_t st) {
+                                loom::decode_attention(dq, kv, o.p, lse.as<float>(), st, sopts[i]);
+                            });
+                        }
+                        for (auto& f : sfns) f(s);
+                        LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+                        const auto ts = loom::bench::time_ops(sfns, s, topts);
+                        json by_splits = json::object();
+                        std::printf("    splits (heuristic %d: %.1f us):", pick.params.splits, ts[0].median_us);
+                        for (std::size_t i = 0; i < sopts.size(); ++i) {
+                            std::printf("  %d %.1f", a.split_counts[i], ts[i + 1].median_us);
+                            by_splits[std::to_string(a.split_counts[i])] = ts[i + 1].median_us;
+                        }
+                        std::printf("\n");
+                        row["splits_us"] = by_splits;
+                    }
                     report.add_row(row);
                 }
     }
@@ -482,6 +504,9 @@ int main(int argc, char** argv) {
     app.add_option("--pages", a.pages, "decode --sweep: layouts, 0 contiguous or a page size")
         ->delimiter(',')
         ->check(CLI::Range(0, 256));
+    app.add_option("--splits", a.split_counts, "decode --sweep: also time the heuristic's shape at these KV splits")
+        ->delimiter(',')
+        ->check(CLI::Range(1, 256));
     app.add_option("--iters", a.iters, "timed runs per point")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--batch", a.batches, "decode: batch sizes")->delimiter(',')->check(CLI::PositiveNumber);
     app.add_option("--kv", a.kv_lens, "decode: KV lengths")->delimiter(',')->check(CLI::PositiveNumber);

@@ -309,6 +309,13 @@ TEST(GemmHeuristic, TailPlan) {
     v.cluster_m = 2;
     EXPECT_THROW(loom::gemm_validate_config(v, false), loom::Error);
     v.cluster_m = 1;
+    v.load_group = v.stages;  // load groups: 1 ... stages
+    EXPECT_NO_THROW(loom::gemm_validate_config(v, false));
+    v.load_group = 0;
+    EXPECT_THROW(loom::gemm_validate_config(v, false), loom::Error);
+    v.load_group = v.stages + 1;
+    EXPECT_THROW(loom::gemm_validate_config(v, false), loom::Error);
+    v.load_group = 1;
     EXPECT_THROW(loom::gemm_kernel_spec(v, DType::BF16, DType::BF16, DType::F32, false,
                                         "loom::kernels::overlap::TileNotifyHooks", "loom/kernels/overlap/gemm_rs.cuh"),
                  loom::Error);

@@ -112,6 +112,12 @@ struct TmaPipeline {
         return &full[st.stage];
     }
 
+    // Producer: wait until slot st.stage is free, announcing nothing (producer_acquire then finds it free). The
+    // consumers free the slots in order, so slot st + g - 1 free means the g slots from st are.
+    LOOM_DEVICE LOOM_FORCEINLINE void producer_wait_empty(const PipelineState<STAGES>& st) {
+        mbarrier_wait(&empty[st.stage], st.phase ^ 1, "pipeline empty");
+    }
+
     // Consumer (every thread that reads the slot): wait until its TMA bytes have landed.
     LOOM_DEVICE LOOM_FORCEINLINE void consumer_wait(const PipelineState<STAGES>& st,
                                                     long long bound_cycles = kMbarrierTimeoutCycles) {

@@ -346,6 +346,13 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                 const uint32_t a_bytes =
                     map_a == &tmap_a && args.a_box_rows > 0 ? static_cast<uint32_t>(args.a_box_rows) * 128u : kABytes;
                 for (int kb = 0; kb < w.kb_count; ++kb) {
+                    // GemmArgs::load_group: the group's k-blocks are issued together, once the ring has room for all.
+                    if (args.load_group > 1 && kb % args.load_group == 0) {
+                        tile::PipelineState<STAGES> last = st;
+                        const int g = min(args.load_group, w.kb_count - kb);
+                        for (int i = 1; i < g; ++i) last.advance();
+                        pipe->producer_wait_empty(last);
+                    }
                     // Expect the whole B tile: our half and the peer's multicast half both land here.
                     uint64_t* full = pipe->producer_acquire(st, a_bytes + kBBytes);
                     const int k0 = (w.kb_begin + kb) * kBlockK;
