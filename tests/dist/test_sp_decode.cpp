@@ -2,7 +2,8 @@
 // one uneven shard per rank (some rank holding 0 tokens of some sequence; one sequence empty everywhere), each rank's
 // shard a paged or contiguous cache of its own; every rank's O and LSE against the fp64 reference over the whole KV,
 // every element; 1000 back-to-back calls alternating two queries and outputs, checked as they go; CUDA-graph capture
-// and replay bitwise equal to the eager calls. Verdicts are all-gathered so every rank fails together.
+// and replay bitwise equal to the eager calls. Both exchanges of the partials (LL packets, and direct: plain fp32 and
+// per-block flags) on the same cases. Verdicts are all-gathered so every rank fails together.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -17,6 +18,7 @@
 #include "common/test_env.hpp"
 #include "loom/ops/attention.hpp"
 #include "loom/runtime/error.hpp"
+#include "ops/attention/decode_plan.hpp"
 
 namespace loom {
 namespace {
@@ -107,7 +109,8 @@ class SpDecode : public ::WorldStreamTest {
     }
 
     // Runs `calls` calls alternating two queries (q0, q1) into two outputs; checks both against the reference.
-    void run(const SpCase& c, uint64_t seed, int calls = 1, bool graph = false) {
+    void run(const SpCase& c, uint64_t seed, int calls = 1, bool graph = false,
+             attention::SpExchange exchange = attention::SpExchange::Auto) {
         const int me = w->rank(), W = w->world_size();
         const Sharded s = shard(c.lens, c.hkv, c.d, c.page_size, c.t, me, W, seed);
         std::mt19937_64 rng(seed + 99);  // the same queries on every rank
@@ -135,9 +138,9 @@ class SpDecode : public ::WorldStreamTest {
         const DecodeQuery dq0v{dq0.p, c.t, B, c.hq, c.d}, dq1v{dq1.p, c.t, B, c.hq, c.d};
         auto call = [&](int i) {
             if (i % 2 == 0) {
-                sp_decode_attention(*w, dq0v, kv, o0.p, static_cast<float*>(l0.p), stream);
+                attention::sp_decode_exchange(*w, dq0v, kv, o0.p, static_cast<float*>(l0.p), stream, {}, exchange);
             } else {
-                sp_decode_attention(*w, dq1v, kv, o1.p, static_cast<float*>(l1.p), stream);
+                attention::sp_decode_exchange(*w, dq1v, kv, o1.p, static_cast<float*>(l1.p), stream, {}, exchange);
             }
         };
         std::vector<double> r0o, r0l, r1o, r1l;
@@ -178,17 +181,40 @@ class SpDecode : public ::WorldStreamTest {
     }
 };
 
-TEST_F(SpDecode, UnevenShardsPaged16) { run({{3000, 500, 0, 17, 4097}, 32, 8, 128, 16}, 1); }
-TEST_F(SpDecode, ContiguousMhaFp16) { run({{1000, 64, 2}, 8, 8, 64, 0, DType::F16}, 2); }
-TEST_F(SpDecode, PageOneMqaD256) { run({{700, 9, 300}, 8, 1, 256, 1}, 3); }
+using attention::SpExchange;
+
+TEST_F(SpDecode, UnevenShardsPaged16) {
+    for (SpExchange x : {SpExchange::Packets, SpExchange::Direct})
+        run({{3000, 500, 0, 17, 4097}, 32, 8, 128, 16}, 1, 1, false, x);
+}
+TEST_F(SpDecode, ContiguousMhaFp16) {
+    for (SpExchange x : {SpExchange::Packets, SpExchange::Direct})
+        run({{1000, 64, 2}, 8, 8, 64, 0, DType::F16}, 2, 1, false, x);
+}
+TEST_F(SpDecode, PageOneMqaD256) {
+    for (SpExchange x : {SpExchange::Packets, SpExchange::Direct}) run({{700, 9, 300}, 8, 1, 256, 1}, 3, 1, false, x);
+}
 TEST_F(SpDecode, ManyRowsTakeSeveralLaunches) {
-    // 64 x 64 rows x 65 packets: more than one launch's LL regions (kSpMaxBlocks x 31 rows).
+    // 64 x 64 rows: as packets (65 per row) more than one launch's regions (kSpMaxBlocks x 63 rows); Auto takes the
+    // direct exchange, whose one launch holds them (kSpMaxBlocks x 127 rows).
     std::vector<int32_t> lens(64);
     for (int i = 0; i < 64; ++i) lens[i] = 50 + 17 * i;
-    run({lens, 64, 8, 128, 16}, 4);
+    for (SpExchange x : {SpExchange::Packets, SpExchange::Auto}) run({lens, 64, 8, 128, 16}, 4, 1, false, x);
 }
-TEST_F(SpDecode, ThousandBackToBackCalls) { run({{2000, 100, 3}, 32, 8, 128, 16}, 5, 1000); }
-TEST_F(SpDecode, GraphCaptureReplays) { run({{1200, 77}, 16, 4, 128, 0}, 6, 2, /*graph=*/true); }
+TEST_F(SpDecode, DirectManyRowsTakeSeveralLaunches) {
+    // 80 x 64 rows of D 256: more than one direct launch's regions (kSpMaxBlocks x 63 rows).
+    std::vector<int32_t> lens(80);
+    for (int i = 0; i < 80; ++i) lens[i] = 1 + 7 * i;
+    run({lens, 64, 8, 256, 0}, 7, 3, false, SpExchange::Direct);
+}
+TEST_F(SpDecode, ThousandBackToBackCalls) {
+    for (SpExchange x : {SpExchange::Packets, SpExchange::Direct})
+        run({{2000, 100, 3}, 32, 8, 128, 16}, 5, 1000, false, x);
+}
+TEST_F(SpDecode, GraphCaptureReplays) {
+    for (SpExchange x : {SpExchange::Packets, SpExchange::Direct})
+        run({{1200, 77}, 16, 4, 128, 0}, 6, 2, /*graph=*/true, x);
+}
 
 TEST_F(SpDecode, BadInputsRaiseOnEveryRank) {
     Dev buf(1 << 20), lens(std::vector<int32_t>{1});

@@ -101,6 +101,7 @@ TEST(AttentionCompile, MergeAndSpCombineHaveNoSpills) {
             for (int d : {64, 128, 256}) {
                 expect_clean(la::decode_merge_spec(t, d), arch);
                 expect_clean(la::sp_combine_spec(t, d), arch);
+                expect_clean(la::sp_combine_spec(t, d, /*direct=*/true), arch);
             }
 }
 

@@ -74,7 +74,14 @@ jit::KernelSpec decode_merge_spec(DType dtype, int head_dim);
 // dozen shapes: one after the other that is a minute and more.
 std::vector<jit::CompileResult> decode_precompile(DType dtype, int head_dim, int heads_per_block,
                                                   const std::vector<DecodeConfig>& configs, int arch);
-jit::KernelSpec sp_combine_spec(DType dtype, int head_dim);  // sp_decode.cpp
+// sp_decode.cpp. How the SP combine exchanges the partials: LL packets (small payloads: one hop), or plain fp32 and
+// one flag per block and source (large payloads: half the bytes); Auto picks by the rows (kSpDirectMinRows).
+enum class SpExchange { Auto, Packets, Direct };
+inline constexpr std::size_t kSpDirectMinRows = 256;
+jit::KernelSpec sp_combine_spec(DType dtype, int head_dim, bool direct = false);
+// loom::sp_decode_attention with the exchange given (benchmarks time both).
+void sp_decode_exchange(World& world, const DecodeQuery& q, const KvCache& kv, void* o, float* lse, cudaStream_t stream,
+                        const DecodeOptions& opts, SpExchange exchange);
 
 // The split kernel with p (its outputs set: o / lse, or part_o / part_lse).
 void launch_decode_split(const DecodePlan& plan, const kernels::attention::DecodeParams& p, cudaStream_t stream);

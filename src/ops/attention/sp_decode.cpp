@@ -1,6 +1,7 @@
 // loom::sp_decode_attention: the local decode of this rank's KV shard into fp32 split partials, then one combine
-// launch (kernels/attention/sp_decode.cuh) that merges them, all-gathers the rows' (O, LSE) as LL packets and combines
-// every rank's. State "attention/sp_decode": the LL area and the per-block epochs.
+// launch (kernels/attention/sp_decode.cuh) that merges them, all-gathers the rows' (O, LSE) as LL packets or directly
+// (SpExchange) and combines every rank's. State "attention/sp_decode": the exchange area, the direct exchange's flags
+// and the per-block epochs.
 #include <algorithm>
 #include <vector>
 
@@ -19,9 +20,9 @@ namespace ka = kernels::attention;
 
 namespace {
 
-// The LL area ([parity 2][block kSpMaxBlocks][source W][kSpPacketsPerBlock] packets of 16 bytes: world size x 4 MiB,
-// symmetric, zeroed once) and the per-block epochs (this rank's, zeroed once, never reset). Created by the first call:
-// collective, synchronising.
+// The exchange area ([parity 2][block kSpMaxBlocks][source W][kSpPacketsPerBlock] packets of 16 bytes: world size x 8
+// MiB, symmetric, zeroed once), the direct exchange's flags ([block][source], symmetric, zeroed once) and the
+// per-block epochs (this rank's, zeroed once, never reset). Created by the first call: collective, synchronising.
 struct SpDecodeState final : WorldState {
     static constexpr const char* kKey = "attention/sp_decode";
     explicit SpDecodeState(World& world)
@@ -29,13 +30,17 @@ struct SpDecodeState final : WorldState {
         LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&epoch), ka::kSpMaxBlocks * sizeof(uint64_t)));
         LOOM_CHECK_CUDA(cudaMemset(epoch, 0, ka::kSpMaxBlocks * sizeof(uint64_t)));
         ll = detail::alloc_zeroed(world, ll_bytes);  // synchronises the device (the memset above included)
+        flags = detail::alloc_zeroed<uint64_t>(world, std::size_t(ka::kSpMaxBlocks) * world.world_size());
     }
     ~SpDecodeState() override {
         cudaFree(epoch);
         for (void* p : retired) cudaFree(p);
         if (part != nullptr) cudaFree(part);
     }
-    void release(World& world) override { world.free(ll); }
+    void release(World& world) override {
+        world.free(ll);
+        world.free(flags);
+    }
 
     // The local split partials, grown outside capture only; smaller buffers are kept (a captured graph may use them).
     float* partials(std::size_t bytes, cudaStream_t stream) {
@@ -55,6 +60,7 @@ struct SpDecodeState final : WorldState {
 
     std::size_t ll_bytes = 0;
     void* ll = nullptr;
+    uint64_t* flags = nullptr;
     uint64_t* epoch = nullptr;
     float* part = nullptr;
     std::size_t part_bytes = 0;
@@ -72,10 +78,11 @@ SpDecodeState& sp_state(World& world, cudaStream_t stream) {
 
 }  // namespace
 
-jit::KernelSpec sp_combine_spec(DType dtype, int head_dim) {
+jit::KernelSpec sp_combine_spec(DType dtype, int head_dim, bool direct) {
     jit::KernelSpec s;
     s.header = "loom/kernels/attention/sp_decode.cuh";
-    s.name = "loom::kernels::attention::sp_decode_combine";
+    s.name =
+        direct ? "loom::kernels::attention::sp_decode_combine_direct" : "loom::kernels::attention::sp_decode_combine";
     s.template_args = {dtype_cuda_name(dtype), std::to_string(head_dim)};
     // A timed-out poll posts to the diagnostic mailbox (decoded into the host's loom::Error) and traps, inline: the
     // out-of-line printing path would make ptxas save the combine loop's registers around its call.
@@ -83,12 +90,59 @@ jit::KernelSpec sp_combine_spec(DType dtype, int head_dim) {
     return s;
 }
 
-// Rows per combine block: spread over up to kSpMaxBlocks blocks, at most what one block's LL region holds.
-int sp_rows_per_block(std::size_t rows, int head_dim) {
-    const int per_row = head_dim / 2 + 1;
-    const int cap = ka::kSpPacketsPerBlock / per_row;
+// Rows per combine block: spread over up to kSpMaxBlocks blocks, at most what one block's region holds (as packets:
+// D / 2 + 1 per row; directly: D + 1 floats per row).
+int sp_rows_per_block(std::size_t rows, int head_dim, bool direct) {
+    const int cap = direct ? ka::kSpRegionFloats / (head_dim + 1) : ka::kSpPacketsPerBlock / (head_dim / 2 + 1);
     const std::size_t want = (rows + ka::kSpMaxBlocks - 1) / ka::kSpMaxBlocks;
     return static_cast<int>(std::clamp<std::size_t>(want, 1, static_cast<std::size_t>(cap)));
+}
+
+void sp_decode_exchange(World& world, const DecodeQuery& q, const KvCache& kv, void* o, float* lse, cudaStream_t stream,
+                        const DecodeOptions& opts, SpExchange exchange) {
+    const detail::NvtxRange nvtx("loom::sp_decode_attention B={} Hq={} Hkv={} D={}", q.batch, q.num_heads,
+                                 kv.num_kv_heads, q.head_dim);
+    const char* op = "sp_decode_attention";
+    LOOM_CHECK(world.world_size() == world.local_world_size() && world.world_size() <= kMaxLocalPeers,
+               "{}: expected a node-local world of at most {} ranks, given {} ranks with {} on this node", op,
+               kMaxLocalPeers, world.world_size(), world.local_world_size());
+    const DecodePlan plan = plan_decode(op, q, kv, o, lse, opts, &world);
+    SpDecodeState& st = sp_state(world, stream);
+    const bool direct =
+        exchange == SpExchange::Direct || (exchange == SpExchange::Auto && plan.rows >= kSpDirectMinRows);
+
+    kernels::attention::DecodeParams p = plan.params;
+    auto* ws = st.partials(plan.workspace_bytes(/*partial=*/true), stream);
+    p.part_o = ws;
+    p.part_lse = ws + plan.rows * p.splits * plan.head_dim;
+    p.o = nullptr;
+    p.lse = nullptr;
+    launch_decode_split(plan, p, stream);
+
+    kernels::attention::SpParams sp{};
+    sp.part_o = p.part_o;
+    sp.part_lse = p.part_lse;
+    sp.o = o;
+    sp.lse = lse;
+    sp.ll = st.ll;
+    sp.flags = st.flags;
+    sp.epoch = st.epoch;
+    sp.rows = static_cast<int32_t>(plan.rows);
+    sp.splits = p.splits;
+    sp.rows_per_block = sp_rows_per_block(plan.rows, plan.head_dim, direct);
+    const jit::Kernel& k = jit::get_kernel(sp_combine_spec(plan.dtype, plan.head_dim, direct));
+    const Ctx ctx = world.ctx();
+    // Rows beyond one launch's regions (kSpMaxBlocks x rows_per_block) take further launches.
+    const std::size_t per_launch = std::size_t(ka::kSpMaxBlocks) * sp.rows_per_block;
+    for (std::size_t row0 = 0; row0 < plan.rows; row0 += per_launch) {
+        const std::size_t n = std::min(per_launch, plan.rows - row0);
+        jit::LaunchConfig cfg;
+        cfg.grid = dim3(static_cast<unsigned>((n + sp.rows_per_block - 1) / sp.rows_per_block));
+        cfg.block = dim3(ka::kSpThreads);
+        cfg.stream = stream;
+        const int32_t r0 = static_cast<int32_t>(row0);
+        k(cfg, ctx, sp, r0);
+    }
 }
 
 }  // namespace loom::attention
@@ -97,46 +151,7 @@ namespace loom {
 
 void sp_decode_attention(World& world, const DecodeQuery& q, const KvCache& kv, void* o, float* lse,
                          cudaStream_t stream, const DecodeOptions& opts) {
-    const detail::NvtxRange nvtx("loom::sp_decode_attention B={} Hq={} Hkv={} D={}", q.batch, q.num_heads,
-                                 kv.num_kv_heads, q.head_dim);
-    const char* op = "sp_decode_attention";
-    LOOM_CHECK(world.world_size() == world.local_world_size() && world.world_size() <= kMaxLocalPeers,
-               "{}: expected a node-local world of at most {} ranks, given {} ranks with {} on this node", op,
-               kMaxLocalPeers, world.world_size(), world.local_world_size());
-    const attention::DecodePlan plan = attention::plan_decode(op, q, kv, o, lse, opts, &world);
-    attention::SpDecodeState& st = attention::sp_state(world, stream);
-
-    kernels::attention::DecodeParams p = plan.params;
-    auto* ws = st.partials(plan.workspace_bytes(/*partial=*/true), stream);
-    p.part_o = ws;
-    p.part_lse = ws + plan.rows * p.splits * plan.head_dim;
-    p.o = nullptr;
-    p.lse = nullptr;
-    attention::launch_decode_split(plan, p, stream);
-
-    kernels::attention::SpParams sp{};
-    sp.part_o = p.part_o;
-    sp.part_lse = p.part_lse;
-    sp.o = o;
-    sp.lse = lse;
-    sp.ll = st.ll;
-    sp.epoch = st.epoch;
-    sp.rows = static_cast<int32_t>(plan.rows);
-    sp.splits = p.splits;
-    sp.rows_per_block = attention::sp_rows_per_block(plan.rows, plan.head_dim);
-    const jit::Kernel& k = jit::get_kernel(attention::sp_combine_spec(plan.dtype, plan.head_dim));
-    const Ctx ctx = world.ctx();
-    // Rows beyond one launch's LL regions (kSpMaxBlocks x rows_per_block) take further launches.
-    const std::size_t per_launch = std::size_t(kernels::attention::kSpMaxBlocks) * sp.rows_per_block;
-    for (std::size_t row0 = 0; row0 < plan.rows; row0 += per_launch) {
-        const std::size_t n = std::min(per_launch, plan.rows - row0);
-        jit::LaunchConfig cfg;
-        cfg.grid = dim3(static_cast<unsigned>((n + sp.rows_per_block - 1) / sp.rows_per_block));
-        cfg.block = dim3(kernels::attention::kSpThreads);
-        cfg.stream = stream;
-        const int32_t r0 = static_cast<int32_t>(row0);
-        k(cfg, ctx, sp, r0);
-    }
+    attention::sp_decode_exchange(world, q, kv, o, lse, stream, opts, attention::SpExchange::Auto);
 }
 
 }  // namespace loom

@@ -17,8 +17,10 @@ inline constexpr int kDecodeMaxHeads = 8;
 // Threads of an SP-decode combine block, and the most blocks one launch may use.
 inline constexpr int kSpThreads = 256;
 inline constexpr int kSpMaxBlocks = 64;
-// Packets one SP-decode block handles per source (the fixed stride of its region of the LL area).
+// Packets one SP-decode block handles per source (the fixed stride of its region of the LL area), and the fp32 values
+// the same region holds in the direct exchange.
 inline constexpr int kSpPacketsPerBlock = 4096;
+inline constexpr int kSpRegionFloats = kSpPacketsPerBlock * 4;
 
 // Block-table slots of decode_split's ring (one int32 per token row of a tile): the entries of a tile are copied
 // `stages` tiles ahead of the tile itself, and the prologue holds 2 stages - 1 tiles' entries at once.
@@ -74,8 +76,10 @@ struct MergeParams {
     int32_t rows, splits;
 };
 
-// SP decode: the local split partials of every row, exchanged as LL16 packets and combined on every rank.
-// A row's packets: D / 2 packets of the merged local O (two fp32 each), then one {lse (log2), 0}.
+// SP decode: the local split partials of every row, exchanged and combined on every rank. As LL16 packets
+// (sp_decode_combine), a row's packets: D / 2 packets of the merged local O (two fp32 each), then one {lse (log2), 0}.
+// Directly (sp_decode_combine_direct), a region holds the rows' merged O ([rows_per_block][D] fp32) and then their
+// LSEs (log2), published by one flag per block and source.
 struct SpParams {
     const float* part_o;    // [rows, splits, D] this rank's split partials
     const float* part_lse;  // [rows, splits]
@@ -83,6 +87,7 @@ struct SpParams {
     float* lse;             // [rows] natural log; null: not written
     void* ll;               // the LL area (symmetric): [parity 2][block kSpMaxBlocks][source W][kSpPacketsPerBlock]
     uint64_t* epoch;        // [kSpMaxBlocks] per-block call counters (this rank's device memory)
+    uint64_t* flags;        // direct: [kSpMaxBlocks][source W] (symmetric) the epoch a source's region is complete at
     int32_t rows, splits;
     int32_t rows_per_block;  // rows [b * rows_per_block, +rows_per_block) go to block b
 };

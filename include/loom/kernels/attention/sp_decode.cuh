@@ -1,4 +1,5 @@
-// Sequence-parallel decode: the combine of every rank's partial (O, LSE), exchanged as low-latency packets.
+// Sequence-parallel decode: the combine of every rank's partial (O, LSE), exchanged as low-latency packets or
+// directly (the host picks by the payload: docs/attention.md).
 //
 //   sp_decode_combine<T, D>   grid = the row blocks (<= kSpMaxBlocks), kSpThreads threads. Block b owns rows
 //                             [row0 + b x rows_per_block, +rows_per_block) (row = batch x num_q_heads + q head) on
@@ -17,6 +18,16 @@
 // block b's packets of launch e - 1 — every block sends at least one packet to every peer per launch (each block
 // has at least one row) — so my block b has finished launch e - 2, the last that read parity p. No barrier, no
 // reset between calls; stream-ordered, so a CUDA graph replays it as is.
+//
+//   sp_decode_combine_direct<T, D>   the same blocks and rows, the same area and epochs, without packets: block b
+//                             merges its rows' split partials into region (e & 1, b, me) of every rank as plain fp32
+//                             (O rows, then the LSEs), then sets flag [b][me] to e on every peer (release); it waits
+//                             (acquire) until every source's flag [b][q] reaches e and combines the regions. Half the
+//                             bytes of the packets, and one flag per block and source instead of one per 8 bytes: the
+//                             form for large payloads (many rows); the packets' for small ones (one hop, no flag
+//                             round trip). The parities are reused as the packets' are: a source sets flag e + 1 of
+//                             block b only in its launch e + 1, after its launch e waited for my flag e, so a flag
+//                             past e (GE) still means that region parity e & 1 holds launch e's data.
 #pragma once
 
 #include "loom/config.hpp"
@@ -24,6 +35,7 @@
 #include "loom/lang/context.cuh"
 #include "loom/lang/ll.cuh"
 #include "loom/lang/rank.cuh"
+#include "loom/lang/signal.cuh"
 #include "loom/lang/spin.cuh"
 #include "loom/ptx/memory.cuh"
 
@@ -111,6 +123,82 @@ __global__ void __launch_bounds__(kSpThreads) sp_decode_combine(Ctx ctx, SpParam
         out[0] = from_float<T>(any ? o0 / sum : 0.f);
         out[1] = from_float<T>(any ? o1 / sum : 0.f);
         if (k == 0 && p.lse != nullptr) p.lse[r] = any ? (mx + log2f(sum)) * kLn2 : neg_inf();
+    }
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(kSpThreads) sp_decode_combine_direct(Ctx ctx, SpParams p, int32_t row0) {
+    constexpr int kChunks = D / 4;  // float4 chunks of a row's O
+    constexpr uint64_t R = kSpRegionFloats;
+    const int W = ctx.local_world, me = ctx.local_rank;
+    const int b = static_cast<int>(blockIdx.x);
+    const int t = static_cast<int>(threadIdx.x);
+    const int r_lo = row0 + b * p.rows_per_block;
+    const int r_hi = r_lo + p.rows_per_block < p.rows ? r_lo + p.rows_per_block : p.rows;
+    const int nrows = r_hi - r_lo;  // >= 1 (the host sizes the grid)
+
+    __shared__ uint64_t s_epoch;
+    if (t == 0) {
+        const uint64_t e = p.epoch[b] + 1;
+        p.epoch[b] = e;
+        s_epoch = e;
+    }
+    __syncthreads();
+    const uint64_t e = s_epoch;
+    float* const region = static_cast<float*>(p.ll) + ((e & 1) * kSpMaxBlocks + b) * static_cast<uint64_t>(W) * R;
+    float* const mine = region + me * R;
+    float* const mine_lse = mine + p.rows_per_block * D;
+
+    // This rank's merged partials of the block's rows into region `me` of every rank (this one included).
+    for (int i = t; i < nrows * kChunks; i += kSpThreads) {
+        const int rr = i / kChunks, c = i % kChunks;
+        const int r = r_lo + rr;
+        float o[4];
+        const float lse2 = merge_splits<4>(p.part_o + static_cast<int64_t>(r) * p.splits * D,
+                                           p.part_lse + static_cast<int64_t>(r) * p.splits, p.splits, D, 4 * c, o);
+        const float4 v = make_float4(o[0], o[1], o[2], o[3]);
+        for (int j = 0; j < W; ++j) {
+            const int peer = ctx.local_base_rank + (me + j) % W;
+            *reinterpret_cast<float4*>(lang::symm_at(ctx, mine + rr * D + 4 * c, peer)) = v;
+            if (c == 0) *lang::symm_at(ctx, mine_lse + rr, peer) = lse2;
+        }
+    }
+    // Publish: the block's writes (the barrier), then flag [b][me] = e on every peer, one thread per peer (release).
+    __syncthreads();
+    if (t >= 1 && t < W) {
+        const int peer = ctx.local_base_rank + (me + t) % W;
+        lang::signal_release(lang::symm_at(ctx, p.flags + b * W + me, peer), e, lang::SignalOp::Set, lang::Scope::Sys);
+        // Every source's flag, one thread per source (acquire); this rank's own region is ordered by the barriers.
+        const int q = (me + t) % W;
+        lang::spin_wait(ctx, "sp_decode_attention: partials flag", p.flags + b * W + q, lang::Cmp::GE, e,
+                        lang::Scope::Sys, ctx.local_base_rank + q);
+    }
+    __syncthreads();
+    // Combine, sources in rank order (online: running max, rescaled sums); L2 reads (__ldcg) of the peers' writes.
+    for (int i = t; i < nrows * kChunks; i += kSpThreads) {
+        const int rr = i / kChunks, c = i % kChunks;
+        const int r = r_lo + rr;
+        float mx = neg_inf(), sum = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 4
+        for (int q = 0; q < W; ++q) {
+            const float* src = region + q * R;
+            const float lse2 = __ldcg(src + p.rows_per_block * D + rr);
+            const float4 v = __ldcg(reinterpret_cast<const float4*>(src + rr * D + 4 * c));
+            const float nmx = fmaxf(mx, lse2);
+            const float ref = nmx == neg_inf() ? 0.f : nmx;
+            const float cs = fast_exp2(mx - ref), w = fast_exp2(lse2 - ref);
+            sum = sum * cs + w;
+            acc[0] = acc[0] * cs + w * v.x;
+            acc[1] = acc[1] * cs + w * v.y;
+            acc[2] = acc[2] * cs + w * v.z;
+            acc[3] = acc[3] * cs + w * v.w;
+            mx = nmx;
+        }
+        const bool any = sum > 0.f;
+        T* out = static_cast<T*>(p.o) + static_cast<int64_t>(r) * D + 4 * c;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) out[k] = from_float<T>(any ? acc[k] / sum : 0.f);
+        if (c == 0 && p.lse != nullptr) p.lse[r] = any ? (mx + log2f(sum)) * kLn2 : neg_inf();
     }
 }
 
