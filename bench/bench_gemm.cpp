@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
     app.add_option("--decode-k", grid.k, "decode grid: K values")->delimiter(',');
     app.add_option("--decode-load-groups", grid.load_groups,
                    "decode grid: also time the chosen config with each of these GemmConfig::load_group values (powers "
-                   "of two; those above the config's stages are left out)")
+                   "of two; those not below the config's stages are left out)")
         ->delimiter(',');
     app.add_option("--decode-sweep", grid.sweep,
                    "decode grid: also time this many of the decode plan's cheapest candidates per shape (its model "

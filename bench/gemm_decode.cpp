@@ -232,7 +232,7 @@ int run_decode_grid(const DecodeGrid& grid, int argc, char** argv) {
                     if (!grid.load_groups.empty() && !cfg.sm80) {
                         std::vector<GemmConfig> cfgs;
                         for (int g : grid.load_groups) {
-                            if (g > cfg.stages || cfg.cluster_m != 1) continue;
+                            if (g >= cfg.stages || cfg.cluster_m != 1) continue;
                             cfgs.push_back(cfg);
                             cfgs.back().load_group = g;
                         }

@@ -309,9 +309,9 @@ TEST(GemmHeuristic, TailPlan) {
     v.cluster_m = 2;
     EXPECT_THROW(loom::gemm_validate_config(v, false), loom::Error);
     v.cluster_m = 1;
-    v.load_group = v.stages;  // load groups: powers of two up to the stages, single CTAs
+    v.load_group = v.stages / 2;  // load groups: powers of two below the stages (4), single CTAs
     EXPECT_NO_THROW(loom::gemm_validate_config(v, false));
-    for (int g : {0, 3, 2 * v.stages}) {
+    for (int g : {0, 3, v.stages}) {
         v.load_group = g;
         EXPECT_THROW(loom::gemm_validate_config(v, false), loom::Error) << g;
     }

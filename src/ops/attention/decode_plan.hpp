@@ -18,7 +18,7 @@ namespace loom::attention {
 inline constexpr int kMaxSplits = 128;
 // The split model's constants (decode_splits).
 inline constexpr int kDecodeBlockOverheadBytes = 32 << 10;
-inline constexpr int kDecodeSaturatingBlocksPerSm = 2;
+inline constexpr int kDecodeSaturatingBlocksPerSm = 1;
 inline constexpr double kDecodeSplitGain = 0.03;  // more splits only for a model gain above this
 // The fewest heads per block the heuristic gives the tensor-core consumers (below: CUDA cores, where 16-row MMAs
 // would be mostly padding).
@@ -42,8 +42,10 @@ std::vector<DecodeConfig> decode_sweep_configs(int head_dim, int heads_per_block
 // Splits of the KV length: the count that minimises a wave model of the launch. base_blocks (batch x kv heads x head
 // chunks) x splits blocks run blocks_per_sm to an SM; a block of a split of `chunk` tokens (a multiple of `tile`)
 // takes chunk + a fixed overhead (the pipeline's fill, kDecodeBlockOverheadBytes of K + V) at the per-block rate of
-// a saturated device while more than kDecodeSaturatingBlocksPerSm x num_sms blocks run, faster with fewer; the fused
-// merge adds splits x heads tokens; a count above the best so far must gain kDecodeSplitGain. Each split holds at
+// a saturated device while more than kDecodeSaturatingBlocksPerSm x num_sms blocks run, faster with fewer (one block
+// saturates its SM: on an H200, B = 1, kv 8K-128K, 32/8 and 96/12 heads, one block per SM was as fast as two of half
+// the tokens or faster, and 176 blocks on 132 SMs 12 % slower than 128: bench-attention decode --sweep --splits); the
+// fused merge adds splits x heads tokens; a count above the best so far must gain kDecodeSplitGain. Each split holds at
 // least one tile; at most kMaxSplits; `requested` > 0 wins.
 int decode_splits(int64_t base_blocks, int64_t max_len, int tile, int head_dim, int heads, int num_sms,
                   int blocks_per_sm, int requested);
