@@ -184,10 +184,6 @@ int main(int argc, char** argv) {
     app.add_option("--decode-m", grid.m, "decode grid: M values")->delimiter(',');
     app.add_option("--decode-n", grid.n, "decode grid: N values")->delimiter(',');
     app.add_option("--decode-k", grid.k, "decode grid: K values")->delimiter(',');
-    app.add_option("--decode-load-groups", grid.load_groups,
-                   "decode grid: also time the chosen config with each of these GemmConfig::load_group values (powers "
-                   "of two; those not below the config's stages are left out)")
-        ->delimiter(',');
     app.add_option("--decode-sweep", grid.sweep,
                    "decode grid: also time this many of the decode plan's cheapest candidates per shape (its model "
                    "against measurement), plus the chosen and the cheapest whole-tile config");

@@ -229,38 +229,6 @@ int run_decode_grid(const DecodeGrid& grid, int argc, char** argv) {
                                 {"baselines", {{"cublaslt", lt_us}}},
                                 {"speedup", {{"cublaslt", ratio}}}});
                     if (grid.sweep > 0) row["candidates"] = time_candidates(A, B, C, cfg, grid.sweep, topts, stream);
-                    if (!grid.load_groups.empty() && !cfg.sm80) {
-                        std::vector<GemmConfig> cfgs;
-                        for (int g : grid.load_groups) {
-                            if (g >= cfg.stages || cfg.cluster_m != 1) continue;
-                            cfgs.push_back(cfg);
-                            cfgs.back().load_group = g;
-                        }
-                        std::vector<GemmOptions> gopts(cfgs.size());
-                        std::vector<std::function<void(cudaStream_t)>> fns;
-                        for (std::size_t i = 0; i < cfgs.size(); ++i) {
-                            gopts[i].config = &cfgs[i];
-                            fns.push_back([&, i](cudaStream_t s) { gemm(A, B, C, gopts[i], s); });
-                        }
-                        fns.push_back([&](cudaStream_t s) { lt.run(a, b, c_ref, s); });
-                        const auto tg = time_ops(fns, stream, topts);
-                        nlohmann::json per = nlohmann::json::object();
-                        std::printf("    load groups:");
-                        for (std::size_t i = 0; i < cfgs.size(); ++i) {
-                            per[std::to_string(cfgs[i].load_group)] = tg[i].median_us;
-                            std::printf("  lg%d %.2f us (%.3f)", cfgs[i].load_group, tg[i].median_us,
-                                        tg.back().median_us / tg[i].median_us);
-                        }
-                        // C holds the last group's result: the same products in the same order as the first call's.
-                        std::vector<uint16_t> grouped(mn);
-                        LOOM_CHECK_CUDA(cudaMemcpy(grouped.data(), c, mn * 2, cudaMemcpyDeviceToHost));
-                        const bool grouped_same = std::memcmp(grouped.data(), first.data(), mn * 2) == 0;
-                        if (!grouped_same) ++sum.failed;
-                        std::printf("  cublaslt %.2f us%s\n", tg.back().median_us,
-                                    grouped_same ? "" : "  FAIL: the grouped loads' result differs");
-                        per["cublaslt"] = tg.back().median_us;
-                        row["load_groups"] = per;
-                    }
                     report.add_row(row);
                 }
                 // What was measured so far, for a run that dies (a shape cuBLASLt has no algorithm for, a trap).

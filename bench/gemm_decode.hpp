@@ -31,7 +31,6 @@ struct DecodeGrid {
     std::string out;       // JSON file, or empty
     int sweep = 0;  // > 0: also time the decode plan's candidates (the this many cheapest by its model, the cheapest
                     // whole-tile one and the chosen one) per shape, into each row's "candidates"
-    std::vector<int> load_groups;  // also time the chosen config with each GemmConfig::load_group, into "load_groups"
 };
 
 // Runs the grid, printing a line per shape as it is timed and a summary per input type; returns the process's exit

@@ -198,27 +198,6 @@ TEST_F(GemmDecode, SplitFixupRowsAtEveryWarp) {
         }
 }
 
-// GemmConfig::load_group: the producer issues k-blocks in groups, each once the ring has room for the whole group.
-// Groups of 2, 4 and 8 (below the stages: the consumers hold their last slot) over whole tiles and split units whose
-// k-block counts are not multiples of the group (K 4104: 65 k-blocks of bf16, 33 of fp8), so every unit ends in a
-// partial group; the results equal the ungrouped plan's.
-TEST_F(GemmDecode, LoadGroups) {
-    uint64_t seed = 9500;
-    for (DType in : {DType::BF16, DType::F8E4M3})
-        for (int64_t m : {1, 17, 64, 100})
-            for (int splits : {1, 3}) {
-                GemmConfig cfg = h200_plan(m, 2056, 4104, in);
-                cfg.tail_splits = splits;
-                if (splits > 1) cfg.grid = kH200Sms;
-                for (int g : {2, 4, 8}) {
-                    if (g >= cfg.stages) continue;
-                    cfg.load_group = g;
-                    SCOPED_TRACE(describe(m, 2056, 4104, in, &cfg));
-                    check(m, 2056, 4104, in, &cfg, seed++);
-                }
-            }
-}
-
 // The H200's decode plans split K where N leaves too few tiles to fill the SMs (the shapes above run split plans).
 TEST_F(GemmDecode, DeepKPlansSplit) {
     for (int64_t m : {1, 16, 64})

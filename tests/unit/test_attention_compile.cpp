@@ -178,24 +178,24 @@ TEST(AttentionPlan, HeadsPerBlockCoverTheGroup) {
 }
 
 TEST(AttentionPlan, SplitsFillWholeWaves) {
-    // decode_splits(base blocks, max_len, tile, head_dim, heads, SMs, blocks per SM, requested).
-    // One sequence, 8 kv heads (group 4), 32K tokens on 132 SMs (2 blocks each fit, one saturates it): 16 splits of
-    // 2048 tokens, 128 blocks, one per SM.
-    EXPECT_EQ(la::decode_splits(8, 32768, 32, 128, 4, 132, 2, 0), 16);
+    // decode_splits(base blocks, max_len, tile, head_dim, heads, SMs, requested).
+    // One sequence, 8 kv heads (group 4), 32K tokens on 132 SMs (one block saturates an SM): 16 splits of 2048
+    // tokens, 128 blocks, one per SM.
+    EXPECT_EQ(la::decode_splits(8, 32768, 32, 128, 4, 132, 0), 16);
     // 16 sequences: 128 blocks already, one split.
-    EXPECT_EQ(la::decode_splits(16 * 8, 32768, 32, 128, 4, 132, 2, 0), 1);
+    EXPECT_EQ(la::decode_splits(16 * 8, 32768, 32, 128, 4, 132, 0), 1);
     // Enough blocks already: one split.
-    EXPECT_EQ(la::decode_splits(64 * 8, 32768, 32, 128, 4, 132, 2, 0), 1);
+    EXPECT_EQ(la::decode_splits(64 * 8, 32768, 32, 128, 4, 132, 0), 1);
     // Every split at least one tile; an empty cache one split.
-    EXPECT_LE(la::decode_splits(8, 100, 32, 128, 4, 132, 2, 0), 4);
-    EXPECT_EQ(la::decode_splits(8, 0, 32, 128, 4, 132, 2, 0), 1);
+    EXPECT_LE(la::decode_splits(8, 100, 32, 128, 4, 132, 0), 4);
+    EXPECT_EQ(la::decode_splits(8, 0, 32, 128, 4, 132, 0), 1);
     // Capped, and the request wins.
-    EXPECT_LE(la::decode_splits(1, 1 << 30, 32, 128, 4, 1000, 2, 0), la::kMaxSplits);
-    EXPECT_EQ(la::decode_splits(8, 1000, 32, 128, 4, 132, 2, 7), 7);
+    EXPECT_LE(la::decode_splits(1, 1 << 30, 32, 128, 4, 1000, 0), la::kMaxSplits);
+    EXPECT_EQ(la::decode_splits(8, 1000, 32, 128, 4, 132, 7), 7);
     // Fewer blocks than SMs are split to occupy at least 90 % of the SMs.
     for (int64_t base : {8, 12, 96, 128, 256, 768})
         for (int64_t len : {8192, 32768, 131072}) {
-            const int s = la::decode_splits(base, len, 32, 128, 8, 132, 2, 0);
+            const int s = la::decode_splits(base, len, 32, 128, 8, 132, 0);
             EXPECT_GE(s, 1);
             EXPECT_LE(s, la::kMaxSplits);
             if (base < 132) {

@@ -309,17 +309,6 @@ TEST(GemmHeuristic, TailPlan) {
     v.cluster_m = 2;
     EXPECT_THROW(loom::gemm_validate_config(v, false), loom::Error);
     v.cluster_m = 1;
-    v.load_group = v.stages / 2;  // load groups: powers of two below the stages (4), single CTAs
-    EXPECT_NO_THROW(loom::gemm_validate_config(v, false));
-    for (int g : {0, 3, v.stages}) {
-        v.load_group = g;
-        EXPECT_THROW(loom::gemm_validate_config(v, false), loom::Error) << g;
-    }
-    v.load_group = 2;
-    v.cluster_m = 2;
-    EXPECT_THROW(loom::gemm_validate_config(v, false), loom::Error);
-    v.cluster_m = 1;
-    v.load_group = 1;
     EXPECT_THROW(loom::gemm_kernel_spec(v, DType::BF16, DType::BF16, DType::F32, false,
                                         "loom::kernels::overlap::TileNotifyHooks", "loom/kernels/overlap/gemm_rs.cuh"),
                  loom::Error);

@@ -45,8 +45,6 @@ struct GemmConfig {
     int grid = 0;           // persistent CTAs; 0 = min(#tiles, #SMs) rounded to whole clusters
     int tail_splits = 1;    // split-K tail: >= 2 splits the tiles after the full waves that many ways along K
                             // (cluster_m 1 only; capped at the k-blocks); 1: every tile whole
-    int load_group = 1;     // Hopper, cluster_m 1: the producer issues k-blocks in groups of this many (a power of
-                            // two below stages), each once the ring has room for all (decode GEMMs: longer runs)
     bool tma_store = true;  // epilogue through shared memory + TMA stores; needs beta == 0 (gemm() clears it)
     bool sm80 = false;      // use the mma.sync kernel
     int consumers() const { return block_m / 64; }

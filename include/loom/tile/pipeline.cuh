@@ -112,14 +112,6 @@ struct TmaPipeline {
         return &full[st.stage];
     }
 
-    // Producer: wait until the slot `ahead` (< STAGES) past st is free, announcing nothing. The consumers free the
-    // slots in order, so then the ahead + 1 slots from st are all free (producer_acquire finds them so).
-    LOOM_DEVICE LOOM_FORCEINLINE void producer_wait_empty_ahead(const PipelineState<STAGES>& st, uint32_t ahead) {
-        uint32_t stage = st.stage + ahead, phase = st.phase;
-        if (stage >= STAGES) stage -= STAGES, phase ^= 1;
-        mbarrier_wait(&empty[stage], phase ^ 1, "pipeline empty");
-    }
-
     // Consumer (every thread that reads the slot): wait until its TMA bytes have landed.
     LOOM_DEVICE LOOM_FORCEINLINE void consumer_wait(const PipelineState<STAGES>& st,
                                                     long long bound_cycles = kMbarrierTimeoutCycles) {

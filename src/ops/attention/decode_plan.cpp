@@ -175,14 +175,12 @@ std::vector<DecodeConfig> decode_sweep_configs(int head_dim, int heads_per_block
     return out;
 }
 
-int decode_splits(int64_t base_blocks, int64_t max_len, int tile, int head_dim, int heads, int num_sms,
-                  int blocks_per_sm, int requested) {
+int decode_splits(int64_t base_blocks, int64_t max_len, int tile, int head_dim, int heads, int num_sms, int requested) {
     if (requested > 0) return std::clamp(requested, 1, kMaxSplits);
     if (max_len <= 0) return 1;
     tile = std::max(tile, 1);
     const int64_t max_s = std::min<int64_t>(kMaxSplits, ceil_div(max_len, tile));
-    const int64_t slots = int64_t(std::max(num_sms, 1)) * std::max(blocks_per_sm, 1);
-    const double saturating = double(std::max(num_sms, 1)) * kDecodeSaturatingBlocksPerSm;
+    const int64_t sms = std::max(num_sms, 1);
     const double overhead = double(kDecodeBlockOverheadBytes) / (4.0 * head_dim);  // tokens of K + V
     int best = 1;
     double best_cost = 0;
@@ -190,10 +188,8 @@ int decode_splits(int64_t base_blocks, int64_t max_len, int tile, int head_dim, 
         const int64_t chunk = ceil_div(ceil_div(max_len, s), tile) * tile;
         const int64_t used = ceil_div(max_len, chunk);
         if (used != s) continue;  // the same split as a smaller count
-        const int64_t total = base_blocks * s, full = total / slots, rest = total % slots;
-        const double block = double(chunk) + overhead;
-        double cost = double(full) * block * std::max(1.0, double(slots) / saturating);
-        if (rest > 0) cost += block * std::max(1.0, double(rest) / saturating);
+        // The busiest SM's blocks, one after the other.
+        double cost = double(ceil_div(base_blocks * s, sms)) * (double(chunk) + overhead);
         if (s > 1) cost += double(s) * heads;  // the fused merge's reads
         if (s == 1 || cost < best_cost * (1.0 - kDecodeSplitGain)) {
             best = static_cast<int>(s);
@@ -258,16 +254,14 @@ DecodePlan plan_decode(const char* op, const DecodeQuery& q, const KvCache& kv, 
     plan.smem_bytes = ka::decode_split_smem_bytes(q.head_dim, plan.heads_per_block, plan.config.stages, tile);
     const int64_t blocks = int64_t(q.batch) * kv.num_kv_heads * plan.head_chunks;
     const int requested = plan.config.splits > 0 ? plan.config.splits : opts.num_splits;
-    int blocks_per_sm = 1;
     if (requested == 0) {
         const jit::Kernel& k =
             jit::get_kernel(decode_split_spec(q.dtype, q.head_dim, plan.heads_per_block, plan.config));
-        blocks_per_sm = k.max_blocks_per_sm(128 * plan.config.head_split, std::size_t(plan.smem_bytes));
-        LOOM_CHECK(blocks_per_sm >= 1, "{}: the decode kernel {} does not fit on an SM ({} bytes of shared memory)", op,
-                   plan.config.str(), plan.smem_bytes);
+        LOOM_CHECK(k.max_blocks_per_sm(128 * plan.config.head_split, std::size_t(plan.smem_bytes)) >= 1,
+                   "{}: the decode kernel {} does not fit on an SM ({} bytes of shared memory)", op, plan.config.str(),
+                   plan.smem_bytes);
     }
-    int splits =
-        decode_splits(blocks, max_len, tile, q.head_dim, plan.heads_per_block, dev.num_sms, blocks_per_sm, requested);
+    int splits = decode_splits(blocks, max_len, tile, q.head_dim, plan.heads_per_block, dev.num_sms, requested);
     int64_t chunk = max_len > 0 ? ceil_div(ceil_div(max_len, splits), tile) * tile : tile;
     splits = static_cast<int>(std::max<int64_t>(1, ceil_div(max_len, chunk)));
     plan.config.splits = splits;

@@ -18,7 +18,6 @@ namespace loom::attention {
 inline constexpr int kMaxSplits = 128;
 // The split model's constants (decode_splits).
 inline constexpr int kDecodeBlockOverheadBytes = 32 << 10;
-inline constexpr int kDecodeSaturatingBlocksPerSm = 1;
 inline constexpr double kDecodeSplitGain = 0.03;  // more splits only for a model gain above this
 // The fewest heads per block the heuristic gives the tensor-core consumers (below: CUDA cores, where 16-row MMAs
 // would be mostly padding).
@@ -39,16 +38,15 @@ void check_decode_config(const char* op, const DecodeConfig& c, int head_dim, in
 // Every shape bench-attention's sweep times for head_dim / heads per block (the heuristic's among them).
 std::vector<DecodeConfig> decode_sweep_configs(int head_dim, int heads_per_block, int smem_per_block);
 
-// Splits of the KV length: the count that minimises a wave model of the launch. base_blocks (batch x kv heads x head
-// chunks) x splits blocks run blocks_per_sm to an SM; a block of a split of `chunk` tokens (a multiple of `tile`)
-// takes chunk + a fixed overhead (the pipeline's fill, kDecodeBlockOverheadBytes of K + V) at the per-block rate of
-// a saturated device while more than kDecodeSaturatingBlocksPerSm x num_sms blocks run, faster with fewer (one block
-// saturates its SM: on an H200, B = 1, kv 8K-128K, 32/8 and 96/12 heads, one block per SM was as fast as two of half
-// the tokens or faster, and 176 blocks on 132 SMs 12 % slower than 128: bench-attention decode --sweep --splits); the
-// fused merge adds splits x heads tokens; a count above the best so far must gain kDecodeSplitGain. Each split holds at
-// least one tile; at most kMaxSplits; `requested` > 0 wins.
-int decode_splits(int64_t base_blocks, int64_t max_len, int tile, int head_dim, int heads, int num_sms,
-                  int blocks_per_sm, int requested);
+// Splits of the KV length: the count that minimises a model of the launch. base_blocks (batch x kv heads x head
+// chunks) x splits blocks spread over num_sms SMs; one block saturates its SM, so the busiest SM runs its
+// ceil(blocks / num_sms) blocks one after the other, each its chunk (a multiple of `tile`) plus a fixed overhead (the
+// pipeline's fill, kDecodeBlockOverheadBytes of K + V); the fused merge adds splits x heads tokens; a count above the
+// best so far must gain kDecodeSplitGain. Each split holds at least one tile; at most kMaxSplits; `requested` > 0
+// wins. Measured on an H200 (bench-attention decode --sweep --splits, batch 1 / 4 / 16, kv 8K / 128K, 32/8 and 96/12
+// heads): its picks within 8 % of the fastest count in each of the 12 cases (geometric mean 2 %), where counting two
+// resident blocks of an SM as faster than one (a device-wide, fluid wave model) was up to 15 % off at batch 1.
+int decode_splits(int64_t base_blocks, int64_t max_len, int tile, int head_dim, int heads, int num_sms, int requested);
 
 struct DecodePlan {
     kernels::attention::DecodeParams params{};  // workspace pointers (part_o, part_lse, merge_counters) left null

@@ -16,10 +16,9 @@ namespace loom {
 
 std::string GemmConfig::str() const {
     if (sm80) return "sm80 128x128x32 st4 (mma.sync)";
-    return fmt::format("sm90 {}x{}x{} st{} wg{} cluster{} g{} grid{}{}{}{}", block_m, block_n, block_k, stages,
+    return fmt::format("sm90 {}x{}x{} st{} wg{} cluster{} g{} grid{}{}{}", block_m, block_n, block_k, stages,
                        consumers(), cluster_m, group_m, grid,
-                       tail_splits > 1 ? fmt::format(" tail{}", tail_splits) : "",
-                       load_group > 1 ? fmt::format(" lg{}", load_group) : "", tma_store ? "" : " direct-store");
+                       tail_splits > 1 ? fmt::format(" tail{}", tail_splits) : "", tma_store ? "" : " direct-store");
 }
 
 void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o, cudaStream_t stream) {

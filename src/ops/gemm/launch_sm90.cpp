@@ -98,7 +98,6 @@ GemmSm90Launch gemm_sm90_launch(const MatrixView& a, const MatrixView& b, const 
         make_tma_2d(c, kernels::kGemmStoreBoxRows, kernels::gemm_store_box_cols(static_cast<int>(dtype_size(c.dtype))));
     l.args = detail::gemm_whole_tile_args(c, m, n, k, o);
     l.args.a_box_rows = a_box_rows < cfg.block_m ? a_box_rows : 0;
-    l.args.load_group = cfg.load_group;
     l.args.grid =
         tile::FastTileGrid::of(tile::scheduler_grid(m, n, cfg.block_m, cfg.block_n, cfg.cluster_m, cfg.group_m));
     const int64_t grid = cfg.grid > 0 ? cfg.grid : gemm_sm90_grid(m, n, cfg, num_sms);

@@ -82,16 +82,9 @@ bool& detail::gemm_tuning_suppressed() {
 }
 
 std::string gemm_config_to_json(const GemmConfig& c) {
-    return json{{"block_m", c.block_m},
-                {"block_n", c.block_n},
-                {"block_k", c.block_k},
-                {"stages", c.stages},
-                {"cluster_m", c.cluster_m},
-                {"group_m", c.group_m},
-                {"grid", c.grid},
-                {"tail_splits", c.tail_splits},
-                {"load_group", c.load_group},
-                {"tma_store", c.tma_store},
+    return json{{"block_m", c.block_m}, {"block_n", c.block_n},         {"block_k", c.block_k},
+                {"stages", c.stages},   {"cluster_m", c.cluster_m},     {"group_m", c.group_m},
+                {"grid", c.grid},       {"tail_splits", c.tail_splits}, {"tma_store", c.tma_store},
                 {"sm80", c.sm80}}
         .dump();
 }
@@ -108,7 +101,6 @@ GemmConfig gemm_config_from_json(const std::string& text) {
         c.group_m = j.at("group_m").get<int>();
         c.grid = j.at("grid").get<int>();
         c.tail_splits = j.at("tail_splits").get<int>();
-        c.load_group = j.value("load_group", 1);
         c.tma_store = j.at("tma_store").get<bool>();
         c.sm80 = j.at("sm80").get<bool>();
         return c;

@@ -39,11 +39,6 @@ void gemm_validate_config(const GemmConfig& c, bool b_kn, DType in) {
     LOOM_CHECK(c.tail_splits >= 1 && c.tail_splits <= kGemmMaxTailSplits,
                "gemm config: expected tail_splits in [1, {}] (1: no split tail), given {}", kGemmMaxTailSplits,
                c.tail_splits);
-    LOOM_CHECK(c.load_group >= 1 && c.load_group < c.stages && (c.load_group & (c.load_group - 1)) == 0 &&
-                   (c.load_group == 1 || c.cluster_m == 1),
-               "gemm config: expected load_group a power of two below stages {} (1 with cluster_m 2), given {} with "
-               "cluster_m {}",
-               c.stages, c.load_group, c.cluster_m);
     LOOM_CHECK(c.tail_splits == 1 || c.cluster_m == 1,
                "gemm config: the split tail needs cluster_m 1, given tail_splits {} with cluster_m {}", c.tail_splits,
                c.cluster_m);

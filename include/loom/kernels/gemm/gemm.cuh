@@ -229,18 +229,15 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     constexpr uint32_t kBBytes = tile::swizzled_box_bytes(BLOCK_N);  // (BLOCK_N, kBlockK)
     // Copies of the tile through the ring (tile::AccRingCopies; below) give the producer thread more to hold.
     constexpr bool kAccRing = tile::AccRingCopies<Hooks>;
-    constexpr int kProducerMinRegs = kAccRing ? 56 : 40;
+    constexpr int kProducerRegs = kAccRing ? 56 : 40;
     // setmaxnreg moves registers between the roles inside the CTA's launch allocation (the launch bound's registers
     // per thread, a multiple of 8: 168 for 384 threads, 128 for 512): a consumer's setmaxnreg.inc waits until the
     // producer's dec freed enough, so asking for more than the allocation hangs the consumers (it did, with 64 + 2 x
     // 224). ptxas fits each role's code in its budget: the ring-copy kernels need 56 for the producer's waits and
-    // copies (40 spilled) and 224 for the fp32-output consumers' adds (216 spilled). The producer takes what the
-    // consumers' budget leaves, up to 56: 56 with one or three consumer warpgroups, 40 with two.
+    // copies (40 spilled) and 224 for the fp32-output consumers' adds (216 spilled).
     constexpr auto at_most = [](int v, int cap) { return v < cap ? v : cap; };
     constexpr int kLaunchRegs = at_most(65536 / (128 * (kConsumers + 1)) / 8 * 8, 248);
-    constexpr int kConsumerRegs =
-        at_most(((kConsumers + 1) * kLaunchRegs - kProducerMinRegs) / kConsumers / 8 * 8, 240);
-    constexpr int kProducerRegs = at_most((kConsumers + 1) * kLaunchRegs - kConsumers * kConsumerRegs, 56) / 8 * 8;
+    constexpr int kConsumerRegs = at_most(((kConsumers + 1) * kLaunchRegs - kProducerRegs) / kConsumers / 8 * 8, 240);
     static_assert(kProducerRegs + kConsumers * kConsumerRegs <= (kConsumers + 1) * kLaunchRegs,
                   "setmaxnreg within the CTA's launch allocation");
     // TMA-store epilogue: slabs 128 bytes wide (kStoreCols elements of TOut); 16 rows per warp, 64 per warpgroup with
@@ -349,13 +346,6 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                 const uint32_t a_bytes =
                     map_a == &tmap_a && args.a_box_rows > 0 ? static_cast<uint32_t>(args.a_box_rows) * 128u : kABytes;
                 for (int kb = 0; kb < w.kb_count; ++kb) {
-                    // GemmArgs::load_group: the group's k-blocks are issued together, once the ring has room for all
-                    // (for a unit's last, partial group: room for a whole one, which older loads free anyway). Single
-                    // CTAs only (the clustered producer has no registers to spare for it: GemmConfig::load_group).
-                    if constexpr (CLUSTER_M == 1) {
-                        if (args.load_group > 1 && (kb & (args.load_group - 1)) == 0)
-                            pipe->producer_wait_empty_ahead(st, args.load_group - 1);
-                    }
                     // Expect the whole B tile: our half and the peer's multicast half both land here.
                     uint64_t* full = pipe->producer_acquire(st, a_bytes + kBBytes);
                     const int k0 = (w.kb_begin + kb) * kBlockK;

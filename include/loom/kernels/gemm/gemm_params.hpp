@@ -40,11 +40,6 @@ struct GemmArgs {
     const float* scale_b = nullptr;
     // The Hopper kernel's tile grid (tile::scheduler_grid of m, n and the config) with its grouped order's divisors.
     tile::FastTileGrid grid{};
-    // The producer issues the k-blocks in groups of this many (a power of two below stages: the consumers hold their
-    // last slot until the next one is full; cluster_m 1), each once the ring has room for the
-    // whole group: the loads of a group read each row of A and B as one run of load_group x 128 bytes, which the
-    // memory serves faster than as single 128-byte pieces spread over time (a decode GEMM streams B from HBM).
-    int32_t load_group = 1;
 };
 // The kernels take GemmArgs by value. Past 128 bytes the compiler passes it otherwise and the 128 x 256 kernels with
 // an affine epilogue spill 400-600 bytes (tests/unit/test_gemm_compile.cpp checks for spills).
