@@ -147,6 +147,14 @@ def ll_move_us(p, t, name, nbytes):
     return max(move, payload / bytes_per_us(p["gpu"]["ll_GBps"]))
 
 
+def plain_move_us(p, t, name, nbytes):
+    """Plain stores of the data (no flag words), polled by one flag per block: the bottleneck's bytes at its rate (the
+    ranks' HBM traffic when they share a GPU, else each rank's NVLink)."""
+    if t.shared:
+        return shared_traffic(name, t.ranks, nbytes) / traffic_rate(p, t.ranks)
+    return _link_bytes(name, t, nbytes) / nvlink_rate(p)
+
+
 def _ll_us(p, t, name, nbytes):
     """LL: one launch, no barrier."""
     return alpha(p, t) + ll_move_us(p, t, name, nbytes)

@@ -195,23 +195,27 @@ def ep_normal_bottleneck_GBps(p, t):
     return (comm.ib_rate(p) if t.nodes > 1 else comm.nvlink_rate(p)) / 1e3
 
 
-# The SP combine's LL regions (include/loom/kernels/attention/decode_params.hpp): blocks per launch, packets per block.
-SP_MAX_BLOCKS, SP_PACKETS_PER_BLOCK = 64, 4096
+# The SP combine's regions (include/loom/kernels/attention/decode_params.hpp): blocks per launch, packets per block
+# (4 floats each in the direct exchange), and the rows from which Auto exchanges directly (src/ops/attention/
+# decode_plan.hpp: kSpDirectMinRows).
+SP_MAX_BLOCKS, SP_PACKETS_PER_BLOCK, SP_DIRECT_MIN_ROWS = 64, 4096, 256
 
 
-def sp_combine_launches(rows, d):
-    """Launches of the combine (src/ops/attention/sp_decode.cpp): a row is D / 2 + 1 LL packets; a block takes up
-    to SP_PACKETS_PER_BLOCK packets of rows, a launch SP_MAX_BLOCKS blocks; rows beyond take further launches."""
-    per_row = d // 2 + 1
-    rows_per_block = max(1, min(math.ceil(rows / SP_MAX_BLOCKS), SP_PACKETS_PER_BLOCK // per_row))
+def sp_combine_launches(rows, d, direct=False):
+    """Launches of the combine (src/ops/attention/sp_decode.cpp): a row is D / 2 + 1 LL packets (direct: D + 1
+    floats); a block takes up to one region of rows, a launch SP_MAX_BLOCKS blocks; rows beyond take further
+    launches."""
+    cap = 4 * SP_PACKETS_PER_BLOCK // (d + 1) if direct else SP_PACKETS_PER_BLOCK // (d // 2 + 1)
+    rows_per_block = max(1, min(math.ceil(rows / SP_MAX_BLOCKS), cap))
     return math.ceil(rows / (SP_MAX_BLOCKS * rows_per_block))
 
 
 def sp_decode(p, t, batch, kv_len, hq, hkv, d):
     """Sequence-parallel decode: each rank attends over kv_len / ranks of the cache (reading its K and V at the
     measured decode rate, gpu.decode_GBps, plus gpu.decode_fixed_us; ranks sharing a GPU read theirs at once), then
-    one combine launch per SP_MAX_BLOCKS blocks of rows all-gathers every row's partial output and log-sum-exp
-    (B x Hq rows of D / 2 + 1 eight-byte LL packets) as LL packets (no barrier) and merges them.
+    one combine launch per SP_MAX_BLOCKS blocks of rows all-gathers every row's partial output and log-sum-exp and
+    merges them (no barrier): as LL packets (B x Hq rows of D / 2 + 1 eight-byte packets) below SP_DIRECT_MIN_ROWS
+    rows, else directly (D + 1 floats per row, then one flag per block and source: a signal hop).
     Sequential baseline: one GPU decoding the whole cache."""
     _check("sp_decode", batch=batch, kv_len=kv_len, hq=hq, hkv=hkv, d=d)
     rate = comm.bytes_per_us(p["gpu"]["decode_GBps"])
@@ -223,7 +227,11 @@ def sp_decode(p, t, batch, kv_len, hq, hkv, d):
     local += fixed
     rows = batch * hq
     c = 0.0
-    if t.ranks > 1:
+    if t.ranks > 1 and rows >= SP_DIRECT_MIN_ROWS:
+        gathered = rows * (d + 1) * 4 * t.ranks
+        c = sp_combine_launches(rows, d, True) * (comm.alpha(p, t) + comm.barrier_us(p, t)) + comm.plain_move_us(
+            p, t, "all_gather", gathered)
+    elif t.ranks > 1:
         gathered = rows * (d // 2 + 1) * 8 * t.ranks
         c = sp_combine_launches(rows, d) * comm.alpha(p, t) + comm.ll_move_us(p, t, "all_gather", gathered)
     ovl = local + c

@@ -85,7 +85,7 @@ def measured_table(p=None):
             rows.append({"op": op, "where": repr(t), "shape": r["size"], "measured": r["loom_us"], "predicted": pred,
                          "error": pred / r["loom_us"] - 1})
     for r in _perf("sp_decode_attention"):
-        t = Topology(shared_ranks=4)
+        t = Topology(shared_ranks=r.get("ranks", 4))
         pred = ops.sp_decode(p, t, r["batch"], r["kv_len"], r["hq"], r["hkv"], r["d"])["overlapped_us"]
         rows.append({"op": "sp_decode", "where": repr(t), "shape": r["shape"], "measured": r["loom_us"],
                      "predicted": pred, "error": pred / r["loom_us"] - 1})
