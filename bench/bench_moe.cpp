@@ -5,7 +5,8 @@
 // events, median). Rows: docs/perf schema (shape fields, loom_us, baselines, speedup); bench/moe_torch_grouped.py times
 // torch._grouped_mm on the same shapes for the same file (docs/perf/grouped_gemm.json). Each row also times Loom with
 // the register-store epilogue (the heuristic's config with tma_store = false and the stages that then fit), as
-// loom_register_store_us: the staged epilogue's gain, shape by shape, in the same run.
+// loom_register_store_us: the staged epilogue's gain, shape by shape, in the same run. --sweep also prints, at 8192
+// uniform tokens, tile widths 256 / 192 / 128 x raster groups 2 ... 32 and the dense loom::gemm of the same M x N x K.
 //
 //     build/bench/bench-moe grouped --out grouped_gemm.json
 //
@@ -181,7 +182,7 @@ int grouped_fp8_blocks(const std::string& out, int iters, int argc, char** argv)
     return 0;
 }
 
-int grouped(const std::string& out, int iters, int argc, char** argv) {
+int grouped(const std::string& out, int iters, bool sweep, int argc, char** argv) {
     const std::vector<Model> models = {{"Mixtral-8x7B", 14336, 4096, 8, 2},
                                        {"Mixtral-8x22B", 16384, 6144, 8, 2},
                                        {"Qwen1.5-MoE", 1408, 2048, 60, 4},
@@ -288,6 +289,42 @@ int grouped(const std::string& out, int iters, int argc, char** argv) {
                 std::printf("%-14s %6d %-8s %9.1f %9.1f %9.1f %9.1f %8.3f  diff %.2g (reg %.2g)\n", m.name, tokens,
                             rname, loom_us, reg_us, cublas_us, flops / loom_us / 1e6, cublas_us / loom_us, diff,
                             reg_diff);
+                if (sweep && tokens == 8192 && !skewed) {
+                    // Tile widths x raster groups against the heuristic, and the dense GEMM of the same M x N x K
+                    // (every row against expert 0's weights) as the rate the Hopper kernel reaches without groups.
+                    std::vector<loom::GemmConfig> cfgs;
+                    for (int bn : {256, 192, 128})
+                        for (int gm : {2, 4, 8, 16, 32}) {
+                            loom::GemmConfig c2 =
+                                loom::moe::grouped_gemm_heuristic(rows, m.n, m.k, m.e, false, loom::MoeActivation::None,
+                                                                  loom::DType::BF16, 10 * major + minor, num_sms);
+                            if (c2.sm80) continue;
+                            c2.block_n = bn;
+                            c2.group_m = gm;
+                            c2.stages = 2;
+                            while (c2.stages < 12 && loom::kernels::moe::grouped_gemm_sm90_smem_bytes(
+                                                         c2.block_m, c2.block_n, c2.stages + 1, m.e, c2.tma_store) <=
+                                                         loom::kernels::kGemmSm90MaxSmem)
+                                ++c2.stages;
+                            cfgs.push_back(c2);
+                        }
+                    std::vector<loom::GroupedGemmOptions> sopts(cfgs.size());
+                    std::vector<std::function<void(cudaStream_t)>> fns{run_loom};
+                    for (std::size_t i = 0; i < cfgs.size(); ++i) {
+                        sopts[i].config = &cfgs[i];
+                        fns.push_back([&, i](cudaStream_t s) {
+                            loom::grouped_gemm(A, B, m.e, C, static_cast<const int32_t*>(off), m.e, s, sopts[i]);
+                        });
+                    }
+                    const loom::MatrixView B0{b, loom::DType::BF16, m.n, m.k, 0};
+                    fns.push_back([&](cudaStream_t s) { loom::gemm(A, B0, C, {}, s); });
+                    const auto tsw = loom::bench::time_ops(fns, stream, topts);
+                    std::printf("  sweep: heuristic %.1f us; dense gemm %.1f us (%.0f TFLOP/s)\n", tsw[0].median_us,
+                                tsw.back().median_us, flops / tsw.back().median_us / 1e6);
+                    for (std::size_t i = 0; i < cfgs.size(); ++i)
+                        std::printf("    %-44s %9.1f us %6.0f TFLOP/s\n", cfgs[i].str().c_str(), tsw[i + 1].median_us,
+                                    flops / tsw[i + 1].median_us / 1e6);
+                }
                 report.add_row({{"shape", fmt::format("{} E={} N={} K={} tokens={} top{} {} bf16", m.name, m.e, m.n,
                                                       m.k, tokens, m.topk, rname)},
                                 {"model", m.name},
@@ -561,7 +598,7 @@ int tp(const std::string& out_dir, int iters, bool quick, const std::string& onl
 int main(int argc, char** argv) {
     std::string mode = "grouped", out, only_op;
     int iters = 30, only_tokens = 0, comm_sms = 0;
-    bool quick = false;
+    bool quick = false, sweep = false;
     CLI::App app{
         "bench-moe: Loom's MoE ops (grouped: loom::grouped_gemm against cuBLAS's grouped GEMM; grouped-fp8: fp8 with "
         "128-block scales against bf16; tp: ag_moe / moe_rs / "
@@ -572,6 +609,9 @@ int main(int argc, char** argv) {
     app.add_option("--out", out, "grouped: output file (default: print only); tp: output folder (moe.json)");
     app.add_option("--iters", iters, "timed runs per shape (tp: 10 unless given)")->check(CLI::PositiveNumber);
     app.add_flag("--quick", quick, "tp: two models only (Mixtral-8x7B, Qwen3-30B-A3B)");
+    app.add_flag("--sweep", sweep,
+                 "grouped: at 8192 uniform tokens also time tile widths x raster groups and the dense GEMM of the "
+                 "same size");
     app.add_option("--op", only_op, "tp: time this op only (with its parts)")
         ->check(CLI::IsMember({"ag_moe", "moe_rs", "moe_ar"}));
     app.add_option("--tokens", only_tokens, "tp: these total tokens only")->check(CLI::IsMember({128, 8192}));
@@ -582,5 +622,5 @@ int main(int argc, char** argv) {
     if (mode == "tp")
         return tp(out, app.count("--iters") ? iters : 10, quick, only_op, only_tokens, comm_sms, argc, argv);
     if (mode == "grouped-fp8") return grouped_fp8_blocks(out, iters, argc, argv);
-    return grouped(out, iters, argc, argv);
+    return grouped(out, iters, sweep, argc, argv);
 }
