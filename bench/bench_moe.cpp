@@ -178,7 +178,12 @@ int grouped_fp8_blocks(const std::string& out, int iters, int argc, char** argv)
             }
         }
     }
-    report.write(out.empty() ? "/dev/stdout" : out);
+    // Without --out the report goes to stdout as text: writing "/dev/stdout" as a file truncates a redirected log.
+    if (out.empty()) {
+        std::printf("%s\n", report.to_json().dump(1).c_str());
+    } else {
+        report.write(out);
+    }
     return 0;
 }
 
@@ -348,7 +353,12 @@ int grouped(const std::string& out, int iters, bool sweep, int argc, char** argv
         }
     }
     cublasDestroy(handle);
-    report.write(out.empty() ? "/dev/stdout" : out);
+    // Without --out the report goes to stdout as text: writing "/dev/stdout" as a file truncates a redirected log.
+    if (out.empty()) {
+        std::printf("%s\n", report.to_json().dump(1).c_str());
+    } else {
+        report.write(out);
+    }
     return 0;
 }
 
