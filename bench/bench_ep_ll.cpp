@@ -307,9 +307,7 @@ int main(int argc, char** argv) {
                 baselines["floor"].get<double>(), bytes / 1e6, peer_gbps, launch_us);
         report.add_row(row);
     }
-    // Without --out the report goes to stdout as text: writing "/dev/stdout" as a file truncates a redirected log.
-    if (me == 0 && out.empty()) std::printf("%s\n", report.to_json().dump(1).c_str());
-    if (me == 0 && !out.empty()) report.write(out + "/" + op_name + ".json", false);
+    if (me == 0) report.write(out.empty() ? "" : out + "/" + op_name + ".json", false);  // empty: printed
 
     LOOM_CHECK_CUDA(cudaDeviceSynchronize());
     if (nv_dispatch || loom::nvshmem::initialized()) {

@@ -41,7 +41,6 @@
 #include "cublaslt.hpp"
 #include "harness.hpp"
 #include "loom/bf16.hpp"
-#include "loom/kernels/gemm/gemm_params.hpp"
 #include "loom/ops/collectives.hpp"
 #include "loom/ops/moe.hpp"
 #include "loom/runtime/error.hpp"
@@ -178,12 +177,7 @@ int grouped_fp8_blocks(const std::string& out, int iters, int argc, char** argv)
             }
         }
     }
-    // Without --out the report goes to stdout as text: writing "/dev/stdout" as a file truncates a redirected log.
-    if (out.empty()) {
-        std::printf("%s\n", report.to_json().dump(1).c_str());
-    } else {
-        report.write(out);
-    }
+    report.write(out);  // empty: printed
     return 0;
 }
 
@@ -270,10 +264,7 @@ int grouped(const std::string& out, int iters, bool sweep, int argc, char** argv
                                                       loom::DType::BF16, 10 * major + minor, num_sms);
                 if (!reg.sm80) {
                     reg.tma_store = false;
-                    while (reg.stages < 12 &&
-                           loom::kernels::moe::grouped_gemm_sm90_smem_bytes(
-                               reg.block_m, reg.block_n, reg.stages + 1, m.e, false) <= loom::kernels::kGemmSm90MaxSmem)
-                        ++reg.stages;
+                    reg.stages = loom::moe::grouped_gemm_fitting_stages(reg.block_m, reg.block_n, m.e, false);
                 }
                 loom::GroupedGemmOptions reg_opts;
                 reg_opts.config = &reg;
@@ -306,11 +297,7 @@ int grouped(const std::string& out, int iters, bool sweep, int argc, char** argv
                             if (c2.sm80) continue;
                             c2.block_n = bn;
                             c2.group_m = gm;
-                            c2.stages = 2;
-                            while (c2.stages < 12 && loom::kernels::moe::grouped_gemm_sm90_smem_bytes(
-                                                         c2.block_m, c2.block_n, c2.stages + 1, m.e, c2.tma_store) <=
-                                                         loom::kernels::kGemmSm90MaxSmem)
-                                ++c2.stages;
+                            c2.stages = loom::moe::grouped_gemm_fitting_stages(c2.block_m, bn, m.e, c2.tma_store);
                             cfgs.push_back(c2);
                         }
                     std::vector<loom::GroupedGemmOptions> sopts(cfgs.size());
@@ -353,12 +340,7 @@ int grouped(const std::string& out, int iters, bool sweep, int argc, char** argv
         }
     }
     cublasDestroy(handle);
-    // Without --out the report goes to stdout as text: writing "/dev/stdout" as a file truncates a redirected log.
-    if (out.empty()) {
-        std::printf("%s\n", report.to_json().dump(1).c_str());
-    } else {
-        report.write(out);
-    }
+    report.write(out);  // empty: printed
     return 0;
 }
 

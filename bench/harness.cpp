@@ -186,18 +186,22 @@ void Report::add_row(nlohmann::json row) {
 nlohmann::json Report::to_json() const { return doc_; }
 
 void Report::write(const std::string& path, bool echo_rows) const {
-    // The report's directory is made when missing (a fresh --out DIR), as the collectives' benchmark does.
-    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-    std::error_code ec;
-    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-    std::ofstream f(path);
-    LOOM_CHECK(f.good(), "cannot write benchmark report {}", path);
     // The rank counts the file holds: its rows' own where they carry one (files merged with --append), else the run's.
     nlohmann::json doc = doc_;
     std::set<int> ranks;
     for (const auto& row : doc["rows"])
         if (row.contains("ranks") && row["ranks"].is_number_integer()) ranks.insert(row["ranks"].get<int>());
     if (!ranks.empty()) doc["ranks"] = ranks;
+    if (path.empty()) {
+        std::printf("%s\n", doc.dump(2).c_str());
+        return;
+    }
+    // The report's directory is made when missing (a fresh --out DIR), as the collectives' benchmark does.
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    std::ofstream f(path);
+    LOOM_CHECK(f.good(), "cannot write benchmark report {}", path);
     f << doc.dump(2) << "\n";
     if (echo_rows)
         for (const auto& row : doc_["rows"]) std::printf("%s\n", row.dump().c_str());

@@ -66,6 +66,8 @@ class Report {
     nlohmann::json to_json() const;
     // Writes the JSON (rank 0 only when ranks > 1 is the caller's business) and says so on stdout; echo_rows also
     // prints every row's JSON there (benchmarks that print a table of their own pass false).
+    // path empty: the document is printed to stdout instead (opening "/dev/stdout" as a file would truncate a
+    // redirected log).
     void write(const std::string& path, bool echo_rows = true) const;
 
   private:

@@ -125,14 +125,19 @@ def _block_bound_us(p, t, name, nbytes):
     return per_rank / (kernel_blocks(name, t, nbytes) * block_rate(p, t))
 
 
+def plain_move_us(p, t, name, nbytes):
+    """Plain stores of the data (no flag words): the bottleneck's bytes at its rate (the ranks' HBM traffic when they
+    share a GPU, else each rank's NVLink)."""
+    if t.shared:
+        return shared_traffic(name, t.ranks, nbytes) / traffic_rate(p, t.ranks)
+    return _link_bytes(name, t, nbytes) / nvlink_rate(p)
+
+
 def _bandwidth_us(p, t, name, nbytes):
     """The bandwidth algorithm: one kernel between two barriers (the copy engine: two barrier kernels around the
     copies, the same two barriers plus a launch); its data at the slower of the bottleneck and its blocks."""
-    if t.shared:
-        move = shared_traffic(name, t.ranks, nbytes) / traffic_rate(p, t.ranks)
-    else:
-        move = _link_bytes(name, t, nbytes) / nvlink_rate(p)
-    return alpha(p, t) + 2 * barrier_us(p, t) + max(move, _block_bound_us(p, t, name, nbytes))
+    return alpha(p, t) + 2 * barrier_us(p, t) + max(plain_move_us(p, t, name, nbytes),
+                                                     _block_bound_us(p, t, name, nbytes))
 
 
 def ll_move_us(p, t, name, nbytes):
@@ -145,14 +150,6 @@ def ll_move_us(p, t, name, nbytes):
     g = t.gpus_per_node
     payload = (g - 1) * nbytes if name == "all_reduce" else (g - 1) / g * nbytes
     return max(move, payload / bytes_per_us(p["gpu"]["ll_GBps"]))
-
-
-def plain_move_us(p, t, name, nbytes):
-    """Plain stores of the data (no flag words), polled by one flag per block: the bottleneck's bytes at its rate (the
-    ranks' HBM traffic when they share a GPU, else each rank's NVLink)."""
-    if t.shared:
-        return shared_traffic(name, t.ranks, nbytes) / traffic_rate(p, t.ranks)
-    return _link_bytes(name, t, nbytes) / nvlink_rate(p)
 
 
 def _ll_us(p, t, name, nbytes):

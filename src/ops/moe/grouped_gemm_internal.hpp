@@ -48,6 +48,9 @@ void grouped_gemm_validate(const GroupedGemmProblem& p, int device);
 // kernel's fixed tile. block_scale: block_n 128 or 64 (a tile's columns within one 128-column scale block).
 GemmConfig grouped_gemm_heuristic(int64_t rows, int64_t n, int64_t k, int groups, bool b_kn, MoeActivation act,
                                   DType in, int arch, int num_sms, bool sm80 = false, bool block_scale = false);
+// The most stages (<= 12) of bm x bn tiles that fit in shared memory beside a prefix of `groups` groups (and the
+// staged epilogue's buffers when `staged`).
+int grouped_gemm_fitting_stages(int bm, int bn, int groups, bool staged);
 // Raises loom::Error when the Hopper kernel cannot take `cfg` for this problem.
 void grouped_gemm_validate_config(const GemmConfig& cfg, const GroupedGemmProblem& p);
 // The config a call runs: opts.config (checked) or the heuristic; the portable kernel below sm_90 or when forced.

@@ -12,16 +12,14 @@ namespace {
 
 constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The most stages (<= 12) of bm x bn tiles that fit beside a prefix of `groups` groups (and the staged epilogue's
-// buffers).
-int fitting_stages(int bm, int bn, int groups, bool staged) {
+}  // namespace
+
+int grouped_gemm_fitting_stages(int bm, int bn, int groups, bool staged) {
     int s = 12;
     while (s > 2 && kernels::moe::grouped_gemm_sm90_smem_bytes(bm, bn, s, groups, staged) > kernels::kGemmSm90MaxSmem)
         --s;
     return s;
 }
-
-}  // namespace
 
 int64_t grouped_gemm_max_tiles(int64_t rows, int64_t n_out, int groups, const GemmConfig& cfg, bool swiglu) {
     const int bm = cfg.sm80 ? kernels::kSm80BlockM : cfg.block_m;
@@ -71,7 +69,7 @@ GemmConfig grouped_gemm_heuristic(int64_t rows, int64_t n, int64_t k, int groups
         best = *(it + 1);
     }
     c.block_n = best;
-    c.stages = fitting_stages(c.block_m, c.block_n, groups, c.tma_store);
+    c.stages = grouped_gemm_fitting_stages(c.block_m, c.block_n, groups, c.tma_store);
     c.grid = static_cast<int>(std::min<int64_t>(num_sms, grouped_gemm_max_tiles(rows, n_out, groups, c, swiglu)));
     return c;
 }
