@@ -10,10 +10,12 @@
 //
 //     build/bench/bench-moe grouped --out grouped_gemm.json
 //
-// Mode `grouped-fp8`: the same shapes in fp8 e4m3 with per-128-block scales (DeepSeek-V3), against Loom's bf16 grouped
-// GEMM of the same shape (no library grouped GEMM takes 128-block scales).
+// Mode `grouped-fp8`: the same shapes in fp8 e4m3, with per-tensor scales and with per-128-block scales (DeepSeek-V3),
+// against Loom's bf16 grouped GEMM of the same shape; bench/moe_torch_grouped.py --fp8 adds torch._scaled_grouped_mm
+// (row-wise scales) to the per-tensor rows (no library grouped GEMM takes 128-block scales).
 //
-//     build/bench/bench-moe grouped-fp8 --out grouped_gemm_fp8.json
+//     build/bench/bench-moe grouped-fp8 --out docs/perf/grouped_gemm_fp8.json
+//     python bench/moe_torch_grouped.py --fp8 --merge-into docs/perf/grouped_gemm_fp8.json
 //
 // Mode `tp` (under loomrun -n W): the TP-MoE ops on the same (N, K, E, top-k) at 128 and 8192 tokens in total (T_loc =
 // tokens / W per rank), uniform and skewed routing, bf16: each rank holds an N / W slice of every expert (ag_moe: w_up
@@ -77,6 +79,19 @@ std::vector<int> routing(int rows, int e, bool skewed) {
         LOOM_CHECK(st_ == CUBLAS_STATUS_SUCCESS, "{} failed: cuBLAS status {}", #x, int(st_)); \
     } while (0)
 
+// n elements of elem_bytes at p: fill's random values for the first min(n, 2^24) elements, then that pool repeated by
+// device copies (host generation of GiB-sized operands takes minutes; the timing needs varied values, not unique ones).
+void fill_pooled(void* p, size_t n, size_t elem_bytes, void (*fill)(void*, size_t, uint64_t), uint64_t seed) {
+    const size_t pool = std::min(n, size_t(1) << 24);
+    fill(p, pool, seed);
+    for (size_t done = pool; done < n;) {
+        const size_t count = std::min(done, n - done);
+        LOOM_CHECK_CUDA(
+            cudaMemcpy(static_cast<char*>(p) + done * elem_bytes, p, count * elem_bytes, cudaMemcpyDeviceToDevice));
+        done += count;
+    }
+}
+
 // DeepGEMM's calc_diff of two bf16 [rows, n] matrices over up to 256 rows spread evenly (NaN counts as a mismatch).
 double sampled_diff(const void* got, const void* ref, int rows, int n) {
     const int step = std::max(1, rows / 256), count = (rows + step - 1) / step;
@@ -94,23 +109,24 @@ double sampled_diff(const void* got, const void* ref, int rows, int n) {
     return xx > 0 ? 1 - 2 * xy / xx : 0;
 }
 
-// fp8 e4m3 with DeepSeek-V3's per-128-block scales (A [rows, K / 128], B [E, N / 128, K / 128]) against Loom's own bf16
-// grouped GEMM and cuBLAS's bf16 grouped GEMM of the same shapes (no library grouped GEMM takes 128-block scales:
-// torch._scaled_grouped_mm takes row-wise scales). Inputs: fp8 bytes of one value, scales 1 (the time does not depend
-// on the values; the GPU tests check the results).
-int grouped_fp8_blocks(const std::string& out, int iters, int argc, char** argv) {
+// fp8 e4m3, two scalings per shape: per-tensor (scale_a, scale_b[e]; the rows bench/moe_torch_grouped.py --fp8 times
+// torch._scaled_grouped_mm on, whose row-wise scales cost the same epilogue multiply) and DeepSeek-V3's per-128-block
+// scales (A [rows, K / 128], B [E, N / 128, K / 128]; no library grouped GEMM on the machine takes those), each
+// against Loom's own bf16 grouped GEMM of the same shape, timed interleaved. Inputs: random e4m3 values in [-1, 1),
+// scales 1 (the GPU tests check the results with other scales).
+int grouped_fp8(const std::string& out, int iters, int argc, char** argv) {
     const std::vector<Model> models = {{"Mixtral-8x7B", 14336, 4096, 8, 2},
                                        {"Mixtral-8x22B", 16384, 6144, 8, 2},
                                        {"Qwen1.5-MoE", 1408, 2048, 60, 4},
                                        {"DeepSeek-MoE", 1408, 2048, 64, 6},
                                        {"Qwen3-30B-A3B", 768, 2048, 128, 8}};
-    loom::bench::Report report("grouped_gemm_fp8_blocks", 1, argc, argv);
+    loom::bench::Report report("grouped_gemm_fp8", 1, argc, argv);
     cudaStream_t stream;
     LOOM_CHECK_CUDA(cudaStreamCreate(&stream));
     loom::bench::TimeOptions topts;
     topts.iters = iters;
-    std::printf("%-14s %6s %-8s %9s %9s %9s %8s\n", "model", "tokens", "routing", "fp8_us", "bf16_us", "TFLOP/s",
-                "speedup");
+    std::printf("%-14s %6s %-8s %9s %9s %9s %9s %9s\n", "model", "tokens", "routing", "fp8_us", "block_us", "bf16_us",
+                "TFLOP/s", "blk TF/s");
     for (const Model& m : models) {
         for (int tokens : {8192, 128}) {
             for (bool skewed : {false, true}) {
@@ -118,7 +134,7 @@ int grouped_fp8_blocks(const std::string& out, int iters, int argc, char** argv)
                 const std::vector<int> sizes = routing(rows, m.e, skewed);
                 std::vector<int32_t> offsets(m.e + 1, 0);
                 for (int i = 0; i < m.e; ++i) offsets[i + 1] = offsets[i] + sizes[i];
-                void *a8, *b8, *a, *b, *c, *off, *sa, *sb;
+                void *a8, *b8, *a, *b, *c, *off, *sa, *sb, *st;
                 const size_t a_elems = size_t(rows) * m.k, b_elems = size_t(m.e) * m.n * m.k;
                 LOOM_CHECK_CUDA(cudaMalloc(&a8, a_elems));
                 LOOM_CHECK_CUDA(cudaMalloc(&b8, b_elems));
@@ -128,52 +144,59 @@ int grouped_fp8_blocks(const std::string& out, int iters, int argc, char** argv)
                 LOOM_CHECK_CUDA(cudaMalloc(&off, offsets.size() * 4));
                 LOOM_CHECK_CUDA(cudaMalloc(&sa, size_t(rows) * kb * 4));
                 LOOM_CHECK_CUDA(cudaMalloc(&sb, size_t(m.e) * nb * kb * 4));
-                LOOM_CHECK_CUDA(cudaMemset(a8, 0x30, a_elems));  // e4m3 0x30: 0.5
-                LOOM_CHECK_CUDA(cudaMemset(b8, 0x30, b_elems));
-                loom::bench::fill_random_bf16(a, a_elems, 1);
-                loom::bench::fill_random_bf16(b, b_elems, 2);
+                LOOM_CHECK_CUDA(cudaMalloc(&st, size_t(m.e + 1) * 4));
+                fill_pooled(a8, a_elems, 1, loom::bench::fill_random_e4m3, 1);
+                fill_pooled(b8, b_elems, 1, loom::bench::fill_random_e4m3, 2);
+                fill_pooled(a, a_elems, 2, loom::bench::fill_random_bf16, 1);
+                fill_pooled(b, b_elems, 2, loom::bench::fill_random_bf16, 2);
                 const std::vector<float> ones(std::max(size_t(rows) * kb, size_t(m.e) * nb * kb), 1.f);
                 LOOM_CHECK_CUDA(cudaMemcpy(sa, ones.data(), size_t(rows) * kb * 4, cudaMemcpyHostToDevice));
                 LOOM_CHECK_CUDA(cudaMemcpy(sb, ones.data(), size_t(m.e) * nb * kb * 4, cudaMemcpyHostToDevice));
+                LOOM_CHECK_CUDA(cudaMemcpy(st, ones.data(), size_t(m.e + 1) * 4, cudaMemcpyHostToDevice));
                 LOOM_CHECK_CUDA(cudaMemcpy(off, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
-                loom::GroupedGemmOptions o8;
-                o8.scale_a_blocks = static_cast<const float*>(sa);
-                o8.scale_b_blocks = static_cast<const float*>(sb);
+                loom::GroupedGemmOptions ot, ob;
+                ot.scale_a = static_cast<const float*>(st);
+                ot.scale_b = static_cast<const float*>(st) + 1;
+                ob.scale_a_blocks = static_cast<const float*>(sa);
+                ob.scale_b_blocks = static_cast<const float*>(sb);
                 const loom::MatrixView C{c, loom::DType::BF16, rows, m.n, 0};
-                const auto run_fp8 = [&](cudaStream_t s) {
-                    loom::grouped_gemm({a8, loom::DType::F8E4M3, rows, m.k, 0},
-                                       {b8, loom::DType::F8E4M3, int64_t(m.e) * m.n, m.k, 0}, m.e, C,
-                                       static_cast<const int32_t*>(off), m.e, s, o8);
-                };
+                const loom::MatrixView A8{a8, loom::DType::F8E4M3, rows, m.k, 0};
+                const loom::MatrixView B8{b8, loom::DType::F8E4M3, int64_t(m.e) * m.n, m.k, 0};
+                const auto* o = static_cast<const int32_t*>(off);
+                const auto run_fp8 = [&](cudaStream_t s) { loom::grouped_gemm(A8, B8, m.e, C, o, m.e, s, ot); };
+                const auto run_block = [&](cudaStream_t s) { loom::grouped_gemm(A8, B8, m.e, C, o, m.e, s, ob); };
                 const auto run_bf16 = [&](cudaStream_t s) {
                     loom::grouped_gemm({a, loom::DType::BF16, rows, m.k, 0},
-                                       {b, loom::DType::BF16, int64_t(m.e) * m.n, m.k, 0}, m.e, C,
-                                       static_cast<const int32_t*>(off), m.e, s);
+                                       {b, loom::DType::BF16, int64_t(m.e) * m.n, m.k, 0}, m.e, C, o, m.e, s);
                 };
                 run_fp8(stream);
+                run_block(stream);
                 run_bf16(stream);
                 LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
-                const auto ts = loom::bench::time_ops({run_fp8, run_bf16}, stream, topts);
+                const auto ts = loom::bench::time_ops({run_fp8, run_block, run_bf16}, stream, topts);
                 const double flops = 2.0 * rows * m.n * m.k;
-                const double fp8_us = ts[0].median_us, bf16_us = ts[1].median_us;
+                const double fp8_us = ts[0].median_us, block_us = ts[1].median_us, bf16_us = ts[2].median_us;
                 const char* rname = skewed ? "skewed" : "uniform";
-                std::printf("%-14s %6d %-8s %9.1f %9.1f %9.1f %8.3f\n", m.name, tokens, rname, fp8_us, bf16_us,
-                            flops / fp8_us / 1e6, bf16_us / fp8_us);
-                report.add_row({{"shape", fmt::format("{} E={} N={} K={} tokens={} top{} {} fp8e4m3 block128", m.name,
-                                                      m.e, m.n, m.k, tokens, m.topk, rname)},
-                                {"model", m.name},
-                                {"n", m.n},
-                                {"k", m.k},
-                                {"experts", m.e},
-                                {"topk", m.topk},
-                                {"tokens", tokens},
-                                {"rows", rows},
-                                {"routing", rname},
-                                {"dtype", "f8e4m3 block128"},
-                                {"loom_us", fp8_us},
-                                {"loom_tflops", flops / fp8_us / 1e6},
-                                {"baselines", {{"loom_bf16", bf16_us}}}});
-                for (void* p : {a8, b8, a, b, c, off, sa, sb}) cudaFree(p);
+                std::printf("%-14s %6d %-8s %9.1f %9.1f %9.1f %9.1f %9.1f\n", m.name, tokens, rname, fp8_us, block_us,
+                            bf16_us, flops / fp8_us / 1e6, flops / block_us / 1e6);
+                for (const bool block : {false, true}) {
+                    const double us = block ? block_us : fp8_us;
+                    report.add_row({{"shape", fmt::format("{} E={} N={} K={} tokens={} top{} {} fp8e4m3{}", m.name, m.e,
+                                                          m.n, m.k, tokens, m.topk, rname, block ? " block128" : "")},
+                                    {"model", m.name},
+                                    {"n", m.n},
+                                    {"k", m.k},
+                                    {"experts", m.e},
+                                    {"topk", m.topk},
+                                    {"tokens", tokens},
+                                    {"rows", rows},
+                                    {"routing", rname},
+                                    {"dtype", block ? "f8e4m3 block128" : "f8e4m3 per-tensor"},
+                                    {"loom_us", us},
+                                    {"loom_tflops", flops / us / 1e6},
+                                    {"baselines", {{"loom_bf16", bf16_us}}}});
+                }
+                for (void* p : {a8, b8, a, b, c, off, sa, sb, st}) cudaFree(p);
             }
         }
     }
@@ -593,12 +616,13 @@ int main(int argc, char** argv) {
     bool quick = false, sweep = false;
     CLI::App app{
         "bench-moe: Loom's MoE ops (grouped: loom::grouped_gemm against cuBLAS's grouped GEMM; grouped-fp8: fp8 with "
-        "128-block scales against bf16; tp: ag_moe / moe_rs / "
+        "per-tensor and 128-block scales against bf16; tp: ag_moe / moe_rs / "
         "moe_ar Fused against Sequential and the parts alone, under loomrun)"};
     app.add_option("mode", mode, "what to time")
         ->check(CLI::IsMember({"grouped", "grouped-fp8", "tp"}))
         ->capture_default_str();
-    app.add_option("--out", out, "grouped: output file (default: print only); tp: output folder (moe.json)");
+    app.add_option("--out", out,
+                   "grouped, grouped-fp8: output file (default: print only); tp: output folder (moe.json)");
     app.add_option("--iters", iters, "timed runs per shape (tp: 10 unless given)")->check(CLI::PositiveNumber);
     app.add_flag("--quick", quick, "tp: two models only (Mixtral-8x7B, Qwen3-30B-A3B)");
     app.add_flag("--sweep", sweep,
@@ -613,6 +637,6 @@ int main(int argc, char** argv) {
     loom::bench::parse_or_exit(app, argc, argv);
     if (mode == "tp")
         return tp(out, app.count("--iters") ? iters : 10, quick, only_op, only_tokens, comm_sms, argc, argv);
-    if (mode == "grouped-fp8") return grouped_fp8_blocks(out, iters, argc, argv);
+    if (mode == "grouped-fp8") return grouped_fp8(out, iters, argc, argv);
     return grouped(out, iters, sweep, argc, argv);
 }

@@ -3,14 +3,18 @@
     python bench/moe_torch_grouped.py --out torch_grouped.json
     build/bench/bench-moe grouped --out docs/perf/grouped_gemm.json
     python bench/moe_torch_grouped.py --merge-into docs/perf/grouped_gemm.json
+    build/bench/bench-moe grouped-fp8 --out docs/perf/grouped_gemm_fp8.json
+    python bench/moe_torch_grouped.py --fp8 --merge-into docs/perf/grouped_gemm_fp8.json
 
 (N, K, E, top-k) of Mixtral-8x7B, Mixtral-8x22B, Qwen1.5-MoE, DeepSeek-MoE, Qwen3-30B-A3B at 8192 and 128 tokens
 (rows = tokens x top-k), uniform and skewed routing (the same sizes as bench/bench_moe.cpp's `routing`), bf16:
 out[rows of e] = a[rows of e] @ w[e].T with w [E, N, K] and int32 cumulative offsets on the device. Timed with CUDA
 events after an L2 flush, median of --iters runs; each row carries bench-moe's "shape" string and "baselines":
-{"torch_grouped_mm": us}. --merge-into FILE adds those times to the rows of bench-moe grouped's report FILE by shape
-(every shape of FILE must have been timed here), recomputes each row's speedup (baseline_us / loom_us) and appends this
-command to FILE's "command".
+{"torch_grouped_mm": us}. --fp8: torch._scaled_grouped_mm instead, fp8 e4m3 in (random values in [-1, 1)), row-wise
+fp32 scales of A [rows] and B [E, N] (ones), bf16 out, as "torch_scaled_grouped_mm" on bench-moe grouped-fp8's per-tensor
+rows ("... fp8e4m3"). --merge-into FILE adds those times to the rows of bench-moe's report FILE by shape (every shape
+of FILE must have been timed here, except --fp8's block-scaled rows, which keep their own baselines), recomputes each
+row's speedup (baseline_us / loom_us) and appends this command to FILE's "command".
 """
 import argparse
 import json
@@ -42,27 +46,32 @@ def routing(rows: int, e: int, skewed: bool):
     return s
 
 
-def shape_of(name: str, n: int, k: int, e: int, topk: int, tokens: int, routing_name: str) -> str:
-    """bench_moe.cpp grouped's "shape" string of a row."""
-    return f"{name} E={e} N={n} K={k} tokens={tokens} top{topk} {routing_name} bf16"
+def shape_of(name: str, n: int, k: int, e: int, topk: int, tokens: int, routing_name: str, fp8: bool) -> str:
+    """bench_moe.cpp grouped's (fp8: grouped-fp8's per-tensor) "shape" string of a row."""
+    return f"{name} E={e} N={n} K={k} tokens={tokens} top{topk} {routing_name} {'fp8e4m3' if fp8 else 'bf16'}"
+
+
+def is_block_row(row: dict) -> bool:
+    return row.get("shape", "").endswith(" block128")
 
 
 def load_report(path: str, shapes: set) -> dict:
-    """bench-moe grouped's report `path`, checked before any timing: every row's shape must be one timed here."""
+    """bench-moe's report `path`, checked before any timing: every row's shape (but block-scaled ones) timed here."""
     with open(path) as f:
         doc = json.load(f)
-    missing = [r.get("shape") for r in doc.get("rows", []) if r.get("shape") not in shapes]
+    missing = [r.get("shape") for r in doc.get("rows", []) if r.get("shape") not in shapes and not is_block_row(r)]
     if not doc.get("rows") or missing:
         sys.exit(f"--merge-into {path}: expected rows whose shapes bench-moe grouped writes, "
                  f"given {len(doc.get('rows', []))} rows, {len(missing)} of other shapes, e.g. {missing[:1]}")
     return doc
 
 
-def merge_into(path: str, doc: dict, rows_out: list, command: str) -> None:
-    """Adds each row's torch_grouped_mm time to the row of the same shape in `doc` and writes it to `path`."""
-    times = {r["shape"]: r["baselines"]["torch_grouped_mm"] for r in rows_out}
+def merge_into(path: str, doc: dict, rows_out: list, command: str, baseline: str) -> None:
+    """Adds each row's `baseline` time to the row of the same shape in `doc` and writes it to `path`."""
+    times = {r["shape"]: r["baselines"][baseline] for r in rows_out}
     for row in doc["rows"]:
-        row["baselines"]["torch_grouped_mm"] = times[row["shape"]]
+        if row["shape"] in times:
+            row["baselines"][baseline] = times[row["shape"]]
         row["speedup"] = {name: us / row["loom_us"] for name, us in row["baselines"].items()}
     if command not in doc["command"]:
         doc["command"] += "; " + command
@@ -94,8 +103,11 @@ def main():
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--merge-into", default="", metavar="FILE",
                    help="bench-moe grouped's report: add torch_grouped_mm to its rows by shape, recompute speedup")
+    p.add_argument("--fp8", action="store_true",
+                   help="torch._scaled_grouped_mm (fp8 e4m3, row-wise scales) on bench-moe grouped-fp8's shapes")
     args = p.parse_args()
-    shapes = {shape_of(name, n, k, e, topk, tokens, rname)
+    baseline = "torch_scaled_grouped_mm" if args.fp8 else "torch_grouped_mm"
+    shapes = {shape_of(name, n, k, e, topk, tokens, rname, args.fp8)
               for name, n, k, e, topk in MODELS for tokens in (8192, 128) for rname in ("uniform", "skewed")}
     report = load_report(args.merge_into, shapes) if args.merge_into else None
     if report is not None and report.get("gpu") != torch.cuda.get_device_name():
@@ -107,19 +119,28 @@ def main():
             for skewed in (False, True):
                 rows = tokens * topk
                 sizes = routing(rows, e, skewed)
-                a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
-                w = torch.randn(e, n, k, device="cuda", dtype=torch.bfloat16)
                 offs = torch.tensor(sizes, device="cuda", dtype=torch.int32).cumsum(0, dtype=torch.int32)
-                fn = lambda: torch._grouped_mm(a, w.transpose(-2, -1), offs=offs, out_dtype=torch.bfloat16)  # noqa
+                if args.fp8:
+                    a = (torch.rand(rows, k, device="cuda") * 2 - 1).to(torch.float8_e4m3fn)
+                    w = (torch.rand(e, n, k, device="cuda") * 2 - 1).to(torch.float8_e4m3fn)
+                    sa = torch.ones(rows, device="cuda", dtype=torch.float32)
+                    sb = torch.ones(e, n, device="cuda", dtype=torch.float32)
+                    fn = lambda: torch._scaled_grouped_mm(a, w.transpose(-2, -1), sa, sb, offs=offs,  # noqa
+                                                          out_dtype=torch.bfloat16)
+                else:
+                    a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+                    w = torch.randn(e, n, k, device="cuda", dtype=torch.bfloat16)
+                    fn = lambda: torch._grouped_mm(a, w.transpose(-2, -1), offs=offs, out_dtype=torch.bfloat16)  # noqa
                 us = time_us(fn, args.iters)
                 flops = 2.0 * rows * n * k
                 print(f"{name:14s} {tokens:6d} {'skewed' if skewed else 'uniform':8s} {us:9.1f} us "
                       f"{flops / us / 1e6:7.1f} TFLOP/s")
                 rname = "skewed" if skewed else "uniform"
-                rows_out.append({"shape": shape_of(name, n, k, e, topk, tokens, rname), "model": name, "n": n,
+                rows_out.append({"shape": shape_of(name, n, k, e, topk, tokens, rname, args.fp8), "model": name, "n": n,
                                  "k": k, "experts": e, "topk": topk, "tokens": tokens, "rows": rows, "routing": rname,
-                                 "dtype": "bf16", "baselines": {"torch_grouped_mm": us}})
-    doc = {"op": "grouped_gemm_torch", "command": "python bench/moe_torch_grouped.py",
+                                 "dtype": "f8e4m3 row-wise" if args.fp8 else "bf16", "baselines": {baseline: us}})
+                del a, w
+    doc = {"op": "grouped_gemm_torch", "command": "python bench/moe_torch_grouped.py" + (" --fp8" if args.fp8 else ""),
            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                     text=True).stdout.strip(),
@@ -129,7 +150,8 @@ def main():
             json.dump(doc, f, indent=1)
     if report is not None:
         merge_into(args.merge_into, report, rows_out,
-                   f"python bench/moe_torch_grouped.py --merge-into {args.merge_into}")
+                   f"python bench/moe_torch_grouped.py {'--fp8 ' if args.fp8 else ''}--merge-into {args.merge_into}",
+                   baseline)
 
 
 if __name__ == "__main__":

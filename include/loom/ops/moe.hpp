@@ -145,8 +145,8 @@ struct TpMoeOptions {
     GroupedGemmOptions gemm{};  // the grouped GEMM's options (ag_moe: e.g. activation = SwiGLU); max_rows is set by
                                 // the op
     int comm_sms = 0;  // moe_rs Fused: reduce blocks beside the GEMM; 0: sized by the work that becomes ready while the
-                       // GEMM runs (at most a quarter of the SMs); < 0: none (the GEMM takes every SM, the reduce runs
-                       // after it); at most the usable SMs - 1
+                       // GEMM runs (at most a quarter of the SMs), none where ranks share a GPU; < 0: none (the GEMM
+                       // takes every SM, the reduce runs after it); at most the usable SMs - 1
 };
 
 // x: [T_loc, H] this rank's tokens; topk_idx, topk_weights: [T_loc, k] (device int32 / fp32; weights may be null:

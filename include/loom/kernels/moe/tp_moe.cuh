@@ -301,10 +301,12 @@ __global__ void __launch_bounds__(kTpMoeThreads) moe_rs_reduce_send(Ctx ctx, Moe
     // them); block 0 of one launch per call keeps them for the next call of the other parity.
     if (!p.after_gemm || (p.write_expected && blockIdx.x == 0))
         for (int r = 0; r < W; ++r) {
-            const uint64_t target = p.expected[(1 - par) * kMaxLocalPeers + r] +
-                                    static_cast<uint64_t>(tp_row_blocks(p.offsets, p.rows, p.block_m, r * p.num_experts,
-                                                                        p.num_experts, &s_scratch)) *
-                                        static_cast<uint64_t>(p.num_n);
+            const uint64_t tiles =
+                p.counted ? static_cast<uint64_t>(tp_row_blocks(p.offsets, p.rows, p.block_m, r * p.num_experts,
+                                                                p.num_experts, &s_scratch)) *
+                                static_cast<uint64_t>(p.num_n)
+                          : 0;
+            const uint64_t target = p.expected[(1 - par) * kMaxLocalPeers + r] + tiles;
             if (threadIdx.x == 0) {
                 s_target[r] = target;
                 if (blockIdx.x == 0 && p.write_expected) p.expected[par * kMaxLocalPeers + r] = target;

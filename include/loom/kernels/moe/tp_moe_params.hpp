@@ -79,10 +79,11 @@ inline constexpr int kTpMoeMaxChunkEntries = 1024;
 // moe_rs_reduce_send: items (W + 1) x chunks, chunks = ceil(t_loc / chunk). Item pos x chunks + c (pos < W): source
 // rank r = me + 1 + pos (mod W, the GEMM's order), tokens [c chunk, (c + 1) chunk) of r: once the GEMM stored every
 // tile of r's groups (side launch: done[r] >= expected[e % 2][r] = expected[(e - 1) % 2][r] + r's tiles of this call,
-// written by one launch of the call; the launch after the GEMM needs no wait), their weighted top-k sums (fp32, slot
-// order) rounded to out's type into slot me of r's receive half ([W][t_loc][H] of out's type); the block that completes
-// r's last chunk sets reduced[me] := epoch at r (the own slot included). Item W x chunks + c: out's tokens of chunk c =
-// the sum over slots q (rank order, fp32) after reduced[q] >= epoch for every q.
+// written by one launch of the call, with r's tiles counted only when the GEMM counts them (`counted`: it runs with
+// MoeRsHooks exactly when there is a side launch); the launch after the GEMM needs no wait), their weighted top-k sums
+// (fp32, slot order) rounded to out's type into slot me of r's receive half ([W][t_loc][H] of out's type); the block
+// that completes r's last chunk sets reduced[me] := epoch at r (the own slot included). Item W x chunks + c: out's
+// tokens of chunk c = the sum over slots q (rank order, fp32) after reduced[q] >= epoch for every q.
 struct MoeRsReduceParams {
     const void* partial;       // [rows, h] of the output type, dense: the grouped GEMM's output
     void* out;                 // [t_loc, h] dense
@@ -104,7 +105,7 @@ struct MoeRsReduceParams {
     int32_t chunk, chunks;                   // tokens per item (chunk x topk <= kTpMoeMaxChunkEntries), items per rank
     int32_t after_gemm;                      // 1: launched after the GEMM on its stream (no tile waits)
     int32_t write_expected;                  // 1 in one launch per call: its block 0 writes expected[e % 2]
-    int32_t pad;
+    int32_t counted;                         // 1: the GEMM counts its tiles in done (MoeRsHooks); 0: the targets stay
 };
 
 // moe_ar_reduce_push, launched after the grouped GEMM on its stream: items 2 x chunks, chunks = ceil(tokens / chunk).
