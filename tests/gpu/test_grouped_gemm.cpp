@@ -1,9 +1,10 @@
 // loom::grouped_gemm against an fp64 host reference on fresh random inputs: random group sizes (0 included, all rows in
 // one group, sizes not multiples of any tile), E up to 256, offsets in device memory, both B layouts, bf16 / fp16 / fp8
 // in (fp8 with per-tensor and per-128-block scales), SwiGLU / GeLU, the Hopper kernel with either epilogue (staged
-// through shared memory, or pair stores from registers) and the sm_80 kernel. C is poisoned with NaN first; every
-// element of every group is checked, and every element outside the groups (rows before offsets[0] and past offsets[G],
-// the padding columns of a C whose ld exceeds its columns) must keep its poison bit for bit.
+// through shared memory, or pair stores from registers) and the sm_80 kernel (fp8 too). C is poisoned with NaN first;
+// every element of every group is checked, and every element outside the groups (rows before offsets[0] and past
+// offsets[G], the padding columns of a C whose ld exceeds its columns) must keep its poison bit for bit. fp8's
+// conversion on the sm_80 kernel is also checked bit for bit on every e4m3 value (PortableKernelFp8EveryValue).
 #include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -307,10 +308,8 @@ TEST_F(GroupedGemm, Activations) {
     }
 }
 
+// fp8 with per-tensor scales: the Hopper kernel on sm_90, the portable one below.
 TEST_F(GroupedGemm, Fp8PerTensorScales) {
-    int major = 0;
-    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-    if (major < 9) GTEST_SKIP() << "fp8 needs sm_90";
     uint64_t seed = 300;
     for (MoeActivation act : {MoeActivation::None, MoeActivation::SwiGLU}) {
         Case cs;
@@ -329,11 +328,9 @@ TEST_F(GroupedGemm, Fp8PerTensorScales) {
 // of the dequantised inputs. K not a multiple of 128 (a partial last scale block), N not a multiple of the tile or of
 // 128, random group sizes with empty groups and groups that are not tile multiples; the heuristic's tiles and forced
 // 64- / 128-row x 64- / 128-column tiles with a few CTAs walking many tiles; SwiGLU (gate and up in different scale
-// blocks), GeLU, per-tensor scales on top, (source rank, expert) groups.
+// blocks), GeLU, per-tensor scales on top, (source rank, expert) groups. The Hopper kernel on sm_90; below sm_90 the
+// portable kernel runs every case (a forced Hopper config keeps only its grid there).
 TEST_F(GroupedGemm, Fp8BlockScales) {
-    int major = 0;
-    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-    if (major < 9) GTEST_SKIP() << "fp8 needs sm_90";
     uint64_t seed = 600;
     for (MoeActivation act : {MoeActivation::None, MoeActivation::SwiGLU, MoeActivation::GeLU}) {
         for (DType out : {DType::BF16, DType::F32}) {
@@ -447,6 +444,157 @@ TEST_F(GroupedGemm, PortableKernel) {
     }
 }
 
+// fp8 e4m3 on the portable kernel (force_sm80: converted to bf16 in shared memory, bf16 mma.sync), against the same
+// fp64 reference as the Hopper fp8 cases: per-tensor and per-128-block scales (both on top of each other too), every
+// activation, 16- and 32-bit out; K = 16 mod 32 (a half k-tile of zeros) and not a multiple of 128 (a partial last
+// scale block); N not a multiple of the 128-column tile (nor, with SwiGLU, of the 64 output columns); random group
+// sizes over 8 experts; then groups of 0, 1 and around the 128-row tile with rows before and after the groups and a
+// padded C, few CTAs walking many tiles (each CTA reuses its shared memory tile after tile), (source rank, expert)
+// groups and no rows at all.
+TEST_F(GroupedGemm, PortableKernelFp8) {
+    uint64_t seed = 800;
+    for (bool block : {false, true}) {
+        for (MoeActivation act : {MoeActivation::None, MoeActivation::SwiGLU, MoeActivation::GeLU}) {
+            for (DType out : {DType::BF16, DType::F32, DType::F16}) {
+                Case cs;
+                cs.sm80 = true;
+                cs.in = DType::F8E4M3;
+                cs.out = out;
+                cs.act = act;
+                cs.block_scales = block;
+                cs.scales = !block || out == DType::F32;
+                cs.k = 400;
+                cs.n = act == MoeActivation::SwiGLU ? (block ? 768 : 272) : 336;
+                cs.rows = 900;
+                SCOPED_TRACE(std::string(block ? "block scales " : "per-tensor scales ") + "act " +
+                             std::to_string(static_cast<int>(act)) + " " + dtype_name(out));
+                run_case(cs, seed++);
+            }
+        }
+    }
+    loom::GemmConfig few;
+    few.sm80 = true;
+    few.grid = 5;
+    for (bool block : {false, true}) {
+        Case cs;
+        cs.sm80 = true;
+        cs.config = &few;
+        cs.in = DType::F8E4M3;
+        cs.block_scales = block;
+        cs.scales = true;
+        cs.e = 8;
+        cs.sizes = {0, 1, 0, 127, 128, 129, 0, 300};
+        cs.lead_rows = 5;
+        cs.extra_rows = 7;
+        cs.act = MoeActivation::SwiGLU;
+        cs.n = 512;
+        cs.k = 208;
+        cs.c_ld = 256 + 8;
+        SCOPED_TRACE(block ? "block scales" : "per-tensor scales");
+        run_case(cs, seed++);
+        cs.sizes = {};
+        cs.groups = 32;  // (source rank, expert) groups: group g uses expert g % 8
+        cs.rows = 1200;
+        cs.act = MoeActivation::None;
+        cs.out = DType::F32;
+        cs.n = 200;
+        cs.c_ld = 0;
+        run_case(cs, seed++);
+        cs.groups = 0;
+        cs.sizes = {0, 0, 0, 0, 0, 0, 0, 0};  // no rows
+        run_case(cs, seed++);
+    }
+}
+
+// The portable kernel's e4m3 -> bf16 conversion, bit for bit: A's rows hold every e4m3 value (a different order in each
+// row), B_e = 2^e x identity, so C = A x B_e^T is A's values times 2^e, exact in fp32; with per-128-block scales
+// (powers of two) times sa[r, n / 128] x sb[e, n / 128, n / 128], also exact, which pins each scale block to its
+// columns. A NaN (either sign) makes its row NaN. C (fp32) is poisoned with a finite sentinel so that a NaN is never
+// the poison. The same checks run on the default kernel (Hopper's wgmma on sm_90).
+TEST_F(GroupedGemm, PortableKernelFp8EveryValue) {
+    constexpr int E = 3, K = 256, N = 256;
+    const std::vector<int> sizes = {0, 130, 171};  // group g uses expert g
+    const int rows = 301, kblk = K / 128, nblk = N / 128;
+    const auto e4m3 = [](unsigned char code) {
+        __nv_fp8_e4m3 v;
+        std::memcpy(&v, &code, 1);
+        return static_cast<float>(v);
+    };
+    std::vector<unsigned char> ha(size_t(rows) * K), hb(size_t(E) * N * K, 0);
+    std::vector<int> nan_rows = {7, 140, 300};
+    for (int r = 0; r < rows; ++r) {
+        for (int k = 0; k < K; ++k) {
+            const unsigned char code = static_cast<unsigned char>((k * 7 + r * 13) % 256);  // 7 is odd: every code
+            ha[size_t(r) * K + k] = (code & 0x7f) == 0x7f ? 0x00 : code;                    // NaN only where placed
+        }
+    }
+    ha[size_t(nan_rows[0]) * K + 5] = 0x7f;
+    ha[size_t(nan_rows[1]) * K + 200] = 0xff;
+    ha[size_t(nan_rows[2]) * K + 255] = 0x7f;
+    for (int e = 0; e < E; ++e)
+        for (int n = 0; n < N; ++n) hb[(size_t(e) * N + n) * K + n] = static_cast<unsigned char>(0x38 + 8 * e);  // 2^e
+    std::vector<float> sa(size_t(rows) * kblk), sb(size_t(E) * nblk * kblk);
+    for (int r = 0; r < rows; ++r)
+        for (int kb = 0; kb < kblk; ++kb) sa[size_t(r) * kblk + kb] = std::ldexp(1.f, (r + 3 * kb) % 5 - 2);
+    for (int e = 0; e < E; ++e)
+        for (int nb = 0; nb < nblk; ++nb)
+            for (int kb = 0; kb < kblk; ++kb)
+                sb[(size_t(e) * nblk + nb) * kblk + kb] = std::ldexp(1.f, (e + nb + 2 * kb) % 3 - 1);
+    std::vector<int32_t> offsets(E + 1, 0);
+    for (int g = 0; g < E; ++g) offsets[g + 1] = offsets[g] + sizes[g];
+    ASSERT_EQ(offsets[E], rows);
+    const float sentinel = -12345.f;
+    const std::vector<float> poison(size_t(rows) * N, sentinel);
+
+    Dev da(ha.size()), db(hb.size()), dc(poison.size() * 4), doff(offsets.size() * 4), dsa(sa.size() * 4),
+        dsb(sb.size() * 4);
+    loom::test::upload(da.p, ha);
+    loom::test::upload(db.p, hb);
+    loom::test::upload(doff.p, offsets);
+    loom::test::upload(dsa.p, sa);
+    loom::test::upload(dsb.p, sb);
+    const loom::MatrixView A{da.p, DType::F8E4M3, rows, K, 0};
+    const loom::MatrixView B{db.p, DType::F8E4M3, int64_t(E) * N, K, 0};
+    const loom::MatrixView C{dc.p, DType::F32, rows, N, 0};
+    for (bool sm80 : {true, false}) {
+        for (bool block : {false, true}) {
+            SCOPED_TRACE(std::string(sm80 ? "force_sm80" : "default kernel") + (block ? ", block scales" : ""));
+            loom::test::upload(dc.p, poison);
+            loom::GroupedGemmOptions o;
+            o.force_sm80 = sm80;
+            if (block) {
+                o.scale_a_blocks = static_cast<const float*>(dsa.p);
+                o.scale_b_blocks = static_cast<const float*>(dsb.p);
+            }
+            loom::grouped_gemm(A, B, E, C, static_cast<const int32_t*>(doff.p), E, nullptr, o);
+            LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+            std::vector<float> hc(poison.size());
+            LOOM_CHECK_CUDA(cudaMemcpy(hc.data(), dc.p, hc.size() * 4, cudaMemcpyDeviceToHost));
+            size_t bad = 0;
+            for (int g = 0; g < E; ++g) {
+                for (int r = offsets[g]; r < offsets[g + 1]; ++r) {
+                    const bool nan_row = std::find(nan_rows.begin(), nan_rows.end(), r) != nan_rows.end();
+                    for (int n = 0; n < N; ++n) {
+                        const float got = hc[size_t(r) * N + n];
+                        const float want =
+                            e4m3(ha[size_t(r) * K + n]) * std::ldexp(1.f, g) *
+                            (block ? sa[size_t(r) * kblk + n / 128] * sb[(size_t(g) * nblk + n / 128) * kblk + n / 128]
+                                   : 1.f);
+                        if (nan_row ? !std::isnan(got) : got != want) {
+                            if (bad < 5)
+                                ADD_FAILURE() << "row " << r << " col " << n << " (A code 0x" << std::hex
+                                              << int(ha[size_t(r) * K + n]) << std::dec << "): got " << got
+                                              << ", expected " << (nan_row ? "NaN" : std::to_string(want));
+                            ++bad;
+                        }
+                    }
+                }
+            }
+            EXPECT_EQ(bad, 0u);
+        }
+    }
+}
+
 TEST_F(GroupedGemm, ForcedConfigs) {
     int major = 0;
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
@@ -490,8 +638,10 @@ TEST_F(GroupedGemm, BadInputsRaise) {
     const loom::MatrixView A8{buf.p, DType::F8E4M3, 16, 64, 0};
     const loom::MatrixView B8{buf.p, DType::F8E4M3, 4 * 64, 64, 0};
     o.force_sm80 = true;
+    o.b_layout = BLayout::KN;
     EXPECT_THROW(loom::grouped_gemm(A8, B8, 4, C, static_cast<const int32_t*>(buf.p), 4, nullptr, o),
-                 loom::Error);  // fp8 on the portable kernel
+                 loom::Error);  // fp8 with B as [K, N], on either kernel
+    o.b_layout = BLayout::NK;
     o.force_sm80 = false;
     o.scale_b_blocks = reinterpret_cast<const float*>(host_offsets);
     EXPECT_THROW(loom::grouped_gemm(A8, B8, 4, C, static_cast<const int32_t*>(buf.p), 4, nullptr, o),

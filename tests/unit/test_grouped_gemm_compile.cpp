@@ -172,6 +172,40 @@ TEST(GroupedGemmCompile, Sm80KernelCompilesForAmpereAndHopper) {
     }
 }
 
+// fp8 e4m3 on the portable kernel (converted to bf16 in shared memory; B as [N, K]): per-tensor and per-128-block
+// scales (the second register tile), every activation, 16- and 32-bit out, for sm_80 and Hopper (force_sm80), and
+// under the TP-MoE down projection's hooks: no spills.
+TEST(GroupedGemmCompile, Sm80Fp8KernelsHaveNoSpills) {
+    GemmConfig c;
+    c.sm80 = true;
+    struct V {
+        DType out;
+        MoeActivation act;
+    };
+    for (int arch : {80, 90}) {
+        for (bool block_scale : {false, true}) {
+            for (const V& v : {V{DType::BF16, MoeActivation::None}, V{DType::BF16, MoeActivation::SwiGLU},
+                               V{DType::F16, MoeActivation::GeLU}, V{DType::F32, MoeActivation::SwiGLU},
+                               V{DType::F32, MoeActivation::GeLU}}) {
+                auto p = problem(8192, 4096, 4096, 8, BLayout::NK, v.act, DType::F8E4M3, v.out);
+                if (block_scale) p.opts.scale_a_blocks = p.opts.scale_b_blocks = reinterpret_cast<const float*>(g_fake);
+                EXPECT_NO_THROW(loom::moe::grouped_gemm_validate(p, -1));
+                EXPECT_NO_THROW(loom::moe::grouped_gemm_validate_config(c, p));
+                const auto spec = loom::moe::grouped_gemm_kernel_spec(
+                    c, DType::F8E4M3, v.out, false, v.act, "loom::kernels::moe::GroupedNoHooks", "", block_scale);
+                EXPECT_EQ(spec.template_args.size(), block_scale ? 7u : 6u) << spec.display();
+                expect_clean(loom::jit::compile(spec, arch), spec.display() + " sm_" + std::to_string(arch));
+            }
+        }
+    }
+    for (bool block_scale : {false, true}) {
+        const auto rs = loom::moe::grouped_gemm_kernel_spec(c, DType::F8E4M3, DType::F32, false, MoeActivation::None,
+                                                            "loom::kernels::moe::MoeRsHooks",
+                                                            "loom/kernels/moe/tp_moe.cuh", block_scale);
+        expect_clean(loom::jit::compile(rs, 80), rs.display() + " sm_80");
+    }
+}
+
 TEST(GroupedGemmHeuristic, FitsTheIssueShapes) {
     struct S {
         int64_t n, k;
@@ -308,11 +342,17 @@ TEST(GroupedGemmValidate, NamesTheProblem) {
     c = hopper(128, 256, 4);
     c.cluster_m = 2;
     EXPECT_THROW(loom::moe::grouped_gemm_validate_config(c, ok), loom::Error);
+    // The portable kernel takes fp8 (NK; the layout check above), with block scales too.
     c = hopper(128, 256, 4);
     c.sm80 = true;
-    EXPECT_THROW(loom::moe::grouped_gemm_validate_config(
-                     c, problem(1000, 512, 256, 8, BLayout::NK, MoeActivation::None, DType::F8E4M3)),
-                 loom::Error);
+    EXPECT_NO_THROW(loom::moe::grouped_gemm_validate_config(
+        c, problem(1000, 512, 256, 8, BLayout::NK, MoeActivation::None, DType::F8E4M3)));
+    f8 = problem(1000, 512, 256, 8, BLayout::NK, MoeActivation::SwiGLU, DType::F8E4M3);
+    f8.opts.scale_a_blocks = f8.opts.scale_b_blocks = reinterpret_cast<const float*>(g_fake);
+    EXPECT_NO_THROW(loom::moe::grouped_gemm_validate(f8, -1));
+    EXPECT_NO_THROW(loom::moe::grouped_gemm_validate_config(c, f8));
+    p = problem(1000, 512, 200, 8, BLayout::NK, MoeActivation::None, DType::F8E4M3);
+    expect_error(p, "K a multiple of 16");
 }
 
 }  // namespace

@@ -40,8 +40,8 @@ struct GroupedGemmOptions {
     const float* scale_b = nullptr;  // E floats: expert e's weight scale
     // fp8 per-128-block scales (DeepSeek-V3), both or neither: A [rows, ceil(K / 128)] (row r's scale of K block kb
     // at r x ceil(K / 128) + kb; rows follow A's rows, i.e. the grouped layout) and B [E, ceil(N / 128), ceil(K / 128)]
-    // fp32, device memory. The product is sum over kb of (A_kb B_kb^T) x sa[r, kb] x sb[e, n / 128, kb], then the
-    // scales above. f8e4m3 inputs only (the Hopper kernel); SwiGLU: N / 2 a multiple of 128.
+    // fp32, device memory. The product is sum over kb of (A_kb B_kb^T) x sa[r, kb] x sb[e, n / 128, kb] in fp32,
+    // then the scales above. f8e4m3 inputs only (either kernel); SwiGLU: N / 2 a multiple of 128.
     const float* scale_a_blocks = nullptr;
     const float* scale_b_blocks = nullptr;
     // Tile config (Hopper kernel: block_m 64 or 128, block_n, stages, group_m, grid; cluster_m 1, tail_splits 1;
@@ -58,8 +58,9 @@ struct GroupedGemmOptions {
 // (NK) or [E * K, N] (KN), of A's dtype (f8e4m3: NK only); c: [rows, N] (N / 2 with SwiGLU) bf16 / fp16 / f32. K and N
 // multiples of 8 (f8e4m3: K a multiple of 16); rows of C outside every group are left untouched. Stream-ordered, no
 // host synchronisation; the kernel is compiled at first use by Loom's JIT (sm_90: the persistent TMA + wgmma kernel,
-// kernels/moe/grouped_gemm.cuh; sm_80 / sm_89 or force_sm80: mma.sync, kernels/moe/grouped_gemm_sm80.cuh). Offsets
-// outside [0, rows] are clamped (never an out-of-bounds write). Raises loom::Error naming the argument on bad input.
+// kernels/moe/grouped_gemm.cuh; sm_80 / sm_89 or force_sm80: mma.sync, kernels/moe/grouped_gemm_sm80.cuh, which
+// converts f8e4m3 to bf16 exactly in shared memory). Offsets outside [0, rows] are clamped (never an out-of-bounds
+// write). Raises loom::Error naming the argument on bad input.
 void grouped_gemm(const MatrixView& a, const MatrixView& b, int num_experts, const MatrixView& c,
                   const int32_t* group_offsets, int num_groups, cudaStream_t stream,
                   const GroupedGemmOptions& opts = {});

@@ -59,6 +59,11 @@ LOOM_DEVICE LOOM_FORCEINLINE uint4 ld_shared_v4(const void* p) {
                  : "memory");
     return v;
 }
+// One 16-byte store to shared memory (16-byte aligned). Volatile, as ld_shared_v4.
+LOOM_DEVICE LOOM_FORCEINLINE void st_shared_v4(void* p, const uint4& v) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(smem_addr(p)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
 
 // ---- bulk copies (cp.async.bulk, sm_90) ----------------------------------------------------------------------
 // global -> shared::cta; completion: `bytes` transaction bytes on `bar` (pair with mbarrier_arrive_expect_tx).

@@ -31,7 +31,7 @@ struct GroupedGemmProblem {
     int64_t k() const { return a.cols; }
     int64_t n() const { return b_kn() ? b.cols : b.rows / (num_experts > 0 ? num_experts : 1); }  // product columns
     int64_t n_out() const { return swiglu() ? n() / 2 : n(); }
-    // Per-128-block scales given (the Hopper fp8 kernel's kBlockScale variant).
+    // Per-128-block scales given (fp8; the kernels' kBlockScale variant).
     bool block_scaled() const { return opts.scale_a_blocks != nullptr || opts.scale_b_blocks != nullptr; }
     // Rows the grid is planned for: opts.max_rows (at most A's rows), else A's rows.
     int64_t planned_rows() const { return opts.max_rows > 0 && opts.max_rows < a.rows ? opts.max_rows : a.rows; }
@@ -51,7 +51,8 @@ GemmConfig grouped_gemm_heuristic(int64_t rows, int64_t n, int64_t k, int groups
 // The most stages (<= 12) of bm x bn tiles that fit in shared memory beside a prefix of `groups` groups (and the
 // staged epilogue's buffers when `staged`).
 int grouped_gemm_fitting_stages(int bm, int bn, int groups, bool staged);
-// Raises loom::Error when the Hopper kernel cannot take `cfg` for this problem.
+// Raises loom::Error when the Hopper kernel cannot take `cfg` for this problem (cfg.sm80: the portable kernel's fixed
+// tile takes every problem that grouped_gemm_validate accepts).
 void grouped_gemm_validate_config(const GemmConfig& cfg, const GroupedGemmProblem& p);
 // The config a call runs: opts.config (checked) or the heuristic; the portable kernel below sm_90 or when forced.
 GemmConfig grouped_gemm_config(const GroupedGemmProblem& p, int arch, int num_sms);
@@ -61,7 +62,7 @@ int64_t grouped_gemm_max_tiles(int64_t rows, int64_t n_out, int groups, const Ge
 
 // JIT spec of grouped_gemm_sm90 (grouped_gemm_sm80 when cfg.sm80) with literal template arguments. `hooks` names the
 // policy type; `header` the header that defines it and includes the kernel's header (a fused op's header includes
-// both kernels' headers when it may run either); "" = the kernel's own header. block_scale: the Hopper kernel's
+// both kernels' headers when it may run either); "" = the kernel's own header. block_scale: the kernel's
 // per-128-block scale variant (fp8).
 jit::KernelSpec grouped_gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, bool b_kn, MoeActivation act,
                                          const std::string& hooks = "loom::kernels::moe::GroupedNoHooks",

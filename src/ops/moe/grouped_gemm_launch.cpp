@@ -22,6 +22,7 @@ jit::KernelSpec grouped_gemm_kernel_spec(const GemmConfig& cfg, DType in, DType 
         spec.name = "loom::kernels::moe::grouped_gemm_sm80";
         spec.template_args = {dtype_cuda_name(in),     dtype_cuda_name(out), "4",
                               b_kn ? "false" : "true", activation,           hooks};
+        if (block_scale) spec.template_args.push_back("true");  // kBlockScale
         return spec;
     }
     spec.header = header.empty() ? "loom/kernels/moe/grouped_gemm.cuh" : header;
@@ -73,7 +74,9 @@ GroupedGemmLaunch grouped_gemm_launch_for(const GroupedGemmProblem& p, const Gem
         const int64_t grid = cfg.grid > 0 ? cfg.grid : max_tiles;
         l.launch.grid = dim3(static_cast<unsigned>(std::clamp<int64_t>(grid, 1, INT32_MAX)));
         l.launch.block = dim3(kernels::kSm80Threads);
-        l.launch.smem = kernels::gemm_sm80_smem_bytes(4) + kernels::moe::grouped_prefix_bytes(p.num_groups);
+        l.launch.smem =
+            (p.a.dtype == DType::F8E4M3 ? kernels::gemm_sm80_e4m3_smem_bytes(4) : kernels::gemm_sm80_smem_bytes(4)) +
+            kernels::moe::grouped_prefix_bytes(p.num_groups);
         return l;
     }
     l.tmap_a = make_tma_2d(p.a, cfg.block_m, cfg.block_k);

@@ -63,9 +63,7 @@ void grouped_gemm_validate(const GroupedGemmProblem& p, int device) {
     LOOM_CHECK(c.rows == a.rows && c.cols == p.n_out(), "grouped_gemm: expected C of {} x {}{}, given {} x {}", a.rows,
                p.n_out(), p.swiglu() ? " (N / 2 with SwiGLU)" : "", c.rows, c.cols);
     if (f8) {
-        LOOM_CHECK(!p.b_kn(),
-                   "grouped_gemm: f8e4m3 inputs expect b_layout NK (wgmma reads 8-bit operands K-major only), given "
-                   "KN");
+        LOOM_CHECK(!p.b_kn(), "grouped_gemm: f8e4m3 inputs expect b_layout NK (B_e as [N, K], K-major), given KN");
         LOOM_CHECK(k % 16 == 0, "grouped_gemm: f8e4m3 inputs expect K a multiple of 16 (16-byte rows), given K={}", k);
     }
     if (p.block_scaled()) {

@@ -125,4 +125,9 @@ LOOM_HOST_DEVICE constexpr uint32_t gemm_sm80_smem_bytes(int stages) {
     return static_cast<uint32_t>(stages) * (kSm80BlockM + kSm80BlockN) * kSm80BlockK * 2u;
 }
 
+// The fp8 e4m3 mainloop's (sm80_tile_mainloop_e4m3): STAGES fp8 k-tiles (8 KiB each) + two bf16 k-tiles (16 KiB each).
+LOOM_HOST_DEVICE constexpr uint32_t gemm_sm80_e4m3_smem_bytes(int stages) {
+    return static_cast<uint32_t>(stages) * (kSm80BlockM + kSm80BlockN) * kSm80BlockK + gemm_sm80_smem_bytes(2);
+}
+
 }  // namespace loom::kernels

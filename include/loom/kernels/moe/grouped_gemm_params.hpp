@@ -32,7 +32,7 @@ struct GroupedGemmArgs {
     float alpha;
     const float* scale_a;  // 1 float or null
     const float* scale_b;  // num_experts floats or null
-    // Per-128-block scales (Hopper fp8 kernel with kBlockScale only): A [rows, k_blocks], B [num_experts, ceil(n /
+    // Per-128-block scales (fp8, the kernels' kBlockScale variant only): A [rows, k_blocks], B [num_experts, ceil(n /
     // 128), k_blocks] fp32 row-major, k_blocks = ceil(k / 128). Null otherwise.
     const float* scale_a_blocks;
     const float* scale_b_blocks;
