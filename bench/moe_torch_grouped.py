@@ -11,8 +11,9 @@
 out[rows of e] = a[rows of e] @ w[e].T with w [E, N, K] and int32 cumulative offsets on the device. Timed with CUDA
 events after an L2 flush, median of --iters runs; each row carries bench-moe's "shape" string and "baselines":
 {"torch_grouped_mm": us}. --fp8: torch._scaled_grouped_mm instead, fp8 e4m3 in (random values in [-1, 1)), row-wise
-fp32 scales of A [rows] and B [E, N] (ones), bf16 out, as "torch_scaled_grouped_mm" on bench-moe grouped-fp8's per-tensor
-rows ("... fp8e4m3"). --merge-into FILE adds those times to the rows of bench-moe's report FILE by shape (every shape
+fp32 scales of A [rows] and B [E, N] (ones), bf16 out, on bench-moe grouped-fp8's per-tensor rows ("... fp8e4m3"): as
+"torch_scaled_grouped_mm" with use_fast_accum (products summed in the tensor cores' accumulators, as Loom's per-tensor
+kernel sums them) and as "torch_scaled_grouped_mm_promoted" without. --merge-into FILE adds those times to the rows of bench-moe's report FILE by shape (every shape
 of FILE must have been timed here, except --fp8's block-scaled rows, which keep their own baselines), recomputes each
 row's speedup (baseline_us / loom_us) and appends this command to FILE's "command".
 """
@@ -66,19 +67,18 @@ def load_report(path: str, shapes: set) -> dict:
     return doc
 
 
-def merge_into(path: str, doc: dict, rows_out: list, command: str, baseline: str) -> None:
-    """Adds each row's `baseline` time to the row of the same shape in `doc` and writes it to `path`."""
-    times = {r["shape"]: r["baselines"][baseline] for r in rows_out}
+def merge_into(path: str, doc: dict, rows_out: list, command: str) -> None:
+    """Adds each row's baseline times to the row of the same shape in `doc` and writes it to `path`."""
+    times = {r["shape"]: r["baselines"] for r in rows_out}
     for row in doc["rows"]:
-        if row["shape"] in times:
-            row["baselines"][baseline] = times[row["shape"]]
+        row["baselines"].update(times.get(row["shape"], {}))
         row["speedup"] = {name: us / row["loom_us"] for name, us in row["baselines"].items()}
     if command not in doc["command"]:
         doc["command"] += "; " + command
     with open(path, "w") as f:
         json.dump(doc, f, indent=2)
         f.write("\n")
-    print(f"merged torch_grouped_mm into {len(doc['rows'])} rows of {path}")
+    print(f"merged {', '.join(sorted({b for t in times.values() for b in t}))} into {len(times)} rows of {path}")
 
 
 def time_us(fn, iters: int) -> float:
@@ -126,19 +126,24 @@ def main():
                     sa = torch.ones(rows, device="cuda", dtype=torch.float32)
                     sb = torch.ones(e, n, device="cuda", dtype=torch.float32)
                     fn = lambda: torch._scaled_grouped_mm(a, w.transpose(-2, -1), sa, sb, offs=offs,  # noqa
-                                                          out_dtype=torch.bfloat16)
+                                                          out_dtype=torch.bfloat16, use_fast_accum=True)
+                    promoted = lambda: torch._scaled_grouped_mm(a, w.transpose(-2, -1), sa, sb,  # noqa
+                                                                offs=offs, out_dtype=torch.bfloat16)
                 else:
                     a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
                     w = torch.randn(e, n, k, device="cuda", dtype=torch.bfloat16)
                     fn = lambda: torch._grouped_mm(a, w.transpose(-2, -1), offs=offs, out_dtype=torch.bfloat16)  # noqa
                 us = time_us(fn, args.iters)
+                baselines = {baseline: us}
+                if args.fp8:
+                    baselines[baseline + "_promoted"] = time_us(promoted, args.iters)
                 flops = 2.0 * rows * n * k
                 print(f"{name:14s} {tokens:6d} {'skewed' if skewed else 'uniform':8s} {us:9.1f} us "
                       f"{flops / us / 1e6:7.1f} TFLOP/s")
                 rname = "skewed" if skewed else "uniform"
                 rows_out.append({"shape": shape_of(name, n, k, e, topk, tokens, rname, args.fp8), "model": name, "n": n,
                                  "k": k, "experts": e, "topk": topk, "tokens": tokens, "rows": rows, "routing": rname,
-                                 "dtype": "f8e4m3 row-wise" if args.fp8 else "bf16", "baselines": {baseline: us}})
+                                 "dtype": "f8e4m3 row-wise" if args.fp8 else "bf16", "baselines": baselines})
                 del a, w
     doc = {"op": "grouped_gemm_torch", "command": "python bench/moe_torch_grouped.py" + (" --fp8" if args.fp8 else ""),
            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
@@ -150,8 +155,7 @@ def main():
             json.dump(doc, f, indent=1)
     if report is not None:
         merge_into(args.merge_into, report, rows_out,
-                   f"python bench/moe_torch_grouped.py {'--fp8 ' if args.fp8 else ''}--merge-into {args.merge_into}",
-                   baseline)
+                   f"python bench/moe_torch_grouped.py {'--fp8 ' if args.fp8 else ''}--merge-into {args.merge_into}")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 
 #include "loom/kernels/gemm/gemm_params.hpp"
 #include "loom/runtime/error.hpp"
+#include "ops/gemm/gemm_internal.hpp"
 #include "ops/overlap/common/plan.hpp"
 
 namespace loom::moe {
@@ -54,7 +55,12 @@ FusedDown plan_fused_down(const MoeDownCall& c, const char* op, overlap::LocalBu
     // The GEMM counts its stored tiles only for side blocks to wait on: the launch after it needs no count, and a
     // release per tile costs small tiles (Qwen3-30B-A3B's) a store drain each.
     f.hooked = f.side_blocks > 0;
-    f.gemm_sms = std::max(1, usable - f.side_blocks);
+    // With side blocks the GEMM leaves them their SMs of the planned share. Without, it waits for nothing and nothing
+    // waits inside it, so it takes the grid Sequential's grouped_gemm takes (the SMs the device reports, or
+    // opts.gemm.num_sms), which with ranks sharing a GPU keeps more loads in flight than the share alone.
+    const int device_sms = detail::gemm_device().num_sms;
+    f.gemm_sms = f.side_blocks > 0 ? std::max(1, usable - f.side_blocks)
+                                   : (gopts.num_sms > 0 && gopts.num_sms < device_sms ? gopts.num_sms : device_sms);
     f.tail_blocks = down_tail_blocks(items, usable);
     f.claims = items + f.side_blocks + f.tail_blocks;
     MatrixView a = c.rows;
