@@ -56,15 +56,6 @@ TEST(MoeTpPlan, AutoPicksFusedWhereItApplies) {
     f = hopper(4);
     f.device_sms = 1;
     EXPECT_EQ(loom::moe::choose_tp_moe_algo("x", TpMoeAlgo::Auto, f), TpMoeAlgo::Sequential);
-    // moe_rs where ranks share a GPU: Sequential (measured faster); its Fused still runs when asked for.
-    f = hopper(4);
-    f.reduce = true;
-    EXPECT_EQ(loom::moe::choose_tp_moe_algo("moe_rs", TpMoeAlgo::Auto, f), TpMoeAlgo::Fused);
-    f.shared_gpu = true;
-    EXPECT_EQ(loom::moe::choose_tp_moe_algo("moe_rs", TpMoeAlgo::Auto, f), TpMoeAlgo::Sequential);
-    EXPECT_EQ(loom::moe::choose_tp_moe_algo("moe_rs", TpMoeAlgo::Fused, f), TpMoeAlgo::Fused);
-    f.reduce = false;
-    EXPECT_EQ(loom::moe::choose_tp_moe_algo("ag_moe", TpMoeAlgo::Auto, f), TpMoeAlgo::Fused);
     // Sequential always runs, whatever the facts.
     f = hopper(4);
     f.device_sms = 1;

@@ -54,12 +54,9 @@ struct TpMoeFacts {
     bool captured = false;    // the stream is capturing a CUDA graph
     int arch = 0;             // compute capability x 10 (0: not asked, e.g. while capturing)
     int device_sms = 0;       // SMs this rank plans on (under MPS: its share)
-    bool shared_gpu = false;  // another rank runs on this GPU
-    bool reduce = false;      // the op is moe_rs (grouped GEMM + top-k reduce + reduce-scatter)
 };
 // The algorithm `requested` resolves to for `op`. Auto: Fused where it applies (world > 1, one node, sm_90, at least
-// 2 SMs, not capturing: its signal values are host call counts), else Sequential — and Sequential for moe_rs where
-// ranks share a GPU, until docs/perf/moe.json shows its fused algorithm ahead there. Fused where it does not apply
+// 2 SMs, not capturing: its signal values are host call counts), else Sequential. Fused where it does not apply
 // raises loom::Error naming the op and why.
 TpMoeAlgo choose_tp_moe_algo(const char* op, TpMoeAlgo requested, const TpMoeFacts& f);
 // ag_moe Fused: blocks of the push kernel for a shard of `shard_bytes` (~128 KiB each, 1..32, at most the SMs).
