@@ -56,8 +56,8 @@ FusedDown plan_fused_down(const MoeDownCall& c, const char* op, overlap::LocalBu
     // release per tile costs small tiles (Qwen3-30B-A3B's) a store drain each.
     f.hooked = f.side_blocks > 0;
     // With side blocks the GEMM leaves them their SMs of the planned share. Without, it waits for nothing and nothing
-    // waits inside it, so it takes the grid Sequential's grouped_gemm takes (the SMs the device reports, or
-    // opts.gemm.num_sms), which with ranks sharing a GPU keeps more loads in flight than the share alone.
+    // waits inside it, so it takes the grid Sequential's grouped_gemm takes (the SMs the device reports, under MPS the
+    // rank's share, or opts.gemm.num_sms): the planned share (DeviceFacts) is for kernels that wait on each other.
     const int device_sms = detail::gemm_device().num_sms;
     f.gemm_sms = f.side_blocks > 0 ? std::max(1, usable - f.side_blocks)
                                    : (gopts.num_sms > 0 && gopts.num_sms < device_sms ? gopts.num_sms : device_sms);
