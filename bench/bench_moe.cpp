@@ -15,6 +15,8 @@
 // (row-wise scales) to the per-tensor rows (no library grouped GEMM takes 128-block scales).
 //
 //     build/bench/bench-moe grouped-fp8 --out docs/perf/grouped_gemm_fp8.json
+// --portable runs every Loom call (fp8 and the bf16 reference) on the portable kernel (force_sm80), as on sm_80:
+//     build/bench/bench-moe grouped-fp8 --portable --out docs/perf/grouped_gemm_fp8_portable.json
 //     python bench/moe_torch_grouped.py --fp8 --merge-into docs/perf/grouped_gemm_fp8.json
 //
 // Mode `tp` (under loomrun -n W): the TP-MoE ops on the same (N, K, E, top-k) at 128 and 8192 tokens in total (T_loc =
@@ -114,13 +116,13 @@ double sampled_diff(const void* got, const void* ref, int rows, int n) {
 // scales (A [rows, K / 128], B [E, N / 128, K / 128]; no library grouped GEMM on the machine takes those), each
 // against Loom's own bf16 grouped GEMM of the same shape, timed interleaved. Inputs: random e4m3 values in [-1, 1),
 // scales 1 (the GPU tests check the results with other scales).
-int grouped_fp8(const std::string& out, int iters, int argc, char** argv) {
+int grouped_fp8(const std::string& out, int iters, bool portable, int argc, char** argv) {
     const std::vector<Model> models = {{"Mixtral-8x7B", 14336, 4096, 8, 2},
                                        {"Mixtral-8x22B", 16384, 6144, 8, 2},
                                        {"Qwen1.5-MoE", 1408, 2048, 60, 4},
                                        {"DeepSeek-MoE", 1408, 2048, 64, 6},
                                        {"Qwen3-30B-A3B", 768, 2048, 128, 8}};
-    loom::bench::Report report("grouped_gemm_fp8", 1, argc, argv);
+    loom::bench::Report report(portable ? "grouped_gemm_fp8_portable" : "grouped_gemm_fp8", 1, argc, argv);
     cudaStream_t stream;
     LOOM_CHECK_CUDA(cudaStreamCreate(&stream));
     loom::bench::TimeOptions topts;
@@ -154,7 +156,8 @@ int grouped_fp8(const std::string& out, int iters, int argc, char** argv) {
                 LOOM_CHECK_CUDA(cudaMemcpy(sb, ones.data(), size_t(m.e) * nb * kb * 4, cudaMemcpyHostToDevice));
                 LOOM_CHECK_CUDA(cudaMemcpy(st, ones.data(), size_t(m.e + 1) * 4, cudaMemcpyHostToDevice));
                 LOOM_CHECK_CUDA(cudaMemcpy(off, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
-                loom::GroupedGemmOptions ot, ob;
+                loom::GroupedGemmOptions ot, ob, o16;
+                ot.force_sm80 = ob.force_sm80 = o16.force_sm80 = portable;
                 ot.scale_a = static_cast<const float*>(st);
                 ot.scale_b = static_cast<const float*>(st) + 1;
                 ob.scale_a_blocks = static_cast<const float*>(sa);
@@ -167,7 +170,7 @@ int grouped_fp8(const std::string& out, int iters, int argc, char** argv) {
                 const auto run_block = [&](cudaStream_t s) { loom::grouped_gemm(A8, B8, m.e, C, o, m.e, s, ob); };
                 const auto run_bf16 = [&](cudaStream_t s) {
                     loom::grouped_gemm({a, loom::DType::BF16, rows, m.k, 0},
-                                       {b, loom::DType::BF16, int64_t(m.e) * m.n, m.k, 0}, m.e, C, o, m.e, s);
+                                       {b, loom::DType::BF16, int64_t(m.e) * m.n, m.k, 0}, m.e, C, o, m.e, s, o16);
                 };
                 run_fp8(stream);
                 run_block(stream);
@@ -181,8 +184,9 @@ int grouped_fp8(const std::string& out, int iters, int argc, char** argv) {
                             bf16_us, flops / fp8_us / 1e6, flops / block_us / 1e6);
                 for (const bool block : {false, true}) {
                     const double us = block ? block_us : fp8_us;
-                    report.add_row({{"shape", fmt::format("{} E={} N={} K={} tokens={} top{} {} fp8e4m3{}", m.name, m.e,
-                                                          m.n, m.k, tokens, m.topk, rname, block ? " block128" : "")},
+                    report.add_row({{"shape", fmt::format("{} E={} N={} K={} tokens={} top{} {} fp8e4m3{}{}", m.name,
+                                                          m.e, m.n, m.k, tokens, m.topk, rname,
+                                                          block ? " block128" : "", portable ? " portable" : "")},
                                     {"model", m.name},
                                     {"n", m.n},
                                     {"k", m.k},
@@ -613,7 +617,7 @@ int tp(const std::string& out_dir, int iters, bool quick, const std::string& onl
 int main(int argc, char** argv) {
     std::string mode = "grouped", out, only_op;
     int iters = 30, only_tokens = 0, comm_sms = 0;
-    bool quick = false, sweep = false;
+    bool quick = false, sweep = false, portable = false;
     CLI::App app{
         "bench-moe: Loom's MoE ops (grouped: loom::grouped_gemm against cuBLAS's grouped GEMM; grouped-fp8: fp8 with "
         "per-tensor and 128-block scales against bf16; tp: ag_moe / moe_rs / "
@@ -625,6 +629,9 @@ int main(int argc, char** argv) {
                    "grouped, grouped-fp8: output file (default: print only); tp: output folder (moe.json)");
     app.add_option("--iters", iters, "timed runs per shape (tp: 10 unless given)")->check(CLI::PositiveNumber);
     app.add_flag("--quick", quick, "tp: two models only (Mixtral-8x7B, Qwen3-30B-A3B)");
+    app.add_flag(
+        "--portable", portable,
+        "grouped-fp8: every Loom call on the portable kernel (force_sm80: fp8 converted to bf16 for mma.sync)");
     app.add_flag("--sweep", sweep,
                  "grouped: at 8192 uniform tokens also time tile widths x raster groups and the dense GEMM of the "
                  "same size");
@@ -637,6 +644,6 @@ int main(int argc, char** argv) {
     loom::bench::parse_or_exit(app, argc, argv);
     if (mode == "tp")
         return tp(out, app.count("--iters") ? iters : 10, quick, only_op, only_tokens, comm_sms, argc, argv);
-    if (mode == "grouped-fp8") return grouped_fp8(out, iters, argc, argv);
+    if (mode == "grouped-fp8") return grouped_fp8(out, iters, portable, argc, argv);
     return grouped(out, iters, sweep, argc, argv);
 }
