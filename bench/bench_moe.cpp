@@ -26,7 +26,7 @@
 // reduce_scatter of the [T, K] reduced rows — for the overlap efficiency fused / max(GEMM alone, communication alone);
 // at 128 tokens also moe_ar Fused and Sequential on a decode batch every rank holds whole (the parts: the grouped GEMM,
 // all_reduce of [T, K]). Rows go to DIR/moe.json (rank 0). --quick: Mixtral-8x7B and Qwen3-30B-A3B only; --op
-// ag_moe | moe_rs | moe_ar: that op only (and its parts); --tokens 128 | 8192: that batch only; --comm-sms N: moe_rs
+// ag_moe | moe_rs | moe_ar: that op only (and its parts); --tokens T: that batch only (any T); --comm-sms N: moe_rs
 // Fused's reduce blocks beside the GEMM (TpMoeOptions::comm_sms).
 //
 //     loomrun -n 4 build/bench/bench-moe tp --out DIR [--quick] [--op moe_rs] [--tokens 8192] [--comm-sms N]
@@ -438,8 +438,8 @@ int tp(const std::string& out_dir, int iters, bool quick, const std::string& onl
             if (me == 0) std::printf("%s: N / W = %d / %d is not a multiple of 16: skipped\n", m.name, m.n, W);
             continue;
         }
-        for (int tokens : {128, 8192}) {
-            if (only_tokens > 0 && tokens != only_tokens) continue;
+        const std::vector<int> batches = only_tokens > 0 ? std::vector<int>{only_tokens} : std::vector<int>{128, 8192};
+        for (int tokens : batches) {
             const int t_loc = std::max(1, tokens / W), T = t_loc * W;
             for (bool skewed : {false, true}) {
                 const loom::MoeRoutingShape shape{T, m.topk, m.e, W};
@@ -637,7 +637,8 @@ int main(int argc, char** argv) {
                  "same size");
     app.add_option("--op", only_op, "tp: time this op only (with its parts)")
         ->check(CLI::IsMember({"ag_moe", "moe_rs", "moe_ar"}));
-    app.add_option("--tokens", only_tokens, "tp: these total tokens only")->check(CLI::IsMember({128, 8192}));
+    app.add_option("--tokens", only_tokens, "tp: this many total tokens only (default: 128 and 8192)")
+        ->check(CLI::PositiveNumber);
     app.add_option("--comm-sms", comm_sms,
                    "tp: moe_rs Fused's TpMoeOptions::comm_sms (reduce blocks beside the GEMM; 0: by the work, < 0: "
                    "none)");
