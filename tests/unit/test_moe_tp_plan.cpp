@@ -27,6 +27,7 @@ TpMoeFacts hopper(int world) {
     f.world = world;
     f.arch = 90;
     f.device_sms = 132;
+    f.rows = 16384;
     return f;
 }
 
@@ -56,6 +57,13 @@ TEST(MoeTpPlan, AutoPicksFusedWhereItApplies) {
     f = hopper(4);
     f.device_sms = 1;
     EXPECT_EQ(loom::moe::choose_tp_moe_algo("x", TpMoeAlgo::Auto, f), TpMoeAlgo::Sequential);
+    // Calls below kTpMoeFusedMinRows routed rows: Sequential under Auto; Fused still runs when asked for.
+    f = hopper(4);
+    f.rows = loom::moe::kTpMoeFusedMinRows - 1;
+    EXPECT_EQ(loom::moe::choose_tp_moe_algo("x", TpMoeAlgo::Auto, f), TpMoeAlgo::Sequential);
+    EXPECT_EQ(loom::moe::choose_tp_moe_algo("x", TpMoeAlgo::Fused, f), TpMoeAlgo::Fused);
+    f.rows = loom::moe::kTpMoeFusedMinRows;
+    EXPECT_EQ(loom::moe::choose_tp_moe_algo("x", TpMoeAlgo::Auto, f), TpMoeAlgo::Fused);
     // Sequential always runs, whatever the facts.
     f = hopper(4);
     f.device_sms = 1;

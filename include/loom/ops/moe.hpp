@@ -129,7 +129,8 @@ void moe_topk_reduce(const MatrixView& rows, const MoeRouting& routing, const Ma
 //            decode batch every rank holds whole
 
 enum class TpMoeAlgo {
-    Auto,        // Fused where it applies (ag_moe / moe_rs: world > 1, one node, sm_90, not capturing), else Sequential
+    Auto,  // Fused where it applies (ag_moe / moe_rs: world > 1, one node, sm_90, not capturing) for calls of 2048
+           // routed rows (gathered tokens x top-k) or more, else Sequential
     Sequential,  // Loom's collectives (all_gather / reduce_scatter / all_reduce) around the routing utilities and
                  // grouped_gemm: no overlap
     Fused,       // ag_moe: each rank pushes its own tokens' routed rows to every rank while the grouped GEMM consumes

@@ -30,6 +30,7 @@ TpMoeAlgo choose_tp_moe_algo(const char* op, TpMoeAlgo requested, const TpMoeFac
     if (requested == TpMoeAlgo::Sequential) return requested;
     const char* why = fused_unfit(f);
     if (requested == TpMoeAlgo::Fused) LOOM_CHECK(*why == '\0', "{}: opts.algo: fused cannot run here: {}", op, why);
+    if (requested == TpMoeAlgo::Auto && f.rows < kTpMoeFusedMinRows) return TpMoeAlgo::Sequential;
     return *why == '\0' ? TpMoeAlgo::Fused : TpMoeAlgo::Sequential;
 }
 
