@@ -94,6 +94,14 @@ void fill_pooled(void* p, size_t n, size_t elem_bytes, void (*fill)(void*, size_
     }
 }
 
+// A grouped-mode row's shape fields: the model's (N, K, E, top-k), the batch, the routing and the input type.
+nlohmann::json grouped_row(const Model& m, int tokens, int rows, const char* routing_name, const std::string& shape,
+                           const char* dtype) {
+    return {{"shape", shape},          {"model", m.name}, {"n", m.n},         {"k", m.k},
+            {"experts", m.e},          {"topk", m.topk},  {"tokens", tokens}, {"rows", rows},
+            {"routing", routing_name}, {"dtype", dtype}};
+}
+
 // DeepGEMM's calc_diff of two bf16 [rows, n] matrices over up to 256 rows spread evenly (NaN counts as a mismatch).
 double sampled_diff(const void* got, const void* ref, int rows, int n) {
     const int step = std::max(1, rows / 256), count = (rows + step - 1) / step;
@@ -184,21 +192,15 @@ int grouped_fp8(const std::string& out, int iters, bool portable, int argc, char
                             bf16_us, flops / fp8_us / 1e6, flops / block_us / 1e6);
                 for (const bool block : {false, true}) {
                     const double us = block ? block_us : fp8_us;
-                    report.add_row({{"shape", fmt::format("{} E={} N={} K={} tokens={} top{} {} fp8e4m3{}{}", m.name,
-                                                          m.e, m.n, m.k, tokens, m.topk, rname,
-                                                          block ? " block128" : "", portable ? " portable" : "")},
-                                    {"model", m.name},
-                                    {"n", m.n},
-                                    {"k", m.k},
-                                    {"experts", m.e},
-                                    {"topk", m.topk},
-                                    {"tokens", tokens},
-                                    {"rows", rows},
-                                    {"routing", rname},
-                                    {"dtype", block ? "f8e4m3 block128" : "f8e4m3 per-tensor"},
-                                    {"loom_us", us},
-                                    {"loom_tflops", flops / us / 1e6},
-                                    {"baselines", {{"loom_bf16", bf16_us}}}});
+                    nlohmann::json row = grouped_row(
+                        m, tokens, rows, rname,
+                        fmt::format("{} E={} N={} K={} tokens={} top{} {} fp8e4m3{}{}", m.name, m.e, m.n, m.k, tokens,
+                                    m.topk, rname, block ? " block128" : "", portable ? " portable" : ""),
+                        block ? "f8e4m3 block128" : "f8e4m3 per-tensor");
+                    row["loom_us"] = us;
+                    row["loom_tflops"] = flops / us / 1e6;
+                    row["baselines"] = {{"loom_bf16", bf16_us}};
+                    report.add_row(std::move(row));
                 }
                 for (void* p : {a8, b8, a, b, c, off, sa, sb, st}) cudaFree(p);
             }
@@ -344,23 +346,17 @@ int grouped(const std::string& out, int iters, bool sweep, int argc, char** argv
                         std::printf("    %-44s %9.1f us %6.0f TFLOP/s\n", cfgs[i].str().c_str(), tsw[i + 1].median_us,
                                     flops / tsw[i + 1].median_us / 1e6);
                 }
-                report.add_row({{"shape", fmt::format("{} E={} N={} K={} tokens={} top{} {} bf16", m.name, m.e, m.n,
-                                                      m.k, tokens, m.topk, rname)},
-                                {"model", m.name},
-                                {"n", m.n},
-                                {"k", m.k},
-                                {"experts", m.e},
-                                {"topk", m.topk},
-                                {"tokens", tokens},
-                                {"rows", rows},
-                                {"routing", rname},
-                                {"dtype", "bf16"},
-                                {"calc_diff", diff},
-                                {"loom_us", loom_us},
-                                {"loom_tflops", flops / loom_us / 1e6},
-                                {"loom_register_store_us", reg_us},
-                                {"register_store_calc_diff", reg_diff},
-                                {"baselines", {{"cublas_grouped", cublas_us}}}});
+                nlohmann::json row = grouped_row(m, tokens, rows, rname,
+                                                 fmt::format("{} E={} N={} K={} tokens={} top{} {} bf16", m.name, m.e,
+                                                             m.n, m.k, tokens, m.topk, rname),
+                                                 "bf16");
+                row["calc_diff"] = diff;
+                row["loom_us"] = loom_us;
+                row["loom_tflops"] = flops / loom_us / 1e6;
+                row["loom_register_store_us"] = reg_us;
+                row["register_store_calc_diff"] = reg_diff;
+                row["baselines"] = {{"cublas_grouped", cublas_us}};
+                report.add_row(std::move(row));
                 cudaFree(dpa), cudaFree(dpb), cudaFree(dpc);
                 cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(c_ref), cudaFree(off);
             }
