@@ -53,6 +53,55 @@ LOOM_DEVICE LOOM_FORCEINLINE float2 sp_poll(const Ctx& ctx, const lang::LL16* pk
     return make_float2(__uint_as_float(v.x), __uint_as_float(v.z));
 }
 
+// Block blockIdx.x's rows [r_lo, r_lo + nrows) (nrows >= 1: the host sizes the grid) and this launch's epoch e: the
+// block's counter p.epoch[b] + 1, stored back by thread 0. Every thread of the block calls (one barrier).
+struct SpBlock {
+    int r_lo, nrows;
+    uint64_t e;
+};
+LOOM_DEVICE LOOM_FORCEINLINE SpBlock sp_block(const SpParams& p, int32_t row0) {
+    __shared__ uint64_t s_epoch;
+    const int b = static_cast<int>(blockIdx.x);
+    if (threadIdx.x == 0) {
+        const uint64_t e = p.epoch[b] + 1;
+        p.epoch[b] = e;
+        s_epoch = e;
+    }
+    __syncthreads();
+    const int r_lo = row0 + b * p.rows_per_block;
+    const int r_hi = r_lo + p.rows_per_block < p.rows ? r_lo + p.rows_per_block : p.rows;
+    return SpBlock{r_lo, r_hi - r_lo, s_epoch};
+}
+
+// The sources' partials of N columns of one row merged online, in the order added (rank order): running max of the
+// log2-domain LSEs, sums rescaled to it.
+template <int N>
+struct SpMerge {
+    float mx, sum, acc[N];
+    LOOM_DEVICE LOOM_FORCEINLINE SpMerge() : mx(neg_inf()), sum(0.f) {
+#pragma unroll
+        for (int k = 0; k < N; ++k) acc[k] = 0.f;
+    }
+    LOOM_DEVICE LOOM_FORCEINLINE void add(float lse2, const float (&v)[N]) {
+        const float nmx = fmaxf(mx, lse2);
+        const float ref = nmx == neg_inf() ? 0.f : nmx;
+        const float c = fast_exp2(mx - ref), w = fast_exp2(lse2 - ref);
+        sum = sum * c + w;
+#pragma unroll
+        for (int k = 0; k < N; ++k) acc[k] = acc[k] * c + w * v[k];
+        mx = nmx;
+    }
+    // out[0, N) = the merged values (zeros where no source has a token of the row); *lse (when non-null) = the merged
+    // LSE, natural log (-inf where none has).
+    template <class T>
+    LOOM_DEVICE LOOM_FORCEINLINE void store(T* out, float* lse) const {
+        const bool any = sum > 0.f;
+#pragma unroll
+        for (int k = 0; k < N; ++k) out[k] = from_float<T>(any ? acc[k] / sum : 0.f);
+        if (lse != nullptr) *lse = any ? (mx + log2f(sum)) * kLn2 : neg_inf();
+    }
+};
+
 template <class T, int D>
 __global__ void __launch_bounds__(kSpThreads) sp_decode_combine(Ctx ctx, SpParams p, int32_t row0) {
     constexpr int kPairs = D / 2;    // O packets per row
@@ -60,18 +109,9 @@ __global__ void __launch_bounds__(kSpThreads) sp_decode_combine(Ctx ctx, SpParam
     constexpr uint64_t S = kSpPacketsPerBlock;
     const int W = ctx.local_world, me = ctx.local_rank;
     const int b = static_cast<int>(blockIdx.x);
-    const int r_lo = row0 + b * p.rows_per_block;
-    const int r_hi = r_lo + p.rows_per_block < p.rows ? r_lo + p.rows_per_block : p.rows;
-    const int nrows = r_hi - r_lo;  // >= 1 (the host sizes the grid)
-
-    __shared__ uint64_t s_epoch;
-    if (threadIdx.x == 0) {
-        const uint64_t e = p.epoch[b] + 1;
-        p.epoch[b] = e;
-        s_epoch = e;
-    }
-    __syncthreads();
-    const uint64_t e = s_epoch;
+    const SpBlock blk = sp_block(p, row0);
+    const int r_lo = blk.r_lo, nrows = blk.nrows;
+    const uint64_t e = blk.e;
     const uint32_t flag = static_cast<uint32_t>(e);
     lang::LL16* const region =
         static_cast<lang::LL16*>(p.ll) + ((e & 1) * kSpMaxBlocks + b) * static_cast<uint64_t>(W) * S;
@@ -94,35 +134,23 @@ __global__ void __launch_bounds__(kSpThreads) sp_decode_combine(Ctx ctx, SpParam
     for (int i = static_cast<int>(threadIdx.x); i < nrows * kPairs; i += kSpThreads) {
         const int rr = i / kPairs, k = i % kPairs;
         const int r = r_lo + rr;
-        float mx = neg_inf(), sum = 0.f, o0 = 0.f, o1 = 0.f;
+        SpMerge<2> m;
         for (int q = 0; q < W; ++q) {
-            float lse2, x, y;
+            float lse2, o[2];
             if (q == me) {
-                float o[2];
                 lse2 = merge_splits<2>(p.part_o + static_cast<int64_t>(r) * p.splits * D,
                                        p.part_lse + static_cast<int64_t>(r) * p.splits, p.splits, D, 2 * k, o);
-                x = o[0];
-                y = o[1];
             } else {
                 const lang::LL16* src = region + q * S + rr * kPk;
                 lse2 = sp_poll(ctx, src + kPairs, flag, ctx.local_base_rank + q).x;
                 const float2 v = sp_poll(ctx, src + k, flag, ctx.local_base_rank + q);
-                x = v.x;
-                y = v.y;
+                o[0] = v.x;
+                o[1] = v.y;
             }
-            const float nmx = fmaxf(mx, lse2);
-            const float ref = nmx == neg_inf() ? 0.f : nmx;
-            const float c = fast_exp2(mx - ref), w = fast_exp2(lse2 - ref);
-            sum = sum * c + w;
-            o0 = o0 * c + w * x;
-            o1 = o1 * c + w * y;
-            mx = nmx;
+            m.add(lse2, o);
         }
-        const bool any = sum > 0.f;
-        T* out = static_cast<T*>(p.o) + static_cast<int64_t>(r) * D + 2 * k;
-        out[0] = from_float<T>(any ? o0 / sum : 0.f);
-        out[1] = from_float<T>(any ? o1 / sum : 0.f);
-        if (k == 0 && p.lse != nullptr) p.lse[r] = any ? (mx + log2f(sum)) * kLn2 : neg_inf();
+        m.store(static_cast<T*>(p.o) + static_cast<int64_t>(r) * D + 2 * k,
+                k == 0 && p.lse != nullptr ? p.lse + r : nullptr);
     }
 }
 
@@ -133,18 +161,9 @@ __global__ void __launch_bounds__(kSpThreads) sp_decode_combine_direct(Ctx ctx, 
     const int W = ctx.local_world, me = ctx.local_rank;
     const int b = static_cast<int>(blockIdx.x);
     const int t = static_cast<int>(threadIdx.x);
-    const int r_lo = row0 + b * p.rows_per_block;
-    const int r_hi = r_lo + p.rows_per_block < p.rows ? r_lo + p.rows_per_block : p.rows;
-    const int nrows = r_hi - r_lo;  // >= 1 (the host sizes the grid)
-
-    __shared__ uint64_t s_epoch;
-    if (t == 0) {
-        const uint64_t e = p.epoch[b] + 1;
-        p.epoch[b] = e;
-        s_epoch = e;
-    }
-    __syncthreads();
-    const uint64_t e = s_epoch;
+    const SpBlock blk = sp_block(p, row0);
+    const int r_lo = blk.r_lo, nrows = blk.nrows;
+    const uint64_t e = blk.e;
     float* const region = static_cast<float*>(p.ll) + ((e & 1) * kSpMaxBlocks + b) * static_cast<uint64_t>(W) * R;
     float* const mine = region + me * R;
     float* const mine_lse = mine + p.rows_per_block * D;
@@ -178,27 +197,16 @@ __global__ void __launch_bounds__(kSpThreads) sp_decode_combine_direct(Ctx ctx, 
     for (int i = t; i < nrows * kChunks; i += kSpThreads) {
         const int rr = i / kChunks, c = i % kChunks;
         const int r = r_lo + rr;
-        float mx = neg_inf(), sum = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
+        SpMerge<4> m;
 #pragma unroll 4
         for (int q = 0; q < W; ++q) {
             const float* src = region + q * R;
-            const float lse2 = __ldcg(src + p.rows_per_block * D + rr);
             const float4 v = __ldcg(reinterpret_cast<const float4*>(src + rr * D + 4 * c));
-            const float nmx = fmaxf(mx, lse2);
-            const float ref = nmx == neg_inf() ? 0.f : nmx;
-            const float cs = fast_exp2(mx - ref), w = fast_exp2(lse2 - ref);
-            sum = sum * cs + w;
-            acc[0] = acc[0] * cs + w * v.x;
-            acc[1] = acc[1] * cs + w * v.y;
-            acc[2] = acc[2] * cs + w * v.z;
-            acc[3] = acc[3] * cs + w * v.w;
-            mx = nmx;
+            const float o[4] = {v.x, v.y, v.z, v.w};
+            m.add(__ldcg(src + p.rows_per_block * D + rr), o);
         }
-        const bool any = sum > 0.f;
-        T* out = static_cast<T*>(p.o) + static_cast<int64_t>(r) * D + 4 * c;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) out[k] = from_float<T>(any ? acc[k] / sum : 0.f);
-        if (c == 0 && p.lse != nullptr) p.lse[r] = any ? (mx + log2f(sum)) * kLn2 : neg_inf();
+        m.store(static_cast<T*>(p.o) + static_cast<int64_t>(r) * D + 4 * c,
+                c == 0 && p.lse != nullptr ? p.lse + r : nullptr);
     }
 }
 

@@ -29,6 +29,16 @@ LOOM_DEVICE LOOM_FORCEINLINE int k32_offset(int r, int chunk) { return r * 32 + 
 LOOM_DEVICE LOOM_FORCEINLINE int n128_offset(int r, int chunk) { return r * 128 + ((chunk ^ (r & 7)) * 8); }
 }  // namespace detail
 
+// acc := 0 (the 128 x 128 tile's fragments of one thread).
+LOOM_DEVICE LOOM_FORCEINLINE void sm80_zero(float (&acc)[4][4][4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+}
+
 // acc += the k-tile in shared memory (A [128][32] and B [128][32] (kBKMajor) or [32][128], layouts above) of one
 // 128 x 128 tile: each warp its 64 x 32 warp tile (256 threads).
 template <class TIn, bool kBKMajor>
@@ -118,12 +128,7 @@ LOOM_DEVICE LOOM_FORCEINLINE void sm80_tile_mainloop(const TIn* __restrict__ a, 
         }
     };
 
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+    sm80_zero(acc);
 
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
@@ -219,12 +224,7 @@ LOOM_DEVICE LOOM_FORCEINLINE void sm80_tile_mainloop_e4m3(const uint8_t* __restr
         ptx::st_shared_v4(tb + detail::k32_offset(r, 2 * half + 1), hi);
     };
 
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+    sm80_zero(acc);
 
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {

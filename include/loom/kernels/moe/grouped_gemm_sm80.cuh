@@ -100,12 +100,7 @@ LOOM_DEVICE LOOM_FORCEINLINE void grouped_tile_sm80(const Hooks& hooks, const Gr
             Sm80BlockScales sc{args.scale_a_blocks + static_cast<int64_t>(a_row) * k_blocks, sb_lo, sb_hi,
                                args.rows - a_row, k_blocks};
             sc.load(0);
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-#pragma unroll
-                for (int j = 0; j < 4; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+            sm80_zero(acc);
             constexpr int kTilesPerBlock = kGroupedScaleBlock / kSm80BlockK;
             const int num_k_tiles = (args.k + kSm80BlockK - 1) / kSm80BlockK;
             float part[4][4][4];

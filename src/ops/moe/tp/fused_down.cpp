@@ -52,9 +52,6 @@ FusedDown plan_fused_down(const MoeDownCall& c, const char* op, overlap::LocalBu
         f.side_blocks = rs_side_blocks(side_bytes, flops, gemm_bytes, usable);
     }
     if (usable < 2) f.side_blocks = 0;  // the GEMM must keep an SM
-    // The GEMM counts its stored tiles only for side blocks to wait on: the launch after it needs no count, and a
-    // release per tile costs small tiles (Qwen3-30B-A3B's) a store drain each.
-    f.hooked = f.side_blocks > 0;
     // With side blocks the GEMM leaves them their SMs of the planned share. Without, it waits for nothing and nothing
     // waits inside it, so it takes the grid Sequential's grouped_gemm takes (the SMs the device reports, under MPS the
     // rank's share, or opts.gemm.num_sms): the planned share (DeviceFacts) is for kernels that wait on each other.
@@ -85,8 +82,8 @@ FusedDown plan_fused_down(const MoeDownCall& c, const char* op, overlap::LocalBu
     f.reduce = &jit::get_kernel(rspec);
     (void)jit::get_kernel(
         grouped_gemm_kernel_spec(f.cfg, c.rows.dtype, c.out.dtype, f.gemm.b_kn(), gopts.activation,
-                                 f.hooked ? "loom::kernels::moe::MoeRsHooks" : "loom::kernels::moe::GroupedNoHooks",
-                                 f.hooked ? kTpHeader : "", f.gemm.block_scaled()));
+                                 f.hooked() ? "loom::kernels::moe::MoeRsHooks" : "loom::kernels::moe::GroupedNoHooks",
+                                 f.hooked() ? kTpHeader : "", f.gemm.block_scaled()));
     return f;
 }
 

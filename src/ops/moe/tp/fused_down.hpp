@@ -23,7 +23,6 @@ struct FusedDown {
     GroupedGemmProblem gemm;  // rows x w_down into the partial [max_rows, H] (out's dtype)
     GemmConfig cfg;           // planned on gemm_sms
     int gemm_sms = 0;         // SMs the persistent GEMM may use
-    bool hooked = false;      // the GEMM counts stored tiles per source rank (MoeRsHooks; moe_rs)
     int side_blocks = 0;      // reduce kernel blocks beside the GEMM (0: none; the GEMM has every usable SM)
     int tail_blocks = 0;      // reduce kernel blocks after the GEMM
     int block_m = 0;          // the GEMM's tile (the side reduce blocks count tiles per group)
@@ -34,6 +33,9 @@ struct FusedDown {
     int64_t claims = 0;       // claims on the work counter per call: items + one failing claim per block
     void* partial = nullptr;  // the local partial product
     const jit::Kernel* reduce = nullptr;
+    // The GEMM counts its stored tiles per source rank (MoeRsHooks) exactly when side blocks wait on them: the launch
+    // after it needs no count, and a release per tile costs small tiles a drain of their stores each.
+    bool hooked() const { return side_blocks > 0; }
 };
 
 // `tokens`: the tokens of one source rank (moe_rs: T_loc; moe_ar: T); `sources`: source ranks (moe_rs: W; moe_ar: 1);
@@ -45,7 +47,7 @@ FusedDown plan_fused_down(const MoeDownCall& c, const char* op, overlap::LocalBu
                           int sources, const char* reduce_kernel, bool side);
 
 // side, side_rp: the side stream and the side launch's parameters (used when f.side_blocks > 0; else side may be
-// null); tail_rp: the launch after the GEMM's; hooks: the GEMM's when f.hooked.
+// null); tail_rp: the launch after the GEMM's; hooks: the GEMM's when f.hooked().
 template <class ReduceParams>
 void launch_fused_down(const MoeDownCall& c, const FusedDown& f, overlap::SideStream* side, const ReduceParams& side_rp,
                        const ReduceParams& tail_rp, const kernels::moe::MoeRsHookArgs& hooks) {
@@ -57,7 +59,7 @@ void launch_fused_down(const MoeDownCall& c, const FusedDown& f, overlap::SideSt
         lc.stream = side->stream;
         (*f.reduce)(lc, c.world->ctx(), side_rp);
     }
-    if (f.hooked) {
+    if (f.hooked()) {
         grouped_gemm_launch_hooked("loom::kernels::moe::MoeRsHooks", kTpHeader, f.gemm, f.cfg, f.gemm_sms, c.stream,
                                    hooks);
     } else {

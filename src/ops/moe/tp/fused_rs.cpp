@@ -83,7 +83,7 @@ void moe_rs_fused(const MoeDownCall& c) {
     rp.chunks = static_cast<int32_t>(f.chunks);
     st.work_total += static_cast<uint64_t>(f.claims);
     rp.write_expected = f.side_blocks > 0 ? 1 : 0;
-    rp.counted = f.hooked ? 1 : 0;
+    rp.counted = f.hooked() ? 1 : 0;
     kernels::moe::MoeRsReduceParams tail = rp;
     tail.after_gemm = 1;
     tail.write_expected = 1 - rp.write_expected;
