@@ -226,7 +226,8 @@ def moe_ar(rows: Tensor, w_down: Tensor, routing: MoeRouting, *, out: Optional[T
            algo: str = "auto", b_layout: str = "nk", alpha: float = 1.0, scale_a: Optional[Tensor] = None,
            scale_b: Optional[Tensor] = None, out_dtype: Optional[torch.dtype] = None) -> Tensor:
     """As moe_rs for a batch every rank holds whole: routing of shape (T, k, E, 1, align) (moe_route on the same ids
-    on every rank); out [T, H], the same on every rank (all_reduce). algo: "auto" or "sequential" ("fused" raises)."""
+    on every rank); out [T, H], the same on every rank (all_reduce). algo: "auto" (Sequential), "fused" (the one-shot
+    fused reduce; raises where it cannot run), "sequential"."""
     return _down("moe_ar", rows, w_down, routing, out, world, algo, b_layout, alpha, scale_a, scale_b, out_dtype,
                  lambda ws: routing.tokens)
 
