@@ -10,7 +10,9 @@
 // DIR/ep_ll_crossnode.json, op "ep_ll_crossnode", in a World of several nodes, e.g. LOOM_NODE_SIZE=4 with -n 8):
 // op "ep_dispatch" / "ep_combine", "mode": "ll", T, H, k, E, "bytes_per_rank" (the largest over the ranks: dispatch
 // messages of H + H / 128 x 4 + 16 bytes, combine rows of 2H bytes, to peers and self), loom_us, baselines
-// {"nvshmem", "floor"}; also "peer_write_gbps" and "launch_us".
+// {"nvshmem", "floor"}; also "peer_write_gbps" and "launch_us". Two combine rows: expert_out in the symmetric heap
+// (the token ranks read the rows: "combine_reads": "pull"; its NVSHMEM version reads through nvshmem_ptr, one node
+// only) and in cudaMalloc memory (the rows are pushed).
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -58,6 +60,9 @@ struct NvParams {
     uint32_t* counters;
     uint64_t epoch;
     uint64_t timeout_ns;
+    const void* expert_out_sym;
+    uint64_t* done;
+    unsigned long long* arrivals;
 };
 
 struct DevBuf {
@@ -140,13 +145,21 @@ int main(int argc, char** argv) {
     const loom::MatrixView xv{x.p, loom::DType::BF16, tokens, hidden, 0};
     const loom::MatrixView yv{y.p, loom::DType::BF16, tokens, hidden, 0};
     const loom::MatrixView eov{eo.p, loom::DType::BF16, int64_t(L) * W * tokens, hidden, 0};
+    // The same expert outputs in the symmetric heap: the combine's token ranks read them there (pull).
+    void* eo_sym = w.alloc_bytes(loom::ep_ll_recv_x_bytes(shape, W, false));
+    LOOM_CHECK_CUDA(cudaMemset(eo_sym, 0, loom::ep_ll_recv_x_bytes(shape, W, false)));
+    const loom::MatrixView eov_sym{eo_sym, loom::DType::BF16, int64_t(L) * W * tokens, hidden, 0};
 
     auto loom_dispatch = [&](cudaStream_t s) { loom::ep_ll_dispatch(w, xv, idx.as<int32_t>(), shape, recv, s); };
     auto loom_combine = [&](cudaStream_t s) {
         loom::ep_ll_combine(w, eov, idx.as<int32_t>(), wts.as<float>(), shape, recv, yv, s);
     };
+    auto loom_combine_pull = [&](cudaStream_t s) {
+        loom::ep_ll_combine(w, eov_sym, idx.as<int32_t>(), wts.as<float>(), shape, recv, yv, s);
+    };
     loom_dispatch(stream);  // lays out the state; the receive layout the combines read
     loom_combine(stream);
+    loom_combine_pull(stream);
     LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
 
     // Bytes this rank moves: its messages (entries x message) and the rows it returns (entries received x 2H).
@@ -191,19 +204,23 @@ int main(int argc, char** argv) {
 
     // NVSHMEM's version: its own heap (area, staging, signals), its counters, host call numbers.
     std::string nvshmem_note;
-    const loom::jit::Kernel *nv_dispatch = nullptr, *nv_combine = nullptr;
-    NvParams nd_p{}, nc_p{};
-    void *nv_darea = nullptr, *nv_carea = nullptr, *nv_stage = nullptr, *nv_dsig = nullptr, *nv_csig = nullptr;
-    DevBuf nv_counters(2 * km::kEpLlMaxExperts * 4);
+    const loom::jit::Kernel *nv_dispatch = nullptr, *nv_combine = nullptr, *nv_combine_pull = nullptr;
+    NvParams nd_p{}, nc_p{}, ncp_p{};
+    void *nv_darea = nullptr, *nv_carea = nullptr, *nv_stage = nullptr, *nv_dsig = nullptr, *nv_csig = nullptr,
+         *nv_eo = nullptr, *nv_done = nullptr;
+    DevBuf nv_counters(2 * km::kEpLlMaxExperts * 4), nv_arrivals(8);
     uint64_t nv_depoch = 0, nv_cepoch = 0;
     bool own_nvshmem = false;
     if (!no_nvshmem) {
         try {
             const int64_t dhalf = km::ep_ll_dispatch_half_bytes(L, W, tokens, msg);
-            const int64_t chalf = km::ep_ll_combine_half_bytes(tokens, topk, hidden, experts);
+            const int64_t chalf = km::ep_ll_combine_half_bytes(tokens, topk, hidden, experts, W);
             if (!std::getenv("NVSHMEM_SYMMETRIC_SIZE"))
                 ::setenv("NVSHMEM_SYMMETRIC_SIZE",
-                         std::to_string(2 * dhalf + 2 * chalf + tokens * msg + (std::size_t(64) << 20)).c_str(), 1);
+                         std::to_string(2 * dhalf + 2 * chalf + tokens * msg +
+                                        loom::ep_ll_recv_x_bytes(shape, W, false) + (std::size_t(64) << 20))
+                             .c_str(),
+                         1);
             own_nvshmem = !loom::nvshmem::initialized();  // a World of several nodes initialised it
             if (own_nvshmem) loom::nvshmem::init(w);
             nv_darea = loom::nvshmem::malloc(2 * dhalf);
@@ -211,6 +228,10 @@ int main(int argc, char** argv) {
             nv_stage = loom::nvshmem::malloc(tokens * msg);
             nv_dsig = loom::nvshmem::malloc(2 * std::size_t(L) * W * 8);
             nv_csig = loom::nvshmem::malloc(2 * std::size_t(experts) * 8);
+            nv_eo = loom::nvshmem::malloc(loom::ep_ll_recv_x_bytes(shape, W, false));
+            nv_done = loom::nvshmem::malloc(2 * std::size_t(W) * 8);
+            LOOM_CHECK_CUDA(cudaMemset(nv_eo, 0, loom::ep_ll_recv_x_bytes(shape, W, false)));
+            LOOM_CHECK_CUDA(cudaMemset(nv_done, 0, 2 * std::size_t(W) * 8));
             LOOM_CHECK_CUDA(cudaMemset(nv_dsig, 0, 2 * std::size_t(L) * W * 8));
             LOOM_CHECK_CUDA(cudaMemset(nv_csig, 0, 2 * std::size_t(experts) * 8));
             LOOM_CHECK_CUDA(cudaDeviceSynchronize());
@@ -219,6 +240,10 @@ int main(int argc, char** argv) {
                 {.header = dir + "/ep_ll_nvshmem.cuh", .name = "ep_ll_bench::nvshmem_dispatch", .needs_nvshmem = true});
             nv_combine = &loom::jit::get_kernel(
                 {.header = dir + "/ep_ll_nvshmem.cuh", .name = "ep_ll_bench::nvshmem_combine", .needs_nvshmem = true});
+            if (w.num_nodes() == 1)  // it reads peers' rows by load (nvshmem_ptr): one node
+                nv_combine_pull = &loom::jit::get_kernel({.header = dir + "/ep_ll_nvshmem.cuh",
+                                                          .name = "ep_ll_bench::nvshmem_combine_pull",
+                                                          .needs_nvshmem = true});
             NvParams p{};
             p.tokens = tokens;
             p.hidden = hidden;
@@ -250,10 +275,14 @@ int main(int argc, char** argv) {
             nc_p.half_bytes = chalf;
             nc_p.sig = static_cast<uint64_t*>(nv_csig);
             nc_p.sig_count = experts;
+            ncp_p = nc_p;
+            ncp_p.expert_out_sym = nv_eo;
+            ncp_p.done = static_cast<uint64_t*>(nv_done);
+            ncp_p.arrivals = nv_arrivals.as<unsigned long long>();
         } catch (const loom::Error& e) {
             nvshmem_note = std::string("NVSHMEM baseline unavailable: ") + e.what();
             if (me == 0) std::printf("%s\n", nvshmem_note.c_str());
-            nv_dispatch = nv_combine = nullptr;
+            nv_dispatch = nv_combine = nv_combine_pull = nullptr;
         }
     }
     const unsigned grid = static_cast<unsigned>(std::min(sms, km::kEpLlMaxBlocks));
@@ -265,28 +294,45 @@ int main(int argc, char** argv) {
         nc_p.epoch = ++nv_cepoch;
         (*nv_combine)({.grid = dim3(grid), .block = dim3(km::kEpLlThreads), .stream = s}, nc_p);
     };
+    auto nvshmem_combine_pull = [&](cudaStream_t s) {  // shares the combine area, flags and call numbers
+        ncp_p.epoch = ++nv_cepoch;
+        (*nv_combine_pull)({.grid = dim3(grid), .block = dim3(km::kEpLlThreads), .stream = s}, ncp_p);
+    };
     if (nv_dispatch) {
         // The NVSHMEM combine reads the receive layout its own dispatch wrote (the same as Loom's).
         nvshmem_dispatch(stream);
         nvshmem_combine(stream);
+        if (nv_combine_pull) nvshmem_combine_pull(stream);
         LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
     }
 
-    std::vector<std::function<void(cudaStream_t)>> fns = {loom_dispatch, loom_combine, empty_launch};
-    if (nv_dispatch) fns.push_back(nvshmem_dispatch), fns.push_back(nvshmem_combine);
+    std::vector<std::function<void(cudaStream_t)>> fns = {loom_dispatch, loom_combine_pull, loom_combine, empty_launch};
+    int nv_at[3] = {-1, -1, -1};  // index in fns of the NVSHMEM version of each row's form
+    if (nv_dispatch) {
+        nv_at[0] = static_cast<int>(fns.size()), fns.push_back(nvshmem_dispatch);
+        nv_at[2] = static_cast<int>(fns.size()), fns.push_back(nvshmem_combine);
+    }
+    if (nv_combine_pull) nv_at[1] = static_cast<int>(fns.size()), fns.push_back(nvshmem_combine_pull);
     const auto ts = loom::bench::time_ops(fns, stream, topts);
-    const double launch_us = ts[2].median_us;
+    const double launch_us = ts[3].median_us;
     // A World of several nodes (LOOM_NODE_SIZE or hosts) reports as its own file.
     const std::string op_name = w.num_nodes() > 1 ? "ep_ll_crossnode" : "ep_ll";
     loom::bench::Report report(op_name, W, argc, argv);
-    for (int op = 0; op < 2; ++op) {
+    // Rows: dispatch; combine with expert_out in the symmetric heap (read by the token ranks); combine with
+    // expert_out in cudaMalloc memory (pushed to the token ranks).
+    for (int op = 0; op < 3; ++op) {
         const double bytes = op == 0 ? dispatch_bytes : combine_bytes;
+        const int nv = nv_at[op];
         json baselines = {{"floor", launch_us + bytes / (peer_gbps * 1e3)}};
-        if (nv_dispatch) baselines["nvshmem"] = ts[3 + op].median_us;
+        if (nv >= 0) baselines["nvshmem"] = ts[nv].median_us;
+        const char* what = op == 0 ? "fp8" : op == 1 ? "bf16 expert_out symmetric" : "bf16 expert_out cudaMalloc";
         json row = {{"shape", fmt::format("{} T={} H={} top{} E={} {}", op == 0 ? "dispatch" : "combine", tokens,
-                                          hidden, topk, experts, op == 0 ? "fp8" : "bf16")},
+                                          hidden, topk, experts, what)},
                     {"op", op == 0 ? "ep_dispatch" : "ep_combine"},
                     {"mode", "ll"},
+                    {"combine_reads", op == 1   ? "pull"
+                                      : op == 2 ? "push"
+                                                : "-"},
                     {"T", tokens},
                     {"H", hidden},
                     {"k", topk},
@@ -302,20 +348,24 @@ int main(int argc, char** argv) {
             std::printf(
                 "%-8s T=%d H=%d k=%d E=%d: loom %.2f us, nvshmem %s, floor %.2f us (%.2f MB at %.0f GB/s + "
                 "launch %.2f us)\n",
-                op == 0 ? "dispatch" : "combine", tokens, hidden, topk, experts, ts[op].median_us,
-                nv_dispatch ? fmt::format("{:.2f} us", ts[3 + op].median_us).c_str() : "-",
-                baselines["floor"].get<double>(), bytes / 1e6, peer_gbps, launch_us);
+                op == 0   ? "dispatch"
+                : op == 1 ? "combine (pull)"
+                          : "combine (push)",
+                tokens, hidden, topk, experts, ts[op].median_us,
+                nv >= 0 ? fmt::format("{:.2f} us", ts[nv].median_us).c_str() : "-", baselines["floor"].get<double>(),
+                bytes / 1e6, peer_gbps, launch_us);
         report.add_row(row);
     }
     if (me == 0) report.write(out.empty() ? "" : out + "/" + op_name + ".json", false);  // empty: printed
 
     LOOM_CHECK_CUDA(cudaDeviceSynchronize());
     if (nv_dispatch || loom::nvshmem::initialized()) {
-        for (void* p : {nv_csig, nv_dsig, nv_stage, nv_carea, nv_darea})
+        for (void* p : {nv_done, nv_eo, nv_csig, nv_dsig, nv_stage, nv_carea, nv_darea})
             if (p) loom::nvshmem::free(p);
         if (own_nvshmem) loom::nvshmem::finalize();
     }
     loom::release_ep_ll_state(w);
+    w.free(eo_sym);
     w.free(bw_dst);
     LOOM_CHECK_CUDA(cudaStreamDestroy(stream));
     return 0;

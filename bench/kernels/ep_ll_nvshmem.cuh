@@ -3,7 +3,10 @@
 // once into a local symmetric staging row and puts it to each slot's rank (nvshmemx_putmem_nbi_warp + the header by
 // nvshmem_int_p), completes its puts (nvshmem_quiet) and counts the entries sent; the expert's warp then sets the
 // count signal (nvshmemx_signal_op); receivers wait with nvshmem_signal_wait_until. Combine puts each expert row to
-// its token's rank, then nvshmem_fence + the flag. The call number comes from the host (parity half e & 1, flags e).
+// its token's rank, then nvshmem_fence + the flag. nvshmem_combine_pull is Loom's combine of rows in the symmetric
+// heap: the expert's warp puts each row's index into the token rank's table (nvshmem_int64_p), then the flag; the
+// token rank reads the rows through nvshmem_ptr and, once every block is done, signals done to every rank, which
+// waits for all of them. The call number comes from the host (parity half e & 1, flags e).
 // Compiled by the JIT's nvcc path with KernelSpec::needs_nvshmem.
 #pragma once
 
@@ -35,6 +38,11 @@ struct NvParams {
     uint32_t* counters;   // [2][E], zero between calls
     uint64_t epoch;       // call number, >= 1
     uint64_t timeout_ns;  // bound on the wait for this rank's own sends (Ctx::wait_timeout_ns)
+    // nvshmem_combine_pull: expert_out in NVSHMEM's heap, the done signals [2][W] (symmetric), this rank's count of
+    // blocks that finished a pull (over all calls).
+    const void* expert_out_sym;
+    uint64_t* done;
+    unsigned long long* arrivals;
 };
 
 __global__ void __launch_bounds__(kEpLlThreads) nvshmem_dispatch(NvParams p) {
@@ -182,6 +190,81 @@ __global__ void __launch_bounds__(kEpLlThreads) nvshmem_combine(NvParams p) {
                               ep_ll_pack_bf16(acc[4], acc[5]), ep_ll_pack_bf16(acc[6], acc[7]));
         }
     }
+}
+
+__global__ void __launch_bounds__(kEpLlThreads) nvshmem_combine_pull(NvParams p) {
+    const int lane = threadIdx.x & 31;
+    const int gw = blockIdx.x * kEpLlWarps + threadIdx.x / 32, nw = gridDim.x * kEpLlWarps;
+    const int W = p.world, me = p.me, L = p.local_experts, M = p.max_tokens, E = p.num_experts, k = p.topk;
+    const int64_t row_bytes = static_cast<int64_t>(p.hidden) * 2;
+    char* const half = p.area + (p.epoch & 1) * p.half_bytes;
+    int64_t* const table = reinterpret_cast<int64_t*>(half + ep_ll_combine_table_offset(M, k, p.hidden));
+    uint64_t* const sig = p.sig + (p.epoch & 1) * p.sig_count;
+    uint64_t* const done = p.done + (p.epoch & 1) * W;
+
+    for (int pr = gw; pr < L * W; pr += nw) {
+        const int s = pr % W, le = pr / W;
+        const int count = p.recv_counts[pr];
+        const int32_t* info = p.recv_src_info + static_cast<int64_t>(pr) * M;
+        for (int i = lane; i < count; i += 32) nvshmem_int64_p(table + info[i], static_cast<int64_t>(pr) * M + i, s);
+        __syncwarp();
+        if (lane == 0) {
+            nvshmem_fence();
+            nvshmemx_signal_op(sig + me * L + le, p.epoch, NVSHMEM_SIGNAL_SET, s);
+        }
+    }
+
+    for (int ex = blockIdx.x * kEpLlThreads + threadIdx.x; ex < E; ex += gridDim.x * kEpLlThreads)
+        nvshmem_signal_wait_until(sig + ex, NVSHMEM_CMP_GE, p.epoch);
+    const int cpr = p.hidden / 8;
+    for (int t = gw; t < p.tokens; t += nw) {
+        int32_t id = -1;
+        const char* src = nullptr;
+        if (lane < k) {
+            id = p.topk_idx[t * k + lane];
+            if (id >= 0) {
+                nvshmem_signal_wait_until(sig + id, NVSHMEM_CMP_GE, p.epoch);
+                const char* base = static_cast<const char*>(nvshmem_ptr(p.expert_out_sym, id / L));
+                if (base == nullptr) __trap();  // not load/store reachable: the bench runs on one node
+                src = base + table[t * k + lane] * row_bytes;
+            }
+        }
+        __syncwarp();
+        const unsigned used = __ballot_sync(0xffffffffu, id >= 0);
+        const float* const w = p.topk_weights + static_cast<int64_t>(t) * k;
+        uint4* const y =
+            reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.y) + static_cast<int64_t>(t) * p.hidden);
+        for (int c = lane; c < cpr; c += 32) {
+            float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+            for (int s = 0; s < k; ++s) {
+                const char* r = reinterpret_cast<const char*>(
+                    __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(src), s));
+                if (((used >> s) & 1u) == 0u) continue;
+                const uint4 v = loom::ptx::ld_v4(r + c * 16);
+                const uint32_t q[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    acc[2 * j] += w[s] * ep_ll_bf16_lo(q[j]);
+                    acc[2 * j + 1] += w[s] * ep_ll_bf16_hi(q[j]);
+                }
+            }
+            y[c] = make_uint4(ep_ll_pack_bf16(acc[0], acc[1]), ep_ll_pack_bf16(acc[2], acc[3]),
+                              ep_ll_pack_bf16(acc[4], acc[5]), ep_ll_pack_bf16(acc[6], acc[7]));
+        }
+    }
+
+    __syncthreads();
+    __shared__ bool last;
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = (atomicAdd(p.arrivals, 1ull) + 1) % gridDim.x == 0;
+    }
+    __syncthreads();
+    if (last)
+        for (int r = threadIdx.x; r < W; r += kEpLlThreads)
+            nvshmemx_signal_op(done + me, p.epoch, NVSHMEM_SIGNAL_SET, r);
+    for (int r = blockIdx.x * kEpLlThreads + threadIdx.x; r < W; r += gridDim.x * kEpLlThreads)
+        nvshmem_signal_wait_until(done + r, NVSHMEM_CMP_GE, p.epoch);
 }
 
 }  // namespace ep_ll_bench

@@ -50,6 +50,8 @@ const char* builtin_name(uint16_t tag) {
             return "coll.kernel";
         case lang::kTagCollBarrier:
             return "coll.barrier";
+        case lang::kTagEpLlPhase:
+            return "ep_ll.phase";
         default:
             return nullptr;
     }
@@ -72,9 +74,26 @@ const char* coll_name(uint32_t v) {
     }
 }
 
-// The span's display name: the tag's, with the collective's kernel named for coll.kernel.
+const char* ep_ll_phase_name(uint32_t v) {
+    switch (v) {
+        case lang::kEpLlDispatchSend:
+            return "ep_ll.dispatch_send";
+        case lang::kEpLlDispatchRecv:
+            return "ep_ll.dispatch_recv";
+        case lang::kEpLlCombineSend:
+            return "ep_ll.combine_send";
+        case lang::kEpLlCombineRecv:
+            return "ep_ll.combine_recv";
+        default:
+            return "ep_ll.?";
+    }
+}
+
+// The span's display name: the tag's, with the collective's kernel named for coll.kernel and the phase for
+// ep_ll.phase.
 std::string span_name(const lang::ProfileEvent& e) {
     if (e.tag == lang::kTagCollKernel) return fmt::format("coll.{}", coll_name(e.value));
+    if (e.tag == lang::kTagEpLlPhase) return ep_ll_phase_name(e.value);
     return tag_name(e.tag);
 }
 

@@ -30,15 +30,27 @@
 namespace loom {
 namespace {
 
+// Device memory from cudaMalloc, or (given a World) from its symmetric heap: collective, freed in the same order.
 struct Dev {
     void* p = nullptr;
     std::size_t bytes = 0;
-    explicit Dev(std::size_t n) : bytes(n) { test::cuda_or_die(cudaMalloc(&p, n ? n : 16), "cudaMalloc"); }
+    World* heap = nullptr;
+    explicit Dev(std::size_t n, World* world = nullptr) : bytes(n), heap(world) {
+        if (heap != nullptr)
+            p = heap->alloc_bytes(n ? n : 16);
+        else
+            test::cuda_or_die(cudaMalloc(&p, n ? n : 16), "cudaMalloc");
+    }
     template <class T>
     explicit Dev(const std::vector<T>& v) : Dev(v.size() * sizeof(T)) {
         test::upload(p, v);
     }
-    ~Dev() { cudaFree(p); }
+    ~Dev() {
+        if (heap != nullptr)
+            heap->free(p);
+        else
+            cudaFree(p);
+    }
     Dev(const Dev&) = delete;
     Dev& operator=(const Dev&) = delete;
 };
@@ -246,7 +258,8 @@ class EpLl : public ::WorldStreamTest {
         return all;
     }
 
-    DevSet upload(const Case& c, const Inputs& in, bool fp8) const {
+    // sym: recv.x and expert_out in the symmetric heap (a combine reading them there pulls).
+    DevSet upload(const Case& c, const Inputs& in, bool fp8, bool sym = false) const {
         const EpLowLatencyShape s = shape(c);
         const int W = w->world_size();
         DevSet d;
@@ -254,11 +267,11 @@ class EpLl : public ::WorldStreamTest {
         d.x = std::make_unique<Dev>(in.x);
         d.idx = std::make_unique<Dev>(in.idx);
         d.w = std::make_unique<Dev>(in.w);
-        d.rx = std::make_unique<Dev>(ep_ll_recv_x_bytes(s, W, fp8));
+        d.rx = std::make_unique<Dev>(ep_ll_recv_x_bytes(s, W, fp8), sym ? w : nullptr);
         d.rs = std::make_unique<Dev>(ep_ll_recv_scales_bytes(s, W));
         d.ri = std::make_unique<Dev>(ep_ll_recv_src_info_bytes(s, W));
         d.rc = std::make_unique<Dev>(ep_ll_recv_counts_bytes(s, W));
-        d.eo = std::make_unique<Dev>(ep_ll_recv_x_bytes(s, W, false));
+        d.eo = std::make_unique<Dev>(ep_ll_recv_x_bytes(s, W, false), sym ? w : nullptr);
         d.y = std::make_unique<Dev>(std::size_t(in.T) * c.hidden * 2);
         for (Dev* b : {d.rx.get(), d.rs.get(), d.ri.get(), d.rc.get(), d.eo.get(), d.y.get()})
             test::poison(b->p, b->bytes);
@@ -284,7 +297,7 @@ class EpLl : public ::WorldStreamTest {
     }
 
     // Identity experts: expert_out rows = the received rows as bf16 (fp8: code x scale, rounded to bf16).
-    void identity_experts(const Case& c, const DevSet& d, const RecvHost& r, bool fp8) const {
+    std::vector<uint16_t> identity_experts(const Case& c, const RecvHost& r, bool fp8) const {
         const int W = w->world_size(), H = c.hidden, sb = H / 128;
         const std::size_t slots = std::size_t(c.experts / W) * W * c.max_tokens;
         std::vector<uint16_t> eo(slots * H, float_to_bf16(std::nanf("")));
@@ -300,7 +313,7 @@ class EpLl : public ::WorldStreamTest {
                     }
                 }
             }
-        test::upload(d.eo->p, eo);
+        return eo;
     }
 
     // dispatch -> check -> identity experts -> combine -> check, in fp8 and bf16.
@@ -323,13 +336,26 @@ class EpLl : public ::WorldStreamTest {
                 verdict = std::string(fp8 ? "fp8" : "bf16") + " dispatch: " + verdict;
                 break;
             }
-            identity_experts(c, d, r, fp8);
-            ep_ll_combine(*w, eov(c, d.eo->p), static_cast<int32_t*>(d.idx->p), static_cast<float*>(d.w->p), shape(c),
-                          d.recv(), yv(c, d), stream, o);
-            if (hooked) ep_ll_combine_wait(*w, stream);
-            test::sync_or_die(stream);
-            verdict = check_combine(c, d.in, fetch<uint16_t>(d.y->p, std::size_t(d.in.T) * c.hidden), fp8);
-            if (!verdict.empty()) verdict = std::string(fp8 ? "fp8" : "bf16") + " combine: " + verdict;
+            // The expert outputs where each rank's combine pushes them (cudaMalloc), where it has them read
+            // (symmetric heap), and the two mixed (even ranks' in the heap).
+            const std::vector<uint16_t> eo = identity_experts(c, r, fp8);
+            test::upload(d.eo->p, eo);
+            Dev eo_sym(d.eo->bytes, w);
+            test::upload(eo_sym.p, eo);
+            const char* where[] = {"pushed", "pulled", "mixed"};
+            for (int m = 0; m < 3; ++m) {  // every rank makes every call (collective), whatever it found
+                const void* out = m == 1 || (m == 2 && me % 2 == 0) ? eo_sym.p : d.eo->p;
+                test::poison(d.y->p, d.y->bytes);
+                ep_ll_combine(*w, eov(c, out), static_cast<int32_t*>(d.idx->p), static_cast<float*>(d.w->p), shape(c),
+                              d.recv(), yv(c, d), stream, o);
+                if (hooked) ep_ll_combine_wait(*w, stream);
+                test::sync_or_die(stream);
+                const std::string v =
+                    check_combine(c, d.in, fetch<uint16_t>(d.y->p, std::size_t(d.in.T) * c.hidden), fp8);
+                if (verdict.empty() && !v.empty())
+                    verdict = std::string(fp8 ? "fp8" : "bf16") + " combine (" + where[m] + "): " + v;
+            }
+            test::sync_or_die(stream);  // eo_sym's free is collective; every combine has completed
         }
         const std::string agreed = test::agree(*w, verdict, "ep_ll/" + std::to_string(seed));
         EXPECT_TRUE(agreed.empty()) << agreed;
@@ -364,7 +390,9 @@ TEST_F(EpLl, ReturnWithoutWaitingHalves) {
 
 // 10^4 dispatch + combine pairs (bf16, identity experts: expert_out is recv.x itself) over three input sets in turn,
 // with no synchronisation between calls; the sets' results are checked every 1000 pairs. With three sets the parity
-// of a call and its set differ from the call two before, so data left by that call is the wrong data.
+// of a call and its set differ from the call two before, so data left by that call is the wrong data. Sets 0 and 1
+// live in the symmetric heap (the combine's token ranks read recv.x there while the next dispatches run), set 2 in
+// cudaMalloc memory (pushed).
 TEST_F(EpLl, TenThousandBackToBackPairs) {
     const int me = w->rank(), W = w->world_size();
     const Case c{16, 2048, 4, experts_for(W, 4), Routing::Uniform, {16, 11, 16, 2}};
@@ -372,7 +400,7 @@ TEST_F(EpLl, TenThousandBackToBackPairs) {
     std::vector<std::vector<Inputs>> alls;
     for (int i = 0; i < 3; ++i) {
         alls.push_back(all_inputs(c, 100 + i));
-        sets.push_back(upload(c, alls.back()[me], false));
+        sets.push_back(upload(c, alls.back()[me], false, i < 2));
     }
     EpLowLatencyOptions o;
     o.fp8 = false;
@@ -425,8 +453,9 @@ TEST_F(EpLl, TenThousandBackToBackFp8Dispatches) {
     EXPECT_TRUE(agreed.empty()) << agreed;
 }
 
-// A captured sequence of three pairs (bf16, identity experts) replayed 20 times: y bitwise equal to the eager calls'
-// (the receive order within an expert may differ; the sums are in slot order), the receive layout still right.
+// A captured sequence of three pairs (bf16, identity experts; sets 0 and 2 pulled, set 1 pushed) replayed 20 times:
+// y bitwise equal to the eager calls' (the receive order within an expert may differ; the sums are in slot order),
+// the receive layout still right.
 TEST_F(EpLl, GraphCaptureReplays) {
     const int me = w->rank(), W = w->world_size();
     const Case c{24, 2048, 6, experts_for(W, 8), Routing::Skewed, {24, 7, 19}};
@@ -434,7 +463,7 @@ TEST_F(EpLl, GraphCaptureReplays) {
     std::vector<std::vector<Inputs>> alls;
     for (int i = 0; i < 3; ++i) {
         alls.push_back(all_inputs(c, 300 + i));
-        sets.push_back(upload(c, alls.back()[me], false));
+        sets.push_back(upload(c, alls.back()[me], false, i != 1));
     }
     EpLowLatencyOptions o;
     o.fp8 = false;

@@ -52,11 +52,15 @@ TEST(MoeEpLlLayout, AreasHoldMessagesThenSignals) {
     const int64_t half = km::ep_ll_dispatch_half_bytes(32, 8, 128, msg);
     EXPECT_GE(half, km::ep_ll_dispatch_count_offset(32, 8, 128, msg) + 32 * 8 * 8);
     EXPECT_EQ(half % 1024, 0);
-    // Combine: 128 tokens x 8 slots of bf16 rows, then one flag per expert.
-    EXPECT_EQ(km::ep_ll_combine_flag_offset(128, 8, 7168), int64_t{128} * 8 * 7168 * 2);
-    const int64_t chalf = km::ep_ll_combine_half_bytes(128, 8, 7168, 256);
-    EXPECT_GE(chalf, km::ep_ll_combine_flag_offset(128, 8, 7168) + 256 * 8);
+    // Combine: 128 tokens x 8 slots of bf16 rows, an int64 table entry per slot, one flag per expert, one done mark
+    // per rank (W = 8); each region 8-byte aligned.
+    EXPECT_EQ(km::ep_ll_combine_table_offset(128, 8, 7168), int64_t{128} * 8 * 7168 * 2);
+    EXPECT_EQ(km::ep_ll_combine_flag_offset(128, 8, 7168), int64_t{128} * 8 * 7168 * 2 + 128 * 8 * 8);
+    EXPECT_EQ(km::ep_ll_combine_done_offset(128, 8, 7168, 256), km::ep_ll_combine_flag_offset(128, 8, 7168) + 256 * 8);
+    const int64_t chalf = km::ep_ll_combine_half_bytes(128, 8, 7168, 256, 8);
+    EXPECT_GE(chalf, km::ep_ll_combine_done_offset(128, 8, 7168, 256) + 8 * 8);
     EXPECT_EQ(chalf % 1024, 0);
+    EXPECT_EQ(km::ep_ll_combine_table_offset(1, 1, 128) % 8, 0);
     // Several nodes: a staging message per (token, slot), a staging row per warp of the grid; whole KiBs each.
     EXPECT_GE(km::ep_ll_dispatch_staging_bytes(128, 8, msg), int64_t{128} * 8 * msg);
     EXPECT_EQ(km::ep_ll_dispatch_staging_bytes(128, 8, msg) % 1024, 0);

@@ -31,8 +31,12 @@ enum ProfileTag : uint16_t {
     kTagArReduceTile = 12,    // gemm_ar reduce kernel block: waiting for and summing tile `value`
     kTagCollKernel = 13,      // collective kernel block: the whole kernel; value: the kernel's ProfileColl id
     kTagCollBarrier = 14,     // collective kernel block: a barrier with the peers (barrier_peers); value: phase
+    kTagEpLlPhase = 15,       // ep_ll kernel block: one phase; value: EpLlPhase
     kProfileUserTag0 = 1024,  // first tag of user kernels
 };
+
+// EpLlPhase: which phase of the low-latency EP kernels (kernels/moe/ep_ll.cuh) a kTagEpLlPhase span is.
+enum EpLlPhase : uint32_t { kEpLlDispatchSend = 0, kEpLlDispatchRecv = 1, kEpLlCombineSend = 2, kEpLlCombineRecv = 3 };
 
 // ProfileColl: which collective kernel a kTagCollKernel span belongs to (its value).
 enum ProfileColl : uint32_t {

@@ -9,7 +9,11 @@
 //                    source entries t x k + s.
 //   ep_ll_combine    the expert outputs [L, W x M, H] bf16 (rows in dispatch's receive layout) go back to their
 //                    tokens' ranks: y[t] = sum over slots s with topk_idx[t, s] >= 0 of topk_weights[t, s] x
-//                    expert_out(entry (t, s)), fp32 accumulation in slot order, bf16 out.
+//                    expert_out(entry (t, s)), fp32 accumulation in slot order, bf16 out. Where expert_out is in the
+//                    World's symmetric heap (World::alloc), the token ranks on this node read each row from there
+//                    (one pass over the bytes, no copy through the op's buffers); elsewhere (cudaMalloc memory, or a
+//                    token rank on another node) the rows are pushed to the token's rank. Each rank decides for its
+//                    own expert_out. Either way expert_out is free again when the call (its receive half) completes.
 //
 // Collective over the World (same order, shape and options on every rank; one stream per World for these ops).
 // Stream-ordered, no host synchronisation, no barrier between calls (the buffers are double-buffered), capturable in a

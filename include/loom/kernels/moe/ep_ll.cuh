@@ -1,9 +1,10 @@
 // Expert-parallel dispatch / combine, low-latency mode (decode): every rank sends each (token, expert) entry of its
 // top-k routing straight into the expert's rank, at a fixed slot, and gets the expert outputs back the same way.
 //
-//   ep_ll_dispatch<kFp8>   send: warp per token t: lane s takes a slot i of expert topk_idx[t, s] (a per-expert
-//                          atomic counter of this rank) and the warp writes the token's row — cast to fp8 e4m3 with
-//                          one fp32 scale per 128 elements when kFp8, read once for all k slots — and the source entry
+//   ep_ll_dispatch<kFp8>   send: warp per token t (or per group of t's slots, when there are fewer tokens than
+//                          warps): lane s takes a slot i of expert topk_idx[t, s] (a per-expert atomic counter of
+//                          this rank) and the warp writes the token's row — cast to fp8 e4m3 with one fp32 scale per
+//                          128 elements when kFp8, read once for the warp's slots — and the source entry
 //                          t x k + s into message [le][me][i] of the expert's rank, then counts the entry sent
 //                          (release). Warp per expert ex: waits until its entries (a per-block histogram of topk_idx)
 //                          are all sent, then one 8-byte release store of {count, flag} to [le][me] of ex's rank's
@@ -11,12 +12,17 @@
 //                          recv: warp per (local expert le, source rank s): waits for the count of (le, s), then
 //                          copies its messages into recv_x / recv_scales / recv_src_info [le][s x M + i] and writes
 //                          recv_counts[le][s].
-//   ep_ll_combine          send: warp per (local expert le, token rank s): for i < recv_counts[le][s] writes the bf16
-//                          row expert_out[le][s x M + i] into rank s's combine rows at its source entry t x k + slot,
-//                          then one release store of the flag to rank s's flag of expert (me, le).
+//   ep_ll_combine          send: warp per (local expert le, token rank s): for i < recv_counts[le][s], entry
+//                          e = recv_src_info[le][s x M + i] of rank s gets its row expert_out[le][s x M + i]: with
+//                          p.pull (expert_out in the symmetric heap) only the row's heap offset goes to rank s's
+//                          table[e]; else the bf16 row goes to rank s's rows[e] and table[e] = -1. Then one release
+//                          store of the flag to rank s's flag of expert (me, le).
 //                          recv: every flag of every expert is waited for by some thread; warp per token t: waits for
 //                          the flags of t's experts and writes y[t] = sum_slot w[t, slot] x row(t, slot) (fp32, slot
-//                          order) as bf16.
+//                          order) as bf16, reading each row where the table says (the expert rank's heap, or rows).
+//                          Then the grid's last block (a per-rank arrival count) stores the flag to done[me] of every
+//                          rank on the node, and a rank that let its rows be read waits for every done[s]: expert_out
+//                          is not read after the call.
 //
 // Launches: one kernel with both phases (kEpLlSend | kEpLlRecv); its grid keeps to the rank's SM share so every block
 // is resident beside every peer's (a receiving warp waits for peers' sending warps). Or the send phase alone and the
@@ -58,6 +64,7 @@
 #include "loom/kernels/moe/ep_ll_params.hpp"
 #include "loom/lang/context.cuh"
 #include "loom/lang/diag.cuh"
+#include "loom/lang/profile.cuh"
 #include "loom/lang/rank.cuh"
 #include "loom/lang/spin.cuh"
 #include "loom/ptx/memory.cuh"
@@ -220,15 +227,20 @@ LOOM_DEVICE inline void ep_ll_dispatch_send(const Ctx& ctx, const EpLlParams& p,
     }
     __syncthreads();
 
-    // Warp per token: a slot per (token, expert) entry, the row to every slot's message.
-    for (int t = gw; t < p.tokens; t += nw) {
+    // Warp per (token, group of its slots): a slot per (token, expert) entry, the row to every slot's message. With
+    // fewer tokens than warps a token's slots are split over several warps (each reads and casts the row), so that
+    // every warp sends.
+    const int groups = p.tokens > 0 ? max(1, min(k, nw / p.tokens)) : 1;
+    const int per_group = (k + groups - 1) / groups;
+    for (int item = gw; item < p.tokens * groups; item += nw) {
+        const int t = item / groups, g = item % groups;
         int32_t id = -1;
         char* dst = nullptr;
 #if LOOM_REMOTE_PEERS
         bool remote = false;  // the expert's rank is on another node: dst is this entry's staging message
         int64_t off = 0;      // the message's offset in the half
 #endif
-        if (lane < k) {
+        if (lane < k && lane >= g * per_group && lane < (g + 1) * per_group) {
             id = p.topk_idx[static_cast<int64_t>(t) * k + lane];
             if (id >= 0) {
                 const uint32_t slot = atomicAdd(slots + id, 1u);
@@ -368,10 +380,12 @@ __global__ void __launch_bounds__(kEpLlThreads) ep_ll_dispatch(Ctx ctx, EpLlPara
     ptx::griddep_launch_dependents();
     if (p.phases & kEpLlSend) {
         const uint64_t e = ep_ll_next_epoch(p.epochs, &s_epoch);
+        LOOM_PROF_BLOCK_SPAN(lang::kTagEpLlPhase, lang::kEpLlDispatchSend);
         ep_ll_dispatch_send<kFp8>(ctx, p, static_cast<uint32_t>(e), p.area + (e & 1) * p.half_bytes, s_hist);
     }
     if (p.phases & kEpLlRecv) {
         const uint64_t e = ep_ll_next_epoch(p.epochs + kEpLlMaxBlocks, &s_epoch);
+        LOOM_PROF_BLOCK_SPAN(lang::kTagEpLlPhase, lang::kEpLlDispatchRecv);
         ep_ll_dispatch_recv<kFp8>(ctx, p, static_cast<uint32_t>(e), p.area + (e & 1) * p.half_bytes);
     }
 }
@@ -430,6 +444,7 @@ LOOM_DEVICE inline void ep_ll_combine_send(const Ctx& ctx, const EpLlParams& p, 
     const int nw = static_cast<int>(gridDim.x) * kEpLlWarps;
     const int L = p.local_experts, M = p.max_tokens, k = p.topk;
     const int64_t row_bytes = static_cast<int64_t>(p.hidden) * 2;
+    const int64_t table_off = ep_ll_combine_table_offset(M, k, p.hidden);
     const int64_t flag_off = ep_ll_combine_flag_offset(M, k, p.hidden);
     const int cpr = p.hidden / 8;  // 16-byte chunks per row
     // Warp per (local expert le, token rank s), pr = le x W + s.
@@ -453,24 +468,32 @@ LOOM_DEVICE inline void ep_ll_combine_send(const Ctx& ctx, const EpLlParams& p, 
         }
         char* const rows = lang::symm_at(ctx, half, s);
 #endif
-        const int total = count * cpr;
-        for (int base = 0; base < total; base += 32 * kEpLlBatch) {
-            uint4 v[kEpLlBatch];
+        int64_t* const table = reinterpret_cast<int64_t*>(rows + table_off);
+        if (p.pull) {
+            // Pull: token rank s reads each row from this rank's heap; its table gets the row's heap offset.
+            for (int i = lane; i < count; i += 32)
+                table[info[i]] = static_cast<int64_t>(ctx.own_offset(src + static_cast<int64_t>(i) * row_bytes));
+        } else {
+            const int total = count * cpr;
+            for (int base = 0; base < total; base += 32 * kEpLlBatch) {
+                uint4 v[kEpLlBatch];
 #pragma unroll
-            for (int u = 0; u < kEpLlBatch; ++u) {
-                const int f = base + u * 32 + lane;
-                if (f < total) v[u] = ptx::ld_v4_nc(src + static_cast<int64_t>(f) * 16);
-            }
+                for (int u = 0; u < kEpLlBatch; ++u) {
+                    const int f = base + u * 32 + lane;
+                    if (f < total) v[u] = ptx::ld_v4_nc(src + static_cast<int64_t>(f) * 16);
+                }
 #pragma unroll
-            for (int u = 0; u < kEpLlBatch; ++u) {
-                const int f = base + u * 32 + lane;
-                if (f < total) {
-                    const int i = f / cpr, c = f % cpr;
-                    ptx::st_v4(rows + static_cast<int64_t>(info[i]) * row_bytes + c * 16, v[u]);
+                for (int u = 0; u < kEpLlBatch; ++u) {
+                    const int f = base + u * 32 + lane;
+                    if (f < total) {
+                        const int i = f / cpr, c = f % cpr;
+                        ptx::st_v4(rows + static_cast<int64_t>(info[i]) * row_bytes + c * 16, v[u]);
+                    }
                 }
             }
+            for (int i = lane; i < count; i += 32) table[info[i]] = -1;
         }
-        __syncwarp();  // every lane's rows precede the flag
+        __syncwarp();  // every lane's rows and table entries precede the flag
         if (lane == 0) {
             auto* sig = reinterpret_cast<uint64_t*>(rows + flag_off) + static_cast<int64_t>(me) * L + le;
             ptx::st_release_sys(sig, static_cast<uint64_t>(flag));
@@ -478,13 +501,51 @@ LOOM_DEVICE inline void ep_ll_combine_send(const Ctx& ctx, const EpLlParams& p, 
     }
 }
 
-LOOM_DEVICE inline void ep_ll_combine_recv(const Ctx& ctx, const EpLlParams& p, uint32_t flag, const char* half) {
+// Lane l of the warp writes chunks l, l + 32, ... of y (`cpr` 16-byte chunks of bf16) as sum_slot w[slot] x
+// rows[slot] over the slots in `used`, fp32 in slot order, kEpLlReduceBatch loads in flight per lane (half as many
+// with remote peers: beside the NVSHMEM paths more would not fit the launch's 128 registers).
+inline constexpr int kEpLlReduceBatch = LOOM_REMOTE_PEERS ? kEpLlBatch / 2 : kEpLlBatch;
+LOOM_DEVICE LOOM_FORCEINLINE void ep_ll_reduce_token(const char* const* rows, unsigned used, int k, const float* w,
+                                                     uint4* y, int cpr) {
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    for (int c = lane; c < cpr; c += 32) {
+        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        // Slots in order.
+        for (int s0 = 0; s0 < k; s0 += kEpLlReduceBatch) {
+            uint4 v[kEpLlReduceBatch];
+#pragma unroll
+            for (int u = 0; u < kEpLlReduceBatch; ++u) {
+                const int s = s0 + u;
+                if (s < k && ((used >> s) & 1u)) v[u] = ptx::ld_v4(rows[s] + c * 16);
+            }
+#pragma unroll
+            for (int u = 0; u < kEpLlReduceBatch; ++u) {
+                const int s = s0 + u;
+                if (s >= k || ((used >> s) & 1u) == 0u) continue;
+                const float ws = w[s];
+                const uint32_t q[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    acc[2 * j] += ws * ep_ll_bf16_lo(q[j]);
+                    acc[2 * j + 1] += ws * ep_ll_bf16_hi(q[j]);
+                }
+            }
+        }
+        y[c] = make_uint4(ep_ll_pack_bf16(acc[0], acc[1]), ep_ll_pack_bf16(acc[2], acc[3]),
+                          ep_ll_pack_bf16(acc[4], acc[5]), ep_ll_pack_bf16(acc[6], acc[7]));
+    }
+}
+
+LOOM_DEVICE inline void ep_ll_combine_recv(const Ctx& ctx, const EpLlParams& p, uint32_t flag, char* half) {
+    const int me = ctx.rank;
     const int lane = static_cast<int>(threadIdx.x) & 31;
     const int gw = static_cast<int>(blockIdx.x) * kEpLlWarps + static_cast<int>(threadIdx.x) / 32;
     const int nw = static_cast<int>(gridDim.x) * kEpLlWarps;
     const int L = p.local_experts, M = p.max_tokens, E = p.num_experts, k = p.topk;
     const int64_t row_bytes = static_cast<int64_t>(p.hidden) * 2;
+    const int64_t* const table = reinterpret_cast<const int64_t*>(half + ep_ll_combine_table_offset(M, k, p.hidden));
     const uint64_t* const flags = reinterpret_cast<const uint64_t*>(half + ep_ll_combine_flag_offset(M, k, p.hidden));
+    const int64_t done_off = ep_ll_combine_done_offset(M, k, p.hidden, E);
     auto wait_flag = [&](int ex) {
         lang::spin_until(ctx, "ep_ll_combine: expert rows", ex / L, flags + ex, lang::Cmp::EQ, flag,
                          [&](uint64_t& observed) {
@@ -496,47 +557,68 @@ LOOM_DEVICE inline void ep_ll_combine_recv(const Ctx& ctx, const EpLlParams& p, 
     for (int ex = static_cast<int>(blockIdx.x * kEpLlThreads + threadIdx.x); ex < E;
          ex += static_cast<int>(gridDim.x) * kEpLlThreads)
         wait_flag(ex);
-    // Warp per token: lane s waits for slot s's expert; then lane l reduces chunks l, l + 32, ... over the slots.
+    // Warp per token: lane s waits for slot s's expert and finds its row (in the expert rank's heap, or pushed into
+    // this half: the warp's slot_rows[s]); then lane l reduces chunks l, l + 32, ... over the slots.
+    __shared__ const char* s_rows[kEpLlWarps][kEpLlMaxTopk];
+    const char** const slot_rows = s_rows[threadIdx.x / 32];
     const int cpr = p.hidden / 8;
     for (int t = gw; t < p.tokens; t += nw) {
         int32_t id = -1;
+        const char* src = nullptr;
         if (lane < k) {
-            id = p.topk_idx[static_cast<int64_t>(t) * k + lane];
+            const int64_t entry = static_cast<int64_t>(t) * k + lane;
+            id = p.topk_idx[entry];
             if (id < -1 || id >= E)
-                ep_ll_bad_index(ctx.diag, ctx.rank, "ep_ll_combine topk_idx",
-                                p.topk_idx + static_cast<int64_t>(t) * k + lane, id, E);
-            if (id >= 0) wait_flag(id);
-        }
-        __syncwarp();  // the lanes' acquires order the warp's reads of the rows
-        const unsigned used = __ballot_sync(0xffffffffu, id >= 0);
-        const char* const rows = half + static_cast<int64_t>(t) * k * row_bytes;
-        const float* const w = p.topk_weights + static_cast<int64_t>(t) * k;
-        uint4* const y = reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.y) + static_cast<int64_t>(t) * p.y_ld);
-        for (int c = lane; c < cpr; c += 32) {
-            float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-            // Slots in order, kEpLlBatch loads in flight.
-            for (int s0 = 0; s0 < k; s0 += kEpLlBatch) {
-                uint4 v[kEpLlBatch];
-#pragma unroll
-                for (int u = 0; u < kEpLlBatch; ++u) {
-                    const int s = s0 + u;
-                    if (s < k && ((used >> s) & 1u)) v[u] = ptx::ld_v4(rows + s * row_bytes + c * 16);
-                }
-#pragma unroll
-                for (int u = 0; u < kEpLlBatch; ++u) {
-                    const int s = s0 + u;
-                    if (s >= k || ((used >> s) & 1u) == 0u) continue;
-                    const float ws = w[s];
-                    const uint32_t q[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        acc[2 * j] += ws * ep_ll_bf16_lo(q[j]);
-                        acc[2 * j + 1] += ws * ep_ll_bf16_hi(q[j]);
-                    }
+                ep_ll_bad_index(ctx.diag, ctx.rank, "ep_ll_combine topk_idx", p.topk_idx + entry, id, E);
+            if (id >= 0) {
+                wait_flag(id);
+                src = half + entry * row_bytes;  // pushed
+                if (ctx.reachable(id / L)) {
+                    const int64_t off = table[entry];  // ordered by the flag's acquire
+                    if (off != -1 && (off < 0 || (off & 15) != 0 ||
+                                      static_cast<uint64_t>(off) > ctx.heap_size - static_cast<uint64_t>(row_bytes)))
+                        ep_ll_bad_index(ctx.diag, ctx.rank, "ep_ll_combine table (expert row offset)", table + entry,
+                                        off, static_cast<int64_t>(ctx.heap_size));
+                    if (off >= 0) src = ctx.heap_of(id / L) + off;
                 }
             }
-            y[c] = make_uint4(ep_ll_pack_bf16(acc[0], acc[1]), ep_ll_pack_bf16(acc[2], acc[3]),
-                              ep_ll_pack_bf16(acc[4], acc[5]), ep_ll_pack_bf16(acc[6], acc[7]));
+        }
+        if (lane < k) slot_rows[lane] = src;
+        __syncwarp();  // the lanes' acquires order the warp's reads of the rows; slot_rows is written
+        const unsigned used = __ballot_sync(0xffffffffu, id >= 0);
+        const float* const w = p.topk_weights + static_cast<int64_t>(t) * k;
+        uint4* const y = reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.y) + static_cast<int64_t>(t) * p.y_ld);
+        ep_ll_reduce_token(slot_rows, used, k, w, y, cpr);
+        __syncwarp();  // every lane's reads of slot_rows precede the next token's writes
+    }
+
+    // This rank's reads of its peers' heaps are over once every block got here: the grid's last block tells every
+    // rank it reaches (done[me] of its half). Then, if token ranks read rows from this rank's heap, wait until each
+    // has said so: when the call completes, expert_out is free again.
+    __syncthreads();  // every load of the block has returned (its value is in y)
+    __shared__ bool s_last;
+    if (threadIdx.x == 0) {
+        __threadfence();
+        const uint64_t arrived = atomicAdd(reinterpret_cast<unsigned long long*>(p.arrivals), 1ull) + 1;
+        s_last = arrived % gridDim.x == 0;
+    }
+    __syncthreads();
+    if (s_last) {
+        for (int r = static_cast<int>(threadIdx.x); r < ctx.local_world; r += kEpLlThreads) {
+            auto* d = reinterpret_cast<uint64_t*>(lang::symm_at(ctx, half, ctx.local_base_rank + r) + done_off) + me;
+            ptx::st_release_sys(d, static_cast<uint64_t>(flag));
+        }
+    }
+    if (p.pull) {
+        const uint64_t* const done = reinterpret_cast<const uint64_t*>(half + done_off);
+        for (int r = static_cast<int>(blockIdx.x * kEpLlThreads + threadIdx.x); r < ctx.local_world;
+             r += static_cast<int>(gridDim.x) * kEpLlThreads) {
+            const int peer = ctx.local_base_rank + r;
+            lang::spin_until(ctx, "ep_ll_combine: peers' reads of expert_out", peer, done + peer, lang::Cmp::EQ, flag,
+                             [&](uint64_t& observed) {
+                                 observed = ptx::ld_acquire_sys(done + peer);
+                                 return static_cast<uint32_t>(observed) == flag;
+                             });
         }
     }
 }
@@ -547,10 +629,12 @@ __global__ void __launch_bounds__(kEpLlThreads) ep_ll_combine(Ctx ctx, EpLlParam
     ptx::griddep_launch_dependents();
     if (p.phases & kEpLlSend) {
         const uint64_t e = ep_ll_next_epoch(p.epochs, &s_epoch);
+        LOOM_PROF_BLOCK_SPAN(lang::kTagEpLlPhase, lang::kEpLlCombineSend);
         ep_ll_combine_send(ctx, p, static_cast<uint32_t>(e), p.area + (e & 1) * p.half_bytes);
     }
     if (p.phases & kEpLlRecv) {
         const uint64_t e = ep_ll_next_epoch(p.epochs + kEpLlMaxBlocks, &s_epoch);
+        LOOM_PROF_BLOCK_SPAN(lang::kTagEpLlPhase, lang::kEpLlCombineRecv);
         ep_ll_combine_recv(ctx, p, static_cast<uint32_t>(e), p.area + (e & 1) * p.half_bytes);
     }
 }

@@ -41,12 +41,24 @@ LOOM_HOST_DEVICE constexpr int64_t ep_ll_dispatch_half_bytes(int64_t L, int64_t 
 LOOM_HOST_DEVICE constexpr int64_t ep_ll_dispatch_staging_bytes(int64_t M, int64_t k, int64_t msg) {
     return (M * k * msg + 1023) / 1024 * 1024;
 }
-// One parity half of the combine area on the token's rank (M = max_tokens, k = top-k, E experts):
-//   rows [M][k][H] bf16 (entry t x k + slot's expert output), then flags [E] uint64 (index: expert rank x L + local
-//   expert; value: the call's flag, written after that expert's rows for this rank)
-LOOM_HOST_DEVICE constexpr int64_t ep_ll_combine_flag_offset(int64_t M, int64_t k, int64_t H) { return M * k * H * 2; }
-LOOM_HOST_DEVICE constexpr int64_t ep_ll_combine_half_bytes(int64_t M, int64_t k, int64_t H, int64_t E) {
-    return (ep_ll_combine_flag_offset(M, k, H) + E * 8 + 1023) / 1024 * 1024;
+// One parity half of the combine area on the token's rank (M = max_tokens, k = top-k, E experts, W ranks):
+//   rows [M][k][H] bf16     entry t x k + slot's expert output, where the expert's rank pushed it
+//   table [M][k] int64      entry t x k + slot's source, written by the expert's rank when it can reach this rank:
+//                           the byte offset of the output row in the expert rank's symmetric heap (this rank reads
+//                           it from there), or -1 (the row was pushed into rows)
+//   flags [E] uint64        index: expert rank x L + local expert; value: the call's flag, written after that
+//                           expert's rows / table entries for this rank
+//   done [W] uint64         index: token rank; value: the call's flag, written once that rank has read every row it
+//                           pulls from this rank's heap
+LOOM_HOST_DEVICE constexpr int64_t ep_ll_combine_table_offset(int64_t M, int64_t k, int64_t H) { return M * k * H * 2; }
+LOOM_HOST_DEVICE constexpr int64_t ep_ll_combine_flag_offset(int64_t M, int64_t k, int64_t H) {
+    return ep_ll_combine_table_offset(M, k, H) + M * k * 8;
+}
+LOOM_HOST_DEVICE constexpr int64_t ep_ll_combine_done_offset(int64_t M, int64_t k, int64_t H, int64_t E) {
+    return ep_ll_combine_flag_offset(M, k, H) + E * 8;
+}
+LOOM_HOST_DEVICE constexpr int64_t ep_ll_combine_half_bytes(int64_t M, int64_t k, int64_t H, int64_t E, int64_t W) {
+    return (ep_ll_combine_done_offset(M, k, H, E) + W * 8 + 1023) / 1024 * 1024;
 }
 // A World of several nodes: after the two halves, one staging row of H bf16 per warp of the grid ([blocks x
 // kEpLlWarps][H], indexed by the global warp id): a row to a token rank on another node is copied there, then put.
@@ -62,7 +74,8 @@ struct EpLlParams {
     int32_t local_experts = 0;  // L = E / W
     int32_t max_tokens = 0;     // M
     int32_t phases = 0;         // kEpLlSend | kEpLlRecv
-    int32_t pad = 0;
+    int32_t pull = 0;           // combine: expert_out is in this rank's symmetric heap; token ranks this rank reaches
+                                // read their rows from it (table offsets) rather than receiving them (push)
 
     const int32_t* topk_idx = nullptr;    // [T, k]
     const float* topk_weights = nullptr;  // [T, k] (combine)
@@ -84,6 +97,8 @@ struct EpLlParams {
     uint64_t* epochs = nullptr;    // this rank's [2][kEpLlMaxBlocks]: send and receive phase epochs of each block
     uint32_t* counters = nullptr;  // dispatch, this rank's [2][E]: slots taken and entries sent per expert in the
                                    // running send phase (zero between calls: the phase resets what it used)
+    uint64_t* arrivals = nullptr;  // combine, this rank's: blocks that finished a receive phase, over all calls (the
+                                   // last block of call e sees e x gridDim)
 };
 
 }  // namespace loom::kernels::moe

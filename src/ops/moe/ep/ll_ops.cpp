@@ -181,7 +181,7 @@ void ep_ll_combine(World& world, const MatrixView& expert_out, const int32_t* to
     // Several nodes: a staging row per warp of the grid after the halves.
     moe::ep_ll::ensure_area(
         world, st.combine, layout,
-        kmoe::ep_ll_combine_half_bytes(shape.max_tokens, shape.topk, shape.hidden, shape.num_experts),
+        kmoe::ep_ll_combine_half_bytes(shape.max_tokens, shape.topk, shape.hidden, shape.num_experts, W),
         st.remote ? kmoe::ep_ll_combine_staging_bytes(st.blocks, shape.hidden) : 0, op, captured);
 
     kmoe::EpLlParams p = base_params(world, shape, recv);
@@ -194,6 +194,11 @@ void ep_ll_combine(World& world, const MatrixView& expert_out, const int32_t* to
     p.area = st.combine.p;
     p.half_bytes = st.combine.half_bytes;
     p.epochs = st.combine_epochs;
+    p.arrivals = st.combine_arrivals;
+    // Rows in this rank's symmetric heap are read by the token ranks this rank reaches (no copy through the combine
+    // area); elsewhere they are pushed. Each rank decides for its own expert_out.
+    p.pull =
+        world.is_symmetric(expert_out.data, static_cast<std::size_t>(slots_of(shape, W) * shape.hidden * 2)) ? 1 : 0;
     p.phases = opts.return_without_waiting ? kmoe::kEpLlSend : kmoe::kEpLlSend | kmoe::kEpLlRecv;
     launch(world, st, moe::ep_ll::combine_spec(st.remote), p, stream);
     if (opts.return_without_waiting) {

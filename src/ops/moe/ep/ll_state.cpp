@@ -27,6 +27,8 @@ LlState::LlState(World& world) {
     LOOM_CHECK_CUDA(cudaMemset(dispatch_epochs, 0, epoch_bytes));
     LOOM_CHECK_CUDA(cudaMemset(combine_epochs, 0, epoch_bytes));
     LOOM_CHECK_CUDA(cudaMemset(counters, 0, 2 * kmoe::kEpLlMaxExperts * sizeof(uint32_t)));
+    LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&combine_arrivals), sizeof(uint64_t)));
+    LOOM_CHECK_CUDA(cudaMemset(combine_arrivals, 0, sizeof(uint64_t)));
     LOOM_CHECK_CUDA(cudaDeviceSynchronize());
 }
 
@@ -34,6 +36,7 @@ LlState::~LlState() {
     cudaFree(dispatch_epochs);
     cudaFree(combine_epochs);
     cudaFree(counters);
+    cudaFree(combine_arrivals);
 }
 
 void LlState::release(World& world) {

@@ -34,10 +34,11 @@ struct LlState final : WorldState {
     ~LlState() override;
     void release(World& world) override;
 
-    int blocks = 0;                       // the grid of every launch: fixed, so every block's epochs advance together
-    uint64_t* dispatch_epochs = nullptr;  // [2][kEpLlMaxBlocks] (send, receive)
-    uint64_t* combine_epochs = nullptr;   // [2][kEpLlMaxBlocks]
-    uint32_t* counters = nullptr;         // [2][kEpLlMaxExperts]
+    int blocks = 0;                        // the grid of every launch: fixed, so every block's epochs advance together
+    uint64_t* dispatch_epochs = nullptr;   // [2][kEpLlMaxBlocks] (send, receive)
+    uint64_t* combine_epochs = nullptr;    // [2][kEpLlMaxBlocks]
+    uint32_t* counters = nullptr;          // [2][kEpLlMaxExperts]
+    uint64_t* combine_arrivals = nullptr;  // blocks that finished a combine receive phase, over all calls
     Area dispatch, combine;
     // A send launched with return_without_waiting, its receive not yet launched.
     bool dispatch_pending = false, combine_pending = false, dispatch_fp8 = true;
