@@ -6,7 +6,8 @@
 // its token's rank, then nvshmem_fence + the flag. nvshmem_combine_pull is Loom's combine of rows in the symmetric
 // heap: the expert's warp puts each row's index into the token rank's table (nvshmem_int64_p), then the flag; the
 // token rank reads the rows through nvshmem_ptr and, once every block is done, signals done to every rank, which
-// waits for all of them. The call number comes from the host (parity half e & 1, flags e).
+// waits for all of them. Both combines sum with Loom's ep_ll_reduce_token. The call number comes from the host
+// (parity half e & 1, flags e).
 // Compiled by the JIT's nvcc path with KernelSpec::needs_nvshmem.
 #pragma once
 
@@ -136,6 +137,14 @@ __global__ void __launch_bounds__(kEpLlThreads) nvshmem_dispatch(NvParams p) {
     }
 }
 
+// Token t's y row: Loom's weighted sum of its slots' rows (rows[s]); the warp's reads of rows precede its return.
+__device__ inline void reduce_token(const NvParams& p, int t, const char* const* rows, unsigned used) {
+    ep_ll_reduce_token(rows, used, p.topk, p.topk_weights + static_cast<int64_t>(t) * p.topk,
+                       reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.y) + static_cast<int64_t>(t) * p.hidden),
+                       p.hidden / 8);
+    __syncwarp();
+}
+
 __global__ void __launch_bounds__(kEpLlThreads) nvshmem_combine(NvParams p) {
     const int lane = threadIdx.x & 31;
     const int gw = blockIdx.x * kEpLlWarps + threadIdx.x / 32, nw = gridDim.x * kEpLlWarps;
@@ -161,34 +170,18 @@ __global__ void __launch_bounds__(kEpLlThreads) nvshmem_combine(NvParams p) {
 
     for (int ex = blockIdx.x * kEpLlThreads + threadIdx.x; ex < E; ex += gridDim.x * kEpLlThreads)
         nvshmem_signal_wait_until(sig + ex, NVSHMEM_CMP_GE, p.epoch);
-    const int cpr = p.hidden / 8;
+    // Warp per token: each slot's row (slot_rows), then Loom's weighted sum.
+    __shared__ const char* s_rows[kEpLlWarps][kEpLlMaxTopk];
+    const char** const slot_rows = s_rows[threadIdx.x / 32];
     for (int t = gw; t < p.tokens; t += nw) {
         int32_t id = -1;
         if (lane < k) {
             id = p.topk_idx[t * k + lane];
             if (id >= 0) nvshmem_signal_wait_until(sig + id, NVSHMEM_CMP_GE, p.epoch);
         }
+        if (lane < k) slot_rows[lane] = half + (static_cast<int64_t>(t) * k + lane) * row_bytes;
         __syncwarp();
-        const unsigned used = __ballot_sync(0xffffffffu, id >= 0);
-        const char* const rows = half + static_cast<int64_t>(t) * k * row_bytes;
-        const float* const w = p.topk_weights + static_cast<int64_t>(t) * k;
-        uint4* const y =
-            reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.y) + static_cast<int64_t>(t) * p.hidden);
-        for (int c = lane; c < cpr; c += 32) {
-            float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-            for (int s = 0; s < k; ++s) {
-                if (((used >> s) & 1u) == 0u) continue;
-                const uint4 v = loom::ptx::ld_v4(rows + s * row_bytes + c * 16);
-                const uint32_t q[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    acc[2 * j] += w[s] * ep_ll_bf16_lo(q[j]);
-                    acc[2 * j + 1] += w[s] * ep_ll_bf16_hi(q[j]);
-                }
-            }
-            y[c] = make_uint4(ep_ll_pack_bf16(acc[0], acc[1]), ep_ll_pack_bf16(acc[2], acc[3]),
-                              ep_ll_pack_bf16(acc[4], acc[5]), ep_ll_pack_bf16(acc[6], acc[7]));
-        }
+        reduce_token(p, t, slot_rows, __ballot_sync(0xffffffffu, id >= 0));
     }
 }
 
@@ -216,7 +209,9 @@ __global__ void __launch_bounds__(kEpLlThreads) nvshmem_combine_pull(NvParams p)
 
     for (int ex = blockIdx.x * kEpLlThreads + threadIdx.x; ex < E; ex += gridDim.x * kEpLlThreads)
         nvshmem_signal_wait_until(sig + ex, NVSHMEM_CMP_GE, p.epoch);
-    const int cpr = p.hidden / 8;
+    // Warp per token: each slot's row (slot_rows), then Loom's weighted sum.
+    __shared__ const char* s_rows[kEpLlWarps][kEpLlMaxTopk];
+    const char** const slot_rows = s_rows[threadIdx.x / 32];
     for (int t = gw; t < p.tokens; t += nw) {
         int32_t id = -1;
         const char* src = nullptr;
@@ -229,28 +224,9 @@ __global__ void __launch_bounds__(kEpLlThreads) nvshmem_combine_pull(NvParams p)
                 src = base + table[t * k + lane] * row_bytes;
             }
         }
+        if (lane < k) slot_rows[lane] = src;
         __syncwarp();
-        const unsigned used = __ballot_sync(0xffffffffu, id >= 0);
-        const float* const w = p.topk_weights + static_cast<int64_t>(t) * k;
-        uint4* const y =
-            reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.y) + static_cast<int64_t>(t) * p.hidden);
-        for (int c = lane; c < cpr; c += 32) {
-            float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-            for (int s = 0; s < k; ++s) {
-                const char* r = reinterpret_cast<const char*>(
-                    __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(src), s));
-                if (((used >> s) & 1u) == 0u) continue;
-                const uint4 v = loom::ptx::ld_v4(r + c * 16);
-                const uint32_t q[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    acc[2 * j] += w[s] * ep_ll_bf16_lo(q[j]);
-                    acc[2 * j + 1] += w[s] * ep_ll_bf16_hi(q[j]);
-                }
-            }
-            y[c] = make_uint4(ep_ll_pack_bf16(acc[0], acc[1]), ep_ll_pack_bf16(acc[2], acc[3]),
-                              ep_ll_pack_bf16(acc[4], acc[5]), ep_ll_pack_bf16(acc[6], acc[7]));
-        }
+        reduce_token(p, t, slot_rows, __ballot_sync(0xffffffffu, id >= 0));
     }
 
     __syncthreads();
