@@ -110,7 +110,20 @@ int main(int argc, char** argv) {
     app.add_option("--out", out, "folder for ep_ll.json (rank 0); default: print only");
     loom::bench::parse_or_exit(app, argc, argv);
 
-    loom::World w = loom::World::from_env();
+    // The heap holds the op's areas, expert_out for the pulled combine and the 256 MiB bandwidth probe; unless
+    // LOOM_SYMMETRIC_SIZE says otherwise it is sized for them (LOOM_WORLD_SIZE: set by loomrun).
+    loom::WorldOptions wopts;
+    if (std::getenv("LOOM_SYMMETRIC_SIZE") == nullptr) {
+        const char* ws = std::getenv("LOOM_WORLD_SIZE");
+        const int64_t Wn = std::max(1, ws != nullptr ? std::atoi(ws) : 1), Ln = experts / Wn;
+        const int64_t msg_b = km::ep_ll_msg_bytes(hidden, true);
+        wopts.symmetric_size =
+            static_cast<std::size_t>(2 * km::ep_ll_dispatch_half_bytes(Ln, Wn, tokens, msg_b) +
+                                     2 * km::ep_ll_combine_half_bytes(tokens, topk, hidden, experts, Wn) +
+                                     Ln * Wn * tokens * hidden * 2) +
+            (std::size_t(512) << 20);
+    }
+    loom::World w = loom::World::from_env(wopts);
     const int me = w.rank(), W = w.world_size();
     cudaStream_t stream;
     LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
