@@ -10,9 +10,11 @@
 // DIR/ep_ll_crossnode.json, op "ep_ll_crossnode", in a World of several nodes, e.g. LOOM_NODE_SIZE=4 with -n 8):
 // op "ep_dispatch" / "ep_combine", "mode": "ll", T, H, k, E, "bytes_per_rank" (the largest over the ranks: dispatch
 // messages of H + H / 128 x 4 + 16 bytes, combine rows of 2H bytes, to peers and self), loom_us, baselines
-// {"nvshmem", "floor"}; also "peer_write_gbps" and "launch_us". Two combine rows: expert_out in the symmetric heap
-// (the token ranks read the rows: "combine_reads": "pull"; its NVSHMEM version reads through nvshmem_ptr, one node
-// only) and in cudaMalloc memory (the rows are pushed).
+// {"nvshmem", "floor"}; also "peer_write_gbps" and "launch_us". Two dispatch rows (one node): the receive layout in
+// cudaMalloc memory (copied in from the op's buffers) and in the symmetric heap (written by the senders,
+// options.recv_in_heap; its NVSHMEM baseline is the copying version). Two combine rows: expert_out in the symmetric
+// heap (the token ranks read the rows: "combine_reads": "pull"; its NVSHMEM version reads through nvshmem_ptr, one
+// node only) and in cudaMalloc memory (the rows are pushed).
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -110,7 +112,8 @@ int main(int argc, char** argv) {
     app.add_option("--out", out, "folder for ep_ll.json (rank 0); default: print only");
     loom::bench::parse_or_exit(app, argc, argv);
 
-    // The heap holds the op's areas, expert_out for the pulled combine and the 256 MiB bandwidth probe; unless
+    // The heap holds the op's areas, expert_out for the pulled combine, a receive layout for the direct dispatch and
+    // the 256 MiB bandwidth probe; unless
     // LOOM_SYMMETRIC_SIZE says otherwise it is sized for them (LOOM_WORLD_SIZE: set by loomrun).
     loom::WorldOptions wopts;
     if (std::getenv("LOOM_SYMMETRIC_SIZE") == nullptr) {
@@ -120,7 +123,7 @@ int main(int argc, char** argv) {
         wopts.symmetric_size =
             static_cast<std::size_t>(2 * km::ep_ll_dispatch_half_bytes(Ln, Wn, tokens, msg_b) +
                                      2 * km::ep_ll_combine_half_bytes(tokens, topk, hidden, experts, Wn) +
-                                     Ln * Wn * tokens * hidden * 2) +
+                                     Ln * Wn * tokens * (hidden * 3 + hidden / 128 * 4 + 4)) +
             (std::size_t(512) << 20);
     }
     loom::World w = loom::World::from_env(wopts);
@@ -163,7 +166,20 @@ int main(int argc, char** argv) {
     LOOM_CHECK_CUDA(cudaMemset(eo_sym, 0, loom::ep_ll_recv_x_bytes(shape, W, false)));
     const loom::MatrixView eov_sym{eo_sym, loom::DType::BF16, int64_t(L) * W * tokens, hidden, 0};
 
+    // The receive layout in the symmetric heap too (one node): the senders write into it (options.recv_in_heap).
+    const bool direct = w.num_nodes() == 1;
+    void* rx_sym = direct ? w.alloc_bytes(loom::ep_ll_recv_x_bytes(shape, W, true)) : nullptr;
+    void* rs_sym = direct ? w.alloc_bytes(loom::ep_ll_recv_scales_bytes(shape, W)) : nullptr;
+    void* ri_sym = direct ? w.alloc_bytes(loom::ep_ll_recv_src_info_bytes(shape, W)) : nullptr;
+    DevBuf rc_direct(loom::ep_ll_recv_counts_bytes(shape, W));
+    const loom::EpLowLatencyRecv recv_sym{rx_sym, static_cast<float*>(rs_sym), static_cast<int32_t*>(ri_sym),
+                                          rc_direct.as<int32_t>()};
     auto loom_dispatch = [&](cudaStream_t s) { loom::ep_ll_dispatch(w, xv, idx.as<int32_t>(), shape, recv, s); };
+    auto loom_dispatch_direct = [&](cudaStream_t s) {
+        loom::EpLowLatencyOptions o;
+        o.recv_in_heap = true;
+        loom::ep_ll_dispatch(w, xv, idx.as<int32_t>(), shape, recv_sym, s, o);
+    };
     auto loom_combine = [&](cudaStream_t s) {
         loom::ep_ll_combine(w, eov, idx.as<int32_t>(), wts.as<float>(), shape, recv, yv, s);
     };
@@ -171,6 +187,7 @@ int main(int argc, char** argv) {
         loom::ep_ll_combine(w, eov_sym, idx.as<int32_t>(), wts.as<float>(), shape, recv, yv, s);
     };
     loom_dispatch(stream);  // lays out the state; the receive layout the combines read
+    if (direct) loom_dispatch_direct(stream);
     loom_combine(stream);
     loom_combine_pull(stream);
     LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
@@ -319,54 +336,55 @@ int main(int argc, char** argv) {
         LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
     }
 
-    std::vector<std::function<void(cudaStream_t)>> fns = {loom_dispatch, loom_combine_pull, loom_combine, empty_launch};
-    int nv_at[3] = {-1, -1, -1};  // index in fns of the NVSHMEM version of each row's form
-    if (nv_dispatch) {
-        nv_at[0] = static_cast<int>(fns.size()), fns.push_back(nvshmem_dispatch);
-        nv_at[2] = static_cast<int>(fns.size()), fns.push_back(nvshmem_combine);
-    }
-    if (nv_combine_pull) nv_at[1] = static_cast<int>(fns.size()), fns.push_back(nvshmem_combine_pull);
+    // The rows: {name, what, Loom's fn, its NVSHMEM version's fn (-1: none), bytes}.
+    struct Form {
+        const char* op;
+        const char* what;
+        const char* reads;
+        int loom, nv;
+        double bytes;
+    };
+    std::vector<std::function<void(cudaStream_t)>> fns = {empty_launch};
+    auto add = [&fns](const std::function<void(cudaStream_t)>& f) {
+        fns.push_back(f);
+        return static_cast<int>(fns.size()) - 1;
+    };
+    const int nv_d = nv_dispatch ? add(nvshmem_dispatch) : -1, nv_c = nv_dispatch ? add(nvshmem_combine) : -1,
+              nv_cp = nv_combine_pull ? add(nvshmem_combine_pull) : -1;
+    std::vector<Form> forms = {{"dispatch", "fp8", "-", add(loom_dispatch), nv_d, dispatch_bytes}};
+    if (direct) forms.push_back({"dispatch", "fp8 recv in heap", "-", add(loom_dispatch_direct), nv_d, dispatch_bytes});
+    forms.push_back({"combine", "bf16 expert_out symmetric", "pull", add(loom_combine_pull), nv_cp, combine_bytes});
+    forms.push_back({"combine", "bf16 expert_out cudaMalloc", "push", add(loom_combine), nv_c, combine_bytes});
     const auto ts = loom::bench::time_ops(fns, stream, topts);
-    const double launch_us = ts[3].median_us;
+    const double launch_us = ts[0].median_us;
     // A World of several nodes (LOOM_NODE_SIZE or hosts) reports as its own file.
     const std::string op_name = w.num_nodes() > 1 ? "ep_ll_crossnode" : "ep_ll";
     loom::bench::Report report(op_name, W, argc, argv);
-    // Rows: dispatch; combine with expert_out in the symmetric heap (read by the token ranks); combine with
-    // expert_out in cudaMalloc memory (pushed to the token ranks).
-    for (int op = 0; op < 3; ++op) {
-        const double bytes = op == 0 ? dispatch_bytes : combine_bytes;
-        const int nv = nv_at[op];
-        json baselines = {{"floor", launch_us + bytes / (peer_gbps * 1e3)}};
-        if (nv >= 0) baselines["nvshmem"] = ts[nv].median_us;
-        const char* what = op == 0 ? "fp8" : op == 1 ? "bf16 expert_out symmetric" : "bf16 expert_out cudaMalloc";
-        json row = {{"shape", fmt::format("{} T={} H={} top{} E={} {}", op == 0 ? "dispatch" : "combine", tokens,
-                                          hidden, topk, experts, what)},
-                    {"op", op == 0 ? "ep_dispatch" : "ep_combine"},
+    for (const Form& f : forms) {
+        json baselines = {{"floor", launch_us + f.bytes / (peer_gbps * 1e3)}};
+        if (f.nv >= 0) baselines["nvshmem"] = ts[f.nv].median_us;
+        json row = {{"shape", fmt::format("{} T={} H={} top{} E={} {}", f.op, tokens, hidden, topk, experts, f.what)},
+                    {"op", fmt::format("ep_{}", f.op)},
                     {"mode", "ll"},
-                    {"combine_reads", op == 1   ? "pull"
-                                      : op == 2 ? "push"
-                                                : "-"},
+                    {"combine_reads", f.reads},
                     {"T", tokens},
                     {"H", hidden},
                     {"k", topk},
                     {"E", experts},
                     {"nodes", w.num_nodes()},
-                    {"bytes_per_rank", bytes},
+                    {"bytes_per_rank", f.bytes},
                     {"peer_write_gbps", peer_gbps},
                     {"launch_us", launch_us},
-                    {"loom_us", ts[op].median_us},
+                    {"loom_us", ts[f.loom].median_us},
                     {"baselines", baselines}};
         if (!nvshmem_note.empty()) row["nvshmem_note"] = nvshmem_note;
         if (me == 0)
             std::printf(
-                "%-8s T=%d H=%d k=%d E=%d: loom %.2f us, nvshmem %s, floor %.2f us (%.2f MB at %.0f GB/s + "
+                "%s %s T=%d H=%d k=%d E=%d: loom %.2f us, nvshmem %s, floor %.2f us (%.2f MB at %.0f GB/s + "
                 "launch %.2f us)\n",
-                op == 0   ? "dispatch"
-                : op == 1 ? "combine (pull)"
-                          : "combine (push)",
-                tokens, hidden, topk, experts, ts[op].median_us,
-                nv >= 0 ? fmt::format("{:.2f} us", ts[nv].median_us).c_str() : "-", baselines["floor"].get<double>(),
-                bytes / 1e6, peer_gbps, launch_us);
+                f.op, f.what, tokens, hidden, topk, experts, ts[f.loom].median_us,
+                f.nv >= 0 ? fmt::format("{:.2f} us", ts[f.nv].median_us).c_str() : "-",
+                baselines["floor"].get<double>(), f.bytes / 1e6, peer_gbps, launch_us);
         report.add_row(row);
     }
     if (me == 0) report.write(out.empty() ? "" : out + "/" + op_name + ".json", false);  // empty: printed
@@ -379,6 +397,8 @@ int main(int argc, char** argv) {
     }
     loom::release_ep_ll_state(w);
     w.free(eo_sym);
+    for (void* p : {ri_sym, rs_sym, rx_sym})
+        if (p) w.free(p);
     w.free(bw_dst);
     LOOM_CHECK_CUDA(cudaStreamDestroy(stream));
     return 0;

@@ -30,6 +30,8 @@ if _torch is not None:
                       release_moe_state)
     from .moe_ep import (EpHandle, ep_check, ep_combine, ep_dispatch, ep_dispatch_bytes, ep_moe_experts,
                          release_moe_ep_state)
+    from .moe_ep_ll import (EpLowLatencyBuffers, ep_ll_combine, ep_ll_combine_wait, ep_ll_dispatch,
+                            ep_ll_dispatch_wait, release_ep_ll_state)
 
 gpu_available = _C.gpu_available
 
@@ -38,4 +40,5 @@ __all__ = ["Error", "World", "DType", "init", "default_world", "rank_info", "jit
            "gemm_rs", "gemm_ar", "barrier_on_stream", "decode_attention", "sp_decode_attention", "qkv_gemm_a2a",
            "a2a_o_gemm", "MoeRouting", "moe_routing", "moe_route", "moe_permute", "moe_topk_reduce", "ag_moe",
            "moe_rs", "moe_ar", "release_moe_state", "EpHandle", "ep_dispatch", "ep_combine", "ep_check",
-           "ep_dispatch_bytes", "ep_moe_experts", "release_moe_ep_state", "__version__"]
+           "ep_dispatch_bytes", "ep_moe_experts", "release_moe_ep_state", "EpLowLatencyBuffers", "ep_ll_dispatch",
+           "ep_ll_dispatch_wait", "ep_ll_combine", "ep_ll_combine_wait", "release_ep_ll_state", "__version__"]

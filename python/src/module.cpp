@@ -32,6 +32,7 @@ NB_MODULE(_C, m) {
     loom::py::bind_attention(m);
     loom::py::bind_tp_moe(m);
     loom::py::bind_ep_moe(m);
+    loom::py::bind_ep_ll(m);
     loom::py::bind_jit(m);
     loom::py::bind_bench(m);
 }

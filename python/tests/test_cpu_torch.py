@@ -110,6 +110,29 @@ def test_decode_attention_checks(world, op):
         f(q, pages, pages, lens, torch.zeros(2, 4, dtype=torch.int32), **kw)
 
 
+def test_ep_ll_checks(world):
+    with pytest.raises(ValueError, match="EpLowLatencyBuffers: num_experts must be a positive multiple of the world "
+                                         "size 2; given 3"):
+        loom.EpLowLatencyBuffers(8, 256, 2, 3, world=_FakeWorld(2))
+    with pytest.raises(ValueError, match="EpLowLatencyBuffers: hidden must be a positive multiple of 128; given 100"):
+        loom.EpLowLatencyBuffers(8, 100, 2, 4, world=world)
+    b = loom.EpLowLatencyBuffers.__new__(loom.EpLowLatencyBuffers)  # CPU stand-ins for the receive layout
+    b.max_tokens, b.hidden, b.topk, b.num_experts, b.fp8, b.local_experts, b.symmetric = 8, 256, 2, 4, False, 4, False
+    b.x, b.scales = torch.zeros(4, 8, 256, dtype=torch.bfloat16), None
+    b.src_info, b.counts = torch.zeros(4, 8, dtype=torch.int32), torch.zeros(4, 1, dtype=torch.int32)
+    x, idx = torch.zeros(4, 256, dtype=torch.bfloat16), torch.zeros(4, 2, dtype=torch.int32)
+    with pytest.raises(ValueError, match="ep_ll_dispatch: topk_idx must be int32 \\[T = 4, topk = 2\\]; given "
+                                         "torch.int64"):
+        loom.ep_ll_dispatch(x, idx.long(), b, world=world)
+    with pytest.raises(ValueError, match="ep_ll_dispatch: x must be a CUDA tensor; given a cpu tensor"):
+        loom.ep_ll_dispatch(x, idx, b, world=world)
+    eo = torch.zeros(4, 8, 256, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="ep_ll_combine: topk_weights must be float32 of topk_idx's shape"):
+        loom.ep_ll_combine(eo, idx, torch.zeros(4, 2, dtype=torch.float64), b, world=world)
+    with pytest.raises(ValueError, match="ep_ll_combine: expert_out must be a CUDA tensor"):
+        loom.ep_ll_combine(eo, idx, torch.zeros(4, 2), b, world=world)
+
+
 class _FakeWorld:
     """A registered stand-in with a world size (shape checks only)."""
 

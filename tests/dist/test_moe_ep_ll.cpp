@@ -258,7 +258,8 @@ class EpLl : public ::WorldStreamTest {
         return all;
     }
 
-    // sym: recv.x and expert_out in the symmetric heap (a combine reading them there pulls).
+    // sym: the receive layout (x, scales, src_info) and expert_out in the symmetric heap (a dispatch with
+    // options.recv_in_heap writes into them directly; a combine reading expert_out there pulls).
     DevSet upload(const Case& c, const Inputs& in, bool fp8, bool sym = false) const {
         const EpLowLatencyShape s = shape(c);
         const int W = w->world_size();
@@ -268,8 +269,8 @@ class EpLl : public ::WorldStreamTest {
         d.idx = std::make_unique<Dev>(in.idx);
         d.w = std::make_unique<Dev>(in.w);
         d.rx = std::make_unique<Dev>(ep_ll_recv_x_bytes(s, W, fp8), sym ? w : nullptr);
-        d.rs = std::make_unique<Dev>(ep_ll_recv_scales_bytes(s, W));
-        d.ri = std::make_unique<Dev>(ep_ll_recv_src_info_bytes(s, W));
+        d.rs = std::make_unique<Dev>(ep_ll_recv_scales_bytes(s, W), sym ? w : nullptr);
+        d.ri = std::make_unique<Dev>(ep_ll_recv_src_info_bytes(s, W), sym ? w : nullptr);
         d.rc = std::make_unique<Dev>(ep_ll_recv_counts_bytes(s, W));
         d.eo = std::make_unique<Dev>(ep_ll_recv_x_bytes(s, W, false), sym ? w : nullptr);
         d.y = std::make_unique<Dev>(std::size_t(in.T) * c.hidden * 2);
@@ -316,17 +317,20 @@ class EpLl : public ::WorldStreamTest {
         return eo;
     }
 
-    // dispatch -> check -> identity experts -> combine -> check, in fp8 and bf16.
-    void run(const Case& c, uint64_t seed, bool hooked = false, std::vector<bool> modes = {true, false}) {
+    // dispatch -> check -> identity experts -> combine -> check, in fp8 and bf16; direct: the receive layout in the
+    // symmetric heap, written by the senders (options.recv_in_heap).
+    void run(const Case& c, uint64_t seed, bool hooked = false, std::vector<bool> modes = {true, false},
+             bool direct = false) {
         const int me = w->rank(), W = w->world_size();
         const auto all = all_inputs(c, seed);
         std::string verdict;
         for (bool fp8 : modes) {
             if (!verdict.empty()) break;
-            DevSet d = upload(c, all[me], fp8);
+            DevSet d = upload(c, all[me], fp8, direct);
             EpLowLatencyOptions o;
             o.fp8 = fp8;
             o.return_without_waiting = hooked;
+            o.recv_in_heap = direct && w->num_nodes() == 1;  // across nodes: the op's buffers (checked below)
             ep_ll_dispatch(*w, xv(c, d), static_cast<int32_t*>(d.idx->p), shape(c), d.recv(), stream, o);
             if (hooked) ep_ll_dispatch_wait(*w, stream);
             test::sync_or_die(stream);
@@ -387,12 +391,20 @@ TEST_F(EpLl, DecodeShapeH7168E256) {
 TEST_F(EpLl, ReturnWithoutWaitingHalves) {
     run({32, 3072, 5, experts_for(w->world_size(), 6), Routing::Skewed, {32, 3}}, 8, true);
 }
+TEST_F(EpLl, DirectReceiveUniformTop8) {
+    const int W = w->world_size();
+    run({64, 2048, 8, std::min(256, experts_for(W, 32 / std::max(1, W / 2))), Routing::Uniform, {64, 37, 1, 50}}, 9,
+        false, {true, false}, true);
+}
+TEST_F(EpLl, DirectReceiveSkewedWithoutWaiting) {
+    run({32, 3072, 5, experts_for(w->world_size(), 6), Routing::Skewed, {32, 0, 3}}, 10, true, {true, false}, true);
+}
 
 // 10^4 dispatch + combine pairs (bf16, identity experts: expert_out is recv.x itself) over three input sets in turn,
 // with no synchronisation between calls; the sets' results are checked every 1000 pairs. With three sets the parity
 // of a call and its set differ from the call two before, so data left by that call is the wrong data. Sets 0 and 1
-// live in the symmetric heap (the combine's token ranks read recv.x there while the next dispatches run), set 2 in
-// cudaMalloc memory (pushed).
+// live in the symmetric heap (the dispatch writes their receive layout directly, and the combine's token ranks read
+// recv.x there while the next dispatches run), set 2 in cudaMalloc memory (copied in, pushed back).
 TEST_F(EpLl, TenThousandBackToBackPairs) {
     const int me = w->rank(), W = w->world_size();
     const Case c{16, 2048, 4, experts_for(W, 4), Routing::Uniform, {16, 11, 16, 2}};
@@ -407,6 +419,7 @@ TEST_F(EpLl, TenThousandBackToBackPairs) {
     std::string verdict;
     for (int i = 0; i < 10000 && verdict.empty(); ++i) {
         const DevSet& d = sets[i % 3];
+        o.recv_in_heap = i % 3 < 2 && w->num_nodes() == 1;
         ep_ll_dispatch(*w, xv(c, d), static_cast<int32_t*>(d.idx->p), shape(c), d.recv(), stream, o);
         ep_ll_combine(*w, eov(c, d.rx->p), static_cast<int32_t*>(d.idx->p), static_cast<float*>(d.w->p), shape(c),
                       d.recv(), yv(c, d), stream, o);
@@ -453,7 +466,8 @@ TEST_F(EpLl, TenThousandBackToBackFp8Dispatches) {
     EXPECT_TRUE(agreed.empty()) << agreed;
 }
 
-// A captured sequence of three pairs (bf16, identity experts; sets 0 and 2 pulled, set 1 pushed) replayed 20 times:
+// A captured sequence of three pairs (bf16, identity experts; sets 0 and 2 received directly and pulled, set 1 copied
+// and pushed) replayed 20 times:
 // y bitwise equal to the eager calls' (the receive order within an expert may differ; the sums are in slot order),
 // the receive layout still right.
 TEST_F(EpLl, GraphCaptureReplays) {
@@ -468,7 +482,9 @@ TEST_F(EpLl, GraphCaptureReplays) {
     EpLowLatencyOptions o;
     o.fp8 = false;
     auto pairs = [&] {
-        for (const DevSet& d : sets) {
+        for (int i = 0; i < 3; ++i) {
+            const DevSet& d = sets[i];
+            o.recv_in_heap = i != 1 && w->num_nodes() == 1;
             ep_ll_dispatch(*w, xv(c, d), static_cast<int32_t*>(d.idx->p), shape(c), d.recv(), stream, o);
             ep_ll_combine(*w, eov(c, d.rx->p), static_cast<int32_t*>(d.idx->p), static_cast<float*>(d.w->p), shape(c),
                           d.recv(), yv(c, d), stream, o);
@@ -536,6 +552,14 @@ TEST_F(EpLl, BadInputsRaiseOnEveryRank) {
         ep_ll_dispatch(*w, xv(c, d), idx, s, r, stream);
     });
     expect_error("topk_idx", [&] { ep_ll_dispatch(*w, xv(c, d), nullptr, s, d.recv(), stream); });
+    // d's receive layout is cudaMalloc memory; across nodes the option is refused first.
+    expect_error(w->num_nodes() == 1 ? "recv.x: options.recv_in_heap expects"
+                                     : "options.recv_in_heap: expected a World of one node",
+                 [&] {
+                     EpLowLatencyOptions direct;
+                     direct.recv_in_heap = true;
+                     ep_ll_dispatch(*w, xv(c, d), idx, s, d.recv(), stream, direct);
+                 });
     expect_error("expert_out: expected a dense", [&] {
         ep_ll_combine(*w, {d.eo->p, DType::BF16, 3, c.hidden, 0}, idx, static_cast<float*>(d.w->p), s, d.recv(),
                       yv(c, d), stream);

@@ -57,6 +57,10 @@ struct EpLowLatencyRecv {
 struct EpLowLatencyOptions {
     bool fp8 = true;                      // dispatch: cast to fp8 e4m3 with per-128 scales in the send (else bf16)
     bool return_without_waiting = false;  // launch the send half only; the *_wait call launches the receive half
+    // dispatch, one node: every rank's recv.x, recv.scales and recv.src_info are in the World's symmetric heap
+    // (World::alloc); the senders write each entry straight into them once the receiver's call has started, and the
+    // receive half only counts (no copy). Any buffers of the heap will do (the offsets travel with the call).
+    bool recv_in_heap = false;
 };
 
 std::size_t ep_ll_recv_x_bytes(const EpLowLatencyShape& shape, int world_size, bool fp8);

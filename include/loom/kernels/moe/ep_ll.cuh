@@ -12,6 +12,13 @@
 //                          recv: warp per (local expert le, source rank s): waits for the count of (le, s), then
 //                          copies its messages into recv_x / recv_scales / recv_src_info [le][s x M + i] and writes
 //                          recv_counts[le][s].
+//                          Direct receive (p.direct, one node: every rank's recv arrays in the symmetric heap): each
+//                          rank first stores its recv arrays' heap offsets and the call's flag into free[me] of every
+//                          rank (EpLlFree), and every block waits for every rank's before it sends; the warp then
+//                          writes an entry's row, scales and source entry straight into [le][me x M + i] of the
+//                          expert rank's recv arrays, and the receive only waits for the counts and writes
+//                          recv_counts. A rank's free slot is written when its call starts, after (stream order)
+//                          every reader of its recv of earlier calls, so no write lands on data still in use.
 //   ep_ll_combine          send: warp per (local expert le, token rank s): for i < recv_counts[le][s], entry
 //                          e = recv_src_info[le][s x M + i] of rank s gets its row expert_out[le][s x M + i]: with
 //                          p.pull (expert_out in the symmetric heap) only the row's heap offset goes to rank s's
@@ -115,20 +122,21 @@ LOOM_DEVICE LOOM_FORCEINLINE uint32_t ep_ll_pack_bf16(float lo, float hi) {
 
 // ---- dispatch -----------------------------------------------------------------------------------------------------
 
-// The warp sends token row `src` (H bf16, H a multiple of 128) to the messages `dst` of the lanes in `used` (lane s:
-// slot s's message in a peer's memory), every store 16 bytes, kEpLlBatch loads in flight per lane.
+// The warp sends token row `src` (H bf16, H a multiple of 128) to the rows `dst` of the lanes in `used` (lane s:
+// slot s's row in a peer's memory; fp8: its H / 128 scales at `sdst`), every row store 16 bytes, kEpLlBatch loads in
+// flight per lane.
 //   fp8: lane l quantises 16 elements per step (two 16-byte loads) into one 16-byte store per slot; the 8 lanes of a
 //        scale block (128 elements) reduce its amax with shuffles, and the block's first lane stores the fp32 scale.
 //   bf16: lane l moves 8 elements (16 bytes) per step as they are.
 // Steps are warp-uniform (the row's steps need not be a multiple of 32).
 template <bool kFp8>
-LOOM_DEVICE LOOM_FORCEINLINE void ep_ll_send_row(const __nv_bfloat16* src, char* dst, unsigned used, int hidden) {
+LOOM_DEVICE LOOM_FORCEINLINE void ep_ll_send_row(const __nv_bfloat16* src, char* dst, float* sdst, unsigned used,
+                                                 int hidden) {
     const int lane = static_cast<int>(threadIdx.x) & 31;
     const uint4* s4 = reinterpret_cast<const uint4*>(src);
     if constexpr (kFp8) {
         constexpr int kPairs = kEpLlBatch / 2;  // 2 loads per step
         const int steps = hidden / 16;
-        const int64_t payload = ep_ll_payload_bytes(hidden, true);
         for (int base = 0; base < steps; base += 32 * kPairs) {
             uint4 v[kPairs][2];
 #pragma unroll
@@ -173,9 +181,11 @@ LOOM_DEVICE LOOM_FORCEINLINE void ep_ll_send_row(const __nv_bfloat16* src, char*
                 for (unsigned m = used; m != 0u; m &= m - 1) {
                     char* d = reinterpret_cast<char*>(
                         __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(dst), __ffs(m) - 1));
+                    float* sd = reinterpret_cast<float*>(
+                        __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(sdst), __ffs(m) - 1));
                     if (on) {
                         reinterpret_cast<uint4*>(d)[c] = make_uint4(q[0], q[1], q[2], q[3]);
-                        if ((c & 7) == 0) reinterpret_cast<float*>(d + payload)[c >> 3] = scale;
+                        if ((c & 7) == 0) sd[c >> 3] = scale;
                     }
                 }
             }
@@ -227,6 +237,44 @@ LOOM_DEVICE inline void ep_ll_dispatch_send(const Ctx& ctx, const EpLlParams& p,
     }
     __syncthreads();
 
+#if !LOOM_REMOTE_PEERS
+    // Direct receive (one node): this rank's receive layout for the call goes to every rank (block 0), then every
+    // block waits for every rank's and keeps it in shared memory; a rank's layout arrives once its call started, that
+    // is once its stream is past every reader of its recv of earlier calls.
+    __shared__ int64_t s_free[kMaxLocalPeers][3];
+    if (p.direct) {
+        const int64_t free_off = ep_ll_dispatch_free_offset(L, W, M, msg_bytes);
+        if (blockIdx.x == 0) {
+            for (int r = static_cast<int>(threadIdx.x); r < W; r += kEpLlThreads) {
+                auto* f = reinterpret_cast<EpLlFree*>(lang::symm_at(ctx, half, r) + free_off) + me;
+                f->x = static_cast<int64_t>(ctx.own_offset(p.recv_x));
+                f->scales = kFp8 ? static_cast<int64_t>(ctx.own_offset(p.recv_scales)) : 0;
+                f->src_info = static_cast<int64_t>(ctx.own_offset(p.recv_src_info));
+                ptx::st_release_sys(&f->flag, static_cast<uint64_t>(flag));
+            }
+        }
+        const int64_t rows = static_cast<int64_t>(L) * W * M;
+        for (int r = static_cast<int>(threadIdx.x); r < W; r += kEpLlThreads) {
+            const auto* f = reinterpret_cast<const EpLlFree*>(half + free_off) + r;
+            lang::spin_until(ctx, "ep_ll_dispatch: a receiver's layout (direct receive)", r, &f->flag, lang::Cmp::EQ,
+                             flag, [&](uint64_t& observed) {
+                                 observed = ptx::ld_acquire_sys(&f->flag);
+                                 return static_cast<uint32_t>(observed) == flag;
+                             });
+            const int64_t at[3] = {f->x, f->scales, f->src_info};
+            const int64_t need[3] = {rows * ep_ll_payload_bytes(p.hidden, kFp8),
+                                     kFp8 ? rows * (p.hidden / kEpLlScaleBlock) * 4 : 0, rows * 4};
+            for (int i = 0; i < 3; ++i) {
+                if (at[i] < 0 || static_cast<uint64_t>(at[i] + need[i]) > ctx.heap_size)
+                    ep_ll_bad_index(ctx.diag, ctx.rank, "ep_ll_dispatch direct receive layout (heap offset)", f, at[i],
+                                    static_cast<int64_t>(ctx.heap_size));
+                s_free[r][i] = at[i];
+            }
+        }
+        __syncthreads();
+    }
+#endif
+
     // Warp per (token, group of its slots): a slot per (token, expert) entry, the row to every slot's message. With
     // fewer tokens than warps a token's slots are split over several warps (each reads and casts the row), so that
     // every warp sends.
@@ -235,7 +283,9 @@ LOOM_DEVICE inline void ep_ll_dispatch_send(const Ctx& ctx, const EpLlParams& p,
     for (int item = gw; item < p.tokens * groups; item += nw) {
         const int t = item / groups, g = item % groups;
         int32_t id = -1;
-        char* dst = nullptr;
+        char* dst = nullptr;    // the entry's row: in a message, or (direct receive) in the receiver's recv_x
+        char* hdr = nullptr;    // its source entry: the message's header, or the receiver's recv_src_info
+        float* sdst = nullptr;  // fp8: its scales
 #if LOOM_REMOTE_PEERS
         bool remote = false;  // the expert's rank is on another node: dst is this entry's staging message
         int64_t off = 0;      // the message's offset in the half
@@ -253,15 +303,32 @@ LOOM_DEVICE inline void ep_ll_dispatch_send(const Ctx& ctx, const EpLlParams& p,
                 remote = !ctx.reachable(id / L);
                 dst = remote ? p.area + 2 * p.half_bytes + (static_cast<int64_t>(t) * k + lane) * msg_bytes
                              : lang::symm_at(ctx, half, id / L) + off;
+                sdst = reinterpret_cast<float*>(dst + ep_ll_payload_bytes(p.hidden, kFp8));
+                hdr = dst + msg_bytes - 16;
 #else
-                dst = lang::symm_at(ctx, half, id / L) + ((static_cast<int64_t>(le) * W + me) * M + slot) * msg_bytes;
+                const int64_t row = (static_cast<int64_t>(le) * W + me) * M + slot;
+                if (p.direct) {
+                    char* const base = ctx.heap_of(id / L);
+                    dst = base + s_free[id / L][0] + row * ep_ll_payload_bytes(p.hidden, kFp8);
+                    sdst = reinterpret_cast<float*>(base + s_free[id / L][1]) + row * (p.hidden / kEpLlScaleBlock);
+                    hdr = base + s_free[id / L][2] + row * 4;
+                } else {
+                    dst = lang::symm_at(ctx, half, id / L) + row * msg_bytes;
+                    sdst = reinterpret_cast<float*>(dst + ep_ll_payload_bytes(p.hidden, kFp8));
+                    hdr = dst + msg_bytes - 16;
+                }
 #endif
             }
         }
         const unsigned used = __ballot_sync(0xffffffffu, id >= 0);
-        ep_ll_send_row<kFp8>(static_cast<const __nv_bfloat16*>(p.x) + static_cast<int64_t>(t) * p.x_ld, dst, used,
+        ep_ll_send_row<kFp8>(static_cast<const __nv_bfloat16*>(p.x) + static_cast<int64_t>(t) * p.x_ld, dst, sdst, used,
                              p.hidden);
-        if (id >= 0) *reinterpret_cast<int4*>(dst + msg_bytes - 16) = make_int4(t * k + lane, 0, 0, 0);
+        if (id >= 0) {
+            if (p.direct)
+                *reinterpret_cast<int32_t*>(hdr) = t * k + lane;
+            else
+                *reinterpret_cast<int4*>(hdr) = make_int4(t * k + lane, 0, 0, 0);
+        }
         __syncwarp();  // every lane's stores of the row precede the release of each slot's lane (and the puts)
 #if LOOM_REMOTE_PEERS
         // The staged messages to other nodes, one warp put each (warp-uniform loop over the remote lanes), after a
@@ -342,6 +409,7 @@ LOOM_DEVICE inline void ep_ll_dispatch_recv(const Ctx& ctx, const EpLlParams& p,
         }
         __syncwarp();  // lane 0's acquire orders the warp's reads of the messages
         count = __shfl_sync(0xffffffffu, count, 0);
+        if (p.direct) continue;  // the entries were written into recv itself
         const char* const msgs = half + static_cast<int64_t>(pr) * M * msg_bytes;
         char* const out = static_cast<char*>(p.recv_x) + static_cast<int64_t>(pr) * M * payload;
         // The payloads, flattened over the messages: kEpLlBatch loads in flight per lane.

@@ -28,13 +28,24 @@ LOOM_HOST_DEVICE constexpr int64_t ep_ll_msg_bytes(int64_t hidden, bool fp8) {
 }
 
 // One parity half of the dispatch area on the receiving rank (L local experts, W = the world's ranks, M = max_tokens):
-//   messages [L][W][M] x msg_bytes, then counts [L][W] uint64: {low 32: entries sent, high 32: the call's flag}
+//   messages [L][W][M] x msg_bytes, then counts [L][W] uint64: {low 32: entries sent, high 32: the call's flag},
+//   then (direct receive) free [W] EpLlFree: rank r's receive layout for the call, written by r when its call starts
 LOOM_HOST_DEVICE constexpr int64_t ep_ll_dispatch_count_offset(int64_t L, int64_t W, int64_t M, int64_t msg) {
     return L * W * M * msg;
 }
-LOOM_HOST_DEVICE constexpr int64_t ep_ll_dispatch_half_bytes(int64_t L, int64_t W, int64_t M, int64_t msg) {
-    return (ep_ll_dispatch_count_offset(L, W, M, msg) + L * W * 8 + 1023) / 1024 * 1024;
+LOOM_HOST_DEVICE constexpr int64_t ep_ll_dispatch_free_offset(int64_t L, int64_t W, int64_t M, int64_t msg) {
+    return ep_ll_dispatch_count_offset(L, W, M, msg) + L * W * 8;
 }
+LOOM_HOST_DEVICE constexpr int64_t ep_ll_dispatch_half_bytes(int64_t L, int64_t W, int64_t M, int64_t msg) {
+    return (ep_ll_dispatch_free_offset(L, W, M, msg) + W * 32 + 1023) / 1024 * 1024;
+}
+// A receiving rank's layout for one call with direct receive: the heap offsets of its recv arrays (x, scales,
+// src_info), then the call's flag (release: the offsets are written first).
+struct EpLlFree {
+    int64_t x, scales, src_info;
+    uint64_t flag;
+};
+static_assert(sizeof(EpLlFree) == 32);
 // A World of several nodes: after the two halves, this rank's staging of the messages to experts on other nodes,
 // [M][k] x msg_bytes (entry t x k + slot's message, written by the warp, then put from there: NVSHMEM's network
 // transports take a put's source from the symmetric heap only).
@@ -76,6 +87,9 @@ struct EpLlParams {
     int32_t phases = 0;         // kEpLlSend | kEpLlRecv
     int32_t pull = 0;           // combine: expert_out is in this rank's symmetric heap; token ranks this rank reaches
                                 // read their rows from it (table offsets) rather than receiving them (push)
+    int32_t direct = 0;         // dispatch, every rank's: recv_x / recv_scales / recv_src_info are in the symmetric
+                                // heap; senders write each entry there (after the receiver's free slot), no copy
+    int32_t pad = 0;
 
     const int32_t* topk_idx = nullptr;    // [T, k]
     const float* topk_weights = nullptr;  // [T, k] (combine)

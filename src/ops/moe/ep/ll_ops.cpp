@@ -104,6 +104,23 @@ void ep_ll_dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, 
     LOOM_CHECK(x.rows == 0 || topk_idx != nullptr, "{}: topk_idx: expected device memory [{}, {}], given null", op,
                x.rows, shape.topk);
     check_recv(op, recv, opts.fp8, true);
+    if (opts.recv_in_heap) {
+        LOOM_CHECK(world.num_nodes() == 1,
+                   "{}: options.recv_in_heap: expected a World of one node, given {} nodes (peers on other nodes "
+                   "receive through the op's buffers)",
+                   op, world.num_nodes());
+        const struct {
+            const char* arg;
+            const void* p;
+            std::size_t bytes;
+        } parts[] = {{"recv.x", recv.x, ep_ll_recv_x_bytes(shape, W, opts.fp8)},
+                     {"recv.scales", opts.fp8 ? recv.scales : nullptr, ep_ll_recv_scales_bytes(shape, W)},
+                     {"recv.src_info", recv.src_info, ep_ll_recv_src_info_bytes(shape, W)}};
+        for (const auto& part : parts)
+            LOOM_CHECK(part.p == nullptr || world.is_symmetric(part.p, part.bytes),
+                       "{}: {}: options.recv_in_heap expects {} bytes in the World's symmetric heap, given {}", op,
+                       part.arg, part.bytes, part.p);
+    }
     const bool captured = stream_ops::capturing(stream);
     LlState& st = moe::ep_ll::state(world, op, captured);
     LOOM_CHECK(!st.dispatch_pending,
@@ -129,6 +146,7 @@ void ep_ll_dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, 
     p.epochs = st.dispatch_epochs;
     p.counters = st.counters;
     p.phases = opts.return_without_waiting ? kmoe::kEpLlSend : kmoe::kEpLlSend | kmoe::kEpLlRecv;
+    p.direct = opts.recv_in_heap ? 1 : 0;
     launch(world, st, moe::ep_ll::dispatch_spec(opts.fp8, st.remote), p, stream);
     if (opts.return_without_waiting) {
         st.dispatch_pending = true;
