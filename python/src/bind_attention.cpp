@@ -22,16 +22,14 @@ using OptArray = std::optional<AnyArray>;
 
 namespace {
 
-[[noreturn]] void bad(const std::string& msg) { throw nb::value_error(msg.c_str()); }
-
 void expect_ndim(const AnyArray& t, std::size_t ndim, const char* op, const char* arg, const char* shape) {
     if (t.ndim() != ndim)
-        bad(fmt::format("{}: {} must be {}-D {}; given {} dimensions", op, arg, ndim, shape, t.ndim()));
+        value_error(fmt::format("{}: {} must be {}-D {}; given {} dimensions", op, arg, ndim, shape, t.ndim()));
 }
 
 void expect_dim(const AnyArray& t, std::size_t i, int64_t want, const char* op, const char* arg, const char* what) {
     if (static_cast<int64_t>(t.shape(i)) != want)
-        bad(fmt::format("{}: {} dimension {} must be {} = {}; given {}", op, arg, i, what, want, t.shape(i)));
+        value_error(fmt::format("{}: {} dimension {} must be {} = {}; given {}", op, arg, i, what, want, t.shape(i)));
 }
 
 // The decode ops' arguments as Loom's views: q [batch, heads, D]; k, v [batch, max_seq_len, kv heads, D] (no

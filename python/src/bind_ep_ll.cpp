@@ -23,22 +23,12 @@ using OptArray = std::optional<AnyArray>;
 
 namespace {
 
-[[noreturn]] void bad(const std::string& msg) { throw nb::value_error(msg.c_str()); }
-
-// A device int32 / float32 [tokens, k] routing argument.
-const void* routing(const AnyArray& t, int64_t tokens, int k, DType want, const char* op, const char* arg) {
-    if (t.ndim() != 2 || static_cast<int64_t>(t.shape(0)) != tokens || static_cast<int64_t>(t.shape(1)) != k)
-        bad(fmt::format("{}: {} must be [tokens = {}, topk = {}]; given {} dimensions of shape ({}, {})", op, arg,
-                        tokens, k, t.ndim(), t.ndim() > 0 ? t.shape(0) : 0, t.ndim() > 1 ? t.shape(1) : 0));
-    return as_buffer(t, op, arg, want).data;
-}
-
 // A receive-layout array of at least `bytes` bytes.
 void* recv_part(const AnyArray& t, std::size_t bytes, std::optional<DType> want, const char* op, const char* arg) {
     const BufferView b = want ? as_buffer(t, op, arg, *want) : as_buffer(t, op, arg);
     if (b.bytes() < bytes)
-        bad(fmt::format("{}: {} must hold at least {} bytes (the receive layout of this shape); given {}", op, arg,
-                        bytes, b.bytes()));
+        value_error(fmt::format("{}: {} must hold at least {} bytes (the receive layout of this shape); given {}", op,
+                                arg, bytes, b.bytes()));
     return b.data;
 }
 
@@ -70,7 +60,7 @@ Call call_of(const World& world, int max_tokens, int hidden, int topk, int num_e
     if (rx != nullptr) {
         c.recv.x = recv_part(*rx, ep_ll_recv_x_bytes(c.shape, W, fp8), std::nullopt, op, "recv.x");
         if (fp8) {
-            if (!rs) bad(fmt::format("{}: recv.scales is required with fp8", op));
+            if (!rs) value_error(fmt::format("{}: recv.scales is required with fp8", op));
             c.recv.scales =
                 static_cast<float*>(recv_part(*rs, ep_ll_recv_scales_bytes(c.shape, W), DType::F32, op, "recv.scales"));
         }
@@ -92,7 +82,7 @@ void bind_ep_ll(nb::module_& m) {
            std::uintptr_t stream, bool fp8, bool return_without_waiting, bool recv_in_heap) {
             constexpr const char* op = "ep_ll_dispatch";
             const MatrixView vx = as_matrix(x, op, "x");
-            const auto* pidx = static_cast<const int32_t*>(routing(idx, vx.rows, topk, DType::I32, op, "topk_idx"));
+            const auto* pidx = static_cast<const int32_t*>(as_routing(idx, vx.rows, topk, DType::I32, op, "topk_idx"));
             Call c = call_of(w.world, max_tokens, hidden, topk, num_experts, &rx, rs, ri, rc, fp8,
                              return_without_waiting, op);
             c.opts.recv_in_heap = recv_in_heap;
@@ -109,8 +99,9 @@ void bind_ep_ll(nb::module_& m) {
            std::uintptr_t stream, bool return_without_waiting) {
             constexpr const char* op = "ep_ll_combine";
             const MatrixView ve = as_matrix(expert_out, op, "expert_out"), vy = as_matrix(y, op, "out");
-            const auto* pidx = static_cast<const int32_t*>(routing(idx, vy.rows, topk, DType::I32, op, "topk_idx"));
-            const auto* pw = static_cast<const float*>(routing(weights, vy.rows, topk, DType::F32, op, "topk_weights"));
+            const auto* pidx = static_cast<const int32_t*>(as_routing(idx, vy.rows, topk, DType::I32, op, "topk_idx"));
+            const auto* pw =
+                static_cast<const float*>(as_routing(weights, vy.rows, topk, DType::F32, op, "topk_weights"));
             const Call c = call_of(w.world, max_tokens, hidden, topk, num_experts, nullptr, std::nullopt, ri, rc, false,
                                    return_without_waiting, op);
             nb::gil_scoped_release unlocked;

@@ -4,7 +4,6 @@
 // until the next dispatch on the World (the C++ handle's contract). Each binding converts its tensors (convert.hpp:
 // ValueError on a wrong device, dtype, layout or shape), releases the GIL and calls the C++ op on the given stream;
 // the op's own validation raises loom::Error.
-#include <fmt/format.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 
@@ -25,8 +24,6 @@ using OptArray = std::optional<AnyArray>;
 
 namespace {
 
-[[noreturn]] void bad(const std::string& msg) { throw nb::value_error(msg.c_str()); }
-
 // topk_idx int32 [T, k] and topk_weights (None, or fp32 [T, k]), T = x's rows.
 struct TopK {
     const int32_t* idx = nullptr;
@@ -35,21 +32,11 @@ struct TopK {
 };
 
 TopK topk_of(const AnyArray& idx, const OptArray& weights, int64_t tokens, const char* op) {
-    auto check = [&](const AnyArray& t, const char* name, int64_t k) {
-        if (t.ndim() != 2 || static_cast<int64_t>(t.shape(0)) != tokens ||
-            (k >= 0 && static_cast<int64_t>(t.shape(1)) != k))
-            bad(fmt::format("{}: {} must be [tokens = {}, topk{}]; given {} dimensions of shape ({}, {})", op, name,
-                            tokens, k >= 0 ? fmt::format(" = {}", k) : "", t.ndim(), t.ndim() > 0 ? t.shape(0) : 0,
-                            t.ndim() > 1 ? t.shape(1) : 0));
-    };
     TopK r;
-    check(idx, "topk_idx", -1);
+    r.idx = static_cast<const int32_t*>(as_routing(idx, tokens, -1, DType::I32, op, "topk_idx"));
     r.k = static_cast<int>(idx.shape(1));
-    r.idx = static_cast<const int32_t*>(as_buffer(idx, op, "topk_idx", DType::I32).data);
-    if (weights) {
-        check(*weights, "topk_weights", r.k);
-        r.weights = static_cast<const float*>(as_buffer(*weights, op, "topk_weights", DType::F32).data);
-    }
+    if (weights)
+        r.weights = static_cast<const float*>(as_routing(*weights, tokens, r.k, DType::F32, op, "topk_weights"));
     return r;
 }
 

@@ -27,8 +27,6 @@ using ShapeTuple = std::tuple<int, int, int, int, int>;  // tokens, topk, num_ex
 
 namespace {
 
-[[noreturn]] void bad(const std::string& msg) { throw nb::value_error(msg.c_str()); }
-
 MoeRoutingShape routing_shape(const ShapeTuple& t) {
     MoeRoutingShape s;
     std::tie(s.tokens, s.topk, s.num_experts, s.ranks, s.align) = t;
@@ -49,18 +47,10 @@ struct TopK {
 
 TopK topk_args(const AnyArray& idx, const OptArray& weights, const MoeRoutingShape& s, int split, const char* op) {
     const int64_t rows = s.tokens / split;
-    auto check = [&](const AnyArray& t, const char* name) {
-        if (t.ndim() != 2 || static_cast<int64_t>(t.shape(0)) != rows || static_cast<int64_t>(t.shape(1)) != s.topk)
-            bad(fmt::format("{}: {} must be [tokens = {}, topk = {}]; given {} dimensions of shape ({}, {})", op, name,
-                            rows, s.topk, t.ndim(), t.ndim() > 0 ? t.shape(0) : 0, t.ndim() > 1 ? t.shape(1) : 0));
-    };
     TopK k;
-    k.idx = static_cast<const int32_t*>(as_buffer(idx, op, "topk_idx", DType::I32).data);
-    check(idx, "topk_idx");
-    if (weights) {
-        k.weights = static_cast<const float*>(as_buffer(*weights, op, "topk_weights", DType::F32).data);
-        check(*weights, "topk_weights");
-    }
+    k.idx = static_cast<const int32_t*>(as_routing(idx, rows, s.topk, DType::I32, op, "topk_idx"));
+    if (weights)
+        k.weights = static_cast<const float*>(as_routing(*weights, rows, s.topk, DType::F32, op, "topk_weights"));
     return k;
 }
 

@@ -6,8 +6,6 @@ namespace loom::py {
 
 namespace {
 
-[[noreturn]] void bad(const std::string& msg) { throw nb::value_error(msg.c_str()); }
-
 std::string shape_str(const AnyArray& t) {
     std::string s = "[";
     for (size_t i = 0; i < t.ndim(); ++i) s += fmt::format("{}{}", i ? ", " : "", t.shape(i));
@@ -32,7 +30,7 @@ const char* device_name(int type) {
 DType element_type(const AnyArray& t, const char* op, const char* arg) {
     auto d = dtype_from_dlpack(t.dtype());
     if (!d)
-        bad(
+        value_error(
             fmt::format("{}: {} must have dtype float32, float16, bfloat16, float8_e4m3fn, int32, int64 or uint8; "
                         "given {}",
                         op, arg, dlpack_dtype_name(t.dtype())));
@@ -41,12 +39,12 @@ DType element_type(const AnyArray& t, const char* op, const char* arg) {
 
 void check_cuda(const AnyArray& t, const char* op, const char* arg) {
     if (t.device_type() != nb::device::cuda::value)
-        bad(fmt::format("{}: {} must be a CUDA tensor; given a {} tensor of shape {}", op, arg,
-                        device_name(t.device_type()), shape_str(t)));
+        value_error(fmt::format("{}: {} must be a CUDA tensor; given a {} tensor of shape {}", op, arg,
+                                device_name(t.device_type()), shape_str(t)));
     int current = -1;
     if (cudaGetDevice(&current) == cudaSuccess && current != t.device_id())
-        bad(fmt::format("{}: {} must be on the current CUDA device cuda:{}; given a tensor on cuda:{}", op, arg,
-                        current, t.device_id()));
+        value_error(fmt::format("{}: {} must be on the current CUDA device cuda:{}; given a tensor on cuda:{}", op, arg,
+                                current, t.device_id()));
 }
 
 }  // namespace
@@ -95,16 +93,16 @@ std::string dlpack_dtype_name(const nb::dlpack::dtype& t) {
 MatrixView as_matrix(const AnyArray& t, const char* op, const char* arg) {
     const DType dt = element_type(t, op, arg);
     check_cuda(t, op, arg);
-    if (t.ndim() != 2) bad(fmt::format("{}: {} must be a 2-D tensor; given shape {}", op, arg, shape_str(t)));
+    if (t.ndim() != 2) value_error(fmt::format("{}: {} must be a 2-D tensor; given shape {}", op, arg, shape_str(t)));
     const int64_t rows = static_cast<int64_t>(t.shape(0)), cols = static_cast<int64_t>(t.shape(1));
     const int64_t s0 = t.stride(0), s1 = t.stride(1);
     if (cols > 1 && s1 != 1)
-        bad(
+        value_error(
             fmt::format("{}: {} must be row-major with contiguous rows (column stride 1); given strides ({}, {}): "
                         "call .contiguous() first",
                         op, arg, s0, s1));
     if (rows > 1 && s0 < cols)
-        bad(
+        value_error(
             fmt::format("{}: {} must be row-major (row stride >= {} columns); given strides ({}, {}): call "
                         ".contiguous() first",
                         op, arg, cols, s0, s1));
@@ -119,7 +117,7 @@ BufferView as_buffer(const AnyArray& t, const char* op, const char* arg) {
     int64_t expect = 1;
     for (size_t i = t.ndim(); i-- > 0;) {
         if (t.shape(i) != 1 && t.stride(i) != expect)
-            bad(
+            value_error(
                 fmt::format("{}: {} must be contiguous; given shape {} with a stride {} in dimension {} (expected {}): "
                             "call .contiguous() first",
                             op, arg, shape_str(t), t.stride(i), i, expect));
@@ -131,15 +129,26 @@ BufferView as_buffer(const AnyArray& t, const char* op, const char* arg) {
 BufferView as_buffer(const AnyArray& t, const char* op, const char* arg, DType want) {
     BufferView b = as_buffer(t, op, arg);
     if (b.dtype != want)
-        bad(fmt::format("{}: {} must have dtype {}; given {}", op, arg, dtype_name(want), dtype_name(b.dtype)));
+        value_error(fmt::format("{}: {} must have dtype {}; given {}", op, arg, dtype_name(want), dtype_name(b.dtype)));
     return b;
 }
 
 const float* as_scale(const std::optional<AnyArray>& t, const char* op, const char* arg) {
     if (!t) return nullptr;
     BufferView b = as_buffer(*t, op, arg, DType::F32);
-    if (b.count != 1) bad(fmt::format("{}: {} must hold one float32; given {} elements", op, arg, b.count));
+    if (b.count != 1) value_error(fmt::format("{}: {} must hold one float32; given {} elements", op, arg, b.count));
     return static_cast<const float*>(b.data);
+}
+
+void value_error(const std::string& msg) { throw nb::value_error(msg.c_str()); }
+
+const void* as_routing(const AnyArray& t, int64_t tokens, int topk, DType want, const char* op, const char* arg) {
+    if (t.ndim() != 2 || static_cast<int64_t>(t.shape(0)) != tokens ||
+        (topk >= 0 && static_cast<int64_t>(t.shape(1)) != topk))
+        value_error(fmt::format("{}: {} must be [tokens = {}, topk{}]; given {} dimensions of shape ({}, {})", op, arg,
+                                tokens, topk >= 0 ? fmt::format(" = {}", topk) : "", t.ndim(),
+                                t.ndim() > 0 ? t.shape(0) : 0, t.ndim() > 1 ? t.shape(1) : 0));
+    return as_buffer(t, op, arg, want).data;
 }
 
 }  // namespace loom::py

@@ -33,6 +33,12 @@ BufferView as_buffer(const AnyArray& t, const char* op, const char* arg, DType w
 // A one-element float32 CUDA tensor (a device scale), or nullptr for None.
 const float* as_scale(const std::optional<AnyArray>& t, const char* op, const char* arg);
 
+// A routing argument (topk_idx, topk_weights): a contiguous CUDA tensor [tokens, topk] of `want`; topk < 0: any.
+const void* as_routing(const AnyArray& t, int64_t tokens, int topk, DType want, const char* op, const char* arg);
+
+// Raises ValueError with `msg` (the bindings' own checks).
+[[noreturn]] void value_error(const std::string& msg);
+
 inline cudaStream_t as_stream(std::uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
 
 }  // namespace loom::py
