@@ -66,8 +66,8 @@ __global__ void __launch_bounds__(kEpLlThreads) nvshmem_dispatch(NvParams p) {
 
     for (int t = gw; t < p.tokens; t += nw) {
         char* const stage = p.staging + static_cast<int64_t>(t) * msg_bytes;
-        ep_ll_send_row<true>(static_cast<const __nv_bfloat16*>(p.x) + static_cast<int64_t>(t) * p.hidden, stage, 1u,
-                             p.hidden);
+        ep_ll_send_row<true>(static_cast<const __nv_bfloat16*>(p.x) + static_cast<int64_t>(t) * p.hidden, stage,
+                             reinterpret_cast<float*>(stage + payload), 1u, p.hidden);
         __syncwarp();
         for (int s = 0; s < k; ++s) {
             const int id = p.topk_idx[t * k + s];
