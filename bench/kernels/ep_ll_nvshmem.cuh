@@ -234,6 +234,7 @@ __global__ void __launch_bounds__(kEpLlThreads) nvshmem_combine_pull(NvParams p)
     if (threadIdx.x == 0) {
         __threadfence();
         last = (atomicAdd(p.arrivals, 1ull) + 1) % gridDim.x == 0;
+        __threadfence();
     }
     __syncthreads();
     if (last)

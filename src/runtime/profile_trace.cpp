@@ -52,6 +52,8 @@ const char* builtin_name(uint16_t tag) {
             return "coll.barrier";
         case lang::kTagEpLlPhase:
             return "ep_ll.phase";
+        case lang::kTagEpKernel:
+            return "ep.kernel";
         default:
             return nullptr;
     }
@@ -89,11 +91,19 @@ const char* ep_ll_phase_name(uint32_t v) {
     }
 }
 
-// The span's display name: the tag's, with the collective's kernel named for coll.kernel and the phase for
-// ep_ll.phase.
+const char* ep_kernel_name(uint32_t v) {
+    static constexpr const char* kNames[] = {"ep.layout_count",  "ep.layout_scan",     "ep.layout_index",
+                                             "ep.dispatch_push", "ep.dispatch_arrive", "ep.combine_send",
+                                             "ep.combine_reduce"};
+    return v < sizeof(kNames) / sizeof(kNames[0]) ? kNames[v] : "ep.?";
+}
+
+// The span's display name: the tag's, with the collective's kernel named for coll.kernel, the phase for ep_ll.phase
+// and the kernel for ep.kernel.
 std::string span_name(const lang::ProfileEvent& e) {
     if (e.tag == lang::kTagCollKernel) return fmt::format("coll.{}", coll_name(e.value));
     if (e.tag == lang::kTagEpLlPhase) return ep_ll_phase_name(e.value);
+    if (e.tag == lang::kTagEpKernel) return ep_kernel_name(e.value);
     return tag_name(e.tag);
 }
 

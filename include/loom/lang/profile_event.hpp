@@ -32,11 +32,24 @@ enum ProfileTag : uint16_t {
     kTagCollKernel = 13,      // collective kernel block: the whole kernel; value: the kernel's ProfileColl id
     kTagCollBarrier = 14,     // collective kernel block: a barrier with the peers (barrier_peers); value: phase
     kTagEpLlPhase = 15,       // ep_ll kernel block: one phase; value: EpLlPhase
+    kTagEpKernel = 16,        // ep_dispatch / ep_combine kernel block: the whole kernel; value: EpKernel
     kProfileUserTag0 = 1024,  // first tag of user kernels
 };
 
 // EpLlPhase: which phase of the low-latency EP kernels (kernels/moe/ep_ll.cuh) a kTagEpLlPhase span is.
 enum EpLlPhase : uint32_t { kEpLlDispatchSend = 0, kEpLlDispatchRecv = 1, kEpLlCombineSend = 2, kEpLlCombineRecv = 3 };
+
+// EpKernel: which kernel of the throughput-mode EP ops (kernels/moe/ep_dispatch.cuh, ep_combine.cuh) a kTagEpKernel
+// span is.
+enum EpKernel : uint32_t {
+    kEpLayoutCount = 0,
+    kEpLayoutScan = 1,
+    kEpLayoutIndex = 2,
+    kEpDispatchPush = 3,
+    kEpDispatchArrive = 4,
+    kEpCombineSend = 5,
+    kEpCombineReduce = 6
+};
 
 // ProfileColl: which collective kernel a kTagCollKernel span belongs to (its value).
 enum ProfileColl : uint32_t {

@@ -48,6 +48,7 @@ LOOM_DEVICE LOOM_FORCEINLINE uint4 ep_pack(const float (&f)[8]) {
 
 // A warp per received pair (grid-strided).
 __global__ void __launch_bounds__(kEpThreads) ep_combine_send(Ctx ctx, EpParams p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagEpKernel, lang::kEpCombineSend);
     __shared__ uint64_t s_epoch;
     __shared__ int32_t s_row[kEpThreads / 32][32];  // per warp: its pair's row and weight of every slot
     __shared__ float s_w[kEpThreads / 32][32];
@@ -111,6 +112,7 @@ __global__ void __launch_bounds__(kEpThreads) ep_combine_send(Ctx ctx, EpParams 
 
 // A warp per token (grid-strided), after every rank's partial rows are ready.
 __global__ void __launch_bounds__(kEpThreads) ep_combine_reduce(Ctx ctx, EpParams p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagEpKernel, lang::kEpCombineReduce);
     // Per warp: its token's partial rows, one per rank it went to, in ascending rank order.
     __shared__ const uint4* s_src[kEpThreads / 32][32];
     const int W = ctx.world;

@@ -52,6 +52,7 @@
 #include "loom/kernels/moe/ep_params.hpp"
 #include "loom/kernels/moe/routing.cuh"
 #include "loom/lang/lang.cuh"
+#include "loom/lang/profile.cuh"
 #include "loom/ptx/memory.cuh"
 #include "loom/ptx/tma.cuh"
 
@@ -153,6 +154,7 @@ LOOM_DEVICE LOOM_FORCEINLINE int32_t ep_expert(const EpParams& p, int64_t j) {
 
 // blockDim.x == kEpChunk; dynamic smem: C int32.
 __global__ void __launch_bounds__(kEpChunk) ep_layout_count(Ctx ctx, EpParams p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagEpKernel, lang::kEpLayoutCount);
     extern __shared__ int32_t hist[];
     const int W = ctx.world, C = ep_cols(p, W);
     for (int c = threadIdx.x; c < C; c += blockDim.x) hist[c] = 0;
@@ -194,6 +196,7 @@ LOOM_DEVICE LOOM_FORCEINLINE void ep_exclusive_prefix(const int32_t* v, int n, i
 
 // One block of kEpScanThreads.
 __global__ void __launch_bounds__(kEpScanThreads) ep_layout_scan(Ctx ctx, EpParams p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagEpKernel, lang::kEpLayoutScan);
     __shared__ int32_t tot[kEpMaxCols];     // this rank's column totals, then every expert's total over the sources
     __shared__ int32_t seg[kEpMaxExperts];  // per expert: the first row of its segment at its rank
     __shared__ uint64_t s_epoch;
@@ -305,6 +308,7 @@ __global__ void __launch_bounds__(kEpScanThreads) ep_layout_scan(Ctx ctx, EpPara
 
 // blockDim.x == kEpChunk.
 __global__ void __launch_bounds__(kEpChunk) ep_layout_index(Ctx ctx, EpParams p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagEpKernel, lang::kEpLayoutIndex);
     __shared__ int32_t col[kEpChunk];   // the entry's expert, -1 unused
     __shared__ int32_t pcol[kEpChunk];  // the entry's rank where it is the token's first slot there, else -1
     const int W = ctx.world, C = ep_cols(p, W);
@@ -337,6 +341,7 @@ __global__ void __launch_bounds__(kEpChunk) ep_layout_index(Ctx ctx, EpParams p)
 // A warp per token (grid-strided). Rows move 16 bytes per lane and store; to a rank on another node they are staged
 // and put (see the top).
 __global__ void __launch_bounds__(kEpThreads) ep_dispatch_push(Ctx ctx, EpParams p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagEpKernel, lang::kEpDispatchPush);
     const int W = ctx.world, me = ctx.rank;
     const int lane = threadIdx.x % 32;
     const bool move = p.dev->overflow == 0;
@@ -403,6 +408,7 @@ __global__ void __launch_bounds__(kEpThreads) ep_dispatch_push(Ctx ctx, EpParams
 
 // A warp per received pair (grid-strided), after every rank's push arrived.
 __global__ void __launch_bounds__(kEpThreads) ep_dispatch_arrive(Ctx ctx, EpParams p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagEpKernel, lang::kEpDispatchArrive);
     __shared__ int32_t s_row[kEpThreads / 32][32];  // per warp: its pair's row of every slot (-1: not on this rank)
     const int W = ctx.world;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;

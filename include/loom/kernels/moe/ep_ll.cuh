@@ -666,8 +666,9 @@ LOOM_DEVICE inline void ep_ll_combine_recv(const Ctx& ctx, const EpLlParams& p, 
     __syncthreads();  // every load of the block has returned (its value is in y)
     __shared__ bool s_last;
     if (threadIdx.x == 0) {
-        __threadfence();
+        __threadfence();  // release: the block's reads precede its arrival
         const uint64_t arrived = atomicAdd(reinterpret_cast<unsigned long long*>(p.arrivals), 1ull) + 1;
+        __threadfence();  // acquire: the last block's done marks follow every block's arrival
         s_last = arrived % gridDim.x == 0;
     }
     __syncthreads();
