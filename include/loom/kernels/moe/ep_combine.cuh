@@ -46,6 +46,9 @@ LOOM_DEVICE LOOM_FORCEINLINE uint4 ep_pack(const float (&f)[8]) {
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// Words per lane summed at a time by the combine kernels (their loads for one source issued together).
+inline constexpr int kEpSumBatch = 4;
+
 // A warp per received pair (grid-strided).
 __global__ void __launch_bounds__(kEpThreads) ep_combine_send(Ctx ctx, EpParams p) {
     LOOM_PROF_BLOCK_SPAN(lang::kTagEpKernel, lang::kEpCombineSend);
@@ -72,17 +75,32 @@ __global__ void __launch_bounds__(kEpThreads) ep_combine_send(Ctx ctx, EpParams 
         s_row[warp][lane] = row;
         s_w[warp][lane] = w;
         __syncwarp();
-        for (int64_t i = lane; i < p.row_words; i += 32) {
-            float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        // kEpSumBatch words per lane at a time: their loads for a slot are issued together.
+        for (int64_t base = 0; base < p.row_words; base += 32 * kEpSumBatch) {
+            float acc[kEpSumBatch][8] = {};
             for (unsigned m = slots; m != 0; m &= m - 1) {
                 const int s = __ffs(m) - 1;
                 const float ws = s_w[warp][s];
-                float v[8];
-                ep_unpack(out[static_cast<int64_t>(s_row[warp][s]) * p.out_ld_words + i], v);
+                const uint4* const o = out + static_cast<int64_t>(s_row[warp][s]) * p.out_ld_words;
+                uint4 v[kEpSumBatch];
 #pragma unroll
-                for (int c = 0; c < 8; ++c) acc[c] = __fmaf_rn(ws, v[c], acc[c]);
+                for (int u = 0; u < kEpSumBatch; ++u) {
+                    const int64_t i = base + u * 32 + lane;
+                    if (i < p.row_words) v[u] = o[i];
+                }
+#pragma unroll
+                for (int u = 0; u < kEpSumBatch; ++u) {
+                    float f[8];
+                    ep_unpack(v[u], f);
+#pragma unroll
+                    for (int c = 0; c < 8; ++c) acc[u][c] = __fmaf_rn(ws, f[c], acc[u][c]);
+                }
             }
-            partial[q * p.row_words + i] = ep_pack(acc);
+#pragma unroll
+            for (int u = 0; u < kEpSumBatch; ++u) {
+                const int64_t i = base + u * 32 + lane;
+                if (i < p.row_words) partial[q * p.row_words + i] = ep_pack(acc[u]);
+            }
         }
         if (p.src_pair_base == nullptr) continue;  // one node: the token's rank pulls the partial
         // Several nodes: the pair's source rank s (the last with src_pair_base[s] <= q); another node's gets the
@@ -150,15 +168,29 @@ __global__ void __launch_bounds__(kEpThreads) ep_combine_reduce(Ctx ctx, EpParam
         }
         __syncwarp();
         const int n = __popc(dests.first);
-        for (int64_t i = lane; i < p.row_words; i += 32) {
-            float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        for (int64_t base = 0; base < p.row_words; base += 32 * kEpSumBatch) {
+            float acc[kEpSumBatch][8] = {};
             for (int r = 0; r < n; ++r) {
-                float v[8];
-                ep_unpack(s_src[warp][r][i], v);
+                const uint4* const src = s_src[warp][r];
+                uint4 v[kEpSumBatch];
 #pragma unroll
-                for (int c = 0; c < 8; ++c) acc[c] += v[c];
+                for (int u = 0; u < kEpSumBatch; ++u) {
+                    const int64_t i = base + u * 32 + lane;
+                    if (i < p.row_words) v[u] = src[i];
+                }
+#pragma unroll
+                for (int u = 0; u < kEpSumBatch; ++u) {
+                    float f[8];
+                    ep_unpack(v[u], f);
+#pragma unroll
+                    for (int c = 0; c < 8; ++c) acc[u][c] += f[c];
+                }
             }
-            y[t * p.y_ld_words + i] = ep_pack(acc);
+#pragma unroll
+            for (int u = 0; u < kEpSumBatch; ++u) {
+                const int64_t i = base + u * 32 + lane;
+                if (i < p.row_words) y[t * p.y_ld_words + i] = ep_pack(acc[u]);
+            }
         }
     }
 }

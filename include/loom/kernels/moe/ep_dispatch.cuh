@@ -338,6 +338,26 @@ __global__ void __launch_bounds__(kEpChunk) ep_layout_index(Ctx ctx, EpParams p)
     if (d >= 0) p.token_pair[(j / p.topk) * W + d] = p.pair_base[d] + base[p.num_experts + d] + pbefore;
 }
 
+// The warp copies a row of `words` 16-byte words, kEpCopyBatch loads in flight per lane: a batch's loads are issued
+// before its stores (src and dst never overlap), which one load then one store per word would serialise.
+inline constexpr int kEpCopyBatch = 4;
+LOOM_DEVICE LOOM_FORCEINLINE void ep_copy_row(uint4* dst, const uint4* src, int64_t words) {
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    for (int64_t base = 0; base < words; base += 32 * kEpCopyBatch) {
+        uint4 v[kEpCopyBatch];
+#pragma unroll
+        for (int u = 0; u < kEpCopyBatch; ++u) {
+            const int64_t i = base + u * 32 + lane;
+            if (i < words) v[u] = src[i];
+        }
+#pragma unroll
+        for (int u = 0; u < kEpCopyBatch; ++u) {
+            const int64_t i = base + u * 32 + lane;
+            if (i < words) dst[i] = v[u];
+        }
+    }
+}
+
 // A warp per token (grid-strided). Rows move 16 bytes per lane and store; to a rank on another node they are staged
 // and put (see the top).
 __global__ void __launch_bounds__(kEpThreads) ep_dispatch_push(Ctx ctx, EpParams p) {
@@ -373,8 +393,8 @@ __global__ void __launch_bounds__(kEpThreads) ep_dispatch_push(Ctx ctx, EpParams
                     ep_peer(ctx, p.pair_rows, d)[rec + lane] = on_d ? row : -1;
                     ep_peer(ctx, p.pair_weights, d)[rec + lane] = w;
                 }
-                uint4* dst = static_cast<uint4*>(ep_peer(ctx, p.recv_x, d)) + static_cast<int64_t>(first) * p.row_words;
-                for (int64_t i = lane; i < p.row_words; i += 32) dst[i] = src[i];
+                ep_copy_row(static_cast<uint4*>(ep_peer(ctx, p.recv_x, d)) + static_cast<int64_t>(first) * p.row_words,
+                            src, p.row_words);
                 continue;
             }
             // Another node: stage the record and the row, then put both from the stage rows.
@@ -385,7 +405,7 @@ __global__ void __launch_bounds__(kEpThreads) ep_dispatch_push(Ctx ctx, EpParams
                 p.stage_weights[si * p.topk + lane] = w;
             }
             uint4* stage = static_cast<uint4*>(p.stage_x) + si * p.row_words;
-            for (int64_t i = lane; i < p.row_words; i += 32) stage[i] = src[i];
+            ep_copy_row(stage, src, p.row_words);
             __threadfence_system();  // the staged bytes before NVSHMEM reads them (every transport)
             __syncwarp();
             lang::put_nbi(lang::warp, ctx, static_cast<uint4*>(p.recv_x) + static_cast<int64_t>(first) * p.row_words,
@@ -428,10 +448,8 @@ __global__ void __launch_bounds__(kEpThreads) ep_dispatch_arrive(Ctx ctx, EpPara
         __syncwarp();
         if (slots == 0) continue;
         const uint4* src = rows + static_cast<int64_t>(s_row[warp][__ffs(slots) - 1]) * p.row_words;
-        for (unsigned m = slots & (slots - 1); m != 0; m &= m - 1) {  // the further slots on this rank
-            uint4* dst = rows + static_cast<int64_t>(s_row[warp][__ffs(m) - 1]) * p.row_words;
-            for (int64_t i = lane; i < p.row_words; i += 32) dst[i] = src[i];
-        }
+        for (unsigned m = slots & (slots - 1); m != 0; m &= m - 1)  // the further slots on this rank
+            ep_copy_row(rows + static_cast<int64_t>(s_row[warp][__ffs(m) - 1]) * p.row_words, src, p.row_words);
     }
     // The grouped GEMM that follows reads the rows through TMA (the async proxy).
     __syncthreads();
