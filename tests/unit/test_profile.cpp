@@ -96,6 +96,32 @@ std::size_t count_ph(const nlohmann::json& trace, const std::string& ph, const s
     return n;
 }
 
+// The EP kernels' spans take their names from the value: the low-latency phase, the throughput-mode kernel.
+TEST(ProfileTrace, EpSpansAreNamedByPhaseAndKernel) {
+    RankRecords rr;
+    rr.rank = 0;
+    const struct {
+        uint16_t tag;
+        uint32_t value;
+        uint32_t block;
+    } spans[] = {{loom::lang::kTagEpLlPhase, loom::lang::kEpLlDispatchSend, 0},
+                 {loom::lang::kTagEpLlPhase, loom::lang::kEpLlCombineRecv, 1},
+                 {loom::lang::kTagEpLlPhase, 99, 2},
+                 {loom::lang::kTagEpKernel, loom::lang::kEpLayoutScan, 3},
+                 {loom::lang::kTagEpKernel, loom::lang::kEpCombineReduce, 4},
+                 {loom::lang::kTagEpKernel, 99, 5}};
+    for (const auto& sp : spans) {
+        rr.events.push_back(
+            ev(1000 + 10 * sp.block, sp.tag, loom::lang::kProfileBegin, sp.block, sp.block, 0, sp.value));
+        rr.events.push_back(ev(1005 + 10 * sp.block, sp.tag, loom::lang::kProfileEnd, sp.block, sp.block, 0, sp.value));
+    }
+    const nlohmann::json trace = loom::profile::build_trace({rr}, {0});
+    ASSERT_EQ(loom_test::check_trace(trace), "");
+    for (const char* name :
+         {"ep_ll.dispatch_send", "ep_ll.combine_recv", "ep_ll.?", "ep.layout_scan", "ep.combine_reduce", "ep.?"})
+        EXPECT_EQ(count_ph(trace, "B", name), 1u) << name;
+}
+
 TEST(ProfileTrace, ValidatesAgainstTraceEventFormat) {
     std::mt19937 rng(std::random_device{}());
     const int sms = 3, tiles = 5;
