@@ -60,10 +60,17 @@ class EpLowLatencyBuffers:
         return self.max_tokens, self.hidden, self.topk, self.num_experts
 
 
-def _check_idx(op: str, topk_idx: Tensor, tokens: int, buffers: EpLowLatencyBuffers) -> None:
-    if topk_idx.dim() != 2 or topk_idx.dtype != torch.int32 or tuple(topk_idx.shape) != (tokens, buffers.topk):
-        raise ValueError(f"{op}: topk_idx must be int32 [T = {tokens}, topk = {buffers.topk}]; given "
-                         f"{topk_idx.dtype} {list(topk_idx.shape)}")
+def _check_idx(op: str, topk_idx: Tensor, tokens: Optional[int], buffers: EpLowLatencyBuffers) -> None:
+    """topk_idx: int32 [tokens, k] (tokens None: any)."""
+    if (topk_idx.dim() != 2 or topk_idx.dtype != torch.int32 or topk_idx.shape[1] != buffers.topk
+            or tokens not in (None, topk_idx.shape[0])):
+        want = "T" if tokens is None else f"T = {tokens}"
+        raise ValueError(f"{op}: topk_idx must be int32 [{want}, topk = {buffers.topk}]; given {topk_idx.dtype} "
+                         f"{list(topk_idx.shape)}")
+
+
+def _stream_of(w, stream: Optional[torch.cuda.Stream]) -> int:
+    return (stream if stream is not None else torch.cuda.current_stream(w.torch_device)).cuda_stream
 
 
 def ep_ll_dispatch(x: Tensor, topk_idx: Tensor, buffers: EpLowLatencyBuffers, *,
@@ -87,8 +94,7 @@ def ep_ll_dispatch(x: Tensor, topk_idx: Tensor, buffers: EpLowLatencyBuffers, *,
 def ep_ll_dispatch_wait(world=None, stream: Optional[torch.cuda.Stream] = None) -> None:
     """The receive half of a dispatch made with return_without_waiting, on `stream` (default: the current one)."""
     w = resolve(world)
-    s = stream if stream is not None else torch.cuda.current_stream(w.torch_device)
-    _C.ep_ll_dispatch_wait(w._h, s.cuda_stream)
+    _C.ep_ll_dispatch_wait(w._h, _stream_of(w, stream))
 
 
 def ep_ll_combine(expert_out: Tensor, topk_idx: Tensor, topk_weights: Tensor, buffers: EpLowLatencyBuffers, *,
@@ -105,8 +111,8 @@ def ep_ll_combine(expert_out: Tensor, topk_idx: Tensor, topk_weights: Tensor, bu
     if expert_out.dim() == 3:
         expert_out = expert_out.reshape(expert_out.shape[0] * expert_out.shape[1], expert_out.shape[2])
     _matrix(expert_out, op, "expert_out")
-    tokens = topk_idx.shape[0] if topk_idx.dim() == 2 else -1
-    _check_idx(op, topk_idx, tokens, b)
+    _check_idx(op, topk_idx, None, b)
+    tokens = topk_idx.shape[0]
     if topk_weights.dtype != torch.float32 or topk_weights.shape != topk_idx.shape:
         raise ValueError(f"{op}: topk_weights must be float32 of topk_idx's shape {list(topk_idx.shape)}; given "
                          f"{topk_weights.dtype} {list(topk_weights.shape)}")
@@ -120,8 +126,7 @@ def ep_ll_combine(expert_out: Tensor, topk_idx: Tensor, topk_weights: Tensor, bu
 def ep_ll_combine_wait(world=None, stream: Optional[torch.cuda.Stream] = None) -> None:
     """The receive half of a combine made with return_without_waiting, on `stream` (default: the current one)."""
     w = resolve(world)
-    s = stream if stream is not None else torch.cuda.current_stream(w.torch_device)
-    _C.ep_ll_combine_wait(w._h, s.cuda_stream)
+    _C.ep_ll_combine_wait(w._h, _stream_of(w, stream))
 
 
 def release_ep_ll_state(world=None) -> None:

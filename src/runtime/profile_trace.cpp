@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -76,34 +77,24 @@ const char* coll_name(uint32_t v) {
     }
 }
 
-const char* ep_ll_phase_name(uint32_t v) {
-    switch (v) {
-        case lang::kEpLlDispatchSend:
-            return "ep_ll.dispatch_send";
-        case lang::kEpLlDispatchRecv:
-            return "ep_ll.dispatch_recv";
-        case lang::kEpLlCombineSend:
-            return "ep_ll.combine_send";
-        case lang::kEpLlCombineRecv:
-            return "ep_ll.combine_recv";
-        default:
-            return "ep_ll.?";
-    }
-}
+// The EP spans' values, in their enums' order (lang/profile_event.hpp): "<prefix>.<name>", "<prefix>.?" beyond.
+constexpr const char* kEpLlPhaseNames[] = {"dispatch_send", "dispatch_recv", "combine_send", "combine_recv"};
+constexpr const char* kEpKernelNames[] = {"layout_count",    "layout_scan",  "layout_index",  "dispatch_push",
+                                          "dispatch_arrive", "combine_send", "combine_reduce"};
+static_assert(std::size(kEpLlPhaseNames) == lang::kEpLlCombineRecv + 1);
+static_assert(std::size(kEpKernelNames) == lang::kEpCombineReduce + 1);
 
-const char* ep_kernel_name(uint32_t v) {
-    static constexpr const char* kNames[] = {"ep.layout_count",  "ep.layout_scan",     "ep.layout_index",
-                                             "ep.dispatch_push", "ep.dispatch_arrive", "ep.combine_send",
-                                             "ep.combine_reduce"};
-    return v < sizeof(kNames) / sizeof(kNames[0]) ? kNames[v] : "ep.?";
+template <std::size_t N>
+std::string value_name(const char* prefix, const char* const (&names)[N], uint32_t v) {
+    return fmt::format("{}.{}", prefix, v < N ? names[v] : "?");
 }
 
 // The span's display name: the tag's, with the collective's kernel named for coll.kernel, the phase for ep_ll.phase
 // and the kernel for ep.kernel.
 std::string span_name(const lang::ProfileEvent& e) {
     if (e.tag == lang::kTagCollKernel) return fmt::format("coll.{}", coll_name(e.value));
-    if (e.tag == lang::kTagEpLlPhase) return ep_ll_phase_name(e.value);
-    if (e.tag == lang::kTagEpKernel) return ep_kernel_name(e.value);
+    if (e.tag == lang::kTagEpLlPhase) return value_name("ep_ll", kEpLlPhaseNames, e.value);
+    if (e.tag == lang::kTagEpKernel) return value_name("ep", kEpKernelNames, e.value);
     return tag_name(e.tag);
 }
 

@@ -49,6 +49,37 @@ LOOM_DEVICE LOOM_FORCEINLINE uint4 ep_pack(const float (&f)[8]) {
 // Words per lane summed at a time by the combine kernels (their loads for one source issued together).
 inline constexpr int kEpSumBatch = 4;
 
+// acc[u] := fmaf(w, word base + 32u + lane of `row`, acc[u]) for u < kEpSumBatch, words below `words`: the batch's
+// loads are issued together. (w = 1 is an exact sum: fmaf(1, v, a) rounds v + a once, as v + a does.)
+LOOM_DEVICE LOOM_FORCEINLINE void ep_sum_batch(float (&acc)[kEpSumBatch][8], const uint4* row, float w, int64_t base,
+                                               int64_t words) {
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    uint4 v[kEpSumBatch];
+#pragma unroll
+    for (int u = 0; u < kEpSumBatch; ++u) {
+        const int64_t i = base + u * 32 + lane;
+        if (i < words) v[u] = row[i];
+    }
+#pragma unroll
+    for (int u = 0; u < kEpSumBatch; ++u) {
+        float f[8];
+        ep_unpack(v[u], f);
+#pragma unroll
+        for (int c = 0; c < 8; ++c) acc[u][c] = __fmaf_rn(w, f[c], acc[u][c]);
+    }
+}
+
+// Word base + 32u + lane of `row` := acc[u] as bf16, for u < kEpSumBatch, words below `words`.
+LOOM_DEVICE LOOM_FORCEINLINE void ep_store_batch(uint4* row, const float (&acc)[kEpSumBatch][8], int64_t base,
+                                                 int64_t words) {
+    const int lane = static_cast<int>(threadIdx.x % 32);
+#pragma unroll
+    for (int u = 0; u < kEpSumBatch; ++u) {
+        const int64_t i = base + u * 32 + lane;
+        if (i < words) row[i] = ep_pack(acc[u]);
+    }
+}
+
 // A warp per received pair (grid-strided).
 __global__ void __launch_bounds__(kEpThreads) ep_combine_send(Ctx ctx, EpParams p) {
     LOOM_PROF_BLOCK_SPAN(lang::kTagEpKernel, lang::kEpCombineSend);
@@ -75,32 +106,15 @@ __global__ void __launch_bounds__(kEpThreads) ep_combine_send(Ctx ctx, EpParams 
         s_row[warp][lane] = row;
         s_w[warp][lane] = w;
         __syncwarp();
-        // kEpSumBatch words per lane at a time: their loads for a slot are issued together.
+        // kEpSumBatch words per lane at a time, the slots in order.
         for (int64_t base = 0; base < p.row_words; base += 32 * kEpSumBatch) {
             float acc[kEpSumBatch][8] = {};
             for (unsigned m = slots; m != 0; m &= m - 1) {
                 const int s = __ffs(m) - 1;
-                const float ws = s_w[warp][s];
-                const uint4* const o = out + static_cast<int64_t>(s_row[warp][s]) * p.out_ld_words;
-                uint4 v[kEpSumBatch];
-#pragma unroll
-                for (int u = 0; u < kEpSumBatch; ++u) {
-                    const int64_t i = base + u * 32 + lane;
-                    if (i < p.row_words) v[u] = o[i];
-                }
-#pragma unroll
-                for (int u = 0; u < kEpSumBatch; ++u) {
-                    float f[8];
-                    ep_unpack(v[u], f);
-#pragma unroll
-                    for (int c = 0; c < 8; ++c) acc[u][c] = __fmaf_rn(ws, f[c], acc[u][c]);
-                }
+                ep_sum_batch(acc, out + static_cast<int64_t>(s_row[warp][s]) * p.out_ld_words, s_w[warp][s], base,
+                             p.row_words);
             }
-#pragma unroll
-            for (int u = 0; u < kEpSumBatch; ++u) {
-                const int64_t i = base + u * 32 + lane;
-                if (i < p.row_words) partial[q * p.row_words + i] = ep_pack(acc[u]);
-            }
+            ep_store_batch(partial + q * p.row_words, acc, base, p.row_words);
         }
         if (p.src_pair_base == nullptr) continue;  // one node: the token's rank pulls the partial
         // Several nodes: the pair's source rank s (the last with src_pair_base[s] <= q); another node's gets the
@@ -170,27 +184,8 @@ __global__ void __launch_bounds__(kEpThreads) ep_combine_reduce(Ctx ctx, EpParam
         const int n = __popc(dests.first);
         for (int64_t base = 0; base < p.row_words; base += 32 * kEpSumBatch) {
             float acc[kEpSumBatch][8] = {};
-            for (int r = 0; r < n; ++r) {
-                const uint4* const src = s_src[warp][r];
-                uint4 v[kEpSumBatch];
-#pragma unroll
-                for (int u = 0; u < kEpSumBatch; ++u) {
-                    const int64_t i = base + u * 32 + lane;
-                    if (i < p.row_words) v[u] = src[i];
-                }
-#pragma unroll
-                for (int u = 0; u < kEpSumBatch; ++u) {
-                    float f[8];
-                    ep_unpack(v[u], f);
-#pragma unroll
-                    for (int c = 0; c < 8; ++c) acc[u][c] += f[c];
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < kEpSumBatch; ++u) {
-                const int64_t i = base + u * 32 + lane;
-                if (i < p.row_words) y[t * p.y_ld_words + i] = ep_pack(acc[u]);
-            }
+            for (int r = 0; r < n; ++r) ep_sum_batch(acc, s_src[warp][r], 1.f, base, p.row_words);
+            ep_store_batch(y + t * p.y_ld_words, acc, base, p.row_words);
         }
     }
 }
