@@ -7,14 +7,17 @@
 //             ep_combine with identity experts (expert outputs = recv_x); combine = the difference
 //   baseline  Loom's moe_route + moe_permute + a counts kernel + all_to_all_v (dispatch; every (token, slot) row is
 //             sent, no per-rank dedup, landing by source rank) and all_to_all_v back + moe_topk_reduce (combine)
+//   nvshmem   the same algorithm as Loom's with its transfers written against NVSHMEM's device API (bench/
+//             ep_nvshmem.hpp; one node, unless --no-nvshmem): checked first to give Loom's y bit for bit
 //   floor     one launch (a 4-byte cudaMemsetAsync after the start event) plus the bytes this rank moves at the
 //             peer-write bandwidth measured in the same run (a vectorised copy of 256 MiB into the next rank of its
 //             node's heap, every rank at once)
 // Rows (rank 0) into --out (ep.json; the file's op is "ep", "ep_crossnode" in a World of several nodes): op
-// ep_dispatch / ep_combine / ep_round_trip, mode "normal", T, H, k, E, nodes, bytes_per_rank (token rows this rank
-// sends to other ranks; the baseline's in baseline_bytes_per_rank), and of those token rows (H bf16 each) the bytes
-// to ranks of this rank's node and to ranks of other nodes (intra_node_row_bytes_per_rank,
-// inter_node_row_bytes_per_rank: the split the performance model puts on NVLink and on the network).
+// ep_dispatch / ep_combine / ep_round_trip, mode "normal", T, H, k, E, nodes, baselines {a2av_permute, nvshmem, floor},
+// bytes_per_rank (token rows this rank sends to other ranks; the baseline's in baseline_bytes_per_rank), and of those
+// token rows (H bf16 each) the bytes to ranks of this rank's node and to ranks of other nodes
+// (intra_node_row_bytes_per_rank, inter_node_row_bytes_per_rank: the split the performance model puts on NVLink and on
+// the network).
 // --layer adds op ep_moe_experts (dispatch -> the local experts' grouped GEMMs -> combine, loom::ep_moe_experts):
 // Overlapped against Sequential timed interleaved, bf16 experts with --inter 0 (default): one [H, H] projection per
 // expert; --inter I: an FFN, up [2 I, H] with SwiGLU then down [H, I]. Fields algo, inter, TFLOPs (the experts'
@@ -35,12 +38,15 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "ep_nvshmem.hpp"
 #include "harness.hpp"
+#include "loom/bf16.hpp"
 #include "loom/jit/jit.hpp"
 #include "loom/ops/collectives.hpp"
 #include "loom/ops/moe.hpp"
@@ -54,7 +60,7 @@ namespace {
 struct Args {
     std::string out = "ep.json";
     int tokens = 4096, hidden = 7168, topk = 8, experts = 256, iters = 20, inter = 0;
-    bool skewed = false, layer = false;
+    bool skewed = false, layer = false, no_nvshmem = false;
 };
 
 std::vector<int32_t> make_ids(int T, int k, int E, bool skewed, uint64_t seed) {
@@ -98,6 +104,7 @@ int main(int argc, char** argv) {
     app.add_option("--experts", a.experts, "E (a multiple of the world size)");
     app.add_option("--iters", a.iters, "timed runs");
     app.add_flag("--skewed", a.skewed, "skewed routing (default uniform)");
+    app.add_flag("--no-nvshmem", a.no_nvshmem, "skip the NVSHMEM baseline");
     app.add_flag("--layer", a.layer, "also time ep_moe_experts, Overlapped against Sequential");
     app.add_option("--inter", a.inter, "--layer's experts: 0 one [H, H] projection; I an FFN (SwiGLU [2I, H], [H, I])");
     loom::bench::parse_or_exit(app, argc, argv);
@@ -141,9 +148,15 @@ int main(int argc, char** argv) {
         LOOM_CHECK_CUDA(cudaMalloc(&wts, ids[me].size() * 4));
         perm = world.alloc_bytes(static_cast<std::size_t>(T) * k * row);  // all_to_all_v's in (symmetric)
         LOOM_CHECK_CUDA(cudaMalloc(&y, T * row));
-        LOOM_CHECK_CUDA(cudaMemset(x, 0x3c, T * row));
+        // x ~ U(-1, 1), weights in (0, 1): Loom's y and the NVSHMEM version's are compared bit for bit.
+        std::mt19937_64 xr(77 + me);
+        std::uniform_real_distribution<float> ux(-1.f, 1.f), uw(0.05f, 1.f);
+        std::vector<uint16_t> hx(static_cast<std::size_t>(T) * H);
+        for (auto& v : hx) v = loom::float_to_bf16(ux(xr));
+        LOOM_CHECK_CUDA(cudaMemcpy(x, hx.data(), T * row, cudaMemcpyHostToDevice));
         LOOM_CHECK_CUDA(cudaMemcpy(idx, ids[me].data(), ids[me].size() * 4, cudaMemcpyHostToDevice));
-        std::vector<float> w(ids[me].size(), 1.f / k);
+        std::vector<float> w(ids[me].size());
+        for (auto& v : w) v = uw(xr);
         LOOM_CHECK_CUDA(cudaMemcpy(wts, w.data(), w.size() * 4, cudaMemcpyHostToDevice));
         const loom::MatrixView xv{x, loom::DType::BF16, T, H, 0}, yv{y, loom::DType::BF16, T, H, 0};
 
@@ -154,6 +167,38 @@ int main(int argc, char** argv) {
         loom::ep_combine(world, h, h.recv_x, yv, stream);
         loom::EpOptions eo;
         eo.capacity = h.capacity;
+
+        // The NVSHMEM version, checked against Loom's y (the same sums in the same order: equal bit for bit).
+        std::unique_ptr<loom::bench::EpNvshmem> nv;
+        std::string nv_note;
+        if (!a.no_nvshmem && world.num_nodes() == 1) {
+            try {
+                nv = std::make_unique<loom::bench::EpNvshmem>(
+                    world,
+                    loom::bench::EpNvshmemInputs{x, static_cast<int32_t*>(idx), static_cast<float*>(wts), nullptr, T, H,
+                                                 k, E},
+                    h.capacity);
+            } catch (const loom::Error& e) {
+                nv_note = std::string("NVSHMEM baseline unavailable: ") + e.what();
+                if (me == 0) std::printf("%s\n", nv_note.c_str());
+            }
+        }
+        void* y_nv = nullptr;
+        if (nv) {
+            LOOM_CHECK_CUDA(cudaMalloc(&y_nv, T * row));
+            LOOM_CHECK_CUDA(cudaMemset(y_nv, 0xff, T * row));
+            nv->set_y(y_nv);
+            nv->dispatch(stream);
+            nv->combine(nv->recv_x(), stream);
+            std::vector<uint16_t> a_y(static_cast<std::size_t>(T) * H), b_y(a_y.size());
+            LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
+            LOOM_CHECK_CUDA(cudaMemcpy(a_y.data(), y, T * row, cudaMemcpyDeviceToHost));
+            LOOM_CHECK_CUDA(cudaMemcpy(b_y.data(), y_nv, T * row, cudaMemcpyDeviceToHost));
+            std::size_t bad = 0;
+            for (std::size_t i = 0; i < a_y.size(); ++i) bad += a_y[i] != b_y[i];
+            LOOM_CHECK(bad == 0, "bench-ep: the NVSHMEM version's y differs from Loom's in {} of {} elements", bad,
+                       a_y.size());
+        }
 
         // Baseline buffers: the routing, the all_to_all_v receive and return buffers (symmetric), counts.
         loom::MoeRoutingShape shape{T, k, E, 1, 1};
@@ -223,7 +268,15 @@ int main(int argc, char** argv) {
             },
             [&](cudaStream_t s) { LOOM_CHECK_CUDA(cudaMemsetAsync(one, 0, 4, s)); },
         };
-        const std::vector<loom::bench::Timing> t = loom::bench::time_ops(fns, stream, to);
+        std::vector<std::function<void(cudaStream_t)>> timed = fns;
+        if (nv) {
+            timed.push_back([&](cudaStream_t s) { nv->dispatch(s); });
+            timed.push_back([&](cudaStream_t s) {
+                nv->dispatch(s);
+                nv->combine(nv->recv_x(), s);
+            });
+        }
+        const std::vector<loom::bench::Timing> t = loom::bench::time_ops(timed, stream, to);
         const double dispatch_us = t[0].median_us, round_us = t[1].median_us;
         const double combine_us = std::max(0.0, round_us - dispatch_us);
         const double b_dispatch = t[2].median_us, b_combine = t[3].median_us;
@@ -231,40 +284,46 @@ int main(int argc, char** argv) {
         const double launch_us = t[5].median_us;
         const double bytes_max = max_over_ranks(world, static_cast<double>(loom_bytes), "bench-ep/bytes");
         const double floor_us = launch_us + bytes_max / (bw_GBps * 1e3);
+        const double nv_dispatch = nv ? t[6].median_us : 0, nv_round = nv ? t[7].median_us : 0;
+        const double nv_combine = std::max(0.0, nv_round - nv_dispatch);
 
         loom::bench::Report report(world.num_nodes() > 1 ? "ep_crossnode" : "ep", W, argc, argv);
         const std::string shape_name = "T" + std::to_string(T) + "_H" + std::to_string(H) + "_k" + std::to_string(k) +
                                        "_E" + std::to_string(E) + (a.skewed ? "_skewed" : "_uniform");
-        auto add = [&](const char* op, double us, double base_us, double floor) {
-            report.add_row({{"shape", shape_name},
-                            {"op", op},
-                            {"mode", "normal"},
-                            {"T", T},
-                            {"H", H},
-                            {"k", k},
-                            {"E", E},
-                            {"routing", a.skewed ? "skewed" : "uniform"},
-                            {"nodes", world.num_nodes()},
-                            {"bytes_per_rank", loom_bytes},
-                            {"max_bytes_per_rank", bytes_max},
-                            {"baseline_bytes_per_rank", base_bytes},
-                            {"intra_node_row_bytes_per_rank", intra_rows * static_cast<int64_t>(row)},
-                            {"inter_node_row_bytes_per_rank", inter_rows * static_cast<int64_t>(row)},
-                            {"loom_us", us},
-                            {"loom_GBps", loom::bench::gbps(static_cast<double>(loom_bytes), us)},
-                            {"peer_write_GBps", bw_GBps},
-                            {"launch_us", launch_us},
-                            {"baselines", {{"a2av_permute", base_us}, {"floor", floor}}}});
+        auto add = [&](const char* op, double us, double base_us, double nv_us, double floor) {
+            nlohmann::json baselines = {{"a2av_permute", base_us}, {"floor", floor}};
+            if (nv) baselines["nvshmem"] = nv_us;
+            nlohmann::json r = {{"shape", shape_name},
+                                {"op", op},
+                                {"mode", "normal"},
+                                {"T", T},
+                                {"H", H},
+                                {"k", k},
+                                {"E", E},
+                                {"routing", a.skewed ? "skewed" : "uniform"},
+                                {"nodes", world.num_nodes()},
+                                {"bytes_per_rank", loom_bytes},
+                                {"max_bytes_per_rank", bytes_max},
+                                {"baseline_bytes_per_rank", base_bytes},
+                                {"intra_node_row_bytes_per_rank", intra_rows * static_cast<int64_t>(row)},
+                                {"inter_node_row_bytes_per_rank", inter_rows * static_cast<int64_t>(row)},
+                                {"loom_us", us},
+                                {"loom_GBps", loom::bench::gbps(static_cast<double>(loom_bytes), us)},
+                                {"peer_write_GBps", bw_GBps},
+                                {"launch_us", launch_us},
+                                {"baselines", baselines}};
+            if (!nv_note.empty()) r["nvshmem_note"] = nv_note;
+            report.add_row(r);
             if (me == 0)
                 std::printf(
-                    "%-14s %s: loom %9.1f us (%6.1f GB/s)  a2av+permute %9.1f us  floor %8.1f us  "
+                    "%-14s %s: loom %9.1f us (%6.1f GB/s)  nvshmem %9.1f us  a2av+permute %9.1f us  floor %8.1f us  "
                     "(%.1f MB per rank; baseline %.1f MB)\n",
-                    op, shape_name.c_str(), us, loom::bench::gbps(static_cast<double>(loom_bytes), us), base_us, floor,
-                    loom_bytes / 1e6, base_bytes / 1e6);
+                    op, shape_name.c_str(), us, loom::bench::gbps(static_cast<double>(loom_bytes), us), nv_us, base_us,
+                    floor, loom_bytes / 1e6, base_bytes / 1e6);
         };
-        add("ep_dispatch", dispatch_us, b_dispatch, floor_us);
-        add("ep_combine", combine_us, b_combine, floor_us);
-        add("ep_round_trip", round_us, b_dispatch + b_combine, 2 * floor_us);
+        add("ep_dispatch", dispatch_us, b_dispatch, nv_dispatch, floor_us);
+        add("ep_combine", combine_us, b_combine, nv_combine, floor_us);
+        add("ep_round_trip", round_us, b_dispatch + b_combine, nv_round, 2 * floor_us);
         if (a.layer) {
             // This rank's L experts (every element 0x3c3c ~ 0.0115: products ~1, no overflow at H 7168).
             const int64_t n1 = a.inter > 0 ? 2 * static_cast<int64_t>(a.inter) : H;
@@ -334,6 +393,8 @@ int main(int argc, char** argv) {
         if (me == 0) report.write(a.out, false);
         LOOM_CHECK_CUDA(cudaDeviceSynchronize());
         world.barrier("bench-ep/done");
+        nv.reset();  // collective
+        if (y_nv != nullptr) cudaFree(y_nv);
         loom::release_moe_ep_state(world);
         loom::release_collective_state(world);
         world.free(dst);

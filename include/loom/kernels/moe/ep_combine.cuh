@@ -80,42 +80,53 @@ LOOM_DEVICE LOOM_FORCEINLINE void ep_store_batch(uint4* row, const float (&acc)[
     }
 }
 
+// Per-warp shared memory of the combine send: its pair's row and weight of every slot.
+struct EpPairSlots {
+    int32_t row[kEpThreads / 32][32];
+    float w[kEpThreads / 32][32];
+};
+
+// The whole warp: received pair q's partial sum (see the top) into this rank's combine_rows[q].
+LOOM_DEVICE LOOM_FORCEINLINE void ep_pair_partial(const EpParams& p, int64_t q, EpPairSlots& sl) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int32_t row = -1;
+    float w = 0.f;
+    if (lane < p.topk) {
+        row = p.pair_rows[q * p.topk + lane];
+        w = p.pair_weights[q * p.topk + lane];
+        if (row >= p.capacity) bad_index("ep_combine pair_rows", p.pair_rows + q * p.topk + lane, row, p.capacity);
+    }
+    const unsigned slots = __ballot_sync(0xffffffffu, row >= 0);
+    __syncwarp();  // the previous pair's slots are read
+    sl.row[warp][lane] = row;
+    sl.w[warp][lane] = w;
+    __syncwarp();
+    const uint4* const out = static_cast<const uint4*>(p.expert_out);
+    uint4* const partial = static_cast<uint4*>(p.combine_rows) + q * p.row_words;
+    // kEpSumBatch words per lane at a time, the slots in order.
+    for (int64_t base = 0; base < p.row_words; base += 32 * kEpSumBatch) {
+        float acc[kEpSumBatch][8] = {};
+        for (unsigned m = slots; m != 0; m &= m - 1) {
+            const int s = __ffs(m) - 1;
+            ep_sum_batch(acc, out + static_cast<int64_t>(sl.row[warp][s]) * p.out_ld_words, sl.w[warp][s], base,
+                         p.row_words);
+        }
+        ep_store_batch(partial, acc, base, p.row_words);
+    }
+}
+
 // A warp per received pair (grid-strided).
 __global__ void __launch_bounds__(kEpThreads) ep_combine_send(Ctx ctx, EpParams p) {
     LOOM_PROF_BLOCK_SPAN(lang::kTagEpKernel, lang::kEpCombineSend);
     __shared__ uint64_t s_epoch;
-    __shared__ int32_t s_row[kEpThreads / 32][32];  // per warp: its pair's row and weight of every slot
-    __shared__ float s_w[kEpThreads / 32][32];
+    __shared__ EpPairSlots sl;
     const int W = ctx.world, me = ctx.rank;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     if (threadIdx.x == 0) s_epoch = lang::launch_epoch_enter(&p.dev->combine);
     const int32_t pairs = p.dev->overflow == 0 ? p.dev->recv_pairs : 0;
     const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
-    const uint4* const out = static_cast<const uint4*>(p.expert_out);
     uint4* const partial = static_cast<uint4*>(p.combine_rows);
     for (int64_t q = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; q < pairs; q += warps) {
-        int32_t row = -1;
-        float w = 0.f;
-        if (lane < p.topk) {
-            row = p.pair_rows[q * p.topk + lane];
-            w = p.pair_weights[q * p.topk + lane];
-            if (row >= p.capacity) bad_index("ep_combine pair_rows", p.pair_rows + q * p.topk + lane, row, p.capacity);
-        }
-        const unsigned slots = __ballot_sync(0xffffffffu, row >= 0);
-        __syncwarp();  // the previous pair's slots are read
-        s_row[warp][lane] = row;
-        s_w[warp][lane] = w;
-        __syncwarp();
-        // kEpSumBatch words per lane at a time, the slots in order.
-        for (int64_t base = 0; base < p.row_words; base += 32 * kEpSumBatch) {
-            float acc[kEpSumBatch][8] = {};
-            for (unsigned m = slots; m != 0; m &= m - 1) {
-                const int s = __ffs(m) - 1;
-                ep_sum_batch(acc, out + static_cast<int64_t>(s_row[warp][s]) * p.out_ld_words, s_w[warp][s], base,
-                             p.row_words);
-            }
-            ep_store_batch(partial + q * p.row_words, acc, base, p.row_words);
-        }
+        ep_pair_partial(p, q, sl);
         if (p.src_pair_base == nullptr) continue;  // one node: the token's rank pulls the partial
         // Several nodes: the pair's source rank s (the last with src_pair_base[s] <= q); another node's gets the
         // partial put into its stage row.
@@ -142,18 +153,13 @@ __global__ void __launch_bounds__(kEpThreads) ep_combine_send(Ctx ctx, EpParams 
         for (int d = 0; d < W; ++d) ep_signal(ctx, p.sig->combined + me, s_epoch, d);
 }
 
-// A warp per token (grid-strided), after every rank's partial rows are ready.
-__global__ void __launch_bounds__(kEpThreads) ep_combine_reduce(Ctx ctx, EpParams p) {
-    LOOM_PROF_BLOCK_SPAN(lang::kTagEpKernel, lang::kEpCombineReduce);
-    // Per warp: its token's partial rows, one per rank it went to, in ascending rank order.
-    __shared__ const uint4* s_src[kEpThreads / 32][32];
-    const int W = ctx.world;
+// Every thread of the block, once every rank's partial rows of the current combine are ready: a warp per token
+// (grid-strided) sums the partials of the ranks it went to (see the top), partial_of(d, q) the address of pair record
+// q's partial at rank d. s_src: per warp, its token's partial rows in ascending rank order.
+template <class PartialOf>
+LOOM_DEVICE LOOM_FORCEINLINE void ep_reduce_tokens(const EpParams& p, int W, const PartialOf& partial_of,
+                                                   const uint4* (&s_src)[kEpThreads / 32][32]) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const uint64_t epoch = p.dev->combine.calls;  // the send kernel before this one on the stream advanced it
-    for (int d = threadIdx.x; d < W; d += blockDim.x)
-        ep_wait(ctx.wait_timeout_ns, p.sig->combined + d, epoch, "ep_combine: waits for a rank's partial sums");
-    __syncthreads();
-    if (p.dev->overflow != 0) return;  // the dispatch moved nothing: y is left as it was
     const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
     uint4* const y = static_cast<uint4*>(p.y);
     for (int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; t < p.tokens;
@@ -172,13 +178,7 @@ __global__ void __launch_bounds__(kEpThreads) ep_combine_reduce(Ctx ctx, EpParam
             const int d = dests.rank;
             const int32_t q = p.token_pair[t * W + d];
             if (q < 0 || q >= p.pair_capacity) bad_index("ep_combine token_pair", p.token_pair, q, p.pair_capacity);
-            if (ep_remote(ctx, d)) {
-                s_src[warp][pos] = static_cast<const uint4*>(p.stage_x) +
-                                   static_cast<int64_t>(p.stage_base[d] + q - p.pair_base[d]) * p.row_words;
-            } else {
-                s_src[warp][pos] =
-                    static_cast<const uint4*>(ep_peer(ctx, p.combine_rows, d)) + static_cast<int64_t>(q) * p.row_words;
-            }
+            s_src[warp][pos] = partial_of(d, q);
         }
         __syncwarp();
         const int n = __popc(dests.first);
@@ -188,6 +188,26 @@ __global__ void __launch_bounds__(kEpThreads) ep_combine_reduce(Ctx ctx, EpParam
             ep_store_batch(y + t * p.y_ld_words, acc, base, p.row_words);
         }
     }
+}
+
+// Every block waits for every rank's partials (combined[d] >= c), then ep_reduce_tokens: a node peer's partial read
+// in its combine rows, another node's from this rank's stage row of the pair.
+__global__ void __launch_bounds__(kEpThreads) ep_combine_reduce(Ctx ctx, EpParams p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagEpKernel, lang::kEpCombineReduce);
+    __shared__ const uint4* s_src[kEpThreads / 32][32];
+    const int W = ctx.world;
+    const uint64_t epoch = p.dev->combine.calls;  // the send kernel before this one on the stream advanced it
+    for (int d = threadIdx.x; d < W; d += blockDim.x)
+        ep_wait(ctx.wait_timeout_ns, p.sig->combined + d, epoch, "ep_combine: waits for a rank's partial sums");
+    __syncthreads();
+    if (p.dev->overflow != 0) return;  // the dispatch moved nothing: y is left as it was
+    const auto partial_of = [&](int d, int32_t q) -> const uint4* {
+        if (ep_remote(ctx, d))
+            return static_cast<const uint4*>(p.stage_x) +
+                   static_cast<int64_t>(p.stage_base[d] + q - p.pair_base[d]) * p.row_words;
+        return static_cast<const uint4*>(ep_peer(ctx, p.combine_rows, d)) + static_cast<int64_t>(q) * p.row_words;
+    };
+    ep_reduce_tokens(p, W, partial_of, s_src);
 }
 
 }  // namespace loom::kernels::moe

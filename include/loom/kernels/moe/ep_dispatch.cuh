@@ -113,9 +113,6 @@ LOOM_DEVICE LOOM_FORCEINLINE EpDests ep_dests(int32_t e, int local_experts) {
 
 LOOM_DEVICE LOOM_FORCEINLINE int ep_cols(const EpParams& p, int W) { return p.num_experts + W; }
 
-// The node of rank r (ranks of a node are contiguous, local_world of them).
-LOOM_DEVICE LOOM_FORCEINLINE int ep_node(const Ctx& ctx, int r) { return r / ctx.local_world; }
-
 // Bounded acquire (sys) wait for *sig >= target; a timeout posts a diagnostic tagged `tag` and traps. Takes the
 // bound, not the Ctx: a Ctx passed by reference to the diagnostic would make the kernel copy it to its stack.
 LOOM_DEVICE LOOM_FORCEINLINE void ep_wait(uint64_t timeout_ns, const uint64_t* sig, uint64_t target, const char* tag) {
@@ -194,21 +191,25 @@ LOOM_DEVICE LOOM_FORCEINLINE void ep_exclusive_prefix(const int32_t* v, int n, i
     __syncthreads();
 }
 
-// One block of kEpScanThreads.
-__global__ void __launch_bounds__(kEpScanThreads) ep_layout_scan(Ctx ctx, EpParams p) {
-    LOOM_PROF_BLOCK_SPAN(lang::kTagEpKernel, lang::kEpLayoutScan);
-    __shared__ int32_t tot[kEpMaxCols];     // this rank's column totals, then every expert's total over the sources
-    __shared__ int32_t seg[kEpMaxExperts];  // per expert: the first row of its segment at its rank
-    __shared__ uint64_t s_epoch;
-    __shared__ int32_t s_need_rows, s_need_pairs, s_need_stage;
-    const int W = ctx.world, me = ctx.rank, C = ep_cols(p, W);
-    const int E = p.num_experts, L = p.local_experts;
+// The scan's shared state (one block of kEpScanThreads).
+struct EpScanShared {
+    int32_t tot[kEpMaxCols];     // this rank's column totals, then every expert's total over the sources
+    int32_t seg[kEpMaxExperts];  // per expert: the first row of its segment at its rank
+    uint64_t epoch;              // the call number
+    int32_t need_rows, need_pairs, need_stage;
+};
+
+// The scan before the exchange, every thread of the block: call number sh.epoch := ++dispatch_calls; per column, the
+// chunks' exclusive bases (in place) and this rank's total into sh.tot; send_prefix (the per-expert path). Ends with
+// a __syncthreads.
+LOOM_DEVICE LOOM_FORCEINLINE void ep_scan_totals(const EpParams& p, int W, EpScanShared& sh) {
+    const int C = ep_cols(p, W);
     if (threadIdx.x == 0) {
-        s_epoch = p.dev->dispatch_calls + 1;
-        p.dev->dispatch_calls = s_epoch;
-        s_need_rows = 0;
-        s_need_pairs = 0;
-        s_need_stage = 0;
+        sh.epoch = p.dev->dispatch_calls + 1;
+        p.dev->dispatch_calls = sh.epoch;
+        sh.need_rows = 0;
+        sh.need_pairs = 0;
+        sh.need_stage = 0;
     }
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         int32_t run = 0;
@@ -218,33 +219,22 @@ __global__ void __launch_bounds__(kEpScanThreads) ep_layout_scan(Ctx ctx, EpPara
             *v = run;
             run += n;
         }
-        tot[c] = run;
+        sh.tot[c] = run;
     }
     __syncthreads();
-    if (p.send_prefix != nullptr) ep_exclusive_prefix(tot, E, p.send_prefix, seg);  // seg: scratch until below
-    const uint64_t epoch = s_epoch;
-    // The exchange: this rank's totals into row me of every rank's counts_all, then counts_ready[me] := epoch there.
-    // Node peers (and this rank) by stores; ranks on other nodes by one put_signal of the row from this rank's own.
-    for (int i = threadIdx.x; i < W * C; i += blockDim.x) {
-        const int d = i / C, c = i % C;
-        if (!ep_remote(ctx, d)) ep_peer(ctx, p.counts_all, d)[me * C + c] = tot[c];
-    }
-    __syncthreads();
-    int32_t* const own_row = p.counts_all + static_cast<int64_t>(me) * C;
-    for (int d = threadIdx.x; d < W; d += blockDim.x) {
-        ptx::fence_sc_sys();  // the block's stores of the rows (ordered by the __syncthreads) before the signal
-        if (ep_remote(ctx, d)) {
-            lang::put_signal(lang::thread, ctx, own_row, own_row, sizeof(int32_t) * static_cast<uint64_t>(C),
-                             p.sig->counts_ready + me, epoch, lang::SignalOp::Set, d);
-        } else {
-            ptx::st_release_sys(ep_peer(ctx, p.sig->counts_ready + me, d), epoch);
-        }
-    }
-    for (int d = threadIdx.x; d < W; d += blockDim.x)
-        ep_wait(ctx.wait_timeout_ns, p.sig->counts_ready + d, epoch, "ep_dispatch: waits for a rank's layout counts");
-    __syncthreads();
-    const int32_t* all = p.counts_all;  // [W, C], every rank's totals
-    // Every expert's total over the sources; the rows and pairs every rank receives (all ranks compute the same).
+    if (p.send_prefix != nullptr) ep_exclusive_prefix(sh.tot, p.num_experts, p.send_prefix, sh.seg);  // seg: scratch
+}
+
+// The scan after the exchange, every thread of the block, once every rank's totals row is in p.counts_all [W, C]
+// (all ranks compute the same from it): the rows and pairs every rank receives, the capacity check, where this rank's
+// rows and pair records start at every rank, its receive segments, and (several nodes, ranks of a node contiguous,
+// local_world of them) its stage rows.
+LOOM_DEVICE LOOM_FORCEINLINE void ep_scan_layout(const EpParams& p, int W, int me, int local_world, EpScanShared& sh) {
+    const int C = ep_cols(p, W), E = p.num_experts, L = p.local_experts;
+    const int32_t* all = p.counts_all;
+    int32_t* const tot = sh.tot;
+    int32_t* const seg = sh.seg;
+    // Every expert's total over the sources.
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
         int32_t s = 0;
         for (int r = 0; r < W; ++r) s += all[r * C + e];
@@ -259,22 +249,22 @@ __global__ void __launch_bounds__(kEpScanThreads) ep_layout_scan(Ctx ctx, EpPara
         }
         for (int r = 0; r < W; ++r) {
             prs += all[r * C + E + d];
-            if (ep_node(ctx, r) != ep_node(ctx, d)) staged += all[d * C + E + r];  // d's pairs with other nodes
+            if (r / local_world != d / local_world) staged += all[d * C + E + r];  // d's pairs with other nodes
         }
-        atomicMax(&s_need_rows, rows);
-        atomicMax(&s_need_pairs, prs);
-        atomicMax(&s_need_stage, staged);
+        atomicMax(&sh.need_rows, rows);
+        atomicMax(&sh.need_pairs, prs);
+        atomicMax(&sh.need_stage, staged);
         if (d == me) p.dev->recv_pairs = prs;
         int32_t base = 0;  // this rank's pairs start after those of the lower ranks
         for (int r = 0; r < me; ++r) base += all[r * C + E + d];
         p.pair_base[d] = base;
     }
     __syncthreads();
-    const bool overflow = s_need_rows > p.capacity || s_need_pairs > p.pair_capacity || s_need_stage > p.capacity;
+    const bool overflow = sh.need_rows > p.capacity || sh.need_pairs > p.pair_capacity || sh.need_stage > p.capacity;
     if (threadIdx.x == 0) {
-        p.dev->need_rows = s_need_rows;
-        p.dev->need_pairs = s_need_pairs;
-        p.dev->need_stage = s_need_stage;
+        p.dev->need_rows = sh.need_rows;
+        p.dev->need_pairs = sh.need_pairs;
+        p.dev->need_stage = sh.need_stage;
         p.dev->overflow = overflow ? 1 : 0;
     }
     // This rank's segment of expert e at e's rank starts after the lower ranks' rows of e.
@@ -291,12 +281,13 @@ __global__ void __launch_bounds__(kEpScanThreads) ep_layout_scan(Ctx ctx, EpPara
     // Several nodes: the stage rows of this rank's pairs with each rank of another node (in rank order), where each
     // source of another node keeps its pairs with this rank, and where each source's pair records start here.
     if (p.stage_base != nullptr) {
+        const int my_node = me / local_world;
         for (int d = threadIdx.x; d < W; d += blockDim.x) {
             int32_t stage = 0, ret = 0, src = 0;
             for (int r = 0; r < d; ++r)
-                if (ep_node(ctx, r) != ep_node(ctx, me)) stage += all[me * C + E + r];
+                if (r / local_world != my_node) stage += all[me * C + E + r];
             for (int r = 0; r < me; ++r)
-                if (ep_node(ctx, r) != ep_node(ctx, d)) ret += all[d * C + E + r];
+                if (r / local_world != d / local_world) ret += all[d * C + E + r];
             for (int r = 0; r < d; ++r) src += all[r * C + E + me];
             p.stage_base[d] = stage;
             p.ret_base[d] = ret;
@@ -304,6 +295,36 @@ __global__ void __launch_bounds__(kEpScanThreads) ep_layout_scan(Ctx ctx, EpPara
             if (d == W - 1) p.src_pair_base[W] = src + all[d * C + E + me];
         }
     }
+}
+
+// One block of kEpScanThreads.
+__global__ void __launch_bounds__(kEpScanThreads) ep_layout_scan(Ctx ctx, EpParams p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagEpKernel, lang::kEpLayoutScan);
+    __shared__ EpScanShared sh;
+    const int W = ctx.world, me = ctx.rank, C = ep_cols(p, W);
+    ep_scan_totals(p, W, sh);
+    const uint64_t epoch = sh.epoch;
+    // The exchange: this rank's totals into row me of every rank's counts_all, then counts_ready[me] := epoch there.
+    // Node peers (and this rank) by stores; ranks on other nodes by one put_signal of the row from this rank's own.
+    for (int i = threadIdx.x; i < W * C; i += blockDim.x) {
+        const int d = i / C, c = i % C;
+        if (!ep_remote(ctx, d)) ep_peer(ctx, p.counts_all, d)[me * C + c] = sh.tot[c];
+    }
+    __syncthreads();
+    int32_t* const own_row = p.counts_all + static_cast<int64_t>(me) * C;
+    for (int d = threadIdx.x; d < W; d += blockDim.x) {
+        ptx::fence_sc_sys();  // the block's stores of the rows (ordered by the __syncthreads) before the signal
+        if (ep_remote(ctx, d)) {
+            lang::put_signal(lang::thread, ctx, own_row, own_row, sizeof(int32_t) * static_cast<uint64_t>(C),
+                             p.sig->counts_ready + me, epoch, lang::SignalOp::Set, d);
+        } else {
+            ptx::st_release_sys(ep_peer(ctx, p.sig->counts_ready + me, d), epoch);
+        }
+    }
+    for (int d = threadIdx.x; d < W; d += blockDim.x)
+        ep_wait(ctx.wait_timeout_ns, p.sig->counts_ready + d, epoch, "ep_dispatch: waits for a rank's layout counts");
+    __syncthreads();
+    ep_scan_layout(p, W, me, ctx.local_world, sh);
 }
 
 // blockDim.x == kEpChunk.
@@ -426,16 +447,11 @@ __global__ void __launch_bounds__(kEpThreads) ep_dispatch_push(Ctx ctx, EpParams
     }
 }
 
-// A warp per received pair (grid-strided), after every rank's push arrived.
-__global__ void __launch_bounds__(kEpThreads) ep_dispatch_arrive(Ctx ctx, EpParams p) {
-    LOOM_PROF_BLOCK_SPAN(lang::kTagEpKernel, lang::kEpDispatchArrive);
-    __shared__ int32_t s_row[kEpThreads / 32][32];  // per warp: its pair's row of every slot (-1: not on this rank)
-    const int W = ctx.world;
+// Every thread of the block, once every rank's push of the current dispatch arrived: a warp per received pair
+// (grid-strided) copies the pair's row into the rows of its further slots on this rank (a token sent once, landing in
+// several experts). s_row: per warp, its pair's row of every slot (-1: not on this rank).
+LOOM_DEVICE LOOM_FORCEINLINE void ep_arrive_copies(const EpParams& p, int32_t (&s_row)[kEpThreads / 32][32]) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    if (threadIdx.x < static_cast<unsigned>(W))  // W <= kEpMaxRanks == kEpThreads
-        ep_wait(ctx.wait_timeout_ns, p.sig->arrived + threadIdx.x, p.dev->dispatch_calls,
-                "ep_dispatch: waits for a rank's routed rows");
-    __syncthreads();
     const int32_t pairs = p.dev->overflow == 0 ? p.dev->recv_pairs : 0;
     const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
     uint4* const rows = static_cast<uint4*>(p.recv_x);
@@ -454,6 +470,17 @@ __global__ void __launch_bounds__(kEpThreads) ep_dispatch_arrive(Ctx ctx, EpPara
     // The grouped GEMM that follows reads the rows through TMA (the async proxy).
     __syncthreads();
     ptx::fence_proxy_async_global();
+}
+
+// Every block waits for every rank's push of the current dispatch (arrived[r] >= e), then ep_arrive_copies.
+__global__ void __launch_bounds__(kEpThreads) ep_dispatch_arrive(Ctx ctx, EpParams p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagEpKernel, lang::kEpDispatchArrive);
+    __shared__ int32_t s_row[kEpThreads / 32][32];
+    if (threadIdx.x < static_cast<unsigned>(ctx.world))  // W <= kEpMaxRanks == kEpThreads
+        ep_wait(ctx.wait_timeout_ns, p.sig->arrived + threadIdx.x, p.dev->dispatch_calls,
+                "ep_dispatch: waits for a rank's routed rows");
+    __syncthreads();
+    ep_arrive_copies(p, s_row);
 }
 
 // Every thread of the block (blockDim.x a multiple of 32): out[i] = items(0) + ... + items(i - 1) for i in [0, n].
