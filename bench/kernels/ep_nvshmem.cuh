@@ -57,14 +57,10 @@ __global__ void __launch_bounds__(kEpThreads) nv_ep_dispatch_push(Ctx ctx, EpPar
     const size_t row_bytes = static_cast<size_t>(p.row_words) * 16;
     for (int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; move && t < p.tokens;
          t += warps) {
-        int32_t e = -1, row = -1;
-        float w = 1.f;
-        if (lane < p.topk) {
-            e = p.topk_idx[t * p.topk + lane];
-            row = p.entry_row[t * p.topk + lane];
-            if (p.topk_weights != nullptr) w = p.topk_weights[t * p.topk + lane];
-        }
-        const EpDests dests = ep_dests(e, p.local_experts);
+        const EpSlot sl = ep_slot(p, t, lane);
+        const int32_t row = sl.row;
+        const float w = sl.w;
+        const EpDests dests = ep_dests(sl.e, p.local_experts);
         for (unsigned m = dests.first; m != 0; m &= m - 1) {
             const int f = __ffs(m) - 1;
             const int d = __shfl_sync(0xffffffffu, dests.rank, f);

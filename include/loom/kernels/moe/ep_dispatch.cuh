@@ -379,6 +379,22 @@ LOOM_DEVICE LOOM_FORCEINLINE void ep_copy_row(uint4* dst, const uint4* src, int6
     }
 }
 
+// Lane `lane` of token t's warp: slot lane's expert (-1 for an unused slot or a lane >= k), its row at the expert's
+// rank (entry_row) and its weight (1 without weights).
+struct EpSlot {
+    int32_t e, row;
+    float w;
+};
+LOOM_DEVICE LOOM_FORCEINLINE EpSlot ep_slot(const EpParams& p, int64_t t, int lane) {
+    EpSlot s{-1, -1, 1.f};
+    if (lane < p.topk) {
+        s.e = p.topk_idx[t * p.topk + lane];
+        s.row = p.entry_row[t * p.topk + lane];
+        if (p.topk_weights != nullptr) s.w = p.topk_weights[t * p.topk + lane];
+    }
+    return s;
+}
+
 // A warp per token (grid-strided). Rows move 16 bytes per lane and store; to a rank on another node they are staged
 // and put (see the top).
 __global__ void __launch_bounds__(kEpThreads) ep_dispatch_push(Ctx ctx, EpParams p) {
@@ -391,14 +407,10 @@ __global__ void __launch_bounds__(kEpThreads) ep_dispatch_push(Ctx ctx, EpParams
     const int64_t row_bytes = p.row_words * 16;
     for (int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; move && t < p.tokens;
          t += warps) {
-        int32_t e = -1, row = -1;
-        float w = 1.f;
-        if (lane < p.topk) {
-            e = p.topk_idx[t * p.topk + lane];
-            row = p.entry_row[t * p.topk + lane];
-            if (p.topk_weights != nullptr) w = p.topk_weights[t * p.topk + lane];
-        }
-        const EpDests dests = ep_dests(e, p.local_experts);
+        const EpSlot sl = ep_slot(p, t, lane);
+        const int32_t row = sl.row;
+        const float w = sl.w;
+        const EpDests dests = ep_dests(sl.e, p.local_experts);
         for (unsigned m = dests.first; m != 0; m &= m - 1) {  // the token's ranks, in slot order
             const int f = __ffs(m) - 1;
             const int d = __shfl_sync(0xffffffffu, dests.rank, f);
