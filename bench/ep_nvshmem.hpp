@@ -34,7 +34,8 @@ class EpNvshmem {
     EpNvshmem& operator=(const EpNvshmem&) = delete;
 
     void dispatch(cudaStream_t stream);
-    // expert_out: [capacity, hidden] bf16 rows aligned with recv_x() (identity experts: recv_x() itself).
+    // expert_out: [capacity, hidden] bf16 dense rows aligned with recv_x(), in NVSHMEM's heap at the same offset on
+    // every rank (identity experts: recv_x() itself).
     void combine(const void* expert_out, cudaStream_t stream);
     void* recv_x() const { return p_.recv_x; }
     void set_y(void* y) { p_.y = y; }  // the combine's output from now on

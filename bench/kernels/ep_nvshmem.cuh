@@ -10,8 +10,12 @@
 //                          from x, the pair record by nvshmem_int_p / nvshmem_float_p; each thread completes its puts
 //                          (nvshmem_quiet) before the block's ticket; the last block sets arrived[me] by
 //                          nvshmemx_signal_op at every rank
-//   nv_ep_combine_send     Loom's per-pair partial sums (local), then combined[me] by nvshmemx_signal_op
-//   nv_ep_combine_reduce   Loom's token reduce, each partial read in place at its rank through nvshmem_ptr
+//   nv_ep_combine_send     Loom's per-pair partial sums (local; pairs of one slot skipped), then combined[me] by
+//                          nvshmemx_signal_op
+//   nv_ep_combine_reduce   Loom's token reduce, each partial (a one-slot pair's expert row) read in place at its rank
+//                          through nvshmem_ptr
+// The combine's expert_out must be in NVSHMEM's heap with the same row stride on every rank (bench-ep passes the
+// version's own recv_x).
 // Waits are Loom's bounded ones (a timeout traps with a named diagnostic). Compiled by the JIT's nvcc path with
 // KernelSpec::needs_nvshmem. One node (the pushes read x, which is not registered with a network transport).
 #pragma once
@@ -97,23 +101,29 @@ __global__ void __launch_bounds__(kEpThreads) nv_ep_combine_send(Ctx ctx, EpPara
     const int32_t pairs = p.dev->overflow == 0 ? p.dev->recv_pairs : 0;
     const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
     for (int64_t q = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; q < pairs; q += warps)
-        ep_pair_partial(p, q, sl);
+        ep_pair_partial(p, q, sl, true);  // one-slot pairs: read in place by the token's rank
     if (ep_last_block(&p.dev->send_ticket))
         for (int d = 0; d < W; ++d) nvshmemx_signal_op(p.sig->combined + me, s_epoch, NVSHMEM_SIGNAL_SET, d);
 }
 
 __global__ void __launch_bounds__(kEpThreads) nv_ep_combine_reduce(Ctx ctx, EpParams p) {
     __shared__ const uint4* s_src[kEpThreads / 32][32];
+    __shared__ float s_w[kEpThreads / 32][32];
     const int W = ctx.world;
     const uint64_t epoch = p.dev->combine.calls;
     for (int d = threadIdx.x; d < W; d += blockDim.x)
         ep_wait(ctx.wait_timeout_ns, p.sig->combined + d, epoch, "nv_ep_combine_reduce: waits for a rank's partials");
     __syncthreads();
     if (p.dev->overflow != 0) return;
-    const auto partial_of = [&](int d, int32_t q) -> const uint4* {
-        return static_cast<const uint4*>(nvshmem_ptr(p.combine_rows, d)) + static_cast<int64_t>(q) * p.row_words;
+    const auto source_of = [&](int d, int32_t q, int32_t row, bool single) -> EpPartialSource {
+        if (single)
+            return {
+                static_cast<const uint4*>(nvshmem_ptr(p.expert_out, d)) + static_cast<int64_t>(row) * p.out_ld_words,
+                true};
+        return {static_cast<const uint4*>(nvshmem_ptr(p.combine_rows, d)) + static_cast<int64_t>(q) * p.row_words,
+                false};
     };
-    ep_reduce_tokens(p, W, partial_of, s_src);
+    ep_reduce_tokens(p, W, source_of, s_src, s_w);
 }
 
 }  // namespace ep_bench

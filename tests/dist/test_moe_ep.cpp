@@ -1,11 +1,11 @@
 // ep_dispatch / ep_combine (throughput mode) at any world size against host references built by every rank for every
 // rank (shared seeds; x from a hash of (rank, token, column)): the receive layout (offsets, every row bitwise) and the
-// combine with identity experts (expert_out = recv_x) bitwise against ep_combine_reference's emulation of its
-// arithmetic; routings uniform, skewed, one expert, every slot of a token on one rank, unused slots (-1), a rank with
-// no tokens, tokens per rank that differ; T 1..8192, H 2048 / 7168, k 1..8, E up to 256; fixed and auto capacity;
-// capacity overflow (ep_check raises on every rank, later calls work); CUDA graph replay with new routings between
-// replays; an EP layer with loom::grouped_gemm against an fp64 reference; ep_moe_experts Overlapped against Sequential
-// bitwise and against the fp64 reference; bad inputs naming the argument.
+// combine with identity experts (expert_out recv_x itself, a cudaMalloc copy, or by rank either) bitwise against
+// ep_combine_reference's emulation of its arithmetic; routings uniform, skewed, one expert, every slot of a token on
+// one rank, unused slots (-1), a rank with no tokens, tokens per rank that differ; T 1..8192, H 2048 / 7168, k 1..8, E
+// up to 256; fixed and auto capacity; capacity overflow (ep_check raises on every rank, later calls work); CUDA graph
+// replay with new routings between replays; an EP layer with loom::grouped_gemm against an fp64 reference;
+// ep_moe_experts Overlapped against Sequential bitwise and against the fp64 reference; bad inputs naming the argument.
 // Run: loomrun -n N build/tests/loom_dist_tests --gtest_filter='MoeEp*'   (N = 2, 4, 8); across emulated nodes with
 // LOOM_NODE_SIZE=2 (or 4): every rank of another node is then reached through NVSHMEM.
 #include <cuda_runtime_api.h>
@@ -182,8 +182,12 @@ struct EpRun {
     }
 };
 
+// Where the identity experts' expert_out lives: recv_x itself (the symmetric heap: the token ranks read one-slot pairs'
+// rows in place), a cudaMalloc copy (every pair's partial summed at the expert's rank), or per rank, by parity.
+enum class OutIn { Heap, Device, Mixed };
+
 // dispatch -> identity experts -> combine, every check; the mismatches of every rank, "" when none.
-std::string round_trip(World& w, cudaStream_t stream, const Case& c, uint64_t seed) {
+std::string round_trip(World& w, cudaStream_t stream, const Case& c, uint64_t seed, OutIn out_in = OutIn::Heap) {
     EpRun run(w, c, seed);
     const EpHandle h =
         ep_dispatch(w, run.xv, run.d_idx->as<int32_t>(), run.d_w->as<float>(), c.k, c.E, stream, run.opts());
@@ -197,7 +201,13 @@ std::string round_trip(World& w, cudaStream_t stream, const Case& c, uint64_t se
     if (err.empty() && ep_dispatch_bytes(w, h, stream) != run.ref.pairs_out[run.me] * c.H * 2)
         err = "ep_dispatch_bytes differs from the reference's pairs x H x 2";
     Dev y(static_cast<std::size_t>(tokens_of(c, run.me) * c.H * 2));
-    ep_combine(w, h, h.recv_x, MatrixView{y.p, DType::BF16, tokens_of(c, run.me), c.H, 0}, stream);
+    const bool copy = out_in == OutIn::Device || (out_in == OutIn::Mixed && run.me % 2 == 1);
+    Dev out(copy ? static_cast<std::size_t>(h.capacity * c.H * 2) : 0);
+    if (copy)
+        LOOM_CHECK_CUDA(cudaMemcpyAsync(out.p, h.recv_x.data, static_cast<std::size_t>(h.capacity * c.H * 2),
+                                        cudaMemcpyDeviceToDevice, stream));
+    const MatrixView expert_out = copy ? MatrixView{out.p, DType::BF16, h.capacity, c.H, 0} : h.recv_x;
+    ep_combine(w, h, expert_out, MatrixView{y.p, DType::BF16, tokens_of(c, run.me), c.H, 0}, stream);
     LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
     if (err.empty()) err = run.check_identity_y(y.p);
     if (!err.empty()) err = run.what() + ": " + err;
@@ -217,9 +227,10 @@ TEST_F(MoeEp, IdentityRoundTripSmall) {
         {64, 7168, 8, 256, Kind::Uniform},
     };
     uint64_t seed = 1;
+    int i = 0;
     for (const Case& c : cases) {
         if (c.E % W != 0 || c.k > c.E) continue;
-        const std::string e = round_trip(*w, stream, c, seed += 10);
+        const std::string e = round_trip(*w, stream, c, seed += 10, static_cast<OutIn>(i++ % 3));
         EXPECT_TRUE(e.empty()) << e;
     }
 }
@@ -237,8 +248,9 @@ TEST_F(MoeEp, IdentityRoundTripLarge) {
         {384, 7168, 8, E, Kind::OneRank},
     };
     uint64_t seed = 500;
+    int i = 0;
     for (const Case& c : cases) {
-        const std::string e = round_trip(*w, stream, c, seed += 10);
+        const std::string e = round_trip(*w, stream, c, seed += 10, static_cast<OutIn>(i++ % 3));
         EXPECT_TRUE(e.empty()) << e;
     }
 }

@@ -101,6 +101,7 @@ LOOM_DEVICE LOOM_FORCEINLINE void ep_block_quiet(const Ctx& ctx) {
 struct EpDests {
     unsigned first;  // ballot of the first-slot lanes
     int rank;        // e / L, or -1
+    unsigned same;   // the lanes whose slot is on this lane's rank (this lane alone for an unused slot)
 };
 LOOM_DEVICE LOOM_FORCEINLINE EpDests ep_dests(int32_t e, int local_experts) {
     const int lane = static_cast<int>(threadIdx.x) & 31;
@@ -108,7 +109,7 @@ LOOM_DEVICE LOOM_FORCEINLINE EpDests ep_dests(int32_t e, int local_experts) {
     // Lanes with the same rank (unused slots apart: each its own key).
     const unsigned same = __match_any_sync(0xffffffffu, d >= 0 ? d : -2 - lane);
     const bool first = d >= 0 && (__ffs(same) - 1) == lane;
-    return EpDests{__ballot_sync(0xffffffffu, first), d};
+    return EpDests{__ballot_sync(0xffffffffu, first), d, same};
 }
 
 LOOM_DEVICE LOOM_FORCEINLINE int ep_cols(const EpParams& p, int W) { return p.num_experts + W; }

@@ -44,6 +44,10 @@ struct EpSignals {
                                            // a rank d on another node: put into r's stage rows)
     uint64_t expert_ready[kEpMaxExperts];  // at d, per local expert l: sources whose rows of l landed in the current
                                            // per-expert push (zeroed by d before it)
+    // At r, written by rank d's combine send before its combined signal: d's expert_out as a byte offset into d's
+    // heap (-1: not in the heap) and its row stride in 16-byte words. r's reduce reads a one-slot pair's row there.
+    int64_t out_offset[kEpMaxRanks];
+    int64_t out_ld_words[kEpMaxRanks];
 };
 
 // Local device memory of one World's EP state, zeroed once.
