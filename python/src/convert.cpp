@@ -96,6 +96,7 @@ MatrixView as_matrix(const AnyArray& t, const char* op, const char* arg) {
     if (t.ndim() != 2) value_error(fmt::format("{}: {} must be a 2-D tensor; given shape {}", op, arg, shape_str(t)));
     const int64_t rows = static_cast<int64_t>(t.shape(0)), cols = static_cast<int64_t>(t.shape(1));
     const int64_t s0 = t.stride(0), s1 = t.stride(1);
+    if (rows == 0) return MatrixView{t.data(), dt, 0, cols, 0};  // no elements: no layout to check
     if (cols > 1 && s1 != 1)
         value_error(
             fmt::format("{}: {} must be row-major with contiguous rows (column stride 1); given strides ({}, {}): "
@@ -113,9 +114,10 @@ MatrixView as_matrix(const AnyArray& t, const char* op, const char* arg) {
 BufferView as_buffer(const AnyArray& t, const char* op, const char* arg) {
     const DType dt = element_type(t, op, arg);
     check_cuda(t, op, arg);
-    // Contiguous: strides are the row-major ones (dimensions of extent 1 may carry any stride).
+    // Contiguous: strides are the row-major ones (dimensions of extent 1 may carry any stride; a tensor with no
+    // elements has no layout to check, as torch's is_contiguous() says).
     int64_t expect = 1;
-    for (size_t i = t.ndim(); i-- > 0;) {
+    for (size_t i = t.size() == 0 ? 0 : t.ndim(); i-- > 0;) {
         if (t.shape(i) != 1 && t.stride(i) != expect)
             value_error(
                 fmt::format("{}: {} must be contiguous; given shape {} with a stride {} in dimension {} (expected {}): "
