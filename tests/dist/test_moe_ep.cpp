@@ -1,13 +1,13 @@
 // ep_dispatch / ep_combine (throughput mode) at any world size against host references built by every rank for every
 // rank (shared seeds; x from a hash of (rank, token, column)): the receive layout (offsets, every row bitwise) and the
-// combine with identity experts (expert_out recv_x itself, a cudaMalloc copy, or by rank either) bitwise against
-// ep_combine_reference's emulation of its arithmetic; routings uniform, skewed, one expert, every slot of a token on
-// one rank, unused slots (-1), a rank with no tokens, tokens per rank that differ; T 1..8192, H 2048 / 7168, k 1..8, E
-// up to 256; fixed and auto capacity; capacity overflow (ep_check raises on every rank, later calls work); CUDA graph
-// replay with new routings between replays; an EP layer with loom::grouped_gemm against an fp64 reference;
-// ep_moe_experts Overlapped against Sequential bitwise and against the fp64 reference; bad inputs naming the argument.
-// Run: loomrun -n N build/tests/loom_dist_tests --gtest_filter='MoeEp*'   (N = 2, 4, 8); across emulated nodes with
-// LOOM_NODE_SIZE=2 (or 4): every rank of another node is then reached through NVSHMEM.
+// combine with identity experts (expert_out recv_x itself, a cudaMalloc copy, by rank either, or a strided heap copy)
+// bitwise against ep_combine_reference's emulation of its arithmetic; routings uniform, skewed, one expert, every slot
+// of a token on one rank, unused slots (-1), a rank with no tokens, tokens per rank that differ; T 1..8192, H 2048 /
+// 7168, k 1..8, E up to 256; fixed and auto capacity; capacity overflow (ep_check raises on every rank, later calls
+// work); CUDA graph replay with new routings between replays; an EP layer with loom::grouped_gemm against an fp64
+// reference; ep_moe_experts Overlapped against Sequential bitwise and against the fp64 reference; bad inputs naming the
+// argument. Run: loomrun -n N build/tests/loom_dist_tests --gtest_filter='MoeEp*'   (N = 2, 4, 8); across emulated
+// nodes with LOOM_NODE_SIZE=2 (or 4): every rank of another node is then reached through NVSHMEM.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -183,8 +183,9 @@ struct EpRun {
 };
 
 // Where the identity experts' expert_out lives: recv_x itself (the symmetric heap: the token ranks read one-slot pairs'
-// rows in place), a cudaMalloc copy (every pair's partial summed at the expert's rank), or per rank, by parity.
-enum class OutIn { Heap, Device, Mixed };
+// rows in place), a cudaMalloc copy (every pair's partial summed at the expert's rank), per rank by parity, or a heap
+// copy whose rows are 64 columns further apart than H.
+enum class OutIn { Heap, Device, Mixed, HeapStrided };
 
 // dispatch -> identity experts -> combine, every check; the mismatches of every rank, "" when none.
 std::string round_trip(World& w, cudaStream_t stream, const Case& c, uint64_t seed, OutIn out_in = OutIn::Heap) {
@@ -202,14 +203,24 @@ std::string round_trip(World& w, cudaStream_t stream, const Case& c, uint64_t se
         err = "ep_dispatch_bytes differs from the reference's pairs x H x 2";
     Dev y(static_cast<std::size_t>(tokens_of(c, run.me) * c.H * 2));
     const bool copy = out_in == OutIn::Device || (out_in == OutIn::Mixed && run.me % 2 == 1);
+    const int64_t ld = c.H + 64;  // HeapStrided's row stride (elements)
     Dev out(copy ? static_cast<std::size_t>(h.capacity * c.H * 2) : 0);
-    if (copy)
+    void* strided =
+        out_in == OutIn::HeapStrided ? w.alloc_bytes(static_cast<std::size_t>(h.capacity * ld * 2)) : nullptr;
+    MatrixView expert_out = h.recv_x;
+    if (copy) {
         LOOM_CHECK_CUDA(cudaMemcpyAsync(out.p, h.recv_x.data, static_cast<std::size_t>(h.capacity * c.H * 2),
                                         cudaMemcpyDeviceToDevice, stream));
-    const MatrixView expert_out = copy ? MatrixView{out.p, DType::BF16, h.capacity, c.H, 0} : h.recv_x;
+        expert_out = MatrixView{out.p, DType::BF16, h.capacity, c.H, 0};
+    } else if (strided != nullptr) {
+        LOOM_CHECK_CUDA(cudaMemcpy2DAsync(strided, ld * 2, h.recv_x.data, h.recv_x.stride() * 2, c.H * 2, h.capacity,
+                                          cudaMemcpyDeviceToDevice, stream));
+        expert_out = MatrixView{strided, DType::BF16, h.capacity, c.H, ld};
+    }
     ep_combine(w, h, expert_out, MatrixView{y.p, DType::BF16, tokens_of(c, run.me), c.H, 0}, stream);
     LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
     if (err.empty()) err = run.check_identity_y(y.p);
+    if (strided != nullptr) w.free(strided);  // collective: every rank allocated it
     if (!err.empty()) err = run.what() + ": " + err;
     return test::agree(w, err, "ep_round_trip");
 }
@@ -230,7 +241,7 @@ TEST_F(MoeEp, IdentityRoundTripSmall) {
     int i = 0;
     for (const Case& c : cases) {
         if (c.E % W != 0 || c.k > c.E) continue;
-        const std::string e = round_trip(*w, stream, c, seed += 10, static_cast<OutIn>(i++ % 3));
+        const std::string e = round_trip(*w, stream, c, seed += 10, static_cast<OutIn>(i++ % 4));
         EXPECT_TRUE(e.empty()) << e;
     }
 }
@@ -250,7 +261,8 @@ TEST_F(MoeEp, IdentityRoundTripLarge) {
     uint64_t seed = 500;
     int i = 0;
     for (const Case& c : cases) {
-        const std::string e = round_trip(*w, stream, c, seed += 10, static_cast<OutIn>(i++ % 3));
+        const std::string e = round_trip(
+            *w, stream, c, seed += 10, static_cast<OutIn>(i++ % 3));  // no strided copy: the heap holds the large cases
         EXPECT_TRUE(e.empty()) << e;
     }
 }
