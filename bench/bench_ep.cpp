@@ -32,6 +32,7 @@
 // (~7 GiB). Across nodes ep also stages its rows for other nodes (another ~0.9 GiB uniform):
 //     LOOM_SYMMETRIC_SIZE=6G LOOM_NODE_SIZE=4 loomrun -n 8 build/bench/bench-ep --out ep_crossnode.json
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -316,10 +317,11 @@ int main(int argc, char** argv) {
             report.add_row(r);
             if (me == 0)
                 std::printf(
-                    "%-14s %s: loom %9.1f us (%6.1f GB/s)  nvshmem %9.1f us  a2av+permute %9.1f us  floor %8.1f us  "
+                    "%-14s %s: loom %9.1f us (%6.1f GB/s)  nvshmem %9s us  a2av+permute %9.1f us  floor %8.1f us  "
                     "(%.1f MB per rank; baseline %.1f MB)\n",
-                    op, shape_name.c_str(), us, loom::bench::gbps(static_cast<double>(loom_bytes), us), nv_us, base_us,
-                    floor, loom_bytes / 1e6, base_bytes / 1e6);
+                    op, shape_name.c_str(), us, loom::bench::gbps(static_cast<double>(loom_bytes), us),
+                    nv ? fmt::format("{:.1f}", nv_us).c_str() : "-", base_us, floor, loom_bytes / 1e6,
+                    base_bytes / 1e6);
         };
         add("ep_dispatch", dispatch_us, b_dispatch, nv_dispatch, floor_us);
         add("ep_combine", combine_us, b_combine, nv_combine, floor_us);
