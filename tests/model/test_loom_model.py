@@ -105,6 +105,25 @@ class Monotonic(unittest.TestCase):
         times = [ops.sp_decode(p, Topology(1, 8), 1, kv, 32, 8, 128)["overlapped_us"] for kv in (1024, 8192, 1 << 20)]
         self.assertTrue(increasing(times), times)
 
+    def test_ep_throughput_mode(self):
+        # A token of top-1 reaches one rank with one slot; top-8 of 256 on 8 ranks about 5.29 ranks (bench-ep
+        # measures 272 MB per rank of rows to other ranks at T = 4096, H = 7168: 4096 x 5.29 x 7 / 8 x 14336 B).
+        self.assertEqual(ops.ep_routing(8, 256, 1), (1.0, 1.0))
+        ranks, single = ops.ep_routing(8, 256, 8)
+        self.assertAlmostEqual(ranks, 5.2947, places=3)
+        self.assertAlmostEqual(4096 * ranks * 7 / 8 * 14336 / 1e6, 272.0, delta=1.0)
+        self.assertTrue(0 < single < ranks)
+        for hw, t in (("h200", Topology(shared_ranks=8)), ("h800", Topology(1, 8)), ("h800", Topology(4, 8))):
+            p = params.load(hw)
+            for phase in ("dispatch", "combine"):
+                times = [ops.ep_normal(p, t, phase, tokens, 7168, 8, 256)["overlapped_us"]
+                         for tokens in (1, 128, 4096, 16384)]
+                self.assertTrue(increasing(times), (hw, t, phase, times))
+        # Across nodes the IB share binds: more nodes, more of the rows on the network.
+        p = params.load("h800")
+        one, two = (ops.ep_normal(p, Topology(n, 8), "dispatch", 4096, 7168, 8, 256)["overlapped_us"] for n in (1, 2))
+        self.assertGreater(two, 2 * one)
+
     def test_overlap_never_slower_than_its_parts_nor_faster_than_the_larger(self):
         p = params.load("h800")
         for op in ("ag_gemm", "gemm_rs", "gemm_ar"):
@@ -288,6 +307,10 @@ class ParameterFiles(unittest.TestCase):
             ops.collective(params.load("h200"), Topology(shared_ranks=3), "all_gather", 1024)
         with self.assertRaisesRegex(ValueError, "nodes=1"):
             Topology(2, 8, shared_ranks=4)
+        with self.assertRaisesRegex(ValueError, "experts a multiple of the ranks \\(8\\)"):
+            ops.ep_normal(p, Topology(1, 8), "dispatch", 128, 7168, 8, 100)
+        with self.assertRaisesRegex(ValueError, "phase: expected 'dispatch' or 'combine'"):
+            ops.ep_normal(p, Topology(1, 8), "both", 128, 7168, 8, 256)
 
 
 class Cli(unittest.TestCase):
@@ -302,6 +325,14 @@ class Cli(unittest.TestCase):
                                    "28672"]), 0)
             self.assertEqual(main(["check", os.path.join(params.DATA_DIR, "h800.json")]), 0)
             self.assertEqual(main(["validate", "--published", "--markdown"]), 0)
+        out2 = io.StringIO()
+        with contextlib.redirect_stdout(out2):
+            self.assertEqual(main(["predict", "--hw", "h800", "--op", "ep_normal_combine", "--tokens", "4096", "--hidden",
+                                   "7168", "--topk", "8", "--experts", "256", "--nodes", "2"]), 0)
+        self.assertIn("2 nodes x 8 GPUs", out2.getvalue())
+        with self.assertRaises(SystemExit) as cm:
+            main(["predict", "--op", "ep_normal_dispatch", "--tokens", "1", "--hidden", "128", "--topk", "1"])
+        self.assertIn("needs --experts", str(cm.exception.code))
         self.assertIn("128 nodes x 8 GPUs", out.getvalue())
         n = len(validate.load_published()["figures"])
         self.assertIn(f"{n} of {n} published figures within 25 %", out.getvalue())

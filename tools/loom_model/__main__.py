@@ -3,6 +3,7 @@
   loom-model predict --hw h800 --op ag_gemm --m 8192 --n 29568 --k 8192 [--nodes 1] [--gpus-per-node 8]
   loom-model predict --hw h200 --op all_gather --bytes 67108864 --shared-ranks 4
   loom-model predict --hw h800 --op ep_dispatch --tokens 128 --hidden 7168 --topk 8 --nodes 4
+  loom-model predict --hw h200 --op ep_normal_dispatch --tokens 4096 --hidden 7168 --topk 8 --experts 256
   loom-model sweep   --hw h800 --op gemm_rs --m 8192 --n 8192 --k 28672      (1-128 nodes x 8 GPUs)
   loom-model validate [--published] [--measured] [--markdown]
   loom-model check FILE.json ...                                            (validate parameter files)
@@ -15,8 +16,9 @@ from .topology import Topology
 
 GEMM_OPS = ("ag_gemm", "gemm_rs", "gemm_ar")
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
-EP_OPS = ("ep_dispatch", "ep_combine")
-ALL_OPS = GEMM_OPS + COLLECTIVES + EP_OPS + ("sp_decode",)
+EP_OPS = ("ep_dispatch", "ep_combine")  # low-latency mode
+EP_NORMAL_OPS = ("ep_normal_dispatch", "ep_normal_combine")  # throughput mode
+ALL_OPS = GEMM_OPS + COLLECTIVES + EP_OPS + EP_NORMAL_OPS + ("sp_decode",)
 
 
 def predict(p, t, a):
@@ -34,6 +36,9 @@ def predict(p, t, a):
     if a.op in EP_OPS:
         need("tokens", "hidden", "topk")
         return ops.ep_ll(p, t, a.op[3:], a.tokens, a.hidden, a.topk)
+    if a.op in EP_NORMAL_OPS:
+        need("tokens", "hidden", "topk", "experts")
+        return ops.ep_normal(p, t, a.op[len("ep_normal_"):], a.tokens, a.hidden, a.topk, a.experts)
     need("batch", "kv_len", "hq", "hkv", "d")
     return ops.sp_decode(p, t, a.batch, a.kv_len, a.hq, a.hkv, a.d)
 
@@ -95,7 +100,8 @@ def main(argv=None):
         s.add_argument("--hw", default="h200", help="parameter file: a name (" + ", ".join(params.available()) +
                        ") or a path")
         s.add_argument("--op", required=True, choices=ALL_OPS)
-        for arg in ("m", "n", "k", "bytes", "tokens", "hidden", "topk", "batch", "kv-len", "hq", "hkv", "d"):
+        for arg in ("m", "n", "k", "bytes", "tokens", "hidden", "topk", "experts", "batch", "kv-len", "hq", "hkv",
+                    "d"):
             s.add_argument("--" + arg, type=int)
         s.add_argument("--gpus-per-node", type=int)
         if name == "predict":

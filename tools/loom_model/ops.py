@@ -189,6 +189,67 @@ def ep_ll(p, t, phase, tokens, hidden, topk):
     return _result("ep_" + phase, t, 0.0, us, us, us, bytes=nbytes, logical_GBps=nbytes / us / 1e3)
 
 
+def ep_routing(ranks, experts, topk):
+    """Per token, routed to topk distinct experts of `experts` uniformly at random, experts / ranks per rank: the
+    expected ranks it reaches (its (token, rank) pairs) and the expected pairs holding just one of its slots
+    (hypergeometric: a rank holds none of them with probability C(E - L, k) / C(E, k), one with
+    L C(E - L, k - 1) / C(E, k))."""
+    L = experts // ranks
+    total = math.comb(experts, topk)
+    none = math.comb(experts - L, topk) / total
+    one = L * math.comb(experts - L, topk - 1) / total
+    return ranks * (1 - none), ranks * one
+
+
+def ep_normal(p, t, phase, tokens, hidden, topk, experts):
+    """Throughput-mode EP (src/ops/moe/ep, docs/moe.md), bf16 rows of 2 H bytes, T tokens per rank routed uniformly.
+    Per rank: pairs = T x ranks per token (ep_routing), entries = T x k.
+
+    dispatch: the layout (count, scan with the one small exchange, index), then the push of one row per pair (to
+      other ranks over the link, to itself through HBM) and the receiver's copies of each row into the pair's
+      further slots (entries - pairs rows, read and written in HBM), after every rank's push.
+    combine: a pair of several slots is summed at the expert rank (its slots' rows read, one partial written); the
+      token rank then reads one row per pair (the partial, or a one-slot pair's expert row in place: the expert
+      outputs in the symmetric heap, as ep_moe_experts keeps them) and writes y.
+
+    One GPU per rank: the rows between ranks at the NVLink rate, or across nodes (ranks of another node: their rows
+    staged through HBM, then over IB) at the IB rate, NVLink and IB in parallel (one kernel); the local reads and
+    writes at the HBM streaming rate. Ranks sharing a GPU: every row read and written is HBM traffic at the measured
+    rate. Fixed cost: two calls (the exchange, the data kernels) and one barrier (the receive waits)."""
+    _check("ep_normal_" + phase, tokens=tokens, hidden=hidden, topk=topk, experts=experts)
+    if phase not in ("dispatch", "combine"):
+        raise ValueError(f"ep_normal: phase: expected 'dispatch' or 'combine', got {phase!r}")
+    w = t.ranks
+    if experts % w != 0 or topk > experts:
+        raise ValueError(f"ep_normal: expected experts a multiple of the ranks ({w}) and topk <= experts, got "
+                         f"experts={experts}, topk={topk}")
+    row = hidden * BF16
+    per_token, single_per_token = ep_routing(w, experts, topk)
+    pairs, entries, single = tokens * per_token, tokens * topk, tokens * single_per_token
+    remote = pairs * (w - 1) / w  # pairs with other ranks (this rank is any of the w equally)
+    inter = pairs * (w - t.gpus_per_node) / w if t.nodes > 1 else 0.0  # pairs with ranks of other nodes
+    if phase == "dispatch":
+        link_rows, local_rows = remote, 2 * (pairs - remote) + 2 * (entries - pairs) + 2 * inter
+        if t.shared:
+            local_rows = 2 * entries
+    else:
+        # One-slot pairs are read in place only from node peers; pairs with other nodes get a partial each.
+        skipped = single * (1 - (inter / pairs if pairs else 0.0))
+        link_rows = remote
+        local_rows = (entries - skipped) + (pairs - skipped) + (pairs - remote) + tokens + inter
+        if t.shared:
+            local_rows = (entries - skipped) + (pairs - skipped) + pairs + tokens
+    fixed = 2 * comm.alpha(p, t) + comm.barrier_us(p, t)
+    if t.shared:
+        us = fixed + w * local_rows * row / comm.traffic_rate(p, w)
+    else:
+        hbm = comm.bytes_per_us(p["gpu"]["hbm_GBps"] * p["gpu"]["gemm"]["hbm_efficiency"])
+        link = max((link_rows - inter) * row / comm.nvlink_rate(p), inter * row / comm.ib_rate(p))
+        us = fixed + link + local_rows * row / hbm
+    return _result("ep_normal_" + phase, t, 0.0, us, us, us, bytes=int(remote * row), pairs_per_token=per_token,
+                   logical_GBps=remote * row / us / 1e3)
+
+
 def ep_normal_bottleneck_GBps(p, t):
     """Throughput (normal) EP kernels are bound by the slowest link a token crosses: NVLink inside a node,
     IB per GPU across nodes."""

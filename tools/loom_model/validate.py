@@ -84,6 +84,16 @@ def measured_table(p=None):
             pred = ops.collective(p, t, op, r["size_bytes"])["overlapped_us"]
             rows.append({"op": op, "where": repr(t), "shape": r["size"], "measured": r["loom_us"], "predicted": pred,
                          "error": pred / r["loom_us"] - 1})
+    with open(os.path.join(REPO_ROOT, "docs", "perf", "ep.json")) as f:
+        ep = json.load(f)
+    for r in ep["rows"]:  # bench-ep on one H200, its ranks (the file's one rank count) sharing it
+        if r.get("mode") != "normal" or r["op"] not in ("ep_dispatch", "ep_combine") or r.get("nodes", 1) != 1:
+            continue
+        ranks = ep["ranks"]
+        t = Topology(shared_ranks=r.get("ranks", ranks[0] if isinstance(ranks, list) else ranks))
+        pred = ops.ep_normal(p, t, r["op"][3:], r["T"], r["H"], r["k"], r["E"])["overlapped_us"]
+        rows.append({"op": "ep_normal_" + r["op"][3:], "where": repr(t), "shape": r["shape"], "measured": r["loom_us"],
+                     "predicted": pred, "error": pred / r["loom_us"] - 1})
     for r in _perf("sp_decode_attention"):
         t = Topology(shared_ranks=r.get("ranks", 4))
         pred = ops.sp_decode(p, t, r["batch"], r["kv_len"], r["hq"], r["hkv"], r["d"])["overlapped_us"]
