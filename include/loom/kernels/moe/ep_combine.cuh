@@ -58,43 +58,25 @@ inline constexpr int kEpSumBatch = 4;
 
 // acc[u] := fmaf(w, word base + 32u + lane of `row`, acc[u]) for u < kEpSumBatch, words below `words`: the batch's
 // loads are issued together. (w = 1 is an exact sum: fmaf(1, v, a) rounds v + a once, as v + a does.)
+// kRoundProduct: acc[u] += bf16(w x word) instead, the product rounded to bf16 as ep_store_batch rounds a one-slot
+// partial (fmaf(w, v, 0) is w x v rounded once), then added as the w = 1 sum adds that partial.
+template <bool kRoundProduct = false>
 LOOM_DEVICE LOOM_FORCEINLINE void ep_sum_batch(float (&acc)[kEpSumBatch][8], const uint4* row, float w, int64_t base,
                                                int64_t words) {
-    const int lane = static_cast<int>(threadIdx.x % 32);
     uint4 v[kEpSumBatch];
-#pragma unroll
-    for (int u = 0; u < kEpSumBatch; ++u) {
-        const int64_t i = base + u * 32 + lane;
-        if (i < words) v[u] = row[i];
-    }
+    ep_load_words(v, row, base, words);
 #pragma unroll
     for (int u = 0; u < kEpSumBatch; ++u) {
         float f[8];
         ep_unpack(v[u], f);
 #pragma unroll
-        for (int c = 0; c < 8; ++c) acc[u][c] = __fmaf_rn(w, f[c], acc[u][c]);
-    }
-}
-
-// acc[u] += bf16(w x word base + 32u + lane of `row`) for u < kEpSumBatch, words below `words`: the product rounded to
-// bf16 as ep_store_batch rounds a one-slot partial (fmaf(w, v, 0) is w x v rounded once), then added as
-// ep_sum_batch adds that partial with w = 1.
-LOOM_DEVICE LOOM_FORCEINLINE void ep_sum_batch_rounded(float (&acc)[kEpSumBatch][8], const uint4* row, float w,
-                                                       int64_t base, int64_t words) {
-    const int lane = static_cast<int>(threadIdx.x % 32);
-    uint4 v[kEpSumBatch];
-#pragma unroll
-    for (int u = 0; u < kEpSumBatch; ++u) {
-        const int64_t i = base + u * 32 + lane;
-        if (i < words) v[u] = row[i];
-    }
-#pragma unroll
-    for (int u = 0; u < kEpSumBatch; ++u) {
-        float f[8];
-        ep_unpack(v[u], f);
-#pragma unroll
-        for (int c = 0; c < 8; ++c)
-            acc[u][c] = __fadd_rn(acc[u][c], __bfloat162float(__float2bfloat16_rn(__fmul_rn(w, f[c]))));
+        for (int c = 0; c < 8; ++c) {
+            if constexpr (kRoundProduct) {
+                acc[u][c] = __fadd_rn(acc[u][c], __bfloat162float(__float2bfloat16_rn(__fmul_rn(w, f[c]))));
+            } else {
+                acc[u][c] = __fmaf_rn(w, f[c], acc[u][c]);
+            }
+        }
     }
 }
 
@@ -249,7 +231,7 @@ LOOM_DEVICE LOOM_FORCEINLINE void ep_reduce_tokens(const EpParams& p, int W, con
             float acc[kEpSumBatch][8] = {};
             for (int r = 0; r < n; ++r) {
                 if ((scaled_at >> r) & 1u) {
-                    ep_sum_batch_rounded(acc, s_src[warp][r], s_w[warp][r], base, p.row_words);
+                    ep_sum_batch<true>(acc, s_src[warp][r], s_w[warp][r], base, p.row_words);
                 } else {
                     ep_sum_batch(acc, s_src[warp][r], 1.f, base, p.row_words);
                 }

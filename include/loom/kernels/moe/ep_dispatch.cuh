@@ -360,6 +360,18 @@ __global__ void __launch_bounds__(kEpChunk) ep_layout_index(Ctx ctx, EpParams p)
     if (d >= 0) p.token_pair[(j / p.topk) * W + d] = p.pair_base[d] + base[p.num_experts + d] + pbefore;
 }
 
+// v[u] := word base + 32u + lane of `src` for u < N, words below `words` (the others left as they are): the N loads
+// are issued together.
+template <int N>
+LOOM_DEVICE LOOM_FORCEINLINE void ep_load_words(uint4 (&v)[N], const uint4* src, int64_t base, int64_t words) {
+    const int lane = static_cast<int>(threadIdx.x % 32);
+#pragma unroll
+    for (int u = 0; u < N; ++u) {
+        const int64_t i = base + u * 32 + lane;
+        if (i < words) v[u] = src[i];
+    }
+}
+
 // The warp copies a row of `words` 16-byte words, kEpCopyBatch loads in flight per lane: a batch's loads are issued
 // before its stores (src and dst never overlap), which one load then one store per word would serialise.
 inline constexpr int kEpCopyBatch = 4;
@@ -367,11 +379,7 @@ LOOM_DEVICE LOOM_FORCEINLINE void ep_copy_row(uint4* dst, const uint4* src, int6
     const int lane = static_cast<int>(threadIdx.x % 32);
     for (int64_t base = 0; base < words; base += 32 * kEpCopyBatch) {
         uint4 v[kEpCopyBatch];
-#pragma unroll
-        for (int u = 0; u < kEpCopyBatch; ++u) {
-            const int64_t i = base + u * 32 + lane;
-            if (i < words) v[u] = src[i];
-        }
+        ep_load_words(v, src, base, words);
 #pragma unroll
         for (int u = 0; u < kEpCopyBatch; ++u) {
             const int64_t i = base + u * 32 + lane;
