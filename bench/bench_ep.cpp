@@ -170,25 +170,24 @@ int main(int argc, char** argv) {
         eo.capacity = h.capacity;
 
         // The NVSHMEM version, checked against Loom's y (the same sums in the same order: equal bit for bit).
+        void* y_nv = nullptr;  // its y, poisoned
+        LOOM_CHECK_CUDA(cudaMalloc(&y_nv, T * row));
+        LOOM_CHECK_CUDA(cudaMemset(y_nv, 0xff, T * row));
         std::unique_ptr<loom::bench::EpNvshmem> nv;
         std::string nv_note;
         if (!a.no_nvshmem && world.num_nodes() == 1) {
             try {
                 nv = std::make_unique<loom::bench::EpNvshmem>(
                     world,
-                    loom::bench::EpNvshmemInputs{x, static_cast<int32_t*>(idx), static_cast<float*>(wts), nullptr, T, H,
-                                                 k, E},
+                    loom::bench::EpNvshmemInputs{x, static_cast<int32_t*>(idx), static_cast<float*>(wts), y_nv, T, H, k,
+                                                 E},
                     h.capacity);
             } catch (const loom::Error& e) {
                 nv_note = std::string("NVSHMEM baseline unavailable: ") + e.what();
                 if (me == 0) std::printf("%s\n", nv_note.c_str());
             }
         }
-        void* y_nv = nullptr;
         if (nv) {
-            LOOM_CHECK_CUDA(cudaMalloc(&y_nv, T * row));
-            LOOM_CHECK_CUDA(cudaMemset(y_nv, 0xff, T * row));
-            nv->set_y(y_nv);
             nv->dispatch(stream);
             nv->combine(nv->recv_x(), stream);
             std::vector<uint16_t> a_y(static_cast<std::size_t>(T) * H), b_y(a_y.size());
@@ -396,7 +395,7 @@ int main(int argc, char** argv) {
         LOOM_CHECK_CUDA(cudaDeviceSynchronize());
         world.barrier("bench-ep/done");
         nv.reset();  // collective
-        if (y_nv != nullptr) cudaFree(y_nv);
+        cudaFree(y_nv);
         loom::release_moe_ep_state(world);
         loom::release_collective_state(world);
         world.free(dst);

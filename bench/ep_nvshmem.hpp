@@ -38,7 +38,6 @@ class EpNvshmem {
     // every rank (identity experts: recv_x() itself).
     void combine(const void* expert_out, cudaStream_t stream);
     void* recv_x() const { return p_.recv_x; }
-    void set_y(void* y) { p_.y = y; }  // the combine's output from now on
 
   private:
     World& world_;
