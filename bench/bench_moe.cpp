@@ -24,6 +24,8 @@
 // [E x N / W, K]; moe_rs: rows [*, N / W], w_down [E x K, N / W], out [T_loc, K]). Timed interleaved: ag_moe Fused and
 // Sequential, moe_rs Fused and Sequential, and the parts alone — all_gather of x and the ids, the grouped GEMMs,
 // reduce_scatter of the [T, K] reduced rows — for the overlap efficiency fused / max(GEMM alone, communication alone);
+// also both ops' Sequential with an expert-major routing (ranks 1: E groups, each expert's weights read once, where
+// the W x E groups Fused needs read them once per source rank) and its grouped GEMMs alone;
 // at 128 tokens also moe_ar Fused and Sequential on a decode batch every rank holds whole (the parts: the grouped GEMM,
 // all_reduce of [T, K]). Rows go to DIR/moe.json (rank 0). --quick: Mixtral-8x7B and Qwen3-30B-A3B only; --op
 // ag_moe | moe_rs | moe_ar: that op only (and its parts); --tokens T: that batch only (any T); --comm-sms N: moe_rs
@@ -426,8 +428,8 @@ int tp(const std::string& out_dir, int iters, bool quick, const std::string& onl
     cudaStream_t stream;
     LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     if (me == 0)
-        std::printf("%-14s %6s %-8s %-7s %9s %9s %9s %9s %7s\n", "model", "tokens", "routing", "op", "fused_us",
-                    "seq_us", "gemm_us", "comm_us", "eff");
+        std::printf("%-14s %6s %-8s %-7s %9s %9s %9s %9s %7s %9s %9s\n", "model", "tokens", "routing", "op", "fused_us",
+                    "seq_us", "gemm_us", "comm_us", "eff", "seq_em_us", "gemm_em_us");
     for (const Model& m : models) {
         const int n_loc = m.n / W;  // the slice of every expert
         if (n_loc % 16 != 0 || m.n % W != 0) {
@@ -449,11 +451,15 @@ int tp(const std::string& out_dir, int iters, bool quick, const std::string& onl
                 void* xg = dev_alloc(static_cast<std::size_t>(rows) * m.k * 2);  // grouped GEMM A: rows x K
                 void* red = dev_alloc(static_cast<std::size_t>(T) * m.k * 2);
                 void* route = dev_alloc(loom::moe_routing_bytes(shape), 0);
+                const loom::MoeRoutingShape eshape{T, m.topk, m.e};  // expert-major: E groups
+                void* eroute = dev_alloc(loom::moe_routing_bytes(eshape), 0);
                 const std::vector<int32_t> ids_h = tp_ids(t_loc, m.e, m.topk, skewed, 1 + me);
                 void* ids = dev_alloc(ids_h.size() * 4);
                 void* idsg = dev_alloc(ids_h.size() * 4 * W);
                 LOOM_CHECK_CUDA(cudaMemcpy(ids, ids_h.data(), ids_h.size() * 4, cudaMemcpyHostToDevice));
                 const loom::MoeRouting routing = loom::moe_routing_view(shape, route, loom::moe_routing_bytes(shape));
+                const loom::MoeRouting erouting =
+                    loom::moe_routing_view(eshape, eroute, loom::moe_routing_bytes(eshape));
                 const loom::MatrixView xv{x, DType::BF16, t_loc, m.k},
                     upv{w_up, DType::BF16, int64_t{m.e} * n_loc, m.k}, hv{h, DType::BF16, rows, n_loc},
                     downv{w_down, DType::BF16, int64_t{m.e} * m.k, n_loc}, yv{y, DType::BF16, t_loc, m.k},
@@ -463,15 +469,15 @@ int tp(const std::string& out_dir, int iters, bool quick, const std::string& onl
                     o.algo = a;
                     return o;
                 };
-                const auto ag = [&](TpMoeAlgo a) {
+                const auto ag = [&](TpMoeAlgo a, const loom::MoeRouting& r) {
                     return [&, a](cudaStream_t s) {
-                        loom::ag_moe(world, xv, static_cast<int32_t*>(ids), nullptr, upv, routing, hv, s, opts(a));
+                        loom::ag_moe(world, xv, static_cast<int32_t*>(ids), nullptr, upv, r, hv, s, opts(a));
                     };
                 };
-                const auto rs = [&](TpMoeAlgo a) {
+                const auto rs = [&](TpMoeAlgo a, const loom::MoeRouting& r) {
                     loom::TpMoeOptions o = opts(a);
                     o.comm_sms = comm_sms;
-                    return [&, o](cudaStream_t s) { loom::moe_rs(world, hv, downv, routing, yv, s, o); };
+                    return [&, o](cudaStream_t s) { loom::moe_rs(world, hv, downv, r, yv, s, o); };
                 };
                 const auto gather = [&](cudaStream_t s) {
                     const std::size_t xb = static_cast<std::size_t>(t_loc) * m.k * 2, ib = ids_h.size();
@@ -480,29 +486,39 @@ int tp(const std::string& out_dir, int iters, bool quick, const std::string& onl
                 };
                 loom::GroupedGemmOptions g;
                 g.max_rows = static_cast<int>(rows);
-                const auto gemm_up = [&](cudaStream_t s) {
-                    loom::grouped_gemm({xg, DType::BF16, rows, m.k}, upv, m.e, hv, routing.offsets, shape.num_groups(),
-                                       s, g);
+                const auto gemm_up = [&](const loom::MoeRouting& r) {
+                    return [&](cudaStream_t s) {
+                        loom::grouped_gemm({xg, DType::BF16, rows, m.k}, upv, m.e, hv, r.offsets, r.shape.num_groups(),
+                                           s, g);
+                    };
                 };
-                const auto gemm_down = [&](cudaStream_t s) {
-                    loom::grouped_gemm(hv, downv, m.e, partv, routing.offsets, shape.num_groups(), s, g);
+                const auto gemm_down = [&](const loom::MoeRouting& r) {
+                    return [&](cudaStream_t s) {
+                        loom::grouped_gemm(hv, downv, m.e, partv, r.offsets, r.shape.num_groups(), s, g);
+                    };
                 };
                 const std::size_t yn = static_cast<std::size_t>(t_loc) * m.k;
                 const auto scatter = [&](cudaStream_t s) {
                     loom::reduce_scatter(world, {red, DType::BF16, yn * W}, {y, DType::BF16, yn}, s);
                 };
-                ag(TpMoeAlgo::Sequential)(stream);  // routing, state, JIT
+                ag(TpMoeAlgo::Sequential, erouting)(stream);  // both routings, state, JIT
+                ag(TpMoeAlgo::Sequential, routing)(stream);
                 const bool time_ag = only_op.empty() || only_op == "ag_moe";
                 const bool time_rs = only_op.empty() || only_op == "moe_rs";
+                // Per op: Fused, Sequential, communication alone, GEMM alone, expert-major Sequential and its GEMM.
                 std::vector<std::function<void(cudaStream_t)>> ops;
                 if (time_ag) {
-                    ag(TpMoeAlgo::Fused)(stream);
-                    ops.insert(ops.end(), {ag(TpMoeAlgo::Fused), ag(TpMoeAlgo::Sequential), gather, gemm_up});
+                    ag(TpMoeAlgo::Fused, routing)(stream);
+                    ops.insert(ops.end(), {ag(TpMoeAlgo::Fused, routing), ag(TpMoeAlgo::Sequential, routing), gather,
+                                           gemm_up(routing), ag(TpMoeAlgo::Sequential, erouting), gemm_up(erouting)});
                 }
                 if (time_rs) {
-                    rs(TpMoeAlgo::Sequential)(stream);
-                    rs(TpMoeAlgo::Fused)(stream);
-                    ops.insert(ops.end(), {rs(TpMoeAlgo::Fused), rs(TpMoeAlgo::Sequential), gemm_down, scatter});
+                    rs(TpMoeAlgo::Sequential, routing)(stream);
+                    rs(TpMoeAlgo::Fused, routing)(stream);
+                    rs(TpMoeAlgo::Sequential, erouting)(stream);
+                    ops.insert(ops.end(),
+                               {rs(TpMoeAlgo::Fused, routing), rs(TpMoeAlgo::Sequential, routing), scatter,
+                                gemm_down(routing), rs(TpMoeAlgo::Sequential, erouting), gemm_down(erouting)});
                 }
                 LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
                 std::vector<loom::bench::Timing> t;
@@ -510,35 +526,36 @@ int tp(const std::string& out_dir, int iters, bool quick, const std::string& onl
                 const char* rname = skewed ? "skewed" : "uniform";
                 for (int op = 0; op < 2; ++op) {
                     if (!(op == 0 ? time_ag : time_rs)) continue;
-                    const int b = op == 1 && time_ag ? 4 : 0;
-                    const double fused = t[b].median_us, seq = t[b + 1].median_us;
-                    const double comm = op == 0 ? t[b + 2].median_us : t[b + 3].median_us;
-                    const double gemm = op == 0 ? t[b + 3].median_us : t[b + 2].median_us;
+                    const int b = op == 1 && time_ag ? 6 : 0;
+                    const double fused = t[b].median_us, seq = t[b + 1].median_us, comm = t[b + 2].median_us,
+                                 gemm = t[b + 3].median_us, seq_em = t[b + 4].median_us, gemm_em = t[b + 5].median_us;
                     const double eff = fused / std::max(gemm, comm);
                     const char* name = op == 0 ? "ag_moe" : "moe_rs";
                     if (me == 0)
-                        std::printf("%-14s %6d %-8s %-7s %9.1f %9.1f %9.1f %9.1f %7.3f\n", m.name, T, rname, name,
-                                    fused, seq, gemm, comm, eff);
+                        std::printf("%-14s %6d %-8s %-7s %9.1f %9.1f %9.1f %9.1f %7.3f %9.1f %9.1f\n", m.name, T, rname,
+                                    name, fused, seq, gemm, comm, eff, seq_em, gemm_em);
                     const std::string row_shape =
                         fmt::format("{} {} tokens={} {} N={} K={}", name, m.name, T, rname, m.n, m.k);
-                    report.add_row({{"shape", row_shape},
-                                    {"op", name},
-                                    {"model", m.name},
-                                    {"n", m.n},
-                                    {"k", m.k},
-                                    {"n_loc", n_loc},
-                                    {"experts", m.e},
-                                    {"topk", m.topk},
-                                    {"tokens", T},
-                                    {"world", W},
-                                    {"routing", rname},
-                                    {"dtype", "bf16"},
-                                    {"algo", "fused"},
-                                    {"loom_us", fused},
-                                    {"gemm_alone_us", gemm},
-                                    {op == 0 ? "all_gather_alone_us" : "reduce_scatter_alone_us", comm},
-                                    {"overlap_efficiency", eff},
-                                    {"baselines", {{"loom_sequential", seq}}}});
+                    report.add_row(
+                        {{"shape", row_shape},
+                         {"op", name},
+                         {"model", m.name},
+                         {"n", m.n},
+                         {"k", m.k},
+                         {"n_loc", n_loc},
+                         {"experts", m.e},
+                         {"topk", m.topk},
+                         {"tokens", T},
+                         {"world", W},
+                         {"routing", rname},
+                         {"dtype", "bf16"},
+                         {"algo", "fused"},
+                         {"loom_us", fused},
+                         {"gemm_alone_us", gemm},
+                         {"gemm_expert_major_alone_us", gemm_em},
+                         {op == 0 ? "all_gather_alone_us" : "reduce_scatter_alone_us", comm},
+                         {"overlap_efficiency", eff},
+                         {"baselines", {{"loom_sequential", seq}, {"loom_sequential_expert_major", seq_em}}}});
                 }
                 if (tokens == 128 && (only_op.empty() || only_op == "moe_ar")) {
                     // moe_ar: a decode batch of T tokens that every rank holds whole (the same ids everywhere), the
@@ -599,7 +616,7 @@ int tp(const std::string& out_dir, int iters, bool quick, const std::string& onl
                          {"baselines", {{"loom_sequential", seq}}}});
                     for (void* p : {aroute, aids, ay}) cudaFree(p);
                 }
-                for (void* p : {x, w_up, w_down, h, part, y, xg, red, route, ids, idsg}) cudaFree(p);
+                for (void* p : {x, w_up, w_down, h, part, y, xg, red, route, eroute, ids, idsg}) cudaFree(p);
             }
         }
     }

@@ -13,9 +13,12 @@ events after an L2 flush, median of --iters runs; each row carries bench-moe's "
 {"torch_grouped_mm": us}. --fp8: torch._scaled_grouped_mm instead, fp8 e4m3 in (random values in [-1, 1)), row-wise
 fp32 scales of A [rows] and B [E, N] (ones), bf16 out, on bench-moe grouped-fp8's per-tensor rows ("... fp8e4m3"): as
 "torch_scaled_grouped_mm" with use_fast_accum (products summed in the tensor cores' accumulators, as Loom's per-tensor
-kernel sums them) and as "torch_scaled_grouped_mm_promoted" without. --merge-into FILE adds those times to the rows of bench-moe's report FILE by shape (every shape
-of FILE must have been timed here, except --fp8's block-scaled rows, which keep their own baselines), recomputes each
-row's speedup (baseline_us / loom_us) and appends this command to FILE's "command".
+kernel sums them) and as "torch_scaled_grouped_mm_promoted" without. loom.grouped_gemm of the same operands (fp8: scales
+of ones, per tensor) is timed in the same loop, each iteration running every call once in turn, so that torch and
+Loom see the same GPU state: "loom_us_with_torch". --merge-into FILE adds those times to the rows of bench-moe's report
+FILE by shape (every shape of FILE must have been timed here, except --fp8's block-scaled rows, which keep their own
+baselines), recomputes each row's speedup over the torch baselines from loom_us_with_torch (the others from bench-moe's
+own loom_us) and appends this command to FILE's "command".
 """
 import argparse
 import json
@@ -25,6 +28,8 @@ import subprocess
 import sys
 
 import torch
+
+import loom
 
 MODELS = [("Mixtral-8x7B", 14336, 4096, 8, 2), ("Mixtral-8x22B", 16384, 6144, 8, 2), ("Qwen1.5-MoE", 1408, 2048, 60, 4),
           ("DeepSeek-MoE", 1408, 2048, 64, 6), ("Qwen3-30B-A3B", 768, 2048, 128, 8)]
@@ -68,33 +73,54 @@ def load_report(path: str, shapes: set) -> dict:
 
 
 def merge_into(path: str, doc: dict, rows_out: list, command: str) -> None:
-    """Adds each row's baseline times to the row of the same shape in `doc` and writes it to `path`."""
-    times = {r["shape"]: r["baselines"] for r in rows_out}
+    """Adds each row's torch baseline times and loom_us_with_torch to the row of the same shape in `doc`, recomputes
+    its speedups and writes it to `path`."""
+    times = {r["shape"]: r for r in rows_out}
     for row in doc["rows"]:
-        row["baselines"].update(times.get(row["shape"], {}))
-        row["speedup"] = {name: us / row["loom_us"] for name, us in row["baselines"].items()}
+        mine = times.get(row["shape"])
+        if mine is not None:
+            row["baselines"].update(mine["baselines"])
+            row["loom_us_with_torch"] = mine["loom_us_with_torch"]
+        row["speedup"] = {name: us / (row["loom_us_with_torch"] if name in TORCH_BASELINES else row["loom_us"])
+                          for name, us in row["baselines"].items()}
     if command not in doc["command"]:
         doc["command"] += "; " + command
     with open(path, "w") as f:
         json.dump(doc, f, indent=2)
         f.write("\n")
-    print(f"merged {', '.join(sorted({b for t in times.values() for b in t}))} into {len(times)} rows of {path}")
+    print(f"merged {', '.join(sorted({b for t in times.values() for b in t['baselines']}))} and loom_us_with_torch "
+          f"into {len(times)} rows of {path}")
 
 
-def time_us(fn, iters: int) -> float:
+TORCH_BASELINES = ("torch_grouped_mm", "torch_scaled_grouped_mm", "torch_scaled_grouped_mm_promoted")
+
+
+def time_us(fns, iters: int) -> list:
+    """Median µs of each of `fns`, timed interleaved: every iteration runs each once, after an L2 flush."""
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     for _ in range(5):
-        fn()
-    times = []
+        for fn in fns:
+            fn()
+    times = [[] for _ in fns]
     for _ in range(iters):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
+        for fn, t in zip(fns, times):
+            flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            t.append(start.elapsed_time(end) * 1e3)
+    return [statistics.median(t) for t in times]
+
+
+def check_same(theirs, ours, rows: int, sizes: list, name: str) -> None:
+    """torch's and Loom's outputs agree (both are fp32 sums of the same products rounded to bf16): relative
+    Frobenius difference under 1e-2, so that the timings compare the same work."""
+    diff = (theirs.float() - ours.float()).norm() / max(theirs.float().norm().item(), 1e-30)
+    if not diff < 1e-2:
+        sys.exit(f"{name}: loom.grouped_gemm differs from torch's by {diff:.3g} (relative) on {rows} rows, "
+                 f"groups {sizes[:4]}...")
 
 
 def main():
@@ -120,6 +146,8 @@ def main():
                 rows = tokens * topk
                 sizes = routing(rows, e, skewed)
                 offs = torch.tensor(sizes, device="cuda", dtype=torch.int32).cumsum(0, dtype=torch.int32)
+                offs0 = torch.cat([torch.zeros(1, device="cuda", dtype=torch.int32), offs])  # Loom's: G + 1 offsets
+                out = torch.empty(rows, n, device="cuda", dtype=torch.bfloat16)
                 if args.fp8:
                     a = (torch.rand(rows, k, device="cuda") * 2 - 1).to(torch.float8_e4m3fn)
                     w = (torch.rand(e, n, k, device="cuda") * 2 - 1).to(torch.float8_e4m3fn)
@@ -129,22 +157,29 @@ def main():
                                                           out_dtype=torch.bfloat16, use_fast_accum=True)
                     promoted = lambda: torch._scaled_grouped_mm(a, w.transpose(-2, -1), sa, sb,  # noqa
                                                                 offs=offs, out_dtype=torch.bfloat16)
+                    one, ones_e = torch.ones(1, device="cuda"), torch.ones(e, device="cuda")
+                    mine = lambda: loom.grouped_gemm(a, w, offs0, out=out, scale_a=one, scale_b=ones_e)  # noqa
                 else:
                     a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
                     w = torch.randn(e, n, k, device="cuda", dtype=torch.bfloat16)
                     fn = lambda: torch._grouped_mm(a, w.transpose(-2, -1), offs=offs, out_dtype=torch.bfloat16)  # noqa
-                us = time_us(fn, args.iters)
+                    mine = lambda: loom.grouped_gemm(a, w, offs0, out=out)  # noqa
+                fns = [fn, mine] + ([promoted] if args.fp8 else [])
+                timed = time_us(fns, args.iters)
+                us, loom_us = timed[0], timed[1]
                 baselines = {baseline: us}
                 if args.fp8:
-                    baselines[baseline + "_promoted"] = time_us(promoted, args.iters)
+                    baselines[baseline + "_promoted"] = timed[2]
+                check_same(fn(), mine(), rows, sizes, name)
                 flops = 2.0 * rows * n * k
                 print(f"{name:14s} {tokens:6d} {'skewed' if skewed else 'uniform':8s} {us:9.1f} us "
-                      f"{flops / us / 1e6:7.1f} TFLOP/s")
+                      f"{flops / us / 1e6:7.1f} TFLOP/s  loom {loom_us:9.1f} us ({us / loom_us:.3f}x)")
                 rname = "skewed" if skewed else "uniform"
                 rows_out.append({"shape": shape_of(name, n, k, e, topk, tokens, rname, args.fp8), "model": name, "n": n,
                                  "k": k, "experts": e, "topk": topk, "tokens": tokens, "rows": rows, "routing": rname,
-                                 "dtype": "f8e4m3 row-wise" if args.fp8 else "bf16", "baselines": baselines})
-                del a, w
+                                 "dtype": "f8e4m3 row-wise" if args.fp8 else "bf16", "baselines": baselines,
+                                 "loom_us_with_torch": loom_us})
+                del a, w, out
     doc = {"op": "grouped_gemm_torch", "command": "python bench/moe_torch_grouped.py" + (" --fp8" if args.fp8 else ""),
            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,

@@ -156,16 +156,18 @@ def _layout(op: str, b_layout: str) -> bool:
 
 def ag_moe(x: Tensor, topk_idx: Tensor, topk_weights: Optional[Tensor], w_up: Tensor, *,
            num_experts: Optional[int] = None, routing: Optional[MoeRouting] = None, align: int = 1,
-           out: Optional[Tensor] = None, world=None, algo: str = "auto", b_layout: str = "nk",
-           activation: str = "none", alpha: float = 1.0, scale_a: Optional[Tensor] = None,
+           expert_major: bool = False, out: Optional[Tensor] = None, world=None, algo: str = "auto",
+           b_layout: str = "nk", activation: str = "none", alpha: float = 1.0, scale_a: Optional[Tensor] = None,
            scale_b: Optional[Tensor] = None, out_dtype: Optional[torch.dtype] = None) -> Tuple[Tensor, MoeRouting]:
     """The TP-MoE up projection: the grouped GEMM of every rank's tokens' routed rows with this rank's N-slice of every
     expert. x: this rank's tokens [T_loc, H]; topk_idx int32, topk_weights float32 or None: [T_loc, k]; w_up:
     [E, N_loc, H] or stacked [E * N_loc, H] (b_layout "kn": [E, H, N_loc] / [E * H, N_loc]). activation: "none",
     "swiglu" (out has N_loc / 2 columns), "gelu". routing: filled by the op for the gathered tokens (shape
-    (W * T_loc, k, E, W, align); None: a new one). out: [>= max_rows, N_loc] x's dtype or fp32 (new: [max_rows,
-    ...]), the grouped rows (rank r's tokens are groups [r E, (r + 1) E)). algo: "auto", "fused", "sequential".
-    Returns (out, routing): pass both to moe_rs."""
+    (W * T_loc, k, E, W, align): source-major groups, rank r's tokens are groups [r E, (r + 1) E); or ranks 1:
+    expert-major, group e holds every rank's tokens of expert e, so the GEMMs read each expert's weights once, for
+    Sequential only; None: a new one, ranks 1 if expert_major else W). out: [>= max_rows, N_loc] x's dtype or fp32
+    (new: [max_rows, ...]), the grouped rows. algo: "auto", "fused", "sequential". Returns (out, routing): pass both
+    to moe_rs."""
     op = "ag_moe"
     w = resolve(world)
     _matrix(x, op, "x")
@@ -175,7 +177,10 @@ def ag_moe(x: Tensor, topk_idx: Tensor, topk_weights: Optional[Tensor], w_up: Te
     if num_experts is None and routing is not None:
         num_experts = routing.num_experts
     w_up, e = _stacked(w_up, num_experts, op, "w_up")
-    want = (w.world_size * x.shape[0], topk_idx.shape[1], e, w.world_size, int(align))
+    ranks = 1 if expert_major else w.world_size
+    if routing is not None and routing.ranks in (1, w.world_size):
+        ranks = routing.ranks
+    want = (w.world_size * x.shape[0], topk_idx.shape[1], e, ranks, int(align))
     if routing is None:
         routing = moe_routing(*want[:3], ranks=want[3], align=want[4], device=x.device)
     else:
@@ -215,9 +220,9 @@ def moe_rs(rows: Tensor, w_down: Tensor, routing: MoeRouting, *, out: Optional[T
     routing.weights) of the grouped GEMM of rows [>= max_rows, K_loc] (ag_moe's out after the activation) with
     w_down: [E, H, K_loc] or stacked [E * H, K_loc], this rank's K-slice of every expert. routing: ag_moe's. Each rank
     receives its own tokens. out bf16 / fp16 / fp32 (default: rows' dtype). algo: "auto", "fused", "sequential"."""
-    if isinstance(routing, MoeRouting) and routing.ranks != resolve(world).world_size:
-        raise ValueError(f"moe_rs: routing must be ag_moe's (ranks = the world size {resolve(world).world_size}); "
-                         f"given ranks {routing.ranks}")
+    if isinstance(routing, MoeRouting) and routing.ranks not in (1, resolve(world).world_size):
+        raise ValueError(f"moe_rs: routing must be ag_moe's (ranks = the world size {resolve(world).world_size}, or "
+                         f"1: expert-major); given ranks {routing.ranks}")
     return _down("moe_rs", rows, w_down, routing, out, world, algo, b_layout, alpha, scale_a, scale_b, out_dtype,
                  lambda ws: routing.tokens // ws)
 

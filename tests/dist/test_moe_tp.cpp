@@ -7,6 +7,7 @@
 // argument. Run: loomrun -n N build/tests/loom_dist_tests --gtest_filter='MoeTp*'
 // Seeds are fixed so that every rank draws the same full inputs.
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <memory>
@@ -103,7 +104,8 @@ struct LayerRun {
     MatrixView xv, upv, hv, downv, yv;
     int rs_comm_sms = 0;  // moe_rs's TpMoeOptions::comm_sms
 
-    LayerRun(World& w, const Layer& layer, uint64_t seed) : L(layer), W(w.world_size()), r(w.rank()) {
+    // ranks: the routing's source ranks, the world size (source-major groups, 0 here) or 1 (expert-major).
+    LayerRun(World& w, const Layer& layer, uint64_t seed, int ranks = 0) : L(layer), W(w.world_size()), r(w.rank()) {
         const int T = L.t_loc * W, n_loc = L.N / W;
         auto round = [](std::vector<float> v) {
             for (float& f : v) f = test::bf16_to_float(test::float_to_bf16(f));
@@ -134,7 +136,7 @@ struct LayerRun {
                     down_r[(static_cast<std::size_t>(e) * L.H + c) * n_loc + n] =
                         down[(static_cast<std::size_t>(e) * L.H + c) * L.N + r * n_loc + n];
         }
-        shape = MoeRoutingShape{T, L.k, L.E, W};
+        shape = MoeRoutingShape{T, L.k, L.E, ranks > 0 ? ranks : W};
         d_x = std::make_unique<Dev>(x_r.size() * 2);
         d_idx = std::make_unique<Dev>(idx_r.size() * 4);
         d_w = std::make_unique<Dev>(w_r.size() * 4);
@@ -272,6 +274,38 @@ TEST_F(MoeTp, AgMoeThenMoeRsMatchReference) {
     run_layer(*w, stream, {96, 64, 16, 32 * W, 4, RoutingKind::Skewed}, seed + 10);
     run_layer(*w, stream, {33, 64, 8, 16 * W, 2, RoutingKind::OneExpert}, seed + 20);  // empty experts
     run_layer(*w, stream, {0, 64, 8, 16 * W, 2, RoutingKind::Uniform}, seed + 30);     // no tokens at all
+}
+
+// An expert-major routing (ranks 1: one group per expert over all gathered tokens): Auto runs Sequential, whose
+// grouped GEMMs read each expert's weights once; poisoned outputs, every element against the reference. Fused asked
+// for with it raises, naming the layout.
+TEST_F(MoeTp, ExpertMajorRoutingMatchesReference) {
+    const uint64_t seed = 2000;
+    const int W = w->world_size();
+    for (const Layer& L :
+         {Layer{64, 128, 8, 64 * W, 2, RoutingKind::Uniform}, Layer{17, 64, 16, 32 * W, 4, RoutingKind::Skewed},
+          Layer{1, 64, 8, 16 * W, 3, RoutingKind::OneExpert}, Layer{0, 64, 8, 16 * W, 2, RoutingKind::Uniform}}) {
+        SCOPED_TRACE(describe(L));
+        LayerRun run(*w, L, seed + L.t_loc, 1);
+        for (int i = 0; i < 3; ++i) run.call(*w, stream, TpMoeAlgo::Auto, TpMoeAlgo::Auto, true);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        run.check(run.y(), "expert-major, auto");
+        if (W < 2) continue;
+        for (int op = 0; op < 2; ++op) {
+            std::string what = "no error";
+            try {
+                run.call(*w, stream, op == 0 ? TpMoeAlgo::Fused : TpMoeAlgo::Sequential,
+                         op == 1 ? TpMoeAlgo::Fused : TpMoeAlgo::Sequential, false);
+            } catch (const Error& e) {
+                what = e.what();
+            }
+            EXPECT_NE(what.find(std::string(op == 0 ? "ag_moe" : "moe_rs") +
+                                ": opts.algo: fused cannot run here: it needs a routing of per-source-rank groups"),
+                      std::string::npos)
+                << what;
+        }
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    }
 }
 
 TEST_F(MoeTp, FusedMatchesSequentialAndReference) {
@@ -617,6 +651,18 @@ TEST_F(MoeTp, BadInputsNameTheArgument) {
         moe_ar(*w, outv, {up.p, DType::BF16, 4 * 64, 16}, routing, {x.p, DType::BF16, 8 * W, 64}, stream);
     });
     EXPECT_NE(e4.find("moe_ar: routing ranks: expected 1"), std::string::npos) << e4;
+    if (W > 2) {  // neither the world size nor 1
+        const MoeRoutingShape two{8 * W, 2, 4, 2};
+        Dev route2(moe_routing_bytes(two));
+        const MoeRouting r2 = moe_routing_view(two, route2.p, moe_routing_bytes(two));
+        const std::string e = msg([&] {
+            ag_moe(*w, xv, idx.as<int32_t>(), nullptr, {up.p, DType::BF16, 4 * 16, 64}, r2, outv, stream);
+        });
+        EXPECT_NE(
+            e.find(fmt::format("ag_moe: routing ranks: expected the world size {} (source-major groups) or 1", W)),
+            std::string::npos)
+            << e;
+    }
     // A fused call that cannot run names why.
     const MoeRoutingShape one{8, 2, 4};
     Dev route1(moe_routing_bytes(one));

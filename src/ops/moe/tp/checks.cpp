@@ -34,6 +34,14 @@ ExpertDims expert_dims(const char* op, const char* arg, const MatrixView& w, int
     return layout == BLayout::NK ? ExpertDims{per, w.cols} : ExpertDims{w.cols, per};
 }
 
+// ag_moe's and moe_rs's routing: source-major (ranks = W, group r x E + e) or expert-major (ranks = 1, group e).
+void check_layout_ranks(const char* op, const MoeRoutingShape& s, int W) {
+    LOOM_CHECK(s.ranks == W || s.ranks == 1,
+               "{}: routing ranks: expected the world size {} (source-major groups) or 1 (expert-major groups), "
+               "given {}",
+               op, W, s.ranks);
+}
+
 }  // namespace
 
 void check_ag_moe(const AgMoeCall& c) {
@@ -42,7 +50,7 @@ void check_ag_moe(const AgMoeCall& c) {
     check_routing(op, c.routing);
     const MoeRoutingShape& s = c.routing.shape;
     check_view(op, "x", c.x, true);
-    LOOM_CHECK(s.ranks == W, "{}: routing ranks: expected the world size {}, given {}", op, W, s.ranks);
+    check_layout_ranks(op, s, W);
     LOOM_CHECK(s.tokens == W * c.x.rows, "{}: routing tokens: expected world size x x's rows = {} x {}, given {}", op,
                W, c.x.rows, s.tokens);
     LOOM_CHECK(c.topk_idx != nullptr || c.x.rows == 0, "{}: topk_idx: expected device int32 [{}, {}], given null", op,
@@ -89,8 +97,7 @@ void check_down(const char* op, const MoeDownCall& c, int64_t out_rows) {
 
 void check_moe_rs(const MoeDownCall& c) {
     const int W = c.world->world_size();
-    LOOM_CHECK(c.routing.shape.ranks == W, "moe_rs: routing ranks: expected the world size {}, given {}", W,
-               c.routing.shape.ranks);
+    check_layout_ranks("moe_rs", c.routing.shape, W);
     check_down("moe_rs", c, c.routing.shape.tokens / W);
 }
 
