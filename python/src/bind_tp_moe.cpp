@@ -160,7 +160,7 @@ void bind_tp_moe(nb::module_& m) {
             const MatrixView vx = as_matrix(x, op, "x"), vw = as_matrix(w_up, op, "w_up"),
                              vo = as_matrix(out, op, "out");
             const MoeRoutingShape s = routing_shape(shape);
-            const TopK k = topk_args(idx, weights, s, s.ranks, op);
+            const TopK k = topk_args(idx, weights, s, h.world.world_size(), op);  // this rank's T_loc = T / W rows
             const MoeRouting r = routing_of(buffer, shape, op);
             const TpMoeOptions o = tp_options(op, algo, b_kn, activation, alpha, scale_a, scale_b);
             nb::gil_scoped_release unlocked;
