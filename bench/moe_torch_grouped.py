@@ -190,7 +190,8 @@ def main():
             json.dump(doc, f, indent=1)
     if report is not None:
         merge_into(args.merge_into, report, rows_out,
-                   f"python bench/moe_torch_grouped.py {'--fp8 ' if args.fp8 else ''}--merge-into {args.merge_into}")
+                   f"python bench/moe_torch_grouped.py {'--fp8 ' if args.fp8 else ''}"
+                   f"{f'--iters {args.iters} ' if args.iters != 30 else ''}--merge-into {args.merge_into}")
 
 
 if __name__ == "__main__":

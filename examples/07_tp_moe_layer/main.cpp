@@ -3,12 +3,14 @@
 // (stacked as one [2 I / W, H] weight, gate rows first: the grouped GEMM's SwiGLU epilogue multiplies silu(gate) by up)
 // and the same columns of w_down [H, I]. Then
 //   loom::ag_moe  gathers every rank's routed tokens and multiplies them with this rank's gate / up slices, SwiGLU in
-//                 the epilogue: h [rows, I / W] in the (source rank, expert)-sorted layout it also returns (`routing`);
+//                 the epilogue: h [rows, I / W] in the expert-sorted layout it also returns (`routing`, ranks 1: one
+//                 group per expert over every rank's tokens, so the GEMMs read each expert's weights once);
 //   loom::moe_rs  multiplies h with this rank's down slice, reduces each token's top-k rows with its weights and sums
 //                 the ranks' partial products into the token's owner: y [T_loc, H].
-// With default options both run their fused algorithm (communication overlapped with the grouped GEMMs) where it
-// applies. Verification: rank r's tokens against a plain per-token, per-expert loop on the host in double precision
-// (every rank regenerates every rank's inputs from their seeds), every element.
+// With this routing both run their Sequential algorithm (Loom's collectives around the grouped GEMMs), the fastest
+// measured on ranks sharing a GPU (docs/moe.md); the fused algorithms need a routing of per-source-rank groups
+// ({T, k, E, W}). Verification: rank r's tokens against a plain per-token, per-expert loop on the host in
+// double precision (every rank regenerates every rank's inputs from their seeds), every element.
 //   loomrun -n 4 build/examples/07_tp_moe_layer [T_loc H I E k]
 #include <cuda_runtime.h>
 
@@ -112,7 +114,7 @@ int main(int argc, char** argv) {
         std::vector<float> wts;
         routing_of(me, t_loc, E, k, ids, wts);
 
-        const loom::MoeRoutingShape shape{t_loc * W, k, E, W};
+        const loom::MoeRoutingShape shape{t_loc * W, k, E};  // expert-major (ranks 1)
         void* d_route = nullptr;
         LOOM_CHECK_CUDA(cudaMalloc(&d_route, loom::moe_routing_bytes(shape)));
         const loom::MoeRouting routing = loom::moe_routing_view(shape, d_route, loom::moe_routing_bytes(shape));

@@ -1,7 +1,8 @@
 // The TP-MoE ops' Sequential algorithm: Loom's collectives around the routing utilities and grouped_gemm, one after
 // the other on the stream (no overlap). The baseline the fused algorithms are measured against.
 //
-//   ag_moe  all_gather x, topk_idx, topk_weights -> moe_route (W x E groups) -> moe_permute -> grouped_gemm
+//   ag_moe  all_gather x, topk_idx, topk_weights -> moe_route (the routing's groups: E or W x E) -> moe_permute ->
+//           grouped_gemm
 //   moe_rs  grouped_gemm -> moe_topk_reduce over all W x T_loc tokens -> reduce_scatter to the token owners
 //   moe_ar  grouped_gemm -> moe_topk_reduce -> all_reduce
 #include <algorithm>
