@@ -85,7 +85,15 @@ Settings settings_from(const EnvLookup& env) {
         const double pct = std::atof(v->c_str());
         s.mps_thread_percentage = pct > 0 && pct <= 100 ? static_cast<int>(pct) : 0;
     }
+    s.nvshmem_cumem_granularity = env_bytes(env, "NVSHMEM_CUMEM_GRANULARITY", s.nvshmem_cumem_granularity);
+    LOOM_CHECK(s.nvshmem_cumem_granularity > 0, "NVSHMEM_CUMEM_GRANULARITY: expected a size > 0, given 0");
     return s;
+}
+
+std::size_t symmetric_heap_bytes(std::size_t requested, int num_nodes, const Settings& s) {
+    if (num_nodes <= 1) return requested;
+    const std::size_t g = s.nvshmem_cumem_granularity;
+    return (requested + g - 1) / g * g;
 }
 
 const Settings& settings() { return process_settings(); }

@@ -243,7 +243,8 @@ void World::init(const RankInfo& info, const WorldOptions& opts) {
     w.wait_timeout_ns = static_cast<std::uint64_t>(settings().wait_timeout.count()) * 1000000ull;
 
     if (opts.create_heap) {
-        const std::size_t bytes = opts.symmetric_size ? opts.symmetric_size : settings().symmetric_size;
+        const std::size_t bytes = symmetric_heap_bytes(
+            opts.symmetric_size ? opts.symmetric_size : settings().symmetric_size, w.info.num_nodes(), settings());
         w.heap = std::make_unique<SymmetricHeap>(*w.store, w.info, w.device, bytes);
         w.allocator = std::make_unique<detail::HeapAllocator>(w.heap->size());
         // Several nodes: peers on other nodes reach this heap through NVSHMEM. The heap itself stays the fd-mapped

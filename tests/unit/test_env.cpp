@@ -318,6 +318,21 @@ TEST(Settings, EachVariable) {
     EXPECT_EQ(s.mps_thread_percentage, 25);
 }
 
+// A World of several nodes rounds its heap up to NVSHMEM's registration unit (NVSHMEM_CUMEM_GRANULARITY, 512 MiB by
+// default), which cannot map a buffer of another size; one node keeps the size asked for.
+TEST(Settings, HeapBytesFollowNvshmemGranularity) {
+    const loom::Settings s = settings_of({});
+    EXPECT_EQ(s.nvshmem_cumem_granularity, std::size_t{512} << 20);
+    const std::size_t odd = (std::size_t{700} << 20) + 12345;
+    EXPECT_EQ(loom::symmetric_heap_bytes(odd, 1, s), odd);
+    EXPECT_EQ(loom::symmetric_heap_bytes(odd, 2, s), std::size_t{1024} << 20);
+    EXPECT_EQ(loom::symmetric_heap_bytes(std::size_t{1} << 30, 4, s), std::size_t{1} << 30);
+    const loom::Settings g = settings_of({{"NVSHMEM_CUMEM_GRANULARITY", "2g"}});
+    EXPECT_EQ(g.nvshmem_cumem_granularity, std::size_t{2} << 30);
+    EXPECT_EQ(loom::symmetric_heap_bytes(std::size_t{1} << 30, 2, g), std::size_t{2} << 30);
+    EXPECT_THROW(settings_of({{"NVSHMEM_CUMEM_GRANULARITY", "0"}}), loom::Error);
+}
+
 TEST(Settings, FallbacksAndEmptyValues) {
     // The cache: LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, else ~/.cache/loom, else /tmp/.cache/loom.
     EXPECT_EQ(settings_of({{"XDG_CACHE_HOME", "/xdg"}, {"HOME", "/home/u"}}).cache_dir, "/xdg/loom");

@@ -60,7 +60,14 @@ struct Settings {
                                                         // signature across ranks first (runtime/call_agreement.hpp)
     std::string profile_dir;                            // LOOM_PROFILE: profiled kernels, traces written here
     int mps_thread_percentage = 0;                      // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (MPS's; 0: unset)
+    // NVSHMEM_CUMEM_GRANULARITY (NVSHMEM's, 512 MiB by default): NVSHMEM maps a registered buffer into its symmetric
+    // space in units of it, so a World of several nodes rounds its heap up to a multiple of it.
+    std::size_t nvshmem_cumem_granularity = std::size_t{1} << 29;
 };
+
+// Bytes of each rank's symmetric heap for `requested` bytes in a World of `num_nodes` nodes: requested, rounded up to
+// a multiple of s.nvshmem_cumem_granularity where NVSHMEM registers the heap (several nodes).
+std::size_t symmetric_heap_bytes(std::size_t requested, int num_nodes, const Settings& s);
 
 // The process's settings, parsed from the environment on first use and never again; raises loom::Error naming a
 // malformed variable (and parses again on the next call). Cheap after the first call.
