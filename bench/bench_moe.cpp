@@ -25,7 +25,8 @@
 // Sequential, moe_rs Fused and Sequential, and the parts alone — all_gather of x and the ids, the grouped GEMMs,
 // reduce_scatter of the [T, K] reduced rows — for the overlap efficiency fused / max(GEMM alone, communication alone);
 // also both ops' Sequential with an expert-major routing (ranks 1: E groups, each expert's weights read once, where
-// the W x E groups Fused needs read them once per source rank) and its grouped GEMMs alone;
+// the W x E groups ag_moe Fused needs read them once per source rank) and its grouped GEMMs alone, and moe_rs Fused
+// on it (a row of its own, shape "... expert-major");
 // at 128 tokens also moe_ar Fused and Sequential on a decode batch every rank holds whole (the parts: the grouped GEMM,
 // all_reduce of [T, K]). Rows go to DIR/moe.json (rank 0). --quick: Mixtral-8x7B and Qwen3-30B-A3B only; --op
 // ag_moe | moe_rs | moe_ar: that op only (and its parts); --tokens T: that batch only (any T); --comm-sms N: moe_rs
@@ -505,7 +506,8 @@ int tp(const std::string& out_dir, int iters, bool quick, const std::string& onl
                 ag(TpMoeAlgo::Sequential, routing)(stream);
                 const bool time_ag = only_op.empty() || only_op == "ag_moe";
                 const bool time_rs = only_op.empty() || only_op == "moe_rs";
-                // Per op: Fused, Sequential, communication alone, GEMM alone, expert-major Sequential and its GEMM.
+                // Per op: Fused, Sequential, communication alone, GEMM alone, expert-major Sequential and its GEMM;
+                // moe_rs also Fused on the expert-major routing.
                 std::vector<std::function<void(cudaStream_t)>> ops;
                 if (time_ag) {
                     ag(TpMoeAlgo::Fused, routing)(stream);
@@ -516,9 +518,10 @@ int tp(const std::string& out_dir, int iters, bool quick, const std::string& onl
                     rs(TpMoeAlgo::Sequential, routing)(stream);
                     rs(TpMoeAlgo::Fused, routing)(stream);
                     rs(TpMoeAlgo::Sequential, erouting)(stream);
-                    ops.insert(ops.end(),
-                               {rs(TpMoeAlgo::Fused, routing), rs(TpMoeAlgo::Sequential, routing), scatter,
-                                gemm_down(routing), rs(TpMoeAlgo::Sequential, erouting), gemm_down(erouting)});
+                    rs(TpMoeAlgo::Fused, erouting)(stream);
+                    ops.insert(ops.end(), {rs(TpMoeAlgo::Fused, routing), rs(TpMoeAlgo::Sequential, routing), scatter,
+                                           gemm_down(routing), rs(TpMoeAlgo::Sequential, erouting), gemm_down(erouting),
+                                           rs(TpMoeAlgo::Fused, erouting)});
                 }
                 LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
                 std::vector<loom::bench::Timing> t;
@@ -556,6 +559,34 @@ int tp(const std::string& out_dir, int iters, bool quick, const std::string& onl
                          {op == 0 ? "all_gather_alone_us" : "reduce_scatter_alone_us", comm},
                          {"overlap_efficiency", eff},
                          {"baselines", {{"loom_sequential", seq}, {"loom_sequential_expert_major", seq_em}}}});
+                    if (op == 0) continue;
+                    // moe_rs Fused on the expert-major routing: the expert-major GEMM, then the fused reduce.
+                    const double fused_em = t[b + 6].median_us, eff_em = fused_em / std::max(gemm_em, comm);
+                    if (me == 0)
+                        std::printf("%-14s %6d %-8s %-7s %9.1f %9.1f %9.1f %9.1f %7.3f (expert-major)\n", m.name, T,
+                                    rname, name, fused_em, seq_em, gemm_em, comm, eff_em);
+                    report.add_row({{"shape", row_shape + " expert-major"},
+                                    {"op", name},
+                                    {"model", m.name},
+                                    {"n", m.n},
+                                    {"k", m.k},
+                                    {"n_loc", n_loc},
+                                    {"experts", m.e},
+                                    {"topk", m.topk},
+                                    {"tokens", T},
+                                    {"world", W},
+                                    {"routing", rname},
+                                    {"layout", "expert-major"},
+                                    {"dtype", "bf16"},
+                                    {"algo", "fused"},
+                                    {"loom_us", fused_em},
+                                    {"gemm_alone_us", gemm_em},
+                                    {"reduce_scatter_alone_us", comm},
+                                    {"overlap_efficiency", eff_em},
+                                    {"baselines",
+                                     {{"loom_sequential_expert_major", seq_em},
+                                      {"loom_sequential", seq},
+                                      {"loom_fused_source_major", fused}}}});
                 }
                 if (tokens == 128 && (only_op.empty() || only_op == "moe_ar")) {
                     // moe_ar: a decode batch of T tokens that every rank holds whole (the same ids everywhere), the

@@ -277,8 +277,9 @@ TEST_F(MoeTp, AgMoeThenMoeRsMatchReference) {
 }
 
 // An expert-major routing (ranks 1: one group per expert over all gathered tokens): Auto runs Sequential, whose
-// grouped GEMMs read each expert's weights once; poisoned outputs, every element against the reference. Fused asked
-// for with it raises, naming the layout.
+// grouped GEMMs read each expert's weights once; moe_rs Fused runs on it too (its reduce after the GEMM, no side
+// blocks). Poisoned outputs, every element against the reference. ag_moe Fused, and moe_rs's side blocks, asked for
+// with it raise, naming the layout.
 TEST_F(MoeTp, ExpertMajorRoutingMatchesReference) {
     const uint64_t seed = 2000;
     const int W = w->world_size();
@@ -291,7 +292,11 @@ TEST_F(MoeTp, ExpertMajorRoutingMatchesReference) {
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
         run.check(run.y(), "expert-major, auto");
         if (W < 2) continue;
+        for (int i = 0; i < 3; ++i) run.call(*w, stream, TpMoeAlgo::Sequential, TpMoeAlgo::Fused, true);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        run.check(run.y(), "expert-major, fused moe_rs");
         for (int op = 0; op < 2; ++op) {
+            run.rs_comm_sms = op == 1 ? 1 : 0;
             std::string what = "no error";
             try {
                 run.call(*w, stream, op == 0 ? TpMoeAlgo::Fused : TpMoeAlgo::Sequential,
@@ -299,12 +304,17 @@ TEST_F(MoeTp, ExpertMajorRoutingMatchesReference) {
             } catch (const Error& e) {
                 what = e.what();
             }
-            EXPECT_NE(what.find(std::string(op == 0 ? "ag_moe" : "moe_rs") +
-                                ": opts.algo: fused cannot run here: it needs a routing of per-source-rank groups"),
-                      std::string::npos)
-                << what;
+            const std::string want =
+                op == 0 ? "ag_moe: opts.algo: fused cannot run here: it needs a routing of per-source-rank groups"
+                        : "moe_rs: opts.comm_sms: reduce blocks beside the GEMM wait for a source rank's tiles";
+            EXPECT_NE(what.find(want), std::string::npos) << what;
         }
+        run.rs_comm_sms = 0;
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        // Fused after the refused calls: the state they left is whole.
+        run.call(*w, stream, TpMoeAlgo::Sequential, TpMoeAlgo::Fused, true);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        run.check(run.y(), "expert-major, fused moe_rs after the refused calls");
     }
 }
 

@@ -6,6 +6,8 @@
 // Both launches claim items from one counter: per source rank in the GEMM's order, chunks of its tokens (once its
 // tiles are stored: the top-k reduce, rounded to out's type, into slot me of its receive half e % 2; the chunk that
 // completes the rank sets reduced[me] := e there), then chunks of this rank's tokens summed over the W slots into out.
+// An expert-major routing (ranks 1) runs no side blocks: they wait for a source rank's tiles, and its tiles mix the
+// source ranks; the reduce after the GEMM reads any layout through dest_rows.
 // Reuse of half e % 2: a peer q writes into this rank's half again in call e + 2, after its reduce of call e + 1
 // waited for this rank's send of call e + 1, which follows both of this rank's launches of call e (the half's
 // readers) in stream order.
@@ -43,16 +45,22 @@ struct FusedRsState final : overlap::SignalState<kernels::moe::MoeRsSignals> {
 void moe_rs_fused(const MoeDownCall& c) {
     World& world = *c.world;
     const char* op = "moe_rs";
-    FusedRsState& st = overlap::op_state<FusedRsState>(world, op, c.captured);
     const MoeRoutingShape& s = c.routing.shape;
     const int W = world.world_size(), me = world.local_rank();
+    const bool source_major = s.ranks == W;
+    LOOM_CHECK(source_major || c.opts.comm_sms <= 0,
+               "moe_rs: opts.comm_sms: reduce blocks beside the GEMM wait for a source rank's tiles, which need a "
+               "routing of per-source-rank groups (ranks = the world size {}); this one has ranks = {}: expected "
+               "comm_sms <= 0, given {}",
+               W, s.ranks, c.opts.comm_sms);
+    FusedRsState& st = overlap::op_state<FusedRsState>(world, op, c.captured);
     const int64_t t_loc = c.out.rows, H = c.out.cols;
     if (t_loc == 0 || s.max_rows() == 0) return;  // every rank has no tokens (T_loc is the same everywhere)
 
     const std::size_t half = overlap::ensure_parity_halves(
         world, st.buf, static_cast<std::size_t>(W) * static_cast<std::size_t>(t_loc * H) * dtype_size(c.out.dtype));
     const FusedDown f =
-        plan_fused_down(c, op, st.partial, t_loc, W, "loom::kernels::moe::moe_rs_reduce_send", /*side=*/true);
+        plan_fused_down(c, op, st.partial, t_loc, W, "loom::kernels::moe::moe_rs_reduce_send", source_major);
 
     const uint64_t epoch = ++st.calls;
     st.ticket_total += static_cast<uint64_t>(f.chunks);

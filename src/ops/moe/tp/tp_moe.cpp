@@ -16,7 +16,7 @@ bool capturing(cudaStream_t stream) {
 }
 
 // The facts the choice needs (source_groups: the routing has the groups the fused algorithm needs, per source rank for
-// ag_moe and moe_rs, any for moe_ar); the device's only when a fused algorithm may run (its state is collective: every
+// ag_moe, any for moe_rs and moe_ar); the device's only when a fused algorithm may run (its state is collective: every
 // rank asks in the same calls, since the same options and world reach the same branch).
 TpMoeAlgo choose(const char* op, TpMoeAlgo requested, World& world, bool captured, const MoeRoutingShape& shape,
                  bool source_groups) {
@@ -67,8 +67,7 @@ void moe_rs(World& world, const MatrixView& rows, const MatrixView& w_down, cons
             const MatrixView& out, cudaStream_t stream, const TpMoeOptions& opts) {
     moe::MoeDownCall c{&world, rows, w_down, out, routing, stream, opts, capturing(stream)};
     moe::check_moe_rs(c);
-    switch (
-        choose("moe_rs", opts.algo, world, c.captured, c.routing.shape, c.routing.shape.ranks == world.world_size())) {
+    switch (choose("moe_rs", opts.algo, world, c.captured, c.routing.shape, true)) {
         case TpMoeAlgo::Fused:
             moe::moe_rs_fused(c);
             break;
