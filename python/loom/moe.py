@@ -164,11 +164,10 @@ def ag_moe(x: Tensor, topk_idx: Tensor, topk_weights: Optional[Tensor], w_up: Te
     [E, N_loc, H] or stacked [E * N_loc, H] (b_layout "kn": [E, H, N_loc] / [E * H, N_loc]). activation: "none",
     "swiglu" (out has N_loc / 2 columns), "gelu". routing: filled by the op for the gathered tokens (shape
     (W * T_loc, k, E, W, align): source-major groups, rank r's tokens are groups [r E, (r + 1) E); or ranks 1:
-    expert-major, group e holds every rank's tokens of expert e, so the GEMMs read each expert's weights once, for
-    Sequential only; None: a new one, ranks 1 if expert_major, W if not; expert_major None: ranks 1 unless algo is
-    "fused"). out: [>= max_rows, N_loc] x's dtype or fp32
-    (new: [max_rows, ...]), the grouped rows. algo: "auto", "fused", "sequential". Returns (out, routing): pass both
-    to moe_rs."""
+    expert-major, group e holds every rank's tokens of expert e, so the GEMMs read each expert's weights once (ag_moe
+    then runs Sequential; moe_rs either); None: a new one, ranks 1 if expert_major, W if not; expert_major None:
+    ranks 1 unless algo is "fused"). out: [>= max_rows, N_loc] x's dtype or fp32 (new: [max_rows, ...]), the grouped
+    rows. algo: "auto", "fused", "sequential". Returns (out, routing): pass both to moe_rs."""
     op = "ag_moe"
     w = resolve(world)
     _matrix(x, op, "x")

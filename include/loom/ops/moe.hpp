@@ -129,8 +129,9 @@ void moe_topk_reduce(const MatrixView& rows, const MoeRouting& routing, const Ma
 //            decode batch every rank holds whole
 
 enum class TpMoeAlgo {
-    Auto,        // Fused where it applies (ag_moe / moe_rs: world > 1, one node, sm_90, not capturing, a source-major
-                 // routing) for calls of 2048 routed rows (gathered tokens x top-k) or more, else Sequential
+    Auto,        // Fused where it applies (ag_moe / moe_rs: world > 1, one node, sm_90, not capturing; ag_moe: a
+                 // source-major routing) for calls of 2048 routed rows (gathered tokens x top-k) or more, else
+                 // Sequential
     Sequential,  // Loom's collectives (all_gather / reduce_scatter / all_reduce) around the routing utilities and
                  // grouped_gemm: no overlap
     Fused,       // ag_moe: each rank pushes its own tokens' routed rows to every rank while the grouped GEMM consumes
@@ -147,16 +148,17 @@ struct TpMoeOptions {
     GroupedGemmOptions gemm{};  // the grouped GEMM's options (ag_moe: e.g. activation = SwiGLU); max_rows is set by
                                 // the op
     int comm_sms = 0;  // moe_rs Fused: reduce blocks beside the GEMM; 0: sized by the work that becomes ready while the
-                       // GEMM runs (at most a quarter of the SMs), none where ranks share a GPU; < 0: none (the GEMM
-                       // takes every SM, the reduce runs after it); at most the usable SMs - 1
+                       // GEMM runs (at most a quarter of the SMs), none where ranks share a GPU or the routing is
+                       // expert-major; < 0: none (the GEMM takes every SM, the reduce runs after it); at most the
+                       // usable SMs - 1; > 0 needs a source-major routing
 };
 
 // x: [T_loc, H] this rank's tokens; topk_idx, topk_weights: [T_loc, k] (device int32 / fp32; weights may be null:
 // 1); w_up: E experts' N-slices stacked, [E x N_loc, H] (GroupedGemmOptions::b_layout NK; KN: [E x H, N_loc]);
 // routing: a routing of shape {W x T_loc, k, E, ranks, align} (moe_routing_view), which the op fills for the gathered
 // tokens (rank r's tokens are rows [r x T_loc, ...) of the gathered x): ranks 1, expert-major (group e: every rank's
-// tokens routed to expert e; each expert's weights read once per tile of its rows; Sequential only, the fastest
-// measured), or ranks W, source-major (group r x E + e: rank r's tokens routed to e; the fused algorithms need it);
+// tokens routed to expert e; each expert's weights read once per tile of its rows; ag_moe Sequential only, the
+// fastest measured), or ranks W, source-major (group r x E + e: rank r's tokens routed to e; ag_moe Fused needs it);
 // out: [>= routing max_rows, N_loc] (N_loc / 2 with SwiGLU), x's dtype or fp32 — the grouped rows.
 void ag_moe(World& world, const MatrixView& x, const int32_t* topk_idx, const float* topk_weights,
             const MatrixView& w_up, const MoeRouting& routing, const MatrixView& out, cudaStream_t stream,
