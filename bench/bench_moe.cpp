@@ -458,6 +458,9 @@ int tp(const std::string& out_dir, int iters, bool quick, const std::string& onl
                 void* ids = dev_alloc(ids_h.size() * 4);
                 void* idsg = dev_alloc(ids_h.size() * 4 * W);
                 LOOM_CHECK_CUDA(cudaMemcpy(ids, ids_h.data(), ids_h.size() * 4, cudaMemcpyHostToDevice));
+                // dev_alloc's fills and the upload ran on the legacy stream (a pageable upload may still be in flight
+                // when cudaMemcpy returns), which `stream` (non-blocking) does not wait for.
+                LOOM_CHECK_CUDA(cudaDeviceSynchronize());
                 const loom::MoeRouting routing = loom::moe_routing_view(shape, route, loom::moe_routing_bytes(shape));
                 const loom::MoeRouting erouting =
                     loom::moe_routing_view(eshape, eroute, loom::moe_routing_bytes(eshape));
@@ -597,6 +600,7 @@ int tp(const std::string& out_dir, int iters, bool quick, const std::string& onl
                     void* aids = dev_alloc(aids_h.size() * 4);
                     void* ay = dev_alloc(static_cast<std::size_t>(T) * m.k * 2);
                     LOOM_CHECK_CUDA(cudaMemcpy(aids, aids_h.data(), aids_h.size() * 4, cudaMemcpyHostToDevice));
+                    LOOM_CHECK_CUDA(cudaDeviceSynchronize());  // as above
                     const loom::MoeRouting ar_routing =
                         loom::moe_routing_view(ashape, aroute, loom::moe_routing_bytes(ashape));
                     loom::moe_route(static_cast<int32_t*>(aids), nullptr, ar_routing, stream);

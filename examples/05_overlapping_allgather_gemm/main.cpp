@@ -57,6 +57,8 @@ int main(int argc, char** argv) {
         LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, m * n * 2));  // NaN: unwritten elements fail
         cudaStream_t s;
         LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        // The uploads above ran on the legacy default stream, which a non-blocking stream does not wait for.
+        LOOM_CHECK_CUDA(cudaDeviceSynchronize());
         world.barrier();
 
         loom::AgGemmOptions o;

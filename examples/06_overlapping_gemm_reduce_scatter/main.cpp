@@ -51,6 +51,8 @@ int main(int argc, char** argv) {
         LOOM_CHECK_CUDA(cudaMemset(c, 0xFF, rows * n * 2));
         cudaStream_t s;
         LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        // The uploads above ran on the legacy default stream, which a non-blocking stream does not wait for.
+        LOOM_CHECK_CUDA(cudaDeviceSynchronize());
         world.barrier();
         loom::gemm_rs(world, {a, loom::DType::BF16, m, k, 0}, {b, loom::DType::BF16, n, k, 0},
                       {c, loom::DType::BF16, rows, n, 0}, s);

@@ -124,6 +124,8 @@ int main(int argc, char** argv) {
         LOOM_CHECK_CUDA(cudaMalloc(&d_y, std::max<std::size_t>(static_cast<std::size_t>(t_loc) * H * 4, 256)));
         cudaStream_t s;
         LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        // The uploads above ran on the legacy default stream, which a non-blocking stream does not wait for.
+        LOOM_CHECK_CUDA(cudaDeviceSynchronize());
 
         loom::TpMoeOptions up_opts;
         up_opts.gemm.activation = loom::MoeActivation::SwiGLU;

@@ -111,6 +111,8 @@ int main(int argc, char** argv) {
         LOOM_CHECK_CUDA(cudaMemset(out, 0xFF, R * hidden * 2));
         cudaStream_t s;
         LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        // The uploads above ran on the legacy default stream, which a non-blocking stream does not wait for.
+        LOOM_CHECK_CUDA(cudaDeviceSynchronize());
 
         // 1. Project and redistribute: this rank's heads, the whole sequence.
         loom::qkv_gemm_a2a(world, {x, loom::DType::BF16, R, hidden, 0}, {wqkv, loom::DType::BF16, qkv_rows, hidden, 0},
@@ -132,10 +134,12 @@ int main(int argc, char** argv) {
         std::vector<uint16_t> ho(dout.size());
         for (std::size_t i = 0; i < ho.size(); ++i) ho[i] = loom::float_to_bf16(static_cast<float>(dout[i]));
         LOOM_CHECK_CUDA(cudaMemcpy(o, ho.data(), ho.size() * 2, cudaMemcpyHostToDevice));
+        LOOM_CHECK_CUDA(cudaDeviceSynchronize());  // the upload (legacy stream) before s reads it
 
         // 3. Back to this rank's tokens, and the output projection.
         loom::a2a_o_gemm(world, {o, loom::DType::BF16, S, hq_loc * D, 0},
                          {wo, loom::DType::BF16, hidden, heads.q * D, 0}, {out, loom::DType::BF16, R, hidden, 0}, s);
+        LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
         std::vector<uint16_t> got(R * hidden);
         LOOM_CHECK_CUDA(cudaMemcpy(got.data(), out, got.size() * 2, cudaMemcpyDeviceToHost));
 

@@ -104,6 +104,8 @@ int main(int argc, char** argv) {
              *d_down = upload(to_bf16(down_r)), *d_y = upload(std::vector<uint16_t>(static_cast<std::size_t>(T) * H));
         cudaStream_t s;
         LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        // The uploads above ran on the legacy default stream, which a non-blocking stream does not wait for.
+        LOOM_CHECK_CUDA(cudaDeviceSynchronize());
 
         // Dispatch (auto capacity: the host learns the rows to allocate for the expert outputs).
         const loom::EpHandle hd = loom::ep_dispatch(world, {d_x, loom::DType::BF16, T, H}, static_cast<int32_t*>(d_ids),
