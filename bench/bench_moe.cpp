@@ -530,6 +530,28 @@ int tp(const std::string& out_dir, int iters, bool quick, const std::string& onl
                 std::vector<loom::bench::Timing> t;
                 if (!ops.empty()) t = loom::bench::time_ops(ops, stream, topts);
                 const char* rname = skewed ? "skewed" : "uniform";
+                // A row of op `name` (the fused algorithm's time `fused_us`): the shape's common fields, then `extra`.
+                const auto tp_row = [&](const std::string& shape, const char* name, double fused_us, double gemm_us,
+                                        double eff, nlohmann::json extra) {
+                    nlohmann::json row = {{"shape", shape},
+                                          {"op", name},
+                                          {"model", m.name},
+                                          {"n", m.n},
+                                          {"k", m.k},
+                                          {"n_loc", n_loc},
+                                          {"experts", m.e},
+                                          {"topk", m.topk},
+                                          {"tokens", T},
+                                          {"world", W},
+                                          {"routing", rname},
+                                          {"dtype", "bf16"},
+                                          {"algo", "fused"},
+                                          {"loom_us", fused_us},
+                                          {"gemm_alone_us", gemm_us},
+                                          {"overlap_efficiency", eff}};
+                    row.update(extra);
+                    report.add_row(row);
+                };
                 for (int op = 0; op < 2; ++op) {
                     if (!(op == 0 ? time_ag : time_rs)) continue;
                     const int b = op == 1 && time_ag ? 6 : 0;
@@ -542,54 +564,23 @@ int tp(const std::string& out_dir, int iters, bool quick, const std::string& onl
                                     name, fused, seq, gemm, comm, eff, seq_em, gemm_em);
                     const std::string row_shape =
                         fmt::format("{} {} tokens={} {} N={} K={}", name, m.name, T, rname, m.n, m.k);
-                    report.add_row(
-                        {{"shape", row_shape},
-                         {"op", name},
-                         {"model", m.name},
-                         {"n", m.n},
-                         {"k", m.k},
-                         {"n_loc", n_loc},
-                         {"experts", m.e},
-                         {"topk", m.topk},
-                         {"tokens", T},
-                         {"world", W},
-                         {"routing", rname},
-                         {"dtype", "bf16"},
-                         {"algo", "fused"},
-                         {"loom_us", fused},
-                         {"gemm_alone_us", gemm},
-                         {"gemm_expert_major_alone_us", gemm_em},
-                         {op == 0 ? "all_gather_alone_us" : "reduce_scatter_alone_us", comm},
-                         {"overlap_efficiency", eff},
-                         {"baselines", {{"loom_sequential", seq}, {"loom_sequential_expert_major", seq_em}}}});
+                    tp_row(row_shape, name, fused, gemm, eff,
+                           {{"gemm_expert_major_alone_us", gemm_em},
+                            {op == 0 ? "all_gather_alone_us" : "reduce_scatter_alone_us", comm},
+                            {"baselines", {{"loom_sequential", seq}, {"loom_sequential_expert_major", seq_em}}}});
                     if (op == 0) continue;
                     // moe_rs Fused on the expert-major routing: the expert-major GEMM, then the fused reduce.
                     const double fused_em = t[b + 6].median_us, eff_em = fused_em / std::max(gemm_em, comm);
                     if (me == 0)
                         std::printf("%-14s %6d %-8s %-7s %9.1f %9.1f %9.1f %9.1f %7.3f (expert-major)\n", m.name, T,
                                     rname, name, fused_em, seq_em, gemm_em, comm, eff_em);
-                    report.add_row({{"shape", row_shape + " expert-major"},
-                                    {"op", name},
-                                    {"model", m.name},
-                                    {"n", m.n},
-                                    {"k", m.k},
-                                    {"n_loc", n_loc},
-                                    {"experts", m.e},
-                                    {"topk", m.topk},
-                                    {"tokens", T},
-                                    {"world", W},
-                                    {"routing", rname},
-                                    {"layout", "expert-major"},
-                                    {"dtype", "bf16"},
-                                    {"algo", "fused"},
-                                    {"loom_us", fused_em},
-                                    {"gemm_alone_us", gemm_em},
-                                    {"reduce_scatter_alone_us", comm},
-                                    {"overlap_efficiency", eff_em},
-                                    {"baselines",
-                                     {{"loom_sequential_expert_major", seq_em},
-                                      {"loom_sequential", seq},
-                                      {"loom_fused_source_major", fused}}}});
+                    tp_row(row_shape + " expert-major", name, fused_em, gemm_em, eff_em,
+                           {{"layout", "expert-major"},
+                            {"reduce_scatter_alone_us", comm},
+                            {"baselines",
+                             {{"loom_sequential_expert_major", seq_em},
+                              {"loom_sequential", seq},
+                              {"loom_fused_source_major", fused}}}});
                 }
                 if (tokens == 128 && (only_op.empty() || only_op == "moe_ar")) {
                     // moe_ar: a decode batch of T tokens that every rank holds whole (the same ids everywhere), the
@@ -630,25 +621,8 @@ int tp(const std::string& out_dir, int iters, bool quick, const std::string& onl
                     if (me == 0)
                         std::printf("%-14s %6d %-8s %-7s %9.1f %9.1f %9.1f %9.1f %7.3f\n", m.name, T, rname, "moe_ar",
                                     fused, seq, gemm, comm, eff);
-                    report.add_row(
-                        {{"shape", fmt::format("moe_ar {} tokens={} {} N={} K={}", m.name, T, rname, m.n, m.k)},
-                         {"op", "moe_ar"},
-                         {"model", m.name},
-                         {"n", m.n},
-                         {"k", m.k},
-                         {"n_loc", n_loc},
-                         {"experts", m.e},
-                         {"topk", m.topk},
-                         {"tokens", T},
-                         {"world", W},
-                         {"routing", rname},
-                         {"dtype", "bf16"},
-                         {"algo", "fused"},
-                         {"loom_us", fused},
-                         {"gemm_alone_us", gemm},
-                         {"all_reduce_alone_us", comm},
-                         {"overlap_efficiency", eff},
-                         {"baselines", {{"loom_sequential", seq}}}});
+                    tp_row(fmt::format("moe_ar {} tokens={} {} N={} K={}", m.name, T, rname, m.n, m.k), "moe_ar", fused,
+                           gemm, eff, {{"all_reduce_alone_us", comm}, {"baselines", {{"loom_sequential", seq}}}});
                     for (void* p : {aroute, aids, ay}) cudaFree(p);
                 }
                 for (void* p : {x, w_up, w_down, h, part, y, xg, red, route, eroute, ids, idsg}) cudaFree(p);
