@@ -75,7 +75,8 @@ struct DevBuf {
     }
 };
 
-// Fills `bytes` of device memory with bf16 values in [-1, 1): one 16 MiB random block, tiled.
+// Fills `bytes` of device memory with bf16 values in [-1, 1): one 16 MiB random block, tiled. Complete on return (the
+// copies run on the legacy stream, which the benchmark's non-blocking streams do not wait for).
 void fill_random(void* dst, std::size_t bytes, uint64_t seed) {
     constexpr std::size_t kBlock = 16u << 20;
     std::vector<uint16_t> h(kBlock / 2);
@@ -87,11 +88,14 @@ void fill_random(void* dst, std::size_t bytes, uint64_t seed) {
     auto* d = static_cast<unsigned char*>(dst);
     for (std::size_t off = first; off < bytes; off += kBlock)
         LOOM_CHECK_CUDA(cudaMemcpy(d + off, dst, std::min(kBlock, bytes - off), cudaMemcpyDeviceToDevice));
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
 }
 
+// Complete on return, as fill_random.
 template <class T>
 void upload(void* dst, const std::vector<T>& h) {
     LOOM_CHECK_CUDA(cudaMemcpy(dst, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
 }
 
 json shape_keys(const char* layout, int batch, int64_t kv_len, const Args& a) {

@@ -100,6 +100,7 @@ std::string size_name(std::size_t b) {
 void fill(void* dst, std::size_t count, float value) {
     std::vector<std::uint16_t> h(count, loom::float_to_bf16(value));
     LOOM_CHECK_CUDA(cudaMemcpy(dst, h.data(), count * 2, cudaMemcpyHostToDevice));
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());  // a pageable upload may still be in flight when cudaMemcpy returns
 }
 // Every element of the rank's result equal to `want(i)`: "" or the first wrong one.
 std::string check(const void* src, std::size_t count, const std::function<float(std::size_t)>& want) {

@@ -159,6 +159,8 @@ int main(int argc, char** argv) {
         std::vector<float> w(ids[me].size());
         for (auto& v : w) v = uw(xr);
         LOOM_CHECK_CUDA(cudaMemcpy(wts, w.data(), w.size() * 4, cudaMemcpyHostToDevice));
+        // The uploads ran on the legacy stream, which `stream` (non-blocking) does not wait for.
+        LOOM_CHECK_CUDA(cudaDeviceSynchronize());
         const loom::MatrixView xv{x, loom::DType::BF16, T, H, 0}, yv{y, loom::DType::BF16, T, H, 0};
 
         // Loom: a first auto call sizes the capacity; the timed calls use it fixed (no host synchronisation).
@@ -173,6 +175,7 @@ int main(int argc, char** argv) {
         void* y_nv = nullptr;  // its y, poisoned
         LOOM_CHECK_CUDA(cudaMalloc(&y_nv, T * row));
         LOOM_CHECK_CUDA(cudaMemset(y_nv, 0xff, T * row));
+        LOOM_CHECK_CUDA(cudaDeviceSynchronize());  // the poison (legacy stream) before the NVSHMEM version writes y_nv
         std::unique_ptr<loom::bench::EpNvshmem> nv;
         std::string nv_note;
         if (!a.no_nvshmem && world.num_nodes() == 1) {

@@ -164,6 +164,8 @@ int main(int argc, char** argv) {
     // The same expert outputs in the symmetric heap: the combine's token ranks read them there (pull).
     void* eo_sym = w.alloc_bytes(loom::ep_ll_recv_x_bytes(shape, W, false));
     LOOM_CHECK_CUDA(cudaMemset(eo_sym, 0, loom::ep_ll_recv_x_bytes(shape, W, false)));
+    // The uploads and fills above ran on the legacy stream, which `stream` (non-blocking) does not wait for.
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
     const loom::MatrixView eov_sym{eo_sym, loom::DType::BF16, int64_t(L) * W * tokens, hidden, 0};
 
     // The receive layout in the symmetric heap too (one node): the senders write into it (options.recv_in_heap).
