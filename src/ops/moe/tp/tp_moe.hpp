@@ -55,7 +55,7 @@ struct TpMoeFacts {
     int arch = 0;               // compute capability x 10 (0: not asked, e.g. while capturing)
     int device_sms = 0;         // SMs this rank plans on (under MPS: its share)
     int64_t rows = 0;           // the call's routed rows: gathered tokens x top-k
-    bool source_groups = true;  // the routing's groups are per source rank (ranks = world size), as Fused needs
+    bool source_groups = true;  // the routing has the groups the op's Fused needs (ag_moe: per source rank)
 };
 // Auto's smallest call for a fused algorithm, in routed rows (docs/perf/moe.json and bench-moe tp --tokens on 4 ranks
 // sharing an H200: ag_moe Fused at 0.97x Sequential at 1024 rows (Mixtral-8x7B, 512 tokens), 1.00-1.06x from 2048;
