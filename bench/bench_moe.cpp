@@ -24,9 +24,9 @@
 // [E x N / W, K]; moe_rs: rows [*, N / W], w_down [E x K, N / W], out [T_loc, K]). Timed interleaved: ag_moe Fused and
 // Sequential, moe_rs Fused and Sequential, and the parts alone — all_gather of x and the ids, the grouped GEMMs,
 // reduce_scatter of the [T, K] reduced rows — for the overlap efficiency fused / max(GEMM alone, communication alone);
-// also both ops' Sequential with an expert-major routing (ranks 1: E groups, each expert's weights read once, where
-// the W x E groups ag_moe Fused needs read them once per source rank) and its grouped GEMMs alone, and moe_rs Fused
-// on it (a row of its own, shape "... expert-major");
+// also both ops with an expert-major routing (ranks 1: E groups, each expert's weights read once, where the W x E
+// source-major groups read them once per source rank): Sequential, its grouped GEMMs alone, and Fused (a row of its
+// own, shape "... expert-major");
 // at 128 tokens also moe_ar Fused and Sequential on a decode batch every rank holds whole (the parts: the grouped GEMM,
 // all_reduce of [T, K]). Rows go to DIR/moe.json (rank 0). --quick: Mixtral-8x7B and Qwen3-30B-A3B only; --op
 // ag_moe | moe_rs | moe_ar: that op only (and its parts); --tokens T: that batch only (any T); --comm-sms N: moe_rs
@@ -509,13 +509,15 @@ int tp(const std::string& out_dir, int iters, bool quick, const std::string& onl
                 ag(TpMoeAlgo::Sequential, routing)(stream);
                 const bool time_ag = only_op.empty() || only_op == "ag_moe";
                 const bool time_rs = only_op.empty() || only_op == "moe_rs";
-                // Per op: Fused, Sequential, communication alone, GEMM alone, expert-major Sequential and its GEMM;
-                // moe_rs also Fused on the expert-major routing.
+                // Per op: Fused, Sequential, communication alone, GEMM alone, expert-major Sequential, its GEMM and
+                // expert-major Fused.
                 std::vector<std::function<void(cudaStream_t)>> ops;
                 if (time_ag) {
                     ag(TpMoeAlgo::Fused, routing)(stream);
+                    ag(TpMoeAlgo::Fused, erouting)(stream);
                     ops.insert(ops.end(), {ag(TpMoeAlgo::Fused, routing), ag(TpMoeAlgo::Sequential, routing), gather,
-                                           gemm_up(routing), ag(TpMoeAlgo::Sequential, erouting), gemm_up(erouting)});
+                                           gemm_up(routing), ag(TpMoeAlgo::Sequential, erouting), gemm_up(erouting),
+                                           ag(TpMoeAlgo::Fused, erouting)});
                 }
                 if (time_rs) {
                     rs(TpMoeAlgo::Sequential, routing)(stream);
@@ -554,7 +556,7 @@ int tp(const std::string& out_dir, int iters, bool quick, const std::string& onl
                 };
                 for (int op = 0; op < 2; ++op) {
                     if (!(op == 0 ? time_ag : time_rs)) continue;
-                    const int b = op == 1 && time_ag ? 6 : 0;
+                    const int b = op == 1 && time_ag ? 7 : 0;
                     const double fused = t[b].median_us, seq = t[b + 1].median_us, comm = t[b + 2].median_us,
                                  gemm = t[b + 3].median_us, seq_em = t[b + 4].median_us, gemm_em = t[b + 5].median_us;
                     const double eff = fused / std::max(gemm, comm);
@@ -564,19 +566,19 @@ int tp(const std::string& out_dir, int iters, bool quick, const std::string& onl
                                     name, fused, seq, gemm, comm, eff, seq_em, gemm_em);
                     const std::string row_shape =
                         fmt::format("{} {} tokens={} {} N={} K={}", name, m.name, T, rname, m.n, m.k);
+                    const char* comm_key = op == 0 ? "all_gather_alone_us" : "reduce_scatter_alone_us";
                     tp_row(row_shape, name, fused, gemm, eff,
                            {{"gemm_expert_major_alone_us", gemm_em},
-                            {op == 0 ? "all_gather_alone_us" : "reduce_scatter_alone_us", comm},
+                            {comm_key, comm},
                             {"baselines", {{"loom_sequential", seq}, {"loom_sequential_expert_major", seq_em}}}});
-                    if (op == 0) continue;
-                    // moe_rs Fused on the expert-major routing: the expert-major GEMM, then the fused reduce.
+                    // Fused on the expert-major routing, against the expert-major GEMM alone.
                     const double fused_em = t[b + 6].median_us, eff_em = fused_em / std::max(gemm_em, comm);
                     if (me == 0)
                         std::printf("%-14s %6d %-8s %-7s %9.1f %9.1f %9.1f %9.1f %7.3f (expert-major)\n", m.name, T,
                                     rname, name, fused_em, seq_em, gemm_em, comm, eff_em);
                     tp_row(row_shape + " expert-major", name, fused_em, gemm_em, eff_em,
                            {{"layout", "expert-major"},
-                            {"reduce_scatter_alone_us", comm},
+                            {comm_key, comm},
                             {"baselines",
                              {{"loom_sequential_expert_major", seq_em},
                               {"loom_sequential", seq},

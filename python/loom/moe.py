@@ -156,18 +156,18 @@ def _layout(op: str, b_layout: str) -> bool:
 
 def ag_moe(x: Tensor, topk_idx: Tensor, topk_weights: Optional[Tensor], w_up: Tensor, *,
            num_experts: Optional[int] = None, routing: Optional[MoeRouting] = None, align: int = 1,
-           expert_major: Optional[bool] = None, out: Optional[Tensor] = None, world=None, algo: str = "auto",
+           expert_major: bool = True, out: Optional[Tensor] = None, world=None, algo: str = "auto",
            b_layout: str = "nk", activation: str = "none", alpha: float = 1.0, scale_a: Optional[Tensor] = None,
            scale_b: Optional[Tensor] = None, out_dtype: Optional[torch.dtype] = None) -> Tuple[Tensor, MoeRouting]:
     """The TP-MoE up projection: the grouped GEMM of every rank's tokens' routed rows with this rank's N-slice of every
     expert. x: this rank's tokens [T_loc, H]; topk_idx int32, topk_weights float32 or None: [T_loc, k]; w_up:
     [E, N_loc, H] or stacked [E * N_loc, H] (b_layout "kn": [E, H, N_loc] / [E * H, N_loc]). activation: "none",
-    "swiglu" (out has N_loc / 2 columns), "gelu". routing: filled by the op for the gathered tokens (shape
-    (W * T_loc, k, E, W, align): source-major groups, rank r's tokens are groups [r E, (r + 1) E); or ranks 1:
-    expert-major, group e holds every rank's tokens of expert e, so the GEMMs read each expert's weights once (ag_moe
-    then runs Sequential; moe_rs either); None: a new one, ranks 1 if expert_major, W if not; expert_major None:
-    ranks 1 unless algo is "fused"). out: [>= max_rows, N_loc] x's dtype or fp32 (new: [max_rows, ...]), the grouped
-    rows. algo: "auto", "fused", "sequential". Returns (out, routing): pass both to moe_rs."""
+    "swiglu" (out has N_loc / 2 columns), "gelu". routing: filled by the op for the gathered tokens, shape
+    (W * T_loc, k, E, ranks, align): ranks 1, expert-major, group e holds every rank's tokens of expert e, so the GEMMs
+    read each expert's weights once; or ranks W, source-major, rank r's tokens are groups [r E, (r + 1) E). Every
+    algorithm runs on either. None: a new one, expert-major unless expert_major is False. out: [>= max_rows, N_loc]
+    x's dtype or fp32 (new: [max_rows, ...]), the grouped rows. algo: "auto", "fused", "sequential". Returns
+    (out, routing): pass both to moe_rs."""
     op = "ag_moe"
     w = resolve(world)
     _matrix(x, op, "x")
@@ -177,8 +177,6 @@ def ag_moe(x: Tensor, topk_idx: Tensor, topk_weights: Optional[Tensor], w_up: Te
     if num_experts is None and routing is not None:
         num_experts = routing.num_experts
     w_up, e = _stacked(w_up, num_experts, op, "w_up")
-    if expert_major is None:
-        expert_major = algo != "fused"
     ranks = 1 if expert_major else w.world_size
     if routing is not None and routing.ranks in (1, w.world_size):
         ranks = routing.ranks

@@ -104,8 +104,10 @@ struct LayerRun {
     MatrixView xv, upv, hv, downv, yv;
     int rs_comm_sms = 0;  // moe_rs's TpMoeOptions::comm_sms
 
-    // ranks: the routing's source ranks, the world size (source-major groups, 0 here) or 1 (expert-major).
-    LayerRun(World& w, const Layer& layer, uint64_t seed, int ranks = 0) : L(layer), W(w.world_size()), r(w.rank()) {
+    // ranks: the routing's source ranks, the world size (source-major groups, 0 here) or 1 (expert-major); align: its
+    // group alignment (padding rows past 1).
+    LayerRun(World& w, const Layer& layer, uint64_t seed, int ranks = 0, int align = 1)
+        : L(layer), W(w.world_size()), r(w.rank()) {
         const int T = L.t_loc * W, n_loc = L.N / W;
         auto round = [](std::vector<float> v) {
             for (float& f : v) f = test::bf16_to_float(test::float_to_bf16(f));
@@ -136,7 +138,7 @@ struct LayerRun {
                     down_r[(static_cast<std::size_t>(e) * L.H + c) * n_loc + n] =
                         down[(static_cast<std::size_t>(e) * L.H + c) * L.N + r * n_loc + n];
         }
-        shape = MoeRoutingShape{T, L.k, L.E, ranks > 0 ? ranks : W};
+        shape = MoeRoutingShape{T, L.k, L.E, ranks > 0 ? ranks : W, align};
         d_x = std::make_unique<Dev>(x_r.size() * 2);
         d_idx = std::make_unique<Dev>(idx_r.size() * 4);
         d_w = std::make_unique<Dev>(w_r.size() * 4);
@@ -230,9 +232,12 @@ void run_layer(World& w, cudaStream_t stream, const Layer& L, uint64_t seed, int
 // Sequential and Fused on the same inputs: both against the reference; ag_moe's routed rows bitwise equal (the same
 // routing and GEMM config), moe_rs's outputs within rounding of each other (both round each rank's top-k sums to out's
 // type and sum the ranks in fp32, in their own orders).
-void fused_vs_sequential(World& w, cudaStream_t stream, const Layer& L, uint64_t seed, int rs_comm_sms = 0) {
-    SCOPED_TRACE(describe(L) + " comm_sms " + std::to_string(rs_comm_sms));
-    LayerRun run(w, L, seed);
+// ranks, align: the routing's (ranks 0: the world size, source-major).
+void fused_vs_sequential(World& w, cudaStream_t stream, const Layer& L, uint64_t seed, int rs_comm_sms = 0,
+                         int ranks = 0, int align = 1) {
+    SCOPED_TRACE(describe(L) + " comm_sms " + std::to_string(rs_comm_sms) + " ranks " + std::to_string(ranks) +
+                 " align " + std::to_string(align));
+    LayerRun run(w, L, seed, ranks, align);
     run.rs_comm_sms = rs_comm_sms;
     run.call(w, stream, TpMoeAlgo::Sequential, TpMoeAlgo::Sequential, true);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
@@ -244,9 +249,9 @@ void fused_vs_sequential(World& w, cudaStream_t stream, const Layer& L, uint64_t
     const std::vector<uint16_t> h_fused = run.h();
     const std::vector<float> y_fused = run.y();
     run.check(y_fused, "fused");
-    const int64_t used = run.shape.entries();  // align 1: the routed rows are exactly T x k
+    // Every row: routed rows, padding rows (zeros through the GEMM) and rows past the layout (the poison, in both).
     int bad = 0;
-    for (int64_t i = 0; i < used * run.hv.cols; ++i)
+    for (int64_t i = 0; i < run.hv.rows * run.hv.cols; ++i)
         if (h_seq[i] != h_fused[i] && bad++ < 5)
             ADD_FAILURE() << "ag_moe rows: element " << i << " fused " << h_fused[i] << " != sequential " << h_seq[i];
     EXPECT_EQ(bad, 0);
@@ -276,10 +281,10 @@ TEST_F(MoeTp, AgMoeThenMoeRsMatchReference) {
     run_layer(*w, stream, {0, 64, 8, 16 * W, 2, RoutingKind::Uniform}, seed + 30);     // no tokens at all
 }
 
-// An expert-major routing (ranks 1: one group per expert over all gathered tokens): Auto runs Sequential, whose
-// grouped GEMMs read each expert's weights once; moe_rs Fused runs on it too (its reduce after the GEMM, no side
-// blocks). Poisoned outputs, every element against the reference. ag_moe Fused, and moe_rs's side blocks, asked for
-// with it raise, naming the layout.
+// An expert-major routing (ranks 1: one group per expert over all gathered tokens), whose grouped GEMMs read each
+// expert's weights once: Auto, then both fused ops against Sequential (ag_moe's rows bit for bit, padding rows
+// included), poisoned outputs, every element against the reference. moe_rs's side blocks asked for with it raise,
+// naming the layout.
 TEST_F(MoeTp, ExpertMajorRoutingMatchesReference) {
     const uint64_t seed = 2000;
     const int W = w->world_size();
@@ -292,30 +297,35 @@ TEST_F(MoeTp, ExpertMajorRoutingMatchesReference) {
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
         run.check(run.y(), "expert-major, auto");
         if (W < 2) continue;
-        for (int i = 0; i < 3; ++i) run.call(*w, stream, TpMoeAlgo::Sequential, TpMoeAlgo::Fused, true);
+        for (int i = 0; i < 3; ++i) run.call(*w, stream, TpMoeAlgo::Fused, TpMoeAlgo::Fused, true);
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-        run.check(run.y(), "expert-major, fused moe_rs");
-        for (int op = 0; op < 2; ++op) {
-            run.rs_comm_sms = op == 1 ? 1 : 0;
-            std::string what = "no error";
-            try {
-                run.call(*w, stream, op == 0 ? TpMoeAlgo::Fused : TpMoeAlgo::Sequential,
-                         op == 1 ? TpMoeAlgo::Fused : TpMoeAlgo::Sequential, false);
-            } catch (const Error& e) {
-                what = e.what();
-            }
-            const std::string want =
-                op == 0 ? "ag_moe: opts.algo: fused cannot run here: it needs a routing of per-source-rank groups"
-                        : "moe_rs: opts.comm_sms: reduce blocks beside the GEMM wait for a source rank's tiles";
-            EXPECT_NE(what.find(want), std::string::npos) << what;
+        run.check(run.y(), "expert-major, fused");
+        run.rs_comm_sms = 1;
+        std::string what = "no error";
+        try {
+            run.call(*w, stream, TpMoeAlgo::Sequential, TpMoeAlgo::Fused, false);
+        } catch (const Error& e) {
+            what = e.what();
         }
+        EXPECT_NE(what.find("moe_rs: opts.comm_sms: reduce blocks beside the GEMM wait for a source rank's tiles"),
+                  std::string::npos)
+            << what;
         run.rs_comm_sms = 0;
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-        // Fused after the refused calls: the state they left is whole.
-        run.call(*w, stream, TpMoeAlgo::Sequential, TpMoeAlgo::Fused, true);
+        // Fused after the refused call: the state it left is whole.
+        run.call(*w, stream, TpMoeAlgo::Fused, TpMoeAlgo::Fused, true);
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-        run.check(run.y(), "expert-major, fused moe_rs after the refused calls");
+        run.check(run.y(), "expert-major, fused after the refused call");
     }
+    if (W < 2) return;
+    // Fused against Sequential on both layouts with padded groups (align 128: tiles of padding rows only too),
+    // a tile whose rows span every source rank, and one expert holding every token.
+    for (int ranks : {1, W}) {
+        fused_vs_sequential(*w, stream, {64, 128, 8, 64 * W, 2, RoutingKind::Uniform}, seed + 100, 0, ranks, 16);
+        fused_vs_sequential(*w, stream, {5, 64, 4, 16 * W, 2, RoutingKind::Skewed}, seed + 110, 0, ranks, 128);
+        fused_vs_sequential(*w, stream, {300, 64, 8, 16 * W, 1, RoutingKind::OneExpert}, seed + 120, 0, ranks, 8);
+    }
+    fused_vs_sequential(*w, stream, {200, 256, 16, 32 * W, 4, RoutingKind::Skewed}, seed + 130, 0, 1);
 }
 
 TEST_F(MoeTp, FusedMatchesSequentialAndReference) {

@@ -57,9 +57,6 @@ TEST(MoeTpPlan, AutoPicksFusedWhereItApplies) {
     f = hopper(4);
     f.device_sms = 1;
     EXPECT_EQ(loom::moe::choose_tp_moe_algo("x", TpMoeAlgo::Auto, f), TpMoeAlgo::Sequential);
-    f = hopper(4);
-    f.source_groups = false;  // an expert-major routing (ranks 1)
-    EXPECT_EQ(loom::moe::choose_tp_moe_algo("x", TpMoeAlgo::Auto, f), TpMoeAlgo::Sequential);
     // Calls below kTpMoeFusedMinRows routed rows: Sequential under Auto; Fused still runs when asked for.
     f = hopper(4);
     f.rows = loom::moe::kTpMoeFusedMinRows - 1;
@@ -84,10 +81,6 @@ TEST(MoeTpPlan, FusedWhereItCannotRunNamesWhy) {
     f = hopper(4);
     f.arch = 89;
     EXPECT_NE(error_of(TpMoeAlgo::Fused, f).find("compute capability >= 9.0"), std::string::npos);
-    f = hopper(4);
-    f.source_groups = false;
-    EXPECT_NE(error_of(TpMoeAlgo::Fused, f).find("per-source-rank groups (ranks = the world size)"), std::string::npos)
-        << error_of(TpMoeAlgo::Fused, f);
 }
 
 TEST(MoeTpPlan, BlockCounts) {

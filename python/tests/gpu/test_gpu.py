@@ -189,7 +189,8 @@ def moe_reference(x, idx, wts, w_up, w_down):
     return y
 
 
-@pytest.mark.parametrize("algo,expert_major", [("sequential", False), ("auto", False), ("auto", None), ("fused", None)])
+@pytest.mark.parametrize("algo,expert_major", [("sequential", False), ("auto", False), ("auto", True), ("fused", True),
+                                               ("fused", False)])
 def test_ag_moe_then_moe_rs(world, algo, expert_major):
     W, me, t_loc, hidden, experts, topk, n_loc = world.world_size, world.rank, 64, 256, 4, 2, 128
     w_up = rank_tensor(100, (experts, W * n_loc, hidden), torch.bfloat16, seed=20) * 0.1
@@ -200,7 +201,7 @@ def test_ag_moe_then_moe_rs(world, algo, expert_major):
                              expert_major=expert_major)
     if W < 2 and algo == "fused":
         pytest.skip("the fused algorithms need 2 or more ranks")
-    ranks = 1 if expert_major or (expert_major is None and algo != "fused") else W
+    ranks = 1 if expert_major else W
     assert h.shape == (routing.max_rows, n_loc) and routing.shape == (W * t_loc, topk, experts, ranks, 1)
     # The grouped rows: row dest_rows[t, s] of h is gelu(gathered x[t] @ w_up[e, mine].T), e = gathered idx[t, s].
     ins = [moe_inputs(r, t_loc, hidden, experts, topk, seed=22) for r in range(W)]

@@ -1,14 +1,16 @@
 // The TP-MoE ops' fused algorithms on the device (host side: src/ops/moe/tp/fused_ag.cpp, fused_rs.cpp; data:
 // tp_moe_params.hpp).
 //
-// ag_moe, Fused. Every rank routes the gathered ids (W x E groups: group r E + e holds rank r's tokens routed to e),
-// then
-//   moe_ag_push   gathers its own tokens' rows of the layout (rows [offsets[me E], offsets[(me + 1) E])) from x into
-//                 the same rows of every rank's symmetric gather half and sets arrived[me] := e there (release, sys);
-//   grouped GEMM  with MoeAgHooks over the gather half: own groups first (rotated order); before a tile of rank r's
-//                 groups is loaded its producer thread waits (bounded, acquire) for arrived[r] >= e. The push precedes
-//                 the GEMM on the stream, so the own groups never wait and nothing in the GEMM waits on work that
-//                 needs this rank's SMs: co-resident-safe with ranks sharing a GPU.
+// ag_moe, Fused. Every rank routes the gathered ids (any layout: source-major, W x E groups, group r E + e holding
+// rank r's tokens routed to e; or expert-major, E groups), then
+//   moe_ag_push   copies its own routing entries (its tokens' top-k slots) from x into their rows of every rank's
+//                 symmetric gather half, zeros the padding rows of its own half, and sets arrived[me] := e at every
+//                 rank (release, sys);
+//   grouped GEMM  with MoeAgHooks over the gather half: before a tile is loaded its producer thread waits (bounded,
+//                 acquire) for arrived[r] >= e of every other source rank r whose tokens the tile's rows hold (a
+//                 group's rows are in token order, so a range of ranks). The push precedes the GEMM on the stream, so
+//                 this rank's rows never wait and nothing in the GEMM waits on work that needs this rank's SMs:
+//                 co-resident-safe with ranks sharing a GPU.
 // moe_rs, Fused. The grouped GEMM (down projection) with MoeRsHooks (peers' groups first, own last; every stored tile
 // adds 1 to done[source rank], release) into a local partial product, and moe_rs_reduce_send launched twice: a few
 // blocks on a side stream beside the GEMM, a full grid after it on its stream. Blocks of both launches claim work
@@ -43,6 +45,12 @@
 
 namespace loom::kernels::moe {
 
+// Rows [lo, hi) of group range [g0, g1) of a routing: offsets clamped to [0, rows] as the grouped GEMM clamps them.
+LOOM_DEVICE LOOM_FORCEINLINE int32_t tp_clamped_offset(const int32_t* offsets, int32_t g, int32_t rows, int32_t lo) {
+    const int32_t v = offsets[g];
+    return v < lo ? lo : (v > rows ? rows : v);
+}
+
 // ---- grouped GEMM hooks ---------------------------------------------------------------------------------------------
 
 struct MoeAgHooks {
@@ -51,11 +59,20 @@ struct MoeAgHooks {
                                                  int32_t& nb) const {
         GroupedRotatedOrder{a.first_group}.tile_order(linear, g, rb, nb);
     }
-    LOOM_DEVICE LOOM_FORCEINLINE void before_load(int32_t group, int32_t) const {
-        const int32_t r = group / a.num_experts;
-        if (r == a.me) return;  // pushed before the GEMM, in stream order
-        lang::wait_ge_sys_or_trap(a.arrived + r, a.epoch, a.timeout_ns,
-                                  "ag_moe: grouped GEMM waits for a source rank's routed rows");
+    LOOM_DEVICE LOOM_FORCEINLINE void before_load(int32_t group, int32_t row0) const {
+        const int32_t start = tp_clamped_offset(a.offsets, group, a.rows, 0);
+        const int32_t stop = tp_clamped_offset(a.offsets, group + 1, a.rows, start);
+        const int32_t count = __ldg(a.counts + group);
+        const int32_t real_end = count < stop - start ? start + (count > 0 ? count : 0) : stop;
+        if (row0 >= real_end) return;  // padding rows only: zeroed by this rank's push
+        const int32_t last = (row0 + a.block_m < real_end ? row0 + a.block_m : real_end) - 1;
+        int32_t lo = __ldg(a.row_tokens + row0) / a.t_loc, hi = __ldg(a.row_tokens + last) / a.t_loc;
+        lo = lo < 0 ? 0 : lo;
+        hi = hi >= a.world ? a.world - 1 : hi;
+        for (int32_t r = lo; r <= hi; ++r)
+            if (r != a.me)
+                lang::wait_ge_sys_or_trap(a.arrived + r, a.epoch, a.timeout_ns,
+                                          "ag_moe: grouped GEMM waits for a source rank's routed rows");
     }
     LOOM_DEVICE LOOM_FORCEINLINE uint64_t wait_bound_ns() const { return a.timeout_ns; }
 };
@@ -75,12 +92,6 @@ struct MoeRsHooks {
 static_assert(GroupedHooks<MoeRsHooks> && GroupedStoreNotify<MoeRsHooks> && !GroupedLoadWait<MoeRsHooks>);
 
 // ---- communication kernels ------------------------------------------------------------------------------------------
-
-// Rows [lo, hi) of group range [g0, g1) of a routing: offsets clamped to [0, rows] as the grouped GEMM clamps them.
-LOOM_DEVICE LOOM_FORCEINLINE int32_t tp_clamped_offset(const int32_t* offsets, int32_t g, int32_t rows, int32_t lo) {
-    const int32_t v = offsets[g];
-    return v < lo ? lo : (v > rows ? rows : v);
-}
 
 // Local rank d's copy of this rank's symmetric pointer p (d reachable: one node, checked on the host). Plain
 // arithmetic on the Ctx's heap table, with no diagnostic call (which would cost the caller stack spills).
@@ -117,25 +128,30 @@ LOOM_DEVICE LOOM_FORCEINLINE bool tp_last_block(uint64_t* ticket, uint64_t targe
 
 __global__ void __launch_bounds__(kTpMoeThreads) moe_ag_push(Ctx ctx, MoeAgPushParams p) {
     const int W = ctx.local_world, me = ctx.local_rank;
-    const int32_t lo = tp_clamped_offset(p.offsets, me * p.num_experts, p.rows, 0);
-    const int32_t hi = tp_clamped_offset(p.offsets, (me + 1) * p.num_experts, p.rows, lo);
     const uint4* x = static_cast<const uint4*>(p.x);
     uint4* const gather = static_cast<uint4*>(p.gather);
-    const int64_t words = static_cast<int64_t>(hi - lo) * p.row_words;
-    const int64_t token0 = static_cast<int64_t>(me) * p.t_loc;
+    const int64_t entries = static_cast<int64_t>(p.t_loc) * p.topk;
+    const int32_t* const dest = p.dest_rows + static_cast<int64_t>(me) * entries;
+    const int64_t words = entries * p.row_words;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < words;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const int64_t row = lo + i / p.row_words, w = i % p.row_words;
-        const int64_t tok = static_cast<int64_t>(p.row_tokens[row]) - token0;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (p.row_tokens[row] >= 0) {
-            if (tok < 0 || tok >= p.t_loc) bad_index("ag_moe row_tokens", p.row_tokens + row, tok, p.t_loc);
-            v = x[tok * p.row_words + w];
-        }
+        const int64_t entry = i / p.row_words, w = i % p.row_words;
+        const int32_t row = dest[entry];
+        if (row < 0 || row >= p.rows) bad_index("ag_moe dest_rows", dest + entry, row, p.rows);
+        const uint4 v = x[(entry / p.topk) * p.row_words + w];
         for (int j = 0; j < W; ++j) {  // own rows first
             const int d = me + j < W ? me + j : me + j - W;
             tp_peer(ctx, gather, d)[row * p.row_words + w] = v;
         }
+    }
+    // Padding rows, a group per block at a time: zeros in this rank's half.
+    for (int32_t g = static_cast<int32_t>(blockIdx.x); g < p.num_groups; g += static_cast<int32_t>(gridDim.x)) {
+        const int32_t start = tp_clamped_offset(p.offsets, g, p.rows, 0);
+        const int32_t stop = tp_clamped_offset(p.offsets, g + 1, p.rows, start);
+        const int32_t count = p.counts[g];
+        const int64_t first = count < stop - start ? start + (count > 0 ? count : 0) : stop;
+        const int64_t n = (stop - first) * p.row_words;
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) gather[first * p.row_words + i] = make_uint4(0, 0, 0, 0);
     }
     if (tp_last_block(p.ticket, p.ticket_target))
         for (int j = 0; j < W; ++j) {

@@ -32,32 +32,42 @@ struct MoeArSignals {
     uint64_t reduced[kMaxLocalPeers];
 };
 
-// moe_ag_push: this rank's routed rows [offsets[me E], offsets[(me + 1) E]) of the gathered layout, gathered from its
-// own tokens x (row_tokens are gathered token ids: rank me's are [me T_loc, (me + 1) T_loc); -1 padding: zeros), into
-// the same rows of every rank's gather half; then arrived[me] := epoch at every rank.
+// moe_ag_push: this rank's routing entries (its tokens' top-k slots, entries [me T_loc k, (me + 1) T_loc k) of the
+// gathered routing) copied from its own tokens x into their rows (dest_rows) of every rank's gather half, and zeros
+// into every padding row of this rank's own half (local: no rank writes another's padding); then arrived[me] := epoch
+// at every rank. Any layout: source-major (W x E groups) or expert-major (E groups).
 struct MoeAgPushParams {
-    const void* x;              // [t_loc, row_words] words of 16 bytes, dense
-    void* gather;               // this call's half of the symmetric gather buffer (this rank's address), dense rows
-    const int32_t* offsets;     // the gathered routing's [G + 1]
-    const int32_t* row_tokens;  // the gathered routing's [max_rows]
-    MoeAgSignals* sig;          // symmetric
-    uint64_t* ticket;           // local, one counter: blocks of this rank's pushes that finished (cumulative)
-    uint64_t ticket_target;     // the blocks of every push so far, this call's included: its last block sees it
+    const void* x;             // [t_loc, row_words] words of 16 bytes, dense
+    void* gather;              // this call's half of the symmetric gather buffer (this rank's address), dense rows
+    const int32_t* offsets;    // the gathered routing's [G + 1]
+    const int32_t* counts;     // the gathered routing's [G]: rows with a token (the rest of a group is padding)
+    const int32_t* dest_rows;  // the gathered routing's [W t_loc, k]
+    MoeAgSignals* sig;         // symmetric
+    uint64_t* ticket;          // local, one counter: blocks of this rank's pushes that finished (cumulative)
+    uint64_t ticket_target;    // the blocks of every push so far, this call's included: its last block sees it
     uint64_t epoch;
-    int64_t row_words;                 // 16-byte words per row (H x element size / 16)
-    int32_t t_loc, num_experts, rows;  // rows: the routing's max_rows (offsets are clamped to [0, rows])
-    int32_t pad;
+    int64_t row_words;                // 16-byte words per row (H x element size / 16)
+    int32_t t_loc, topk, num_groups;  //
+    int32_t rows;                     // the routing's max_rows (offsets are clamped to [0, rows])
 };
 
-// The grouped GEMM's hooks of ag_moe Fused (MoeAgHooks): wait for a group's source rank's rows, own groups first.
+// The grouped GEMM's hooks of ag_moe Fused (MoeAgHooks), any layout. A tile's real rows (the first counts[g] of group
+// g; moe_route keeps a group's rows in token order) hold the tokens of the source ranks [rank of its first row, rank
+// of its last real row]; before its A rows are loaded it waits for arrived[r] >= epoch of each of them but this rank
+// (pushed before the GEMM, in stream order), and a tile of padding rows only waits for nothing. Tiles in grouped
+// raster order rotated to start at group first_group (source-major: this rank's first group, own rows first).
 struct MoeAgHookArgs {
-    const uint64_t* arrived;  // this rank's MoeAgSignals::arrived
+    const uint64_t* arrived;    // this rank's MoeAgSignals::arrived
+    const int32_t* offsets;     // the gathered routing's [G + 1]
+    const int32_t* counts;      // [G]
+    const int32_t* row_tokens;  // [rows]: gathered token ids
     uint64_t epoch;
     uint64_t timeout_ns;  // 0: unbounded
-    int32_t me;           // local rank: its groups are pushed before the GEMM, in stream order (no wait)
-    int32_t num_experts;
-    int32_t first_group;  // me x E: the rotated order starts there
-    int32_t pad;
+    int32_t me, world;    // local rank and the world size
+    int32_t t_loc;        // tokens per rank (rank of gathered token t: t / t_loc)
+    int32_t rows;         // the routing's max_rows
+    int32_t block_m;      // the GEMM's BLOCK_M
+    int32_t first_group;
 };
 
 // The grouped GEMM's hooks of moe_rs Fused (MoeRsHooks): peers' groups first (starting with rank me + 1's), own last;

@@ -1,10 +1,12 @@
-// ag_moe's Fused algorithm (kernels/moe/tp_moe.cuh). Per call e on every rank, on the stream:
-//   all_gather of topk_idx (and weights) ── moe_route over the gathered ids (W x E groups) ── moe_ag_push (this
-//   rank's routed rows from x into gather half e % 2 of every rank, arrived[me] := e there) ── grouped GEMM over the
-//   half with MoeAgHooks (own groups first; a peer r's groups wait for arrived[r] >= e).
+// ag_moe's Fused algorithm (kernels/moe/tp_moe.cuh), either routing layout. Per call e on every rank, on the stream:
+//   all_gather of topk_idx (and weights) ── moe_route over the gathered ids ── moe_ag_push (this rank's routing
+//   entries from x into their rows of gather half e % 2 of every rank, its own padding rows zeroed, arrived[me] := e
+//   there) ── grouped GEMM over the half with MoeAgHooks (a tile waits for arrived[r] >= e of the source ranks r of
+//   its rows; source-major: own groups first).
 // Reuse of half e % 2: this rank pushes into rank d's half again in call e + 2, after its GEMM of call e + 1, which
-// waited for d's push of call e + 1 (every rank owns T_loc x k > 0 rows, so every GEMM has a tile of every source
-// rank), which d enqueued after its GEMM of call e — the last reader of the half.
+// waited for d's push of call e + 1 (every rank owns T_loc x k > 0 rows, and a tile waits for the source rank of each
+// of its rows, so every GEMM waits for every rank), which d enqueued after its GEMM of call e — the last reader of the
+// half.
 #include <cstring>
 
 #include "loom/jit/jit.hpp"
@@ -102,14 +104,16 @@ void ag_moe_fused(const AgMoeCall& c) {
     pp.x = c.x.data;
     pp.gather = gather;
     pp.offsets = c.routing.offsets;
-    pp.row_tokens = c.routing.row_tokens;
+    pp.counts = c.routing.counts;
+    pp.dest_rows = c.routing.dest_rows;
     pp.sig = st.sig.p;
     pp.ticket = st.ticket;
     pp.ticket_target = st.ticket_total;
     pp.epoch = epoch;
     pp.row_words = static_cast<int64_t>(row_bytes / 16);
     pp.t_loc = static_cast<int32_t>(c.x.rows);
-    pp.num_experts = s.num_experts;
+    pp.topk = s.topk;
+    pp.num_groups = s.num_groups();
     pp.rows = static_cast<int32_t>(s.max_rows());
     jit::LaunchConfig lc;
     lc.grid = dim3(static_cast<unsigned>(blocks));
@@ -120,11 +124,17 @@ void ag_moe_fused(const AgMoeCall& c) {
 
     kernels::moe::MoeAgHookArgs h{};
     h.arrived = st.sig.p->arrived;
+    h.offsets = c.routing.offsets;
+    h.counts = c.routing.counts;
+    h.row_tokens = c.routing.row_tokens;
     h.epoch = epoch;
     h.timeout_ns = ctx.wait_timeout_ns;
     h.me = me;
-    h.num_experts = s.num_experts;
-    h.first_group = me * s.num_experts;
+    h.world = W;
+    h.t_loc = static_cast<int32_t>(c.x.rows);
+    h.rows = static_cast<int32_t>(s.max_rows());
+    h.block_m = cfg.block_m;
+    h.first_group = s.ranks == W ? me * s.num_experts : 0;  // source-major: own groups first
     p.a.data = gather;
     grouped_gemm_launch_hooked("loom::kernels::moe::MoeAgHooks", kTpHeader, p, cfg, num_sms, c.stream, h);
 }

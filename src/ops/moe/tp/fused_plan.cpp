@@ -16,9 +16,6 @@ namespace {
 const char* fused_unfit(const TpMoeFacts& f) {
     if (f.world < 2) return "it needs a world of 2 or more ranks";
     if (!f.single_node) return "it needs one node (world size == local world size, at most 8 ranks)";
-    if (!f.source_groups)
-        return "it needs a routing of per-source-rank groups (ranks = the world size); this one has ranks = 1 "
-               "(expert-major groups)";
     if (f.captured)
         return "its signal values are host call counts, which a CUDA graph replay would repeat: use Sequential in "
                "captures";

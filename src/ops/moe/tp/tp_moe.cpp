@@ -15,12 +15,10 @@ bool capturing(cudaStream_t stream) {
     return st != cudaStreamCaptureStatusNone;
 }
 
-// The facts the choice needs (source_groups: the routing has the groups the fused algorithm needs, per source rank for
-// ag_moe, any for moe_rs and moe_ar); the device's only when a fused algorithm may run (its state is collective: every
-// rank asks in the same calls, since the same options and world reach the same branch).
-TpMoeAlgo choose(const char* op, TpMoeAlgo requested, World& world, bool captured, int64_t rows, bool source_groups) {
+// The facts the choice needs; the device's only when a fused algorithm may run (its state is collective: every rank
+// asks in the same calls, since the same options and world reach the same branch).
+TpMoeAlgo choose(const char* op, TpMoeAlgo requested, World& world, bool captured, int64_t rows) {
     moe::TpMoeFacts f;
-    f.source_groups = source_groups;
     f.world = world.world_size();
     f.single_node = world.world_size() == world.local_world_size() && world.local_world_size() <= kMaxLocalPeers;
     f.captured = captured;
@@ -52,8 +50,7 @@ void ag_moe(World& world, const MatrixView& x, const int32_t* topk_idx, const fl
             const TpMoeOptions& opts) {
     moe::AgMoeCall c{&world, x, w_up, out, topk_idx, topk_weights, routing, stream, opts, capturing(stream)};
     moe::check_ag_moe(c);
-    switch (choose("ag_moe", opts.algo, world, c.captured, c.routing.shape.entries(),
-                   c.routing.shape.ranks == world.world_size())) {
+    switch (choose("ag_moe", opts.algo, world, c.captured, c.routing.shape.entries())) {
         case TpMoeAlgo::Fused:
             moe::ag_moe_fused(c);
             break;
@@ -66,7 +63,7 @@ void moe_rs(World& world, const MatrixView& rows, const MatrixView& w_down, cons
             const MatrixView& out, cudaStream_t stream, const TpMoeOptions& opts) {
     moe::MoeDownCall c{&world, rows, w_down, out, routing, stream, opts, capturing(stream)};
     moe::check_moe_rs(c);
-    switch (choose("moe_rs", opts.algo, world, c.captured, c.routing.shape.entries(), true)) {
+    switch (choose("moe_rs", opts.algo, world, c.captured, c.routing.shape.entries())) {
         case TpMoeAlgo::Fused:
             moe::moe_rs_fused(c);
             break;
@@ -81,7 +78,7 @@ void moe_ar(World& world, const MatrixView& rows, const MatrixView& w_down, cons
     moe::check_moe_ar(c);
     // Auto is Sequential: the fused moe_ar is chosen only when asked for (Fused raises where it cannot run).
     if (opts.algo == TpMoeAlgo::Fused &&
-        choose("moe_ar", opts.algo, world, c.captured, c.routing.shape.entries(), true) == TpMoeAlgo::Fused) {
+        choose("moe_ar", opts.algo, world, c.captured, c.routing.shape.entries()) == TpMoeAlgo::Fused) {
         moe::moe_ar_fused(c);
     } else {
         moe::moe_ar_sequential(c);

@@ -49,13 +49,12 @@ struct SymmetricBuffer {
 
 // What the choice between the algorithms depends on (fused_plan.cpp; a pure function of these, for CPU tests).
 struct TpMoeFacts {
-    int world = 1;              // world size
-    bool single_node = true;    // world size == local world size <= kMaxLocalPeers
-    bool captured = false;      // the stream is capturing a CUDA graph
-    int arch = 0;               // compute capability x 10 (0: not asked, e.g. while capturing)
-    int device_sms = 0;         // SMs this rank plans on (under MPS: its share)
-    int64_t rows = 0;           // the call's routed rows: gathered tokens x top-k
-    bool source_groups = true;  // the routing has the groups the op's Fused needs (ag_moe: per source rank)
+    int world = 1;            // world size
+    bool single_node = true;  // world size == local world size <= kMaxLocalPeers
+    bool captured = false;    // the stream is capturing a CUDA graph
+    int arch = 0;             // compute capability x 10 (0: not asked, e.g. while capturing)
+    int device_sms = 0;       // SMs this rank plans on (under MPS: its share)
+    int64_t rows = 0;         // the call's routed rows: gathered tokens x top-k
 };
 // Auto's smallest call for a fused algorithm, in routed rows (docs/perf/moe.json and bench-moe tp --tokens on 4 ranks
 // sharing an H200: ag_moe Fused at 0.97x Sequential at 1024 rows (Mixtral-8x7B, 512 tokens), 1.00-1.06x from 2048;
@@ -63,7 +62,7 @@ struct TpMoeFacts {
 // algorithms' waits cost what their overlap saves.
 inline constexpr int64_t kTpMoeFusedMinRows = 2048;
 // The algorithm `requested` resolves to for `op`. Auto: Fused where it applies (world > 1, one node, sm_90, at least
-// 2 SMs, not capturing: its signal values are host call counts; a routing of per-source-rank groups) and the call has
+// 2 SMs, not capturing: its signal values are host call counts) and the call has
 // kTpMoeFusedMinRows routed rows or more, else Sequential. Fused where it does not apply raises loom::Error naming the
 // op and why.
 TpMoeAlgo choose_tp_moe_algo(const char* op, TpMoeAlgo requested, const TpMoeFacts& f);
