@@ -7,10 +7,10 @@
 //                 group per expert over every rank's tokens, so the GEMMs read each expert's weights once);
 //   loom::moe_rs  multiplies h with this rank's down slice, reduces each token's top-k rows with its weights and sums
 //                 the ranks' partial products into the token's owner: y [T_loc, H].
-// With this routing both run their Sequential algorithm (Loom's collectives around the grouped GEMMs), the fastest
-// measured on ranks sharing a GPU (docs/moe.md); the fused algorithms need a routing of per-source-rank groups
-// ({T, k, E, W}). Verification: rank r's tokens against a plain per-token, per-expert loop on the host in
-// double precision (every rank regenerates every rank's inputs from their seeds), every element.
+// Auto picks each op's algorithm by size: Sequential (Loom's collectives around the grouped GEMMs) below 2048 routed
+// rows, Fused (communication overlapped with the grouped GEMM) from there on, where it applies (docs/moe.md).
+// Verification: rank r's tokens against a plain per-token, per-expert loop on the host in double precision (every rank
+// regenerates every rank's inputs from their seeds), every element.
 //   loomrun -n 4 build/examples/07_tp_moe_layer [T_loc H I E k]
 #include <cuda_runtime.h>
 

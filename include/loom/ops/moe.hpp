@@ -129,13 +129,12 @@ void moe_topk_reduce(const MatrixView& rows, const MoeRouting& routing, const Ma
 //            decode batch every rank holds whole
 
 enum class TpMoeAlgo {
-    Auto,        // Fused where it applies (ag_moe / moe_rs: world > 1, one node, sm_90, not capturing; ag_moe: a
-                 // source-major routing) for calls of 2048 routed rows (gathered tokens x top-k) or more, else
-                 // Sequential
+    Auto,        // Fused where it applies (ag_moe / moe_rs: world > 1, one node, sm_90, not capturing) for calls of
+                 // 2048 routed rows (gathered tokens x top-k) or more, else Sequential
     Sequential,  // Loom's collectives (all_gather / reduce_scatter / all_reduce) around the routing utilities and
                  // grouped_gemm: no overlap
     Fused,       // ag_moe: each rank pushes its own tokens' routed rows to every rank while the grouped GEMM consumes
-                 // the source ranks' rows as they arrive (own first); moe_rs: the top-k reduce and send of a source
+                 // them as they arrive (a tile waits for the source ranks of its rows); moe_rs: the top-k reduce and send of a source
                  // rank's tokens, in chunks, runs beside the grouped GEMM as soon as that rank's tiles are stored, and
                  // a full grid after the GEMM finishes the rest; moe_ar (one-shot): after the GEMM, one kernel reduces
                  // every token's top-k rows, pushes the sums (out's type) to every rank and sums the ranks' partials
@@ -157,8 +156,9 @@ struct TpMoeOptions {
 // 1); w_up: E experts' N-slices stacked, [E x N_loc, H] (GroupedGemmOptions::b_layout NK; KN: [E x H, N_loc]);
 // routing: a routing of shape {W x T_loc, k, E, ranks, align} (moe_routing_view), which the op fills for the gathered
 // tokens (rank r's tokens are rows [r x T_loc, ...) of the gathered x): ranks 1, expert-major (group e: every rank's
-// tokens routed to expert e; each expert's weights read once per tile of its rows; ag_moe Sequential only, the
-// fastest measured), or ranks W, source-major (group r x E + e: rank r's tokens routed to e; ag_moe Fused needs it);
+// tokens routed to expert e; each expert's weights read once per tile of its rows: the fastest measured), or ranks
+// W, source-major (group r x E + e: rank r's tokens routed to e; moe_rs's side blocks need it); every algorithm runs
+// on either;
 // out: [>= routing max_rows, N_loc] (N_loc / 2 with SwiGLU), x's dtype or fp32 — the grouped rows.
 void ag_moe(World& world, const MatrixView& x, const int32_t* topk_idx, const float* topk_weights,
             const MatrixView& w_up, const MoeRouting& routing, const MatrixView& out, cudaStream_t stream,
