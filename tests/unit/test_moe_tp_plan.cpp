@@ -85,9 +85,10 @@ TEST(MoeTpPlan, FusedWhereItCannotRunNamesWhy) {
 
 TEST(MoeTpPlan, BlockCounts) {
     EXPECT_EQ(loom::moe::ag_push_blocks(0, 132), 1);
-    EXPECT_EQ(loom::moe::ag_push_blocks(1 << 20, 132), 8);
-    EXPECT_EQ(loom::moe::ag_push_blocks(int64_t{1} << 30, 132), 32);
-    EXPECT_EQ(loom::moe::ag_push_blocks(int64_t{1} << 30, 8), 8);  // never more than the SMs
+    EXPECT_EQ(loom::moe::ag_push_blocks(1 << 20, 132), 16);
+    EXPECT_EQ(loom::moe::ag_push_blocks(int64_t{1} << 30, 132), 264);
+    EXPECT_EQ(loom::moe::ag_push_blocks(int64_t{1} << 30, 8), 16);  // never more than two per SM
+    EXPECT_EQ(loom::moe::ag_push_blocks(int64_t{1} << 30, 0), 2);
     // The side blocks leave the GEMM at least one SM and take at most a quarter, more of them for more side work.
     for (int sms : {2, 3, 16, 33, 66, 132})
         for (double bytes : {0.0, 1e3, 1e6, 1e8, 1e10}) {

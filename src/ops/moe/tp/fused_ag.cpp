@@ -98,7 +98,7 @@ void ag_moe_fused(const AgMoeCall& c) {
     const uint64_t epoch = ++st.calls;
     char* const gather = static_cast<char*>(st.buf.p) + (epoch % 2) * half;
     const int blocks =
-        ag_push_blocks(static_cast<int64_t>(c.x.rows) * s.topk * static_cast<int64_t>(row_bytes), dev.device_sms);
+        ag_push_blocks(static_cast<int64_t>(c.x.rows) * s.topk * static_cast<int64_t>(row_bytes) * W, dev.device_sms);
     st.ticket_total += static_cast<uint64_t>(blocks);
     kernels::moe::MoeAgPushParams pp{};
     pp.x = c.x.data;

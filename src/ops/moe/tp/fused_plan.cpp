@@ -34,9 +34,9 @@ TpMoeAlgo choose_tp_moe_algo(const char* op, TpMoeAlgo requested, const TpMoeFac
     return *why == '\0' ? TpMoeAlgo::Fused : TpMoeAlgo::Sequential;
 }
 
-int ag_push_blocks(int64_t shard_bytes, int device_sms) {
-    const int64_t b = std::clamp<int64_t>(shard_bytes >> 17, 1, 32);
-    return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(b, device_sms)));
+int ag_push_blocks(int64_t push_bytes, int device_sms) {
+    return static_cast<int>(
+        std::clamp<int64_t>(push_bytes >> 16, 1, 2 * static_cast<int64_t>(std::max(1, device_sms))));
 }
 
 int down_chunk_tokens(int64_t tokens, int64_t h, int elem_bytes, int topk) {

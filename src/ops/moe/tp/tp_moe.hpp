@@ -66,8 +66,10 @@ inline constexpr int64_t kTpMoeFusedMinRows = 2048;
 // kTpMoeFusedMinRows routed rows or more, else Sequential. Fused where it does not apply raises loom::Error naming the
 // op and why.
 TpMoeAlgo choose_tp_moe_algo(const char* op, TpMoeAlgo requested, const TpMoeFacts& f);
-// ag_moe Fused: blocks of the push kernel for a shard of `shard_bytes` (~128 KiB each, 1..32, at most the SMs).
-int ag_push_blocks(int64_t shard_bytes, int device_sms);
+// ag_moe Fused: blocks of the push kernel writing `push_bytes` (its routed rows times the ranks): one per 64 KiB, 1 at
+// least, at most two per SM of device_sms (the push precedes the GEMM on the stream: nothing of this rank runs beside
+// it).
+int ag_push_blocks(int64_t push_bytes, int device_sms);
 // moe_rs / moe_ar Fused: tokens per work item of the reduce kernels for `tokens` tokens per source rank, rows of h
 // elements of elem_bytes: about 4096 16-byte words of output per item, at least 8 items where the tokens allow, at
 // most kTpMoeMaxChunkEntries / topk (the item's staged routing pairs); 1 at least.
