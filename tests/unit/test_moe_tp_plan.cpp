@@ -177,6 +177,9 @@ TEST(MoeTpCompile, FusedKernelsHaveNoSpills) {
         loom::jit::KernelSpec ar = rs;
         ar.name = "loom::kernels::moe::moe_ar_reduce_push";
         expect_clean(loom::jit::compile(ar, 90), ar.display());
+        loom::jit::KernelSpec sum = rs;
+        sum.name = "loom::kernels::moe::moe_tp_sum_slots";
+        expect_clean(loom::jit::compile(sum, 90), sum.display());
     }
 }
 

@@ -13,20 +13,19 @@
 //                 co-resident-safe with ranks sharing a GPU.
 // moe_rs, Fused. The grouped GEMM (down projection) with MoeRsHooks (peers' groups first, own last; every stored tile
 // adds 1 to done[source rank], release) into a local partial product, and moe_rs_reduce_send launched twice: a few
-// blocks on a side stream beside the GEMM, a full grid after it on its stream. Blocks of both launches claim work
-// items from one counter, in a fixed order:
-//   sends         per source rank r in the GEMM's order, chunks of r's tokens: once r's tiles are all stored (the side
-//                 launch waits; the launch after the GEMM need not), the weighted top-k reduce (fp32) rounded to out's
-//                 type, stored into slot me of r's receive half; the chunk that completes r sets reduced[me] := e at r;
-//   final sums    chunks of this rank's tokens: after reduced[q] >= e of every rank q, the W slots summed (fp32, rank
-//                 order) into out.
-//   A block waits only for this rank's GEMM (which waits for nothing and has the SMs the side blocks leave) and for
-//   every rank's sends; a rank's blocks claim all its sends before any of its final sums, and a send waits only for
-//   its rank's GEMM, after which that rank's full-grid launch runs: no cycle.
+// blocks on a side stream beside the GEMM, a full grid after it on its stream. Blocks of both launches claim the
+// sends from one counter, per source rank r in the GEMM's order, chunks of r's tokens: once r's tiles are all stored
+// (the side launch waits; the launch after the GEMM need not), the weighted top-k reduce (fp32) rounded to out's type,
+// stored into slot me of r's receive half; the chunk that completes r sets reduced[me] := e at r. Then the stream
+// waits (stream memory operations, bounded by the host watchdog) for reduced[q] >= e of every rank q, and
+// moe_tp_sum_slots sums the W slots of this rank's tokens (fp32, rank order) into out.
+//   The only waits on an SM are the side blocks' for this rank's own GEMM, which waits for nothing; every other
+//   kernel ends without waiting, and the waits for the peers hold no SM: a rank whose GEMM is late (ranks sharing a
+//   GPU, its CTAs not yet resident) finds the SMs its peers' kernels free, with no peer spinning on them.
 // moe_ar, Fused (one-shot): the grouped GEMM (no hooks) into a local partial product, then moe_ar_reduce_push (full
-// grid) on the same stream, whose items are claimed the same way: chunks of every token's top-k reduce pushed into
-// slot me of every rank's receive half (the chunk that completes the call sets reduced[me] := e at every rank), then
-// chunks of out = the W slots summed in rank order (the same bits on every rank).
+// grid) on the same stream: chunks of every token's top-k reduce pushed into slot me of every rank's receive half
+// (the chunk that completes the call sets reduced[me] := e at every rank); then the same stream waits and
+// moe_tp_sum_slots: out = the W slots summed in rank order (the same bits on every rank).
 #pragma once
 
 #ifndef LOOM_NO_DEVICE_PRINTF
@@ -300,7 +299,7 @@ LOOM_DEVICE LOOM_FORCEINLINE void tp_sum_slots(const uint4* recv, int64_t slot_w
     }
 }
 
-// moe_rs's reduce, one kernel launched twice per call: beside the GEMM on a side stream (after_gemm = 0, few blocks:
+// moe_rs's sends, one kernel launched twice per call: beside the GEMM on a side stream (after_gemm = 0, few blocks:
 // they take the items that become ready while the GEMM runs) and after it on the GEMM's stream (after_gemm = 1, a
 // full grid: the rest at the whole share's bandwidth). Items and their order: MoeRsReduceParams; waits and why they
 // end: the file's head.
@@ -354,22 +353,10 @@ __global__ void __launch_bounds__(kTpMoeThreads) moe_rs_reduce_send(Ctx ctx, Moe
         if (tp_last_block(p.ticket + r, p.ticket_target))
             ptx::st_release_sys(tp_peer(ctx, p.sig->reduced + me, r), p.epoch);
     }
-    if (item >= sends + chunks) return;
-    // Final sums: every rank's slot of this rank's tokens (waited for once per block).
-    if (threadIdx.x < static_cast<unsigned>(W))
-        tp_wait_ge<true>(p.sig->reduced + threadIdx.x, p.epoch, ctx.wait_timeout_ns,
-                         "moe_rs: waits for a rank's reduced rows of this rank's tokens");
-    __syncthreads();
-    for (; item < sends + chunks; item = tp_claim(p.work, p.work_base, &s_item)) {
-        const int32_t t0 = static_cast<int32_t>(item - sends) * p.chunk, nt = min(p.chunk, p.t_loc - t0);
-        tp_sum_slots<T>(static_cast<const uint4*>(p.recv), slot_words, W, static_cast<int64_t>(t0) * row_words,
-                        static_cast<int64_t>(nt) * row_words, p.out);
-    }
 }
 
-// moe_ar's reduce, launched after the grouped GEMM on its stream with a full grid. Items and their order:
-// MoeArReduceParams. A block waits only for every rank's pushes (final sums), claimed before any final sum by running
-// blocks that wait for nothing: no cycle.
+// moe_ar's reduce, launched after the grouped GEMM on its stream with a full grid: the pushes (MoeArReduceParams).
+// Nothing in it waits.
 template <class T>
 __global__ void __launch_bounds__(kTpMoeThreads) moe_ar_reduce_push(Ctx ctx, MoeArReduceParams p) {
     __shared__ int32_t s_row[kTpMoeMaxChunkEntries];
@@ -401,16 +388,18 @@ __global__ void __launch_bounds__(kTpMoeThreads) moe_ar_reduce_push(Ctx ctx, Moe
                 ptx::st_release_sys(tp_peer(ctx, p.sig->reduced + me, d), p.epoch);
             }
     }
-    if (item >= 2 * static_cast<int64_t>(chunks)) return;
-    // Final sums: every rank's slot (waited for once per block).
-    if (threadIdx.x < static_cast<unsigned>(W))
-        tp_wait_ge<true>(p.sig->reduced + threadIdx.x, p.epoch, ctx.wait_timeout_ns,
-                         "moe_ar: waits for a rank's reduced rows");
-    __syncthreads();
-    for (; item < 2 * static_cast<int64_t>(chunks); item = tp_claim(p.work, p.work_base, &s_item)) {
-        const int32_t t0 = static_cast<int32_t>(item - chunks) * p.chunk, nt = min(p.chunk, p.tokens - t0);
-        tp_sum_slots<T>(recv, slot_words, W, static_cast<int64_t>(t0) * row_words, static_cast<int64_t>(nt) * row_words,
-                        p.out);
+}
+
+// moe_rs / moe_ar final sums, launched on the stream after it waited (stream memory operations, on no SM) for every
+// rank's reduced[q] >= epoch: out's tokens = the W slots summed (fp32, rank order), block b taking chunks b, b + grid,
+// ... Nothing in it waits.
+template <class T>
+__global__ void __launch_bounds__(kTpMoeThreads) moe_tp_sum_slots(Ctx ctx, MoeTpSumParams p) {
+    const int64_t slot_words = static_cast<int64_t>(p.tokens) * p.row_words;
+    for (int32_t c = static_cast<int32_t>(blockIdx.x); c < p.chunks; c += static_cast<int32_t>(gridDim.x)) {
+        const int32_t t0 = c * p.chunk, nt = min(p.chunk, p.tokens - t0);
+        tp_sum_slots<T>(static_cast<const uint4*>(p.recv), slot_words, ctx.local_world,
+                        static_cast<int64_t>(t0) * p.row_words, static_cast<int64_t>(nt) * p.row_words, p.out);
     }
 }
 

@@ -80,20 +80,19 @@ struct MoeRsHookArgs {
 
 // The down projection's reduce kernels (moe_rs_reduce_send, moe_ar_reduce_push) share their work through a claim
 // counter: items are chunks of `chunk` tokens, claimed in a fixed order by blocks of any launch of the call (the side
-// launch beside the GEMM and the launch after it), each block's last claim failing. The send items come first, the
-// final sums last, so every item a final sum depends on was claimed before it by a block that is running.
+// launch beside the GEMM and the launch after it), each block's last claim failing. The final sums are a kernel of
+// their own (moe_tp_sum_slots) after stream waits for every rank's items.
 //
 // Tokens in one item: chunk x topk (row, weight) pairs are staged in shared memory.
 inline constexpr int kTpMoeMaxChunkEntries = 1024;
 
-// moe_rs_reduce_send: items (W + 1) x chunks, chunks = ceil(t_loc / chunk). Item pos x chunks + c (pos < W): source
-// rank r = me + 1 + pos (mod W, the GEMM's order), tokens [c chunk, (c + 1) chunk) of r: once the GEMM stored every
-// tile of r's groups (side launch: done[r] >= expected[e % 2][r] = expected[(e - 1) % 2][r] + r's tiles of this call,
-// written by one launch of the call, with r's tiles counted only when the GEMM counts them (`counted`: it runs with
+// moe_rs_reduce_send: items W x chunks, chunks = ceil(t_loc / chunk). Item pos x chunks + c: source rank
+// r = me + 1 + pos (mod W, the GEMM's order), tokens [c chunk, (c + 1) chunk) of r: once the GEMM stored every tile of
+// r's groups (side launch: done[r] >= expected[e % 2][r] = expected[(e - 1) % 2][r] + r's tiles of this call, written
+// by one launch of the call, with r's tiles counted only when the GEMM counts them (`counted`: it runs with
 // MoeRsHooks exactly when there is a side launch); the launch after the GEMM needs no wait), their weighted top-k sums
 // (fp32, slot order) rounded to out's type into slot me of r's receive half ([W][t_loc][H] of out's type); the block
-// that completes r's last chunk sets reduced[me] := epoch at r (the own slot included). Item W x chunks + c: out's
-// tokens of chunk c = the sum over slots q (rank order, fp32) after reduced[q] >= epoch for every q.
+// that completes r's last chunk sets reduced[me] := epoch at r (the own slot included).
 struct MoeRsReduceParams {
     const void* partial;       // [rows, h] of the output type, dense: the grouped GEMM's output
     void* out;                 // [t_loc, h] dense
@@ -118,11 +117,10 @@ struct MoeRsReduceParams {
     int32_t counted;                         // 1: the GEMM counts its tiles in done (MoeRsHooks); 0: the targets stay
 };
 
-// moe_ar_reduce_push, launched after the grouped GEMM on its stream: items 2 x chunks, chunks = ceil(tokens / chunk).
-// Item c < chunks: tokens [c chunk, (c + 1) chunk): their weighted top-k sums (fp32, slot order) rounded to out's type,
-// pushed into slot me of every rank's receive half ([W][tokens][H] of out's type); the block that completes the last
-// chunk sets reduced[me] := epoch at every rank (this one included). Item chunks + c: out's tokens of chunk c = the
-// sum over slots q (rank order, fp32: the same bits on every rank) after reduced[q] >= epoch for every q.
+// moe_ar_reduce_push, launched after the grouped GEMM on its stream: items chunks = ceil(tokens / chunk). Item c:
+// tokens [c chunk, (c + 1) chunk): their weighted top-k sums (fp32, slot order) rounded to out's type, pushed into slot
+// me of every rank's receive half ([W][tokens][H] of out's type); the block that completes the last chunk sets
+// reduced[me] := epoch at every rank (this one included).
 struct MoeArReduceParams {
     const void* partial;       // [rows, h] of the output type, dense: the grouped GEMM's output
     void* out;                 // [tokens, h] dense
@@ -139,6 +137,17 @@ struct MoeArReduceParams {
     int32_t row_words;           // 16-byte words of out's type per row (H x elem / 16)
     int32_t chunk, chunks;       // tokens per item (chunk x topk <= kTpMoeMaxChunkEntries), items: ceil(tokens / chunk)
     int32_t pad;
+};
+
+// moe_tp_sum_slots (moe_rs / moe_ar final sums), launched after the stream waited for every rank's reduced[q] >= epoch:
+// out's tokens = the W slots of the receive half summed (fp32, rank order), rounded to out's type; block b takes the
+// chunks b, b + grid, ...
+struct MoeTpSumParams {
+    const void* recv;   // this call's half of the symmetric receive buffer (this rank's address): [W][tokens][H]
+    void* out;          // [tokens, h] dense
+    int32_t tokens;     // tokens of out (moe_rs: t_loc; moe_ar: the batch)
+    int32_t row_words;  // 16-byte words of out's type per row
+    int32_t chunk, chunks;
 };
 
 }  // namespace loom::kernels::moe

@@ -1,13 +1,13 @@
 // moe_ar's Fused algorithm (kernels/moe/tp_moe.cuh), one-shot. Per call e on every rank, on the stream:
 //   grouped GEMM into the local partial [max_rows, H] on every usable SM ── moe_ar_reduce_push (full grid): blocks
 //   claim items from a counter: chunks of the tokens (the top-k reduce, rounded to out's type, pushed into slot me of
-//   every rank's receive half e % 2; the chunk that completes the call sets reduced[me] := e at every rank), then
-//   chunks of out = the W slots summed in rank order.
+//   every rank's receive half e % 2; the chunk that completes the call sets reduced[me] := e at every rank) ── stream
+//   waits for reduced[q] >= e of every rank q ── moe_tp_sum_slots: out = the W slots summed in rank order.
 // Every token's sum needs the whole GEMM (its k rows lie in any groups), so nothing of the reduce can start beside it.
 // Against Sequential (grouped_gemm -> moe_topk_reduce -> all_reduce): no reduced [T, H] round trip through memory, one
-// kernel for the reduce and the all_reduce; the same bytes as a one-shot all_reduce of out's type.
-// Reuse of half e % 2: a peer writes into it again in call e + 2, after its kernel of call e + 1 waited for this
-// rank's push of call e + 1, which follows this rank's kernel of call e (the half's reader) on the stream.
+// pair of kernels for the reduce and the all_reduce; the same bytes as a one-shot all_reduce of out's type.
+// Reuse of half e % 2: a peer writes into it again in call e + 2, after its stream of call e + 1 waited for this
+// rank's push of call e + 1, which follows this rank's sum kernel of call e (the half's reader) on the stream.
 #include "loom/kernels/moe/tp_moe_params.hpp"
 #include "loom/runtime/error.hpp"
 #include "ops/moe/tp/fused_down.hpp"
@@ -71,7 +71,14 @@ void moe_ar_fused(const MoeDownCall& c) {
     rp.chunks = static_cast<int32_t>(f.chunks);
     st.work_total += static_cast<uint64_t>(f.claims);
 
-    launch_fused_down(c, f, nullptr, rp, rp, kernels::moe::MoeRsHookArgs{});
+    kernels::moe::MoeTpSumParams sp{};
+    sp.recv = rp.recv;
+    sp.out = c.out.data;
+    sp.tokens = static_cast<int32_t>(tokens);
+    sp.row_words = f.row_words;
+    sp.chunk = f.chunk;
+    sp.chunks = static_cast<int32_t>(f.chunks);
+    launch_fused_down(op, c, f, nullptr, rp, rp, kernels::moe::MoeRsHookArgs{}, st.sig.p->reduced, epoch, sp);
 }
 
 }  // namespace loom::moe

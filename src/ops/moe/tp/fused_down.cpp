@@ -30,7 +30,7 @@ FusedDown plan_fused_down(const MoeDownCall& c, const char* op, overlap::LocalBu
                tokens);
     f.row_words = static_cast<int>(row_words);
     f.chunks = (tokens + f.chunk - 1) / f.chunk;
-    const int64_t items = (sources + 1) * f.chunks;
+    const int64_t items = sources * f.chunks;
 
     GroupedGemmOptions gopts = c.opts.gemm;
     gopts.max_rows = static_cast<int>(s.max_rows());
@@ -59,6 +59,7 @@ FusedDown plan_fused_down(const MoeDownCall& c, const char* op, overlap::LocalBu
     f.gemm_sms = f.side_blocks > 0 ? std::max(1, usable - f.side_blocks)
                                    : (gopts.num_sms > 0 && gopts.num_sms < device_sms ? gopts.num_sms : device_sms);
     f.tail_blocks = down_tail_blocks(items, usable);
+    f.sum_blocks = down_tail_blocks(f.chunks, usable);
     f.claims = items + f.side_blocks + f.tail_blocks;
     MatrixView a = c.rows;
     a.rows = s.max_rows();
@@ -80,6 +81,8 @@ FusedDown plan_fused_down(const MoeDownCall& c, const char* op, overlap::LocalBu
     rspec.name = reduce_kernel;
     rspec.template_args = {dtype_cuda_name(c.out.dtype)};
     f.reduce = &jit::get_kernel(rspec);
+    rspec.name = "loom::kernels::moe::moe_tp_sum_slots";
+    f.sum = &jit::get_kernel(rspec);
     (void)jit::get_kernel(
         grouped_gemm_kernel_spec(f.cfg, c.rows.dtype, c.out.dtype, f.gemm.b_kn(), gopts.activation,
                                  f.hooked() ? "loom::kernels::moe::MoeRsHooks" : "loom::kernels::moe::GroupedNoHooks",

@@ -3,8 +3,9 @@
 // few blocks beside the GEMM on a side stream (MoeRsHooks count the stored tiles per source rank; the side blocks take
 // the items that become ready while the GEMM runs) and a full grid after the GEMM on its stream (the rest at the whole
 // share's bandwidth). moe_ar's items become ready only when the whole GEMM is done: its GEMM has every SM and the
-// reduce kernel runs after it. plan_fused_down plans and compiles (before the callers advance their counters: a JIT
-// error leaves them as they were); launch_fused_down launches.
+// reduce kernel runs after it. Then the stream waits for every rank's items (stream memory operations: no SM is held
+// while a peer is late) and moe_tp_sum_slots sums them. plan_fused_down plans and compiles (before the callers advance
+// their counters: a JIT error leaves them as they were); launch_fused_down launches.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include "ops/moe/grouped_gemm_internal.hpp"
 #include "ops/moe/tp/tp_moe.hpp"
 #include "ops/overlap/common/state.hpp"
+#include "runtime/stream_watchdog.hpp"
 
 namespace loom::moe {
 
@@ -25,32 +27,38 @@ struct FusedDown {
     int gemm_sms = 0;         // SMs the persistent GEMM may use
     int side_blocks = 0;      // reduce kernel blocks beside the GEMM (0: none; the GEMM has every usable SM)
     int tail_blocks = 0;      // reduce kernel blocks after the GEMM
+    int sum_blocks = 0;       // moe_tp_sum_slots blocks
     int block_m = 0;          // the GEMM's tile (the side reduce blocks count tiles per group)
     int num_n = 0;            // tiles across H
     int row_words = 0;        // 16-byte words of out's type per row
     int chunk = 0;            // tokens per work item
     int64_t chunks = 0;       // items per source rank: ceil(tokens / chunk)
-    int64_t claims = 0;       // claims on the work counter per call: items + one failing claim per block
+    int64_t claims = 0;       // claims on the work counter per call: sources x chunks + one failing claim per block
     void* partial = nullptr;  // the local partial product
     const jit::Kernel* reduce = nullptr;
+    const jit::Kernel* sum = nullptr;  // moe_tp_sum_slots for out's dtype
     // The GEMM counts its stored tiles per source rank (MoeRsHooks) exactly when side blocks wait on them: the launch
     // after it needs no count, and a release per tile costs small tiles a drain of their stores each.
     bool hooked() const { return side_blocks > 0; }
 };
 
 // `tokens`: the tokens of one source rank (moe_rs: T_loc; moe_ar: T); `sources`: source ranks (moe_rs: W; moe_ar: 1);
-// items: (sources + 1) x chunks (sends, then the final sums). `side`: the GEMM counts its tiles (MoeRsHooks) and the
-// reduce may run beside it (moe_rs: c.opts.comm_sms blocks, 0: rs_side_blocks, < 0: none).
+// items: sources x chunks (the sends; the final sums are moe_tp_sum_slots). `side`: the GEMM counts its tiles
+// (MoeRsHooks) and the reduce may run beside it (moe_rs: c.opts.comm_sms blocks, 0: rs_side_blocks, < 0: none).
 // `reduce_kernel`: the kernel's name in tp_moe.cuh (instantiated for out's dtype). Grows `partial` (outside captures
 // only).
 FusedDown plan_fused_down(const MoeDownCall& c, const char* op, overlap::LocalBuffer& partial, int64_t tokens,
                           int sources, const char* reduce_kernel, bool side);
 
-// side, side_rp: the side stream and the side launch's parameters (used when f.side_blocks > 0; else side may be
-// null); tail_rp: the launch after the GEMM's; hooks: the GEMM's when f.hooked().
+// op: the op's name (a string literal); side, side_rp: the side stream and the side launch's parameters (used when
+// f.side_blocks > 0; else side may be null); tail_rp: the launch after the GEMM's; hooks: the GEMM's when f.hooked();
+// reduced: this rank's copy of the ranks' signals (reduced[q] := epoch once rank q's items for this rank landed);
+// sum: the final sums' parameters.
 template <class ReduceParams>
-void launch_fused_down(const MoeDownCall& c, const FusedDown& f, overlap::SideStream* side, const ReduceParams& side_rp,
-                       const ReduceParams& tail_rp, const kernels::moe::MoeRsHookArgs& hooks) {
+void launch_fused_down(const char* op, const MoeDownCall& c, const FusedDown& f, overlap::SideStream* side,
+                       const ReduceParams& side_rp, const ReduceParams& tail_rp,
+                       const kernels::moe::MoeRsHookArgs& hooks, const uint64_t* reduced, uint64_t epoch,
+                       const kernels::moe::MoeTpSumParams& sum) {
     jit::LaunchConfig lc;
     lc.block = dim3(kernels::moe::kTpMoeThreads);
     if (f.side_blocks > 0) {
@@ -71,6 +79,11 @@ void launch_fused_down(const MoeDownCall& c, const FusedDown& f, overlap::SideSt
     lc.stream = c.stream;
     (*f.reduce)(lc, c.world->ctx(), tail_rp);
     if (f.side_blocks > 0) overlap::join(*side, c.stream);
+    detail::WatchedWaits waits(*c.world, op, epoch, c.stream);  // bounded on the host
+    for (int q = 0; q < c.world->local_world_size(); ++q) waits.wait_value(c.stream, reduced + q, epoch, q);
+    lc.grid = dim3(static_cast<unsigned>(f.sum_blocks));
+    (*f.sum)(lc, c.world->ctx(), sum);
+    waits.enqueued();
 }
 
 }  // namespace loom::moe

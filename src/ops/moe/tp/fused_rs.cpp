@@ -1,16 +1,16 @@
 // moe_rs's Fused algorithm (kernels/moe/tp_moe.cuh). Per call e on every rank:
 //   stream  fork ── grouped GEMM into the local partial [max_rows, H] with MoeRsHooks (peers' groups first, own last;
 //           done[source rank] += 1 per stored tile), on the SMs the side blocks leave ── moe_rs_reduce_send (full
-//           grid) ── join
+//           grid) ── join ── stream waits for reduced[q] >= e of every rank q ── moe_tp_sum_slots
 //   side    moe_rs_reduce_send (a few blocks, sized by the work that becomes ready during the GEMM)
-// Both launches claim items from one counter: per source rank in the GEMM's order, chunks of its tokens (once its
-// tiles are stored: the top-k reduce, rounded to out's type, into slot me of its receive half e % 2; the chunk that
-// completes the rank sets reduced[me] := e there), then chunks of this rank's tokens summed over the W slots into out.
+// Both reduce launches claim items from one counter: per source rank in the GEMM's order, chunks of its tokens (once
+// its tiles are stored: the top-k reduce, rounded to out's type, into slot me of its receive half e % 2; the chunk that
+// completes the rank sets reduced[me] := e there). The sum kernel adds this rank's tokens' W slots into out.
 // An expert-major routing (ranks 1) runs no side blocks: they wait for a source rank's tiles, and its tiles mix the
 // source ranks; the reduce after the GEMM reads any layout through dest_rows.
-// Reuse of half e % 2: a peer q writes into this rank's half again in call e + 2, after its reduce of call e + 1
-// waited for this rank's send of call e + 1, which follows both of this rank's launches of call e (the half's
-// readers) in stream order.
+// Reuse of half e % 2: a peer q writes into this rank's half again in call e + 2, after its stream of call e + 1
+// waited for this rank's sends of call e + 1, which follow this rank's sum kernel of call e (the half's reader) in
+// stream order.
 #include "loom/kernels/moe/tp_moe_params.hpp"
 #include "loom/runtime/error.hpp"
 #include "ops/moe/tp/fused_down.hpp"
@@ -101,7 +101,14 @@ void moe_rs_fused(const MoeDownCall& c) {
     h.num_experts = s.num_experts;
     h.first_group = W > 1 ? ((me + 1) % W) * s.num_experts : 0;
 
-    launch_fused_down(c, f, &st.side, rp, tail, h);
+    kernels::moe::MoeTpSumParams sp{};
+    sp.recv = rp.recv;
+    sp.out = c.out.data;
+    sp.tokens = static_cast<int32_t>(t_loc);
+    sp.row_words = f.row_words;
+    sp.chunk = f.chunk;
+    sp.chunks = static_cast<int32_t>(f.chunks);
+    launch_fused_down(op, c, f, &st.side, rp, tail, h, st.sig.p->reduced, epoch, sp);
 }
 
 }  // namespace loom::moe
