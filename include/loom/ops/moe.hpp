@@ -134,11 +134,12 @@ enum class TpMoeAlgo {
     Sequential,  // Loom's collectives (all_gather / reduce_scatter / all_reduce) around the routing utilities and
                  // grouped_gemm: no overlap
     Fused,       // ag_moe: each rank pushes its own tokens' routed rows to every rank while the grouped GEMM consumes
-                 // them as they arrive (a tile waits for the source ranks of its rows); moe_rs: the top-k reduce and send of a source
-                 // rank's tokens, in chunks, runs beside the grouped GEMM as soon as that rank's tiles are stored, and
-                 // a full grid after the GEMM finishes the rest; moe_ar (one-shot): after the GEMM, one kernel reduces
-                 // every token's top-k rows, pushes the sums (out's type) to every rank and sums the ranks' partials
-                 // in rank order. Auto never picks it for moe_ar
+                 // them as they arrive (a tile waits for the source ranks of its rows); moe_rs: the top-k reduce and
+                 // send of a source rank's tokens, in chunks, runs beside the grouped GEMM as soon as that rank's tiles
+                 // are stored, and a full grid after the GEMM sends the rest; moe_ar (one-shot): after the GEMM, one
+                 // kernel reduces every token's top-k rows and pushes the sums (out's type) to every rank. Then the
+                 // stream waits for every rank's sums and a kernel adds them in rank order. Auto never picks it for
+                 // moe_ar
 };
 const char* to_string(TpMoeAlgo a);
 
