@@ -51,7 +51,8 @@ std::string expired_message(int rank, const PendingCall& c, WaitLedger::Clock::d
         ++unsatisfied;
         if (shown == 4) continue;  // the first few are enough to name who is missing
         const std::string seen = readable && i < observed.size() ? fmt::format("{}", observed[i]) : "unreadable";
-        missing += fmt::format("{}the signal of rank {} at {} (expected {} {}, observed {})", shown ? "; " : "", w.peer,
+        const std::string whose = w.peer >= 0 ? fmt::format("the signal of rank {}", w.peer) : "the ranks' count";
+        missing += fmt::format("{}{} at {} (expected {} {}, observed {})", shown ? "; " : "", whose,
                                static_cast<const void*>(w.addr), w.eq ? "==" : ">=", w.value, seen);
         ++shown;
     }

@@ -22,7 +22,8 @@ struct StreamWait {
     const std::uint64_t* addr = nullptr;
     std::uint64_t value = 0;
     bool eq = false;
-    int peer = -1;  // the rank whose write satisfies it (this rank's own rank: one of its own kernels)
+    int peer = -1;  // the rank whose write satisfies it (this rank's own rank: one of its own kernels); -1: a count
+                    // that several ranks raise
 };
 
 // Whether `observed` satisfies `w` (the compare the stream applies).

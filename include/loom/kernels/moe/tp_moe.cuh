@@ -16,15 +16,15 @@
 // blocks on a side stream beside the GEMM, a full grid after it on its stream. Blocks of both launches claim the
 // sends from one counter, per source rank r in the GEMM's order, chunks of r's tokens: once r's tiles are all stored
 // (the side launch waits; the launch after the GEMM need not), the weighted top-k reduce (fp32) rounded to out's type,
-// stored into slot me of r's receive half; the chunk that completes r sets reduced[me] := e at r. Then the stream
-// waits (stream memory operations, bounded by the host watchdog) for reduced[q] >= e of every rank q, and
-// moe_tp_sum_slots sums the W slots of this rank's tokens (fp32, rank order) into out.
+// stored into slot me of r's receive half; the chunk that completes r adds 1 to landed[e % 2] at r. Then the stream
+// waits (a stream memory operation, bounded by the host watchdog) for landed[e % 2] to count every rank of the call,
+// and moe_tp_sum_slots sums the W slots of this rank's tokens (fp32, rank order) into out.
 //   The only waits on an SM are the side blocks' for this rank's own GEMM, which waits for nothing; every other
 //   kernel ends without waiting, and the waits for the peers hold no SM: a rank whose GEMM is late (ranks sharing a
 //   GPU, its CTAs not yet resident) finds the SMs its peers' kernels free, with no peer spinning on them.
 // moe_ar, Fused (one-shot): the grouped GEMM (no hooks) into a local partial product, then moe_ar_reduce_push (full
 // grid) on the same stream: chunks of every token's top-k reduce pushed into slot me of every rank's receive half
-// (the chunk that completes the call sets reduced[me] := e at every rank); then the same stream waits and
+// (the chunk that completes the call adds 1 to landed[e % 2] at every rank); then the same stream waits and
 // moe_tp_sum_slots: out = the W slots summed in rank order (the same bits on every rank).
 #pragma once
 
@@ -351,7 +351,7 @@ __global__ void __launch_bounds__(kTpMoeThreads) moe_rs_reduce_send(Ctx ctx, Moe
                                     dst[static_cast<int64_t>(t) * row_words + w] = v;
                                 });
         if (tp_last_block(p.ticket + r, p.ticket_target))
-            ptx::st_release_sys(tp_peer(ctx, p.sig->reduced + me, r), p.epoch);
+            ptx::red_add_release_sys(tp_peer(ctx, p.sig->landed + p.epoch % 2, r), uint64_t(1));
     }
 }
 
@@ -385,13 +385,14 @@ __global__ void __launch_bounds__(kTpMoeThreads) moe_ar_reduce_push(Ctx ctx, Moe
         if (tp_last_block(p.ticket, p.ticket_target))
             for (int j = 0; j < W; ++j) {
                 const int d = me + j < W ? me + j : me + j - W;
-                ptx::st_release_sys(tp_peer(ctx, p.sig->reduced + me, d), p.epoch);
+                ptx::red_add_release_sys(tp_peer(ctx, p.sig->landed + p.epoch % 2, d), uint64_t(1));
             }
     }
 }
 
-// moe_rs / moe_ar final sums, launched on the stream after it waited (stream memory operations, on no SM) for every
-// rank's reduced[q] >= epoch: out's tokens = the W slots summed (fp32, rank order), block b taking chunks b, b + grid,
+// moe_rs / moe_ar final sums, launched on the stream after it waited (a stream memory operation, on no SM) for every
+// rank's sums of the call (landed): out's tokens = the W slots summed (fp32, rank order), block b taking chunks b, b +
+// grid,
 // ... Nothing in it waits.
 template <class T>
 __global__ void __launch_bounds__(kTpMoeThreads) moe_tp_sum_slots(Ctx ctx, MoeTpSumParams p) {

@@ -20,16 +20,13 @@ struct MoeAgSignals {
     uint64_t arrived[kMaxLocalPeers];
 };
 
-// moe_rs, Fused: reduced[q] at rank d = the last call whose rank q's top-k reduced partial sums of d's tokens landed
-// in d's receive half (slot q).
-struct MoeRsSignals {
-    uint64_t reduced[kMaxLocalPeers];
-};
-
-// moe_ar, Fused: reduced[q] at rank d = the last call whose rank q's top-k reduced partial sums of every token landed
-// in d's receive half (slot q).
-struct MoeArSignals {
-    uint64_t reduced[kMaxLocalPeers];
+// moe_rs / moe_ar, Fused: landed[e % 2] at rank d counts, over the calls e of that parity, the ranks whose top-k
+// reduced partial sums for d landed in d's receive half of the call (each rank adds 1 per call, release, sys): once it
+// reaches W x (calls of that parity so far) every rank's slot of call e is in place. A rank adds for call e + 2 only
+// after its stream waited, in call e + 1, for this rank's sums of call e + 1, which follow this rank's wait of call
+// e: the counts of two calls of one parity never mix.
+struct MoeDownSignals {
+    uint64_t landed[2];
 };
 
 // moe_ag_push: this rank's routing entries (its tokens' top-k slots, entries [me T_loc k, (me + 1) T_loc k) of the
@@ -92,7 +89,7 @@ inline constexpr int kTpMoeMaxChunkEntries = 1024;
 // by one launch of the call, with r's tiles counted only when the GEMM counts them (`counted`: it runs with
 // MoeRsHooks exactly when there is a side launch); the launch after the GEMM needs no wait), their weighted top-k sums
 // (fp32, slot order) rounded to out's type into slot me of r's receive half ([W][t_loc][H] of out's type); the block
-// that completes r's last chunk sets reduced[me] := epoch at r (the own slot included).
+// that completes r's last chunk adds 1 to landed[epoch % 2] at r (the own slot included).
 struct MoeRsReduceParams {
     const void* partial;       // [rows, h] of the output type, dense: the grouped GEMM's output
     void* out;                 // [t_loc, h] dense
@@ -104,7 +101,7 @@ struct MoeRsReduceParams {
     uint64_t* expected;        // local [2][kMaxLocalPeers]: cumulative tile targets by call parity (side launch)
     uint64_t* ticket;          // local [kMaxLocalPeers]: chunks of source rank r sent (cumulative)
     uint64_t* work;            // local, one counter: claims of every launch so far (cumulative)
-    MoeRsSignals* sig;         // symmetric
+    MoeDownSignals* sig;       // symmetric
     uint64_t ticket_target;    // chunks per source rank over every call so far, this call's included
     uint64_t work_base;        // *work before this call's launches
     uint64_t epoch;
@@ -120,7 +117,7 @@ struct MoeRsReduceParams {
 // moe_ar_reduce_push, launched after the grouped GEMM on its stream: items chunks = ceil(tokens / chunk). Item c:
 // tokens [c chunk, (c + 1) chunk): their weighted top-k sums (fp32, slot order) rounded to out's type, pushed into slot
 // me of every rank's receive half ([W][tokens][H] of out's type); the block that completes the last chunk sets
-// reduced[me] := epoch at every rank (this one included).
+// landed[epoch % 2] += 1 at every rank (this one included).
 struct MoeArReduceParams {
     const void* partial;       // [rows, h] of the output type, dense: the grouped GEMM's output
     void* out;                 // [tokens, h] dense
@@ -129,7 +126,7 @@ struct MoeArReduceParams {
     const float* weights;      // [tokens, k]
     uint64_t* ticket;          // local, one counter: chunks pushed (cumulative)
     uint64_t* work;            // local, one counter: claims of every launch so far (cumulative)
-    MoeArSignals* sig;         // symmetric
+    MoeDownSignals* sig;       // symmetric
     uint64_t ticket_target;    // chunks over every call so far, this call's included
     uint64_t work_base;        // *work before this call's launch
     uint64_t epoch;
@@ -139,7 +136,7 @@ struct MoeArReduceParams {
     int32_t pad;
 };
 
-// moe_tp_sum_slots (moe_rs / moe_ar final sums), launched after the stream waited for every rank's reduced[q] >= epoch:
+// moe_tp_sum_slots (moe_rs / moe_ar final sums), launched after the stream waited for every rank's sums (landed):
 // out's tokens = the W slots of the receive half summed (fp32, rank order), rounded to out's type; block b takes the
 // chunks b, b + grid, ...
 struct MoeTpSumParams {

@@ -1,8 +1,8 @@
 // moe_ar's Fused algorithm (kernels/moe/tp_moe.cuh), one-shot. Per call e on every rank, on the stream:
 //   grouped GEMM into the local partial [max_rows, H] on every usable SM ── moe_ar_reduce_push (full grid): blocks
 //   claim items from a counter: chunks of the tokens (the top-k reduce, rounded to out's type, pushed into slot me of
-//   every rank's receive half e % 2; the chunk that completes the call sets reduced[me] := e at every rank) ── stream
-//   waits for reduced[q] >= e of every rank q ── moe_tp_sum_slots: out = the W slots summed in rank order.
+//   every rank's receive half e % 2; the chunk that completes the call adds 1 to landed[e % 2] at every rank) ──
+//   stream wait for landed[e % 2] to count every rank ── moe_tp_sum_slots: out = the W slots summed in rank order.
 // Every token's sum needs the whole GEMM (its k rows lie in any groups), so nothing of the reduce can start beside it.
 // Against Sequential (grouped_gemm -> moe_topk_reduce -> all_reduce): no reduced [T, H] round trip through memory, one
 // pair of kernels for the reduce and the all_reduce; the same bytes as a one-shot all_reduce of out's type.
@@ -17,9 +17,9 @@ namespace loom::moe {
 
 namespace {
 
-// Symmetric: MoeArSignals and buf, the receive buffer's two parity halves ([W][T][H] of out's type). Local: the
+// Symmetric: MoeDownSignals and buf, the receive buffer's two parity halves ([W][T][H] of out's type). Local: the
 // partial product and the counters (ticket, work), zeroed once.
-struct FusedArState final : overlap::SignalState<kernels::moe::MoeArSignals> {
+struct FusedArState final : overlap::SignalState<kernels::moe::MoeDownSignals> {
     static constexpr const char* kKey = "moe/tp/fused_ar";
     explicit FusedArState(World& world) : SignalState(world) {
         LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&counters), 2 * sizeof(uint64_t)));
@@ -78,7 +78,7 @@ void moe_ar_fused(const MoeDownCall& c) {
     sp.row_words = f.row_words;
     sp.chunk = f.chunk;
     sp.chunks = static_cast<int32_t>(f.chunks);
-    launch_fused_down(op, c, f, nullptr, rp, rp, kernels::moe::MoeRsHookArgs{}, st.sig.p->reduced, epoch, sp);
+    launch_fused_down(op, c, f, nullptr, rp, rp, kernels::moe::MoeRsHookArgs{}, st.sig.p->landed, epoch, sp);
 }
 
 }  // namespace loom::moe

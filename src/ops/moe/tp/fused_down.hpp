@@ -52,12 +52,11 @@ FusedDown plan_fused_down(const MoeDownCall& c, const char* op, overlap::LocalBu
 
 // op: the op's name (a string literal); side, side_rp: the side stream and the side launch's parameters (used when
 // f.side_blocks > 0; else side may be null); tail_rp: the launch after the GEMM's; hooks: the GEMM's when f.hooked();
-// reduced: this rank's copy of the ranks' signals (reduced[q] := epoch once rank q's items for this rank landed);
-// sum: the final sums' parameters.
+// landed: this rank's copy of MoeDownSignals::landed; sum: the final sums' parameters.
 template <class ReduceParams>
 void launch_fused_down(const char* op, const MoeDownCall& c, const FusedDown& f, overlap::SideStream* side,
                        const ReduceParams& side_rp, const ReduceParams& tail_rp,
-                       const kernels::moe::MoeRsHookArgs& hooks, const uint64_t* reduced, uint64_t epoch,
+                       const kernels::moe::MoeRsHookArgs& hooks, const uint64_t* landed, uint64_t epoch,
                        const kernels::moe::MoeTpSumParams& sum) {
     jit::LaunchConfig lc;
     lc.block = dim3(kernels::moe::kTpMoeThreads);
@@ -80,7 +79,9 @@ void launch_fused_down(const char* op, const MoeDownCall& c, const FusedDown& f,
     (*f.reduce)(lc, c.world->ctx(), tail_rp);
     if (f.side_blocks > 0) overlap::join(*side, c.stream);
     detail::WatchedWaits waits(*c.world, op, epoch, c.stream);  // bounded on the host
-    for (int q = 0; q < c.world->local_world_size(); ++q) waits.wait_value(c.stream, reduced + q, epoch, q);
+    // Every rank adds 1 per call of this parity: W x (calls of this parity so far, this one included).
+    const uint64_t target = static_cast<uint64_t>(c.world->local_world_size()) * ((epoch + 1) / 2);
+    waits.wait_value(c.stream, landed + epoch % 2, target, -1);
     lc.grid = dim3(static_cast<unsigned>(f.sum_blocks));
     (*f.sum)(lc, c.world->ctx(), sum);
     waits.enqueued();

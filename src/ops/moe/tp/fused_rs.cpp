@@ -1,11 +1,11 @@
 // moe_rs's Fused algorithm (kernels/moe/tp_moe.cuh). Per call e on every rank:
 //   stream  fork ── grouped GEMM into the local partial [max_rows, H] with MoeRsHooks (peers' groups first, own last;
 //           done[source rank] += 1 per stored tile), on the SMs the side blocks leave ── moe_rs_reduce_send (full
-//           grid) ── join ── stream waits for reduced[q] >= e of every rank q ── moe_tp_sum_slots
+//           grid) ── join ── stream wait for landed[e % 2] to count every rank ── moe_tp_sum_slots
 //   side    moe_rs_reduce_send (a few blocks, sized by the work that becomes ready during the GEMM)
 // Both reduce launches claim items from one counter: per source rank in the GEMM's order, chunks of its tokens (once
 // its tiles are stored: the top-k reduce, rounded to out's type, into slot me of its receive half e % 2; the chunk that
-// completes the rank sets reduced[me] := e there). The sum kernel adds this rank's tokens' W slots into out.
+// completes the rank adds 1 to landed[e % 2] there). The sum kernel adds this rank's tokens' W slots into out.
 // An expert-major routing (ranks 1) runs no side blocks: they wait for a source rank's tiles, and its tiles mix the
 // source ranks; the reduce after the GEMM reads any layout through dest_rows.
 // Reuse of half e % 2: a peer q writes into this rank's half again in call e + 2, after its stream of call e + 1
@@ -23,9 +23,9 @@ namespace {
 constexpr int kPeers = kMaxLocalPeers;
 constexpr int kCounters = 4 * kPeers + 1;
 
-// Symmetric: MoeRsSignals and buf, the receive buffer's two parity halves ([W][T_loc][H] of out's type). Local: the
+// Symmetric: MoeDownSignals and buf, the receive buffer's two parity halves ([W][T_loc][H] of out's type). Local: the
 // partial product, and the counters (done [kPeers], expected [2][kPeers], ticket [kPeers], work), zeroed once.
-struct FusedRsState final : overlap::SignalState<kernels::moe::MoeRsSignals> {
+struct FusedRsState final : overlap::SignalState<kernels::moe::MoeDownSignals> {
     static constexpr const char* kKey = "moe/tp/fused_rs";
     explicit FusedRsState(World& world) : SignalState(world) {
         LOOM_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&counters), kCounters * sizeof(uint64_t)));
@@ -108,7 +108,7 @@ void moe_rs_fused(const MoeDownCall& c) {
     sp.row_words = f.row_words;
     sp.chunk = f.chunk;
     sp.chunks = static_cast<int32_t>(f.chunks);
-    launch_fused_down(op, c, f, &st.side, rp, tail, h, st.sig.p->reduced, epoch, sp);
+    launch_fused_down(op, c, f, &st.side, rp, tail, h, st.sig.p->landed, epoch, sp);
 }
 
 }  // namespace loom::moe
