@@ -135,6 +135,7 @@ const std::vector<KernelSample>& kernel_samples() {
         {"loom/kernels/moe/tp_moe.cuh", "loom::kernels::moe::moe_ag_push", {}},
         {"loom/kernels/moe/tp_moe.cuh", "loom::kernels::moe::moe_rs_reduce_send", {"__nv_bfloat16"}},
         {"loom/kernels/moe/tp_moe.cuh", "loom::kernels::moe::moe_ar_reduce_push", {"float"}},
+        {"loom/kernels/moe/tp_moe.cuh", "loom::kernels::moe::moe_tp_sum_slots", {"__half"}},
         {"loom/kernels/attention/ulysses.cuh", "loom::kernels::attention::ulysses_qkv_a2a", {}},
         {"loom/kernels/attention/ulysses.cuh", "loom::kernels::attention::ulysses_o_a2a", {}},
         {"loom/kernels/attention/ulysses_o_gemm.cuh",
