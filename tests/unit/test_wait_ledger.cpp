@@ -191,6 +191,19 @@ TEST(WaitLedger, MessageNamesOpCallPeerAndValues) {
     EXPECT_NE(u.find("the signal of rank 2 at 0x7f08 (expected >= 2, observed unreadable)"), std::string::npos) << u;
 }
 
+// A count that several ranks raise (peer -1, e.g. moe_rs's landed sums) is named as such.
+TEST(WaitLedger, MessageNamesACountOfSeveralRanks) {
+    PendingCall c;
+    c.op = "moe_rs";
+    c.call = 5;
+    c.waits = {StreamWait{reinterpret_cast<const std::uint64_t*>(0x7f00), 24, false, -1}};
+    const std::string m = expired_message(2, c, 2013ms, {21}, true, 2000ms);
+    EXPECT_NE(m.find("moe_rs call 5 (copy-engine stream wait) outstanding for 2013 ms; missing: the ranks' count at "
+                     "0x7f00 (expected >= 24, observed 21)"),
+              std::string::npos)
+        << m;
+}
+
 TEST(WaitLedger, MessageListsAFewAndCountsTheRest) {
     PendingCall c;
     c.op = "gemm_rs";
