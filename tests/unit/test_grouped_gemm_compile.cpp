@@ -57,6 +57,32 @@ loom::moe::GroupedGemmProblem problem(int64_t rows, int64_t n, int64_t k, int e,
     return p;
 }
 
+// The stages the plan fits keep the dynamic bytes plus the kernel's static scratch within the opt-in limit (a launch
+// of 64 x 128 staged tiles with 448 groups asked for 32 bytes too many when the scratch was not counted), and the
+// compiled kernel's static shared memory is the scratch the plan counts.
+TEST(GroupedGemmCompile, SharedMemoryFitsTheOptInLimit) {
+    for (int bm : {64, 128})
+        for (int bn : {128, 160, 192, 224, 256})
+            for (bool staged : {false, true})
+                for (int groups : {1, 8, 448, 1024, loom::kernels::moe::kGroupedMaxGroups}) {
+                    const int stages = loom::moe::grouped_gemm_fitting_stages(bm, bn, groups, staged);
+                    const uint32_t total =
+                        loom::kernels::moe::grouped_gemm_sm90_smem_bytes(bm, bn, stages, groups, staged) +
+                        loom::kernels::moe::kGroupedStaticSmemBytes;
+                    EXPECT_LE(total, loom::kernels::kGemmSm90MaxSmem)
+                        << bm << "x" << bn << " staged " << staged << " groups " << groups << " stages " << stages;
+                    auto p = problem(4096, 4096, 4096, 8, BLayout::NK, MoeActivation::None);
+                    p.num_groups = groups;
+                    EXPECT_NO_THROW(
+                        loom::moe::grouped_gemm_validate_config(hopper(bm, bn, stages, DType::BF16, staged), p));
+                }
+    const int stages = loom::moe::grouped_gemm_fitting_stages(64, 128, 448, true);
+    const auto spec = loom::moe::grouped_gemm_kernel_spec(hopper(64, 128, stages), DType::BF16, DType::BF16, false,
+                                                          MoeActivation::None);
+    const loom::jit::CompileResult r = loom::jit::compile(spec, 90);
+    EXPECT_EQ(r.smem_bytes, static_cast<int>(loom::kernels::moe::kGroupedStaticSmemBytes)) << r.resource_report;
+}
+
 // Every Hopper variant the heuristic picks over the shapes, both layouts, every activation, bf16 / fp16 / fp8
 // in, 16- and 32-bit out: compiles for sm_90a with no spills.
 TEST(GroupedGemmCompile, HopperKernelsHaveNoSpills) {

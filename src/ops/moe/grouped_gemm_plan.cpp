@@ -16,7 +16,9 @@ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 int grouped_gemm_fitting_stages(int bm, int bn, int groups, bool staged) {
     int s = 12;
-    while (s > 2 && kernels::moe::grouped_gemm_sm90_smem_bytes(bm, bn, s, groups, staged) > kernels::kGemmSm90MaxSmem)
+    while (s > 2 && kernels::moe::grouped_gemm_sm90_smem_bytes(bm, bn, s, groups, staged) +
+                            kernels::moe::kGroupedStaticSmemBytes >
+                        kernels::kGemmSm90MaxSmem)
         --s;
     return s;
 }
@@ -99,8 +101,10 @@ void grouped_gemm_validate_config(const GemmConfig& c, const GroupedGemmProblem&
                    "columns within one scale block), given {}",
                    p.swiglu() ? "block_n / 2" : "block_n", c.block_n);
     }
+    // The dynamic bytes and the kernel's static scratch.
     const uint32_t smem =
-        kernels::moe::grouped_gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages, p.num_groups, c.tma_store);
+        kernels::moe::grouped_gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages, p.num_groups, c.tma_store) +
+        kernels::moe::kGroupedStaticSmemBytes;
     LOOM_CHECK(c.stages >= 2 && c.stages <= 16 && smem <= kernels::kGemmSm90MaxSmem,
                "grouped_gemm config: expected stages in [2, 16] within {} B of shared memory, given {} stages ({} B "
                "with {} groups)",

@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     constexpr uint32_t kStageBytes = kStagedStore ? kConsumers * 4 * kGroupedWarpStageBytes : 0u;
     auto* pipe = reinterpret_cast<tile::TmaPipeline<STAGES>*>(smem_stage + kStageBytes);
     int32_t* prefix = reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(pipe) + sizeof(tile::TmaPipeline<STAGES>));
-    __shared__ int32_t scan_scratch[32];
+    __shared__ int32_t scan_scratch[kGroupedStaticSmemBytes / 4];  // the scan takes 32
 
     if (threadIdx.x == 0) {
         pipe->init(kConsumers);  // one arrival per consumer warpgroup releases a slot

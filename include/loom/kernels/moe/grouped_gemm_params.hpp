@@ -60,6 +60,10 @@ LOOM_HOST_DEVICE constexpr uint32_t grouped_gemm_sm90_smem_bytes(int block_m, in
            static_cast<uint32_t>(stages) * 16u + grouped_prefix_bytes(num_groups) + 1024u;
 }
 
+// Static shared memory of either grouped kernel besides its dynamic bytes: the row-block prefix scan's scratch (32
+// ints). The two together stay within the device's opt-in limit (kGemmSm90MaxSmem on Hopper).
+inline constexpr uint32_t kGroupedStaticSmemBytes = 32u * 4u;
+
 // The most groups one launch takes: the prefix lives in shared memory (16 KiB at this bound).
 inline constexpr int kGroupedMaxGroups = 4095;
 

@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(kSm80Threads)
     extern __shared__ uint8_t smem_raw[];
     constexpr uint32_t kMainloopBytes = kFp8 ? gemm_sm80_e4m3_smem_bytes(STAGES) : gemm_sm80_smem_bytes(STAGES);
     int32_t* prefix = reinterpret_cast<int32_t*>(smem_raw + kMainloopBytes);
-    __shared__ int32_t scan_scratch[32];
+    __shared__ int32_t scan_scratch[kGroupedStaticSmemBytes / 4];  // the scan takes 32
     build_row_block_prefix<kSm80BlockM, kSm80Threads>(args, prefix, scan_scratch);
     const GroupedTileGrid grid{prefix, args.num_groups, prefix[args.num_groups], (args.n_out + kOutCols - 1) / kOutCols,
                                args.group_m};
