@@ -71,14 +71,7 @@ void moe_ar_fused(const MoeDownCall& c) {
     rp.chunks = static_cast<int32_t>(f.chunks);
     st.work_total += static_cast<uint64_t>(f.claims);
 
-    kernels::moe::MoeTpSumParams sp{};
-    sp.recv = rp.recv;
-    sp.out = c.out.data;
-    sp.tokens = static_cast<int32_t>(tokens);
-    sp.row_words = f.row_words;
-    sp.chunk = f.chunk;
-    sp.chunks = static_cast<int32_t>(f.chunks);
-    launch_fused_down(op, c, f, nullptr, rp, rp, kernels::moe::MoeRsHookArgs{}, st.sig.p->landed, epoch, sp);
+    launch_fused_down(op, c, f, nullptr, rp, rp, kernels::moe::MoeRsHookArgs{}, st.sig.p->landed, epoch, rp.recv);
 }
 
 }  // namespace loom::moe

@@ -52,12 +52,13 @@ FusedDown plan_fused_down(const MoeDownCall& c, const char* op, overlap::LocalBu
 
 // op: the op's name (a string literal); side, side_rp: the side stream and the side launch's parameters (used when
 // f.side_blocks > 0; else side may be null); tail_rp: the launch after the GEMM's; hooks: the GEMM's when f.hooked();
-// landed: this rank's copy of MoeDownSignals::landed; sum: the final sums' parameters.
+// landed: this rank's copy of MoeDownSignals::landed; recv: this call's receive half (this rank's address), whose W
+// slots of out's rows the final sums add into out.
 template <class ReduceParams>
 void launch_fused_down(const char* op, const MoeDownCall& c, const FusedDown& f, overlap::SideStream* side,
                        const ReduceParams& side_rp, const ReduceParams& tail_rp,
                        const kernels::moe::MoeRsHookArgs& hooks, const uint64_t* landed, uint64_t epoch,
-                       const kernels::moe::MoeTpSumParams& sum) {
+                       const void* recv) {
     jit::LaunchConfig lc;
     lc.block = dim3(kernels::moe::kTpMoeThreads);
     if (f.side_blocks > 0) {
@@ -82,6 +83,13 @@ void launch_fused_down(const char* op, const MoeDownCall& c, const FusedDown& f,
     // Every rank adds 1 per call of this parity: W x (calls of this parity so far, this one included).
     const uint64_t target = static_cast<uint64_t>(c.world->local_world_size()) * ((epoch + 1) / 2);
     waits.wait_value(c.stream, landed + epoch % 2, target, -1);
+    kernels::moe::MoeTpSumParams sum{};
+    sum.recv = recv;
+    sum.out = c.out.data;
+    sum.tokens = static_cast<int32_t>(c.out.rows);
+    sum.row_words = f.row_words;
+    sum.chunk = f.chunk;
+    sum.chunks = static_cast<int32_t>(f.chunks);
     lc.grid = dim3(static_cast<unsigned>(f.sum_blocks));
     (*f.sum)(lc, c.world->ctx(), sum);
     waits.enqueued();

@@ -101,14 +101,7 @@ void moe_rs_fused(const MoeDownCall& c) {
     h.num_experts = s.num_experts;
     h.first_group = W > 1 ? ((me + 1) % W) * s.num_experts : 0;
 
-    kernels::moe::MoeTpSumParams sp{};
-    sp.recv = rp.recv;
-    sp.out = c.out.data;
-    sp.tokens = static_cast<int32_t>(t_loc);
-    sp.row_words = f.row_words;
-    sp.chunk = f.chunk;
-    sp.chunks = static_cast<int32_t>(f.chunks);
-    launch_fused_down(op, c, f, &st.side, rp, tail, h, st.sig.p->landed, epoch, sp);
+    launch_fused_down(op, c, f, &st.side, rp, tail, h, st.sig.p->landed, epoch, rp.recv);
 }
 
 }  // namespace loom::moe
