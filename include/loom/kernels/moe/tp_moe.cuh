@@ -50,6 +50,15 @@ LOOM_DEVICE LOOM_FORCEINLINE int32_t tp_clamped_offset(const int32_t* offsets, i
     return v < lo ? lo : (v > rows ? rows : v);
 }
 
+// Group g's rows, clamped as above: [start, real_end) hold tokens (its first counts[g]), [real_end, stop) are padding.
+LOOM_DEVICE LOOM_FORCEINLINE void tp_group_rows(const int32_t* offsets, const int32_t* counts, int32_t g, int32_t rows,
+                                                int32_t& start, int32_t& real_end, int32_t& stop) {
+    start = tp_clamped_offset(offsets, g, rows, 0);
+    stop = tp_clamped_offset(offsets, g + 1, rows, start);
+    const int32_t count = __ldg(counts + g);
+    real_end = count < stop - start ? start + (count > 0 ? count : 0) : stop;
+}
+
 // ---- grouped GEMM hooks ---------------------------------------------------------------------------------------------
 
 struct MoeAgHooks {
@@ -59,10 +68,8 @@ struct MoeAgHooks {
         GroupedRotatedOrder{a.first_group}.tile_order(linear, g, rb, nb);
     }
     LOOM_DEVICE LOOM_FORCEINLINE void before_load(int32_t group, int32_t row0) const {
-        const int32_t start = tp_clamped_offset(a.offsets, group, a.rows, 0);
-        const int32_t stop = tp_clamped_offset(a.offsets, group + 1, a.rows, start);
-        const int32_t count = __ldg(a.counts + group);
-        const int32_t real_end = count < stop - start ? start + (count > 0 ? count : 0) : stop;
+        int32_t start, real_end, stop;
+        tp_group_rows(a.offsets, a.counts, group, a.rows, start, real_end, stop);
         if (row0 >= real_end) return;  // padding rows only: zeroed by this rank's push
         const int32_t last = (row0 + a.block_m < real_end ? row0 + a.block_m : real_end) - 1;
         int32_t lo = __ldg(a.row_tokens + row0) / a.t_loc, hi = __ldg(a.row_tokens + last) / a.t_loc;
@@ -145,12 +152,11 @@ __global__ void __launch_bounds__(kTpMoeThreads) moe_ag_push(Ctx ctx, MoeAgPushP
     }
     // Padding rows, a group per block at a time: zeros in this rank's half.
     for (int32_t g = static_cast<int32_t>(blockIdx.x); g < p.num_groups; g += static_cast<int32_t>(gridDim.x)) {
-        const int32_t start = tp_clamped_offset(p.offsets, g, p.rows, 0);
-        const int32_t stop = tp_clamped_offset(p.offsets, g + 1, p.rows, start);
-        const int32_t count = p.counts[g];
-        const int64_t first = count < stop - start ? start + (count > 0 ? count : 0) : stop;
-        const int64_t n = (stop - first) * p.row_words;
-        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) gather[first * p.row_words + i] = make_uint4(0, 0, 0, 0);
+        int32_t start, first, stop;
+        tp_group_rows(p.offsets, p.counts, g, p.rows, start, first, stop);
+        const int64_t n = static_cast<int64_t>(stop - first) * p.row_words;
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+            gather[static_cast<int64_t>(first) * p.row_words + i] = make_uint4(0, 0, 0, 0);
     }
     if (tp_last_block(p.ticket, p.ticket_target))
         for (int j = 0; j < W; ++j) {

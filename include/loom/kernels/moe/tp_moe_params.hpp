@@ -92,7 +92,6 @@ inline constexpr int kTpMoeMaxChunkEntries = 1024;
 // that completes r's last chunk adds 1 to landed[epoch % 2] at r (the own slot included).
 struct MoeRsReduceParams {
     const void* partial;       // [rows, h] of the output type, dense: the grouped GEMM's output
-    void* out;                 // [t_loc, h] dense
     void* recv;                // this call's half of the symmetric receive buffer (this rank's address), out's type
     const int32_t* offsets;    // [G + 1]
     const int32_t* dest_rows;  // [W t_loc, k]
@@ -120,7 +119,6 @@ struct MoeRsReduceParams {
 // landed[epoch % 2] += 1 at every rank (this one included).
 struct MoeArReduceParams {
     const void* partial;       // [rows, h] of the output type, dense: the grouped GEMM's output
-    void* out;                 // [tokens, h] dense
     void* recv;                // this call's half of the symmetric receive buffer (this rank's address), out's type
     const int32_t* dest_rows;  // [tokens, k]
     const float* weights;      // [tokens, k]

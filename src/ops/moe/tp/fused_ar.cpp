@@ -53,7 +53,6 @@ void moe_ar_fused(const MoeDownCall& c) {
     st.ticket_total += static_cast<uint64_t>(f.chunks);
     kernels::moe::MoeArReduceParams rp{};
     rp.partial = f.partial;
-    rp.out = c.out.data;
     rp.recv = static_cast<char*>(st.buf.p) + (epoch % 2) * half;
     rp.dest_rows = c.routing.dest_rows;
     rp.weights = c.routing.weights;

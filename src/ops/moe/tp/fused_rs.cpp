@@ -67,7 +67,6 @@ void moe_rs_fused(const MoeDownCall& c) {
     uint64_t* const done = st.counters;
     kernels::moe::MoeRsReduceParams rp{};
     rp.partial = f.partial;
-    rp.out = c.out.data;
     rp.recv = static_cast<char*>(st.buf.p) + (epoch % 2) * half;
     rp.offsets = c.routing.offsets;
     rp.dest_rows = c.routing.dest_rows;
