@@ -70,7 +70,12 @@ nlohmann::json time_candidates(const MatrixView& A, const MatrixView& B, const M
     int dev = 0, sms = 0;
     LOOM_CHECK_CUDA(cudaGetDevice(&dev));
     LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    std::vector<GemmDecodeCandidate> all = gemm_decode_candidates(A.rows, B.rows, A.cols, false, sms, chosen);
+    // The Hopper kernel's decode candidates (its heuristic plan first); the gemv kernel, when chosen, is timed first
+    // and has no model cost (-1).
+    std::vector<GemmDecodeCandidate> all = gemm_decode_candidates(
+        A.rows, B.rows, A.cols, false, sms,
+        chosen.gemv ? gemm_heuristic(A.rows, B.rows, A.cols, false, 90, sms, true, GemmTiles::Plain, A.dtype) : chosen);
+    if (chosen.gemv) all.insert(all.begin(), GemmDecodeCandidate{chosen, -1.0});
     std::stable_sort(all.begin() + 1, all.end(),
                      [](const GemmDecodeCandidate& x, const GemmDecodeCandidate& y) { return x.cost_us < y.cost_us; });
     std::vector<GemmDecodeCandidate> picked;
@@ -82,7 +87,7 @@ nlohmann::json time_candidates(const MatrixView& A, const MatrixView& B, const M
     pick(all.front());
     for (std::size_t i = 1; i < all.size() && static_cast<int>(picked.size()) <= count; ++i) pick(all[i]);
     for (std::size_t i = 1; i < all.size(); ++i)
-        if (all[i].config.tail_splits <= 1) {
+        if (!all[i].config.gemv && all[i].config.tail_splits <= 1) {
             pick(all[i]);
             break;
         }

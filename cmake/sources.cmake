@@ -23,6 +23,7 @@ set(LOOM_HEADERS
     include/loom/kernels/gemm/gemm.cuh
     include/loom/kernels/gemm/gemm_params.hpp
     include/loom/kernels/gemm/gemm_sm80.cuh
+    include/loom/kernels/gemm/gemv.cuh
     include/loom/kernels/moe/ep_combine.cuh
     include/loom/kernels/moe/ep_dispatch.cuh
     include/loom/kernels/moe/ep_experts.cuh
@@ -148,6 +149,7 @@ set(LOOM_SOURCES
     src/ops/collectives/reduce_scatter/scatter_ce.cpp
     src/ops/collectives/reduce_scatter/staged.cpp
     src/ops/gemm/decode_plan.cpp
+    src/ops/gemm/gemv.cpp
     src/ops/gemm/gemm.cpp
     src/ops/gemm/heuristic.cpp
     src/ops/gemm/launch_sm80.cpp

@@ -46,6 +46,8 @@ struct Case {
     float alpha = 0.75f;
     // Device scales (GemmOptions::scale_a / scale_b, one float each in device memory); 0: none.
     float scale_a = 0.f, scale_b = 0.f;
+    // The gemv kernel's plan (M <= 32): -1 with its own K-splits, > 0 with this many; 0: loom::gemm's choice.
+    int gemv_splits = 0;
 };
 
 // The Hopper config of a forced case: the most stages that fit (at most 6).
@@ -173,7 +175,11 @@ std::vector<unsigned char> run_case(const Case& cs, uint64_t seed, cudaStream_t 
     opts.force_sm80 = cs.sm80;
     if (cs.bias) opts.bias = loom::BufferView{dbias.p, DType::F32, size_t(n)};
     std::optional<loom::GemmConfig> cfg;
-    if (cs.tail_splits > 0) {
+    if (cs.gemv_splits != 0) {
+        cfg = loom::detail::gemm_gemv_plan(m, n, k, cs.in, 132);
+        if (cs.gemv_splits > 0) cfg->tail_splits = cs.gemv_splits;
+        opts.config = &*cfg;
+    } else if (cs.tail_splits > 0) {
         cfg = forced_config(cs.block_m ? cs.block_m : 128, cs.block_n ? cs.block_n : 256, cs.grid, cs.tail_splits);
         cfg->block_k = loom::kernels::gemm_block_k(static_cast<int>(isz));
         opts.config = &*cfg;
@@ -251,6 +257,76 @@ TEST_F(Gemm, Skinny) {
     run_case({100, 4096, 512}, 18);
     run_case({72, 4096, 512}, 19);
 }
+// The gemv kernel (its plan forced; loom::gemm's choice for 16-bit M <= 16 with long rows): 1, 2 and 4 n8 tiles of A's
+// rows with rows past M, N past a 64-row block, K past a 256-byte slice, the plan's K-splits and forced ones (1, 3,
+// 33: more than the plan's cap), the plain, affine, bias and beta epilogues, fp16 and fp32 outputs, fp8 with device
+// scales.
+TEST_F(Gemm, Gemv) {
+    const float a = 0.75f;  // alpha
+    const DType BF = DType::BF16, F16 = DType::F16, F32 = DType::F32, F8 = DType::F8E4M3;
+    for (int m : {1, 2, 8, 9, 16, 17, 31, 32})
+        run_case({m, 1032, 1032, BF, BF, false, false, 0.f, false, 0, 0, 0, 0, a, 0.f, 0.f, -1}, 300 + m);
+    run_case({5, 8, 4104, BF, BF, false, false, 0.f, false, 0, 0, 0, 0, a, 0.f, 0.f, -1}, 340);  // 16 K-splits
+    run_case({16, 4096, 4096, BF, BF, false, false, 0.f, false, 0, 0, 0, 0, 1.f}, 341);  // the heuristic's choice
+    run_case({3, 136, 72, F16, F32, false, true, 0.5f, false, 0, 0, 0, 0, a, 0.f, 0.f, -1}, 342);   // bias, beta
+    run_case({24, 520, 2056, BF, F16, false, true, 0.f, false, 0, 0, 0, 0, a, 0.f, 0.f, -1}, 343);  // bias
+    run_case({1, 264, 8200, BF, BF, false, false, 0.f, false, 0, 0, 0, 0, a, 0.f, 0.f, 1}, 344);
+    run_case({7, 264, 8200, BF, BF, false, false, 0.f, false, 0, 0, 0, 0, a, 0.f, 0.f, 3}, 345);
+    run_case({32, 64, 8448, BF, F32, false, false, 0.f, false, 0, 0, 0, 0, a, 0.f, 0.f, 33}, 346);
+    run_case({1, 1024, 4096, F8, BF, false, false, 0.f, false, 0, 0, 0, 0, a, 0.f, 0.f, -1}, 350);
+    run_case({20, 264, 528, F8, F32, false, false, 0.f, false, 0, 0, 0, 0, a, 0.f, 0.f, -1}, 351);
+    run_case({7, 520, 1040, F8, BF, false, false, 0.f, false, 0, 0, 0, 0, 1.f, 0.5f, 2.f, -1}, 352);  // scales
+    run_case({32, 136, 16, F8, BF, false, true, 0.25f, false, 0, 0, 0, 0, a, 0.f, 0.f, -1}, 353);
+}
+
+// The gemv kernel's K-splits sum in a fixed order: two runs give the same bits.
+TEST_F(Gemm, GemvSplitsAreBitwiseReproducible) {
+    const Case c{9, 1024, 8192};
+    EXPECT_EQ(run_case(c, 360), run_case(c, 360));
+}
+
+// A gemv launch captured in a graph runs without K-splits (no workspace is bound inside a capture) and replays the
+// same result as the uncaptured launch, within fp32 accumulation order.
+TEST_F(Gemm, GemvInAGraph) {
+    const int m = 4, n = 1024, k = 4096;
+    DevBuf<uint16_t> da(size_t(m) * k), db(size_t(n) * k), dc(size_t(m) * n), dg(size_t(m) * n);
+    std::vector<uint16_t> ha(size_t(m) * k), hb(size_t(n) * k);
+    const auto fa = loom::test::random_floats(ha.size(), 370), fb = loom::test::random_floats(hb.size(), 371);
+    for (size_t i = 0; i < ha.size(); ++i) ha[i] = loom::test::float_to_bf16(fa[i]);
+    for (size_t i = 0; i < hb.size(); ++i) hb[i] = loom::test::float_to_bf16(fb[i]);
+    LOOM_CHECK_CUDA(cudaMemcpy(da.p, ha.data(), ha.size() * 2, cudaMemcpyHostToDevice));
+    LOOM_CHECK_CUDA(cudaMemcpy(db.p, hb.data(), hb.size() * 2, cudaMemcpyHostToDevice));
+    const loom::MatrixView A{da.p, DType::BF16, m, k, 0}, B{db.p, DType::BF16, n, k, 0};
+    const loom::MatrixView C{dc.p, DType::BF16, m, n, 0}, G{dg.p, DType::BF16, m, n, 0};
+    cudaStream_t s;
+    LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const loom::GemmConfig cfg = loom::gemm_config_for(A, B, C, {}, s);
+    ASSERT_TRUE(cfg.gemv) << cfg.str();
+    ASSERT_GE(cfg.tail_splits, 2) << cfg.str();
+    loom::gemm(A, B, C, {}, s);
+    LOOM_CHECK_CUDA(cudaMemsetAsync(dg.p, 0xff, size_t(m) * n * 2, s));
+    LOOM_CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    loom::gemm(A, B, G, {}, s);
+    cudaGraph_t g = nullptr;
+    LOOM_CHECK_CUDA(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t exec = nullptr;
+    LOOM_CHECK_CUDA(cudaGraphInstantiate(&exec, g, 0));
+    LOOM_CHECK_CUDA(cudaGraphLaunch(exec, s));
+    LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
+    std::vector<uint16_t> hc(size_t(m) * n), hg(size_t(m) * n);
+    LOOM_CHECK_CUDA(cudaMemcpy(hc.data(), dc.p, hc.size() * 2, cudaMemcpyDeviceToHost));
+    LOOM_CHECK_CUDA(cudaMemcpy(hg.data(), dg.p, hg.size() * 2, cudaMemcpyDeviceToHost));
+    size_t bad = 0;
+    for (size_t i = 0; i < hc.size(); ++i) {
+        const float x = loom::test::bf16_to_float(hc[i]), y = loom::test::bf16_to_float(hg[i]);
+        if (!(std::fabs(x - y) <= 1.0 / 128 * (std::fabs(x) + 1e-2))) ++bad;
+    }
+    EXPECT_EQ(bad, 0u);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(s);
+}
+
 TEST_F(Gemm, Tails) {
     run_case({77, 136, 200}, 20);
     run_case({333, 520, 1032}, 21);

@@ -475,6 +475,57 @@ TEST(GemmTune, CandidatesStartWithTheHeuristic) {
     EXPECT_EQ(loom::gemm_tune_candidates(4096, 4096, 4096, false, DType::BF16, 80, 108).size(), 1u);
 }
 
+// Where loom::gemm's heuristic takes the gemv kernel (16-bit, M <= 16, rows of 8 KiB or more), its plan comes first,
+// then the Hopper heuristic's plan and its alternatives; elsewhere no gemv candidate.
+TEST(GemmTune, DecodeCandidatesStartWithTheGemvPlan) {
+    for (DType in : {DType::BF16, DType::F16}) {
+        const auto c = loom::gemm_tune_candidates(16, 4096, 4096, false, in, 90, 132);
+        ASSERT_GE(c.size(), 3u);
+        EXPECT_TRUE(c[0].gemv);
+        EXPECT_EQ(c[0].str(), loom::detail::gemm_gemv_plan(16, 4096, 4096, in, 132).str());
+        EXPECT_EQ(c[1].str(),
+                  loom::gemm_heuristic(16, 4096, 4096, false, 90, 132, true, loom::GemmTiles::Plain, in).str());
+        for (std::size_t i = 1; i < c.size(); ++i) EXPECT_FALSE(c[i].gemv) << c[i].str();
+        const loom::GemmConfig back = loom::gemm_config_from_json(loom::gemm_config_to_json(c[0]));
+        EXPECT_EQ(back.str(), c[0].str());
+        EXPECT_TRUE(back.gemv);
+    }
+    for (const auto& [m, k, b_kn, in] :
+         {std::tuple{17, 4096, false, DType::BF16}, std::tuple{16, 2048, false, DType::BF16},
+          std::tuple{16, 4096, true, DType::BF16}, std::tuple{1, 8192, false, DType::F8E4M3}})
+        EXPECT_FALSE(loom::gemm_tune_candidates(m, 4096, k, b_kn, in, 90, 132)[0].gemv) << m << " " << k;
+    EXPECT_TRUE(loom::detail::gemm_gemv_supported(32, false, DType::F8E4M3, 89));
+    EXPECT_FALSE(loom::detail::gemm_gemv_supported(32, false, DType::F8E4M3, 80));
+    EXPECT_FALSE(loom::detail::gemm_gemv_supported(33, false, DType::BF16, 90));
+}
+
+// The gemv plan: a ring that fits two CTAs per SM, K-splits that fill those slots without exceeding half the slices,
+// none where the blocks alone fill them; a config of another shape is rejected by name.
+TEST(GemmHeuristic, GemvPlanFillsTheSms) {
+    for (DType in : {DType::BF16, DType::F8E4M3})
+        for (int64_t m : {1, 8, 9, 16, 17, 32})
+            for (int64_t n : {8, 1024, 4096, 16384, 32768})
+                for (int64_t k : {16, 1024, 4096, 16384}) {
+                    SCOPED_TRACE(testing::Message() << m << " x " << n << " x " << k << " " << loom::dtype_name(in));
+                    const loom::GemmConfig c = loom::detail::gemm_gemv_plan(m, n, k, in, 132);
+                    EXPECT_TRUE(c.gemv);
+                    EXPECT_NO_THROW(loom::gemm_validate_config(c, false, in));
+                    EXPECT_GE(c.block_m, m);
+                    EXPECT_LE(2 * (loom::kernels::gemv_smem_bytes(c.block_m / 8, c.stages) + 1024), 228 * 1024);
+                    const int64_t blocks = (n + 63) / 64;
+                    const int64_t slices = (k * static_cast<int64_t>(loom::dtype_size(in)) + 255) / 256;
+                    EXPECT_EQ(c.grid, blocks * c.tail_splits);
+                    EXPECT_LE(c.grid, std::max<int64_t>(blocks, 264));
+                    if (c.tail_splits > 1) EXPECT_LE(c.tail_splits * 2, slices);
+                    if (blocks >= 264) EXPECT_EQ(c.tail_splits, 1);
+                    if (slices >= 64) EXPECT_GE(c.grid, std::min<int64_t>(132, blocks * 32));
+                }
+    loom::GemmConfig bad = loom::detail::gemm_gemv_plan(1, 4096, 4096, DType::BF16, 132);
+    EXPECT_THROW(loom::gemm_validate_config(bad, true, DType::BF16), loom::Error);
+    bad.stages = 9;
+    EXPECT_THROW(loom::gemm_validate_config(bad, false, DType::BF16), loom::Error);
+}
+
 TEST(GemmTune, ConfigJsonRoundTrips) {
     for (const auto& c : loom::gemm_tune_candidates(8192, 3696, 8192, false, DType::BF16, 90, 132)) {
         const loom::GemmConfig back = loom::gemm_config_from_json(loom::gemm_config_to_json(c));
@@ -682,6 +733,23 @@ TEST(GemmCompile, Fp8KernelHasNoSpills) {
             << "wgmma serialised in " << spec.display() << "\n"
             << r.resource_report;
     }
+}
+
+// The gemv kernel (kernels/gemm/gemv.cuh) for every A-row tile count, 16-bit and fp8 inputs, 16- and 32-bit outputs, at
+// the stages its plan takes: no spills on sm_90a, and it compiles for the oldest GPU of each input type.
+TEST(GemmCompile, GemvKernelHasNoSpills) {
+    for (DType in : {DType::BF16, DType::F16, DType::F8E4M3})
+        for (int64_t m : {1, 16, 32})
+            for (DType out : {DType::BF16, DType::F32}) {
+                const loom::GemmConfig c = loom::detail::gemm_gemv_plan(m, 4096, 4096, in, 132);
+                EXPECT_NO_THROW(loom::gemm_validate_config(c, false, in)) << c.str();
+                const auto spec = loom::detail::gemm_gemv_kernel_spec(in, out, std::nullopt, m, c.stages);
+                expect_clean(loom::jit::compile(spec, 90), spec.display());
+                if (m == 16 && out == DType::BF16) {
+                    const int oldest = in == DType::F8E4M3 ? 89 : 80;
+                    expect_clean(loom::jit::compile(spec, oldest), spec.display() + " sm_" + std::to_string(oldest));
+                }
+            }
 }
 
 TEST(GemmCompile, Sm80KernelCompilesForAmpereAndAda) {

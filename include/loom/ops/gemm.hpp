@@ -47,6 +47,10 @@ struct GemmConfig {
                             // (cluster_m 1 only; capped at the k-blocks); 1: every tile whole
     bool tma_store = true;  // epilogue through shared memory + TMA stores; needs beta == 0 (gemm() clears it)
     bool sm80 = false;      // use the mma.sync kernel
+    // The weight-streaming kernel for decode-sized M (M <= 32, B as [N, K]; kernels/gemm/gemv.cuh): block_n = 64 rows
+    // of B per CTA, stages = its ring of 256-byte K-slices, tail_splits = K-splits over the grid; the other fields
+    // unused.
+    bool gemv = false;
     int consumers() const { return block_m / 64; }
     std::string str() const;  // "sm90 128x256x64 st4 wg2 cluster1 g8 grid132 tail3" (tail only when split)
 };

@@ -16,6 +16,7 @@ namespace loom {
 
 std::string GemmConfig::str() const {
     if (sm80) return "sm80 128x128x32 st4 (mma.sync)";
+    if (gemv) return fmt::format("gemv {}x{} st{} split{}", block_m, block_n, stages, tail_splits);
     return fmt::format("sm90 {}x{}x{} st{} wg{} cluster{} g{} grid{}{}{}", block_m, block_n, block_k, stages,
                        consumers(), cluster_m, group_m, grid,
                        tail_splits > 1 ? fmt::format(" tail{}", tail_splits) : "", tma_store ? "" : " direct-store");
@@ -63,7 +64,7 @@ void gemm_log_config(int64_t m, int64_t n, int64_t k, const GemmConfig& cfg, con
 
 void gemm_launch(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o, GemmConfig cfg,
                  const GemmDevice& dev, cudaStream_t stream, const char* source) {
-    if (gemm_takes_sm80(o, dev)) cfg.sm80 = true;
+    if (gemm_takes_sm80(o, dev) && !cfg.gemv) cfg.sm80 = true;
     LOOM_CHECK(!cfg.sm80 || a.dtype != DType::F8E4M3,
                "gemm: f8e4m3 inputs need the Hopper kernel (wgmma, sm_90); the sm_80 path (mma.sync) takes bf16 / f16, "
                "given {}",
@@ -73,7 +74,13 @@ void gemm_launch(const MatrixView& a, const MatrixView& b, const MatrixView& c, 
     gemm_validate_config(cfg, o.b_kn, a.dtype);
     // Alpha = 1 without a bias takes the kernel whose epilogue does no arithmetic (where its epilogue applies).
     const std::optional<DType> bias = gemm_kernel_bias(cfg, c.dtype, o);
-    if (cfg.sm80) {
+    if (cfg.gemv) {
+        LOOM_CHECK(gemm_gemv_supported(a.rows, o.b_kn, a.dtype, dev.arch),
+                   "gemm: the gemv kernel expects M <= {}, B as [N, K] and a GPU of sm_80 (f8e4m3: sm_89) or later, "
+                   "given M={}{} on sm_{}",
+                   kernels::kGemvMaxM, a.rows, o.b_kn ? ", B as [K, N]" : "", dev.arch);
+        gemm_launch_gemv(a, b, c, o, cfg, bias, stream, source);
+    } else if (cfg.sm80) {
         gemm_launch_sm80(a, b, c, o, cfg, bias, stream, source);
     } else {
         gemm_launch_sm90(a, b, c, o, cfg, bias, dev.num_sms, stream, source);

@@ -3,7 +3,8 @@
 //
 // Files of src/ops/gemm/: gemm.cpp (the entry: validate, choose, dispatch), heuristic.cpp (the analytic choice and the
 // tile plans), tune.cpp (the config choice per key, the autotuner), validate.cpp, launch_sm90.cpp (kernel spec, tensor
-// maps, the Hopper launch), launch_sm80.cpp, split_tail.cpp (the workspace per device and stream).
+// maps, the Hopper launch), launch_sm80.cpp, gemv.cpp (the weight-streaming kernel for decode-sized M), split_tail.cpp
+// (the split-K workspace per device and stream).
 #pragma once
 
 #include <cuda.h>
@@ -116,7 +117,8 @@ std::vector<GemmDecodeCandidate> gemm_decode_candidates(int64_t m, int64_t n, in
 
 // ---- autotuning (jit/autotune.hpp) -------------------------------------------------------------------------------
 
-// The autotuner's candidates: the heuristic's config first, then what bench-gemm --sweep times — 128-row tiles of every
+// The autotuner's candidates: loom::gemm's heuristic config first (the gemv plan where gemm_gemv_preferred, followed by
+// gemm_heuristic's Hopper plan), then what bench-gemm --sweep times — 128-row tiles of every
 // BLOCK_N (the most stages that fit, whole tiles), 192-row tiles whole and with the automatic split tail (M > 128),
 // 64-row tiles (M <= 64), the heuristic with its split tail toggled, 2-CTA clusters at BLOCK_N 256 and the
 // heuristic's (with one CTA per tile where the heuristic clusters). Every candidate passes gemm_validate_config.
@@ -230,6 +232,38 @@ bool& gemm_tuning_suppressed();
 // nullptr prints nothing.
 void gemm_launch(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o, GemmConfig cfg,
                  const GemmDevice& dev, cudaStream_t stream, const char* source);
+
+// The split-K workspace of (device, stream) with room for `partial_floats` fp32 slots and `num_counters` arrival
+// counters (zero between launches: each launch leaves them zero), locked in `lock` until the caller's launch is
+// enqueued; null pointers while the stream captures a graph (a captured launch must not keep a workspace that a later
+// call may grow). split_tail.cpp.
+struct GemmSplitWorkspace {
+    float* partials = nullptr;
+    uint32_t* counters = nullptr;
+};
+GemmSplitWorkspace gemm_split_workspace(cudaStream_t stream, size_t partial_floats, size_t num_counters,
+                                        std::unique_lock<std::mutex>& lock);
+
+// ---- the weight-streaming kernel for decode-sized M (gemv.cpp, kernels/gemm/gemv.cuh) --------------------------
+
+// Whether the gemv kernel takes these inputs: M <= kernels::kGemvMaxM, B as [N, K], a GPU whose mma.sync takes the
+// input type (sm_80, fp8 sm_89).
+bool gemm_gemv_supported(int64_t m, bool b_kn, DType in, int arch);
+// Whether loom::gemm's heuristic takes it over the Hopper kernel's decode plan: where it measured faster on an H200
+// (docs/perf/gemm_decode.json, bench-gemm --decode-sweep): 16-bit inputs, M <= kGemvPreferMaxM and rows of at least
+// kGemvPreferMinKBytes. fp8 and M = 32 run at mma.sync's rate rather than the memory's, and short rows split over
+// every SM pay more in fix-ups than they stream.
+inline constexpr int64_t kGemvPreferMaxM = 16;
+inline constexpr int64_t kGemvPreferMinKBytes = 8192;
+bool gemm_gemv_preferred(int64_t m, int64_t k, bool b_kn, DType in, int arch);
+// The gemv plan: 64-row blocks of B, a ring sized for two CTAs per SM, and K split so that the blocks x splits fill
+// those slots (each split at least kGemvMinSlicesPerSplit slices of 256 bytes).
+GemmConfig gemm_gemv_plan(int64_t m, int64_t n, int64_t k, DType in, int num_sms);
+// JIT spec of gemm_gemv_mma for M rows of A (its n8 tiles: 1, 2 or 4) and a ring of `stages`; `bias` as
+// gemm_kernel_bias gives it (none: an f32 bias type, unused without a bias).
+jit::KernelSpec gemm_gemv_kernel_spec(DType in, DType out, std::optional<DType> bias, int64_t m, int stages);
+void gemm_launch_gemv(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o,
+                      const GemmConfig& cfg, std::optional<DType> bias, cudaStream_t stream, const char* source);
 
 // The two kernels' launches for a checked config (cfg.sm80 selects the first); `bias` as gemm_kernel_bias gives it.
 void gemm_launch_sm80(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o,

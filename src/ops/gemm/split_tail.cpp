@@ -1,5 +1,5 @@
-// The split-K tail's workspace (fp32 partial slots and arrival counters) per (device, stream), and its binding to a
-// launch.
+// The split-K workspace (fp32 partial slots and arrival counters) per (device, stream), and its binding to the Hopper
+// kernel's split tail and to the gemv kernel's K-splits.
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -61,6 +61,17 @@ TailWorkspace* tail_workspace(int device, cudaStream_t stream, size_t partial_fl
 
 }  // namespace
 
+detail::GemmSplitWorkspace detail::gemm_split_workspace(cudaStream_t stream, size_t partial_floats, size_t num_counters,
+                                                        std::unique_lock<std::mutex>& lock) {
+    int device = 0;
+    LOOM_CHECK_CUDA(cudaGetDevice(&device));
+    std::unique_lock<std::mutex> held(tail_workspace_mutex());
+    TailWorkspace* ws = tail_workspace(device, stream, partial_floats, num_counters);
+    if (ws == nullptr) return {};
+    lock = std::move(held);
+    return {ws->partials, ws->counters};
+}
+
 int gemm_bind_split_tail(GemmSm90Launch& l, const GemmConfig& cfg, int64_t m, int64_t n, int64_t k, cudaStream_t stream,
                          std::unique_lock<std::mutex>& lock) {
     if (cfg.sm80 || cfg.tail_splits < 2) return 1;
@@ -70,20 +81,16 @@ int gemm_bind_split_tail(GemmSm90Launch& l, const GemmConfig& cfg, int64_t m, in
     LOOM_CHECK(tail.units() <= INT32_MAX && tail.tail_tiles < (int64_t{1} << 23),
                "gemm: {} split-tail work units ({} tail tiles) are too many for {}", tail.units(), tail.tail_tiles,
                cfg.str());
-    int device = 0;
-    LOOM_CHECK_CUDA(cudaGetDevice(&device));
-    std::unique_lock<std::mutex> held(tail_workspace_mutex());
     const size_t slot = static_cast<size_t>(kernels::gemm_split_tail_slot_floats(cfg.block_m, cfg.block_n));
-    TailWorkspace* ws = tail_workspace(device, stream, static_cast<size_t>(tail.tail_tiles * tail.splits) * slot,
-                                       static_cast<size_t>(tail.tail_tiles));
-    if (ws == nullptr) return 1;  // capturing a graph: this launch runs without the split
-    l.args.partials = ws->partials;
-    l.args.tile_counters = ws->counters;
+    const detail::GemmSplitWorkspace ws = detail::gemm_split_workspace(
+        stream, static_cast<size_t>(tail.tail_tiles * tail.splits) * slot, static_cast<size_t>(tail.tail_tiles), lock);
+    if (ws.partials == nullptr) return 1;  // capturing a graph: this launch runs without the split
+    l.args.partials = ws.partials;
+    l.args.tile_counters = ws.counters;
     l.args.dp_tiles = static_cast<int32_t>(tail.dp_tiles);
     l.args.tail_splits = tail.splits;
     l.args.work_units = static_cast<int32_t>(tail.units());
     l.args.num_k_blocks = static_cast<int32_t>(detail::gemm_ceil_div(k, cfg.block_k));
-    lock = std::move(held);
     return tail.splits;
 }
 

@@ -82,10 +82,10 @@ bool& detail::gemm_tuning_suppressed() {
 }
 
 std::string gemm_config_to_json(const GemmConfig& c) {
-    return json{{"block_m", c.block_m}, {"block_n", c.block_n},         {"block_k", c.block_k},
-                {"stages", c.stages},   {"cluster_m", c.cluster_m},     {"group_m", c.group_m},
-                {"grid", c.grid},       {"tail_splits", c.tail_splits}, {"tma_store", c.tma_store},
-                {"sm80", c.sm80}}
+    return json{
+        {"block_m", c.block_m},     {"block_n", c.block_n}, {"block_k", c.block_k}, {"stages", c.stages},
+        {"cluster_m", c.cluster_m}, {"group_m", c.group_m}, {"grid", c.grid},       {"tail_splits", c.tail_splits},
+        {"tma_store", c.tma_store}, {"sm80", c.sm80},       {"gemv", c.gemv}}
         .dump();
 }
 
@@ -103,6 +103,7 @@ GemmConfig gemm_config_from_json(const std::string& text) {
         c.tail_splits = j.at("tail_splits").get<int>();
         c.tma_store = j.at("tma_store").get<bool>();
         c.sm80 = j.at("sm80").get<bool>();
+        c.gemv = j.value("gemv", false);  // absent in winners persisted before the gemv kernel
         return c;
     } catch (const json::exception& e) {
         LOOM_FAIL("gemm_config_from_json: expected every GemmConfig field, given '{}': {}", text, e.what());
@@ -112,8 +113,11 @@ GemmConfig gemm_config_from_json(const std::string& text) {
 std::vector<GemmConfig> gemm_tune_candidates(int64_t m, int64_t n, int64_t k, bool b_kn, DType in, int arch,
                                              int num_sms) {
     const GemmConfig h = gemm_heuristic(m, n, k, b_kn, arch, num_sms, true, GemmTiles::Plain, in);
-    std::vector<GemmConfig> out{h};
-    if (h.sm80) return out;  // one kernel
+    if (h.sm80) return {h};  // one kernel
+    // Where loom::gemm's heuristic takes the gemv kernel, the Hopper plans compete with it.
+    std::vector<GemmConfig> out;
+    if (detail::gemm_gemv_preferred(m, k, b_kn, in, arch)) out.push_back(detail::gemm_gemv_plan(m, n, k, in, num_sms));
+    out.push_back(h);
     auto push = [&](const GemmConfig& c) {
         try {
             gemm_validate_config(c, b_kn, in);
@@ -180,6 +184,8 @@ GemmConfig detail::gemm_config_for(const MatrixView& a, const MatrixView& b, con
     if (o.config) return decided_by("config", *o.config);
     const int64_t m = a.rows, k = a.cols, n = c.cols;
     auto heuristic = [&] {
+        if (!gemm_takes_sm80(o, dev) && gemm_gemv_preferred(m, k, o.b_kn, a.dtype, dev.arch))
+            return gemm_gemv_plan(m, n, k, a.dtype, dev.num_sms);
         return gemm_heuristic(m, n, k, o.b_kn, dev.arch, dev.num_sms, true, GemmTiles::Plain, a.dtype);
     };
     // The sm_80 path has one config: nothing to tune. Suppressed: an overlapped op's candidates are being timed.

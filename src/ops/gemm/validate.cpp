@@ -11,6 +11,18 @@ namespace loom {
 
 void gemm_validate_config(const GemmConfig& c, bool b_kn, DType in) {
     if (c.sm80) return;
+    if (c.gemv) {
+        LOOM_CHECK(!b_kn, "gemm config: the gemv kernel expects B as [N, K], given b_kn (B as [K, N])");
+        LOOM_CHECK(c.block_n == kernels::kGemvRows, "gemm config: the gemv kernel expects block_n {}, given {}",
+                   kernels::kGemvRows, c.block_n);
+        LOOM_CHECK(c.stages >= 2 && c.stages <= kernels::kGemvMaxStages,
+                   "gemm config: the gemv kernel expects stages in [2, {}], given {}", kernels::kGemvMaxStages,
+                   c.stages);
+        LOOM_CHECK(c.tail_splits >= 1 && c.tail_splits <= 65535,
+                   "gemm config: the gemv kernel expects tail_splits (K-splits) in [1, 65535], given {}",
+                   c.tail_splits);
+        return;
+    }
     LOOM_CHECK(c.block_m == 64 || c.block_m == 128 || c.block_m == 192,
                "gemm config: expected block_m 64, 128 or 192, given {}", c.block_m);
     LOOM_CHECK(c.block_n % 16 == 0 && c.block_n >= 16 && c.block_n <= 256,

@@ -45,6 +45,18 @@ struct GemmArgs {
 // an affine epilogue spill 400-600 bytes (tests/unit/test_gemm_compile.cpp checks for spills).
 static_assert(sizeof(GemmArgs) <= 128, "GemmArgs: keep it within 128 bytes (see above)");
 
+// The weight-streaming kernel for decode-sized M (kernels/gemm/gemv.cuh).
+inline constexpr int kGemvRows = 64;  // rows of B per CTA: 4 warps x 16
+inline constexpr int kGemvThreads = 128;
+inline constexpr int kGemvSliceBytes = 256;  // bytes of each row per ring stage: 16 chunks of 16 B
+inline constexpr int kGemvMaxM = 32;         // 4 n8 tiles of A's rows
+inline constexpr int kGemvMaxStages = 8;
+// Shared memory of one ring stage and of the ring, for m_tiles n8 tiles of A's rows.
+LOOM_HOST_DEVICE constexpr int gemv_stage_bytes(int m_tiles) { return (kGemvRows + 8 * m_tiles) * kGemvSliceBytes; }
+LOOM_HOST_DEVICE constexpr int gemv_smem_bytes(int m_tiles, int stages) { return stages * gemv_stage_bytes(m_tiles); }
+// fp32 floats of one K-split's partial slot: every thread's m_tiles accumulator quads.
+LOOM_HOST_DEVICE constexpr int gemv_slot_floats(int m_tiles) { return kGemvThreads * 4 * m_tiles; }
+
 #if defined(__CUDACC__)
 // The product of GemmArgs' device scales (1 without them).
 LOOM_DEVICE LOOM_FORCEINLINE float gemm_device_scales(const GemmArgs& args) {

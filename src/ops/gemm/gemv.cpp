@@ -1,0 +1,104 @@
+// The weight-streaming kernel for decode-sized M (kernels/gemm/gemv.cuh): when loom::gemm takes it, its plan, and its
+// launch with the K-splits bound to the split-K workspace.
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+
+#include "loom/runtime/error.hpp"
+#include "ops/gemm/gemm_internal.hpp"
+
+namespace loom {
+namespace {
+
+using detail::gemm_ceil_div;
+
+// The ring's shared memory per CTA: two CTAs per SM (each ~113 KiB of the 228), so an SM streams two blocks' rings.
+constexpr int kGemvCtasPerSm = 2;
+constexpr int kGemvSmemPerCta = 112 * 1024;
+// Each K-split streams at least this many 256-byte slices of its rows (fewer and the fix-up outweighs the stream).
+constexpr int64_t kGemvMinSlicesPerSplit = 2;
+constexpr int kGemvMaxSplits = 32;
+
+int gemv_m_tiles(int64_t m) { return m <= 8 ? 1 : m <= 16 ? 2 : 4; }
+
+}  // namespace
+
+bool detail::gemm_gemv_supported(int64_t m, bool b_kn, DType in, int arch) {
+    return m <= kernels::kGemvMaxM && !b_kn && (in == DType::F8E4M3 ? arch >= 89 : arch >= 80);
+}
+
+bool detail::gemm_gemv_preferred(int64_t m, int64_t k, bool b_kn, DType in, int arch) {
+    return gemm_gemv_supported(m, b_kn, in, arch) && dtype_size(in) == 2 && m <= kGemvPreferMaxM &&
+           k * static_cast<int64_t>(dtype_size(in)) >= kGemvPreferMinKBytes;
+}
+
+GemmConfig detail::gemm_gemv_plan(int64_t m, int64_t n, int64_t k, DType in, int num_sms) {
+    GemmConfig c;
+    c.gemv = true;
+    c.cluster_m = 1;
+    c.block_m = 8 * gemv_m_tiles(m);
+    c.block_n = kernels::kGemvRows;
+    c.block_k = kernels::kGemvSliceBytes / static_cast<int>(dtype_size(in));
+    c.stages = std::clamp(kGemvSmemPerCta / kernels::gemv_stage_bytes(gemv_m_tiles(m)), 2, kernels::kGemvMaxStages);
+    const int64_t blocks = gemm_ceil_div(n, kernels::kGemvRows);
+    const int64_t slices = gemm_ceil_div(k * static_cast<int64_t>(dtype_size(in)), kernels::kGemvSliceBytes);
+    const int64_t slots = static_cast<int64_t>(kGemvCtasPerSm) * num_sms;
+    int64_t splits = blocks >= slots ? 1 : slots / blocks;
+    splits = std::min<int64_t>({splits, std::max<int64_t>(slices / kGemvMinSlicesPerSplit, 1), kGemvMaxSplits});
+    c.tail_splits = static_cast<int>(std::max<int64_t>(splits, 1));
+    c.grid = static_cast<int>(blocks * c.tail_splits);
+    return c;
+}
+
+jit::KernelSpec detail::gemm_gemv_kernel_spec(DType in, DType out, std::optional<DType> bias, int64_t m, int stages) {
+    jit::KernelSpec spec;
+    spec.header = "loom/kernels/gemm/gemv.cuh";
+    spec.name = "loom::kernels::gemm_gemv_mma";
+    spec.template_args = {dtype_cuda_name(in), dtype_cuda_name(out), dtype_cuda_name(bias.value_or(DType::F32)),
+                          std::to_string(gemv_m_tiles(m)), std::to_string(stages)};
+    return spec;
+}
+
+void detail::gemm_launch_gemv(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o,
+                              const GemmConfig& cfg, std::optional<DType> bias, cudaStream_t stream,
+                              const char* source) {
+    const int64_t m = a.rows, k = a.cols, n = c.cols;
+    LOOM_CHECK(m <= kernels::kGemvMaxM && !o.b_kn,
+               "gemm: the gemv kernel takes M <= {} and B as [N, K], given M={}{}: use a Hopper or sm_80 config",
+               kernels::kGemvMaxM, m, o.b_kn ? " and B as [K, N]" : "");
+    const int mt = gemv_m_tiles(m);
+    const int64_t blocks = gemm_ceil_div(n, kernels::kGemvRows);
+    const int64_t slices = gemm_ceil_div(k * static_cast<int64_t>(dtype_size(a.dtype)), kernels::kGemvSliceBytes);
+    LOOM_CHECK(blocks <= INT32_MAX, "gemm: the gemv kernel takes at most {} blocks of {} rows, given N={}", INT32_MAX,
+               kernels::kGemvRows, n);
+    int splits = static_cast<int>(std::min<int64_t>(cfg.tail_splits, slices));
+    kernels::GemmArgs args = gemm_whole_tile_args(c, m, n, k, o);
+    std::unique_lock<std::mutex> ws_lock;
+    if (splits >= 2) {
+        const GemmSplitWorkspace ws =
+            gemm_split_workspace(stream, static_cast<size_t>(blocks * splits * kernels::gemv_slot_floats(mt)),
+                                 static_cast<size_t>(blocks), ws_lock);
+        if (ws.partials == nullptr) {
+            splits = 1;  // capturing a graph: this launch runs without the split
+        } else {
+            args.partials = ws.partials;
+            args.tile_counters = ws.counters;
+        }
+    }
+    args.tail_splits = splits;
+    GemmConfig ran = cfg;
+    ran.tail_splits = splits;
+    gemm_log_config(m, n, k, ran, source);
+    const jit::Kernel& kernel = jit::get_kernel(gemm_gemv_kernel_spec(a.dtype, c.dtype, bias, m, cfg.stages));
+    jit::LaunchConfig lc;
+    lc.grid = dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(splits));
+    lc.block = dim3(kernels::kGemvThreads);
+    lc.smem = static_cast<size_t>(kernels::gemv_smem_bytes(mt, cfg.stages));
+    lc.stream = stream;
+    const void* a_ptr = a.data;
+    const void* b_ptr = b.data;
+    const int64_t lda = a.stride(), ldb = b.stride();
+    kernel(lc, a_ptr, lda, b_ptr, ldb, args);
+}
+
+}  // namespace loom
