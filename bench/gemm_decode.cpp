@@ -64,7 +64,8 @@ struct Summary {
 };
 
 // The decode plan's candidates for this shape (ops/gemm/decode_plan.cpp) timed against each other: the chosen config,
-// the `count` cheapest by the model and the cheapest whole-tile one; a line each and their JSON.
+// the `count` cheapest by the model, the cheapest whole-tile one and the gemv plan's (ops/gemm/gemv.cpp) K-splits
+// halved, as planned and doubled; a line each and their JSON (model_us -1: no model).
 nlohmann::json time_candidates(const MatrixView& A, const MatrixView& B, const MatrixView& C, const GemmConfig& chosen,
                                int count, const TimeOptions& topts, cudaStream_t stream) {
     int dev = 0, sms = 0;
@@ -91,6 +92,18 @@ nlohmann::json time_candidates(const MatrixView& A, const MatrixView& B, const M
             pick(all[i]);
             break;
         }
+    // The gemv plan where the kernel takes the shape (whether or not it was chosen), and with half and twice its
+    // K-splits: what the heuristic's rule for taking it (gemm_gemv_preferred) and the plan's splits rest on.
+    if (detail::gemm_gemv_supported(A.rows, false, A.dtype, 90)) {
+        const GemmConfig plan = detail::gemm_gemv_plan(A.rows, B.rows, A.cols, A.dtype, sms);
+        const int64_t slices = (A.cols * static_cast<int64_t>(dtype_size(A.dtype)) + 255) / 256;
+        for (int splits : {plan.tail_splits, plan.tail_splits / 2, plan.tail_splits * 2}) {
+            if (splits < 1 || splits > slices) continue;
+            GemmConfig c = plan;
+            c.tail_splits = splits;
+            pick({c, -1.0});
+        }
+    }
     std::vector<std::function<void(cudaStream_t)>> fns;
     std::vector<GemmOptions> opts(picked.size());
     for (std::size_t i = 0; i < picked.size(); ++i) {

@@ -279,6 +279,42 @@ TEST_F(Gemm, Gemv) {
     run_case({32, 136, 16, F8, BF, false, true, 0.25f, false, 0, 0, 0, 0, a, 0.f, 0.f, -1}, 353);
 }
 
+// The gemv kernel on strided views (row strides past the columns): every output element against the fp64 reference,
+// the gaps between C's rows untouched.
+TEST_F(Gemm, GemvStridedViews) {
+    const int m = 5, n = 200, k = 1000, lda = 1016, ldb = 1064, ldc = 208;
+    std::vector<uint16_t> ha(size_t(m) * lda, 0), hb(size_t(n) * ldb, 0), hc(size_t(m) * ldc, 0x7fc0);
+    const auto fa = loom::test::random_floats(size_t(m) * k, 380), fb = loom::test::random_floats(size_t(n) * k, 381);
+    for (int i = 0; i < m; ++i)
+        for (int j = 0; j < k; ++j) ha[size_t(i) * lda + j] = loom::test::float_to_bf16(fa[size_t(i) * k + j]);
+    for (int i = 0; i < n; ++i)
+        for (int j = 0; j < k; ++j) hb[size_t(i) * ldb + j] = loom::test::float_to_bf16(fb[size_t(i) * k + j]);
+    DevBuf<uint16_t> da(ha.size()), db(hb.size()), dc(hc.size());
+    LOOM_CHECK_CUDA(cudaMemcpy(da.p, ha.data(), ha.size() * 2, cudaMemcpyHostToDevice));
+    LOOM_CHECK_CUDA(cudaMemcpy(db.p, hb.data(), hb.size() * 2, cudaMemcpyHostToDevice));
+    LOOM_CHECK_CUDA(cudaMemcpy(dc.p, hc.data(), hc.size() * 2, cudaMemcpyHostToDevice));
+    loom::GemmConfig cfg = loom::detail::gemm_gemv_plan(m, n, k, DType::BF16, 132);
+    cfg.tail_splits = 3;
+    loom::GemmOptions o;
+    o.config = &cfg;
+    loom::gemm({da.p, DType::BF16, m, k, lda}, {db.p, DType::BF16, n, k, ldb}, {dc.p, DType::BF16, m, n, ldc}, o);
+    LOOM_CHECK_CUDA(cudaMemcpy(hc.data(), dc.p, hc.size() * 2, cudaMemcpyDeviceToHost));
+    size_t bad = 0, touched = 0;
+    for (int i = 0; i < m; ++i) {
+        for (int j = 0; j < n; ++j) {
+            double ref = 0;
+            for (int q = 0; q < k; ++q)
+                ref += double(loom::test::bf16_to_float(ha[size_t(i) * lda + q])) *
+                       loom::test::bf16_to_float(hb[size_t(j) * ldb + q]);
+            const double got = loom::test::bf16_to_float(hc[size_t(i) * ldc + j]);
+            if (!(std::fabs(got - ref) <= 1e-3 + std::fabs(ref) / 128)) ++bad;
+        }
+        for (int j = n; j < ldc; ++j) touched += hc[size_t(i) * ldc + j] != 0x7fc0;
+    }
+    EXPECT_EQ(bad, 0u);
+    EXPECT_EQ(touched, 0u) << "wrote between C's rows";
+}
+
 // The gemv kernel's K-splits sum in a fixed order: two runs give the same bits.
 TEST_F(Gemm, GemvSplitsAreBitwiseReproducible) {
     const Case c{9, 1024, 8192};
