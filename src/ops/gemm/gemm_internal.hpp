@@ -251,13 +251,14 @@ GemmSplitWorkspace gemm_split_workspace(cudaStream_t stream, size_t partial_floa
 bool gemm_gemv_supported(int64_t m, bool b_kn, DType in, int arch);
 // Whether loom::gemm's heuristic takes it over the Hopper kernel's decode plan: where it measured faster on an H200
 // (docs/perf/gemm_decode.json, bench-gemm --decode-sweep): 16-bit inputs, M <= kGemvPreferMaxM and rows of at least
-// kGemvPreferMinKBytes. fp8 and M = 32 run at mma.sync's rate rather than the memory's, and short rows split over
-// every SM pay more in fix-ups than they stream.
+// kGemvPreferMinKBytes. fp8 and M = 32 run at mma.sync's rate rather than the memory's, and 2 KiB rows stream faster
+// in the Hopper plan's whole 64 x 64 tiles.
 inline constexpr int64_t kGemvPreferMaxM = 16;
-inline constexpr int64_t kGemvPreferMinKBytes = 8192;
+inline constexpr int64_t kGemvPreferMinKBytes = 4096;
 bool gemm_gemv_preferred(int64_t m, int64_t k, bool b_kn, DType in, int arch);
-// The gemv plan: 64-row blocks of B, a ring sized for two CTAs per SM, and K split so that the blocks x splits fill
-// those slots (each split at least kGemvMinSlicesPerSplit slices of 256 bytes).
+// The gemv plan: 64-row blocks of B, a ring sized for two CTAs per SM, and K split so that blocks x splits fill the
+// SMs once (each split at least kGemvMinSlicesPerSplit slices of 256 bytes, at most 32 splits; none where the blocks
+// alone fill them).
 GemmConfig gemm_gemv_plan(int64_t m, int64_t n, int64_t k, DType in, int num_sms);
 // JIT spec of gemm_gemv_mma for M rows of A (its n8 tiles: 1, 2 or 4) and a ring of `stages`; `bias` as
 // gemm_kernel_bias gives it (none: an f32 bias type, unused without a bias).

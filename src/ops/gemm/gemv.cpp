@@ -12,8 +12,10 @@ namespace {
 
 using detail::gemm_ceil_div;
 
-// The ring's shared memory per CTA: two CTAs per SM (each ~113 KiB of the 228), so an SM streams two blocks' rings.
-constexpr int kGemvCtasPerSm = 2;
+// The ring's shared memory per CTA: two fit on an SM (each ~113 KiB of the 228), so where N has more blocks than SMs
+// an SM streams two blocks at once. The K-splits only fill the SMs once: on an H200 a second split per SM cost more in
+// fix-ups than its stream gained (1 x 8192 x 4096 bf16: 20.3 us whole on 128 CTAs, 21.8 split in two on 256, 24.5 in
+// four; bench-gemm --decode-sweep).
 constexpr int kGemvSmemPerCta = 112 * 1024;
 // Each K-split streams at least this many 256-byte slices of its rows (fewer and the fix-up outweighs the stream).
 constexpr int64_t kGemvMinSlicesPerSplit = 2;
@@ -42,8 +44,7 @@ GemmConfig detail::gemm_gemv_plan(int64_t m, int64_t n, int64_t k, DType in, int
     c.stages = std::clamp(kGemvSmemPerCta / kernels::gemv_stage_bytes(gemv_m_tiles(m)), 2, kernels::kGemvMaxStages);
     const int64_t blocks = gemm_ceil_div(n, kernels::kGemvRows);
     const int64_t slices = gemm_ceil_div(k * static_cast<int64_t>(dtype_size(in)), kernels::kGemvSliceBytes);
-    const int64_t slots = static_cast<int64_t>(kGemvCtasPerSm) * num_sms;
-    int64_t splits = blocks >= slots ? 1 : slots / blocks;
+    int64_t splits = blocks >= num_sms ? 1 : num_sms / blocks;
     splits = std::min<int64_t>({splits, std::max<int64_t>(slices / kGemvMinSlicesPerSplit, 1), kGemvMaxSplits});
     c.tail_splits = static_cast<int>(std::max<int64_t>(splits, 1));
     c.grid = static_cast<int>(blocks * c.tail_splits);
