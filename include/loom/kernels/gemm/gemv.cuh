@@ -105,11 +105,14 @@ __global__ void __launch_bounds__(kGemvThreads)
         }
     };
 
-    float acc[MT][4];
+    // Two accumulator sets, even and odd 32-byte steps: consecutive MMAs on one accumulator wait for each other, and
+    // with two warps per scheduler that wait, not the memory, would bound an fp8 or M > 8 stream. Their sum
+    // after the mainloop is in a fixed order.
+    float acc[MT][4], acc2[2][MT][4];
 #pragma unroll
     for (int j = 0; j < MT; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
+        for (int e = 0; e < 4; ++e) acc2[0][j][e] = acc2[1][j][e] = 0.f;
 
 #pragma unroll
     for (int i = 0; i < STAGES - 1; ++i) {
@@ -122,12 +125,10 @@ __global__ void __launch_bounds__(kGemvThreads)
         if (it + STAGES - 1 < count) load((it + STAGES - 1) % STAGES, it + STAGES - 1);
         ptx::cp_async_commit();
         const uint8_t* const st = smem + (it % STAGES) * gemv_stage_bytes(MT);
-#pragma unroll
-        for (int kk = 0; kk < kGemvSliceBytes / 32; ++kk) {
-            // B rows 16 warp + (0-7, 8-15) x bytes (0-15, 16-31) of this 32-byte step: m16n8k16's A fragment.
-            uint32_t bf[4];
+        // Fragments of step kk: B rows 16 warp + (0-7, 8-15) x bytes (0-15, 16-31) of the 32-byte step as m16n8k16's
+        // A fragment, and A's n8 tiles as its B fragments. Two steps' fragments are loaded before their MMAs.
+        auto fragments = [&](int kk, uint32_t(&bf)[4], uint32_t(&af)[MT][2]) {
             ptx::ldmatrix_x4(bf, st + detail::gemv_offset(16 * warp + lane % 16, 2 * kk + lane / 16));
-            uint32_t af[MT][2];
             if constexpr (MT == 1) {
                 // Lanes 16-31 address the same matrices (ldmatrix .x4 reads all 32 addresses).
                 uint32_t t[4];
@@ -148,10 +149,23 @@ __global__ void __launch_bounds__(kGemvThreads)
                     af[2 * p + 1][1] = t[3];
                 }
             }
+        };
 #pragma unroll
-            for (int j = 0; j < MT; ++j) detail::gemv_mma<TIn>(acc[j], bf, af[j]);
+        for (int kk = 0; kk < kGemvSliceBytes / 32; kk += 2) {
+            uint32_t bf0[4], bf1[4], af0[MT][2], af1[MT][2];
+            fragments(kk, bf0, af0);
+            fragments(kk + 1, bf1, af1);
+#pragma unroll
+            for (int j = 0; j < MT; ++j) {
+                detail::gemv_mma<TIn>(acc2[0][j], bf0, af0[j]);
+                detail::gemv_mma<TIn>(acc2[1][j], bf1, af1[j]);
+            }
         }
     }
+#pragma unroll
+    for (int j = 0; j < MT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[j][e] = acc2[0][j][e] + acc2[1][j][e];
     ptx::cp_async_wait<0>();
 
     if (splits > 1) {
