@@ -670,13 +670,8 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                     }
                 }
             } else {
-                const tile::EpilogueParams<TOut, TBias> epi{static_cast<TOut*>(args.d),
-                                                            args.ldd,
-                                                            static_cast<const TBias*>(args.bias),
-                                                            args.m,
-                                                            args.n,
-                                                            kScalesAcc ? 1.f : args.alpha * gemm_device_scales(args),
-                                                            args.beta};
+                const auto epi =
+                    gemm_epilogue_params<TOut, TBias>(args, kScalesAcc ? 1.f : args.alpha * gemm_device_scales(args));
                 const int row = d_row0() + warpgroup * 64 + warp * 16 + lane / 4;
                 const int col = t.col0 + 2 * (lane % 4);
 #pragma unroll

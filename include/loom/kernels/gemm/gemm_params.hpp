@@ -4,6 +4,9 @@
 
 #include "loom/config.hpp"
 #include "loom/tile/tile_order.hpp"
+#if defined(__CUDACC__)
+#include "loom/tile/epilogue.cuh"
+#endif
 
 namespace loom::kernels {
 
@@ -64,6 +67,14 @@ LOOM_DEVICE LOOM_FORCEINLINE float gemm_device_scales(const GemmArgs& args) {
     if (args.scale_a != nullptr) s *= *args.scale_a;
     if (args.scale_b != nullptr) s *= *args.scale_b;
     return s;
+}
+
+// The global-store epilogue of D = scale * acc + beta * D + bias (tile/epilogue.cuh) for these arguments, with the
+// products scaled by `scale` (alpha times the device scales, or 1 where the accumulators already carry them).
+template <class TOut, class TBias>
+LOOM_DEVICE LOOM_FORCEINLINE tile::EpilogueParams<TOut, TBias> gemm_epilogue_params(const GemmArgs& args, float scale) {
+    return {
+        static_cast<TOut*>(args.d), args.ldd, static_cast<const TBias*>(args.bias), args.m, args.n, scale, args.beta};
 }
 #endif
 

@@ -262,13 +262,7 @@ __global__ void __launch_bounds__(kSm80Threads)
     sm80_tile_mainloop<TIn, STAGES, kBKMajor>(
         a, lda, row0, args.m, b, ldb, args.n, args.k, [col0](int r) { return col0 + r; }, acc, smem);
 
-    const tile::EpilogueParams<TOut, TBias> epi{static_cast<TOut*>(args.d),
-                                                args.ldd,
-                                                static_cast<const TBias*>(args.bias),
-                                                args.m,
-                                                args.n,
-                                                args.alpha * gemm_device_scales(args),
-                                                args.beta};
+    const auto epi = gemm_epilogue_params<TOut, TBias>(args, args.alpha * gemm_device_scales(args));
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int r = row0 + warp_m * 64 + i * 16 + lane / 4;

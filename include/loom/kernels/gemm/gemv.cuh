@@ -204,13 +204,7 @@ __global__ void __launch_bounds__(kGemvThreads)
     // acc[j] is D^T's 16 x 8 fragment: (B row g, token 2t, 2t + 1) and (B row g + 8, ...), g = lane / 4, t = lane % 4.
     // D's pairs are adjacent columns (B rows) of one token: lanes g and g ^ 1 swap halves, the even-g lane keeps
     // token 2t of rows (g, g + 1), the odd-g lane token 2t + 1 of rows (g - 1, g).
-    const tile::EpilogueParams<TOut, TBias> epi{static_cast<TOut*>(args.d),
-                                                args.ldd,
-                                                static_cast<const TBias*>(args.bias),
-                                                args.m,
-                                                args.n,
-                                                args.alpha * gemm_device_scales(args),
-                                                args.beta};
+    const auto epi = gemm_epilogue_params<TOut, TBias>(args, args.alpha * gemm_device_scales(args));
     const int g = lane / 4, t = lane % 4;
     const bool even = (g & 1) == 0;
     const int row = n0 + 16 * warp + (even ? g : g - 1);
