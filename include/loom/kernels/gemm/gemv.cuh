@@ -4,11 +4,12 @@
 //
 // At such M the GEMM reads B from memory once and does little else, so its time is how many bytes of B every SM keeps
 // in flight. The operands are swapped (D^T = B A^T): 16 rows of B fill an MMA's M side and the M tokens its N side
-// (one to four n8 tiles), so no MMA work or shared memory goes to padding tokens up to 64.
+// (one to four n8 tiles), so A's rows are padded to 8, 16 or 32, not to the Hopper kernel's 64-row MMA side.
 // Data path: cp.async 16-byte copies (zero-filled outside the matrices) of 256-byte K-slices of kGemvRows rows of B and
 // of the M rows of A -> STAGES-deep ring in shared memory (16-byte chunk c of row r at chunk c ^ (r & 7): conflict-free
 // ldmatrix) -> ldmatrix -> mma.sync -> registers. 4 warps, each 16 rows of B over the whole slice; no CTA-wide
-// reduction. Small rings (the host sizes STAGES for two CTAs per SM) keep two independent streams per SM.
+// reduction. Small rings (the host sizes STAGES for two CTAs per SM) keep two independent streams per SM where N has
+// more blocks than SMs.
 // Split K: grid (N-blocks, splits), split s streaming slices [s S / splits, (s + 1) S / splits). Each split stores its
 // fp32 partial to a workspace slot and counts itself in on the block's counter (atom.inc, acq_rel: the counter wraps
 // to 0 for the next launch); the last to arrive sums every slot in split order (its own read back too, so the result
