@@ -26,6 +26,14 @@ const std::vector<KernelSample>& kernel_samples() {
         {"loom/kernels/gemm/gemm_sm80.cuh",
          "loom::kernels::gemm_sm80_mma_sync",
          {"__nv_bfloat16", "__nv_bfloat16", "float", "4", "true"}},
+        {"loom/kernels/gemm/gemv.cuh",
+         "loom::kernels::gemm_gemv_mma",
+         {"__nv_bfloat16", "__nv_bfloat16", "float", "2", "5"}},
+        // fp8's mma.sync needs sm_89: sampled on sm_90 only.
+        {"loom/kernels/gemm/gemv.cuh",
+         "loom::kernels::gemm_gemv_mma",
+         {"__nv_fp8_e4m3", "float", "float", "4", "4"},
+         true},
         // ---- MoE: grouped GEMM ----
         {"loom/kernels/moe/grouped_gemm.cuh",
          "loom::kernels::moe::grouped_gemm_sm90",
