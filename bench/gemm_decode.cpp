@@ -96,7 +96,7 @@ nlohmann::json time_candidates(const MatrixView& A, const MatrixView& B, const M
     // K-splits: what the heuristic's rule for taking it (gemm_gemv_preferred) and the plan's splits rest on.
     if (detail::gemm_gemv_supported(A.rows, false, A.dtype, 90)) {
         const GemmConfig plan = detail::gemm_gemv_plan(A.rows, B.rows, A.cols, A.dtype, sms);
-        const int64_t slices = (A.cols * static_cast<int64_t>(dtype_size(A.dtype)) + 255) / 256;
+        const int64_t slices = kernels::gemv_slices(A.cols * static_cast<int64_t>(dtype_size(A.dtype)));
         for (int splits : {plan.tail_splits, plan.tail_splits / 2, plan.tail_splits * 2}) {
             if (splits < 1 || splits > slices) continue;
             GemmConfig c = plan;

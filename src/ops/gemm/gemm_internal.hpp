@@ -263,6 +263,7 @@ GemmConfig gemm_gemv_plan(int64_t m, int64_t n, int64_t k, DType in, int num_sms
 // JIT spec of gemm_gemv_mma for M rows of A (its n8 tiles: 1, 2 or 4) and a ring of `stages`; `bias` as
 // gemm_kernel_bias gives it (none: an f32 bias type, unused without a bias).
 jit::KernelSpec gemm_gemv_kernel_spec(DType in, DType out, std::optional<DType> bias, int64_t m, int stages);
+// The launch for a config with gemv set, inputs that gemm_gemv_supported takes.
 void gemm_launch_gemv(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o,
                       const GemmConfig& cfg, std::optional<DType> bias, cudaStream_t stream, const char* source);
 

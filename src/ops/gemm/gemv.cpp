@@ -43,7 +43,7 @@ GemmConfig detail::gemm_gemv_plan(int64_t m, int64_t n, int64_t k, DType in, int
     c.block_k = kernels::kGemvSliceBytes / static_cast<int>(dtype_size(in));
     c.stages = std::clamp(kGemvSmemPerCta / kernels::gemv_stage_bytes(gemv_m_tiles(m)), 2, kernels::kGemvMaxStages);
     const int64_t blocks = gemm_ceil_div(n, kernels::kGemvRows);
-    const int64_t slices = gemm_ceil_div(k * static_cast<int64_t>(dtype_size(in)), kernels::kGemvSliceBytes);
+    const int64_t slices = kernels::gemv_slices(k * static_cast<int64_t>(dtype_size(in)));
     int64_t splits = blocks >= num_sms ? 1 : num_sms / blocks;
     splits = std::min<int64_t>({splits, std::max<int64_t>(slices / kGemvMinSlicesPerSplit, 1), kGemvMaxSplits});
     c.tail_splits = static_cast<int>(std::max<int64_t>(splits, 1));
@@ -63,15 +63,10 @@ jit::KernelSpec detail::gemm_gemv_kernel_spec(DType in, DType out, std::optional
 void detail::gemm_launch_gemv(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o,
                               const GemmConfig& cfg, std::optional<DType> bias, cudaStream_t stream,
                               const char* source) {
-    const int64_t m = a.rows, k = a.cols, n = c.cols;
-    LOOM_CHECK(m <= kernels::kGemvMaxM && !o.b_kn,
-               "gemm: the gemv kernel takes M <= {} and B as [N, K], given M={}{}: use a Hopper or sm_80 config",
-               kernels::kGemvMaxM, m, o.b_kn ? " and B as [K, N]" : "");
+    const int64_t m = a.rows, k = a.cols, n = c.cols;  // gemm_launch checked gemm_gemv_supported
     const int mt = gemv_m_tiles(m);
-    const int64_t blocks = gemm_ceil_div(n, kernels::kGemvRows);
-    const int64_t slices = gemm_ceil_div(k * static_cast<int64_t>(dtype_size(a.dtype)), kernels::kGemvSliceBytes);
-    LOOM_CHECK(blocks <= INT32_MAX, "gemm: the gemv kernel takes at most {} blocks of {} rows, given N={}", INT32_MAX,
-               kernels::kGemvRows, n);
+    const int64_t blocks = gemm_ceil_div(n, kernels::kGemvRows);  // N <= INT32_MAX (gemm_validate): a valid grid.x
+    const int64_t slices = kernels::gemv_slices(k * static_cast<int64_t>(dtype_size(a.dtype)));
     int splits = static_cast<int>(std::min<int64_t>(cfg.tail_splits, slices));
     kernels::GemmArgs args = gemm_whole_tile_args(c, m, n, k, o);
     std::unique_lock<std::mutex> ws_lock;

@@ -57,6 +57,10 @@ inline constexpr int kGemvMaxStages = 8;
 // Shared memory of one ring stage and of the ring, for m_tiles n8 tiles of A's rows.
 LOOM_HOST_DEVICE constexpr int gemv_stage_bytes(int m_tiles) { return (kGemvRows + 8 * m_tiles) * kGemvSliceBytes; }
 LOOM_HOST_DEVICE constexpr int gemv_smem_bytes(int m_tiles, int stages) { return stages * gemv_stage_bytes(m_tiles); }
+// 256-byte K-slices of a row of k_bytes (the last one partial).
+LOOM_HOST_DEVICE constexpr int64_t gemv_slices(int64_t k_bytes) {
+    return (k_bytes + kGemvSliceBytes - 1) / kGemvSliceBytes;
+}
 // fp32 floats of one K-split's partial slot: every thread's m_tiles accumulator quads.
 LOOM_HOST_DEVICE constexpr int gemv_slot_floats(int m_tiles) { return kGemvThreads * 4 * m_tiles; }
 

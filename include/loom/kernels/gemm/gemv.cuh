@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kGemvThreads)
     const int n0 = static_cast<int>(blockIdx.x) * kGemvRows;
     const int split = static_cast<int>(blockIdx.y), splits = static_cast<int>(gridDim.y);
     const int64_t k_bytes = static_cast<int64_t>(args.k) * static_cast<int64_t>(sizeof(TIn));
-    const int slices = static_cast<int>((k_bytes + kGemvSliceBytes - 1) / kGemvSliceBytes);
+    const int slices = static_cast<int>(gemv_slices(k_bytes));
     const int s_begin = static_cast<int>(static_cast<int64_t>(split) * slices / splits);
     const int count = static_cast<int>(static_cast<int64_t>(split + 1) * slices / splits) - s_begin;
     const uint8_t* const a_bytes = reinterpret_cast<const uint8_t*>(a);
