@@ -48,7 +48,8 @@ struct Timing {
 Timing time_op(const std::function<void(cudaStream_t)>& fn, cudaStream_t stream, const TimeOptions& opts = {});
 // Times several ops interleaved: each timed run runs them one after the other (each with its own flush, barrier
 // and events), so an op and its baseline see the same clocks, power and heat (long GEMMs slow the card down as it
-// warms: timed one after the other, the second one paid for it).
+// warms: timed one after the other, the second one paid for it). The order is shuffled per run, the same on every
+// rank (a fixed seed), so that a disturbance recurring every few runs does not fall on one op.
 std::vector<Timing> time_ops(const std::vector<std::function<void(cudaStream_t)>>& fns, cudaStream_t stream,
                              const TimeOptions& opts = {});
 
