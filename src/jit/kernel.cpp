@@ -111,14 +111,39 @@ int Kernel::static_smem_bytes() const {
     return v;
 }
 
+void Kernel::raise_dynamic_smem(std::size_t bytes) const {
+    if (bytes <= smem_raised_.load()) return;
+    LOOM_CU(cuFuncSetAttribute, function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(bytes));
+    smem_raised_.store(bytes);
+}
+
 int Kernel::max_blocks_per_sm(int block_threads, std::size_t dynamic_smem) const {
-    if (dynamic_smem > smem_raised_.load()) {
-        LOOM_CU(cuFuncSetAttribute, function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                static_cast<int>(dynamic_smem));
-        smem_raised_.store(dynamic_smem);
-    }
+    raise_dynamic_smem(dynamic_smem);
     int n = 0;
     LOOM_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor, &n, function_, block_threads, dynamic_smem);
+    return n;
+}
+
+int Kernel::max_active_clusters(const LaunchConfig& cfg) const {
+    raise_dynamic_smem(cfg.smem);
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = cfg.cluster.x;
+    attr.value.clusterDim.y = cfg.cluster.y;
+    attr.value.clusterDim.z = cfg.cluster.z;
+    CUlaunchConfig lc{};
+    lc.gridDimX = cfg.grid.x;
+    lc.gridDimY = cfg.grid.y;
+    lc.gridDimZ = cfg.grid.z;
+    lc.blockDimX = cfg.block.x;
+    lc.blockDimY = cfg.block.y;
+    lc.blockDimZ = cfg.block.z;
+    lc.sharedMemBytes = static_cast<unsigned>(cfg.smem);
+    lc.hStream = reinterpret_cast<CUstream>(cfg.stream);
+    lc.attrs = &attr;
+    lc.numAttrs = 1;
+    int n = 0;
+    LOOM_CU(cuOccupancyMaxActiveClusters, &n, function_, &lc);
     return n;
 }
 
@@ -159,11 +184,7 @@ void Kernel::launch(const LaunchConfig& cfg, void** args) const {
                "launch {}: expected static + dynamic shared memory <= the device opt-in limit: at most {} dynamic "
                "bytes besides its {} static, given {}",
                name_, budget, static_smem_bytes(), cfg.smem);
-    if (cfg.smem > smem_raised_.load()) {
-        LOOM_CU(cuFuncSetAttribute, function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                static_cast<int>(cfg.smem));
-        smem_raised_.store(cfg.smem);
-    }
+    raise_dynamic_smem(cfg.smem);
     if (cluster > 8) {
         LOOM_CU(cuFuncSetAttribute, function_, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
     }

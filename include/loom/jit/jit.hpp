@@ -81,6 +81,9 @@ class Kernel {
     int local_bytes() const;  // stack/local memory per thread (spills show here)
     int static_smem_bytes() const;
     int max_blocks_per_sm(int block_threads, std::size_t dynamic_smem) const;
+    // Clusters of cfg.cluster that can be resident at once on this context's SMs (its MPS share): 0 where one cluster
+    // of cfg.block / cfg.smem CTAs does not fit.
+    int max_active_clusters(const LaunchConfig& cfg) const;
 
     void launch(const LaunchConfig& cfg, void** args) const;
     template <class... Args>
@@ -103,6 +106,8 @@ class Kernel {
     std::string name_;
     CUlibrary library_ = nullptr;
     CompileResult info_;
+    // Sets MAX_DYNAMIC_SHARED_SIZE_BYTES to `bytes` where it is lower (occupancy queries and launches need it).
+    void raise_dynamic_smem(std::size_t bytes) const;
     mutable std::atomic<std::size_t> smem_raised_{48 * 1024};  // MAX_DYNAMIC_SHARED_SIZE_BYTES set so far
     mutable std::atomic<long long> smem_budget_{-1};           // opt-in limit - static smem; -1: not yet asked
     mutable std::atomic<int> programmatic_{-1};  // 1: the device takes programmatic launches (sm_90+); -1: not asked

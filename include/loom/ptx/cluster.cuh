@@ -1,6 +1,6 @@
-// Thread-block clusters (sm_90): the CTA's rank in its cluster, the cluster-wide barrier, and arrivals on an
-// mbarrier in a peer CTA's shared memory (distributed shared memory). Used by the GEMM's 2-CTA clusters, whose
-// TMA multicast writes one operand tile into both CTAs' shared memory.
+// Thread-block clusters (sm_90): the CTA's rank in its cluster, the cluster-wide barrier, arrivals on an mbarrier in a
+// peer CTA's shared memory (distributed shared memory) and loads from it. Used by the GEMM's 2-CTA clusters, whose
+// TMA multicast writes one operand tile into both CTAs' shared memory, and by the gemv kernel's K-split sums.
 //
 // Contracts:
 // - A peer CTA's shared memory may be touched only while that CTA is alive: a kernel that arrives remotely ends
@@ -52,6 +52,25 @@ LOOM_DEVICE LOOM_FORCEINLINE void mbarrier_arrive_cluster(uint64_t* bar, uint32_
 #else
     __trap();
 #endif
+}
+
+// 16 bytes at the shared-memory offset of `p` in the CTA of cluster rank `cta` (distributed shared memory; the reader
+// orders it after the peer's writes with a cluster barrier).
+LOOM_DEVICE LOOM_FORCEINLINE float4 ld_shared_cluster_f32x4(const void* p, uint32_t cta) {
+    float4 v;
+#if LOOM_ARCH >= 900
+    const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+    asm volatile(
+        "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %4, %5;\n"
+        "ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [remote];\n}\n"
+        : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+        : "r"(local), "r"(cta)
+        : "memory");
+#else
+    v = make_float4(0.f, 0.f, 0.f, 0.f);
+    __trap();
+#endif
+    return v;
 }
 
 }  // namespace loom::ptx

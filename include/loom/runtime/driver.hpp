@@ -46,6 +46,7 @@ namespace loom::driver {
     X(cuFuncSetAttribute, 9000)                          \
     X(cuLaunchKernelEx, 11060)                           \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050) \
+    X(cuOccupancyMaxActiveClusters, 11070)               \
     X(cuStreamWriteValue64, 11070)                       \
     X(cuStreamWaitValue64, 11070)                        \
     X(cuTensorMapEncodeTiled, 12000)
