@@ -28,11 +28,11 @@ const std::vector<KernelSample>& kernel_samples() {
          {"__nv_bfloat16", "__nv_bfloat16", "float", "4", "true"}},
         {"loom/kernels/gemm/gemv.cuh",
          "loom::kernels::gemm_gemv_mma",
-         {"__nv_bfloat16", "__nv_bfloat16", "float", "2", "5"}},
-        // fp8's mma.sync needs sm_89: sampled on sm_90 only.
+         {"__nv_bfloat16", "__nv_bfloat16", "float", "2", "5", "false"}},
+        // fp8's mma.sync needs sm_89 and the cluster's sum sm_90: sampled on sm_90 only.
         {"loom/kernels/gemm/gemv.cuh",
          "loom::kernels::gemm_gemv_mma",
-         {"__nv_fp8_e4m3", "float", "float", "4", "4"},
+         {"__nv_fp8_e4m3", "float", "float", "1", "6", "true"},
          true},
         // ---- MoE: grouped GEMM ----
         {"loom/kernels/moe/grouped_gemm.cuh",

@@ -475,8 +475,8 @@ TEST(GemmTune, CandidatesStartWithTheHeuristic) {
     EXPECT_EQ(loom::gemm_tune_candidates(4096, 4096, 4096, false, DType::BF16, 80, 108).size(), 1u);
 }
 
-// Where loom::gemm's heuristic takes the gemv kernel (16-bit, M <= 16, rows of 4 KiB or more), its plan comes first,
-// then the Hopper heuristic's plan and its alternatives; elsewhere no gemv candidate.
+// Where loom::gemm's heuristic takes the gemv kernel (16-bit; M <= 8: rows of 2 KiB or more, M <= 16: rows of 4 KiB
+// or more), its plan comes first, then the Hopper heuristic's plan and its alternatives; elsewhere no gemv candidate.
 TEST(GemmTune, DecodeCandidatesStartWithTheGemvPlan) {
     for (DType in : {DType::BF16, DType::F16}) {
         const auto c = loom::gemm_tune_candidates(16, 4096, 4096, false, in, 90, 132);
@@ -490,9 +490,13 @@ TEST(GemmTune, DecodeCandidatesStartWithTheGemvPlan) {
         EXPECT_EQ(back.str(), c[0].str());
         EXPECT_TRUE(back.gemv);
     }
+    for (const auto& [m, k, in] :
+         {std::tuple{8, 1024, DType::BF16}, std::tuple{1, 1024, DType::F16}, std::tuple{9, 2048, DType::BF16}})
+        EXPECT_TRUE(loom::gemm_tune_candidates(m, 4096, k, false, in, 90, 132)[0].gemv) << m << " " << k;
     for (const auto& [m, k, b_kn, in] :
          {std::tuple{17, 4096, false, DType::BF16}, std::tuple{16, 1024, false, DType::BF16},
-          std::tuple{16, 4096, true, DType::BF16}, std::tuple{1, 8192, false, DType::F8E4M3}})
+          std::tuple{8, 512, false, DType::BF16}, std::tuple{16, 4096, true, DType::BF16},
+          std::tuple{9, 8192, false, DType::F8E4M3}, std::tuple{1, 16384, false, DType::F8E4M3}})
         EXPECT_FALSE(loom::gemm_tune_candidates(m, 4096, k, b_kn, in, 90, 132)[0].gemv) << m << " " << k;
     EXPECT_TRUE(loom::detail::gemm_gemv_supported(32, false, DType::F8E4M3, 89));
     EXPECT_FALSE(loom::detail::gemm_gemv_supported(32, false, DType::F8E4M3, 80));
@@ -736,15 +740,20 @@ TEST(GemmCompile, Fp8KernelHasNoSpills) {
 }
 
 // The gemv kernel (kernels/gemm/gemv.cuh) for every A-row tile count, 16-bit and fp8 inputs, 16- and 32-bit outputs, at
-// the stages its plan takes: no spills on sm_90a, and it compiles for the oldest GPU of each input type.
+// the stages its plan takes, with the workspace's split sum and (one tile: the launch's only use of it) the cluster's:
+// no spills on sm_90a, and the workspace variant compiles for the oldest GPU of each input type.
 TEST(GemmCompile, GemvKernelHasNoSpills) {
     for (DType in : {DType::BF16, DType::F16, DType::F8E4M3})
         for (int64_t m : {1, 16, 32})
             for (DType out : {DType::BF16, DType::F32}) {
                 const loom::GemmConfig c = loom::detail::gemm_gemv_plan(m, 4096, 4096, in, 132);
                 EXPECT_NO_THROW(loom::gemm_validate_config(c, false, in)) << c.str();
-                const auto spec = loom::detail::gemm_gemv_kernel_spec(in, out, std::nullopt, m, c.stages);
+                const auto spec = loom::detail::gemm_gemv_kernel_spec(in, out, std::nullopt, m, c.stages, false);
                 expect_clean(loom::jit::compile(spec, 90), spec.display());
+                if (m == 1) {
+                    const auto cluster = loom::detail::gemm_gemv_kernel_spec(in, out, std::nullopt, m, c.stages, true);
+                    expect_clean(loom::jit::compile(cluster, 90), cluster.display());
+                }
                 if (m == 16 && out == DType::BF16) {
                     const int oldest = in == DType::F8E4M3 ? 89 : 80;
                     expect_clean(loom::jit::compile(spec, oldest), spec.display() + " sm_" + std::to_string(oldest));

@@ -79,7 +79,7 @@ void gemm_launch(const MatrixView& a, const MatrixView& b, const MatrixView& c, 
                    "gemm: the gemv kernel expects M <= {}, B as [N, K] and a GPU of sm_80 (f8e4m3: sm_89) or later, "
                    "given M={}{} on sm_{}",
                    kernels::kGemvMaxM, a.rows, o.b_kn ? ", B as [K, N]" : "", dev.arch);
-        gemm_launch_gemv(a, b, c, o, cfg, bias, stream, source);
+        gemm_launch_gemv(a, b, c, o, cfg, bias, dev.arch, stream, source);
     } else if (cfg.sm80) {
         gemm_launch_sm80(a, b, c, o, cfg, bias, stream, source);
     } else {

@@ -250,11 +250,13 @@ GemmSplitWorkspace gemm_split_workspace(cudaStream_t stream, size_t partial_floa
 // input type (sm_80, fp8 sm_89).
 bool gemm_gemv_supported(int64_t m, bool b_kn, DType in, int arch);
 // Whether loom::gemm's heuristic takes it over the Hopper kernel's decode plan: where it measured faster on an H200
-// (docs/perf/gemm_decode.json, bench-gemm --decode-sweep): 16-bit inputs, M <= kGemvPreferMaxM and rows of at least
-// kGemvPreferMinKBytes. fp8 and M = 32 run at mma.sync's rate rather than the memory's, and 2 KiB rows stream faster
-// in the Hopper plan's whole 64 x 64 tiles.
+// (docs/perf/gemm_decode.json, bench-gemm --decode-sweep): 16-bit inputs, rows of at least
+// kGemvPreferMinKBytesOneTile at M <= 8 (one n8 tile of A's rows) and of at least kGemvPreferMinKBytes at
+// M <= kGemvPreferMaxM. Elsewhere the Hopper plan's whole tiles are faster: fp8 (0.80-0.99x at M <= 8) and M = 32 run
+// at mma.sync's rate rather than the memory's, and shorter rows stream faster in 64 x 64 tiles.
 inline constexpr int64_t kGemvPreferMaxM = 16;
 inline constexpr int64_t kGemvPreferMinKBytes = 4096;
+inline constexpr int64_t kGemvPreferMinKBytesOneTile = 2048;
 bool gemm_gemv_preferred(int64_t m, int64_t k, bool b_kn, DType in, int arch);
 // The gemv plan: 64-row blocks of B, a ring sized for two CTAs per SM, and K split so that blocks x splits fill the
 // SMs once (each split at least kGemvMinSlicesPerSplit slices of 256 bytes, at most 32 splits; none where the blocks
@@ -262,10 +264,14 @@ bool gemm_gemv_preferred(int64_t m, int64_t k, bool b_kn, DType in, int arch);
 GemmConfig gemm_gemv_plan(int64_t m, int64_t n, int64_t k, DType in, int num_sms);
 // JIT spec of gemm_gemv_mma for M rows of A (its n8 tiles: 1, 2 or 4) and a ring of `stages`; `bias` as
 // gemm_kernel_bias gives it (none: an f32 bias type, unused without a bias).
-jit::KernelSpec gemm_gemv_kernel_spec(DType in, DType out, std::optional<DType> bias, int64_t m, int stages);
-// The launch for a config with gemv set, inputs that gemm_gemv_supported takes.
+// The kernel; `cluster`: its K-splits sum in a cluster (sm_90), else through the workspace.
+jit::KernelSpec gemm_gemv_kernel_spec(DType in, DType out, std::optional<DType> bias, int64_t m, int stages,
+                                      bool cluster);
+// The launch for a config with gemv set, inputs that gemm_gemv_supported takes, on a GPU of compute capability
+// `arch` (K-splits are summed in a cluster from sm_90, up to kGemvMaxClusterSplits of them).
 void gemm_launch_gemv(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o,
-                      const GemmConfig& cfg, std::optional<DType> bias, cudaStream_t stream, const char* source);
+                      const GemmConfig& cfg, std::optional<DType> bias, int arch, cudaStream_t stream,
+                      const char* source);
 
 // The two kernels' launches for a checked config (cfg.sm80 selects the first); `bias` as gemm_kernel_bias gives it.
 void gemm_launch_sm80(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o,

@@ -63,6 +63,10 @@ LOOM_HOST_DEVICE constexpr int64_t gemv_slices(int64_t k_bytes) {
 }
 // fp32 floats of one K-split's partial slot: every thread's m_tiles accumulator quads.
 LOOM_HOST_DEVICE constexpr int gemv_slot_floats(int m_tiles) { return kGemvThreads * 4 * m_tiles; }
+// The most K-splits summed in a cluster (distributed shared memory) rather than through a workspace: the portable
+// cluster size. A split's slot fits in the smallest ring.
+inline constexpr int kGemvMaxClusterSplits = 8;
+static_assert(gemv_slot_floats(4) * 4 <= gemv_smem_bytes(4, 2), "gemv: a split's partial must fit in its ring");
 
 #if defined(__CUDACC__)
 // The product of GemmArgs' device scales (1 without them).

@@ -10,10 +10,14 @@
 // ldmatrix) -> ldmatrix -> mma.sync -> registers. 4 warps, each 16 rows of B over the whole slice; no CTA-wide
 // reduction. Small rings (the host sizes STAGES for two CTAs per SM) keep two independent streams per SM where N has
 // more blocks than SMs.
-// Split K: grid (N-blocks, splits), split s streaming slices [s S / splits, (s + 1) S / splits). Each split stores its
-// fp32 partial to a workspace slot and counts itself in on the block's counter (atom.inc, acq_rel: the counter wraps
-// to 0 for the next launch); the last to arrive sums every slot in split order (its own read back too, so the result
-// does not depend on which came last) and runs the epilogue. No CTA waits for another.
+// Split K: grid (N-blocks, splits), split s streaming slices [s S / splits, (s + 1) S / splits), summed in split order
+// (bitwise reproducible) by one of them, which runs the epilogue. Two ways, chosen by the launch:
+// - a cluster (1, splits) (CLUSTER; sm_90, splits <= kGemvMaxClusterSplits): each split leaves its fp32
+//   partial in its own shared memory, and after a cluster barrier split 0 reads the others' (distributed shared
+//   memory); a second barrier keeps them alive until it has. No global round trip, no workspace, graph-capturable.
+// - a workspace: each split stores its partial to a slot and counts itself in on the block's counter (atom.inc,
+//   acq_rel: the counter wraps to 0 for the next launch); the last to arrive sums every slot (its own read back too,
+//   so the result does not depend on which came last). No CTA waits for another.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -22,6 +26,7 @@
 
 #include "loom/config.hpp"
 #include "loom/kernels/gemm/gemm_params.hpp"
+#include "loom/ptx/cluster.cuh"
 #include "loom/ptx/memory.cuh"
 #include "loom/ptx/sm80.cuh"
 #include "loom/tile/epilogue.cuh"
@@ -62,10 +67,11 @@ LOOM_DEVICE LOOM_FORCEINLINE void gemv_mma(float (&d)[4], const uint32_t (&a)[4]
 
 // a: [m, k] row-major (lda elements), b: [n, k] row-major (ldb elements), both 16-byte aligned with 16-byte rows.
 // MT: n8 tiles of A's rows (m <= 8 MT). Grid (ceil(n / kGemvRows), splits); block kGemvThreads; dynamic smem
-// gemv_smem_bytes(MT, STAGES). args: d, ldd, m, n, k, alpha, beta, bias, scales; with splits >= 2 also partials
-// ([N-block][split] slots of gemv_slot_floats(MT)) and tile_counters (one per N-block, zero before the launch and
-// left zero after it).
-template <class TIn, class TOut, class TBias, int MT, int STAGES>
+// gemv_smem_bytes(MT, STAGES). args: d, ldd, m, n, k, alpha, beta, bias, scales; with splits >= 2, CLUSTER: a cluster
+// (1, splits) (sm_90); else partials ([N-block][split] slots of gemv_slot_floats(MT)) and tile_counters (one per
+// N-block, zero before the launch and left zero after it). CLUSTER is a template argument, not a runtime test: its
+// code in the kernel changes ptxas's register allocation of the mainloop (at MT = 2, 96 registers against 122).
+template <class TIn, class TOut, class TBias, int MT, int STAGES, bool CLUSTER>
 __global__ void __launch_bounds__(kGemvThreads)
     gemm_gemv_mma(const TIn* __restrict__ a, int64_t lda, const TIn* __restrict__ b, int64_t ldb, const GemmArgs args) {
     static_assert(MT == 1 || MT == 2 || MT == 4, "MT: 1, 2 or 4 n8 tiles");
@@ -169,7 +175,34 @@ __global__ void __launch_bounds__(kGemvThreads)
         for (int e = 0; e < 4; ++e) acc[j][e] = acc2[0][j][e] + acc2[1][j][e];
     ptx::cp_async_wait<0>();
 
-    if (splits > 1) {
+    if (CLUSTER && splits > 1) {
+#if LOOM_ARCH >= 900
+        // The cluster's sum: this split's partial into its ring's first bytes (every warp is done with the ring).
+        float* const mine = reinterpret_cast<float*>(smem);
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < MT; ++j)
+            reinterpret_cast<float4*>(mine)[j * kGemvThreads + tid] =
+                make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+        ptx::cluster_sync();  // every split's partial written
+        if (split == 0) {
+            for (int s = 1; s < splits; ++s) {
+#pragma unroll
+                for (int j = 0; j < MT; ++j) {
+                    const float4 v = ptx::ld_shared_cluster_f32x4(mine + 4 * (j * kGemvThreads + tid), s);
+                    acc[j][0] += v.x;
+                    acc[j][1] += v.y;
+                    acc[j][2] += v.z;
+                    acc[j][3] += v.w;
+                }
+            }
+        }
+        ptx::cluster_sync();  // split 0 has read them: the others may exit
+        if (split != 0) return;
+#else
+        __trap();
+#endif
+    } else if (splits > 1) {
         float* const slots = args.partials + static_cast<int64_t>(blockIdx.x) * splits * gemv_slot_floats(MT);
 #pragma unroll
         for (int j = 0; j < MT; ++j)
