@@ -124,13 +124,10 @@ int Kernel::max_blocks_per_sm(int block_threads, std::size_t dynamic_smem) const
     return n;
 }
 
-int Kernel::max_active_clusters(const LaunchConfig& cfg) const {
-    raise_dynamic_smem(cfg.smem);
-    CUlaunchAttribute attr{};
-    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.clusterDim.x = cfg.cluster.x;
-    attr.value.clusterDim.y = cfg.cluster.y;
-    attr.value.clusterDim.z = cfg.cluster.z;
+namespace {
+
+// The driver's launch configuration of cfg with n attributes.
+CUlaunchConfig driver_launch_config(const LaunchConfig& cfg, CUlaunchAttribute* attrs, unsigned n) {
     CUlaunchConfig lc{};
     lc.gridDimX = cfg.grid.x;
     lc.gridDimY = cfg.grid.y;
@@ -140,8 +137,21 @@ int Kernel::max_active_clusters(const LaunchConfig& cfg) const {
     lc.blockDimZ = cfg.block.z;
     lc.sharedMemBytes = static_cast<unsigned>(cfg.smem);
     lc.hStream = reinterpret_cast<CUstream>(cfg.stream);
-    lc.attrs = &attr;
-    lc.numAttrs = 1;
+    lc.attrs = n ? attrs : nullptr;
+    lc.numAttrs = n;
+    return lc;
+}
+
+}  // namespace
+
+int Kernel::max_active_clusters(const LaunchConfig& cfg) const {
+    raise_dynamic_smem(cfg.smem);
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = cfg.cluster.x;
+    attr.value.clusterDim.y = cfg.cluster.y;
+    attr.value.clusterDim.z = cfg.cluster.z;
+    const CUlaunchConfig lc = driver_launch_config(cfg, &attr, 1);
     int n = 0;
     LOOM_CU(cuOccupancyMaxActiveClusters, &n, function_, &lc);
     return n;
@@ -216,17 +226,7 @@ void Kernel::launch(const LaunchConfig& cfg, void** args) const {
         attrs[n].value.programmaticStreamSerializationAllowed = 1;
         ++n;
     }
-    CUlaunchConfig lc{};
-    lc.gridDimX = cfg.grid.x;
-    lc.gridDimY = cfg.grid.y;
-    lc.gridDimZ = cfg.grid.z;
-    lc.blockDimX = cfg.block.x;
-    lc.blockDimY = cfg.block.y;
-    lc.blockDimZ = cfg.block.z;
-    lc.sharedMemBytes = static_cast<unsigned>(cfg.smem);
-    lc.hStream = reinterpret_cast<CUstream>(cfg.stream);
-    lc.attrs = n ? attrs : nullptr;
-    lc.numAttrs = n;
+    const CUlaunchConfig lc = driver_launch_config(cfg, attrs, n);
     // A failed launch names the kernel (under CUDA_LAUNCH_BLOCKING=1 the error is the launched kernel's own).
     if (const int rc = static_cast<int>(driver::api().cuLaunchKernelEx(&lc, function_, args, nullptr)); rc != 0)
         detail::throw_cu(rc, fmt::format("cuLaunchKernelEx({})", name_).c_str(), __FILE__, __LINE__);
