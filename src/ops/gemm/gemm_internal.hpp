@@ -252,8 +252,8 @@ bool gemm_gemv_supported(int64_t m, bool b_kn, DType in, int arch);
 // Whether loom::gemm's heuristic takes it over the Hopper kernel's decode plan: where it measured faster on an H200
 // (docs/perf/gemm_decode.json, bench-gemm --decode-sweep): 16-bit inputs, rows of at least
 // kGemvPreferMinKBytesOneTile at M <= 8 (one n8 tile of A's rows) and of at least kGemvPreferMinKBytes at
-// M <= kGemvPreferMaxM. Elsewhere the Hopper plan's whole tiles are faster: fp8 (0.80-0.99x at M <= 8) and M = 32 run
-// at mma.sync's rate rather than the memory's, and shorter rows stream faster in 64 x 64 tiles.
+// M <= kGemvPreferMaxM. Elsewhere the Hopper plan's whole tiles are faster: fp8 (slower at 7 of 8 shapes at M = 1) and
+// M = 32 run at mma.sync's rate rather than the memory's, and shorter rows stream faster in 64 x 64 tiles.
 inline constexpr int64_t kGemvPreferMaxM = 16;
 inline constexpr int64_t kGemvPreferMinKBytes = 4096;
 inline constexpr int64_t kGemvPreferMinKBytesOneTile = 2048;
@@ -263,12 +263,12 @@ bool gemm_gemv_preferred(int64_t m, int64_t k, bool b_kn, DType in, int arch);
 // alone fill them).
 GemmConfig gemm_gemv_plan(int64_t m, int64_t n, int64_t k, DType in, int num_sms);
 // JIT spec of gemm_gemv_mma for M rows of A (its n8 tiles: 1, 2 or 4) and a ring of `stages`; `bias` as
-// gemm_kernel_bias gives it (none: an f32 bias type, unused without a bias).
-// The kernel; `cluster`: its K-splits sum in a cluster (sm_90), else through the workspace.
+// gemm_kernel_bias gives it (none: an f32 bias type, unused without a bias); `cluster`: its K-splits sum in a cluster
+// (sm_90), else through the workspace.
 jit::KernelSpec gemm_gemv_kernel_spec(DType in, DType out, std::optional<DType> bias, int64_t m, int stages,
                                       bool cluster);
 // The launch for a config with gemv set, inputs that gemm_gemv_supported takes, on a GPU of compute capability
-// `arch` (K-splits are summed in a cluster from sm_90, up to kGemvMaxClusterSplits of them).
+// `arch` (from sm_90, M <= 8 sums up to kGemvMaxClusterSplits K-splits in a cluster).
 void gemm_launch_gemv(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o,
                       const GemmConfig& cfg, std::optional<DType> bias, int arch, cudaStream_t stream,
                       const char* source);
