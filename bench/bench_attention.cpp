@@ -17,6 +17,8 @@
 // all_gather of the combine's payload alone (per row the fp32 O and the LSE; Auto's algorithm where the payload is
 // larger than LL's capacity): over_local_decode_us (loom_us - local_decode_us) against payload_all_gather_us is the
 // issue's SP decode bound.
+// Every mode's timed runs start with a clean L2 (TimeOptions::flush_l2_clean): a memset flush alone leaves L2 full of
+// dirty lines whose write-back, up to L2's size, would be timed with whatever reads the most bytes after it.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -139,6 +141,7 @@ void bench_decode(const Args& a, cudaStream_t s) {
     loom::bench::TimeOptions topts;
     topts.iters = a.iters;
     topts.warmup = a.quick ? 2 : 5;
+    topts.flush_l2_clean = true;
     std::mt19937 rng(7);
     for (int B : a.batches)
         for (int64_t S : a.kv_lens) {
@@ -237,6 +240,7 @@ void bench_decode_sweep(const Args& a, cudaStream_t s) {
     loom::bench::TimeOptions topts;
     topts.iters = a.iters;
     topts.warmup = 1;
+    topts.flush_l2_clean = true;
     std::mt19937 rng(7);
     struct Score {
         double log_ratio = 0;
@@ -411,6 +415,7 @@ void bench_sp(loom::World& w, const Args& a, cudaStream_t s) {
     topts.world = &w;
     topts.iters = a.iters;
     topts.warmup = a.quick ? 2 : 5;
+    topts.flush_l2_clean = true;
     topts.align = [&w](cudaStream_t st) { loom::barrier_on_stream(w, st); };
     for (std::size_t i = 0; i + 1 < a.sp_shapes.size(); i += 2) {
         const int B = static_cast<int>(a.sp_shapes[i]);
