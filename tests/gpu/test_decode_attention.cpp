@@ -48,6 +48,7 @@ struct Case {
     int num_splits = 0;
     bool tight_max_len = false;  // DecodeOptions::max_seq_len = the longest length
     const loom::DecodeConfig* config = nullptr;
+    int expect_stages = 0;  // > 0: the plan's pipeline depth must be this
 };
 
 std::string describe(const Case& c) {
@@ -95,6 +96,11 @@ void run_case(const Case& c, uint64_t seed) {
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
     loom::decode_attention(dqv, kv, dout.p, static_cast<float*>(dlse.p), stream, o);
     loom::test::sync_or_die(stream);
+    if (c.expect_stages > 0) {
+        const auto plan =
+            loom::attention::plan_decode("decode_attention", dqv, kv, dout.p, static_cast<float*>(dlse.p), o, nullptr);
+        EXPECT_EQ(plan.config.stages, c.expect_stages) << plan.config.str();
+    }
     cudaStreamDestroy(stream);
 
     const auto out = loom::test::download(dout.p, dout.bytes);
@@ -188,6 +194,23 @@ TEST_F(DecodeAttention, ManySequences) {
     Case c{lens, 32, 8, 128, 0};
     c.tight_max_len = true;
     run_case(c, 42);
+}
+
+// 16 sequences of 12 kv heads with groups of 8 (192 blocks): the heuristic splits them in two, 3 blocks on most SMs,
+// which only 2 stages keep resident at once (on an H200); lengths that end mid-tile and one empty sequence.
+TEST_F(DecodeAttention, ShallowPipelineHoldsEveryBlockOfAnSm) {
+    std::mt19937 rng(45);
+    std::vector<int32_t> lens(16);
+    for (auto& l : lens) l = static_cast<int32_t>(3000 + rng() % 1096);
+    lens[5] = 0;
+    Case c{lens, 96, 12, 128, 0};
+    int dev = 0, sms = 0;
+    ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+    ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+    if (sms == 132) c.expect_stages = 2;
+    run_case(c, 46);
+    c.page_size = 16;
+    run_case(c, 47);
 }
 
 // Every kernel shape bench-attention's sweep times (the heuristic's splits, one forced count, and the merge as a

@@ -204,6 +204,27 @@ TEST(AttentionPlan, SplitsFillWholeWaves) {
         }
 }
 
+TEST(AttentionPlan, PipelineDepthKeepsTheBusiestSmsBlocksResident) {
+    // A stand-in for the occupancy: 2 blocks of 3 stages per SM, 3 of 2 stages (the H200's at D 128 with tensor cores).
+    auto resident = [](const loom::DecodeConfig& c) { return c.stages >= 3 ? 2 : 3; };
+    loom::DecodeConfig c;
+    c.mma = true;
+    c.stages = 3;
+    c.tile_tokens = 64;
+    for (int64_t per_sm : {1, 2}) EXPECT_EQ(la::decode_resident_config(c, per_sm, resident).stages, 3) << per_sm;
+    const loom::DecodeConfig shallow = la::decode_resident_config(c, 3, resident);
+    EXPECT_EQ(shallow.stages, 2);
+    EXPECT_EQ(shallow.tile_tokens, 64);  // only the depth changes
+    EXPECT_TRUE(shallow.mma);
+    // More blocks than any depth keeps resident: the shape as given.
+    for (int64_t per_sm : {4, 6, 100}) EXPECT_EQ(la::decode_resident_config(c, per_sm, resident).stages, 3) << per_sm;
+    // The deepest shape that holds them: 4 stages -> 3 when 3 stages hold 3 blocks.
+    auto deeper = [](const loom::DecodeConfig& c) { return c.stages >= 4 ? 2 : c.stages == 3 ? 3 : 4; };
+    c.stages = 4;
+    EXPECT_EQ(la::decode_resident_config(c, 3, deeper).stages, 3);
+    EXPECT_EQ(la::decode_resident_config(c, 4, deeper).stages, 2);
+}
+
 // Shape errors raise before anything touches the device.
 TEST(AttentionPlan, BadShapesRaiseNamingTheArgument) {
     alignas(16) static char buf[64];

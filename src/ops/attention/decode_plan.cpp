@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <exception>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -95,7 +96,37 @@ void check_pointer(const World* world, int device, const char* op, const char* w
     detail::check_memory(world, device, op, which, p, bytes);
 }
 
+// Blocks of the split kernel of shape c one SM holds at once (the driver's occupancy), once per device and shape.
+int resident_blocks(DType dtype, int head_dim, int heads_per_block, const DecodeConfig& c) {
+    static std::mutex mu;
+    static std::map<std::tuple<int, DType, int, int, int, int, int, bool>, int> cache;
+    int dev = 0;
+    LOOM_CHECK_CUDA(cudaGetDevice(&dev));
+    const auto key =
+        std::make_tuple(dev, dtype, head_dim, heads_per_block, c.head_split, c.stages, c.tile_tokens, c.mma);
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        if (auto it = cache.find(key); it != cache.end()) return it->second;
+    }
+    const jit::Kernel& k = jit::get_kernel(decode_split_spec(dtype, head_dim, heads_per_block, c));
+    const int n = k.max_blocks_per_sm(128 * c.head_split, std::size_t(ka::decode_split_smem_bytes(
+                                                              head_dim, heads_per_block, c.stages, c.tile_tokens)));
+    std::lock_guard<std::mutex> lock(mu);
+    cache[key] = n;
+    return n;
+}
+
 }  // namespace
+
+DecodeConfig decode_resident_config(DecodeConfig c, int64_t per_sm,
+                                    const std::function<int(const DecodeConfig&)>& resident) {
+    if (resident(c) >= per_sm) return c;
+    for (DecodeConfig s = c; s.stages > 2;) {
+        --s.stages;
+        if (resident(s) >= per_sm) return s;
+    }
+    return c;
+}
 
 int decode_heads_per_block(int group) {
     int h = 1;
@@ -254,16 +285,21 @@ DecodePlan plan_decode(const char* op, const DecodeQuery& q, const KvCache& kv, 
     plan.smem_bytes = ka::decode_split_smem_bytes(q.head_dim, plan.heads_per_block, plan.config.stages, tile);
     const int64_t blocks = int64_t(q.batch) * kv.num_kv_heads * plan.head_chunks;
     const int requested = plan.config.splits > 0 ? plan.config.splits : opts.num_splits;
-    if (requested == 0) {
-        const jit::Kernel& k =
-            jit::get_kernel(decode_split_spec(q.dtype, q.head_dim, plan.heads_per_block, plan.config));
-        LOOM_CHECK(k.max_blocks_per_sm(128 * plan.config.head_split, std::size_t(plan.smem_bytes)) >= 1,
+    auto resident = [&](const DecodeConfig& c) {
+        return resident_blocks(q.dtype, q.head_dim, plan.heads_per_block, c);
+    };
+    if (requested == 0)
+        LOOM_CHECK(resident(plan.config) >= 1,
                    "{}: the decode kernel {} does not fit on an SM ({} bytes of shared memory)", op, plan.config.str(),
                    plan.smem_bytes);
-    }
     int splits = decode_splits(blocks, max_len, tile, q.head_dim, plan.heads_per_block, dev.num_sms, requested);
     int64_t chunk = max_len > 0 ? ceil_div(ceil_div(max_len, splits), tile) * tile : tile;
     splits = static_cast<int>(std::max<int64_t>(1, ceil_div(max_len, chunk)));
+    // The heuristic's shape: as deep a pipeline as keeps the busiest SM's blocks resident at once.
+    if (opts.config == nullptr) {
+        plan.config = decode_resident_config(plan.config, ceil_div(blocks * splits, dev.num_sms), resident);
+        plan.smem_bytes = ka::decode_split_smem_bytes(q.head_dim, plan.heads_per_block, plan.config.stages, tile);
+    }
     plan.config.splits = splits;
 
     ka::DecodeParams& p = plan.params;

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "loom/jit/jit.hpp"
@@ -37,6 +38,16 @@ DecodeConfig decode_default_config(int head_dim, int heads_per_block, int smem_p
 void check_decode_config(const char* op, const DecodeConfig& c, int head_dim, int heads_per_block, int smem_per_block);
 // Every shape bench-attention's sweep times for head_dim / heads per block (the heuristic's among them).
 std::vector<DecodeConfig> decode_sweep_configs(int head_dim, int heads_per_block, int smem_per_block);
+
+// The pipeline depth for a launch whose busiest SM gets per_sm blocks (ceil(blocks / SMs)): c itself when
+// resident(c) >= per_sm SM-resident blocks of it fit at once, else the deepest shallower shape (down to 2 stages, the
+// tile kept) of which they do, else c. Blocks an SM runs after its resident ones start late, on whichever SMs free a
+// slot first, and fill their pipelines alone; a shallower pipeline that holds them all at once streams as many bytes
+// in flight per SM. On an H200 (bench-attention decode --sweep, 96/12 heads, batch 4, 384 blocks): 2 stages of 64
+// tokens, 3 blocks per SM, took 56.8 / 188 / 711 us at kv 8K / 32K / 128K against 62.3 / 202 / 765 with 3 stages
+// (2 per SM). With one block per SM the deeper pipeline stays (2 stages: up to 6 % slower there).
+DecodeConfig decode_resident_config(DecodeConfig c, int64_t per_sm,
+                                    const std::function<int(const DecodeConfig&)>& resident);
 
 // Splits of the KV length: the count that minimises a model of the launch. base_blocks (batch x kv heads x head
 // chunks) x splits blocks spread over num_sms SMs; one block saturates its SM, so the busiest SM runs its
