@@ -195,14 +195,14 @@ TEST_F(SpDecode, PageOneMqaD256) {
     for (SpExchange x : {SpExchange::Packets, SpExchange::Direct}) run({{700, 9, 300}, 8, 1, 256, 1}, 3, 1, false, x);
 }
 TEST_F(SpDecode, ManyRowsTakeSeveralLaunches) {
-    // 64 x 64 rows: as packets (65 per row) more than one launch's regions (kSpMaxBlocks x 63 rows); Auto takes the
-    // direct exchange, whose one launch holds them (kSpMaxBlocks x 127 rows).
+    // 64 x 64 rows: as packets (65 per row) more than one launch's regions (kSpMaxBlocks x 31 rows); Auto takes the
+    // direct exchange, whose one launch holds them (kSpMaxBlocks x 63 rows).
     std::vector<int32_t> lens(64);
     for (int i = 0; i < 64; ++i) lens[i] = 50 + 17 * i;
     for (SpExchange x : {SpExchange::Packets, SpExchange::Auto}) run({lens, 64, 8, 128, 16}, 4, 1, false, x);
 }
 TEST_F(SpDecode, DirectManyRowsTakeSeveralLaunches) {
-    // 80 x 64 rows of D 256: more than one direct launch's regions (kSpMaxBlocks x 63 rows).
+    // 80 x 64 rows of D 256: more than one direct launch's regions (kSpMaxBlocks x 31 rows).
     std::vector<int32_t> lens(80);
     for (int i = 0; i < 80; ++i) lens[i] = 1 + 7 * i;
     run({lens, 64, 8, 256, 0}, 7, 3, false, SpExchange::Direct);

@@ -14,12 +14,13 @@ inline constexpr float kLn2 = 0.6931471805599453f;
 LOOM_HOST_DEVICE constexpr int decode_token_lanes(int head_dim) { return 128 / (head_dim / 8); }
 // Most query heads one decode block holds (a KV group larger than this is split over blocks, each reading K / V).
 inline constexpr int kDecodeMaxHeads = 8;
-// Threads of an SP-decode combine block, and the most blocks one launch may use.
+// Threads of an SP-decode combine block, and the most blocks one launch may use (about one per SM: the combine's
+// loops are latency-bound, so many rows want many blocks).
 inline constexpr int kSpThreads = 256;
-inline constexpr int kSpMaxBlocks = 64;
+inline constexpr int kSpMaxBlocks = 128;
 // Packets one SP-decode block handles per source (the fixed stride of its region of the LL area), and the fp32 values
 // the same region holds in the direct exchange.
-inline constexpr int kSpPacketsPerBlock = 4096;
+inline constexpr int kSpPacketsPerBlock = 2048;
 inline constexpr int kSpRegionFloats = kSpPacketsPerBlock * 4;
 
 // Block-table slots of decode_split's ring (one int32 per token row of a tile): the entries of a tile are copied
