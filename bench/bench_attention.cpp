@@ -16,7 +16,8 @@
 // (bench/kernels/attention_combine.cuh); against decode_attention on the shard alone (the local part); and the LL
 // all_gather of the combine's payload alone (per row the fp32 O and the LSE; Auto's algorithm where the payload is
 // larger than LL's capacity): over_local_decode_us (loom_us - local_decode_us) against payload_all_gather_us is the
-// issue's SP decode bound.
+// issue's SP decode bound. packets_us, direct_us and two_shot_us: the op with each exchange of the partials forced
+// (exchange: the one Auto takes).
 // Every mode's timed runs start with a clean L2 (TimeOptions::flush_l2_clean): a memset flush alone leaves L2 full of
 // dirty lines whose write-back, up to L2's size, would be timed with whatever reads the most bytes after it.
 #include <cuda_runtime_api.h>
@@ -458,6 +459,9 @@ void bench_sp(loom::World& w, const Args& a, cudaStream_t s) {
                 la::sp_decode_exchange(w, dq, kv, b.o_sp.p, b.lse_sp.as<float>(), st, {}, la::SpExchange::Direct);
             },
             [&](cudaStream_t st) {
+                la::sp_decode_exchange(w, dq, kv, b.o_sp.p, b.lse_sp.as<float>(), st, {}, la::SpExchange::TwoShot);
+            },
+            [&](cudaStream_t st) {
                 loom::all_gather(w, {ll_in.p, DType::U8, ll_bytes}, {ll_out, DType::U8, W * ll_bytes}, st,
                                  {.algo = ag_algo});
             }};
@@ -483,20 +487,22 @@ void bench_sp(loom::World& w, const Args& a, cudaStream_t s) {
                     // The bound: loom_us - local_decode_us <= payload_all_gather_us + 2.
                     {"over_local_decode_us", t[0].median_us - t[2].median_us},
                     {"payload_all_gather_bytes", ll_bytes},
-                    {"payload_all_gather_us", t[5].median_us},
+                    {"payload_all_gather_us", t[6].median_us},
                     {"payload_all_gather_algo", loom::to_string(ag_algo)},
                     {"max_abs_diff_vs_sequence", diff},
                     {"packets_us", t[3].median_us},
                     {"direct_us", t[4].median_us},
-                    {"exchange", rows >= la::kSpDirectMinRows ? "direct" : "packets"}};
+                    {"two_shot_us", t[5].median_us},
+                    {"exchange", la::to_string(la::sp_auto_exchange(rows, W))}};
         row["baselines"] = {{"decode_all_gather_combine", t[1].median_us}};
         report.add_row(row);
         if (me == 0)
             std::printf(
                 "sp W=%d batch %4d kv %7lld: sp_decode %8.1f us  decode+all_gather+combine %8.1f us  local decode "
-                "%8.1f us  payload all_gather (%s) %6.1f us  packets %8.1f us  direct %8.1f us  max|dO| %.1e\n",
+                "%8.1f us  payload all_gather (%s) %6.1f us  packets %8.1f us  direct %8.1f us  two shots %8.1f us  "
+                "max|dO| %.1e\n",
                 W, B, static_cast<long long>(S), t[0].median_us, t[1].median_us, t[2].median_us,
-                loom::to_string(ag_algo), t[5].median_us, t[3].median_us, t[4].median_us, diff);
+                loom::to_string(ag_algo), t[6].median_us, t[3].median_us, t[4].median_us, t[5].median_us, diff);
         LOOM_CHECK_CUDA(cudaDeviceSynchronize());
         w.barrier();
         w.free(ll_out);

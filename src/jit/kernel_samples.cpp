@@ -131,6 +131,9 @@ const std::vector<KernelSample>& kernel_samples() {
         {"loom/kernels/attention/sp_decode.cuh",
          "loom::kernels::attention::sp_decode_combine",
          {"__nv_bfloat16", "128"}},
+        {"loom/kernels/attention/sp_decode.cuh",
+         "loom::kernels::attention::sp_decode_combine_two_shot",
+         {"__nv_bfloat16", "128"}},
         // ---- TP-MoE, fused ----
         {"loom/kernels/moe/tp_moe.cuh",
          "loom::kernels::moe::grouped_gemm_sm90",

@@ -2,8 +2,9 @@
 // one uneven shard per rank (some rank holding 0 tokens of some sequence; one sequence empty everywhere), each rank's
 // shard a paged or contiguous cache of its own; every rank's O and LSE against the fp64 reference over the whole KV,
 // every element; 1000 back-to-back calls alternating two queries and outputs, checked as they go; CUDA-graph capture
-// and replay bitwise equal to the eager calls. Both exchanges of the partials (LL packets, and direct: plain fp32 and
-// per-block flags) on the same cases. Verdicts are all-gathered so every rank fails together.
+// and replay bitwise equal to the eager calls. Every exchange of the partials (LL packets; direct: plain fp32 and
+// per-block flags; two shots: each rank combines a share of the rows and sends them back) on the same cases. Verdicts
+// are all-gathered so every rank fails together.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -184,15 +185,16 @@ class SpDecode : public ::WorldStreamTest {
 using attention::SpExchange;
 
 TEST_F(SpDecode, UnevenShardsPaged16) {
-    for (SpExchange x : {SpExchange::Packets, SpExchange::Direct})
+    for (SpExchange x : {SpExchange::Packets, SpExchange::Direct, SpExchange::TwoShot})
         run({{3000, 500, 0, 17, 4097}, 32, 8, 128, 16}, 1, 1, false, x);
 }
 TEST_F(SpDecode, ContiguousMhaFp16) {
-    for (SpExchange x : {SpExchange::Packets, SpExchange::Direct})
+    for (SpExchange x : {SpExchange::Packets, SpExchange::Direct, SpExchange::TwoShot})
         run({{1000, 64, 2}, 8, 8, 64, 0, DType::F16}, 2, 1, false, x);
 }
 TEST_F(SpDecode, PageOneMqaD256) {
-    for (SpExchange x : {SpExchange::Packets, SpExchange::Direct}) run({{700, 9, 300}, 8, 1, 256, 1}, 3, 1, false, x);
+    for (SpExchange x : {SpExchange::Packets, SpExchange::Direct, SpExchange::TwoShot})
+        run({{700, 9, 300}, 8, 1, 256, 1}, 3, 1, false, x);
 }
 TEST_F(SpDecode, ManyRowsTakeSeveralLaunches) {
     // 64 x 64 rows: as packets (65 per row) more than one launch's regions (kSpMaxBlocks x 31 rows); Auto takes the
@@ -207,12 +209,19 @@ TEST_F(SpDecode, DirectManyRowsTakeSeveralLaunches) {
     for (int i = 0; i < 80; ++i) lens[i] = 1 + 7 * i;
     run({lens, 64, 8, 256, 0}, 7, 3, false, SpExchange::Direct);
 }
+TEST_F(SpDecode, TwoShotManyRowsTakeSeveralLaunches) {
+    // 200 x 64 rows of D 256: more than one two-shot launch's regions at up to 4 ranks (kSpMaxBlocks x 21 rows per
+    // rank); Auto takes two shots from 3 ranks.
+    std::vector<int32_t> lens(200);
+    for (int i = 0; i < 200; ++i) lens[i] = 1 + 3 * i;
+    for (SpExchange x : {SpExchange::TwoShot, SpExchange::Auto}) run({lens, 64, 8, 256, 0}, 8, 2, false, x);
+}
 TEST_F(SpDecode, ThousandBackToBackCalls) {
-    for (SpExchange x : {SpExchange::Packets, SpExchange::Direct})
+    for (SpExchange x : {SpExchange::Packets, SpExchange::Direct, SpExchange::TwoShot})
         run({{2000, 100, 3}, 32, 8, 128, 16}, 5, 1000, false, x);
 }
 TEST_F(SpDecode, GraphCaptureReplays) {
-    for (SpExchange x : {SpExchange::Packets, SpExchange::Direct})
+    for (SpExchange x : {SpExchange::Packets, SpExchange::Direct, SpExchange::TwoShot})
         run({{1200, 77}, 16, 4, 128, 0}, 6, 2, /*graph=*/true, x);
 }
 

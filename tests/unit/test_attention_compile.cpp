@@ -100,8 +100,8 @@ TEST(AttentionCompile, MergeAndSpCombineHaveNoSpills) {
         for (DType t : {DType::BF16, DType::F16})
             for (int d : {64, 128, 256}) {
                 expect_clean(la::decode_merge_spec(t, d), arch);
-                expect_clean(la::sp_combine_spec(t, d), arch);
-                expect_clean(la::sp_combine_spec(t, d, /*direct=*/true), arch);
+                for (auto x : {la::SpExchange::Packets, la::SpExchange::Direct, la::SpExchange::TwoShot})
+                    expect_clean(la::sp_combine_spec(t, d, x), arch);
             }
 }
 

@@ -85,11 +85,18 @@ jit::KernelSpec decode_merge_spec(DType dtype, int head_dim);
 // dozen shapes: one after the other that is a minute and more.
 std::vector<jit::CompileResult> decode_precompile(DType dtype, int head_dim, int heads_per_block,
                                                   const std::vector<DecodeConfig>& configs, int arch);
-// sp_decode.cpp. How the SP combine exchanges the partials: LL packets (small payloads: one hop), or plain fp32 and
-// one flag per block and source (large payloads: half the bytes); Auto picks by the rows (kSpDirectMinRows).
-enum class SpExchange { Auto, Packets, Direct };
+// sp_decode.cpp. How the SP combine exchanges the partials: LL packets (small payloads: one hop), plain fp32 and one
+// flag per block and source (large payloads: half the bytes), or in two shots (each rank combines a share of the rows
+// and sends them back: about 1.5 x a rank's partials instead of W - 1 times them, for a second flag round trip).
+enum class SpExchange { Auto, Packets, Direct, TwoShot };
 inline constexpr std::size_t kSpDirectMinRows = 256;
-jit::KernelSpec sp_combine_spec(DType dtype, int head_dim, bool direct = false);
+// Auto's pick for `rows` rows on `ranks` ranks: packets below kSpDirectMinRows rows; two shots from
+// kSpTwoShotMinRanks ranks and kSpTwoShotMinRows rows; direct otherwise.
+inline constexpr std::size_t kSpTwoShotMinRows = 1024;
+inline constexpr int kSpTwoShotMinRanks = 3;
+SpExchange sp_auto_exchange(std::size_t rows, int ranks);
+const char* to_string(SpExchange x);
+jit::KernelSpec sp_combine_spec(DType dtype, int head_dim, SpExchange exchange = SpExchange::Packets);
 // loom::sp_decode_attention with the exchange given (benchmarks time both).
 void sp_decode_exchange(World& world, const DecodeQuery& q, const KvCache& kv, void* o, float* lse, cudaStream_t stream,
                         const DecodeOptions& opts, SpExchange exchange);

@@ -1,7 +1,7 @@
 // loom::sp_decode_attention: the local decode of this rank's KV shard into fp32 split partials, then one combine
-// launch (kernels/attention/sp_decode.cuh) that merges them, all-gathers the rows' (O, LSE) as LL packets or directly
-// (SpExchange) and combines every rank's. State "attention/sp_decode": the exchange area, the direct exchange's flags
-// and the per-block epochs.
+// launch (kernels/attention/sp_decode.cuh) that merges them, exchanges the rows' (O, LSE) as LL packets, directly or
+// in two shots (SpExchange) and combines every rank's. State "attention/sp_decode": the exchange area, the direct and
+// two-shot exchanges' flags and the per-block epochs.
 #include <algorithm>
 #include <vector>
 
@@ -21,8 +21,9 @@ namespace ka = kernels::attention;
 namespace {
 
 // The exchange area ([parity 2][block kSpMaxBlocks][source W][kSpPacketsPerBlock] packets of 16 bytes: world size x 8
-// MiB, symmetric, zeroed once), the direct exchange's flags ([block][source], symmetric, zeroed once) and the
-// per-block epochs (this rank's, zeroed once, never reset). Created by the first call: collective, synchronising.
+// MiB, symmetric, zeroed once), the direct and two-shot exchanges' flags ([block][source], and the two-shot combined
+// rows' [block][owner]; symmetric, zeroed once) and the per-block epochs (this rank's, zeroed once, never reset).
+// Created by the first call: collective, synchronising.
 struct SpDecodeState final : WorldState {
     static constexpr const char* kKey = "attention/sp_decode";
     explicit SpDecodeState(World& world)
@@ -31,6 +32,7 @@ struct SpDecodeState final : WorldState {
         LOOM_CHECK_CUDA(cudaMemset(epoch, 0, ka::kSpMaxBlocks * sizeof(uint64_t)));
         ll = detail::alloc_zeroed(world, ll_bytes);  // synchronises the device (the memset above included)
         flags = detail::alloc_zeroed<uint64_t>(world, std::size_t(ka::kSpMaxBlocks) * world.world_size());
+        final_flags = detail::alloc_zeroed<uint64_t>(world, std::size_t(ka::kSpMaxBlocks) * world.world_size());
     }
     ~SpDecodeState() override {
         cudaFree(epoch);
@@ -40,6 +42,7 @@ struct SpDecodeState final : WorldState {
     void release(World& world) override {
         world.free(ll);
         world.free(flags);
+        world.free(final_flags);
     }
 
     // The local split partials, grown outside capture only; smaller buffers are kept (a captured graph may use them).
@@ -61,6 +64,7 @@ struct SpDecodeState final : WorldState {
     std::size_t ll_bytes = 0;
     void* ll = nullptr;
     uint64_t* flags = nullptr;
+    uint64_t* final_flags = nullptr;
     uint64_t* epoch = nullptr;
     float* part = nullptr;
     std::size_t part_bytes = 0;
@@ -78,11 +82,31 @@ SpDecodeState& sp_state(World& world, cudaStream_t stream) {
 
 }  // namespace
 
-jit::KernelSpec sp_combine_spec(DType dtype, int head_dim, bool direct) {
+SpExchange sp_auto_exchange(std::size_t rows, int ranks) {
+    if (rows < kSpDirectMinRows) return SpExchange::Packets;
+    return ranks >= kSpTwoShotMinRanks && rows >= kSpTwoShotMinRows ? SpExchange::TwoShot : SpExchange::Direct;
+}
+
+const char* to_string(SpExchange x) {
+    switch (x) {
+        case SpExchange::Auto:
+            return "auto";
+        case SpExchange::Packets:
+            return "packets";
+        case SpExchange::Direct:
+            return "direct";
+        case SpExchange::TwoShot:
+            return "two_shot";
+    }
+    return "?";
+}
+
+jit::KernelSpec sp_combine_spec(DType dtype, int head_dim, SpExchange exchange) {
     jit::KernelSpec s;
     s.header = "loom/kernels/attention/sp_decode.cuh";
-    s.name =
-        direct ? "loom::kernels::attention::sp_decode_combine_direct" : "loom::kernels::attention::sp_decode_combine";
+    s.name = exchange == SpExchange::Direct    ? "loom::kernels::attention::sp_decode_combine_direct"
+             : exchange == SpExchange::TwoShot ? "loom::kernels::attention::sp_decode_combine_two_shot"
+                                               : "loom::kernels::attention::sp_decode_combine";
     s.template_args = {dtype_cuda_name(dtype), std::to_string(head_dim)};
     // A timed-out poll posts to the diagnostic mailbox (decoded into the host's loom::Error) and traps, inline: the
     // out-of-line printing path would make ptxas save the combine loop's registers around its call.
@@ -90,10 +114,12 @@ jit::KernelSpec sp_combine_spec(DType dtype, int head_dim, bool direct) {
     return s;
 }
 
-// Rows per combine block: spread over up to kSpMaxBlocks blocks, at most what one block's region holds (as packets:
-// D / 2 + 1 per row; directly: D + 1 floats per row).
-int sp_rows_per_block(std::size_t rows, int head_dim, bool direct) {
-    const int cap = direct ? ka::kSpRegionFloats / (head_dim + 1) : ka::kSpPacketsPerBlock / (head_dim / 2 + 1);
+// Rows per combine block: spread over up to kSpMaxBlocks blocks, at most what one block's regions hold (as packets:
+// D / 2 + 1 per row; directly: D + 1 floats per row; in two shots: sp_two_shot_max_own_rows per rank).
+int sp_rows_per_block(std::size_t rows, int head_dim, SpExchange x, int ranks) {
+    const int cap = x == SpExchange::Direct    ? ka::kSpRegionFloats / (head_dim + 1)
+                    : x == SpExchange::TwoShot ? ka::sp_two_shot_max_own_rows(head_dim) * ranks
+                                               : ka::kSpPacketsPerBlock / (head_dim / 2 + 1);
     const std::size_t want = (rows + ka::kSpMaxBlocks - 1) / ka::kSpMaxBlocks;
     return static_cast<int>(std::clamp<std::size_t>(want, 1, static_cast<std::size_t>(cap)));
 }
@@ -108,8 +134,8 @@ void sp_decode_exchange(World& world, const DecodeQuery& q, const KvCache& kv, v
                kMaxLocalPeers, world.world_size(), world.local_world_size());
     const DecodePlan plan = plan_decode(op, q, kv, o, lse, opts, &world);
     SpDecodeState& st = sp_state(world, stream);
-    const bool direct =
-        exchange == SpExchange::Direct || (exchange == SpExchange::Auto && plan.rows >= kSpDirectMinRows);
+    const int W = world.world_size();
+    if (exchange == SpExchange::Auto) exchange = sp_auto_exchange(plan.rows, W);
 
     kernels::attention::DecodeParams p = plan.params;
     auto* ws = st.partials(plan.workspace_bytes(/*partial=*/true), stream);
@@ -126,11 +152,13 @@ void sp_decode_exchange(World& world, const DecodeQuery& q, const KvCache& kv, v
     sp.lse = lse;
     sp.ll = st.ll;
     sp.flags = st.flags;
+    sp.final_flags = st.final_flags;
     sp.epoch = st.epoch;
     sp.rows = static_cast<int32_t>(plan.rows);
     sp.splits = p.splits;
-    sp.rows_per_block = sp_rows_per_block(plan.rows, plan.head_dim, direct);
-    const jit::Kernel& k = jit::get_kernel(sp_combine_spec(plan.dtype, plan.head_dim, direct));
+    sp.rows_per_block = sp_rows_per_block(plan.rows, plan.head_dim, exchange, W);
+    sp.own_rows = (sp.rows_per_block + W - 1) / W;
+    const jit::Kernel& k = jit::get_kernel(sp_combine_spec(plan.dtype, plan.head_dim, exchange));
     const Ctx ctx = world.ctx();
     // Rows beyond one launch's regions (kSpMaxBlocks x rows_per_block) take further launches.
     const std::size_t per_launch = std::size_t(ka::kSpMaxBlocks) * sp.rows_per_block;

@@ -80,7 +80,9 @@ struct MergeParams {
 // SP decode: the local split partials of every row, exchanged and combined on every rank. As LL16 packets
 // (sp_decode_combine), a row's packets: D / 2 packets of the merged local O (two fp32 each), then one {lse (log2), 0}.
 // Directly (sp_decode_combine_direct), a region holds the rows' merged O ([rows_per_block][D] fp32) and then their
-// LSEs (log2), published by one flag per block and source.
+// LSEs (log2), published by one flag per block and source. In two shots (sp_decode_combine_two_shot), region (b,
+// source q) of rank p holds q's merged O and LSE of the rows p owns ([own_rows][D] fp32, [own_rows] log2), then, from
+// offset sp_two_shot_final_offset, the combined rows q owns ([own_rows][D] of T, [own_rows] natural-log LSE).
 struct SpParams {
     const float* part_o;    // [rows, splits, D] this rank's split partials
     const float* part_lse;  // [rows, splits]
@@ -89,8 +91,20 @@ struct SpParams {
     void* ll;               // the LL area (symmetric): [parity 2][block kSpMaxBlocks][source W][kSpPacketsPerBlock]
     uint64_t* epoch;        // [kSpMaxBlocks] per-block call counters (this rank's device memory)
     uint64_t* flags;        // direct: [kSpMaxBlocks][source W] (symmetric) the epoch a source's region is complete at
+    uint64_t*
+        final_flags;  // two shots: [kSpMaxBlocks][owner W] (symmetric) the epoch an owner's combined rows landed at
     int32_t rows, splits;
     int32_t rows_per_block;  // rows [b * rows_per_block, +rows_per_block) go to block b
+    int32_t own_rows;        // two shots: block rows [q * own_rows, +own_rows) are combined by rank q
 };
+
+// Two shots: the float offset of the combined rows in a region (after own_rows x (D + 1) floats, 16-byte aligned),
+// and the most rows a rank owns per block that one region holds (the partials, the T rows and their LSEs).
+LOOM_HOST_DEVICE constexpr int sp_two_shot_final_offset(int own_rows, int head_dim) {
+    return (own_rows * (head_dim + 1) + 3) / 4 * 4;
+}
+LOOM_HOST_DEVICE constexpr int sp_two_shot_max_own_rows(int head_dim) {
+    return (kSpRegionFloats - 3) / (head_dim + 1 + head_dim / 2 + 1);
+}
 
 }  // namespace loom::kernels::attention

@@ -28,6 +28,19 @@
 //                             round trip). The parities are reused as the packets' are: a source sets flag e + 1 of
 //                             block b only in its launch e + 1, after its launch e waited for my flag e, so a flag
 //                             past e (GE) still means that region parity e & 1 holds launch e's data.
+//
+//   sp_decode_combine_two_shot<T, D>   the same blocks, rows, area and epochs; each rank owns (combines) rows
+//                             [q x own_rows, +own_rows) of every block. Shot 1: block b sends its merged partial of
+//                             each row to the row's owner only (region (e & 1, b, me) there), flag [b][me] = e on
+//                             every peer, and waits for every source's. Shot 2: it combines the rows it owns (rank
+//                             order: the same bits as the other exchanges), writes them to its own O and, as T with
+//                             their LSEs, to region (e & 1, b, me) of every peer past the partials
+//                             (sp_two_shot_final_offset), then final_flags [b][me] = e on every peer; it waits for
+//                             every owner's and copies their rows into O. A rank sends about 1.5 x its partials' bytes
+//                             instead of W - 1 times them, for a second flag round trip: the form for many rows and
+//                             ranks. The parity argument is the direct one: shot 1 of launch e + 2 follows this
+//                             rank's launch e + 1, which waited for every peer's shot-1 flag of e + 1, so every peer
+//                             had finished launch e (both shots' reads).
 #pragma once
 
 #include "loom/config.hpp"
@@ -91,14 +104,15 @@ struct SpMerge {
         for (int k = 0; k < N; ++k) acc[k] = acc[k] * c + w * v[k];
         mx = nmx;
     }
-    // out[0, N) = the merged values (zeros where no source has a token of the row); *lse (when non-null) = the merged
-    // LSE, natural log (-inf where none has).
+    // Merged value k (0 where no source has a token of the row), and the merged LSE, natural log (-inf where none has).
+    LOOM_DEVICE LOOM_FORCEINLINE float value(int k) const { return sum > 0.f ? acc[k] / sum : 0.f; }
+    LOOM_DEVICE LOOM_FORCEINLINE float lse() const { return sum > 0.f ? (mx + log2f(sum)) * kLn2 : neg_inf(); }
+    // out[0, N) = the merged values; *lse (when non-null) = the merged LSE.
     template <class T>
-    LOOM_DEVICE LOOM_FORCEINLINE void store(T* out, float* lse) const {
-        const bool any = sum > 0.f;
+    LOOM_DEVICE LOOM_FORCEINLINE void store(T* out, float* lse_out) const {
 #pragma unroll
-        for (int k = 0; k < N; ++k) out[k] = from_float<T>(any ? acc[k] / sum : 0.f);
-        if (lse != nullptr) *lse = any ? (mx + log2f(sum)) * kLn2 : neg_inf();
+        for (int k = 0; k < N; ++k) out[k] = from_float<T>(value(k));
+        if (lse_out != nullptr) *lse_out = lse();
     }
 };
 
@@ -207,6 +221,95 @@ __global__ void __launch_bounds__(kSpThreads) sp_decode_combine_direct(Ctx ctx, 
         }
         m.store(static_cast<T*>(p.o) + static_cast<int64_t>(r) * D + 4 * c,
                 c == 0 && p.lse != nullptr ? p.lse + r : nullptr);
+    }
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(kSpThreads) sp_decode_combine_two_shot(Ctx ctx, SpParams p, int32_t row0) {
+    constexpr int kChunks = D / 4;  // float4 chunks of a row's O
+    constexpr int kOut = D / 8;     // 16-byte chunks of a row's O in T
+    constexpr uint64_t R = kSpRegionFloats;
+    const int W = ctx.local_world, me = ctx.local_rank;
+    const int b = static_cast<int>(blockIdx.x);
+    const int t = static_cast<int>(threadIdx.x);
+    const SpBlock blk = sp_block(p, row0);
+    const int r_lo = blk.r_lo, nrows = blk.nrows;
+    const uint64_t e = blk.e;
+    const int own = p.own_rows;
+    const int fin = sp_two_shot_final_offset(own, D);
+    float* const region = static_cast<float*>(p.ll) + ((e & 1) * kSpMaxBlocks + b) * static_cast<uint64_t>(W) * R;
+
+    // Two shots, each ending in flag [b][me] = e on every peer (release) and a wait until every source's flag [b][q]
+    // reaches e (acquire), between two barriers. One wait site in a loop: with two inlined copies of the wait (each
+    // with its timeout report) ptxas spilled.
+    const int own_lo = me * own;
+    const int own_n = nrows - own_lo < own ? (nrows - own_lo > 0 ? nrows - own_lo : 0) : own;
+#pragma unroll 1
+    for (int shot = 0; shot < 2; ++shot) {
+        if (shot == 0) {
+            // Shot 1: this rank's merged partial of block row rr into region `me` of its owner rr / own (this rank
+            // included).
+            for (int i = t; i < nrows * kChunks; i += kSpThreads) {
+                const int rr = i / kChunks, c = i % kChunks;
+                const int r = r_lo + rr, q = rr / own, slot = rr - q * own;
+                float o[4];
+                const float lse2 =
+                    merge_splits<4>(p.part_o + static_cast<int64_t>(r) * p.splits * D,
+                                    p.part_lse + static_cast<int64_t>(r) * p.splits, p.splits, D, 4 * c, o);
+                const int peer = ctx.local_base_rank + q;
+                float* const dst = region + me * R;
+                *reinterpret_cast<float4*>(lang::symm_at(ctx, dst + slot * D + 4 * c, peer)) =
+                    make_float4(o[0], o[1], o[2], o[3]);
+                if (c == 0) *lang::symm_at(ctx, dst + own * D + slot, peer) = lse2;
+            }
+        } else {
+            // Shot 2: combine the rows this rank owns, sources in rank order, and send each combined row (T, and its
+            // LSE) to every rank: into this rank's own O, and into region `me` of every peer from offset `fin`.
+            for (int i = t; i < own_n * kChunks; i += kSpThreads) {
+                const int slot = i / kChunks, c = i % kChunks;
+                const int r = r_lo + own_lo + slot;
+                SpMerge<4> m;
+#pragma unroll 4
+                for (int q = 0; q < W; ++q) {
+                    const float* src = region + q * R;
+                    const float4 v = __ldcg(reinterpret_cast<const float4*>(src + slot * D + 4 * c));
+                    const float o[4] = {v.x, v.y, v.z, v.w};
+                    m.add(__ldcg(src + own * D + slot), o);
+                }
+                const uint2 packed = make_uint2(pack2<T>(m.value(0), m.value(1)), pack2<T>(m.value(2), m.value(3)));
+                const float lse = m.lse();
+                *reinterpret_cast<uint2*>(static_cast<T*>(p.o) + static_cast<int64_t>(r) * D + 4 * c) = packed;
+                if (c == 0 && p.lse != nullptr) p.lse[r] = lse;
+                T* const fin_o = reinterpret_cast<T*>(region + me * R + fin) + slot * D + 4 * c;
+                float* const fin_lse = region + me * R + fin + own * D / 2 + slot;
+                for (int j = 1; j < W; ++j) {
+                    const int peer = ctx.local_base_rank + (me + j) % W;
+                    *reinterpret_cast<uint2*>(lang::symm_at(ctx, fin_o, peer)) = packed;
+                    if (c == 0) *lang::symm_at(ctx, fin_lse, peer) = lse;
+                }
+            }
+        }
+        __syncthreads();
+        if (t >= 1 && t < W) {
+            const int q = (me + t) % W;
+            uint64_t* const flags = shot == 0 ? p.flags : p.final_flags;
+            lang::signal_release(lang::symm_at(ctx, flags + b * W + me, ctx.local_base_rank + q), e,
+                                 lang::SignalOp::Set, lang::Scope::Sys);
+            lang::spin_wait(ctx, shot == 0 ? "sp_decode_attention: partials flag" : "sp_decode_attention: rows flag",
+                            flags + b * W + q, lang::Cmp::GE, e, lang::Scope::Sys, ctx.local_base_rank + q);
+        }
+        __syncthreads();
+    }
+    // The other owners' combined rows into O (16-byte chunks) and LSE.
+    for (int i = t; i < nrows * kOut; i += kSpThreads) {
+        const int rr = i / kOut, c = i % kOut;
+        const int q = rr / own;
+        if (q == me) continue;
+        const int slot = rr - q * own, r = r_lo + rr;
+        const float* const src = region + q * R + fin;
+        const uint4 v = __ldcg(reinterpret_cast<const uint4*>(reinterpret_cast<const T*>(src) + slot * D) + c);
+        *(reinterpret_cast<uint4*>(static_cast<T*>(p.o) + static_cast<int64_t>(r) * D) + c) = v;
+        if (c == 0 && p.lse != nullptr) p.lse[r] = __ldcg(src + own * D / 2 + slot);
     }
 }
 
