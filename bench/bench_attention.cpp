@@ -493,7 +493,7 @@ void bench_sp(loom::World& w, const Args& a, cudaStream_t s) {
                     {"packets_us", t[3].median_us},
                     {"direct_us", t[4].median_us},
                     {"two_shot_us", t[5].median_us},
-                    {"exchange", la::to_string(la::sp_auto_exchange(rows, W))}};
+                    {"exchange", la::to_string(la::sp_auto_exchange(rows, W, a.d))}};
         row["baselines"] = {{"decode_all_gather_combine", t[1].median_us}};
         report.add_row(row);
         if (me == 0)

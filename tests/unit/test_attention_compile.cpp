@@ -225,6 +225,20 @@ TEST(AttentionPlan, PipelineDepthKeepsTheBusiestSmsBlocksResident) {
     EXPECT_EQ(la::decode_resident_config(c, 4, deeper).stages, 2);
 }
 
+TEST(AttentionPlan, SpAutoExchangeBySize) {
+    using la::SpExchange;
+    // Packets below 256 rows, whatever the ranks.
+    EXPECT_EQ(la::sp_auto_exchange(255, 8, 128), SpExchange::Packets);
+    EXPECT_EQ(la::sp_auto_exchange(1, 2, 128), SpExchange::Packets);
+    // Direct until each rank would send 8 MiB directly (rows x 129 x 4 bytes to each of W - 1 peers), then two shots.
+    EXPECT_EQ(la::sp_auto_exchange(256, 8, 128), SpExchange::Direct);
+    EXPECT_EQ(la::sp_auto_exchange(2048, 8, 128), SpExchange::Direct);   // 7.4 MB
+    EXPECT_EQ(la::sp_auto_exchange(4096, 8, 128), SpExchange::TwoShot);  // 14.8 MB
+    EXPECT_EQ(la::sp_auto_exchange(4096, 4, 128), SpExchange::Direct);   // 6.3 MB
+    EXPECT_EQ(la::sp_auto_exchange(12800, 2, 256), SpExchange::TwoShot);
+    EXPECT_EQ(la::sp_auto_exchange(1 << 20, 1, 128), SpExchange::Direct);  // no peer: nothing to save
+}
+
 // Shape errors raise before anything touches the device.
 TEST(AttentionPlan, BadShapesRaiseNamingTheArgument) {
     alignas(16) static char buf[64];

@@ -90,11 +90,13 @@ std::vector<jit::CompileResult> decode_precompile(DType dtype, int head_dim, int
 // and sends them back: about 1.5 x a rank's partials instead of W - 1 times them, for a second flag round trip).
 enum class SpExchange { Auto, Packets, Direct, TwoShot };
 inline constexpr std::size_t kSpDirectMinRows = 256;
-// Auto's pick for `rows` rows on `ranks` ranks: packets below kSpDirectMinRows rows; two shots from
-// kSpTwoShotMinRanks ranks and kSpTwoShotMinRows rows; direct otherwise.
-inline constexpr std::size_t kSpTwoShotMinRows = 1024;
-inline constexpr int kSpTwoShotMinRanks = 3;
-SpExchange sp_auto_exchange(std::size_t rows, int ranks);
+// Auto's pick for `rows` rows of head_dim on `ranks` ranks: packets below kSpDirectMinRows rows; two shots where the
+// direct exchange would send at least kSpTwoShotMinBytes from each rank (rows x (D + 1) fp32 to each of ranks - 1
+// peers); direct otherwise. With ranks sharing one H200 (bench-attention sp, D 128) two shots took 354 us against
+// the direct exchange's 382 at 8 ranks x 4096 rows (15 MB sent per rank), 567 against 565 at 8 x 2048 (7 MB) and 301
+// against 298 at 4 x 4096 (6 MB).
+inline constexpr std::size_t kSpTwoShotMinBytes = std::size_t(8) << 20;
+SpExchange sp_auto_exchange(std::size_t rows, int ranks, int head_dim);
 const char* to_string(SpExchange x);
 jit::KernelSpec sp_combine_spec(DType dtype, int head_dim, SpExchange exchange = SpExchange::Packets);
 // loom::sp_decode_attention with the exchange given (benchmarks time both).

@@ -82,9 +82,10 @@ SpDecodeState& sp_state(World& world, cudaStream_t stream) {
 
 }  // namespace
 
-SpExchange sp_auto_exchange(std::size_t rows, int ranks) {
+SpExchange sp_auto_exchange(std::size_t rows, int ranks, int head_dim) {
     if (rows < kSpDirectMinRows) return SpExchange::Packets;
-    return ranks >= kSpTwoShotMinRanks && rows >= kSpTwoShotMinRows ? SpExchange::TwoShot : SpExchange::Direct;
+    const std::size_t direct_bytes = rows * (std::size_t(head_dim) + 1) * 4 * std::size_t(std::max(ranks - 1, 0));
+    return direct_bytes >= kSpTwoShotMinBytes ? SpExchange::TwoShot : SpExchange::Direct;
 }
 
 const char* to_string(SpExchange x) {
@@ -135,7 +136,7 @@ void sp_decode_exchange(World& world, const DecodeQuery& q, const KvCache& kv, v
     const DecodePlan plan = plan_decode(op, q, kv, o, lse, opts, &world);
     SpDecodeState& st = sp_state(world, stream);
     const int W = world.world_size();
-    if (exchange == SpExchange::Auto) exchange = sp_auto_exchange(plan.rows, W);
+    if (exchange == SpExchange::Auto) exchange = sp_auto_exchange(plan.rows, W, plan.head_dim);
 
     kernels::attention::DecodeParams p = plan.params;
     auto* ws = st.partials(plan.workspace_bytes(/*partial=*/true), stream);
