@@ -580,9 +580,23 @@ __global__ void __launch_bounds__(128 * kHeadSplit, 2) decode_split(DecodeParams
         if (__syncthreads_or(last)) {
             ptx::fence_acq_rel_gpu();
             // Each head's split weights 2^(lse_s - lse) (lse: the merged log2 LSE) into shared memory (the pipeline's,
-            // free now), a warp per head; then each thread's 4 columns of a head: the weighted sum of the splits'
-            // partials, 8 independent 16-byte loads in flight at a time.
+            // free now), a warp per head; then each thread's 4 columns of a head (items tid, tid + kThreads, ...): the
+            // weighted sum of the splits' partials, 8 independent 16-byte loads in flight at a time. The merge is the
+            // launch's tail (it starts when every split is done), so the first item's first kPrefetch partials are
+            // loaded before the LSEs: their round trip overlaps the weights'.
+            constexpr int kPrefetch = 16;
             const int splits = p.splits;
+            const int items = nh * (D / 4);
+            float4 pre[kPrefetch];
+            {
+                const int g = tid < items ? tid / (D / 4) : 0, d = (tid - g * (D / 4)) * 4;
+                const float* const po = p.part_o + (row0 + g) * splits * D + d;
+#pragma unroll
+                for (int sp = 0; sp < kPrefetch; ++sp)
+                    pre[sp] = tid < items && sp < splits
+                                  ? __ldcg(reinterpret_cast<const float4*>(po + static_cast<int64_t>(sp) * D))
+                                  : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
             float* const s_w = reinterpret_cast<float*>(smem);  // [nh][splits]
             float* const s_lse = s_w + nh * splits;             // [nh]
             const float* const lse_rows = p.part_lse + row0 * splits;
@@ -606,14 +620,28 @@ __global__ void __launch_bounds__(128 * kHeadSplit, 2) decode_split(DecodeParams
                 if (lane == 0) s_lse[g] = lse2;
             }
             __syncthreads();
-            for (int i = tid; i < nh * (D / 4); i += kThreads) {
+            for (int i = tid; i < items; i += kThreads) {
                 const int g = i / (D / 4), d = (i - g * (D / 4)) * 4;
                 const int64_t row = row0 + g;
                 const float* const po = p.part_o + row * splits * D + d;
                 const float* const wg = s_w + g * splits;
                 float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+                int sp0 = 0;
+                if (i == tid) {  // the prefetched partials, in split order as the rest
+#pragma unroll
+                    for (int sp = 0; sp < kPrefetch; ++sp) {
+                        if (sp < splits) {
+                            const float wt = wg[sp];
+                            acc.x = fmaf(wt, pre[sp].x, acc.x);
+                            acc.y = fmaf(wt, pre[sp].y, acc.y);
+                            acc.z = fmaf(wt, pre[sp].z, acc.z);
+                            acc.w = fmaf(wt, pre[sp].w, acc.w);
+                        }
+                    }
+                    sp0 = kPrefetch;
+                }
 #pragma unroll 8
-                for (int sp = 0; sp < splits; ++sp) {
+                for (int sp = sp0; sp < splits; ++sp) {
                     const float4 v = __ldcg(reinterpret_cast<const float4*>(po + static_cast<int64_t>(sp) * D));
                     const float wt = wg[sp];
                     acc.x = fmaf(wt, v.x, acc.x);
