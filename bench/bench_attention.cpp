@@ -478,6 +478,7 @@ void bench_sp(loom::World& w, const Args& a, cudaStream_t s) {
                     {"batch", B},
                     {"kv_len", S},
                     {"kv_per_rank", shard},
+                    {"ranks", W},
                     {"hq", a.hq},
                     {"hkv", a.hkv},
                     {"d", a.d},

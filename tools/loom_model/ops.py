@@ -259,14 +259,25 @@ def ep_normal_bottleneck_GBps(p, t):
 # The SP combine's regions (include/loom/kernels/attention/decode_params.hpp): blocks per launch, packets per block
 # (4 floats each in the direct exchange), and the rows from which Auto exchanges directly (src/ops/attention/
 # decode_plan.hpp: kSpDirectMinRows).
-SP_MAX_BLOCKS, SP_PACKETS_PER_BLOCK, SP_DIRECT_MIN_ROWS = 64, 4096, 256
+SP_MAX_BLOCKS, SP_PACKETS_PER_BLOCK, SP_DIRECT_MIN_ROWS = 128, 2048, 256
+SP_TWO_SHOT_MIN_BYTES = 8 << 20
 
 
-def sp_combine_launches(rows, d, direct=False):
+def sp_exchange(rows, ranks, d):
+    """Auto's exchange of the partials (sp_auto_exchange): LL packets below SP_DIRECT_MIN_ROWS rows; two shots where
+    the direct exchange would send SP_TWO_SHOT_MIN_BYTES or more from each rank; direct otherwise."""
+    if rows < SP_DIRECT_MIN_ROWS:
+        return "packets"
+    return "two_shot" if rows * (d + 1) * 4 * max(ranks - 1, 0) >= SP_TWO_SHOT_MIN_BYTES else "direct"
+
+
+def sp_combine_launches(rows, d, exchange="packets", ranks=1):
     """Launches of the combine (src/ops/attention/sp_decode.cpp): a row is D / 2 + 1 LL packets (direct: D + 1
-    floats); a block takes up to one region of rows, a launch SP_MAX_BLOCKS blocks; rows beyond take further
-    launches."""
-    cap = 4 * SP_PACKETS_PER_BLOCK // (d + 1) if direct else SP_PACKETS_PER_BLOCK // (d // 2 + 1)
+    floats; two shots: a region holds a rank's share of the block's rows, partials and combined rows); a block takes
+    up to one region of rows, a launch SP_MAX_BLOCKS blocks; rows beyond take further launches."""
+    region = 4 * SP_PACKETS_PER_BLOCK
+    cap = {"packets": SP_PACKETS_PER_BLOCK // (d // 2 + 1), "direct": region // (d + 1),
+           "two_shot": (region - 3) // (d + 1 + d // 2 + 1) * ranks}[exchange]
     rows_per_block = max(1, min(math.ceil(rows / SP_MAX_BLOCKS), cap))
     return math.ceil(rows / (SP_MAX_BLOCKS * rows_per_block))
 
@@ -274,10 +285,12 @@ def sp_combine_launches(rows, d, direct=False):
 def sp_decode(p, t, batch, kv_len, hq, hkv, d):
     """Sequence-parallel decode: each rank attends over kv_len / ranks of the cache (reading its K and V at the
     measured decode rate, gpu.decode_GBps, plus gpu.decode_fixed_us; ranks sharing a GPU read theirs at once), then
-    one combine launch per SP_MAX_BLOCKS blocks of rows all-gathers every row's partial output and log-sum-exp and
-    merges them (no barrier): as LL packets (B x Hq rows of D / 2 + 1 eight-byte packets) below SP_DIRECT_MIN_ROWS
-    rows, else directly (D + 1 floats per row, then one flag per block and source: a signal hop).
-    Sequential baseline: one GPU decoding the whole cache."""
+    one combine launch per SP_MAX_BLOCKS blocks of rows exchanges every row's partial output and log-sum-exp and
+    merges them (no barrier), as sp_exchange picks: LL packets (B x Hq rows of D / 2 + 1 eight-byte packets, all
+    gathered); directly (D + 1 floats per row all gathered, then one flag per block and source: a signal hop); or in
+    two shots (each rank's partials to the rows' owners, as a reduce-scatter moves them, then the owners' combined
+    rows of D bf16 and an LSE all gathered: two signal hops). Sequential baseline: one GPU decoding the whole
+    cache."""
     _check("sp_decode", batch=batch, kv_len=kv_len, hq=hq, hkv=hkv, d=d)
     rate = comm.bytes_per_us(p["gpu"]["decode_GBps"])
     fixed = p["gpu"]["decode_fixed_us"]
@@ -288,9 +301,14 @@ def sp_decode(p, t, batch, kv_len, hq, hkv, d):
     local += fixed
     rows = batch * hq
     c = 0.0
-    if t.ranks > 1 and rows >= SP_DIRECT_MIN_ROWS:
+    x = sp_exchange(rows, t.ranks, d)
+    if t.ranks > 1 and x == "two_shot":
+        launches = sp_combine_launches(rows, d, x, t.ranks)
+        c = launches * (comm.alpha(p, t) + 2 * comm.barrier_us(p, t)) + comm.plain_move_us(
+            p, t, "reduce_scatter", rows * (d + 1) * 4) + comm.plain_move_us(p, t, "all_gather", rows * (2 * d + 4))
+    elif t.ranks > 1 and x == "direct":
         gathered = rows * (d + 1) * 4 * t.ranks
-        c = sp_combine_launches(rows, d, True) * (comm.alpha(p, t) + comm.barrier_us(p, t)) + comm.plain_move_us(
+        c = sp_combine_launches(rows, d, x) * (comm.alpha(p, t) + comm.barrier_us(p, t)) + comm.plain_move_us(
             p, t, "all_gather", gathered)
     elif t.ranks > 1:
         gathered = rows * (d // 2 + 1) * 8 * t.ranks
