@@ -86,6 +86,12 @@ LOOM_DEVICE LOOM_FORCEINLINE SpBlock sp_block(const SpParams& p, int32_t row0) {
     return SpBlock{r_lo, r_hi - r_lo, s_epoch};
 }
 
+// The W regions of kSpRegionFloats floats that block b uses in launch e (parity e & 1) in the plain-fp32 exchanges
+// (direct, two shots): region q is written only by source rank q.
+LOOM_DEVICE LOOM_FORCEINLINE float* sp_float_regions(const SpParams& p, uint64_t e, int b, int W) {
+    return static_cast<float*>(p.ll) + ((e & 1) * kSpMaxBlocks + b) * static_cast<uint64_t>(W) * kSpRegionFloats;
+}
+
 // The sources' partials of N columns of one row merged online, in the order added (rank order): running max of the
 // log2-domain LSEs, sums rescaled to it.
 template <int N>
@@ -178,7 +184,7 @@ __global__ void __launch_bounds__(kSpThreads) sp_decode_combine_direct(Ctx ctx, 
     const SpBlock blk = sp_block(p, row0);
     const int r_lo = blk.r_lo, nrows = blk.nrows;
     const uint64_t e = blk.e;
-    float* const region = static_cast<float*>(p.ll) + ((e & 1) * kSpMaxBlocks + b) * static_cast<uint64_t>(W) * R;
+    float* const region = sp_float_regions(p, e, b, W);
     float* const mine = region + me * R;
     float* const mine_lse = mine + p.rows_per_block * D;
 
@@ -237,7 +243,7 @@ __global__ void __launch_bounds__(kSpThreads) sp_decode_combine_two_shot(Ctx ctx
     const uint64_t e = blk.e;
     const int own = p.own_rows;
     const int fin = sp_two_shot_final_offset(own, D);
-    float* const region = static_cast<float*>(p.ll) + ((e & 1) * kSpMaxBlocks + b) * static_cast<uint64_t>(W) * R;
+    float* const region = sp_float_regions(p, e, b, W);
 
     // Two shots, each ending in flag [b][me] = e on every peer (release) and a wait until every source's flag [b][q]
     // reaches e (acquire), between two barriers. One wait site in a loop: with two inlined copies of the wait (each
