@@ -14,7 +14,7 @@ The JSON is validated by scripts/perf_summary.py's schema. Each file is drawn by
               where the file has it) against each baseline (TFLOP/s = loom_tflops * loom_us / baseline_us).
   overlap     rows with M, N, K, world and no "run" (ag_gemm, gemm_rs, gemm_ar and their variants): speedup per
               shape as grouped bars, one panel per setup (world, machine).
-  generic     any other file of at most 64 rows with speedups: each row's speedups as grouped bars.
+  generic     any other file of at most 40 rows with speedups: each row's speedups as grouped bars.
 Other files are skipped with a printed note.
 
 Output is deterministic for one matplotlib version (fixed svg.hashsalt, no date or creator, text kept as text).
@@ -39,7 +39,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 MATPLOTLIB_VERSION = "3.11.2"
-MAX_GENERIC_ROWS = 64
+MAX_GENERIC_ROWS = 40
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
 
 plt.rcParams.update({
