@@ -117,11 +117,25 @@ void Kernel::raise_dynamic_smem(std::size_t bytes) const {
     smem_raised_.store(bytes);
 }
 
-int Kernel::max_blocks_per_sm(int block_threads, std::size_t dynamic_smem) const {
-    raise_dynamic_smem(dynamic_smem);
-    int n = 0;
-    LOOM_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor, &n, function_, block_threads, dynamic_smem);
+template <class Ask>
+int Kernel::occupancy(const std::array<std::size_t, 5>& key, Ask&& ask) const {
+    {
+        const std::lock_guard<std::mutex> lock(occupancy_mu_);
+        if (auto it = occupancy_.find(key); it != occupancy_.end()) return it->second;
+    }
+    const int n = ask();
+    const std::lock_guard<std::mutex> lock(occupancy_mu_);
+    occupancy_[key] = n;
     return n;
+}
+
+int Kernel::max_blocks_per_sm(int block_threads, std::size_t dynamic_smem) const {
+    return occupancy({static_cast<std::size_t>(block_threads), dynamic_smem, 0, 0, 0}, [&] {
+        raise_dynamic_smem(dynamic_smem);
+        int n = 0;
+        LOOM_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor, &n, function_, block_threads, dynamic_smem);
+        return n;
+    });
 }
 
 namespace {
@@ -145,16 +159,19 @@ CUlaunchConfig driver_launch_config(const LaunchConfig& cfg, CUlaunchAttribute* 
 }  // namespace
 
 int Kernel::max_active_clusters(const LaunchConfig& cfg) const {
-    raise_dynamic_smem(cfg.smem);
-    CUlaunchAttribute attr{};
-    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.clusterDim.x = cfg.cluster.x;
-    attr.value.clusterDim.y = cfg.cluster.y;
-    attr.value.clusterDim.z = cfg.cluster.z;
-    const CUlaunchConfig lc = driver_launch_config(cfg, &attr, 1);
-    int n = 0;
-    LOOM_CU(cuOccupancyMaxActiveClusters, &n, function_, &lc);
-    return n;
+    const std::size_t threads = std::size_t(cfg.block.x) * cfg.block.y * cfg.block.z;
+    return occupancy({threads, cfg.smem, cfg.cluster.x, cfg.cluster.y, cfg.cluster.z}, [&] {
+        raise_dynamic_smem(cfg.smem);
+        CUlaunchAttribute attr{};
+        attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr.value.clusterDim.x = cfg.cluster.x;
+        attr.value.clusterDim.y = cfg.cluster.y;
+        attr.value.clusterDim.z = cfg.cluster.z;
+        const CUlaunchConfig lc = driver_launch_config(cfg, &attr, 1);
+        int n = 0;
+        LOOM_CU(cuOccupancyMaxActiveClusters, &n, function_, &lc);
+        return n;
+    });
 }
 
 bool Kernel::programmatic_supported() const {

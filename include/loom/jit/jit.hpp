@@ -8,7 +8,10 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <atomic>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -80,9 +83,10 @@ class Kernel {
     int num_registers() const;
     int local_bytes() const;  // stack/local memory per thread (spills show here)
     int static_smem_bytes() const;
+    // Occupancy on this context's SMs (its MPS share, fixed for the process), asked of the driver once per shape:
+    // blocks of block_threads / dynamic_smem one SM holds at once, and clusters of cfg.cluster (of cfg.block /
+    // cfg.smem CTAs) resident at once (0 where one does not fit).
     int max_blocks_per_sm(int block_threads, std::size_t dynamic_smem) const;
-    // Clusters of cfg.cluster that can be resident at once on this context's SMs (its MPS share): 0 where one cluster
-    // of cfg.block / cfg.smem CTAs does not fit.
     int max_active_clusters(const LaunchConfig& cfg) const;
 
     void launch(const LaunchConfig& cfg, void** args) const;
@@ -112,6 +116,11 @@ class Kernel {
     mutable std::atomic<long long> smem_budget_{-1};           // opt-in limit - static smem; -1: not yet asked
     mutable std::atomic<int> programmatic_{-1};  // 1: the device takes programmatic launches (sm_90+); -1: not asked
     bool programmatic_supported() const;
+    // Occupancy answers by {block threads, dynamic smem, cluster x, y, z} (cluster 0: blocks per SM).
+    mutable std::mutex occupancy_mu_;
+    mutable std::map<std::array<std::size_t, 5>, int> occupancy_;
+    template <class Ask>
+    int occupancy(const std::array<std::size_t, 5>& key, Ask&& ask) const;
 };
 
 // Compile-or-fetch and load for the current device. Thread-safe; the returned reference lives until process

@@ -96,24 +96,11 @@ void check_pointer(const World* world, int device, const char* op, const char* w
     detail::check_memory(world, device, op, which, p, bytes);
 }
 
-// Blocks of the split kernel of shape c one SM holds at once (the driver's occupancy), once per device and shape.
+// Blocks of the split kernel of shape c one SM holds at once (the driver's occupancy).
 int resident_blocks(DType dtype, int head_dim, int heads_per_block, const DecodeConfig& c) {
-    static std::mutex mu;
-    static std::map<std::tuple<int, DType, int, int, int, int, int, bool>, int> cache;
-    int dev = 0;
-    LOOM_CHECK_CUDA(cudaGetDevice(&dev));
-    const auto key =
-        std::make_tuple(dev, dtype, head_dim, heads_per_block, c.head_split, c.stages, c.tile_tokens, c.mma);
-    {
-        std::lock_guard<std::mutex> lock(mu);
-        if (auto it = cache.find(key); it != cache.end()) return it->second;
-    }
     const jit::Kernel& k = jit::get_kernel(decode_split_spec(dtype, head_dim, heads_per_block, c));
-    const int n = k.max_blocks_per_sm(128 * c.head_split, std::size_t(ka::decode_split_smem_bytes(
-                                                              head_dim, heads_per_block, c.stages, c.tile_tokens)));
-    std::lock_guard<std::mutex> lock(mu);
-    cache[key] = n;
-    return n;
+    return k.max_blocks_per_sm(128 * c.head_split, std::size_t(ka::decode_split_smem_bytes(head_dim, heads_per_block,
+                                                                                           c.stages, c.tile_tokens)));
 }
 
 }  // namespace

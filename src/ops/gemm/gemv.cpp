@@ -2,9 +2,7 @@
 // launch with the K-splits summed in a cluster or through the split-K workspace.
 #include <algorithm>
 #include <cstdint>
-#include <map>
 #include <mutex>
-#include <utility>
 
 #include "loom/jit/jit.hpp"
 #include "loom/runtime/error.hpp"
@@ -25,18 +23,6 @@ constexpr int64_t kGemvMinSlicesPerSplit = 2;
 constexpr int kGemvMaxSplits = 32;
 
 int gemv_m_tiles(int64_t m) { return m <= 8 ? 1 : m <= 16 ? 2 : 4; }
-
-// Whether a cluster of lc.cluster CTAs of this kernel can be resident on this context's SMs, asked once per kernel
-// and cluster size (an MPS share is fixed for the process).
-bool gemv_cluster_fits(const jit::Kernel& kernel, const jit::LaunchConfig& lc) {
-    static std::mutex mu;
-    static std::map<std::pair<const jit::Kernel*, unsigned>, bool> fits;
-    const std::lock_guard<std::mutex> lock(mu);
-    const auto key = std::make_pair(&kernel, lc.cluster.y);
-    auto it = fits.find(key);
-    if (it == fits.end()) it = fits.emplace(key, kernel.max_active_clusters(lc) >= 1).first;
-    return it->second;
-}
 
 }  // namespace
 
@@ -104,7 +90,7 @@ void detail::gemm_launch_gemv(const MatrixView& a, const MatrixView& b, const Ma
     if (cluster) {
         kernel = &jit::get_kernel(gemm_gemv_kernel_spec(a.dtype, c.dtype, bias, m, cfg.stages, true));
         lc.cluster = dim3(1, static_cast<unsigned>(splits), 1);
-        cluster = gemv_cluster_fits(*kernel, lc);
+        cluster = kernel->max_active_clusters(lc) >= 1;
         if (!cluster) lc.cluster = dim3(1, 1, 1);
     }
     if (!cluster) kernel = &jit::get_kernel(gemm_gemv_kernel_spec(a.dtype, c.dtype, bias, m, cfg.stages, false));
