@@ -279,6 +279,91 @@ TEST_F(Gemm, Gemv) {
     run_case({32, 136, 16, F8, BF, false, true, 0.25f, false, 0, 0, 0, 0, a, 0.f, 0.f, -1}, 353);
 }
 
+// The gemv kernel's fp8 path (rows of B converted to f16 for Hopper's f16 MMAs): B holds every finite e4m3 byte
+// (subnormals, zeros of both signs, +-448) and A random values, against the fp64 reference, with its own K-splits and
+// forced ones (the cluster's sum and the workspace's). Then NaN bytes in two rows of B and one token of A: exactly the
+// outputs of those rows and of that token are NaN, the rest as before.
+TEST_F(Gemm, GemvF8EveryByteAndNaN) {
+    int dev = 0, major = 0, minor = 0;
+    LOOM_CHECK_CUDA(cudaGetDevice(&dev));
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    if (major * 10 + minor < 89) GTEST_SKIP() << "fp8 gemv needs sm_89";
+    const int n = 136, k = 1040;
+    for (int m : {3, 16, 32})
+        for (int splits : {-1, 1, 3}) {
+            SCOPED_TRACE(testing::Message() << "M=" << m << " splits=" << splits);
+            std::vector<uint8_t> ha(size_t(m) * k), hb(size_t(n) * k);
+            const auto fa = loom::test::random_floats(ha.size(), 390 + m);
+            for (size_t i = 0; i < ha.size(); ++i) encode_input(fa[i], DType::F8E4M3, &ha[i]);
+            for (size_t i = 0; i < hb.size(); ++i) {
+                uint8_t b = static_cast<uint8_t>((i * 37 + i / 251) & 0xff);
+                if ((b & 0x7f) == 0x7f) b ^= 0x01;  // finite: s.1111.110 (+-448)
+                hb[i] = b;
+            }
+            auto value = [](uint8_t b) {
+                __nv_fp8_e4m3 v;
+                std::memcpy(&v, &b, 1);
+                return double(static_cast<float>(v));
+            };
+            const float alpha = 1.0f / 64;
+            auto run = [&](std::vector<float>& out) {
+                DevBuf<uint8_t> da(ha.size()), db(hb.size());
+                DevBuf<float> dc(size_t(m) * n);
+                LOOM_CHECK_CUDA(cudaMemcpy(da.p, ha.data(), ha.size(), cudaMemcpyHostToDevice));
+                LOOM_CHECK_CUDA(cudaMemcpy(db.p, hb.data(), hb.size(), cudaMemcpyHostToDevice));
+                LOOM_CHECK_CUDA(cudaMemset(dc.p, 0xff, size_t(m) * n * 4));
+                loom::GemmConfig cfg = loom::detail::gemm_gemv_plan(m, n, k, DType::F8E4M3, 132);
+                if (splits > 0) cfg.tail_splits = splits;
+                loom::GemmOptions o;
+                o.alpha = alpha;
+                o.config = &cfg;
+                loom::gemm({da.p, DType::F8E4M3, m, k, 0}, {db.p, DType::F8E4M3, n, k, 0}, {dc.p, DType::F32, m, n, 0},
+                           o);
+                LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+                out.resize(size_t(m) * n);
+                LOOM_CHECK_CUDA(cudaMemcpy(out.data(), dc.p, out.size() * 4, cudaMemcpyDeviceToHost));
+            };
+            std::vector<double> ref(size_t(m) * n), mag(size_t(m) * n);
+            for (int i = 0; i < m; ++i)
+                for (int j = 0; j < n; ++j) {
+                    double s = 0, a = 0;
+                    for (int q = 0; q < k; ++q) {
+                        const double p = value(ha[size_t(i) * k + q]) * value(hb[size_t(j) * k + q]);
+                        s += p;
+                        a += std::fabs(p);
+                    }
+                    ref[size_t(i) * n + j] = alpha * s;
+                    mag[size_t(i) * n + j] = alpha * a;
+                }
+            std::vector<float> got;
+            run(got);
+            size_t bad = 0;
+            for (size_t i = 0; i < got.size(); ++i)  // fp32 sums of exact products
+                if (!(std::fabs(got[i] - ref[i]) <= 1e-5 * mag[i] + 1e-6)) {
+                    if (bad++ < 3) ADD_FAILURE() << "element " << i << ": got " << got[i] << ", expected " << ref[i];
+                }
+            EXPECT_EQ(bad, 0u);
+
+            const int nan_row_a = 5, nan_row_b = n - 1, nan_token = m - 1;
+            hb[size_t(nan_row_a) * k + 300] = 0x7f;
+            hb[size_t(nan_row_b) * k + k - 1] = 0xff;
+            ha[size_t(nan_token) * k + 17] = 0xff;
+            run(got);
+            size_t wrong = 0;
+            for (int i = 0; i < m; ++i)
+                for (int j = 0; j < n; ++j) {
+                    const size_t e = size_t(i) * n + j;
+                    const bool want_nan = j == nan_row_a || j == nan_row_b || i == nan_token;
+                    const bool ok = want_nan ? std::isnan(got[e]) : std::fabs(got[e] - ref[e]) <= 1e-5 * mag[e] + 1e-6;
+                    if (!ok && wrong++ < 3)
+                        ADD_FAILURE() << "(" << i << ", " << j << "): got " << got[e]
+                                      << (want_nan ? ", expected NaN" : ", expected a finite value");
+                }
+            EXPECT_EQ(wrong, 0u);
+        }
+}
+
 // The gemv kernel on strided views (row strides past the columns): every output element against the fp64 reference,
 // the gaps between C's rows untouched.
 TEST_F(Gemm, GemvStridedViews) {
