@@ -2,6 +2,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <limits>
 
 #include "loom/runtime/device_memory.hpp"
@@ -162,6 +163,40 @@ void check_in_allocation(const char* op, const char* which, const void* p, std::
                op, which, p, bytes, offset, a->bytes, a->start, offset + bytes);
 }
 
+void check_disjoint(const char* op, const char* a_name, const void* a, std::size_t a_bytes, const char* b_name,
+                    const void* b, std::size_t b_bytes) {
+    const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+    const bool overlap = a_bytes > 0 && b_bytes > 0 && (x <= y ? y - x < a_bytes : x - y < b_bytes);
+    LOOM_CHECK(!overlap, "{}: expected {} not to overlap {}, given {} ({} bytes) and {} ({} bytes)", op, a_name, b_name,
+               a, a_bytes, b, b_bytes);
+}
+
+void check_disjoint(const char* op, const char* a_name, const MatrixView& a, const char* b_name, const MatrixView& b) {
+    if (a.data == nullptr || b.data == nullptr || a.rows <= 0 || b.rows <= 0 || a.cols <= 0 || b.cols <= 0) return;
+    const std::size_t ea = dtype_size(a.dtype), eb = dtype_size(b.dtype);
+    const std::size_t pitch_a = static_cast<std::size_t>(a.stride()) * ea,
+                      pitch_b = static_cast<std::size_t>(b.stride()) * eb;
+    const std::size_t bytes_a = matrix_bytes(op, a_name, a), bytes_b = matrix_bytes(op, b_name, b);
+    const auto x = reinterpret_cast<std::uintptr_t>(a.data), y = reinterpret_cast<std::uintptr_t>(b.data);
+    if (!(x <= y ? y - x < bytes_a : x - y < bytes_b)) return;  // the extents do not meet
+    bool meet = a.stride() == a.cols && b.stride() == b.cols;
+    if (!meet && pitch_a == pitch_b) {
+        // Rows of one pitch p: a's cover [0, wa) and b's [d, d + wb) of every pitch, modulo p.
+        const std::size_t wa = static_cast<std::size_t>(a.cols) * ea, wb = static_cast<std::size_t>(b.cols) * eb;
+        const std::size_t d = y >= x ? (y - x) % pitch_a : (pitch_a - (x - y) % pitch_a) % pitch_a;
+        meet = d < wa || d + wb > pitch_a;
+    }
+    LOOM_CHECK(!meet, "{}: expected {} not to overlap {}, given {} ({} x {}, ld {}) and {} ({} x {}, ld {})", op,
+               a_name, b_name, a.data, a.rows, a.cols, a.stride(), b.data, b.rows, b.cols, b.stride());
+}
+
+namespace {
+std::atomic<std::uint64_t> g_memory_generation{0};
+}  // namespace
+
+std::uint64_t memory_generation() { return g_memory_generation.load(std::memory_order_acquire); }
+void bump_memory_generation() { g_memory_generation.fetch_add(1, std::memory_order_acq_rel); }
+
 void check_memory(const World* world, int device, const char* op, const char* which, const void* p, std::size_t bytes) {
     if (world && world->is_symmetric(p))
         return check_in_allocation(op, which, p, bytes, world->symmetric_allocation(p));
@@ -179,6 +214,7 @@ void check_memory(const World* world, int device, const char* op, const char* wh
 namespace loom {
 
 void forget_device_memory(const void* p) {
+    detail::bump_memory_generation();
     if (p == nullptr) return detail::memory_ranges().clear();
     detail::memory_ranges().forget(reinterpret_cast<std::uintptr_t>(p));
 }

@@ -71,6 +71,11 @@ class MemoryRangeCache {
 // The process's cache over query_memory.
 MemoryRangeCache& memory_ranges();
 
+// Counts the frees Loom knows of (forget_device_memory, World::free): a cache of checked calls (the collectives'
+// plans) keys on it, so that a replayed call is checked again once any memory it may have named was freed.
+std::uint64_t memory_generation();
+void bump_memory_generation();
+
 // Raises unless `device` may use [p, p + bytes) by the answers for its first byte (`first`) and last byte (`last`):
 // each device memory of `device`, or managed memory. Pure: the tests give it answers.
 void check_usable(const char* op, const char* which, const void* p, std::size_t bytes, int device,
@@ -78,6 +83,16 @@ void check_usable(const char* op, const char* which, const void* p, std::size_t 
 // Raises unless [p, p + bytes) lies in the allocation `a` (nullopt: p is in the heap but in no live allocation).
 void check_in_allocation(const char* op, const char* which, const void* p, std::size_t bytes,
                          const std::optional<World::Allocation>& a);
+
+// Raises unless [a, a + a_bytes) and [b, b + b_bytes) share no byte ("<op>: expected <a_name> not to overlap
+// <b_name>, ..."): an op that reads one while writing the other in another order than element by element.
+void check_disjoint(const char* op, const char* a_name, const void* a, std::size_t a_bytes, const char* b_name,
+                    const void* b, std::size_t b_bytes);
+
+// Raises when two matrices share an element: both dense (ld = cols) and their extents overlap, or of one row pitch in
+// bytes and some row of one meets a row of the other. Matrices of different pitches are not compared (their rows may
+// interleave without meeting, as column slices of one buffer do).
+void check_disjoint(const char* op, const char* a_name, const MatrixView& a, const char* b_name, const MatrixView& b);
 
 // ---- the op-boundary check ----------------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@
 #include "runtime/heap_allocator.hpp"
 #include "runtime/log.hpp"
 #include "runtime/node_layout.hpp"
+#include "runtime/pointer_check.hpp"
 #include "runtime/profile_ring.hpp"
 
 namespace loom {
@@ -325,6 +326,7 @@ void World::free(void* p) {
     }
     w.agree(mine, "symmetric free");
     w.allocator->free(mine.a);
+    detail::bump_memory_generation();  // calls checked with it may not replay unchecked (pointer_check.hpp)
 }
 
 bool World::is_symmetric(const void* p, std::size_t bytes) const {

@@ -714,6 +714,19 @@ TEST_F(MoeTp, BadInputsNameTheArgument) {
     EXPECT_NE(e8.find("moe_rs: w_down: expected rows a positive multiple of the routing's num_experts (4)"),
               std::string::npos)
         << e8;
+    if (W > 1) {
+        // An expert-major routing (ranks 1) of tokens that the ranks cannot share evenly: nothing to scatter.
+        const MoeRoutingShape odd{8 * W - 1, 2, 4};
+        Dev route_odd(moe_routing_bytes(odd));
+        const MoeRouting r_odd = moe_routing_view(odd, route_odd.p, moe_routing_bytes(odd));
+        const std::string e = msg([&] {
+            moe_rs(*w, {out.p, DType::BF16, odd.max_rows(), 16}, {up.p, DType::BF16, 4 * 64, 16}, r_odd,
+                   {x.p, DType::F32, odd.tokens / W, 64}, stream);
+        });
+        EXPECT_NE(e.find(fmt::format("moe_rs: routing tokens: expected a multiple of the world size {}", W)),
+                  std::string::npos)
+            << e;
+    }
     // Per-128-block scales cannot follow ag_moe's routed rows.
     TpMoeOptions blocks;
     blocks.gemm.scale_a_blocks = blocks.gemm.scale_b_blocks = x.as<float>();

@@ -120,4 +120,27 @@ TEST(GemmPlans, ExplicitStagesAreValidatedNotAdapted) {
     EXPECT_NO_THROW(loom::gemm_validate_config(c, false)) << c.str();
 }
 
+// Fields whose range the kernels' int32 arithmetic bounds, and the gemv config with sm80 set, are checked.
+TEST(GemmPlans, ConfigFieldsOutOfRangeAreRefused) {
+    const GemmConfig base = loom::gemm_heuristic(4096, 4096, 4096, false, 90, 132);
+    auto refused = [](const GemmConfig& c, const char* part) {
+        try {
+            loom::gemm_validate_config(c, false);
+        } catch (const loom::Error& e) {
+            return std::string(e.what()).find(part) != std::string::npos;
+        }
+        return false;
+    };
+    GemmConfig c = base;
+    c.group_m = 1 << 30;
+    EXPECT_TRUE(refused(c, "expected group_m in [1, 1024], given 1073741824"));
+    c = base;
+    c.grid = 1 << 30;
+    EXPECT_TRUE(refused(c, "expected grid in [0, 1048576]"));
+    GemmConfig g = loom::detail::gemm_gemv_plan(8, 4096, 4096, loom::DType::BF16, 132);
+    g.sm80 = true;
+    g.stages = 40;
+    EXPECT_TRUE(refused(g, "the gemv kernel expects stages in [2,"));
+}
+
 }  // namespace

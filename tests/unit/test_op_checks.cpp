@@ -62,6 +62,34 @@ TEST(OpChecks, MatrixExtent) {
     EXPECT_TRUE(has(m, "ld >= cols")) << m;
 }
 
+TEST(OpChecks, OverlappingMatricesAreRefused) {
+    alignas(16) static char buf[1 << 16];
+    using loom::detail::check_disjoint;
+    const MatrixView a{buf, DType::BF16, 64, 64};
+    // The same memory, a row inside, the next rows, the element after the last.
+    EXPECT_TRUE(has(error_of([&] { check_disjoint("gemm", "C", a, "A", a); }), "gemm: expected C not to overlap A"));
+    EXPECT_FALSE(error_of([&] {
+                     check_disjoint("gemm", "C", MatrixView{buf + 64 * 64 * 2 - 2, DType::BF16, 1, 8}, "A", a);
+                 }).empty());
+    EXPECT_TRUE(error_of([&] {
+                    check_disjoint("gemm", "C", MatrixView{buf + 64 * 64 * 2, DType::BF16, 1, 8}, "A", a);
+                }).empty());
+    // Column slices of one [64, 192] buffer (q, k, v of a fused projection) do not overlap; a slice that reaches into
+    // the next one does.
+    const MatrixView q{buf, DType::BF16, 64, 64, 192}, k{buf + 128, DType::BF16, 64, 64, 192};
+    EXPECT_TRUE(error_of([&] { check_disjoint("op", "q", q, "k", k); }).empty());
+    EXPECT_TRUE(error_of([&] { check_disjoint("op", "k", k, "q", q); }).empty());
+    const MatrixView wide{buf + 120, DType::BF16, 64, 64, 192};
+    EXPECT_FALSE(error_of([&] { check_disjoint("op", "q", q, "wide", wide); }).empty());
+    EXPECT_FALSE(error_of([&] { check_disjoint("op", "wide", wide, "k", k); }).empty());
+    // The last column slice against the first one of the next rows: disjoint; other pitches are not compared.
+    const MatrixView v{buf + 256, DType::BF16, 63, 64, 192}, q1{buf + 384, DType::BF16, 63, 64, 192};
+    EXPECT_TRUE(error_of([&] { check_disjoint("op", "v", v, "q1", q1); }).empty());
+    EXPECT_TRUE(error_of([&] {
+                    check_disjoint("op", "q", q, "x", MatrixView{buf + 128, DType::BF16, 8, 16, 100});
+                }).empty());
+}
+
 MemoryRange device_range(std::uintptr_t start, std::size_t size, int device) {
     return MemoryRange{MemoryKind::Device, device, start, size};
 }

@@ -69,6 +69,9 @@ TEST(TileOrder, SchedulerGridCountsClusterTiles) {
     EXPECT_EQ(b.num_n, 17);
     EXPECT_EQ(b.group_m, 8);
     EXPECT_EQ(loom::tile::scheduler_grid(64, 64, 128, 256, 2, 1).group_m, 1);  // at least one
+    // A group larger than the M-blocks is one group of all of them.
+    EXPECT_EQ(loom::tile::scheduler_grid(1000, 4096, 128, 256, 1, 1 << 30).group_m, 8);
+    EXPECT_EQ(loom::tile::scheduler_grid(1000, 4096, 128, 256, 2, 1 << 30).group_m, 4);
 }
 
 }  // namespace

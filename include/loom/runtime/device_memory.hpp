@@ -8,7 +8,8 @@
 //     managed memory, at its first and its last byte. Host memory (malloc, a static array, cudaMallocHost) and another
 //     GPU's memory are refused.
 // The driver is asked once per allocation (cuPointerGetAttributes) and its answer cached by address range, so a
-// repeated call costs a lookup. Loom drops the ranges of memory it frees itself. Memory the caller frees stays cached:
+// repeated call costs a lookup (a repeated collective replays its checked launch: after any free Loom knows of, it is
+// checked again). Loom drops the ranges of memory it frees itself. Memory the caller frees stays cached:
 // after freeing memory that was given to an op (cudaFree, cuMemUnmap, a framework's allocator releasing a segment),
 // call forget_device_memory before that address range can return as an allocation of another size or kind, or the
 // check may pass a buffer it should refuse (it never refuses a good one).

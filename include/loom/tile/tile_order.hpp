@@ -77,9 +77,11 @@ struct FastTileGrid : TileGrid {
 LOOM_HOST_DEVICE constexpr TileGrid scheduler_grid(int64_t m, int64_t n, int block_m, int block_n, int cluster_m,
                                                    int group_m) {
     const int64_t blocks_m = (m + block_m - 1) / block_m;
-    const int32_t g = group_m / cluster_m;
-    return TileGrid{static_cast<int32_t>((blocks_m + cluster_m - 1) / cluster_m),
-                    static_cast<int32_t>((n + block_n - 1) / block_n), g < 1 ? 1 : g};
+    const int32_t num_m = static_cast<int32_t>((blocks_m + cluster_m - 1) / cluster_m);
+    // A group of more rows than the grid has is one group of all of them (the same order), and keeps group_m x num_n
+    // inside int32.
+    const int32_t g = group_m / cluster_m < num_m ? group_m / cluster_m : num_m;
+    return TileGrid{num_m, static_cast<int32_t>((n + block_n - 1) / block_n), g < 1 ? 1 : g};
 }
 
 // Grouped raster order over a grid of num_m x num_n blocks: linear index -> (m_block, n_block).

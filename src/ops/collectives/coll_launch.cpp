@@ -5,6 +5,7 @@
 #include "loom/jit/jit.hpp"
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/profile.hpp"
+#include "runtime/pointer_check.hpp"
 
 namespace loom::coll {
 
@@ -68,7 +69,8 @@ PlanKey plan_key(CollKind kind, const BufferView& in, const BufferView& out, con
                    static_cast<int>(opts.path),
                    static_cast<int>(opts.op),
                    opts.num_sms,
-                   profile::enabled()};
+                   profile::enabled(),
+                   detail::memory_generation()};
 }
 
 std::size_t PlanKeyHash::operator()(const PlanKey& k) const {
@@ -86,6 +88,7 @@ std::size_t PlanKeyHash::operator()(const PlanKey& k) const {
     mix((static_cast<std::uint64_t>(k.path) << 32) | static_cast<std::uint32_t>(k.reduce_op));
     mix(static_cast<std::uint64_t>(k.profiled));
     mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.num_sms)));
+    mix(k.memory_generation);
     return static_cast<std::size_t>(h);
 }
 

@@ -39,8 +39,8 @@ const jit::Kernel& load(const Launch& l);
 void launch(World& world, const jit::Kernel& k, const Launch& l, cudaStream_t stream);
 
 // What decides a collective call's launch: the op, the buffers, their element type and counts, and the options.
-// Everything the op validates and resolves is a function of these (symmetric-heap membership depends only on the
-// pointer and size), so a call with the same key may replay the launch resolved the first time.
+// Everything the op validates and resolves is a function of these while no memory is freed (symmetric-heap membership
+// depends only on the pointer and size), so a call with the same key may replay the launch resolved the first time.
 struct PlanKey {
     int op = 0;  // CollKind
     const void* in = nullptr;
@@ -48,6 +48,9 @@ struct PlanKey {
     std::size_t in_count = 0, out_count = 0;
     int dtype = 0, out_dtype = 0, algo = 0, path = 0, reduce_op = 0, num_sms = 0;
     bool profiled = false;  // profile::enabled(): the profiled kernels are other kernels
+    // detail::memory_generation(): after a free the buffers are checked again (an address may return as a shorter
+    // allocation).
+    std::uint64_t memory_generation = 0;
     bool operator==(const PlanKey&) const = default;
 };
 struct PlanKeyHash {

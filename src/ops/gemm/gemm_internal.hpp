@@ -67,6 +67,14 @@ inline constexpr int64_t kGemmSkinnyWholeMaxKBlocks = 128;
 // k-block bound): below it the second M-block is mostly past M (docs/perf/gemm_skinny.json).
 inline constexpr int64_t kGemmNarrowMinM = 96;
 
+// The largest M, N or K: the kernels' int32 row, column and k-block indices reach one tile (<= 256) past the edge.
+inline constexpr int64_t kGemmMaxDim = INT32_MAX - 256;
+// The largest raster group a config may ask for (M-blocks per group; the tile orders multiply it by the N-blocks in
+// int32, and past the M-blocks of a GEMM a group is all of them).
+inline constexpr int kGemmMaxGroupM = 1024;
+// The largest persistent grid a config may ask for: the scheduler steps its tile index by the grid in int32.
+inline constexpr int kGemmMaxGrid = 1 << 20;
+
 // The most K-splits of a tail tile: the kernel packs (tail tile << 8) | split into an int32.
 inline constexpr int kGemmMaxTailSplits = 256;
 

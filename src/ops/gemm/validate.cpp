@@ -10,8 +10,7 @@
 namespace loom {
 
 void gemm_validate_config(const GemmConfig& c, bool b_kn, DType in) {
-    if (c.sm80) return;
-    if (c.gemv) {
+    if (c.gemv) {  // with or without sm80: the gemv kernel runs on sm_80 and later
         LOOM_CHECK(!b_kn, "gemm config: the gemv kernel expects B as [N, K], given b_kn (B as [K, N])");
         LOOM_CHECK(c.block_n == kernels::kGemvRows, "gemm config: the gemv kernel expects block_n {}, given {}",
                    kernels::kGemvRows, c.block_n);
@@ -23,6 +22,7 @@ void gemm_validate_config(const GemmConfig& c, bool b_kn, DType in) {
                    c.tail_splits);
         return;
     }
+    if (c.sm80) return;
     LOOM_CHECK(c.block_m == 64 || c.block_m == 128 || c.block_m == 192,
                "gemm config: expected block_m 64, 128 or 192, given {}", c.block_m);
     LOOM_CHECK(c.block_n % 16 == 0 && c.block_n >= 16 && c.block_n <= 256,
@@ -45,9 +45,11 @@ void gemm_validate_config(const GemmConfig& c, bool b_kn, DType in) {
                c.str(), kernels::gemm_sm90_smem_bytes(c.block_m, c.block_n, c.stages), kernels::kGemmSm90MaxSmem,
                kernels::gemm_sm90_max_stages(c.block_m, c.block_n), c.block_m, c.block_n);
     LOOM_CHECK(c.cluster_m == 1 || c.cluster_m == 2, "gemm config: expected cluster_m 1 or 2, given {}", c.cluster_m);
-    LOOM_CHECK(c.group_m >= 1, "gemm config: expected group_m >= 1, given {}", c.group_m);
-    LOOM_CHECK(c.grid >= 0 && c.grid % c.cluster_m == 0,
-               "gemm config: expected grid >= 0 and a multiple of cluster_m {}, given {}", c.cluster_m, c.grid);
+    LOOM_CHECK(c.group_m >= 1 && c.group_m <= kGemmMaxGroupM, "gemm config: expected group_m in [1, {}], given {}",
+               kGemmMaxGroupM, c.group_m);
+    LOOM_CHECK(c.grid >= 0 && c.grid <= kGemmMaxGrid && c.grid % c.cluster_m == 0,
+               "gemm config: expected grid in [0, {}] and a multiple of cluster_m {}, given {}", kGemmMaxGrid,
+               c.cluster_m, c.grid);
     LOOM_CHECK(c.tail_splits >= 1 && c.tail_splits <= kGemmMaxTailSplits,
                "gemm config: expected tail_splits in [1, {}] (1: no split tail), given {}", kGemmMaxTailSplits,
                c.tail_splits);
@@ -84,8 +86,9 @@ void gemm_validate(const MatrixView& a, const MatrixView& b, const MatrixView& c
                    "b_kn (B as [K, N])");
         LOOM_CHECK(k % 16 == 0, "gemm: f8e4m3 inputs expect K a multiple of 16 (16-byte rows), given K={}", k);
     }
-    LOOM_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, "gemm: shapes must fit in int32, given {} {} {}", m,
-               n, k);
+    // The kernels index rows, columns and k-blocks in int32, up to one tile past the edge.
+    LOOM_CHECK(m <= kGemmMaxDim && n <= kGemmMaxDim && k <= kGemmMaxDim,
+               "gemm: expected M, N and K <= {} (int32 indices), given M={} N={} K={}", kGemmMaxDim, m, n, k);
     for (const auto* v : {&a, &b, &c}) {
         const char* name = v == &a ? "A" : v == &b ? "B" : "C";
         LOOM_CHECK(v->data != nullptr, "gemm: expected a device pointer for {}, given nullptr", name);
@@ -125,6 +128,9 @@ void gemm_check_memory(const char* op, const MatrixView& a, const MatrixView& b,
     detail::check_memory(world, device, op, "A", a.data, detail::matrix_bytes(op, "A", a));
     detail::check_memory(world, device, op, "B", b.data, detail::matrix_bytes(op, "B", b));
     detail::check_memory(world, device, op, "C", c.data, detail::matrix_bytes(op, "C", c));
+    // The kernels read A and B tile by tile while C's tiles are stored: C may share no element with them.
+    detail::check_disjoint(op, "C", c, "A", a);
+    detail::check_disjoint(op, "C", c, "B", b);
     if (o.bias.data)
         detail::check_memory(world, device, op, "bias", o.bias.data,
                              detail::buffer_bytes(op, "bias", o.bias.count, o.bias.dtype));

@@ -5,6 +5,7 @@
 
 #include "loom/kernels/gemm/gemm_params.hpp"
 #include "loom/runtime/error.hpp"
+#include "ops/gemm/gemm_internal.hpp"
 #include "ops/moe/grouped_gemm_internal.hpp"
 
 namespace loom::moe {
@@ -78,7 +79,8 @@ GemmConfig grouped_gemm_heuristic(int64_t rows, int64_t n, int64_t k, int groups
 
 void grouped_gemm_validate_config(const GemmConfig& c, const GroupedGemmProblem& p) {
     LOOM_CHECK(c.grid >= 0, "grouped_gemm config: expected grid >= 0, given {}", c.grid);
-    LOOM_CHECK(c.group_m >= 1, "grouped_gemm config: expected group_m >= 1, given {}", c.group_m);
+    LOOM_CHECK(c.group_m >= 1 && c.group_m <= kGemmMaxGroupM,
+               "grouped_gemm config: expected group_m in [1, {}], given {}", kGemmMaxGroupM, c.group_m);
     if (c.sm80) return;  // the portable kernel's tile is fixed
     LOOM_CHECK(c.block_m == 64 || c.block_m == 128, "grouped_gemm config: expected block_m 64 or 128, given {}",
                c.block_m);

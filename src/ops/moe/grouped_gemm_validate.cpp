@@ -21,8 +21,11 @@ void check_matrix(const MatrixView& v, const char* name) {
     LOOM_CHECK((v.stride() * dtype_size(v.dtype)) % 16 == 0,
                "grouped_gemm: expected {}'s row stride a multiple of 16 bytes, given ld {} ({} B)", name, v.stride(),
                v.stride() * dtype_size(v.dtype));
-    LOOM_CHECK(v.rows <= INT32_MAX && v.cols <= INT32_MAX && v.rows * v.stride() >= 0,
-               "grouped_gemm: expected {}'s shape to fit in int32, given {} x {}", name, v.rows, v.cols);
+    // The kernels index rows and columns in int32 up to one tile (<= 256) past the edge.
+    constexpr int64_t kMaxDim = INT32_MAX - 256;
+    LOOM_CHECK(v.rows <= kMaxDim && v.cols <= kMaxDim && v.rows * v.stride() >= 0,
+               "grouped_gemm: expected {}'s rows and columns <= {} (int32 indices), given {} x {}", name, kMaxDim,
+               v.rows, v.cols);
 }
 
 }  // namespace

@@ -98,6 +98,11 @@ void check_down(const char* op, const MoeDownCall& c, int64_t out_rows) {
 void check_moe_rs(const MoeDownCall& c) {
     const int W = c.world->world_size();
     check_layout_ranks("moe_rs", c.routing.shape, W);
+    // Each rank gets tokens / W rows of the reduced sum: an expert-major routing (ranks 1) says nothing of W.
+    LOOM_CHECK(c.routing.shape.tokens % W == 0,
+               "moe_rs: routing tokens: expected a multiple of the world size {} (each rank gets tokens / {} rows), "
+               "given {}",
+               W, W, c.routing.shape.tokens);
     check_down("moe_rs", c, c.routing.shape.tokens / W);
 }
 

@@ -71,9 +71,13 @@ void use_config(const char* op, OverlapPlan& plan, const GemmConfig* config, int
                 DType in, bool split_tail_ok) {
     if (config) {
         plan.gemm = *config;
-        if (plan.gemm.grid == 0)
-            plan.gemm.grid =
-                static_cast<int>(gemm_sm90_grid(m, n, plan.gemm, num_sms - plan.comm_blocks - plan.reserved_sms));
+        const int usable = num_sms - plan.comm_blocks - plan.reserved_sms;
+        if (plan.gemm.grid == 0) plan.gemm.grid = static_cast<int>(gemm_sm90_grid(m, n, plan.gemm, usable));
+        // The hooked GEMM's CTAs wait for peers (and the side blocks for the GEMM): all of them must be resident.
+        LOOM_CHECK(plan.gemm.grid <= usable,
+                   "{}: expected config.grid <= {} (the SMs left to the GEMM: every CTA of the overlapped GEMM must be "
+                   "resident at once), given {}",
+                   op, usable, plan.gemm.grid);
     }
     check_config(op, plan.gemm, in, split_tail_ok);
 }

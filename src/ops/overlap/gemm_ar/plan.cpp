@@ -184,6 +184,9 @@ void choose_algo(ArCall& x, const GemmArOptions& o) {
         return;
     }
     use_config(op, x.plan, o.config, x.M, x.N, x.num_sms, x.a.dtype);
+    // The fused epilogue's per-tile signals count two consumer warpgroups a tile (kernels/overlap/gemm_ar.cuh).
+    LOOM_CHECK(x.plan.gemm.block_m <= 128, "{}: expected config.block_m 64 or 128 (two consumer warpgroups), given {}",
+               op, x.plan.gemm.block_m);
     check_tile_count(op, x.M, x.N, x.plan.gemm);
     if (debug())
         fmt::print(stderr, "loom::gemm_ar M={} N={} K_loc={} W={} SMs {} of {}: {}\n", x.M, x.N, x.K, x.W, x.num_sms,
