@@ -27,9 +27,11 @@ class EpHandle:
     tensors (views of the World's EP buffers, overwritten by the next dispatch). Pass recv_x and recv_offsets to
     loom.grouped_gemm (num_experts = L), its output to ep_combine."""
 
-    def __init__(self, h, device: torch.device, world):
+    def __init__(self, h, device: torch.device, world, routing=()):
         self._h = h
         self._world = world
+        # ep_combine reads the dispatch's topk_idx and topk_weights again: the handle keeps them alive until then.
+        self._routing = tuple(routing)
         index = device.index if device.index is not None else torch.cuda.current_device()
         self.device = device
         self.tokens, self.hidden, self.topk = h.tokens, h.hidden, h.topk
@@ -54,13 +56,15 @@ def ep_dispatch(x: Tensor, topk_idx: Tensor, topk_weights: Optional[Tensor], num
                 capacity: int = 0, num_blocks: int = 0) -> EpHandle:
     """Sends each token of x [T, H] bfloat16 (H a multiple of 8; T may be 0 and differ per rank) to the ranks of its
     top-k experts: topk_idx int32 [T, k] (ids in [0, E) or -1: slot unused), topk_weights float32 [T, k] or None
-    (weights 1; kept for ep_combine). capacity: rows any rank may receive (0: auto). Returns the handle."""
+    (weights 1). ep_combine reads topk_idx and topk_weights again: the handle holds them, and they must not be changed
+    in place before the combine. capacity: rows any rank may receive (0: auto; a fixed capacity that overflows moves
+    no data: ep_check raises). Returns the handle."""
     op = "ep_dispatch"
     w = resolve(world)
     _check_topk(op, x, topk_idx, topk_weights)
     h = _C.ep_dispatch(w._h, _d(x), topk_idx, _d(topk_weights), int(num_experts), _stream(x), int(capacity),
                        int(num_blocks))
-    return EpHandle(h, x.device, w)
+    return EpHandle(h, x.device, w, (topk_idx, topk_weights))
 
 
 def ep_combine(handle: EpHandle, expert_out: Tensor, *, out: Optional[Tensor] = None, world=None,
@@ -90,14 +94,15 @@ def ep_dispatch_bytes(handle: EpHandle, world=None) -> int:
 
 def ep_moe_experts(x: Tensor, topk_idx: Tensor, topk_weights: Optional[Tensor], w_up: Tensor,
                    w_down: Optional[Tensor] = None, *, num_experts: int, out: Optional[Tensor] = None, world=None,
-                   algo: str = "auto", activation: str = "none", capacity: int = 0,
-                   num_blocks: int = 0) -> Tensor:
+                   algo: str = "auto", activation: str = "none", capacity: int = 0, num_blocks: int = 0,
+                   return_handle: bool = False):
     """y = ep_combine(experts(ep_dispatch(x))): each received row through its local expert l, act(row @ w_up[l].T)
     then (with w_down) @ w_down[l].T. w_up: this rank's L = E / W experts, [L, N1, H] or stacked [L * N1, H];
     w_down: [L, H, N1'] or [L * H, N1'] (N1' = N1, or N1 / 2 with activation "swiglu"); without w_down the output
     width must be H. algo: "auto" (= "sequential"), "sequential", "overlapped" (the first grouped GEMM's tiles of an
-    expert start once every rank's rows of that expert have landed; not yet verified at 8 ranks: docs/moe.md).
-    Returns out [T, H] bfloat16."""
+    expert start once every rank's rows of that expert have landed; one node: docs/moe.md).
+    Returns out [T, H] bfloat16, or with return_handle (out, the dispatch's EpHandle): with a fixed capacity that
+    overflows nothing moves and out is left as it was; ep_check(handle) raises then."""
     op = "ep_moe_experts"
     w = resolve(world)
     _check_topk(op, x, topk_idx, topk_weights)
@@ -109,10 +114,10 @@ def ep_moe_experts(x: Tensor, topk_idx: Tensor, topk_weights: Optional[Tensor], 
         w_down = w_down.reshape(w_down.shape[0] * w_down.shape[1], w_down.shape[2])
     if out is None:
         out = x.new_empty(x.shape, dtype=torch.bfloat16)
-    _C.ep_moe_experts(w._h, _d(x), topk_idx, _d(topk_weights), int(num_experts), _d(w_up), _d(w_down), out,
-                      _stream(x), parse(_C.EpMoeAlgo, algo, "algo"), _ACTIVATIONS[activation], int(capacity),
-                      int(num_blocks))
-    return out
+    h = _C.ep_moe_experts(w._h, _d(x), topk_idx, _d(topk_weights), int(num_experts), _d(w_up), _d(w_down), out,
+                          _stream(x), parse(_C.EpMoeAlgo, algo, "algo"), _ACTIVATIONS[activation], int(capacity),
+                          int(num_blocks))
+    return (out, EpHandle(h, x.device, w, (topk_idx, topk_weights))) if return_handle else out
 
 
 def release_moe_ep_state(world=None) -> None:

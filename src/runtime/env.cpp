@@ -282,7 +282,10 @@ std::chrono::milliseconds env_ms(const EnvLookup& env, const char* name, std::ch
     auto v = get(env, name);
     if (!v) return fallback;
     auto n = to_ll(*v);
-    LOOM_CHECK(n && *n >= 0, "{}: expected a duration in milliseconds >= 0, given \"{}\"", name, *v);
+    // At most a year: the waits add it to clocks in nanoseconds (int64 on the host, uint64 on the device).
+    constexpr long long kMaxMs = 365LL * 24 * 3600 * 1000;
+    LOOM_CHECK(n && *n >= 0 && *n <= kMaxMs,
+               "{}: expected a duration in milliseconds in [0, {}] (0: none), given \"{}\"", name, kMaxMs, *v);
     return std::chrono::milliseconds(*n);
 }
 

@@ -166,6 +166,11 @@ TEST(AttentionPlan, BadConfigsRaise) {
     expect_error(c7, 256, 8, "DecodeConfig::mma");
     c7.head_split = 2;
     expect_error(c7, 128, 8, "DecodeConfig::mma");
+    // A tile whose stages' shared memory would overflow int is refused by its size, not passed by a wrapped one.
+    c7.head_split = 1;
+    c7.tile_tokens = 516736;
+    c7.stages = 8;
+    expect_error(c7, 128, 8, "multiple of 64 in [64, 512], given head_split 1, head_dim 128, tile_tokens 516736");
 }
 
 TEST(AttentionPlan, HeadsPerBlockCoverTheGroup) {

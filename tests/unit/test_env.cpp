@@ -242,6 +242,8 @@ TEST(Env, IntFlagAndMilliseconds) {
     EXPECT_THROW(loom::env_flag(env, "Q"), loom::Error);
     EXPECT_EQ(loom::env_ms(env, "M", std::chrono::milliseconds(1)).count(), 250);
     EXPECT_THROW(loom::env_ms(env, "N", std::chrono::milliseconds(1)), loom::Error);
+    // A bound that would overflow the waits' nanosecond clocks is refused, not wrapped to "expired at once".
+    EXPECT_THROW(loom::env_ms(lookup({{"L", "9223372036854775807"}}), "L", std::chrono::milliseconds(1)), loom::Error);
 }
 
 // ---- loom::Settings ---------------------------------------------------------------------------------------------

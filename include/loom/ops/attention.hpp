@@ -63,7 +63,7 @@ struct DecodeConfig {
     int splits = 0;           // KV splits per sequence; 0: DecodeOptions::num_splits, else the heuristic's
     bool fused_merge = true;  // with more than one split the last split block merges them (else a second launch)
     bool mma = false;         // tensor-core consumers (mma.sync; D 64 or 128, head_split 1, tile_tokens a multiple of
-                              // 64): the block's heads as the rows of one 16-row operand
+                              // 64 up to 512): the block's heads as the rows of one 16-row operand
     std::string str() const;  // "hs1 st4 tile32 splits33 fused" (" mma" when set)
 };
 

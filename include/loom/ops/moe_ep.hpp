@@ -49,7 +49,8 @@ struct EpHandle {
 
 // x: [T, H] bf16, H a multiple of 8, rows 16-byte aligned; topk_idx: DEVICE int32 [T, k] ids in [0, E) or -1 (slot
 // unused; an id outside [-1, E) traps with "bad index ... ep_dispatch topk_idx"); topk_weights: DEVICE fp32 [T, k] or
-// null (weights 1), used by ep_combine; k 1..32, E / W >= 1, E <= 1024. One node (world == local world).
+// null (weights 1). ep_combine reads topk_idx and topk_weights again: both must stay unchanged until the handle's
+// combine. k 1..32, E / W >= 1, E <= 1024; any number of nodes.
 EpHandle ep_dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, const float* topk_weights, int topk,
                      int num_experts, cudaStream_t stream, const EpOptions& opts = {});
 
@@ -71,14 +72,13 @@ int64_t ep_dispatch_bytes(World& world, const EpHandle& handle, cudaStream_t str
 // ---- ep_moe_experts: dispatch -> the local experts' grouped GEMMs -> combine ---------------------------------------
 
 enum class EpMoeAlgo {
-    Auto,        // Sequential (Overlapped is not yet verified at every rank count: docs/moe.md, "Limits")
+    Auto,        // Sequential (Overlapped measured no faster with ranks sharing a GPU: docs/moe.md)
     Sequential,  // ep_dispatch, grouped_gemm (w_up, then w_down), ep_combine, one after the other
     Overlapped,  // the dispatch pushes expert by expert (local expert 0 of every rank first) and signals each
                  // (receiver, local expert) once its rows are stored; the first grouped GEMM's tiles of local expert l
                  // start as soon as every source's rows of l have landed, while later experts still arrive. A token
                  // going to several experts of one rank crosses once per expert (Sequential: once per rank). Not in
-                 // a CUDA graph capture (raises). Known failure: at 8 ranks sharing one GPU a case of
-                 // tests/dist/test_moe_ep.cpp ExpertsOverlappedEqualsSequential ends in a device fault
+                 // a CUDA graph capture (raises). One node.
 };
 const char* to_string(EpMoeAlgo a);
 

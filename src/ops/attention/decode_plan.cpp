@@ -141,10 +141,11 @@ void check_decode_config(const char* op, const DecodeConfig& c, int head_dim, in
                op, heads_per_block, c.head_split);
     LOOM_CHECK(c.stages >= 2 && c.stages <= 8, "{}: expected DecodeConfig::stages in [2, 8], given {}", op, c.stages);
     if (c.mma) {
-        LOOM_CHECK(c.head_split == 1 && head_dim <= 128 && c.tile_tokens >= 64 && c.tile_tokens % 64 == 0,
+        LOOM_CHECK(c.head_split == 1 && head_dim <= 128 && c.tile_tokens >= 64 && c.tile_tokens % 64 == 0 &&
+                       c.tile_tokens <= kMaxMmaTileTokens,
                    "{}: expected DecodeConfig::mma with head_split 1, head_dim 64 or 128 and tile_tokens a multiple of "
-                   "64, given head_split {}, head_dim {}, tile_tokens {}",
-                   op, c.head_split, head_dim, c.tile_tokens);
+                   "64 in [64, {}], given head_split {}, head_dim {}, tile_tokens {}",
+                   op, kMaxMmaTileTokens, c.head_split, head_dim, c.tile_tokens);
     } else {
         LOOM_CHECK(c.tile_tokens >= 1 && c.tile_tokens % (lanes * c.head_split) == 0 && c.tile_tokens <= 8 * lanes,
                    "{}: expected DecodeConfig::tile_tokens a multiple of {} (128 / (D / 8) x head_split) and at most "
@@ -282,6 +283,11 @@ DecodePlan plan_decode(const char* op, const DecodeQuery& q, const KvCache& kv, 
     int splits = decode_splits(blocks, max_len, tile, q.head_dim, plan.heads_per_block, dev.num_sms, requested);
     int64_t chunk = max_len > 0 ? ceil_div(ceil_div(max_len, splits), tile) * tile : tile;
     splits = static_cast<int>(std::max<int64_t>(1, ceil_div(max_len, chunk)));
+    // The kernel walks a split's tokens [split x chunk, (split + 1) x chunk) in int32.
+    LOOM_CHECK(chunk * splits <= INT32_MAX,
+               "{}: expected the sequence bound (DecodeOptions::max_seq_len, or the cache's capacity when 0) at most "
+               "{} with {} splits of {}-token tiles, given {}",
+               op, INT32_MAX - int64_t(splits) * tile, splits, tile, max_len);
     // The heuristic's shape: as deep a pipeline as keeps the busiest SM's blocks resident at once.
     if (opts.config == nullptr) {
         plan.config = decode_resident_config(plan.config, ceil_div(blocks * splits, dev.num_sms), resident);

@@ -17,6 +17,8 @@ namespace loom::attention {
 
 // Most KV splits per sequence.
 inline constexpr int kMaxSplits = 128;
+// The widest tensor-core tile (tokens per stage): past it the stages' shared memory no longer fits in int.
+inline constexpr int kMaxMmaTileTokens = 512;
 // The split model's constants (decode_splits).
 inline constexpr int kDecodeBlockOverheadBytes = 32 << 10;
 inline constexpr double kDecodeSplitGain = 0.03;  // more splits only for a model gain above this

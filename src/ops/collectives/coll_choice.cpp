@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <map>
 
 #include "loom/jit/jit.hpp"
 #include "loom/runtime/error.hpp"
@@ -262,20 +264,22 @@ bool sharing_matches(GpuSharing s, const CollTopology& topo) {
 }  // namespace coll
 
 CollTopology collective_topology(World& world) {
-    // Shared GPU: another rank reports this rank's host and PCI bus id (through the store; the host name keeps the
-    // same bus id on two hosts of a World of several nodes apart).
+    // Each rank's host and PCI bus id, through the store (the host name keeps the same bus id on two hosts of a World
+    // of several nodes apart): ranks with the same pair share a GPU.
     char bus[64] = {};
     LOOM_CHECK_CUDA(cudaDeviceGetPCIBusId(bus, sizeof(bus), world.device()));
     char host[HOST_NAME_MAX + 1] = {};
     ::gethostname(host, sizeof host - 1);
     const std::string mine = std::string(host) + "/" + bus;
     const auto all = world.store().all_gather("loom/coll/busid", Bytes(mine.begin(), mine.end()));
+    // One answer for the whole World: every rank must choose the same algorithms and grids (their kernels pair blocks
+    // and signals across ranks), also where the ranks do not spread evenly over the GPUs (3 ranks on 2 GPUs): the most
+    // ranks any GPU runs.
+    std::map<std::string, int> ranks_on;
+    for (const Bytes& b : all) ++ranks_on[std::string(b.begin(), b.end())];
     CollTopology t{world.world_size(), false, jit::current_arch()};
-    for (int r = 0; r < world.world_size(); ++r)
-        if (r != world.rank() && std::string(all[r].begin(), all[r].end()) == mine) {
-            t.shared_gpu = true;
-            ++t.ranks_per_gpu;
-        }
+    for (const auto& [gpu, ranks] : ranks_on) t.ranks_per_gpu = std::max(t.ranks_per_gpu, ranks);
+    t.shared_gpu = t.ranks_per_gpu > 1;
     return t;
 }
 

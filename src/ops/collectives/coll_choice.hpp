@@ -23,9 +23,9 @@ struct CollChoice {
 };
 struct CollTopology {
     int world = 1;
-    bool shared_gpu = false;  // ranks share one GPU (MPS)
+    bool shared_gpu = false;  // ranks share a GPU (MPS): some GPU of the World runs more than one rank
     int arch = 90;
-    int ranks_per_gpu = 1;  // ranks on this rank's GPU, itself included
+    int ranks_per_gpu = 1;  // the most ranks any GPU of the World runs (the same on every rank)
 };
 // This world's topology as the choice sees it. Collective (a store all-gather): every rank calls it; the ops compute
 // it once per World (coll::Core).

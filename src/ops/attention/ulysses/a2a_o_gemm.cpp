@@ -10,6 +10,7 @@
 #include "ops/overlap/common/state.hpp"
 #include "runtime/call_agreement.hpp"
 #include "runtime/nvtx_range.hpp"
+#include "runtime/pointer_check.hpp"
 
 namespace loom {
 namespace {
@@ -19,6 +20,7 @@ constexpr const char* kOp = "a2a_o_gemm";
 void check_args(World& world, const MatrixView& o, const MatrixView& w, const MatrixView& out,
                 const UlyssesOptions& opt) {
     ulysses::check_options(kOp, opt);
+    ulysses::check_world(world, kOp);
     const int W = world.world_size();
     ulysses::check_input_dtype(kOp, "o", o.dtype);
     LOOM_CHECK(o.rows > 0 && o.cols > 0, "{}: expected a non-empty o [S, Hq / W x D], given [{}, {}]", kOp, o.rows,
@@ -33,6 +35,9 @@ void check_args(World& world, const MatrixView& o, const MatrixView& w, const Ma
     LOOM_CHECK(out.dtype == DType::BF16 || out.dtype == DType::F16 || out.dtype == DType::F32,
                "{}: expected out bf16, f16 or f32, given {}", kOp, dtype_name(out.dtype));
     ulysses::check_view(world, kOp, "out", out, out.dtype, o.rows / W, w.rows, "S / W, hidden = w_o's rows");
+    // The all-to-all still reads o while the GEMM stores out's tiles.
+    detail::check_disjoint(kOp, "out", out, "o", o);
+    detail::check_disjoint(kOp, "out", out, "w_o", w);
 }
 
 detail::CallSignature signature(const MatrixView& o, const MatrixView& w, const MatrixView& out,

@@ -37,6 +37,13 @@ void check_options(const char* op, const UlyssesOptions& o) {
     LOOM_CHECK(o.num_sms >= 0, "{}: expected UlyssesOptions::num_sms >= 0 (0: the device's), given {}", op, o.num_sms);
 }
 
+void check_world(World& world, const char* op) {
+    LOOM_CHECK(world.world_size() == world.local_world_size(),
+               "{}: expected a World on one node (the all-to-all moves heads and rows by load / store between the "
+               "node's ranks), given {} ranks with {} on this node",
+               op, world.world_size(), world.local_world_size());
+}
+
 void check_not_capturing(const char* op, cudaStream_t stream) {
     LOOM_CHECK(!stream_ops::capturing(stream),
                "{}: expected a stream that is not capturing a CUDA graph: its signal values and buffer halves are "

@@ -2,6 +2,7 @@
 // qkv_fused.cpp, qkv_sequential.cpp).
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "loom/ops/attention.hpp"
 #include "loom/runtime/error.hpp"
@@ -9,6 +10,7 @@
 #include "ops/overlap/common/state.hpp"
 #include "runtime/call_agreement.hpp"
 #include "runtime/nvtx_range.hpp"
+#include "runtime/pointer_check.hpp"
 
 namespace loom {
 namespace {
@@ -19,6 +21,7 @@ constexpr const char* kOp = "qkv_gemm_a2a";
 ulysses::QkvLayout check_args(World& world, const MatrixView& x, const MatrixView& w, const UlyssesHeads& heads,
                               const MatrixView& q, const MatrixView& k, const MatrixView& v, const UlyssesOptions& o) {
     ulysses::check_options(kOp, o);
+    ulysses::check_world(world, kOp);
     const int W = world.world_size();
     const ulysses::QkvLayout l = ulysses::qkv_layout(kOp, W, heads);
     ulysses::check_input_dtype(kOp, "x", x.dtype);
@@ -33,6 +36,14 @@ ulysses::QkvLayout check_args(World& world, const MatrixView& x, const MatrixVie
     ulysses::check_view(world, kOp, "q", q, x.dtype, S, l.q_width(), "S = W x x's rows, Hq / W x D");
     ulysses::check_view(world, kOp, "k", k, x.dtype, S, l.kv_width(), "S = W x x's rows, max(Hkv / W, 1) x D");
     ulysses::check_view(world, kOp, "v", v, x.dtype, S, l.kv_width(), "S = W x x's rows, max(Hkv / W, 1) x D");
+    // The GEMM still reads x and w_qkv while the all-to-all stores q, k and v (on every rank).
+    const std::pair<const char*, const MatrixView*> outs[] = {{"q", &q}, {"k", &k}, {"v", &v}};
+    for (std::size_t i = 0; i < 3; ++i) {
+        detail::check_disjoint(kOp, outs[i].first, *outs[i].second, "x", x);
+        detail::check_disjoint(kOp, outs[i].first, *outs[i].second, "w_qkv", w);
+        for (std::size_t j = i + 1; j < 3; ++j)
+            detail::check_disjoint(kOp, outs[i].first, *outs[i].second, outs[j].first, *outs[j].second);
+    }
     return l;
 }
 

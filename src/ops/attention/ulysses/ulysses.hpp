@@ -136,6 +136,8 @@ void check_view(World& world, const char* op, const char* name, const MatrixView
 void check_input_dtype(const char* op, const char* name, DType dtype);
 // The options' own fields (comm_sms, num_sms >= 0; the config's when given is checked by the plan).
 void check_options(const char* op, const UlyssesOptions& o);
+// One node: the kernels exchange heads and rows among the node's ranks by load / store.
+void check_world(World& world, const char* op);
 // Raises while `stream` captures a CUDA graph (the ops' signal values and halves are chosen on the host per call).
 void check_not_capturing(const char* op, cudaStream_t stream);
 

@@ -41,6 +41,15 @@ void check_args(World& world, const BufferView& in, const BufferView& out, const
     if (recv_counts) check_counts_array(world, "recv_counts", recv_counts);
     LOOM_CHECK(!coll::overlaps(in.data, in.bytes(), out.data, out.bytes()),
                "{}: in and out overlap (all_to_all_v is not in-place)", kOp);
+    // recv_counts is written while this rank's blocks and its peers still read send_counts / send_offsets (and in).
+    if (recv_counts) {
+        const std::size_t bytes = static_cast<std::size_t>(W) * sizeof(int64_t);
+        detail::check_disjoint(kOp, "recv_counts", recv_counts, bytes, "send_counts", send_counts, bytes);
+        if (send_offsets)
+            detail::check_disjoint(kOp, "recv_counts", recv_counts, bytes, "send_offsets", send_offsets, bytes);
+        detail::check_disjoint(kOp, "recv_counts", recv_counts, bytes, "in", in.data, in.bytes());
+        detail::check_disjoint(kOp, "recv_counts", recv_counts, bytes, "out", out.data, out.bytes());
+    }
 }
 
 // Checking mode, outside a graph capture: the counts and offsets the kernel will read, copied to the host (a stream

@@ -44,7 +44,14 @@ void reduce_scatter(World& world, BufferView in, BufferView out, cudaStream_t st
     if (core.plans.replay(key, stream)) return;  // this exact call was validated and resolved before
     if (!agreed.checked()) check_args(world, in, out);
     const bool in_sym = world.is_symmetric(in.data, in.bytes()), out_sym = world.is_symmetric(out.data, out.bytes());
-    const CollChoice c = coll::resolve(CollKind::ReduceScatter, out.bytes(), core.budget.topo, opts, in_sym, out_sym);
+    CollChoice c = coll::resolve(CollKind::ReduceScatter, out.bytes(), core.budget.topo, opts, in_sym, out_sym);
+    const bool in_place = out.data == static_cast<char*>(in.data) + world.rank() * out.bytes();
+    if (in_place && opts.algo == CollAlgo::Auto && c.algo == CollAlgo::Scatter) {
+        // The scatter algorithm is not in-place; the pull is (staged through the scratch where in is not symmetric).
+        CollOptions pull = opts;
+        pull.algo = CollAlgo::Pull;
+        c = coll::resolve(CollKind::ReduceScatter, out.bytes(), core.budget.topo, pull, in_sym, out_sym);
+    }
     if (c.staged) {
         coll::reduce_scatter_staged(world, core, c, in, out, opts, stream);
     } else if (c.algo == CollAlgo::Scatter && c.path == DataPath::CopyEngine) {

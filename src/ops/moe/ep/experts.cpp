@@ -100,7 +100,7 @@ EpHandle ep_moe_experts(World& world, const MatrixView& x, const int32_t* topk_i
                "{}: opts.algo: Overlapped runs on one node (its per-expert push stores into the peers' memory), given "
                "a World of {} ranks over {} nodes; use Sequential or Auto",
                kOp, W, W / world.local_world_size());
-    // Auto is Sequential: Overlapped is not yet verified at every rank count (docs/moe.md, "Limits").
+    // Auto is Sequential: Overlapped measured no faster with ranks sharing a GPU (docs/moe.md).
     const bool overlapped = opts.algo == EpMoeAlgo::Overlapped;
 
     const EpHandle h =

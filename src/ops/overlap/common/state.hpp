@@ -40,8 +40,8 @@ struct DeviceFacts final : WorldState {
     int arch = 0;             // compute capability x 10
     int device_sms = 0;       // cudaDevAttrMultiProcessorCount (under MPS: this client's share); ranks sharing the
                               // GPU without a share each: shared_gpu_sm_budget's part of it
-    bool shared_gpu = false;  // another rank runs on this GPU (collective_topology)
-    int ranks_per_gpu = 1;    // ranks on this GPU, this one included (collective_topology)
+    bool shared_gpu = false;  // some GPU of the World runs several ranks (collective_topology: the same on every rank)
+    int ranks_per_gpu = 1;    // the most ranks any GPU of the World runs (collective_topology)
 };
 
 // Raises the op's error for a state that a CUDA graph capture (`captured`) would have to create.
