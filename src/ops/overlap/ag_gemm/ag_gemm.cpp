@@ -76,9 +76,12 @@ AgCall validate(World& world, const MatrixView& a, const MatrixView& b, const Ma
 // The op with the options as given.
 void as_given(World& world, const MatrixView& a, const MatrixView& b, const MatrixView& c, cudaStream_t stream,
               const AgGemmOptions& o) {
-    const bool captured = overlap::check_capture(stream, "ag_gemm", o.producer == AgProducer::Sequential);
+    // Only the sequential producer replays in a graph: the one asked for, or Auto's choice for the shapes (one wave).
+    const bool captured = overlap::check_capture(
+        stream, "ag_gemm", o.producer == AgProducer::Sequential || o.producer == AgProducer::Auto);
     AgCall x = validate(world, a, b, c, stream, o, captured);
     overlap::choose_producer(x, o);
+    if (captured) overlap::check_capture(stream, "ag_gemm", x.producer == AgProducer::Sequential);
     if (x.producer == AgProducer::Sequential) {
         overlap::ag_gemm_sequential(x);
         if (x.gathered_out) overlap::ag_gemm_copy_gathered(x);
