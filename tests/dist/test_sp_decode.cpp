@@ -100,6 +100,7 @@ struct SpCase {
     std::vector<int32_t> lens;
     int hq, hkv, d, page_size;
     DType t = DType::BF16;
+    int64_t max_seq_len = 0;  // DecodeOptions::max_seq_len, the same on every rank
 };
 
 class SpDecode : public ::WorldStreamTest {
@@ -137,11 +138,13 @@ class SpDecode : public ::WorldStreamTest {
         // The whole KV's maximum length bounds every shard's: the same splits on every rank is not needed, but the
         // same options are.
         const DecodeQuery dq0v{dq0.p, c.t, B, c.hq, c.d}, dq1v{dq1.p, c.t, B, c.hq, c.d};
+        DecodeOptions opts;
+        opts.max_seq_len = c.max_seq_len;
         auto call = [&](int i) {
             if (i % 2 == 0) {
-                attention::sp_decode_exchange(*w, dq0v, kv, o0.p, static_cast<float*>(l0.p), stream, {}, exchange);
+                attention::sp_decode_exchange(*w, dq0v, kv, o0.p, static_cast<float*>(l0.p), stream, opts, exchange);
             } else {
-                attention::sp_decode_exchange(*w, dq1v, kv, o1.p, static_cast<float*>(l1.p), stream, {}, exchange);
+                attention::sp_decode_exchange(*w, dq1v, kv, o1.p, static_cast<float*>(l1.p), stream, opts, exchange);
             }
         };
         std::vector<double> r0o, r0l, r1o, r1l;
@@ -187,6 +190,12 @@ using attention::SpExchange;
 TEST_F(SpDecode, UnevenShardsPaged16) {
     for (SpExchange x : {SpExchange::Packets, SpExchange::Direct, SpExchange::TwoShot})
         run({{3000, 500, 0, 17, 4097}, 32, 8, 128, 16}, 1, 1, false, x);
+}
+// The whole KV's longest sequence as DecodeOptions::max_seq_len on every rank: past the shorter shards' capacities
+// (sequence 1 is all on rank 0, the others hold none of it), each rank bounds its own shard by its capacity.
+TEST_F(SpDecode, OneMaxSeqLenOverUnevenShards) {
+    for (int page : {0, 16})
+        run({{3000, 500, 0, 17, 4097}, 32, 8, 128, page, DType::BF16, 4097}, 7, 1, false, SpExchange::Auto);
 }
 TEST_F(SpDecode, ContiguousMhaFp16) {
     for (SpExchange x : {SpExchange::Packets, SpExchange::Direct, SpExchange::TwoShot})

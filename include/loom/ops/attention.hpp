@@ -88,10 +88,12 @@ void decode_attention(const DecodeQuery& q, const KvCache& kv, void* o, float* l
 // as `kv` with its own lengths; a rank may hold 0 tokens of a sequence). Every rank gets the attention over the whole
 // KV: O and LSE as decode_attention's over the concatenated shards (the order of the shards does not matter).
 // Collective: every rank calls it with the same q shape, dtype and options (q itself is each rank's: normally the
-// same). One local decode launch and one combine launch that all-gathers the partials (as LL packets for few rows,
-// as plain fp32 published by per-block flags for many) with no barrier and no host synchronisation: back-to-back
-// calls and CUDA-graph capture work. The first call creates the state ("attention/sp_decode": an exchange area of
-// world size x 8 MiB, symmetric) — collective and synchronising, so not inside a capture. Node-local worlds only.
+// same; DecodeOptions::max_seq_len bounds each rank's shard up to that shard's capacity, so a rank holding fewer or
+// no tokens passes the same options). One local decode launch and one combine launch that all-gathers the partials (as
+// LL packets for few rows, as plain fp32 published by per-block flags for many) with no barrier and no host
+// synchronisation: back-to-back calls and CUDA-graph capture work. The first call creates the state
+// ("attention/sp_decode": an exchange area of world size x 8 MiB, symmetric) — collective and synchronising, so not
+// inside a capture. Node-local worlds only.
 void sp_decode_attention(World& world, const DecodeQuery& q, const KvCache& kv, void* o, float* lse,
                          cudaStream_t stream, const DecodeOptions& opts = {});
 

@@ -233,10 +233,12 @@ DecodePlan plan_decode(const char* op, const DecodeQuery& q, const KvCache& kv, 
                dev.arch % 10);
     const bool paged = kv.block_table != nullptr;
     const int64_t capacity = paged ? int64_t(kv.max_pages) * kv.page_size : kv.max_seq_len;
-    LOOM_CHECK(opts.max_seq_len <= capacity,
+    // SP decode (a World): every rank passes the same options with its own shard, whose capacity may be smaller (0
+    // tokens): the bound on a rank is its shard's. A lone decode's bound past its cache is a mistake.
+    LOOM_CHECK(world != nullptr || opts.max_seq_len <= capacity,
                "{}: expected DecodeOptions::max_seq_len <= the cache's capacity {} ({}), given {}", op, capacity,
                paged ? "max_pages x page_size" : "max_seq_len", opts.max_seq_len);
-    const int64_t max_len = opts.max_seq_len > 0 ? opts.max_seq_len : capacity;
+    const int64_t max_len = opts.max_seq_len > 0 ? std::min<int64_t>(opts.max_seq_len, capacity) : capacity;
 
     const std::size_t el = dtype_size(q.dtype);
     const std::size_t rows = std::size_t(q.batch) * q.num_heads;
