@@ -11,6 +11,7 @@
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/stream_ops.hpp"
 #include "ops/attention/decode_plan.hpp"
+#include "runtime/call_agreement.hpp"
 #include "runtime/nvtx_range.hpp"
 #include "runtime/symmetric_zeroed.hpp"
 
@@ -125,15 +126,37 @@ int sp_rows_per_block(std::size_t rows, int head_dim, SpExchange x, int ranks) {
     return static_cast<int>(std::clamp<std::size_t>(want, 1, static_cast<std::size_t>(cap)));
 }
 
+namespace {
+// What every rank must give alike: the query's shape and type, the heads, the options and the exchange (each rank's
+// cache and lengths are its own shard's).
+detail::CallSignature sp_signature(const char* op, const DecodeQuery& q, const KvCache& kv, const DecodeOptions& o,
+                                   SpExchange exchange) {
+    detail::CallSignature s(op);
+    s.add("q.batch", q.batch).add("q.num_heads", q.num_heads).add("q.head_dim", q.head_dim);
+    s.add("q.dtype", detail::dtype_field(q.dtype)).add("kv.num_kv_heads", kv.num_kv_heads);
+    s.add("DecodeOptions::scale", fmt::format("{}", o.scale)).add("DecodeOptions::softcap", fmt::format("{}", o.softcap));
+    s.add("DecodeOptions::max_seq_len", o.max_seq_len).add("DecodeOptions::num_splits", o.num_splits);
+    s.add("DecodeOptions::config", o.config ? o.config->str() : std::string("heuristic"));
+    s.add("exchange", static_cast<int>(exchange));
+    return s;
+}
+}  // namespace
+
 void sp_decode_exchange(World& world, const DecodeQuery& q, const KvCache& kv, void* o, float* lse, cudaStream_t stream,
                         const DecodeOptions& opts, SpExchange exchange) {
     const detail::NvtxRange nvtx("loom::sp_decode_attention B={} Hq={} Hkv={} D={}", q.batch, q.num_heads,
                                  kv.num_kv_heads, q.head_dim);
     const char* op = "sp_decode_attention";
-    LOOM_CHECK(world.world_size() == world.local_world_size() && world.world_size() <= kMaxLocalPeers,
-               "{}: expected a node-local world of at most {} ranks, given {} ranks with {} on this node", op,
-               kMaxLocalPeers, world.world_size(), world.local_world_size());
-    const DecodePlan plan = plan_decode(op, q, kv, o, lse, opts, &world);
+    auto checks = [&] {
+        LOOM_CHECK(world.world_size() == world.local_world_size() && world.world_size() <= kMaxLocalPeers,
+                   "{}: expected a node-local world of at most {} ranks, given {} ranks with {} on this node", op,
+                   kMaxLocalPeers, world.world_size(), world.local_world_size());
+        return plan_decode(op, q, kv, o, lse, opts, &world);
+    };
+    // Checking mode: every rank's checks and call agree before any exchange (the shards, and so the caches, differ).
+    const detail::AgreedCall agreed(
+        world, [&] { return sp_signature(op, q, kv, opts, exchange); }, [&] { (void)checks(); });
+    const DecodePlan plan = checks();
     SpDecodeState& st = sp_state(world, stream);
     const int W = world.world_size();
     if (exchange == SpExchange::Auto) exchange = sp_auto_exchange(plan.rows, W, plan.head_dim);
