@@ -134,7 +134,8 @@ detail::CallSignature sp_signature(const char* op, const DecodeQuery& q, const K
     detail::CallSignature s(op);
     s.add("q.batch", q.batch).add("q.num_heads", q.num_heads).add("q.head_dim", q.head_dim);
     s.add("q.dtype", detail::dtype_field(q.dtype)).add("kv.num_kv_heads", kv.num_kv_heads);
-    s.add("DecodeOptions::scale", fmt::format("{}", o.scale)).add("DecodeOptions::softcap", fmt::format("{}", o.softcap));
+    s.add("DecodeOptions::scale", fmt::format("{}", o.scale))
+        .add("DecodeOptions::softcap", fmt::format("{}", o.softcap));
     s.add("DecodeOptions::max_seq_len", o.max_seq_len).add("DecodeOptions::num_splits", o.num_splits);
     s.add("DecodeOptions::config", o.config ? o.config->str() : std::string("heuristic"));
     s.add("exchange", static_cast<int>(exchange));

@@ -10,6 +10,7 @@
 #include "loom/kernels/moe/ep_params.hpp"
 #include "loom/runtime/error.hpp"
 #include "ops/moe/ep/ep.hpp"
+#include "runtime/call_agreement.hpp"
 #include "runtime/nvtx_range.hpp"
 #include "runtime/remote_kernels.hpp"
 
@@ -56,30 +57,49 @@ namespace {
 constexpr const char* kOp = "ep_dispatch";
 constexpr const char* kHeader = "loom/kernels/moe/ep_dispatch.cuh";
 
+}  // namespace
+
+namespace moe::ep {
+
+constexpr const char* kDispatchOp = "ep_dispatch";
+
 void check_dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, int topk, int num_experts,
                     const EpOptions& opts) {
     const int W = world.world_size();
-    moe::ep::check_rows(kOp, "x", x);
-    LOOM_CHECK(topk >= 1 && topk <= kmoe::kEpMaxTopk, "{}: topk: expected 1..{}, given {}", kOp, kmoe::kEpMaxTopk,
-               topk);
-    LOOM_CHECK(num_experts >= 1 && num_experts <= kmoe::kEpMaxExperts, "{}: num_experts: expected 1..{}, given {}", kOp,
-               kmoe::kEpMaxExperts, num_experts);
-    LOOM_CHECK(num_experts % W == 0, "{}: num_experts: expected a multiple of the world size {}, given {}", kOp, W,
-               num_experts);
-    LOOM_CHECK(topk_idx != nullptr || x.rows == 0, "{}: topk_idx: expected device int32 [{}, {}], given null", kOp,
+    moe::ep::check_rows(kDispatchOp, "x", x);
+    LOOM_CHECK(topk >= 1 && topk <= kmoe::kEpMaxTopk, "{}: topk: expected 1..{}, given {}", kDispatchOp,
+               kmoe::kEpMaxTopk, topk);
+    LOOM_CHECK(num_experts >= 1 && num_experts <= kmoe::kEpMaxExperts, "{}: num_experts: expected 1..{}, given {}",
+               kDispatchOp, kmoe::kEpMaxExperts, num_experts);
+    LOOM_CHECK(num_experts % W == 0, "{}: num_experts: expected a multiple of the world size {}, given {}", kDispatchOp,
+               W, num_experts);
+    LOOM_CHECK(topk_idx != nullptr || x.rows == 0, "{}: topk_idx: expected device int32 [{}, {}], given null",
+               kDispatchOp, x.rows, topk);
+    LOOM_CHECK(x.rows * topk < (int64_t{1} << 31), "{}: x: expected tokens x topk < 2^31, given {} x {}", kDispatchOp,
                x.rows, topk);
-    LOOM_CHECK(x.rows * topk < (int64_t{1} << 31), "{}: x: expected tokens x topk < 2^31, given {} x {}", kOp, x.rows,
-               topk);
     LOOM_CHECK(opts.capacity >= 0 && opts.capacity < (int64_t{1} << 31),
-               "{}: opts.capacity: expected 0 (auto) or a row count < 2^31, given {}", kOp, opts.capacity);
-    LOOM_CHECK(opts.num_blocks >= 0, "{}: opts.num_blocks: expected >= 0, given {}", kOp, opts.num_blocks);
+               "{}: opts.capacity: expected 0 (auto) or a row count < 2^31, given {}", kDispatchOp, opts.capacity);
+    LOOM_CHECK(opts.num_blocks >= 0, "{}: opts.num_blocks: expected >= 0, given {}", kDispatchOp, opts.num_blocks);
 }
 
-}  // namespace
+detail::CallSignature dispatch_signature(const char* op, const MatrixView& x, int topk, int num_experts,
+                                         const EpOptions& opts) {
+    detail::CallSignature s(op);
+    s.add("x.cols", x.cols).add("x.dtype", detail::dtype_field(x.dtype)).add("topk", topk);
+    s.add("num_experts", num_experts).add("EpOptions::capacity", opts.capacity);
+    s.add("EpOptions::num_blocks", opts.num_blocks);
+    return s;
+}
+
+}  // namespace moe::ep
 
 EpHandle ep_dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, const float* topk_weights, int topk,
                      int num_experts, cudaStream_t stream, const EpOptions& opts) {
     const detail::NvtxRange nvtx("loom::ep_dispatch T={} H={} k={} E={}", x.rows, x.cols, topk, num_experts);
+    // Checking mode: the ranks' checks and calls agree before the count exchange (each rank's T is its own).
+    const detail::AgreedCall agreed(
+        world, [&] { return moe::ep::dispatch_signature(kOp, x, topk, num_experts, opts); },
+        [&] { moe::ep::check_dispatch(world, x, topk_idx, topk, num_experts, opts); });
     return moe::ep::dispatch(world, x, topk_idx, topk_weights, topk, num_experts, stream, opts, false);
 }
 

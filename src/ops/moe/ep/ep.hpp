@@ -12,6 +12,7 @@
 #include "loom/ops/moe_ep.hpp"
 #include "loom/runtime/world_state.hpp"
 #include "ops/overlap/common/state.hpp"
+#include "runtime/call_agreement.hpp"
 
 namespace loom::moe::ep {
 
@@ -83,5 +84,12 @@ bool multi_node(const World& world);
 const jit::Kernel& kernel(World& world, const char* header, const char* name);
 jit::LaunchConfig launch_config(unsigned blocks, unsigned threads, std::size_t smem, cudaStream_t stream);
 void check_rows(const char* op, const char* arg, const MatrixView& m);
+
+// ep_dispatch's argument checks (this rank's), and what every rank must give alike (checking mode: the
+// detail::AgreedCall of ep_dispatch and ep_moe_experts).
+void check_dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, int topk, int num_experts,
+                    const EpOptions& opts);
+detail::CallSignature dispatch_signature(const char* op, const MatrixView& x, int topk, int num_experts,
+                                         const EpOptions& opts);
 
 }  // namespace loom::moe::ep

@@ -34,8 +34,10 @@ int64_t in_width(const MatrixView& w, const GroupedGemmOptions& o, int experts) 
 // A weight matrix as the grouped GEMM takes it (16-byte rows, memory this GPU can use), checked before the dispatch
 // communicates: a rank's bad weights raise there, not after its peers have started waiting for it.
 void check_weights(World& world, const char* arg, const MatrixView& w) {
-    LOOM_CHECK(w.rows > 0 && w.cols > 0 && w.stride() >= w.cols, "{}: {}: expected a non-empty matrix with ld >= cols, "
-               "given [{}, {}] with ld {}", kOp, arg, w.rows, w.cols, w.stride());
+    LOOM_CHECK(w.rows > 0 && w.cols > 0 && w.stride() >= w.cols,
+               "{}: {}: expected a non-empty matrix with ld >= cols, "
+               "given [{}, {}] with ld {}",
+               kOp, arg, w.rows, w.cols, w.stride());
     LOOM_CHECK(reinterpret_cast<std::uintptr_t>(w.data) % 16 == 0 && (w.stride() * dtype_size(w.dtype)) % 16 == 0,
                "{}: {}: expected 16-byte aligned rows (address and row stride), given address {} and ld {}", kOp, arg,
                w.data, w.stride());
@@ -103,7 +105,24 @@ EpHandle ep_moe_experts(World& world, const MatrixView& x, const int32_t* topk_i
                         int num_experts, const MatrixView& w_up, const MatrixView& w_down, const MatrixView& y,
                         cudaStream_t stream, const EpMoeOptions& opts) {
     const detail::NvtxRange nvtx("loom::ep_moe_experts T={} H={} k={} E={}", x.rows, x.cols, topk, num_experts);
-    check_experts(world, x, num_experts, w_up, w_down, y, opts);
+    // Checking mode: the ranks' checks (the dispatch's with them) and calls agree before the dispatch communicates.
+    const detail::AgreedCall agreed(
+        world,
+        [&] {
+            detail::CallSignature s = moe::ep::dispatch_signature(kOp, x, topk, num_experts, opts.ep);
+            s.add("w_up.rows", w_up.rows).add("w_up.cols", w_up.cols);
+            s.add("w_down.rows", w_down.rows).add("w_down.cols", w_down.cols);
+            s.add("EpMoeOptions::algo", to_string(opts.algo));
+            s.add("up.activation", static_cast<int>(opts.up.activation));
+            s.add("up.b_layout", static_cast<int>(opts.up.b_layout));
+            s.add("down.b_layout", static_cast<int>(opts.down.b_layout));
+            return s;
+        },
+        [&] {
+            check_experts(world, x, num_experts, w_up, w_down, y, opts);
+            moe::ep::check_dispatch(world, x, topk_idx, topk, num_experts, opts.ep);
+        });
+    if (!agreed.checked()) check_experts(world, x, num_experts, w_up, w_down, y, opts);
     const bool captured = moe::ep::capturing(stream);
     const int W = world.world_size();
     const int L = num_experts / W;

@@ -1,9 +1,14 @@
 // The TP-MoE ops' public entries: validate, choose the algorithm, dispatch.
 #include "ops/moe/tp/tp_moe.hpp"
 
+#include <initializer_list>
+#include <string>
+#include <utility>
+
 #include "loom/runtime/error.hpp"
 #include "ops/moe/routing_internal.hpp"
 #include "ops/overlap/common/state.hpp"
+#include "runtime/call_agreement.hpp"
 
 namespace loom {
 
@@ -31,6 +36,26 @@ TpMoeAlgo choose(const char* op, TpMoeAlgo requested, World& world, bool capture
     return moe::choose_tp_moe_algo(op, requested, f);
 }
 
+// What every rank must give alike (checking mode: detail::AgreedCall): the routing's shape, each matrix's shape and
+// type, and the options that choose the algorithm and the GEMM.
+detail::CallSignature tp_signature(const char* op, const MoeRouting& r,
+                                   std::initializer_list<std::pair<const char*, const MatrixView*>> views,
+                                   const TpMoeOptions& o) {
+    detail::CallSignature s(op);
+    s.add("routing.tokens", r.shape.tokens).add("routing.topk", r.shape.topk);
+    s.add("routing.num_experts", r.shape.num_experts).add("routing.ranks", r.shape.ranks);
+    s.add("routing.align", r.shape.align);
+    for (const auto& [name, m] : views) {
+        const std::string n(name);
+        s.add(n + ".rows", m->rows).add(n + ".cols", m->cols).add(n + ".dtype", detail::dtype_field(m->dtype));
+    }
+    s.add("TpMoeOptions::algo", to_string(o.algo)).add("TpMoeOptions::comm_sms", o.comm_sms);
+    s.add("GroupedGemmOptions::b_layout", static_cast<int>(o.gemm.b_layout));
+    s.add("GroupedGemmOptions::activation", static_cast<int>(o.gemm.activation));
+    s.add("GroupedGemmOptions::config", o.gemm.config ? o.gemm.config->str() : std::string("heuristic"));
+    return s;
+}
+
 }  // namespace
 
 const char* to_string(TpMoeAlgo a) {
@@ -49,7 +74,13 @@ void ag_moe(World& world, const MatrixView& x, const int32_t* topk_idx, const fl
             const MatrixView& w_up, const MoeRouting& routing, const MatrixView& out, cudaStream_t stream,
             const TpMoeOptions& opts) {
     moe::AgMoeCall c{&world, x, w_up, out, topk_idx, topk_weights, routing, stream, opts, capturing(stream)};
-    moe::check_ag_moe(c);
+    const detail::AgreedCall agreed(
+        world,
+        [&] {
+            return tp_signature("ag_moe", routing, {{"x", &x}, {"w_up", &w_up}, {"out", &out}}, opts);
+        },
+        [&] { moe::check_ag_moe(c); });
+    if (!agreed.checked()) moe::check_ag_moe(c);
     switch (choose("ag_moe", opts.algo, world, c.captured, c.routing.shape.entries())) {
         case TpMoeAlgo::Fused:
             moe::ag_moe_fused(c);
@@ -62,7 +93,13 @@ void ag_moe(World& world, const MatrixView& x, const int32_t* topk_idx, const fl
 void moe_rs(World& world, const MatrixView& rows, const MatrixView& w_down, const MoeRouting& routing,
             const MatrixView& out, cudaStream_t stream, const TpMoeOptions& opts) {
     moe::MoeDownCall c{&world, rows, w_down, out, routing, stream, opts, capturing(stream)};
-    moe::check_moe_rs(c);
+    const detail::AgreedCall agreed(
+        world,
+        [&] {
+            return tp_signature("moe_rs", routing, {{"rows", &rows}, {"w_down", &w_down}, {"out", &out}}, opts);
+        },
+        [&] { moe::check_moe_rs(c); });
+    if (!agreed.checked()) moe::check_moe_rs(c);
     switch (choose("moe_rs", opts.algo, world, c.captured, c.routing.shape.entries())) {
         case TpMoeAlgo::Fused:
             moe::moe_rs_fused(c);
@@ -75,7 +112,13 @@ void moe_rs(World& world, const MatrixView& rows, const MatrixView& w_down, cons
 void moe_ar(World& world, const MatrixView& rows, const MatrixView& w_down, const MoeRouting& routing,
             const MatrixView& out, cudaStream_t stream, const TpMoeOptions& opts) {
     moe::MoeDownCall c{&world, rows, w_down, out, routing, stream, opts, capturing(stream)};
-    moe::check_moe_ar(c);
+    const detail::AgreedCall agreed(
+        world,
+        [&] {
+            return tp_signature("moe_ar", routing, {{"rows", &rows}, {"w_down", &w_down}, {"out", &out}}, opts);
+        },
+        [&] { moe::check_moe_ar(c); });
+    if (!agreed.checked()) moe::check_moe_ar(c);
     // Auto is Sequential: the fused moe_ar is chosen only when asked for (Fused raises where it cannot run).
     if (opts.algo == TpMoeAlgo::Fused &&
         choose("moe_ar", opts.algo, world, c.captured, c.routing.shape.entries()) == TpMoeAlgo::Fused) {
