@@ -16,6 +16,7 @@
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/stream_ops.hpp"
 #include "runtime/pointer_check.hpp"
+#include "runtime/stream_key.hpp"
 
 namespace loom::attention {
 
@@ -401,12 +402,12 @@ void* decode_workspace(const char* op, std::size_t bytes, cudaStream_t stream, b
         std::size_t bytes = 0;
     };
     static std::mutex mu;
-    static std::map<std::tuple<int, cudaStream_t, bool>, Buffer> buffers;
+    static std::map<std::tuple<int, std::uint64_t, bool>, Buffer> buffers;
     static std::vector<void*> retired;  // smaller buffers a captured graph may still use
     int dev = 0;
     LOOM_CHECK_CUDA(cudaGetDevice(&dev));
     std::lock_guard<std::mutex> lock(mu);
-    Buffer& b = buffers[{dev, stream, zeroed}];
+    Buffer& b = buffers[{dev, detail::stream_key(stream), zeroed}];
     if (b.bytes >= bytes) return b.data;
     LOOM_CHECK(!stream_ops::capturing(stream),
                "{}: the split workspace of this stream must grow to {} bytes (has {}), which a CUDA-graph capture does "

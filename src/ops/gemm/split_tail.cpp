@@ -9,6 +9,7 @@
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/stream_ops.hpp"
 #include "ops/gemm/gemm_internal.hpp"
+#include "runtime/stream_key.hpp"
 
 namespace loom {
 namespace {
@@ -35,8 +36,8 @@ std::mutex& tail_workspace_mutex() {
 // which a later call on the stream may free (growth) or use at the same time as a replay (on any stream).
 TailWorkspace* tail_workspace(int device, cudaStream_t stream, size_t partial_floats, size_t num_counters) {
     if (stream_ops::capturing(stream)) return nullptr;
-    static std::map<std::pair<int, cudaStream_t>, TailWorkspace> cache;
-    TailWorkspace& ws = cache[{device, stream}];
+    static std::map<std::pair<int, std::uint64_t>, TailWorkspace> cache;
+    TailWorkspace& ws = cache[{device, detail::stream_key(stream)}];
     if (ws.partial_floats >= partial_floats && ws.num_counters >= num_counters) return &ws;
     LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));  // earlier launches on this stream may still use the old ones
     if (ws.partial_floats < partial_floats) {
