@@ -428,6 +428,13 @@ TEST_F(BadInputs, Gemm) {
                               host_bias, stream);
                      },
                      {"expected bias to be device memory"}});
+    // C over A's memory (bf16 C of A's size: the memory checks pass, the kernel would read A where it stores C).
+    cases.push_back(
+        {"C over A",
+         [&] {
+             gemm({a.p, DType::BF16, m, k, 0}, {b.p, DType::BF16, n, k, 0}, {a.p, DType::BF16, m, n, 0}, {}, stream);
+         },
+         {"expected C not to overlap A"}});
     run_cases(*w, "gemm", cases);
     std::vector<double> va, vb;
     upload_bf16(a.p, m * k, w->rank(), 6, va);
