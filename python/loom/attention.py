@@ -3,7 +3,9 @@ and loom.qkv_gemm_a2a, loom.a2a_o_gemm (Ulysses sequence parallelism).
 
 All run on the current torch stream of their inputs' device, release the GIL while they enqueue and never synchronise
 the host. Eager only (no torch custom op: they do not trace under torch.compile). decode_attention and
-sp_decode_attention replay in a CUDA graph once a call of the same shape ran eagerly; the Ulysses ops are not
+sp_decode_attention replay in a CUDA graph once a call of the same shape ran eagerly; decode_attention's split
+workspace is the stream's, so make that call on the stream that will capture (torch.cuda.graph captures on a side
+stream of its own: pass it one with stream=s and warm up under torch.cuda.stream(s)). The Ulysses ops are not
 capturable. sp_decode_attention and the Ulysses ops are collective over the World.
 """
 from typing import Optional, Tuple

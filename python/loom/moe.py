@@ -14,7 +14,7 @@ from torch import Tensor
 
 from . import _C
 from ._enums import parse
-from .ops import _ACTIVATIONS, _d, _matrix, _out_dtype, _stream
+from .ops import _ACTIVATIONS, _d, _matrix, _out_dtype, _scales, _stream
 from .world import resolve
 
 __all__ = ["MoeRouting", "moe_routing", "moe_route", "moe_permute", "moe_topk_reduce", "ag_moe", "moe_rs", "moe_ar",
@@ -191,6 +191,7 @@ def ag_moe(x: Tensor, topk_idx: Tensor, topk_weights: Optional[Tensor], w_up: Te
     if out is None:
         n = w_up.shape[1] if b_kn else w_up.shape[0] // e
         out = x.new_empty((routing.max_rows, n // 2 if activation == "swiglu" else n), dtype=_out_dtype(x, out_dtype))
+    _scales(op, scale_a, scale_b, e)
     _C.ag_moe(w._h, _d(x), topk_idx, _d(topk_weights), _d(w_up), routing.buffer, routing.shape, out, _stream(x),
               parse(_C.TpMoeAlgo, algo, "algo"), b_kn, _ACTIVATIONS[activation], float(alpha), _d(scale_a),
               _d(scale_b))
@@ -204,6 +205,7 @@ def _down(op: str, rows: Tensor, w_down: Tensor, routing: MoeRouting, out: Optio
     _check_routing(op, routing)
     _matrix(rows, op, "rows")
     w_down, e = _stacked(w_down, routing.num_experts, op, "w_down")
+    _scales(op, scale_a, scale_b, e)
     b_kn = _layout(op, b_layout)
     if out is None:
         h = w_down.shape[1] if b_kn else w_down.shape[0] // e

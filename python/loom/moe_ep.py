@@ -71,7 +71,7 @@ def ep_combine(handle: EpHandle, expert_out: Tensor, *, out: Optional[Tensor] = 
                num_blocks: int = 0) -> Tensor:
     """y [T, H] bfloat16: per token, the top-k weighted sum (fp32) of its experts' outputs, expert_out
     [>= handle.capacity, H] bfloat16 holding the output of recv_x's row i in row i. One combine per dispatch."""
-    w = resolve(world)
+    w = handle._world if world is None else resolve(world)
     _matrix(expert_out, "ep_combine", "expert_out")
     if out is None:
         out = expert_out.new_empty((handle.tokens, handle.hidden), dtype=torch.bfloat16)
@@ -82,13 +82,13 @@ def ep_combine(handle: EpHandle, expert_out: Tensor, *, out: Optional[Tensor] = 
 def ep_check(handle: EpHandle, world=None) -> None:
     """Synchronises the current stream; raises loom.Error when the handle's dispatch overflowed its capacity (it
     moved no data) or the handle is not the World's latest dispatch."""
-    w = resolve(world)
+    w = handle._world if world is None else resolve(world)
     _C.ep_check(w._h, handle._h, torch.cuda.current_stream(handle.device).cuda_stream)
 
 
 def ep_dispatch_bytes(handle: EpHandle, world=None) -> int:
     """Bytes of token rows this rank's dispatch sent to other ranks (synchronises the current stream)."""
-    w = resolve(world)
+    w = handle._world if world is None else resolve(world)
     return _C.ep_dispatch_bytes(w._h, handle._h, torch.cuda.current_stream(handle.device).cuda_stream)
 
 

@@ -88,6 +88,8 @@ def ep_ll_dispatch(x: Tensor, topk_idx: Tensor, buffers: EpLowLatencyBuffers, *,
     b = buffers
     _C.ep_ll_dispatch(w._h, _d(x), topk_idx, *b._shape(), b.x, b.scales, b.src_info, b.counts, _stream(x), b.fp8,
                       bool(return_without_waiting), b.symmetric)
+    # The receive half, launched by ep_ll_dispatch_wait, may still read what the call was given: held until then.
+    w._ll_pending_dispatch = (x, topk_idx) if return_without_waiting else None
     return buffers
 
 
@@ -95,6 +97,7 @@ def ep_ll_dispatch_wait(world=None, stream: Optional[torch.cuda.Stream] = None) 
     """The receive half of a dispatch made with return_without_waiting, on `stream` (default: the current one)."""
     w = resolve(world)
     _C.ep_ll_dispatch_wait(w._h, _stream_of(w, stream))
+    w._ll_pending_dispatch = None
 
 
 def ep_ll_combine(expert_out: Tensor, topk_idx: Tensor, topk_weights: Tensor, buffers: EpLowLatencyBuffers, *,
@@ -120,6 +123,9 @@ def ep_ll_combine(expert_out: Tensor, topk_idx: Tensor, topk_weights: Tensor, bu
         out = expert_out.new_empty((tokens, b.hidden), dtype=torch.bfloat16)
     _C.ep_ll_combine(w._h, _d(expert_out), topk_idx, topk_weights, *b._shape(), b.src_info, b.counts, out,
                      _stream(expert_out), bool(return_without_waiting))
+    # The receive half, launched by ep_ll_combine_wait, reads topk_idx, topk_weights and expert_out: held until then
+    # (torch would otherwise hand their memory to the next allocation while the wait is still to come).
+    w._ll_pending_combine = (expert_out, topk_idx, topk_weights, out) if return_without_waiting else None
     return out
 
 
@@ -127,6 +133,7 @@ def ep_ll_combine_wait(world=None, stream: Optional[torch.cuda.Stream] = None) -
     """The receive half of a combine made with return_without_waiting, on `stream` (default: the current one)."""
     w = resolve(world)
     _C.ep_ll_combine_wait(w._h, _stream_of(w, stream))
+    w._ll_pending_combine = None
 
 
 def release_ep_ll_state(world=None) -> None:

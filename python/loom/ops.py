@@ -33,6 +33,15 @@ def _d(t: Optional[Tensor]) -> Optional[Tensor]:
     return t.detach() if t is not None and t.requires_grad else t
 
 
+def _scales(op: str, scale_a: Optional[Tensor], scale_b: Optional[Tensor], b_scales: int) -> None:
+    """The device scales' sizes, which the kernels read without knowing them: scale_a one float32, scale_b
+    `b_scales` (one per expert, or one)."""
+    for arg, t, n in (("scale_a", scale_a, 1), ("scale_b", scale_b, b_scales)):
+        if t is not None and (t.dtype != torch.float32 or t.numel() != n):
+            raise ValueError(f"{op}: {arg} must hold {n} float32 value{'s' if n != 1 else ''}; given {t.dtype} of "
+                             f"{t.numel()} elements")
+
+
 def _matrix(t: Tensor, op: str, arg: str) -> None:
     if t.dim() != 2:
         raise ValueError(f"{op}: {arg} must be a 2-D tensor; given shape {list(t.shape)}")
@@ -187,6 +196,10 @@ def gemm(a: Tensor, b: Tensor, *, out: Optional[Tensor] = None, bias: Optional[T
     bf16 / fp16, or float8_e4m3fn for both (b as [N, K]); fp32 accumulation; out bf16 / fp16 / fp32 (default: a's
     dtype, bf16 for fp8). M, N, K multiples of 8 (K of 16 for fp8). scale_a / scale_b: one float32 on the device.
     beta needs out=. Takes no World."""
+    _scales("gemm", scale_a, scale_b, 1)
+    if bias is not None and (bias.dim() != 1 or bias.numel() != (b.shape[-1] if b_kn else b.shape[0])):
+        raise ValueError(f"gemm: bias must be 1-D of N = {b.shape[-1] if b_kn else b.shape[0]} elements; given shape "
+                         f"{list(bias.shape)}")
     if out is None:
         if beta != 0.0:
             raise ValueError("gemm: beta != 0 reads out: pass out=")
@@ -224,6 +237,7 @@ def grouped_gemm(a: Tensor, b: Tensor, offsets: Tensor, *, num_experts: Optional
         raise ValueError(f"grouped_gemm: b_layout must be 'nk' or 'kn'; given {b_layout!r}")
     if activation not in _ACTIVATIONS:
         raise ValueError(f"grouped_gemm: activation must be one of {sorted(_ACTIVATIONS)}; given {activation!r}")
+    _scales("grouped_gemm", scale_a, scale_b, int(num_experts))
     b_kn = b_layout == "kn"
     n = b.shape[1] if b_kn else b.shape[0] // num_experts
     if out is None:

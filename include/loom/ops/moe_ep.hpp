@@ -44,7 +44,7 @@ struct EpHandle {
                            // hold stale data)
     const int32_t* recv_offsets = nullptr;  // DEVICE int32 [local_experts + 1]: local expert l's rows
     const int32_t* recv_counts = nullptr;   // DEVICE int32 [local_experts]
-    uint64_t call = 0;                      // the dispatch's number on the World (internal)
+    uint64_t call = 0;                      // the dispatch's number, unique in the process (internal)
 };
 
 // x: [T, H] bf16, H a multiple of 8, rows 16-byte aligned; topk_idx: DEVICE int32 [T, k] ids in [0, E) or -1 (slot

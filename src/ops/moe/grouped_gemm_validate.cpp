@@ -110,6 +110,9 @@ void grouped_gemm_validate(const GroupedGemmProblem& p, int device) {
                                            loom::detail::buffer_bytes(kOp, name, count, DType::F32));
         }
     }
+    // The kernel reads A's rows and B's experts tile by tile while it stores C's tiles.
+    loom::detail::check_disjoint(kOp, "C", c, "A", a);
+    loom::detail::check_disjoint(kOp, "C", c, "B", b);
     if (o.scale_b != nullptr) {
         LOOM_CHECK(reinterpret_cast<std::uintptr_t>(o.scale_b) % 4 == 0,
                    "grouped_gemm: expected scale_b 4-byte aligned, given {}", static_cast<const void*>(o.scale_b));

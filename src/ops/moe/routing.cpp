@@ -8,6 +8,7 @@
 #include "loom/ops/moe.hpp"
 #include "loom/runtime/error.hpp"
 #include "ops/moe/routing_internal.hpp"
+#include "runtime/pointer_check.hpp"
 
 namespace loom {
 
@@ -50,6 +51,7 @@ void check_permute(const char* op, const MatrixView& x, const MoeRouting& r, con
     LOOM_CHECK(rows.cols == x.cols, "{}: rows: expected x's {} columns, given {}", op, x.cols, rows.cols);
     LOOM_CHECK(rows.rows >= r.shape.max_rows(), "{}: rows: expected >= {} rows (the routing's max_rows), given {}", op,
                r.shape.max_rows(), rows.rows);
+    detail::check_disjoint(op, "rows", rows, "x", x);  // every token's row is read for each of its k copies
 }
 
 void check_topk_reduce(const char* op, const MatrixView& rows, const MoeRouting& r, const MatrixView& y) {
@@ -60,6 +62,7 @@ void check_topk_reduce(const char* op, const MatrixView& rows, const MoeRouting&
     LOOM_CHECK(rows.cols == y.cols, "{}: rows: expected y's {} columns, given {}", op, y.cols, rows.cols);
     LOOM_CHECK(rows.rows >= r.shape.entries(), "{}: rows: expected >= {} rows (tokens x topk), given {}", op,
                r.shape.entries(), rows.rows);
+    detail::check_disjoint(op, "y", y, "rows", rows);  // a token's sum reads k rows from anywhere in rows
 }
 
 int route_chunks(const MoeRoutingShape& s) {

@@ -3,6 +3,7 @@
 // kernels (one stream synchronisation) and grows the symmetric buffer there (collective: every rank computes the
 // same need from the same counts).
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <string>
 
@@ -234,7 +235,10 @@ EpHandle dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, co
                ctx, p);
     }
 
-    st.calls += 1;
+    // A number no other dispatch of the process has (of this World before a release, or of another World): a
+    // handle names its own dispatch only.
+    static std::atomic<uint64_t> dispatches{0};
+    st.calls = dispatches.fetch_add(1, std::memory_order_relaxed) + 1;
     st.combined = false;
     st.params = p;
     EpHandle h;

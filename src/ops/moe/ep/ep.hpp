@@ -58,7 +58,7 @@ struct State final : WorldState {
     int32_t* host = nullptr;                     // pinned: the device state's read-backs
     int device_sms = 0;
     int64_t auto_rows = 0;  // auto mode's capacity of the last call
-    uint64_t calls = 0;     // dispatches on the World (the latest handle's number)
+    uint64_t calls = 0;     // the latest dispatch's number (unique in the process; its handle's)
     bool combined = false;  // the latest dispatch's combine was enqueued
     // ep_moe_experts: the first GEMM's rows (with w_down) and the experts' outputs.
     overlap::LocalBuffer expert_mid, expert_out;
