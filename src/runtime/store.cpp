@@ -26,6 +26,9 @@ namespace {
 constexpr auto kClientGrace = std::chrono::milliseconds(2000);
 // Bound on how long rank 0's destructor keeps serving ranks that are still finishing.
 constexpr auto kMaxDrain = std::chrono::milliseconds(10000);
+// How long a hello refused as "already joined" is retried: rank 0 serves the previous World's store for up to
+// kMaxDrain after its ranks left, and may see a rank's closed connection after its next hello.
+constexpr auto kRejoinGrace = kMaxDrain + std::chrono::milliseconds(2000);
 
 // How this rank learns the job token (store_auth.hpp).
 enum class TokenSource { Secret, Generated, File };
@@ -48,9 +51,11 @@ struct Store::Impl {
     int port;
     std::chrono::milliseconds timeout;
     TokenSource source = TokenSource::Secret;
-    store_auth::Token token{};            // unless source == File: read after connecting
-    std::unique_ptr<StoreServer> server;  // rank 0 only
-    bool wrote_token_file = false;        // rank 0: remove it when the server stops
+    store_auth::Token token{};                 // unless source == File: read after connecting
+    std::unique_ptr<StoreServer> server;       // rank 0 only
+    bool wrote_token_file = false;             // rank 0: remove it when the server stops
+    Clock::time_point rejoin_refused_since{};  // the first "already joined" refusal of this connect
+    std::string rejoin_refused;                // its text
 
     std::mutex mu;  // serialises requests on the one connection, and guards the fields below
     int fd = -1;
@@ -101,6 +106,21 @@ struct Store::Impl {
         const auto status = static_cast<Status>(static_cast<std::uint8_t>(reply[0]));
         if (status == Status::Ok) return true;
         const std::string msg(net::Reader(std::string_view(reply).substr(1)).bytes());
+        if (status == Status::Refused && msg == store_wire::kRankLeft) {
+            *why = "the store of an earlier World answered (it is still draining)";
+            return false;  // retried until this World's store answers
+        }
+        if (status == Status::Refused && msg.find(store_wire::kAlreadyJoined) != std::string::npos) {
+            // The previous World's store may not have seen this rank's last connection close yet: retried for
+            // kRejoinGrace, then a second process with this rank is the likelier story.
+            const auto now = Clock::now();
+            if (rejoin_refused_since == Clock::time_point{}) rejoin_refused_since = now;
+            if (now - rejoin_refused_since < kRejoinGrace) {
+                *why = msg;
+                rejoin_refused = msg;  // what the connect reports if its deadline passes first
+                return false;
+            }
+        }
         if (status == Status::Refused && msg == store_wire::kWrongToken)
             LOOM_FAIL("rank {} was refused by the {}: wrong job token. {}", rank, where(),
                       source == TokenSource::File
@@ -127,6 +147,8 @@ struct Store::Impl {
                 fd = -1;
             }
             auto now = Clock::now();
+            if (now >= deadline && !rejoin_refused.empty())
+                LOOM_FAIL("rank {} was refused by the {}: {}", rank, where(), rejoin_refused);
             LOOM_CHECK(now < deadline,
                        "rank {} could not connect to the {} within {} ms ({} attempts, last error: {}); is rank 0 "
                        "running, and are LOOM_MASTER_ADDR/LOOM_MASTER_PORT (or MASTER_ADDR/MASTER_PORT + 1) right?",

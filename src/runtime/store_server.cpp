@@ -469,10 +469,15 @@ class Loop {
                                           "world size {}",
                                           rank, world, world_));
         if (rank < 0 || rank >= world_) return refuse(id, fmt::format("rank {} out of range [0, {})", rank, world_));
-        if (joined_[static_cast<std::size_t>(rank)])
-            return refuse(id, fmt::format("rank {} has already joined the store (one connection per rank: were two "
-                                          "processes given rank {}?)",
-                                          rank, rank));
+        if (joined_[static_cast<std::size_t>(rank)]) {
+            // A live connection of that rank: two processes were given it. None: the rank left this store (an
+            // earlier World's, still draining) and is joining the next World's: it retries.
+            const bool live =
+                std::any_of(conns_.begin(), conns_.end(), [&](const auto& c) { return c.second.rank == rank; });
+            if (!live) return refuse(id, store_wire::kRankLeft);
+            return refuse(id, fmt::format("rank {} {} (one connection per rank: were two processes given rank {}?)",
+                                          rank, store_wire::kAlreadyJoined, rank));
+        }
         joined_[static_cast<std::size_t>(rank)] = true;
         conns_.at(id).rank = rank;
         ++stats_.joined;

@@ -39,6 +39,12 @@ enum class Status : std::uint8_t { Ok = 0, Error = 1, Refused = 2 };
 
 // The refusal text of a hello with a wrong token (the client adds what to check).
 inline constexpr const char* kWrongToken = "wrong job token";
+// The refusal of a hello from a rank that joined this store and has closed its connection since: this is the store of
+// an earlier World, draining, and the rank is starting the next one (the client retries until the new store answers).
+inline constexpr const char* kRankLeft = "this rank left this store";
+// Part of the refusal of a hello from a rank whose connection is still open: two processes given one rank, or a rank
+// starting its next World before this store noticed its last connection close (the client retries for a while).
+inline constexpr const char* kAlreadyJoined = "has already joined the store";
 
 // Largest first frame: [u8 op][u32 timeout][u32 32][token][i32 rank][i32 world] is 53 bytes.
 inline constexpr std::uint32_t kMaxHelloFrame = 128;

@@ -333,6 +333,32 @@ TEST(WorldCpu, ComesUpUnderTorchrunBesideItsStore) {
     if (again >= 0) ::close(again);
 }
 
+// Worlds made one after another on one store port (as a job does with a fixed MASTER_PORT): a rank that starts its next
+// World while rank 0 still serves the last one's store retries until the new store answers.
+TEST(WorldCpu, WorldsOneAfterAnotherOnOnePort) {
+    int port = 0;
+    const int probe = listen_on(0, &port);
+    ASSERT_GE(probe, 0) << "no free port on loopback";
+    ::close(probe);
+    for (int world : {2, 4}) {
+        expect_all_zero(run_children(world, [&](int rank) {
+            loom::RankInfo info;
+            info.rank = rank;
+            info.world_size = info.local_world_size = world;
+            info.local_rank = rank;
+            info.master_addr = "127.0.0.1";
+            info.master_port = port;
+            info.source = "test";
+            for (int i = 0; i < 5; ++i) {
+                loom::World w(info, kCpuOnly);
+                w.barrier("next");
+                CHILD_CHECK(w.rank() == rank && w.store().port() == port);
+            }
+            return 0;
+        }));
+    }
+}
+
 // When MASTER_PORT + 1 is taken too, rank 0 fails at once naming the port and the variable that moves it; with
 // LOOM_MASTER_PORT set the same job comes up.
 TEST(WorldCpu, BusyStorePortNamesTheVariableToSet) {
