@@ -78,8 +78,12 @@ void bind_jit(nb::module_& m) {
             [](const jit::Kernel& k, const Dim3& grid, const Dim3& block, std::size_t smem, std::uintptr_t stream,
                const std::vector<nb::bytes>& args, const Dim3& cluster, bool cooperative) {
                 std::vector<void*> ptrs;
+                std::vector<std::size_t> sizes;
                 ptrs.reserve(args.size() + 1);
-                for (const nb::bytes& a : args) ptrs.push_back(const_cast<void*>(a.data()));
+                for (const nb::bytes& a : args) {
+                    ptrs.push_back(const_cast<void*>(a.data()));
+                    sizes.push_back(a.size());
+                }
                 ptrs.push_back(nullptr);
                 jit::LaunchConfig cfg;
                 cfg.grid = to_dim3(grid);
@@ -89,7 +93,7 @@ void bind_jit(nb::module_& m) {
                 cfg.stream = reinterpret_cast<cudaStream_t>(stream);
                 cfg.cooperative = cooperative;
                 nb::gil_scoped_release unlocked;  // `args` stay referenced by the caller's list
-                k.launch(cfg, ptrs.data());
+                k.launch_checked(cfg, ptrs.data(), sizes.data(), sizes.size());
             },
             arg("grid"), arg("block"), arg("smem"), arg("stream"), arg("args"), arg("cluster") = Dim3{1, 1, 1},
             arg("cooperative") = false);

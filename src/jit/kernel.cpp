@@ -183,6 +183,34 @@ bool Kernel::programmatic_supported() const {
     return v == 1;
 }
 
+const std::optional<std::vector<std::size_t>>& Kernel::param_sizes() const {
+    std::call_once(params_once_, [&] {
+        // One index past the last parameter the driver answers CUDA_ERROR_INVALID_VALUE; any other answer: unknown.
+        std::vector<std::size_t> sizes;
+        for (std::size_t i = 0;; ++i) {
+            std::size_t offset = 0, size = 0;
+            const CUresult rc = driver::api().cuFuncGetParamInfo(function_, i, &offset, &size);
+            if (rc == CUDA_ERROR_INVALID_VALUE) break;
+            if (rc != CUDA_SUCCESS) return;
+            sizes.push_back(size);
+        }
+        param_sizes_ = std::move(sizes);
+    });
+    return param_sizes_;
+}
+
+void Kernel::launch_checked(const LaunchConfig& cfg, void** args, const std::size_t* sizes, std::size_t count) const {
+    if (const auto& want = param_sizes()) {
+        LOOM_CHECK(count == want->size(), "launch {}: expected {} kernel argument{}, given {}", name_, want->size(),
+                   want->size() == 1 ? "" : "s", count);
+        for (std::size_t i = 0; i < count; ++i)
+            LOOM_CHECK(sizes[i] == (*want)[i],
+                       "launch {}: argument {}: expected {} bytes (the kernel's parameter), given {}", name_, i,
+                       (*want)[i], sizes[i]);
+    }
+    launch(cfg, args);
+}
+
 void Kernel::launch(const LaunchConfig& cfg, void** args) const {
     const unsigned threads = cfg.block.x * cfg.block.y * cfg.block.z;
     LOOM_CHECK(cfg.block.x > 0 && cfg.block.y > 0 && cfg.block.z > 0 && threads <= 1024,

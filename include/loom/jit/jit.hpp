@@ -12,6 +12,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,12 @@ class Kernel {
     int max_active_clusters(const LaunchConfig& cfg) const;
 
     void launch(const LaunchConfig& cfg, void** args) const;
+    // launch() of `count` arguments of sizes[i] bytes each, raising unless the kernel takes that many parameters of
+    // those sizes (the driver would read each parameter's size from wherever args[i] points).
+    void launch_checked(const LaunchConfig& cfg, void** args, const std::size_t* sizes, std::size_t count) const;
+    // The kernel's parameters' sizes in bytes, in order (asked of the driver once); nullopt where the driver cannot
+    // tell.
+    const std::optional<std::vector<std::size_t>>& param_sizes() const;
     template <class... Args>
     void operator()(const LaunchConfig& cfg, const Args&... args) const {
         void* ptrs[] = {const_cast<void*>(static_cast<const void*>(&args))..., nullptr};
@@ -116,6 +123,8 @@ class Kernel {
     mutable std::atomic<long long> smem_budget_{-1};           // opt-in limit - static smem; -1: not yet asked
     mutable std::atomic<int> programmatic_{-1};  // 1: the device takes programmatic launches (sm_90+); -1: not asked
     bool programmatic_supported() const;
+    mutable std::once_flag params_once_;
+    mutable std::optional<std::vector<std::size_t>> param_sizes_;
     // Occupancy answers by {block threads, dynamic smem, cluster x, y, z} (cluster 0: blocks per SM).
     mutable std::mutex occupancy_mu_;
     mutable std::map<std::array<std::size_t, 5>, int> occupancy_;

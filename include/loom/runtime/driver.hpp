@@ -43,6 +43,7 @@ namespace loom::driver {
     X(cuKernelGetFunction, 12000)                        \
     X(cuKernelSetAttribute, 12000)                       \
     X(cuFuncGetAttribute, 2020)                          \
+    X(cuFuncGetParamInfo, 12040)                         \
     X(cuFuncSetAttribute, 9000)                          \
     X(cuLaunchKernelEx, 11060)                           \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050) \
