@@ -126,6 +126,14 @@ std::string random_suffix() {
     return fmt::format("{}-{:016x}", ::getpid(), rng());
 }
 
+// The cubin's FNV-1a 64 digest (hex): an entry whose cubin no longer matches it (a damaged disk, a partial copy of
+// the cache) is a miss, recompiled and replaced, not a load error on every run.
+std::string cubin_digest(std::string_view bin) {
+    std::uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : bin) h = (h ^ c) * 1099511628211ull;
+    return fmt::format("{:016x}", h);
+}
+
 json meta_of(const KernelSpec& spec, int arch, const CompileResult& r, const Resources& res) {
     return json{{"key", r.cache_key},
                 {"kernel", spec.display()},
@@ -141,6 +149,7 @@ json meta_of(const KernelSpec& spec, int arch, const CompileResult& r, const Res
                 {"compiler", r.compiler},
                 {"lowered_name", r.lowered_name},
                 {"cubin_bytes", r.cubin.size()},
+                {"cubin_fnv1a", cubin_digest(std::string_view(r.cubin.data(), r.cubin.size()))},
                 {"registers", res.registers},
                 {"stack_bytes", res.stack_bytes},
                 {"spill_store_bytes", res.spill_store_bytes},
@@ -171,7 +180,9 @@ std::optional<CompileResult> read_entry(const std::string& dir) {
     try {
         json m = json::parse(read_file(dir + "/meta.json"));
         std::string bin = read_file(dir + "/kernel.cubin");
-        if (bin.size() != m.at("cubin_bytes").get<std::size_t>()) return std::nullopt;
+        if (bin.size() != m.at("cubin_bytes").get<std::size_t>() ||
+            cubin_digest(bin) != m.at("cubin_fnv1a").get<std::string>())
+            return std::nullopt;
         CompileResult r;
         r.cubin.assign(bin.begin(), bin.end());
         r.lowered_name = m.at("lowered_name").get<std::string>();
@@ -262,11 +273,10 @@ CompileResult compile(const KernelSpec& spec, int arch) {
     job.include_dirs.insert(job.include_dirs.end(), cuda_inc.begin(), cuda_inc.end());
     job.name_expr = spec.name.empty() ? "" : spec.display();
     job.want_ptx = debug;
-    write_file(job.tu_path, tu);
-
     Output out;
     std::string failures;
     try {
+        write_file(job.tu_path, tu);
         if (mode == Mode::Nvcc) {
             out = nvcc_compile(job);
         } else {
@@ -313,10 +323,16 @@ CompileResult compile(const KernelSpec& spec, int arch) {
     Resources res = parse_ptxas_verbose(out.log, out.lowered_name);
     json meta = meta_of(spec, arch, r, res);
     fill_resources(r, meta);
-    write_file(tmp + "/kernel.cubin", std::string_view(r.cubin.data(), r.cubin.size()));
-    if (job.want_ptx && !out.ptx.empty()) write_file(tmp + "/kernel.ptx", out.ptx);
-    if (debug) dump_sass(tmp);
-    write_file(tmp + "/meta.json", meta.dump(2));  // last: an entry with meta.json is complete
+    try {
+        write_file(tmp + "/kernel.cubin", std::string_view(r.cubin.data(), r.cubin.size()));
+        if (job.want_ptx && !out.ptx.empty()) write_file(tmp + "/kernel.ptx", out.ptx);
+        if (debug) dump_sass(tmp);
+        write_file(tmp + "/meta.json", meta.dump(2));  // last: an entry with meta.json is complete
+    } catch (...) {
+        std::error_code ec;
+        fs::remove_all(tmp, ec);  // a full or unwritable disk leaves no half-written entry behind
+        throw;
+    }
 
     std::error_code ec;
     fs::rename(tmp, dir, ec);

@@ -211,6 +211,13 @@ TEST_F(JitCache, DamagedEntryIsRecompiled) {
     EXPECT_FALSE(b.from_cache);
     EXPECT_EQ(b.cubin, a.cubin);
     EXPECT_TRUE(loom::jit::compile(add_spec(), 90).from_cache);
+    // Bytes changed in place, the size kept: the digest in meta.json tells.
+    std::string flipped(b.cubin.begin(), b.cubin.end());
+    flipped[flipped.size() / 2] ^= 0x5a;
+    std::ofstream(b.cache_dir + "/kernel.cubin", std::ios::trunc | std::ios::binary) << flipped;
+    auto c = loom::jit::compile(add_spec(), 90);
+    EXPECT_FALSE(c.from_cache);
+    EXPECT_EQ(c.cubin, a.cubin);
 }
 
 TEST_F(JitCache, MalformedKernelRaisesWithLog) {
