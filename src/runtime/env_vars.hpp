@@ -18,6 +18,8 @@ long long env_int(const EnvLookup& env, const char* name, long long fallback);
 bool env_flag(const EnvLookup& env, const char* name);
 // parse_bytes' forms: 1073741824, 1G, 512M, 64K, 2GiB.
 std::size_t env_bytes(const EnvLookup& env, const char* name, std::size_t fallback);
-std::chrono::milliseconds env_ms(const EnvLookup& env, const char* name, std::chrono::milliseconds fallback);
+// A duration in milliseconds in [0, max_ms] (default: a year, which the waits' nanosecond clocks hold).
+std::chrono::milliseconds env_ms(const EnvLookup& env, const char* name, std::chrono::milliseconds fallback,
+                                 long long max_ms = 365LL * 24 * 3600 * 1000);
 
 }  // namespace loom
