@@ -11,7 +11,6 @@
 #include "ops/moe/ep/ep.hpp"
 #include "ops/moe/grouped_gemm_internal.hpp"
 #include "runtime/nvtx_range.hpp"
-#include "runtime/pointer_check.hpp"
 
 namespace loom {
 
@@ -31,9 +30,10 @@ int64_t in_width(const MatrixView& w, const GroupedGemmOptions& o, int experts) 
     return o.b_layout == BLayout::KN ? w.rows / std::max(experts, 1) : w.cols;
 }
 
-// A weight matrix as the grouped GEMM takes it (16-byte rows, memory this GPU can use), checked before the dispatch
-// communicates: a rank's bad weights raise there, not after its peers have started waiting for it.
-void check_weights(World& world, const char* arg, const MatrixView& w) {
+// A weight matrix's layout as the grouped GEMM takes it (16-byte rows), checked before the dispatch communicates: a
+// rank's misaligned weights raise there, not after its peers have started waiting for it. (Its memory is checked by
+// the grouped GEMM.)
+void check_weights(const char* arg, const MatrixView& w) {
     LOOM_CHECK(w.rows > 0 && w.cols > 0 && w.stride() >= w.cols,
                "{}: {}: expected a non-empty matrix with ld >= cols, "
                "given [{}, {}] with ld {}",
@@ -41,7 +41,6 @@ void check_weights(World& world, const char* arg, const MatrixView& w) {
     LOOM_CHECK(reinterpret_cast<std::uintptr_t>(w.data) % 16 == 0 && (w.stride() * dtype_size(w.dtype)) % 16 == 0,
                "{}: {}: expected 16-byte aligned rows (address and row stride), given address {} and ld {}", kOp, arg,
                w.data, w.stride());
-    detail::check_memory(&world, world.device(), kOp, arg, w.data, detail::matrix_bytes(kOp, arg, w));
 }
 
 void check_experts(World& world, const MatrixView& x, int num_experts, const MatrixView& w_up, const MatrixView& w_down,
@@ -58,7 +57,7 @@ void check_experts(World& world, const MatrixView& x, int num_experts, const Mat
     LOOM_CHECK(w_up.dtype == DType::BF16 && w_up.data != nullptr,
                "{}: w_up: expected bf16 device memory (the {} local experts stacked), given {} at {}", kOp, L,
                dtype_name(w_up.dtype), w_up.data);
-    check_weights(world, "w_up", w_up);
+    check_weights("w_up", w_up);
     const int64_t n1 = out_width(w_up, opts.up, L);
     LOOM_CHECK(in_width(w_up, opts.up, L) == x.cols,
                "{}: w_up: expected the {} local experts' weights over K = H = {} ({}), given [{}, {}]", kOp, L, x.cols,
@@ -70,7 +69,7 @@ void check_experts(World& world, const MatrixView& x, int num_experts, const Mat
         return;
     }
     LOOM_CHECK(w_down.dtype == DType::BF16, "{}: w_down: expected bf16, given {}", kOp, dtype_name(w_down.dtype));
-    check_weights(world, "w_down", w_down);
+    check_weights("w_down", w_down);
     LOOM_CHECK(n1 % 8 == 0, "{}: w_up: expected an output width (w_down's K) that is a multiple of 8, given {}", kOp,
                n1);
     LOOM_CHECK(in_width(w_down, opts.down, L) == n1,
