@@ -7,6 +7,7 @@
 #include "loom/runtime/error.hpp"
 #include "loom/runtime/stream_ops.hpp"
 #include "ops/moe/ep/ll_state.hpp"
+#include "runtime/call_agreement.hpp"
 #include "runtime/nvtx_range.hpp"
 #include "runtime/remote_kernels.hpp"
 
@@ -23,6 +24,16 @@ int64_t slots_of(const EpLowLatencyShape& s, int world_size) {
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// What every rank must give alike (checking mode: detail::AgreedCall): the shape and the options.
+detail::CallSignature ll_signature(const char* op, const EpLowLatencyShape& s, const EpLowLatencyOptions& o) {
+    detail::CallSignature sig(op);
+    sig.add("shape.max_tokens", s.max_tokens).add("shape.hidden", s.hidden).add("shape.topk", s.topk);
+    sig.add("shape.num_experts", s.num_experts).add("options.fp8", static_cast<int>(o.fp8));
+    sig.add("options.return_without_waiting", static_cast<int>(o.return_without_waiting));
+    sig.add("options.recv_in_heap", static_cast<int>(o.recv_in_heap));
+    return sig;
+}
 
 // A bf16 [rows, H] matrix argument.
 void check_rows(const char* op, const char* arg, const MatrixView& m, int64_t hidden) {
@@ -94,33 +105,40 @@ void ep_ll_dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, 
     const char* op = "ep_ll_dispatch";
     const detail::NvtxRange nvtx("loom::ep_ll_dispatch T={} H={} k={} E={}", x.rows, shape.hidden, shape.topk,
                                  shape.num_experts);
-    moe::ep_ll::check_world(op, world);
     const int W = world.world_size();
-    moe::ep_ll::check_shape(op, shape, W);
-    check_rows(op, "x", x, shape.hidden);
-    LOOM_CHECK(x.rows <= shape.max_tokens,
-               "{}: x: expected at most shape.max_tokens = {} tokens (the receive capacity per source rank), given {}",
-               op, shape.max_tokens, x.rows);
-    LOOM_CHECK(x.rows == 0 || topk_idx != nullptr, "{}: topk_idx: expected device memory [{}, {}], given null", op,
-               x.rows, shape.topk);
-    check_recv(op, recv, opts.fp8, true);
-    if (opts.recv_in_heap) {
-        LOOM_CHECK(world.num_nodes() == 1,
-                   "{}: options.recv_in_heap: expected a World of one node, given {} nodes (peers on other nodes "
-                   "receive through the op's buffers)",
-                   op, world.num_nodes());
-        const struct {
-            const char* arg;
-            const void* p;
-            std::size_t bytes;
-        } parts[] = {{"recv.x", recv.x, ep_ll_recv_x_bytes(shape, W, opts.fp8)},
-                     {"recv.scales", opts.fp8 ? recv.scales : nullptr, ep_ll_recv_scales_bytes(shape, W)},
-                     {"recv.src_info", recv.src_info, ep_ll_recv_src_info_bytes(shape, W)}};
-        for (const auto& part : parts)
-            LOOM_CHECK(part.p == nullptr || world.is_symmetric(part.p, part.bytes),
-                       "{}: {}: options.recv_in_heap expects {} bytes in the World's symmetric heap, given {}", op,
-                       part.arg, part.bytes, part.p);
-    }
+    auto checks = [&] {
+        moe::ep_ll::check_world(op, world);
+        moe::ep_ll::check_shape(op, shape, W);
+        check_rows(op, "x", x, shape.hidden);
+        LOOM_CHECK(
+            x.rows <= shape.max_tokens,
+            "{}: x: expected at most shape.max_tokens = {} tokens (the receive capacity per source rank), given {}", op,
+            shape.max_tokens, x.rows);
+        LOOM_CHECK(x.rows == 0 || topk_idx != nullptr, "{}: topk_idx: expected device memory [{}, {}], given null", op,
+                   x.rows, shape.topk);
+        check_recv(op, recv, opts.fp8, true);
+        if (opts.recv_in_heap) {
+            LOOM_CHECK(world.num_nodes() == 1,
+                       "{}: options.recv_in_heap: expected a World of one node, given {} nodes (peers on other nodes "
+                       "receive through the op's buffers)",
+                       op, world.num_nodes());
+            const struct {
+                const char* arg;
+                const void* p;
+                std::size_t bytes;
+            } parts[] = {{"recv.x", recv.x, ep_ll_recv_x_bytes(shape, W, opts.fp8)},
+                         {"recv.scales", opts.fp8 ? recv.scales : nullptr, ep_ll_recv_scales_bytes(shape, W)},
+                         {"recv.src_info", recv.src_info, ep_ll_recv_src_info_bytes(shape, W)}};
+            for (const auto& part : parts)
+                LOOM_CHECK(part.p == nullptr || world.is_symmetric(part.p, part.bytes),
+                           "{}: {}: options.recv_in_heap expects {} bytes in the World's symmetric heap, given {}", op,
+                           part.arg, part.bytes, part.p);
+        }
+    };
+    // Checking mode: the ranks' checks and calls agree before the send (each rank's T is its own).
+    const detail::AgreedCall agreed(
+        world, [&] { return ll_signature(op, shape, opts); }, checks);
+    if (!agreed.checked()) checks();
     const bool captured = stream_ops::capturing(stream);
     LlState& st = moe::ep_ll::state(world, op, captured);
     LOOM_CHECK(!st.dispatch_pending,
@@ -171,21 +189,26 @@ void ep_ll_combine(World& world, const MatrixView& expert_out, const int32_t* to
     const char* op = "ep_ll_combine";
     const detail::NvtxRange nvtx("loom::ep_ll_combine T={} H={} k={} E={}", y.rows, shape.hidden, shape.topk,
                                  shape.num_experts);
-    moe::ep_ll::check_world(op, world);
     const int W = world.world_size();
-    moe::ep_ll::check_shape(op, shape, W);
-    check_rows(op, "expert_out", expert_out, shape.hidden);
-    LOOM_CHECK(expert_out.rows == slots_of(shape, W) && expert_out.stride() == shape.hidden,
-               "{}: expert_out: expected a dense [{}, {}] matrix (local experts x world x max_tokens rows), given "
-               "[{}, {}] with row stride {}",
-               op, slots_of(shape, W), shape.hidden, expert_out.rows, expert_out.cols, expert_out.stride());
-    check_rows(op, "y", y, shape.hidden);
-    LOOM_CHECK(y.rows <= shape.max_tokens, "{}: y: expected at most shape.max_tokens = {} tokens, given {}", op,
-               shape.max_tokens, y.rows);
-    LOOM_CHECK(y.rows == 0 || (topk_idx != nullptr && topk_weights != nullptr),
-               "{}: topk_idx, topk_weights: expected device memory [{}, {}], given {} and {}", op, y.rows, shape.topk,
-               static_cast<const void*>(topk_idx), static_cast<const void*>(topk_weights));
-    check_recv(op, recv, false, false);
+    auto checks = [&] {
+        moe::ep_ll::check_world(op, world);
+        moe::ep_ll::check_shape(op, shape, W);
+        check_rows(op, "expert_out", expert_out, shape.hidden);
+        LOOM_CHECK(expert_out.rows == slots_of(shape, W) && expert_out.stride() == shape.hidden,
+                   "{}: expert_out: expected a dense [{}, {}] matrix (local experts x world x max_tokens rows), given "
+                   "[{}, {}] with row stride {}",
+                   op, slots_of(shape, W), shape.hidden, expert_out.rows, expert_out.cols, expert_out.stride());
+        check_rows(op, "y", y, shape.hidden);
+        LOOM_CHECK(y.rows <= shape.max_tokens, "{}: y: expected at most shape.max_tokens = {} tokens, given {}", op,
+                   shape.max_tokens, y.rows);
+        LOOM_CHECK(y.rows == 0 || (topk_idx != nullptr && topk_weights != nullptr),
+                   "{}: topk_idx, topk_weights: expected device memory [{}, {}], given {} and {}", op, y.rows,
+                   shape.topk, static_cast<const void*>(topk_idx), static_cast<const void*>(topk_weights));
+        check_recv(op, recv, false, false);
+    };
+    const detail::AgreedCall agreed(
+        world, [&] { return ll_signature(op, shape, opts); }, checks);
+    if (!agreed.checked()) checks();
     const bool captured = stream_ops::capturing(stream);
     LlState& st = moe::ep_ll::state(world, op, captured);
     LOOM_CHECK(!st.dispatch_pending,
