@@ -48,4 +48,18 @@ void reconcile_with_hosts(RankInfo& info, const std::vector<std::string>& hosts)
                    hosts[first], first, hosts[r], r);
 }
 
+void check_rank_layout(const RankInfo& info) {
+    LOOM_CHECK(info.world_size >= 1 && info.rank >= 0 && info.rank < info.world_size,
+               "RankInfo: expected 0 <= rank < world_size, given rank {} of {}", info.rank, info.world_size);
+    LOOM_CHECK(info.local_world_size >= 1 && info.world_size % info.local_world_size == 0,
+               "RankInfo: expected local_world_size dividing world_size {} (the same number of ranks on every node), "
+               "given {}",
+               info.world_size, info.local_world_size);
+    LOOM_CHECK(info.local_rank == info.rank % info.local_world_size && info.node == info.rank / info.local_world_size,
+               "RankInfo: expected ranks laid out node by node: rank {} with {} per node is local rank {} of node {}, "
+               "given local rank {} of node {}",
+               info.rank, info.local_world_size, info.rank % info.local_world_size, info.rank / info.local_world_size,
+               info.local_rank, info.node);
+}
+
 }  // namespace loom::detail

@@ -27,4 +27,9 @@ HostLayout host_layout(const std::vector<std::string>& hosts, int rank);
 // different hosts.
 void reconcile_with_hosts(RankInfo& info, const std::vector<std::string>& hosts);
 
+// Raises unless the facts describe a rank of ranks laid out node by node: 0 <= rank < world_size, local_world_size
+// dividing world_size, local_rank = rank % local_world_size, node = rank / local_world_size (a RankInfo built by hand
+// for World's constructor is checked as the launcher conventions' are).
+void check_rank_layout(const RankInfo& info);
+
 }  // namespace loom::detail

@@ -226,8 +226,31 @@ void World::init(const RankInfo& info, const WorldOptions& opts) {
         std::vector<std::string> hosts;
         for (const Bytes& b : w.store->all_gather("loom/world/hosts", Bytes(mine.begin(), mine.end())))
             hosts.emplace_back(b.begin(), b.end());
-        detail::reconcile_with_hosts(w.info, hosts);
+        // Each rank's node facts (or why it has none), exchanged so that every rank raises alike: a rank that fails
+        // alone would leave the others waiting for it. Every rank must see one node size: the hierarchical algorithms
+        // pair ranks of equal local rank across nodes and size their buffers by it (heterogeneous hosts under
+        // --nproc-per-node=gpu would disagree).
+        std::string mine_layout;
+        try {
+            detail::reconcile_with_hosts(w.info, hosts);
+            detail::check_rank_layout(w.info);
+            mine_layout = "L" + std::to_string(w.info.local_world_size);
+        } catch (const Error& e) {
+            mine_layout = std::string("E") + e.what();
+        }
+        const auto all = w.store->all_gather("loom/world/node_size", Bytes(mine_layout.begin(), mine_layout.end()));
+        std::vector<std::string> layouts;
+        for (const Bytes& b : all) layouts.emplace_back(b.begin(), b.end());
+        for (int r = 0; r < info.world_size; ++r)
+            if (layouts[r][0] == 'E')
+                LOOM_FAIL("World: rank {} ({}) refused its node facts: {}", r, hosts[r], layouts[r].substr(1));
+        for (int r = 0; r < info.world_size; ++r)
+            LOOM_CHECK(layouts[r] == layouts[info.rank],
+                       "World: expected the same number of ranks on every node, given {} on rank {}'s node ({}) and {} "
+                       "on rank {}'s ({})",
+                       layouts[info.rank].substr(1), info.rank, hosts[info.rank], layouts[r].substr(1), r, hosts[r]);
     }
+    detail::check_rank_layout(w.info);
 
     if (opts.bind_device && driver::available()) {
         int count = 0;

@@ -158,3 +158,29 @@ TEST(HostLayout, ANodeOfTheLauncherMustNotSpanHosts) {
 }
 
 }  // namespace
+
+// A RankInfo built by hand for World's constructor is held to the launcher conventions' layout.
+TEST(NodeSize, HandMadeRankFactsAreChecked) {
+    loom::RankInfo info;
+    info.rank = 5;
+    info.world_size = 8;
+    info.local_world_size = 4;
+    info.local_rank = 1;
+    info.node = 1;
+    EXPECT_NO_THROW(loom::detail::check_rank_layout(info));
+    info.node = 0;  // rank 5 with 4 per node is on node 1
+    try {
+        loom::detail::check_rank_layout(info);
+        ADD_FAILURE() << "node 0 accepted for rank 5";
+    } catch (const loom::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("is local rank 1 of node 1, given local rank 1 of node 0"),
+                  std::string::npos)
+            << e.what();
+    }
+    info.node = 1;
+    info.local_world_size = 3;  // 8 ranks cannot be nodes of 3
+    EXPECT_THROW(loom::detail::check_rank_layout(info), loom::Error);
+    info.local_world_size = 4;
+    info.rank = 8;
+    EXPECT_THROW(loom::detail::check_rank_layout(info), loom::Error);
+}
