@@ -163,12 +163,16 @@ void check_in_allocation(const char* op, const char* which, const void* p, std::
                op, which, p, bytes, offset, a->bytes, a->start, offset + bytes);
 }
 
+bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) {
+    const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+    return an > 0 && bn > 0 && (x <= y ? y - x < an : x - y < bn);
+}
+
 void check_disjoint(const char* op, const char* a_name, const void* a, std::size_t a_bytes, const char* b_name,
                     const void* b, std::size_t b_bytes) {
-    const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
-    const bool overlap = a_bytes > 0 && b_bytes > 0 && (x <= y ? y - x < a_bytes : x - y < b_bytes);
-    LOOM_CHECK(!overlap, "{}: expected {} not to overlap {}, given {} ({} bytes) and {} ({} bytes)", op, a_name, b_name,
-               a, a_bytes, b, b_bytes);
+    LOOM_CHECK(!overlaps(a, a_bytes, b, b_bytes),
+               "{}: expected {} not to overlap {}, given {} ({} bytes) and {} ({} bytes)", op, a_name, b_name, a,
+               a_bytes, b, b_bytes);
 }
 
 void check_disjoint(const char* op, const char* a_name, const MatrixView& a, const char* b_name, const MatrixView& b) {
@@ -176,9 +180,8 @@ void check_disjoint(const char* op, const char* a_name, const MatrixView& a, con
     const std::size_t ea = dtype_size(a.dtype), eb = dtype_size(b.dtype);
     const std::size_t pitch_a = static_cast<std::size_t>(a.stride()) * ea,
                       pitch_b = static_cast<std::size_t>(b.stride()) * eb;
-    const std::size_t bytes_a = matrix_bytes(op, a_name, a), bytes_b = matrix_bytes(op, b_name, b);
+    if (!overlaps(a.data, matrix_bytes(op, a_name, a), b.data, matrix_bytes(op, b_name, b))) return;
     const auto x = reinterpret_cast<std::uintptr_t>(a.data), y = reinterpret_cast<std::uintptr_t>(b.data);
-    if (!(x <= y ? y - x < bytes_a : x - y < bytes_b)) return;  // the extents do not meet
     bool meet = a.stride() == a.cols && b.stride() == b.cols;
     if (!meet && pitch_a == pitch_b) {
         // Rows of one pitch p: a's cover [0, wa) and b's [d, d + wb) of every pitch, modulo p.

@@ -84,6 +84,9 @@ void check_usable(const char* op, const char* which, const void* p, std::size_t 
 void check_in_allocation(const char* op, const char* which, const void* p, std::size_t bytes,
                          const std::optional<World::Allocation>& a);
 
+// Whether [a, a + an) and [b, b + bn) share a byte (empty ranges share none; no wrap-around past the address space).
+bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn);
+
 // Raises unless [a, a + a_bytes) and [b, b + b_bytes) share no byte ("<op>: expected <a_name> not to overlap
 // <b_name>, ..."): an op that reads one while writing the other in another order than element by element.
 void check_disjoint(const char* op, const char* a_name, const void* a, std::size_t a_bytes, const char* b_name,

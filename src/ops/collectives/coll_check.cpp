@@ -47,11 +47,6 @@ void check_symmetric(const char* op, const char* algo, const char* which, World&
                op, which, b.data, b.bytes(), algo);
 }
 
-bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) {
-    const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
-    return x < y + bn && y < x + an;
-}
-
 std::string a2av_counts_error(const std::vector<A2avSends>& ranks, std::uint64_t out_count) {
     const std::size_t W = ranks.size();
     std::vector<std::uint64_t> received(W, 0);

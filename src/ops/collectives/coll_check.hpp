@@ -27,7 +27,6 @@ void check_float_dtype(const char* op, const BufferView& b);
 // Raises "<op>: <which> (<ptr>, <bytes> bytes) is not in the symmetric heap; the <algo> algorithm needs it
 // there: allocate it with world.alloc".
 void check_symmetric(const char* op, const char* algo, const char* which, World& world, const BufferView& b);
-bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn);
 
 // One rank's side of an all_to_all_v call, read back to the host in checking mode: its in.count, send_counts[world]
 // and send_offsets[world] (empty: packed prefix sums).

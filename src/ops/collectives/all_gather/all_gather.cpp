@@ -5,6 +5,7 @@
 #include "ops/collectives/coll_ll.hpp"
 #include "ops/collectives/hier/hier.hpp"
 #include "runtime/nvtx_range.hpp"
+#include "runtime/pointer_check.hpp"
 
 namespace loom {
 
@@ -21,7 +22,7 @@ void check_args(World& world, const BufferView& in, const BufferView& out) {
                in.count * W, out.count);
     const std::size_t B = in.bytes();
     char* const mine = static_cast<char*>(out.data) + world.rank() * B;
-    LOOM_CHECK(in.data == mine || !coll::overlaps(in.data, B, out.data, out.bytes()),
+    LOOM_CHECK(in.data == mine || !detail::overlaps(in.data, B, out.data, out.bytes()),
                "{}: in overlaps out but is not out's chunk of this rank (in-place needs in == out + rank x in.count)",
                op);
 }

@@ -5,6 +5,7 @@
 #include "ops/collectives/coll_ll.hpp"
 #include "ops/collectives/hier/hier.hpp"
 #include "runtime/nvtx_range.hpp"
+#include "runtime/pointer_check.hpp"
 
 namespace loom {
 
@@ -18,7 +19,7 @@ void check_args(World& world, const BufferView& in, const BufferView& out) {
     coll::check_same_dtype(kOp, in, out);
     coll::check_float_dtype(kOp, in);
     LOOM_CHECK(out.count == in.count, "{}: expected out.count == in.count = {}, given {}", kOp, in.count, out.count);
-    LOOM_CHECK(in.data == out.data || !coll::overlaps(in.data, in.bytes(), out.data, out.bytes()),
+    LOOM_CHECK(in.data == out.data || !detail::overlaps(in.data, in.bytes(), out.data, out.bytes()),
                "{}: in and out overlap without being the same buffer", kOp);
 }
 

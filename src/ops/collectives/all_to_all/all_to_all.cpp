@@ -5,6 +5,7 @@
 #include "ops/collectives/coll_ll.hpp"
 #include "ops/collectives/hier/hier.hpp"
 #include "runtime/nvtx_range.hpp"
+#include "runtime/pointer_check.hpp"
 
 namespace loom {
 
@@ -19,7 +20,7 @@ void check_args(World& world, const BufferView& in, const BufferView& out) {
     LOOM_CHECK(in.count % static_cast<std::size_t>(W) == 0,
                "{}: expected in.count divisible by the world size {}, given {}", op, W, in.count);
     LOOM_CHECK(out.count == in.count, "{}: expected out.count == in.count = {}, given {}", op, in.count, out.count);
-    LOOM_CHECK(!coll::overlaps(in.data, in.bytes(), out.data, out.bytes()),
+    LOOM_CHECK(!detail::overlaps(in.data, in.bytes(), out.data, out.bytes()),
                "{}: in and out overlap (all_to_all is not in-place)", op);
 }
 

@@ -39,7 +39,7 @@ void check_args(World& world, const BufferView& in, const BufferView& out, const
     check_counts_array(world, "send_counts", send_counts);
     if (send_offsets) check_counts_array(world, "send_offsets", send_offsets);
     if (recv_counts) check_counts_array(world, "recv_counts", recv_counts);
-    LOOM_CHECK(!coll::overlaps(in.data, in.bytes(), out.data, out.bytes()),
+    LOOM_CHECK(!detail::overlaps(in.data, in.bytes(), out.data, out.bytes()),
                "{}: in and out overlap (all_to_all_v is not in-place)", kOp);
     // recv_counts is written while this rank's blocks and its peers still read send_counts / send_offsets (and in).
     if (recv_counts) {

@@ -4,6 +4,7 @@
 #include "ops/collectives/hier/hier.hpp"
 #include "ops/collectives/reduce_scatter/algorithms.hpp"
 #include "runtime/nvtx_range.hpp"
+#include "runtime/pointer_check.hpp"
 
 namespace loom {
 
@@ -21,7 +22,7 @@ void check_args(World& world, const BufferView& in, const BufferView& out) {
     LOOM_CHECK(out.count == in.count / W, "{}: expected out.count == in.count / world size = {} / {} = {}, given {}",
                op, in.count, W, in.count / W, out.count);
     char* const my_chunk = static_cast<char*>(in.data) + world.rank() * out.count * dtype_size(in.dtype);
-    LOOM_CHECK(out.data == my_chunk || !coll::overlaps(in.data, in.bytes(), out.data, out.bytes()),
+    LOOM_CHECK(out.data == my_chunk || !detail::overlaps(in.data, in.bytes(), out.data, out.bytes()),
                "{}: out overlaps in but is not in's chunk of this rank (in-place needs out == in + rank x out.count)",
                op);
 }
