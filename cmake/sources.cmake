@@ -90,12 +90,15 @@ set(LOOM_HEADERS
     include/loom/runtime/world.hpp
     include/loom/runtime/world_state.hpp
     include/loom/tensor.hpp
+    include/loom/tile/block_scan.cuh
+    include/loom/tile/convert.cuh
     include/loom/tile/epilogue.cuh
     include/loom/tile/hooks.cuh
     include/loom/tile/pipeline.cuh
     include/loom/tile/scheduler.cuh
     include/loom/tile/tile_order.hpp
     include/loom/tile/tma.cuh
+    include/loom/tile/wgmma_k_block.cuh
 )
 set(LOOM_SOURCES
     src/jit/autotune.cpp

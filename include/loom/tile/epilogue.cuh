@@ -9,22 +9,9 @@
 #include <cuda_fp16.h>
 
 #include "loom/config.hpp"
+#include "loom/tile/convert.cuh"
 
 namespace loom::tile {
-
-template <class A, class B>
-inline constexpr bool kSameType = false;
-template <class A>
-inline constexpr bool kSameType<A, A> = true;
-
-template <class T>
-LOOM_DEVICE LOOM_FORCEINLINE float to_float(T v) {
-    if constexpr (sizeof(T) == 4) {
-        return v;
-    } else {
-        return static_cast<float>(v);
-    }
-}
 
 // Pair load/store of two adjacent elements at p (aligned to the pair).
 template <class T>

@@ -46,6 +46,7 @@
 #include "loom/ptx/async.cuh"
 #include "loom/ptx/memory.cuh"
 #include "loom/ptx/sm80.cuh"
+#include "loom/tile/convert.cuh"
 
 namespace loom::kernels::attention {
 
@@ -79,25 +80,7 @@ LOOM_DEVICE LOOM_FORCEINLINE void to_float8<__half>(const uint4& v, float (&f)[8
         f[2 * i + 1] = t.y;
     }
 }
-template <class T>
-LOOM_DEVICE LOOM_FORCEINLINE T from_float(float v);
-template <>
-LOOM_DEVICE LOOM_FORCEINLINE __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-    return __float2bfloat16_rn(v);
-}
-template <>
-LOOM_DEVICE LOOM_FORCEINLINE __half from_float<__half>(float v) {
-    return __float2half_rn(v);
-}
-
-template <class T>
-struct IsBf16 {
-    static constexpr bool value = false;
-};
-template <>
-struct IsBf16<__nv_bfloat16> {
-    static constexpr bool value = true;
-};
+using tile::from_float;
 
 // Two floats as a packed pair of T (the first in the low half): an mma operand register.
 template <class T>
@@ -424,7 +407,7 @@ __global__ void __launch_bounds__(128 * kHeadSplit, 2) decode_split(DecodeParams
         }
     } else {
         // Tensor cores. Warp w, lane (gq = lane / 4, tq = lane % 4): A rows gq (head gq), C columns 2 tq, 2 tq + 1.
-        constexpr bool kBf16 = IsBf16<T>::value;
+        constexpr bool kBf16 = tile::kSameType<T, __nv_bfloat16>;
         const int w = tid / 32, lane = tid % 32, gq = lane / 4, tq = lane % 4;
         // Q as A fragments (unscaled, of T): per 16-wide k step, {row gq cols 2tq.., row gq cols 2tq + 8..}; rows 8 ...
         // 15 (a1, a3) are zero.

@@ -20,6 +20,7 @@
 #include "loom/lang/profile.cuh"
 #include "loom/ptx/memory.cuh"
 #include "loom/ptx/special.cuh"
+#include "loom/tile/convert.cuh"
 
 namespace loom::kernels::coll {
 
@@ -106,34 +107,8 @@ LOOM_DEVICE LOOM_FORCEINLINE Range round_share(uint64_t C, uint64_t n, uint64_t 
 }
 
 // ---- elements ------------------------------------------------------------------------------------------------
-template <class T>
-LOOM_DEVICE LOOM_FORCEINLINE float to_float(T v);
-template <>
-LOOM_DEVICE LOOM_FORCEINLINE float to_float<float>(float v) {
-    return v;
-}
-template <>
-LOOM_DEVICE LOOM_FORCEINLINE float to_float<__half>(__half v) {
-    return __half2float(v);
-}
-template <>
-LOOM_DEVICE LOOM_FORCEINLINE float to_float<__nv_bfloat16>(__nv_bfloat16 v) {
-    return __bfloat162float(v);
-}
-template <class T>
-LOOM_DEVICE LOOM_FORCEINLINE T from_float(float v);
-template <>
-LOOM_DEVICE LOOM_FORCEINLINE float from_float<float>(float v) {
-    return v;
-}
-template <>
-LOOM_DEVICE LOOM_FORCEINLINE __half from_float<__half>(float v) {
-    return __float2half_rn(v);
-}
-template <>
-LOOM_DEVICE LOOM_FORCEINLINE __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-    return __float2bfloat16_rn(v);
-}
+using tile::from_float;
+using tile::to_float;
 
 template <int kOp>
 LOOM_DEVICE LOOM_FORCEINLINE float combine(float a, float b) {

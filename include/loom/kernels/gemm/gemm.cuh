@@ -75,6 +75,7 @@
 #include "loom/tile/pipeline.cuh"
 #include "loom/tile/scheduler.cuh"
 #include "loom/tile/tma.cuh"
+#include "loom/tile/wgmma_k_block.cuh"
 
 namespace loom::kernels {
 
@@ -444,26 +445,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                 const uint8_t* b_tile = smem_b + st.stage * kBBytes;
                 ptx::wgmma_fence_operands(acc);
                 ptx::wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < 4; ++kk) {
-                    // K-major, 128B swizzle: 8-row atoms 1024 B apart; a k16 (fp8: k32) step is 32 B along the row.
-                    const uint64_t da = ptx::wgmma_smem_desc(a_tile + kk * 32, 0, 1024, ptx::SmemSwizzle::B128);
-                    uint64_t db;
-                    if constexpr (kBKMajor) {
-                        db = ptx::wgmma_smem_desc(b_tile + kk * 32, 0, 1024, ptx::SmemSwizzle::B128);
-                    } else {
-                        // N-major: 64-column boxes (64 k-rows x 128 B) side by side 8 KiB apart (LBO), 8-k-row
-                        // atoms 1024 B apart (SBO); a k16 step is 16 rows = 2 KiB.
-                        db = ptx::wgmma_smem_desc(b_tile + kk * 2048, tile::swizzled_box_bytes(kBlockK), 1024,
-                                                  ptx::SmemSwizzle::B128);
-                    }
-                    const int scale_d = (kb > 0 || kk > 0) ? 1 : 0;
-                    if constexpr (kFp8) {
-                        ptx::wgmma_m64k32_e4m3<BLOCK_N>(acc, da, db, scale_d);
-                    } else {
-                        ptx::wgmma_m64k16<BLOCK_N, kBF16, 0, kBKMajor ? 0 : 1>(acc, da, db, scale_d);
-                    }
-                }
+                tile::wgmma_k_block<BLOCK_N, TIn, kBKMajor>(acc, a_tile, b_tile, kb > 0);
                 ptx::wgmma_commit_group();
                 ptx::wgmma_fence_operands(acc);
                 // Keep this k-block's MMAs in flight; the previous k-block's have retired, so its slot is free.

@@ -55,6 +55,7 @@
 #include "loom/lang/profile.cuh"
 #include "loom/ptx/memory.cuh"
 #include "loom/ptx/tma.cuh"
+#include "loom/tile/block_scan.cuh"
 
 namespace loom::kernels::moe {
 
@@ -504,42 +505,6 @@ __global__ void __launch_bounds__(kEpThreads) ep_dispatch_arrive(Ctx ctx, EpPara
     ep_arrive_copies(p, s_row);
 }
 
-// Every thread of the block (blockDim.x a multiple of 32): out[i] = items(0) + ... + items(i - 1) for i in [0, n].
-// scratch: 32 int32 of shared memory. Ends with a __syncthreads.
-template <class F>
-LOOM_DEVICE LOOM_FORCEINLINE void ep_block_prefix(int n, const F& items, int32_t* out, int32_t* scratch) {
-    const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
-    const int threads = static_cast<int>(blockDim.x), per = (n + threads - 1) / threads;
-    const int i0 = tid * per < n ? tid * per : n, i1 = i0 + per < n ? i0 + per : n;
-    int32_t mine = 0;
-    for (int i = i0; i < i1; ++i) mine += items(i);
-    int32_t incl = mine;
-#pragma unroll
-    for (int d = 1; d < 32; d *= 2) {
-        const int32_t v = __shfl_up_sync(0xffffffffu, incl, d);
-        if (lane >= d) incl += v;
-    }
-    if (lane == 31) scratch[warp] = incl;
-    __syncthreads();
-    if (warp == 0) {
-        int32_t w = lane < threads / 32 ? scratch[lane] : 0;
-#pragma unroll
-        for (int d = 1; d < 32; d *= 2) {
-            const int32_t v = __shfl_up_sync(0xffffffffu, w, d);
-            if (lane >= d) w += v;
-        }
-        if (lane < threads / 32) scratch[lane] = w;  // inclusive over the warps
-    }
-    __syncthreads();
-    int32_t run = (warp > 0 ? scratch[warp - 1] : 0) + incl - mine;
-    for (int i = i0; i < i1; ++i) {
-        out[i] = run;
-        run += items(i);
-    }
-    if (tid == threads - 1) out[n] = scratch[threads / 32 - 1];
-    __syncthreads();
-}
-
 // The per-expert push (see the top). Grid-strided: a warp per token for the pair records, then a block per work item:
 // work order o in [0, E) names local expert l = o / W at rank d = (me + 1 + o % W) % W, expert e = d L + l; its
 // rows are split into items of kEpExpertRows (one item when it has none, or after an overflow). The block that
@@ -573,7 +538,7 @@ __global__ void __launch_bounds__(kEpThreads, 1) ep_dispatch_push_experts(Ctx ct
         const int32_t n = move ? p.send_prefix[e + 1] - p.send_prefix[e] : 0;
         return n > 0 ? (n + kEpExpertRows - 1) / kEpExpertRows : 1;
     };
-    ep_block_prefix(E, items, s_item, s_scratch);
+    tile::block_exclusive_prefix(E, items, s_item, s_scratch, static_cast<int>(blockDim.x));
     const uint4* x = static_cast<const uint4*>(p.x);
     for (int32_t it = blockIdx.x; it < s_item[E]; it += gridDim.x) {
         int o = 0, hi_o = E - 1;  // the last o with s_item[o] <= it

@@ -54,6 +54,7 @@
 #include "loom/tile/epilogue.cuh"
 #include "loom/tile/pipeline.cuh"
 #include "loom/tile/tma.cuh"
+#include "loom/tile/wgmma_k_block.cuh"
 
 namespace loom::kernels::moe {
 
@@ -93,12 +94,7 @@ LOOM_DEVICE LOOM_FORCEINLINE void block_scaled_mainloop(const GroupedGemmArgs& a
         const uint8_t* b_tile = smem_b + st.stage * b_bytes;
         ptx::wgmma_fence_operands(part);
         ptx::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-            const uint64_t da = ptx::wgmma_smem_desc(a_tile + kk * 32, 0, 1024, ptx::SmemSwizzle::B128);
-            const uint64_t db = ptx::wgmma_smem_desc(b_tile + kk * 32, 0, 1024, ptx::SmemSwizzle::B128);
-            ptx::wgmma_m64k32_e4m3<BLOCK_N>(part, da, db, kk > 0 ? 1 : 0);
-        }
+        tile::wgmma_k_block<BLOCK_N, __nv_fp8_e4m3, true>(part, a_tile, b_tile, false);
         ptx::wgmma_commit_group();
         ptx::wgmma_wait_group<0>();
         ptx::wgmma_fence_operands(part);
@@ -318,26 +314,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                     const uint8_t* b_tile = smem_b + st.stage * kBBytes;
                     ptx::wgmma_fence_operands(acc);
                     ptx::wgmma_fence();
-#pragma unroll
-                    for (int kk = 0; kk < 4; ++kk) {
-                        // K-major, 128B swizzle: 8-row atoms 1024 B apart; a k16 (fp8: k32) step is 32 B along the row.
-                        const uint64_t da = ptx::wgmma_smem_desc(a_tile + kk * 32, 0, 1024, ptx::SmemSwizzle::B128);
-                        uint64_t db;
-                        if constexpr (kBKMajor) {
-                            db = ptx::wgmma_smem_desc(b_tile + kk * 32, 0, 1024, ptx::SmemSwizzle::B128);
-                        } else {
-                            // N-major: 64-column boxes 8 KiB apart (LBO), 8-k-row atoms 1024 B apart (SBO); a k16 step
-                            // is 16 rows = 2 KiB.
-                            db = ptx::wgmma_smem_desc(b_tile + kk * 2048, tile::swizzled_box_bytes(kBlockK), 1024,
-                                                      ptx::SmemSwizzle::B128);
-                        }
-                        const int scale_d = (kb > 0 || kk > 0) ? 1 : 0;
-                        if constexpr (kFp8) {
-                            ptx::wgmma_m64k32_e4m3<BLOCK_N>(acc, da, db, scale_d);
-                        } else {
-                            ptx::wgmma_m64k16<BLOCK_N, kBF16, 0, kBKMajor ? 0 : 1>(acc, da, db, scale_d);
-                        }
-                    }
+                    tile::wgmma_k_block<BLOCK_N, TIn, kBKMajor>(acc, a_tile, b_tile, kb > 0);
                     ptx::wgmma_commit_group();
                     ptx::wgmma_fence_operands(acc);
                     ptx::wgmma_wait_group<1>();

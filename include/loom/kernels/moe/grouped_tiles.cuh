@@ -28,6 +28,7 @@
 
 #include "loom/config.hpp"
 #include "loom/kernels/moe/grouped_gemm_params.hpp"
+#include "loom/tile/block_scan.cuh"
 #include "loom/tile/epilogue.cuh"
 #include "loom/tile/tile_order.hpp"
 
@@ -105,43 +106,12 @@ LOOM_DEVICE LOOM_FORCEINLINE void group_rows(const GroupedGemmArgs& args, int32_
 template <int BLOCK_M, int kThreads>
 LOOM_DEVICE void build_row_block_prefix(const GroupedGemmArgs& args, int32_t* prefix, int32_t* scratch) {
     static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps, at most 32");
-    const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
-    const int G = args.num_groups;
-    const int per = (G + kThreads - 1) / kThreads;
-    const int g0 = tid * per < G ? tid * per : G, g1 = g0 + per < G ? g0 + per : G;
     auto blocks = [&](int g) {
         int32_t s, e;
         group_rows(args, g, s, e);
         return (e - s + BLOCK_M - 1) / BLOCK_M;
     };
-    int32_t mine = 0;
-    for (int g = g0; g < g1; ++g) mine += blocks(g);
-    // Exclusive scan of `mine` over the CTA: warp scans, then a scan of the warp totals.
-    int32_t incl = mine;
-#pragma unroll
-    for (int d = 1; d < 32; d *= 2) {
-        const int32_t v = __shfl_up_sync(0xffffffffu, incl, d);
-        if (lane >= d) incl += v;
-    }
-    if (lane == 31) scratch[warp] = incl;
-    __syncthreads();
-    if (warp == 0) {
-        int32_t w = lane < kThreads / 32 ? scratch[lane] : 0;
-#pragma unroll
-        for (int d = 1; d < 32; d *= 2) {
-            const int32_t v = __shfl_up_sync(0xffffffffu, w, d);
-            if (lane >= d) w += v;
-        }
-        if (lane < kThreads / 32) scratch[lane] = w;  // inclusive over warps
-    }
-    __syncthreads();
-    int32_t run = (warp > 0 ? scratch[warp - 1] : 0) + incl - mine;
-    for (int g = g0; g < g1; ++g) {
-        prefix[g] = run;
-        run += blocks(g);
-    }
-    if (tid == kThreads - 1) prefix[G] = scratch[kThreads / 32 - 1];
-    __syncthreads();
+    tile::block_exclusive_prefix(args.num_groups, blocks, prefix, scratch, kThreads);
 }
 
 // The group of row block rb (0 <= rb < prefix[G]): the last g < G with prefix[g] <= rb (never an empty group).

@@ -20,6 +20,7 @@
 #include "loom/config.hpp"
 #include "loom/kernels/moe/routing_params.hpp"
 #include "loom/lang/diag.cuh"
+#include "loom/tile/convert.cuh"
 #if !LOOM_NVRTC && !LOOM_NO_DEVICE_PRINTF
 #include <cstdio>
 #endif
@@ -148,34 +149,8 @@ __global__ void __launch_bounds__(256) moe_permute(PermuteParams p) {
     }
 }
 
-template <class T>
-LOOM_DEVICE LOOM_FORCEINLINE float moe_to_float(T v);
-template <>
-LOOM_DEVICE LOOM_FORCEINLINE float moe_to_float<float>(float v) {
-    return v;
-}
-template <>
-LOOM_DEVICE LOOM_FORCEINLINE float moe_to_float<__half>(__half v) {
-    return __half2float(v);
-}
-template <>
-LOOM_DEVICE LOOM_FORCEINLINE float moe_to_float<__nv_bfloat16>(__nv_bfloat16 v) {
-    return __bfloat162float(v);
-}
-template <class T>
-LOOM_DEVICE LOOM_FORCEINLINE T moe_from_float(float v);
-template <>
-LOOM_DEVICE LOOM_FORCEINLINE float moe_from_float<float>(float v) {
-    return v;
-}
-template <>
-LOOM_DEVICE LOOM_FORCEINLINE __half moe_from_float<__half>(float v) {
-    return __float2half_rn(v);
-}
-template <>
-LOOM_DEVICE LOOM_FORCEINLINE __nv_bfloat16 moe_from_float<__nv_bfloat16>(float v) {
-    return __float2bfloat16_rn(v);
-}
+using tile::from_float;
+using tile::to_float;
 
 // Tin: the rows' element type, Tout: y's. Grid-strided over tokens, a block per token, threads over columns.
 template <class Tin, class Tout>
@@ -197,8 +172,8 @@ __global__ void __launch_bounds__(256) moe_topk_reduce(TopkReduceParams p) {
         __syncthreads();
         for (int64_t c = threadIdx.x; c < p.cols; c += blockDim.x) {
             float acc = 0.f;
-            for (int s = 0; s < p.topk; ++s) acc += w[s] * moe_to_float<Tin>(rows[row[s] * p.rows_ld + c]);
-            y[t * p.y_ld + c] = moe_from_float<Tout>(acc);
+            for (int s = 0; s < p.topk; ++s) acc += w[s] * to_float<Tin>(rows[row[s] * p.rows_ld + c]);
+            y[t * p.y_ld + c] = from_float<Tout>(acc);
         }
     }
 }

@@ -192,7 +192,7 @@ template <class T>
 LOOM_DEVICE LOOM_FORCEINLINE void tp_word_fma(const uint4& word, float w, float (&acc)[kTpWordElems<T>]) {
     const T* e = reinterpret_cast<const T*>(&word);
 #pragma unroll
-    for (int i = 0; i < kTpWordElems<T>; ++i) acc[i] += w * moe_to_float<T>(e[i]);
+    for (int i = 0; i < kTpWordElems<T>; ++i) acc[i] += w * to_float<T>(e[i]);
 }
 
 template <class T>
@@ -200,7 +200,7 @@ LOOM_DEVICE LOOM_FORCEINLINE uint4 tp_word_pack(const float (&acc)[kTpWordElems<
     uint4 word;
     T* e = reinterpret_cast<T*>(&word);
 #pragma unroll
-    for (int i = 0; i < kTpWordElems<T>; ++i) e[i] = moe_from_float<T>(acc[i]);
+    for (int i = 0; i < kTpWordElems<T>; ++i) e[i] = from_float<T>(acc[i]);
     return word;
 }
 
