@@ -256,6 +256,20 @@ TEST(StoreRules, EachRankJoinsOnceAndOnlyInRange) {
     EXPECT_EQ(s.server.stats().joined, 2u);
 }
 
+// A rank that left its World's store (a restarted rank) is refused, not admitted as a fresh member: within the
+// connect timeout it waits as for an earlier World's draining store, then names the refusal.
+TEST(StoreRules, ARankThatLeftCannotRejoin) {
+    Server s(3);
+    { Store r1 = s.client(1); }
+    try {
+        Store again = s.client(1, 1500ms);
+        FAIL() << "rank 1 rejoined the store it left";
+    } catch (const loom::Error& e) {
+        EXPECT_TRUE(contains(e.what(), "rank 1 was refused")) << e.what();
+        EXPECT_TRUE(contains(e.what(), "left this store")) << e.what();
+    }
+}
+
 TEST(StoreRules, ArrivalsCannotBeForgedForAnotherRank) {
     Server s(3);
     int fd = s.joined(1);
