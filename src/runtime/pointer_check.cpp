@@ -2,6 +2,7 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <atomic>
 #include <limits>
 
@@ -175,22 +176,66 @@ void check_disjoint(const char* op, const char* a_name, const void* a, std::size
                a_bytes, b, b_bytes);
 }
 
+namespace {
+
+// A view's rows as byte intervals relative to `base` (at or below the view): `rows` rows of `width` bytes, `pitch`
+// apart. A dense view, or one of a single row, is one interval.
+struct RowSet {
+    std::uint64_t start, width, pitch, rows;
+};
+RowSet row_set(const MatrixView& m, std::uintptr_t base) {
+    const std::uint64_t e = dtype_size(m.dtype), w = static_cast<std::uint64_t>(m.cols) * e,
+                        p = static_cast<std::uint64_t>(m.stride()) * e, r = static_cast<std::uint64_t>(m.rows);
+    const std::uint64_t start = reinterpret_cast<std::uintptr_t>(m.data) - base;
+    if (r == 1 || p == w) return {start, (r - 1) * p + w, (r - 1) * p + w, 1};
+    return {start, w, p, r};
+}
+
+// Whether the interval [s, s + w) meets a row of q: q's first row ending past s is the only candidate.
+bool meets_a_row(std::uint64_t s, std::uint64_t w, const RowSet& q) {
+    const std::uint64_t j = s >= q.start + q.width ? (s - q.start - q.width) / q.pitch + 1 : 0;
+    return j < q.rows && q.start + j * q.pitch < s + w;
+}
+
+// Whether some row of a meets some row of b. One pitch: B's row j starts d bytes into A's row j + k (delta = k p + d),
+// so it can meet only A's rows j + k (d < wa) and j + k + 1 (d + wb > p): O(1). Otherwise the rows of the view with
+// fewer rows are walked across the other's span.
+bool rows_meet(const RowSet& a, const RowSet& b) {
+    if (a.rows > 1 && b.rows > 1 && a.pitch == b.pitch) {
+        const std::int64_t p = static_cast<std::int64_t>(a.pitch);
+        const std::int64_t delta = static_cast<std::int64_t>(b.start) - static_cast<std::int64_t>(a.start);
+        const std::int64_t k = delta >= 0 ? delta / p : -((-delta + p - 1) / p), d = delta - k * p;
+        const std::int64_t ra = static_cast<std::int64_t>(a.rows), rb = static_cast<std::int64_t>(b.rows);
+        // Some j in [0, rb) with j + shift in [0, ra).
+        auto some_row = [&](std::int64_t shift) {
+            return std::max<std::int64_t>(0, -shift) < std::min(rb, ra - shift);
+        };
+        return (d < static_cast<std::int64_t>(a.width) && some_row(k)) ||
+               (d + static_cast<std::int64_t>(b.width) > p && some_row(k + 1));
+    }
+    const RowSet& walk = a.rows <= b.rows ? a : b;
+    const RowSet& other = a.rows <= b.rows ? b : a;
+    const std::uint64_t other_end = other.start + (other.rows - 1) * other.pitch + other.width;
+    std::uint64_t i =
+        other.start >= walk.start + walk.width ? (other.start - walk.start - walk.width) / walk.pitch + 1 : 0;
+    for (; i < walk.rows; ++i) {
+        const std::uint64_t s = walk.start + i * walk.pitch;
+        if (s >= other_end) break;
+        if (meets_a_row(s, walk.width, other)) return true;
+    }
+    return false;
+}
+
+}  // namespace
+
 void check_disjoint(const char* op, const char* a_name, const MatrixView& a, const char* b_name, const MatrixView& b) {
     if (a.data == nullptr || b.data == nullptr || a.rows <= 0 || b.rows <= 0 || a.cols <= 0 || b.cols <= 0) return;
-    const std::size_t ea = dtype_size(a.dtype), eb = dtype_size(b.dtype);
-    const std::size_t pitch_a = static_cast<std::size_t>(a.stride()) * ea,
-                      pitch_b = static_cast<std::size_t>(b.stride()) * eb;
     if (!overlaps(a.data, matrix_bytes(op, a_name, a), b.data, matrix_bytes(op, b_name, b))) return;
-    const auto x = reinterpret_cast<std::uintptr_t>(a.data), y = reinterpret_cast<std::uintptr_t>(b.data);
-    bool meet = a.stride() == a.cols && b.stride() == b.cols;
-    if (!meet && pitch_a == pitch_b) {
-        // Rows of one pitch p: a's cover [0, wa) and b's [d, d + wb) of every pitch, modulo p.
-        const std::size_t wa = static_cast<std::size_t>(a.cols) * ea, wb = static_cast<std::size_t>(b.cols) * eb;
-        const std::size_t d = y >= x ? (y - x) % pitch_a : (pitch_a - (x - y) % pitch_a) % pitch_a;
-        meet = d < wa || d + wb > pitch_a;
-    }
-    LOOM_CHECK(!meet, "{}: expected {} not to overlap {}, given {} ({} x {}, ld {}) and {} ({} x {}, ld {})", op,
-               a_name, b_name, a.data, a.rows, a.cols, a.stride(), b.data, b.rows, b.cols, b.stride());
+    const std::uintptr_t base =
+        std::min(reinterpret_cast<std::uintptr_t>(a.data), reinterpret_cast<std::uintptr_t>(b.data));
+    LOOM_CHECK(!rows_meet(row_set(a, base), row_set(b, base)),
+               "{}: expected {} not to overlap {}, given {} ({} x {}, ld {}) and {} ({} x {}, ld {})", op, a_name,
+               b_name, a.data, a.rows, a.cols, a.stride(), b.data, b.rows, b.cols, b.stride());
 }
 
 namespace {

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <limits>
+#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -82,12 +84,57 @@ TEST(OpChecks, OverlappingMatricesAreRefused) {
     const MatrixView wide{buf + 120, DType::BF16, 64, 64, 192};
     EXPECT_FALSE(error_of([&] { check_disjoint("op", "q", q, "wide", wide); }).empty());
     EXPECT_FALSE(error_of([&] { check_disjoint("op", "wide", wide, "k", k); }).empty());
-    // The last column slice against the first one of the next rows: disjoint; other pitches are not compared.
+    // The last column slice against the first one of the next rows: disjoint.
     const MatrixView v{buf + 256, DType::BF16, 63, 64, 192}, q1{buf + 384, DType::BF16, 63, 64, 192};
     EXPECT_TRUE(error_of([&] { check_disjoint("op", "v", v, "q1", q1); }).empty());
+    // Other pitches: x's rows (200 B apart) miss q's (384 B apart) until x's row 5 [1128, 1160) meets q's row 3.
     EXPECT_TRUE(error_of([&] {
-                    check_disjoint("op", "q", q, "x", MatrixView{buf + 128, DType::BF16, 8, 16, 100});
+                    check_disjoint("op", "q", q, "x", MatrixView{buf + 128, DType::BF16, 5, 16, 100});
                 }).empty());
+    EXPECT_FALSE(error_of([&] {
+                     check_disjoint("op", "q", q, "x", MatrixView{buf + 128, DType::BF16, 6, 16, 100});
+                 }).empty());
+    // A dense C over a padded A, and a one-row view over a dense matrix.
+    EXPECT_FALSE(error_of([&] {
+                     check_disjoint("gemm", "C", MatrixView{buf, DType::BF16, 64, 64}, "A",
+                                    MatrixView{buf, DType::BF16, 64, 64, 128});
+                 }).empty());
+    EXPECT_FALSE(error_of([&] {
+                     check_disjoint("gemm", "C", MatrixView{buf + 4000, DType::BF16, 1, 8, 64}, "A", a);
+                 }).empty());
+}
+
+// check_disjoint against element-by-element overlap over random small views: dense and padded, one and two-byte
+// elements, every offset (fresh each run).
+TEST(OpChecks, DisjointMatchesElementOverlap) {
+    alignas(16) static char buf[1 << 12];
+    std::mt19937 rng(std::random_device{}());
+    auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    auto view = [&] {
+        const DType t = pick(0, 1) ? DType::BF16 : DType::F32;
+        const int rows = pick(1, 5), cols = pick(1, 6), ld = pick(0, 2) ? cols + pick(0, 7) : 0;
+        const int es = static_cast<int>(loom::dtype_size(t));
+        return MatrixView{buf + es * pick(0, 64), t, rows, cols, ld};
+    };
+    auto bytes = [](const MatrixView& m) {
+        std::set<const char*> s;
+        const auto es = static_cast<int64_t>(loom::dtype_size(m.dtype));
+        for (int64_t r = 0; r < m.rows; ++r)
+            for (int64_t c = 0; c < m.cols * es; ++c)
+                s.insert(static_cast<const char*>(m.data) + r * m.stride() * es + c);
+        return s;
+    };
+    for (int i = 0; i < 20000; ++i) {
+        const MatrixView x = view(), y = view();
+        const auto bx = bytes(x), by = bytes(y);
+        bool meet = false;
+        for (const char* p : bx) meet = meet || by.count(p) > 0;
+        const bool refused = !error_of([&] { loom::detail::check_disjoint("op", "x", x, "y", y); }).empty();
+        ASSERT_EQ(refused, meet) << "x at +" << static_cast<const char*>(x.data) - buf << " " << x.rows << " x "
+                                 << x.cols << " ld " << x.stride() << " (" << loom::dtype_name(x.dtype) << "), y at +"
+                                 << static_cast<const char*>(y.data) - buf << " " << y.rows << " x " << y.cols << " ld "
+                                 << y.stride() << " (" << loom::dtype_name(y.dtype) << ")";
+    }
 }
 
 MemoryRange device_range(std::uintptr_t start, std::size_t size, int device) {
