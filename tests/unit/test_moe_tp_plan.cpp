@@ -18,6 +18,7 @@ namespace {
 
 using loom::DType;
 using loom::GemmConfig;
+using loom::MatrixView;
 using loom::MoeActivation;
 using loom::TpMoeAlgo;
 using loom::moe::TpMoeFacts;
@@ -57,6 +58,9 @@ TEST(MoeTpPlan, AutoPicksFusedWhereItApplies) {
     f = hopper(4);
     f.device_sms = 1;
     EXPECT_EQ(loom::moe::choose_tp_moe_algo("x", TpMoeAlgo::Auto, f), TpMoeAlgo::Sequential);
+    f = hopper(4);
+    f.x_words = false;  // ag_moe's x not in 16-byte words
+    EXPECT_EQ(loom::moe::choose_tp_moe_algo("x", TpMoeAlgo::Auto, f), TpMoeAlgo::Sequential);
     // Calls below kTpMoeFusedMinRows routed rows: Sequential under Auto; Fused still runs when asked for.
     f = hopper(4);
     f.rows = loom::moe::kTpMoeFusedMinRows - 1;
@@ -81,6 +85,17 @@ TEST(MoeTpPlan, FusedWhereItCannotRunNamesWhy) {
     f = hopper(4);
     f.arch = 89;
     EXPECT_NE(error_of(TpMoeAlgo::Fused, f).find("compute capability >= 9.0"), std::string::npos);
+    f = hopper(4);
+    f.x_words = false;
+    EXPECT_NE(error_of(TpMoeAlgo::Fused, f).find("16-byte words"), std::string::npos);
+}
+
+TEST(MoeTpPlan, XInWordsNeedsWholeWordsAndAlignment) {
+    alignas(16) static char buf[256];
+    EXPECT_TRUE(loom::moe::x_in_words(MatrixView{buf, DType::BF16, 4, 8}));
+    EXPECT_FALSE(loom::moe::x_in_words(MatrixView{buf, DType::BF16, 4, 12}));     // 24-byte rows
+    EXPECT_FALSE(loom::moe::x_in_words(MatrixView{buf + 8, DType::BF16, 4, 8}));  // 8-byte aligned
+    EXPECT_TRUE(loom::moe::x_in_words(MatrixView{buf + 16, DType::F32, 2, 4}));
 }
 
 TEST(MoeTpPlan, BlockCounts) {

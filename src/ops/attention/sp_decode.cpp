@@ -127,8 +127,9 @@ int sp_rows_per_block(std::size_t rows, int head_dim, SpExchange x, int ranks) {
 }
 
 namespace {
-// What every rank must give alike: the query's shape and type, the heads, the options and the exchange (each rank's
-// cache and lengths are its own shard's).
+// What every rank must give alike: the query's shape and type, the heads, the softmax's scale and soft-cap (the merge
+// of the ranks' partials assumes one) and the exchange. Each rank's cache, lengths, sequence bound, splits and kernel
+// config are its own shard's: its partial is merged locally before the exchange.
 detail::CallSignature sp_signature(const char* op, const DecodeQuery& q, const KvCache& kv, const DecodeOptions& o,
                                    SpExchange exchange) {
     detail::CallSignature s(op);
@@ -136,8 +137,6 @@ detail::CallSignature sp_signature(const char* op, const DecodeQuery& q, const K
     s.add("q.dtype", detail::dtype_field(q.dtype)).add("kv.num_kv_heads", kv.num_kv_heads);
     s.add("DecodeOptions::scale", fmt::format("{}", o.scale))
         .add("DecodeOptions::softcap", fmt::format("{}", o.softcap));
-    s.add("DecodeOptions::max_seq_len", o.max_seq_len).add("DecodeOptions::num_splits", o.num_splits);
-    s.add("DecodeOptions::config", o.config ? o.config->str() : std::string("heuristic"));
     s.add("exchange", static_cast<int>(exchange));
     return s;
 }

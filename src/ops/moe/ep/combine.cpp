@@ -6,7 +6,9 @@
 #include "loom/kernels/moe/ep_params.hpp"
 #include "loom/runtime/error.hpp"
 #include "ops/moe/ep/ep.hpp"
+#include "runtime/call_agreement.hpp"
 #include "runtime/nvtx_range.hpp"
+#include "runtime/pointer_check.hpp"
 
 namespace loom {
 
@@ -21,26 +23,44 @@ void ep_combine(World& world, const EpHandle& handle, const MatrixView& expert_o
                 cudaStream_t stream, const EpOptions& opts) {
     const detail::NvtxRange nvtx("loom::ep_combine T={} H={}", handle.tokens, handle.hidden);
     moe::ep::State* found = world.find_state<moe::ep::State>();
-    LOOM_CHECK(found != nullptr && handle.call != 0,
-               "{}: handle: expected one returned by ep_dispatch on this World, given one that is not", kOp);
+    auto checks = [&] {
+        LOOM_CHECK(found != nullptr && handle.call != 0,
+                   "{}: handle: expected one returned by ep_dispatch on this World, given one that is not", kOp);
+        LOOM_CHECK(handle.call == found->calls,
+                   "{}: handle: expected the World's latest dispatch (number {}), given dispatch number {} (a handle "
+                   "is valid until the next ep_dispatch)",
+                   kOp, found->calls, handle.call);
+        LOOM_CHECK(!found->combined, "{}: handle: dispatch number {} was combined already (one combine per dispatch)",
+                   kOp, handle.call);
+        moe::ep::check_rows(kOp, "expert_out", expert_out);
+        moe::ep::check_rows(kOp, "y", y);
+        LOOM_CHECK(expert_out.cols == handle.hidden,
+                   "{}: expert_out: expected H = {} columns (the dispatch's), given {}", kOp, handle.hidden,
+                   expert_out.cols);
+        LOOM_CHECK(expert_out.rows >= handle.capacity,
+                   "{}: expert_out: expected >= {} rows (the handle's capacity, rows aligned with recv_x), given {}",
+                   kOp, handle.capacity, expert_out.rows);
+        LOOM_CHECK(y.rows == handle.tokens && y.cols == handle.hidden,
+                   "{}: y: expected [{}, {}] (the dispatch's tokens and H), given [{}, {}]", kOp, handle.tokens,
+                   handle.hidden, y.rows, y.cols);
+        LOOM_CHECK(opts.num_blocks >= 0, "{}: opts.num_blocks: expected >= 0, given {}", kOp, opts.num_blocks);
+        for (const auto* m : {&expert_out, &y}) {
+            const char* arg = m == &y ? "y" : "expert_out";
+            if (m->rows > 0)
+                detail::check_memory(&world, world.device(), kOp, arg, m->data, detail::matrix_bytes(kOp, arg, *m));
+        }
+    };
+    // Checking mode: every rank's checks pass before any rank's combine sends (each rank's tokens are its own).
+    const detail::AgreedCall agreed(
+        world,
+        [&] {
+            detail::CallSignature s(kOp);
+            s.add("hidden", handle.hidden).add("capacity", handle.capacity).add("expert_out.cols", expert_out.cols);
+            return s;
+        },
+        checks);
+    if (!agreed.checked()) checks();
     moe::ep::State& st = *found;
-    LOOM_CHECK(handle.call == st.calls,
-               "{}: handle: expected the World's latest dispatch (number {}), given dispatch number {} (a handle is "
-               "valid until the next ep_dispatch)",
-               kOp, st.calls, handle.call);
-    LOOM_CHECK(!st.combined, "{}: handle: dispatch number {} was combined already (one combine per dispatch)", kOp,
-               handle.call);
-    moe::ep::check_rows(kOp, "expert_out", expert_out);
-    moe::ep::check_rows(kOp, "y", y);
-    LOOM_CHECK(expert_out.cols == handle.hidden, "{}: expert_out: expected H = {} columns (the dispatch's), given {}",
-               kOp, handle.hidden, expert_out.cols);
-    LOOM_CHECK(expert_out.rows >= handle.capacity,
-               "{}: expert_out: expected >= {} rows (the handle's capacity, rows aligned with recv_x), given {}", kOp,
-               handle.capacity, expert_out.rows);
-    LOOM_CHECK(y.rows == handle.tokens && y.cols == handle.hidden,
-               "{}: y: expected [{}, {}] (the dispatch's tokens and H), given [{}, {}]", kOp, handle.tokens,
-               handle.hidden, y.rows, y.cols);
-    LOOM_CHECK(opts.num_blocks >= 0, "{}: opts.num_blocks: expected >= 0, given {}", kOp, opts.num_blocks);
 
     const jit::Kernel& send = moe::ep::kernel(world, kHeader, "loom::kernels::moe::ep_combine_send");
     const jit::Kernel& reduce = moe::ep::kernel(world, kHeader, "loom::kernels::moe::ep_combine_reduce");

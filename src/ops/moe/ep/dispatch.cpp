@@ -87,9 +87,8 @@ detail::CallSignature dispatch_signature(const char* op, const MatrixView& x, in
                                          const EpOptions& opts) {
     detail::CallSignature s(op);
     s.add("x.cols", x.cols).add("x.dtype", detail::dtype_field(x.dtype)).add("topk", topk);
-    s.add("num_experts", num_experts).add("EpOptions::capacity", opts.capacity);
-    s.add("EpOptions::num_blocks", opts.num_blocks);
-    return s;
+    s.add("num_experts", num_experts).add("EpOptions::capacity", opts.capacity);  // sizes a collective allocation
+    return s;  // EpOptions::num_blocks is this rank's grid only
 }
 
 }  // namespace moe::ep

@@ -11,6 +11,7 @@
 #include "ops/moe/ep/ep.hpp"
 #include "ops/moe/grouped_gemm_internal.hpp"
 #include "runtime/nvtx_range.hpp"
+#include "runtime/pointer_check.hpp"
 
 namespace loom {
 
@@ -31,8 +32,8 @@ int64_t in_width(const MatrixView& w, const GroupedGemmOptions& o, int experts) 
 }
 
 // A weight matrix's layout as the grouped GEMM takes it (16-byte rows), checked before the dispatch communicates: a
-// rank's misaligned weights raise there, not after its peers have started waiting for it. (Its memory is checked by
-// the grouped GEMM.)
+// rank's misaligned weights raise there, not after its peers have started waiting for it. (Its memory: check_memory,
+// after every layout check.)
 void check_weights(const char* arg, const MatrixView& w) {
     LOOM_CHECK(w.rows > 0 && w.cols > 0 && w.stride() >= w.cols,
                "{}: {}: expected a non-empty matrix with ld >= cols, "
@@ -80,6 +81,17 @@ void check_experts(World& world, const MatrixView& x, int num_experts, const Mat
                x.cols, w_down.rows, w_down.cols, n2);
 }
 
+// The weights' memory (this GPU's, or the World's heap, of the views' size), checked before the dispatch like their
+// layout, and after every other check so that a view over a short buffer is named by its shape first.
+void check_weights_memory(World& world, const MatrixView& w_up, const MatrixView& w_down) {
+    auto check = [&](const char* arg, const MatrixView& w) {
+        if (w.data != nullptr)
+            detail::check_memory(&world, world.device(), kOp, arg, w.data, detail::matrix_bytes(kOp, arg, w));
+    };
+    check("w_up", w_up);
+    check("w_down", w_down);
+}
+
 GroupedGemmOptions planned(const GroupedGemmOptions& o, int64_t capacity) {
     GroupedGemmOptions g = o;
     g.max_rows = static_cast<int>(capacity);
@@ -120,8 +132,12 @@ EpHandle ep_moe_experts(World& world, const MatrixView& x, const int32_t* topk_i
         [&] {
             check_experts(world, x, num_experts, w_up, w_down, y, opts);
             moe::ep::check_dispatch(world, x, topk_idx, topk, num_experts, opts.ep);
+            check_weights_memory(world, w_up, w_down);
         });
-    if (!agreed.checked()) check_experts(world, x, num_experts, w_up, w_down, y, opts);
+    if (!agreed.checked()) {
+        check_experts(world, x, num_experts, w_up, w_down, y, opts);
+        check_weights_memory(world, w_up, w_down);
+    }
     const bool captured = moe::ep::capturing(stream);
     const int W = world.world_size();
     const int L = num_experts / W;

@@ -25,13 +25,18 @@ int64_t slots_of(const EpLowLatencyShape& s, int world_size) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// What every rank must give alike (checking mode: detail::AgreedCall): the shape and the options.
-detail::CallSignature ll_signature(const char* op, const EpLowLatencyShape& s, const EpLowLatencyOptions& o) {
+// What every rank must give alike (checking mode: detail::AgreedCall): the shape and the options the call reads (the
+// dispatch's fp8 payload and receive placement; the combine reads neither).
+detail::CallSignature ll_signature(const char* op, const EpLowLatencyShape& s, const EpLowLatencyOptions& o,
+                                   bool dispatch) {
     detail::CallSignature sig(op);
     sig.add("shape.max_tokens", s.max_tokens).add("shape.hidden", s.hidden).add("shape.topk", s.topk);
-    sig.add("shape.num_experts", s.num_experts).add("options.fp8", static_cast<int>(o.fp8));
+    sig.add("shape.num_experts", s.num_experts);
+    if (dispatch) {
+        sig.add("options.fp8", static_cast<int>(o.fp8));
+        sig.add("options.recv_in_heap", static_cast<int>(o.recv_in_heap));
+    }
     sig.add("options.return_without_waiting", static_cast<int>(o.return_without_waiting));
-    sig.add("options.recv_in_heap", static_cast<int>(o.recv_in_heap));
     return sig;
 }
 
@@ -137,7 +142,7 @@ void ep_ll_dispatch(World& world, const MatrixView& x, const int32_t* topk_idx, 
     };
     // Checking mode: the ranks' checks and calls agree before the send (each rank's T is its own).
     const detail::AgreedCall agreed(
-        world, [&] { return ll_signature(op, shape, opts); }, checks);
+        world, [&] { return ll_signature(op, shape, opts, true); }, checks);
     if (!agreed.checked()) checks();
     const bool captured = stream_ops::capturing(stream);
     LlState& st = moe::ep_ll::state(world, op, captured);
@@ -207,7 +212,7 @@ void ep_ll_combine(World& world, const MatrixView& expert_out, const int32_t* to
         check_recv(op, recv, false, false);
     };
     const detail::AgreedCall agreed(
-        world, [&] { return ll_signature(op, shape, opts); }, checks);
+        world, [&] { return ll_signature(op, shape, opts, false); }, checks);
     if (!agreed.checked()) checks();
     const bool captured = stream_ops::capturing(stream);
     LlState& st = moe::ep_ll::state(world, op, captured);

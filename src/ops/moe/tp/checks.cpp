@@ -2,6 +2,7 @@
 #include "loom/runtime/error.hpp"
 #include "ops/moe/routing_internal.hpp"
 #include "ops/moe/tp/tp_moe.hpp"
+#include "runtime/pointer_check.hpp"
 
 namespace loom::moe {
 
@@ -32,6 +33,16 @@ ExpertDims expert_dims(const char* op, const char* arg, const MatrixView& w, int
                num_experts, w.rows);
     const int64_t per = w.rows / num_experts;
     return layout == BLayout::NK ? ExpertDims{per, w.cols} : ExpertDims{w.cols, per};
+}
+
+// The memory of the call's buffers, here rather than in the collectives and GEMMs inside the op, which a rank given
+// bad memory would reach alone (the checks here are agreed across ranks in checking mode).
+void check_matrix_memory(World& world, const char* op, const char* arg, const MatrixView& m) {
+    if (m.rows > 0) detail::check_memory(&world, world.device(), op, arg, m.data, detail::matrix_bytes(op, arg, m));
+}
+void check_ids_memory(World& world, const char* op, const char* arg, const void* p, int64_t entries) {
+    if (p != nullptr && entries > 0)
+        detail::check_memory(&world, world.device(), op, arg, p, static_cast<std::size_t>(entries) * 4);
 }
 
 // ag_moe's and moe_rs's routing: source-major (ranks = W, group r x E + e) or expert-major (ranks = 1, group e).
@@ -71,6 +82,16 @@ void check_ag_moe(const AgMoeCall& c) {
                "{}: opts.gemm: expected no per-128-block scales (the GEMM's A is the routed rows of the gathered x, "
                "which scales per x row do not follow), given {}",
                op, c.opts.gemm.scale_a_blocks != nullptr ? "scale_a_blocks" : "scale_b_blocks");
+    LOOM_CHECK(c.opts.algo != TpMoeAlgo::Fused || x_in_words(c.x),
+               "{}: x: the fused algorithm moves 16-byte words: expected rows of a multiple of 16 bytes from a 16-byte "
+               "aligned address, given {} bytes per row at {} (TpMoeAlgo::Sequential takes any)",
+               op, c.x.cols * dtype_size(c.x.dtype), c.x.data);
+    World& world = *c.world;
+    check_matrix_memory(world, op, "x", c.x);
+    check_ids_memory(world, op, "topk_idx", c.topk_idx, c.x.rows * s.topk);
+    check_ids_memory(world, op, "topk_weights", c.topk_weights, c.x.rows * s.topk);
+    check_matrix_memory(world, op, "w_up", c.w_up);
+    check_matrix_memory(world, op, "out", c.out);
 }
 
 namespace {
@@ -92,6 +113,9 @@ void check_down(const char* op, const MoeDownCall& c, int64_t out_rows) {
     check_float(op, "out", c.out.dtype);
     LOOM_CHECK(c.out.rows == out_rows && c.out.cols == d.n, "{}: out: expected [{}, {}], given [{}, {}]", op, out_rows,
                d.n, c.out.rows, c.out.cols);
+    check_matrix_memory(*c.world, op, "rows", c.rows);
+    check_matrix_memory(*c.world, op, "w_down", c.w_down);
+    check_matrix_memory(*c.world, op, "out", c.out);
 }
 }  // namespace
 

@@ -66,10 +66,6 @@ void ag_moe_fused(const AgMoeCall& c) {
 
     const std::size_t es = dtype_size(c.x.dtype);
     const std::size_t row_bytes = static_cast<std::size_t>(c.x.cols) * es;
-    LOOM_CHECK(row_bytes % 16 == 0 && reinterpret_cast<std::uintptr_t>(c.x.data) % 16 == 0,
-               "ag_moe: x: the fused algorithm moves 16-byte words: expected rows of a multiple of 16 bytes and a "
-               "16-byte aligned address, given {} bytes per row at {}",
-               row_bytes, c.x.data);
     const std::size_t half =
         overlap::ensure_parity_halves(world, st.buf, static_cast<std::size_t>(s.max_rows()) * row_bytes);
 

@@ -21,6 +21,9 @@ const char* fused_unfit(const TpMoeFacts& f) {
                "captures";
     if (f.arch < 90) return "it needs a GPU of compute capability >= 9.0";
     if (f.device_sms < 2) return "it needs at least 2 SMs (the GEMM's and the communication blocks')";
+    if (!f.x_words)
+        return "its push moves x in 16-byte words: expected x's rows a multiple of 16 bytes from a 16-byte aligned "
+               "address";
     return "";
 }
 
@@ -32,6 +35,11 @@ TpMoeAlgo choose_tp_moe_algo(const char* op, TpMoeAlgo requested, const TpMoeFac
     if (requested == TpMoeAlgo::Fused) LOOM_CHECK(*why == '\0', "{}: opts.algo: fused cannot run here: {}", op, why);
     if (requested == TpMoeAlgo::Auto && f.rows < kTpMoeFusedMinRows) return TpMoeAlgo::Sequential;
     return *why == '\0' ? TpMoeAlgo::Fused : TpMoeAlgo::Sequential;
+}
+
+bool x_in_words(const MatrixView& x) {
+    const std::size_t row_bytes = static_cast<std::size_t>(x.cols) * dtype_size(x.dtype);
+    return row_bytes % 16 == 0 && reinterpret_cast<std::uintptr_t>(x.data) % 16 == 0;
 }
 
 int ag_push_blocks(int64_t push_bytes, int device_sms) {

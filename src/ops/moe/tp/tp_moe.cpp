@@ -22,8 +22,9 @@ bool capturing(cudaStream_t stream) {
 
 // The facts the choice needs; the device's only when a fused algorithm may run (its state is collective: every rank
 // asks in the same calls, since the same options and world reach the same branch).
-TpMoeAlgo choose(const char* op, TpMoeAlgo requested, World& world, bool captured, int64_t rows) {
+TpMoeAlgo choose(const char* op, TpMoeAlgo requested, World& world, bool captured, int64_t rows, bool x_words = true) {
     moe::TpMoeFacts f;
+    f.x_words = x_words;
     f.world = world.world_size();
     f.single_node = world.world_size() == world.local_world_size() && world.local_world_size() <= kMaxLocalPeers;
     f.captured = captured;
@@ -36,18 +37,25 @@ TpMoeAlgo choose(const char* op, TpMoeAlgo requested, World& world, bool capture
     return moe::choose_tp_moe_algo(op, requested, f);
 }
 
+// A matrix of the call and whether its row count must match across ranks (buffers of at least max_rows may differ).
+struct SignedView {
+    const char* name;
+    const MatrixView* m;
+    bool rows = true;
+};
+
 // What every rank must give alike (checking mode: detail::AgreedCall): the routing's shape, each matrix's shape and
 // type, and the options that choose the algorithm and the GEMM.
-detail::CallSignature tp_signature(const char* op, const MoeRouting& r,
-                                   std::initializer_list<std::pair<const char*, const MatrixView*>> views,
+detail::CallSignature tp_signature(const char* op, const MoeRouting& r, std::initializer_list<SignedView> views,
                                    const TpMoeOptions& o) {
     detail::CallSignature s(op);
     s.add("routing.tokens", r.shape.tokens).add("routing.topk", r.shape.topk);
     s.add("routing.num_experts", r.shape.num_experts).add("routing.ranks", r.shape.ranks);
     s.add("routing.align", r.shape.align);
-    for (const auto& [name, m] : views) {
-        const std::string n(name);
-        s.add(n + ".rows", m->rows).add(n + ".cols", m->cols).add(n + ".dtype", detail::dtype_field(m->dtype));
+    for (const SignedView& v : views) {
+        const std::string n(v.name);
+        if (v.rows) s.add(n + ".rows", v.m->rows);
+        s.add(n + ".cols", v.m->cols).add(n + ".dtype", detail::dtype_field(v.m->dtype));
     }
     s.add("TpMoeOptions::algo", to_string(o.algo)).add("TpMoeOptions::comm_sms", o.comm_sms);
     s.add("GroupedGemmOptions::b_layout", static_cast<int>(o.gemm.b_layout));
@@ -77,11 +85,14 @@ void ag_moe(World& world, const MatrixView& x, const int32_t* topk_idx, const fl
     const detail::AgreedCall agreed(
         world,
         [&] {
-            return tp_signature("ag_moe", routing, {{"x", &x}, {"w_up", &w_up}, {"out", &out}}, opts);
+            // Auto's choice reads x's word alignment, and the gathers run for topk_weights only where given.
+            return tp_signature("ag_moe", routing, {{"x", &x}, {"w_up", &w_up}, {"out", &out, false}}, opts)
+                .add("x in 16-byte words", moe::x_in_words(x))
+                .add("topk_weights", topk_weights ? "given" : "null");
         },
         [&] { moe::check_ag_moe(c); });
     if (!agreed.checked()) moe::check_ag_moe(c);
-    switch (choose("ag_moe", opts.algo, world, c.captured, c.routing.shape.entries())) {
+    switch (choose("ag_moe", opts.algo, world, c.captured, c.routing.shape.entries(), moe::x_in_words(x))) {
         case TpMoeAlgo::Fused:
             moe::ag_moe_fused(c);
             break;
@@ -96,7 +107,7 @@ void moe_rs(World& world, const MatrixView& rows, const MatrixView& w_down, cons
     const detail::AgreedCall agreed(
         world,
         [&] {
-            return tp_signature("moe_rs", routing, {{"rows", &rows}, {"w_down", &w_down}, {"out", &out}}, opts);
+            return tp_signature("moe_rs", routing, {{"rows", &rows, false}, {"w_down", &w_down}, {"out", &out}}, opts);
         },
         [&] { moe::check_moe_rs(c); });
     if (!agreed.checked()) moe::check_moe_rs(c);
@@ -115,7 +126,7 @@ void moe_ar(World& world, const MatrixView& rows, const MatrixView& w_down, cons
     const detail::AgreedCall agreed(
         world,
         [&] {
-            return tp_signature("moe_ar", routing, {{"rows", &rows}, {"w_down", &w_down}, {"out", &out}}, opts);
+            return tp_signature("moe_ar", routing, {{"rows", &rows, false}, {"w_down", &w_down}, {"out", &out}}, opts);
         },
         [&] { moe::check_moe_ar(c); });
     if (!agreed.checked()) moe::check_moe_ar(c);

@@ -55,7 +55,10 @@ struct TpMoeFacts {
     int arch = 0;             // compute capability x 10 (0: not asked, e.g. while capturing)
     int device_sms = 0;       // SMs this rank plans on (under MPS: its share)
     int64_t rows = 0;         // the call's routed rows: gathered tokens x top-k
+    bool x_words = true;      // ag_moe: x's rows are whole 16-byte words from a 16-byte aligned address
 };
+// ag_moe: whether x's rows are whole 16-byte words from a 16-byte aligned address (the fused push moves such words).
+bool x_in_words(const MatrixView& x);
 // Auto's smallest call for a fused algorithm, in routed rows (docs/perf/moe.json and bench-moe tp --tokens on 4 ranks
 // sharing an H200: ag_moe Fused at 0.97x Sequential at 1024 rows (Mixtral-8x7B, 512 tokens), 1.00-1.06x from 2048;
 // moe_rs within 2 % either way below 2048 rows and ahead above): smaller calls stream weights, and the fused
