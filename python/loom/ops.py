@@ -35,7 +35,7 @@ def _d(t: Optional[Tensor]) -> Optional[Tensor]:
 
 def _scales(op: str, scale_a: Optional[Tensor], scale_b: Optional[Tensor], b_scales: int) -> None:
     """The device scales' sizes, which the kernels read without knowing them: scale_a one float32, scale_b
-    `b_scales` (one per expert, or one)."""
+    `b_scales` float32 (one for a GEMM, one per expert for a grouped GEMM)."""
     for arg, t, n in (("scale_a", scale_a, 1), ("scale_b", scale_b, b_scales)):
         if t is not None and (t.dtype != torch.float32 or t.numel() != n):
             raise ValueError(f"{op}: {arg} must hold {n} float32 value{'s' if n != 1 else ''}; given {t.dtype} of "

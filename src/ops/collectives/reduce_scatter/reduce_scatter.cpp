@@ -47,8 +47,10 @@ void reduce_scatter(World& world, BufferView in, BufferView out, cudaStream_t st
     const bool in_sym = world.is_symmetric(in.data, in.bytes()), out_sym = world.is_symmetric(out.data, out.bytes());
     CollChoice c = coll::resolve(CollKind::ReduceScatter, out.bytes(), core.budget.topo, opts, in_sym, out_sym);
     const bool in_place = out.data == static_cast<char*>(in.data) + world.rank() * out.bytes();
-    if (in_place && opts.algo == CollAlgo::Auto && c.algo == CollAlgo::Scatter) {
-        // The scatter algorithm is not in-place; the pull is (staged through the scratch where in is not symmetric).
+    if (in_place && opts.algo == CollAlgo::Auto && c.algo == CollAlgo::Scatter && c.path != DataPath::CopyEngine &&
+        (opts.path == DataPath::Auto || opts.path == DataPath::LdSt)) {
+        // The scatter algorithm's kernels are not in-place (its copy-engine form is); the pull is, on ld/st (staged
+        // through the scratch where in is not symmetric). A tma path asked for keeps the scatter, which says so.
         CollOptions pull = opts;
         pull.algo = CollAlgo::Pull;
         c = coll::resolve(CollKind::ReduceScatter, out.bytes(), core.budget.topo, pull, in_sym, out_sym);

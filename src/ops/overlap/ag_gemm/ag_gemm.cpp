@@ -80,8 +80,7 @@ void as_given(World& world, const MatrixView& a, const MatrixView& b, const Matr
     const bool captured = overlap::check_capture(
         stream, "ag_gemm", o.producer == AgProducer::Sequential || o.producer == AgProducer::Auto);
     AgCall x = validate(world, a, b, c, stream, o, captured);
-    overlap::choose_producer(x, o);
-    if (captured) overlap::check_capture(stream, "ag_gemm", x.producer == AgProducer::Sequential);
+    overlap::choose_producer(x, o);  // refuses a producer that cannot replay under capture
     if (x.producer == AgProducer::Sequential) {
         overlap::ag_gemm_sequential(x);
         if (x.gathered_out) overlap::ag_gemm_copy_gathered(x);

@@ -97,6 +97,8 @@ void choose_producer(AgCall& x, const AgGemmOptions& o) {
                                        o.config ? 0 : tile_count(x.M, x.N, tile), x.num_sms);
     LOOM_CHECK(x.producer != AgProducer::Sequential || o.config == nullptr,
                "{}: the sequential producer runs loom::gemm's own config; expected no config", op);
+    // Under capture Auto's choice must replay too: refused here, before the op touches its state.
+    if (x.captured) check_capture(x.stream, op, x.producer == AgProducer::Sequential);
     if (x.producer == AgProducer::Sm)
         x.plan =
             ag_gemm_plan(x.M, x.N, x.K, x.W, x.producer, o.comm_sms, dev.arch, x.num_sms, dev.shared_gpu, x.a.dtype);

@@ -49,7 +49,8 @@ ArAlgo gemm_ar_algo(ArAlgo requested, ArShots shots, const GemmConfig* config, i
     if (shots != ArShots::Auto) return ArAlgo::ReduceKernel;
     // With the caller's tile, that tile decides whether the fused epilogue fits.
     if (config)
-        return overlap::whole_tile_unfit(*config, out_bytes).empty() ? ArAlgo::FusedEpilogue : ArAlgo::ReduceKernel;
+        return config->block_m <= 128 && overlap::whole_tile_unfit(*config, out_bytes).empty() ? ArAlgo::FusedEpilogue
+                                                                                               : ArAlgo::ReduceKernel;
     return ArAlgo::Auto;
 }
 
@@ -185,8 +186,9 @@ void choose_algo(ArCall& x, const GemmArOptions& o) {
     }
     use_config(op, x.plan, o.config, x.M, x.N, x.num_sms, x.a.dtype);
     // The fused epilogue's per-tile signals count two consumer warpgroups a tile (kernels/overlap/gemm_ar.cuh).
-    LOOM_CHECK(x.plan.gemm.block_m <= 128, "{}: expected config.block_m 64 or 128 (two consumer warpgroups), given {}",
-               op, x.plan.gemm.block_m);
+    LOOM_CHECK(x.plan.ar_algo != ArAlgo::FusedEpilogue || x.plan.gemm.block_m <= 128,
+               "{}: the fused epilogue expects config.block_m 64 or 128 (two consumer warpgroups), given {}", op,
+               x.plan.gemm.block_m);
     check_tile_count(op, x.M, x.N, x.plan.gemm);
     if (debug())
         fmt::print(stderr, "loom::gemm_ar M={} N={} K_loc={} W={} SMs {} of {}: {}\n", x.M, x.N, x.K, x.W, x.num_sms,
