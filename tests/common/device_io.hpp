@@ -7,9 +7,12 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
+
+#include "common/reference.hpp"
 
 namespace loom::test {
 
@@ -43,6 +46,30 @@ inline void poison(void* p, std::size_t bytes) {
     cuda_or_die(cudaDeviceSynchronize(), "poison sync");
 }
 
+// NaN in bf16, f16 and f32 (0xFF bytes): an output element the op leaves unwritten fails any tolerance.
+inline void poison_nan(void* p, std::size_t bytes) {
+    cuda_or_die(cudaMemset(p, 0xFF, bytes), "poison");
+    cuda_or_die(cudaDeviceSynchronize(), "poison sync");
+}
+
 inline void sync_or_die(cudaStream_t s) { cuda_or_die(cudaStreamSynchronize(s), "stream sync"); }
+
+// Device memory of one test, freed at the end of its scope; at least 256 bytes, so that an empty operand has an
+// address.
+struct DevMem {
+    void* p = nullptr;
+    explicit DevMem(std::size_t bytes) { cuda_or_die(cudaMalloc(&p, bytes < 256 ? 256 : bytes), "cudaMalloc"); }
+    ~DevMem() { cudaFree(p); }
+    DevMem(const DevMem&) = delete;
+    DevMem& operator=(const DevMem&) = delete;
+};
+
+// n bf16 values in [-1, 1) (random_floats of `seed`), uploaded to dst.
+inline void upload_random_bf16(void* dst, std::size_t n, std::uint64_t seed) {
+    const auto f = random_floats(n, seed);
+    std::vector<std::uint16_t> h(n);
+    for (std::size_t i = 0; i < n; ++i) h[i] = float_to_bf16(f[i]);
+    upload(dst, h);
+}
 
 }  // namespace loom::test

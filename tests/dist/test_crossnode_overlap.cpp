@@ -34,27 +34,7 @@ namespace {
 
 uint64_t seed_of(int rank, int tc, int what) { return 0x9e3779b97f4a7c15ull * (rank + 1) + 6151ull * tc + what + 17; }
 
-struct DevMem {
-    void* p = nullptr;
-    explicit DevMem(std::size_t bytes) { LOOM_CHECK_CUDA(cudaMalloc(&p, bytes < 256 ? 256 : bytes)); }
-    ~DevMem() { cudaFree(p); }
-    DevMem(const DevMem&) = delete;
-    DevMem& operator=(const DevMem&) = delete;
-};
-
-// n bf16 values in [-1, 1) from `seed`, uploaded to dst.
-void upload_bf16(void* dst, int64_t n, uint64_t seed) {
-    const auto f = test::random_floats(static_cast<std::size_t>(n), seed);
-    std::vector<uint16_t> h(f.size());
-    for (std::size_t i = 0; i < f.size(); ++i) h[i] = test::float_to_bf16(f[i]);
-    test::upload(dst, h);
-}
-
-// NaN in bf16; complete before the call (whose stream does not wait for the legacy stream).
-void poison(void* p, std::size_t bytes) {
-    LOOM_CHECK_CUDA(cudaMemset(p, 0xFF, bytes));
-    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
-}
+using test::DevMem;
 
 // C's memory: plain (cudaMalloc) or symmetric, `rows` x ld bf16 elements.
 struct COut {
@@ -112,19 +92,19 @@ void check_ag(World& w, cudaStream_t s, const AgCase& t) {
     const std::size_t gbytes = static_cast<std::size_t>(m * k) * 2;
     DevMem a(rows * k * 2), b(n * k * 2), c(m * n * 2), expect(gbytes);
     for (int r = 0; r < W; ++r)  // the gathered A, regenerated shard by shard
-        upload_bf16(static_cast<char*>(expect.p) + r * rows * k * 2, rows * k, seed_of(r, t.tc, 5));
-    upload_bf16(a.p, rows * k, seed_of(me, t.tc, 5));
-    upload_bf16(b.p, n * k, seed_of(me, t.tc, 6));
+        test::upload_random_bf16(static_cast<char*>(expect.p) + r * rows * k * 2, rows * k, seed_of(r, t.tc, 5));
+    test::upload_random_bf16(a.p, rows * k, seed_of(me, t.tc, 5));
+    test::upload_random_bf16(b.p, n * k, seed_of(me, t.tc, 6));
     std::optional<COut> g;
     AgGemmOptions o = t.o;
     if (t.gathered) {
         g.emplace(w, m, k, t.gathered_sym);
-        poison(g->p, gbytes);
+        test::poison_nan(g->p, gbytes);
         o.gathered = MatrixView{g->p, DType::BF16, m, k, 0};
     }
     test::DeviceReference ref(m, n);
     ref.add(expect.p, b.p, DType::BF16, false, k, 1.0, false, s);
-    poison(c.p, m * n * 2);
+    test::poison_nan(c.p, m * n * 2);
     LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
     w.barrier();
     std::string err = run_and_compare(
@@ -211,8 +191,8 @@ TEST_F(CrossNodeOverlap, AgGemmBackToBack) {
             const int tc = 40 + set * 2 + sz;
             a.push_back(std::make_unique<DevMem>(kRows[sz] * k * 2));
             b.push_back(std::make_unique<DevMem>(n * k * 2));
-            upload_bf16(a.back()->p, kRows[sz] * k, seed_of(me, tc, 5));
-            upload_bf16(b.back()->p, n * k, seed_of(me, tc, 6));
+            test::upload_random_bf16(a.back()->p, kRows[sz] * k, seed_of(me, tc, 5));
+            test::upload_random_bf16(b.back()->p, n * k, seed_of(me, tc, 6));
         }
     DevMem full(kRows[0] * W * k * 2), c(kRows[0] * W * n * 2);
     wr.barrier();
@@ -234,7 +214,7 @@ TEST_F(CrossNodeOverlap, AgGemmBackToBack) {
                 break;
             }
             for (int r = 0; r < W; ++r)
-                upload_bf16(static_cast<char*>(full.p) + r * rows * k * 2, rows * k, seed_of(r, tc, 5));
+                test::upload_random_bf16(static_cast<char*>(full.p) + r * rows * k * 2, rows * k, seed_of(r, tc, 5));
             test::DeviceReference ref(m, n);
             ref.add(full.p, b[set * 2 + sz]->p, DType::BF16, false, k, 1.0, false, stream);
             std::vector<double> r, ab;
@@ -261,14 +241,14 @@ void check_rs(World& w, cudaStream_t s, int64_t rows, int64_t n, int64_t k, int 
     COut c(w, rows, ldc, sym_c);
     test::DeviceReference ref(m, n);
     for (int r = 0; r < W; ++r) {
-        upload_bf16(pa.p, m * k, seed_of(r, tc, 3));
-        upload_bf16(pb.p, n * k, seed_of(r, tc, 4));
+        test::upload_random_bf16(pa.p, m * k, seed_of(r, tc, 3));
+        test::upload_random_bf16(pb.p, n * k, seed_of(r, tc, 4));
         ref.add(pa.p, pb.p, DType::BF16, false, k, 1.0, r > 0, s);
         LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
     }
-    upload_bf16(a.p, m * k, seed_of(me, tc, 3));
-    upload_bf16(b.p, n * k, seed_of(me, tc, 4));
-    poison(c.p, rows * ldc * 2);
+    test::upload_random_bf16(a.p, m * k, seed_of(me, tc, 3));
+    test::upload_random_bf16(b.p, n * k, seed_of(me, tc, 4));
+    test::poison_nan(c.p, rows * ldc * 2);
     w.barrier();
     const std::string err = run_and_compare(
         s,
@@ -322,12 +302,12 @@ TEST_F(CrossNodeOverlap, GemmRsBackToBack) {
             const int64_t m = kRows[sz] * W;
             a.push_back(std::make_unique<DevMem>(m * k * 2));
             b.push_back(std::make_unique<DevMem>(n * k * 2));
-            upload_bf16(a.back()->p, m * k, seed_of(me, tc, 3));
-            upload_bf16(b.back()->p, n * k, seed_of(me, tc, 4));
+            test::upload_random_bf16(a.back()->p, m * k, seed_of(me, tc, 3));
+            test::upload_random_bf16(b.back()->p, n * k, seed_of(me, tc, 4));
             refs.push_back(std::make_unique<test::DeviceReference>(m, n));
             for (int r = 0; r < W; ++r) {
-                upload_bf16(pa.p, m * k, seed_of(r, tc, 3));
-                upload_bf16(pb.p, n * k, seed_of(r, tc, 4));
+                test::upload_random_bf16(pa.p, m * k, seed_of(r, tc, 3));
+                test::upload_random_bf16(pb.p, n * k, seed_of(r, tc, 4));
                 refs.back()->add(pa.p, pb.p, DType::BF16, false, k, 1.0, r > 0, stream);
                 LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
             }
@@ -373,14 +353,14 @@ void check_ar(World& w, cudaStream_t s, int64_t m, int64_t n, int64_t k, int tc,
     COut c(w, m, ldc, sym_c);
     test::DeviceReference ref(m, n);
     for (int r = 0; r < W; ++r) {
-        upload_bf16(pa.p, m * k, seed_of(r, tc, 1));
-        upload_bf16(pb.p, n * k, seed_of(r, tc, 2));
+        test::upload_random_bf16(pa.p, m * k, seed_of(r, tc, 1));
+        test::upload_random_bf16(pb.p, n * k, seed_of(r, tc, 2));
         ref.add(pa.p, pb.p, DType::BF16, false, k, 1.0, r > 0, s);
         LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
     }
-    upload_bf16(a.p, m * k, seed_of(me, tc, 1));
-    upload_bf16(b.p, n * k, seed_of(me, tc, 2));
-    poison(c.p, m * ldc * 2);
+    test::upload_random_bf16(a.p, m * k, seed_of(me, tc, 1));
+    test::upload_random_bf16(b.p, n * k, seed_of(me, tc, 2));
+    test::poison_nan(c.p, m * ldc * 2);
     w.barrier();
     const std::string err = run_and_compare(
         s,
@@ -461,16 +441,16 @@ TEST_F(CrossNodeOverlap, GraphReplaysSequences) {
     DevMem a(m * k * 2), b(n * k * 2), c(m * n * 2), full(m * k * 2), pa(m * k * 2), pb(n * k * 2);
     auto load = [&](int64_t a_rows, int tc) {
         return [&, a_rows, tc](int set) {
-            upload_bf16(a.p, a_rows * k, seed_of(me, tc + set, 1));
-            upload_bf16(b.p, n * k, seed_of(me, tc + set, 2));
-            poison(c.p, m * n * 2);
+            test::upload_random_bf16(a.p, a_rows * k, seed_of(me, tc + set, 1));
+            test::upload_random_bf16(b.p, n * k, seed_of(me, tc + set, 2));
+            test::poison_nan(c.p, m * n * 2);
         };
     };
     // The reference of a sum over ranks of A_r [a_rows, k] B_r^T for set `set` of test case tc.
     auto sum_ref = [&](test::DeviceReference& ref, int64_t a_rows, int tc) {
         for (int r = 0; r < W; ++r) {
-            upload_bf16(pa.p, a_rows * k, seed_of(r, tc, 1));
-            upload_bf16(pb.p, n * k, seed_of(r, tc, 2));
+            test::upload_random_bf16(pa.p, a_rows * k, seed_of(r, tc, 1));
+            test::upload_random_bf16(pb.p, n * k, seed_of(r, tc, 2));
             ref.add(pa.p, pb.p, DType::BF16, false, k, 1.0, r > 0, stream);
             LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
         }
@@ -486,8 +466,9 @@ TEST_F(CrossNodeOverlap, GraphReplaysSequences) {
         test::DeviceReference ref[2] = {test::DeviceReference(m, n), test::DeviceReference(m, n)};
         for (int set = 0; set < 2; ++set) {
             for (int r = 0; r < W; ++r)
-                upload_bf16(static_cast<char*>(full.p) + r * rows * k * 2, rows * k, seed_of(r, 100 + set, 1));
-            upload_bf16(pb.p, n * k, seed_of(me, 100 + set, 2));
+                test::upload_random_bf16(static_cast<char*>(full.p) + r * rows * k * 2, rows * k,
+                                         seed_of(r, 100 + set, 1));
+            test::upload_random_bf16(pb.p, n * k, seed_of(me, 100 + set, 2));
             ref[set].add(full.p, pb.p, DType::BF16, false, k, 1.0, false, stream);
             LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
         }
@@ -542,8 +523,8 @@ TEST_F(CrossNodeOverlap, RefusesOneNodeAlgorithms) {
     const int W = w->world_size();
     const int64_t rows = 64, n = 128, k = 64, m = rows * W;
     DevMem a(m * k * 2), b(n * k * 2), c(m * n * 2);
-    upload_bf16(a.p, m * k, seed_of(w->rank(), 90, 1));
-    upload_bf16(b.p, n * k, seed_of(w->rank(), 90, 2));
+    test::upload_random_bf16(a.p, m * k, seed_of(w->rank(), 90, 1));
+    test::upload_random_bf16(b.p, n * k, seed_of(w->rank(), 90, 2));
     const MatrixView A{a.p, DType::BF16, m, k, 0}, Ash{a.p, DType::BF16, rows, k, 0}, B{b.p, DType::BF16, n, k, 0};
     const std::string nodes = fmt::format("in a World of {} nodes x {} ranks", w->num_nodes(), w->local_world_size());
     std::string err;

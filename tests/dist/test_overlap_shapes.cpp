@@ -24,27 +24,7 @@ namespace {
 
 uint64_t seed_of(int rank, int tc, int what) { return 0x2545f4914f6cdd1dull * (rank + 1) + 7919ull * tc + what + 31; }
 
-struct DevMem {
-    void* p = nullptr;
-    explicit DevMem(std::size_t bytes) { LOOM_CHECK_CUDA(cudaMalloc(&p, bytes < 256 ? 256 : bytes)); }
-    ~DevMem() { cudaFree(p); }
-    DevMem(const DevMem&) = delete;
-    DevMem& operator=(const DevMem&) = delete;
-};
-
-// n bf16 values in [-1, 1) from `seed`, uploaded to dst.
-void upload_bf16(void* dst, int64_t n, uint64_t seed) {
-    const auto f = test::random_floats(static_cast<std::size_t>(n), seed);
-    std::vector<uint16_t> h(f.size());
-    for (std::size_t i = 0; i < f.size(); ++i) h[i] = test::float_to_bf16(f[i]);
-    test::upload(dst, h);
-}
-
-// NaN in bf16; complete before the call (whose stream does not wait for the legacy stream).
-void poison(void* p, std::size_t bytes) {
-    LOOM_CHECK_CUDA(cudaMemset(p, 0xFF, bytes));
-    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
-}
+using test::DevMem;
 
 // Runs `op` (which enqueues the call on s) and checks rows [row0, row0 + rows) of C (bf16, [rows, n]) against the
 // reference; "" or what is wrong. Tolerance: partial sums rounded to bf16 once (`roundings` = 1) or not at all.
@@ -73,14 +53,14 @@ void check_ar(World& w, cudaStream_t s, int64_t m, int64_t n, int64_t k, int tc,
     DevMem a(m * k * 2), b(n * k * 2), c(m * n * 2), pa(m * k * 2), pb(n * k * 2);
     test::DeviceReference ref(m, n);
     for (int r = 0; r < W; ++r) {  // every rank's inputs, regenerated from its seeds
-        upload_bf16(pa.p, m * k, seed_of(r, tc, 1));
-        upload_bf16(pb.p, n * k, seed_of(r, tc, 2));
+        test::upload_random_bf16(pa.p, m * k, seed_of(r, tc, 1));
+        test::upload_random_bf16(pb.p, n * k, seed_of(r, tc, 2));
         ref.add(pa.p, pb.p, DType::BF16, false, k, 1.0, r > 0, s);
         LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
     }
-    upload_bf16(a.p, m * k, seed_of(me, tc, 1));
-    upload_bf16(b.p, n * k, seed_of(me, tc, 2));
-    poison(c.p, m * n * 2);
+    test::upload_random_bf16(a.p, m * k, seed_of(me, tc, 1));
+    test::upload_random_bf16(b.p, n * k, seed_of(me, tc, 2));
+    test::poison_nan(c.p, m * n * 2);
     w.barrier();
     const std::string err = run_and_compare(
         s,
@@ -102,14 +82,14 @@ void check_rs(World& w, cudaStream_t s, int64_t rows, int64_t n, int64_t k, int 
     DevMem a(m * k * 2), b(n * k * 2), c(rows * n * 2), pa(m * k * 2), pb(n * k * 2);
     test::DeviceReference ref(m, n);
     for (int r = 0; r < W; ++r) {
-        upload_bf16(pa.p, m * k, seed_of(r, tc, 3));
-        upload_bf16(pb.p, n * k, seed_of(r, tc, 4));
+        test::upload_random_bf16(pa.p, m * k, seed_of(r, tc, 3));
+        test::upload_random_bf16(pb.p, n * k, seed_of(r, tc, 4));
         ref.add(pa.p, pb.p, DType::BF16, false, k, 1.0, r > 0, s);
         LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
     }
-    upload_bf16(a.p, m * k, seed_of(me, tc, 3));
-    upload_bf16(b.p, n * k, seed_of(me, tc, 4));
-    poison(c.p, rows * n * 2);
+    test::upload_random_bf16(a.p, m * k, seed_of(me, tc, 3));
+    test::upload_random_bf16(b.p, n * k, seed_of(me, tc, 4));
+    test::poison_nan(c.p, rows * n * 2);
     w.barrier();
     const std::string err = run_and_compare(
         s,
@@ -130,12 +110,12 @@ void check_ag(World& w, cudaStream_t s, int64_t rows, int64_t n, int64_t k, int 
     const int64_t m = rows * W;
     DevMem a(rows * k * 2), b(n * k * 2), c(m * n * 2), gathered(m * k * 2);
     for (int r = 0; r < W; ++r)  // the gathered A, regenerated shard by shard
-        upload_bf16(static_cast<char*>(gathered.p) + r * rows * k * 2, rows * k, seed_of(r, tc, 5));
-    upload_bf16(a.p, rows * k, seed_of(me, tc, 5));
-    upload_bf16(b.p, n * k, seed_of(me, tc, 6));
+        test::upload_random_bf16(static_cast<char*>(gathered.p) + r * rows * k * 2, rows * k, seed_of(r, tc, 5));
+    test::upload_random_bf16(a.p, rows * k, seed_of(me, tc, 5));
+    test::upload_random_bf16(b.p, n * k, seed_of(me, tc, 6));
     test::DeviceReference ref(m, n);
     ref.add(gathered.p, b.p, DType::BF16, false, k, 1.0, false, s);
-    poison(c.p, m * n * 2);
+    test::poison_nan(c.p, m * n * 2);
     LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
     w.barrier();
     const std::string err = run_and_compare(
@@ -246,13 +226,13 @@ TEST_F(OverlapShapes, GemmArBackToBack) {
     test::DeviceReference* refs[2] = {&ref0, &ref1};
     for (int set = 0; set < 2; ++set) {
         for (int r = 0; r < W; ++r) {
-            upload_bf16(pa.p, mmax * k, seed_of(r, 170 + set, 1));
-            upload_bf16(pb.p, n * k, seed_of(r, 170 + set, 2));
+            test::upload_random_bf16(pa.p, mmax * k, seed_of(r, 170 + set, 1));
+            test::upload_random_bf16(pb.p, n * k, seed_of(r, 170 + set, 2));
             refs[set]->add(pa.p, pb.p, DType::BF16, false, k, 1.0, r > 0, stream);
             LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
         }
-        upload_bf16(a[set].p, mmax * k, seed_of(me, 170 + set, 1));
-        upload_bf16(b[set].p, n * k, seed_of(me, 170 + set, 2));
+        test::upload_random_bf16(a[set].p, mmax * k, seed_of(me, 170 + set, 1));
+        test::upload_random_bf16(b[set].p, n * k, seed_of(me, 170 + set, 2));
     }
     W_.barrier();
     std::string err;
@@ -330,11 +310,11 @@ TEST_F(OverlapShapes, IssueShapeAtThisShare) {
     const int64_t m = 17, n = 4096, k = 2048;
     {
         DevMem a(m * k * 2), b(n * k * 2), c(m * n * 2);
-        upload_bf16(a.p, m * k, seed_of(w->rank(), 400, 1));
-        upload_bf16(b.p, n * k, seed_of(w->rank(), 400, 2));
+        test::upload_random_bf16(a.p, m * k, seed_of(w->rank(), 400, 1));
+        test::upload_random_bf16(b.p, n * k, seed_of(w->rank(), 400, 2));
         test::DeviceReference ref(m, n);
         ref.add(a.p, b.p, DType::BF16, false, k, 1.0, false, stream);
-        poison(c.p, m * n * 2);
+        test::poison_nan(c.p, m * n * 2);
         LOOM_CHECK_CUDA(cudaStreamSynchronize(stream));
         const std::string err = run_and_compare(
             stream,

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/device_io.hpp"
 #include "common/gemm_reference.hpp"
 #include "common/reference.hpp"
 #include "common/test_env.hpp"
@@ -31,13 +32,7 @@ using loom::GemmConfig;
 
 constexpr int kH200Sms = 132;
 
-struct DevMem {
-    void* p = nullptr;
-    explicit DevMem(std::size_t bytes) { LOOM_CHECK_CUDA(cudaMalloc(&p, bytes)); }
-    ~DevMem() { cudaFree(p); }
-    DevMem(const DevMem&) = delete;
-    DevMem& operator=(const DevMem&) = delete;
-};
+using loom::test::DevMem;
 
 // n random values in [-1, 1) rounded to `in`, uploaded to `dst` in that type, and (exactly) as bf16 to `dst_bf16`.
 void upload_random(void* dst, void* dst_bf16, std::size_t n, DType in, uint64_t seed) {

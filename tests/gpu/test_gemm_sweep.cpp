@@ -78,21 +78,9 @@ bool within_budget(const SweepCase& c) {
     return true;
 }
 
-struct DevMem {
-    void* p = nullptr;
-    explicit DevMem(std::size_t bytes) { LOOM_CHECK_CUDA(cudaMalloc(&p, bytes)); }
-    ~DevMem() { cudaFree(p); }
-    DevMem(const DevMem&) = delete;
-    DevMem& operator=(const DevMem&) = delete;
-};
+using loom::test::DevMem;
 
-// n random bf16 values in [-1, 1) (fresh per seed), uploaded.
-void upload_random_bf16(void* dst, std::size_t n, uint64_t seed) {
-    const auto f = loom::test::random_floats(n, seed);
-    std::vector<uint16_t> h(n);
-    for (std::size_t i = 0; i < n; ++i) h[i] = loom::test::float_to_bf16(f[i]);
-    loom::test::upload(dst, h);
-}
+using loom::test::upload_random_bf16;
 
 // Runs the case on fresh inputs and checks it: "" or what is wrong.
 std::string run_checked(const SweepCase& c, uint64_t seed) {
