@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "common/example_data.hpp"
 #include "loom/bf16.hpp"
 #include "loom/ops/overlap.hpp"
 #include "loom/runtime/driver.hpp"
@@ -18,15 +19,8 @@
 #include "loom/runtime/world.hpp"
 
 namespace {
-std::vector<uint16_t> random_bf16(std::size_t n, uint64_t seed) {
-    std::vector<uint16_t> h(n);
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (auto& v : h) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        v = loom::float_to_bf16(static_cast<float>((x >> 40) & 0xffffff) / 16777216.f * 2.f - 1.f);
-    }
-    return h;
-}
+
+using loom_example::random_bf16;
 }  // namespace
 
 int main(int argc, char** argv) {

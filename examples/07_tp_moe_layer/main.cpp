@@ -21,6 +21,7 @@
 #include <numeric>
 #include <vector>
 
+#include "common/example_data.hpp"
 #include "loom/bf16.hpp"
 #include "loom/ops/moe.hpp"
 #include "loom/runtime/driver.hpp"
@@ -29,19 +30,10 @@
 
 namespace {
 
-uint64_t next(uint64_t& x) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    return x;
-}
-// bf16 values in [-scale, scale), as floats.
-std::vector<float> random_bf16(std::size_t n, uint64_t seed, float scale) {
-    std::vector<float> h(n);
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (auto& v : h)
-        v = loom::bf16_to_float(
-            loom::float_to_bf16(scale * (static_cast<float>((next(x) >> 40) & 0xffffff) / 16777216.f * 2.f - 1.f)));
-    return h;
-}
+using loom_example::next_random;
+using loom_example::random_bf16_floats;
+using loom_example::upload;
+
 // Rank q's routing: k distinct experts per token (every fourth token sends its first slot to expert 0: skewed), and
 // weights summing to 1.
 void routing_of(int q, int t_loc, int e, int k, std::vector<int32_t>& ids, std::vector<float>& wts) {
@@ -51,12 +43,12 @@ void routing_of(int q, int t_loc, int e, int k, std::vector<int32_t>& ids, std::
     std::vector<int32_t> perm(e);
     for (int t = 0; t < t_loc; ++t) {
         std::iota(perm.begin(), perm.end(), 0);
-        for (int i = e - 1; i > 0; --i) std::swap(perm[i], perm[next(x) % (i + 1)]);
+        for (int i = e - 1; i > 0; --i) std::swap(perm[i], perm[next_random(x) % (i + 1)]);
         if (t % 4 == 0) std::swap(perm[0], *std::find(perm.begin(), perm.end(), 0));
         float sum = 0;
         for (int s = 0; s < k; ++s) {
             ids[t * k + s] = perm[s];
-            wts[t * k + s] = 0.1f + static_cast<float>(next(x) % 1000) / 1000.f;
+            wts[t * k + s] = 0.1f + static_cast<float>(next_random(x) % 1000) / 1000.f;
             sum += wts[t * k + s];
         }
         for (int s = 0; s < k; ++s) wts[t * k + s] /= sum;
@@ -66,13 +58,6 @@ std::vector<uint16_t> to_bf16(const std::vector<float>& f) {
     std::vector<uint16_t> b(f.size());
     for (std::size_t i = 0; i < f.size(); ++i) b[i] = loom::float_to_bf16(f[i]);
     return b;
-}
-template <class T>
-void* upload(const std::vector<T>& h) {
-    void* d = nullptr;
-    LOOM_CHECK_CUDA(cudaMalloc(&d, std::max<std::size_t>(h.size() * sizeof(T), 256)));
-    LOOM_CHECK_CUDA(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
 }
 
 }  // namespace
@@ -92,9 +77,9 @@ int main(int argc, char** argv) {
     try {
         LOOM_CHECK(I % W == 0 && i_loc % 8 == 0, "I: expected a multiple of 8 x world size, given {}", I);
         // Full weights (the same on every rank), then this rank's slices.
-        const auto gate = random_bf16(static_cast<std::size_t>(E) * I * H, 11, 0.1f);
-        const auto up = random_bf16(static_cast<std::size_t>(E) * I * H, 12, 0.1f);
-        const auto down = random_bf16(static_cast<std::size_t>(E) * H * I, 13, 0.1f);
+        const auto gate = random_bf16_floats(static_cast<std::size_t>(E) * I * H, 11, 0.1f);
+        const auto up = random_bf16_floats(static_cast<std::size_t>(E) * I * H, 12, 0.1f);
+        const auto down = random_bf16_floats(static_cast<std::size_t>(E) * H * I, 13, 0.1f);
         std::vector<float> up_r(static_cast<std::size_t>(E) * 2 * i_loc * H),
             down_r(static_cast<std::size_t>(E) * H * i_loc);
         for (int e = 0; e < E; ++e) {
@@ -109,7 +94,7 @@ int main(int argc, char** argv) {
                     down_r[(static_cast<std::size_t>(e) * H + c) * i_loc + j] =
                         down[(static_cast<std::size_t>(e) * H + c) * I + me * i_loc + j];
         }
-        const auto x = random_bf16(static_cast<std::size_t>(t_loc) * H, 100 + me, 1.f);
+        const auto x = random_bf16_floats(static_cast<std::size_t>(t_loc) * H, 100 + me, 1.f);
         std::vector<int32_t> ids;
         std::vector<float> wts;
         routing_of(me, t_loc, E, k, ids, wts);

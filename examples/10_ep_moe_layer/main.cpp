@@ -18,6 +18,7 @@
 #include <numeric>
 #include <vector>
 
+#include "common/example_data.hpp"
 #include "loom/bf16.hpp"
 #include "loom/ops/moe.hpp"
 #include "loom/ops/moe_ep.hpp"
@@ -27,30 +28,13 @@
 
 namespace {
 
-uint64_t next(uint64_t& x) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    return x;
-}
-// bf16 values in [-scale, scale), as floats.
-std::vector<float> random_bf16(std::size_t n, uint64_t seed, float scale) {
-    std::vector<float> h(n);
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (auto& v : h)
-        v = loom::bf16_to_float(
-            loom::float_to_bf16(scale * (static_cast<float>((next(x) >> 40) & 0xffffff) / 16777216.f * 2.f - 1.f)));
-    return h;
-}
+using loom_example::random_bf16_floats;
+using loom_example::upload;
+
 std::vector<uint16_t> to_bf16(const std::vector<float>& f) {
     std::vector<uint16_t> b(f.size());
     for (std::size_t i = 0; i < f.size(); ++i) b[i] = loom::float_to_bf16(f[i]);
     return b;
-}
-template <class T>
-void* upload(const std::vector<T>& h) {
-    void* d = nullptr;
-    LOOM_CHECK_CUDA(cudaMalloc(&d, std::max<std::size_t>(h.size() * sizeof(T), 256)));
-    if (!h.empty()) LOOM_CHECK_CUDA(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
 }
 
 }  // namespace
@@ -70,14 +54,14 @@ int main(int argc, char** argv) {
         LOOM_CHECK(E % W == 0 && k <= E, "E: expected a multiple of the world size {} and >= k, given {}", W, E);
         const int L = E / W;
         // Every expert's weights (the same on every rank); this rank's L experts go to the device.
-        const auto gu = random_bf16(static_cast<std::size_t>(E) * 2 * I * H, 21, 0.1f);  // [E][2I][H]
-        const auto down = random_bf16(static_cast<std::size_t>(E) * H * I, 22, 0.1f);    // [E][H][I]
-        const auto router = random_bf16(static_cast<std::size_t>(E) * H, 23, 0.5f);      // [E][H]
+        const auto gu = random_bf16_floats(static_cast<std::size_t>(E) * 2 * I * H, 21, 0.1f);  // [E][2I][H]
+        const auto down = random_bf16_floats(static_cast<std::size_t>(E) * H * I, 22, 0.1f);    // [E][H][I]
+        const auto router = random_bf16_floats(static_cast<std::size_t>(E) * H, 23, 0.5f);      // [E][H]
         const std::vector<float> gu_r(gu.begin() + static_cast<std::ptrdiff_t>(me) * L * 2 * I * H,
                                       gu.begin() + static_cast<std::ptrdiff_t>(me + 1) * L * 2 * I * H);
         const std::vector<float> down_r(down.begin() + static_cast<std::ptrdiff_t>(me) * L * H * I,
                                         down.begin() + static_cast<std::ptrdiff_t>(me + 1) * L * H * I);
-        const auto x = random_bf16(static_cast<std::size_t>(T) * H, 100 + me, 1.f);
+        const auto x = random_bf16_floats(static_cast<std::size_t>(T) * H, 100 + me, 1.f);
 
         // Route: top-k of the router logits, softmax over the chosen k.
         std::vector<int32_t> ids(static_cast<std::size_t>(T) * k);
