@@ -62,3 +62,23 @@ class WorldStreamTest : public ::testing::Test {
     ::loom::World* w = nullptr;
     cudaStream_t stream = nullptr;
 };
+
+// Why a test of cross-node algorithms skips in a World of one node.
+inline constexpr const char* kNeedsNodes =
+    "needs a World of several nodes: run under loomrun with LOOM_NODE_SIZE=k (emulated nodes of k ranks, "
+    "docs/crossnode.md), or on several hosts";
+
+// A WorldStreamTest of the cross-node algorithms: skipped in a World of one node.
+class MultiNodeTest : public WorldStreamTest {
+  protected:
+    void SetUp() override {
+        WorldStreamTest::SetUp();
+        if (IsSkipped()) return;
+        if (w->num_nodes() == 1) GTEST_SKIP() << kNeedsNodes;
+    }
+    // Every rank's device idle, then a barrier of the World named `tag`.
+    void sync_all(const std::string& tag) {
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        w->barrier(tag);
+    }
+};

@@ -29,21 +29,7 @@ namespace {
 
 using test::Sym;
 
-class CrossNodeAllToAllV : public ::WorldStreamTest {
-  protected:
-    void SetUp() override {
-        ::WorldStreamTest::SetUp();
-        if (IsSkipped()) return;
-        if (w->num_nodes() == 1)
-            GTEST_SKIP()
-                << "needs a World of several nodes: run under loomrun with LOOM_NODE_SIZE=k (emulated nodes of "
-                   "k ranks, docs/crossnode.md), or on several hosts";
-    }
-    void sync_all(const std::string& tag) {
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        w->barrier(tag);
-    }
-};
+class CrossNodeAllToAllV : public ::MultiNodeTest {};
 
 using Matrix = std::vector<std::vector<std::int64_t>>;  // [s][j]: elements rank s sends to rank j
 

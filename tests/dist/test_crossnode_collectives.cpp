@@ -29,21 +29,7 @@ namespace {
 
 using test::Sym;
 
-class CrossNodeCollectives : public ::WorldStreamTest {
-  protected:
-    void SetUp() override {
-        ::WorldStreamTest::SetUp();
-        if (IsSkipped()) return;
-        if (w->num_nodes() == 1)
-            GTEST_SKIP()
-                << "needs a World of several nodes: run under loomrun with LOOM_NODE_SIZE=k (emulated nodes of "
-                   "k ranks, docs/crossnode.md), or on several hosts";
-    }
-    void sync_all(const std::string& tag) {
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        w->barrier(tag);
-    }
-};
+class CrossNodeCollectives : public ::MultiNodeTest {};
 
 // Small integers, exact in every float dtype and in their sums over 8 ranks.
 double value(int rank, std::size_t i, int k) {

@@ -517,9 +517,7 @@ TEST_F(CrossNodeOverlap, GraphReplaysSequences) {
 // ---- the algorithms that run within one node ------------------------------------------------------------------------
 // Every rank raises the same error before the call touches any state; the World stays usable (a call after them runs).
 TEST_F(CrossNodeOverlap, RefusesOneNodeAlgorithms) {
-    if (w->num_nodes() == 1)
-        GTEST_SKIP() << "needs a World of several nodes: run under loomrun with LOOM_NODE_SIZE=k (emulated nodes of k "
-                        "ranks, docs/crossnode.md), or on several hosts";
+    if (w->num_nodes() == 1) GTEST_SKIP() << kNeedsNodes;
     const int W = w->world_size();
     const int64_t rows = 64, n = 128, k = 64, m = rows * W;
     DevMem a(m * k * 2), b(n * k * 2), c(m * n * 2);
