@@ -119,6 +119,19 @@ TEST(LangSignal, MissingNotifyEndsInTimeoutDiagnostic) {
     w.barrier("timeout-child");
 }
 
+// A put whose bytes run past the end of the heap is refused by the range, not only its first byte.
+TEST(LangSignal, PutPastTheHeapEndTraps) {
+    LOOM_REQUIRE_GPU();
+    auto& w = loom::test::world();
+    if (w.rank() == 0) {
+        const auto [status, output] = loom::test::run_child("lang-put-past-heap", {{"LOOM_WAIT_TIMEOUT_MS", "300"}});
+        EXPECT_EQ(status, 3) << output;
+        EXPECT_NE(output.find("loom: symm_at: rank 0 block (0,0,0)"), std::string::npos) << output;
+        EXPECT_NE(output.find("is not in this rank's symmetric heap"), std::string::npos) << output;
+    }
+    w.barrier("put-past-heap-child");
+}
+
 std::size_t count(const std::string& s, const std::string& part) {
     std::size_t n = 0;
     for (auto p = s.find(part); p != std::string::npos; p = s.find(part, p + 1)) ++n;

@@ -25,6 +25,8 @@
 //     xnode-undeclared-remote  tests/dist/kernels/crossnode.cuh's touch_peer_undeclared (compiled without remote
 //                          peers) on a one-rank Ctx of two nodes (rank 0 of 2, one rank per node) notifying peer 1:
 //                          symm_at prints that peer 1 is on node 1 and traps. Exit 3: the synchronising call failed.
+//     lang-put-past-heap   a put of 64 bytes starting 16 bytes before the end of a one-rank Ctx's heap (block group,
+//                          ld/st path): the range check prints the last byte as outside the heap and traps. Exit 3.
 //     ep-ll-bad-expert     ep_ll_dispatch in a one-rank World (the mailbox) over ids with one equal to E / where every
 //     ep-ll-capacity       token names expert 0 twice (2 x max_tokens entries for max_tokens slots): the synchronising
 //                          call raises with the "bad index ... ep_ll_dispatch topk_idx" / "... ep_ll_dispatch expert
@@ -86,6 +88,27 @@ std::uint64_t wait_timeout_ns() {
     ctx.wait_timeout_ns = wait_timeout_ns();
     loom::test::lang_kernel("loom_test::missing_notify")(LaunchConfig{dim3(blocks), dim3(64)}, ctx,
                                                          reinterpret_cast<std::uint64_t*>(buf));
+    const cudaError_t e = cudaDeviceSynchronize();
+    std::printf("lang-child: the kernel ended: %s\n", cudaGetErrorString(e));
+    leave(e == cudaSuccess ? kCompleted : kRaised);
+}
+
+// A put whose range runs past the end of the symmetric heap (tests/dist/kernels/lang_test.cuh's move).
+[[noreturn]] void lang_put_past_heap() {
+    const std::size_t heap = 1 << 20;
+    char* buf = nullptr;
+    LOOM_CHECK_CUDA(cudaMalloc(&buf, heap + 4096));  // heap, then a source outside it
+    LOOM_CHECK_CUDA(cudaMemset(buf, 0, heap + 4096));
+    loom::Ctx ctx{};
+    ctx.rank = 0;
+    ctx.world = ctx.local_world = 1;
+    ctx.heap_size = heap;
+    ctx.heap[0] = buf;
+    ctx.wait_timeout_ns = wait_timeout_ns();
+    constexpr int kPut = 0;  // loom_test::Op::Put
+    loom::test::lang_kernel("loom_test::move", {"loom::lang::Block", "0"})(
+        LaunchConfig{dim3(1), dim3(256)}, ctx, kPut, buf + heap - 16, static_cast<const char*>(buf + heap),
+        std::uint64_t{64}, 0, reinterpret_cast<std::uint64_t*>(buf), std::uint64_t{1});
     const cudaError_t e = cudaDeviceSynchronize();
     std::printf("lang-child: the kernel ended: %s\n", cudaGetErrorString(e));
     leave(e == cudaSuccess ? kCompleted : kRaised);
@@ -280,6 +303,7 @@ int main(int argc, char** argv) {
         if (which == "lang-missing-notify") lang_missing_notify(1);
         if (which == "lang-missing-notify-26") lang_missing_notify(26);
         if (which == "xnode-undeclared-remote") xnode_undeclared_remote();
+        if (which == "lang-put-past-heap") lang_put_past_heap();
         if (which == "ce-skip-collective") ce_skip_collective();
         if (which == "diag-missing-notify") diag_missing_notify();
         if (which == "jit-cache-writer") jit_cache_writer();
@@ -292,9 +316,10 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "loom_test_child %s: %s\n", which.c_str(), e.what());
         return kSetupError;
     }
-    std::fprintf(stderr,
-                 "usage: loom_test_child lang-missing-notify|lang-missing-notify-26|xnode-undeclared-remote|"
-                 "ce-skip-collective|diag-missing-notify|jit-cache-writer|moe-bad-expert|ep-ll-bad-expert|"
-                 "ep-ll-capacity|decode-bad-page|decode-bad-len\n");
+    std::fprintf(
+        stderr,
+        "usage: loom_test_child lang-missing-notify|lang-missing-notify-26|lang-put-past-heap|xnode-undeclared-remote|"
+        "ce-skip-collective|diag-missing-notify|jit-cache-writer|moe-bad-expert|ep-ll-bad-expert|"
+        "ep-ll-capacity|decode-bad-page|decode-bad-len\n");
     return kSetupError;
 }

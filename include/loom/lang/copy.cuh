@@ -65,7 +65,8 @@ LOOM_HOST_DEVICE constexpr uint32_t tma_staging_bytes(uint32_t stages, uint32_t 
 }
 
 // Carve a staging area from `smem` (128-byte aligned, tma_staging_bytes(stages, stage_bytes) bytes). Every thread
-// of `g` calls; the leader initialises the mbarriers. stages <= 32.
+// of `g` calls; the leader initialises the mbarriers. At most 14 stages are used; stage_bytes is rounded down to 16.
+// A staging area of no stage or of stages under 16 bytes moves its copies by ld/st.
 template <class G>
 LOOM_DEVICE LOOM_FORCEINLINE Tma make_tma_staging(G g, void* smem, uint32_t stages, uint32_t stage_bytes) {
     static_assert(detail::kHasTma<G>, "the TMA data path needs sm_90");
@@ -174,8 +175,8 @@ LOOM_DEVICE LOOM_FORCEINLINE void copy(G g, const Ctx& ctx, char* dst, const cha
                                        bool wait_writes) {
     static_assert(kHasTma<G>, "the TMA data path needs sm_90");
     const uint64_t d = reinterpret_cast<uint64_t>(dst), s = reinterpret_cast<uint64_t>(src);
-    if (((d ^ s) & 15) != 0) {  // no common 16-byte alignment: bulk copies impossible
-        copy_ldst(g, dst, src, bytes);
+    if (((d ^ s) & 15) != 0 || t.stages == 0 || t.stage_bytes == 0) {  // bulk copies impossible: no common 16-byte
+        copy_ldst(g, dst, src, bytes);                                 // alignment, or no usable staging
         return;
     }
     uint64_t head = (16 - (d & 15)) & 15;
@@ -191,11 +192,21 @@ LOOM_DEVICE LOOM_FORCEINLINE void copy(G g, const Ctx& ctx, char* dst, const cha
     for (uint64_t i = head + body + tid; i < bytes; i += nt) dst[i] = src[i];
 }
 
+// symm_at for the `bytes` from p: the whole range must lie in this rank's heap (one past its end is the next rank's
+// heap, or unmapped). A range that runs past the end is reported by its last byte.
+template <class T>
+LOOM_DEVICE LOOM_FORCEINLINE T* symm_range_at(const Ctx& ctx, T* p, uint64_t bytes, int peer) {
+    const uint64_t off = ctx.own_offset(p);
+    if (off < ctx.heap_size && bytes > ctx.heap_size - off)
+        bad_peer(ctx, static_cast<const char*>(static_cast<const void*>(p)) + (bytes - 1), peer);
+    return symm_at(ctx, p, peer);
+}
+
 }  // namespace detail
 
 // ---- put / get -----------------------------------------------------------------------------------------------
-// dst (put) / src (get) is a symmetric pointer of this rank, addressed at `peer` through symm_at; the other
-// pointer is any global memory of this rank.
+// dst (put) / src (get) is a symmetric pointer of this rank, addressed at `peer` through symm_at (the whole range of
+// `bytes` checked to lie in the heap); the other pointer is any global memory of this rank.
 template <class G, class Path = LdSt>
 LOOM_DEVICE LOOM_FORCEINLINE void put(G g, const Ctx& ctx, void* dst, const void* src, uint64_t bytes, int peer,
                                       const Path& path = Path{}) {
@@ -206,7 +217,8 @@ LOOM_DEVICE LOOM_FORCEINLINE void put(G g, const Ctx& ctx, void* dst, const void
         return;
     }
 #endif
-    detail::copy(g, ctx, static_cast<char*>(symm_at(ctx, dst, peer)), static_cast<const char*>(src), bytes, path, true);
+    detail::copy(g, ctx, static_cast<char*>(detail::symm_range_at(ctx, dst, bytes, peer)),
+                 static_cast<const char*>(src), bytes, path, true);
     g.sync();
 }
 template <class G, class Path = LdSt>
@@ -215,8 +227,8 @@ LOOM_DEVICE LOOM_FORCEINLINE void put_nbi(G g, const Ctx& ctx, void* dst, const 
 #if LOOM_REMOTE_PEERS
     if (!ctx.reachable(peer)) return remote::put(g, ctx, dst, src, bytes, peer, true);
 #endif
-    detail::copy(g, ctx, static_cast<char*>(symm_at(ctx, dst, peer)), static_cast<const char*>(src), bytes, path,
-                 false);
+    detail::copy(g, ctx, static_cast<char*>(detail::symm_range_at(ctx, dst, bytes, peer)),
+                 static_cast<const char*>(src), bytes, path, false);
 }
 template <class G, class Path = LdSt>
 LOOM_DEVICE LOOM_FORCEINLINE void get(G g, const Ctx& ctx, void* dst, const void* src, uint64_t bytes, int peer,
@@ -228,7 +240,8 @@ LOOM_DEVICE LOOM_FORCEINLINE void get(G g, const Ctx& ctx, void* dst, const void
         return;
     }
 #endif
-    detail::copy(g, ctx, static_cast<char*>(dst), static_cast<const char*>(symm_at(ctx, src, peer)), bytes, path, true);
+    detail::copy(g, ctx, static_cast<char*>(dst),
+                 static_cast<const char*>(detail::symm_range_at(ctx, src, bytes, peer)), bytes, path, true);
     g.sync();
 }
 template <class G, class Path = LdSt>
@@ -237,8 +250,8 @@ LOOM_DEVICE LOOM_FORCEINLINE void get_nbi(G g, const Ctx& ctx, void* dst, const 
 #if LOOM_REMOTE_PEERS
     if (!ctx.reachable(peer)) return remote::get(g, ctx, dst, src, bytes, peer, true);
 #endif
-    detail::copy(g, ctx, static_cast<char*>(dst), static_cast<const char*>(symm_at(ctx, src, peer)), bytes, path,
-                 false);
+    detail::copy(g, ctx, static_cast<char*>(dst),
+                 static_cast<const char*>(detail::symm_range_at(ctx, src, bytes, peer)), bytes, path, false);
 }
 
 // ---- fence / quiet -------------------------------------------------------------------------------------------
