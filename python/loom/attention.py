@@ -17,7 +17,8 @@ from . import _C
 from ._enums import parse
 from .world import resolve
 
-__all__ = ["decode_attention", "sp_decode_attention", "qkv_gemm_a2a", "a2a_o_gemm"]
+__all__ = ["decode_attention", "sp_decode_attention", "qkv_gemm_a2a", "a2a_o_gemm", "release_attention_state",
+           "release_ulysses_state"]
 
 
 def _stream(t: Tensor) -> int:
@@ -142,3 +143,14 @@ def a2a_o_gemm(o: Tensor, w_o: Tensor, *, world=None, algo: str = "auto", comm_s
     _C.a2a_o_gemm(w._h, o2.detach(), w_o.detach(), out, _stream(o2), parse(_C.UlyssesAlgo, algo, "algo"),
                   comm_sms, num_sms)
     return out
+
+
+def release_attention_state(world=None) -> None:
+    """Frees the attention ops' state on the World: sp_decode_attention's LL area and the Ulysses ops' buffers
+    (collective; synchronises the device). decode_attention keeps none."""
+    _C.release_attention_state(resolve(world)._h)
+
+
+def release_ulysses_state(world=None) -> None:
+    """Frees the Ulysses ops' state on the World only; sp_decode_attention's stays (collective)."""
+    _C.release_ulysses_state(resolve(world)._h)

@@ -18,6 +18,28 @@ except ImportError:  # the tensor API's parts of these tests are in test_cpu_tor
     torch = None
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+def test_every_world_op_has_a_python_function():
+    """Each public C++ op that takes a World (include/loom/ops/*.hpp) has a Python function of its name in the package,
+    listed in loom.__all__ (read as text: the tensor API's modules import torch)."""
+    import re
+
+    cpp = set()
+    for h in (ROOT / "include" / "loom" / "ops").glob("*.hpp"):
+        cpp |= set(re.findall(r"^[A-Za-z:<>]+ ([a-z_0-9]+)\(World& world", h.read_text(), re.M))
+    pkg = ROOT / "python" / "loom"
+    defs = set()
+    for f in pkg.glob("*.py"):
+        defs |= set(re.findall(r"^def ([a-z_0-9]+)\(", f.read_text(), re.M))
+    init = (pkg / "__init__.py").read_text()
+    exported = set(re.findall(r'"([a-z_0-9]+)"', init[init.index("__all__"):]))
+    # The collectives are module functions of ops.py's table; release_collective_state / release_overlap_state are
+    # World methods.
+    world_methods = {"release_collective_state", "release_overlap_state"}
+    assert cpp, "no ops parsed"
+    missing = sorted(n for n in cpp - world_methods if n not in exported or (n not in defs and n not in init))
+    assert not missing, f"C++ ops with no Python function in loom.__all__: {missing}"
+
+
 def test_version_is_the_version_file():
     assert loom.__version__ == (ROOT / "VERSION").read_text().strip()
 
