@@ -5,7 +5,8 @@
 # and builds tests/consumer against it (the getting-started program; it runs, or says there is no GPU), runs the
 # CPU tests, the performance model's (tests/model, standard library only) and the Python package's
 # (scripts/test_python.sh: fresh virtual environment, pip install ., pytest), and
-# runs the GPU tests (tests/run_gpu_tests.sh: 1 process, then 2, 4 and 8 ranks under loomrun) when a GPU is present.
+# runs the GPU tests (tests/run_gpu_tests.sh: 1 process, then 2, 3, 4 and 8 ranks under loomrun, emulated nodes,
+# the Python GPU tests) when a GPU is present.
 #   LOOM_BUILD_DIR        build directory (default build)
 #   LOOM_SKIP_DEPS=1, LOOM_NVSHMEM_HOME: as for scripts/setup.sh
 #   LOOM_GTEST_ARGS       extra GoogleTest flags for the GPU tests (e.g. --gtest_filter=Overlap.*)
