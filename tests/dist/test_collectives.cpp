@@ -678,7 +678,8 @@ TEST_F(Collectives, TenThousandBackToBackWithChangingInputs) {
             all_gather(*w, BufferView{in.as() + k * n * 4, t, n}, BufferView{ag.p, t, n * W}, stream,
                        CollOptions{CollAlgo::Ring});
         }
-        if (it == 17 || it == 4321 || it == kIters - 1) {
+        // Checked: each algorithm at least once (LL at 2, OneShot at 8, TwoShot at 17), and late calls.
+        if (it == 2 || it == 8 || it == 17 || it == 4321 || it == kIters - 1) {
             const std::string v = check(it);
             ASSERT_TRUE(v.empty()) << v;
         }

@@ -471,6 +471,7 @@ TEST_F(PlainBuffers, StagedBackToBackWithOtherScratchUsers) {
             poison(ar.p, B);
             poison(rs.p, B);
             poison(ar2.p, B);
+            poison(one_shot.p, 4099 * 2);
             w->barrier();
         }
         char* const src = in.p + k * B * W;
@@ -511,6 +512,16 @@ TEST_F(PlainBuffers, StagedBackToBackWithOtherScratchUsers) {
             if (err.empty() && !(std::fabs(value_at(t, g_rs, i) - rs_ref) <= test::sum_tolerance(t, rs_ref, W)))
                 err = "call " + std::to_string(it) + ": reduce_scatter element " + std::to_string(i) + " is " +
                       std::to_string(value_at(t, g_rs, i)) + ", expected " + std::to_string(rs_ref);
+        }
+        if (it % 5 == 4) {  // the one-shot all_reduce of the first 4099 elements (checked at call 59)
+            const auto g_one = download(one_shot.p, 4099 * 2);
+            for (std::size_t i = 0; i < 4099 && err.empty(); ++i) {
+                double ref = 0;
+                for (int r = 0; r < W; ++r) ref += value_at(t, all[k][r], i);
+                if (!(std::fabs(value_at(t, g_one, i) - ref) <= test::sum_tolerance(t, ref, W)))
+                    err = "call " + std::to_string(it) + ": one-shot all_reduce element " + std::to_string(i) + " is " +
+                          std::to_string(value_at(t, g_one, i)) + ", expected " + std::to_string(ref);
+            }
         }
     }
     sync_or_die(stream);

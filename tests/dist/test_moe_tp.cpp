@@ -160,11 +160,11 @@ struct LayerRun {
         yv = {d_y->p, L.out, L.t_loc, L.H};
     }
 
-    // ag_moe -> moe_rs with `ag` / `rs` as the algorithms; poison: the outputs are set to 0xA5 bytes first.
+    // ag_moe -> moe_rs with `ag` / `rs` as the algorithms; poison: the outputs are set to 0xFF bytes (NaN) first.
     void call(World& w, cudaStream_t stream, TpMoeAlgo ag, TpMoeAlgo rs, bool poison) {
         if (poison) {
-            LOOM_CHECK_CUDA(cudaMemsetAsync(d_h->p, 0xA5, static_cast<std::size_t>(hv.rows) * hv.cols * 2, stream));
-            LOOM_CHECK_CUDA(cudaMemsetAsync(d_y->p, 0xA5, static_cast<std::size_t>(yv.rows) * yv.cols * 4, stream));
+            LOOM_CHECK_CUDA(cudaMemsetAsync(d_h->p, 0xFF, static_cast<std::size_t>(hv.rows) * hv.cols * 2, stream));
+            LOOM_CHECK_CUDA(cudaMemsetAsync(d_y->p, 0xFF, static_cast<std::size_t>(yv.rows) * yv.cols * 4, stream));
         }
         TpMoeOptions oa, orr;
         oa.algo = ag;
@@ -462,7 +462,7 @@ struct MoeArRun {
     }
 
     void poison(cudaStream_t stream) const {
-        LOOM_CHECK_CUDA(cudaMemsetAsync(d_y->p, 0xA5, want.size() * dtype_size(yv.dtype), stream));
+        LOOM_CHECK_CUDA(cudaMemsetAsync(d_y->p, 0xFF, want.size() * dtype_size(yv.dtype), stream));
     }
     void call(World& w, cudaStream_t stream, TpMoeAlgo algo, bool poisoned = true) const {
         if (poisoned) poison(stream);
@@ -572,7 +572,8 @@ TEST_F(MoeTp, FusedMoeArBackToBack) {
     if (W < 2) GTEST_SKIP() << "the fused algorithms need 2 or more ranks";
     const MoeArRun run(*w, stream, 32, 128, 8, 2, 16, RoutingKind::Skewed, 5200, DType::BF16);
     for (int i = 1; i <= 300; ++i) {
-        const bool checked = i == 1 || i == 2 || i == 150 || i == 300;
+        // Checked: the first calls, a Sequential call (25) and the Fused one after it, late calls.
+        const bool checked = i == 1 || i == 2 || i == 25 || i == 26 || i == 150 || i == 300;
         run.call(*w, stream, i % 50 == 25 ? TpMoeAlgo::Sequential : TpMoeAlgo::Fused, checked);
         if (checked) {
             ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
@@ -619,9 +620,9 @@ TEST_F(MoeTp, CudaGraphReplay) {
     for (int rep = 0; rep < 4; ++rep) {
         SCOPED_TRACE("replay " + std::to_string(rep));
         LOOM_CHECK_CUDA(
-            cudaMemsetAsync(layer.d_h->p, 0xA5, static_cast<std::size_t>(layer.hv.rows) * layer.hv.cols * 2, stream));
+            cudaMemsetAsync(layer.d_h->p, 0xFF, static_cast<std::size_t>(layer.hv.rows) * layer.hv.cols * 2, stream));
         LOOM_CHECK_CUDA(
-            cudaMemsetAsync(layer.d_y->p, 0xA5, static_cast<std::size_t>(layer.yv.rows) * layer.yv.cols * 4, stream));
+            cudaMemsetAsync(layer.d_y->p, 0xFF, static_cast<std::size_t>(layer.yv.rows) * layer.yv.cols * 4, stream));
         ar.poison(stream);
         ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);

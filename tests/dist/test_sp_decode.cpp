@@ -121,7 +121,7 @@ class SpDecode : public ::WorldStreamTest {
         const auto q0 = test::random_halves(rows * c.d, c.t, rng), q1 = test::random_halves(rows * c.d, c.t, rng);
         Dev dq0(q0), dq1(q1), dk(s.mine.k), dv(s.mine.v), dl(s.mine.lens), dtab(s.mine.block_table);
         Dev o0(rows * c.d * 2), o1(rows * c.d * 2), l0(rows * 4), l1(rows * 4);
-        for (Dev* b : {&o0, &o1, &l0, &l1}) test::poison(b->p, b->bytes);
+        for (Dev* b : {&o0, &o1, &l0, &l1}) test::poison_nan(b->p, b->bytes);
         KvCache kv;
         kv.k = dk.p;
         kv.v = dv.p;
@@ -165,7 +165,7 @@ class SpDecode : public ::WorldStreamTest {
         }
         if (graph) {
             const auto eager0 = test::download(o0.p, o0.bytes), eager1 = test::download(o1.p, o1.bytes);
-            for (Dev* b : {&o0, &o1}) test::poison(b->p, b->bytes);
+            for (Dev* b : {&o0, &o1}) test::poison_nan(b->p, b->bytes);
             cudaGraph_t g;
             test::cuda_or_die(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
             for (int i = 0; i < 10; ++i) call(i);

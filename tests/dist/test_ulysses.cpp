@@ -51,7 +51,13 @@ struct DevBuf {
     ~DevBuf() { cudaFree(p); }
 };
 void upload(void* dst, const HostMat& m) { test::upload(dst, m.raw); }
-void poison(void* p, std::size_t bytes) { ASSERT_EQ(cudaMemset(p, 0xFF, bytes), cudaSuccess); }  // NaN in bf16
+// NaN in bf16 / f16 / f32, ordered after every earlier call and before the next (the calls' streams are
+// non-blocking: a memset on the legacy stream is not ordered with them).
+void poison(void* p, std::size_t bytes) {
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaMemset(p, 0xFF, bytes), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
 // rows x cols of a bf16 matrix with row stride ld (elements).
 std::vector<double> download(const void* src, int64_t rows, int64_t cols, int64_t ld) {
     std::vector<std::uint16_t> h(static_cast<std::size_t>(rows * ld));
@@ -202,9 +208,9 @@ TEST_F(Ulysses, QkvGemmA2aWritesStridedOutputs) {
         k(static_cast<std::size_t>(W * 130 * (c.width(1) + pad)) * 2),
         v(static_cast<std::size_t>(W * 130 * (c.width(2) + pad)) * 2);
     DevBuf* outs[3] = {&q, &k, &v};
-    for (int s = 0; s < 3; ++s) poison(outs[s]->p, static_cast<std::size_t>(W * 130 * (c.width(s) + pad)) * 2);
     std::string bad;
     for (UlyssesAlgo algo : {UlyssesAlgo::Fused, UlyssesAlgo::Sequential}) {
+        for (int s = 0; s < 3; ++s) poison(outs[s]->p, static_cast<std::size_t>(W * 130 * (c.width(s) + pad)) * 2);
         UlyssesOptions o;
         o.algo = algo;
         MatrixView mv[3];
@@ -308,7 +314,8 @@ TEST_F(Ulysses, A2aOGemmMatchesTheReference) {
 
 // 1000 calls of each op on a small shape, every seventh Sequential (the algorithms share the buffers' halves and the
 // call count), the inputs switching between two sets each call: a call that read a half or a signal of the wrong
-// call would produce the other set's result. Checked after calls 1, 2, 500 and 1000.
+// call would produce the other set's result. Checked after calls 1, 2, 7 and 8 (a Sequential call and the Fused one
+// after it), 500 and 1000.
 TEST_F(Ulysses, ThousandBackToBackCalls) {
     const int W = w->world_size(), me = w->rank();
     const UlyssesHeads h{2 * W, W > 1 ? 1 : 2, 64};
@@ -327,7 +334,7 @@ TEST_F(Ulysses, ThousandBackToBackCalls) {
         a2a_o_gemm(*w, MatrixView{oc.d_o.p, DType::BF16, W * 64, 64, 0},
                    MatrixView{oc.d_w.p, DType::BF16, 128, W * 64, 0}, MatrixView{oa.d_out.p, DType::BF16, 64, 128, 0},
                    stream, UlyssesOptions{algo});
-        if (i == 1 || i == 2 || i == 500 || i == 1000) {
+        if (i == 1 || i == 2 || i == 7 || i == 8 || i == 500 || i == 1000) {
             ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
             const char* names[3] = {"q", "k", "v"};
             for (int s = 0; s < 3; ++s)

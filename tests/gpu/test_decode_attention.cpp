@@ -70,8 +70,8 @@ void run_case(const Case& c, uint64_t seed) {
     Dev dq(q), dk(cache.k), dv(cache.v), dlens(cache.lens), dtable(cache.block_table);
     const std::size_t rows = std::size_t(B) * c.hq;
     Dev dout(rows * c.d * 2), dlse(rows * 4);
-    loom::test::poison(dout.p, dout.bytes);
-    loom::test::poison(dlse.p, dlse.bytes);
+    loom::test::poison_nan(dout.p, dout.bytes);
+    loom::test::poison_nan(dlse.p, dlse.bytes);
 
     loom::DecodeQuery dqv{dq.p, c.dtype, B, c.hq, c.d};
     loom::KvCache kv;
@@ -297,7 +297,7 @@ TEST_F(DecodeAttention, GraphReplayMatchesEager) {
     cudaStream_t s;
     ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
     for (int i = 0; i < 3; ++i) loom::decode_attention(dqv, kv, o1.p, nullptr, s);
-    loom::test::poison(o2.p, o2.bytes);
+    loom::test::poison_nan(o2.p, o2.bytes);
     cudaGraph_t g;
     ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
     loom::decode_attention(dqv, kv, o2.p, nullptr, s);
