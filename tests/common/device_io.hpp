@@ -41,13 +41,16 @@ inline std::vector<char> download(const void* src, std::size_t bytes) {
 
 inline constexpr unsigned char kPoison = 0xA5;  // every byte of an output before the op writes it
 
+// Both poisons wait for every earlier call first (on any stream) and land before they return.
 inline void poison(void* p, std::size_t bytes) {
+    cuda_or_die(cudaDeviceSynchronize(), "poison sync");
     cuda_or_die(cudaMemset(p, kPoison, bytes), "poison");
     cuda_or_die(cudaDeviceSynchronize(), "poison sync");
 }
 
 // NaN in bf16, f16 and f32 (0xFF bytes): an output element the op leaves unwritten fails any tolerance.
 inline void poison_nan(void* p, std::size_t bytes) {
+    cuda_or_die(cudaDeviceSynchronize(), "poison sync");
     cuda_or_die(cudaMemset(p, 0xFF, bytes), "poison");
     cuda_or_die(cudaDeviceSynchronize(), "poison sync");
 }

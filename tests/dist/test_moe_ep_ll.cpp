@@ -404,7 +404,8 @@ TEST_F(EpLl, DirectReceiveSkewedWithoutWaiting) {
 // with no synchronisation between calls; the sets' results are checked every 1000 pairs. With three sets the parity
 // of a call and its set differ from the call two before, so data left by that call is the wrong data. Sets 0 and 1
 // live in the symmetric heap (the dispatch writes their receive layout directly, and the combine's token ranks read
-// recv.x there while the next dispatches run), set 2 in cudaMalloc memory (copied in, pushed back).
+// recv.x there while the next dispatches run), set 2 in cudaMalloc memory (copied in, pushed back). Each set's y is
+// poisoned before its last pair ahead of a check (the receive buffers in the heap are the peers' to write).
 TEST_F(EpLl, TenThousandBackToBackPairs) {
     const int me = w->rank(), W = w->world_size();
     const Case c{16, 2048, 4, experts_for(W, 4), Routing::Uniform, {16, 11, 16, 2}};
@@ -419,6 +420,7 @@ TEST_F(EpLl, TenThousandBackToBackPairs) {
     std::string verdict;
     for (int i = 0; i < 10000 && verdict.empty(); ++i) {
         const DevSet& d = sets[i % 3];
+        if (i % 1000 >= 997) test::poison_nan(d.y->p, d.y->bytes);
         o.recv_in_heap = i % 3 < 2 && w->num_nodes() == 1;
         ep_ll_dispatch(*w, xv(c, d), static_cast<int32_t*>(d.idx->p), shape(c), d.recv(), stream, o);
         ep_ll_combine(*w, eov(c, d.rx->p), static_cast<int32_t*>(d.idx->p), static_cast<float*>(d.w->p), shape(c),
@@ -439,7 +441,8 @@ TEST_F(EpLl, TenThousandBackToBackPairs) {
     EXPECT_TRUE(agreed.empty()) << agreed;
 }
 
-// 10^4 fp8 dispatches back to back over three input sets, checked every 2500 calls.
+// 10^4 fp8 dispatches back to back over three input sets, checked every 2500 calls; each set's receive buffers (this
+// rank's own memory: the dispatch copies into them) are poisoned before its last call ahead of a check.
 TEST_F(EpLl, TenThousandBackToBackFp8Dispatches) {
     const int me = w->rank(), W = w->world_size();
     const Case c{8, 2048, 8, experts_for(W, std::max(2, (8 + W - 1) / W)), Routing::Uniform, {8, 3}};
@@ -452,6 +455,8 @@ TEST_F(EpLl, TenThousandBackToBackFp8Dispatches) {
     std::string verdict;
     for (int i = 0; i < 10000 && verdict.empty(); ++i) {
         const DevSet& d = sets[i % 3];
+        if (i % 2500 >= 2497)
+            for (Dev* b : {d.rx.get(), d.rs.get(), d.ri.get(), d.rc.get()}) test::poison(b->p, b->bytes);
         ep_ll_dispatch(*w, xv(c, d), static_cast<int32_t*>(d.idx->p), shape(c), d.recv(), stream);
         if (i % 2500 == 2499) {
             test::sync_or_die(stream);
