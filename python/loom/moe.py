@@ -240,5 +240,6 @@ def moe_ar(rows: Tensor, w_down: Tensor, routing: MoeRouting, *, out: Optional[T
 
 
 def release_moe_state(world=None) -> None:
-    """Frees the TP-MoE ops' symmetric buffers on the World (collective; synchronises the device)."""
+    """Frees the TP-MoE ops' symmetric buffers on the World (collective; synchronises the device); the
+    expert-parallel ops' state stays (release_moe_ep_state, release_ep_ll_state)."""
     _C.release_moe_state(resolve(world)._h)

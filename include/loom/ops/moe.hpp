@@ -174,7 +174,8 @@ void moe_rs(World& world, const MatrixView& rows, const MatrixView& w_down, cons
 void moe_ar(World& world, const MatrixView& rows, const MatrixView& w_down, const MoeRouting& routing,
             const MatrixView& out, cudaStream_t stream, const TpMoeOptions& opts = {});
 
-// Frees the TP-MoE ops' state on this World (collective; synchronises the device).
+// Frees the TP-MoE ops' state on this World (collective; synchronises the device); the expert-parallel ops' state
+// stays (release_moe_ep_state, release_ep_ll_state).
 void release_moe_state(World& world);
 
 }  // namespace loom

@@ -139,6 +139,7 @@ void moe_ar(World& world, const MatrixView& rows, const MatrixView& w_down, cons
     }
 }
 
-void release_moe_state(World& world) { world.release_states("moe/"); }
+// The TP-MoE ops' states only ("moe/tp/..."): the expert-parallel ones have their own release functions.
+void release_moe_state(World& world) { world.release_states("moe/tp/"); }
 
 }  // namespace loom
