@@ -1,6 +1,6 @@
 // Loom's public C++ API in one include: the World (ranks, symmetric heap, per-World op state), the process's
 // settings, the error type, tensor views, the version (loom/version.hpp) and the ops (loom::gemm, the collectives,
-// the overlapped GEMMs).
+// the overlapped GEMMs, the MoE ops tensor- and expert-parallel, attention).
 // Device code (kernels written in the Loom language) includes loom/lang/lang.cuh instead.
 #pragma once
 

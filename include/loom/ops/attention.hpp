@@ -114,7 +114,7 @@ void sp_decode_attention(World& world, const DecodeQuery& q, const KvCache& kv, 
 // without synchronising the host. bf16 or fp16 throughout, fp32 accumulation; D a multiple of 8; every buffer
 // anywhere on the device (the ops stage through their own symmetric buffers). Single-node worlds, sm_90.
 enum class UlyssesAlgo {
-    Auto,        // Fused with more than one rank, else Sequential
+    Auto,        // Fused with more than one rank and a GPU per rank, else Sequential
     Fused,       // qkv_gemm_a2a: the GEMM publishes each tile and a side-stream kernel pulls this rank's head columns
                  // of every rank's tiles as they are stored; a2a_o_gemm: a side-stream kernel pushes o's row chunks
                  // to their owners while the GEMM's tiles wait for their chunks

@@ -1,6 +1,6 @@
 // Expert-parallel MoE dispatch / combine, throughput mode (docs/moe.md, "Expert parallelism: throughput mode"): the
-// prefill / training path, DeepEP's "normal" kernels in Loom's terms. Experts are spread over the ranks of one node:
-// E experts, E % W == 0, expert e on rank e / (E / W) as local expert e % (E / W).
+// prefill / training path, DeepEP's "normal" kernels in Loom's terms. Experts are spread over the ranks (any number of
+// nodes): E experts, E % W == 0, expert e on rank e / (E / W) as local expert e % (E / W).
 //
 //   ep_dispatch  each rank's tokens x[T, H] (T may differ per rank, and be 0) go to the ranks of their top-k experts,
 //                each token once per destination rank, landing expert-contiguous in the receiver's buffer: the

@@ -1,6 +1,6 @@
 // Expert-parallel MoE dispatch / combine, low-latency mode (decode; docs/moe.md "Expert parallelism: low-latency
-// mode"). E experts over the W ranks of one node: expert e lives on rank e / L as local expert e % L, L = E / W. Every
-// rank passes at most max_tokens tokens per call (T may differ per rank, T may be 0).
+// mode"). E experts over the W ranks (any number of nodes), L = E / W of them per rank: expert e lives on rank e / L
+// as local expert e % L. Every rank passes at most max_tokens tokens per call (T may differ per rank, T may be 0).
 //
 //   ep_ll_dispatch   each (token t, slot s) entry with topk_idx[t, s] >= 0 goes to its expert's rank: the token's row
 //                    (fp8 e4m3 with one fp32 scale per 128 elements, cast in the send, or bf16), received in the

@@ -9,7 +9,8 @@
 // multiple of 16); C: bf16 / fp16 / fp32; fp32 accumulation and sums; B is [N, K] (a linear layer's weight). Products
 // are scaled by alpha x scale_a x scale_b (device floats read when the op runs; null: 1) — gemm_rs / gemm_ar: each
 // rank's own partial product. Buffers and signals live in the symmetric heap, allocated on an algorithm's first call
-// and kept per World until release_overlap_state(). Needs sm_90 and a single-node world.
+// and kept per World until release_overlap_state(). Needs sm_90. Across nodes the Sequential algorithms and ag_gemm's
+// and gemm_rs's two-level forms run (docs/overlap.md, "Across nodes"); the others refuse a World of several nodes.
 // CUDA graphs: the Sequential algorithms, gemm_ar's FusedEpilogue and gemm_rs's FusedEpilogue with the Sm transport
 // replay back to back; default options replay what an eager call decided. Call the op once outside the capture with
 // the same shapes and options first; the other algorithms raise on a capturing stream.
