@@ -31,9 +31,21 @@ using test::Sym;
 
 class CrossNodeCollectives : public ::MultiNodeTest {};
 
-// Small integers, exact in every float dtype and in their sums over 8 ranks.
+// splitmix64's finaliser: inputs that differ anywhere give unrelated outputs, so data moved to a wrong place shows at
+// any offset (a pattern with a period hides moves by a multiple of it).
+std::uint64_t mix(std::uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+std::uint64_t key(int rank, int k, std::size_t i) {
+    return (static_cast<std::uint64_t>(rank) << 56) ^ (static_cast<std::uint64_t>(k) << 48) ^ i;
+}
+
+// Small integers in [-8, 8], exact in every float dtype and in their sums over 8 ranks.
 double value(int rank, std::size_t i, int k) {
-    return static_cast<double>(static_cast<int>((rank * 131 + i * 7 + k * 13) % 17) - 8);
+    return static_cast<double>(static_cast<int>(mix(key(rank, k, i)) % 17) - 8);
 }
 void encode(DType t, double v, char* dst) {
     const float f = static_cast<float>(v);
@@ -56,7 +68,7 @@ double decode(DType t, const char* src) {
 }
 // Byte b of element i of rank `rank`'s data movement input (variant k).
 char pattern(int rank, std::size_t byte, int k) {
-    return static_cast<char>((rank * 97 + byte * 31 + k * 7 + (byte >> 8) * 3 + 1) & 0xff);
+    return static_cast<char>(mix(key(rank, k, byte) ^ (1ull << 47)) & 0xff);
 }
 
 std::vector<char> reduce_input(DType t, int rank, std::size_t n, int k) {
