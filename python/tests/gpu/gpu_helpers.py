@@ -21,3 +21,18 @@ def poisoned(shape, dtype, device="cuda"):
 def rel_err(got, want):
     got, want = got.double(), want.double()
     return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
+
+
+def assert_close(got, want, rel):
+    """Every element within rel x (|want| + want's RMS), and the whole within rel in L2 (rel_err): an unwritten element
+    (NaN poison) or one wrong element fails, which the L2 norm alone would average away."""
+    g, w = got.double(), want.double()
+    assert g.shape == w.shape, f"shape {tuple(g.shape)}, expected {tuple(w.shape)}"
+    rms = w.pow(2).mean().sqrt().item() if w.numel() else 0.0
+    bad = ~((g - w).abs() <= rel * (w.abs() + rms))
+    if bad.any():
+        i = bad.flatten().nonzero()[0].item()
+        raise AssertionError(f"{int(bad.sum())} of {g.numel()} elements off; first at flat index {i}: "
+                             f"{g.flatten()[i].item()} against {w.flatten()[i].item()} (rel {rel}, RMS {rms:.3g})")
+    err = rel_err(got, want)
+    assert err < rel, f"relative L2 error {err:.3g} >= {rel}"

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import loom
-from gpu_helpers import poisoned, rank_tensor, rel_err
+from gpu_helpers import assert_close, poisoned, rank_tensor
 
 
 def ep_inputs(rank, tokens, hidden, experts, topk, seed):
@@ -50,7 +50,7 @@ def test_ep_dispatch_grouped_gemm_combine(world):
     out = loom.grouped_gemm(h.recv_x, w_all[me * L:(me + 1) * L].contiguous(), h.recv_offsets)
     y = loom.ep_combine(h, out, out=poisoned(tuple(x.shape), torch.bfloat16))
     loom.ep_check(h)
-    assert rel_err(y, experts_reference(x, idx, wts, w_all)) < 1e-2
+    assert_close(y, experts_reference(x, idx, wts, w_all), 1e-2)
     loom.release_moe_ep_state()
 
 
@@ -72,7 +72,7 @@ def test_ep_moe_experts_overlapped_equals_sequential(world, ffn):
                                       activation=act, out=poisoned(tuple(x.shape), torch.bfloat16)))
     for y in ys[1:]:
         assert torch.equal(y, ys[0])
-    assert rel_err(ys[0], experts_reference(x, idx, wts, w_up, w_down)) < 2e-2
+    assert_close(ys[0], experts_reference(x, idx, wts, w_up, w_down), 2e-2)
     with pytest.raises(ValueError, match="algo"):
         loom.ep_moe_experts(x, idx, wts, w_up[mine].contiguous(), down, num_experts=experts, algo="fused")
     loom.release_moe_ep_state()

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import loom
-from gpu_helpers import poisoned, rank_tensor, rel_err, sym_input
+from gpu_helpers import assert_close, poisoned, rank_tensor, sym_input
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -73,9 +73,9 @@ def test_reduce_scatter(world, dtype, tol):
     W, n = world.world_size, 128
     x = sym_input(world, (W * n, 32), dtype, seed=2)
     want = torch.stack([t.double() for t in all_inputs(world, (W * n, 32), dtype, seed=2)]).sum(0)
-    got = loom.reduce_scatter(x)
+    got = loom.reduce_scatter(x, out=poisoned((n, 32), dtype))
     assert got.shape == (n, 32)
-    assert rel_err(got, want[world.rank * n:(world.rank + 1) * n]) < tol
+    assert_close(got, want[world.rank * n:(world.rank + 1) * n], tol)
 
 
 @pytest.mark.parametrize("op", ["sum", "max"])
@@ -85,9 +85,9 @@ def test_all_reduce(world, op):
     want = ins.sum(0) if op == "sum" else ins.max(0).values
     out = poisoned(x.shape, x.dtype)
     loom.all_reduce(x, out=out, op=op)
-    assert rel_err(out, want) < 1e-6
+    assert_close(out, want, 1e-6)
     loom.all_reduce(x, out=x, op=op)  # in place
-    assert rel_err(x, want) < 1e-6
+    assert_close(x, want, 1e-6)
 
 
 def test_all_to_all(world):
@@ -129,12 +129,12 @@ def test_gemm(world):
     a = rank_tensor(0, (256, 512), torch.bfloat16, seed=6)
     b = rank_tensor(1, (384, 512), torch.bfloat16, seed=6)
     want = a.double() @ b.double().T
-    assert rel_err(loom.gemm(a, b), want) < 1e-2
+    assert_close(loom.gemm(a, b, out=poisoned((256, 384), torch.bfloat16)), want, 1e-2)
     out = poisoned((256, 384), torch.float32)
     loom.gemm(a, b, out=out, alpha=0.5)
-    assert rel_err(out, 0.5 * want) < 1e-2
+    assert_close(out, 0.5 * want, 1e-2)
     bias = rank_tensor(2, (384,), torch.float32, seed=6)
-    assert rel_err(loom.gemm(a, b, bias=bias, out_dtype=torch.float32), want + bias.double()) < 1e-2
+    assert_close(loom.gemm(a, b, bias=bias, out_dtype=torch.float32), want + bias.double(), 1e-2)
 
 
 def test_ag_gemm(world):
@@ -142,9 +142,9 @@ def test_ag_gemm(world):
     a = rank_tensor(world.rank, (m, k), torch.bfloat16, seed=7)
     b = rank_tensor(100, (n, k), torch.bfloat16, seed=7)
     want = torch.cat(all_inputs(world, (m, k), torch.bfloat16, seed=7)).double() @ b.double().T
-    got = loom.ag_gemm(a, b)
+    got = loom.ag_gemm(a, b, out=poisoned((W * m, n), torch.bfloat16))
     assert got.shape == (W * m, n)
-    assert rel_err(got, want) < 1e-2
+    assert_close(got, want, 1e-2)
 
 
 def test_gemm_rs(world):
@@ -155,9 +155,9 @@ def test_gemm_rs(world):
              rank_tensor(r, (n, k_loc), torch.bfloat16, seed=9).double().T for r in range(W)]
     want = torch.stack(parts).sum(0)
     rows = m // W
-    got = loom.gemm_rs(a, b)
+    got = loom.gemm_rs(a, b, out=poisoned((rows, n), torch.bfloat16))
     assert got.shape == (rows, n)
-    assert rel_err(got, want[world.rank * rows:(world.rank + 1) * rows]) < 1e-2
+    assert_close(got, want[world.rank * rows:(world.rank + 1) * rows], 1e-2)
 
 
 def test_gemm_ar(world):
@@ -166,7 +166,7 @@ def test_gemm_ar(world):
     b = rank_tensor(world.rank, (n, k_loc), torch.bfloat16, seed=11)
     want = sum(rank_tensor(r, (m, k_loc), torch.bfloat16, seed=10).double() @
                rank_tensor(r, (n, k_loc), torch.bfloat16, seed=11).double().T for r in range(W))
-    assert rel_err(loom.gemm_ar(a, b), want) < 1e-2
+    assert_close(loom.gemm_ar(a, b, out=poisoned((m, n), torch.bfloat16)), want, 1e-2)
 
 
 # ---- TP-MoE -----------------------------------------------------------------------------------------------------------
@@ -207,11 +207,11 @@ def test_ag_moe_then_moe_rs(world, algo, expert_major):
     ins = [moe_inputs(r, t_loc, hidden, experts, topk, seed=22) for r in range(W)]
     xg, idxg = torch.cat([i[0] for i in ins]), torch.cat([i[1] for i in ins])
     want_h = torch.nn.functional.gelu(torch.einsum("th,tsnh->tsn", xg.double(), w_up[:, mine].double()[idxg.long()]))
-    assert rel_err(h[routing.dest_rows.long()], want_h) < 1e-2
+    assert_close(h[routing.dest_rows.long()], want_h, 1e-2)
     assert torch.equal(routing.weights, torch.cat([i[2] for i in ins]))
     out = loom.moe_rs(h, w_down[:, :, mine].contiguous(), routing, out=poisoned((t_loc, hidden), torch.float32),
                       algo=algo)
-    assert rel_err(out, moe_reference(x, idx, wts, w_up, w_down)) < 2e-2
+    assert_close(out, moe_reference(x, idx, wts, w_up, w_down), 2e-2)
 
 
 def test_moe_route_permute_grouped_gemm_moe_ar(world):
@@ -229,7 +229,7 @@ def test_moe_route_permute_grouped_gemm_moe_ar(world):
     assert torch.equal(rows[routing.dest_rows.long()], x[:, None].expand(-1, topk, -1))
     h = loom.grouped_gemm(rows, w_up[:, mine].contiguous(), routing.offsets, activation="gelu")
     out = loom.moe_ar(h, w_down[:, :, mine].contiguous(), routing, out=poisoned((tokens, hidden), torch.float32))
-    assert rel_err(out, moe_reference(x, idx, wts, w_up, w_down)) < 2e-2
+    assert_close(out, moe_reference(x, idx, wts, w_up, w_down), 2e-2)
     with pytest.raises(ValueError, match="moe_ar: routing must be a loom.MoeRouting"):
         loom.moe_ar(h, w_down[:, :, mine].contiguous(), routing.buffer)
     loom.release_moe_state()
@@ -240,13 +240,13 @@ def test_custom_ops_run_and_compile(world):
     x = sym_input(world, (2048,), torch.float32, seed=12)
     want = torch.stack(all_inputs(world, (2048,), torch.float32, seed=12)).double().sum(0)
     got = torch.ops.loom.all_reduce(x, world.id, "auto", "auto", "sum", 0)
-    assert rel_err(got, want) < 1e-6
+    assert_close(got, want, 1e-6)
 
     def f(t):
         return loom.all_reduce(t, world=world) * 2 + 1
 
     compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
-    assert rel_err(compiled(x), want * 2 + 1) < 1e-6
+    assert_close(compiled(x), want * 2 + 1, 1e-6)
 
 
 def test_cuda_graph_replays_a_collective(world):
@@ -264,7 +264,7 @@ def test_cuda_graph_replays_a_collective(world):
         g.replay()
         torch.cuda.synchronize()
         want = torch.stack(all_inputs(world, x.shape, torch.float32, seed)).double().sum(0)
-        assert rel_err(out, want) < 1e-6
+        assert_close(out, want, 1e-6)
     sync(world)
 
 
