@@ -81,4 +81,25 @@ LOOM_DEVICE LOOM_FORCEINLINE void mma_m16n8k16(float (&d)[4], const uint32_t (&a
     }
 }
 
+// D[16x8] += A[16x32] * B[32x8], e4m3 inputs, fp32 accumulate (sm_89+; traps below). The fragments hold the same
+// bytes at the same places as m16n8k16's 16-bit ones.
+LOOM_DEVICE LOOM_FORCEINLINE void mma_m16n8k32_e4m3(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if LOOM_ARCH >= 890
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    __trap();
+#endif
+}
+
+// 2^x, approximate (2 ulp), denormals flushed; 2^-inf = 0.
+LOOM_DEVICE LOOM_FORCEINLINE float ex2_approx_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 }  // namespace loom::ptx

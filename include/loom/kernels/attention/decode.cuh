@@ -52,11 +52,7 @@ namespace loom::kernels::attention {
 
 LOOM_DEVICE LOOM_FORCEINLINE float neg_inf() { return __int_as_float(0xff800000u); }
 // 2^x, approximate (2 ulp); 2^-inf = 0.
-LOOM_DEVICE LOOM_FORCEINLINE float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
+LOOM_DEVICE LOOM_FORCEINLINE float fast_exp2(float x) { return ptx::ex2_approx_ftz(x); }
 
 template <class T>
 LOOM_DEVICE LOOM_FORCEINLINE void to_float8(const uint4& v, float (&f)[8]);

@@ -40,24 +40,12 @@ LOOM_DEVICE LOOM_FORCEINLINE int gemv_offset(int r, int chunk) {
     return r * kGemvSliceBytes + ((chunk ^ (r & 7)) << 4);
 }
 
-// D[16x8] += A[16x32] * B[32x8], e4m3 inputs, fp32 accumulate (sm_89+). The fragments hold the same bytes at the same
-// places as m16n8k16's 16-bit ones, so one ldmatrix path feeds both.
-LOOM_DEVICE LOOM_FORCEINLINE void mma_m16n8k32_e4m3(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-#if LOOM_ARCH >= 890
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-    __trap();
-#endif
-}
-
+// The MMA of an input type: e4m3's m16n8k32 holds the same bytes at the same fragment places as m16n8k16's 16-bit
+// ones, so one ldmatrix path feeds both.
 template <class TIn>
 LOOM_DEVICE LOOM_FORCEINLINE void gemv_mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
     if constexpr (sizeof(TIn) == 1) {
-        mma_m16n8k32_e4m3(d, a, b);
+        ptx::mma_m16n8k32_e4m3(d, a, b);
     } else {
         ptx::mma_m16n8k16<tile::kSameType<TIn, __nv_bfloat16>>(d, a, b);
     }
