@@ -22,6 +22,7 @@
 #   LOOM_TORCH_ARGS      extra arguments of torch_tp (e.g. "--quick --iters 5")
 #   LOOM_COLL_MAX        largest size of bench_coll2 (default 1G)
 #   LOOM_CACHE_DIR       JIT cache (default /tmp/loom-cache); LOOM_WAIT_TIMEOUT_MS device wait bound (default 20000)
+#   LOOM_TEST_SEED       seed of the tests' random inputs (default: a fresh one, written first to session.log)
 #   LOOM_GIT_COMMIT      commit recorded in the benchmark JSON (default: git rev-parse --short HEAD)
 # The script exports LOOM_SOURCE_DIR (the repository, for tests and benchmarks), NCCL_NVLS_ENABLE=0,
 # NVSHMEM_DISABLE_NVLS=1 and TORCH_SYMM_MEM_DISABLE_MULTICAST=1 (NVLink multicast stays off).
@@ -33,6 +34,7 @@ shift 2
 steps=${*:-gpu_tests dist2 dist4 dist8 demo bench_lang bench_runtime bench_gemm bench_jit diag}
 mkdir -p "$out"
 export LOOM_CACHE_DIR=${LOOM_CACHE_DIR:-/tmp/loom-cache} LOOM_WAIT_TIMEOUT_MS=${LOOM_WAIT_TIMEOUT_MS:-20000}
+export LOOM_TEST_SEED=${LOOM_TEST_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}  # the tests' inputs (printed)
 export LOOM_SOURCE_DIR=$PWD NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 # The benchmarks link the toolkit's libnccl.so.2; where the image has none there, PyTorch's wheel has one.
 if ldd "$b/bench/bench-collectives" 2>/dev/null | grep -q 'libnccl.*not found'; then
@@ -45,6 +47,7 @@ filter=--gtest_filter=${LOOM_DIST_FILTER:-*}
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 overlap_ranks=${LOOM_OVERLAP_RANKS:-$([ "${gpus:-0}" -gt 1 ] && echo "$gpus" || echo 8)}
 log=$out/session.log
+echo "LOOM_TEST_SEED=$LOOM_TEST_SEED" >>"$log"
 run() {  # run <seconds> <name> <command...>
     local t=$1 name=$2
     shift 2

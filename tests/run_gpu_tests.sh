@@ -4,14 +4,18 @@
 # multi-node layouts, and the Python package's GPU tests at 2 ranks. Stops at the first failure, saying which run
 # failed.
 #   usage: tests/run_gpu_tests.sh <build dir>      extra gtest flags: LOOM_GTEST_ARGS="--gtest_filter=..."
-#   LOOM_PYTHON   interpreter with the loom package and torch installed (default: the build's py-venv from
-#                 scripts/test_python.sh)
+#   LOOM_PYTHON     interpreter with the loom package and torch installed (default: the build's py-venv from
+#                   scripts/test_python.sh)
+#   LOOM_TEST_SEED  the run's seed of the tests' random inputs (default: a fresh one, printed first; pass it again to
+#                   reproduce a failure)
 set -uo pipefail
 build=${1:?usage: tests/run_gpu_tests.sh <build dir>}
 cd "$(dirname "$0")/.." || exit 1
 loomrun="$build/bin/loomrun"
 gtest_args=${LOOM_GTEST_ARGS:-}
 export LOOM_WAIT_TIMEOUT_MS=${LOOM_WAIT_TIMEOUT_MS:-20000}
+export LOOM_TEST_SEED=${LOOM_TEST_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
+echo "LOOM_TEST_SEED=$LOOM_TEST_SEED"
 
 step() {
     local what=$1

@@ -4,6 +4,8 @@
 #include <numeric>
 #include <random>
 
+#include "common/reference.hpp"
+
 namespace loom::test {
 
 RoutingRef route_reference(const MoeRoutingShape& s, const std::vector<int32_t>& topk_idx) {
@@ -27,7 +29,7 @@ RoutingRef route_reference(const MoeRoutingShape& s, const std::vector<int32_t>&
 }
 
 std::vector<int32_t> make_routing(RoutingKind kind, int tokens, int topk, int num_experts, uint64_t seed) {
-    std::mt19937_64 rng(seed);
+    std::mt19937_64 rng(run_seed(seed));
     std::vector<int32_t> idx(static_cast<std::size_t>(tokens) * topk);
     std::vector<int32_t> experts(num_experts);
     for (int t = 0; t < tokens; ++t) {
@@ -50,7 +52,7 @@ std::vector<int32_t> make_routing(RoutingKind kind, int tokens, int topk, int nu
 }
 
 std::vector<float> make_topk_weights(int tokens, int topk, uint64_t seed) {
-    std::mt19937_64 rng(seed);
+    std::mt19937_64 rng(run_seed(seed));
     std::uniform_real_distribution<float> u(0.05f, 1.f);
     std::vector<float> w(static_cast<std::size_t>(tokens) * topk);
     for (int t = 0; t < tokens; ++t) {

@@ -17,7 +17,12 @@ using loom::float_to_bf16;
 std::uint16_t float_to_half(float f);
 float half_to_float(std::uint16_t h);
 
-// Fresh random values in [-1, 1) (never zeros by construction of the tests' seeds).
+// A test's seed for this run: `seed` mixed with LOOM_TEST_SEED (read once; unset or 0: `seed` itself, the fixed
+// inputs). tests/run_gpu_tests.sh draws a fresh LOOM_TEST_SEED per run and prints it; loomrun passes it to every rank,
+// so ranks that regenerate each other's inputs still agree. Every random input of the GPU tests goes through it.
+std::uint64_t run_seed(std::uint64_t seed);
+
+// Random values in [-1, 1) from run_seed(seed).
 std::vector<float> random_floats(std::size_t n, std::uint64_t seed);
 
 // DeepGEMM's similarity metric: 1 - 2<x,y>/(<x,x>+<y,y>), computed in double. ~0 when equal.

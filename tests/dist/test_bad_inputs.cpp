@@ -75,7 +75,7 @@ void run_cases(World& w, const std::string& op, const std::vector<Case>& cases) 
 
 // Small integers as f32 (exact sums), seeded by (rank, salt).
 std::vector<float> ints(std::size_t n, int rank, int salt) {
-    std::mt19937 g(static_cast<unsigned>(rank * 7919 + salt));
+    std::mt19937 g(static_cast<unsigned>(test::run_seed(rank * 7919 + salt)));
     std::uniform_int_distribution<int> d(-50, 50);
     std::vector<float> v(n);
     for (auto& x : v) {
@@ -359,7 +359,7 @@ TEST_F(BadInputs, AllToAllV) {
 // ---- loom::gemm and the overlapped GEMMs: bf16 A, B of small integers, f32 C (exact) ------------------------------
 
 std::vector<std::uint16_t> bf16_ints(std::size_t n, int rank, int salt, std::vector<double>& vals) {
-    std::mt19937 g(static_cast<unsigned>(rank * 104729 + salt));
+    std::mt19937 g(static_cast<unsigned>(test::run_seed(rank * 104729 + salt)));
     std::uniform_int_distribution<int> d(-2, 2);
     std::vector<std::uint16_t> h(n);
     vals.resize(n);

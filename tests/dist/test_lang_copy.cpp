@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/reference.hpp"
 #include "common/test_env.hpp"
 #include "common/test_kernels.hpp"
 #include "loom/runtime/error.hpp"
@@ -26,7 +27,7 @@ const char* op_name(Op op) {
 
 // Bytes rank `sender` puts / exposes in case `c`: reproducible on every rank, different per case and rank.
 std::vector<unsigned char> case_data(int sender, uint64_t c, std::size_t n) {
-    std::mt19937_64 rng(0x10C0FFEEull * (sender + 1) + c * 0x9E3779B97F4A7C15ull);
+    std::mt19937_64 rng(loom::test::run_seed(0x10C0FFEEull * (sender + 1) + c * 0x9E3779B97F4A7C15ull));
     std::vector<unsigned char> v(n);
     for (auto& b : v) b = static_cast<unsigned char>(rng());
     return v;

@@ -21,6 +21,7 @@
 #include "common/device_io.hpp"
 #include "common/ep_reference.hpp"
 #include "common/moe_reference.hpp"
+#include "common/reference.hpp"
 #include "common/test_env.hpp"
 #include "loom/bf16.hpp"
 #include "loom/ops/moe.hpp"
@@ -77,7 +78,7 @@ std::vector<int32_t> routing(Kind kind, int64_t T, int k, int E, int W, uint64_t
             break;
     }
     std::vector<int32_t> idx = test::make_routing(test::RoutingKind::Uniform, t, k, E, seed);
-    std::mt19937_64 rng(seed + 99);
+    std::mt19937_64 rng(test::run_seed(seed + 99));
     const int L = E / W;
     for (int64_t i = 0; i < T; ++i) {
         if (kind == Kind::OneRank) {

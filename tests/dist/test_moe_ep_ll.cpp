@@ -22,6 +22,7 @@
 
 #include "common/child_process.hpp"
 #include "common/device_io.hpp"
+#include "common/reference.hpp"
 #include "common/test_env.hpp"
 #include "loom/bf16.hpp"
 #include "loom/ops/moe_ep_ll.hpp"
@@ -85,7 +86,7 @@ struct Inputs {
 };
 
 Inputs make_inputs(const Case& c, int rank, int world, uint64_t seed) {
-    std::mt19937_64 rng(seed * 1000003 + rank);
+    std::mt19937_64 rng(test::run_seed(seed * 1000003 + rank));
     Inputs in;
     in.T = std::min(c.tokens[rank % c.tokens.size()], c.max_tokens);
     const int H = c.hidden, k = c.topk, E = c.experts, L = E / world;

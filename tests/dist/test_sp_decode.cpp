@@ -16,6 +16,7 @@
 
 #include "common/attention_reference.hpp"
 #include "common/device_io.hpp"
+#include "common/reference.hpp"
 #include "common/test_env.hpp"
 #include "loom/ops/attention.hpp"
 #include "loom/runtime/error.hpp"
@@ -44,7 +45,7 @@ struct Sharded {
 
 Sharded shard(const std::vector<int32_t>& lens, int hkv, int d, int page_size, DType t, int rank, int world,
               uint64_t seed) {
-    std::mt19937_64 rng(seed);
+    std::mt19937_64 rng(test::run_seed(seed));
     Sharded s;
     s.whole = test::make_cache(lens, hkv, d, 0, t, rng);
     // Cuts: W - 1 random points per sequence; sequence 0's last rank holds nothing, sequence 1 goes wholly to rank 0.
@@ -60,7 +61,7 @@ Sharded shard(const std::vector<int32_t>& lens, int hkv, int d, int page_size, D
     }
     std::vector<int32_t> my_lens(lens.size());
     for (std::size_t b = 0; b < lens.size(); ++b) my_lens[b] = hi[b] - lo[b];
-    std::mt19937_64 rng2(seed * 31 + rank);
+    std::mt19937_64 rng2(test::run_seed(seed * 31 + rank));
     s.mine = test::make_cache(my_lens, hkv, d, page_size, t, rng2);
     // Copy the shard's tokens from the whole cache.
     for (std::size_t b = 0; b < lens.size(); ++b)
@@ -115,7 +116,7 @@ class SpDecode : public ::WorldStreamTest {
              attention::SpExchange exchange = attention::SpExchange::Auto) {
         const int me = w->rank(), W = w->world_size();
         const Sharded s = shard(c.lens, c.hkv, c.d, c.page_size, c.t, me, W, seed);
-        std::mt19937_64 rng(seed + 99);  // the same queries on every rank
+        std::mt19937_64 rng(test::run_seed(seed + 99));  // the same queries on every rank
         const int B = static_cast<int>(c.lens.size());
         const std::size_t rows = std::size_t(B) * c.hq;
         const auto q0 = test::random_halves(rows * c.d, c.t, rng), q1 = test::random_halves(rows * c.d, c.t, rng);

@@ -16,6 +16,7 @@
 #include "common/attention_reference.hpp"
 #include "common/child_process.hpp"
 #include "common/device_io.hpp"
+#include "common/reference.hpp"
 #include "common/test_env.hpp"
 #include "loom/jit/jit.hpp"
 #include "loom/ops/attention.hpp"
@@ -63,7 +64,7 @@ std::string describe(const Case& c) {
 
 void run_case(const Case& c, uint64_t seed) {
     SCOPED_TRACE(describe(c));
-    std::mt19937_64 rng(seed);
+    std::mt19937_64 rng(loom::test::run_seed(seed));
     const int B = static_cast<int>(c.lens.size());
     const auto cache = loom::test::make_cache(c.lens, c.hkv, c.d, c.page_size, c.dtype, rng);
     const auto q = loom::test::random_halves(std::size_t(B) * c.hq * c.d, c.dtype, rng);
@@ -187,7 +188,7 @@ TEST_F(DecodeAttention, ZeroLengths) {
     run_case({{0, 5, 0}, 8, 2, 128, 16}, 31);
 }
 TEST_F(DecodeAttention, ManySequences) {
-    std::mt19937 rng(40);
+    std::mt19937 rng(static_cast<uint32_t>(loom::test::run_seed(40)));
     std::vector<int32_t> lens(64);
     for (auto& l : lens) l = static_cast<int32_t>(rng() % 2048);
     run_case({lens, 32, 8, 128, 16}, 41);
@@ -199,7 +200,7 @@ TEST_F(DecodeAttention, ManySequences) {
 // 16 sequences of 12 kv heads with groups of 8 (192 blocks): the heuristic splits them in two, 3 blocks on most SMs,
 // which only 2 stages keep resident at once (on an H200); lengths that end mid-tile and one empty sequence.
 TEST_F(DecodeAttention, ShallowPipelineHoldsEveryBlockOfAnSm) {
-    std::mt19937 rng(45);
+    std::mt19937 rng(static_cast<uint32_t>(loom::test::run_seed(45)));
     std::vector<int32_t> lens(16);
     for (auto& l : lens) l = static_cast<int32_t>(3000 + rng() % 1096);
     lens[5] = 0;
@@ -278,7 +279,7 @@ TEST_F(DecodeAttention, BadConfigRaises) {
 
 // Back-to-back calls reuse the split workspace of the stream; a captured graph replays them.
 TEST_F(DecodeAttention, GraphReplayMatchesEager) {
-    std::mt19937_64 rng(50);
+    std::mt19937_64 rng(loom::test::run_seed(50));
     const std::vector<int32_t> lens = {4000, 123};
     const auto cache = loom::test::make_cache(lens, 8, 128, 16, DType::BF16, rng);
     const auto q = loom::test::random_halves(2 * 32 * 128, DType::BF16, rng);

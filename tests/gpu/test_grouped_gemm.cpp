@@ -76,7 +76,7 @@ struct Dev {
 
 // Group sizes summing to `rows`: random cut points (so some groups get 0, and sizes are arbitrary).
 std::vector<int> random_sizes(int groups, int rows, uint64_t seed) {
-    std::mt19937_64 rng(seed);
+    std::mt19937_64 rng(loom::test::run_seed(seed));
     std::vector<int> cuts(groups - 1);
     for (int& c : cuts) c = static_cast<int>(rng() % static_cast<uint64_t>(rows + 1));
     std::sort(cuts.begin(), cuts.end());
@@ -121,7 +121,7 @@ void run_case(const Case& cs, uint64_t seed) {
     std::vector<float> sa_blk(cs.block_scales ? size_t(rows) * kblk : 0),
         sb_blk(cs.block_scales ? size_t(E) * nblk * kblk : 0);
     {
-        std::mt19937_64 rng(seed + 3);
+        std::mt19937_64 rng(loom::test::run_seed(seed + 3));
         std::uniform_real_distribution<float> u(-3.f, 3.f);
         for (float& v : sa_blk) v = std::exp2(u(rng));
         for (float& v : sb_blk) v = std::exp2(u(rng));

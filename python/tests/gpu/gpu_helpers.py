@@ -1,10 +1,15 @@
 """Inputs and checks shared by the GPU tests."""
+import os
+
 import torch
+
+# The run's seed (tests/run_gpu_tests.sh draws one and prints it; the same on every rank): mixed into every input.
+RUN_SEED = int(os.environ.get("LOOM_TEST_SEED", "0"))
 
 
 def rank_tensor(rank, shape, dtype=torch.float32, seed=0):
-    """Rank `rank`'s input: fresh random values that every rank can regenerate (for the reference)."""
-    g = torch.Generator(device="cuda").manual_seed(1000 * seed + rank + 1)
+    """Rank `rank`'s input: random values of this run that every rank can regenerate (for the reference)."""
+    g = torch.Generator(device="cuda").manual_seed((1000 * seed + rank + 1 + 7919 * RUN_SEED) % (1 << 63))
     return torch.randn(shape, generator=g, device="cuda", dtype=torch.float32).to(dtype)
 
 
