@@ -77,7 +77,7 @@ TEST(JitLaunch, CompileLoadLaunchChecksEveryElement) {
     // The device may contract x * 3 + 7 into one FMA: allow one rounding of difference.
     for (int i = 0; i < n; ++i) {
         const double want = double(x[i]) * 3.0 + 12.0;
-        if (std::abs(y[i] - want) > 1e-5 * (1.0 + std::abs(want)) && bad++ < 5)
+        if (!(std::abs(y[i] - want) <= 1e-5 * (1.0 + std::abs(want))) && bad++ < 5)
             ADD_FAILURE() << "y[" << i << "] = " << y[i] << ", expected " << want;
     }
     EXPECT_EQ(bad, 0);
