@@ -44,12 +44,13 @@ for layout in "2 4" "4 8" "2 8"; do
     step "CrossNode and EP tests under LOOM_NODE_SIZE=$k loomrun -n $n" env LOOM_NODE_SIZE="$k" "$loomrun" -n "$n" \
         "$build/tests/loom_dist_tests" --gtest_filter='CrossNode*:MoeEp*:EpLl*'
 done
+step "examples/00_hello_symmetric under loomrun -n 2" "$loomrun" -n 2 "$build/examples/00_hello_symmetric"
 python=${LOOM_PYTHON:-$build/py-venv/bin/python}
 if ! "$python" -c 'import loom, torch' 2>/dev/null; then
     echo "FAILED: $python cannot import loom and torch (scripts/test_python.sh $build installs the package; or set" \
         "LOOM_PYTHON)" >&2
     exit 1
 fi
-step "Python GPU tests under loomrun -n 2" "$loomrun" -n 2 "$python" -m pytest -q python/tests/gpu
-step "examples/00_hello_symmetric under loomrun -n 2" "$loomrun" -n 2 "$build/examples/00_hello_symmetric"
+# No pytest cache: the ranks' processes would write it at once.
+step "Python GPU tests under loomrun -n 2" "$loomrun" -n 2 "$python" -m pytest -q -p no:cacheprovider python/tests/gpu
 echo "GPU tests passed"

@@ -202,16 +202,15 @@ bool meets_a_row(std::uint64_t s, std::uint64_t w, const RowSet& q) {
 // fewer rows are walked across the other's span.
 bool rows_meet(const RowSet& a, const RowSet& b) {
     if (a.rows > 1 && b.rows > 1 && a.pitch == b.pitch) {
-        const std::int64_t p = static_cast<std::int64_t>(a.pitch);
-        const std::int64_t delta = static_cast<std::int64_t>(b.start) - static_cast<std::int64_t>(a.start);
-        const std::int64_t k = delta >= 0 ? delta / p : -((-delta + p - 1) / p), d = delta - k * p;
-        const std::int64_t ra = static_cast<std::int64_t>(a.rows), rb = static_cast<std::int64_t>(b.rows);
+        // In 128 bits: offsets and pitches are below 2^64, their differences and sums are not below 2^63.
+        using I = __int128;
+        const I p = static_cast<I>(a.pitch);
+        const I delta = static_cast<I>(b.start) - static_cast<I>(a.start);
+        const I k = delta >= 0 ? delta / p : -((-delta + p - 1) / p), d = delta - k * p;
+        const I ra = static_cast<I>(a.rows), rb = static_cast<I>(b.rows);
         // Some j in [0, rb) with j + shift in [0, ra).
-        auto some_row = [&](std::int64_t shift) {
-            return std::max<std::int64_t>(0, -shift) < std::min(rb, ra - shift);
-        };
-        return (d < static_cast<std::int64_t>(a.width) && some_row(k)) ||
-               (d + static_cast<std::int64_t>(b.width) > p && some_row(k + 1));
+        auto some_row = [&](I shift) { return std::max<I>(0, -shift) < std::min<I>(rb, ra - shift); };
+        return (d < static_cast<I>(a.width) && some_row(k)) || (d + static_cast<I>(b.width) > p && some_row(k + 1));
     }
     const RowSet& walk = a.rows <= b.rows ? a : b;
     const RowSet& other = a.rows <= b.rows ? b : a;

@@ -106,24 +106,26 @@ struct Store::Impl {
         const auto status = static_cast<Status>(static_cast<std::uint8_t>(reply[0]));
         if (status == Status::Ok) return true;
         const std::string msg(net::Reader(std::string_view(reply).substr(1)).bytes());
-        // Both refusals are what a rank hears from the previous World's store while it drains (it has seen this rank
-        // leave, or not yet seen its last connection close): retried for kRejoinGrace, longer than any drain. Past
-        // that the store is this World's own: the rank joined it before (a restarted rank), or a second process
-        // runs this rank.
-        const bool left = status == Status::Refused && msg == store_wire::kRankLeft;
-        if (left || (status == Status::Refused && msg.find(store_wire::kAlreadyJoined) != std::string::npos)) {
+        if (status == Status::Refused && msg == store_wire::kRankLeft) {
+            // The store of an earlier World, draining (bounded by kMaxDrain), or this World's own, which this rank
+            // joined and left before (a restarted rank): retried until the connect deadline, which then names both.
+            *why = "the store of an earlier World answered (it is still draining)";
+            rejoin_refused = fmt::format(
+                "this rank already joined and left it (a restarted rank cannot rejoin a running World; an earlier "
+                "World's store still draining was waited for until the connect timeout, {} ms)",
+                timeout.count());
+            return false;
+        }
+        if (status == Status::Refused && msg.find(store_wire::kAlreadyJoined) != std::string::npos) {
+            // The previous World's store may not have seen this rank's last connection close yet: retried for
+            // kRejoinGrace, then a second process with this rank is the likelier story.
             const auto now = Clock::now();
             if (rejoin_refused_since == Clock::time_point{}) rejoin_refused_since = now;
             if (now - rejoin_refused_since < kRejoinGrace) {
-                *why = left ? std::string("the store of an earlier World answered (it is still draining)") : msg;
+                *why = msg;
                 rejoin_refused = msg;  // what the connect reports if its deadline passes first
                 return false;
             }
-            if (left)
-                LOOM_FAIL(
-                    "rank {} was refused by the {}: this rank already joined and left it; a World's rank "
-                    "cannot rejoin it (start a new World on every rank)",
-                    rank, where());
         }
         if (status == Status::Refused && msg == store_wire::kWrongToken)
             LOOM_FAIL("rank {} was refused by the {}: wrong job token. {}", rank, where(),

@@ -266,7 +266,7 @@ TEST(StoreRules, ARankThatLeftCannotRejoin) {
         FAIL() << "rank 1 rejoined the store it left";
     } catch (const loom::Error& e) {
         EXPECT_TRUE(contains(e.what(), "rank 1 was refused")) << e.what();
-        EXPECT_TRUE(contains(e.what(), "left this store")) << e.what();
+        EXPECT_TRUE(contains(e.what(), "already joined and left it")) << e.what();
     }
 }
 

@@ -28,13 +28,15 @@ def rel_err(got, want):
     return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
 
 
-def assert_close(got, want, rel):
-    """Every element within rel x (|want| + want's RMS), and the whole within rel in L2 (rel_err): an unwritten element
-    (NaN poison) or one wrong element fails, which the L2 norm alone would average away."""
+def assert_close(got, want, rel, slack=None):
+    """Every element within rel x (|want| + want's RMS) + slack (per element: e.g. the roundings of partial sums), and
+    the whole within rel in L2 (rel_err): an unwritten element (NaN poison) or one wrong element fails, which the L2
+    norm alone would average away."""
     g, w = got.double(), want.double()
     assert g.shape == w.shape, f"shape {tuple(g.shape)}, expected {tuple(w.shape)}"
     rms = w.pow(2).mean().sqrt().item() if w.numel() else 0.0
-    bad = ~((g - w).abs() <= rel * (w.abs() + rms))
+    bound = rel * (w.abs() + rms) + (0 if slack is None else slack.double())
+    bad = ~((g - w).abs() <= bound)
     if bad.any():
         i = bad.flatten().nonzero()[0].item()
         raise AssertionError(f"{int(bad.sum())} of {g.numel()} elements off; first at flat index {i}: "

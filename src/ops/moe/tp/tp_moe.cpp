@@ -85,10 +85,13 @@ void ag_moe(World& world, const MatrixView& x, const int32_t* topk_idx, const fl
     const detail::AgreedCall agreed(
         world,
         [&] {
-            // Auto's choice reads x's word alignment, and the gathers run for topk_weights only where given.
-            return tp_signature("ag_moe", routing, {{"x", &x}, {"w_up", &w_up}, {"out", &out, false}}, opts)
-                .add("x in 16-byte words", moe::x_in_words(x))
-                .add("topk_weights", topk_weights ? "given" : "null");
+            // The gathers run for topk_weights only where given; Auto's choice reads x's word alignment (each rank
+            // its own pointer's: it must agree, or ranks would run different algorithms).
+            detail::CallSignature s =
+                tp_signature("ag_moe", routing, {{"x", &x}, {"w_up", &w_up}, {"out", &out, false}}, opts);
+            s.add("topk_weights", topk_weights ? "given" : "null");
+            if (opts.algo == TpMoeAlgo::Auto) s.add("x in 16-byte words (Auto's choice)", moe::x_in_words(x));
+            return s;
         },
         [&] { moe::check_ag_moe(c); });
     if (!agreed.checked()) moe::check_ag_moe(c);
