@@ -73,21 +73,27 @@ std::uint64_t wait_timeout_ns() {
     _exit(status);  // no teardown: the context holds a sticky error
 }
 
-// The wait of tests/dist/kernels/lang_test.cuh's missing_notify on a Ctx of one rank over a plain allocation, in
-// `blocks` blocks.
-[[noreturn]] void lang_missing_notify(unsigned blocks) {
-    const std::size_t heap = 1 << 20;
+// A Ctx of rank 0 alone, without a World: its heap the first `heap` bytes of a zeroed cudaMalloc'd buffer of
+// heap + extra bytes (heap[0]; the rest lies outside the heap).
+loom::Ctx plain_ctx(std::size_t heap, std::size_t extra = 0) {
     char* buf = nullptr;
-    LOOM_CHECK_CUDA(cudaMalloc(&buf, heap));
-    LOOM_CHECK_CUDA(cudaMemset(buf, 0, heap));
+    LOOM_CHECK_CUDA(cudaMalloc(&buf, heap + extra));
+    LOOM_CHECK_CUDA(cudaMemset(buf, 0, heap + extra));
     loom::Ctx ctx{};
     ctx.rank = 0;
     ctx.world = ctx.local_world = 1;
     ctx.heap_size = heap;
     ctx.heap[0] = buf;
     ctx.wait_timeout_ns = wait_timeout_ns();
+    return ctx;
+}
+
+// The wait of tests/dist/kernels/lang_test.cuh's missing_notify on a Ctx of one rank over a plain allocation, in
+// `blocks` blocks.
+[[noreturn]] void lang_missing_notify(unsigned blocks) {
+    const loom::Ctx ctx = plain_ctx(1 << 20);
     loom::test::lang_kernel("loom_test::missing_notify")(LaunchConfig{dim3(blocks), dim3(64)}, ctx,
-                                                         reinterpret_cast<std::uint64_t*>(buf));
+                                                         reinterpret_cast<std::uint64_t*>(ctx.heap[0]));
     const cudaError_t e = cudaDeviceSynchronize();
     std::printf("lang-child: the kernel ended: %s\n", cudaGetErrorString(e));
     leave(e == cudaSuccess ? kCompleted : kRaised);
@@ -96,15 +102,8 @@ std::uint64_t wait_timeout_ns() {
 // A put whose range runs past the end of the symmetric heap (tests/dist/kernels/lang_test.cuh's move).
 [[noreturn]] void lang_put_past_heap() {
     const std::size_t heap = 1 << 20;
-    char* buf = nullptr;
-    LOOM_CHECK_CUDA(cudaMalloc(&buf, heap + 4096));  // heap, then a source outside it
-    LOOM_CHECK_CUDA(cudaMemset(buf, 0, heap + 4096));
-    loom::Ctx ctx{};
-    ctx.rank = 0;
-    ctx.world = ctx.local_world = 1;
-    ctx.heap_size = heap;
-    ctx.heap[0] = buf;
-    ctx.wait_timeout_ns = wait_timeout_ns();
+    const loom::Ctx ctx = plain_ctx(heap, 4096);  // the heap, then a source outside it
+    char* const buf = ctx.heap[0];
     constexpr int kPut = 0;  // loom_test::Op::Put
     loom::test::lang_kernel("loom_test::move", {"loom::lang::Block", "0"})(
         LaunchConfig{dim3(1), dim3(256)}, ctx, kPut, buf + heap - 16, static_cast<const char*>(buf + heap),
@@ -116,19 +115,10 @@ std::uint64_t wait_timeout_ns() {
 
 // A notify to a peer on another node from a kernel compiled without remote peers, on a Ctx of two one-rank nodes.
 [[noreturn]] void xnode_undeclared_remote() {
-    const std::size_t heap = 1 << 20;
-    char* buf = nullptr;
-    LOOM_CHECK_CUDA(cudaMalloc(&buf, heap));
-    LOOM_CHECK_CUDA(cudaMemset(buf, 0, heap));
-    loom::Ctx ctx{};
-    ctx.rank = 0;
-    ctx.world = 2;
-    ctx.local_world = 1;
-    ctx.heap_size = heap;
-    ctx.heap[0] = buf;
-    ctx.wait_timeout_ns = wait_timeout_ns();
+    loom::Ctx ctx = plain_ctx(1 << 20);
+    ctx.world = 2;  // rank 1 is the other node's only rank
     loom::test::test_kernel("tests/dist/kernels/crossnode.cuh", "xnode_test::touch_peer_undeclared")(
-        LaunchConfig{dim3(1), dim3(32)}, ctx, reinterpret_cast<std::uint64_t*>(buf), 1);
+        LaunchConfig{dim3(1), dim3(32)}, ctx, reinterpret_cast<std::uint64_t*>(ctx.heap[0]), 1);
     const cudaError_t e = cudaDeviceSynchronize();
     std::printf("xnode-child: the kernel ended: %s\n", cudaGetErrorString(e));
     leave(e == cudaSuccess ? kCompleted : kRaised);
