@@ -210,6 +210,28 @@ TEST_F(OverlapShapes, GemmArReduceSplit) {
     }
 }
 
+// A caller's 192-row tiles (three consumer warpgroups): the reduce kernel takes them with either reduction, and Auto
+// gives them the reduce kernel (the fused epilogue's per-tile signals count two warpgroups); M not a multiple of the
+// tile, N a 176-column tail.
+TEST_F(OverlapShapes, GemmArCallersThreeWarpgroupTiles) {
+    GemmConfig cfg;
+    cfg.block_m = 192;
+    cfg.block_n = 176;
+    cfg.stages = 3;
+    const NK s{520, 136};
+    int tc = 0;
+    for (int64_t m : {100, 500}) {
+        for (const auto& [o, name] : {std::pair{reduce_kernel(ArShots::OneShot), "reduce-kernel-one-shot"},
+                                      std::pair{reduce_kernel(ArShots::TwoShot), "reduce-kernel-two-shot"},
+                                      std::pair{GemmArOptions{}, "auto"}}) {
+            GemmArOptions with = o;
+            with.config = &cfg;
+            check_ar(*w, stream, m, s.n, s.k, 190 + tc, with, tag("ar", m, s, (std::string(name) + "-bm192").c_str()));
+        }
+        ++tc;
+    }
+}
+
 // The reduce kernel's two reductions back to back with no host synchronisation between the calls: two input sets
 // alternating and M alternating 1000, 1000, 616, 616, ... (a smaller call right after a larger one, on either parity
 // half), the reductions mixed with the sequence (they share the partials and their call counter), the side blocks and
