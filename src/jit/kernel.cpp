@@ -185,19 +185,20 @@ bool Kernel::programmatic_supported() const {
 
 const std::optional<std::vector<std::size_t>>& Kernel::param_sizes() const {
     std::call_once(params_once_, [&] {
-        // One index past the last parameter the driver answers CUDA_ERROR_INVALID_VALUE; any other answer: unknown.
-        // A kernel's parameters fit 32764 bytes, so no more than that many indices are asked.
+        // One index past the last parameter the driver answers CUDA_ERROR_INVALID_VALUE; any other answer, or no end
+        // within the 32764 bytes a kernel's parameters fit in: unknown.
         constexpr std::size_t kMaxParams = 32764;
         std::vector<std::size_t> sizes;
-        for (std::size_t i = 0; i <= kMaxParams; ++i) {
-            if (i == kMaxParams) return;
+        for (std::size_t i = 0; i < kMaxParams; ++i) {
             std::size_t offset = 0, size = 0;
             const CUresult rc = driver::api().cuFuncGetParamInfo(function_, i, &offset, &size);
-            if (rc == CUDA_ERROR_INVALID_VALUE) break;
+            if (rc == CUDA_ERROR_INVALID_VALUE) {
+                param_sizes_ = std::move(sizes);
+                return;
+            }
             if (rc != CUDA_SUCCESS) return;
             sizes.push_back(size);
         }
-        param_sizes_ = std::move(sizes);
     });
     return param_sizes_;
 }

@@ -256,6 +256,10 @@ void check_memory(const World* world, int device, const char* op, const char* wh
     check_usable(op, which, p, bytes, device, first, last);
 }
 
+void check_memory(const World* world, int device, const char* op, const char* which, const MatrixView& m) {
+    check_memory(world, device, op, which, m.data, matrix_bytes(op, which, m));
+}
+
 }  // namespace loom::detail
 
 namespace loom {

@@ -92,9 +92,8 @@ bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn);
 void check_disjoint(const char* op, const char* a_name, const void* a, std::size_t a_bytes, const char* b_name,
                     const void* b, std::size_t b_bytes);
 
-// Raises when two matrices share an element: both dense (ld = cols) and their extents overlap, or of one row pitch in
-// bytes and some row of one meets a row of the other. Matrices of different pitches are not compared (their rows may
-// interleave without meeting, as column slices of one buffer do).
+// Raises when two matrices share an element: some row of one meets a row of the other, for any two row pitches (column
+// slices of one buffer, whose rows interleave without meeting, pass). Empty or null views share nothing.
 void check_disjoint(const char* op, const char* a_name, const MatrixView& a, const char* b_name, const MatrixView& b);
 
 // ---- the op-boundary check ----------------------------------------------------------------------------------------
@@ -103,5 +102,7 @@ void check_disjoint(const char* op, const char* a_name, const MatrixView& a, con
 // of `world` when p is in its heap, else memory `device` may use (check_usable over the cached answers). world may be
 // null (loom::gemm): then the driver's answer only.
 void check_memory(const World* world, int device, const char* op, const char* which, const void* p, std::size_t bytes);
+// check_memory over a matrix's extent (matrix_bytes: raises for an empty view).
+void check_memory(const World* world, int device, const char* op, const char* which, const MatrixView& m);
 
 }  // namespace loom::detail

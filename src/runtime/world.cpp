@@ -234,9 +234,9 @@ void World::init(const RankInfo& info, const WorldOptions& opts) {
         try {
             detail::reconcile_with_hosts(w.info, hosts);
             detail::check_rank_layout(w.info);
-            mine_layout = "L" + std::to_string(w.info.local_world_size);
+            mine_layout = fmt::format("L{}", w.info.local_world_size);
         } catch (const Error& e) {
-            mine_layout = std::string("E") + e.what();
+            mine_layout = fmt::format("E{}", e.what());
         }
         const auto all = w.store->all_gather("loom/world/node_size", Bytes(mine_layout.begin(), mine_layout.end()));
         std::vector<std::string> layouts;

@@ -3,6 +3,7 @@
 // in two shots (SpExchange) and combines every rank's. State "attention/sp_decode": the exchange area, the direct and
 // two-shot exchanges' flags and the per-block epochs.
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "loom/jit/jit.hpp"
@@ -153,10 +154,12 @@ void sp_decode_exchange(World& world, const DecodeQuery& q, const KvCache& kv, v
                    kMaxLocalPeers, world.world_size(), world.local_world_size());
         return plan_decode(op, q, kv, o, lse, opts, &world);
     };
-    // Checking mode: every rank's checks and call agree before any exchange (the shards, and so the caches, differ).
+    // Checking mode: every rank's checks and call agree before any exchange (the shards, and so the caches, differ);
+    // the plan they make is kept.
+    std::optional<DecodePlan> planned;
     const detail::AgreedCall agreed(
-        world, [&] { return sp_signature(op, q, kv, opts, exchange); }, [&] { (void)checks(); });
-    const DecodePlan plan = checks();
+        world, [&] { return sp_signature(op, q, kv, opts, exchange); }, [&] { planned = checks(); });
+    const DecodePlan plan = planned ? *planned : checks();
     SpDecodeState& st = sp_state(world, stream);
     const int W = world.world_size();
     if (exchange == SpExchange::Auto) exchange = sp_auto_exchange(plan.rows, W, plan.head_dim);

@@ -125,9 +125,9 @@ void gemm_check_device_scale(const char* op, const char* name, const float* p, i
 
 void gemm_check_memory(const char* op, const MatrixView& a, const MatrixView& b, const MatrixView& c,
                        const GemmOptions& o, const World* world, int device) {
-    detail::check_memory(world, device, op, "A", a.data, detail::matrix_bytes(op, "A", a));
-    detail::check_memory(world, device, op, "B", b.data, detail::matrix_bytes(op, "B", b));
-    detail::check_memory(world, device, op, "C", c.data, detail::matrix_bytes(op, "C", c));
+    detail::check_memory(world, device, op, "A", a);
+    detail::check_memory(world, device, op, "B", b);
+    detail::check_memory(world, device, op, "C", c);
     // The kernels read A and B tile by tile while C's tiles are stored: C may share no element with them.
     detail::check_disjoint(op, "C", c, "A", a);
     detail::check_disjoint(op, "C", c, "B", b);

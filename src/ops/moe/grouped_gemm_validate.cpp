@@ -89,10 +89,10 @@ void grouped_gemm_validate(const GroupedGemmProblem& p, int device) {
     }
     if (device < 0) return;
     if (a.rows > 0) {
-        loom::detail::check_memory(nullptr, device, kOp, "A", a.data, loom::detail::matrix_bytes(kOp, "A", a));
-        loom::detail::check_memory(nullptr, device, kOp, "C", c.data, loom::detail::matrix_bytes(kOp, "C", c));
+        loom::detail::check_memory(nullptr, device, kOp, "A", a);
+        loom::detail::check_memory(nullptr, device, kOp, "C", c);
     }
-    loom::detail::check_memory(nullptr, device, kOp, "B", b.data, loom::detail::matrix_bytes(kOp, "B", b));
+    loom::detail::check_memory(nullptr, device, kOp, "B", b);
     loom::detail::check_memory(
         nullptr, device, kOp, "group_offsets", offsets,
         loom::detail::buffer_bytes(kOp, "group_offsets", static_cast<std::size_t>(G) + 1, DType::I32));

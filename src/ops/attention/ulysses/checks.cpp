@@ -25,7 +25,7 @@ void check_view(World& world, const char* op, const char* name, const MatrixView
     LOOM_CHECK(m.ld >= 0 && m.stride() >= m.cols && (m.stride() * dtype_size(m.dtype)) % 16 == 0,
                "{}: expected {}'s leading dimension >= {} and a multiple of 16 bytes, given {}", op, name, m.cols,
                m.stride());
-    detail::check_memory(&world, world.device(), op, name, m.data, detail::matrix_bytes(op, name, m));
+    detail::check_memory(&world, world.device(), op, name, m);
 }
 
 void check_options(const char* op, const UlyssesOptions& o) {

@@ -85,8 +85,7 @@ void check_experts(World& world, const MatrixView& x, int num_experts, const Mat
 // layout, and after every other check so that a view over a short buffer is named by its shape first.
 void check_weights_memory(World& world, const MatrixView& w_up, const MatrixView& w_down) {
     auto check = [&](const char* arg, const MatrixView& w) {
-        if (w.data != nullptr)
-            detail::check_memory(&world, world.device(), kOp, arg, w.data, detail::matrix_bytes(kOp, arg, w));
+        if (w.data != nullptr) detail::check_memory(&world, world.device(), kOp, arg, w);
     };
     check("w_up", w_up);
     check("w_down", w_down);

@@ -38,7 +38,7 @@ ExpertDims expert_dims(const char* op, const char* arg, const MatrixView& w, int
 // The memory of the call's buffers, here rather than in the collectives and GEMMs inside the op, which a rank given
 // bad memory would reach alone (the checks here are agreed across ranks in checking mode).
 void check_matrix_memory(World& world, const char* op, const char* arg, const MatrixView& m) {
-    if (m.rows > 0) detail::check_memory(&world, world.device(), op, arg, m.data, detail::matrix_bytes(op, arg, m));
+    if (m.rows > 0) detail::check_memory(&world, world.device(), op, arg, m);
 }
 void check_ids_memory(World& world, const char* op, const char* arg, const void* p, int64_t entries) {
     if (p != nullptr && entries > 0)

@@ -64,6 +64,11 @@ detail::CallSignature tp_signature(const char* op, const MoeRouting& r, std::ini
     return s;
 }
 
+// moe_rs's and moe_ar's signature: their buffers' shapes (rows may hold spare rows past max_rows) and options.
+detail::CallSignature down_signature(const char* op, const moe::MoeDownCall& c) {
+    return tp_signature(op, c.routing, {{"rows", &c.rows, false}, {"w_down", &c.w_down}, {"out", &c.out}}, c.opts);
+}
+
 }  // namespace
 
 const char* to_string(TpMoeAlgo a) {
@@ -108,11 +113,7 @@ void moe_rs(World& world, const MatrixView& rows, const MatrixView& w_down, cons
             const MatrixView& out, cudaStream_t stream, const TpMoeOptions& opts) {
     moe::MoeDownCall c{&world, rows, w_down, out, routing, stream, opts, capturing(stream)};
     const detail::AgreedCall agreed(
-        world,
-        [&] {
-            return tp_signature("moe_rs", routing, {{"rows", &rows, false}, {"w_down", &w_down}, {"out", &out}}, opts);
-        },
-        [&] { moe::check_moe_rs(c); });
+        world, [&] { return down_signature("moe_rs", c); }, [&] { moe::check_moe_rs(c); });
     if (!agreed.checked()) moe::check_moe_rs(c);
     switch (choose("moe_rs", opts.algo, world, c.captured, c.routing.shape.entries())) {
         case TpMoeAlgo::Fused:
@@ -127,11 +128,7 @@ void moe_ar(World& world, const MatrixView& rows, const MatrixView& w_down, cons
             const MatrixView& out, cudaStream_t stream, const TpMoeOptions& opts) {
     moe::MoeDownCall c{&world, rows, w_down, out, routing, stream, opts, capturing(stream)};
     const detail::AgreedCall agreed(
-        world,
-        [&] {
-            return tp_signature("moe_ar", routing, {{"rows", &rows, false}, {"w_down", &w_down}, {"out", &out}}, opts);
-        },
-        [&] { moe::check_moe_ar(c); });
+        world, [&] { return down_signature("moe_ar", c); }, [&] { moe::check_moe_ar(c); });
     if (!agreed.checked()) moe::check_moe_ar(c);
     // Auto is Sequential: the fused moe_ar is chosen only when asked for (Fused raises where it cannot run).
     if (opts.algo == TpMoeAlgo::Fused &&
