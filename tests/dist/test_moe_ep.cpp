@@ -562,20 +562,23 @@ TEST_F(MoeEp, BadInputsNameTheArgument) {
     if (g) cudaGraphDestroy(g);
     EXPECT_NE(cap.find("fixed capacity"), std::string::npos) << cap;
     // ep_moe_experts: checked before anything is enqueued (every rank raises the same).
-    const MatrixView wv{x.p, DType::BF16, 4 * 2048, 2048, 0};  // L = 4 experts of [2048, 2048] (contents unused)
-    const MatrixView y64{y.p, DType::BF16, 64, 2048, 0};
+    // Every view lies in memory of its full size: the ops check that the whole of each buffer is device memory, which
+    // would otherwise raise before the check under test.
+    Dev wmem(std::size_t{4} * 2048 * 2048 * 4), ymem(std::size_t{64} * 2048 * 2);
+    const MatrixView wv{wmem.p, DType::BF16, 4 * 2048, 2048, 0};  // L = 4 experts of [2048, 2048] (contents unused)
+    const MatrixView y64{ymem.p, DType::BF16, 64, 2048, 0};
     EXPECT_NE(error_of([&] {
                   ep_moe_experts(*w, xv, ids, nullptr, 8, 4 * W, wv, MatrixView{},
-                                 MatrixView{y.p, DType::BF16, 63, 2048, 0}, stream);
+                                 MatrixView{ymem.p, DType::BF16, 63, 2048, 0}, stream);
               }).find("y: expected"),
               std::string::npos);
     EXPECT_NE(error_of([&] {
-                  ep_moe_experts(*w, xv, ids, nullptr, 8, 4 * W, MatrixView{x.p, DType::BF16, 4 * 1024, 2048, 0},
+                  ep_moe_experts(*w, xv, ids, nullptr, 8, 4 * W, MatrixView{wmem.p, DType::BF16, 4 * 1024, 2048, 0},
                                  MatrixView{}, y64, stream);
               }).find("w_up: without w_down"),
               std::string::npos);
     EXPECT_NE(error_of([&] {
-                  ep_moe_experts(*w, xv, ids, nullptr, 8, 4 * W, wv, MatrixView{x.p, DType::F32, 4 * 2048, 2048, 0},
+                  ep_moe_experts(*w, xv, ids, nullptr, 8, 4 * W, wv, MatrixView{wmem.p, DType::F32, 4 * 2048, 2048, 0},
                                  y64, stream);
               }).find("w_down: expected bf16"),
               std::string::npos);

@@ -164,11 +164,10 @@ class SpDecode : public ::WorldStreamTest {
         // one before (call i writes o[i % 2], l[i % 2]); those two calls' outputs are poisoned just before each runs,
         // so a call that writes nothing fails.
         auto verified = [&](int i) { return i == 0 || i % 250 == 249 || i == calls - 1; };
+        Dev* const outputs_of[2][2] = {{&o0, &l0}, {&o1, &l1}};  // call i writes outputs_of[i % 2]
         for (int i = 0; i < calls; ++i) {
             if (verified(i) || (i + 1 < calls && verified(i + 1)))
-                for (Dev* b :
-                     i % 2 == 0 ? std::initializer_list<Dev*>{&o0, &l0} : std::initializer_list<Dev*>{&o1, &l1})
-                    test::poison_nan(b->p, b->bytes);
+                for (Dev* b : outputs_of[i % 2]) test::poison_nan(b->p, b->bytes);
             call(i);
             if (verified(i)) verify(i);
         }
