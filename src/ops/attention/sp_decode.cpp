@@ -195,6 +195,8 @@ void sp_decode_exchange(World& world, const DecodeQuery& q, const KvCache& kv, v
         cfg.grid = dim3(static_cast<unsigned>((n + sp.rows_per_block - 1) / sp.rows_per_block));
         cfg.block = dim3(ka::kSpThreads);
         cfg.stream = stream;
+        // Its launch overlaps the split kernel's tail: every thread waits in griddep_wait() (sp_block) first.
+        cfg.programmatic = true;
         const int32_t r0 = static_cast<int32_t>(row0);
         k(cfg, ctx, sp, r0);
     }

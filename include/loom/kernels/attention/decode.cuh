@@ -46,6 +46,7 @@
 #include "loom/ptx/async.cuh"
 #include "loom/ptx/memory.cuh"
 #include "loom/ptx/sm80.cuh"
+#include "loom/ptx/special.cuh"
 #include "loom/tile/convert.cuh"
 
 namespace loom::kernels::attention {
@@ -153,6 +154,9 @@ __global__ void __launch_bounds__(128 * kHeadSplit, 2) decode_split(DecodeParams
     static_assert(kHeads % kHeadSplit == 0, "the head split divides the heads");
     static_assert(kStages >= 2 && kStages <= 8, "2 ... 8 stages");
     static_assert(kMma == 0 || (kHeadSplit == 1 && kTile % 64 == 0), "tensor cores: one half, 64-token tiles");
+    // A kernel launched programmatically after this one (sp_decode_attention's combine) may start its launch once
+    // every block has begun; it waits in griddep_wait() for this grid to complete before reading any output.
+    ptx::griddep_launch_dependents();
     constexpr int kThreads = 128 * kHeadSplit;
     constexpr int L = D / 8;                 // 16-byte chunks per token row
     constexpr int NG = 128 / L;              // token lanes of a head-split half

@@ -51,6 +51,7 @@
 #include "loom/lang/signal.cuh"
 #include "loom/lang/spin.cuh"
 #include "loom/ptx/memory.cuh"
+#include "loom/ptx/special.cuh"
 
 namespace loom::kernels::attention {
 
@@ -67,12 +68,15 @@ LOOM_DEVICE LOOM_FORCEINLINE float2 sp_poll(const Ctx& ctx, const lang::LL16* pk
 }
 
 // Block blockIdx.x's rows [r_lo, r_lo + nrows) (nrows >= 1: the host sizes the grid) and this launch's epoch e: the
-// block's counter p.epoch[b] + 1, stored back by thread 0. Every thread of the block calls (one barrier).
+// block's counter p.epoch[b] + 1, stored back by thread 0. Every thread of the block calls (one barrier), first: the
+// combine launches programmatically after the split kernel whose partials it reads (or after the previous combine
+// launch of the same call), and griddep_wait() holds every thread until that kernel has completed.
 struct SpBlock {
     int r_lo, nrows;
     uint64_t e;
 };
 LOOM_DEVICE LOOM_FORCEINLINE SpBlock sp_block(const SpParams& p, int32_t row0) {
+    ptx::griddep_wait();
     __shared__ uint64_t s_epoch;
     const int b = static_cast<int>(blockIdx.x);
     if (threadIdx.x == 0) {
