@@ -1,6 +1,7 @@
-// The intra-kernel profiler on the GPU (docs/profiling.md), under loomrun at 2, 4 and 8 ranks: a profiled ag_gemm
-// writes one trace whose GEMM spans cover every tile of the GEMM on every rank, and its output is bitwise the
-// unprofiled call's; a profiled all_reduce leaves its collective spans on every rank, same output. Inputs are fresh
+// The intra-kernel profiler on the GPU (docs/profiling.md), under loomrun at 2, 4 and 8 ranks, on one node or on
+// LOOM_NODE_SIZE's emulated nodes: a profiled ag_gemm writes one trace whose GEMM spans cover every tile of the GEMM
+// launches on every rank, and its output is bitwise the unprofiled call's; a profiled all_reduce (across nodes the
+// hierarchical form's kernels) leaves its collective spans on every rank, same output. Inputs are fresh
 // random values, outputs poisoned first; every rank's verdict is agreed through the store.
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -74,6 +76,22 @@ nlohmann::json read_json(const std::string& path) {
     return nlohmann::json::parse(f);
 }
 
+// The tiles (m_block, n_block) of 128 x 128 that a rank's GEMM launches of an ag_gemm of M x n cover, with their
+// multiplicity: one launch over the M rows on one node; across nodes (ag_gemm's two-level form,
+// src/ops/overlap/ag_gemm/across_nodes.cpp) one over the node's node_rows rows from row0 and one each over the other
+// nodes' rows before and after them, every launch numbering its m-blocks from 0.
+std::map<std::pair<int64_t, int64_t>, int> expected_tiles(int64_t M, int64_t n, int64_t node_rows, int64_t row0) {
+    std::map<std::pair<int64_t, int64_t>, int> tiles;
+    auto launch = [&](int64_t rows) {
+        for (int64_t mb = 0; mb < (rows + 127) / 128; ++mb)
+            for (int64_t nb = 0; nb < (n + 127) / 128; ++nb) ++tiles[{mb, nb}];
+    };
+    launch(node_rows);
+    if (row0 > 0) launch(row0);
+    if (row0 + node_rows < M) launch(M - row0 - node_rows);
+    return tiles;
+}
+
 TEST_F(Profile, AgGemmTraceCoversEveryTile) {
     World& world = *w;
     const int W = world.world_size(), me = world.rank();
@@ -118,22 +136,26 @@ TEST_F(Profile, AgGemmTraceCoversEveryTile) {
     if (err.empty() && me == 0) try {  // an error here must reach the agreement, not leave the peers waiting
             const nlohmann::json trace = read_json(path);
             err = loom_test::check_trace(trace);
-            const int64_t num_m = (M + 127) / 128, num_n = (n + 127) / 128;
             const auto tiles = loom_test::span_args(trace, "gemm.tile");
             const auto waits = loom_test::span_args(trace, "ag_gemm.chunk_wait");
+            const int L = world.local_world_size();
             for (int r = 0; r < W && err.empty(); ++r) {
-                std::set<std::pair<int64_t, int64_t>> seen;
-                std::size_t spans = 0;
-                if (auto it = tiles.find(r); it != tiles.end()) {
+                const auto want = expected_tiles(M, n, rows * L, rows * L * (r / L));
+                std::map<std::pair<int64_t, int64_t>, int> seen;
+                if (auto it = tiles.find(r); it != tiles.end())
                     for (const auto& args : it->second)
-                        seen.emplace(args.at("m_block").get<int64_t>(), args.at("n_block").get<int64_t>());
-                    spans = it->second.size();
+                        ++seen[{args.at("m_block").get<int64_t>(), args.at("n_block").get<int64_t>()}];
+                for (const auto& [tile, count] : want) {
+                    const auto it = seen.find(tile);
+                    const int got = it == seen.end() ? 0 : it->second;
+                    if (err.empty() && got != 2 * count)  // two consumer warpgroups per tile
+                        err = fmt::format("rank {}: tile ({}, {}) has {} spans, expected {} (2 per launch covering it)",
+                                          r, tile.first, tile.second, got, 2 * count);
                 }
-                if (static_cast<int64_t>(seen.size()) != num_m * num_n)
-                    err = fmt::format("rank {}: {} of {} tiles in the trace", r, seen.size(), num_m * num_n);
-                else if (spans != static_cast<std::size_t>(2 * num_m * num_n))  // two consumer warpgroups per tile
-                    err = fmt::format("rank {}: {} tile spans, expected {}", r, spans, 2 * num_m * num_n);
-                else if (W > 1 && !waits.count(r))
+                if (err.empty() && seen.size() != want.size())
+                    err = fmt::format("rank {}: spans of {} distinct tiles, expected {}", r, seen.size(), want.size());
+                // The node's GEMM waits for its node's peers' rows (one node: every peer's).
+                if (err.empty() && L > 1 && !waits.count(r))
                     err = fmt::format("rank {}: no ag_gemm.chunk_wait span", r);
             }
             if (err.empty()) std::printf("profile trace: %s\n", path.c_str());

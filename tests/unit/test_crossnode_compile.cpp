@@ -69,6 +69,14 @@ TEST(CrossNodeCompile, HierarchicalCollectivesCompileWithRemotePeers) {
         const auto r = loom::jit::compile(s, 90);
         EXPECT_EQ(r.compiler, "nvcc+nvjitlink");
         EXPECT_FALSE(r.lowered_name.empty());
+        // The profiled instantiation (the JIT's while the profiler is on: docs/profiling.md) of one kernel per op.
+        if (name == "hier_all_gather_intra" || name == "hier_reduce_scatter_inter" || name == "hier_all_reduce_inter" ||
+            name == "hier_all_to_all_v_data") {
+            s.defines = {"LOOM_PROFILE=1"};
+            const auto p = loom::jit::compile(s, 90);
+            EXPECT_FALSE(p.lowered_name.empty());
+            EXPECT_NE(p.cache_key, r.cache_key);
+        }
     }
 }
 

@@ -146,6 +146,7 @@ LOOM_DEVICE LOOM_FORCEINLINE float load_combine(float acc, const T* src, bool fi
 
 // ---- all_gather: p.count bytes per rank; out symmetric ------------------------------------------------------------
 __global__ void __launch_bounds__(512) hier_all_gather_inter(Ctx ctx, HierParams p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollAllGather);
     const uint64_t e = hier::begin(p);
     const uint64_t B = p.count;
     char* const mine = static_cast<char*>(p.out) + static_cast<uint64_t>(ctx.rank) * B;
@@ -167,6 +168,7 @@ __global__ void __launch_bounds__(512) hier_all_gather_inter(Ctx ctx, HierParams
 }
 
 __global__ void __launch_bounds__(512) hier_all_gather_intra(Ctx ctx, HierParams p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollAllGather);
     const uint64_t e = hier::begin(p);
     const uint64_t B = p.count;
     char* const out = static_cast<char*>(p.out);
@@ -191,6 +193,7 @@ __global__ void __launch_bounds__(512) hier_all_gather_intra(Ctx ctx, HierParams
 // ---- reduce_scatter: p.count = C elements of out; in (W x C) symmetric; scratch: partial[N][C], recv[N][C] ----
 template <class T, int kOp>
 __global__ void __launch_bounds__(512) hier_reduce_scatter_intra(Ctx ctx, HierParams p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollReduceScatter);
     const uint64_t e = hier::begin(p);
     const uint64_t C = p.count;
     const T* const in = static_cast<const T*>(p.in);
@@ -209,6 +212,7 @@ __global__ void __launch_bounds__(512) hier_reduce_scatter_intra(Ctx ctx, HierPa
 
 template <class T, int kOp>
 __global__ void __launch_bounds__(512) hier_reduce_scatter_inter(Ctx ctx, HierParams p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollReduceScatter);
     const uint64_t e = hier::begin(p);
     const uint64_t C = p.count, S = p.stride;
     T* const partial = reinterpret_cast<T*>(p.scratch);
@@ -261,6 +265,7 @@ LOOM_DEVICE LOOM_FORCEINLINE Range hier_range(uint64_t C, uint64_t S, int l) {
 
 template <class T, int kOp>
 __global__ void __launch_bounds__(512) hier_all_reduce_intra(Ctx ctx, HierParams p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollAllReduce);
     const uint64_t e = hier::begin(p);
     const Range own = hier_range(p.count, p.stride, ctx.local_rank);
     const T* const in = static_cast<const T*>(p.in) + own.lo;
@@ -274,6 +279,7 @@ __global__ void __launch_bounds__(512) hier_all_reduce_intra(Ctx ctx, HierParams
 
 template <class T, int kOp>
 __global__ void __launch_bounds__(512) hier_all_reduce_inter(Ctx ctx, HierParams p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollAllReduce);
     const uint64_t e = hier::begin(p);
     const uint64_t S = p.stride;
     const Range own = hier_range(p.count, S, ctx.local_rank);
@@ -313,6 +319,7 @@ __global__ void __launch_bounds__(512) hier_all_reduce_inter(Ctx ctx, HierParams
 
 template <class T>
 __global__ void __launch_bounds__(512) hier_all_reduce_gather(Ctx ctx, HierParams p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollAllReduce);
     const uint64_t e = hier::begin(p);
     const Range own = hier_range(p.count, p.stride, ctx.local_rank);
     char* const out = reinterpret_cast<char*>(static_cast<T*>(p.out) + own.lo);
@@ -331,6 +338,7 @@ __global__ void __launch_bounds__(512) hier_all_reduce_gather(Ctx ctx, HierParam
 
 // ---- all_to_all: p.count bytes per peer; in and out symmetric ------------------------------------------------------
 __global__ void __launch_bounds__(512) hier_all_to_all_intra(Ctx ctx, HierParams p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollAllToAll);
     const uint64_t e = hier::begin(p);
     const uint64_t B = p.count;
     const char* const in = static_cast<const char*>(p.in);
@@ -349,6 +357,7 @@ __global__ void __launch_bounds__(512) hier_all_to_all_intra(Ctx ctx, HierParams
 }
 
 __global__ void __launch_bounds__(512) hier_all_to_all_inter(Ctx ctx, HierParams p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollAllToAll);
     const uint64_t e = hier::begin(p);
     const uint64_t B = p.count;
     const char* const in = static_cast<const char*>(p.in);
@@ -391,6 +400,7 @@ LOOM_DEVICE inline void a2av_check_sends(const Ctx& ctx, const HierParams& p) {
 
 // One block. After it, on every rank: p.counts[s * world + j] = what rank s sends to rank j in this call.
 __global__ void __launch_bounds__(512) hier_all_to_all_v_counts(Ctx ctx, HierParams p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollAllToAll);
     const uint64_t e = hier::begin(p);
     const int W = ctx.world, me = ctx.rank;
     hier::a2av_check_sends(ctx, p);
@@ -414,6 +424,7 @@ __global__ void __launch_bounds__(512) hier_all_to_all_v_counts(Ctx ctx, HierPar
 // After hier_all_to_all_v_counts on the same stream (same call). Peers are visited from me + 1 on, the own block
 // last, kChunk at a time: thread t works out the t-th one's destination, count and source, then the block moves them.
 __global__ void __launch_bounds__(512) hier_all_to_all_v_data(Ctx ctx, HierParams p) {
+    LOOM_PROF_BLOCK_SPAN(lang::kTagCollKernel, lang::kCollAllToAll);
     constexpr int kChunk = 512;
     const uint64_t e = hier::begin(p);
     const int W = ctx.world, me = ctx.rank;

@@ -7,6 +7,7 @@
 #include "loom/jit/jit.hpp"
 #include "loom/kernels/collectives/coll_params.hpp"
 #include "loom/runtime/error.hpp"
+#include "loom/runtime/profile.hpp"
 #include "ops/collectives/coll_check.hpp"
 #include "ops/collectives/coll_launch.hpp"
 #include "ops/collectives/coll_state.hpp"
@@ -38,6 +39,8 @@ std::vector<const jit::Kernel*> load(World& world, State& st, const std::vector<
     for (const Kernel& k : ks) {
         std::string key = k.name;
         for (const std::string& a : k.targs) key += "," + a;
+        // While the profiler is on jit::get_kernel gives the profiled instantiation: another kernel, another slot.
+        if (profile::enabled()) key += ",profiled";
         const jit::Kernel*& slot = st.kernels[key];
         if (!slot) {
             jit::KernelSpec spec;

@@ -6,7 +6,8 @@
 //   side    after own_rows: the other nodes' chunks (hier::all_gather_other_nodes: this rank's chunk by NVSHMEM
 //           put_signal to its local rank on every other node, then the chunks received by the node's ranks, pushed to
 //           each other by load / store), on the comm_sms blocks the node's GEMM leaves free
-//   stream  joins the side, then loom::gemm over the other nodes' rows (those before the node's and those after)
+//   stream  joins the side, then loom::gemm over the other nodes' rows (those before the node's and those after; in
+//           AgGemmOptions::config's tiles where one is given, as the node's GEMM)
 // The node's GEMM hides the inter-node transfer; the other nodes' rows are multiplied once every one has landed.
 // Buffer reuse: the hierarchical kernels meet their peers on entry (each peer's side stream runs after its previous
 // call, whose GEMMs over the rows they write are done) and the intra step meets the node's ranks again at its end.
@@ -62,8 +63,9 @@ void ag_gemm_across_nodes(const AgCall& x, const AgGemmOptions& o) {
                                        BufferView{x.gather, x.a.dtype, static_cast<std::size_t>(x.M * x.K)}, comm,
                                        ns.side.stream);
     join(ns.side, x.stream);
-    // The other nodes' rows: those before the node's, then those after.
-    const GemmOptions go = gemm_options(x.sc);
+    // The other nodes' rows: those before the node's, then those after; in the caller's tile config where one is given.
+    GemmOptions go = gemm_options(x.sc);
+    go.config = o.config;
     for (const auto& [lo, hi] : {std::pair<int64_t, int64_t>{0, row0}, {row0 + node_rows, x.M}}) {
         if (hi <= lo) continue;
         const MatrixView a{static_cast<char*>(x.gather) + static_cast<std::size_t>(lo * x.K) * es, x.a.dtype, hi - lo,
