@@ -76,6 +76,9 @@ TEST(CrossNodeCompile, HierarchicalCollectivesCompileWithRemotePeers) {
             const auto p = loom::jit::compile(s, 90);
             EXPECT_FALSE(p.lowered_name.empty());
             EXPECT_NE(p.cache_key, r.cache_key);
+            // The define reached nvcc: the profiled module carries the ring pointer the JIT binds at load.
+            EXPECT_TRUE(contains(p.cubin, "loom_profile_ring"));
+            EXPECT_FALSE(contains(r.cubin, "loom_profile_ring"));
         }
     }
 }
