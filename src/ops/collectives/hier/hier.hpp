@@ -44,10 +44,11 @@ struct State final : WorldState {
     explicit State(World& world);
     void release(World& world) override;
 
-    std::uint64_t* epoch = nullptr;                     // [kHierMaxBlocks]
-    std::uint64_t* sig = nullptr;                       // [kHierMaxBlocks x world]
-    std::int64_t* counts = nullptr;                     // [world x world]: all_to_all_v's counts matrix
-    std::map<std::string, const jit::Kernel*> kernels;  // loaded by this World's calls, by "name,targs"
+    std::uint64_t* epoch = nullptr;  // [kHierMaxBlocks]
+    std::uint64_t* sig = nullptr;    // [kHierMaxBlocks x world]
+    std::int64_t* counts = nullptr;  // [world x world]: all_to_all_v's counts matrix
+    // Loaded by this World's calls, by "name,targs" (",profiled" while the profiler is on).
+    std::map<std::string, const jit::Kernel*> kernels;
 };
 
 // A second set of the hierarchical kernels' signals, for kernels that run on one stream while others of the same
