@@ -33,11 +33,12 @@
 // Every timed loom config is first checked against cuBLASLt's output on the same inputs (similarity
 // calc_diff < 1e-5, no NaN; C is pre-filled with NaN so unwritten elements fail); a failing config is reported
 // and never timed. --sweep times, per shape, the heuristic config and alternatives (BLOCK_N, cluster on/off,
-// stages (the plans' depth; skinny M: narrow tiles with rings as deep as fit), and the heuristic's BLOCK_N with the
-// split-K tail toggled: off where the heuristic splits, 2 splits where it does not but the grid leaves a tail) and
-// prints one line per (shape, variant). Configs without a cluster run first for every shape, then the clustered ones (a
-// deadlock traps after ~17 s and ends the process: the partial JSON, <out>.partial, keeps what was measured). --cluster
-// 1|2 restricts the sweep to one kind. docs/gemm.md says how to read the table.
+// stages (the plans' depth; skinny M: narrow tiles with rings as deep as fit, and for 64 < M <= 128 64-row tiles in
+// 2-CTA clusters), and the heuristic's BLOCK_N with the split-K tail toggled: off where the heuristic splits, 2 splits
+// where it does not but the grid leaves a tail) and prints one line per (shape, variant). Configs without a cluster run
+// first for every shape, then the clustered ones (a deadlock traps after ~17 s and ends the process: the partial JSON,
+// <out>.partial, keeps what was measured). --cluster 1|2 restricts the sweep to one kind. docs/gemm.md says how to read
+// the table.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -133,6 +134,15 @@ std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int 
         // 64 < M <= 128: 64-row tiles too (two M-blocks sharing each N-block's B through L2).
         if (s.m > 64)
             for (int bn : {64, 128, 256}) add(64, bn, loom::kernels::gemm_sm90_plan_stages(64, bn), 2, 1);
+    }
+    // 64 < M <= 128 in 2-CTA clusters of 64-row tiles: the pair's two M-blocks share each N-block's B, each CTA loading
+    // half of it and multicasting it (B fetched once per N-block from memory and from L2), at ring depths around the
+    // plan's.
+    if (s.m > 64 && s.m <= 128 && cluster == 2) {
+        for (int bn : {64, 128, 256}) {
+            const int deepest = loom::kernels::gemm_sm90_max_stages(64, bn);
+            for (int st : {loom::kernels::gemm_sm90_plan_stages(64, bn), deepest}) add(64, bn, st, 2, 1);
+        }
     }
     // The BLOCK_N / stage / group alternatives run every tile whole (128-row tiles: not for M <= 64).
     if (s.m > 64) {

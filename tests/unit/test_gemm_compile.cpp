@@ -569,6 +569,15 @@ TEST(GemmCompile, HopperKernelHasNoSpills) {
         direct.cluster_m = cluster;
         cfgs.push_back(direct);
     }
+    // 64 < M <= 128: 64-row tiles in 2-CTA clusters sharing B, at the plan's ring depth.
+    for (int bn : {64, 128, 256}) {
+        loom::GemmConfig c;
+        c.block_m = 64;
+        c.block_n = bn;
+        c.cluster_m = 2;
+        c.stages = loom::kernels::gemm_sm90_plan_stages(64, bn);
+        cfgs.push_back(c);
+    }
     // 192-row tiles (three consumer warpgroups under a 128-register cap), single-CTA, as bench-gemm --sweep times them
     // (and the direct-store kernel for beta != 0).
     for (int bn : {176, 160, 128}) {
