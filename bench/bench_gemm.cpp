@@ -131,19 +131,14 @@ std::vector<Variant> variants(const Shape& s, const loom::GemmConfig& heur, int 
             for (int st : {4, 8, 10, 12, deepest})
                 if (st <= deepest) add(heur.block_m, bn, st, 1, 1);
         }
-        // 64 < M <= 128: 64-row tiles too (two M-blocks sharing each N-block's B through L2).
-        if (s.m > 64)
-            for (int bn : {64, 128, 256}) add(64, bn, loom::kernels::gemm_sm90_plan_stages(64, bn), 2, 1);
     }
-    // 64 < M <= 128 in 2-CTA clusters of 64-row tiles: the pair's two M-blocks share each N-block's B, each CTA loading
-    // half of it and multicasting it (B fetched once per N-block from memory and from L2), at ring depths around the
-    // plan's.
-    if (s.m > 64 && s.m <= 128 && cluster == 2) {
+    // 64 < M <= 128: 64-row tiles too, the two M-blocks sharing each N-block's B: single CTAs through L2, 2-CTA
+    // clusters by multicast (each CTA loads half of it), these also at the deepest ring that fits.
+    if (s.m > 64 && s.m <= 128)
         for (int bn : {64, 128, 256}) {
-            const int deepest = loom::kernels::gemm_sm90_max_stages(64, bn);
-            for (int st : {loom::kernels::gemm_sm90_plan_stages(64, bn), deepest}) add(64, bn, st, 2, 1);
+            add(64, bn, loom::kernels::gemm_sm90_plan_stages(64, bn), 2, 1);
+            if (cluster == 2) add(64, bn, loom::kernels::gemm_sm90_max_stages(64, bn), 2, 1);
         }
-    }
     // The BLOCK_N / stage / group alternatives run every tile whole (128-row tiles: not for M <= 64).
     if (s.m > 64) {
         for (int bn : {256, 240, 224, 208, 192, 176, 160, 144, 128})
