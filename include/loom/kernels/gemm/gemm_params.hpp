@@ -123,6 +123,14 @@ LOOM_HOST_DEVICE constexpr uint32_t gemm_sm90_smem_bytes(int block_m, int block_
            static_cast<uint32_t>(stages) * 16u + 1024u;
 }
 
+// K-clusters (gemm_sm90_tma_wgmma's CLUSTER_K > 1): each rank's fp32 partial of the tile goes into its ring and
+// staging buffers, which must hold BLOCK_M x BLOCK_N floats.
+LOOM_HOST_DEVICE constexpr bool gemm_sm90_cluster_k_fits(int block_m, int block_n, int stages) {
+    return static_cast<uint32_t>(stages) * static_cast<uint32_t>(block_m + block_n) * 128u +
+               static_cast<uint32_t>(block_m / 64) * gemm_staging_bytes_per_wg(block_m, block_n, 0) >=
+           static_cast<uint32_t>(block_m) * static_cast<uint32_t>(block_n) * 4u;
+}
+
 // sm_90's opt-in dynamic shared memory per block; the kernel's bound on STAGES; and the most STAGES (<= cap) whose
 // footprint fits in that memory. Deep rings matter only for small tiles (64 x 64: 16 KiB a stage), whose skinny GEMMs
 // stream B from memory and need many k-blocks in flight per SM.
