@@ -45,15 +45,16 @@ struct GemmConfig {
     int grid = 0;           // persistent CTAs; 0 = min(#tiles, #SMs) rounded to whole clusters
     int tail_splits = 1;    // split-K tail: >= 2 splits the tiles after the full waves that many ways along K
                             // (cluster_m 1 only; capped at the k-blocks); 1: every tile whole
-    int cluster_k = 1;      // 2, 4 or 8: a cluster of that many CTAs per tile splits its K and sums the partials in
-                            // distributed shared memory (one cluster per tile, grid = tiles x cluster_k; needs K of
-                            // at least cluster_k k-blocks; cluster_m 1, tail_splits 1, direct stores); 1: off
     bool tma_store = true;  // epilogue through shared memory + TMA stores; needs beta == 0 (gemm() clears it)
     bool sm80 = false;      // use the mma.sync kernel
     // The weight-streaming kernel for decode-sized M (M <= 32, B as [N, K]; kernels/gemm/gemv.cuh): block_n = 64 rows
     // of B per CTA, stages = its ring of 256-byte K-slices, tail_splits = K-splits over the grid; the other fields
     // unused.
     bool gemv = false;
+    // K-clusters: 2, 4 or 8 CTAs per tile split its K and sum the partials in distributed shared memory (one cluster
+    // per tile, grid = tiles x cluster_k; K of at least cluster_k k-blocks; cluster_m 1, tail_splits 1, direct
+    // stores); 1: off.
+    int cluster_k = 1;
     int consumers() const { return block_m / 64; }
     std::string str() const;  // "sm90 128x256x64 st4 wg2 cluster1 g8 grid132 tail3" (tail only when split)
 };
