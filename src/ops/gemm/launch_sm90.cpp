@@ -143,6 +143,14 @@ void detail::gemm_launch_sm90(const MatrixView& a, const MatrixView& b, const Ma
     cfg.tail_splits = gemm_bind_split_tail(l, cfg, m, n, k, stream, ws_lock);
     gemm_log_config(m, n, k, cfg, source);
     const jit::Kernel* kernel = &jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, bias, o.b_kn));
+    // A cluster is scheduled whole on one GPC: where none fits this context's SMs (a small MPS share) its launch
+    // would fail, so it is refused here, by name.
+    LOOM_CHECK(
+        cfg.cluster_k == 1 || kernel->max_active_clusters(l.launch) >= 1,
+        "gemm: cluster_k {} needs clusters of {} CTAs ({} B of shared memory each) scheduled together on one GPC, "
+        "and this context's SMs fit none (an MPS share too small?): expected cluster_k 1 or a smaller one, "
+        "given {}",
+        cfg.cluster_k, cfg.cluster_k, l.launch.smem, cfg.str());
     struct NoHooks {
     } hooks;  // loom::tile::GemmNoHooks: an empty object, one byte as a kernel parameter
     (*kernel)(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, hooks);
