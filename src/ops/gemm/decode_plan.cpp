@@ -37,7 +37,7 @@ constexpr double kFixupUs = 1.75;
 constexpr double kFixupMbPerUs = 0.076;
 // K-clusters (GemmConfig::cluster_k): the ranks' sum after the mainloop (a consumer barrier, the partial into the
 // ring, a cluster barrier) and the peers' partials of the owned columns read through distributed shared memory, MB per
-// us. Estimates, not yet fitted to bench-gemm --decode-sweep's timings of K-cluster plans.
+// us. Estimates, not fitted to bench-gemm --decode-sweep's timings of K-cluster plans.
 constexpr double kClusterSumUs = 0.6;
 constexpr double kDsmemMbPerUs = 0.2;
 // Split plans whose units stream fewer k-blocks than this are not weighed.
