@@ -188,7 +188,7 @@ std::vector<unsigned char> run_case(const Case& cs, uint64_t seed, cudaStream_t 
         cfg->block_k = loom::kernels::gemm_block_k(static_cast<int>(isz));
         cfg->cluster_k = cs.cluster_k;
         cfg->tma_store = false;
-        while (!loom::kernels::gemm_sm90_cluster_k_fits(cfg->block_m, cfg->block_n, cfg->stages)) ++cfg->stages;
+        cfg->stages = std::max(cfg->stages, loom::kernels::gemm_sm90_cluster_k_min_stages(cfg->block_m, cfg->block_n));
         opts.config = &*cfg;
     } else if (cs.tail_splits > 0) {
         cfg = forced_config(cs.block_m ? cs.block_m : 128, cs.block_n ? cs.block_n : 256, cs.grid, cs.tail_splits);

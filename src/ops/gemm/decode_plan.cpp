@@ -136,15 +136,15 @@ std::vector<GemmDecodeCandidate> gemm_decode_candidates(int64_t m, int64_t n, in
         }
         // K-clusters: one cluster of s CTAs per tile, the whole launch in one wave, each rank at least
         // kMinUnitKBlocks k-blocks.
+        const int64_t tiles = gemm_ceil_div(m, c.block_m) * gemm_ceil_div(n, c.block_n);
+        const int kc_stages = std::max(c.stages, kernels::gemm_sm90_cluster_k_min_stages(c.block_m, c.block_n));
         for (int s : {2, 4, 8}) {
-            if (num_sms < kGemmClusterKMinSms) break;
-            const int64_t tiles = gemm_ceil_div(m, c.block_m) * gemm_ceil_div(n, c.block_n);
+            if (num_sms < kGemmClusterKMinSms || kc_stages > kernels::gemm_sm90_max_stages(c.block_m, c.block_n)) break;
             if (bn / 8 % s != 0 || tiles * s > num_sms || num_kb / s < kMinUnitKBlocks) continue;
             GemmConfig kc = c;
             kc.cluster_k = s;
             kc.tma_store = false;
-            while (!kernels::gemm_sm90_cluster_k_fits(kc.block_m, kc.block_n, kc.stages)) ++kc.stages;
-            if (kc.stages > kernels::gemm_sm90_max_stages(kc.block_m, kc.block_n)) continue;
+            kc.stages = kc_stages;
             kc.grid = static_cast<int>(tiles * s);
             weigh(kc);
         }

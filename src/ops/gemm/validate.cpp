@@ -69,17 +69,11 @@ void gemm_validate_config(const GemmConfig& c, bool b_kn, DType in) {
                    "gemm config: cluster_k {} divides the tile's {} 8-column fragments among the ranks: expected "
                    "block_n a multiple of {}, given {}",
                    c.cluster_k, c.block_n / 8, 8 * c.cluster_k, c.block_n);
-        LOOM_CHECK(
-            kernels::gemm_sm90_cluster_k_fits(c.block_m, c.block_n, c.stages),
-            "gemm config: cluster_k {} sums each rank's fp32 partial of a {} x {} tile in its ring: expected "
-            "stages >= {}, given {}",
-            c.cluster_k, c.block_m, c.block_n,
-            [&] {
-                int s = 2;
-                while (!kernels::gemm_sm90_cluster_k_fits(c.block_m, c.block_n, s)) ++s;
-                return s;
-            }(),
-            c.stages);
+        const int min_stages = kernels::gemm_sm90_cluster_k_min_stages(c.block_m, c.block_n);
+        LOOM_CHECK(c.stages >= min_stages,
+                   "gemm config: cluster_k {} sums each rank's fp32 partial of a {} x {} tile in its ring: expected "
+                   "stages >= {}, given {}",
+                   c.cluster_k, c.block_m, c.block_n, min_stages, c.stages);
     }
 }
 

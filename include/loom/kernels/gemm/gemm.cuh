@@ -381,7 +381,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     constexpr bool kLookahead = !kSplitTail && CLUSTER_M == 1 && CLUSTER_K == 1 && !tile::StoreNotify<Hooks> &&
                                 !tile::SideWarps<Hooks> && !(tile::AccEpilogue<Hooks> && sizeof(TOut) == 4);
     constexpr uint32_t kStagingBytes = gemm_staging_bytes_per_wg(BLOCK_M, BLOCK_N, kWholeTile ? int(sizeof(TOut)) : 0);
-    static_assert(CLUSTER_K == 1 || (!kWholeTile && gemm_sm90_cluster_k_fits(BLOCK_M, BLOCK_N, STAGES)),
+    static_assert(CLUSTER_K == 1 || (!kWholeTile && STAGES >= gemm_sm90_cluster_k_min_stages(BLOCK_M, BLOCK_N)),
                   "K-clusters: the ring and staging buffers hold the tile's fp32 partial");
     uint8_t* smem_store = smem_b + STAGES * kBBytes;  // kConsumers x kStagingBytes
     auto* pipe = reinterpret_cast<tile::TmaPipeline<STAGES>*>(smem_store + kConsumers * kStagingBytes);
