@@ -27,8 +27,9 @@
 // shape checked against cuBLASLt and two of its runs compared bitwise, then timed interleaved with cuBLASLt from a
 // clean L2 (TimeOptions::flush_l2_clean); the table adds the bytes moved per second and their fraction of the copy
 // bandwidth. --decode-sweep N also times, per shape, the decode plan's candidates (ops/gemm/decode_plan.cpp): the
-// chosen one, the N cheapest by its model and the cheapest whole-tile one, interleaved, each with its modelled time
-// (the row's "candidates"): how the model ranks them against how they run.
+// chosen one, the N cheapest by its model, the cheapest whole-tile one and the cheapest K-cluster plan of each cluster
+// size, interleaved, each with its modelled time (the row's "candidates"): how the model ranks them against how they
+// run.
 //
 // Every timed loom config is first checked against cuBLASLt's output on the same inputs (similarity
 // calc_diff < 1e-5, no NaN; C is pre-filled with NaN so unwritten elements fail); a failing config is reported

@@ -92,6 +92,14 @@ nlohmann::json time_candidates(const MatrixView& A, const MatrixView& B, const M
             pick(all[i]);
             break;
         }
+    // The cheapest K-cluster plan of each cluster size (the decode plan weighs them without choosing them): their
+    // timings against the model's costs are what its K-cluster constants are fitted to.
+    for (int s : {2, 4, 8})
+        for (std::size_t i = 1; i < all.size(); ++i)
+            if (all[i].config.cluster_k == s) {
+                pick(all[i]);
+                break;
+            }
     // The gemv plan where the kernel takes the shape (whether or not it was chosen), and with half and twice its
     // K-splits: what the heuristic's rule for taking it (gemm_gemv_preferred) and the plan's splits rest on.
     if (detail::gemm_gemv_supported(A.rows, false, A.dtype, 90)) {

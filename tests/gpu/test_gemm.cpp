@@ -50,6 +50,8 @@ struct Case {
     float scale_a = 0.f, scale_b = 0.f;
     // The gemv kernel's plan (M <= 32): -1 with its own K-splits, > 0 with this many; 0: loom::gemm's choice.
     int gemv_splits = 0;
+    // K-clusters (GemmConfig::cluster_k > 1): BLOCK_M x BLOCK_N (0: 128 x 64) tiles, one cluster per tile.
+    int cluster_k = 0;
 };
 
 // The Hopper config of a forced case: the most stages that fit (at most 6).
@@ -180,6 +182,13 @@ std::vector<unsigned char> run_case(const Case& cs, uint64_t seed, cudaStream_t 
     if (cs.gemv_splits != 0) {
         cfg = loom::detail::gemm_gemv_plan(m, n, k, cs.in, 132);
         if (cs.gemv_splits > 0) cfg->tail_splits = cs.gemv_splits;
+        opts.config = &*cfg;
+    } else if (cs.cluster_k > 1) {
+        cfg = forced_config(cs.block_m ? cs.block_m : 128, cs.block_n ? cs.block_n : 64, 0, 1);
+        cfg->block_k = loom::kernels::gemm_block_k(static_cast<int>(isz));
+        cfg->cluster_k = cs.cluster_k;
+        cfg->tma_store = false;
+        cfg->stages = std::max(cfg->stages, loom::kernels::gemm_sm90_cluster_k_min_stages(cfg->block_m, cfg->block_n));
         opts.config = &*cfg;
     } else if (cs.tail_splits > 0) {
         cfg = forced_config(cs.block_m ? cs.block_m : 128, cs.block_n ? cs.block_n : 256, cs.grid, cs.tail_splits);
@@ -760,6 +769,71 @@ TEST_F(Gemm, AutotunePicksPersistsAndKeepsTheCallersOutput) {
 
 // Small shapes with forced splits against the fp64 reference. 1000 x 1000 at 128 x 256 is 8 x 4 = 32 tiles; on a
 // grid of 12 CTAs that is 24 whole tiles + 8 split ones (M, N and K tails: K = 2000 is 31.25 k-blocks).
+// K-clusters (GemmConfig::cluster_k): every rank stores its columns through the direct-store epilogue, with alpha,
+// bias, beta, fp16 / fp32 outputs, B as [K, N], fp8 with device scales; N off the tile grid (the last tile's columns
+// past N belong to some ranks), K split unevenly (k-blocks not a multiple of the ranks), M over several M-blocks.
+TEST_F(Gemm, ClusterK) {
+    const loom::detail::GemmDevice dev = loom::detail::gemm_device();
+    if (dev.arch < 90) GTEST_SKIP() << "K-clusters are the Hopper kernel's, given sm_" << dev.arch;
+    auto ck = [](int m, int n, int k, int s, int bm, int bn) {
+        Case c{m, n, k};
+        c.cluster_k = s;
+        c.block_m = bm;
+        c.block_n = bn;
+        return c;
+    };
+    uint64_t seed = 1500;
+    for (int s : {2, 4, 8})
+        for (const auto& [bm, bn] : {std::pair{64, 64}, std::pair{128, 64}, std::pair{128, 128}}) {
+            run_case(ck(100, 1000, 1000, s, bm, bn), seed++);  // 16 k-blocks, 8 of them for rank 0 of 2
+            run_case(ck(130, 264, 520, s, bm, bn), seed++);    // 9 k-blocks: uneven, M over three 64-row blocks
+        }
+    Case c = ck(72, 520, 704, 4, 64, 64);
+    c.bias = true;
+    c.beta = 0.5f;
+    run_case(c, seed++);
+    c = ck(33, 392, 1040, 8, 128, 64);
+    c.out = DType::F32;
+    c.alpha = 1.f;
+    run_case(c, seed++);
+    c = ck(17, 512, 640, 2, 64, 128);
+    c.in = c.out = DType::F16;
+    c.b_kn = true;
+    run_case(c, seed++);
+    c = ck(128, 1024, 2048, 4, 128, 64);
+    c.in = DType::F8E4M3;
+    c.scale_a = 0.5f;
+    c.scale_b = 2.f;
+    c.bias = true;
+    run_case(c, seed++);
+}
+
+// K-clusters need a k-block per rank and one cluster per tile: otherwise a named error, nothing launched.
+TEST_F(Gemm, ClusterKRejects) {
+    const loom::detail::GemmDevice dev = loom::detail::gemm_device();
+    if (dev.arch < 90) GTEST_SKIP() << "K-clusters are the Hopper kernel's, given sm_" << dev.arch;
+    DevBuf<uint16_t> a(64 * 1024), b(128 * 1024), c(64 * 128);  // K up to 1024
+    loom::GemmConfig cfg;
+    cfg.block_m = 64;
+    cfg.block_n = 64;
+    cfg.stages = 8;
+    cfg.cluster_k = 4;
+    loom::GemmOptions o;
+    o.config = &cfg;
+    auto expect_error = [&](int64_t k, const char* what) {
+        try {
+            loom::gemm({a.p, DType::BF16, 64, k, 0}, {b.p, DType::BF16, 128, k, 0}, {c.p, DType::BF16, 64, 128, 0}, o);
+            ADD_FAILURE() << "accepted K=" << k << " with " << cfg.str();
+        } catch (const loom::Error& e) {
+            EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+        }
+    };
+    expect_error(192, "expected K >= 193, given K=192");  // 3 k-blocks for 4 ranks
+    cfg.grid = 4;                                         // 2 tiles need 8 CTAs
+    expect_error(1024, "expected grid 0 or 8 (2 tiles x 4), given 4");
+    LOOM_CHECK_CUDA(cudaDeviceSynchronize());
+}
+
 TEST_F(Gemm, SplitTailSmall) {
     // Fields: m, n, k, in, out, b_kn, bias, beta, sm80, tail_splits, grid[, block_m, block_n].
     run_case({1000, 1000, 2000, DType::BF16, DType::BF16, false, false, 0.f, false, 2, 12}, 100);

@@ -193,6 +193,41 @@ TEST_F(GemmDecode, SplitFixupRowsAtEveryWarp) {
         }
 }
 
+// K-clusters (GemmConfig::cluster_k): the ranks of a cluster sum their partials of the warps' rows inside M and each
+// stores its share of the columns; M ends in every warp of 64- and 128-row tiles, N off the tile grid, K of 65
+// k-blocks (split unevenly over 2, 4 and 8 ranks), bf16 and fp8; a second run bitwise the same.
+TEST_F(GemmDecode, ClusterKRowsAtEveryWarp) {
+    uint64_t seed = 9500;
+    for (int bm : {64, 128})
+        for (int s : {2, 4, 8})
+            for (int64_t m : {1, 16, 17, 33, 49, 64, 65, 100, 128}) {
+                if (m > bm) continue;
+                for (int64_t n : {1032, 4096}) {
+                    GemmConfig cfg;
+                    cfg.block_m = bm;
+                    cfg.block_n = 64;
+                    cfg.stages = loom::kernels::gemm_sm90_plan_stages(bm, 64);
+                    cfg.cluster_k = s;
+                    cfg.tma_store = false;
+                    loom::detail::gemm_complete_config(cfg, m, n, kH200Sms);
+                    SCOPED_TRACE(describe(m, n, 4160, DType::BF16, &cfg));
+                    check(m, n, 4160, DType::BF16, &cfg, seed++);
+                }
+            }
+    for (int64_t m : {1, 17, 128}) {
+        GemmConfig cfg;
+        cfg.block_m = 128;
+        cfg.block_n = 128;
+        cfg.block_k = 128;
+        cfg.stages = loom::kernels::gemm_sm90_plan_stages(128, 128);
+        cfg.cluster_k = 4;
+        cfg.tma_store = false;
+        loom::detail::gemm_complete_config(cfg, m, 1032, kH200Sms);
+        SCOPED_TRACE(describe(m, 1032, 4224, DType::F8E4M3, &cfg));
+        check(m, 1032, 4224, DType::F8E4M3, &cfg, seed++);
+    }
+}
+
 // The H200's decode plans split K where N leaves too few tiles to fill the SMs (the shapes above run split plans).
 TEST_F(GemmDecode, DeepKPlansSplit) {
     for (int64_t m : {1, 16, 64})

@@ -371,6 +371,100 @@ TEST(GemmHeuristic, RejectsBadConfigs) {
     EXPECT_THROW(loom::gemm_validate_config(c, false), loom::Error);
 }
 
+// K-clusters (GemmConfig::cluster_k): the sizes the kernel takes, alone (no M-clusters, no split tail), with the tile's
+// fragments divided among the ranks and the partial fitting the ring; one cluster per tile.
+TEST(GemmHeuristic, ClusterKConfigs) {
+    loom::GemmConfig c;
+    c.block_m = 128;
+    c.block_n = 64;
+    c.stages = 8;
+    c.tma_store = false;
+    for (int s : {2, 4, 8}) {
+        c.cluster_k = s;
+        EXPECT_NO_THROW(loom::gemm_validate_config(c, false)) << c.str();
+        EXPECT_NE(c.str().find(fmt::format("ksplit{}", s)), std::string::npos) << c.str();
+        // 1024 x 1000 outputs of 128 x 64 tiles: 8 x 16 tiles, one cluster of s CTAs each.
+        EXPECT_EQ(loom::gemm_sm90_grid(1024, 1000, c, 132), 8 * 16 * s);
+        EXPECT_EQ(loom::gemm_tail_plan(1024, 1000, 4096, c, 132, 0).splits, 1);  // no split tail with K-clusters
+    }
+    auto rejects = [](loom::GemmConfig bad, const char* what) {
+        try {
+            loom::gemm_validate_config(bad, false);
+            ADD_FAILURE() << "accepted " << bad.str();
+        } catch (const loom::Error& e) {
+            EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+        }
+    };
+    loom::GemmConfig bad = c;
+    bad.cluster_k = 3;
+    rejects(bad, "expected cluster_k 1, 2, 4 or 8, given 3");
+    bad = c;
+    bad.cluster_k = 2;
+    bad.cluster_m = 2;
+    rejects(bad, "cluster_k 2 expects cluster_m 1 and tail_splits 1");
+    bad = c;
+    bad.cluster_k = 2;
+    bad.tail_splits = 3;
+    rejects(bad, "cluster_k 2 expects cluster_m 1 and tail_splits 1");
+    bad = c;
+    bad.block_n = 48;  // 6 fragments: not divisible by 4
+    bad.cluster_k = 4;
+    rejects(bad, "expected block_n a multiple of 32, given 48");
+    bad = c;
+    bad.block_m = 192;
+    bad.block_n = 176;
+    bad.stages = 2;  // 2 x 46 KiB + 24 KiB of staging < the 132 KiB partial
+    bad.cluster_k = 2;
+    rejects(bad, "expected stages >= 3, given 2");
+    bad = c;
+    bad.cluster_k = 4;
+    bad.grid = 6;
+    rejects(bad, "a multiple of the cluster size 4, given 6");
+    // The kernel specs: the direct-store instantiation with CLUSTER_K last, and only without hooks.
+    const auto spec = loom::gemm_kernel_spec(c, DType::BF16, DType::BF16, DType::F32, false);
+    ASSERT_GE(spec.template_args.size(), 12u);
+    EXPECT_EQ(spec.template_args[8], "false");   // kTmaStoreEpilogue
+    EXPECT_EQ(spec.template_args[10], "false");  // kSplitTail
+    EXPECT_EQ(spec.template_args[11], "8");      // CLUSTER_K (c.cluster_k from the loop above)
+    EXPECT_THROW(
+        loom::gemm_kernel_spec(c, DType::BF16, DType::BF16, DType::F32, false, "loom::kernels::overlap::AgGemmHooks"),
+        loom::Error);
+    EXPECT_FALSE(loom::gemm_plain_epilogue(c, DType::BF16));
+    const loom::GemmConfig back = loom::gemm_config_from_json(loom::gemm_config_to_json(c));
+    EXPECT_EQ(back.cluster_k, 8);
+    EXPECT_EQ(loom::gemm_config_from_json(
+                  R"({"block_m":128,"block_n":64,"block_k":64,"stages":8,"cluster_m":1,"group_m":8,"grid":0,)"
+                  R"("tail_splits":1,"tma_store":true,"sm80":false})")
+                  .cluster_k,
+              1);  // a persisted winner without the field
+}
+
+// The decode plan weighs K-clusters where few tiles leave SMs idle, on a whole GPU only, each a config the kernel
+// takes in one wave; it does not choose them (their constants are estimates).
+TEST(GemmHeuristic, DecodePlanWeighsClusterK) {
+    for (const auto& [m, n, k] :
+         {std::tuple<int64_t, int64_t, int64_t>{128, 1024, 4096}, {16, 1024, 16384}, {64, 4096, 1024}}) {
+        const loom::GemmConfig persistent =
+            loom::gemm_heuristic(m, n, k, false, 90, 132, false, loom::GemmTiles::Plain, DType::BF16);
+        int weighed = 0;
+        for (const auto& cand : loom::gemm_decode_candidates(m, n, k, false, 132, persistent)) {
+            if (cand.config.cluster_k == 1) continue;
+            ++weighed;
+            const loom::GemmConfig& c = cand.config;
+            EXPECT_NO_THROW(loom::gemm_validate_config(c, false)) << c.str();
+            EXPECT_LE(c.grid, 132) << c.str();
+            EXPECT_EQ(c.grid, loom::gemm_sm90_grid(m, n, c, 132)) << c.str();
+            EXPECT_GE((k + c.block_k - 1) / c.block_k, 2 * c.cluster_k) << c.str();
+            EXPECT_TRUE(std::isfinite(cand.cost_us) && cand.cost_us > 0) << c.str();
+        }
+        EXPECT_GT(weighed, 0) << m << "x" << n << "x" << k;
+        EXPECT_EQ(loom::gemm_heuristic(m, n, k, false, 90, 132, true, loom::GemmTiles::Plain, DType::BF16).cluster_k,
+                  1);
+        for (const auto& cand : loom::gemm_decode_candidates(m, n, k, false, 26, persistent))
+            EXPECT_EQ(cand.config.cluster_k, 1) << "26 SMs: " << cand.config.str();
+    }
+}
+
 TEST(GemmValidate, NamesTheProblem) {
     alignas(16) static char buf[1 << 16];
     loom::MatrixView a{buf, DType::BF16, 64, 64, 0}, b{buf, DType::BF16, 64, 64, 0}, c{buf, DType::BF16, 64, 64, 0};
@@ -577,6 +671,20 @@ TEST(GemmCompile, HopperKernelHasNoSpills) {
         c.cluster_m = 2;
         c.stages = loom::kernels::gemm_sm90_plan_stages(64, bn);
         cfgs.push_back(c);
+    }
+    // K-clusters (the decode plan's: 64- and 128-row tiles, narrow BLOCK_N, 2-8 ranks), direct stores.
+    for (int bm : {64, 128}) {
+        for (int bn : {64, 128}) {
+            for (int s : {2, 4, 8}) {
+                loom::GemmConfig c;
+                c.block_m = bm;
+                c.block_n = bn;
+                c.cluster_k = s;
+                c.tma_store = false;
+                c.stages = loom::kernels::gemm_sm90_plan_stages(bm, bn);
+                cfgs.push_back(c);
+            }
+        }
     }
     // 192-row tiles (three consumer warpgroups under a 128-register cap), single-CTA, as bench-gemm --sweep times them
     // (and the direct-store kernel for beta != 0).

@@ -51,6 +51,10 @@ struct GemmConfig {
     // of B per CTA, stages = its ring of 256-byte K-slices, tail_splits = K-splits over the grid; the other fields
     // unused.
     bool gemv = false;
+    // K-clusters: 2, 4 or 8 CTAs per tile split its K and sum the partials in distributed shared memory (one cluster
+    // per tile, grid = tiles x cluster_k; K of at least cluster_k k-blocks; cluster_m 1, tail_splits 1, direct
+    // stores); 1: off.
+    int cluster_k = 1;
     int consumers() const { return block_m / 64; }
     std::string str() const;  // "sm90 128x256x64 st4 wg2 cluster1 g8 grid132 tail3" (tail only when split)
 };

@@ -37,8 +37,13 @@ struct SchedulerGridOf<false> {
 // ...; CTA rank r of the cluster takes M-block CLUSTER_M * m + r. Every CTA of a cluster thus walks the same
 // number of tiles (the multicast needs all of them); a rank whose M-block lies past M gets rows <= 0 (its loads
 // are zero-filled, its stores clipped, its hooks skipped).
-template <int BLOCK_M, int BLOCK_N, TileOrder Hooks, int CLUSTER_M = 1, bool kFastOrder = true>
+//
+// With CLUSTER_K > 1 (clusters of CLUSTER_K consecutive CTAs along x that split each tile's K; CLUSTER_M 1) every CTA
+// of a cluster takes the cluster's tiles, the same ones: cluster c walks c, c + #clusters, ...
+template <int BLOCK_M, int BLOCK_N, TileOrder Hooks, int CLUSTER_M = 1, bool kFastOrder = true, int CLUSTER_K = 1>
 struct PersistentScheduler {
+    static_assert(CLUSTER_M == 1 || CLUSTER_K == 1, "clusters along M or along K, not both");
+    static constexpr int kClusterSize = CLUSTER_M * CLUSTER_K;
     // scheduler_grid(m, n, ...), with the host's divisors when kFastOrder (the hooks' orders then multiply and shift
     // instead of dividing: hooks take either grid type).
     using Grid = typename SchedulerGridOf<kFastOrder>::type;
@@ -59,14 +64,14 @@ struct PersistentScheduler {
             grid.num_m = ((m + BLOCK_M - 1) / BLOCK_M + CLUSTER_M - 1) / CLUSTER_M;
             grid.num_n = (n + BLOCK_N - 1) / BLOCK_N;
         }
-        next = static_cast<int32_t>(blockIdx.x) / CLUSTER_M;
+        next = static_cast<int32_t>(blockIdx.x) / kClusterSize;
         rank = static_cast<int32_t>(blockIdx.x) % CLUSTER_M;
     }
 
     LOOM_DEVICE LOOM_FORCEINLINE bool next_tile(const Hooks& hooks, TileCoord& t) {
         if (next >= grid.num_tiles()) return false;
         set_tile(hooks, next, t);
-        next += static_cast<int32_t>(gridDim.x) / CLUSTER_M;
+        next += static_cast<int32_t>(gridDim.x) / kClusterSize;
         return true;
     }
     // next_tile in two steps, for a caller that looks a tile up early and keeps it in few registers: the policy's
@@ -78,7 +83,7 @@ struct PersistentScheduler {
             return;
         }
         hooks.tile_order(next, grid, m_block, n_block);
-        next += static_cast<int32_t>(gridDim.x) / CLUSTER_M;
+        next += static_cast<int32_t>(gridDim.x) / kClusterSize;
     }
     LOOM_DEVICE LOOM_FORCEINLINE void set_blocks(int32_t m_block, int32_t n_block, TileCoord& t) const {
         t.m_block = m_block * CLUSTER_M + rank;

@@ -35,6 +35,11 @@ constexpr double kUnitUs = 3.15;
 // it reads back at one SM's L2 rate.
 constexpr double kFixupUs = 1.75;
 constexpr double kFixupMbPerUs = 0.076;
+// K-clusters (GemmConfig::cluster_k): the ranks' sum after the mainloop (a consumer barrier, the partial into the
+// ring, a cluster barrier) and the peers' partials of the owned columns read through distributed shared memory, MB per
+// us. Estimates, not fitted to bench-gemm --decode-sweep's timings of K-cluster plans.
+constexpr double kClusterSumUs = 0.6;
+constexpr double kDsmemMbPerUs = 0.2;
 // Split plans whose units stream fewer k-blocks than this are not weighed.
 constexpr int64_t kMinUnitKBlocks = 2;
 // The most K-splits weighed, and the most work units per SM (which bounds the split workspace: units x BM x BN fp32).
@@ -43,16 +48,44 @@ constexpr int64_t kMaxUnitsPerSm = 4;
 
 }  // namespace
 
+namespace {
+
+// One CTA streaming `kb` k-blocks of B's `cfg.block_n` rows (and A's rows from L2) as one work unit, in us.
+double unit_stream_us(const GemmConfig& cfg, double kb, double a_mb, double b_mb) {
+    const double inflight_kib = std::min<double>(cfg.stages, kb) * cfg.block_n * 128.0 / 1024.0;
+    const double us_per_b_mb = kSmUsPerMb + kSmUsKbPerMb / std::max(inflight_kib, 1.0);
+    return kUnitUs + std::max(kb * b_mb * us_per_b_mb, kb * (a_mb + b_mb) / kSmL2MbPerUs);
+}
+
+double bound_norm(double t_hbm, double t_sm) {
+    return std::pow(std::pow(t_hbm, kBoundNorm) + std::pow(t_sm, kBoundNorm), 1.0 / kBoundNorm);
+}
+
+}  // namespace
+
 double gemm_decode_cost_us(int64_t m, int64_t n, int64_t k, const GemmConfig& cfg, int num_sms) {
-    const int64_t grid = std::max<int64_t>(cfg.grid > 0 ? cfg.grid : gemm_sm90_grid(m, n, cfg, num_sms), 1);
-    // The plan the launch runs at that grid (gemm_bind_split_tail: requested 1 is no split).
-    const GemmTailPlan p = gemm_tail_plan(m, n, k, cfg, grid, std::max(cfg.tail_splits, 1));
     const int64_t num_kb = gemm_ceil_div(k, cfg.block_k);
-    // Bytes of one k-block (128-byte rows of any input type): B's BLOCK_N rows, A's box (M rounded up to 8 below one
-    // tile: launch_sm90.cpp).
     const double b_mb = cfg.block_n * 128.0 / 1e6;
     const int64_t a_rows = m < cfg.block_m ? (m + 7) / 8 * 8 : cfg.block_m;
     const double a_mb = static_cast<double>(a_rows) * 128.0 / 1e6;
+    const double weights_mb = static_cast<double>(n) * static_cast<double>(num_kb) * 128.0 / 1e6;
+    if (cfg.cluster_k > 1) {
+        // One cluster per tile, every rank streaming its share of the k-blocks, the clusters in waves over the SMs;
+        // then the ranks' sum: each reads the peers' partials of its columns (the warps' rows inside M).
+        const int64_t tiles = gemm_ceil_div(m, cfg.block_m) * gemm_ceil_div(n, cfg.block_n);
+        const double waves = std::ceil(static_cast<double>(tiles * cfg.cluster_k) / std::max(num_sms, 1));
+        const double kb = std::ceil(static_cast<double>(num_kb) / cfg.cluster_k);
+        const int64_t rows = std::min<int64_t>(cfg.block_m, (m + 15) / 16 * 16);
+        const double peers_mb =
+            static_cast<double>(cfg.cluster_k - 1) * rows * (cfg.block_n / cfg.cluster_k) * 4.0 / 1e6;
+        const double t_sm = waves * (unit_stream_us(cfg, kb, a_mb, b_mb) + kClusterSumUs + peers_mb / kDsmemMbPerUs);
+        return bound_norm(weights_mb / kHbmMbPerUs, t_sm);
+    }
+    const int64_t grid = std::max<int64_t>(cfg.grid > 0 ? cfg.grid : gemm_sm90_grid(m, n, cfg, num_sms), 1);
+    // The plan the launch runs at that grid (gemm_bind_split_tail: requested 1 is no split).
+    const GemmTailPlan p = gemm_tail_plan(m, n, k, cfg, grid, std::max(cfg.tail_splits, 1));
+    // Bytes of one k-block (128-byte rows of any input type, above): B's BLOCK_N rows, A's box (M rounded up to 8
+    // below one tile: launch_sm90.cpp).
     // Each CTA's time: its units (unit u runs on CTA u % grid: tile/scheduler.cuh), each streaming its k-blocks with
     // as many in flight as the ring holds or the unit has.
     std::vector<double> cta_us(static_cast<size_t>(grid), 0.0);
@@ -60,16 +93,10 @@ double gemm_decode_cost_us(int64_t m, int64_t n, int64_t k, const GemmConfig& cf
     for (int64_t u = 0; u < units; ++u) {
         const tile::WorkUnit w = tile::split_tail_unit(static_cast<int32_t>(u), static_cast<int32_t>(p.dp_tiles),
                                                        p.splits, static_cast<int32_t>(num_kb));
-        const double kb = static_cast<double>(w.kb_count);
-        const double inflight_kib = std::min<double>(cfg.stages, kb) * cfg.block_n * 128.0 / 1024.0;
-        const double us_per_b_mb = kSmUsPerMb + kSmUsKbPerMb / std::max(inflight_kib, 1.0);
-        cta_us[static_cast<size_t>(u % grid)] +=
-            kUnitUs + std::max(kb * b_mb * us_per_b_mb, kb * (a_mb + b_mb) / kSmL2MbPerUs);
+        cta_us[static_cast<size_t>(u % grid)] += unit_stream_us(cfg, static_cast<double>(w.kb_count), a_mb, b_mb);
     }
     const double t_sm = *std::max_element(cta_us.begin(), cta_us.end());
-    const double weights_mb = static_cast<double>(n) * static_cast<double>(num_kb) * 128.0 / 1e6;
-    const double t_hbm = weights_mb / kHbmMbPerUs;
-    double t = std::pow(std::pow(t_hbm, kBoundNorm) + std::pow(t_sm, kBoundNorm), 1.0 / kBoundNorm);
+    double t = bound_norm(weights_mb / kHbmMbPerUs, t_sm);
     if (p.splits >= 2) {
         // The tile's completing CTA reads every split's slot: the warps' rows inside M (16 per warp).
         const int64_t rows = std::min<int64_t>(cfg.block_m, (m + 15) / 16 * 16);
@@ -107,6 +134,20 @@ std::vector<GemmDecodeCandidate> gemm_decode_candidates(int64_t m, int64_t n, in
             if (at_grid.splits != s || at_grid.dp_tiles != p.dp_tiles) continue;
             weigh(split);
         }
+        // K-clusters: one cluster of s CTAs per tile, the whole launch in one wave, each rank at least
+        // kMinUnitKBlocks k-blocks.
+        const int64_t tiles = gemm_ceil_div(m, c.block_m) * gemm_ceil_div(n, c.block_n);
+        const int kc_stages = std::max(c.stages, kernels::gemm_sm90_cluster_k_min_stages(c.block_m, c.block_n));
+        for (int s : {2, 4, 8}) {
+            if (num_sms < kGemmClusterKMinSms || kc_stages > kernels::gemm_sm90_max_stages(c.block_m, c.block_n)) break;
+            if (bn / 8 % s != 0 || tiles * s > num_sms || num_kb / s < kMinUnitKBlocks) continue;
+            GemmConfig kc = c;
+            kc.cluster_k = s;
+            kc.tma_store = false;
+            kc.stages = kc_stages;
+            kc.grid = static_cast<int>(tiles * s);
+            weigh(kc);
+        }
     }
     return out;
 }
@@ -116,11 +157,15 @@ GemmConfig gemm_decode_plan(int64_t m, int64_t n, int64_t k, bool b_kn, int num_
     // The first is `persistent`, which keeps its place unless another is more than the margin cheaper.
     GemmConfig best = all.front().config;
     double best_cost = all.front().cost_us * (1.0 - kGemmDecodeMargin);
-    for (std::size_t i = 1; i < all.size(); ++i)
+    for (std::size_t i = 1; i < all.size(); ++i) {
+        // K-clusters are weighed (bench-gemm --decode-sweep times the cheapest) but not chosen while their constants
+        // (kClusterSumUs, kDsmemMbPerUs) are estimates.
+        if (all[i].config.cluster_k > 1) continue;
         if (all[i].cost_us < best_cost) {
             best_cost = all[i].cost_us;
             best = all[i].config;
         }
+    }
     return best;
 }
 

@@ -17,9 +17,10 @@ namespace loom {
 std::string GemmConfig::str() const {
     if (sm80) return "sm80 128x128x32 st4 (mma.sync)";
     if (gemv) return fmt::format("gemv {}x{} st{} split{}", block_m, block_n, stages, tail_splits);
-    return fmt::format("sm90 {}x{}x{} st{} wg{} cluster{} g{} grid{}{}{}", block_m, block_n, block_k, stages,
-                       consumers(), cluster_m, group_m, grid,
-                       tail_splits > 1 ? fmt::format(" tail{}", tail_splits) : "", tma_store ? "" : " direct-store");
+    return fmt::format(
+        "sm90 {}x{}x{} st{} wg{} cluster{} g{} grid{}{}{}{}", block_m, block_n, block_k, stages, consumers(), cluster_m,
+        group_m, grid, tail_splits > 1 ? fmt::format(" tail{}", tail_splits) : "",
+        cluster_k > 1 ? fmt::format(" ksplit{}", cluster_k) : "", tma_store || cluster_k > 1 ? "" : " direct-store");
 }
 
 void gemm(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o, cudaStream_t stream) {
@@ -70,7 +71,8 @@ void gemm_launch(const MatrixView& a, const MatrixView& b, const MatrixView& c, 
                "given {}",
                dev.arch < 90 ? fmt::format("a GPU of compute capability {}.{}", dev.arch / 10, dev.arch % 10)
                              : std::string("force_sm80 / GemmConfig::sm80"));
-    if (o.beta != 0.f) cfg.tma_store = false;  // only the direct-store epilogue reads C
+    if (o.beta != 0.f) cfg.tma_store = false;      // only the direct-store epilogue reads C
+    if (cfg.cluster_k > 1) cfg.tma_store = false;  // K-clusters store each rank's columns directly
     gemm_validate_config(cfg, o.b_kn, a.dtype);
     // Alpha = 1 without a bias takes the kernel whose epilogue does no arithmetic (where its epilogue applies).
     const std::optional<DType> bias = gemm_kernel_bias(cfg, c.dtype, o);

@@ -48,6 +48,9 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
 // fp8's 2-CTA clusters need at least this many SMs: faster on a whole H200 (132, docs/perf/gemm_fp8.json), slower than
 // single-CTA tiles on a 26-SM MPS share (docs/perf/ag_gemm_fp8.json: gemm_us at 4 ranks on one H200).
 inline constexpr int kGemmFp8ClusterMinSms = 100;
+// The decode plan weighs K-clusters (GemmConfig::cluster_k) only on at least this many SMs: a cluster of up to 8 CTAs
+// needs that many SMs free in one GPC, which a small MPS share may not give.
+inline constexpr int kGemmClusterKMinSms = 100;
 
 // The widest BLOCK_N of 192-row tiles: their 512-thread CTA compiles under a 128-register cap. wgmma n208 does not
 // compile under it (ptxas: "Insufficient registers (128)"), and 192-wide tiles spill in the affine, [K, N]-B and
@@ -95,10 +98,11 @@ struct GemmTailPlan {
 };
 // `requested` splits: 0 = automatic, min(grid / tail_tiles, num_k_blocks / 4); n >= 1: n, capped at the number of
 // k-blocks (every split gets at least one). splits is 1 when that leaves < 2, when there is no tail, or for
-// cluster_m != 1.
+// cluster_m != 1 or cluster_k != 1.
 GemmTailPlan gemm_tail_plan(int64_t m, int64_t n, int64_t k, const GemmConfig& cfg, int64_t grid, int requested);
 
-// Persistent grid of the Hopper kernel: min(#tiles, #SMs), rounded to whole clusters.
+// Persistent grid of the Hopper kernel: min(#tiles, #SMs), rounded to whole clusters; with K-clusters (cluster_k > 1)
+// one cluster per tile, tiles x cluster_k.
 int64_t gemm_sm90_grid(int64_t m, int64_t n, const GemmConfig& cfg, int num_sms);
 
 // The decode plan's bandwidth model: the time in us that `cfg` (as the launch runs it: its grid, its split tail at that
@@ -110,8 +114,9 @@ double gemm_decode_cost_us(int64_t m, int64_t n, int64_t k, const GemmConfig& cf
 
 // The decode plan for M <= kGemmDecodeMaxM: `persistent` (the heuristic's plan without it), or the cheapest by
 // gemm_decode_cost_us of 64-row (M <= 64) or 128-row tiles of every BLOCK_N >= 64 (multiples of 64 with B as [K, N]),
-// whole on the persistent grid or split s = 2..64 ways along K on every SM (each split at least 2 k-blocks), where it
-// is more than kGemmDecodeMargin cheaper than `persistent`.
+// whole on the persistent grid, split s = 2..64 ways along K on every SM (each split at least 2 k-blocks), or in
+// K-clusters of 2, 4 or 8 CTAs per tile (one wave, on kGemmClusterKMinSms SMs or more), where it is more than
+// kGemmDecodeMargin cheaper than `persistent`.
 GemmConfig gemm_decode_plan(int64_t m, int64_t n, int64_t k, bool b_kn, int num_sms, const GemmConfig& persistent);
 
 // Every plan gemm_decode_plan weighs, `persistent` first, each with its gemm_decode_cost_us (bench-gemm --decode-sweep

@@ -171,7 +171,7 @@ GemmTailPlan gemm_tail_plan(int64_t m, int64_t n, int64_t k, const GemmConfig& c
     p.dp_tiles = p.tiles;
     grid = std::max<int64_t>(grid, 1);
     const int64_t tail = p.tiles % grid;
-    if (cfg.sm80 || cfg.cluster_m != 1 || tail == 0 || requested == 1) return p;
+    if (cfg.sm80 || cfg.cluster_m != 1 || cfg.cluster_k != 1 || tail == 0 || requested == 1) return p;
     const int64_t num_k_blocks = gemm_ceil_div(k, cfg.block_k);
     const int64_t s =
         requested > 0 ? std::min<int64_t>(requested, num_k_blocks) : std::min<int64_t>(grid / tail, num_k_blocks / 4);
@@ -183,6 +183,8 @@ GemmTailPlan gemm_tail_plan(int64_t m, int64_t n, int64_t k, const GemmConfig& c
 }
 
 int64_t gemm_sm90_grid(int64_t m, int64_t n, const GemmConfig& cfg, int num_sms) {
+    // K-clusters: one cluster per tile, not persistent.
+    if (cfg.cluster_k > 1) return gemm_ceil_div(m, cfg.block_m) * gemm_ceil_div(n, cfg.block_n) * cfg.cluster_k;
     // Clusters of cluster_m CTAs pair adjacent M-blocks; every CTA of a cluster walks the same tiles.
     const int64_t cm = std::max(cfg.cluster_m, 1);
     const int64_t cluster_tiles = gemm_ceil_div(gemm_ceil_div(m, cfg.block_m), cm) * gemm_ceil_div(n, cfg.block_n);

@@ -14,7 +14,7 @@ namespace loom {
 bool gemm_plain_epilogue(const GemmConfig& cfg, DType out) {
     // 16-bit outputs only: what it saves is the stmatrix staging; with fp32 out (pair stores either way) the hooked
     // GEMMs' register allocation spilled without the arithmetic and did not with it.
-    return !cfg.sm80 && cfg.tma_store && dtype_size(out) == 2 &&
+    return !cfg.sm80 && cfg.tma_store && cfg.cluster_k == 1 && dtype_size(out) == 2 &&
            cfg.block_n >= kernels::gemm_store_box_cols(static_cast<int>(dtype_size(out)));
 }
 
@@ -47,7 +47,7 @@ jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, std
                           std::to_string(cfg.stages),
                           b_kn ? "false" : "true",
                           std::to_string(cfg.cluster_m),
-                          cfg.tma_store ? "true" : "false",
+                          cfg.tma_store && cfg.cluster_k == 1 ? "true" : "false",
                           hooks};
     if (cfg.tail_splits >= 2) {
         // Hooks that publish tiles (epilogue / after-store parts) cannot take it (kernels/gemm/gemm.cuh asserts it).
@@ -57,6 +57,15 @@ jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, std
                    "cluster_m {}",
                    hooks, cfg.cluster_m);
         spec.template_args.push_back("true");  // kSplitTail
+    }
+    if (cfg.cluster_k > 1) {
+        // K-clusters: the plain GEMM only (kernels/gemm/gemm.cuh asserts it), with the direct-store epilogue.
+        LOOM_CHECK(hooks == "loom::tile::GemmNoHooks" && cfg.cluster_m == 1 && cfg.tail_splits == 1,
+                   "gemm: cluster_k is for the plain GEMM with cluster_m 1 and tail_splits 1, given hooks {}, "
+                   "cluster_m {}, tail_splits {}",
+                   hooks, cfg.cluster_m, cfg.tail_splits);
+        spec.template_args.push_back("false");  // kSplitTail
+        spec.template_args.push_back(std::to_string(cfg.cluster_k));
     }
     return spec;
 }
@@ -101,8 +110,22 @@ GemmSm90Launch gemm_sm90_launch(const MatrixView& a, const MatrixView& b, const 
     l.args.grid =
         tile::FastTileGrid::of(tile::scheduler_grid(m, n, cfg.block_m, cfg.block_n, cfg.cluster_m, cfg.group_m));
     const int64_t grid = cfg.grid > 0 ? cfg.grid : gemm_sm90_grid(m, n, cfg, num_sms);
-    l.launch.grid = dim3(static_cast<unsigned>(std::max<int64_t>(grid, cfg.cluster_m)));
-    l.launch.cluster = dim3(static_cast<unsigned>(cfg.cluster_m), 1, 1);
+    if (cfg.cluster_k > 1) {
+        // One cluster per tile (kernels/gemm/gemm.cuh: every CTA takes part in its tile's cluster barriers), each rank
+        // at least one k-block.
+        const int64_t tiles = static_cast<int64_t>(l.args.grid.num_tiles());
+        const int64_t num_kb = (k + cfg.block_k - 1) / cfg.block_k;
+        LOOM_CHECK(grid == tiles * cfg.cluster_k,
+                   "gemm: cluster_k {} runs one cluster per tile: expected grid 0 or {} ({} tiles x {}), given {}",
+                   cfg.cluster_k, tiles * cfg.cluster_k, tiles, cfg.cluster_k, grid);
+        LOOM_CHECK(num_kb >= cfg.cluster_k,
+                   "gemm: cluster_k {} splits K into that many ranges of k-blocks ({} elements each): expected K >= "
+                   "{}, given K={}",
+                   cfg.cluster_k, cfg.block_k, static_cast<int64_t>(cfg.cluster_k - 1) * cfg.block_k + 1, k);
+    }
+    const int cluster = cfg.cluster_m * cfg.cluster_k;
+    l.launch.grid = dim3(static_cast<unsigned>(std::max<int64_t>(grid, cluster)));
+    l.launch.cluster = dim3(static_cast<unsigned>(cluster), 1, 1);
     l.launch.block = dim3(static_cast<unsigned>(128 * (cfg.consumers() + 1)));
     l.launch.smem = kernels::gemm_sm90_smem_bytes(cfg.block_m, cfg.block_n, cfg.stages);
     l.launch.stream = stream;
@@ -120,6 +143,14 @@ void detail::gemm_launch_sm90(const MatrixView& a, const MatrixView& b, const Ma
     cfg.tail_splits = gemm_bind_split_tail(l, cfg, m, n, k, stream, ws_lock);
     gemm_log_config(m, n, k, cfg, source);
     const jit::Kernel* kernel = &jit::get_kernel(gemm_kernel_spec(cfg, a.dtype, c.dtype, bias, o.b_kn));
+    // A cluster is scheduled whole on one GPC: where none fits this context's SMs (a small MPS share) its launch
+    // would fail, so it is refused here, by name.
+    LOOM_CHECK(
+        cfg.cluster_k == 1 || kernel->max_active_clusters(l.launch) >= 1,
+        "gemm: cluster_k {} needs clusters of {} CTAs ({} B of shared memory each) scheduled together on one GPC, "
+        "and this context's SMs fit none (an MPS share too small?): expected cluster_k 1 or a smaller one, "
+        "given {}",
+        cfg.cluster_k, cfg.cluster_k, l.launch.smem, cfg.str());
     struct NoHooks {
     } hooks;  // loom::tile::GemmNoHooks: an empty object, one byte as a kernel parameter
     (*kernel)(l.launch, l.tmap_a, l.tmap_b, l.tmap_d, l.args, hooks);

@@ -85,7 +85,7 @@ std::string gemm_config_to_json(const GemmConfig& c) {
     return json{
         {"block_m", c.block_m},     {"block_n", c.block_n}, {"block_k", c.block_k}, {"stages", c.stages},
         {"cluster_m", c.cluster_m}, {"group_m", c.group_m}, {"grid", c.grid},       {"tail_splits", c.tail_splits},
-        {"tma_store", c.tma_store}, {"sm80", c.sm80},       {"gemv", c.gemv}}
+        {"tma_store", c.tma_store}, {"sm80", c.sm80},       {"gemv", c.gemv},       {"cluster_k", c.cluster_k}}
         .dump();
 }
 
@@ -103,7 +103,8 @@ GemmConfig gemm_config_from_json(const std::string& text) {
         c.tail_splits = j.at("tail_splits").get<int>();
         c.tma_store = j.at("tma_store").get<bool>();
         c.sm80 = j.at("sm80").get<bool>();
-        c.gemv = j.value("gemv", false);  // absent in winners persisted before the gemv kernel
+        c.gemv = j.value("gemv", false);        // absent in winners persisted before the gemv kernel
+        c.cluster_k = j.value("cluster_k", 1);  // a winner persisted without the field: no K-clusters
         return c;
     } catch (const json::exception& e) {
         LOOM_FAIL("gemm_config_from_json: expected every GemmConfig field, given '{}': {}", text, e.what());

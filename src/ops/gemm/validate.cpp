@@ -1,5 +1,6 @@
 // Input and config validation of loom::gemm, shared with the overlapped GEMMs: every error names what was expected and
 // what was given.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -47,15 +48,33 @@ void gemm_validate_config(const GemmConfig& c, bool b_kn, DType in) {
     LOOM_CHECK(c.cluster_m == 1 || c.cluster_m == 2, "gemm config: expected cluster_m 1 or 2, given {}", c.cluster_m);
     LOOM_CHECK(c.group_m >= 1 && c.group_m <= kGemmMaxGroupM, "gemm config: expected group_m in [1, {}], given {}",
                kGemmMaxGroupM, c.group_m);
-    LOOM_CHECK(c.grid >= 0 && c.grid <= kGemmMaxGrid && c.grid % c.cluster_m == 0,
-               "gemm config: expected grid in [0, {}] and a multiple of cluster_m {}, given {}", kGemmMaxGrid,
-               c.cluster_m, c.grid);
+    LOOM_CHECK(c.grid >= 0 && c.grid <= kGemmMaxGrid && c.grid % (c.cluster_m * std::max(c.cluster_k, 1)) == 0,
+               "gemm config: expected grid in [0, {}] and a multiple of the cluster size {}, given {}", kGemmMaxGrid,
+               c.cluster_m * std::max(c.cluster_k, 1), c.grid);
     LOOM_CHECK(c.tail_splits >= 1 && c.tail_splits <= kGemmMaxTailSplits,
                "gemm config: expected tail_splits in [1, {}] (1: no split tail), given {}", kGemmMaxTailSplits,
                c.tail_splits);
     LOOM_CHECK(c.tail_splits == 1 || c.cluster_m == 1,
                "gemm config: the split tail needs cluster_m 1, given tail_splits {} with cluster_m {}", c.tail_splits,
                c.cluster_m);
+    LOOM_CHECK(c.cluster_k == 1 || c.cluster_k == 2 || c.cluster_k == 4 || c.cluster_k == 8,
+               "gemm config: expected cluster_k 1, 2, 4 or 8, given {}", c.cluster_k);
+    if (c.cluster_k > 1) {
+        LOOM_CHECK(
+            c.cluster_m == 1 && c.tail_splits == 1,
+            "gemm config: cluster_k {} expects cluster_m 1 and tail_splits 1, given cluster_m {} and tail_splits "
+            "{}",
+            c.cluster_k, c.cluster_m, c.tail_splits);
+        LOOM_CHECK(c.block_n / 8 % c.cluster_k == 0,
+                   "gemm config: cluster_k {} divides the tile's {} 8-column fragments among the ranks: expected "
+                   "block_n a multiple of {}, given {}",
+                   c.cluster_k, c.block_n / 8, 8 * c.cluster_k, c.block_n);
+        const int min_stages = kernels::gemm_sm90_cluster_k_min_stages(c.block_m, c.block_n);
+        LOOM_CHECK(c.stages >= min_stages,
+                   "gemm config: cluster_k {} sums each rank's fp32 partial of a {} x {} tile in its ring: expected "
+                   "stages >= {}, given {}",
+                   c.cluster_k, c.block_m, c.block_n, min_stages, c.stages);
+    }
 }
 
 void gemm_validate(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o, bool allow_f8) {

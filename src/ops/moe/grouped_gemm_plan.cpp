@@ -93,9 +93,9 @@ void grouped_gemm_validate_config(const GemmConfig& c, const GroupedGemmProblem&
     const int block_k = kernels::gemm_block_k(static_cast<int>(dtype_size(p.a.dtype)));
     LOOM_CHECK(c.block_k == block_k, "grouped_gemm config: expected block_k {} (one 128-byte row of {}), given {}",
                block_k, dtype_name(p.a.dtype), c.block_k);
-    LOOM_CHECK(c.cluster_m == 1 && c.tail_splits == 1,
-               "grouped_gemm config: expected cluster_m 1 and tail_splits 1, given {} and {}", c.cluster_m,
-               c.tail_splits);
+    LOOM_CHECK(c.cluster_m == 1 && c.tail_splits == 1 && c.cluster_k == 1,
+               "grouped_gemm config: expected cluster_m 1, tail_splits 1 and cluster_k 1, given {}, {} and {}",
+               c.cluster_m, c.tail_splits, c.cluster_k);
     if (p.block_scaled()) {
         const int cols = p.swiglu() ? c.block_n / 2 : c.block_n;  // a tile's columns per scale lookup
         LOOM_CHECK(c.block_n <= 128 && kernels::moe::kGroupedScaleBlock % cols == 0,

@@ -55,6 +55,14 @@
 //   K-ranges. A split unit's consumers hand their fp32 partial to a workspace slot and count themselves in on the
 //   tile's counter; the last of the splits to arrive sums the slots in split order and runs the epilogue
 //   (split_tail_fixup below). No CTA ever waits for another, so any residency (MPS, few SMs) is deadlock-free.
+// K-clusters (CLUSTER_K = 2, 4 or 8; CLUSTER_M = 1, the plain GEMM without hooks, the direct-store epilogue): a
+//   cluster of CLUSTER_K CTAs computes one tile, rank r over k-blocks [r nkb / S, (r + 1) nkb / S) (S = CLUSTER_K),
+//   and the ranks sum their partials in distributed shared memory instead of a global workspace: each writes its
+//   partial into its own idle ring, a cluster barrier, then rank r sums fragment columns [r F / S, (r + 1) F / S) of
+//   the tile (F = BLOCK_N / 8) over the ranks in rank order, reading the peers' rings, and stores them
+//   (cluster_k_sum below). The host launches exactly one cluster per tile (gridDim.x = tiles x S): every CTA takes
+//   part in the same two cluster barriers, which a cluster is scheduled whole to pass. For decode-sized GEMMs with
+//   few tiles: S times the SMs streaming B, with no counter, slot round trip through L2 or serial fix-up.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -86,15 +94,30 @@ LOOM_DEVICE LOOM_FORCEINLINE void whole_tile_unit(int32_t num_k_blocks, tile::Wo
     w.kb_count = num_k_blocks;
 }
 
-// The next tile (kSplitTail = false: whole tiles, w.kb_* = the full K) or split-tail work unit of this CTA; the
-// producer and the consumers call it with the same arguments and so see the same sequence.
-template <bool kSplitTail, class Sched, class Hooks>
+// A K-cluster rank's share of a tile: k-blocks [r nkb / S, (r + 1) nkb / S) for cluster rank r (S = CLUSTER_K; the
+// host launches K-clusters only with nkb >= S, so every rank has at least one).
+template <int CLUSTER_K>
+LOOM_DEVICE LOOM_FORCEINLINE void cluster_k_unit(int32_t num_k_blocks, tile::WorkUnit& w) {
+    const int64_t r = static_cast<int64_t>(ptx::cluster_ctarank());
+    const int64_t begin = r * num_k_blocks / CLUSTER_K;
+    w.split = -1;
+    w.kb_begin = static_cast<int32_t>(begin);
+    w.kb_count = static_cast<int32_t>((r + 1) * num_k_blocks / CLUSTER_K - begin);
+}
+
+// The next tile (kSplitTail = false: whole tiles, w.kb_* = the full K, or a K-cluster rank's share) or split-tail work
+// unit of this CTA; the producer and the consumers call it with the same arguments and so see the same sequence.
+template <bool kSplitTail, int CLUSTER_K, class Sched, class Hooks>
 LOOM_DEVICE LOOM_FORCEINLINE bool next_work(Sched& sched, const Hooks& hooks, const GemmArgs& args,
                                             int32_t num_k_blocks, tile::TileCoord& t, tile::WorkUnit& w) {
     if constexpr (kSplitTail) {
         return sched.next_unit(hooks, args.work_units, args.dp_tiles, args.tail_splits, num_k_blocks, t, w);
     } else {
-        whole_tile_unit(num_k_blocks, w);
+        if constexpr (CLUSTER_K > 1) {
+            cluster_k_unit<CLUSTER_K>(num_k_blocks, w);
+        } else {
+            whole_tile_unit(num_k_blocks, w);
+        }
         return sched.next_tile(hooks, t);
     }
 }
@@ -168,6 +191,64 @@ LOOM_DEVICE LOOM_FORCEINLINE bool split_tail_fixup(float (&acc)[BLOCK_N / 2], co
     return true;
 }
 
+// K-cluster sum. Called by every consumer thread (BLOCK_M / 64 warpgroups, convergent) after the tile's mainloop, with
+// this rank's partial (its k-blocks) in `acc`. `buf` is the CTA's ring and staging buffers (at least BLOCK_M x
+// BLOCK_N floats), idle now: the CTA runs one tile. Returns with the owned fragments of `acc` (columns 8 j .. 8 j + 7
+// of the warp's rows for j in [r F / S, (r + 1) F / S), r = cluster rank, F = BLOCK_N / 8, S = CLUSTER_K) summed over
+// the cluster's ranks in rank order 0 .. S - 1 (the rounding is the same whichever rank finishes first); the epilogue
+// stores only those. The others are left as they are.
+//   1. Named barrier over the consumers: every warpgroup's wgmma reads of the ring have retired (wgmma.wait_group);
+//      a proxy fence (the ring was last written by TMA and read by wgmma, the async proxy); then each thread's partial
+//      into buf in fragment order: float4 chunk j of warpgroup thread i at float 4 (128 j + i) of its warpgroup's
+//      64 x BLOCK_N part (warps with rows inside the matrix only: the others' rows are never stored).
+//   2. cluster_sync (the producer warpgroup takes part too): every rank's partial is written (release / acquire).
+//   3. The owned chunks summed over the ranks: this rank's from its registers, a peer's from the same offset of the
+//      peer's buffer (distributed shared memory). The peers read buf until the kernel's final cluster_sync; nothing
+//      writes it after step 1.
+template <int BLOCK_M, int BLOCK_N, int CLUSTER_K>
+LOOM_DEVICE LOOM_FORCEINLINE void cluster_k_sum(float (&acc)[BLOCK_N / 2], float* buf, int32_t tile_rows) {
+    constexpr uint32_t kConsumerThreads = BLOCK_M / 64 * 128;
+    constexpr int kFrags = BLOCK_N / 8;           // float4 chunks of acc
+    constexpr int kOwned = kFrags / CLUSTER_K;    // chunks each rank sums and stores
+    const uint32_t tid = ptx::tid_x_unhoisted();  // consumer threads: [0, kConsumerThreads)
+    float* const mine = buf + (tid / 128) * 64 * BLOCK_N + 4 * (tid % 128);
+    const bool rows_live = static_cast<int32_t>((tid / 128) * 64 + ((tid % 128) / 32) * 16) < tile_rows;
+    ptx::named_barrier_sync(1, kConsumerThreads);
+    ptx::fence_proxy_async_smem();
+    if (rows_live) {
+#pragma unroll
+        for (int j = 0; j < kFrags; ++j) {
+            *reinterpret_cast<float4*>(mine + 512 * j) =
+                make_float4(acc[4 * j + 0], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+        }
+    }
+    ptx::cluster_sync();
+    if (!rows_live) return;
+    const int r = static_cast<int>(ptx::cluster_ctarank());
+#pragma unroll
+    for (int j = 0; j < kFrags; ++j) {
+        if (j / kOwned != r) continue;
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int q = 0; q < CLUSTER_K; ++q) {
+            const float4 v = q == r ? make_float4(acc[4 * j + 0], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3])
+                                    : ptx::ld_shared_cluster_f32x4(mine + 512 * j, static_cast<uint32_t>(q));
+            if (q == 0) {
+                sum = v;
+            } else {
+                sum.x += v.x;
+                sum.y += v.y;
+                sum.z += v.z;
+                sum.w += v.w;
+            }
+        }
+        acc[4 * j + 0] = sum.x;
+        acc[4 * j + 1] = sum.y;
+        acc[4 * j + 2] = sum.z;
+        acc[4 * j + 3] = sum.w;
+    }
+}
+
 // Consumer warpgroup: hand a ring slot back once its wgmma reads of it retired (wgmma.wait_group). Warp 0 signals
 // for the warpgroup, as CUTLASS's one signalling thread per consumer warpgroup does (a wgmma group is the
 // warpgroup's, and so is its completion): one lane, or with a cluster one lane per CTA of the cluster, whose slot
@@ -198,9 +279,11 @@ LOOM_DEVICE LOOM_FORCEINLINE void release_slot(tile::TmaPipeline<STAGES>* pipe, 
 // units (args.dp_tiles, args.tail_splits, args.partials, args.tile_counters; see the top of this file); only with
 // CLUSTER_M = 1 and hooks with neither an epilogue protocol nor StoreNotify. A separate instantiation, chosen by the
 // host when the tail is split, so the plain kernel is the same as without it. Hooks: a GEMM hooks policy
-// (tile/hooks.cuh: tile::GemmHooks), a __grid_constant__ parameter.
+// (tile/hooks.cuh: tile::GemmHooks), a __grid_constant__ parameter. CLUSTER_K: 1, or 2, 4, 8 (K-clusters, see the top
+// of this file; launched with cluster dims (CLUSTER_K, 1, 1) and gridDim.x = tiles x CLUSTER_K, k-blocks >=
+// CLUSTER_K; CLUSTER_M 1, no hooks, no split tail, the direct-store epilogue).
 template <class TIn, class TOut, class TBias, int BLOCK_M, int BLOCK_N, int STAGES, bool kBKMajor, int CLUSTER_M = 1,
-          bool kTmaStoreEpilogue = true, class Hooks = tile::GemmNoHooks, bool kSplitTail = false>
+          bool kTmaStoreEpilogue = true, class Hooks = tile::GemmNoHooks, bool kSplitTail = false, int CLUSTER_K = 1>
 __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     gemm_sm90_tma_wgmma(const __grid_constant__ ptx::TmaDescriptor tmap_a,
                         const __grid_constant__ ptx::TmaDescriptor tmap_b,
@@ -222,6 +305,12 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                   "the split tail walks single-CTA tiles and publishes nothing per tile: no epilogue protocol, no "
                   "StoreNotify (TileOrder, LoadWait and ASource take part)");
     static_assert(!tile::AccEpilogue<Hooks> || CLUSTER_M == 1, "AccEpilogue: single-CTA tiles");
+    static_assert(CLUSTER_K == 1 || CLUSTER_K == 2 || CLUSTER_K == 4 || CLUSTER_K == 8, "CLUSTER_K is 1, 2, 4 or 8");
+    static_assert(CLUSTER_K == 1 || (CLUSTER_M == 1 && !kSplitTail && !kTmaStoreEpilogue &&
+                                     tile::kSameType<Hooks, tile::GemmNoHooks>),
+                  "K-clusters: the plain GEMM (no hooks, no split tail, CLUSTER_M 1) with the direct-store epilogue");
+    static_assert(CLUSTER_K == 1 || (BLOCK_N / 8) % CLUSTER_K == 0,
+                  "K-clusters: the tile's 8-column fragments divide among the ranks");
 #if LOOM_SM90A
     constexpr int kConsumers = BLOCK_M / 64;
     constexpr bool kBF16 = tile::kSameType<TIn, __nv_bfloat16>;
@@ -289,9 +378,11 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     // (tests/unit/test_gemm_compile.cpp, test_overlap_compile.cpp): whole single-CTA tiles. The split-tail, clustered,
     // StoreNotify (TileNotifyHooks), SideWarps (the fused pull) and fp32-output AccEpilogue kernels spilled 4-20
     // bytes with it, even holding only the next tile's two blocks.
-    constexpr bool kLookahead = !kSplitTail && CLUSTER_M == 1 && !tile::StoreNotify<Hooks> && !tile::SideWarps<Hooks> &&
-                                !(tile::AccEpilogue<Hooks> && sizeof(TOut) == 4);
+    constexpr bool kLookahead = !kSplitTail && CLUSTER_M == 1 && CLUSTER_K == 1 && !tile::StoreNotify<Hooks> &&
+                                !tile::SideWarps<Hooks> && !(tile::AccEpilogue<Hooks> && sizeof(TOut) == 4);
     constexpr uint32_t kStagingBytes = gemm_staging_bytes_per_wg(BLOCK_M, BLOCK_N, kWholeTile ? int(sizeof(TOut)) : 0);
+    static_assert(CLUSTER_K == 1 || (!kWholeTile && STAGES >= gemm_sm90_cluster_k_min_stages(BLOCK_M, BLOCK_N)),
+                  "K-clusters: the ring and staging buffers hold the tile's fp32 partial");
     uint8_t* smem_store = smem_b + STAGES * kBBytes;  // kConsumers x kStagingBytes
     auto* pipe = reinterpret_cast<tile::TmaPipeline<STAGES>*>(smem_store + kConsumers * kStagingBytes);
 
@@ -323,7 +414,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
     // hooks). The lookahead kernels keep the divisions, off the boundary anyway (with the multiplies bf16's 8192 x 1376
     // x 4096 read 1 % slower); the split-tail and notifying kernels too (they spilled 4-16 bytes with them).
     constexpr bool kFastOrder = !kLookahead && !kSplitTail && !tile::StoreNotify<Hooks>;
-    using Scheduler = tile::PersistentScheduler<BLOCK_M, BLOCK_N, Hooks, CLUSTER_M, kFastOrder>;
+    using Scheduler = tile::PersistentScheduler<BLOCK_M, BLOCK_N, Hooks, CLUSTER_M, kFastOrder, CLUSTER_K>;
     Scheduler sched(args.m, args.n, args.grid, tile::BoolConstant<!kSplitTail>{});
     const int num_k_blocks = kSplitTail ? args.num_k_blocks : (args.k + kBlockK - 1) / kBlockK;
     tile::TileCoord t;
@@ -334,7 +425,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
         if constexpr (!tile::SideWarps<Hooks>) ptx::setmaxnreg_dec<kProducerRegs>();
         if (wg_thread == 0) {
             tile::PipelineState<STAGES> st;
-            while (next_work<kSplitTail>(sched, hooks, args, num_k_blocks, t, w)) {
+            while (next_work<kSplitTail, CLUSTER_K>(sched, hooks, args, num_k_blocks, t, w)) {
                 if constexpr (tile::LoadWait<Hooks>) {
                     if (t.rows > 0) hooks.before_load(t);
                     ptx::fence_proxy_async_global();
@@ -399,6 +490,12 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
         if constexpr (tile::SideWarps<Hooks>) {
             if (wg_thread >= 32) hooks.template side_warps<TOut, BLOCK_M, BLOCK_N>(wg_thread - 32);
         }
+        // K-clusters: the producer warpgroup's part in the consumers' cluster barrier of cluster_k_sum (the tile's
+        // one; the kernel's final one follows).
+        if constexpr (CLUSTER_K > 1) {
+            __syncwarp();
+            ptx::cluster_sync();
+        }
     } else {
         // ---- consumer warpgroups: wgmma over the ring, then the epilogue -----------------------------------
         if constexpr (!tile::SideWarps<Hooks>) ptx::setmaxnreg_inc<kConsumerRegs>();
@@ -421,7 +518,7 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                 whole_tile_unit(num_k_blocks, w);
                 return true;
             } else {
-                return next_work<kSplitTail>(sched, hooks, args, num_k_blocks, t, w);
+                return next_work<kSplitTail, CLUSTER_K>(sched, hooks, args, num_k_blocks, t, w);
             }
         };
         while (next_unit()) {
@@ -474,6 +571,10 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
 #pragma unroll
                     for (int i = 0; i < BLOCK_N / 2; ++i) acc[i] *= s;
                 }
+            }
+            if constexpr (CLUSTER_K > 1) {
+                // The cluster's ranks sum their partials; this one stores its share of the tile's columns.
+                cluster_k_sum<BLOCK_M, BLOCK_N, CLUSTER_K>(acc, reinterpret_cast<float*>(smem), args.m - t.row0);
             }
             if constexpr (kSplitTail) {
                 // A split unit: hand the partial over; only the CTA that completes the tile stores it.
@@ -656,8 +757,11 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
                     gemm_epilogue_params<TOut, TBias>(args, kScalesAcc ? 1.f : args.alpha * gemm_device_scales(args));
                 const int row = d_row0() + warpgroup * 64 + warp * 16 + lane / 4;
                 const int col = t.col0 + 2 * (lane % 4);
+                // K-clusters: this rank's share of the fragments (cluster_k_sum summed them).
+                const int owner = CLUSTER_K > 1 ? static_cast<int>(ptx::cluster_ctarank()) : 0;
 #pragma unroll
                 for (int j = 0; j < BLOCK_N / 8; ++j) {
+                    if (CLUSTER_K > 1 && j / (BLOCK_N / 8 / CLUSTER_K) != owner) continue;
                     epi.store(row, col + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
                     epi.store(row + 8, col + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
                 }
@@ -673,8 +777,9 @@ __global__ void __launch_bounds__(128 * (BLOCK_M / 64 + 1), 1)
         // each warp's lane 0 issued its own).
         if (lane == 0) ptx::tma_store_wait<0>();
     }
-    // A peer may still arrive on our empty barriers (and we on its): nobody leaves before the whole cluster is done.
-    if constexpr (CLUSTER_M > 1) ptx::cluster_sync();
+    // A peer may still arrive on our empty barriers (and we on its), or read our partial (K-clusters): nobody leaves
+    // before the whole cluster is done.
+    if constexpr (CLUSTER_M > 1 || CLUSTER_K > 1) ptx::cluster_sync();
 #else
     __trap();  // compiled only to keep one TU for every arch; launched only on sm_90a
 #endif

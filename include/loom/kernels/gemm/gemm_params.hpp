@@ -123,6 +123,16 @@ LOOM_HOST_DEVICE constexpr uint32_t gemm_sm90_smem_bytes(int block_m, int block_
            static_cast<uint32_t>(stages) * 16u + 1024u;
 }
 
+// K-clusters (gemm_sm90_tma_wgmma's CLUSTER_K > 1): each rank's fp32 partial of the tile goes into its ring and
+// staging buffers, which must hold BLOCK_M x BLOCK_N floats: the fewest stages (at least 2) whose ring does.
+LOOM_HOST_DEVICE constexpr int gemm_sm90_cluster_k_min_stages(int block_m, int block_n) {
+    const uint32_t partial = static_cast<uint32_t>(block_m) * static_cast<uint32_t>(block_n) * 4u;
+    const uint32_t staging = static_cast<uint32_t>(block_m / 64) * gemm_staging_bytes_per_wg(block_m, block_n, 0);
+    const uint32_t stage = static_cast<uint32_t>(block_m + block_n) * 128u;
+    const int s = partial > staging ? static_cast<int>((partial - staging + stage - 1) / stage) : 0;
+    return s < 2 ? 2 : s;
+}
+
 // sm_90's opt-in dynamic shared memory per block; the kernel's bound on STAGES; and the most STAGES (<= cap) whose
 // footprint fits in that memory. Deep rings matter only for small tiles (64 x 64: 16 KiB a stage), whose skinny GEMMs
 // stream B from memory and need many k-blocks in flight per SM.

@@ -58,8 +58,9 @@ void check_scale(const char* op, const OpScale& s, int device) {
 
 void check_config(const char* op, const GemmConfig& cfg, DType in, bool split_tail_ok) {
     LOOM_CHECK(!cfg.sm80, "{}: expected the Hopper GEMM config (sm80 = false)", op);
-    LOOM_CHECK(cfg.cluster_m == 1, "{}: expected cluster_m 1 (the overlap hooks order single-CTA tiles), given {}", op,
-               cfg.cluster_m);
+    LOOM_CHECK(cfg.cluster_m == 1 && cfg.cluster_k == 1,
+               "{}: expected cluster_m 1 and cluster_k 1 (the overlap hooks order single-CTA tiles), given {} and {}",
+               op, cfg.cluster_m, cfg.cluster_k);
     LOOM_CHECK(cfg.tma_store, "{}: expected tma_store = true (after_store publishes completed TMA stores)", op);
     LOOM_CHECK(cfg.tail_splits == 1 || split_tail_ok,
                "{}: expected tail_splits 1 (its hooks publish every tile: no split-K tail), given {}", op,
