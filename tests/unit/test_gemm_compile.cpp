@@ -440,7 +440,7 @@ TEST(GemmHeuristic, ClusterKConfigs) {
 }
 
 // The decode plan weighs K-clusters where few tiles leave SMs idle, on a whole GPU only, each a config the kernel
-// takes in one wave; it does not choose them (their constants are estimates).
+// takes in one wave; it does not choose them (measured, its model does not rank them).
 TEST(GemmHeuristic, DecodePlanWeighsClusterK) {
     for (const auto& [m, n, k] :
          {std::tuple<int64_t, int64_t, int64_t>{128, 1024, 4096}, {16, 1024, 16384}, {64, 4096, 1024}}) {
@@ -595,6 +595,36 @@ TEST(GemmTune, DecodeCandidatesStartWithTheGemvPlan) {
     EXPECT_TRUE(loom::detail::gemm_gemv_supported(32, false, DType::F8E4M3, 89));
     EXPECT_FALSE(loom::detail::gemm_gemv_supported(32, false, DType::F8E4M3, 80));
     EXPECT_FALSE(loom::detail::gemm_gemv_supported(33, false, DType::BF16, 90));
+}
+
+// The autotuner times K-clusters for decode GEMMs on a whole GPU: one wave of 64- or 128-column tiles, every candidate
+// one the kernel takes; none beyond kGemmDecodeMaxM rows or on a small MPS share.
+TEST(GemmTune, DecodeCandidatesIncludeClusterK) {
+    for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{128, 1024, 4096},
+                                  {64, 4096, 4096},
+                                  {1, 1024, 1024},
+                                  {97, 2048, 16384}}) {
+        int weighed = 0;
+        for (const loom::GemmConfig& c : loom::gemm_tune_candidates(m, n, k, false, DType::BF16, 90, 132)) {
+            if (c.cluster_k == 1) continue;
+            ++weighed;
+            EXPECT_NO_THROW(loom::gemm_validate_config(c, false)) << c.str();
+            EXPECT_EQ(c.block_m, m <= 64 ? 64 : 128) << c.str();
+            EXPECT_TRUE(c.block_n == 64 || c.block_n == 128) << c.str();
+            EXPECT_EQ(c.grid, loom::gemm_sm90_grid(m, n, c, 132)) << c.str();
+            EXPECT_LE(c.grid, 132) << c.str();
+        }
+        EXPECT_GT(weighed, 0) << m << "x" << n << "x" << k;
+        for (const loom::GemmConfig& c : loom::gemm_tune_candidates(m, n, k, false, DType::BF16, 90, 26))
+            EXPECT_EQ(c.cluster_k, 1) << "26 SMs: " << c.str();
+    }
+    for (const loom::GemmConfig& c : loom::gemm_tune_candidates(129, 1024, 4096, false, DType::BF16, 90, 132))
+        EXPECT_EQ(c.cluster_k, 1) << "M 129: " << c.str();
+    // 128 x 4096 x 4096: 64 tiles of 64 columns take clusters of 2 (128 CTAs), not 4; 32 of 128 columns 2 or 4.
+    std::set<std::pair<int, int>> kc;
+    for (const loom::GemmConfig& c : loom::gemm_tune_candidates(128, 4096, 4096, false, DType::BF16, 90, 132))
+        if (c.cluster_k > 1) kc.insert({c.block_n, c.cluster_k});
+    EXPECT_EQ(kc, (std::set<std::pair<int, int>>{{64, 2}, {128, 2}, {128, 4}}));
 }
 
 // The gemv plan: a ring that fits two CTAs per SM, K-splits that fill the SMs once without exceeding half the slices,

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "loom/tile/tile_order.hpp"
@@ -37,8 +38,9 @@ constexpr double kFixupUs = 1.75;
 constexpr double kFixupMbPerUs = 0.076;
 // K-clusters (GemmConfig::cluster_k): the ranks' sum after the mainloop (a consumer barrier, the partial into the
 // ring, a cluster barrier) and the peers' partials of the owned columns read through distributed shared memory, MB per
-// us. Estimates, not fitted to bench-gemm --decode-sweep's timings of K-cluster plans.
-constexpr double kClusterSumUs = 0.6;
+// us. kClusterSumUs is the median excess of the --decode-sweep timings of one-wave K-clusters of 2 and 4 over the model
+// with the sum free (each shape's offset from its other candidates; one H200, bf16 and fp8, M 64 and 128).
+constexpr double kClusterSumUs = 2.3;
 constexpr double kDsmemMbPerUs = 0.2;
 // Split plans whose units stream fewer k-blocks than this are not weighed.
 constexpr int64_t kMinUnitKBlocks = 2;
@@ -105,6 +107,24 @@ double gemm_decode_cost_us(int64_t m, int64_t n, int64_t k, const GemmConfig& cf
     return t;
 }
 
+std::optional<GemmConfig> gemm_cluster_k_plan(const GemmConfig& tile, int64_t m, int64_t n, int64_t k, int s,
+                                              int num_sms) {
+    const int64_t tiles = gemm_ceil_div(m, tile.block_m) * gemm_ceil_div(n, tile.block_n);
+    const int stages = std::max(tile.stages, kernels::gemm_sm90_cluster_k_min_stages(tile.block_m, tile.block_n));
+    if (num_sms < kGemmClusterKMinSms || stages > kernels::gemm_sm90_max_stages(tile.block_m, tile.block_n))
+        return std::nullopt;
+    if (tile.block_n / 8 % s != 0 || tiles * s > num_sms || gemm_ceil_div(k, tile.block_k) / s < kMinUnitKBlocks)
+        return std::nullopt;
+    GemmConfig kc = tile;
+    kc.cluster_m = 1;
+    kc.tail_splits = 1;
+    kc.cluster_k = s;
+    kc.tma_store = false;
+    kc.stages = stages;
+    kc.grid = static_cast<int>(tiles * s);
+    return kc;
+}
+
 std::vector<GemmDecodeCandidate> gemm_decode_candidates(int64_t m, int64_t n, int64_t k, bool b_kn, int num_sms,
                                                         const GemmConfig& persistent) {
     std::vector<GemmDecodeCandidate> out;
@@ -134,20 +154,9 @@ std::vector<GemmDecodeCandidate> gemm_decode_candidates(int64_t m, int64_t n, in
             if (at_grid.splits != s || at_grid.dp_tiles != p.dp_tiles) continue;
             weigh(split);
         }
-        // K-clusters: one cluster of s CTAs per tile, the whole launch in one wave, each rank at least
-        // kMinUnitKBlocks k-blocks.
-        const int64_t tiles = gemm_ceil_div(m, c.block_m) * gemm_ceil_div(n, c.block_n);
-        const int kc_stages = std::max(c.stages, kernels::gemm_sm90_cluster_k_min_stages(c.block_m, c.block_n));
-        for (int s : {2, 4, 8}) {
-            if (num_sms < kGemmClusterKMinSms || kc_stages > kernels::gemm_sm90_max_stages(c.block_m, c.block_n)) break;
-            if (bn / 8 % s != 0 || tiles * s > num_sms || num_kb / s < kMinUnitKBlocks) continue;
-            GemmConfig kc = c;
-            kc.cluster_k = s;
-            kc.tma_store = false;
-            kc.stages = kc_stages;
-            kc.grid = static_cast<int>(tiles * s);
-            weigh(kc);
-        }
+        // K-clusters of s CTAs per tile.
+        for (int s : {2, 4, 8})
+            if (const std::optional<GemmConfig> kc = gemm_cluster_k_plan(c, m, n, k, s, num_sms)) weigh(*kc);
     }
     return out;
 }
@@ -158,8 +167,9 @@ GemmConfig gemm_decode_plan(int64_t m, int64_t n, int64_t k, bool b_kn, int num_
     GemmConfig best = all.front().config;
     double best_cost = all.front().cost_us * (1.0 - kGemmDecodeMargin);
     for (std::size_t i = 1; i < all.size(); ++i) {
-        // K-clusters are weighed (bench-gemm --decode-sweep times the cheapest) but not chosen while their constants
-        // (kClusterSumUs, kDsmemMbPerUs) are estimates.
+        // K-clusters are weighed (bench-gemm --decode-sweep times the cheapest) but not chosen: the fastest of them
+        // was 2-10 % ahead of this plan's pick at 13 of 48 shapes, but the model does not tell which (choosing by it
+        // gained at most 0.2 % geomean and lost up to 10 % elsewhere; docs/gemm.md). The autotuner times them instead.
         if (all[i].config.cluster_k > 1) continue;
         if (all[i].cost_us < best_cost) {
             best_cost = all[i].cost_us;

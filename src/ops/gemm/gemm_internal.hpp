@@ -114,10 +114,17 @@ double gemm_decode_cost_us(int64_t m, int64_t n, int64_t k, const GemmConfig& cf
 
 // The decode plan for M <= kGemmDecodeMaxM: `persistent` (the heuristic's plan without it), or the cheapest by
 // gemm_decode_cost_us of 64-row (M <= 64) or 128-row tiles of every BLOCK_N >= 64 (multiples of 64 with B as [K, N]),
-// whole on the persistent grid, split s = 2..64 ways along K on every SM (each split at least 2 k-blocks), or in
-// K-clusters of 2, 4 or 8 CTAs per tile (one wave, on kGemmClusterKMinSms SMs or more), where it is more than
-// kGemmDecodeMargin cheaper than `persistent`.
+// whole on the persistent grid or split s = 2..64 ways along K on every SM (each split at least 2 k-blocks), where it
+// is more than kGemmDecodeMargin cheaper than `persistent`. It weighs K-clusters too (gemm_decode_candidates) but does
+// not choose them: measured, its model does not rank them (docs/gemm.md); the autotuner's candidates include them.
 GemmConfig gemm_decode_plan(int64_t m, int64_t n, int64_t k, bool b_kn, int num_sms, const GemmConfig& persistent);
+
+// `tile` (its block_m, block_n, block_k and stages; a plain or decode plan's tile) as K-clusters of `s` CTAs (2, 4 or
+// 8) for an M x N x K GEMM: one cluster per tile, the ring deep enough for the partial, the direct epilogue. None where
+// the launch would not be one wave (tiles x s > num_sms), on fewer than kGemmClusterKMinSms SMs, where s does not
+// divide the tile's 8-column fragments, or where a rank would stream fewer than 2 k-blocks.
+std::optional<GemmConfig> gemm_cluster_k_plan(const GemmConfig& tile, int64_t m, int64_t n, int64_t k, int s,
+                                              int num_sms);
 
 // Every plan gemm_decode_plan weighs, `persistent` first, each with its gemm_decode_cost_us (bench-gemm --decode-sweep
 // times them to check the model's ranking).

@@ -152,6 +152,21 @@ std::vector<GemmConfig> gemm_tune_candidates(int64_t m, int64_t n, int64_t k, bo
     } else if (h.cluster_m == 1) {
         tile(h.block_m, h.block_n, 1, 2);
     }
+    if (m <= kGemmDecodeMaxM) {
+        // K-clusters, which the decode plan does not choose (its model does not rank them): 64- and 128-column tiles
+        // of the decode plan's rows, 2, 4 or 8 CTAs each. A cluster size this context cannot co-schedule raises at
+        // launch, and the tuner skips it.
+        for (int bn : {64, 128}) {
+            GemmConfig c = h;
+            c.block_m = m <= 64 ? 64 : 128;
+            c.block_n = bn;
+            c.cluster_m = 1;
+            c.tail_splits = 1;
+            detail::gemm_complete_config(c, m, n, num_sms);
+            for (int s : {2, 4, 8})
+                if (const std::optional<GemmConfig> kc = gemm_cluster_k_plan(c, m, n, k, s, num_sms)) push(*kc);
+        }
+    }
     if (m <= 64) {
         for (int bn : {256, 192, 128, 64}) {
             tile(64, bn, 1, 1);
