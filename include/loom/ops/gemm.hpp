@@ -53,7 +53,7 @@ struct GemmConfig {
     bool gemv = false;
     // K-clusters: 2, 4 or 8 CTAs per tile split its K and sum the partials in distributed shared memory (one cluster
     // per tile, grid = tiles x cluster_k; K of at least cluster_k k-blocks; cluster_m 1, tail_splits 1, direct
-    // stores); 1: off.
+    // stores); 1: off. Without a given config, loom::gemm runs them only where the autotuner picked them.
     int cluster_k = 1;
     int consumers() const { return block_m / 64; }
     std::string str() const;  // "sm90 128x256x64 st4 wg2 cluster1 g8 grid132 tail3" (tail only when split)
