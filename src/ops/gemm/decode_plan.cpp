@@ -48,10 +48,6 @@ constexpr int64_t kMinUnitKBlocks = 2;
 constexpr int kMaxDecodeSplits = 64;
 constexpr int64_t kMaxUnitsPerSm = 4;
 
-}  // namespace
-
-namespace {
-
 // One CTA streaming `kb` k-blocks of B's `cfg.block_n` rows (and A's rows from L2) as one work unit, in us.
 double unit_stream_us(const GemmConfig& cfg, double kb, double a_mb, double b_mb) {
     const double inflight_kib = std::min<double>(cfg.stages, kb) * cfg.block_n * 128.0 / 1024.0;
@@ -67,6 +63,8 @@ double bound_norm(double t_hbm, double t_sm) {
 
 double gemm_decode_cost_us(int64_t m, int64_t n, int64_t k, const GemmConfig& cfg, int num_sms) {
     const int64_t num_kb = gemm_ceil_div(k, cfg.block_k);
+    // Bytes of one k-block (128-byte rows of any input type): B's BLOCK_N rows, A's box (M rounded up to 8 below one
+    // tile: launch_sm90.cpp).
     const double b_mb = cfg.block_n * 128.0 / 1e6;
     const int64_t a_rows = m < cfg.block_m ? (m + 7) / 8 * 8 : cfg.block_m;
     const double a_mb = static_cast<double>(a_rows) * 128.0 / 1e6;
@@ -86,8 +84,6 @@ double gemm_decode_cost_us(int64_t m, int64_t n, int64_t k, const GemmConfig& cf
     const int64_t grid = std::max<int64_t>(cfg.grid > 0 ? cfg.grid : gemm_sm90_grid(m, n, cfg, num_sms), 1);
     // The plan the launch runs at that grid (gemm_bind_split_tail: requested 1 is no split).
     const GemmTailPlan p = gemm_tail_plan(m, n, k, cfg, grid, std::max(cfg.tail_splits, 1));
-    // Bytes of one k-block (128-byte rows of any input type, above): B's BLOCK_N rows, A's box (M rounded up to 8
-    // below one tile: launch_sm90.cpp).
     // Each CTA's time: its units (unit u runs on CTA u % grid: tile/scheduler.cuh), each streaming its k-blocks with
     // as many in flight as the ring holds or the unit has.
     std::vector<double> cta_us(static_cast<size_t>(grid), 0.0);
@@ -119,7 +115,6 @@ std::optional<GemmConfig> gemm_cluster_k_plan(const GemmConfig& tile, int64_t m,
     kc.cluster_m = 1;
     kc.tail_splits = 1;
     kc.cluster_k = s;
-    kc.tma_store = false;
     kc.stages = stages;
     kc.grid = static_cast<int>(tiles * s);
     return kc;

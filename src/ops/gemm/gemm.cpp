@@ -71,8 +71,7 @@ void gemm_launch(const MatrixView& a, const MatrixView& b, const MatrixView& c, 
                "given {}",
                dev.arch < 90 ? fmt::format("a GPU of compute capability {}.{}", dev.arch / 10, dev.arch % 10)
                              : std::string("force_sm80 / GemmConfig::sm80"));
-    if (o.beta != 0.f) cfg.tma_store = false;      // only the direct-store epilogue reads C
-    if (cfg.cluster_k > 1) cfg.tma_store = false;  // K-clusters store each rank's columns directly
+    if (o.beta != 0.f) cfg.tma_store = false;  // only the direct-store epilogue reads C
     gemm_validate_config(cfg, o.b_kn, a.dtype);
     // Alpha = 1 without a bias takes the kernel whose epilogue does no arithmetic (where its epilogue applies).
     const std::optional<DType> bias = gemm_kernel_bias(cfg, c.dtype, o);

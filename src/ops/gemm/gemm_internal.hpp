@@ -48,8 +48,9 @@ GemmConfig gemm_heuristic(int64_t m, int64_t n, int64_t k, bool b_kn, int arch, 
 // fp8's 2-CTA clusters need at least this many SMs: faster on a whole H200 (132, docs/perf/gemm_fp8.json), slower than
 // single-CTA tiles on a 26-SM MPS share (docs/perf/ag_gemm_fp8.json: gemm_us at 4 ranks on one H200).
 inline constexpr int kGemmFp8ClusterMinSms = 100;
-// The decode plan weighs K-clusters (GemmConfig::cluster_k) only on at least this many SMs: a cluster of up to 8 CTAs
-// needs that many SMs free in one GPC, which a small MPS share may not give.
+// K-clusters (GemmConfig::cluster_k) are planned (gemm_cluster_k_plan: the decode plan's and the autotuner's) only on
+// at least this many SMs: a cluster of up to 8 CTAs needs that many SMs free in one GPC, which a small MPS share may
+// not give.
 inline constexpr int kGemmClusterKMinSms = 100;
 
 // The widest BLOCK_N of 192-row tiles: their 512-thread CTA compiles under a 128-register cap. wgmma n208 does not
@@ -166,8 +167,12 @@ jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, std
                                  const std::string& hooks = "loom::tile::GemmNoHooks",
                                  const std::string& header = "loom/kernels/gemm/gemm.cuh");
 
+// Whether a Hopper config's kernel stores through TMA: cfg.tma_store, except with K-clusters (each rank stores its own
+// columns directly, kernels/gemm/gemm.cuh).
+inline bool gemm_tma_store(const GemmConfig& cfg) { return cfg.tma_store && cfg.cluster_k == 1; }
+
 // Whether a Hopper config's launches can take the TBias = void kernel (gemm_kernel_spec with no bias type): the
-// TMA-store epilogue (cfg.tma_store, BLOCK_N at least one store box of `out`) with a 16-bit `out`, not the sm_80
+// TMA-store epilogue (gemm_tma_store, BLOCK_N at least one store box of `out`) with a 16-bit `out`, not the sm_80
 // path.
 bool gemm_plain_epilogue(const GemmConfig& cfg, DType out);
 // The bias type gemm_kernel_spec should get for launches with these options: the bias's type when there is one, none

@@ -14,7 +14,7 @@ namespace loom {
 bool gemm_plain_epilogue(const GemmConfig& cfg, DType out) {
     // 16-bit outputs only: what it saves is the stmatrix staging; with fp32 out (pair stores either way) the hooked
     // GEMMs' register allocation spilled without the arithmetic and did not with it.
-    return !cfg.sm80 && cfg.tma_store && cfg.cluster_k == 1 && dtype_size(out) == 2 &&
+    return !cfg.sm80 && gemm_tma_store(cfg) && dtype_size(out) == 2 &&
            cfg.block_n >= kernels::gemm_store_box_cols(static_cast<int>(dtype_size(out)));
 }
 
@@ -47,7 +47,7 @@ jit::KernelSpec gemm_kernel_spec(const GemmConfig& cfg, DType in, DType out, std
                           std::to_string(cfg.stages),
                           b_kn ? "false" : "true",
                           std::to_string(cfg.cluster_m),
-                          cfg.tma_store && cfg.cluster_k == 1 ? "true" : "false",
+                          gemm_tma_store(cfg) ? "true" : "false",
                           hooks};
     if (cfg.tail_splits >= 2) {
         // Hooks that publish tiles (epilogue / after-store parts) cannot take it (kernels/gemm/gemm.cuh asserts it).
@@ -88,7 +88,7 @@ kernels::GemmArgs detail::gemm_whole_tile_args(const MatrixView& c, int64_t m, i
 GemmSm90Launch gemm_sm90_launch(const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& o,
                                 const GemmConfig& cfg, int num_sms, cudaStream_t stream) {
     LOOM_CHECK(
-        !cfg.tma_store || o.beta == 0.f,
+        !gemm_tma_store(cfg) || o.beta == 0.f,
         "gemm: the TMA-store epilogue does not read C: expected beta 0 or config.tma_store = false, given beta {}",
         o.beta);
     GemmSm90Launch l{};

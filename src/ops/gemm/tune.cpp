@@ -131,13 +131,17 @@ std::vector<GemmConfig> gemm_tune_candidates(int64_t m, int64_t n, int64_t k, bo
     };
     // A tile choice completed as the heuristic completes its own; splits 1: whole tiles, 0: the automatic split tail,
     // n: n splits (skipped where the grid leaves no tail to split).
-    auto tile = [&](int bm, int bn, int cluster, int splits) {
+    auto completed = [&](int bm, int bn, int cluster) {
         GemmConfig c = h;
         c.block_m = bm;
         c.block_n = bn;
         c.cluster_m = cluster;
         c.tail_splits = 1;
         detail::gemm_complete_config(c, m, n, num_sms);
+        return c;
+    };
+    auto tile = [&](int bm, int bn, int cluster, int splits) {
+        GemmConfig c = completed(bm, bn, cluster);
         if (splits != 1) {
             const GemmTailPlan p = gemm_tail_plan(m, n, k, c, c.grid, splits);
             if (p.splits < 2) return;
@@ -156,16 +160,11 @@ std::vector<GemmConfig> gemm_tune_candidates(int64_t m, int64_t n, int64_t k, bo
         // K-clusters, which the decode plan does not choose (its model does not rank them): 64- and 128-column tiles
         // of the decode plan's rows, 2, 4 or 8 CTAs each. A cluster size this context cannot co-schedule raises at
         // launch, and the tuner skips it.
-        for (int bn : {64, 128}) {
-            GemmConfig c = h;
-            c.block_m = m <= 64 ? 64 : 128;
-            c.block_n = bn;
-            c.cluster_m = 1;
-            c.tail_splits = 1;
-            detail::gemm_complete_config(c, m, n, num_sms);
+        for (int bn : {64, 128})
             for (int s : {2, 4, 8})
-                if (const std::optional<GemmConfig> kc = gemm_cluster_k_plan(c, m, n, k, s, num_sms)) push(*kc);
-        }
+                if (const std::optional<GemmConfig> kc =
+                        gemm_cluster_k_plan(completed(m <= 64 ? 64 : 128, bn, 1), m, n, k, s, num_sms))
+                    push(*kc);
     }
     if (m <= 64) {
         for (int bn : {256, 192, 128, 64}) {
