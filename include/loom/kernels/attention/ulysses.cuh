@@ -5,7 +5,8 @@
 //                    anywhere on the device). Fused: a few blocks on a side stream beside the QKV GEMM, each warp
 //                    walking the GEMM's tiles in its raster order and reading a tile once its signal (set by the
 //                    owner's GEMM after the tile's TMA stores completed) says it is there. Sequential: after the
-//                    GEMM on the caller's stream; it publishes ready[me] and waits for each rank's ready.
+//                    GEMM on the caller's stream, launched programmatically so that its launch overlaps the GEMM's
+//                    tail (griddep_wait first); it publishes ready[me] and waits for each rank's ready.
 //   ulysses_o_a2a    (a2a_o_gemm) a push: each rank writes rows [d S / W, (d + 1) S / W) of its attention output
 //                    (its head slice) into columns [me w, (me + 1) w) of rank d's symmetric gathered operand
 //                    [S / W, Hq D], chunk by chunk, and sets arrived[me][chunk] there. Fused: beside the output
@@ -22,6 +23,7 @@
 #include "loom/kernels/attention/ulysses_params.hpp"
 #include "loom/lang/lang.cuh"
 #include "loom/ptx/memory.cuh"
+#include "loom/ptx/special.cuh"
 #include "loom/tile/tile_order.hpp"
 
 namespace loom::kernels::attention {
@@ -53,6 +55,9 @@ LOOM_DEVICE LOOM_FORCEINLINE void ulysses_copy_rect(const uint8_t* src, int64_t 
 // tile u / W of the tiling in its raster order, source (me + u) % W, so that the ranks' first tiles are read first
 // and a warp's wait stalls only that warp. Units whose tile holds none of this rank's columns are skipped unread.
 __global__ void __launch_bounds__(kUlyssesThreads) ulysses_qkv_a2a(Ctx ctx, UlyssesQkvParams p) {
+    // Sequential launches it programmatically after the GEMM (qkv_sequential): wait for that grid to complete and its
+    // stores to be visible before signalling or reading. A no-op in the fused launch (a side stream, not programmatic).
+    ptx::griddep_wait();
     const int W = ctx.local_world, me = ctx.local_rank;
     const int tid = static_cast<int>(threadIdx.x), lane = tid % 32;
     if (p.whole && tid < W) {

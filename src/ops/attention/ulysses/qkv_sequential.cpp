@@ -38,6 +38,8 @@ void qkv_sequential(const QkvCall& x) {
     lc.grid = dim3(static_cast<unsigned>(std::clamp<int64_t>((units + warps - 1) / warps, 1, x.num_sms)));
     lc.block = dim3(kernels::attention::kUlyssesThreads);
     lc.stream = x.stream;
+    // Its launch overlaps the GEMM's tail: every thread waits in griddep_wait() for the GEMM to complete first.
+    lc.programmatic = true;
     a2a(lc, world.ctx(), p);
 }
 
