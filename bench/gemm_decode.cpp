@@ -64,8 +64,9 @@ struct Summary {
 };
 
 // The decode plan's candidates for this shape (ops/gemm/decode_plan.cpp) timed against each other: the chosen config,
-// the `count` cheapest by the model, the cheapest whole-tile one and the gemv plan's (ops/gemm/gemv.cpp) K-splits
-// halved, as planned and doubled; a line each and their JSON (model_us -1: no model).
+// the `count` cheapest by the model, the cheapest whole-tile one, the cheapest K-cluster plan of each size, every
+// M-cluster plan and the gemv plan's (ops/gemm/gemv.cpp) K-splits halved, as planned and doubled; a line each and
+// their JSON (model_us -1: no model).
 nlohmann::json time_candidates(const MatrixView& A, const MatrixView& B, const MatrixView& C, const GemmConfig& chosen,
                                int count, const TimeOptions& topts, cudaStream_t stream) {
     int dev = 0, sms = 0;
@@ -100,6 +101,9 @@ nlohmann::json time_candidates(const MatrixView& A, const MatrixView& B, const M
                 pick(all[i]);
                 break;
             }
+    // Every M-cluster plan (64-row tiles in 2-CTA clusters sharing B; weighed, not chosen): at most six.
+    for (std::size_t i = 1; i < all.size(); ++i)
+        if (all[i].config.cluster_m > 1) pick(all[i]);
     // The gemv plan where the kernel takes the shape (whether or not it was chosen), and with half and twice its
     // K-splits: what the heuristic's rule for taking it (gemm_gemv_preferred) and the plan's splits rest on.
     if (detail::gemm_gemv_supported(A.rows, false, A.dtype, 90)) {

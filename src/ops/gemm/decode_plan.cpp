@@ -69,6 +69,22 @@ double gemm_decode_cost_us(int64_t m, int64_t n, int64_t k, const GemmConfig& cf
     const int64_t a_rows = m < cfg.block_m ? (m + 7) / 8 * 8 : cfg.block_m;
     const double a_mb = static_cast<double>(a_rows) * 128.0 / 1e6;
     const double weights_mb = static_cast<double>(n) * static_cast<double>(num_kb) * 128.0 / 1e6;
+    if (cfg.cluster_m > 1) {
+        // M-clusters: cluster_m CTAs on adjacent M-blocks walk the same N-blocks, each loading 1 / cluster_m of B's
+        // k-block and multicasting it to the others: a CTA's own stream from memory is that share (its ring's share in
+        // flight), what reaches its shared memory all of it.
+        const int64_t cm = cfg.cluster_m;
+        const int64_t cluster_tiles = gemm_ceil_div(gemm_ceil_div(m, cfg.block_m), cm) * gemm_ceil_div(n, cfg.block_n);
+        const int64_t grid = cfg.grid > 0 ? cfg.grid : gemm_sm90_grid(m, n, cfg, num_sms);
+        const double waves = std::ceil(static_cast<double>(cluster_tiles) / std::max<int64_t>(grid / cm, 1));
+        GemmConfig share = cfg;
+        share.block_n = static_cast<int>(cfg.block_n / cm);
+        const double kb = static_cast<double>(num_kb);
+        const double inflight_kib = std::min<double>(share.stages, kb) * share.block_n * 128.0 / 1024.0;
+        const double us_per_b_mb = kSmUsPerMb + kSmUsKbPerMb / std::max(inflight_kib, 1.0);
+        const double unit = kUnitUs + std::max(kb * (b_mb / cm) * us_per_b_mb, kb * (a_mb + b_mb) / kSmL2MbPerUs);
+        return bound_norm(weights_mb / kHbmMbPerUs, waves * unit);
+    }
     if (cfg.cluster_k > 1) {
         // One cluster per tile, every rank streaming its share of the k-blocks, the clusters in waves over the SMs;
         // then the ranks' sum: each reads the peers' partials of its columns (the warps' rows inside M).
@@ -153,6 +169,21 @@ std::vector<GemmDecodeCandidate> gemm_decode_candidates(int64_t m, int64_t n, in
         for (int s : {2, 4, 8})
             if (const std::optional<GemmConfig> kc = gemm_cluster_k_plan(c, m, n, k, s, num_sms)) weigh(*kc);
     }
+    // M-clusters (64 < M <= 128): 64-row tiles, the two M-blocks of each N-block in a 2-CTA cluster sharing its B by
+    // multicast, whole tiles at the plan's ring depth and at the deepest that fits.
+    if (m > 64 && m <= 128 && num_sms >= kGemmClusterMMinSms) {
+        for (int bn : {64, 128, 256}) {
+            GemmConfig c = base;
+            c.block_m = 64;
+            c.block_n = bn;
+            c.cluster_m = 2;
+            c.tail_splits = 1;
+            detail::gemm_complete_config(c, m, n, num_sms);
+            weigh(c);
+            c.stages = kernels::gemm_sm90_max_stages(64, bn);
+            weigh(c);
+        }
+    }
     return out;
 }
 
@@ -165,7 +196,7 @@ GemmConfig gemm_decode_plan(int64_t m, int64_t n, int64_t k, bool b_kn, int num_
         // K-clusters are weighed (bench-gemm --decode-sweep times the cheapest) but not chosen: the fastest of them
         // was 2-10 % ahead of this plan's pick at 13 of 48 shapes, but the model does not tell which (choosing by it
         // gained at most 0.2 % geomean and lost up to 10 % elsewhere; docs/gemm.md). The autotuner times them instead.
-        if (all[i].config.cluster_k > 1) continue;
+        if (all[i].config.cluster_k > 1 || all[i].config.cluster_m > 1) continue;
         if (all[i].cost_us < best_cost) {
             best_cost = all[i].cost_us;
             best = all[i].config;
