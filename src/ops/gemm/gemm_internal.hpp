@@ -118,8 +118,9 @@ double gemm_decode_cost_us(int64_t m, int64_t n, int64_t k, const GemmConfig& cf
 // The decode plan for M <= kGemmDecodeMaxM: `persistent` (the heuristic's plan without it), or the cheapest by
 // gemm_decode_cost_us of 64-row (M <= 64) or 128-row tiles of every BLOCK_N >= 64 (multiples of 64 with B as [K, N]),
 // whole on the persistent grid or split s = 2..64 ways along K on every SM (each split at least 2 k-blocks), where it
-// is more than kGemmDecodeMargin cheaper than `persistent`. It weighs K-clusters too (gemm_decode_candidates) but does
-// not choose them: measured, its model does not rank them (docs/gemm.md); the autotuner's candidates include them.
+// is more than kGemmDecodeMargin cheaper than `persistent`. It weighs K-clusters and, for 64 < M <= 128, M-clusters
+// too (gemm_decode_candidates) but does not choose them: measured, its model does not rank K-clusters and M-clusters
+// lost at 43 of 44 shapes (docs/gemm.md); the autotuner's candidates include K-clusters.
 GemmConfig gemm_decode_plan(int64_t m, int64_t n, int64_t k, bool b_kn, int num_sms, const GemmConfig& persistent);
 
 // `tile` (its block_m, block_n, block_k and stages; a plain or decode plan's tile) as K-clusters of `s` CTAs (2, 4 or
