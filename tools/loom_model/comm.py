@@ -11,7 +11,8 @@ bytes per rank; all_reduce S = the buffer; all_to_all S = bytes each rank sends 
 
 One node: the automatic choice of src/ops/collectives/coll_choice.cpp (symmetric buffers), which the table took
 from measurements: the flag-in-data LL kernel to its capacity (no barrier; a flag word beside every data word, so
-twice the bytes, and each rank's payload at most at LL's measured rate, gpu.ll_GBps), else one kernel between an
+twice the bytes, and each rank's payload at most at LL's measured rate, gpu.ll_GBps; ranks sharing a GPU: the
+traffic at LL's measured rate there, shared_gpu.ll_traffic_GBps), else one kernel between an
 entry and an exit barrier (fan-out push / pull / ring / two-shot over ld/st), or for the largest transfers the copy
 engine (a barrier kernel, the per-peer copies on side streams, a barrier kernel). A bandwidth kernel runs one block
 per 64-128 KiB of its size (at most 64, pick_blocks), each at one block's measured copy rate (block_copy_GBps):
@@ -142,9 +143,11 @@ def _bandwidth_us(p, t, name, nbytes):
 
 def ll_move_us(p, t, name, nbytes):
     """The LL kernel's data movement (one node): every data word travels with a flag word (twice the bytes) and is
-    polled for by its receiver; each rank's payload to its peers goes at most at the LL rate (gpu.ll_GBps)."""
+    polled for by its receiver; each rank's payload to its peers goes at most at the LL rate (gpu.ll_GBps). Ranks
+    sharing a GPU: that traffic at the LL kernel's own measured rate (shared_gpu.ll_traffic_GBps), well below a
+    plain copy's (the receivers' polls re-read the packets)."""
     if t.shared:
-        move = 2 * shared_traffic(name, t.ranks, nbytes) / traffic_rate(p, t.ranks)
+        move = 2 * shared_traffic(name, t.ranks, nbytes) / bytes_per_us(p["shared_gpu"]["ll_traffic_GBps"])
     else:
         move = 2 * _link_bytes(name, t, nbytes) / nvlink_rate(p)
     g = t.gpus_per_node

@@ -13,8 +13,8 @@ A parameter file (JSON, data/<name>.json or any path) describes one machine kind
    "gpus_per_node": int,
    "ll": {"overhead_us": number},
    "shared_gpu": {"traffic_GBps_by_ranks": {"2": number, ...}, "call_us_by_ranks": {"2": number, ...},
-                  "barrier_us": number, "block_copy_GBps": number, "sm_fraction_by_ranks": {"2": number in (0, 1], ...},
-                  "overlap_serial_fraction": number in [0, 1]}
+                  "ll_traffic_GBps": number, "barrier_us": number, "block_copy_GBps": number,
+                  "sm_fraction_by_ranks": {"2": number in (0, 1], ...}, "overlap_serial_fraction": number in [0, 1]}
                  (optional: ranks sharing one GPU)}
 
 load() returns the validated dict; every violation raises ParamError naming the file, the field, what was
@@ -68,8 +68,8 @@ SCHEMA = {
     "gpus_per_node": INT,
     "ll": {"overhead_us": NONNEG},
 }
-OPTIONAL = {"shared_gpu": {"traffic_GBps_by_ranks": dict, "call_us_by_ranks": dict, "barrier_us": NONNEG,
-                           "block_copy_GBps": POS,
+OPTIONAL = {"shared_gpu": {"traffic_GBps_by_ranks": dict, "call_us_by_ranks": dict, "ll_traffic_GBps": POS,
+                           "barrier_us": NONNEG, "block_copy_GBps": POS,
                            "sm_fraction_by_ranks": dict, "overlap_serial_fraction": FRAC0}}
 # shared_gpu fields keyed by rank count, and the kind of their values
 BY_RANKS = (("traffic_GBps_by_ranks", POS), ("call_us_by_ranks", POS), ("sm_fraction_by_ranks", FRAC))
