@@ -465,6 +465,37 @@ TEST(GemmHeuristic, DecodePlanWeighsClusterK) {
     }
 }
 
+// The decode plan weighs M-clusters (64-row tiles in 2-CTA clusters sharing B) for 64 < M <= 128 on a whole GPU,
+// whole tiles on an even persistent grid; it does not choose them (measured slower at 43 of 44 shapes).
+TEST(GemmHeuristic, DecodePlanWeighsClusterM) {
+    for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{128, 8192, 4096},
+                                  {72, 1024, 1024},
+                                  {100, 32768, 16384},
+                                  {64, 4096, 4096},
+                                  {16, 4096, 4096}}) {
+        const loom::GemmConfig persistent =
+            loom::gemm_heuristic(m, n, k, false, 90, 132, false, loom::GemmTiles::Plain, DType::BF16);
+        int weighed = 0;
+        for (const auto& cand : loom::gemm_decode_candidates(m, n, k, false, 132, persistent)) {
+            if (cand.config.cluster_m == 1) continue;
+            ++weighed;
+            const loom::GemmConfig& c = cand.config;
+            EXPECT_NO_THROW(loom::gemm_validate_config(c, false)) << c.str();
+            EXPECT_EQ(c.block_m, 64) << c.str();
+            EXPECT_EQ(c.cluster_m, 2) << c.str();
+            EXPECT_EQ(c.tail_splits, 1) << c.str();
+            EXPECT_EQ(c.grid % 2, 0) << c.str();
+            EXPECT_LE(c.grid, 132) << c.str();
+            EXPECT_TRUE(std::isfinite(cand.cost_us) && cand.cost_us > 0) << c.str();
+        }
+        EXPECT_EQ(weighed > 0, m > 64) << m << "x" << n << "x" << k;
+        EXPECT_EQ(loom::gemm_heuristic(m, n, k, false, 90, 132, true, loom::GemmTiles::Plain, DType::BF16).cluster_m,
+                  1);
+        for (const auto& cand : loom::gemm_decode_candidates(m, n, k, false, 26, persistent))
+            EXPECT_EQ(cand.config.cluster_m, 1) << "26 SMs: " << cand.config.str();
+    }
+}
+
 TEST(GemmValidate, NamesTheProblem) {
     alignas(16) static char buf[1 << 16];
     loom::MatrixView a{buf, DType::BF16, 64, 64, 0}, b{buf, DType::BF16, 64, 64, 0}, c{buf, DType::BF16, 64, 64, 0};
