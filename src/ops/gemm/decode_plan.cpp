@@ -71,18 +71,16 @@ double gemm_decode_cost_us(int64_t m, int64_t n, int64_t k, const GemmConfig& cf
     const double weights_mb = static_cast<double>(n) * static_cast<double>(num_kb) * 128.0 / 1e6;
     if (cfg.cluster_m > 1) {
         // M-clusters: cluster_m CTAs on adjacent M-blocks walk the same N-blocks, each loading 1 / cluster_m of B's
-        // k-block and multicasting it to the others: a CTA's own stream from memory is that share (its ring's share in
-        // flight), what reaches its shared memory all of it.
+        // k-block and multicasting it to the others.
         const int64_t cm = cfg.cluster_m;
         const int64_t cluster_tiles = gemm_ceil_div(gemm_ceil_div(m, cfg.block_m), cm) * gemm_ceil_div(n, cfg.block_n);
         const int64_t grid = cfg.grid > 0 ? cfg.grid : gemm_sm90_grid(m, n, cfg, num_sms);
         const double waves = std::ceil(static_cast<double>(cluster_tiles) / std::max<int64_t>(grid / cm, 1));
+        // One CTA streams its share of B's rows (and of the ring's bytes in flight) from memory; A and the rest of B
+        // still reach it, as the L2 term counts them.
         GemmConfig share = cfg;
         share.block_n = static_cast<int>(cfg.block_n / cm);
-        const double kb = static_cast<double>(num_kb);
-        const double inflight_kib = std::min<double>(share.stages, kb) * share.block_n * 128.0 / 1024.0;
-        const double us_per_b_mb = kSmUsPerMb + kSmUsKbPerMb / std::max(inflight_kib, 1.0);
-        const double unit = kUnitUs + std::max(kb * (b_mb / cm) * us_per_b_mb, kb * (a_mb + b_mb) / kSmL2MbPerUs);
+        const double unit = unit_stream_us(share, static_cast<double>(num_kb), a_mb + b_mb * (cm - 1) / cm, b_mb / cm);
         return bound_norm(weights_mb / kHbmMbPerUs, waves * unit);
     }
     if (cfg.cluster_k > 1) {
