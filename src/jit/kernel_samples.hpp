@@ -18,7 +18,7 @@ struct KernelSample {
     std::string name;    // qualified kernel template
     std::vector<std::string> template_args;
     bool sm90_only = false;
-    std::vector<std::string> defines;
+    std::vector<std::string> defines{};
 
     KernelSpec spec() const {
         KernelSpec s;
