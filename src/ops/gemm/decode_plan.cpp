@@ -168,8 +168,9 @@ std::vector<GemmDecodeCandidate> gemm_decode_candidates(int64_t m, int64_t n, in
             if (const std::optional<GemmConfig> kc = gemm_cluster_k_plan(c, m, n, k, s, num_sms)) weigh(*kc);
     }
     // M-clusters (64 < M <= 128): 64-row tiles, the two M-blocks of each N-block in a 2-CTA cluster sharing its B by
-    // multicast, whole tiles at the plan's ring depth and at the deepest that fits.
-    if (m > 64 && m <= 128 && num_sms >= kGemmClusterMMinSms) {
+    // multicast, whole tiles at the plan's ring depth and at the deepest that fits; on as many SMs as fp8's 2-CTA
+    // clusters need.
+    if (m > 64 && m <= 128 && num_sms >= kGemmFp8ClusterMinSms) {
         for (int bn : {64, 128, 256}) {
             GemmConfig c = base;
             c.block_m = 64;
@@ -194,6 +195,7 @@ GemmConfig gemm_decode_plan(int64_t m, int64_t n, int64_t k, bool b_kn, int num_
         // K-clusters are weighed (bench-gemm --decode-sweep times the cheapest) but not chosen: the fastest of them
         // was 2-10 % ahead of this plan's pick at 13 of 48 shapes, but the model does not tell which (choosing by it
         // gained at most 0.2 % geomean and lost up to 10 % elsewhere; docs/gemm.md). The autotuner times them instead.
+        // M-clusters likewise: the fastest of them lost to this plan's pick at 43 of 44 shapes (docs/gemm.md).
         if (all[i].config.cluster_k > 1 || all[i].config.cluster_m > 1) continue;
         if (all[i].cost_us < best_cost) {
             best_cost = all[i].cost_us;

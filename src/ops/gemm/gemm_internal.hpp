@@ -52,8 +52,6 @@ inline constexpr int kGemmFp8ClusterMinSms = 100;
 // at least this many SMs: a cluster of up to 8 CTAs needs that many SMs free in one GPC, which a small MPS share may
 // not give.
 inline constexpr int kGemmClusterKMinSms = 100;
-// The decode plan's M-clusters (64-row tiles in 2-CTA clusters sharing B) likewise, for the same reason.
-inline constexpr int kGemmClusterMMinSms = 100;
 
 // The widest BLOCK_N of 192-row tiles: their 512-thread CTA compiles under a 128-register cap. wgmma n208 does not
 // compile under it (ptxas: "Insufficient registers (128)"), and 192-wide tiles spill in the affine, [K, N]-B and
